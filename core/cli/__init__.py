@@ -1,0 +1,1 @@
+"""The `wattwise` command line. Each sub-command lives in its own module here."""

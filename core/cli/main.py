@@ -1,0 +1,63 @@
+"""Entry point of the `wattwise` command.
+
+Each sub-command is a module of `core.cli` with `register(subparsers)`; the parser it adds sets
+`func(args) -> int`. Bad input raises `core.errors.UsageError` (or argparse rejects it): one line on
+stderr, exit code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from core import __version__
+from core.errors import UsageError
+
+#: Sub-command modules, in the order `wattwise --help` lists them.
+COMMANDS: tuple[str, ...] = (
+    "devices",
+    "measure",
+    "demo",
+    "restore",
+)
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and still exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="wattwise", description="Cut the energy bloat of deep-learning training.")
+    parser.add_argument("--version", action="version", version=f"wattwise {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        module = importlib.import_module(f"core.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except UsageError as err:
+        print(f"wattwise {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

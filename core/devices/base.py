@@ -1,0 +1,125 @@
+"""The one device interface every layer above `core/devices/` sees.
+
+Everything is in SI units: joules, watts, seconds, megahertz. Vendor errors are mapped to the
+`DeviceError` family so callers handle "not supported", "no permission" and "device lost" alike on
+every backend.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import WattwiseError
+
+
+class DeviceError(WattwiseError):
+    """A device call failed."""
+
+
+class NotSupportedError(DeviceError):
+    """The device or its driver does not support this call."""
+
+
+class NoPermissionError(DeviceError):
+    """The call needs more privileges (root or CAP_SYS_ADMIN for power limits and clocks)."""
+
+
+class DeviceLostError(DeviceError):
+    """The device fell off the bus or stopped answering."""
+
+
+@dataclass(frozen=True)
+class PowerLimitRange:
+    """Allowed power-limit range of a device, in watts."""
+
+    min_w: float
+    max_w: float
+    default_w: float
+
+
+class Device(abc.ABC):
+    """A GPU (or CPU package) whose energy we measure and whose settings we may change.
+
+    Subclasses must be safe to call from a sampler thread and the training thread at once.
+    """
+
+    #: Short backend name: "nvml", "rapl" or "simulated".
+    backend: str = "abstract"
+    #: True when figures come from a model, not from hardware. Every output must say so.
+    simulated: bool = False
+
+    @property
+    @abc.abstractmethod
+    def index(self) -> int:
+        """Index as the user sees it (after `CUDA_VISIBLE_DEVICES` mapping for GPUs)."""
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """Human-readable model name."""
+
+    @abc.abstractmethod
+    def has_energy_counter(self) -> bool:
+        """True when `energy_j` is a hardware (or modelled) cumulative counter."""
+
+    @abc.abstractmethod
+    def energy_j(self) -> float:
+        """Cumulative energy counter in joules (monotonic within a process)."""
+
+    @abc.abstractmethod
+    def power_w(self) -> float:
+        """Current power draw in watts."""
+
+    def power_limit_w(self) -> float:
+        """Current power limit in watts."""
+        raise NotSupportedError(f"{self.backend} device {self.index} has no power limit")
+
+    def power_limit_range(self) -> PowerLimitRange:
+        """Allowed power-limit range in watts."""
+        raise NotSupportedError(f"{self.backend} device {self.index} has no power limit")
+
+    def set_power_limit_w(self, watts: float) -> None:
+        """Set the power limit. Callers go through `core.guard.SettingsGuard`, never directly."""
+        raise NotSupportedError(f"{self.backend} device {self.index} cannot set a power limit")
+
+    def supported_sm_clocks_mhz(self) -> list[int]:
+        """Supported SM clocks, highest first."""
+        raise NotSupportedError(f"{self.backend} device {self.index} has no SM clocks")
+
+    def locked_sm_clocks_mhz(self) -> tuple[int, int] | None:
+        """The locked (min, max) SM clock range, or None when clocks are not locked."""
+        raise NotSupportedError(f"{self.backend} device {self.index} has no SM clocks")
+
+    def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
+        """Lock SM clocks to a range. Callers go through the guard."""
+        raise NotSupportedError(f"{self.backend} device {self.index} cannot lock SM clocks")
+
+    def reset_sm_clocks(self) -> None:
+        """Undo `lock_sm_clocks_mhz`."""
+        raise NotSupportedError(f"{self.backend} device {self.index} cannot reset SM clocks")
+
+    @abc.abstractmethod
+    def spec(self) -> dict[str, Any]:
+        """A JSON-serialisable description that `core.devices.open_spec` reopens in another process.
+
+        The guard journals it so that settings can be restored after a crash.
+        """
+
+    def describe(self) -> dict[str, Any]:
+        """What `wattwise devices` prints for this device."""
+        info: dict[str, Any] = {
+            "backend": self.backend,
+            "index": self.index,
+            "name": self.name,
+            "simulated": self.simulated,
+            "energy_counter": self.has_energy_counter(),
+        }
+        try:
+            rng = self.power_limit_range()
+            info["power_limit_w"] = self.power_limit_w()
+            info["power_limit_range_w"] = [rng.min_w, rng.max_w]
+        except DeviceError:
+            pass
+        return info
