@@ -60,6 +60,11 @@ class Device(abc.ABC):
     def name(self) -> str:
         """Human-readable model name."""
 
+    @property
+    def key(self) -> str:
+        """Stable label in reports and logs, e.g. "gpu0"."""
+        return f"gpu{self.index}"
+
     @abc.abstractmethod
     def has_energy_counter(self) -> bool:
         """True when `energy_j` is a hardware (or modelled) cumulative counter."""
@@ -110,6 +115,7 @@ class Device(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """What `wattwise devices` prints for this device."""
         info: dict[str, Any] = {
+            "key": self.key,
             "backend": self.backend,
             "index": self.index,
             "name": self.name,

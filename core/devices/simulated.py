@@ -1,0 +1,341 @@
+"""A simulated GPU: a first-class device for machines without one (CI, laptops, the demo).
+
+It follows a power model instead of hardware:
+
+- a **power-limit table** `power_limit,time,power`: at each power limit (W), the step time relative to
+  the step time at the maximum limit, and the average power (W) while busy; linear in between;
+- an **idle power** (W) drawn when no emulated work runs;
+- a **clock model**: the supported SM clocks, and time and power against SM frequency. A step's
+  compute-bound share scales with `f_max / f`; busy power scales with `(f / f_max) ** 2` above idle.
+  With both a power limit and a locked clock, the slower time and the lower power win (the hardware
+  throttles to whichever binds first).
+
+Its energy counter integrates the modelled power over real wall time: busy power while emulated work
+runs (`busy()` / `run_step()`), idle power otherwise. Changing the power limit or the clock changes what
+the emulated work costs, so every decision wattwise makes can be exercised end to end. Every output
+derived from it carries `simulated: true` or says "simulated".
+
+Settings can persist in a small JSON state file, so that a process killed with SIGKILL leaves the
+changed power limit behind exactly as a real GPU would, and the guard's recovery can be tested.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import csv
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.devices.base import Device, PowerLimitRange
+from core.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ClockModel:
+    """SM clocks a simulated GPU supports, and how time and power follow them."""
+
+    max_mhz: int = 1740
+    min_mhz: int = 210
+    step_mhz: int = 15
+    #: Share of a step that does not speed up with the SM clock (memory-bound work).
+    memory_bound_fraction: float = 0.3
+    #: Exponent of busy power above idle against relative frequency.
+    power_exponent: float = 2.0
+
+    def supported_mhz(self) -> list[int]:
+        """Supported clocks, highest first."""
+        return list(range(self.max_mhz, self.min_mhz - 1, -self.step_mhz))
+
+    def time_factor(self, freq_mhz: float) -> float:
+        """Step time at `freq_mhz` relative to the maximum clock (>= 1)."""
+        frac = self.memory_bound_fraction
+        return frac + (1.0 - frac) * self.max_mhz / freq_mhz
+
+    def power_factor(self, freq_mhz: float) -> float:
+        """Busy power above idle at `freq_mhz` relative to the maximum clock (<= 1)."""
+        return float((freq_mhz / self.max_mhz) ** self.power_exponent)
+
+
+@dataclass(frozen=True)
+class PowerModel:
+    """Power limit -> (relative step time, busy power) for a simulated GPU. Watts and seconds."""
+
+    power_limits_w: tuple[float, ...]
+    time_factors: tuple[float, ...]
+    busy_power_w: tuple[float, ...]
+    idle_power_w: float = 60.0
+    min_limit_w: float | None = None
+    max_limit_w: float | None = None
+    clock: ClockModel = field(default_factory=ClockModel)
+    name: str = "Simulated GPU"
+
+    def __post_init__(self) -> None:
+        n = len(self.power_limits_w)
+        if n == 0 or n != len(self.time_factors) or n != len(self.busy_power_w):
+            raise UsageError("power model: the power_limit, time and power columns need one value per row")
+        if list(self.power_limits_w) != sorted(set(self.power_limits_w)):
+            raise UsageError("power model: power_limit values must be distinct (they are sorted on load)")
+        for col, values in (("power_limit", self.power_limits_w), ("time", self.time_factors),
+                            ("power", self.busy_power_w)):
+            for v in values:
+                if not math.isfinite(v) or v <= 0:
+                    raise UsageError(f"power model: every {col} must be a positive number (got {v})")
+        if not (math.isfinite(self.idle_power_w) and self.idle_power_w >= 0):
+            raise UsageError(f"power model: idle_power_w must be >= 0 (got {self.idle_power_w})")
+        lo, hi = self.limit_range_w
+        if lo >= hi:
+            raise UsageError(f"power model: minimum limit {lo} W must be below the maximum {hi} W")
+
+    @property
+    def limit_range_w(self) -> tuple[float, float]:
+        lo = self.min_limit_w if self.min_limit_w is not None else self.power_limits_w[0]
+        hi = self.max_limit_w if self.max_limit_w is not None else self.power_limits_w[-1]
+        return lo, hi
+
+    def at_limit(self, limit_w: float) -> tuple[float, float]:
+        """(relative step time, busy power in W) at a power limit, interpolated linearly."""
+        xs = self.power_limits_w
+        if limit_w <= xs[0]:
+            return self.time_factors[0], self.busy_power_w[0]
+        if limit_w >= xs[-1]:
+            return self.time_factors[-1], self.busy_power_w[-1]
+        i = bisect.bisect_right(xs, limit_w)
+        w = (limit_w - xs[i - 1]) / (xs[i] - xs[i - 1])
+        t = self.time_factors[i - 1] + w * (self.time_factors[i] - self.time_factors[i - 1])
+        p = self.busy_power_w[i - 1] + w * (self.busy_power_w[i] - self.busy_power_w[i - 1])
+        return t, p
+
+    def operating_point(self, limit_w: float, clock_mhz: float | None) -> tuple[float, float]:
+        """(relative step time, busy power W) under a power limit and an optional locked SM clock."""
+        t_pl, p_pl = self.at_limit(limit_w)
+        if clock_mhz is None:
+            return t_pl, p_pl
+        top_p = self.busy_power_w[-1]
+        p_clk = self.idle_power_w + (top_p - self.idle_power_w) * self.clock.power_factor(clock_mhz)
+        t_clk = self.time_factors[-1] * self.clock.time_factor(clock_mhz)
+        return max(t_pl, t_clk), min(p_pl, p_clk)
+
+    @classmethod
+    def from_csv(cls, path: str | os.PathLike[str], **kwargs: Any) -> PowerModel:
+        """Read a `power_limit,time,power` table (watts, relative step time, average watts)."""
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as err:
+            raise UsageError(f"power model {p}: cannot read it ({err.strerror})") from None
+        rows = list(csv.DictReader(text.splitlines()))
+        need = {"power_limit", "time", "power"}
+        if not rows or not need <= set(rows[0]):
+            raise UsageError(f"power model {p}: needs a header with columns power_limit,time,power")
+        parsed: list[tuple[float, float, float]] = []
+        for lineno, row in enumerate(rows, start=2):
+            try:
+                parsed.append((float(row["power_limit"]), float(row["time"]), float(row["power"])))
+            except (TypeError, ValueError):
+                raise UsageError(f"power model {p}, line {lineno}: power_limit, time and power must be "
+                                 f"numbers (got {row})") from None
+        parsed.sort()
+        kwargs.setdefault("name", f"Simulated GPU ({p.name})")
+        return cls(tuple(r[0] for r in parsed), tuple(r[1] for r in parsed), tuple(r[2] for r in parsed),
+                   **kwargs)
+
+    @classmethod
+    def default(cls) -> PowerModel:
+        """A made-up model shaped like a 300 W data-centre GPU training a compute-bound model.
+
+        Not measured on any GPU: it only gives the demo and the tests a realistic trade-off (energy per
+        step is lowest near 175-200 W, time grows steeply below 150 W).
+        """
+        return cls(
+            power_limits_w=(100.0, 125.0, 150.0, 175.0, 200.0, 225.0, 250.0, 275.0, 300.0),
+            time_factors=(3.2, 2.1, 1.55, 1.3, 1.16, 1.08, 1.04, 1.01, 1.0),
+            busy_power_w=(100.0, 124.0, 149.0, 172.0, 196.0, 219.0, 240.0, 258.0, 275.0),
+            idle_power_w=60.0,
+            name="Simulated GPU (built-in 300 W model)",
+        )
+
+
+class SimulatedGPU(Device):
+    """A GPU that follows a `PowerModel`. See the module docstring."""
+
+    backend = "simulated"
+    simulated = True
+
+    def __init__(
+        self,
+        index: int = 0,
+        model: PowerModel | None = None,
+        *,
+        state_file: str | os.PathLike[str] | None = None,
+        base_step_time_s: float = 0.02,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._index = index
+        self.model = model or PowerModel.default()
+        self.base_step_time_s = base_step_time_s
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.RLock()
+        self._state_file = Path(state_file) if state_file is not None else None
+        hi = self.model.limit_range_w[1]
+        self._default_limit_w = hi
+        self._limit_w = hi
+        self._locked: tuple[int, int] | None = None
+        self._load_state()
+        self._busy = 0
+        self._energy_j = 0.0
+        self._last_s = self._clock()
+
+    # -- settings persistence -------------------------------------------------------------------------
+    def _load_state(self) -> None:
+        if self._state_file is None or not self._state_file.exists():
+            return
+        try:
+            state = json.loads(self._state_file.read_text())
+            self._limit_w = float(state["power_limit_w"])
+            locked = state.get("locked_sm_clocks_mhz")
+            self._locked = (int(locked[0]), int(locked[1])) if locked else None
+        except (OSError, ValueError, KeyError, TypeError):
+            # A torn or foreign file: start from the defaults, as a GPU does after a driver reload.
+            self._limit_w, self._locked = self._default_limit_w, None
+
+    def _save_state(self) -> None:
+        if self._state_file is None:
+            return
+        self._state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_file.with_suffix(f".tmp{os.getpid()}")
+        payload = {"power_limit_w": self._limit_w,
+                   "locked_sm_clocks_mhz": list(self._locked) if self._locked else None}
+        tmp.write_text(json.dumps(payload))
+        os.replace(tmp, self._state_file)
+
+    # -- physics --------------------------------------------------------------------------------------
+    def _clock_mhz(self) -> float | None:
+        return float(self._locked[1]) if self._locked else None
+
+    def busy_power_w(self) -> float:
+        """Modelled power while emulated work runs at the current settings."""
+        return self.model.operating_point(self._limit_w, self._clock_mhz())[1]
+
+    def step_time_s(self, base_time_s: float | None = None) -> float:
+        """Modelled time of one step at the current settings; `base_time_s` is its time at full power."""
+        base = self.base_step_time_s if base_time_s is None else base_time_s
+        return base * self.model.operating_point(self._limit_w, self._clock_mhz())[0]
+
+    def _advance(self) -> None:
+        now = self._clock()
+        power = self.busy_power_w() if self._busy else self.model.idle_power_w
+        self._energy_j += power * max(0.0, now - self._last_s)
+        self._last_s = now
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Mark emulated work as running on this GPU (busy power) for the body of the `with`."""
+        with self._lock:
+            self._advance()
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._advance()
+                self._busy -= 1
+
+    def run_step(self, work: Callable[[], Any] | None = None, base_time_s: float | None = None) -> float:
+        """Run `work` as one busy step lasting the modelled step time; returns the seconds it took.
+
+        The real work (a tiny model on the CPU) runs first; the step then sleeps for the difference to
+        the modelled time, so wall time and energy follow the current power limit and clock.
+        """
+        target_s = self.step_time_s(base_time_s)
+        with self.busy():
+            start = self._clock()
+            if work is not None:
+                work()
+            remaining = target_s - (self._clock() - start)
+            if remaining > 0:
+                self._sleep(remaining)
+            return self._clock() - start
+
+    # -- Device interface -----------------------------------------------------------------------------
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def has_energy_counter(self) -> bool:
+        return True
+
+    def energy_j(self) -> float:
+        with self._lock:
+            self._advance()
+            return self._energy_j
+
+    def power_w(self) -> float:
+        with self._lock:
+            return self.busy_power_w() if self._busy else self.model.idle_power_w
+
+    def power_limit_w(self) -> float:
+        return self._limit_w
+
+    def power_limit_range(self) -> PowerLimitRange:
+        lo, hi = self.model.limit_range_w
+        return PowerLimitRange(min_w=lo, max_w=hi, default_w=self._default_limit_w)
+
+    def set_power_limit_w(self, watts: float) -> None:
+        lo, hi = self.model.limit_range_w
+        if not (lo <= watts <= hi):
+            raise UsageError(f"power limit {watts} W is outside the allowed range [{lo}, {hi}] W "
+                             f"of simulated GPU {self._index}")
+        with self._lock:
+            self._advance()
+            self._limit_w = float(watts)
+            self._save_state()
+
+    def supported_sm_clocks_mhz(self) -> list[int]:
+        return self.model.clock.supported_mhz()
+
+    def locked_sm_clocks_mhz(self) -> tuple[int, int] | None:
+        return self._locked
+
+    def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
+        clocks = self.model.clock
+        if not (clocks.min_mhz <= min_mhz <= max_mhz <= clocks.max_mhz):
+            raise UsageError(f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside "
+                             f"[{clocks.min_mhz}, {clocks.max_mhz}] MHz of simulated GPU {self._index}")
+        with self._lock:
+            self._advance()
+            self._locked = (int(min_mhz), int(max_mhz))
+            self._save_state()
+
+    def reset_sm_clocks(self) -> None:
+        with self._lock:
+            self._advance()
+            self._locked = None
+            self._save_state()
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "backend": "simulated",
+            "index": self._index,
+            "state_file": str(self._state_file) if self._state_file else None,
+            "limit_range_w": list(self.model.limit_range_w),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info["idle_power_w"] = self.model.idle_power_w
+        info["sm_clock_range_mhz"] = [self.model.clock.min_mhz, self.model.clock.max_mhz]
+        return info

@@ -1,0 +1,319 @@
+"""Energy measurement in named windows, over any set of devices.
+
+    monitor = EnergyMonitor(devices)
+    monitor.begin_window("step")
+    ...
+    m = monitor.end_window("step")      # Measurement(time_s, energy_j per device, total_energy_j)
+
+Several windows may be open at once and may nest or overlap; a window can be cancelled. Devices with an
+energy counter (NVML on Volta and newer, RAPL, the simulated GPU) are read at both ends of the window.
+Devices without one (older GPUs) are covered by a background `PowerSampler` whose samples are integrated
+(trapezoids) into a counter. A window too short for a counter to tick (its delta is 0 while time passed)
+is approximated by the device's current power times the window's time and listed in
+`Measurement.approximate`, never silently reported as zero.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from core.devices.base import Device, DeviceError
+from core.errors import UsageError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Time and energy of one window. Seconds and joules; `start_time` is a unix timestamp."""
+
+    name: str
+    start_time: float
+    time_s: float
+    energy_j: dict[str, float]
+    #: Device keys whose energy is power x time because their counter did not tick in the window.
+    approximate: tuple[str, ...] = ()
+    #: True when any device is simulated: the figures are modelled, not measured.
+    simulated: bool = False
+
+    @property
+    def total_energy_j(self) -> float:
+        return sum(self.energy_j.values())
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.total_energy_j / self.time_s if self.time_s > 0 else 0.0
+
+
+@dataclass
+class PowerSample:
+    timestamp: float
+    power_w: dict[str, float]
+
+
+class PowerSampler:
+    """Polls every device's power in a background thread.
+
+    Keeps the samples (for plots and reports) and integrates them into an energy counter for the devices
+    that have none. Reading counters of devices with one at every sample also keeps wrapping counters
+    (RAPL) read often enough.
+    """
+
+    def __init__(self, devices: Sequence[Device], interval_s: float = 0.1, *, keep_samples: bool = True,
+                 clock: Callable[[], float] = time.time) -> None:
+        if interval_s <= 0:
+            raise UsageError(f"monitor.sample_interval_s must be > 0 (got {interval_s})")
+        self.devices = list(devices)
+        self.interval_s = interval_s
+        self.keep_samples = keep_samples
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._samples: list[PowerSample] = []
+        self._integrated_j: dict[str, float] = {d.key: 0.0 for d in self.devices}
+        self._last: tuple[float, dict[str, float]] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_once(self) -> PowerSample:
+        """Take one sample now (the thread calls this; tests may call it directly)."""
+        now = self._clock()
+        watts: dict[str, float] = {}
+        for dev in self.devices:
+            try:
+                watts[dev.key] = dev.power_w()
+                if dev.has_energy_counter():
+                    dev.energy_j()
+            except DeviceError:
+                continue
+        sample = PowerSample(now, watts)
+        with self._lock:
+            if self._last is not None:
+                t0, w0 = self._last
+                dt = max(0.0, now - t0)
+                for key, w in watts.items():
+                    if key in w0:
+                        self._integrated_j[key] += 0.5 * (w + w0[key]) * dt
+            self._last = (now, watts)
+            if self.keep_samples:
+                self._samples.append(sample)
+        return sample
+
+    def integrated_energy_j(self, key: str) -> float:
+        """Energy integrated from samples so far for one device, brought up to now."""
+        with self._lock:
+            total = self._integrated_j.get(key, 0.0)
+            if self._last is not None and key in self._last[1]:
+                total += self._last[1][key] * max(0.0, self._clock() - self._last[0])
+            return total
+
+    def samples(self) -> list[PowerSample]:
+        with self._lock:
+            return list(self._samples)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self.sample_once()
+        self._thread = threading.Thread(target=self._run, name="wattwise-power-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self.sample_once()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample_once()
+
+    def write_csv(self, path: str | os.PathLike[str]) -> None:
+        """Write `timestamp,device,power_w` rows (unix seconds)."""
+        with open(path, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["timestamp", "device", "power_w"])
+            for s in self.samples():
+                for key, w in s.power_w.items():
+                    writer.writerow([f"{s.timestamp:.3f}", key, f"{w:.3f}"])
+
+
+@dataclass
+class _Open:
+    start_mono: float
+    start_time: float
+    energy_j: dict[str, float]
+
+
+@dataclass
+class WindowHandle:
+    """Returned by `EnergyMonitor.window`: a context manager and decorator; `measurement` after exit."""
+
+    monitor: EnergyMonitor
+    name: str
+    measurement: Measurement | None = field(default=None)
+
+    def __enter__(self) -> WindowHandle:
+        self.monitor.begin_window(self.name)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is not None:
+            self.monitor.cancel_window(self.name)
+        else:
+            self.measurement = self.monitor.end_window(self.name)
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            with self:
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+class EnergyMonitor:
+    """Named measurement windows over a set of devices. See the module docstring."""
+
+    def __init__(
+        self,
+        devices: Sequence[Device],
+        *,
+        sync: Callable[[], None] | None = None,
+        log_file: str | os.PathLike[str] | None = None,
+        sample_power: bool = False,
+        sample_interval_s: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not devices:
+            raise UsageError("EnergyMonitor needs at least one device (see `wattwise devices`)")
+        keys = [d.key for d in devices]
+        if len(set(keys)) != len(keys):
+            raise UsageError(f"EnergyMonitor got two devices with the same key: {keys}")
+        self.devices = list(devices)
+        self.sync = sync
+        self._clock = clock
+        self._wall = wall_clock
+        self._lock = threading.Lock()
+        self._open: dict[str, _Open] = {}
+        self.simulated = any(d.simulated for d in self.devices)
+        needs_sampler = any(not d.has_energy_counter() for d in self.devices)
+        self.sampler: PowerSampler | None = None
+        if sample_power or needs_sampler:
+            self.sampler = PowerSampler(self.devices, sample_interval_s)
+            self.sampler.start()
+        self._log_path = Path(log_file) if log_file is not None else None
+        self._log_lock = threading.Lock()
+        if self._log_path is not None:
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self._log_path, "w", newline="") as fh:
+                csv.writer(fh).writerow(
+                    ["start_time", "window_name", "time_s", "energy_j",
+                     *[f"{k}_energy_j" for k in keys], "approximate", "simulated"])
+
+    def _read_energy(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for dev in self.devices:
+            if dev.has_energy_counter():
+                out[dev.key] = dev.energy_j()
+            else:
+                assert self.sampler is not None
+                out[dev.key] = self.sampler.integrated_energy_j(dev.key)
+        return out
+
+    def begin_window(self, name: str, *, sync: bool = True) -> None:
+        """Open window `name`. Raises if a window of that name is already open."""
+        if sync and self.sync is not None:
+            self.sync()
+        with self._lock:
+            if name in self._open:
+                raise UsageError(f"measurement window {name!r} is already open; end or cancel it first")
+            self._open[name] = _Open(self._clock(), self._wall(), self._read_energy())
+
+    def end_window(self, name: str, *, sync: bool = True) -> Measurement:
+        """Close window `name` and return its measurement."""
+        if sync and self.sync is not None:
+            self.sync()
+        with self._lock:
+            started = self._open.pop(name, None)
+            if started is None:
+                raise UsageError(f"measurement window {name!r} is not open; call begin_window first")
+            now = self._clock()
+            end = self._read_energy()
+        time_s = max(0.0, now - started.start_mono)
+        energy: dict[str, float] = {}
+        approximate: list[str] = []
+        for dev in self.devices:
+            delta = end[dev.key] - started.energy_j[dev.key]
+            if delta <= 0.0 and time_s > 0.0:
+                try:
+                    delta = dev.power_w() * time_s
+                except DeviceError:
+                    delta = 0.0
+                approximate.append(dev.key)
+            energy[dev.key] = delta
+        m = Measurement(name, started.start_time, time_s, energy, tuple(approximate), self.simulated)
+        self._log(m)
+        return m
+
+    def cancel_window(self, name: str) -> None:
+        """Forget window `name` without measuring it (e.g. the step raised)."""
+        with self._lock:
+            if self._open.pop(name, None) is None:
+                raise UsageError(f"measurement window {name!r} is not open; nothing to cancel")
+
+    def is_open(self, name: str) -> bool:
+        with self._lock:
+            return name in self._open
+
+    def window(self, name: str) -> WindowHandle:
+        """`with monitor.window("eval") as w: ...` then `w.measurement`; or `@monitor.window("f")`."""
+        return WindowHandle(self, name)
+
+    def _log(self, m: Measurement) -> None:
+        if self._log_path is None:
+            return
+        with self._log_lock, open(self._log_path, "a", newline="") as fh:
+            csv.writer(fh).writerow(
+                [f"{m.start_time:.6f}", m.name, f"{m.time_s:.6f}", f"{m.total_energy_j:.6f}",
+                 *[f"{m.energy_j[d.key]:.6f}" for d in self.devices],
+                 ";".join(m.approximate), str(m.simulated).lower()])
+
+    def close(self) -> None:
+        """Stop the background sampler, if any."""
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def __enter__(self) -> EnergyMonitor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def cuda_sync() -> None:
+    """Wait for queued CUDA work; does nothing when CUDA is not in use.
+
+    Pass as `EnergyMonitor(sync=cuda_sync)`: without it a window would end while the GPU still runs the
+    work the window launched.
+    """
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
