@@ -1,0 +1,423 @@
+"""NVIDIA GPUs through NVML (the `nvidia-ml-py` binding, imported as `pynvml`).
+
+This is the only module that imports `pynvml`. It is imported at module level and every call looks it
+up through this module's `pynvml` attribute at call time, comparing NVML error codes by value, so tests
+swap in a fake binding by monkeypatching `core.devices.nvml.pynvml` (`tests/fake_pynvml.py` does this
+in `FakeNvml.install`).
+
+Energy: Volta and newer GPUs have a hardware counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ since
+the driver loaded). Older GPUs answer "not supported"; for them the device integrates
+`nvmlDeviceGetPowerUsage` itself, in a daemon thread started by the first `energy_j()` call. So
+`energy_j()` works on every GPU and callers need no sampler of their own; `has_energy_counter()` is
+True only for the hardware counter, so reports can say which figures were integrated from polling.
+
+`CUDA_VISIBLE_DEVICES` is honoured: a device's `index` is its position among the GPUs CUDA shows this
+process (what `torch.cuda` calls it); NVML's own index stays internal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pynvml
+
+from core.devices.base import (
+    Device,
+    DeviceError,
+    DeviceLostError,
+    NoPermissionError,
+    NotSupportedError,
+    PowerLimitRange,
+)
+from core.errors import UsageError
+
+#: How often the power of a GPU without an energy counter is polled, by default.
+DEFAULT_POLL_INTERVAL_S = 0.1
+#: A power limit that reads back within this of the requested one counts as applied (driver rounding).
+READBACK_TOLERANCE_MW = 1000
+
+_init_lock = threading.Lock()
+#: The binding module NVML was initialised through (a swapped-in binding is initialised afresh).
+_initialised_binding: object | None = None
+
+#: SM clocks locked through this process, by GPU UUID. NVML has no getter for locked clocks on every
+#: driver, so this is what `locked_sm_clocks_mhz` can honestly report; shared by all objects of a GPU.
+_locked_sm_clocks_mhz: dict[str, tuple[int, int]] = {}
+_locked_lock = threading.Lock()
+
+
+def nvml_gpus(
+    *,
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] | None = None,
+) -> list[NvmlGPU]:
+    """The GPUs visible to this process, in `CUDA_VISIBLE_DEVICES` order (all of them when unset).
+
+    Initialises NVML once per process. Raises `NotSupportedError` with a human reason when NVML or the
+    driver is missing, or when `CUDA_VISIBLE_DEVICES` names a MIG instance. Returns an empty list when
+    `CUDA_VISIBLE_DEVICES` hides every GPU. `poll_interval_s`, `clock` and `sleep` drive the power
+    polling of GPUs without an energy counter (see `NvmlGPU`).
+    """
+    _ensure_initialised()
+    with _nvml_errors("list the GPUs"):
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
+    visible = visible_nvml_indices(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
+    return [
+        NvmlGPU(handles[nvml_index], index, poll_interval_s=poll_interval_s, clock=clock, sleep=sleep)
+        for index, nvml_index in enumerate(visible)
+    ]
+
+
+def open_nvml_spec(
+    spec: dict[str, Any],
+    *,
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] | None = None,
+) -> NvmlGPU:
+    """Reopen a GPU from `NvmlGPU.spec()`, in any process, by its UUID (indices can change)."""
+    uuid = spec.get("uuid")
+    if spec.get("backend") != "nvml" or not isinstance(uuid, str):
+        raise DeviceError(f"not an NVML device spec (needs backend 'nvml' and a uuid): {spec!r}")
+    _ensure_initialised()
+    with _nvml_errors(f"find GPU {uuid}"):
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    index = int(spec.get("index", 0))
+    return NvmlGPU(handle, index, poll_interval_s=poll_interval_s, clock=clock, sleep=sleep)
+
+
+def visible_nvml_indices(cuda_visible_devices: str | None, uuids: Sequence[str]) -> list[int]:
+    """NVML indices of the GPUs CUDA shows this process, in CUDA's order.
+
+    Follows CUDA's rules: unset shows every GPU; entries are indices or (unique prefixes of)
+    `GPU-<uuid>`; the list ends at the first entry that names no GPU or repeats one, so "" and "-1"
+    hide every GPU. Integer entries are read in NVML's (PCI bus) order, which is CUDA's order under
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID` and, on machines whose GPUs are all the same model, by default too.
+    MIG instances are not supported: a `MIG-` entry raises `NotSupportedError`.
+    """
+    if cuda_visible_devices is None:
+        return list(range(len(uuids)))
+    visible: list[int] = []
+    for raw in cuda_visible_devices.split(","):
+        entry = raw.strip()
+        if entry.upper().startswith("MIG-"):
+            raise NotSupportedError(
+                f"CUDA_VISIBLE_DEVICES names a MIG instance ({entry}); MIG is not supported yet: "
+                "list whole GPUs by index or GPU-<uuid>"
+            )
+        nvml_index = _resolve_visible_entry(entry, uuids)
+        if nvml_index is None or nvml_index in visible:
+            break
+        visible.append(nvml_index)
+    return visible
+
+
+def _resolve_visible_entry(entry: str, uuids: Sequence[str]) -> int | None:
+    if re.fullmatch(r"[0-9]+", entry):
+        index = int(entry)
+        return index if index < len(uuids) else None
+    if entry.upper().startswith("GPU-"):
+        matches = [i for i, uuid in enumerate(uuids) if uuid.lower().startswith(entry.lower())]
+        return matches[0] if len(matches) == 1 else None
+    return None
+
+
+class NvmlGPU(Device):
+    """One NVIDIA GPU. Thread-safe: NVML calls are, and the power integrator takes a lock.
+
+    Energy comes from the hardware counter on Volta and newer. On older GPUs the first `energy_j()`
+    starts a daemon thread that polls power every `poll_interval_s` (calling `sleep`, by default a
+    wait that `close()` interrupts) and integrates it over `clock` with the trapezoid rule; `energy_j()`
+    then counts from 0 at that first call.
+    """
+
+    backend = "nvml"
+
+    def __init__(
+        self,
+        handle: object,
+        index: int,
+        *,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] | None = None,
+    ) -> None:
+        """Wrap an NVML handle; `index` is the user-visible index. Use `nvml_gpus()` rather than this."""
+        self._handle = handle
+        self._index = index
+        with _nvml_errors(f"GPU {index}: read its identity"):
+            self._uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+            self._name = _text(pynvml.nvmlDeviceGetName(handle))
+        self._has_counter = self._probe_energy_counter()
+        self._integrator = (
+            None if self._has_counter
+            else _PowerIntegrator(self.power_w, clock, sleep, poll_interval_s, f"wattwise-power-gpu{index}")
+        )
+
+    def _probe_energy_counter(self) -> bool:
+        try:
+            pynvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
+        except pynvml.NVMLError as err:
+            # Pre-Volta GPUs answer "not supported"; drivers older than the counter lack the function.
+            if err.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                return False
+            raise _mapped_error(err, f"GPU {self._index} ({self._uuid}): read the energy counter") from err
+        return True
+
+    def _nvml(self, action: str) -> contextlib.AbstractContextManager[None]:
+        return _nvml_errors(f"GPU {self._index} ({self._uuid}): {action}")
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def uuid(self) -> str:
+        """NVML's `GPU-...` UUID: stable across reboots and `CUDA_VISIBLE_DEVICES` changes."""
+        return self._uuid
+
+    def has_energy_counter(self) -> bool:
+        return self._has_counter
+
+    def energy_j(self) -> float:
+        if self._integrator is not None:
+            return self._integrator.energy_j()
+        with self._nvml("read the energy counter"):
+            return pynvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000.0
+
+    def power_w(self) -> float:
+        with self._nvml("read the power draw"):
+            return pynvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
+
+    def close(self) -> None:
+        """Stop the power-polling thread, if one runs. Energy reads after this restart it."""
+        if self._integrator is not None:
+            self._integrator.close()
+
+    def power_limit_w(self) -> float:
+        with self._nvml("read the power limit"):
+            return pynvml.nvmlDeviceGetPowerManagementLimit(self._handle) / 1000.0
+
+    def power_limit_range(self) -> PowerLimitRange:
+        min_mw, max_mw, default_mw = self._limit_constraints_mw()
+        return PowerLimitRange(min_w=min_mw / 1000.0, max_w=max_mw / 1000.0, default_w=default_mw / 1000.0)
+
+    def _limit_constraints_mw(self) -> tuple[int, int, int]:
+        with self._nvml("read the power-limit range"):
+            min_mw, max_mw = pynvml.nvmlDeviceGetPowerManagementLimitConstraints(self._handle)
+            default_mw = pynvml.nvmlDeviceGetPowerManagementDefaultLimit(self._handle)
+        return int(min_mw), int(max_mw), int(default_mw)
+
+    def set_power_limit_w(self, watts: float) -> None:
+        """Set the limit (rounded to the mW), then read it back: drivers can ignore a set silently.
+
+        Raises `UsageError` outside the allowed range, `NoPermissionError` without root or
+        CAP_SYS_ADMIN, and `DeviceError` when the limit read back is not the one set.
+        """
+        min_mw, max_mw, _ = self._limit_constraints_mw()
+        limit_mw = round(watts * 1000) if math.isfinite(watts) else None
+        if limit_mw is None or not min_mw <= limit_mw <= max_mw:
+            raise UsageError(
+                f"power limit {watts} W is outside GPU {self._index}'s allowed range "
+                f"{min_mw / 1000:g}-{max_mw / 1000:g} W"
+            )
+        with self._nvml(f"set the power limit to {limit_mw / 1000:g} W"):
+            try:
+                pynvml.nvmlDeviceSetPowerManagementLimit(self._handle, limit_mw)
+            except pynvml.NVMLError as err:
+                if err.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    raise
+                # A driver without the v1 entry point. The binding's _v2 wrapper discards the
+                # driver's return code, so only the read-back below can tell whether it worked.
+                pynvml.nvmlDeviceSetPowerManagementLimit_v2(
+                    self._handle, pynvml.NVML_POWER_SCOPE_GPU, limit_mw
+                )
+            readback_mw = int(pynvml.nvmlDeviceGetPowerManagementLimit(self._handle))
+        if abs(readback_mw - limit_mw) > READBACK_TOLERANCE_MW:
+            raise DeviceError(
+                f"GPU {self._index} ({self._uuid}): power limit set to {limit_mw / 1000:g} W but it reads "
+                f"back as {readback_mw / 1000:g} W: the driver did not apply it (setting limits needs "
+                "root or CAP_SYS_ADMIN, and some drivers refuse without reporting an error)"
+            )
+
+    def supported_sm_clocks_mhz(self) -> list[int]:
+        """Graphics (SM) clocks supported at the highest memory clock, highest first."""
+        with self._nvml("list the supported clocks"):
+            memory_mhz = pynvml.nvmlDeviceGetSupportedMemoryClocks(self._handle)
+            if not memory_mhz:
+                raise NotSupportedError(f"GPU {self._index} ({self._uuid}) lists no supported clocks")
+            graphics_mhz = pynvml.nvmlDeviceGetSupportedGraphicsClocks(self._handle, max(memory_mhz))
+        return sorted({int(f) for f in graphics_mhz}, reverse=True)
+
+    def locked_sm_clocks_mhz(self) -> tuple[int, int] | None:
+        """The SM clock range this process locked on this GPU, or None.
+
+        NVML offers no getter for locked clocks on every driver, so a lock set by another process
+        (or before this one started) is not seen: the guard journals what it changes instead.
+        """
+        with _locked_lock:
+            return _locked_sm_clocks_mhz.get(self._uuid)
+
+    def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
+        if not 0 < min_mhz <= max_mhz:
+            raise UsageError(
+                f"SM clock range for GPU {self._index} must satisfy 0 < min <= max "
+                f"(got {min_mhz}-{max_mhz} MHz)"
+            )
+        with _locked_lock:
+            with self._nvml(f"lock the SM clocks to {min_mhz}-{max_mhz} MHz"):
+                pynvml.nvmlDeviceSetGpuLockedClocks(self._handle, int(min_mhz), int(max_mhz))
+            _locked_sm_clocks_mhz[self._uuid] = (int(min_mhz), int(max_mhz))
+
+    def reset_sm_clocks(self) -> None:
+        with _locked_lock:
+            with self._nvml("reset the locked SM clocks"):
+                pynvml.nvmlDeviceResetGpuLockedClocks(self._handle)
+            _locked_sm_clocks_mhz.pop(self._uuid, None)
+
+    def spec(self) -> dict[str, Any]:
+        return {"backend": self.backend, "uuid": self._uuid, "index": self._index}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "uuid": self._uuid}
+
+
+class _PowerIntegrator:
+    """Energy from polled power, for GPUs without an energy counter.
+
+    Every sample adds the trapezoid between it and the previous one. `energy_j()` samples too, so a
+    reading is current even between polls. A sampling error (a lost GPU) stops the thread and is
+    raised by the next `energy_j()`.
+    """
+
+    def __init__(
+        self,
+        read_power_w: Callable[[], float],
+        clock: Callable[[], float],
+        sleep: Callable[[float], object] | None,
+        interval_s: float,
+        thread_name: str,
+    ) -> None:
+        if not interval_s > 0:
+            raise UsageError(f"power polling interval must be positive (got {interval_s} s)")
+        self._read_power_w = read_power_w
+        self._clock = clock
+        self._sleep = sleep
+        self._interval_s = interval_s
+        self._thread_name = thread_name
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._energy_j = 0.0
+        self._last: tuple[float, float] | None = None  # (time s, power W) of the latest sample
+        self._error: DeviceError | None = None
+
+    def energy_j(self) -> float:
+        with self._lock:
+            if self._error is not None:
+                raise type(self._error)(str(self._error)) from self._error
+            if self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._stop,), name=self._thread_name, daemon=True
+                )
+                self._thread.start()
+        return self._sample()
+
+    def _sample(self) -> float:
+        with self._lock:
+            power_w = self._read_power_w()
+            now_s = self._clock()
+            if self._last is not None:
+                last_s, last_w = self._last
+                self._energy_j += (last_w + power_w) / 2.0 * (now_s - last_s)
+            self._last = (now_s, power_w)
+            return self._energy_j
+
+    def _run(self, stop: threading.Event) -> None:
+        sleep = self._sleep if self._sleep is not None else stop.wait
+        while not stop.is_set():
+            try:
+                self._sample()
+            except DeviceError as err:
+                with self._lock:
+                    self._error = err
+                return
+            sleep(self._interval_s)
+
+    def close(self) -> None:
+        """Stop polling; energy drawn until the next `energy_j()` restarts it is not counted."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+            self._last = None
+        if thread is not None:
+            thread.join()
+
+
+@contextlib.contextmanager
+def _nvml_errors(action: str) -> Iterator[None]:
+    """Turn the binding's errors into ours, keeping NVML's message and code."""
+    try:
+        yield
+    except pynvml.NVMLError as err:
+        raise _mapped_error(err, action) from err
+
+
+def _mapped_error(err: Exception, action: str) -> DeviceError:
+    code = getattr(err, "value", None)
+    detail = f"{action}: {err} (NVML error {code})"
+    if code == pynvml.NVML_ERROR_NO_PERMISSION:
+        return NoPermissionError(
+            f"{detail}. Changing power limits and clocks needs root or CAP_SYS_ADMIN "
+            "(`sudo nvidia-smi -pm 1`, persistence mode, is not enough)"
+        )
+    if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
+        return NotSupportedError(detail)
+    if code in (pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_GPU_NOT_FOUND,
+                pynvml.NVML_ERROR_RESET_REQUIRED):
+        return DeviceLostError(f"{detail}; the GPU fell off the bus or needs a reset (see `nvidia-smi`)")
+    return DeviceError(detail)
+
+
+def _ensure_initialised() -> None:
+    global _initialised_binding
+    with _init_lock:
+        if _initialised_binding is pynvml:
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as err:
+            raise NotSupportedError(_init_failure_reason(err)) from err
+        _initialised_binding = pynvml
+
+
+def _init_failure_reason(err: Exception) -> str:
+    code = getattr(err, "value", None)
+    if code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+        return "NVIDIA driver library libnvidia-ml.so not found (no NVIDIA driver installed here)"
+    if code == pynvml.NVML_ERROR_DRIVER_NOT_LOADED:
+        return "NVIDIA driver not loaded (no NVIDIA GPU, or its kernel module is not loaded)"
+    if code == pynvml.NVML_ERROR_NO_PERMISSION:
+        return "no permission to open the NVIDIA devices (/dev/nvidia*)"
+    if code == pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        return "NVML library and NVIDIA kernel driver versions differ (reboot after a driver upgrade)"
+    return f"nvmlInit failed: {err} (NVML error {code})"
+
+
+def _text(value: str | bytes) -> str:
+    """Names and UUIDs are bytes in older bindings, str in newer ones."""
+    return value.decode() if isinstance(value, bytes) else value
