@@ -196,9 +196,11 @@ class EnergyMonitor:
         log_file: str | os.PathLike[str] | None = None,
         sample_power: bool = False,
         sample_interval_s: float = 0.1,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """`clock` times windows; by default the simulated devices' clock if they share one (so a
+        virtual clock drives the whole measurement in tests), else `time.monotonic`."""
         if not devices:
             raise UsageError("EnergyMonitor needs at least one device (see `wattwise devices`)")
         keys = [d.key for d in devices]
@@ -206,15 +208,22 @@ class EnergyMonitor:
             raise UsageError(f"EnergyMonitor got two devices with the same key: {keys}")
         self.devices = list(devices)
         self.sync = sync
+        if clock is None:
+            clocks = {id(c): c for c in (getattr(d, "clock", None) for d in self.devices) if c is not None}
+            clock = next(iter(clocks.values())) if len(clocks) == 1 else time.monotonic
         self._clock = clock
         self._wall = wall_clock
         self._lock = threading.Lock()
         self._open: dict[str, _Open] = {}
         self.simulated = any(d.simulated for d in self.devices)
-        needs_sampler = any(not d.has_energy_counter() for d in self.devices)
+        # Devices without a counter are integrated from samples; wrapping counters (RAPL) must be read
+        # at least once per wrap period, which the sampler's reads guarantee.
+        wrap_periods = [w for w in (getattr(d, "max_read_interval_s", None) for d in self.devices) if w]
+        needs_sampler = bool(wrap_periods) or any(not d.has_energy_counter() for d in self.devices)
         self.sampler: PowerSampler | None = None
         if sample_power or needs_sampler:
-            self.sampler = PowerSampler(self.devices, sample_interval_s)
+            interval = min([sample_interval_s, *(w / 2 for w in wrap_periods)])
+            self.sampler = PowerSampler(self.devices, interval)
             self.sampler.start()
         self._log_path = Path(log_file) if log_file is not None else None
         self._log_lock = threading.Lock()
@@ -269,6 +278,18 @@ class EnergyMonitor:
         m = Measurement(name, started.start_time, time_s, energy, tuple(approximate), self.simulated)
         self._log(m)
         return m
+
+    def peek_window(self, name: str) -> Measurement:
+        """Time and energy of window `name` so far, leaving it open."""
+        with self._lock:
+            started = self._open.get(name)
+            if started is None:
+                raise UsageError(f"measurement window {name!r} is not open; call begin_window first")
+            now = self._clock()
+            end = self._read_energy()
+        energy = {k: max(0.0, end[k] - started.energy_j[k]) for k in end}
+        return Measurement(name, started.start_time, max(0.0, now - started.start_mono), energy, (),
+                           self.simulated)
 
     def cancel_window(self, name: str) -> None:
         """Forget window `name` without measuring it (e.g. the step raised)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from core.errors import UsageError
 
@@ -82,3 +82,179 @@ def select_power_limit(
     limit_s = ordered[0].time_s * (1.0 + max_slowdown)
     allowed = [e for e in ordered if e.time_s <= limit_s]
     return min(allowed, key=lambda e: e.energy_j)
+
+
+def profile_limits_w(min_w: float, max_w: float, step_w: float) -> list[float]:
+    """Limits to profile: from the maximum down in steps of `step_w`, the minimum always included."""
+    if step_w <= 0:
+        raise UsageError(f"power_limit.step_w must be > 0 (got {step_w})")
+    limits: list[float] = []
+    w = max_w
+    while w > min_w + 1e-9:
+        limits.append(w)
+        w -= step_w
+    limits.append(min_w)
+    return limits
+
+
+def cap_limit_w(max_w: float, min_w: float, *, cap_w: float | None, cap_fraction: float | None) -> float:
+    """The power limit of mode "cap": a fixed cap or a fraction of the maximum, within the allowed range."""
+    target = cap_w if cap_w is not None else (cap_fraction or 1.0) * max_w
+    if not (min_w <= target <= max_w):
+        raise UsageError(f"power cap {target:g} W is outside the GPU's allowed range "
+                         f"[{min_w:g}, {max_w:g}] W; set power_limit.cap_w or cap_fraction inside it")
+    return target
+
+
+@dataclass
+class TunerAction:
+    """What the driver must do at the start of a step."""
+
+    #: Apply this power limit (to every GPU of the job) before the step, or None for no change.
+    set_limit_w: float | None = None
+    #: Open the profiling window before this step.
+    begin_window: bool = False
+
+
+class PowerLimitTuner:
+    """Just-in-time power-limit profiling (Zeus's optimizer), as a pure state machine.
+
+    Phases: `wait` (the first `wait_steps` steps, untouched) -> for each limit, highest first: `warmup`
+    (`warmup_steps` at that limit) then `profile` (`profile_steps` measured as one window) -> `done`
+    (the selected limit applied). The driver calls `on_step_begin`, `on_step_end`, `record` (with the
+    window's time and energy, summed over all GPUs of the job) and `on_epoch_end`. An epoch that ends
+    during warm-up or profiling discards that limit's partial measurement and redoes it, so epoch
+    boundaries (validation, checkpointing, data-loader restarts) never pollute a profile.
+    """
+
+    def __init__(
+        self,
+        limits_w: Sequence[float],
+        *,
+        selector: str = "cost",
+        eta: float = 0.5,
+        max_slowdown: float = 0.1,
+        max_power_w: float | None = None,
+        wait_steps: int = 2,
+        warmup_steps: int = 2,
+        profile_steps: int = 5,
+    ) -> None:
+        if not limits_w:
+            raise UsageError("power-limit tuning needs at least one limit to profile")
+        if selector not in SELECTORS:
+            raise UsageError(f"power_limit.selector must be one of {', '.join(SELECTORS)} (got {selector!r})")
+        check_eta(eta)
+        if profile_steps < 1 or warmup_steps < 0 or wait_steps < 0:
+            raise UsageError("power_limit: profile_steps must be >= 1, warmup_steps and wait_steps >= 0")
+        self.limits_w = [float(w) for w in limits_w]
+        self.selector = selector
+        self.eta = eta
+        self.max_slowdown = max_slowdown
+        self.max_power_w = max_power_w if max_power_w is not None else max(self.limits_w)
+        self.wait_steps = wait_steps
+        self.warmup_steps = warmup_steps
+        self.profile_steps = profile_steps
+        self.phase = "wait" if wait_steps > 0 else "warmup"
+        self.limit_index = 0
+        self.steps_in_phase = 0
+        self.window_open = False
+        self.profile: list[ProfileEntry] = []
+        self.chosen: ProfileEntry | None = None
+        self._applied: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    @property
+    def current_limit_w(self) -> float | None:
+        if self.phase in ("warmup", "profile"):
+            return self.limits_w[self.limit_index]
+        if self.phase == "done" and self.chosen is not None:
+            return self.chosen.power_limit_w
+        return None
+
+    def on_step_begin(self) -> TunerAction:
+        action = TunerAction()
+        target = self.current_limit_w
+        if target is not None and target != self._applied:
+            action.set_limit_w = target
+            self._applied = target
+        if self.phase == "profile" and self.steps_in_phase == 0:
+            action.begin_window = True
+            self.window_open = True
+        return action
+
+    def on_step_end(self) -> bool:
+        """Count the step. True: end the profiling window now and `record` it."""
+        if self.phase == "done":
+            return False
+        self.steps_in_phase += 1
+        if self.phase == "wait" and self.steps_in_phase >= self.wait_steps:
+            self._enter("warmup")
+        elif self.phase == "warmup" and self.steps_in_phase >= self.warmup_steps:
+            self._enter("profile")
+        elif self.phase == "profile" and self.steps_in_phase >= self.profile_steps:
+            return True
+        if self.phase == "warmup" and self.warmup_steps == 0:
+            self._enter("profile")
+        return False
+
+    def record(self, time_s: float, energy_j: float) -> None:
+        """The profiling window of the current limit ended: time and energy of `profile_steps` steps."""
+        if self.phase != "profile" or not self.window_open:
+            raise RuntimeError("record() called outside a profiling window")
+        self.window_open = False
+        steps = self.profile_steps
+        self.profile.append(ProfileEntry(self.limits_w[self.limit_index], time_s / steps, energy_j / steps))
+        self.limit_index += 1
+        if self.limit_index >= len(self.limits_w):
+            self.chosen = select_power_limit(self.profile, self.selector, eta=self.eta,
+                                             max_power_w=self.max_power_w, max_slowdown=self.max_slowdown)
+            self._enter("done")
+        else:
+            self._enter("warmup" if self.warmup_steps > 0 else "profile")
+
+    def on_epoch_end(self) -> bool:
+        """True: cancel the open profiling window (its limit is profiled again next epoch)."""
+        cancel = self.window_open
+        self.window_open = False
+        if self.phase == "profile":
+            self._enter("warmup" if self.warmup_steps > 0 else "profile")
+        elif self.phase == "warmup":
+            self.steps_in_phase = 0
+        return cancel
+
+    def _enter(self, phase: str) -> None:
+        self.phase = phase
+        self.steps_in_phase = 0
+
+    def finish_with(self, entry: ProfileEntry) -> None:
+        """Skip profiling: use a limit chosen earlier (a saved result of the same job)."""
+        self.chosen = entry
+        self.window_open = False
+        self._enter("done")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "limit_index": self.limit_index,
+            "steps_in_phase": self.steps_in_phase,
+            "profile": [vars(e).copy() for e in self.profile],
+            "chosen": vars(self.chosen).copy() if self.chosen else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: a finished tuner stays finished; an unfinished one redoes the limit it was on."""
+        self.profile = [ProfileEntry(**e) for e in state["profile"]]
+        self.chosen = ProfileEntry(**state["chosen"]) if state.get("chosen") else None
+        self.limit_index = int(state["limit_index"])
+        self.window_open = False
+        self._applied = None
+        phase = state["phase"]
+        if phase == "done":
+            self._enter("done")
+        elif phase == "wait":
+            self.phase, self.steps_in_phase = "wait", int(state["steps_in_phase"])
+        else:
+            self._enter("warmup" if self.warmup_steps > 0 else "profile")

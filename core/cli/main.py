@@ -22,6 +22,8 @@ COMMANDS: tuple[str, ...] = (
     "measure",
     "demo",
     "restore",
+    "advise",
+    "report",
 )
 
 EXIT_USAGE = 2
@@ -37,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="wattwise", description="Cut the energy bloat of deep-learning training.")
     parser.add_argument("--version", action="version", version=f"wattwise {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         module = importlib.import_module(f"core.cli.{name}")
         module.register(sub)
@@ -53,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UsageError as err:
-        print(f"wattwise {args.command}: error: {err}", file=sys.stderr)
+        print(f"wattwise {args.subcommand}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -84,12 +84,23 @@ def simulated_gpus(
         model = PowerModel.from_csv(power_model)
     else:
         model = PowerModel.default()
-    folder = Path(persist_dir) if persist_dir is not None else state_dir() / "simulated"
+    folder = (Path(persist_dir) if persist_dir is not None else state_dir() / "simulated").resolve()
     wanted = indices if indices is not None else list(range(count))
-    return [
-        SimulatedGPU(i, model, state_file=folder / f"gpu{i}.json", base_step_time_s=base_step_time_s)
-        for i in wanted
-    ]
+    gpus = []
+    for i in wanted:
+        key = (folder, i)
+        gpu = _SIMULATED.get(key)
+        if gpu is None or gpu.model != model or gpu.base_step_time_s != base_step_time_s:
+            gpu = SimulatedGPU(i, model, state_file=folder / f"gpu{i}.json",
+                               base_step_time_s=base_step_time_s)
+            _SIMULATED[key] = gpu
+        gpus.append(gpu)
+    return gpus
+
+
+#: One object per simulated GPU and process, as a real GPU is one device however often it is found: the
+#: emulated workload and the energy plugin then share the same counter and settings.
+_SIMULATED: dict[tuple[Path, int], SimulatedGPU] = {}
 
 
 def discover(
@@ -124,9 +135,11 @@ def discover(
                 raise NotSupportedError(f"NVML unavailable: {err}") from err
             found.notes.append(f"nvml: unavailable ({err})")
     if not found.gpus:
-        sims = simulated_gpus(num_simulated, power_model=power_model, base_step_time_s=base_step_time_s,
-                              persist_dir=persist_dir)
-        found.gpus = _select(list(sims), gpu_indices)
+        # A simulated GPU exists at any index asked for: under distributed training each process
+        # takes the one at its local rank, as on a real multi-GPU node.
+        found.gpus = list(simulated_gpus(num_simulated, power_model=power_model,
+                                         base_step_time_s=base_step_time_s, persist_dir=persist_dir,
+                                         indices=gpu_indices))
         if backend == "auto":
             found.notes.append(SIMULATED_NOTICE)
     if include_cpu:

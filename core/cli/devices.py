@@ -1,0 +1,33 @@
+"""`wattwise devices`: what was found, and why anything is missing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from core.devices import discover
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("devices", help="list the GPUs and CPU domains wattwise can measure")
+    p.add_argument("--backend", default="auto", help="auto (default), nvml or simulated")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    found = discover(args.backend, include_cpu=True)
+    devices = [d.describe() for d in found.all]
+    if args.json:
+        print(json.dumps({"devices": devices, "notes": found.notes, "simulated": found.simulated}, indent=2))
+        return 0
+    for info in devices:
+        tag = " [SIMULATED]" if info["simulated"] else ""
+        extra = ""
+        if "power_limit_w" in info:
+            lo, hi = info["power_limit_range_w"]
+            extra = f", power limit {info['power_limit_w']:g} W (range {lo:g}-{hi:g} W)"
+        print(f"{info['key']}: {info['name']} ({info['backend']}){tag}{extra}")
+    for note in found.notes:
+        print(f"note: {note}")
+    return 0

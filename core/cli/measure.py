@@ -1,0 +1,66 @@
+"""`wattwise measure -- CMD ARGS...`: wall time and energy of a command, per device."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from core.devices import discover
+from core.errors import UsageError
+from core.monitor import EnergyMonitor
+
+EXIT_NOT_FOUND = 127
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("measure", help="run a command and report its time and energy",
+                       description="Run CMD, then print its wall time and the energy of every device over that "
+                                   "time. Exits with CMD's exit code (127 if CMD is not found).")
+    p.add_argument("--backend", default="auto", help="auto (default), nvml or simulated")
+    p.add_argument("--cpu", action="store_true", help="also measure CPU packages and DRAM (RAPL)")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout (the command's own output is kept)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command given; use `wattwise measure -- CMD ARGS...`")
+    if shutil.which(cmd[0]) is None:
+        print(f"wattwise measure: error: command not found: {cmd[0]}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    found = discover(args.backend, include_cpu=args.cpu)
+    for note in found.notes:
+        print(f"wattwise: {note}", file=sys.stderr)
+    with EnergyMonitor(found.all) as monitor:
+        monitor.begin_window("command")
+        proc = subprocess.Popen(cmd)
+        previous = {sig: signal.signal(sig, lambda s, f: proc.send_signal(s))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            code = proc.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        m = monitor.end_window("command")
+    result: dict[str, Any] = {
+        "command": cmd, "exit_code": code, "time_s": m.time_s, "energy_j": m.energy_j,
+        "total_energy_j": m.total_energy_j, "approximate": list(m.approximate), "simulated": m.simulated,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        tag = " [SIMULATED GPU: modelled idle power, not a measurement]" if m.simulated else ""
+        print(f"wattwise measure{tag}: {m.time_s:.3f} s, {m.total_energy_j:.2f} J in total", file=sys.stderr)
+        for key, joules in m.energy_j.items():
+            approx = " (approximate: power x time)" if key in m.approximate else ""
+            print(f"  {key}: {joules:.2f} J{approx}", file=sys.stderr)
+    return code if code >= 0 else 128 - code

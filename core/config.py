@@ -1,0 +1,231 @@
+"""Typed configuration: dataclasses turned into OmegaConf structured configs.
+
+Defaults live in the dataclasses below; YAML files (see `configs/`) and dotlist overrides
+(`power_limit.eta=0.3`) are merged on top. An unknown key, a wrong type or an invalid value is a
+`ConfigError` that names the key and says what would be accepted. The same `EnergyConfig` serves the
+Lightning callback, the Accelerate plugin and the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from core.errors import ConfigError
+
+MODES = ("measure", "tune", "cap")
+SELECTORS = ("energy", "time", "cost", "slowdown")
+BACKENDS = ("auto", "nvml", "simulated")
+
+
+@dataclass
+class SimulatedGPUConfig:
+    """The simulated GPU used when no NVIDIA GPU is present (or `devices.backend=simulated`)."""
+
+    #: How many simulated GPUs one process sees.
+    num_gpus: int = 1
+    #: CSV `power_limit,time,power` (W, relative step time, average W); None: the built-in model.
+    power_model: str | None = None
+    #: Time of one emulated step at the maximum power limit, in seconds.
+    base_step_time_s: float = 0.02
+    #: Where simulated GPUs keep their settings (default: `<state dir>/simulated`).
+    state_dir: str | None = None
+
+
+@dataclass
+class DevicesConfig:
+    #: "auto" (NVML when a GPU is present, else simulated), "nvml" or "simulated".
+    backend: str = "auto"
+    #: GPU indices to use (after CUDA_VISIBLE_DEVICES); None: the process's own GPU under distributed
+    #: training (its local rank), else all visible GPUs.
+    gpus: list[int] | None = None
+    #: Also measure CPU packages and DRAM through RAPL.
+    cpu: bool = False
+    simulated: SimulatedGPUConfig = field(default_factory=SimulatedGPUConfig)
+
+
+@dataclass
+class MonitorConfig:
+    #: Synchronise CUDA before reading counters, so a window contains the work it launched.
+    sync_cuda: bool = True
+    #: Sample power in the background (for plots, reports and GPUs without an energy counter).
+    sample_power: bool = True
+    sample_interval_s: float = 0.1
+
+
+@dataclass
+class PowerLimitConfig:
+    #: "measure" (change nothing), "tune" (profile limits, apply the best) or "cap" (a fixed cap).
+    mode: str = "measure"
+    #: Tuning objective: "energy", "time", "cost" (Zeus: eta*E + (1-eta)*MaxPower*T) or "slowdown".
+    selector: str = "cost"
+    #: Weight of energy against time in the cost: 1 = energy only, 0 = time only.
+    eta: float = 0.5
+    #: For selector "slowdown": the largest step-time increase allowed, as a fraction (0.1 = 10%).
+    max_slowdown: float = 0.1
+    #: Steps left untouched at the start (data loading, compilation).
+    wait_steps: int = 2
+    #: Steps run at each power limit before it is measured.
+    warmup_steps: int = 2
+    #: Steps measured at each power limit.
+    profile_steps: int = 5
+    #: Distance between profiled limits, from the maximum down to the minimum, in watts.
+    step_w: float = 25.0
+    #: Mode "cap": the cap in watts, or ...
+    cap_w: float | None = None
+    #: ... a fraction of the maximum limit (e.g. 0.7).
+    cap_fraction: float | None = None
+    #: Reuse the limit a previous run of the same job chose (needs `job`), without profiling again.
+    reuse: bool = True
+
+
+@dataclass
+class CarbonConfig:
+    #: Switch between the time-optimal and the energy-optimal limit by grid carbon intensity.
+    aware: bool = False
+    #: Intensity (gCO2e/kWh) at and above which the energy-optimal limit is used.
+    threshold_g_per_kwh: float = 300.0
+    #: CSV `timestamp,value` of intensity (gCO2e/kWh), or a constant via `intensity_g_per_kwh`.
+    intensity_csv: str | None = None
+    intensity_g_per_kwh: float | None = None
+    #: How often the intensity is re-checked, in seconds.
+    interval_s: float = 900.0
+
+
+@dataclass
+class EnergyConfig:
+    """Everything one run of the energy plugin needs."""
+
+    #: A name for this training job: tuning results are saved and reused under it.
+    job: str | None = None
+    #: Where the end-of-run summary (summary.json, windows.csv, power.csv) is written.
+    output_dir: str = "wattwise_runs"
+    #: Raise instead of degrading to measurement-only when a setting cannot be applied.
+    strict: bool = False
+    #: Log step metrics every N steps (epoch and fit metrics are always logged).
+    log_every_n_steps: int = 1
+    devices: DevicesConfig = field(default_factory=DevicesConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    power_limit: PowerLimitConfig = field(default_factory=PowerLimitConfig)
+    carbon: CarbonConfig = field(default_factory=CarbonConfig)
+
+
+def _key_of(err: OmegaConfBaseException) -> str:
+    full_key = getattr(err, "full_key", None)
+    return str(full_key) if full_key else "?"
+
+
+def load_config(
+    yaml_paths: Iterable[str | os.PathLike[str]] = (),
+    overrides: Iterable[str] = (),
+    values: Mapping[str, Any] | None = None,
+) -> EnergyConfig:
+    """Defaults, then each YAML file, then `values` (a nested mapping), then dotlist `overrides`."""
+    schema = OmegaConf.structured(EnergyConfig)
+    layers: list[Any] = []
+    try:
+        for path in yaml_paths:
+            if not os.path.isfile(path):
+                raise ConfigError(f"config file {os.fspath(path)!r} not found")
+            layers.append(OmegaConf.load(os.fspath(path)))
+        if values:
+            layers.append(OmegaConf.create(dict(values)))
+        overrides = list(overrides)
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} must look like key=value, e.g. power_limit.eta=0.3")
+        if overrides:
+            layers.append(OmegaConf.from_dotlist(overrides))
+        merged = OmegaConf.merge(schema, *layers)
+        cfg = OmegaConf.to_object(merged)
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as err:
+        raise ConfigError(_explain(err)) from None
+    assert isinstance(cfg, EnergyConfig)
+    validate(cfg)
+    return cfg
+
+
+def _explain(err: OmegaConfBaseException) -> str:
+    key = _key_of(err)
+    text = str(err).splitlines()[0]
+    if "Key" in text and "not in" in text:
+        return f"unknown config key {key!r}; check the spelling against configs/energy.yaml"
+    if "Value" in text and ("could not be converted" in text or "is not a valid" in text):
+        return f"config key {key!r}: {text}"
+    if "Missing mandatory value" in text:
+        return f"config key {key!r} needs a value"
+    return f"config key {key!r}: {text}"
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {', '.join(allowed)} (got {value!r})")
+
+
+def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
+    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        raise ConfigError(f"{key} must be {'>= 0' if allow_zero else '> 0'} (got {value})")
+
+
+def validate(cfg: EnergyConfig) -> None:
+    """Value checks OmegaConf's type checks cannot do. Raises `ConfigError` naming the key."""
+    _choice("devices.backend", cfg.devices.backend, BACKENDS)
+    _positive("devices.simulated.num_gpus", cfg.devices.simulated.num_gpus)
+    _positive("devices.simulated.base_step_time_s", cfg.devices.simulated.base_step_time_s)
+    _positive("monitor.sample_interval_s", cfg.monitor.sample_interval_s)
+    _positive("log_every_n_steps", cfg.log_every_n_steps)
+    pl = cfg.power_limit
+    _choice("power_limit.mode", pl.mode, MODES)
+    _choice("power_limit.selector", pl.selector, SELECTORS)
+    if not (0.0 <= pl.eta <= 1.0):
+        raise ConfigError(f"power_limit.eta must be between 0 and 1 (got {pl.eta}); "
+                          "1 minimises energy, 0 minimises time")
+    _positive("power_limit.max_slowdown", pl.max_slowdown, allow_zero=True)
+    _positive("power_limit.wait_steps", pl.wait_steps, allow_zero=True)
+    _positive("power_limit.warmup_steps", pl.warmup_steps, allow_zero=True)
+    _positive("power_limit.profile_steps", pl.profile_steps)
+    _positive("power_limit.step_w", pl.step_w)
+    if pl.mode == "cap":
+        if (pl.cap_w is None) == (pl.cap_fraction is None):
+            raise ConfigError("power_limit.mode=cap needs exactly one of power_limit.cap_w (watts) or "
+                              "power_limit.cap_fraction (of the maximum limit, e.g. 0.7)")
+        if pl.cap_w is not None:
+            _positive("power_limit.cap_w", pl.cap_w)
+        if pl.cap_fraction is not None and not (0.0 < pl.cap_fraction <= 1.0):
+            raise ConfigError(f"power_limit.cap_fraction must be in (0, 1] (got {pl.cap_fraction})")
+    c = cfg.carbon
+    if c.aware:
+        if pl.mode != "tune":
+            raise ConfigError("carbon.aware=true needs power_limit.mode=tune (it switches between the "
+                              "time- and energy-optimal limits of the tuning profile)")
+        if (c.intensity_csv is None) == (c.intensity_g_per_kwh is None):
+            raise ConfigError("carbon.aware=true needs exactly one of carbon.intensity_csv or "
+                              "carbon.intensity_g_per_kwh")
+        _positive("carbon.interval_s", c.interval_s)
+
+
+def to_yaml(cfg: EnergyConfig) -> str:
+    """The YAML a user would write to get `cfg`."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+__all__ = [
+    "CarbonConfig",
+    "DevicesConfig",
+    "EnergyConfig",
+    "MonitorConfig",
+    "PowerLimitConfig",
+    "SimulatedGPUConfig",
+    "load_config",
+    "to_yaml",
+    "validate",
+]

@@ -1,0 +1,88 @@
+"""The emulated workload: a tiny model really trained on the CPU, timed like a GPU job.
+
+Each step runs a real forward, backward and optimizer step of a small regression model on the CPU, then
+sleeps for the difference to the step time the simulated GPU's power model gives for its current power
+limit and clock, while the simulated GPU is marked busy. The wall time and the simulated energy of a
+step therefore follow the GPU's settings, which is what power-limit tuning needs to be exercised without
+a GPU. On real GPUs nothing is emulated: the work just runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.devices.base import Device
+from core.devices.simulated import SimulatedGPU
+
+
+def tiny_model(in_features: int = 16, hidden: int = 32) -> nn.Module:
+    return nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+
+def tiny_dataset(n: int = 512, in_features: int = 16, seed: int = 0) -> torch.utils.data.TensorDataset:
+    """A fixed linear-regression problem with a little noise."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, in_features, generator=gen)
+    w = torch.randn(in_features, 1, generator=gen)
+    y = x @ w + 0.01 * torch.randn(n, 1, generator=gen)
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def emulate_step(gpus: Sequence[Device], work: Callable[[], Any]) -> Any:
+    """Run `work` as one step on `gpus`: simulated GPUs are busy for the modelled step time.
+
+    With several simulated GPUs (data parallel in one process) the step lasts as long as the slowest.
+    """
+    sims = [g for g in gpus if isinstance(g, SimulatedGPU)]
+    if not sims:
+        return work()
+    target_s = max(g.step_time_s() for g in sims)
+    clock, sleep = sims[0].clock, sims[0].sleep
+    with contextlib.ExitStack() as stack:
+        for g in sims:
+            stack.enter_context(g.busy())
+        start = clock()
+        result = work()
+        remaining = target_s - (clock() - start)
+        if remaining > 0:
+            sleep(remaining)
+    return result
+
+
+class TorchLoop:
+    """A plain torch training loop over the tiny problem, one `step()` at a time."""
+
+    def __init__(self, gpus: Sequence[Device], *, batch_size: int = 32, lr: float = 0.05, seed: int = 0):
+        torch.manual_seed(seed)
+        self.gpus = list(gpus)
+        self.model = tiny_model()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+        self.loader = torch.utils.data.DataLoader(tiny_dataset(seed=seed), batch_size=batch_size,
+                                                  shuffle=True)
+        self._batches = iter(self.loader)
+        self.last_loss = float("nan")
+
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            return next(self._batches)
+        except StopIteration:
+            self._batches = iter(self.loader)
+            return next(self._batches)
+
+    def step(self) -> float:
+        x, y = self._next_batch()
+
+        def work() -> float:
+            self.optimizer.zero_grad()
+            loss = nn.functional.mse_loss(self.model(x), y)
+            loss.backward()
+            self.optimizer.step()
+            return float(loss.detach())
+
+        self.last_loss = emulate_step(self.gpus, work)
+        return self.last_loss

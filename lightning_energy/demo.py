@@ -1,0 +1,149 @@
+"""The emulated workload as a LightningModule, and the Lightning runner of `wattwise demo`."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+
+from core.demo import DemoOptions
+from core.devices import PowerModel
+from core.devices.base import Device
+from core.power_limit import profile_limits_w
+from core.session import profile_table
+from core.workload import emulate_step, tiny_dataset, tiny_model
+from lightning_energy.callback import EnergyCallback
+
+
+class EmulatedModule(pl.LightningModule):
+    """A tiny regression model whose steps take the simulated GPU's modelled time.
+
+    The GPUs come from `gpus`, or from the trainer's `EnergyCallback` (so both share one simulated GPU).
+    """
+
+    def __init__(self, gpus: list[Device] | None = None, batch_size: int = 32, lr: float = 0.05,
+                 dataset_size: int = 4096) -> None:
+        super().__init__()
+        self.model = tiny_model()
+        self.batch_size = batch_size
+        self.lr = lr
+        self.dataset_size = dataset_size
+        self._gpus = gpus
+
+    def gpus(self) -> list[Device]:
+        if self._gpus is None:
+            for cb in self.trainer.callbacks:  # type: ignore[attr-defined]
+                if isinstance(cb, EnergyCallback) and cb.session is not None:
+                    self._gpus = cb.session.gpus
+                    break
+        return self._gpus or []
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.mse_loss(self.model(x), y)
+        self.log("train_loss", loss, prog_bar=False)
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", nn.functional.mse_loss(self.model(x), y), sync_dist=True)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        # Forward, backward and update run inside one emulated GPU step.
+        emulate_step(self.gpus(), lambda: optimizer.step(closure=optimizer_closure))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader[Any]:
+        return torch.utils.data.DataLoader(tiny_dataset(self.dataset_size), batch_size=self.batch_size,
+                                           shuffle=True)
+
+    def val_dataloader(self) -> torch.utils.data.DataLoader[Any]:
+        return torch.utils.data.DataLoader(tiny_dataset(256, seed=1), batch_size=self.batch_size)
+
+
+def demo_overrides(options: DemoOptions, state_dir: str) -> list[str]:
+    """The energy configuration of the demo as dotlist overrides (shared with the Accelerate runner)."""
+    out = [
+        "devices.backend=simulated",
+        f"devices.simulated.base_step_time_s={options.base_step_time_s}",
+        f"devices.simulated.state_dir={state_dir}",
+        f"power_limit.selector={options.selector}",
+        f"power_limit.eta={options.eta}",
+        f"power_limit.max_slowdown={options.max_slowdown}",
+        f"power_limit.wait_steps={options.wait_steps}",
+        f"power_limit.warmup_steps={options.warmup_steps}",
+        f"power_limit.profile_steps={options.profile_steps}",
+        f"power_limit.step_w={options.step_w}",
+        "power_limit.reuse=false",
+        "monitor.sync_cuda=false",
+    ]
+    if options.power_model:
+        out.append(f"devices.simulated.power_model={Path(options.power_model).resolve()}")
+    return out
+
+
+def demo_result(options: DemoOptions, framework: str, tuned: dict[str, Any], baseline: dict[str, Any],
+                model: PowerModel) -> dict[str, Any]:
+    """The JSON of `wattwise demo --json` from the two runs' summaries."""
+    pl_info = tuned["power_limit"] or {}
+    max_w = model.limit_range_w[1]
+    rows = profile_table([_entry(e) for e in pl_info.get("profile", [])], eta=options.eta,
+                         max_power_w=max_w * len(tuned["energy_per_device_j"]))
+    return {
+        "simulated": True,
+        "framework": framework,
+        "selector": options.selector,
+        "eta": options.eta,
+        "max_slowdown": options.max_slowdown,
+        "chosen_power_limit_w": pl_info.get("chosen_power_limit_w"),
+        "max_power_limit_w": max_w,
+        "profile": rows,
+        "energy_j": tuned["energy_j"],
+        "time_s": tuned["time_s"],
+        "steps": tuned["steps"],
+        "baseline_energy_j": baseline["energy_j"],
+        "baseline_time_s": baseline["time_s"],
+        "energy_saved_j": baseline["energy_j"] - tuned["energy_j"],
+        "run_dir": str(Path(options.output_dir)),
+        "baseline_run_dir": str(Path(options.output_dir) / "baseline"),
+    }
+
+
+def _entry(e: dict[str, float]) -> Any:
+    from core.power_limit import ProfileEntry
+
+    return ProfileEntry(e["power_limit_w"], e["time_s"], e["energy_j"])
+
+
+def _fit(options: DemoOptions, overrides: list[str], steps: int) -> dict[str, Any]:
+    callback = EnergyCallback(overrides=overrides)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=-1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         limit_val_batches=0, callbacks=[callback])
+    trainer.fit(EmulatedModule())
+    if callback.summary is None:
+        raise RuntimeError("the energy callback produced no summary; see the warnings above")
+    return callback.summary
+
+
+def run_demo(options: DemoOptions) -> dict[str, Any]:
+    """Train with power-limit tuning, then the same steps at the maximum limit; compare."""
+    model = PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
+    lo, hi = model.limit_range_w
+    steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
+    # The demo prints its own report; Lightning's start-up chatter and per-run summaries would bury it.
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
+        state_dir = options.state_dir or tmp
+        common = demo_overrides(options, state_dir)
+        tuned = _fit(options, [*common, "power_limit.mode=tune", f"output_dir={options.output_dir}"], steps)
+        baseline = _fit(options, [*common, "power_limit.mode=measure",
+                                  f"output_dir={Path(options.output_dir) / 'baseline'}"], steps)
+    return demo_result(options, "lightning", tuned, baseline, model)
