@@ -1,0 +1,352 @@
+"""The energy report of a run: device and facility energy, emissions, cost, settings and savings.
+
+`build_report` turns a run directory and the facility inputs (PUE, carbon intensity, price) into a
+`RunReport`, written as JSON (everything), CSV (one row of scalars, so the reports of many runs
+concatenate into one table) and an energy statement in Markdown, ready to paste into a paper as
+McDonald et al. recommend: energy used, where, when, PUE, emissions, and the steps taken to reduce it.
+
+Method. Facility energy, emissions and cost integrate the run's power timeline (`power.csv`, linear
+between samples) against the PUE, intensity and price step series over [start_time, end_time]. The
+timeline is sampled and the energy counter is exact, so the timeline is scaled so that the devices'
+energy equals the summary's `energy_j`; the scale factor is reported. Without `power.csv` (or with no
+power inside the run) the energy is spread uniformly over the run and the report says so. CPU and DRAM
+energy, when measured, has no timeline and is always spread uniformly. A PUE that is not supplied is
+taken as 1.0 and labelled as such, so facility energy and emissions are then lower bounds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.carbon.integrate import (
+    J_PER_KWH,
+    CombinedEnergy,
+    EnergyProfile,
+    TimelineEnergy,
+    UniformEnergy,
+    facility_totals,
+)
+from core.carbon.run_dir import RunDir
+from core.carbon.series import INTENSITY, PRICE, PUE, Constant, Series, check_covers, format_utc
+
+REPORT_SCHEMA = "wattwise.report/1"
+REPORT_JSON = "report.json"
+REPORT_CSV = "report.csv"
+STATEMENT_MD = "energy_statement.md"
+
+PUE_NOT_SUPPLIED = "not supplied (1.0 assumed: facility energy and emissions are lower bounds)"
+NOT_SUPPLIED = "not supplied"
+
+
+@dataclass(frozen=True)
+class FacilityInputs:
+    """What the run directory does not know: the facility's PUE, the grid, the price, where it ran."""
+
+    pue: Series | None = None
+    intensity: Series | None = None
+    price: Series | None = None
+    currency: str | None = None
+    region: str | None = None
+    hardware: str | None = None
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Every figure of the report; `energy_statement` renders these and only these."""
+
+    simulated: bool
+    status: str | None
+    wattwise_version: str | None
+    backend: str | None
+    framework: str | None
+    hostname: str | None
+    region: str | None
+    hardware: str | None
+    devices: list[str]
+    start_time: str
+    end_time: str
+    time_s: float
+    steps: int | None
+    device_energy_j: float
+    device_energy_kwh: float
+    cpu_energy_j: float | None
+    it_energy_j: float
+    it_energy_kwh: float
+    facility_energy_j: float
+    facility_energy_kwh: float
+    pue_effective: float
+    pue_source: str
+    intensity_effective_g_per_kwh: float | None
+    intensity_source: str
+    emissions_kg_co2e: float | None
+    cost: float | None
+    currency: str | None
+    price_source: str
+    energy_method: str
+    timeline_samples: int
+    timeline_scale: float | None
+    power_limit_w: float | None
+    power_limit_mode: str | None
+    power_limit_selector: str | None
+    power_limit_eta: float | None
+    power_limits_profiled: int
+    batch_size: Any
+    frequency_plan: Any
+    baseline_energy_j: float | None
+    energy_saved_j: float | None
+    energy_saved_kwh: float | None
+    energy_saved_fraction: float | None
+    facility_energy_saved_kwh: float | None
+    emissions_saved_kg_co2e: float | None
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+    settings_timeline: list[dict[str, Any]] = field(default_factory=list)
+    schema: str = REPORT_SCHEMA
+
+
+def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
+    """The report of `run` under `inputs`; every supplied series must cover the run."""
+    s = run.summary
+    pue = inputs.pue or Constant(1.0, PUE_NOT_SUPPLIED)
+    for quantity, series in ((PUE, pue), (INTENSITY, inputs.intensity), (PRICE, inputs.price)):
+        if series is not None:
+            check_covers(series, s.start_s, s.end_s, quantity, "the run")
+
+    device_energy, method, samples, scale = _device_energy(run)
+    parts: list[EnergyProfile] = [device_energy]
+    if s.cpu_energy_j:
+        parts.append(UniformEnergy(s.cpu_energy_j, s.start_s, s.end_s))
+    totals = facility_totals(
+        CombinedEnergy(tuple(parts)),
+        s.start_s,
+        s.end_s,
+        pue=pue,
+        intensity=inputs.intensity,
+        price=inputs.price,
+    )
+    # Integrated over the run, IT energy equals energy_j + cpu_energy_j (by the scale); use the exact sum.
+    it_energy_j = s.energy_j + (s.cpu_energy_j or 0.0)
+    pue_effective = totals.pue_effective if totals.it_energy_j > 0 else pue.value_at(s.start_s)
+    facility_j = it_energy_j * pue_effective
+    intensity = totals.intensity_effective_g_per_kwh
+    emissions_kg = None if totals.emissions_g is None else totals.emissions_g / 1000.0
+
+    limit = s.power_limit
+    saved_j = limit.energy_saved_j if limit else None
+    baseline_j = limit.baseline_energy_j if limit else None
+    facility_saved_kwh = None if saved_j is None else saved_j * pue_effective / J_PER_KWH
+    devices = sorted(set(s.energy_per_device_j) | {t.device for t in run.traces or ()})
+    return RunReport(
+        simulated=s.simulated,
+        status=s.status,
+        wattwise_version=s.wattwise_version,
+        backend=s.backend,
+        framework=s.framework,
+        hostname=s.hostname,
+        region=inputs.region,
+        hardware=inputs.hardware or _hardware(s.device_names),
+        devices=devices,
+        start_time=format_utc(s.start_s),
+        end_time=format_utc(s.end_s),
+        time_s=s.time_s,
+        steps=s.steps,
+        device_energy_j=s.energy_j,
+        device_energy_kwh=s.energy_j / J_PER_KWH,
+        cpu_energy_j=s.cpu_energy_j,
+        it_energy_j=it_energy_j,
+        it_energy_kwh=it_energy_j / J_PER_KWH,
+        facility_energy_j=facility_j,
+        facility_energy_kwh=facility_j / J_PER_KWH,
+        pue_effective=pue_effective,
+        pue_source=pue.source,
+        intensity_effective_g_per_kwh=intensity,
+        intensity_source=inputs.intensity.source if inputs.intensity else NOT_SUPPLIED,
+        emissions_kg_co2e=emissions_kg,
+        cost=totals.cost,
+        currency=inputs.currency,
+        price_source=inputs.price.source if inputs.price else NOT_SUPPLIED,
+        energy_method=method,
+        timeline_samples=samples,
+        timeline_scale=scale,
+        power_limit_w=s.settings.get("power_limit_w") or (limit.chosen_power_limit_w if limit else None),
+        power_limit_mode=limit.mode if limit else None,
+        power_limit_selector=limit.selector if limit else None,
+        power_limit_eta=limit.eta if limit else None,
+        power_limits_profiled=len(limit.profile) if limit else 0,
+        batch_size=s.settings.get("batch_size"),
+        frequency_plan=s.settings.get("frequency_plan"),
+        baseline_energy_j=baseline_j,
+        energy_saved_j=saved_j,
+        energy_saved_kwh=None if saved_j is None else saved_j / J_PER_KWH,
+        energy_saved_fraction=saved_j / baseline_j if saved_j is not None and baseline_j else None,
+        facility_energy_saved_kwh=facility_saved_kwh,
+        emissions_saved_kg_co2e=(
+            None if facility_saved_kwh is None or intensity is None else facility_saved_kwh * intensity / 1000.0
+        ),
+        epochs=[asdict(e) for e in s.epochs],
+        settings_timeline=[{**asdict(e), "time": format_utc(e.timestamp_s)} for e in s.settings_timeline],
+    )
+
+
+def _hardware(names: tuple[str, ...]) -> str | None:
+    """`2x NVIDIA A100-SXM4-40GB` from the devices' model names, or None when the run did not record them."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{n}x {name}" for name, n in counts.items()) or None
+
+
+def _device_energy(run: RunDir) -> tuple[EnergyProfile, str, int, float | None]:
+    """The devices' energy over time, how it was obtained, the samples used and the timeline scale."""
+    s = run.summary
+    if run.traces:
+        edges_s = np.array([s.start_s, s.end_s])
+        sampled_j = sum(float(np.diff(t.cumulative_energy_j(edges_s))[0]) for t in run.traces)
+        samples = sum(
+            int(np.count_nonzero((t.timestamps_s >= s.start_s) & (t.timestamps_s <= s.end_s))) for t in run.traces
+        )
+        if sampled_j > 0:
+            scale = s.energy_j / sampled_j
+            method = (
+                "power timeline (power.csv, linear between samples) integrated against the PUE and "
+                "intensity series, scaled to the devices' energy counters"
+            )
+            return TimelineEnergy(run.traces, scale), method, samples, scale
+        uniform = "power.csv has no power within the run: device energy spread uniformly over the run"
+    else:
+        uniform = "power.csv missing: device energy spread uniformly over the run"
+    return UniformEnergy(s.energy_j, s.start_s, s.end_s), uniform, 0, None
+
+
+def report_json(report: RunReport) -> str:
+    return json.dumps(asdict(report), indent=2) + "\n"
+
+
+def report_csv_row(report: RunReport) -> dict[str, Any]:
+    """The report's scalar figures as one CSV row (lists and plans as JSON text)."""
+    row: dict[str, Any] = {}
+    for key, value in asdict(report).items():
+        if key in ("epochs", "settings_timeline"):
+            continue
+        row[key] = value if value is None or isinstance(value, str | int | float) else json.dumps(value)
+    return row
+
+
+def write_report(report: RunReport, out_dir: Path) -> list[Path]:
+    """Write `report.json`, `report.csv` and `energy_statement.md` into `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path, md_path = out_dir / REPORT_JSON, out_dir / REPORT_CSV, out_dir / STATEMENT_MD
+    json_path.write_text(report_json(report), encoding="utf-8")
+    row = report_csv_row(report)
+    with csv_path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    md_path.write_text(energy_statement(report), encoding="utf-8")
+    return [json_path, csv_path, md_path]
+
+
+def sig(value: float, digits: int = 4) -> str:
+    """`value` to `digits` significant digits, never in exponent notation (statement figures)."""
+    return str(np.format_float_positional(value, precision=digits, unique=False, fractional=False, trim="-"))
+
+
+def energy_statement(report: RunReport) -> str:
+    """The energy statement in Markdown; each figure is a field of `report`, rounded for reading."""
+    r = report
+    lines = ["## Energy statement", ""]
+    if r.simulated:
+        lines += [
+            "> **Simulated.** These figures come from wattwise's simulated GPU model, not from hardware "
+            "measurements; they illustrate the method and must not be reported as measured.",
+            "",
+        ]
+    host = r.hostname or "an unnamed host"
+    where = f"{host} in {r.region}" if r.region else f"{host} (region not stated)"
+    keys = f"device{'s' if len(r.devices) > 1 else ''} {', '.join(r.devices)}" if r.devices else "devices not listed"
+    what = f"{r.hardware} ({keys})" if r.hardware else keys
+    measured = "simulated" if r.simulated else f"measured with {r.backend or 'an unnamed backend'}"
+    cpu = (
+        f" plus {sig(r.cpu_energy_j / J_PER_KWH)} kWh of CPU and DRAM energy"
+        if r.cpu_energy_j
+        else "; CPU and DRAM energy was not measured"
+    )
+    duration = f"{sig(r.time_s / 3600, 3)} h" if r.time_s >= 3600 else f"{sig(r.time_s, 3)} s"
+    para = [
+        f"Training ran on {where} with {what}, from {_when(r.start_time)} to {_when(r.end_time)} ({duration}).",
+    ]
+    if r.status and r.status not in ("completed", "ok", "success"):
+        para.append(f"The run did not complete (status: {r.status}).")
+    para.append(f"The GPUs used {sig(r.device_energy_kwh)} kWh ({_joules(r.device_energy_j)} J, {measured}){cpu}.")
+    if r.pue_source == PUE_NOT_SUPPLIED:
+        para.append(
+            "The facility's power usage effectiveness (PUE) was not supplied, so facility energy is taken "
+            f"as equal to IT energy ({sig(r.facility_energy_kwh)} kWh): a lower bound."
+        )
+    else:
+        para.append(
+            f"With a power usage effectiveness (PUE) of {r.pue_effective:.3f} (energy-weighted over the "
+            f"run; source: {r.pue_source}), the facility used {sig(r.facility_energy_kwh)} kWh."
+        )
+    if r.emissions_kg_co2e is None or r.intensity_effective_g_per_kwh is None:
+        para.append("Emissions were not estimated: carbon intensity: not supplied.")
+    else:
+        para.append(
+            f"At a grid carbon intensity of {sig(r.intensity_effective_g_per_kwh)} gCO2e/kWh "
+            f"(energy-weighted; source: {r.intensity_source}), this corresponds to "
+            f"{sig(r.emissions_kg_co2e)} kg CO2e."
+        )
+    if r.cost is not None:
+        para.append(f"The electricity cost {sig(r.cost)} {r.currency or 'price units'} (source: {r.price_source}).")
+    lines += [" ".join(para), "", _steps_taken(r), ""]
+    lines.append(
+        f"*Method: {r.energy_method}. Emissions are facility energy times the grid's carbon intensity "
+        f"at the time of use. Produced by wattwise {r.wattwise_version or 'unknown version'}.*"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _steps_taken(r: RunReport) -> str:
+    steps = []
+    if r.power_limit_w is not None:
+        details = []
+        if r.power_limit_selector:
+            eta = f", eta = {r.power_limit_eta:g}" if r.power_limit_selector == "cost" and r.power_limit_eta else ""
+            details.append(f"selector: {r.power_limit_selector}{eta}")
+        if r.power_limits_profiled:
+            details.append(f"chosen from a profile of {r.power_limits_profiled} power limits")
+        how = f" ({'; '.join(details)})" if details else ""
+        steps.append(f"the GPU power limit was set to {r.power_limit_w:g} W{how}")
+    if r.batch_size is not None:
+        steps.append(f"the batch size applied was {r.batch_size}")
+    if r.frequency_plan:
+        steps.append("a GPU frequency plan was followed")
+    if not steps:
+        return "Steps taken to reduce energy: none recorded."
+    text = "Steps taken to reduce energy: " + "; ".join(steps) + "."
+    if r.energy_saved_j is not None and r.baseline_energy_j:
+        text += (
+            f" Against a baseline of {sig(r.baseline_energy_j / J_PER_KWH)} kWh of GPU energy, this saved "
+            f"{sig(r.energy_saved_j / J_PER_KWH)} kWh ({100 * (r.energy_saved_fraction or 0.0):.1f}%)"
+        )
+        if r.facility_energy_saved_kwh is not None:
+            text += f", about {sig(r.facility_energy_saved_kwh)} kWh at the facility"
+        if r.emissions_saved_kg_co2e is not None:
+            text += f" and {sig(r.emissions_saved_kg_co2e)} kg CO2e"
+        text += " at this run's PUE and intensity."
+    return text
+
+
+def _joules(energy_j: float) -> str:
+    """Whole joules for real runs, significant digits for tiny ones (a demo's fraction of a joule)."""
+    return f"{energy_j:.0f}" if abs(energy_j) >= 1000 else sig(energy_j)
+
+
+def _when(iso: str) -> str:
+    """`2026-11-21T21:00:00+00:00` as `2026-11-21 21:00 UTC`."""
+    return iso[:16].replace("T", " ") + " UTC"

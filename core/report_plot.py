@@ -1,0 +1,132 @@
+"""Plots of a run: power over time per device with the applied settings marked, and energy per epoch.
+
+matplotlib is imported here only, lazily (the `plots` extra), and through its object-oriented
+`Figure` API, so plotting never changes the process's pyplot state or backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.carbon.run_dir import RunDir
+from core.errors import UsageError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+POWER_PNG = "power.png"
+EPOCHS_PNG = "energy_per_epoch.png"
+#: Power-limit values are written only at changes at least this fraction of the run apart (no overlap).
+_LABEL_SPACING = 0.06
+
+
+def plot_run(run: RunDir, out_dir: Path, *, dpi: int = 100) -> list[Path]:
+    """Write the power plot (when `power.csv` exists) and the per-epoch plot (when epochs exist)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if run.traces:
+        written.append(_save(power_figure(run), out_dir / POWER_PNG, dpi))
+    if run.summary.epochs:
+        written.append(_save(epoch_figure(run), out_dir / EPOCHS_PNG, dpi))
+    return written
+
+
+def power_figure(run: RunDir) -> Figure:
+    """Power (W) of each device against minutes since the start; setting changes as labelled lines."""
+    figure_class = _figure_class()
+    s = run.summary
+    fig = figure_class(figsize=(8, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    for trace in run.traces or ():
+        ax.plot(
+            (trace.timestamps_s - s.start_s) / 60.0,
+            trace.power_w,
+            linewidth=0.5,
+            alpha=0.8,
+            label=trace.device,
+        )
+    _mark_power_limits(ax, run)
+    _mark_other_settings(ax, run)
+    ax.set_xlabel("time since start (min)")
+    ax.set_ylabel("power (W)")
+    ax.set_title(_title("Power per device", run))
+    ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def _mark_power_limits(ax: Axes, run: RunDir) -> None:
+    """The applied power limit of each device as a step line, its value written at well-spaced changes."""
+    s = run.summary
+    by_device: dict[str, list[tuple[float, float]]] = {}
+    for event in s.settings_timeline:
+        if event.setting == "power_limit_w" and isinstance(event.value, int | float):
+            by_device.setdefault(event.device, []).append(
+                ((event.timestamp_s - s.start_s) / 60.0, event.value)
+            )
+    end_min = (s.end_s - s.start_s) / 60.0
+    drawn: set[tuple[tuple[float, float], ...]] = set()
+    for changes in by_device.values():
+        steps = tuple(sorted(changes))
+        if steps in drawn:  # devices with the same schedule share one line
+            continue
+        label = "power limit" if not drawn else None
+        drawn.add(steps)
+        xs = [x for x, _ in steps] + [end_min]
+        ys = [y for _, y in steps] + [steps[-1][1]]
+        ax.step(xs, ys, where="post", color="black", linestyle="--", linewidth=1.0, label=label)
+        last_x = -float("inf")
+        for i, (x, y) in enumerate(steps):
+            if x - last_x >= _LABEL_SPACING * end_min or i == len(steps) - 1:
+                ax.annotate(f"{y:g} W", (x, y), textcoords="offset points", xytext=(2, 3), fontsize=7)
+                last_x = x
+
+
+def _mark_other_settings(ax: Axes, run: RunDir) -> None:
+    """Settings other than the power limit (batch size, frequency plan) as labelled vertical lines."""
+    s = run.summary
+    changes: dict[float, set[str]] = {}
+    for event in s.settings_timeline:
+        if event.setting != "power_limit_w":
+            changes.setdefault(event.timestamp_s, set()).add(f"{event.setting}={_value(event.value)}")
+    top = ax.get_ylim()[1]
+    for t_s, labels in sorted(changes.items()):
+        x = (t_s - s.start_s) / 60.0
+        ax.axvline(x, color="0.35", linestyle=":", linewidth=0.8)
+        ax.text(x, top, " " + ", ".join(sorted(labels)), rotation=90, va="top", ha="left", fontsize=7)
+
+
+def epoch_figure(run: RunDir) -> Figure:
+    """Energy (kJ) of each epoch."""
+    figure_class = _figure_class()
+    epochs = run.summary.epochs
+    fig = figure_class(figsize=(5, 3), layout="constrained")
+    ax = fig.add_subplot()
+    ax.bar([str(e.epoch) for e in epochs], [e.energy_j / 1000.0 for e in epochs], color="tab:green")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("energy (kJ)")
+    ax.set_title(_title("Energy per epoch", run))
+    return fig
+
+
+def _figure_class() -> type[Figure]:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'wattwise[plots]'") from None
+    return Figure
+
+
+def _save(fig: Figure, path: Path, dpi: int) -> Path:
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def _title(what: str, run: RunDir) -> str:
+    host = f" on {run.summary.hostname}" if run.summary.hostname else ""
+    return f"{what}{host}" + (" (SIMULATED)" if run.summary.simulated else "")
+
+
+def _value(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
