@@ -14,12 +14,6 @@ from core.cli import main as cli
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc).timestamp()
 
 
-@pytest.fixture(autouse=True)
-def only_carbon_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Build the CLI with these two sub-commands only, independent of the others' progress."""
-    monkeypatch.setattr(cli, "COMMANDS", ("advise", "report"))
-
-
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> ExampleFiles:
     return write_example(tmp_path_factory.mktemp("example"))
