@@ -101,25 +101,44 @@ class SettingsGuard:
     # -- changing settings ----------------------------------------------------------------------------
     def set_power_limit(self, device: Device, watts: float) -> None:
         """Set a power limit (W), journalling the original first."""
-        self._record(device, POWER_LIMIT, device.power_limit_w)
-        device.set_power_limit_w(watts)
+        self._change(device, POWER_LIMIT, device.power_limit_w, lambda: device.set_power_limit_w(watts))
 
     def lock_sm_clocks(self, device: Device, min_mhz: int, max_mhz: int) -> None:
         """Lock SM clocks (MHz), journalling the original first."""
-        self._record(device, SM_CLOCKS, device.locked_sm_clocks_mhz)
-        device.lock_sm_clocks_mhz(min_mhz, max_mhz)
+        self._change(device, SM_CLOCKS, device.locked_sm_clocks_mhz,
+                     lambda: device.lock_sm_clocks_mhz(min_mhz, max_mhz))
 
     def reset_sm_clocks(self, device: Device) -> None:
         """Unlock SM clocks (the original stays journalled until restore)."""
-        self._record(device, SM_CLOCKS, device.locked_sm_clocks_mhz)
-        device.reset_sm_clocks()
+        self._change(device, SM_CLOCKS, device.locked_sm_clocks_mhz, device.reset_sm_clocks)
 
-    def _record(self, device: Device, setting: str, read: Callable[[], Any]) -> None:
+    def _change(self, device: Device, setting: str, read: Callable[[], Any], apply: Callable[[], None]) -> None:
+        first = self._record(device, setting, read)
+        try:
+            apply()
+        except BaseException:
+            # A refused first change (no permission, out of range) changed nothing: nothing to restore.
+            if first:
+                self._forget(device, setting)
+            raise
+
+    def _forget(self, device: Device, setting: str) -> None:
+        dev_id = json.dumps(device.spec(), sort_keys=True)
+        with self._lock:
+            self._originals.pop((dev_id, setting), None)
+            if self._originals:
+                self._write_journal()
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    self.journal_path.unlink()
+
+    def _record(self, device: Device, setting: str, read: Callable[[], Any]) -> bool:
+        """Journal the original value before the first change. True if this call recorded it."""
         spec = device.spec()
         dev_id = json.dumps(spec, sort_keys=True)
         with self._lock:
             if (dev_id, setting) in self._originals:
-                return
+                return False
             original = read()
             if isinstance(original, tuple):
                 original = list(original)
@@ -130,6 +149,7 @@ class SettingsGuard:
             if not self._atexit:
                 atexit.register(self.restore_all)
                 self._atexit = True
+            return True
 
     def _write_journal(self) -> None:
         changes = [

@@ -154,7 +154,7 @@ class PowerLimitTuner:
         self.wait_steps = wait_steps
         self.warmup_steps = warmup_steps
         self.profile_steps = profile_steps
-        self.phase = "wait" if wait_steps > 0 else "warmup"
+        self.phase = "wait" if wait_steps > 0 else ("warmup" if warmup_steps > 0 else "profile")
         self.limit_index = 0
         self.steps_in_phase = 0
         self.window_open = False

@@ -354,6 +354,9 @@ class EnergySession:
             for name in (STEP, PROFILE, EPOCH):
                 if self.monitor.is_open(name):
                     self.monitor.cancel_window(name)
+            if not self.monitor.is_open(FIT):  # start() itself failed
+                self.monitor.close()
+                return None
             fit = self.monitor.end_window(FIT)
             self.monitor.close()
             summary = self._summary(fit, status)

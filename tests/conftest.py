@@ -23,3 +23,27 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"real measured data not found at {path} (set WATTWISE_SHARED_DATA to its location)")
     return path
+
+
+class VirtualClock:
+    """A clock that moves only when something sleeps: simulated GPUs timed by it give exact figures."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now_s = start
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += max(0.0, seconds)
+
+
+@pytest.fixture
+def virtual_clock() -> VirtualClock:
+    return VirtualClock()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets its own wattwise state dir (guard journal, simulated GPU settings, stores)."""
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path_factory.mktemp("wattwise_home")))

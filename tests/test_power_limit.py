@@ -1,0 +1,161 @@
+"""Power-limit selectors and the tuning state machine (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import UsageError
+from core.power_limit import (
+    PowerLimitTuner,
+    ProfileEntry,
+    cap_limit_w,
+    profile_limits_w,
+    select_power_limit,
+    zeus_cost,
+)
+
+# time_s and energy_j per step at each limit, chosen so every selector has a different answer.
+PROFILE = [
+    ProfileEntry(300.0, 1.00, 250.0),
+    ProfileEntry(250.0, 1.02, 225.0),
+    ProfileEntry(200.0, 1.08, 200.0),
+    ProfileEntry(150.0, 1.40, 196.0),
+]
+
+
+def test_zeus_cost_weights_energy_and_max_power_time():
+    assert zeus_cost(200.0, 2.0, eta=0.25, max_power_w=300.0) == pytest.approx(0.25 * 200 + 0.75 * 300 * 2)
+
+
+def test_energy_selector_picks_least_energy():
+    assert select_power_limit(PROFILE, "energy").power_limit_w == 150.0
+
+
+def test_time_selector_picks_fastest():
+    assert select_power_limit(PROFILE, "time").power_limit_w == 300.0
+
+
+def test_cost_selector_follows_eta():
+    # eta=0.5, MaxPower=300: costs 275, 265.5, 262, 308 -> 200 W.
+    assert select_power_limit(PROFILE, "cost", eta=0.5).power_limit_w == 200.0
+    assert select_power_limit(PROFILE, "cost", eta=1.0).power_limit_w == 150.0
+    assert select_power_limit(PROFILE, "cost", eta=0.0).power_limit_w == 300.0
+
+
+def test_cost_selector_uses_max_power_of_all_gpus():
+    # One GPU (MaxPower 300 W): 200 W wins. Ten GPUs (MaxPower 3000 W): time dominates, costs
+    # 1625 (300 W) < 1642.5 (250 W) < 1720 (200 W), so the fastest limit wins at the same eta.
+    assert select_power_limit(PROFILE, "cost", eta=0.5, max_power_w=300.0).power_limit_w == 200.0
+    assert select_power_limit(PROFILE, "cost", eta=0.5, max_power_w=3000.0).power_limit_w == 300.0
+
+
+def test_slowdown_selector_bounds_time_against_the_maximum_limit():
+    assert select_power_limit(PROFILE, "slowdown", max_slowdown=0.05).power_limit_w == 250.0
+    assert select_power_limit(PROFILE, "slowdown", max_slowdown=0.10).power_limit_w == 200.0
+    assert select_power_limit(PROFILE, "slowdown", max_slowdown=0.5).power_limit_w == 150.0
+
+
+def test_ties_go_to_the_higher_limit():
+    tied = [ProfileEntry(200.0, 1.0, 100.0), ProfileEntry(250.0, 1.0, 100.0)]
+    assert select_power_limit(tied, "energy").power_limit_w == 250.0
+
+
+@pytest.mark.parametrize("kwargs", [{"selector": "fastest"}, {"selector": "cost", "eta": 1.5}])
+def test_bad_selector_arguments_are_usage_errors(kwargs):
+    with pytest.raises(UsageError):
+        select_power_limit(PROFILE, **kwargs)
+
+
+def test_profile_limits_go_down_from_the_maximum_and_include_the_minimum():
+    assert profile_limits_w(100.0, 300.0, 75.0) == [300.0, 225.0, 150.0, 100.0]
+    assert profile_limits_w(100.0, 300.0, 100.0) == [300.0, 200.0, 100.0]
+
+
+def test_cap_from_watts_or_fraction_and_range_checked():
+    assert cap_limit_w(300.0, 100.0, cap_w=200.0, cap_fraction=None) == 200.0
+    assert cap_limit_w(300.0, 100.0, cap_w=None, cap_fraction=0.7) == pytest.approx(210.0)
+    with pytest.raises(UsageError, match="outside"):
+        cap_limit_w(300.0, 100.0, cap_w=50.0, cap_fraction=None)
+
+
+def drive(tuner: PowerLimitTuner, costs: dict[float, tuple[float, float]], steps: int,
+          epoch_every: int | None = None) -> list[float | None]:
+    """Run `steps` steps; at each profile window end feed (time, energy) for the current limit."""
+    applied: list[float | None] = []
+    for i in range(steps):
+        tuner.on_step_begin()
+        current = tuner.current_limit_w
+        applied.append(current)
+        if tuner.on_step_end():
+            assert current is not None
+            t, e = costs[current]
+            tuner.record(t * tuner.profile_steps, e * tuner.profile_steps)
+        if epoch_every and (i + 1) % epoch_every == 0:
+            tuner.on_epoch_end()
+    return applied
+
+
+COSTS = {e.power_limit_w: (e.time_s, e.energy_j) for e in PROFILE}
+
+
+def make_tuner(**kw) -> PowerLimitTuner:
+    args = {"selector": "cost", "eta": 0.5, "wait_steps": 2, "warmup_steps": 1, "profile_steps": 3}
+    args.update(kw)
+    return PowerLimitTuner([300.0, 250.0, 200.0, 150.0], **args)
+
+
+def test_tuner_waits_warms_up_profiles_each_limit_then_applies_the_choice():
+    tuner = make_tuner()
+    applied = drive(tuner, COSTS, 2 + 4 * 4 + 3)
+    assert applied[:2] == [None, None]  # wait steps: untouched
+    assert applied[2:18] == [300.0] * 4 + [250.0] * 4 + [200.0] * 4 + [150.0] * 4
+    assert tuner.done and tuner.chosen is not None and tuner.chosen.power_limit_w == 200.0
+    assert applied[18:] == [200.0] * 3
+    assert [e.power_limit_w for e in tuner.profile] == [300.0, 250.0, 200.0, 150.0]
+    assert tuner.profile[1].energy_j == pytest.approx(225.0)  # per step, window divided by its steps
+
+
+def test_epoch_ending_mid_profile_redoes_that_limit_only():
+    tuner = make_tuner(wait_steps=0)
+    # Epochs of 6 steps: limit 300 takes steps 0-3, limit 250 starts at 4 and is cut at step 6.
+    drive(tuner, COSTS, 6, epoch_every=6)
+    assert [e.power_limit_w for e in tuner.profile] == [300.0]
+    assert tuner.current_limit_w == 250.0 and tuner.phase == "warmup" and tuner.steps_in_phase == 0
+    drive(tuner, COSTS, 40, epoch_every=6)
+    assert tuner.done
+    assert [e.power_limit_w for e in tuner.profile] == [300.0, 250.0, 200.0, 150.0]
+
+
+def test_epoch_end_reports_an_open_window_to_cancel():
+    tuner = make_tuner(wait_steps=0, warmup_steps=0)
+    assert tuner.on_step_begin().begin_window
+    tuner.on_step_end()
+    assert tuner.on_epoch_end() is True
+    assert tuner.on_step_begin().begin_window  # the limit is profiled again from the start
+
+
+def test_state_dict_resume_keeps_choice_and_never_profiles_again():
+    tuner = make_tuner()
+    drive(tuner, COSTS, 30)
+    resumed = make_tuner()
+    resumed.load_state_dict(tuner.state_dict())
+    assert resumed.done and resumed.chosen == tuner.chosen
+    first = resumed.on_step_begin()
+    assert first.set_limit_w == 200.0 and not first.begin_window
+    assert not resumed.on_step_end()
+
+
+def test_state_dict_resume_mid_profile_redoes_the_interrupted_limit():
+    tuner = make_tuner(wait_steps=0)
+    drive(tuner, COSTS, 6)  # 300 done, 250 half profiled
+    resumed = make_tuner(wait_steps=0)
+    resumed.load_state_dict(tuner.state_dict())
+    assert [e.power_limit_w for e in resumed.profile] == [300.0]
+    assert resumed.on_step_begin().set_limit_w == 250.0
+    drive(resumed, COSTS, 20)
+    assert resumed.done and [e.power_limit_w for e in resumed.profile] == [300.0, 250.0, 200.0, 150.0]
+
+
+def test_record_outside_a_window_is_a_programming_error():
+    with pytest.raises(RuntimeError):
+        make_tuner().record(1.0, 1.0)
