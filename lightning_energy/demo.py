@@ -11,11 +11,10 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-from core.demo import DemoOptions
+from core.demo import DemoOptions, demo_overrides, demo_result
 from core.devices import PowerModel
 from core.devices.base import Device
 from core.power_limit import profile_limits_w
-from core.session import profile_table
 from core.workload import emulate_step, tiny_dataset, tiny_model
 from lightning_energy.callback import EnergyCallback
 
@@ -66,60 +65,6 @@ class EmulatedModule(pl.LightningModule):
 
     def val_dataloader(self) -> torch.utils.data.DataLoader[Any]:
         return torch.utils.data.DataLoader(tiny_dataset(256, seed=1), batch_size=self.batch_size)
-
-
-def demo_overrides(options: DemoOptions, state_dir: str) -> list[str]:
-    """The energy configuration of the demo as dotlist overrides (shared with the Accelerate runner)."""
-    out = [
-        "devices.backend=simulated",
-        f"devices.simulated.base_step_time_s={options.base_step_time_s}",
-        f"devices.simulated.state_dir={state_dir}",
-        f"power_limit.selector={options.selector}",
-        f"power_limit.eta={options.eta}",
-        f"power_limit.max_slowdown={options.max_slowdown}",
-        f"power_limit.wait_steps={options.wait_steps}",
-        f"power_limit.warmup_steps={options.warmup_steps}",
-        f"power_limit.profile_steps={options.profile_steps}",
-        f"power_limit.step_w={options.step_w}",
-        "power_limit.reuse=false",
-        "monitor.sync_cuda=false",
-    ]
-    if options.power_model:
-        out.append(f"devices.simulated.power_model={Path(options.power_model).resolve()}")
-    return out
-
-
-def demo_result(options: DemoOptions, framework: str, tuned: dict[str, Any], baseline: dict[str, Any],
-                model: PowerModel) -> dict[str, Any]:
-    """The JSON of `wattwise demo --json` from the two runs' summaries."""
-    pl_info = tuned["power_limit"] or {}
-    max_w = model.limit_range_w[1]
-    rows = profile_table([_entry(e) for e in pl_info.get("profile", [])], eta=options.eta,
-                         max_power_w=max_w * len(tuned["energy_per_device_j"]))
-    return {
-        "simulated": True,
-        "framework": framework,
-        "selector": options.selector,
-        "eta": options.eta,
-        "max_slowdown": options.max_slowdown,
-        "chosen_power_limit_w": pl_info.get("chosen_power_limit_w"),
-        "max_power_limit_w": max_w,
-        "profile": rows,
-        "energy_j": tuned["energy_j"],
-        "time_s": tuned["time_s"],
-        "steps": tuned["steps"],
-        "baseline_energy_j": baseline["energy_j"],
-        "baseline_time_s": baseline["time_s"],
-        "energy_saved_j": baseline["energy_j"] - tuned["energy_j"],
-        "run_dir": str(Path(options.output_dir)),
-        "baseline_run_dir": str(Path(options.output_dir) / "baseline"),
-    }
-
-
-def _entry(e: dict[str, float]) -> Any:
-    from core.power_limit import ProfileEntry
-
-    return ProfileEntry(e["power_limit_w"], e["time_s"], e["energy_j"])
 
 
 def _fit(options: DemoOptions, overrides: list[str], steps: int) -> dict[str, Any]:
