@@ -1,0 +1,162 @@
+"""Device discovery: NVML GPUs when a driver answers, else the simulated GPU with a notice; specs reopen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+
+import core.devices
+from core.devices import (
+    SIMULATED_NOTICE,
+    DeviceError,
+    NotSupportedError,
+    PowerModel,
+    SimulatedGPU,
+    discover,
+    open_spec,
+    simulated_gpus,
+)
+from core.errors import UsageError
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(core.devices, "_SIMULATED", {})
+
+
+@pytest.fixture
+def no_driver(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    return FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
+
+
+def test_auto_finds_nvml_gpus_and_no_simulated_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([FakeGpu(name="NVIDIA A100-SXM4-40GB"), FakeGpu(name="NVIDIA A100-SXM4-40GB")]).install(monkeypatch)
+    found = discover("auto")
+    assert [(g.backend, g.index, g.name) for g in found.gpus] == [
+        ("nvml", 0, "NVIDIA A100-SXM4-40GB"), ("nvml", 1, "NVIDIA A100-SXM4-40GB")]
+    assert not found.simulated
+    assert not any(isinstance(g, SimulatedGPU) for g in found.all)
+    assert SIMULATED_NOTICE not in found.notes
+
+
+def test_gpu_indices_select_among_the_nvml_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([FakeGpu(), FakeGpu(), FakeGpu()]).install(monkeypatch)
+    assert [g.index for g in discover("nvml", gpu_indices=[2, 0]).gpus] == [2, 0]
+    with pytest.raises(UsageError, match=r"asks for GPU\(s\) \[5\].*\[0, 1, 2\]"):
+        discover("nvml", gpu_indices=[5])
+
+
+def test_auto_without_a_driver_falls_back_to_the_simulated_gpu_with_a_notice(no_driver: FakeNvml) -> None:
+    found = discover("auto")
+    assert len(found.gpus) == 1 and isinstance(found.gpus[0], SimulatedGPU)
+    assert found.simulated
+    assert found.notes[-1] == SIMULATED_NOTICE
+    assert "simulated" in SIMULATED_NOTICE
+    (nvml_note,) = [n for n in found.notes if n.startswith("nvml: unavailable")]
+    assert "libnvidia-ml.so not found" in nvml_note
+
+
+def test_auto_with_a_driver_but_no_gpu_falls_back_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([]).install(monkeypatch)
+    found = discover("auto")
+    assert found.simulated
+    assert any("found no GPU" in n for n in found.notes)
+
+
+@pytest.mark.parametrize(("code", "reason"), [
+    (NVML_ERROR_LIBRARY_NOT_FOUND, "libnvidia-ml.so not found"),
+    (NVML_ERROR_DRIVER_NOT_LOADED, "driver not loaded"),
+])
+def test_nvml_without_a_driver_raises_not_supported_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, code: int, reason: str
+) -> None:
+    FakeNvml(init_error=code).install(monkeypatch)
+    with pytest.raises(NotSupportedError, match=f"NVML unavailable: .*{reason}"):
+        discover("nvml")
+
+
+def test_simulated_backend_gives_simulated_gpus_without_asking_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([FakeGpu()]).install(monkeypatch)  # a GPU is there, but simulated was asked for
+    found = discover("simulated", num_simulated=2)
+    assert [type(g) for g in found.gpus] == [SimulatedGPU, SimulatedGPU]
+    assert [g.key for g in found.gpus] == ["gpu0", "gpu1"]
+    assert found.notes == []
+
+
+def test_an_unknown_backend_is_a_usage_error_listing_the_choices() -> None:
+    with pytest.raises(UsageError, match=r"auto, nvml, simulated.*'cuda'"):
+        discover("cuda")
+
+
+def test_a_simulated_gpu_is_one_object_per_process(no_driver: FakeNvml) -> None:
+    first = discover("auto").gpus[0]
+    second = discover("auto").gpus[0]
+    assert first is second  # the workload and the monitor share its counter and settings
+
+
+def test_simulated_gpus_keep_their_settings_under_the_state_dir(tmp_path: Path) -> None:
+    (gpu,) = simulated_gpus(1)
+    gpu.set_power_limit_w(200.0)
+    state = tmp_path / "home" / "simulated" / "gpu0.json"
+    assert json.loads(state.read_text())["power_limit_w"] == 200.0
+
+
+def test_at_least_one_simulated_gpu() -> None:
+    with pytest.raises(UsageError, match="at least 1"):
+        simulated_gpus(0)
+
+
+def test_simulated_gpus_at_the_indices_asked_for() -> None:
+    assert [g.index for g in discover("simulated", gpu_indices=[3]).gpus] == [3]
+
+
+# -- specs --------------------------------------------------------------------------------------------
+
+
+def test_open_spec_round_trips_a_simulated_gpu_and_its_limit(tmp_path: Path) -> None:
+    (gpu,) = simulated_gpus(1, persist_dir=tmp_path / "sims")
+    gpu.set_power_limit_w(175.0)
+    spec = json.loads(json.dumps(gpu.spec()))  # as the journal stores it
+    reopened = open_spec(spec)
+    assert isinstance(reopened, SimulatedGPU)
+    assert reopened is not gpu
+    assert reopened.spec() == gpu.spec()
+    assert reopened.power_limit_w() == 175.0
+    reopened.set_power_limit_w(300.0)  # what the guard's recovery does in another process
+    assert open_spec(spec).power_limit_w() == 300.0
+
+
+def test_open_spec_keeps_a_custom_models_limit_range(tmp_path: Path) -> None:
+    csv = tmp_path / "m.csv"
+    csv.write_text("power_limit,time,power\n150,1.5,120\n250,1.0,200\n")
+    (gpu,) = simulated_gpus(1, power_model=csv)
+    reopened = open_spec(gpu.spec())
+    rng = reopened.power_limit_range()
+    assert (rng.min_w, rng.max_w) == (150.0, 250.0)
+    with pytest.raises(UsageError):
+        reopened.set_power_limit_w(300.0)
+
+
+def test_open_spec_without_a_state_file_opens_a_fresh_gpu() -> None:
+    gpu = SimulatedGPU(1, PowerModel.default())
+    reopened = open_spec(gpu.spec())
+    assert reopened.index == 1
+    assert reopened.spec() == gpu.spec()
+
+
+def test_open_spec_reopens_an_nvml_gpu_by_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([FakeGpu(), FakeGpu(max_limit_w=350.0, default_limit_w=350.0)]).install(monkeypatch)
+    gpu = discover("nvml").gpus[1]
+    reopened = open_spec(json.loads(json.dumps(gpu.spec())))
+    assert reopened.spec() == gpu.spec()
+    assert reopened.power_limit_range().max_w == 350.0
+
+
+def test_open_spec_of_an_unknown_backend_is_a_device_error() -> None:
+    with pytest.raises(DeviceError, match="unknown backend 'tpu'"):
+        open_spec({"backend": "tpu", "index": 0})

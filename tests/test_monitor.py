@@ -1,0 +1,409 @@
+"""Measurement windows: nested, overlapping, cancelled; the CSV log; counters that do not tick; sampling.
+
+Simulated GPUs run on one virtual clock, which the monitor picks up, so every time and energy is exact:
+idle 50 W, busy 240 W at the maximum limit (the hand model below).
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_pynvml import FakeClock
+
+import core.devices
+from core.devices.base import Device, DeviceError
+from core.devices.simulated import PowerModel, SimulatedGPU
+from core.errors import UsageError
+from core.monitor import EnergyMonitor, PowerSampler
+
+IDLE_W = 50.0
+BUSY_W = 240.0
+HAND = PowerModel(
+    power_limits_w=(100.0, 200.0, 300.0),
+    time_factors=(2.0, 1.2, 1.0),
+    busy_power_w=(90.0, 170.0, BUSY_W),
+    idle_power_w=IDLE_W,
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(core.devices, "_SIMULATED", {})
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def gpu(clock: FakeClock) -> SimulatedGPU:
+    return SimulatedGPU(0, HAND, clock=clock, sleep=clock.advance)
+
+
+@pytest.fixture
+def monitor(gpu: SimulatedGPU) -> EnergyMonitor:
+    return EnergyMonitor([gpu])
+
+
+class FakeDevice(Device):
+    """A non-simulated device with a settable power and a counter that only moves when told to."""
+
+    backend = "fake"
+
+    def __init__(self, index: int = 0, *, power_w: float = 100.0, counter: bool = True) -> None:
+        self._index = index
+        self.power = power_w
+        self.counter = counter
+        self.energy = 0.0
+        self.lost = False
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def name(self) -> str:
+        return "fake"
+
+    def has_energy_counter(self) -> bool:
+        return self.counter
+
+    def energy_j(self) -> float:
+        return self.energy
+
+    def power_w(self) -> float:
+        if self.lost:
+            raise DeviceError("fake device lost")
+        return self.power
+
+    def spec(self) -> dict[str, Any]:
+        return {"backend": "fake", "index": self._index}
+
+
+def busy_for(gpu: SimulatedGPU, clock: FakeClock, seconds: float) -> None:
+    with gpu.busy():
+        clock.advance(seconds)
+
+
+# -- windows ------------------------------------------------------------------------------------------
+
+
+def test_a_window_measures_time_and_energy_on_the_devices_clock(
+    monitor: EnergyMonitor, gpu: SimulatedGPU, clock: FakeClock
+) -> None:
+    monitor.begin_window("step")
+    clock.advance(1.0)
+    busy_for(gpu, clock, 2.0)
+    m = monitor.end_window("step")
+    assert m.name == "step"
+    assert m.time_s == pytest.approx(3.0)
+    assert m.energy_j == {"gpu0": pytest.approx(IDLE_W * 1.0 + BUSY_W * 2.0)}
+    assert m.total_energy_j == pytest.approx(IDLE_W + 2 * BUSY_W)
+    assert m.avg_power_w == pytest.approx((IDLE_W + 2 * BUSY_W) / 3.0)
+    assert m.approximate == ()
+    assert m.simulated is True
+
+
+def test_nested_windows_each_measure_their_own_span(
+    monitor: EnergyMonitor, gpu: SimulatedGPU, clock: FakeClock
+) -> None:
+    monitor.begin_window("epoch")
+    clock.advance(1.0)
+    monitor.begin_window("step")
+    busy_for(gpu, clock, 2.0)
+    step = monitor.end_window("step")
+    clock.advance(0.5)
+    epoch = monitor.end_window("epoch")
+    assert (step.time_s, step.energy_j["gpu0"]) == (pytest.approx(2.0), pytest.approx(2 * BUSY_W))
+    assert epoch.time_s == pytest.approx(3.5)
+    assert epoch.energy_j["gpu0"] == pytest.approx(1.5 * IDLE_W + 2 * BUSY_W)
+
+
+def test_overlapping_windows_each_measure_their_own_span(
+    monitor: EnergyMonitor, gpu: SimulatedGPU, clock: FakeClock
+) -> None:
+    monitor.begin_window("a")
+    busy_for(gpu, clock, 1.0)
+    monitor.begin_window("b")
+    clock.advance(2.0)
+    a = monitor.end_window("a")
+    busy_for(gpu, clock, 3.0)
+    b = monitor.end_window("b")
+    assert (a.time_s, a.energy_j["gpu0"]) == (pytest.approx(3.0), pytest.approx(BUSY_W + 2 * IDLE_W))
+    assert (b.time_s, b.energy_j["gpu0"]) == (pytest.approx(5.0), pytest.approx(2 * IDLE_W + 3 * BUSY_W))
+
+
+def test_a_cancelled_window_is_closed_and_cannot_be_ended(monitor: EnergyMonitor, clock: FakeClock) -> None:
+    monitor.begin_window("step")
+    monitor.cancel_window("step")
+    assert not monitor.is_open("step")
+    with pytest.raises(UsageError, match="not open"):
+        monitor.end_window("step")
+    monitor.begin_window("step")  # the name is free again
+    clock.advance(1.0)
+    assert monitor.end_window("step").time_s == pytest.approx(1.0)
+
+
+def test_opening_a_window_twice_is_an_error_and_keeps_the_first(monitor: EnergyMonitor, clock: FakeClock) -> None:
+    monitor.begin_window("step")
+    clock.advance(1.0)
+    with pytest.raises(UsageError, match="'step' is already open"):
+        monitor.begin_window("step")
+    clock.advance(1.0)
+    assert monitor.end_window("step").time_s == pytest.approx(2.0)
+
+
+def test_ending_a_window_never_opened_is_an_error(monitor: EnergyMonitor) -> None:
+    with pytest.raises(UsageError, match="'eval' is not open"):
+        monitor.end_window("eval")
+
+
+def test_cancelling_a_window_never_opened_is_an_error(monitor: EnergyMonitor) -> None:
+    with pytest.raises(UsageError, match="'eval' is not open"):
+        monitor.cancel_window("eval")
+
+
+def test_ending_a_window_twice_is_an_error(monitor: EnergyMonitor) -> None:
+    monitor.begin_window("step")
+    monitor.end_window("step")
+    with pytest.raises(UsageError):
+        monitor.end_window("step")
+
+
+def test_peek_reports_so_far_and_leaves_the_window_open(
+    monitor: EnergyMonitor, gpu: SimulatedGPU, clock: FakeClock
+) -> None:
+    monitor.begin_window("fit")
+    busy_for(gpu, clock, 1.0)
+    peek = monitor.peek_window("fit")
+    assert (peek.time_s, peek.energy_j["gpu0"]) == (pytest.approx(1.0), pytest.approx(BUSY_W))
+    assert monitor.is_open("fit")
+    clock.advance(2.0)
+    final = monitor.end_window("fit")
+    assert (final.time_s, final.energy_j["gpu0"]) == (pytest.approx(3.0), pytest.approx(BUSY_W + 2 * IDLE_W))
+
+
+def test_peeking_a_window_never_opened_is_an_error(monitor: EnergyMonitor) -> None:
+    with pytest.raises(UsageError, match="not open"):
+        monitor.peek_window("fit")
+
+
+def test_window_context_manager_sets_the_measurement(
+    monitor: EnergyMonitor, gpu: SimulatedGPU, clock: FakeClock
+) -> None:
+    with monitor.window("eval") as w:
+        assert monitor.is_open("eval")
+        busy_for(gpu, clock, 0.5)
+    assert not monitor.is_open("eval")
+    assert w.measurement is not None
+    assert w.measurement.energy_j["gpu0"] == pytest.approx(0.5 * BUSY_W)
+
+
+def test_window_context_manager_cancels_on_exception(monitor: EnergyMonitor, clock: FakeClock) -> None:
+    with pytest.raises(RuntimeError, match="boom"), monitor.window("eval") as w:
+        clock.advance(1.0)
+        raise RuntimeError("boom")
+    assert not monitor.is_open("eval")
+    assert w.measurement is None
+
+
+def test_window_as_decorator_measures_each_call(
+    monitor: EnergyMonitor, gpu: SimulatedGPU, clock: FakeClock
+) -> None:
+    handle = monitor.window("infer")
+
+    @handle
+    def infer(seconds: float) -> str:
+        busy_for(gpu, clock, seconds)
+        return "done"
+
+    assert infer(1.0) == "done"
+    assert handle.measurement is not None
+    assert handle.measurement.energy_j["gpu0"] == pytest.approx(BUSY_W)
+    assert infer(2.0) == "done"  # a second call opens the window again
+    assert handle.measurement.energy_j["gpu0"] == pytest.approx(2 * BUSY_W)
+    assert infer.__name__ == "infer"
+
+
+def test_sync_runs_before_reading_counters(gpu: SimulatedGPU) -> None:
+    calls: list[str] = []
+    monitor = EnergyMonitor([gpu], sync=lambda: calls.append("sync"))
+    monitor.begin_window("a")
+    monitor.end_window("a")
+    monitor.begin_window("b", sync=False)
+    monitor.end_window("b", sync=False)
+    assert calls == ["sync", "sync"]
+
+
+def test_several_devices_are_measured_separately_and_summed(clock: FakeClock) -> None:
+    gpus = [SimulatedGPU(i, HAND, clock=clock, sleep=clock.advance) for i in range(3)]
+    monitor = EnergyMonitor(gpus)
+    monitor.begin_window("step")
+    busy_for(gpus[1], clock, 2.0)
+    m = monitor.end_window("step")
+    assert m.energy_j == {"gpu0": pytest.approx(2 * IDLE_W), "gpu1": pytest.approx(2 * BUSY_W),
+                          "gpu2": pytest.approx(2 * IDLE_W)}
+    assert m.total_energy_j == pytest.approx(4 * IDLE_W + 2 * BUSY_W)
+
+
+def test_a_monitor_needs_devices_with_distinct_keys(gpu: SimulatedGPU) -> None:
+    with pytest.raises(UsageError, match="at least one device"):
+        EnergyMonitor([])
+    with pytest.raises(UsageError, match="same key"):
+        EnergyMonitor([gpu, SimulatedGPU(0, HAND)])
+
+
+# -- CSV log ------------------------------------------------------------------------------------------
+
+
+def test_the_log_has_a_header_and_one_row_per_ended_window(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    gpus = [SimulatedGPU(i, HAND, clock=clock, sleep=clock.advance) for i in range(2)]
+    log = tmp_path / "logs" / "windows.csv"
+    monitor = EnergyMonitor(gpus, log_file=log, wall_clock=lambda: 1_700_000_000.0)
+    monitor.begin_window("a")
+    busy_for(gpus[0], clock, 1.0)
+    monitor.end_window("a")
+    monitor.begin_window("cancelled")
+    clock.advance(1.0)
+    monitor.cancel_window("cancelled")
+    with pytest.raises(ValueError), monitor.window("raised"):
+        raise ValueError
+    monitor.begin_window("b")
+    clock.advance(2.0)
+    monitor.end_window("b")
+
+    with open(log, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["start_time", "window_name", "time_s", "energy_j", "gpu0_energy_j", "gpu1_energy_j",
+                       "approximate", "simulated"]
+    body = [dict(zip(rows[0], r, strict=True)) for r in rows[1:]]
+    assert [r["window_name"] for r in body] == ["a", "b"]
+    a, b = body
+    assert float(a["start_time"]) == 1_700_000_000.0
+    assert float(a["time_s"]) == pytest.approx(1.0)
+    assert float(a["gpu0_energy_j"]) == pytest.approx(BUSY_W)
+    assert float(a["gpu1_energy_j"]) == pytest.approx(IDLE_W)
+    assert float(a["energy_j"]) == pytest.approx(BUSY_W + IDLE_W)
+    assert float(b["energy_j"]) == pytest.approx(4 * IDLE_W)
+    assert a["approximate"] == "" and a["simulated"] == "true"
+
+
+def test_a_new_monitor_starts_a_fresh_log(tmp_path: Path, gpu: SimulatedGPU) -> None:
+    log = tmp_path / "windows.csv"
+    first = EnergyMonitor([gpu], log_file=log)
+    first.begin_window("old")
+    first.end_window("old")
+    EnergyMonitor([gpu], log_file=log)
+    with open(log, newline="") as fh:
+        assert len(list(csv.reader(fh))) == 1
+
+
+# -- counters that do not tick ------------------------------------------------------------------------
+
+
+def test_a_counter_that_does_not_tick_is_approximated_by_power_times_time(
+    gpu: SimulatedGPU, clock: FakeClock, tmp_path: Path
+) -> None:
+    stuck = FakeDevice(1, power_w=80.0)
+    log = tmp_path / "w.csv"
+    monitor = EnergyMonitor([gpu, stuck], clock=clock, log_file=log)
+    monitor.begin_window("short")
+    clock.advance(0.25)
+    m = monitor.end_window("short")
+    assert m.energy_j["gpu1"] == pytest.approx(80.0 * 0.25)
+    assert m.energy_j["gpu0"] == pytest.approx(IDLE_W * 0.25)
+    assert m.approximate == ("gpu1",)
+    with open(log, newline="") as fh:
+        (row,) = csv.DictReader(fh)
+    assert row["approximate"] == "gpu1"
+
+
+def test_a_counter_that_ticks_is_not_approximated(clock: FakeClock) -> None:
+    dev = FakeDevice(power_w=80.0)
+    monitor = EnergyMonitor([dev], clock=clock)
+    monitor.begin_window("w")
+    clock.advance(0.25)
+    dev.energy += 30.0
+    m = monitor.end_window("w")
+    assert m.energy_j == {"gpu0": 30.0}
+    assert m.approximate == ()
+    assert m.simulated is False
+
+
+def test_a_window_of_no_time_is_zero_and_not_approximated(clock: FakeClock) -> None:
+    monitor = EnergyMonitor([FakeDevice(power_w=80.0)], clock=clock)
+    monitor.begin_window("w")
+    m = monitor.end_window("w")
+    assert (m.time_s, m.energy_j["gpu0"], m.approximate) == (0.0, 0.0, ())
+
+
+def test_an_unreadable_power_during_the_approximation_gives_zero_not_a_crash(clock: FakeClock) -> None:
+    dev = FakeDevice(power_w=80.0)
+    monitor = EnergyMonitor([dev], clock=clock)
+    monitor.begin_window("w")
+    clock.advance(1.0)
+    dev.lost = True
+    m = monitor.end_window("w")
+    assert m.energy_j["gpu0"] == 0.0
+    assert m.approximate == ("gpu0",)
+
+
+# -- power sampling -----------------------------------------------------------------------------------
+
+
+def test_the_sampler_integrates_power_with_trapezoids(clock: FakeClock) -> None:
+    dev = FakeDevice(power_w=100.0, counter=False)
+    sampler = PowerSampler([dev], interval_s=1.0, clock=clock)
+    sampler.sample_once()           # t=0: 100 W
+    clock.advance(1.0)
+    sampler.sample_once()           # t=1: 100 W   -> 100 J
+    dev.power = 200.0
+    clock.advance(2.0)
+    sampler.sample_once()           # t=3: 200 W   -> (100 + 200) / 2 * 2 = 300 J
+    assert sampler.integrated_energy_j("gpu0") == pytest.approx(400.0)
+    clock.advance(0.5)              # no sample yet: the last power carries on
+    assert sampler.integrated_energy_j("gpu0") == pytest.approx(400.0 + 200.0 * 0.5)
+    assert [s.power_w["gpu0"] for s in sampler.samples()] == [100.0, 100.0, 200.0]
+
+
+def test_the_sampler_skips_a_device_that_fails_and_writes_its_samples(clock: FakeClock, tmp_path: Path) -> None:
+    ok, flaky = FakeDevice(0, power_w=100.0, counter=False), FakeDevice(1, power_w=50.0, counter=False)
+    sampler = PowerSampler([ok, flaky], clock=clock)
+    sampler.sample_once()
+    flaky.lost = True
+    clock.advance(1.0)
+    sampler.sample_once()
+    assert sampler.samples()[-1].power_w == {"gpu0": 100.0}
+    assert sampler.integrated_energy_j("gpu0") == pytest.approx(100.0)
+    out = tmp_path / "power.csv"
+    sampler.write_csv(out)
+    with open(out, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["device"], float(r["power_w"])) for r in rows] == [("gpu0", 100.0), ("gpu1", 50.0), ("gpu0", 100.0)]
+    assert float(rows[0]["timestamp"]) == pytest.approx(1000.0)
+
+
+def test_a_sampling_interval_must_be_positive() -> None:
+    with pytest.raises(UsageError, match="sample_interval_s"):
+        PowerSampler([FakeDevice(counter=False)], interval_s=0.0)
+
+
+def test_a_device_without_counter_is_measured_by_the_background_sampler() -> None:
+    dev = FakeDevice(power_w=120.0, counter=False)
+    with EnergyMonitor([dev], sample_interval_s=0.02) as monitor:
+        assert monitor.sampler is not None
+        monitor.begin_window("w")
+        time.sleep(0.3)
+        m = monitor.end_window("w")
+    # Constant power: whatever the sampling, the integral is power x time (clocks read microseconds apart).
+    assert m.energy_j["gpu0"] == pytest.approx(120.0 * m.time_s, rel=0.05)
+    assert m.approximate == ()
+    assert len(monitor.sampler.samples()) >= 2
