@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from core import __version__
+from core.carbon.policy import CarbonAwarePowerLimit
+from core.carbon.series import INTENSITY, Constant, Series, load_series_csv
 from core.config import EnergyConfig
 from core.devices import Device, DeviceError, discover
 from core.distributed import Collective, default_collective
@@ -75,6 +77,7 @@ class EnergySession:
         batch_size: int | None = None,
         sync: Callable[[], None] | None = None,
         limits_memory: LimitsMemory | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.cfg = cfg
         self.framework = framework
@@ -108,6 +111,9 @@ class EnergySession:
         self._epoch_index = 0
         self._resumed_state: dict[str, Any] | None = None
         self._samples: list[tuple[float, dict[str, float]]] = []
+        self._wall = wall_clock
+        self.carbon_policy: CarbonAwarePowerLimit | None = None
+        self._intensity: Series | None = None
 
     # -- helpers ---------------------------------------------------------------------------------------
     @property
@@ -166,7 +172,7 @@ class EnergySession:
             self._setup_power_limit()
         except (DeviceError, UsageError) as err:
             self._degrade(err, "setting up the power limit")
-        self._start_wall = time.time()
+        self._start_wall = self._wall()
         if self.measuring and self.monitor is not None:
             self.monitor.begin_window(FIT)
 
@@ -218,6 +224,11 @@ class EnergySession:
         if self.mode == "cap":
             self._apply_limit(cap_limit_w(rng.max_w, rng.min_w, cap_w=pl.cap_w, cap_fraction=pl.cap_fraction))
             return
+        if self.cfg.carbon.aware:
+            c = self.cfg.carbon
+            self._intensity = (Constant(float(c.intensity_g_per_kwh), "carbon.intensity_g_per_kwh")
+                               if c.intensity_g_per_kwh is not None
+                               else load_series_csv(Path(str(c.intensity_csv)), INTENSITY))
         world = self.collective.world_size if self.collective else 1
         self.tuner = PowerLimitTuner(
             profile_limits_w(rng.min_w, rng.max_w, pl.step_w), selector=pl.selector, eta=pl.eta,
@@ -241,10 +252,22 @@ class EnergySession:
         for gpu in self.gpus:
             self.guard.set_power_limit(gpu, watts)
         self.applied_limit_w = watts
-        now = time.time()
+        now = self._wall()
         for gpu in self.gpus:
             self.settings_timeline.append({"timestamp": now, "device": self._device_label(gpu),
                                            "setting": "power_limit_w", "value": watts})
+
+    def _carbon_target(self) -> float | None:
+        """Carbon-aware mode: the time- or energy-optimal limit of the profile, by grid intensity now."""
+        assert self.tuner is not None and self._intensity is not None
+        if self.carbon_policy is None:
+            c = self.cfg.carbon
+            self.carbon_policy = CarbonAwarePowerLimit(self.tuner.profile, threshold_g_per_kwh=c.threshold_g_per_kwh,
+                                                       interval_s=c.interval_s)
+        # Every process decides from rank 0's clock, so all apply the same limit at the same step.
+        now = self.collective.broadcast(self._wall()) if self.collective else self._wall()
+        change = self.carbon_policy.check(now, self._intensity)
+        return change.power_limit_w if change is not None else None
 
     def _device_label(self, dev: Device) -> str:
         return f"rank{self.rank}/{dev.key}"
@@ -256,11 +279,14 @@ class EnergySession:
         try:
             if self.tuner is not None:
                 action = self.tuner.on_step_begin()
-                if action.set_limit_w is not None:
+                target = action.set_limit_w
+                if self.tuner.done and self._intensity is not None:
+                    target = self._carbon_target()
+                if target is not None and target != self.applied_limit_w:
                     try:
-                        self._apply_limit(action.set_limit_w)
+                        self._apply_limit(target)
                     except (DeviceError, UsageError) as err:
-                        self._degrade(err, f"setting the power limit to {action.set_limit_w:g} W")
+                        self._degrade(err, f"setting the power limit to {target:g} W")
                 if action.begin_window and self.tuner is not None:
                     self.monitor.begin_window(PROFILE)
             self.monitor.begin_window(STEP)
@@ -386,7 +412,7 @@ class EnergySession:
         time_s = max(r["time_s"] for r in per_rank) + self.prior_time_s
         energy_j = sum(per_device.values()) + self.prior_energy_j
         self._samples = [s for r in per_rank for s in r["samples"]]
-        end_wall = time.time()
+        end_wall = self._wall()
         return {
             "schema": "wattwise.run/1",
             "wattwise_version": __version__,
@@ -413,6 +439,10 @@ class EnergySession:
             "settings": {"power_limit_w": self.applied_limit_w, "batch_size": self.batch_size,
                          "frequency_plan": None},
             "settings_timeline": [e for r in coll.all_gather(self.settings_timeline) for e in r],
+            "carbon_aware": ({"threshold_g_per_kwh": self.cfg.carbon.threshold_g_per_kwh,
+                              "interval_s": self.cfg.carbon.interval_s,
+                              "intensity_source": getattr(self._intensity, "source", None)}
+                             if self._intensity is not None else None),
         }
 
     def _power_limit_summary(self, energy_j: float) -> dict[str, Any] | None:

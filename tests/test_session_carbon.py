@@ -1,0 +1,73 @@
+"""Carbon-aware power limit inside a run: the session follows the grid intensity after tuning."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from core.config import load_config
+from core.devices import PowerModel, SimulatedGPU
+from core.power_limit import select_power_limit
+from core.session import EnergySession
+from core.workload import TorchLoop
+from tests.conftest import VirtualClock
+
+START = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc).timestamp()
+TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=0",
+        "power_limit.profile_steps=2", "power_limit.step_w=50", "monitor.sample_power=false",
+        "monitor.sync_cuda=false"]
+
+
+def run(tmp_path, overrides, steps: int, step_s: float = 1.0):
+    clock = VirtualClock(START)
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=step_s, clock=clock, sleep=clock.sleep)
+    cfg = load_config(overrides=[*TUNE, f"output_dir={tmp_path / 'run'}", *overrides])
+    session = EnergySession(cfg, devices=[gpu], wall_clock=clock)
+    loop = TorchLoop([gpu])
+    session.start()
+    session.epoch_begin()
+    for _ in range(steps):
+        session.step_begin()
+        loop.step()
+        session.step_end()
+    session.epoch_end()
+    return session, session.finish()
+
+
+def test_constant_dirty_grid_keeps_the_energy_optimal_limit(tmp_path):
+    session, summary = run(tmp_path, ["carbon.aware=true", "carbon.intensity_g_per_kwh=500"], 20)
+    assert session.tuner is not None
+    energy_opt = select_power_limit(session.tuner.profile, "energy").power_limit_w
+    assert summary["settings"]["power_limit_w"] == energy_opt
+    assert summary["carbon_aware"]["intensity_source"] == "carbon.intensity_g_per_kwh"
+
+
+def test_limit_switches_when_the_intensity_crosses_the_threshold(tmp_path):
+    # Tuning takes 10 steps of 1-2.6 s; then clean (100 g) until START+60 s, dirty (600 g) after.
+    csv = tmp_path / "ci.csv"
+    rows = ["timestamp,value"]
+    for k in range(0, 400, 30):
+        ts = dt.datetime.fromtimestamp(START + k, tz=dt.timezone.utc).isoformat()
+        rows.append(f"{ts},{100 if k < 60 else 600}")
+    csv.write_text("\n".join(rows) + "\n")
+    session, summary = run(tmp_path, ["carbon.aware=true", f"carbon.intensity_csv={csv}", "carbon.interval_s=5"],
+                           80)
+    assert session.tuner is not None
+    time_opt = select_power_limit(session.tuner.profile, "time").power_limit_w
+    energy_opt = select_power_limit(session.tuner.profile, "energy").power_limit_w
+    assert time_opt != energy_opt
+    # The first 5 changes are the profiled limits (300 ... 100 W); the carbon-aware ones follow.
+    changes = [(e["timestamp"] - START, e["value"]) for e in summary["settings_timeline"]][5:]
+    assert changes[0][1] == time_opt and changes[0][0] < 60
+    assert changes[-1][1] == energy_opt and changes[-1][0] >= 60
+    assert changes[-1][0] < 60 + 5 + 3  # re-checked within one interval (plus one step)
+
+
+def test_carbon_aware_needs_tuning_and_one_intensity_source():
+    from core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="power_limit.mode=tune"):
+        load_config(overrides=["carbon.aware=true", "carbon.intensity_g_per_kwh=100"])
+    with pytest.raises(ConfigError, match="exactly one"):
+        load_config(overrides=[*TUNE, "carbon.aware=true"])
