@@ -19,6 +19,7 @@ import warnings
 import lightning.pytorch as pl
 
 from core.devices import simulated_gpus
+from core.workload import use_one_cpu_thread
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
 
@@ -46,6 +47,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
+    use_one_cpu_thread()
     without, with_cb = [], []
     with tempfile.TemporaryDirectory() as tmp:
         one_fit(20, args.step_time, True, tmp)  # warm-up: imports, first-time allocations

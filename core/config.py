@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -133,7 +134,12 @@ def load_config(
         for path in yaml_paths:
             if not os.path.isfile(path):
                 raise ConfigError(f"config file {os.fspath(path)!r} not found")
-            layers.append(OmegaConf.load(os.fspath(path)))
+            try:
+                layer = OmegaConf.load(os.fspath(path))
+            except yaml.YAMLError as err:
+                first = str(err).splitlines()[0]
+                raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {first}") from None
+            layers.append(layer)
         if values:
             layers.append(OmegaConf.create(dict(values)))
         overrides = list(overrides)
@@ -142,6 +148,8 @@ def load_config(
                 raise ConfigError(f"override {item!r} must look like key=value, e.g. power_limit.eta=0.3")
         if overrides:
             layers.append(OmegaConf.from_dotlist(overrides))
+        for layer in layers:
+            _check_sections(schema, layer, "")
         merged = OmegaConf.merge(schema, *layers)
         cfg = OmegaConf.to_object(merged)
     except ConfigError:
@@ -151,6 +159,22 @@ def load_config(
     assert isinstance(cfg, EnergyConfig)
     validate(cfg)
     return cfg
+
+
+def _check_sections(schema: Any, layer: Any, prefix: str) -> None:
+    """A scalar or list where the schema has a section (`power_limit: 250`) names the section."""
+    if not OmegaConf.is_dict(layer):
+        return
+    for key in layer:
+        if key not in schema:
+            continue
+        path = f"{prefix}{key}"
+        if OmegaConf.is_dict(schema[key]):
+            value = layer[key]
+            if value is not None and not OmegaConf.is_dict(value):
+                raise ConfigError(f"config key {path!r} is a section; set its fields instead, "
+                                  f"e.g. {path}.<field>=<value> (see configs/energy.yaml)")
+            _check_sections(schema[key], value, f"{path}.")
 
 
 def _explain(err: OmegaConfBaseException) -> str:

@@ -268,6 +268,8 @@ def recover_stale_journals(directory: str | os.PathLike[str] | None = None, *,
         try:
             journal = json.loads(path.read_text())
             pid, jhost, changes = int(journal["pid"]), journal["host"], list(journal["changes"])
+            for change in changes:
+                _ = (change["device"]["backend"], change["setting"], change["original"])
         except (OSError, ValueError, KeyError, TypeError) as err:
             result.failed.append(f"{path}: unreadable journal ({err}); inspect or delete it")
             continue

@@ -207,6 +207,8 @@ class EnergyMonitor:
         if len(set(keys)) != len(keys):
             raise UsageError(f"EnergyMonitor got two devices with the same key: {keys}")
         self.devices = list(devices)
+        # Keys and counter support do not change: read them once, not at every window.
+        self._readers = [(d, d.key, d.has_energy_counter()) for d in self.devices]
         self.sync = sync
         if clock is None:
             clocks = {id(c): c for c in (getattr(d, "clock", None) for d in self.devices) if c is not None}
@@ -223,7 +225,7 @@ class EnergyMonitor:
         self.sampler: PowerSampler | None = None
         if sample_power or needs_sampler:
             interval = min([sample_interval_s, *(w / 2 for w in wrap_periods)])
-            self.sampler = PowerSampler(self.devices, interval)
+            self.sampler = PowerSampler(self.devices, interval, clock=wall_clock)
             self.sampler.start()
         self._log_path = Path(log_file) if log_file is not None else None
         self._log_lock = threading.Lock()
@@ -236,12 +238,12 @@ class EnergyMonitor:
 
     def _read_energy(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        for dev in self.devices:
-            if dev.has_energy_counter():
-                out[dev.key] = dev.energy_j()
+        for dev, key, counter in self._readers:
+            if counter:
+                out[key] = dev.energy_j()
             else:
                 assert self.sampler is not None
-                out[dev.key] = self.sampler.integrated_energy_j(dev.key)
+                out[key] = self.sampler.integrated_energy_j(key)
         return out
 
     def begin_window(self, name: str, *, sync: bool = True) -> None:
@@ -266,15 +268,15 @@ class EnergyMonitor:
         time_s = max(0.0, now - started.start_mono)
         energy: dict[str, float] = {}
         approximate: list[str] = []
-        for dev in self.devices:
-            delta = end[dev.key] - started.energy_j[dev.key]
+        for dev, key, _ in self._readers:
+            delta = end[key] - started.energy_j[key]
             if delta <= 0.0 and time_s > 0.0:
                 try:
                     delta = dev.power_w() * time_s
                 except DeviceError:
                     delta = 0.0
-                approximate.append(dev.key)
-            energy[dev.key] = delta
+                approximate.append(key)
+            energy[key] = delta
         m = Measurement(name, started.start_time, time_s, energy, tuple(approximate), self.simulated)
         self._log(m)
         return m
@@ -311,7 +313,7 @@ class EnergyMonitor:
         with self._log_lock, open(self._log_path, "a", newline="") as fh:
             csv.writer(fh).writerow(
                 [f"{m.start_time:.6f}", m.name, f"{m.time_s:.6f}", f"{m.total_energy_j:.6f}",
-                 *[f"{m.energy_j[d.key]:.6f}" for d in self.devices],
+                 *[f"{m.energy_j[key]:.6f}" for _, key, _ in self._readers],
                  ";".join(m.approximate), str(m.simulated).lower()])
 
     def close(self) -> None:

@@ -20,6 +20,16 @@ from core.devices.base import Device
 from core.devices.simulated import SimulatedGPU
 
 
+def use_one_cpu_thread() -> None:
+    """Run the tiny model on one CPU thread.
+
+    Its tensors are far too small to gain from intra-op threads, and on a busy machine their spin-waits
+    make a 1 ms step take 30 ms, longer than the modelled GPU step it should fit inside. Called by the
+    demo and benchmark runners, which own their process; never on import.
+    """
+    torch.set_num_threads(1)
+
+
 def tiny_model(in_features: int = 16, hidden: int = 32) -> nn.Module:
     return nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 

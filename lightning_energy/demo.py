@@ -15,7 +15,7 @@ from core.demo import DemoOptions, demo_overrides, demo_result
 from core.devices import PowerModel
 from core.devices.base import Device
 from core.power_limit import profile_limits_w
-from core.workload import emulate_step, tiny_dataset, tiny_model
+from core.workload import emulate_step, tiny_dataset, tiny_model, use_one_cpu_thread
 from lightning_energy.callback import EnergyCallback
 
 
@@ -85,6 +85,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
     # The demo prints its own report; Lightning's start-up chatter and per-run summaries would bury it.
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    use_one_cpu_thread()
     with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
         state_dir = options.state_dir or tmp
         common = demo_overrides(options, state_dir)

@@ -6,6 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+
+# The tests train tiny models: intra-op threads only add spin-waits on a shared 2-core machine.
+torch.set_num_threads(1)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -171,8 +171,6 @@ def test_no_sub_command_exits_2_without_a_traceback(capsys: pytest.CaptureFixtur
     assert "Traceback" not in err and "measure" in err
 
 
-@pytest.mark.xfail(reason="BUG: `wattwise` without a sub-command prints the whole --help on stderr instead "
-                          "of the one-line usage error main.py's docstring promises", strict=True)
 def test_no_sub_command_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert_one_line_error(capsys.readouterr().err, "wattwise")

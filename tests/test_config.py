@@ -70,8 +70,6 @@ def test_a_wrong_type_from_values_names_the_key() -> None:
         load_config(values={"power_limit": {"eta": [0.5]}})
 
 
-@pytest.mark.xfail(reason="BUG: OmegaConf's merge error for a scalar given where a section is expected "
-                          "carries no key, so the message says config key '?'", strict=True)
 def test_a_scalar_given_for_a_section_names_the_section(tmp_path: Path) -> None:
     path = yaml_file(tmp_path, "flat.yaml", "power_limit: 250\n")  # meant power_limit.cap_w
     with pytest.raises(ConfigError, match=r"\bpower_limit\b"):
@@ -149,8 +147,6 @@ def test_a_missing_yaml_file_names_the_file(tmp_path: Path) -> None:
         load_config([tmp_path / "nowhere.yaml"])
 
 
-@pytest.mark.xfail(reason="BUG: load_config lets yaml's ParserError escape instead of a ConfigError naming "
-                          "the file", strict=True)
 def test_a_malformed_yaml_file_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
     path = yaml_file(tmp_path, "bad.yaml", "power_limit: [unclosed\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml"):

@@ -372,9 +372,6 @@ def test_nothing_to_recover_when_no_journal_folder_exists() -> None:
     assert (result.restored, result.failed) == ([], [])
 
 
-@pytest.mark.xfail(reason="BUG: recover_stale_journals validates only the journal's top-level keys; a change "
-                          "without 'setting' raises KeyError out of it (a traceback from `wattwise restore`)",
-                   strict=True)
 def test_a_journal_with_a_malformed_change_is_reported_and_kept(state_file: Path) -> None:
     sim = SimulatedGPU(0, state_file=state_file)
     path = write_journal("partial.json", dead_pid(), [{"device": sim.spec(), "original": MAX_W}])

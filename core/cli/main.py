@@ -50,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
+        print(f"wattwise: error: no command given; choose one of {', '.join(COMMANDS)} "
+              "(see `wattwise --help`)", file=sys.stderr)
         return EXIT_USAGE
     try:
         return int(args.func(args))

@@ -131,17 +131,26 @@ class PowerModel:
             text = p.read_text()
         except OSError as err:
             raise UsageError(f"power model {p}: cannot read it ({err.strerror})") from None
-        rows = list(csv.DictReader(text.splitlines()))
-        need = {"power_limit", "time", "power"}
-        if not rows or not need <= set(rows[0]):
+        reader = csv.DictReader(text.splitlines())
+        if not reader.fieldnames or not {"power_limit", "time", "power"} <= set(reader.fieldnames):
             raise UsageError(f"power model {p}: needs a header with columns power_limit,time,power")
         parsed: list[tuple[float, float, float]] = []
-        for lineno, row in enumerate(rows, start=2):
+        seen: dict[float, int] = {}
+        for row in reader:
+            where = f"power model {p}, line {reader.line_num}"
             try:
-                parsed.append((float(row["power_limit"]), float(row["time"]), float(row["power"])))
+                values = (float(row["power_limit"]), float(row["time"]), float(row["power"]))
             except (TypeError, ValueError):
-                raise UsageError(f"power model {p}, line {lineno}: power_limit, time and power must be "
-                                 f"numbers (got {row})") from None
+                raise UsageError(f"{where}: power_limit, time and power must be numbers (got {row})") from None
+            for col, v in zip(("power_limit", "time", "power"), values, strict=True):
+                if not math.isfinite(v) or v <= 0:
+                    raise UsageError(f"{where}: {col} must be a positive number (got {v:g})")
+            if values[0] in seen:
+                raise UsageError(f"{where}: power_limit {values[0]:g} W repeats line {seen[values[0]]}")
+            seen[values[0]] = reader.line_num
+            parsed.append(values)
+        if not parsed:
+            raise UsageError(f"power model {p}: no rows after the header")
         parsed.sort()
         kwargs.setdefault("name", f"Simulated GPU ({p.name})")
         return cls(tuple(r[0] for r in parsed), tuple(r[1] for r in parsed), tuple(r[2] for r in parsed),

@@ -8,11 +8,13 @@ import sys
 
 import lightning.pytorch as pl
 
+from core.workload import use_one_cpu_thread
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
 
 if __name__ == "__main__":
     out = sys.argv[1]
+    use_one_cpu_thread()
     callback = EnergyCallback(
         mode="tune", backend="simulated", output_dir=out,
         overrides=["devices.simulated.base_step_time_s=0.01", "power_limit.wait_steps=1",
