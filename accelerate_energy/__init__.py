@@ -1,0 +1,9 @@
+"""Hugging Face Accelerate adapter for wattwise: one environment variable, at most one line in a script.
+
+    accelerator = accelerate_energy.attach(Accelerator(...))   # does nothing unless ACCELERATE_ENERGY=1
+"""
+
+from accelerate_energy.adapter import AccelerateEnergy, attach, energy, epoch_end, session
+from accelerate_energy.plugin import EnergyPlugin
+
+__all__ = ["AccelerateEnergy", "EnergyPlugin", "attach", "energy", "epoch_end", "session"]

@@ -1,0 +1,203 @@
+"""The adapter: an `Accelerator`'s life cycle translated into `core.session.EnergySession` calls.
+
+Accelerate has no callbacks, so `attach` hooks the accelerator instance itself:
+
+- `prepare_optimizer` (which `prepare` uses): the session starts when the optimizer is prepared, and a
+  step post-hook on the wrapped torch optimizer closes one step and opens the next. That hook runs only
+  when the optimizer really stepped: not on gradient-accumulation micro-batches (Accelerate's
+  `AcceleratedOptimizer` skips the inner `step` while `sync_gradients` is False), not when the gradient
+  scaler skipped the step for an overflow. A step's window therefore spans one real optimizer step
+  cycle, data loading and accumulation included, and the power-limit tuner counts real steps.
+- `end_training`: the run finishes (summary written on the main process, settings restored) before the
+  process group is destroyed. Without `end_training`, the run finishes at interpreter exit.
+- `register_for_checkpointing`: the session's state goes into `save_state` / `load_state`.
+
+Metrics go through `accelerator.log` to the user's trackers, already combined over processes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import sys
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from torch.utils.hooks import RemovableHandle
+
+from accelerate_energy.plugin import EnergyPlugin
+from core.config import EnergyConfig
+from core.devices.base import Device
+from core.report_text import format_summary
+from core.session import STEP, EnergySession, StepRecord
+
+log = logging.getLogger(__name__)
+
+#: Attribute of an attached accelerator that holds its `AccelerateEnergy`.
+_ATTRIBUTE = "_wattwise_energy"
+
+
+class AccelerateEnergy:
+    """The energy session of one `Accelerator`. Made by `attach`; see the module docstring."""
+
+    def __init__(self, accelerator: Accelerator, config: EnergyConfig, *,
+                 devices: list[Device] | None = None, print_summary: bool = True) -> None:
+        self.accelerator = accelerator
+        self.config = config
+        #: Print the few-line summary on stderr (main process) when the run finishes.
+        self.print_summary = print_summary
+        self.session = EnergySession(config, framework="accelerate", devices=devices,
+                                     local_rank=accelerator.local_process_index)
+        #: The run's summary once it finished (on every process), else None.
+        self.summary: dict[str, Any] | None = None
+        self._step_hook: RemovableHandle | None = None
+        self._epoch_first_step = 0
+
+    def install(self) -> None:
+        """Hook the accelerator's optimizer preparation and end of training, and register for checkpoints."""
+        acc = self.accelerator
+        if energy(acc) is not None:
+            raise RuntimeError("wattwise is already attached to this accelerator")
+        setattr(acc, _ATTRIBUTE, self)
+        prepare_optimizer, end_training = acc.prepare_optimizer, acc.end_training
+
+        def prepare_optimizer_measured(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            prepared = prepare_optimizer(optimizer, *args, **kwargs)
+            self._follow(prepared)
+            return prepared
+
+        def end_training_measured() -> None:
+            self.finish("completed")
+            end_training()
+
+        acc.prepare_optimizer = prepare_optimizer_measured
+        acc.end_training = end_training_measured
+        acc.register_for_checkpointing(self)
+
+    # -- life cycle ------------------------------------------------------------------------------------
+    def _follow(self, prepared: torch.optim.Optimizer) -> None:
+        """Count the real steps of the optimizer prepared last (a new one replaces the previous one, as
+        after `find_executable_batch_size` retries with a smaller batch)."""
+        inner = getattr(prepared, "optimizer", prepared)  # the torch optimizer inside AcceleratedOptimizer
+        if self._step_hook is not None:
+            self._step_hook.remove()
+        self._step_hook = inner.register_step_post_hook(self._on_optimizer_step)
+        if not self.session.started:
+            self.session.start()
+            self.session.epoch_begin()
+            self.session.step_begin()
+            self._epoch_first_step = self.session.step_count
+            atexit.register(self._at_exit)
+
+    def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        session = self.session
+        rec = session.step_end()
+        if rec is not None and session.step_count % self.config.log_every_n_steps == 0:
+            metrics = {"energy/step_j": rec.energy_j, "time/step_s": rec.time_s, "power/avg_w": rec.avg_power_w}
+            if session.applied_limit_w is not None:
+                metrics["power/limit_w"] = session.applied_limit_w
+            self.accelerator.log(metrics, step=session.step_count)
+        session.step_begin()
+
+    def epoch_end(self) -> StepRecord | None:
+        """Close the epoch (time and energy over all processes) and open the next one."""
+        session = self.session
+        if not session.started or session.finished:
+            return None
+        rec = self._close_epoch()
+        session.epoch_begin()
+        # The wait since the last real step (evaluation, checkpointing) belongs to no step.
+        if session.monitor is not None and session.monitor.is_open(STEP):
+            session.monitor.cancel_window(STEP)
+        session.step_begin()
+        return rec
+
+    def _close_epoch(self) -> StepRecord | None:
+        rec = self.session.epoch_end()
+        self._epoch_first_step = self.session.step_count
+        if rec is not None:
+            self.accelerator.log({"energy/epoch_j": rec.energy_j, "time/epoch_s": rec.time_s,
+                                  "power/epoch_avg_w": rec.avg_power_w}, step=self.session.step_count)
+        return rec
+
+    def finish(self, status: str = "completed") -> dict[str, Any] | None:
+        """End the run on every process: restore settings, write the summary (main process), log it."""
+        session = self.session
+        if not session.started or session.finished:
+            return self.summary
+        atexit.unregister(self._at_exit)
+        if self._step_hook is not None:
+            self._step_hook.remove()
+            self._step_hook = None
+        if session.step_count > self._epoch_first_step:  # the last (or only) epoch
+            self._close_epoch()
+        self.summary = session.finish(status)
+        if self.summary is not None:
+            self.accelerator.log({"energy/fit_j": self.summary["energy_j"], "time/fit_s": self.summary["time_s"]},
+                                 step=session.step_count)
+            if self.print_summary:
+                self.accelerator.print(format_summary(self.summary, output_dir=self.config.output_dir),
+                                       file=sys.stderr)
+        return self.summary
+
+    def _at_exit(self) -> None:
+        """The script ended without `end_training`: finish, or restore only if it died of an exception."""
+        exc = getattr(sys, "last_value", None)  # set by the interpreter for an uncaught exception
+        if exc is None and self._processes_can_meet():
+            self.finish("completed")
+            return
+        self.session.abort(exc)
+        if self.session.collective is None or self.session.collective.world_size == 1:
+            self.finish("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+        else:
+            # The other processes may have died or be stuck in a collective: meeting them could hang.
+            log.warning("wattwise: the run ended %s; GPU settings restored, no summary written "
+                        "(call accelerator.end_training() at the end of training for one)",
+                        f"with {type(exc).__name__}" if exc is not None else "after the process group was destroyed")
+
+    def _processes_can_meet(self) -> bool:
+        collective = self.session.collective
+        if collective is None or collective.world_size == 1:
+            return True
+        return bool(torch.distributed.is_initialized())
+
+    # -- checkpoints (register_for_checkpointing) ------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return self.session.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.session.load_state_dict(state)
+
+
+def attach(accelerator: Accelerator, plugin: EnergyPlugin | None = None, *,
+           devices: list[Device] | None = None) -> Accelerator:
+    """Turn wattwise on for `accelerator` when the plugin is enabled; returns the same accelerator.
+
+    `plugin` defaults to `EnergyPlugin()`, which reads the `ACCELERATE_ENERGY_*` environment variables;
+    when it is not enabled nothing is touched. `devices` replaces device discovery (tests, custom set-ups).
+    A bad setting raises `core.errors.ConfigError` here, before training starts.
+    """
+    plugin = plugin if plugin is not None else EnergyPlugin()
+    if plugin.enabled and energy(accelerator) is None:
+        AccelerateEnergy(accelerator, plugin.to_config(), devices=devices).install()
+    return accelerator
+
+
+def energy(accelerator: Accelerator) -> AccelerateEnergy | None:
+    """The energy handle of an attached accelerator (its `session`, `summary`), or None when off."""
+    found = getattr(accelerator, _ATTRIBUTE, None)
+    return found if isinstance(found, AccelerateEnergy) else None
+
+
+def session(accelerator: Accelerator) -> EnergySession | None:
+    """The energy session of `accelerator` (its `gpus`, `last_step`, ...), or None when wattwise is off."""
+    found = energy(accelerator)
+    return found.session if found is not None else None
+
+
+def epoch_end(accelerator: Accelerator) -> StepRecord | None:
+    """Optional: mark the end of an epoch (per-epoch energy in the summary; tuning never profiles across
+    it). Without it the run is one epoch. Does nothing when wattwise is off."""
+    found = energy(accelerator)
+    return found.epoch_end() if found is not None else None

@@ -1,0 +1,315 @@
+"""`accelerate_energy.attach` in real Accelerate loops on simulated GPUs driven by a virtual clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from accelerate.tracking import GeneralTracker
+from torch import nn
+
+import accelerate_energy
+from accelerate_energy import EnergyPlugin
+from core.devices import PowerModel, SimulatedGPU
+from core.devices.base import NoPermissionError
+from core.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from core.session import EnergyPluginWarning
+from core.workload import emulate_step, tiny_dataset, tiny_model
+
+BASE_S = 0.01
+BATCH = 8
+QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
+TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
+        "power_limit.step_w=50"]
+#: Steps the tuner needs with TUNE on the default model (300, 250, 200, 150, 100 W).
+TUNING_STEPS = 1 + 5 * (1 + 2)
+
+
+class Clock:
+    """A clock that moves only when something sleeps: simulated GPUs timed by it give exact figures."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += max(0.0, seconds)
+
+
+class DeniedGPU(SimulatedGPU):
+    def set_power_limit_w(self, watts: float) -> None:
+        raise NoPermissionError("setting the power limit needs root or CAP_SYS_ADMIN")
+
+
+class Recorder(GeneralTracker):
+    """A tracker that keeps what `accelerator.log` sends it."""
+
+    name = "recorder"
+    requires_logging_directory = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged: list[tuple[int | None, dict[str, Any]]] = []
+
+    @property
+    def tracker(self) -> Recorder:
+        return self
+
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        pass
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.logged.append((step, dict(values)))
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+    for var in list(os.environ):
+        if var.startswith("ACCELERATE_ENERGY"):
+            monkeypatch.delenv(var)
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def make_gpu(clock: Clock, cls: type[SimulatedGPU] = SimulatedGPU) -> SimulatedGPU:
+    return cls(0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep)
+
+
+def plugin(tmp_path: Path, *overrides: str, **fields: Any) -> EnergyPlugin:
+    return EnergyPlugin(enabled=True, output_dir=str(tmp_path / "run"), overrides=[*QUIET, *overrides], **fields)
+
+
+def train(accelerator: Accelerator, batches: int, *, epochs: int = 1, mark_epochs: bool = False,
+          during: Any = None) -> None:
+    """A plain Accelerate loop; each micro-batch lasts the simulated GPU's modelled step time."""
+    torch.manual_seed(0)
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(tiny_dataset(batches * BATCH), batch_size=BATCH)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    session = accelerate_energy.session(accelerator)
+    gpus = session.gpus if session is not None else []
+    for _ in range(epochs):
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                emulate_step(gpus, lambda: accelerator.backward(nn.functional.mse_loss(model(x), y)))  # noqa: B023
+                optimizer.step()
+                optimizer.zero_grad()
+            if during is not None:
+                during()
+        if mark_epochs:
+            accelerate_energy.epoch_end(accelerator)
+
+
+def summary(tmp_path: Path, name: str = "run") -> dict[str, Any]:
+    return json.loads((tmp_path / name / "summary.json").read_text())
+
+
+def expected_choice(selector: str, eta: float) -> float:
+    """The choice computed straight from the power model, independently of the adapter."""
+    model = PowerModel.default()
+    lo, hi = model.limit_range_w
+    entries = []
+    for w in profile_limits_w(lo, hi, 50.0):
+        t, p = model.at_limit(w)
+        entries.append(ProfileEntry(w, t * BASE_S, p * t * BASE_S))
+    return select_power_limit(entries, selector, eta=eta, max_power_w=hi).power_limit_w
+
+
+def test_a_step_is_an_optimizer_step_that_really_happened(tmp_path, clock):
+    gpu = make_gpu(clock)
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True, gradient_accumulation_steps=4),
+                                           plugin(tmp_path), devices=[gpu])
+    train(accelerator, batches=20)
+    accelerator.end_training()
+
+    s = summary(tmp_path)
+    busy_w = PowerModel.default().at_limit(300.0)[1]
+    assert s["steps"] == 5  # 20 micro-batches, 4 per optimizer step
+    assert s["framework"] == "accelerate" and s["status"] == "completed"
+    assert s["energy_j"] == pytest.approx(20 * BASE_S * busy_w)
+    assert s["time_s"] == pytest.approx(20 * BASE_S)
+    assert [e["energy_j"] for e in s["epochs"]] == [pytest.approx(s["energy_j"])]
+    rows = (tmp_path / "run" / "windows.csv").read_text().splitlines()
+    step_times_s = [float(r.split(",")[2]) for r in rows if r.split(",")[1] == "step"]
+    assert step_times_s == [pytest.approx(4 * BASE_S)] * 5
+
+
+@pytest.mark.parametrize(("selector", "eta"), [("cost", 0.5), ("energy", 0.5), ("time", 0.5)])
+def test_tuning_picks_what_the_power_model_says_and_restores_the_limit(tmp_path, clock, selector, eta):
+    gpu = make_gpu(clock)
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True),
+                                           plugin(tmp_path, *TUNE, mode="tune", selector=selector, eta=eta),
+                                           devices=[gpu])
+    seen_w: list[float] = []
+    train(accelerator, batches=TUNING_STEPS + 4, during=lambda: seen_w.append(gpu.power_limit_w()))
+    accelerator.end_training()
+
+    chosen = expected_choice(selector, eta)
+    assert summary(tmp_path)["power_limit"]["chosen_power_limit_w"] == chosen
+    assert seen_w[-1] == chosen  # applied after tuning
+    assert gpu.power_limit_w() == 300.0  # restored at end_training
+
+
+def test_cap_applies_during_training_and_is_restored_after(tmp_path, clock):
+    gpu = make_gpu(clock)
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, mode="cap", cap_fraction=0.5),
+                                           devices=[gpu])
+    seen_w: list[float] = []
+    train(accelerator, batches=4, during=lambda: seen_w.append(gpu.power_limit_w()))
+    accelerator.end_training()
+
+    assert seen_w == [150.0] * 4
+    assert gpu.power_limit_w() == 300.0
+    assert summary(tmp_path)["power_limit"] == {"mode": "cap", "chosen_power_limit_w": 150.0}
+
+
+def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path, clock):
+    gpu = make_gpu(clock, DeniedGPU)
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"),
+                                           devices=[gpu])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(accelerator, batches=TUNING_STEPS)
+        accelerator.end_training()
+
+    ours = [w for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    assert len(ours) == 1 and "measurement only" in str(ours[0].message)
+    s = summary(tmp_path)
+    assert s["steps"] == TUNING_STEPS and s["energy_j"] > 0
+    assert s["power_limit"] is None
+
+
+def test_strict_mode_raises_without_permission(tmp_path, clock):
+    gpu = make_gpu(clock, DeniedGPU)
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True),
+                                           plugin(tmp_path, mode="cap", cap_w=200.0, strict=True), devices=[gpu])
+    with pytest.raises(NoPermissionError):
+        train(accelerator, batches=2)
+
+
+def test_metrics_reach_the_trackers_combined_and_numbered_by_optimizer_step(tmp_path, clock):
+    recorder = Recorder()
+    gpu = make_gpu(clock)
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True, log_with=[recorder]), plugin(tmp_path, mode="cap",
+                                           cap_w=200.0), devices=[gpu])
+    accelerator.init_trackers("energy-test")
+    train(accelerator, batches=3, epochs=2, mark_epochs=True)
+    accelerator.end_training()
+
+    steps = [(step, m) for step, m in recorder.logged if "energy/step_j" in m]
+    assert [step for step, _ in steps] == [1, 2, 3, 4, 5, 6]
+    assert all(m["power/limit_w"] == 200.0 for _, m in steps)
+    epochs = [(step, m["energy/epoch_j"]) for step, m in recorder.logged if "energy/epoch_j" in m]
+    assert [step for step, _ in epochs] == [3, 6]
+    fit = [m for _, m in recorder.logged if "energy/fit_j" in m]
+    assert fit == [{"energy/fit_j": pytest.approx(summary(tmp_path)["energy_j"]),
+                    "time/fit_s": pytest.approx(summary(tmp_path)["time_s"])}]
+
+
+def test_epochs_are_measured_where_the_script_marks_them(tmp_path, clock):
+    gpu = make_gpu(clock)
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path), devices=[gpu])
+    train(accelerator, batches=3, epochs=2, mark_epochs=True)
+    accelerator.end_training()
+
+    s = summary(tmp_path)
+    busy_w = PowerModel.default().at_limit(300.0)[1]
+    assert [e["epoch"] for e in s["epochs"]] == [0, 1]
+    assert [e["energy_j"] for e in s["epochs"]] == [pytest.approx(3 * BASE_S * busy_w)] * 2
+    assert s["steps"] == 6
+
+
+def test_resumed_run_keeps_energy_and_choice_without_profiling_again(tmp_path, clock):
+    gpu = make_gpu(clock)
+    first = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"), devices=[gpu])
+    train(first, batches=TUNING_STEPS + 2)
+    first.save_state(str(tmp_path / "checkpoint"))
+    first.end_training()
+    before = summary(tmp_path)
+
+    set_calls: list[float] = []
+
+    class CountingGPU(SimulatedGPU):
+        def set_power_limit_w(self, watts: float) -> None:
+            set_calls.append(watts)
+            super().set_power_limit_w(watts)
+
+    gpu2 = CountingGPU(0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep)
+    second = accelerate_energy.attach(Accelerator(cpu=True),
+                                      EnergyPlugin(enabled=True, output_dir=str(tmp_path / "run2"), mode="tune",
+                                                   overrides=[*QUIET, *TUNE]), devices=[gpu2])
+    torch.manual_seed(0)
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer = second.prepare(model, optimizer)
+    second.load_state(str(tmp_path / "checkpoint"))
+    x, y = tiny_dataset(BATCH).tensors
+    for _ in range(3):
+        emulate_step([gpu2], lambda: second.backward(nn.functional.mse_loss(model(x), y)))
+        optimizer.step()
+        optimizer.zero_grad()
+    second.end_training()
+
+    after = summary(tmp_path, "run2")
+    chosen = before["power_limit"]["chosen_power_limit_w"]
+    assert after["power_limit"]["chosen_power_limit_w"] == chosen
+    assert set(set_calls) == {chosen, 300.0}  # the chosen limit, then the restore: no profiling
+    assert after["resumed_energy_j"] == pytest.approx(before["energy_j"])
+    assert after["steps"] == before["steps"] + 3
+
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    from accelerate import Accelerator
+    import accelerate_energy
+    from core.workload import TorchLoop
+
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True))
+    loop = TorchLoop([])
+    loop.model, loop.optimizer = accelerator.prepare(loop.model, loop.optimizer)
+    loop.gpus = accelerate_energy.session(accelerator).gpus
+    for _ in range(3):
+        loop.step()
+    {ending}
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("ending", "status"), [("raise RuntimeError('training broke')", "failed"),
+                                                ("pass  # no end_training()", "completed")])
+def test_a_script_that_ends_without_end_training_restores_the_limit_and_writes_the_summary(tmp_path, ending,
+                                                                                           status):
+    home = tmp_path / "home"
+    env = {**os.environ, "WATTWISE_HOME": str(home), "ACCELERATE_ENERGY": "1", "ACCELERATE_ENERGY_MODE": "cap",
+           "ACCELERATE_ENERGY_CAP_W": "150", "ACCELERATE_ENERGY_BACKEND": "simulated",
+           "ACCELERATE_ENERGY_OUTPUT_DIR": str(tmp_path / "run")}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(ending=ending)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+
+    assert (proc.returncode != 0) == (status == "failed"), proc.stderr
+    s = summary(tmp_path)
+    assert s["status"] == status and s["steps"] == 3
+    assert s["power_limit"]["chosen_power_limit_w"] == 150.0
+    # The simulated GPU keeps its settings in a file, as a real GPU outlives the process: back at 300 W.
+    assert json.loads((home / "simulated" / "gpu0.json").read_text())["power_limit_w"] == 300.0
+    assert not list((home / "journal").glob("*.json"))
