@@ -43,15 +43,16 @@ def tiny_dataset(n: int = 512, in_features: int = 16, seed: int = 0) -> torch.ut
     return torch.utils.data.TensorDataset(x, y)
 
 
-def emulate_step(gpus: Sequence[Device], work: Callable[[], Any]) -> Any:
+def emulate_step(gpus: Sequence[Device], work: Callable[[], Any], base_time_s: float | None = None) -> Any:
     """Run `work` as one step on `gpus`: simulated GPUs are busy for the modelled step time.
 
     With several simulated GPUs (data parallel in one process) the step lasts as long as the slowest.
+    `base_time_s` overrides the GPUs' own step time at full power.
     """
     sims = [g for g in gpus if isinstance(g, SimulatedGPU)]
     if not sims:
         return work()
-    target_s = max(g.step_time_s() for g in sims)
+    target_s = max(g.step_time_s(base_time_s) for g in sims)
     clock, sleep = sims[0].clock, sims[0].sleep
     with contextlib.ExitStack() as stack:
         for g in sims:
@@ -96,3 +97,20 @@ class TorchLoop:
 
         self.last_loss = emulate_step(self.gpus, work)
         return self.last_loss
+
+
+def emulate_stage(stage: Any, gpu: SimulatedGPU, *, forward_s: float, backward_s: float) -> None:
+    """Make a `torch.distributed.pipelining` stage's instructions take the simulated GPU's modelled time.
+
+    Each forward (backward) runs with the GPU busy for `forward_s` (`backward_s`) scaled by the power
+    model at the GPU's current settings, so a clock locked before the instruction changes its time and
+    energy. Attach this first and the `FrequencyController` after, so the clock is set before the time
+    is modelled.
+    """
+    for name, base_s in (("forward_one_chunk", forward_s), ("backward_one_chunk", backward_s)):
+        original = getattr(stage, name)
+
+        def wrapped(*args: Any, _original: Any = original, _base_s: float = base_s, **kwargs: Any) -> Any:
+            return emulate_step([gpu], lambda: _original(*args, **kwargs), base_time_s=_base_s)
+
+        setattr(stage, name, wrapped)
