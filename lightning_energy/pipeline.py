@@ -1,0 +1,60 @@
+"""`PipelineFrequencyCallback`: run a pipeline stage at the frequencies of a Perseus-style plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+from core.devices import discover
+from core.devices.base import Device
+from core.guard import SettingsGuard
+from core.pipeline.controller import FrequencyController, load_stage_plan
+
+
+class PipelineFrequencyCallback(Callback):
+    """Follow a frequency plan (PLAN.json from `wattwise plan`) on this process's pipeline stage.
+
+    The LightningModule exposes its `torch.distributed.pipelining` stage as the attribute named
+    `stage_attr` (default `pipeline_stage`); the stage's `stage_index` selects the plan's row. The GPU is
+    this process's own (its local rank), or `device` if given. Clocks are reset when fit ends, fails or
+    the process is signalled.
+    """
+
+    def __init__(self, plan: str, stage_attr: str = "pipeline_stage", backend: str = "auto",
+                 strict: bool = False, device: Device | None = None) -> None:
+        super().__init__()
+        self.plan_path = plan
+        self.stage_attr = stage_attr
+        self.backend = backend
+        self.strict = strict
+        self._device = device
+        self.controller: FrequencyController | None = None
+        self._detach: Any = None
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        stage = getattr(pl_module, self.stage_attr, None)
+        if stage is None:
+            raise AttributeError(f"PipelineFrequencyCallback: the LightningModule has no `{self.stage_attr}` "
+                                 "attribute holding its torch.distributed.pipelining stage")
+        plan = load_stage_plan(self.plan_path, int(stage.stage_index))
+        gpu = self._device or discover(self.backend, gpu_indices=[trainer.local_rank]).gpus[0]
+        guard = SettingsGuard()
+        guard.install_signal_handlers()
+        self.controller = FrequencyController(plan, gpu, guard, strict=self.strict)
+        self._detach = self.controller.attach(stage)
+
+    def _close(self) -> None:
+        if self._detach is not None:
+            self._detach()
+            self._detach = None
+        if self.controller is not None:
+            self.controller.close()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._close()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._close()
