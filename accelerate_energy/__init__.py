@@ -4,6 +4,7 @@
 """
 
 from accelerate_energy.adapter import AccelerateEnergy, attach, energy, epoch_end, session
+from accelerate_energy.pipeline import follow_frequency_plan
 from accelerate_energy.plugin import EnergyPlugin
 
-__all__ = ["AccelerateEnergy", "EnergyPlugin", "attach", "energy", "epoch_end", "session"]
+__all__ = ["AccelerateEnergy", "EnergyPlugin", "attach", "energy", "epoch_end", "follow_frequency_plan", "session"]

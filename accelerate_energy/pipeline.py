@@ -1,0 +1,38 @@
+"""Following a Perseus-style frequency plan on a pipeline stage in an Accelerate script."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelerate import Accelerator
+
+from core.devices import discover
+from core.devices.base import Device
+from core.guard import SettingsGuard
+from core.pipeline.controller import FrequencyController, load_stage_plan
+
+
+def follow_frequency_plan(accelerator: Accelerator, stage: Any, plan: str, *, backend: str = "auto",
+                          strict: bool = False, device: Device | None = None) -> FrequencyController:
+    """Run `stage` (a `torch.distributed.pipelining` stage) at the frequencies PLAN.json gives its index.
+
+        controller = accelerate_energy.follow_frequency_plan(accelerator, stage, "plan.json")
+
+    The GPU is this process's own (`accelerator.local_process_index`) unless `device` is given. Clocks are
+    reset at `accelerator.end_training()`, at interpreter exit and on SIGTERM/SIGINT.
+    """
+    steps = load_stage_plan(plan, int(stage.stage_index))
+    gpu = device or discover(backend, gpu_indices=[accelerator.local_process_index]).gpus[0]
+    guard = SettingsGuard()
+    guard.install_signal_handlers()
+    controller = FrequencyController(steps, gpu, guard, strict=strict)
+    detach = controller.attach(stage)
+    end_training = accelerator.end_training
+
+    def end_training_and_reset() -> None:
+        detach()
+        controller.close()
+        end_training()
+
+    accelerator.end_training = end_training_and_reset
+    return controller
