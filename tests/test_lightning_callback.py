@@ -188,7 +188,7 @@ def test_tuned_limit_is_reused_by_the_next_run_of_the_same_job(tmp_path, virtual
 def test_bad_arguments_fail_when_the_callback_is_built():
     from core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="power_limit.mode"):
+    with pytest.raises(ConfigError, match=r"power_limit\.mode"):
         EnergyCallback(mode="turbo")
     with pytest.raises(ConfigError, match="eta"):
         EnergyCallback(eta=3.0)

@@ -67,7 +67,7 @@ def test_limit_switches_when_the_intensity_crosses_the_threshold(tmp_path):
 def test_carbon_aware_needs_tuning_and_one_intensity_source():
     from core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="power_limit.mode=tune"):
+    with pytest.raises(ConfigError, match=r"power_limit\.mode=tune"):
         load_config(overrides=["carbon.aware=true", "carbon.intensity_g_per_kwh=100"])
     with pytest.raises(ConfigError, match="exactly one"):
         load_config(overrides=[*TUNE, "carbon.aware=true"])
