@@ -24,6 +24,8 @@ COMMANDS: tuple[str, ...] = (
     "restore",
     "advise",
     "report",
+    "jobs",
+    "simulate",
 )
 
 EXIT_USAGE = 2

@@ -1,0 +1,176 @@
+"""`wattwise jobs list|show NAME|reset NAME`: the recurring jobs in the store and their history.
+
+The store is `--store` (a SQLite file path or a database URL), else `$WATTWISE_STORE`, else the
+SQLite file in wattwise's state directory. Listing a store that does not exist yet creates nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from core.recurring.spec import JobSpec, RunRecord
+from core.recurring.store import default_store_url, open_store, store_url, unknown_job
+from core.recurring.summary import JobSummary, summarize
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "jobs",
+        help="list, show or reset the recurring jobs in the store",
+        description=(
+            "Recurring jobs remember their runs (batch size, power limit, energy, time, cost, whether the "
+            "target was reached) in a store shared by every run of the job. The store is --store (a "
+            "SQLite file path or a URL such as postgresql://user@host/db), else $WATTWISE_STORE, else "
+            "jobs.sqlite in wattwise's state directory ($WATTWISE_HOME or ~/.local/state/wattwise)."
+        ),
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", help="SQLite file path or database URL (default: $WATTWISE_STORE or the state dir)")
+    common.add_argument("--json", action="store_true", help="print JSON")
+
+    listing = actions.add_parser("list", parents=[common], help="every job with its run counts and totals")
+    listing.set_defaults(func=run_list)
+    show = actions.add_parser("show", parents=[common], help="one job: settings, batch sizes, every run")
+    show.add_argument("name", metavar="NAME", help="job name (see `wattwise jobs list`)")
+    show.set_defaults(func=run_show)
+    reset = actions.add_parser("reset", parents=[common], help="forget a job and its whole history")
+    reset.add_argument("name", metavar="NAME", help="job name (see `wattwise jobs list`)")
+    reset.set_defaults(func=run_reset)
+
+
+def _url(args: argparse.Namespace) -> str:
+    return store_url(args.store) if args.store else default_store_url()
+
+
+def _missing_sqlite_file(url: str) -> bool:
+    parsed = make_url(url)
+    database = parsed.database or ""
+    return parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not Path(database).exists()
+
+
+def _number(value: float | None) -> Any:
+    """JSON has no infinity: infinite and missing numbers are null."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _spec_dict(spec: JobSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "batch_sizes": list(spec.batch_sizes),
+        "default_batch_size": spec.default_batch_size,
+        "target_metric": spec.target_metric,
+        "metric_mode": spec.metric_mode,
+        "max_epochs": spec.max_epochs,
+        "max_power_w": spec.max_power_w,
+        "eta": spec.eta,
+        "beta": spec.beta,
+    }
+
+
+def _run_dict(run: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "batch_size": run.batch_size,
+        "phase": run.phase,
+        "state": run.state,
+        "power_limit_w": run.power_limit_w,
+        "epochs": run.epochs,
+        "energy_j": run.energy_j,
+        "time_s": run.time_s,
+        "cost": run.cost,
+        "cost_limit": _number(run.cost_limit),
+        "started_at_s": run.started_at_s,
+        "updated_at_s": run.updated_at_s,
+    }
+
+
+def run_list(args: argparse.Namespace) -> int:
+    url = _url(args)
+    summaries: list[JobSummary] = []
+    if not _missing_sqlite_file(url):
+        store = open_store(url)
+        try:
+            summaries = [summarize(s, store.runs(s.name), store.power_limits(s.name)) for s in store.list_jobs()]
+        finally:
+            store.close()
+    if args.json:
+        print(
+            json.dumps({"store": make_url(url).render_as_string(), "jobs": [s.to_dict() for s in summaries]}, indent=2)
+        )
+        return 0
+    if not summaries:
+        print(f"no recurring jobs in {make_url(url).render_as_string()}")
+        return 0
+    print(f"{'job':<32} {'runs':>5} {'reached':>7} {'failed':>6} {'open':>4} {'best bs':>7} {'energy (J)':>12}")
+    for s in summaries:
+        print(
+            f"{s.name:<32} {s.runs:>5} {s.reached:>7} {s.failed:>6} {s.open:>4} {s.best_batch_size:>7} "
+            f"{s.energy_j:>12.4g}"
+        )
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    url = _url(args)
+    if _missing_sqlite_file(url):
+        raise unknown_job(args.name)
+    store = open_store(url)
+    try:
+        spec = store.get_job(args.name)
+        if spec is None:
+            raise unknown_job(args.name)
+        runs = store.runs(spec.name)
+        summary = summarize(spec, runs, store.power_limits(spec.name))
+    finally:
+        store.close()
+    if args.json:
+        payload = {"job": _spec_dict(spec), "summary": summary.to_dict(), "runs": [_run_dict(r) for r in runs]}
+        print(json.dumps(payload, indent=2))
+        return 0
+    print(
+        f"job {spec.name}: target {spec.metric_mode} {spec.target_metric:g} within {spec.max_epochs} epochs, "
+        f"eta {spec.eta:g}, beta {spec.beta:g}, max power {spec.max_power_w:g} W, default batch size "
+        f"{spec.default_batch_size}"
+    )
+    print(
+        f"{summary.runs} runs ({summary.reached} reached, {summary.failed} failed, {summary.open} open); "
+        f"{summary.energy_j:.4g} J, {summary.time_s:.4g} s; best batch size so far {summary.best_batch_size}"
+    )
+    print(f"{'batch':>6} {'runs':>5} {'reached':>7} {'mean cost (J)':>14} {'mean epochs':>11} {'limit (W)':>9}")
+    for b in summary.batch_sizes:
+        cost = f"{b.mean_reached_cost:.4g}" if b.mean_reached_cost is not None else "-"
+        epochs = f"{b.mean_reached_epochs:.3g}" if b.mean_reached_epochs is not None else "-"
+        limit = f"{b.power_limit_w:g}" if b.power_limit_w is not None else "-"
+        print(f"{b.batch_size:>6} {b.runs:>5} {b.reached:>7} {cost:>14} {epochs:>11} {limit:>9}")
+    if runs:
+        print(f"{'run':>5} {'batch':>6} {'phase':<10} {'state':<8} {'limit (W)':>9} {'epochs':>6} {'cost (J)':>10}")
+        for r in runs:
+            limit = f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-"
+            cost = f"{r.cost:.4g}" if r.cost is not None else "-"
+            print(f"{r.run_id:>5} {r.batch_size:>6} {r.phase:<10} {r.state:<8} {limit:>9} {r.epochs:>6} {cost:>10}")
+    return 0
+
+
+def run_reset(args: argparse.Namespace) -> int:
+    url = _url(args)
+    if _missing_sqlite_file(url):
+        raise unknown_job(args.name)
+    store = open_store(url)
+    try:
+        runs = len(store.runs(args.name)) if store.get_job(args.name) is not None else None
+        if runs is None or not store.reset_job(args.name):
+            raise unknown_job(args.name)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"reset": args.name, "runs_forgotten": runs}))
+    else:
+        print(f"forgot job {args.name} and its {runs} runs")
+    return 0

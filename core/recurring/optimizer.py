@@ -1,0 +1,158 @@
+"""`BatchSizeOptimizer`: the recurring-job optimizer a training integration talks to.
+
+One instance per training process. A run asks for its batch size at the start (`next_batch_size`),
+profiles power limits the first time a batch size runs (`record_power_limit`), asks after each epoch
+whether to stop (`should_stop`), and reports its result at the end (`report_result`). All state lives in
+the store, so runs on several machines sharing one store learn from each other. The decisions
+themselves are the pure functions of `core.recurring.policy`; this class only binds them to a store, a
+clock (for heartbeats and stale runs) and a random generator.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from core.errors import UsageError
+from core.recurring.policy import (
+    WATTWISE_POLICY,
+    PolicyConfig,
+    StopReason,
+    decide,
+    stop_reason,
+)
+from core.recurring.spec import JobSpec, Phase, Recommendation, RunRecord
+from core.recurring.store import JobStore
+
+#: An open run that has not reported an epoch for this long is presumed dead (crashed, killed).
+DEFAULT_STALE_AFTER_S = 24 * 3600.0
+
+
+def drop_stale(runs: Sequence[RunRecord], now_s: float, stale_after_s: float) -> list[RunRecord]:
+    """The runs without the open ones whose last heartbeat is older than `stale_after_s`."""
+    return [r for r in runs if r.finished or now_s - r.updated_at_s <= stale_after_s]
+
+
+class BatchSizeOptimizer:
+    """Chooses the batch size of each run of a recurring job, and stops runs that cost too much."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        store: JobStore,
+        *,
+        policy: PolicyConfig = WATTWISE_POLICY,
+        rng: np.random.Generator | None = None,
+        clock: Callable[[], float] = time.time,
+        stale_after_s: float = DEFAULT_STALE_AFTER_S,
+    ) -> None:
+        if not stale_after_s > 0:
+            raise UsageError(f"stale_after_s must be a positive number of seconds (got {stale_after_s})")
+        self.job = job
+        self.store = store
+        self.policy = policy
+        self._rng = rng if rng is not None else np.random.default_rng()
+        self._clock = clock
+        self._stale_after_s = stale_after_s
+        store.register_job(job, clock())
+
+    def _choose(self, runs: Sequence[RunRecord], limits: Mapping[int, float]) -> tuple[int, Phase, float]:
+        live = drop_stale(runs, self._clock(), self._stale_after_s)
+        decision = decide(self.job, self.policy, live, self._rng)
+        return decision.batch_size, decision.phase, decision.cost_limit
+
+    def next_batch_size(self) -> Recommendation:
+        """Start a run: its id, batch size, remembered power limit (None: profile it) and cost limit."""
+        run = self.store.start_run(self.job.name, self._choose, self._clock())
+        return Recommendation(
+            run_id=run.run_id,
+            batch_size=run.batch_size,
+            power_limit_w=run.power_limit_w,
+            phase=run.phase,
+            cost_limit=run.cost_limit,
+        )
+
+    def cost_limit(self, run: RunRecord) -> float:
+        """`run` stops before its cost exceeds this (joules): its limit from the start, or beta times the
+        least cost seen now if that is less (another run may have finished cheaper meanwhile)."""
+        return min(run.cost_limit, self.job.beta * self.store.least_reached_cost(self.job.name))
+
+    def record_power_limit(self, batch_size: int, power_limit_w: float) -> None:
+        """Remember the power limit profiled for `batch_size`, so later runs skip profiling."""
+        if batch_size not in self.job.batch_sizes:
+            raise UsageError(
+                f"batch_size {batch_size} is not one of job {self.job.name!r}'s batch sizes "
+                f"{list(self.job.batch_sizes)}"
+            )
+        if not (power_limit_w > 0 and math.isfinite(power_limit_w)):
+            raise UsageError(f"power_limit_w must be a positive number of watts (got {power_limit_w})")
+        self.store.set_power_limit(self.job.name, batch_size, power_limit_w)
+
+    def stop_reason(
+        self, run_id: int, epoch: int, energy_j: float, time_s: float, metric: float | None = None
+    ) -> StopReason | None:
+        """After `epoch` epochs that used `energy_j` and `time_s` in all: why to stop, or None.
+
+        `metric` is the latest validation metric (None when not measured this epoch). Records the
+        progress, which also tells other processes that the run is alive.
+        """
+        if epoch < 1:
+            raise UsageError(f"epoch must be at least 1, the number of epochs done (got {epoch})")
+        _check_totals(energy_j, time_s)
+        run = self.store.get_run(self.job.name, run_id)
+        if epoch <= run.epochs:
+            raise UsageError(f"epoch must grow from one call to the next (got {epoch} after {run.epochs})")
+        cost = self.job.cost(energy_j, time_s)
+        last_epoch_cost = (cost - (run.cost or 0.0)) / (epoch - run.epochs)
+        reason = stop_reason(
+            self.job,
+            epoch=epoch,
+            cost=cost,
+            last_epoch_cost=last_epoch_cost,
+            metric=metric,
+            limit=self.cost_limit(run),
+        )
+        self.store.progress_run(
+            self.job.name, run_id, epochs=epoch, energy_j=energy_j, time_s=time_s, cost=cost, now_s=self._clock()
+        )
+        return reason
+
+    def should_stop(self, run_id: int, epoch: int, energy_j: float, time_s: float, metric: float | None = None) -> bool:
+        """True when the run should end now: target reached, maximum epochs, or cost over the limit."""
+        return self.stop_reason(run_id, epoch, energy_j, time_s, metric) is not None
+
+    def report_result(
+        self, run_id: int, *, energy_j: float, time_s: float, reached: bool, epochs: int | None = None
+    ) -> RunRecord:
+        """Close the run: whether it reached the target, and its whole energy, time and epochs.
+
+        `epochs` defaults to the last epoch given to `should_stop`. A run that reached the target
+        must have done at least one epoch: the bandit learns from epochs to target.
+        """
+        run = self.store.get_run(self.job.name, run_id)
+        epochs_done = run.epochs if epochs is None else epochs
+        if epochs_done < (1 if reached else 0):
+            raise UsageError(
+                f"epochs must be at least 1 for a run that reached the target (got {epochs_done}); "
+                f"pass epochs= or call should_stop after each epoch"
+            )
+        _check_totals(energy_j, time_s)
+        return self.store.finish_run(
+            self.job.name,
+            run_id,
+            reached=reached,
+            epochs=epochs_done,
+            energy_j=energy_j,
+            time_s=time_s,
+            cost=self.job.cost(energy_j, time_s),
+            now_s=self._clock(),
+        )
+
+
+def _check_totals(energy_j: float, time_s: float) -> None:
+    for field, value in (("energy_j", energy_j), ("time_s", time_s)):
+        if not (value >= 0 and math.isfinite(value)):
+            raise UsageError(f"{field} must be a finite number >= 0, the run's total so far (got {value})")
