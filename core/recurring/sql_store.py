@@ -41,7 +41,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from core.errors import UsageError
@@ -248,7 +248,12 @@ class SqlJobStore:
             else:
                 check_same_spec(_spec(row), spec)
 
-        self._write(work)
+        try:
+            self._write(work)
+        except IntegrityError:
+            # Another process inserted the job between our read and our insert (PostgreSQL): it is
+            # there now, so checking again compares the settings.
+            self._write(work)
 
     def get_job(self, name: str) -> JobSpec | None:
         row = self._read(lambda conn: conn.execute(select(jobs_table).where(jobs_table.c.name == name)).first())
