@@ -189,3 +189,23 @@ def test_cost_limit_is_beta_times_the_least_reached_cost() -> None:
 def test_bad_policy_settings_name_the_field(changes: dict[str, object]) -> None:
     with pytest.raises(UsageError, match=next(iter(changes))):
         PolicyConfig(**changes)  # type: ignore[arg-type]
+
+
+def test_pruning_is_undone_when_the_bandit_prefers_the_batch_size_where_a_direction_stopped() -> None:
+    spec = job(64)
+    # Down: 64 (10), 32 (16: more than 1.5 x 10, the downward direction stops); up: 128 (12), 256 (40).
+    history = [
+        run(1, 64, "reached", 10.0, epochs=5),
+        run(2, 32, "reached", 16.0, epochs=8),
+        run(3, 128, "reached", 12.0, epochs=5),
+        run(4, 256, "reached", 40.0, epochs=10),
+    ]
+    rng = np.random.default_rng(0)
+    assert decide(spec, WATTWISE_POLICY, history, rng).phase == "exploit"
+    # Later runs show that 32's first run was unlucky: it is the cheapest batch size after all.
+    history += [run(5 + i, 32, "reached", 6.0, epochs=3, phase="exploit") for i in range(6)]
+    resumed = decide(spec, WATTWISE_POLICY, history, rng)
+    assert (resumed.batch_size, resumed.phase) == (16, "explore")
+    # Without resuming, pruning is final: the bandit keeps to 32.
+    final = PolicyConfig(resume_exploration=False)
+    assert {decide(spec, final, history, rng).batch_size for _ in range(20)} == {32}

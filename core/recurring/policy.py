@@ -8,7 +8,7 @@ Zeus (NSDI'23) explores by pruning, then exploits with Gaussian Thompson samplin
 - Thompson sampling then draws a mean cost per surviving batch size from its Gaussian posterior (each
   batch size's own mean and variance) and runs the least draw.
 
-wattwise keeps that skeleton and changes three things, each measured with the trace simulator (see
+wattwise keeps that skeleton and changes four things, each measured with the trace simulator (see
 the README):
 
 - One pruning round, run as a line search: a direction also stops at a batch size whose run cost more
@@ -20,6 +20,8 @@ the README):
   the batch sizes agree, and each stands on its own data when they do not.
 - A run that fails is charged, in the bandit, its own cost plus the run that must follow it: the bandit
   minimises the cost of a whole recurrence.
+- Pruning is not final: when the bandit picks a batch size next to one never tried, that one is explored
+  (a noisy run that stopped a direction too early is caught up with).
 
 Every decision is a function of the job's run history, never of hidden state: the store holds the
 history, so every process (and every machine sharing a store) decides from the same facts, and the
@@ -70,6 +72,10 @@ class PolicyConfig:
     epochs_noise_prior: float = 0.05
     epochs_spread_prior: float = 0.1
     prior_weight: float = 10.0
+    #: Pruning is undone where the bandit disagrees with it: when Thompson sampling picks a batch size
+    #: next to one that no run has tried (a direction stopped there, on one noisy run perhaps), that
+    #: neighbour is explored. Zeus: never (its bandit only knows the survivors of pruning).
+    resume_exploration: bool = True
 
     def __post_init__(self) -> None:
         if self.pruning_rounds < 1:
@@ -84,7 +90,7 @@ class PolicyConfig:
 
 
 WATTWISE_POLICY = PolicyConfig()
-ZEUS_POLICY = PolicyConfig(pruning_rounds=2, prune_margin=None, bandit="per-arm")
+ZEUS_POLICY = PolicyConfig(pruning_rounds=2, prune_margin=None, bandit="per-arm", resume_exploration=False)
 POLICIES: dict[str, PolicyConfig] = {"wattwise": WATTWISE_POLICY, "zeus": ZEUS_POLICY}
 
 
@@ -258,12 +264,31 @@ def decide(spec: JobSpec, config: PolicyConfig, runs: Sequence[RunRecord], rng: 
             return Decision(best_so_far(spec, outcomes), "concurrent", limit)
         return Decision(step, "explore", limit)
     candidates = recurrence_cost_means(outcomes)
-    arms = [arm for arm in step if arm in candidates] or sorted(candidates)
+    if config.resume_exploration:
+        arms = sorted(candidates)
+    else:
+        arms = [arm for arm in step if arm in candidates] or sorted(candidates)
     if not arms:
         return Decision(spec.default_batch_size, "exploit", limit)
     if config.bandit == "per-arm":
-        return Decision(thompson_pick(per_arm_beliefs(arms, outcomes), rng), "exploit", limit)
-    return Decision(shared_epochs_pick(config, arms, outcomes, rng), "exploit", limit)
+        pick = thompson_pick(per_arm_beliefs(arms, outcomes), rng)
+    else:
+        pick = shared_epochs_pick(config, arms, outcomes, rng)
+    if config.resume_exploration and not any(not r.finished and r.phase == "explore" for r in runs):
+        frontier = unexplored_neighbour(spec, pick, outcomes)
+        if frontier is not None:
+            return Decision(frontier, "explore", limit)
+    return Decision(pick, "exploit", limit)
+
+
+def unexplored_neighbour(spec: JobSpec, batch_size: int, outcomes: Mapping[int, Sequence[Outcome]]) -> int | None:
+    """The next smaller, else the next larger, batch size that no run has tried, if any."""
+    index = spec.batch_sizes.index(batch_size)
+    neighbours = spec.batch_sizes[index - 1 : index] if index > 0 else ()
+    for neighbour in (*neighbours, *spec.batch_sizes[index + 1 : index + 2]):
+        if neighbour not in outcomes:
+            return neighbour
+    return None
 
 
 def stop_reason(

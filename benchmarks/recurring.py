@@ -1,0 +1,248 @@
+"""Recurring-job benchmark: wattwise against the default and the oracle on Zeus's real GPU traces.
+
+Runs all six workloads of `../shared/data/zeus-traces` on the V100 and A40 traces, for seeds 1-5, with
+R = 2 x (batch sizes) x (power limits) recurrences, eta 0.5 and beta 2.0, and each job's usual target
+metric, maximum epochs and default batch size. Prints, per GPU, the cumulative energy and cost (summed
+over the seeds) of the default (default batch size at the highest power limit), wattwise, and the
+oracle (least-cost fixed setting in hindsight), the cost ratios to the oracle, and the same ratio for
+Zeus's published policy (pruning x2 + per-batch-size Gaussian Thompson sampling) re-implemented here and
+run through the same simulator. All figures are simulated from measured traces: no GPU runs here.
+
+    python benchmarks/recurring.py                 # tables; exit 1 if a target is missed
+    python benchmarks/recurring.py --markdown      # the README table
+    python benchmarks/recurring.py --json out.json # every figure
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.recurring.policy import POLICIES
+from core.recurring.simulator import job_for_trace, simulate
+from core.recurring.trace import load_trace
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TRACES = REPO.parent / "shared" / "data" / "zeus-traces"
+GPUS = ("v100", "a40")
+SEEDS = (1, 2, 3, 4, 5)
+ETA, BETA = 0.5, 2.0
+#: The issue's targets: cumulative cost relative to the oracle, mean over workloads and worst workload.
+TARGET_MEAN, TARGET_MAX = 1.03, 1.06
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    target_metric: float
+    max_epochs: int
+    default_batch_size: int
+
+
+WORKLOADS = (
+    Workload("cifar100/shufflenetv2", 0.6, 100, 1024),
+    Workload("imagenet/resnet50", 0.65, 100, 256),
+    Workload("squad/bert_base_uncased", 84.0, 6, 32),
+    Workload("librispeech/deepspeech2", 40.0, 16, 192),
+    Workload("movielens-1m/ncf", 0.41, 100, 1024),
+    Workload("sentiment140/bert_base_uncased", 0.84, 10, 128),
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (GPU, workload, seed, policy) simulation: totals in joules and seconds."""
+
+    gpu: str
+    workload: str
+    seed: int
+    policy: str
+    recurrences: int
+    default_energy_j: float
+    default_cost: float
+    energy_j: float
+    cost: float
+    oracle_energy_j: float
+    oracle_cost: float
+    runs: int
+    failed_runs: int
+
+
+def run_cell(traces: Path, gpu: str, workload: Workload, seed: int, policy: str) -> Cell:
+    trace = load_trace(
+        traces / "summary_train.csv", traces / f"summary_power_{gpu}.csv", workload.name, workload.target_metric
+    )
+    spec = job_for_trace(
+        trace,
+        default_batch_size=workload.default_batch_size,
+        max_epochs=workload.max_epochs,
+        eta=ETA,
+        beta=BETA,
+    )
+    recurrences = 2 * len(trace.batch_sizes) * len(trace.power_limits_w)
+    result = simulate(trace, spec, recurrences, seed, policy=POLICIES[policy])
+    return Cell(
+        gpu=gpu,
+        workload=workload.name,
+        seed=seed,
+        policy=policy,
+        recurrences=recurrences,
+        default_energy_j=result.default.energy_j,
+        default_cost=result.default.cost,
+        energy_j=result.wattwise.energy_j,
+        cost=result.wattwise.cost,
+        oracle_energy_j=result.oracle.energy_j,
+        oracle_cost=result.oracle.cost,
+        runs=len(result.history),
+        failed_runs=sum(not r.reached for r in result.history),
+    )
+
+
+@dataclass(frozen=True)
+class Row:
+    """One workload on one GPU, summed over the seeds."""
+
+    workload: str
+    recurrences: int
+    default_energy_j: float
+    wattwise_energy_j: float
+    oracle_energy_j: float
+    default_cost: float
+    wattwise_cost: float
+    oracle_cost: float
+    zeus_cost: float | None
+
+    @property
+    def default_ratio(self) -> float:
+        return self.default_cost / self.oracle_cost
+
+    @property
+    def wattwise_ratio(self) -> float:
+        return self.wattwise_cost / self.oracle_cost
+
+    @property
+    def zeus_ratio(self) -> float | None:
+        return None if self.zeus_cost is None else self.zeus_cost / self.oracle_cost
+
+
+def rows(cells: list[Cell], gpu: str) -> list[Row]:
+    result = []
+    for workload in WORKLOADS:
+        mine = [c for c in cells if c.gpu == gpu and c.workload == workload.name]
+        ours = [c for c in mine if c.policy == "wattwise"]
+        zeus = [c for c in mine if c.policy == "zeus"]
+        result.append(
+            Row(
+                workload=workload.name.split("/")[0],
+                recurrences=ours[0].recurrences,
+                default_energy_j=math.fsum(c.default_energy_j for c in ours),
+                wattwise_energy_j=math.fsum(c.energy_j for c in ours),
+                oracle_energy_j=math.fsum(c.oracle_energy_j for c in ours),
+                default_cost=math.fsum(c.default_cost for c in ours),
+                wattwise_cost=math.fsum(c.cost for c in ours),
+                oracle_cost=math.fsum(c.oracle_cost for c in ours),
+                zeus_cost=math.fsum(c.cost for c in zeus) if zeus else None,
+            )
+        )
+    return result
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def text_table(gpu: str, table: list[Row]) -> str:
+    lines = [
+        f"{gpu.upper()}: cumulative over seeds {SEEDS[0]}-{SEEDS[-1]} (energy in MJ, cost in MJ)",
+        f"{'workload':<13} {'R':>4} {'E default':>10} {'E wattwise':>10} {'E oracle':>9} "
+        f"{'C default':>10} {'C wattwise':>10} {'C oracle':>9} {'default/or':>10} {'wattwise/or':>11} "
+        f"{'zeus/or':>8}",
+    ]
+    for r in table:
+        zeus = f"{r.zeus_ratio:.3f}" if r.zeus_ratio is not None else "-"
+        lines.append(
+            f"{r.workload:<13} {r.recurrences:>4} {r.default_energy_j / 1e6:>10.1f} {r.wattwise_energy_j / 1e6:>10.1f} "
+            f"{r.oracle_energy_j / 1e6:>9.1f} {r.default_cost / 1e6:>10.1f} {r.wattwise_cost / 1e6:>10.1f} "
+            f"{r.oracle_cost / 1e6:>9.1f} {r.default_ratio:>10.3f} {r.wattwise_ratio:>11.3f} {zeus:>8}"
+        )
+    zeus_ratios = [r.zeus_ratio for r in table if r.zeus_ratio is not None]
+    zeus_mean = f"{_mean(zeus_ratios):.3f}" if zeus_ratios else "-"
+    lines.append(
+        f"{'mean':<13} {'':>4} {'':>10} {'':>10} {'':>9} {'':>10} {'':>10} {'':>9} "
+        f"{_mean([r.default_ratio for r in table]):>10.3f} {_mean([r.wattwise_ratio for r in table]):>11.3f} "
+        f"{zeus_mean:>8}"
+    )
+    return "\n".join(lines)
+
+
+def markdown_table(gpu: str, table: list[Row]) -> str:
+    lines = [
+        f"**{gpu.upper()}** (sums over seeds {SEEDS[0]}-{SEEDS[-1]}; energy and cost in MJ)",
+        "",
+        "| workload | R | energy default | energy wattwise | energy oracle | cost default | cost wattwise "
+        "| cost oracle | default / oracle | wattwise / oracle | Zeus policy / oracle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in table:
+        zeus = f"{r.zeus_ratio:.3f}" if r.zeus_ratio is not None else "-"
+        lines.append(
+            f"| {r.workload} | {r.recurrences} | {r.default_energy_j / 1e6:.1f} | {r.wattwise_energy_j / 1e6:.1f} "
+            f"| {r.oracle_energy_j / 1e6:.1f} | {r.default_cost / 1e6:.1f} | {r.wattwise_cost / 1e6:.1f} "
+            f"| {r.oracle_cost / 1e6:.1f} | {r.default_ratio:.3f} | **{r.wattwise_ratio:.3f}** | {zeus} |"
+        )
+    zeus_ratios = [r.zeus_ratio for r in table if r.zeus_ratio is not None]
+    zeus_mean = f"{_mean(zeus_ratios):.3f}" if zeus_ratios else "-"
+    lines.append(
+        f"| **mean** | | | | | | | | {_mean([r.default_ratio for r in table]):.3f} "
+        f"| **{_mean([r.wattwise_ratio for r in table]):.3f}** | {zeus_mean} |"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="directory of Zeus's trace CSVs")
+    parser.add_argument("--no-zeus", action="store_true", help="skip the Zeus-policy comparison (half the time)")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    parser.add_argument("--json", type=Path, help="also write every simulation's figures to this file")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    args = parser.parse_args(argv)
+    if not (args.traces / "summary_train.csv").is_file():
+        parser.error(f"--traces {args.traces}: no summary_train.csv there (Zeus's traces, see ../shared/data)")
+
+    policies = ("wattwise",) if args.no_zeus else ("wattwise", "zeus")
+    tasks = [(args.traces, g, w, s, p) for g in GPUS for w in WORKLOADS for s in SEEDS for p in policies]
+    started = time.monotonic()
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        cells = list(pool.map(run_cell, *zip(*tasks, strict=True)))
+    elapsed_s = time.monotonic() - started
+
+    missed = []
+    for gpu in GPUS:
+        table = rows(cells, gpu)
+        print(markdown_table(gpu, table) if args.markdown else text_table(gpu, table))
+        print()
+        ratios = [r.wattwise_ratio for r in table]
+        if _mean(ratios) > TARGET_MEAN or max(ratios) > TARGET_MAX:
+            missed.append(f"{gpu}: mean {_mean(ratios):.3f}, worst {max(ratios):.3f}")
+    print(
+        f"{len(cells)} simulations ({len(GPUS)} GPUs x {len(WORKLOADS)} workloads x {len(SEEDS)} seeds x "
+        f"{len(policies)} policies) in {elapsed_s:.1f} s with {args.workers} workers"
+    )
+    print(
+        f"targets (wattwise cost / oracle): mean <= {TARGET_MEAN}, every workload <= {TARGET_MAX}: "
+        + ("met" if not missed else "MISSED: " + "; ".join(missed))
+    )
+    if args.json:
+        args.json.write_text(json.dumps([c.__dict__ for c in cells], indent=2))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
