@@ -479,6 +479,16 @@ class EnergySession:
                 for key, w in watts.items():
                     fh.write(f"{ts:.3f},{key},{w:.3f}\n")
 
+    def totals(self) -> StepRecord | None:
+        """Energy and time of the run so far (resumed segments included), combined over processes.
+
+        A collective under distributed training: every process must call it at the same point.
+        """
+        if not self.measuring or self.monitor is None or not self.monitor.is_open(FIT):
+            return None
+        m = self.monitor.peek_window(FIT)
+        return StepRecord(self.prior_time_s + self._max(m.time_s), self.prior_energy_j + self._sum(m.total_energy_j))
+
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Resumable state. Called on every process at the same point (it combines figures over them)."""
