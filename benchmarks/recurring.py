@@ -11,6 +11,8 @@ run through the same simulator. All figures are simulated from measured traces: 
     python benchmarks/recurring.py                 # tables; exit 1 if a target is missed
     python benchmarks/recurring.py --markdown      # the README table
     python benchmarks/recurring.py --json out.json # every figure
+    python benchmarks/recurring.py --ablation      # Zeus's policy, then wattwise's changes one by one
+    python benchmarks/recurring.py --ablation --seeds 40   # the same on seeds 1-40 (robustness)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.recurring.policy import POLICIES
+from core.recurring.policy import POLICIES, PolicyConfig
 from core.recurring.simulator import job_for_trace, simulate
 from core.recurring.trace import load_trace
 
@@ -74,6 +76,19 @@ class Cell:
     failed_runs: int
 
 
+#: From Zeus's policy to wattwise's, one change at a time (each step keeps the previous ones).
+ABLATION: tuple[tuple[str, PolicyConfig], ...] = (
+    ("Zeus: 2 pruning rounds, prune on failure, per-batch-size Gaussian TS", POLICIES["zeus"]),
+    (
+        "1 pruning round",
+        PolicyConfig(pruning_rounds=1, prune_margin=None, bandit="per-arm", resume_exploration=False),
+    ),
+    ("+ line-search pruning (margin 0.5)", PolicyConfig(bandit="per-arm", resume_exploration=False)),
+    ("+ shared-epochs bandit, failures charged their retry", PolicyConfig(resume_exploration=False)),
+    ("+ resume pruned exploration (= wattwise)", POLICIES["wattwise"]),
+)
+
+
 def run_cell(traces: Path, gpu: str, workload: Workload, seed: int, policy: str) -> Cell:
     trace = load_trace(
         traces / "summary_train.csv", traces / f"summary_power_{gpu}.csv", workload.name, workload.target_metric
@@ -86,7 +101,8 @@ def run_cell(traces: Path, gpu: str, workload: Workload, seed: int, policy: str)
         beta=BETA,
     )
     recurrences = 2 * len(trace.batch_sizes) * len(trace.power_limits_w)
-    result = simulate(trace, spec, recurrences, seed, policy=POLICIES[policy])
+    config = dict(ABLATION)[policy] if policy in dict(ABLATION) else POLICIES[policy]
+    result = simulate(trace, spec, recurrences, seed, policy=config)
     return Cell(
         gpu=gpu,
         workload=workload.name,
@@ -205,6 +221,24 @@ def markdown_table(gpu: str, table: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def ablation(traces: Path, seeds: tuple[int, ...], workers: int) -> None:
+    """Mean and worst workload (cost / oracle, summed over `seeds`) per GPU for each `ABLATION` step."""
+    tasks = [(traces, g, w, s, name) for name, _ in ABLATION for g in GPUS for w in WORKLOADS for s in seeds]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        cells = list(pool.map(run_cell, *zip(*tasks, strict=True)))
+    print(f"cost / oracle, summed over seeds {seeds[0]}-{seeds[-1]}: mean over workloads (worst workload)")
+    print(f"{'policy':<70} {'V100':>15} {'A40':>15}")
+    for name, _ in ABLATION:
+        figures = []
+        for gpu in GPUS:
+            ratios = []
+            for workload in WORKLOADS:
+                mine = [c for c in cells if c.policy == name and c.gpu == gpu and c.workload == workload.name]
+                ratios.append(math.fsum(c.cost for c in mine) / math.fsum(c.oracle_cost for c in mine))
+            figures.append(f"{_mean(ratios):.3f} ({max(ratios):.3f})")
+        print(f"{name:<70} {figures[0]:>15} {figures[1]:>15}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="directory of Zeus's trace CSVs")
@@ -212,9 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     parser.add_argument("--json", type=Path, help="also write every simulation's figures to this file")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--ablation", action="store_true", help="measure wattwise's changes to Zeus one by one")
+    parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds 1..N for --ablation (default 5)")
     args = parser.parse_args(argv)
     if not (args.traces / "summary_train.csv").is_file():
         parser.error(f"--traces {args.traces}: no summary_train.csv there (Zeus's traces, see ../shared/data)")
+    if args.ablation:
+        ablation(args.traces, tuple(range(1, args.seeds + 1)), args.workers)
+        return 0
 
     policies = ("wattwise",) if args.no_zeus else ("wattwise", "zeus")
     tasks = [(args.traces, g, w, s, p) for g in GPUS for w in WORKLOADS for s in SEEDS for p in policies]
