@@ -26,6 +26,8 @@ COMMANDS: tuple[str, ...] = (
     "report",
     "jobs",
     "simulate",
+    "frontier",
+    "plan",
 )
 
 EXIT_USAGE = 2

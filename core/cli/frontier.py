@@ -1,0 +1,127 @@
+"""`wattwise frontier`: the time-energy frontier of a pipeline from a per-stage profile.
+
+    wattwise frontier PROFILE.csv --microbatches M [--schedule 1f1b|gpipe] --unit-time U --p-blocking W
+        [--solver fast|exact] --out FRONTIER.json [--csv FRONTIER.csv] [--plot FRONTIER.png]
+        [--plans some|all] [--time-limit S] [--quiet]
+
+Progress goes to stderr (at most once a second, and a last line), unless --quiet; a summary goes to
+stdout. Every time and energy written is a real plan's, computed from the profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+from core.errors import UsageError
+from core.pipeline.dag import pipeline_dag
+from core.pipeline.exact import exact_frontier
+from core.pipeline.files import write_frontier_csv, write_frontier_json
+from core.pipeline.frontier import FrontierSolver
+from core.pipeline.plan import Frontier, assemble_frontier, choose_intrinsic
+from core.pipeline.problem import PlanningProblem
+from core.pipeline.profile import load_profile
+from core.pipeline.schedule import SCHEDULES
+
+T = TypeVar("T")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "frontier",
+        help="time-energy frontier of a pipeline's frequency plans, from a per-stage profile (Perseus)",
+        description=(
+            "For every iteration time from the fastest plan to the slowest sensible one, UNIT-TIME apart, "
+            "the least-energy frequency plan found, counting the power blocked GPUs draw: "
+            "E = sum(e_i) + P_blocking * (stages * T - sum(t_i)). The fast solver is exact for the convex "
+            "relaxation and rounds to real plans; the exact solver (CP-SAT) is for small pipelines."
+        ),
+    )
+    parser.add_argument("profile", metavar="PROFILE.csv", help="stage,instruction,frequency,time,energy CSV")
+    parser.add_argument("--microbatches", type=int, required=True, metavar="M", help="microbatches per iteration")
+    parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b", help="pipeline schedule (1f1b)")
+    parser.add_argument("--unit-time", type=float, required=True, metavar="U",
+                        help="seconds between two deadlines of the frontier (e.g. 0.001)")
+    parser.add_argument("--p-blocking", type=float, required=True, metavar="W",
+                        help="power (W) of a GPU blocked on communication")
+    parser.add_argument("--solver", choices=("fast", "exact"), default="fast",
+                        help="fast (default) or exact (CP-SAT, small pipelines)")
+    parser.add_argument("--out", required=True, metavar="FRONTIER.json", help="where to write the frontier")
+    parser.add_argument("--csv", metavar="FRONTIER.csv", help="also write time_s,energy_j,has_plan rows")
+    parser.add_argument("--plot", metavar="FRONTIER.png", help="also plot the frontier and two timelines")
+    parser.add_argument("--plans", choices=("some", "all"), default="some",
+                        help="which points carry their plan: some (default: about 35, incl. the intrinsic "
+                             "choice) or all")
+    parser.add_argument("--time-limit", type=float, default=10.0, metavar="S",
+                        help="exact solver: seconds per deadline (default 10)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.microbatches < 1:
+        raise UsageError(f"--microbatches must be a positive integer (got {args.microbatches})")
+    if not args.unit_time > 0:
+        raise UsageError(f"--unit-time must be a positive number of seconds (got {args.unit_time})")
+    if not args.time_limit > 0:
+        raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit})")
+    profile = load_profile(args.profile)
+    dag = pipeline_dag(args.schedule, profile.num_stages, args.microbatches)
+    problem = PlanningProblem.build(profile, dag, args.p_blocking)
+    started = time.monotonic()
+    if args.solver == "fast":
+        solver = FrontierSolver(problem, args.unit_time)
+        points = list(_progress(solver.run(), solver.num_points, args.quiet, started))
+    else:
+        low = exact_frontier(problem, args.unit_time, time_limit_s=args.time_limit)
+        results = list(_progress(low, None, args.quiet, started))
+        not_proven = sum(1 for r in results if r.status != "OPTIMAL")
+        if not_proven and not args.quiet:
+            print(f"wattwise frontier: {not_proven} of {len(results)} deadlines not proven optimal within "
+                  f"--time-limit {args.time_limit} s", file=sys.stderr)
+        points = [r for r in results if r.has_plan]  # type: ignore[misc]
+    frontier = assemble_frontier(problem, points, unit_time_s=args.unit_time, solver=args.solver, plans=args.plans)
+    elapsed_s = time.monotonic() - started
+    write_frontier_json(frontier, args.out)
+    if args.csv:
+        write_frontier_csv(frontier, args.csv)
+    if args.plot:
+        from core.pipeline.plot import plot_frontier
+
+        plot_frontier(problem, frontier, args.plot)
+    print(summary(frontier, elapsed_s))
+    return 0
+
+
+def summary(frontier: Frontier, elapsed_s: float) -> str:
+    """One paragraph for stdout: size of the frontier and the intrinsic saving."""
+    planned = sum(1 for p in frontier.points if p.plan is not None)
+    lines = [
+        f"{len(frontier.points)} points ({planned} with a plan), {frontier.points[0].time_s:.6g} s to "
+        f"{frontier.points[-1].time_s:.6g} s per iteration, solved in {elapsed_s:.2f} s ({frontier.solver})",
+        f"maximum frequency: {frontier.max_frequency_time_s:.6g} s, {frontier.max_frequency_energy_j:.6g} J",
+    ]
+    choice = choose_intrinsic(frontier)
+    lines.append(f"no slowdown: {choice.energy_j:.6g} J at {choice.entry.time_s:.6g} s "
+                 f"({choice.saving:.2%} less energy)")
+    return "\n".join(lines)
+
+
+def _progress(items: Iterable[T], total: int | None, quiet: bool, started: float) -> Iterator[T]:
+    """Pass items through, printing a counter on stderr at most once a second and at the end."""
+    count = 0
+    last = started
+    for item in items:
+        count += 1
+        now = time.monotonic()
+        if not quiet and now - last >= 1.0:
+            last = now
+            of = f"/{total}" if total else ""
+            print(f"wattwise frontier: {count}{of} deadlines, {now - started:.1f} s", file=sys.stderr, flush=True)
+        yield item
+    if not quiet:
+        print(f"wattwise frontier: {count} deadlines solved in {time.monotonic() - started:.1f} s",
+              file=sys.stderr, flush=True)

@@ -1,0 +1,176 @@
+"""The time-energy frontier of a pipeline iteration (the fast solver), streamed point by point.
+
+For every deadline from the slowest sensible iteration time down to the fastest, one step of
+`unit_time_s` apart, the solver yields the least-energy real plan it finds that finishes by the
+deadline. It combines:
+
+1. the exact convex relaxation at every deadline (`core.pipeline.relaxation`: parametric min-cost flow
+   with OR-Tools max-flow phases, one per breakpoint of the relaxed frontier), with times quantised to
+   `unit_time_s / subdivisions` so that the relaxation follows the real times closely;
+2. two roundings of each relaxed solution to measured options, both polished
+   (`core.pipeline.rounding`), keeping the one of least real energy.
+
+Every point's `time_s` and `energy_j` are the plan's own figures from the profile (longest path of the
+profiled times; profiled energies plus blocking energy), never an interpolation. The last point is
+solved for the real iteration time of the all-fastest plan, so the frontier always contains a plan with
+no slowdown against it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.errors import UsageError
+from core.pipeline.dag import IntArray
+from core.pipeline.problem import PlanningProblem
+from core.pipeline.relaxation import ConvexRelaxation, RelaxedFrontier, pareto_order
+from core.pipeline.rounding import LevelPicker, OptionMap, polish, round_down, track
+
+#: Deadlines mapped to real plans together (numpy batches).
+_BATCH = 1024
+
+
+@dataclass(frozen=True, eq=False)
+class FrontierPoint:
+    """One point of the frontier: a real plan and its real figures from the profile.
+
+    `deadline_s` is the iteration time the point was solved for; `time_s` (at most the deadline) and
+    `energy_j` are the plan's own longest path and energy. `relaxed_energy_j` is the convex relaxation's
+    least energy at the deadline (quantised times), a near lower bound that shows the rounding loss.
+    """
+
+    deadline_s: float
+    time_s: float
+    energy_j: float
+    relaxed_energy_j: float
+    #: One global option index per DAG node (see `PlanningProblem`).
+    choice: IntArray
+
+
+class FrontierSolver:
+    """Streams the frontier of a planning problem, from the fastest plan to the slowest sensible one.
+
+    Deadlines run from the all-fastest plan's real iteration time to the slowest sensible one (every
+    instruction at its option of least effective cost e - P_b * t), `unit_time_s` apart. Past the
+    "knee" (the deadline of least relaxed energy) slower plans cost more energy per iteration, but they
+    still matter when a straggler makes everyone wait: then only sum(e - P_b * t) counts.
+    `run` solves the relaxation first, then `relaxed` and `knee_time_s` are set.
+    """
+
+    def __init__(self, problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000) -> None:
+        if not (isinstance(unit_time_s, int | float) and math.isfinite(unit_time_s) and unit_time_s > 0):
+            raise UsageError(f"unit time must be a positive number of seconds (got {unit_time_s!r}); "
+                             "pass --unit-time U, e.g. 0.001")
+        if isinstance(subdivisions, bool) or not isinstance(subdivisions, int) or subdivisions < 1:
+            raise UsageError(f"subdivisions must be a positive integer (got {subdivisions!r})")
+        self.problem = problem
+        self.unit_time_s = float(unit_time_s)
+        self.subdivisions = subdivisions
+        self.resolution_s = self.unit_time_s / subdivisions
+        self.relaxation = ConvexRelaxation(problem, self.resolution_s)
+        self.relaxed: RelaxedFrontier | None = None
+
+        costs = self.relaxation.costs_j
+        times = problem.option_time_s
+        units = self.relaxation.units
+        per_type_real = [pareto_order(problem, k, times, costs) for k in range(problem.num_types)]
+        per_type_units = [pareto_order(problem, k, units, costs) for k in range(problem.num_types)]
+        self._units_map = OptionMap.build([(units[o].astype(np.float64), o) for o in per_type_units])
+        self._options = LevelPicker(OptionMap.build([(times[o], o) for o in per_type_real]), problem)
+        self._vertices = LevelPicker(OptionMap.build([(times[h.options], h.options) for h in self.relaxation.hulls]),
+                                     problem)
+        #: The plan of fastest real options and its real iteration time: the first deadline.
+        self._fastest_choice = np.asarray([o[0] for o in per_type_real], dtype=np.int64)[problem.node_type]
+        self.fastest_time_s = float(problem.evaluate(self._fastest_choice)[0])
+        #: Deadline of least relaxed energy (set by `run`).
+        self.knee_time_s = math.nan
+
+    @property
+    def phases(self) -> int:
+        """Max-flow phases of the relaxation (breakpoints of the relaxed frontier); 0 before `run`."""
+        return self.relaxed.phases if self.relaxed else 0
+
+    @property
+    def slowest_time_s(self) -> float:
+        """The last deadline: the relaxation's slowest sensible iteration time."""
+        return self.relaxation.t_max * self.resolution_s
+
+    @property
+    def num_points(self) -> int:
+        """How many deadlines `run` solves (at most one point each)."""
+        t_min, t_max, step = self.relaxation.t_min, self.relaxation.t_max, self.subdivisions
+        return len(_deadline_grid(t_min, t_max, step))
+
+    def run(self) -> Iterator[FrontierPoint]:
+        """Yield one point per deadline, fastest first."""
+        relaxation = self.relaxation
+        self.relaxed = relaxed = relaxation.solve()
+        knee = int(relaxed.breakpoints[np.argmin(relaxed.energy_j(relaxed.breakpoints))])
+        self.knee_time_s = knee * self.resolution_s
+        grid = _deadline_grid(relaxation.t_min, relaxation.t_max, self.subdivisions)
+        for start in range(0, len(grid), _BATCH):
+            yield from self._points(grid[start : start + _BATCH], relaxed)
+
+    def _points(self, deadlines: IntArray, relaxed: RelaxedFrontier) -> Iterator[FrontierPoint]:
+        """Round, polish and evaluate a batch of relaxed solutions; keep the best real plan of each."""
+        problem = self.problem
+        n = problem.dag.num_nodes
+        inn = 2 + 2 * np.arange(n)
+        events = relaxed.events(deadlines)
+        durations = relaxed.durations(events)
+        deadline_s = np.asarray(deadlines * self.resolution_s, dtype=np.float64)
+        last = deadlines == self.relaxation.t_min
+        deadline_s[last] = self.fastest_time_s
+
+        # Candidates per deadline: relaxed durations rounded down, and hull vertices tracking the relaxed
+        # finish times; for the fastest deadline also the all-fastest plan. All polished, all checked.
+        rounded = round_down(self._units_map, problem.node_type, durations)
+        finish_s = np.asarray(events[inn + 1] * self.resolution_s, dtype=np.float64)
+        tracked = track(problem, self._vertices, finish_s)
+        fastest = np.repeat(self._fastest_choice[:, None], int(last.sum()), axis=1)
+        candidates = np.concatenate([rounded, tracked, fastest], axis=1)
+        owners = np.concatenate([np.arange(len(deadlines))] * 2 + [np.flatnonzero(last)])
+        candidates = polish(problem, self._options, candidates, deadline_s[owners])
+        times, energies = problem.evaluate_by_node(candidates)
+        energies = np.where(times <= deadline_s[owners] * (1 + 1e-12), energies, np.inf)
+
+        relaxed_j = self.relaxation.relaxed_cost_j(durations.T) + (
+            problem.p_blocking_w * problem.dag.num_stages * deadlines * self.resolution_s
+        )
+        for k in range(len(deadlines)):
+            mine = np.flatnonzero(owners == k)
+            best = mine[np.argmin(energies[mine])]
+            if not math.isfinite(energies[best]):
+                continue
+            yield FrontierPoint(
+                deadline_s=float(deadline_s[k]),
+                time_s=float(times[best]),
+                energy_j=float(energies[best]),
+                relaxed_energy_j=float(relaxed_j[k]),
+                choice=candidates[:, best].copy(),
+            )
+
+
+def solve_frontier(problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000) -> Iterator[FrontierPoint]:
+    """Stream the frontier of `problem` (see `FrontierSolver`), fastest deadline first."""
+    return FrontierSolver(problem, unit_time_s, subdivisions).run()
+
+
+def _deadline_grid(t_min: int, t_max: int, step: int) -> IntArray:
+    """Deadlines (units), ascending: t_min, the multiples of `step` strictly between, t_max."""
+    inner = np.arange(t_min // step * step + step, t_max, step, dtype=np.int64)
+    return np.unique(np.concatenate([[t_min], inner, [t_max]]).astype(np.int64))
+
+
+def pareto_filter(points: list[FrontierPoint]) -> list[FrontierPoint]:
+    """Points no other point beats on both time and energy, fastest first."""
+    kept: list[FrontierPoint] = []
+    for point in sorted(points, key=lambda p: (p.time_s, p.energy_j)):
+        if not kept or point.energy_j < kept[-1].energy_j:
+            kept.append(point)
+    return kept
+

@@ -1,0 +1,269 @@
+"""Frequency plans and frontiers as data, and how to choose a point (pure).
+
+A plan is, per stage, the ordered list of `(instruction, microbatch, frequency_mhz)` that the stage runs
+in one iteration: exactly what a controller walks, instruction by instruction, locking the SM clock
+before each one. A frontier is a list of points `(time_s, energy_j, plan)` with the facts needed to
+choose among them.
+
+Choosing:
+
+- **intrinsic** (no straggler): least energy among plans no slower than running every instruction at
+  the maximum frequency;
+- **straggler** at T': every GPU waits until T' anyway, so a plan of time T <= T' costs
+  `E + P_b * S * (T' - T)`; the least of that among plans with T <= T'.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from core.errors import UsageError
+from core.pipeline.dag import IntArray
+from core.pipeline.problem import PlanningProblem
+from core.pipeline.schedule import INSTRUCTIONS, Instruction
+
+#: Relative tolerance when comparing an iteration time with the all-maximum-frequency one (float noise).
+TIME_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One instruction of a stage and the SM frequency to run it at."""
+
+    instruction: Instruction
+    microbatch: int
+    frequency_mhz: int
+
+
+#: Per stage, its steps in execution order.
+Plan = tuple[tuple[PlanStep, ...], ...]
+
+
+def plan_from_choice(problem: PlanningProblem, choice: IntArray) -> Plan:
+    """The plan of a choice vector (one global option per DAG node)."""
+    dag = problem.dag
+    frequencies = problem.option_frequency_mhz[np.asarray(choice)]
+    return tuple(
+        tuple(
+            PlanStep(step.instruction, step.microbatch, int(frequencies[node]))
+            for node, step in zip(dag.stage_nodes(stage), dag.steps[stage], strict=True)
+        )
+        for stage in range(dag.num_stages)
+    )
+
+
+def choice_from_plan(problem: PlanningProblem, plan: Plan) -> IntArray:
+    """The choice vector of a plan; the plan must follow the problem's schedule and profiled frequencies."""
+    dag = problem.dag
+    if len(plan) != dag.num_stages:
+        raise UsageError(f"the plan has {len(plan)} stages but the pipeline has {dag.num_stages}")
+    frequencies = np.empty(dag.num_nodes, dtype=np.int64)
+    for stage, steps in enumerate(plan):
+        expected = dag.steps[stage]
+        if len(steps) != len(expected):
+            raise UsageError(f"stage {stage} of the plan has {len(steps)} steps; the schedule has {len(expected)}")
+        for node, step, want in zip(dag.stage_nodes(stage), steps, expected, strict=True):
+            if (step.instruction, step.microbatch) != (want.instruction, want.microbatch):
+                raise UsageError(f"stage {stage} of the plan runs {step.instruction} {step.microbatch} where the "
+                                 f"{dag.schedule_name} schedule runs {want.instruction} {want.microbatch}")
+            frequencies[node] = step.frequency_mhz
+    return problem.choice_for_frequencies(frequencies)
+
+
+def plan_to_json(plan: Plan) -> list[list[list[str | int]]]:
+    """`plan[s]` as a list of `[instruction, microbatch, frequency_mhz]`."""
+    return [[[step.instruction, step.microbatch, step.frequency_mhz] for step in steps] for steps in plan]
+
+
+def plan_from_json(data: object, where: str) -> Plan:
+    """Parse and check the JSON form of a plan; errors name `where` and the offending entry."""
+    if not isinstance(data, list) or not data:
+        raise UsageError(f"{where}: plan must be a non-empty list with one list of steps per stage")
+    stages: list[tuple[PlanStep, ...]] = []
+    for s, steps in enumerate(data):
+        if not isinstance(steps, list):
+            raise UsageError(f"{where}: plan[{s}] must be a list of [instruction, microbatch, frequency_mhz]")
+        parsed: list[PlanStep] = []
+        for k, item in enumerate(steps):
+            ok = (isinstance(item, list) and len(item) == 3 and item[0] in INSTRUCTIONS
+                  and _is_int(item[1]) and item[1] >= 0 and _is_int(item[2]) and item[2] > 0)
+            if not ok:
+                raise UsageError(f"{where}: plan[{s}][{k}] must be [\"forward\"|\"backward\", microbatch >= 0, "
+                                 f"frequency_mhz > 0] (got {item!r})")
+            parsed.append(PlanStep(item[0], int(item[1]), int(item[2])))
+        stages.append(tuple(parsed))
+    return tuple(stages)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class FrontierEntry:
+    """One point of a frontier file: a plan's real time and energy, and the plan when stored."""
+
+    time_s: float
+    energy_j: float
+    plan: Plan | None = None
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """A time-energy frontier of one pipeline, as `wattwise frontier` writes it (points fastest first)."""
+
+    stages: int
+    microbatches: int
+    schedule: str
+    unit_time_s: float
+    p_blocking_w: float
+    points: tuple[FrontierEntry, ...]
+    #: The all-maximum-frequency plan's real time and energy: the baseline of every saving.
+    max_frequency_time_s: float
+    max_frequency_energy_j: float
+    solver: str = "fast"
+
+    def compute_only_j(self, entry: FrontierEntry) -> float:
+        """sum(e_i - P_b * t_i): the part of a point's energy that does not depend on the iteration time."""
+        return entry.energy_j - self.p_blocking_w * self.stages * entry.time_s
+
+    def energy_at_j(self, entry: FrontierEntry, iteration_time_s: float) -> float:
+        """Energy of a point when every GPU waits until `iteration_time_s` (>= the point's time)."""
+        return entry.energy_j + self.p_blocking_w * self.stages * (iteration_time_s - entry.time_s)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A chosen point and how it compares with running at the maximum frequency."""
+
+    entry: FrontierEntry
+    #: "intrinsic" or "straggler".
+    mode: str
+    #: The iteration time the energies refer to: the point's own (intrinsic) or the straggler's T'.
+    iteration_time_s: float
+    energy_j: float
+    max_frequency_time_s: float
+    #: Energy of the all-maximum-frequency plan at the same iteration time.
+    max_frequency_energy_j: float
+
+    @property
+    def saving(self) -> float:
+        """Fraction of the maximum-frequency energy saved (at the same iteration time)."""
+        return 1.0 - self.energy_j / self.max_frequency_energy_j
+
+    @property
+    def slowdown(self) -> float:
+        """The plan's own iteration time relative to the maximum frequency's, minus one."""
+        return self.entry.time_s / self.max_frequency_time_s - 1.0
+
+
+def choose_intrinsic(frontier: Frontier) -> Choice:
+    """Least energy among stored plans no slower than the all-maximum-frequency plan."""
+    limit = frontier.max_frequency_time_s * (1.0 + TIME_TOLERANCE)
+    candidates = [p for p in frontier.points if p.plan is not None and p.time_s <= limit]
+    if not candidates:
+        raise UsageError("no stored plan is as fast as the maximum frequency; recompute the frontier "
+                         "(wattwise frontier writes that plan)")
+    best = min(candidates, key=lambda p: p.energy_j)
+    return Choice(best, "intrinsic", best.time_s, best.energy_j, frontier.max_frequency_time_s,
+                  frontier.max_frequency_energy_j)
+
+
+def choose_for_straggler(frontier: Frontier, straggler_time_s: float) -> Choice:
+    """Least energy with blocking until `straggler_time_s`, among stored plans that finish by then."""
+    if not (isinstance(straggler_time_s, int | float) and math.isfinite(straggler_time_s) and straggler_time_s > 0):
+        raise UsageError(f"straggler time must be a positive number of seconds (got {straggler_time_s!r})")
+    candidates = [p for p in frontier.points if p.plan is not None and p.time_s <= straggler_time_s]
+    if not candidates:
+        fastest = min(p.time_s for p in frontier.points)
+        raise UsageError(f"no plan finishes by the straggler time {straggler_time_s} s (the fastest takes "
+                         f"{fastest:.6g} s); pass a --straggler-time of at least that")
+    best = min(candidates, key=lambda p: frontier.energy_at_j(p, straggler_time_s))
+    baseline_j = frontier.max_frequency_energy_j + frontier.p_blocking_w * frontier.stages * max(
+        0.0, straggler_time_s - frontier.max_frequency_time_s)
+    return Choice(best, "straggler", straggler_time_s, frontier.energy_at_j(best, straggler_time_s),
+                  frontier.max_frequency_time_s, baseline_j)
+
+
+class _Point(Protocol):
+    """What `assemble_frontier` needs of a solver's point."""
+
+    @property
+    def time_s(self) -> float: ...
+
+    @property
+    def energy_j(self) -> float: ...
+
+    @property
+    def choice(self) -> IntArray: ...
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    time_s: float
+    energy_j: float
+    choice: IntArray
+
+
+#: With `plans="some"`, about this many points spread over the frontier carry a plan.
+SPREAD_PLANS = 32
+
+
+def assemble_frontier(
+    problem: PlanningProblem, points: Sequence[_Point], *, unit_time_s: float, solver: str, plans: str = "some",
+) -> Frontier:
+    """A frontier from solver points: keep the useful ones, attach plans, record the baseline.
+
+    A point is kept when no other point is both no slower and no costlier in sum(e_i - P_b * t_i): that
+    keeps every plan worth choosing, with or without a straggler. With `plans="all"` every kept point
+    carries its plan; with "some", the fastest, the slowest, the intrinsic choice (least energy no
+    slower than the maximum frequency), the least-energy point and about `SPREAD_PLANS` points evenly
+    spread in between do.
+    """
+    if plans not in ("all", "some"):
+        raise UsageError(f"plans must be all or some (got {plans!r})")
+    dag = problem.dag
+    blocking_w = problem.p_blocking_w * dag.num_stages
+    max_choice = problem.max_frequency_choice()
+    max_time, max_energy = problem.evaluate(max_choice)
+    # The maximum-frequency plan is a real plan too: it stays when nothing beats it.
+    candidates: list[_Point] = [*points, _Candidate(float(max_time), float(max_energy), max_choice)]
+    kept: list[_Point] = []
+    for point in sorted(candidates, key=lambda p: (p.time_s, p.energy_j - blocking_w * p.time_s)):
+        if not kept or point.energy_j - blocking_w * point.time_s < kept[-1].energy_j - blocking_w * kept[-1].time_s:
+            kept.append(point)
+    with_plan = set(range(len(kept))) if plans == "all" else _spread(kept, float(max_time))
+    entries = tuple(
+        FrontierEntry(float(p.time_s), float(p.energy_j),
+                      plan_from_choice(problem, p.choice) if k in with_plan else None)
+        for k, p in enumerate(kept)
+    )
+    return Frontier(
+        stages=dag.num_stages,
+        microbatches=dag.num_microbatches,
+        schedule=dag.schedule_name,
+        unit_time_s=float(unit_time_s),
+        p_blocking_w=problem.p_blocking_w,
+        points=entries,
+        max_frequency_time_s=float(max_time),
+        max_frequency_energy_j=float(max_energy),
+        solver=solver,
+    )
+
+
+def _spread(points: Sequence[_Point], max_frequency_time_s: float) -> set[int]:
+    """Indices of the points that carry a plan by default."""
+    if not points:
+        return set()
+    chosen = {0, len(points) - 1, min(range(len(points)), key=lambda k: points[k].energy_j)}
+    limit = max_frequency_time_s * (1.0 + TIME_TOLERANCE)
+    intrinsic = [k for k, p in enumerate(points) if p.time_s <= limit]
+    if intrinsic:
+        chosen.add(min(intrinsic, key=lambda k: points[k].energy_j))
+    chosen.update(int(k) for k in np.linspace(0, len(points) - 1, SPREAD_PLANS).round())
+    return chosen

@@ -1,0 +1,102 @@
+"""Plots of a frontier and of one iteration's timeline per stage, coloured by power (Perseus Figure 1).
+
+matplotlib is optional (the `plots` extra): it is imported only when a plot is drawn, and a clear
+`UsageError` says how to install it when it is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import UsageError
+from core.pipeline.dag import IntArray
+from core.pipeline.plan import Frontier, choice_from_plan, choose_intrinsic
+from core.pipeline.problem import PlanningProblem
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("plots need matplotlib: pip install 'wattwise[plots]' (or drop --plot)") from None
+    return plt
+
+
+def timeline(problem: PlanningProblem, choice: IntArray) -> tuple[IntArray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per node of one iteration run as early as possible: stage, start (s), duration (s), power (W)."""
+    durations = problem.option_time_s[choice]
+    starts = problem.dag.finish_times(durations) - durations
+    power = problem.option_energy_j[choice] / durations
+    return problem.dag.stage_of, starts, durations, power
+
+
+def plot_frontier(
+    problem: PlanningProblem,
+    frontier: Frontier,
+    path: str | Path,
+    *,
+    reference: Sequence[tuple[float, float]] | None = None,
+    title: str = "",
+) -> None:
+    """One figure: the frontier (with `reference` points if given), then the timelines of the
+    all-maximum-frequency plan and of the intrinsic choice, coloured by power."""
+    plt = _pyplot()
+    plans: list[tuple[str, IntArray]] = [("all maximum frequency", problem.max_frequency_choice())]
+    try:
+        chosen = choose_intrinsic(frontier)
+    except UsageError:
+        chosen = None
+    if chosen is not None and chosen.entry.plan is not None:
+        label = f"least energy, no slowdown ({chosen.saving:.1%} less energy)"
+        plans.append((label, choice_from_plan(problem, chosen.entry.plan)))
+
+    fig, axes = plt.subplots(1 + len(plans), 1, figsize=(11, 3.2 * (1 + len(plans))), constrained_layout=True)
+    ax = axes[0]
+    times = [p.time_s for p in frontier.points]
+    energies = [p.energy_j for p in frontier.points]
+    ax.plot(times, energies, ".-", ms=2, lw=0.8, label=f"wattwise ({frontier.solver}), real plans")
+    if reference:
+        ax.plot([t for t, _ in reference], [e for _, e in reference], "-", lw=0.8, alpha=0.7,
+                label="reference frontier")
+    ax.plot([frontier.max_frequency_time_s], [frontier.max_frequency_energy_j], "k^", label="all maximum frequency")
+    if chosen is not None:
+        ax.plot([chosen.entry.time_s], [chosen.entry.energy_j], "r*", ms=10, label="intrinsic choice")
+    ax.set_xlabel("iteration time (s)")
+    ax.set_ylabel("energy per iteration (J)")
+    ax.set_title(title or f"{frontier.stages} stages x {frontier.microbatches} microbatches ({frontier.schedule})")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+    lines = [timeline(problem, choice) for _, choice in plans]
+    low = min(problem.p_blocking_w, *(float(p.min()) for *_, p in lines))
+    high = max(float(p.max()) for *_, p in lines)
+    norm = plt.Normalize(vmin=low, vmax=high)
+    cmap = plt.get_cmap("RdYlBu_r")
+    end_s = max(float((s + d).max()) for _, s, d, _ in lines)
+    for ax, (label, _), (stage_of, starts, durations, power) in zip(axes[1:], plans, lines, strict=True):
+        iteration_s = float((starts + durations).max())
+        for stage in range(problem.dag.num_stages):
+            # The GPU is powered all iteration long: background at the blocking power.
+            ax.broken_barh([(0.0, iteration_s)], (stage - 0.4, 0.8), facecolors=cmap(norm(problem.p_blocking_w)))
+            mine = stage_of == stage
+            ax.broken_barh(list(zip(starts[mine], durations[mine], strict=True)), (stage - 0.4, 0.8),
+                           facecolors=cmap(norm(power[mine])), edgecolors="black", linewidth=0.2)
+        ax.set_xlim(0, end_s * 1.01)
+        ax.set_ylim(problem.dag.num_stages - 0.5, -0.5)
+        ax.set_ylabel("stage")
+        ax.set_xlabel("time (s)")
+        ax.set_title(f"{label}: {iteration_s:.4g} s")
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes[1:], label="power (W)")
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as err:
+        raise UsageError(f"{path}: cannot write the plot ({err.strerror})") from None
+    finally:
+        plt.close(fig)

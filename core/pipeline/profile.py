@@ -1,0 +1,179 @@
+"""Per-stage instruction profiles: time and energy of one microbatch at each SM frequency.
+
+File format (the Perseus artifact's and Zeus's): a CSV with the header `stage,instruction,frequency,time,energy`
+and one row per (stage, instruction, frequency): stage index from 0, `forward` or `backward`, the SM
+frequency in MHz, the time in seconds and the energy in joules of one microbatch. Extra columns are
+ignored. Loading validates every row and the whole: each error names the line and the fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.errors import UsageError
+from core.pipeline.schedule import INSTRUCTIONS, Instruction
+
+COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One instruction of one stage at one SM frequency, for one microbatch."""
+
+    frequency_mhz: int
+    time_s: float
+    energy_j: float
+
+    @property
+    def power_w(self) -> float:
+        """Average power while the instruction runs."""
+        return self.energy_j / self.time_s
+
+
+@dataclass(frozen=True)
+class PipelineProfile:
+    """Measurements of every (stage, instruction), each sorted from the highest frequency down.
+
+    Construction validates the whole profile: stages 0..S-1 with no gap, both instructions for every
+    stage, at least two frequencies each, and positive, finite times and energies.
+    """
+
+    measurements: Mapping[tuple[int, Instruction], tuple[Measurement, ...]]
+    source: str = field(default="<memory>", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.measurements:
+            raise UsageError(f"{self.source}: the profile has no rows; profile at least two frequencies per stage")
+        stages = sorted({stage for stage, _ in self.measurements})
+        for expected, stage in enumerate(stages):
+            if stage != expected:
+                raise UsageError(f"{self.source}: stage {expected} is missing (stages found: {stages}); "
+                                 "profile every stage from 0")
+        ordered: dict[tuple[int, Instruction], tuple[Measurement, ...]] = {}
+        for stage in stages:
+            for instruction in INSTRUCTIONS:
+                options = self.measurements.get((stage, instruction))
+                if not options:
+                    raise UsageError(f"{self.source}: stage {stage} has no {instruction} rows; "
+                                     f"profile {instruction} at every frequency")
+                for option in options:
+                    _check_measurement(option, f"{self.source}: stage {stage} {instruction}")
+                freqs = [o.frequency_mhz for o in options]
+                if len(set(freqs)) != len(freqs):
+                    raise UsageError(f"{self.source}: stage {stage} {instruction} lists a frequency twice; "
+                                     "keep one row per frequency")
+                if len(freqs) < 2:
+                    raise UsageError(f"{self.source}: stage {stage} {instruction} has a single frequency "
+                                     f"({freqs[0]} MHz); profile at least two frequencies to plan")
+                ordered[(stage, instruction)] = tuple(sorted(options, key=lambda o: -o.frequency_mhz))
+        unknown = set(self.measurements) - set(ordered)
+        if unknown:
+            raise UsageError(f"{self.source}: unknown instruction in {sorted(unknown)}; use forward or backward")
+        object.__setattr__(self, "measurements", ordered)
+
+    @property
+    def num_stages(self) -> int:
+        return 1 + max(stage for stage, _ in self.measurements)
+
+    def options(self, stage: int, instruction: Instruction) -> tuple[Measurement, ...]:
+        """Measurements of one stage's instruction, highest frequency first."""
+        return self.measurements[(stage, instruction)]
+
+    def at_max_frequency(self, stage: int, instruction: Instruction) -> Measurement:
+        """The measurement at the highest profiled frequency (the default GPU behaviour)."""
+        return self.measurements[(stage, instruction)][0]
+
+    def rows(self) -> Iterator[tuple[int, Instruction, int, float, float]]:
+        """`(stage, instruction, frequency_mhz, time_s, energy_j)` rows, in file order."""
+        for (stage, instruction), options in self.measurements.items():
+            for o in options:
+                yield stage, instruction, o.frequency_mhz, o.time_s, o.energy_j
+
+
+def _check_measurement(m: Measurement, where: str) -> None:
+    if not (isinstance(m.frequency_mhz, int) and m.frequency_mhz > 0):
+        raise UsageError(f"{where}: frequency must be a positive integer in MHz (got {m.frequency_mhz!r})")
+    for name, value, unit in (("time", m.time_s, "seconds"), ("energy", m.energy_j, "joules")):
+        if not math.isfinite(value):
+            raise UsageError(f"{where} at {m.frequency_mhz} MHz: {name} is {value}; re-measure it ({unit})")
+        if value <= 0:
+            raise UsageError(f"{where} at {m.frequency_mhz} MHz: {name} must be positive in {unit} (got {value})")
+
+
+def parse_profile(rows: Iterable[Mapping[str, str | None]], source: str = "<memory>") -> PipelineProfile:
+    """Validate CSV rows (dicts keyed by column name) into a profile. Line numbers count the header as 1."""
+    grouped: dict[tuple[int, Instruction], list[Measurement]] = {}
+    seen: dict[tuple[int, str, int], int] = {}
+    for line, row in enumerate(rows, start=2):
+        where = f"{source}, line {line}"
+        stage = _parse_int(row.get("stage"), "stage", where, minimum=0)
+        instruction = (row.get("instruction") or "").strip().lower()
+        if instruction not in INSTRUCTIONS:
+            shown = row.get("instruction") or "(empty)"
+            raise UsageError(f"{where}: instruction must be forward or backward (got {shown!r})")
+        frequency = _parse_int(row.get("frequency"), "frequency", where, minimum=1)
+        time_s = _parse_positive(row.get("time"), "time", where, "seconds")
+        energy_j = _parse_positive(row.get("energy"), "energy", where, "joules")
+        key = (stage, instruction, frequency)
+        if key in seen:
+            raise UsageError(f"{where}: stage {stage} {instruction} at {frequency} MHz repeats line {seen[key]}; "
+                             "keep one row per frequency")
+        seen[key] = line
+        grouped.setdefault((stage, instruction), []).append(Measurement(frequency, time_s, energy_j))
+    return PipelineProfile({k: tuple(v) for k, v in grouped.items()}, source=source)
+
+
+def load_profile(path: str | Path) -> PipelineProfile:
+    """Read and validate a `stage,instruction,frequency,time,energy` CSV file."""
+    path = Path(path)
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = [h.strip() for h in (reader.fieldnames or [])]
+            missing = [c for c in COLUMNS if c not in header]
+            if missing:
+                raise UsageError(f"{path}: missing column(s) {', '.join(missing)}; "
+                                 f"the header must be {','.join(COLUMNS)}")
+            reader.fieldnames = header
+            return parse_profile(reader, source=str(path))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such profile file; pass the path of a {','.join(COLUMNS)} CSV") from None
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise UsageError(f"{path}: not a readable CSV file ({err})") from None
+
+
+def write_profile(profile: PipelineProfile, path: str | Path) -> None:
+    """Write `profile` in the same CSV format `load_profile` reads."""
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(COLUMNS)
+        for stage, instruction, frequency, time_s, energy_j in profile.rows():
+            writer.writerow([stage, instruction, frequency, repr(time_s), repr(energy_j)])
+
+
+def _parse_int(text: str | None, name: str, where: str, *, minimum: int) -> int:
+    raw = (text or "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"{where}: {name} must be an integer (got {raw or '(empty)'!r})") from None
+    if not math.isfinite(value) or value != int(value) or value < minimum:
+        raise UsageError(f"{where}: {name} must be an integer >= {minimum} (got {raw!r})")
+    return int(value)
+
+
+def _parse_positive(text: str | None, name: str, where: str, unit: str) -> float:
+    raw = (text or "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"{where}: {name} must be a number in {unit} (got {raw or '(empty)'!r})") from None
+    if math.isnan(value) or math.isinf(value):
+        raise UsageError(f"{where}: {name} is {raw}; re-measure it or drop the row")
+    if value <= 0:
+        raise UsageError(f"{where}: {name} must be positive in {unit} (got {raw})")
+    return value
