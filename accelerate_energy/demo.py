@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     model = PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
     lo, hi = model.limit_range_w
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
+    logging.getLogger("core.session").setLevel(logging.ERROR)  # the demo's own report says "simulated"
     use_one_cpu_thread()
     with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
         common = demo_overrides(options, options.state_dir or tmp)

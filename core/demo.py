@@ -28,7 +28,7 @@ class DemoOptions:
     eta: float = 0.5
     max_slowdown: float = 0.1
     #: Steps trained after the tuning has finished.
-    steps_after_tuning: int = 60
+    steps_after_tuning: int = 200
     wait_steps: int = 2
     warmup_steps: int = 2
     profile_steps: int = 5

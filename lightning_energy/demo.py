@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,8 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
     # The demo prints its own report; Lightning's start-up chatter and per-run summaries would bury it.
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    logging.getLogger("core.session").setLevel(logging.ERROR)  # the demo's own report says "simulated"
+    warnings.filterwarnings("ignore", module="lightning.pytorch.utilities._pytree")
     use_one_cpu_thread()
     with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
         state_dir = options.state_dir or tmp
