@@ -5,6 +5,7 @@
 - `optimizer`: `BatchSizeOptimizer`, what a training integration calls.
 - `store`, `sql_store`, `migrations`: where the history lives (SQLite file by default, PostgreSQL by URL).
 - `trace` and `simulator`: the same optimizer driven by Zeus's real GPU traces.
+- `summary`: a job's history in a few numbers (for `wattwise jobs`).
 """
 
 from core.recurring.optimizer import BatchSizeOptimizer

@@ -286,7 +286,6 @@ def job_for_trace(
     max_epochs: int,
     eta: float,
     beta: float,
-    metric_mode: str = "max",
 ) -> JobSpec:
     """The job that the trace's workload is: its traced batch sizes and the GPU's highest power limit.
 
@@ -306,7 +305,6 @@ def job_for_trace(
         target_metric=trace.target_metric,
         max_epochs=max_epochs,
         max_power_w=trace.max_power_w,
-        metric_mode="min" if metric_mode == "min" else "max",
         eta=eta,
         beta=beta,
     )

@@ -23,12 +23,10 @@ METRIC_MODES: tuple[str, ...] = ("max", "min")
 #: "exploit": Thompson sampling chose it among the batch sizes that survived pruning.
 #: "concurrent": another exploration run was still open, so this run got the best choice so far.
 Phase = Literal["explore", "exploit", "concurrent"]
-PHASES: tuple[str, ...] = ("explore", "exploit", "concurrent")
 
 #: A run is "open" until its result is reported; then it "reached" the target or "failed"
 #: (early-stopped, maximum epochs, or crashed and reported as failed).
 RunState = Literal["open", "reached", "failed"]
-RUN_STATES: tuple[str, ...] = ("open", "reached", "failed")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 
