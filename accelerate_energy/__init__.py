@@ -4,7 +4,9 @@
 """
 
 from accelerate_energy.adapter import AccelerateEnergy, attach, energy, epoch_end, session
+from accelerate_energy.batch_size import RecurringRun, recurring_batch_size
 from accelerate_energy.pipeline import follow_frequency_plan
 from accelerate_energy.plugin import EnergyPlugin
 
-__all__ = ["AccelerateEnergy", "EnergyPlugin", "attach", "energy", "epoch_end", "follow_frequency_plan", "session"]
+__all__ = ["AccelerateEnergy", "EnergyPlugin", "RecurringRun", "attach", "energy", "epoch_end", "follow_frequency_plan",
+           "recurring_batch_size", "session"]

@@ -1,0 +1,191 @@
+"""`recurring_batch_size`: run a training function as one run of a recurring job, on the batch size the
+history chose.
+
+Shaped like Accelerate's `find_executable_batch_size`: the decorator passes the batch size as the
+training function's first argument, and a `RecurringRun` as its second, whose `report(metric)` the
+function calls after each epoch's evaluation and which says when to stop (target reached, or the run
+would cost too much). The energy comes from wattwise's Accelerate adapter, which must be attached to the
+accelerator (`accelerate_energy.attach`); the decorator sets its power limit before measurement starts:
+a cap at the limit remembered for the batch size, else tuning (the chosen limit is remembered at the
+end). When the function returns, or raises, the run's result goes to the store. Only the main process
+talks to the store; its decisions are broadcast to the others.
+
+    accelerator = accelerate_energy.attach(Accelerator())
+
+    @accelerate_energy.recurring_batch_size(accelerator, job="nightly", batch_sizes=[32, 64, 128],
+                                            default_batch_size=64, target_metric=0.9, mode="max",
+                                            max_epochs=20, max_power_w=300.0)
+    def train(batch_size: int, run: RecurringRun) -> None:
+        model, optimizer, loader = accelerator.prepare(...)   # inside: measurement starts here
+        for epoch in range(20):
+            ...                                                # train, evaluate
+            if run.report(accuracy):
+                break
+
+    train()
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Concatenate, ParamSpec, TypeVar
+
+from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
+
+from accelerate_energy.adapter import AccelerateEnergy, energy
+from core.errors import UsageError
+from core.recurring import BatchSizeOptimizer, JobSpec, Recommendation, RunRecord, open_store
+from core.recurring.policy import StopReason
+from core.recurring.spec import MetricMode
+from core.session import EnergyPluginWarning
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class RecurringRun:
+    """One run of a recurring job, as the training function sees it: its settings and `report`."""
+
+    def __init__(self, spec: JobSpec, rec: Recommendation, handle: AccelerateEnergy,
+                 optimizer: BatchSizeOptimizer | None) -> None:
+        self.spec = spec
+        self.run_id = rec.run_id
+        self.batch_size = rec.batch_size
+        #: The limit remembered for this batch size (the run is capped at it), or None: the run tunes one.
+        self.power_limit_w = rec.power_limit_w
+        #: Epochs reported so far, and the last metric reported.
+        self.epochs = 0
+        self.metric: float | None = None
+        #: Why the run should stop ("reached", "max_epochs", "cost") once `report` said so, else None.
+        self.stop_reason: StopReason | None = None
+        #: The run as recorded when the training function ended (main process only).
+        self.result: RunRecord | None = None
+        self._energy = handle
+        self._optimizer = optimizer
+
+    def report(self, metric: float) -> bool:
+        """After an epoch's evaluation: record `metric` and the energy so far; True when training should stop.
+
+        Call it on every process once per epoch (it combines the energy over processes); the main
+        process's `metric` decides, so gather it first (`accelerator.gather_for_metrics`).
+        """
+        self.metric = float(metric)
+        totals = self._energy.session.totals()
+        if totals is None:  # measurement is off (the session warned): nothing to price the run with
+            return False
+        self.epochs += 1
+        reason = None
+        if self._optimizer is not None:
+            reason = self._optimizer.stop_reason(self.run_id, self.epochs, totals.energy_j, totals.time_s, self.metric)
+        self.stop_reason = broadcast_object_list([reason])[0]
+        return self.stop_reason is not None
+
+    def _record(self, *, failed: bool) -> None:
+        """Close the run in the store: reached or not, with the energy and time measured so far."""
+        handle = self._energy
+        summary = handle.summary  # set when the function called `accelerator.end_training()` itself
+        totals = handle.session.totals() if summary is None else None  # every process: a collective
+        optimizer, self._optimizer = self._optimizer, None
+        if optimizer is None:
+            return
+        try:
+            tuner = handle.session.tuner
+            if self.power_limit_w is None and tuner is not None and tuner.chosen is not None:
+                optimizer.record_power_limit(self.batch_size, tuner.chosen.power_limit_w)
+            if summary is not None:
+                energy_j, time_s = float(summary["energy_j"]), float(summary["time_s"])
+            elif totals is not None:
+                energy_j, time_s = totals.energy_j, totals.time_s
+            else:
+                warnings.warn(f"wattwise: no energy was measured, so run {self.run_id} of job {self.spec.name!r} "
+                              f"is left open; it stops counting as running after 24 hours", EnergyPluginWarning,
+                              stacklevel=3)
+                return
+            self.result = optimizer.report_result(self.run_id, energy_j=energy_j, time_s=time_s,
+                                                  reached=not failed and self.spec.reached(self.metric),
+                                                  epochs=self.epochs)
+        finally:
+            optimizer.store.close()
+
+
+def recurring_batch_size(
+    accelerator: Accelerator,
+    *,
+    job: str,
+    batch_sizes: Sequence[int],
+    default_batch_size: int,
+    target_metric: float,
+    max_epochs: int,
+    max_power_w: float,
+    mode: MetricMode = "min",
+    eta: float = 0.5,
+    beta: float = 2.0,
+    store: str | None = None,
+) -> Callable[[Callable[Concatenate[int, RecurringRun, P], T]], Callable[P, T]]:
+    """Decorate `train(batch_size, run, ...)`; calling `train(...)` runs it as one run of the job `job`.
+
+    The arguments are those of `core.recurring.JobSpec` (checked here); `mode` is "min" (the metric must
+    fall to `target_metric`, e.g. a loss) or "max" (rise to it, e.g. accuracy); `max_power_w` is the
+    highest power limit summed over the job's GPUs; `store` is a SQLite path or database URL (None:
+    `$WATTWISE_STORE`, else the state directory). Prepare the optimizer inside the function, as with
+    `find_executable_batch_size`: measurement starts there, after the power limit is set.
+    """
+    if mode not in ("min", "max"):
+        raise UsageError(f"mode must be 'min' (e.g. a loss) or 'max' (e.g. accuracy), got {mode!r}")
+    spec = JobSpec(name=job, batch_sizes=tuple(batch_sizes), default_batch_size=default_batch_size,
+                   target_metric=target_metric, max_epochs=max_epochs, max_power_w=max_power_w,
+                   metric_mode=mode, eta=eta, beta=beta)
+
+    def decorate(function: Callable[Concatenate[int, RecurringRun, P], T]) -> Callable[P, T]:
+        def run_once(*args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                inspect.signature(function).bind(0, None, *args, **kwargs)
+            except TypeError as err:
+                raise TypeError(f"{function.__name__}() gets its batch size and run from recurring_batch_size; "
+                                f"call it with its other arguments only ({err})") from None
+            handle = _energy_handle(accelerator)
+            optimizer = BatchSizeOptimizer(spec, open_store(store)) if accelerator.is_main_process else None
+            rec = broadcast_object_list([optimizer.next_batch_size() if optimizer else None])[0]
+            _steer_power_limit(handle, rec)
+            run = RecurringRun(spec, rec, handle, optimizer)
+            try:
+                result = function(rec.batch_size, run, *args, **kwargs)
+            except BaseException:
+                run._record(failed=True)
+                raise
+            run._record(failed=False)
+            return result
+
+        return run_once
+
+    return decorate
+
+
+def _energy_handle(accelerator: Accelerator) -> AccelerateEnergy:
+    handle = energy(accelerator)
+    if handle is None:
+        raise UsageError("recurring_batch_size needs wattwise's energy measurement on the accelerator: "
+                         "accelerate_energy.attach(accelerator) with ACCELERATE_ENERGY=1 set, or "
+                         "attach(accelerator, EnergyPlugin(enabled=True))")
+    if handle.session.started:
+        raise UsageError("the energy measurement already started (the optimizer was prepared before the "
+                         "decorated function ran); prepare it inside the function, so that the run's power "
+                         "limit is set first")
+    return handle
+
+
+def _steer_power_limit(handle: AccelerateEnergy, rec: Recommendation) -> None:
+    """Before the energy session starts: cap at the remembered limit, or tune one (profiling afresh).
+
+    The session copied the mode when `attach` created it; it reads the rest of the config at its start.
+    """
+    power_limit = handle.config.power_limit
+    if rec.power_limit_w is not None:
+        power_limit.mode, power_limit.cap_w, power_limit.cap_fraction = "cap", rec.power_limit_w, None
+    else:
+        # The store, not the session's per-job memory, knows which batch sizes were profiled.
+        power_limit.mode, power_limit.reuse = "tune", False
+    handle.session.mode = power_limit.mode

@@ -1,0 +1,206 @@
+"""`accelerate_energy.recurring_batch_size` around plain Accelerate loops of the emulated workload.
+
+The simulated GPU runs on a virtual clock, so the energy figures are exact, and the evaluation metric
+follows a schedule per batch size (`reach_epoch`), so when a run reaches the target is known in advance.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from torch import nn
+
+import accelerate_energy
+from accelerate_energy import EnergyPlugin, RecurringRun
+from core.devices import PowerModel, SimulatedGPU
+from core.errors import UsageError
+from core.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from core.recurring import RunRecord, open_store
+from core.workload import emulate_step, tiny_dataset, tiny_model
+
+BASE_S = 0.01
+#: 192 samples: 12 optimizer steps an epoch at batch size 16, 24 at 8; tuning takes the first 16 steps.
+DATASET = 192
+MAX_EPOCHS = 6
+OVERRIDES = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.wait_steps=1",
+             "power_limit.warmup_steps=1", "power_limit.profile_steps=2", "power_limit.step_w=50"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate(monkeypatch: pytest.MonkeyPatch):
+    for var in list(os.environ):
+        if var.startswith("ACCELERATE_ENERGY"):
+            monkeypatch.delenv(var)
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def make_gpu(clock: Any) -> SimulatedGPU:
+    return SimulatedGPU(0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep)
+
+
+def attached(tmp_path: Path, gpu: SimulatedGPU, name: str) -> Accelerator:
+    plugin = EnergyPlugin(enabled=True, output_dir=str(tmp_path / name), overrides=OVERRIDES)
+    return accelerate_energy.attach(Accelerator(cpu=True), plugin, devices=[gpu])
+
+
+class Job:
+    """A recurring job's training function: an Accelerate loop whose metric follows `reach_epoch`."""
+
+    def __init__(self, accelerator: Accelerator, gpu: SimulatedGPU, reach_epoch: dict[int, int], *,
+                 batch_sizes: list[int], default: int, beta: float = 2.0, fail_in_epoch: int | None = None) -> None:
+        self.accelerator, self.gpu = accelerator, gpu
+        self.reach_epoch, self.fail_in_epoch = reach_epoch, fail_in_epoch
+        self.batch_sizes_seen: set[int] = set()
+        self.limits_seen_w: list[float] = []
+        self.run: RecurringRun | None = None
+        self.train = accelerate_energy.recurring_batch_size(
+            accelerator, job="nightly", batch_sizes=batch_sizes, default_batch_size=default, target_metric=0.9,
+            mode="max", max_epochs=MAX_EPOCHS, max_power_w=300.0, beta=beta)(self._train)
+
+    def _train(self, batch_size: int, run: RecurringRun, lr: float) -> int:
+        """Returns the epochs trained."""
+        self.run = run
+        acc = self.accelerator
+        torch.manual_seed(0)
+        model = tiny_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        loader = torch.utils.data.DataLoader(tiny_dataset(DATASET), batch_size=batch_size)
+        model, optimizer, loader = acc.prepare(model, optimizer, loader)
+        for epoch in range(1, MAX_EPOCHS + 1):
+            if epoch == self.fail_in_epoch:
+                raise RuntimeError("out of memory")
+            for x, y in loader:
+                self.batch_sizes_seen.add(len(x))
+                emulate_step([self.gpu], lambda: acc.backward(nn.functional.mse_loss(model(x), y)))  # noqa: B023
+                optimizer.step()
+                optimizer.zero_grad()
+                self.limits_seen_w.append(self.gpu.power_limit_w())
+            reach = self.reach_epoch.get(batch_size)
+            if run.report(1.0 if reach is not None and epoch >= reach else 0.0):
+                return epoch
+        return MAX_EPOCHS
+
+
+def stored(job: str) -> tuple[list[RunRecord], dict[int, float]]:
+    """The job's runs and remembered power limits in the default store (the test's own WATTWISE_HOME)."""
+    store = open_store()
+    try:
+        return store.runs(job), store.power_limits(job)
+    finally:
+        store.close()
+
+
+def tuned_choice() -> float:
+    """The limit the tuning picks on the default power model (selector cost, eta 0.5), computed directly."""
+    model = PowerModel.default()
+    lo, hi = model.limit_range_w
+    entries = []
+    for w in profile_limits_w(lo, hi, 50.0):
+        t, p = model.at_limit(w)
+        entries.append(ProfileEntry(w, t * BASE_S, p * t * BASE_S))
+    return select_power_limit(entries, "cost", eta=0.5, max_power_w=hi).power_limit_w
+
+
+def test_the_decorator_passes_the_batch_size_and_stops_when_the_target_is_reached(tmp_path, virtual_clock):
+    gpu = make_gpu(virtual_clock)
+    acc = attached(tmp_path, gpu, "run1")
+    job = Job(acc, gpu, {16: 2}, batch_sizes=[8, 16, 32], default=16)
+    assert job.train(lr=0.01) == 2  # the function's own arguments pass through, its result comes back
+    acc.end_training()
+
+    handle = accelerate_energy.energy(acc)
+    assert handle is not None and handle.summary is not None
+    assert job.batch_sizes_seen == {16}
+    assert job.run is not None and job.run.stop_reason == "reached"
+    (run,), limits = stored("nightly")
+    assert (run.batch_size, run.state, run.epochs) == (16, "reached", 2)
+    # Nothing ran between the end of the function and end_training: the summary has the same figures.
+    assert (run.energy_j, run.time_s) == (handle.summary["energy_j"], handle.summary["time_s"])
+    assert handle.summary["power_limit"]["mode"] == "tune"
+    assert limits == {16: tuned_choice()}
+    assert job.run.result == run
+
+
+def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profiling(tmp_path, virtual_clock):
+    gpu = make_gpu(virtual_clock)
+    first = attached(tmp_path, gpu, "run1")
+    Job(first, gpu, {16: 2}, batch_sizes=[16], default=16).train(lr=0.01)
+    first.end_training()
+
+    second = attached(tmp_path, gpu, "run2")
+    job = Job(second, gpu, {16: 2}, batch_sizes=[16], default=16)
+    job.train(lr=0.01)
+    second.end_training()
+
+    limit_w = tuned_choice()
+    assert job.run is not None and job.run.power_limit_w == limit_w < 300.0
+    assert job.limits_seen_w == [limit_w] * 24  # two epochs of 12 steps at the limit: nothing profiled
+    handle = accelerate_energy.energy(second)
+    assert handle is not None and handle.summary is not None
+    assert handle.summary["power_limit"] == {"mode": "cap", "chosen_power_limit_w": limit_w}
+    runs, _ = stored("nightly")
+    assert [(r.phase, r.state, r.power_limit_w) for r in runs] == [("explore", "reached", limit_w),
+                                                                    ("exploit", "reached", limit_w)]
+
+
+def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path, virtual_clock):
+    gpu = make_gpu(virtual_clock)
+    first = attached(tmp_path, gpu, "run1")
+    Job(first, gpu, {16: 2}, batch_sizes=[8, 16], default=16, beta=3.5).train(lr=0.01)
+    first.end_training()
+
+    second = attached(tmp_path, gpu, "run2")
+    job = Job(second, gpu, {16: 2}, batch_sizes=[8, 16], default=16, beta=3.5)  # 8 never reaches the target
+    epochs = job.train(lr=0.01)
+    second.end_training()
+
+    assert job.batch_sizes_seen == {8}
+    assert job.run is not None and job.run.stop_reason == "cost" and epochs < MAX_EPOCHS
+    (best, stopped), _ = stored("nightly")
+    assert (stopped.batch_size, stopped.state, stopped.epochs) == (8, "failed", epochs)
+    assert best.cost is not None and stopped.cost is not None
+    assert stopped.cost <= 3.5 * best.cost
+
+
+def test_a_function_that_raises_records_a_failed_run_and_the_error_propagates(tmp_path, virtual_clock):
+    gpu = make_gpu(virtual_clock)
+    acc = attached(tmp_path, gpu, "run1")
+    job = Job(acc, gpu, {16: 3}, batch_sizes=[16], default=16, fail_in_epoch=2)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        job.train(lr=0.01)
+    acc.end_training()
+
+    (run,), _ = stored("nightly")
+    assert (run.state, run.epochs) == ("failed", 1)
+    handle = accelerate_energy.energy(acc)
+    assert handle is not None and handle.summary is not None
+    assert run.energy_j == handle.summary["energy_j"] > 0  # the energy spent until the error
+
+
+def test_misuse_fails_before_a_run_starts_with_the_fix(tmp_path, virtual_clock):
+    gpu = make_gpu(virtual_clock)
+    plain = Accelerator(cpu=True)
+    with pytest.raises(UsageError, match="needs wattwise's energy measurement"):
+        Job(plain, gpu, {}, batch_sizes=[16], default=16).train(lr=0.01)
+    acc = attached(tmp_path, gpu, "run")
+    job = Job(acc, gpu, {}, batch_sizes=[16], default=16)
+    with pytest.raises(TypeError, match="gets its batch size and run from recurring_batch_size"):
+        job.train(16, lr=0.01)  # type: ignore[misc]  # mypy sees the mistake too
+    acc.prepare(torch.optim.SGD(tiny_model().parameters(), lr=0.01))
+    with pytest.raises(UsageError, match="prepare it inside the function"):
+        job.train(lr=0.01)
+    with pytest.raises(UsageError, match="mode must be 'min'"):
+        accelerate_energy.recurring_batch_size(acc, job="j", batch_sizes=[8], default_batch_size=8, target_metric=1.0,
+                                               max_epochs=2, max_power_w=300.0, mode="up")  # type: ignore[arg-type]
+    acc.end_training()
+    store = open_store()
+    assert store.list_jobs() == []  # no run was started
+    store.close()
