@@ -135,7 +135,8 @@ def run_show(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
         return 0
     print(
-        f"job {spec.name}: target {spec.metric_mode} {spec.target_metric:g} within {spec.max_epochs} epochs, "
+        f"job {spec.name}: metric {'>=' if spec.metric_mode == 'max' else '<='} {spec.target_metric:g} within "
+        f"{spec.max_epochs} epochs, "
         f"eta {spec.eta:g}, beta {spec.beta:g}, max power {spec.max_power_w:g} W, default batch size "
         f"{spec.default_batch_size}"
     )

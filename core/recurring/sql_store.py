@@ -209,7 +209,8 @@ class SqlJobStore:
         try:
             self._write(migrate)
         except OperationalError as err:
-            raise UsageError(f"cannot open the job store {self.describe()}: {err.orig}") from err
+            reason = " ".join(str(err.orig).split())
+            raise UsageError(f"cannot open the job store {self.describe()}: {reason}") from err
 
     def describe(self) -> str:
         """The store's URL with any password hidden."""
