@@ -40,7 +40,7 @@ from core.errors import UsageError
 from core.recurring import BatchSizeOptimizer, JobSpec, Recommendation, RunRecord, open_store
 from core.recurring.policy import StopReason
 from core.recurring.spec import MetricMode
-from core.session import EnergyPluginWarning
+from core.session import EnergyPluginWarning, steer_for_recurring_run
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -149,7 +149,8 @@ def recurring_batch_size(
             handle = _energy_handle(accelerator)
             optimizer = BatchSizeOptimizer(spec, open_store(store)) if accelerator.is_main_process else None
             rec = broadcast_object_list([optimizer.next_batch_size() if optimizer else None])[0]
-            _steer_power_limit(handle, rec)
+            steer_for_recurring_run(handle.config, handle.session, power_limit_w=rec.power_limit_w,
+                                    batch_size=rec.batch_size, eta=spec.eta)
             run = RecurringRun(spec, rec, handle, optimizer)
             try:
                 result = function(rec.batch_size, run, *args, **kwargs)
@@ -177,15 +178,3 @@ def _energy_handle(accelerator: Accelerator) -> AccelerateEnergy:
     return handle
 
 
-def _steer_power_limit(handle: AccelerateEnergy, rec: Recommendation) -> None:
-    """Before the energy session starts: cap at the remembered limit, or tune one (profiling afresh).
-
-    The session copied the mode when `attach` created it; it reads the rest of the config at its start.
-    """
-    power_limit = handle.config.power_limit
-    if rec.power_limit_w is not None:
-        power_limit.mode, power_limit.cap_w, power_limit.cap_fraction = "cap", rec.power_limit_w, None
-    else:
-        # The store, not the session's per-job memory, knows which batch sizes were profiled.
-        power_limit.mode, power_limit.reuse = "tune", False
-    handle.session.mode = power_limit.mode

@@ -518,6 +518,26 @@ class EnergySession:
             self.tuner.load_state_dict(self._resumed_state)
 
 
+def steer_for_recurring_run(cfg: EnergyConfig, session: EnergySession | None, *, power_limit_w: float | None,
+                            batch_size: int, eta: float) -> None:
+    """Before a recurring job's run starts: cap at the limit remembered for its batch size, or tune one.
+
+    Tuning then uses the job's own trade-off (the Zeus cost with the job's eta), and profiles afresh: the
+    job store, not the per-job limits memory, knows which batch sizes were profiled. `session` may
+    already exist (an adapter creates it early); it copied the mode when created and reads the rest of
+    `cfg` when it starts.
+    """
+    power_limit = cfg.power_limit
+    if power_limit_w is not None:
+        power_limit.mode, power_limit.cap_w, power_limit.cap_fraction = "cap", power_limit_w, None
+    else:
+        power_limit.mode, power_limit.reuse = "tune", False
+        power_limit.selector, power_limit.eta = "cost", eta
+    if session is not None:
+        session.mode = power_limit.mode
+        session.batch_size = batch_size
+
+
 def profile_table(profile: Sequence[ProfileEntry], *, eta: float,
                   max_power_w: float) -> list[dict[str, float]]:
     """Rows of the profile with the Zeus cost of each limit, for reports."""

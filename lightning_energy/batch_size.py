@@ -21,7 +21,7 @@ from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_set
 from core.errors import UsageError
 from core.recurring import BatchSizeOptimizer, JobSpec, Recommendation, RunRecord, open_store
 from core.recurring.spec import MetricMode
-from core.session import EnergyPluginWarning
+from core.session import EnergyPluginWarning, steer_for_recurring_run
 from lightning_energy.callback import EnergyCallback
 
 
@@ -96,7 +96,9 @@ class RecurringBatchSizeCallback(Callback):
         assert rec is not None
         self.recommendation, self._open = rec, True
         lightning_setattr(pl_module, self.batch_size_attr, rec.batch_size)
-        _steer_power_limit(self._energy, rec)
+        self._energy.batch_size = rec.batch_size
+        steer_for_recurring_run(self._energy.config, self._energy.session, power_limit_w=rec.power_limit_w,
+                                    batch_size=rec.batch_size, eta=self.spec.eta)
         limit = f"capped at {rec.power_limit_w:g} W" if rec.power_limit_w is not None else "tuned in this run"
         rank_zero_info(f"wattwise: job {self.spec.name!r} run {rec.run_id}: batch size {rec.batch_size} "
                        f"({rec.phase}), power limit {limit}")
@@ -182,22 +184,6 @@ def _energy_callback(trainer: pl.Trainer) -> EnergyCallback:
             "Trainer(callbacks=[EnergyCallback(), RecurringBatchSizeCallback(...)])"
         )
     return found[0]
-
-
-def _steer_power_limit(energy_cb: EnergyCallback, rec: Recommendation) -> None:
-    """Before the energy session starts: cap at the remembered limit, or tune one (profiling afresh).
-
-    The session copies the mode when it is created (in the EnergyCallback's `setup`, which may have run
-    before this callback's), so an existing session is switched too; it reads the rest at its start.
-    """
-    power_limit = energy_cb.config.power_limit
-    if rec.power_limit_w is not None:
-        power_limit.mode, power_limit.cap_w, power_limit.cap_fraction = "cap", rec.power_limit_w, None
-    else:
-        # The store, not the EnergyCallback's per-job memory, knows which batch sizes were profiled.
-        power_limit.mode, power_limit.reuse = "tune", False
-    if energy_cb.session is not None:
-        energy_cb.session.mode = power_limit.mode
 
 
 def _run_figures(energy_cb: EnergyCallback) -> tuple[float, float] | None:

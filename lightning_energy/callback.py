@@ -75,6 +75,8 @@ class EnergyCallback(Callback):
         self.session: EnergySession | None = None
         self._pending_state: dict[str, Any] | None = None
         self.summary: dict[str, Any] | None = None
+        #: The run's batch size, for the summary (set by `RecurringBatchSizeCallback`).
+        self.batch_size: int | None = None
 
     @property
     def state_key(self) -> str:
@@ -84,7 +86,7 @@ class EnergyCallback(Callback):
         if stage != "fit" or self.session is not None:
             return
         self.session = EnergySession(self.config, framework="lightning", devices=self._devices,
-                                     local_rank=trainer.local_rank)
+                                     local_rank=trainer.local_rank, batch_size=self.batch_size)
         if self._pending_state is not None:
             self.session.load_state_dict(self._pending_state)
             self._pending_state = None

@@ -120,6 +120,17 @@ def test_the_first_run_trains_at_the_default_batch_size_tunes_and_records_its_re
     assert rec_cb.result == run
     assert summary["power_limit"]["chosen_power_limit_w"] == tuned_choice()
     assert stored_power_limits("nightly") == {16: tuned_choice()}
+    assert summary["settings"]["batch_size"] == 16
+
+
+def test_tuning_uses_the_jobs_eta_not_the_energy_callbacks(tmp_path, virtual_clock):
+    gpu = make_gpu(virtual_clock)
+    energy_cb = EnergyCallback(eta=1.0, selector="energy", devices=[gpu], output_dir=str(tmp_path / "r"),
+                               overrides=TUNE)
+    fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([8, 16, 32], default=16), energy_cb], tmp_path)
+    assert energy_cb.summary is not None
+    assert (energy_cb.summary["power_limit"]["selector"], energy_cb.summary["power_limit"]["eta"]) == ("cost", 0.5)
+    assert energy_cb.summary["power_limit"]["chosen_power_limit_w"] == tuned_choice()
 
 
 @pytest.mark.parametrize("energy_first", [False, True], ids=["recurring-first", "energy-first"])
