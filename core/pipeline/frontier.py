@@ -40,7 +40,9 @@ class FrontierPoint:
 
     `deadline_s` is the iteration time the point was solved for; `time_s` (at most the deadline) and
     `energy_j` are the plan's own longest path and energy. `relaxed_energy_j` is the convex relaxation's
-    least energy at the deadline (quantised times), a near lower bound that shows the rounding loss.
+    least energy for an iteration of exactly the deadline (quantised times): minus the blocking term
+    P_b * S * deadline_s, it bounds the plan's own sum(e_i - P_b * t_i) from below, which shows the
+    rounding loss.
     """
 
     deadline_s: float

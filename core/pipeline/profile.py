@@ -152,7 +152,7 @@ def write_profile(profile: PipelineProfile, path: str | Path) -> None:
         writer = csv.writer(fh)
         writer.writerow(COLUMNS)
         for stage, instruction, frequency, time_s, energy_j in profile.rows():
-            writer.writerow([stage, instruction, frequency, repr(time_s), repr(energy_j)])
+            writer.writerow([stage, instruction, frequency, repr(float(time_s)), repr(float(energy_j))])
 
 
 def _parse_int(text: str | None, name: str, where: str, *, minimum: int) -> int:

@@ -1,0 +1,73 @@
+"""The CP-SAT yardstick: optimal plans on tiny pipelines, honest statuses, time limits."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from test_pipeline_support import problem_for, synthetic_profile
+
+from core.errors import UsageError
+from core.pipeline.exact import exact_frontier, quantised_range, solve_exact
+
+UNIT_S = 0.001
+
+
+def brute_force_j(problem, deadline_s: float) -> float:
+    """Least energy over every choice whose (whole-unit) longest path meets the deadline."""
+    per_node = [list(problem.type_options(int(k))) for k in problem.node_type]
+    best = np.inf
+    for combo in itertools.product(*per_node):
+        time_s, energy_j = problem.evaluate(np.asarray(combo))
+        if float(time_s) <= deadline_s + 1e-9:
+            best = min(best, float(energy_j))
+    return best
+
+
+def test_cp_sat_finds_the_brute_force_optimum():
+    # 2 stages x 2 microbatches x 2 instructions = 8 nodes, 3 frequencies: 6561 plans.
+    problem = problem_for(synthetic_profile(2, 3, UNIT_S, seed=4), "1f1b", 2, 80.0)
+    low, high = quantised_range(problem, UNIT_S)
+    for units in (low, (low + high) // 2, high):
+        result = solve_exact(problem, units * UNIT_S, UNIT_S, time_limit_s=30)
+        assert result.status == "OPTIMAL"
+        assert result.time_s is not None and result.time_s <= units * UNIT_S + 1e-9
+        assert result.energy_j == pytest.approx(brute_force_j(problem, units * UNIT_S), rel=1e-9)
+
+
+def test_a_deadline_below_the_fastest_plan_is_infeasible():
+    problem = problem_for(synthetic_profile(2, 3, UNIT_S, seed=4), "1f1b", 2, 80.0)
+    low, _ = quantised_range(problem, UNIT_S)
+    result = solve_exact(problem, (low - 1) * UNIT_S, UNIT_S, time_limit_s=10)
+    assert result.status == "INFEASIBLE" and not result.has_plan
+
+
+def test_status_is_honest_and_the_time_limit_is_honoured():
+    # Large enough that CP-SAT cannot prove optimality in a quarter of a second.
+    problem = problem_for(synthetic_profile(4, 10, UNIT_S, seed=5), "gpipe", 6, 80.0)
+    low, high = quantised_range(problem, UNIT_S)
+    result = solve_exact(problem, (low + high) // 2 * UNIT_S, UNIT_S, time_limit_s=0.25)
+    assert result.wall_time_s < 0.25 + 2.0
+    assert result.status in ("OPTIMAL", "FEASIBLE", "UNKNOWN")
+    if result.has_plan:
+        assert result.energy_j is not None and result.bound_j is not None
+        gap = result.energy_j - result.bound_j
+        # OPTIMAL only with the bound reached; FEASIBLE only with a gap left.
+        assert (gap < 1e-3) if result.status == "OPTIMAL" else (gap > 1e-3)
+
+
+def test_exact_frontier_covers_every_deadline_and_energy_never_rises_as_it_loosens():
+    problem = problem_for(synthetic_profile(2, 4, UNIT_S, seed=6, units=(10, 20)), "gpipe", 3, 80.0)
+    low, high = quantised_range(problem, UNIT_S)
+    results = list(exact_frontier(problem, UNIT_S, time_limit_s=10))
+    assert [round(r.deadline_s / UNIT_S) for r in results] == list(range(low, high + 1))
+    assert all(r.status == "OPTIMAL" and r.time_s is not None and r.time_s <= r.deadline_s + 1e-9 for r in results)
+    energies = [r.energy_j for r in results]
+    assert all(b <= a + 1e-6 for a, b in itertools.pairwise(energies))  # type: ignore[operator]
+
+
+def test_bad_arguments_name_the_field():
+    problem = problem_for(synthetic_profile(2, 3, UNIT_S, seed=4), "1f1b", 2, 80.0)
+    with pytest.raises(UsageError, match="time_limit_s must be a positive number"):
+        solve_exact(problem, 1.0, UNIT_S, time_limit_s=0)
