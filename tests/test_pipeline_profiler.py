@@ -1,0 +1,93 @@
+"""The PipelineProfiler on simulated GPUs (virtual clock): what it measures, that clocks are restored."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.devices import SimulatedGPU
+from core.errors import UsageError
+from core.guard import SettingsGuard
+from core.pipeline.dag import pipeline_dag
+from core.pipeline.frontier import FrontierSolver
+from core.pipeline.plan import assemble_frontier, choose_intrinsic
+from core.pipeline.problem import PlanningProblem
+from core.pipeline.profiler import PipelineProfiler, StageWork
+
+FORWARD_S, BACKWARD_S = 0.010, 0.020
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def simulated_stages(tmp_path, count: int) -> list[StageWork]:
+    clock = VirtualClock()
+    stages = []
+    for index in range(count):
+        gpu = SimulatedGPU(index, state_file=tmp_path / f"gpu{index}.json", clock=clock, sleep=clock.sleep)
+        # The last stage does a bit more work, as the loss layer does.
+        scale = 1.3 if index == count - 1 else 1.0
+        stages.append(StageWork(
+            gpu,
+            forward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=FORWARD_S * s),
+            backward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=BACKWARD_S * s),
+        ))
+    return stages
+
+
+def test_profile_follows_the_gpu_clock_model_and_clocks_are_reset(tmp_path):
+    stages = simulated_stages(tmp_path, 2)
+    freqs = [1740, 1500, 1200, 900]
+    with SettingsGuard(tmp_path / "journal") as guard:
+        profile = PipelineProfiler(stages, guard, frequencies_mhz=freqs, iterations=3).measure()
+    assert profile.num_stages == 2 and "simulated" in profile.source
+    gpu = stages[0].device
+    assert isinstance(gpu, SimulatedGPU)
+    for m in profile.options(0, "backward"):
+        time_factor, busy_w = gpu.model.operating_point(gpu.power_limit_w(), m.frequency_mhz)
+        assert m.time_s == pytest.approx(BACKWARD_S * time_factor, rel=1e-9)
+        assert m.energy_j == pytest.approx(m.time_s * busy_w, rel=1e-9)
+    times = [m.time_s for m in profile.options(1, "forward")]
+    assert times == sorted(times)  # highest frequency first, so fastest first
+    assert all(stage.device.locked_sm_clocks_mhz() is None for stage in stages)
+
+
+def test_a_measured_profile_plans_a_cheaper_iteration(tmp_path):
+    stages = simulated_stages(tmp_path, 3)
+    with SettingsGuard(tmp_path / "journal") as guard:
+        profile = PipelineProfiler(stages, guard, frequencies_mhz=[1740, 1440, 1140, 840], iterations=1,
+                                   warmup=0).measure()
+    problem = PlanningProblem.build(profile, pipeline_dag("1f1b", 3, 4), p_blocking_w=60.0)
+    frontier = assemble_frontier(problem, list(FrontierSolver(problem, 0.001).run()), unit_time_s=0.001,
+                                 solver="fast")
+    assert choose_intrinsic(frontier).saving > 0.0
+
+
+def test_clocks_are_reset_when_an_instruction_fails(tmp_path):
+    stages = simulated_stages(tmp_path, 1)
+
+    def broken() -> None:
+        raise RuntimeError("out of memory")
+
+    failing = [StageWork(stages[0].device, forward=stages[0].forward, backward=broken)]
+    with SettingsGuard(tmp_path / "journal") as guard, pytest.raises(RuntimeError, match="out of memory"):
+        PipelineProfiler(failing, guard, frequencies_mhz=[1740, 900]).measure()
+    assert stages[0].device.locked_sm_clocks_mhz() is None
+
+
+def test_unsupported_frequencies_and_bad_counts_are_named(tmp_path):
+    stages = simulated_stages(tmp_path, 1)
+    guard = SettingsGuard(tmp_path / "journal")
+    with pytest.raises(UsageError, match=r"gpu0 does not support SM clocks \[1741\] MHz"):
+        PipelineProfiler(stages, guard, frequencies_mhz=[1740, 1741])
+    with pytest.raises(UsageError, match="iterations must be a positive integer"):
+        PipelineProfiler(stages, guard, iterations=0)
+    with pytest.raises(UsageError, match="at least two frequencies"):
+        PipelineProfiler(stages, guard, frequencies_mhz=[1740])
