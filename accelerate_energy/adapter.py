@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 _ATTRIBUTE = "_wattwise_energy"
 
 
+#: Step metrics go to the trackers every this many optimizer steps unless `log_every_n_steps` says otherwise
+#: (Lightning's default cadence: per-step logging would cost more than the measurement itself).
+DEFAULT_LOG_EVERY_N_STEPS = 50
+
+
 class AccelerateEnergy:
     """The energy session of one `Accelerator`. Made by `attach`; see the module docstring."""
 
@@ -93,7 +98,7 @@ class AccelerateEnergy:
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         session = self.session
         rec = session.step_end()
-        if rec is not None and session.step_count % self.config.log_every_n_steps == 0:
+        if rec is not None and session.step_count % (self.config.log_every_n_steps or DEFAULT_LOG_EVERY_N_STEPS) == 0:
             metrics = {"energy/step_j": rec.energy_j, "time/step_s": rec.time_s, "power/avg_w": rec.avg_power_w}
             if session.applied_limit_w is not None:
                 metrics["power/limit_w"] = session.applied_limit_w

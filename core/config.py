@@ -109,8 +109,9 @@ class EnergyConfig:
     output_dir: str = "wattwise_runs"
     #: Raise instead of degrading to measurement-only when a setting cannot be applied.
     strict: bool = False
-    #: Log step metrics every N steps (epoch and fit metrics are always logged).
-    log_every_n_steps: int = 1
+    #: Log step metrics every N steps (epoch and fit metrics are always logged). None: the Lightning
+    #: Trainer's own `log_every_n_steps` (50 by default); 50 under Accelerate.
+    log_every_n_steps: int | None = None
     devices: DevicesConfig = field(default_factory=DevicesConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     power_limit: PowerLimitConfig = field(default_factory=PowerLimitConfig)
@@ -206,7 +207,8 @@ def validate(cfg: EnergyConfig) -> None:
     _positive("devices.simulated.num_gpus", cfg.devices.simulated.num_gpus)
     _positive("devices.simulated.base_step_time_s", cfg.devices.simulated.base_step_time_s)
     _positive("monitor.sample_interval_s", cfg.monitor.sample_interval_s)
-    _positive("log_every_n_steps", cfg.log_every_n_steps)
+    if cfg.log_every_n_steps is not None:
+        _positive("log_every_n_steps", cfg.log_every_n_steps)
     pl = cfg.power_limit
     _choice("power_limit.mode", pl.mode, MODES)
     _choice("power_limit.selector", pl.selector, SELECTORS)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TextIO, TypeVar
 
 from core.devices.base import Device, DeviceError
 from core.errors import UsageError
@@ -227,14 +227,16 @@ class EnergyMonitor:
             interval = min([sample_interval_s, *(w / 2 for w in wrap_periods)])
             self.sampler = PowerSampler(self.devices, interval, clock=wall_clock)
             self.sampler.start()
-        self._log_path = Path(log_file) if log_file is not None else None
         self._log_lock = threading.Lock()
-        if self._log_path is not None:
-            self._log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self._log_path, "w", newline="") as fh:
-                csv.writer(fh).writerow(
-                    ["start_time", "window_name", "time_s", "energy_j",
-                     *[f"{k}_energy_j" for k in keys], "approximate", "simulated"])
+        self._log_file: TextIO | None = None
+        if log_file is not None:
+            Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+            # Kept open, line-buffered, for the monitor's life: each row reaches the file as its window
+            # ends, for one write call instead of an open and a close.
+            self._log_file = open(log_file, "w", newline="", buffering=1)  # noqa: SIM115
+            self._log_writer = csv.writer(self._log_file)
+            self._log_writer.writerow(["start_time", "window_name", "time_s", "energy_j",
+                                       *[f"{k}_energy_j" for k in keys], "approximate", "simulated"])
 
     def _read_energy(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -308,18 +310,22 @@ class EnergyMonitor:
         return WindowHandle(self, name)
 
     def _log(self, m: Measurement) -> None:
-        if self._log_path is None:
+        if self._log_file is None:
             return
-        with self._log_lock, open(self._log_path, "a", newline="") as fh:
-            csv.writer(fh).writerow(
+        with self._log_lock:
+            self._log_writer.writerow(
                 [f"{m.start_time:.6f}", m.name, f"{m.time_s:.6f}", f"{m.total_energy_j:.6f}",
                  *[f"{m.energy_j[key]:.6f}" for _, key, _ in self._readers],
                  ";".join(m.approximate), str(m.simulated).lower()])
 
     def close(self) -> None:
-        """Stop the background sampler, if any."""
+        """Stop the background sampler, if any, and close the window log."""
         if self.sampler is not None:
             self.sampler.stop()
+        if self._log_file is not None:
+            with self._log_lock:
+                self._log_file.close()
+                self._log_file = None
 
     def __enter__(self) -> EnergyMonitor:
         return self

@@ -109,13 +109,16 @@ class EnergyCallback(Callback):
         if self.session is None:
             return
         rec = self.session.step_end()
-        if rec is None or self.session.step_count % self.config.log_every_n_steps:
+        every = self.config.log_every_n_steps or getattr(trainer, "log_every_n_steps", 50)
+        if rec is None or self.session.step_count % every or not trainer.is_global_zero:
             return
         metrics = {"energy/step_j": rec.energy_j, "time/step_s": rec.time_s, "power/avg_w": rec.avg_power_w}
         if self.session.applied_limit_w is not None:
             metrics["power/limit_w"] = self.session.applied_limit_w
-        # Already combined over processes: no sync_dist.
-        pl_module.log_dict(metrics, on_step=True, on_epoch=False, sync_dist=False)
+        # Straight to the loggers, at the trainer's cadence: the figures are already combined over
+        # processes, and `LightningModule.log` would cost more per step than the measurement itself.
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.session is None:

@@ -210,14 +210,15 @@ def test_strict_mode_raises_without_permission(tmp_path, clock):
 def test_metrics_reach_the_trackers_combined_and_numbered_by_optimizer_step(tmp_path, clock):
     recorder = Recorder()
     gpu = make_gpu(clock)
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True, log_with=[recorder]), plugin(tmp_path, mode="cap",
-                                           cap_w=200.0), devices=[gpu])
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True, log_with=[recorder]),
+                                           plugin(tmp_path, "log_every_n_steps=2", mode="cap", cap_w=200.0),
+                                           devices=[gpu])
     accelerator.init_trackers("energy-test")
     train(accelerator, batches=3, epochs=2, mark_epochs=True)
     accelerator.end_training()
 
     steps = [(step, m) for step, m in recorder.logged if "energy/step_j" in m]
-    assert [step for step, _ in steps] == [1, 2, 3, 4, 5, 6]
+    assert [step for step, _ in steps] == [2, 4, 6]  # every log_every_n_steps optimizer steps
     assert all(m["power/limit_w"] == 200.0 for _, m in steps)
     epochs = [(step, m["energy/epoch_j"]) for step, m in recorder.logged if "energy/epoch_j" in m]
     assert [step for step, _ in epochs] == [3, 6]

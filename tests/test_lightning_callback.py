@@ -8,6 +8,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
+from lightning.pytorch.loggers import Logger
 
 from core.devices import PowerModel, SimulatedGPU
 from core.devices.base import NoPermissionError
@@ -46,19 +47,46 @@ def expected_choice(model: PowerModel, selector: str = "cost", eta: float = 0.5,
     return select_power_limit(entries, selector, eta=eta, max_power_w=hi).power_limit_w
 
 
+class RecordingLogger(Logger):
+    """A logger that keeps what it is given, as the user's TensorBoard or W&B logger would receive it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged: list[tuple[int | None, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.logged.append((step, dict(metrics)))
+
+
 def test_measures_every_step_and_writes_the_summary(tmp_path, virtual_clock):
     gpu = make_gpu(virtual_clock)
     cb = EnergyCallback(output_dir=str(tmp_path / "run"), devices=[gpu], overrides=["monitor.sample_power=false"])
-    trainer = fit(cb, [gpu], 20, tmp_path)
+    logger = RecordingLogger()
+    fit(cb, [gpu], 20, tmp_path, logger=logger, log_every_n_steps=5)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["simulated"] is True and summary["steps"] == 20
     # Every emulated step is BASE_S at 300 W busy power (245 W in the built-in model).
     busy_w = PowerModel.default().at_limit(300.0)[1]
     assert summary["energy_j"] == pytest.approx(20 * BASE_S * busy_w, rel=1e-6)
     assert summary["energy_per_device_j"] == {"rank0/gpu0": pytest.approx(summary["energy_j"])}
-    metrics = trainer.callback_metrics
-    assert float(metrics["energy/step_j"]) == pytest.approx(BASE_S * busy_w, rel=1e-6)
-    assert float(metrics["power/avg_w"]) == pytest.approx(busy_w, rel=1e-6)
+    steps = [(step, m) for step, m in logger.logged if "energy/step_j" in m]
+    assert [step for step, _ in steps] == [5, 10, 15, 20]  # at the trainer's log_every_n_steps
+    assert all(m["energy/step_j"] == pytest.approx(BASE_S * busy_w, rel=1e-6) for _, m in steps)
+    assert all(m["power/avg_w"] == pytest.approx(busy_w, rel=1e-6) for _, m in steps)
+    fit_logged = [m for _, m in logger.logged if "energy/fit_j" in m]
+    assert fit_logged == [{"energy/fit_j": pytest.approx(summary["energy_j"]),
+                           "time/fit_s": pytest.approx(summary["time_s"])}]
     assert (tmp_path / "run" / "windows.csv").read_text().count("\nstep,") == 0  # name is column 2
     rows = (tmp_path / "run" / "windows.csv").read_text().splitlines()
     assert sum(1 for r in rows if r.split(",")[1] == "step") == 20
