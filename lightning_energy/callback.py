@@ -109,7 +109,7 @@ class EnergyCallback(Callback):
         if self.session is None:
             return
         rec = self.session.step_end()
-        every = self.config.log_every_n_steps or getattr(trainer, "log_every_n_steps", 50)
+        every: int = self.config.log_every_n_steps or getattr(trainer, "log_every_n_steps", None) or 50
         if rec is None or self.session.step_count % every or not trainer.is_global_zero:
             return
         metrics = {"energy/step_j": rec.energy_j, "time/step_s": rec.time_s, "power/avg_w": rec.avg_power_w}
