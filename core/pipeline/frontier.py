@@ -26,7 +26,7 @@ import numpy as np
 
 from core.errors import UsageError
 from core.pipeline.dag import IntArray
-from core.pipeline.problem import PlanningProblem
+from core.pipeline.problem import PlanningProblem, iteration_energy_j
 from core.pipeline.relaxation import ConvexRelaxation, RelaxedFrontier, pareto_order
 from core.pipeline.rounding import LevelPicker, OptionMap, polish, round_down, track
 
@@ -133,28 +133,39 @@ class FrontierSolver:
         rounded = round_down(self._units_map, problem.node_type, durations)
         finish_s = np.asarray(events[inn + 1] * self.resolution_s, dtype=np.float64)
         tracked = track(problem, self._vertices, finish_s)
-        fastest = np.repeat(self._fastest_choice[:, None], int(last.sum()), axis=1)
+        extra = np.flatnonzero(last)
+        fastest = np.repeat(self._fastest_choice[:, None], len(extra), axis=1)
         candidates = np.concatenate([rounded, tracked, fastest], axis=1)
-        owners = np.concatenate([np.arange(len(deadlines))] * 2 + [np.flatnonzero(last)])
-        candidates = polish(problem, self._options, candidates, deadline_s[owners])
-        times, energies = problem.evaluate_by_node(candidates)
+        owners = np.concatenate([np.arange(len(deadlines))] * 2 + [extra])
+        candidates, times = polish(problem, self._options, candidates, deadline_s[owners])
+        energies = iteration_energy_j(
+            problem.option_energy_j[candidates].sum(axis=0), problem.option_time_s[candidates].sum(axis=0),
+            times, problem.dag.num_stages, problem.p_blocking_w,
+        )
         energies = np.where(times <= deadline_s[owners] * (1 + 1e-12), energies, np.inf)
 
+        # Best candidate per deadline: rounded (column k) or tracked (column B + k), or an extra.
+        count = len(deadlines)
+        best = np.where(energies[count : 2 * count] < energies[:count], np.arange(count) + count, np.arange(count))
+        for column, owner in zip(range(2 * count, len(owners)), extra, strict=True):
+            if energies[column] < energies[best[owner]]:
+                best[owner] = column
         relaxed_j = self.relaxation.relaxed_cost_j(durations.T) + (
             problem.p_blocking_w * problem.dag.num_stages * deadlines * self.resolution_s
         )
-        for k in range(len(deadlines)):
-            mine = np.flatnonzero(owners == k)
-            best = mine[np.argmin(energies[mine])]
-            if not math.isfinite(energies[best]):
-                continue
-            yield FrontierPoint(
-                deadline_s=float(deadline_s[k]),
-                time_s=float(times[best]),
-                energy_j=float(energies[best]),
-                relaxed_energy_j=float(relaxed_j[k]),
-                choice=candidates[:, best].copy(),
-            )
+        # Compact choices (option indices are small): Bloom 8 x 96 yields 133k points of 1536 nodes.
+        compact = np.min_scalar_type(len(problem.option_time_s))
+        chosen = np.ascontiguousarray(candidates[:, best].T.astype(compact))
+        for k in range(count):
+            column = best[k]
+            if math.isfinite(energies[column]):
+                yield FrontierPoint(
+                    deadline_s=float(deadline_s[k]),
+                    time_s=float(times[column]),
+                    energy_j=float(energies[column]),
+                    relaxed_energy_j=float(relaxed_j[k]),
+                    choice=chosen[k],
+                )
 
 
 def solve_frontier(problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000) -> Iterator[FrontierPoint]:

@@ -144,12 +144,16 @@ def track(problem: PlanningProblem, vertices: LevelPicker, target_finish_s: Floa
     return choice
 
 
-def polish(problem: PlanningProblem, options: LevelPicker, choice: IntArray, deadline_s: FloatArray) -> IntArray:
+def polish(
+    problem: PlanningProblem, options: LevelPicker, choice: IntArray, deadline_s: FloatArray,
+) -> tuple[IntArray, FloatArray]:
     """Spend slack: a forward pass, then a backward pass (see the module docstring).
 
     Forward, in topological order, each node takes the cheapest option that finishes by its latest
     finish time (successors as they were). Backward, in reverse order, each takes the cheapest option
     that starts no earlier than its earliest start (predecessors as the forward pass left them).
+    Returns the new choices and their iteration times: the backward pass schedules every node as late
+    as the deadline allows, so the longest path is the deadline minus the earliest of those starts.
     """
     dag = problem.dag
     n = dag.num_nodes
@@ -168,4 +172,4 @@ def polish(problem: PlanningProblem, options: LevelPicker, choice: IntArray, dea
         end = begin[dag.succs[level]].min(axis=1)
         choice[level], time_s = options.pick(k, end - (finish[level] - times[level]))
         begin[level] = end - time_s
-    return choice
+    return choice, np.asarray(deadline_s - begin[:n].min(axis=0))
