@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,11 +24,13 @@ from core.pipeline.dag import FloatArray, IntArray, PipelineDag
 from core.pipeline.profile import PipelineProfile
 from core.pipeline.schedule import INSTRUCTIONS
 
+Number = TypeVar("Number", float, FloatArray)
+
 
 def iteration_energy_j(
-    instruction_energy_j: float, instruction_time_s: float, iteration_time_s: float, num_stages: int,
+    instruction_energy_j: Number, instruction_time_s: Number, iteration_time_s: Number, num_stages: int,
     p_blocking_w: float,
-) -> float:
+) -> Number:
     """Energy of one iteration: what the instructions burn plus what blocked GPUs burn.
 
     `instruction_energy_j` and `instruction_time_s` are sums over every instruction of every stage.
