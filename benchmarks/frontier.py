@@ -11,7 +11,8 @@ ground truth). Every energy of ours is a real plan's, computed from the profile.
 
 With lowtime installed (`pip install lowtime`, optional), the authors' Phillips-Dessouky solver runs on
 the same profile, schedule and machine, set up as its Perseus example does; its plans (one per step) are
-evaluated with the same real figures as ours. Results go to stdout (a markdown table) and DIR/results.json.
+evaluated with the same real figures as ours. Results go to stdout (markdown tables) and DIR/results.json
+(DIR defaults to <tmp>/wattwise-benchmark-frontier).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -204,7 +206,8 @@ def main() -> None:
     parser.add_argument("--microbatches", default="12,24,48,96")
     parser.add_argument("--lowtime", default="gpt3:12,gpt3:24",
                         help="model:M pairs to also run lowtime on (if installed); empty for none")
-    parser.add_argument("--out", type=Path, default=Path("benchmark-frontier"))
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "wattwise-benchmark-frontier",
+                        help="where results.json and the plots go")
     parser.add_argument("--plot", action="store_true", help="write one PNG per run into --out")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
