@@ -7,7 +7,8 @@ deadline. It combines:
 1. the exact convex relaxation at every deadline (`core.pipeline.relaxation`: parametric min-cost flow
    with OR-Tools max-flow phases, one per breakpoint of the relaxed frontier), with times quantised to
    `unit_time_s / subdivisions` so that the relaxation follows the real times closely;
-2. two roundings of each relaxed solution to measured options, both polished
+2. two roundings of each relaxed solution to measured options (tracking its finish times with any
+   option, or with hull vertices only), both polished
    (`core.pipeline.rounding`), keeping the one of least real energy.
 
 Every point's `time_s` and `energy_j` are the plan's own figures from the profile (longest path of the
@@ -28,7 +29,7 @@ from core.errors import UsageError
 from core.pipeline.dag import IntArray
 from core.pipeline.problem import PlanningProblem, iteration_energy_j
 from core.pipeline.relaxation import ConvexRelaxation, RelaxedFrontier, pareto_order
-from core.pipeline.rounding import LevelPicker, OptionMap, polish, round_down, track
+from core.pipeline.rounding import LevelPicker, OptionMap, polish, track
 
 #: Deadlines mapped to real plans together (numpy batches).
 _BATCH = 1024
@@ -78,10 +79,7 @@ class FrontierSolver:
 
         costs = self.relaxation.costs_j
         times = problem.option_time_s
-        units = self.relaxation.units
         per_type_real = [pareto_order(problem, k, times, costs) for k in range(problem.num_types)]
-        per_type_units = [pareto_order(problem, k, units, costs) for k in range(problem.num_types)]
-        self._units_map = OptionMap.build([(units[o].astype(np.float64), o) for o in per_type_units])
         self._options = LevelPicker(OptionMap.build([(times[o], o) for o in per_type_real]), problem)
         self._vertices = LevelPicker(OptionMap.build([(times[h.options], h.options) for h in self.relaxation.hulls]),
                                      problem)
@@ -128,10 +126,11 @@ class FrontierSolver:
         last = deadlines == self.relaxation.t_min
         deadline_s[last] = self.fastest_time_s
 
-        # Candidates per deadline: relaxed durations rounded down, and hull vertices tracking the relaxed
-        # finish times; for the fastest deadline also the all-fastest plan. All polished, all checked.
-        rounded = round_down(self._units_map, problem.node_type, durations)
+        # Candidates per deadline: in topological order, each instruction takes the cheapest option (or
+        # the slowest hull vertex) that finishes by its relaxed finish time; for the fastest deadline
+        # also the all-fastest plan. All polished, all checked against the deadline.
         finish_s = np.asarray(events[inn + 1] * self.resolution_s, dtype=np.float64)
+        rounded = track(problem, self._options, finish_s)
         tracked = track(problem, self._vertices, finish_s)
         extra = np.flatnonzero(last)
         fastest = np.repeat(self._fastest_choice[:, None], len(extra), axis=1)
@@ -144,7 +143,7 @@ class FrontierSolver:
         )
         energies = np.where(times <= deadline_s[owners] * (1 + 1e-12), energies, np.inf)
 
-        # Best candidate per deadline: rounded (column k) or tracked (column B + k), or an extra.
+        # Best candidate per deadline: any option (column k) or vertices (column B + k), or an extra.
         count = len(deadlines)
         best = np.where(energies[count : 2 * count] < energies[:count], np.arange(count) + count, np.arange(count))
         for column, owner in zip(range(2 * count, len(owners)), extra, strict=True):

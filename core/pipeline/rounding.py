@@ -1,13 +1,15 @@
-"""From relaxed durations to real plans: rounding, tracking and polishing, batched over many plans.
+"""From relaxed solutions to real plans: tracking and polishing, batched over many plans.
 
-The relaxation gives each instruction a duration that may fall between two measured options. Three
+The relaxation gives each instruction a duration that may fall between two measured options. Two
 passes turn it into real plans that never miss their deadline:
 
-- `round_down`: each instruction takes the cheapest option no longer than its relaxed duration.
-- `track`: in topological order, each instruction takes the slowest hull vertex that still finishes by
-  its relaxed finish time; time one instruction saves by rounding down is carried to the next one on
-  the same path, so a chain of instructions mixes a fast and a slow vertex the way the relaxation's
-  fractional durations average them.
+- `track`: in topological order, each instruction takes the cheapest option of a given set (all
+  Pareto options, or only the hull vertices) that still finishes by its relaxed finish time. Each
+  instruction starts no later than in the relaxation, so its budget is at least its relaxed duration:
+  over all options this is never costlier than rounding every duration down on its own. Time one
+  instruction saves is carried to the next one on the same path; over hull vertices only, a chain of
+  instructions thus mixes a fast and a slow vertex the way the relaxation's fractional durations
+  average them, instead of settling on an option above the hull.
 - `polish`: alternating forward and backward passes that give each instruction the cheapest option
   fitting between its predecessors' finish and its successors' start: it spends slack that rounding
   left, never makes a plan late and never raises its effective cost.
@@ -77,15 +79,9 @@ class OptionMap:
             steps=steps,
         )
 
-    def pick(self, node_type: IntArray, budget: FloatArray) -> IntArray:
-        """Per (node, plan): the cheapest option whose time fits the budget (else the fastest).
-
-        `node_type` has shape (w,) and `budget` shape (w, B).
-        """
-        return self.choice[self._entry(LevelKeys.of(self, node_type), budget)]
-
-    def _entry(self, keys: LevelKeys, budget: FloatArray) -> IntArray:
-        """Entries (positions in `times` / `choice`) for budgets of the nodes described by `keys`."""
+    def entry(self, keys: LevelKeys, budget: FloatArray) -> IntArray:
+        """Per (node, plan): the entry (position in `times` / `choice`) of the cheapest option whose time
+        fits the budget, else the fastest. `keys` describe the w nodes; `budget` has shape (w, B)."""
         cell = ((budget - keys.base) * (1.0 / self.step)).astype(np.int64) - 1
         entry = self.table[keys.table_first + np.minimum(np.maximum(cell, 0), keys.cell_max)]
         limit = budget + _EPS_S
@@ -123,23 +119,18 @@ class LevelPicker:
 
     def pick(self, k: int, budget: FloatArray) -> tuple[IntArray, FloatArray]:
         """Options of level k's nodes that fit `budget` (w, B), and their times (map units)."""
-        entry = self.map._entry(self.keys[k], budget)
+        entry = self.map.entry(self.keys[k], budget)
         return self.map.choice[entry], self.map.times[entry]
 
 
-def round_down(option_map: OptionMap, node_type: IntArray, durations: FloatArray | IntArray) -> IntArray:
-    """Each node: the cheapest option no longer than its duration (same units as the map)."""
-    return option_map.pick(node_type, np.asarray(durations, dtype=np.float64))
-
-
-def track(problem: PlanningProblem, vertices: LevelPicker, target_finish_s: FloatArray) -> IntArray:
-    """In topological order, the slowest hull vertex that finishes by the target finish time."""
+def track(problem: PlanningProblem, options: LevelPicker, target_finish_s: FloatArray) -> IntArray:
+    """In topological order, the cheapest of `options` that finishes by the target finish time."""
     dag = problem.dag
     choice = np.empty(target_finish_s.shape, dtype=np.int64)
     finish = np.zeros((dag.num_nodes + 1, target_finish_s.shape[1]))
     for k, level in enumerate(dag.levels):
         start = finish[dag.preds[level]].max(axis=1)
-        choice[level], time_s = vertices.pick(k, target_finish_s[level] - start)
+        choice[level], time_s = options.pick(k, target_finish_s[level] - start)
         finish[level] = start + time_s
     return choice
 
