@@ -1,18 +1,18 @@
 """The time-energy frontier of a pipeline iteration (the fast solver), streamed point by point.
 
-For every deadline from the slowest sensible iteration time down to the fastest, one step of
-`unit_time_s` apart, the solver yields the least-energy real plan it finds that finishes by the
-deadline. It combines:
+For every deadline from the fastest iteration time up to the slowest sensible one, `unit_time_s`
+apart, the solver yields the least-energy real plan it finds that finishes by the deadline. It
+combines:
 
 1. the exact convex relaxation at every deadline (`core.pipeline.relaxation`: parametric min-cost flow
    with OR-Tools max-flow phases, one per breakpoint of the relaxed frontier), with times quantised to
    `unit_time_s / subdivisions` so that the relaxation follows the real times closely;
 2. two roundings of each relaxed solution to measured options (tracking its finish times with any
-   option, or with hull vertices only), both polished
-   (`core.pipeline.rounding`), keeping the one of least real energy.
+   option, or with hull vertices only), both polished (`core.pipeline.rounding`), keeping the one of
+   least real energy.
 
 Every point's `time_s` and `energy_j` are the plan's own figures from the profile (longest path of the
-profiled times; profiled energies plus blocking energy), never an interpolation. The last point is
+profiled times; profiled energies plus blocking energy), never an interpolation. The first point is
 solved for the real iteration time of the all-fastest plan, so the frontier always contains a plan with
 no slowdown against it.
 """
@@ -42,15 +42,15 @@ class FrontierPoint:
     `deadline_s` is the iteration time the point was solved for; `time_s` (at most the deadline) and
     `energy_j` are the plan's own longest path and energy. `relaxed_energy_j` is the convex relaxation's
     least energy for an iteration of exactly the deadline (quantised times): minus the blocking term
-    P_b * S * deadline_s, it bounds the plan's own sum(e_i - P_b * t_i) from below, which shows the
-    rounding loss.
+    P_b * S * deadline_s, it bounds the plan's own sum(e_i - P_b * t_i) from below (exactly so when the
+    profiled times are whole multiples of the internal resolution), which shows the rounding loss.
     """
 
     deadline_s: float
     time_s: float
     energy_j: float
     relaxed_energy_j: float
-    #: One global option index per DAG node (see `PlanningProblem`).
+    #: One global option index per DAG node (see `PlanningProblem`), in a compact integer type.
     choice: IntArray
 
 

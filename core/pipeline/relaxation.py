@@ -114,7 +114,7 @@ def _lower_hull(t: IntArray, c: FloatArray) -> IntArray:
 
 
 class ConvexRelaxation:
-    """The relaxation of one problem at one time resolution, swept over deadlines."""
+    """The relaxation of one problem at one time resolution: hulls, time range, and `solve`."""
 
     def __init__(self, problem: PlanningProblem, resolution_s: float) -> None:
         self.problem = problem
