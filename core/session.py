@@ -290,7 +290,7 @@ class EnergySession:
                 if action.begin_window and self.tuner is not None:
                     self.monitor.begin_window(PROFILE)
             self.monitor.begin_window(STEP)
-        except (DeviceError, UsageError) as err:
+        except Exception as err:  # never break training: degrade, warn once
             self._stop_measuring(err)
 
     def step_end(self) -> StepRecord | None:
@@ -311,7 +311,7 @@ class EnergySession:
                         self._save_choice()
             self.last_step = StepRecord(self._max(m.time_s), self._sum(m.total_energy_j))
             return self.last_step
-        except (DeviceError, UsageError) as err:
+        except Exception as err:  # never break training: degrade, warn once
             self._stop_measuring(err)
             return None
 
@@ -351,7 +351,7 @@ class EnergySession:
             self.epochs.append({"epoch": self._epoch_index, "time_s": rec.time_s, "energy_j": rec.energy_j})
             self._epoch_index += 1
             return rec
-        except (DeviceError, UsageError) as err:
+        except Exception as err:  # never break training: degrade, warn once
             self._stop_measuring(err)
             return None
 
@@ -389,7 +389,7 @@ class EnergySession:
             if self.is_main:
                 self._write(summary)
             return summary
-        except (DeviceError, UsageError, OSError) as err:
+        except Exception as err:  # never break training: degrade, warn once
             self._stop_measuring(err)
             return None
 

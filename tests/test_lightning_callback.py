@@ -220,3 +220,30 @@ def test_bad_arguments_fail_when_the_callback_is_built():
         EnergyCallback(mode="turbo")
     with pytest.raises(ConfigError, match="eta"):
         EnergyCallback(eta=3.0)
+
+
+class FlakyGPU(SimulatedGPU):
+    """A GPU whose energy counter starts failing mid-run with an error no backend maps (a driver bug)."""
+
+    def __init__(self, *args, fail_after: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.reads_left = fail_after
+
+    def energy_j(self) -> float:
+        self.reads_left -= 1
+        if self.reads_left < 0:
+            raise RuntimeError("driver returned garbage")
+        return super().energy_j()
+
+
+def test_an_unexpected_measurement_error_never_stops_training(tmp_path, virtual_clock):
+    gpu = FlakyGPU(0, base_step_time_s=BASE_S, clock=virtual_clock, sleep=virtual_clock.sleep, fail_after=12)
+    cb = EnergyCallback(mode="cap", cap_w=200.0, devices=[gpu], output_dir=str(tmp_path / "run"),
+                        overrides=["monitor.sample_power=false"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = fit(cb, [gpu], 15, tmp_path)
+    assert trainer.global_step == 15
+    ours = [w for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    assert len(ours) == 1 and "driver returned garbage" in str(ours[0].message)
+    assert gpu.power_limit_w() == 300.0  # the cap was restored when measurement stopped
