@@ -7,6 +7,7 @@ second process by running this script again.
 import sys
 
 import lightning.pytorch as pl
+import torch.distributed
 
 from core.workload import use_one_cpu_thread
 from lightning_energy import EnergyCallback
@@ -24,3 +25,6 @@ if __name__ == "__main__":
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          limit_val_batches=0, callbacks=[callback])
     trainer.fit(EmulatedModule(dataset_size=1024))
+    # Tear gloo down before interpreter exit: left to the C++ destructors it can abort the process.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
