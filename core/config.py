@@ -18,11 +18,11 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from core.devices import BACKENDS
 from core.errors import ConfigError
+from core.power_limit import SELECTORS
 
 MODES = ("measure", "tune", "cap")
-SELECTORS = ("energy", "time", "cost", "slowdown")
-BACKENDS = ("auto", "nvml", "simulated")
 
 
 @dataclass

@@ -126,11 +126,7 @@ class SettingsGuard:
         dev_id = json.dumps(device.spec(), sort_keys=True)
         with self._lock:
             self._originals.pop((dev_id, setting), None)
-            if self._originals:
-                self._write_journal()
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    self.journal_path.unlink()
+            self._sync_journal()
 
     def _record(self, device: Device, setting: str, read: Callable[[], Any]) -> bool:
         """Journal the original value before the first change. True if this call recorded it."""
@@ -150,6 +146,14 @@ class SettingsGuard:
                 atexit.register(self.restore_all)
                 self._atexit = True
             return True
+
+    def _sync_journal(self) -> None:
+        """The journal holds exactly the settings still to restore; with none left, there is no journal."""
+        if self._originals:
+            self._write_journal()
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.journal_path.unlink()
 
     def _write_journal(self) -> None:
         changes = [
@@ -180,11 +184,7 @@ class SettingsGuard:
                     del self._originals[(dev_id, setting)]
                 except (DeviceError, ValueError) as err:
                     result.failed.append(f"{_describe(spec, setting, value)}: {err}")
-            if self._originals:
-                self._write_journal()
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    self.journal_path.unlink()
+            self._sync_journal()
         for line in result.failed:
             log.error("wattwise: could not restore %s", line)
         return result

@@ -195,13 +195,8 @@ class EnergySession:
             if found.simulated and self.is_main:
                 log.warning("wattwise: %s", found.notes[-1] if found.notes else "using the simulated GPU")
         out = Path(cfg.output_dir)
-        log_file = None
-        if self.is_main or self.collective is None or self.collective.world_size == 1:
-            out.mkdir(parents=True, exist_ok=True)
-            log_file = out / "windows.csv"
-        else:
-            out.mkdir(parents=True, exist_ok=True)
-            log_file = out / f"windows-rank{self.rank}.csv"
+        out.mkdir(parents=True, exist_ok=True)
+        log_file = out / ("windows.csv" if self.is_main else f"windows-rank{self.rank}.csv")
         sync = self._sync if self._sync is not None else (cuda_sync if cfg.monitor.sync_cuda else None)
         self.monitor = EnergyMonitor([*self.gpus, *self.cpus], sync=sync, log_file=log_file,
                                      sample_power=cfg.monitor.sample_power,
