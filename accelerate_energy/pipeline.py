@@ -6,10 +6,8 @@ from typing import Any
 
 from accelerate import Accelerator
 
-from core.devices import discover
 from core.devices.base import Device
-from core.guard import SettingsGuard
-from core.pipeline.controller import FrequencyController, load_stage_plan
+from core.pipeline.controller import FrequencyController, follow_plan
 
 
 def follow_frequency_plan(accelerator: Accelerator, stage: Any, plan: str, *, backend: str = "auto",
@@ -21,12 +19,8 @@ def follow_frequency_plan(accelerator: Accelerator, stage: Any, plan: str, *, ba
     The GPU is this process's own (`accelerator.local_process_index`) unless `device` is given. Clocks are
     reset at `accelerator.end_training()`, at interpreter exit and on SIGTERM/SIGINT.
     """
-    steps = load_stage_plan(plan, int(stage.stage_index))
-    gpu = device or discover(backend, gpu_indices=[accelerator.local_process_index]).gpus[0]
-    guard = SettingsGuard()
-    guard.install_signal_handlers()
-    controller = FrequencyController(steps, gpu, guard, strict=strict)
-    detach = controller.attach(stage)
+    controller, detach = follow_plan(stage, plan, local_rank=accelerator.local_process_index, backend=backend,
+                                     strict=strict, device=device)
     end_training = accelerator.end_training
 
     def end_training_and_reset() -> None:

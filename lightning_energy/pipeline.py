@@ -7,10 +7,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from core.devices import discover
 from core.devices.base import Device
-from core.guard import SettingsGuard
-from core.pipeline.controller import FrequencyController, load_stage_plan
+from core.pipeline.controller import FrequencyController, follow_plan
 
 
 class PipelineFrequencyCallback(Callback):
@@ -38,12 +36,8 @@ class PipelineFrequencyCallback(Callback):
         if stage is None:
             raise AttributeError(f"PipelineFrequencyCallback: the LightningModule has no `{self.stage_attr}` "
                                  "attribute holding its torch.distributed.pipelining stage")
-        plan = load_stage_plan(self.plan_path, int(stage.stage_index))
-        gpu = self._device or discover(self.backend, gpu_indices=[trainer.local_rank]).gpus[0]
-        guard = SettingsGuard()
-        guard.install_signal_handlers()
-        self.controller = FrequencyController(plan, gpu, guard, strict=self.strict)
-        self._detach = self.controller.attach(stage)
+        self.controller, self._detach = follow_plan(stage, self.plan_path, local_rank=trainer.local_rank,
+                                                    backend=self.backend, strict=self.strict, device=self._device)
 
     def _close(self) -> None:
         if self._detach is not None:

@@ -153,3 +153,20 @@ def load_stage_plan(path: str, stage: int) -> list[PlannedInstruction]:
     if not 0 <= stage < len(plans):
         raise UsageError(f"plan file {path} has {len(plans)} stages; there is no stage {stage}")
     return stage_plan(plans[stage])
+
+
+def follow_plan(stage: Any, plan_path: str, *, local_rank: int, backend: str = "auto", strict: bool = False,
+                device: Device | None = None) -> tuple[FrequencyController, Callable[[], None]]:
+    """Hook a controller onto `stage` for its row of PLAN.json; returns it and the function that unhooks.
+
+    The GPU is the process's own (`local_rank`) unless `device` is given. The controller's guard restores
+    the clocks on SIGTERM/SIGINT and at exit; call `controller.close()` after unhooking at the end.
+    """
+    from core.devices import discover
+
+    plan = load_stage_plan(plan_path, int(stage.stage_index))
+    gpu = device or discover(backend, gpu_indices=[local_rank]).gpus[0]
+    guard = SettingsGuard()
+    guard.install_signal_handlers()
+    controller = FrequencyController(plan, gpu, guard, strict=strict)
+    return controller, controller.attach(stage)
