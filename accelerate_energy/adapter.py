@@ -1,4 +1,4 @@
-"""The adapter: an `Accelerator`'s life cycle translated into `core.session.EnergySession` calls.
+"""The adapter: an `Accelerator`'s life cycle translated into `wattwise.session.EnergySession` calls.
 
 Accelerate has no callbacks, so `attach` hooks the accelerator instance itself:
 
@@ -27,10 +27,10 @@ from accelerate import Accelerator
 from torch.utils.hooks import RemovableHandle
 
 from accelerate_energy.plugin import EnergyPlugin
-from core.config import EnergyConfig
-from core.devices.base import Device
-from core.report_text import format_summary
-from core.session import STEP, EnergySession, StepRecord
+from wattwise.config import EnergyConfig
+from wattwise.devices.base import Device
+from wattwise.report_text import format_summary
+from wattwise.session import STEP, EnergySession, StepRecord
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def attach(accelerator: Accelerator, plugin: EnergyPlugin | None = None, *,
 
     `plugin` defaults to `EnergyPlugin()`, which reads the `ACCELERATE_ENERGY_*` environment variables;
     when it is not enabled nothing is touched. `devices` replaces device discovery (tests, custom set-ups).
-    A bad setting raises `core.errors.ConfigError` here, before training starts.
+    A bad setting raises `wattwise.errors.ConfigError` here, before training starts.
     """
     plugin = plugin if plugin is not None else EnergyPlugin()
     if plugin.enabled and energy(accelerator) is None:

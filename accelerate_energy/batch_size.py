@@ -36,11 +36,11 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from accelerate_energy.adapter import AccelerateEnergy, energy
-from core.errors import UsageError
-from core.recurring import BatchSizeOptimizer, JobSpec, Recommendation, RunRecord, open_store
-from core.recurring.policy import StopReason
-from core.recurring.spec import MetricMode
-from core.session import EnergyPluginWarning, steer_for_recurring_run
+from wattwise.errors import UsageError
+from wattwise.recurring import BatchSizeOptimizer, JobSpec, Recommendation, RunRecord, open_store
+from wattwise.recurring.policy import StopReason
+from wattwise.recurring.spec import MetricMode
+from wattwise.session import EnergyPluginWarning, steer_for_recurring_run
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -127,7 +127,7 @@ def recurring_batch_size(
 ) -> Callable[[Callable[Concatenate[int, RecurringRun, P], T]], Callable[P, T]]:
     """Decorate `train(batch_size, run, ...)`; calling `train(...)` runs it as one run of the job `job`.
 
-    The arguments are those of `core.recurring.JobSpec` (checked here); `mode` is "min" (the metric must
+    The arguments are those of `wattwise.recurring.JobSpec` (checked here); `mode` is "min" (the metric must
     fall to `target_metric`, e.g. a loss) or "max" (rise to it, e.g. accuracy); `max_power_w` is the
     highest power limit summed over the job's GPUs; `store` is a SQLite path or database URL (None:
     `$WATTWISE_STORE`, else the state directory). Prepare the optimizer inside the function, as with

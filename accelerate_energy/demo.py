@@ -13,11 +13,11 @@ from accelerate import Accelerator
 from torch import nn
 
 from accelerate_energy.adapter import AccelerateEnergy
-from core.config import load_config
-from core.demo import DemoOptions, demo_overrides, demo_result
-from core.devices import PowerModel
-from core.power_limit import profile_limits_w
-from core.workload import emulate_step, tiny_dataset, tiny_model, use_one_cpu_thread
+from wattwise.config import load_config
+from wattwise.demo import DemoOptions, demo_overrides, demo_result
+from wattwise.devices import PowerModel
+from wattwise.power_limit import profile_limits_w
+from wattwise.workload import emulate_step, tiny_dataset, tiny_model, use_one_cpu_thread
 
 
 def _batches(loader: torch.utils.data.DataLoader[Any]) -> Iterator[Any]:
@@ -54,7 +54,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     model = PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
     lo, hi = model.limit_range_w
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
-    logging.getLogger("core.session").setLevel(logging.ERROR)  # the demo's own report says "simulated"
+    logging.getLogger("wattwise.session").setLevel(logging.ERROR)  # the demo's own report says "simulated"
     use_one_cpu_thread()
     with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
         common = demo_overrides(options, options.state_dir or tmp)

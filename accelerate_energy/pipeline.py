@@ -6,8 +6,8 @@ from typing import Any
 
 from accelerate import Accelerator
 
-from core.devices.base import Device
-from core.pipeline.controller import FrequencyController, follow_plan
+from wattwise.devices.base import Device
+from wattwise.pipeline.controller import FrequencyController, follow_plan
 
 
 def follow_frequency_plan(accelerator: Accelerator, stage: Any, plan: str, *, backend: str = "auto",

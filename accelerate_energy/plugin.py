@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.config import EnergyConfig, load_config
-from core.errors import ConfigError
+from wattwise.config import EnergyConfig, load_config
+from wattwise.errors import ConfigError
 
 ENV_PREFIX = "ACCELERATE_ENERGY"
 _TRUE = ("1", "true", "yes", "on")

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core.pipeline.dag import pipeline_dag
-from core.pipeline.frontier import FrontierSolver
-from core.pipeline.plan import TIME_TOLERANCE
-from core.pipeline.problem import PlanningProblem
-from core.pipeline.profile import load_profile
+from wattwise.pipeline.dag import pipeline_dag
+from wattwise.pipeline.frontier import FrontierSolver
+from wattwise.pipeline.plan import TIME_TOLERANCE
+from wattwise.pipeline.problem import PlanningProblem
+from wattwise.pipeline.profile import load_profile
 
 #: name -> (profile file, reference frontier prefix, unit time s, blocking power W), from the data README.
 MODELS = {

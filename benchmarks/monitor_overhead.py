@@ -19,8 +19,8 @@ import timeit
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.devices.simulated import SimulatedGPU
-from core.monitor import EnergyMonitor
+from wattwise.devices.simulated import SimulatedGPU
+from wattwise.monitor import EnergyMonitor
 
 TARGET_US = 50.0
 

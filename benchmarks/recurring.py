@@ -26,9 +26,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.recurring.policy import POLICIES, PolicyConfig
-from core.recurring.simulator import job_for_trace, simulate
-from core.recurring.trace import load_trace
+from wattwise.recurring.policy import POLICIES, PolicyConfig
+from wattwise.recurring.simulator import job_for_trace, simulate
+from wattwise.recurring.trace import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES = REPO.parent / "shared" / "data" / "zeus-traces"

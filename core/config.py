@@ -18,9 +18,9 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from core.devices import BACKENDS
-from core.errors import ConfigError
-from core.power_limit import SELECTORS
+from wattwise.devices import BACKENDS
+from wattwise.errors import ConfigError
+from wattwise.power_limit import SELECTORS
 
 MODES = ("measure", "tune", "cap")
 

@@ -14,10 +14,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from core.devices import PowerModel
-from core.errors import UsageError
-from core.power_limit import SELECTORS, ProfileEntry, check_eta
-from core.session import profile_table
+from wattwise.devices import PowerModel
+from wattwise.errors import UsageError
+from wattwise.power_limit import SELECTORS, ProfileEntry, check_eta
+from wattwise.session import profile_table
 
 
 @dataclass

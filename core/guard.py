@@ -25,8 +25,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from core.devices.base import Device, DeviceError
-from core.paths import state_dir
+from wattwise.devices.base import Device, DeviceError
+from wattwise.paths import state_dir
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +257,7 @@ def recover_stale_journals(directory: str | os.PathLike[str] | None = None, *,
     `include_live` also restores the journals of processes still running (`wattwise restore --force`).
     A journal that cannot be fully restored is kept, so the next attempt can retry.
     """
-    from core.devices import open_spec
+    from wattwise.devices import open_spec
 
     folder = Path(directory) if directory is not None else journal_dir()
     result = RestoreResult([], [])

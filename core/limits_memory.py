@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core.paths import state_dir
-from core.power_limit import ProfileEntry
+from wattwise.paths import state_dir
+from wattwise.power_limit import ProfileEntry
 
 
 def memory_key(job: str, gpu_name: str, num_gpus: int, batch_size: int | None = None) -> str:

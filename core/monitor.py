@@ -26,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, TextIO, TypeVar
 
-from core.devices.base import Device, DeviceError
-from core.errors import UsageError
+from wattwise.devices.base import Device, DeviceError
+from wattwise.errors import UsageError
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.errors import UsageError
+from wattwise.errors import UsageError
 
 Selector = Literal["energy", "time", "cost", "slowdown"]
 SELECTORS: tuple[str, ...] = ("energy", "time", "cost", "slowdown")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from core.carbon.integrate import (
+from wattwise.carbon.integrate import (
     J_PER_KWH,
     CombinedEnergy,
     EnergyProfile,
@@ -32,8 +32,8 @@ from core.carbon.integrate import (
     UniformEnergy,
     facility_totals,
 )
-from core.carbon.run_dir import RunDir
-from core.carbon.series import INTENSITY, PRICE, PUE, Constant, Series, check_covers, format_utc
+from wattwise.carbon.run_dir import RunDir
+from wattwise.carbon.series import INTENSITY, PRICE, PUE, Constant, Series, check_covers, format_utc
 
 REPORT_SCHEMA = "wattwise.report/1"
 REPORT_JSON = "report.json"

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.carbon.run_dir import RunDir
-from core.errors import UsageError
+from wattwise.carbon.run_dir import RunDir
+from wattwise.errors import UsageError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

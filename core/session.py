@@ -26,17 +26,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from core import __version__
-from core.carbon.policy import CarbonAwarePowerLimit
-from core.carbon.series import INTENSITY, Constant, Series, load_series_csv
-from core.config import EnergyConfig
-from core.devices import Device, DeviceError, discover
-from core.distributed import Collective, default_collective
-from core.errors import UsageError
-from core.guard import SettingsGuard
-from core.limits_memory import LimitsMemory, memory_key
-from core.monitor import EnergyMonitor, Measurement, cuda_sync
-from core.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w, zeus_cost
+from wattwise import __version__
+from wattwise.carbon.policy import CarbonAwarePowerLimit
+from wattwise.carbon.series import INTENSITY, Constant, Series, load_series_csv
+from wattwise.config import EnergyConfig
+from wattwise.devices import Device, DeviceError, discover
+from wattwise.distributed import Collective, default_collective
+from wattwise.errors import UsageError
+from wattwise.guard import SettingsGuard
+from wattwise.limits_memory import LimitsMemory, memory_key
+from wattwise.monitor import EnergyMonitor, Measurement, cuda_sync
+from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w, zeus_cost
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.devices.base import Device
-from core.devices.simulated import SimulatedGPU
+from wattwise.devices.base import Device
+from wattwise.devices.simulated import SimulatedGPU
 
 
 def use_one_cpu_thread() -> None:

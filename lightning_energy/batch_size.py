@@ -1,6 +1,6 @@
 """`RecurringBatchSizeCallback`: each fit is one run of a recurring job, on the batch size the history chose.
 
-A thin adapter over `core.recurring.BatchSizeOptimizer`. At `setup("fit")` it asks the store for the run's
+A thin adapter over `wattwise.recurring.BatchSizeOptimizer`. At `setup("fit")` it asks the store for the run's
 batch size and sets it where Lightning's `BatchSizeFinder` would (the module, its `hparams`, the
 datamodule); it steers the trainer's `EnergyCallback` to cap at the power limit remembered for that batch
 size, or to tune one when there is none. After every training epoch it reports the latest validated
@@ -18,11 +18,11 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
 
-from core.errors import UsageError
-from core.recurring import BatchSizeOptimizer, JobSpec, Recommendation, RunRecord, open_store
-from core.recurring.spec import MetricMode
-from core.session import EnergyPluginWarning, steer_for_recurring_run
 from lightning_energy.callback import EnergyCallback
+from wattwise.errors import UsageError
+from wattwise.recurring import BatchSizeOptimizer, JobSpec, Recommendation, RunRecord, open_store
+from wattwise.recurring.spec import MetricMode
+from wattwise.session import EnergyPluginWarning, steer_for_recurring_run
 
 
 class RecurringBatchSizeCallback(Callback):

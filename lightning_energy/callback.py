@@ -1,6 +1,6 @@
 """`EnergyCallback`: energy of every step, epoch and fit, and optional power-limit tuning or capping.
 
-A thin adapter: it maps Lightning's hooks onto `core.session.EnergySession`, logs through the
+A thin adapter: it maps Lightning's hooks onto `wattwise.session.EnergySession`, logs through the
 trainer's loggers and keeps the session's state in checkpoints.
 """
 
@@ -13,10 +13,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from core.config import EnergyConfig, load_config
-from core.devices.base import Device
-from core.report_text import format_summary
-from core.session import EnergySession
+from wattwise.config import EnergyConfig, load_config
+from wattwise.devices.base import Device
+from wattwise.report_text import format_summary
+from wattwise.session import EnergySession
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-from core.demo import DemoOptions, demo_overrides, demo_result
-from core.devices import PowerModel
-from core.devices.base import Device
-from core.power_limit import profile_limits_w
-from core.workload import emulate_step, tiny_dataset, tiny_model, use_one_cpu_thread
 from lightning_energy.callback import EnergyCallback
+from wattwise.demo import DemoOptions, demo_overrides, demo_result
+from wattwise.devices import PowerModel
+from wattwise.devices.base import Device
+from wattwise.power_limit import profile_limits_w
+from wattwise.workload import emulate_step, tiny_dataset, tiny_model, use_one_cpu_thread
 
 
 class EmulatedModule(pl.LightningModule):
@@ -86,7 +86,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
     # The demo prints its own report; Lightning's start-up chatter and per-run summaries would bury it.
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    logging.getLogger("core.session").setLevel(logging.ERROR)  # the demo's own report says "simulated"
+    logging.getLogger("wattwise.session").setLevel(logging.ERROR)  # the demo's own report says "simulated"
     warnings.filterwarnings("ignore", module="lightning.pytorch.utilities._pytree")
     use_one_cpu_thread()
     with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:

@@ -7,8 +7,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from core.devices.base import Device
-from core.pipeline.controller import FrequencyController, follow_plan
+from wattwise.devices.base import Device
+from wattwise.pipeline.controller import FrequencyController, follow_plan
 
 
 class PipelineFrequencyCallback(Callback):

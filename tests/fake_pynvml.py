@@ -26,7 +26,7 @@ Usage::
 
     clock = FakeClock()
     fake = FakeNvml([FakeGpu(), FakeGpu(architecture=NVML_DEVICE_ARCH_PASCAL)], clock=clock)
-    fake.install(monkeypatch)   # core.devices.nvml now talks to the fake
+    fake.install(monkeypatch)   # wattwise.devices.nvml now talks to the fake
 """
 
 from __future__ import annotations
@@ -287,10 +287,10 @@ class FakeNvml:
             gpu.attach(self.clock)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
-        """Make `core.devices.nvml` (and any later `import pynvml`) use this fake for one test."""
-        import core.devices.nvml
+        """Make `wattwise.devices.nvml` (and any later `import pynvml`) use this fake for one test."""
+        import wattwise.devices.nvml
 
-        monkeypatch.setattr(core.devices.nvml, "pynvml", self)
+        monkeypatch.setattr(wattwise.devices.nvml, "pynvml", self)
         monkeypatch.setitem(sys.modules, "pynvml", self)
         return self
 

@@ -20,11 +20,11 @@ from torch import nn
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
-from core.devices import PowerModel, SimulatedGPU
-from core.devices.base import NoPermissionError
-from core.power_limit import ProfileEntry, profile_limits_w, select_power_limit
-from core.session import EnergyPluginWarning
-from core.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.devices.base import NoPermissionError
+from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from wattwise.session import EnergyPluginWarning
+from wattwise.workload import emulate_step, tiny_dataset, tiny_model
 
 BASE_S = 0.01
 BATCH = 8
@@ -283,7 +283,7 @@ SCRIPT = textwrap.dedent("""
     import torch
     from accelerate import Accelerator
     import accelerate_energy
-    from core.workload import TorchLoop
+    from wattwise.workload import TorchLoop
 
     accelerator = accelerate_energy.attach(Accelerator(cpu=True))
     loop = TorchLoop([])

@@ -7,7 +7,7 @@ import json
 from accelerate import Accelerator
 
 import accelerate_energy
-from core.devices import SimulatedGPU
+from wattwise.devices import SimulatedGPU
 
 
 class FakeStage:

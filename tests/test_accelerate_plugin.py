@@ -10,7 +10,7 @@ from accelerate.state import AcceleratorState, GradientState
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
-from core.errors import ConfigError
+from wattwise.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)

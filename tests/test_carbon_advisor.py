@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from core.carbon.advisor import advise_start, default_objective
-from core.carbon.series import Constant, StepSeries
-from core.errors import UsageError
+from wattwise.carbon.advisor import advise_start, default_objective
+from wattwise.carbon.series import Constant, StepSeries
+from wattwise.errors import UsageError
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc).timestamp()
 HOUR = 3600.0

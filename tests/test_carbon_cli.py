@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core.carbon.example import ExampleFiles, write_example, write_series_csv
-from core.cli import main as cli
+from wattwise.carbon.example import ExampleFiles, write_example, write_series_csv
+from wattwise.cli import main as cli
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc).timestamp()
 

@@ -6,10 +6,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from core.carbon.policy import CarbonAwarePowerLimit, LimitChange, limit_schedule
-from core.carbon.series import Constant, StepSeries
-from core.errors import UsageError
-from core.power_limit import ProfileEntry
+from wattwise.carbon.policy import CarbonAwarePowerLimit, LimitChange, limit_schedule
+from wattwise.carbon.series import Constant, StepSeries
+from wattwise.errors import UsageError
+from wattwise.power_limit import ProfileEntry
 
 T0 = datetime(2026, 5, 1, tzinfo=timezone.utc).timestamp()
 HOUR = 3600.0

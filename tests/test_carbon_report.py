@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from core.carbon.example import sampled_run, write_example, write_run_dir, write_series_csv
-from core.carbon.run_dir import load_run_dir
-from core.carbon.series import INTENSITY, PRICE, PUE, Constant, parse_series
-from core.errors import UsageError
-from core.report import FacilityInputs, RunReport, build_report, energy_statement, write_report
+from wattwise.carbon.example import sampled_run, write_example, write_run_dir, write_series_csv
+from wattwise.carbon.run_dir import load_run_dir
+from wattwise.carbon.series import INTENSITY, PRICE, PUE, Constant, parse_series
+from wattwise.errors import UsageError
+from wattwise.report import FacilityInputs, RunReport, build_report, energy_statement, write_report
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
 HOUR = 3600.0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.carbon.example import write_series_csv
-from core.carbon.series import (
+from wattwise.carbon.example import write_series_csv
+from wattwise.carbon.series import (
     INTENSITY,
     PRICE,
     PUE,
@@ -18,7 +18,7 @@ from core.carbon.series import (
     parse_duration_s,
     parse_series,
 )
-from core.errors import UsageError
+from wattwise.errors import UsageError
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
 

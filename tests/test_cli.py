@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 
-import core.devices
-import core.devices.rapl
-from core.cli.main import main
-from core.devices import PowerModel
+import wattwise.devices
+import wattwise.devices.rapl
+from wattwise.cli.main import main
+from wattwise.devices import PowerModel
 
 IDLE_W = PowerModel.default().idle_power_w
 SUBPROCESS_TIMEOUT_S = 60.0
@@ -29,15 +29,15 @@ SUBPROCESS_TIMEOUT_S = 60.0
 def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(core.devices, "_SIMULATED", {})
+    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
 
 
 @pytest.fixture
 def bare_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No NVIDIA driver and no RAPL powercap tree, whatever this machine has."""
     FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
-    monkeypatch.setattr(core.devices.rapl, "rapl_domains",
-                        functools.partial(core.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
+    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
+                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
 
 
 def wattwise_script() -> str:

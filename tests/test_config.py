@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from core.config import EnergyConfig, load_config, to_yaml
-from core.errors import ConfigError, UsageError
+from wattwise.config import EnergyConfig, load_config, to_yaml
+from wattwise.errors import ConfigError, UsageError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

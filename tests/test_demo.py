@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from core.power_limit import zeus_cost
+from wattwise.power_limit import zeus_cost
 
 
 @pytest.mark.slow
@@ -16,7 +16,7 @@ def test_demo_json_contract_and_choice_follow_the_measured_profile(tmp_path):
     model = tmp_path / "model.csv"
     # Energy per step is lowest at 150 W by a wide margin; at eta=1 the choice must follow energy.
     model.write_text("power_limit,time,power\n100,3.0,100\n150,1.1,140\n200,1.02,190\n250,1.0,240\n")
-    cmd = [sys.executable, "-m", "core.cli.main", "demo", "--power-model", str(model), "--eta", "1.0", "--json",
+    cmd = [sys.executable, "-m", "wattwise.cli.main", "demo", "--power-model", str(model), "--eta", "1.0", "--json",
            "--base-step-time", "0.02", "--steps-after-tuning", "10", "--profile-steps", "3", "--step-w", "50",
            "--output-dir", str(tmp_path / "demo")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -42,7 +42,7 @@ def test_demo_json_contract_and_choice_follow_the_measured_profile(tmp_path):
 
 
 def test_demo_rejects_bad_options_with_exit_2(capsys):
-    from core.cli.main import main
+    from wattwise.cli.main import main
 
     assert main(["demo", "--eta", "2"]) == 2
     err = capsys.readouterr().err

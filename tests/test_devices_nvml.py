@@ -19,15 +19,15 @@ from fake_pynvml import (
     FakeNvml,
 )
 
-from core.devices.base import (
+from wattwise.devices.base import (
     DeviceError,
     DeviceLostError,
     NoPermissionError,
     NotSupportedError,
     PowerLimitRange,
 )
-from core.devices.nvml import NvmlGPU, nvml_gpus, open_nvml_spec
-from core.errors import UsageError
+from wattwise.devices.nvml import NvmlGPU, nvml_gpus, open_nvml_spec
+from wattwise.errors import UsageError
 
 UUIDS = [f"GPU-{i}{i}{i}{i}aaaa-bbbb-cccc-dddd-eeeeeeeeeeee" for i in range(4)]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fake_pynvml import FakeClock
 
-from core.devices.base import DeviceError, NotSupportedError
-from core.devices.rapl import open_rapl_spec, rapl_domains
+from wattwise.devices.base import DeviceError, NotSupportedError
+from wattwise.devices.rapl import open_rapl_spec, rapl_domains
 
 #: Intel's usual `max_energy_range_uj` (a 32-bit counter in 61 µJ units).
 INTEL_RANGE_UJ = 262_143_328_850

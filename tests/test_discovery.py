@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 
-import core.devices
-from core.devices import (
+import wattwise.devices
+from wattwise.devices import (
     SIMULATED_NOTICE,
     DeviceError,
     NotSupportedError,
@@ -19,14 +19,14 @@ from core.devices import (
     open_spec,
     simulated_gpus,
 )
-from core.errors import UsageError
+from wattwise.errors import UsageError
 
 
 @pytest.fixture(autouse=True)
 def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(core.devices, "_SIMULATED", {})
+    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
 
 
 @pytest.fixture

@@ -20,20 +20,20 @@ from typing import Any
 import pytest
 from fake_pynvml import FakeGpu, FakeNvml
 
-import core.devices
-from core.cli.main import main
-from core.devices.base import DeviceError
-from core.devices.nvml import nvml_gpus
-from core.devices.simulated import SimulatedGPU
-from core.guard import SettingsGuard, journal_dir, recover_stale_journals
+import wattwise.devices
+from wattwise.cli.main import main
+from wattwise.devices.base import DeviceError
+from wattwise.devices.nvml import nvml_gpus
+from wattwise.devices.simulated import SimulatedGPU
+from wattwise.guard import SettingsGuard, journal_dir, recover_stale_journals
 
 MAX_W = 300.0  # the built-in model's maximum (and default) limit
 CHILD_TIMEOUT_S = 60.0
 
 CHILD = """
 import signal, sys, time
-from core.devices.simulated import SimulatedGPU
-from core.guard import SettingsGuard
+from wattwise.devices.simulated import SimulatedGPU
+from wattwise.guard import SettingsGuard
 
 # As an interactive Python has it, even when the test runner was started with SIGINT ignored.
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -50,7 +50,7 @@ while True:
 @pytest.fixture(autouse=True)
 def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(core.devices, "_SIMULATED", {})
+    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
 
 
 @pytest.fixture

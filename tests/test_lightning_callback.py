@@ -10,12 +10,12 @@ import lightning.pytorch as pl
 import pytest
 from lightning.pytorch.loggers import Logger
 
-from core.devices import PowerModel, SimulatedGPU
-from core.devices.base import NoPermissionError
-from core.power_limit import ProfileEntry, profile_limits_w, select_power_limit
-from core.session import EnergyPluginWarning
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.devices.base import NoPermissionError
+from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from wattwise.session import EnergyPluginWarning
 
 BASE_S = 0.01
 TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
@@ -214,7 +214,7 @@ def test_tuned_limit_is_reused_by_the_next_run_of_the_same_job(tmp_path, virtual
 
 
 def test_bad_arguments_fail_when_the_callback_is_built():
-    from core.errors import ConfigError
+    from wattwise.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"power_limit\.mode"):
         EnergyCallback(mode="turbo")

@@ -8,9 +8,9 @@ import pytest
 import yaml
 from lightning.pytorch.cli import LightningCLI
 
-from core.config import load_config
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
+from wattwise.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from core.devices import SimulatedGPU
 from lightning_energy import PipelineFrequencyCallback
+from wattwise.devices import SimulatedGPU
 
 
 class FakeStage:

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from fake_pynvml import FakeClock
 
-import core.devices
-from core.devices.base import Device, DeviceError
-from core.devices.simulated import PowerModel, SimulatedGPU
-from core.errors import UsageError
-from core.monitor import EnergyMonitor, PowerSampler
+import wattwise.devices
+from wattwise.devices.base import Device, DeviceError
+from wattwise.devices.simulated import PowerModel, SimulatedGPU
+from wattwise.errors import UsageError
+from wattwise.monitor import EnergyMonitor, PowerSampler
 
 IDLE_W = 50.0
 BUSY_W = 240.0
@@ -33,7 +33,7 @@ HAND = PowerModel(
 @pytest.fixture(autouse=True)
 def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(core.devices, "_SIMULATED", {})
+    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
 
 
 @pytest.fixture

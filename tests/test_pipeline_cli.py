@@ -10,10 +10,10 @@ import sys
 import pytest
 from test_pipeline_support import problem_for, synthetic_profile
 
-from core.cli.main import main
-from core.errors import UsageError
-from core.pipeline.plan import TIME_TOLERANCE, choice_from_plan, plan_from_json
-from core.pipeline.profile import write_profile
+from wattwise.cli.main import main
+from wattwise.errors import UsageError
+from wattwise.pipeline.plan import TIME_TOLERANCE, choice_from_plan, plan_from_json
+from wattwise.pipeline.profile import write_profile
 
 UNIT_S = 0.001
 
@@ -114,7 +114,7 @@ def test_plot_is_written(tmp_path, profile_csv):
 
 
 def test_missing_matplotlib_is_a_clear_usage_error(monkeypatch):
-    from core.pipeline import plot
+    from wattwise.pipeline import plot
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(UsageError, match=r"plots need matplotlib: pip install 'wattwise\[plots\]'"):

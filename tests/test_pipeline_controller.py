@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from core.devices import SimulatedGPU
-from core.errors import UsageError
-from core.guard import SettingsGuard
-from core.pipeline.controller import FrequencyController, stage_plan
-from core.pipeline.schedule import one_f_one_b
+from wattwise.devices import SimulatedGPU
+from wattwise.errors import UsageError
+from wattwise.guard import SettingsGuard
+from wattwise.pipeline.controller import FrequencyController, stage_plan
+from wattwise.pipeline.schedule import one_f_one_b
 
 SCRIPT = Path(__file__).parent / "scripts" / "pipeline_run.py"
 MAX_MHZ = 1740

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from test_pipeline_support import problem_for, synthetic_profile
 
-from core.errors import UsageError
-from core.pipeline.exact import exact_frontier, quantised_range, solve_exact
+from wattwise.errors import UsageError
+from wattwise.pipeline.exact import exact_frontier, quantised_range, solve_exact
 
 UNIT_S = 0.001
 

@@ -7,12 +7,12 @@ import pytest
 from scipy.optimize import linprog
 from test_pipeline_support import BLOOM_A40, GPT3_A100, problem_for, real_subset, synthetic_profile
 
-from core.pipeline.dag import pipeline_dag
-from core.pipeline.exact import quantised_range, solve_exact
-from core.pipeline.frontier import FrontierSolver
-from core.pipeline.problem import PlanningProblem, iteration_energy_j
-from core.pipeline.profile import Measurement, PipelineProfile
-from core.pipeline.relaxation import ConvexRelaxation
+from wattwise.pipeline.dag import pipeline_dag
+from wattwise.pipeline.exact import quantised_range, solve_exact
+from wattwise.pipeline.frontier import FrontierSolver
+from wattwise.pipeline.problem import PlanningProblem, iteration_energy_j
+from wattwise.pipeline.profile import Measurement, PipelineProfile
+from wattwise.pipeline.relaxation import ConvexRelaxation
 
 UNIT_S = 0.001
 
@@ -155,8 +155,8 @@ def test_unit_time_must_be_positive():
 
 def test_gpt3_frontier_saves_at_least_what_perseus_reports(shared_data):
     """lowtime 0.3.0 on GPT-3 175B / A100, 8 x 12: 15.36% at 0.11% slowdown; 26.2% with a straggler at 1.2x."""
-    from core.pipeline.plan import assemble_frontier, choose_for_straggler, choose_intrinsic
-    from core.pipeline.profile import load_profile
+    from wattwise.pipeline.plan import assemble_frontier, choose_for_straggler, choose_intrinsic
+    from wattwise.pipeline.profile import load_profile
 
     problem = PlanningProblem.build(load_profile(shared_data / GPT3_A100), pipeline_dag("1f1b", 8, 12), 83.64)
     points = list(FrontierSolver(problem, UNIT_S).run())

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from test_pipeline_support import problem_for, synthetic_profile
 
-from core.errors import UsageError
-from core.pipeline.files import read_frontier_json, write_frontier_json
-from core.pipeline.frontier import FrontierSolver
-from core.pipeline.plan import (
+from wattwise.errors import UsageError
+from wattwise.pipeline.files import read_frontier_json, write_frontier_json
+from wattwise.pipeline.frontier import FrontierSolver
+from wattwise.pipeline.plan import (
     Frontier,
     FrontierEntry,
     PlanStep,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from test_pipeline_support import GPT3_A100, synthetic_profile
 
-from core.cli.main import main
-from core.errors import UsageError
-from core.pipeline.profile import load_profile, write_profile
+from wattwise.cli.main import main
+from wattwise.errors import UsageError
+from wattwise.pipeline.profile import load_profile, write_profile
 
 HEADER = "stage,instruction,frequency,time,energy\n"
 GOOD_ROWS = [

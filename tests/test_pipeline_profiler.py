@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from core.devices import SimulatedGPU
-from core.errors import UsageError
-from core.guard import SettingsGuard
-from core.pipeline.dag import pipeline_dag
-from core.pipeline.frontier import FrontierSolver
-from core.pipeline.plan import assemble_frontier, choose_intrinsic
-from core.pipeline.problem import PlanningProblem
-from core.pipeline.profiler import PipelineProfiler, StageWork
+from wattwise.devices import SimulatedGPU
+from wattwise.errors import UsageError
+from wattwise.guard import SettingsGuard
+from wattwise.pipeline.dag import pipeline_dag
+from wattwise.pipeline.frontier import FrontierSolver
+from wattwise.pipeline.plan import assemble_frontier, choose_intrinsic
+from wattwise.pipeline.problem import PlanningProblem
+from wattwise.pipeline.profiler import PipelineProfiler, StageWork
 
 FORWARD_S, BACKWARD_S = 0.010, 0.020
 

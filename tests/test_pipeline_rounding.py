@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from test_pipeline_support import problem_for, synthetic_profile
 
-from core.pipeline.relaxation import ConvexRelaxation, option_costs_j, pareto_order
-from core.pipeline.rounding import LevelKeys, LevelPicker, OptionMap, polish, track
+from wattwise.pipeline.relaxation import ConvexRelaxation, option_costs_j, pareto_order
+from wattwise.pipeline.rounding import LevelKeys, LevelPicker, OptionMap, polish, track
 
 UNIT_S = 0.001
 

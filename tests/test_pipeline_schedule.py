@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import UsageError
-from core.pipeline.dag import build_dag, pipeline_dag
-from core.pipeline.schedule import Step, build_schedule, gpipe, one_f_one_b
+from wattwise.errors import UsageError
+from wattwise.pipeline.dag import build_dag, pipeline_dag
+from wattwise.pipeline.schedule import Step, build_schedule, gpipe, one_f_one_b
 
 
 def labels(schedule):

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from core.pipeline.dag import pipeline_dag
-from core.pipeline.problem import PlanningProblem
-from core.pipeline.profile import Measurement, PipelineProfile, load_profile
-from core.pipeline.schedule import INSTRUCTIONS
+from wattwise.pipeline.dag import pipeline_dag
+from wattwise.pipeline.problem import PlanningProblem
+from wattwise.pipeline.profile import Measurement, PipelineProfile, load_profile
+from wattwise.pipeline.schedule import INSTRUCTIONS
 
 GPT3_A100 = "perseus/stage_profile/gpt3-175b+a100_sxm_bf16.csv"
 BLOOM_A40 = "perseus/stage_profile/bloom+a40_bf16.csv"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import UsageError
-from core.power_limit import (
+from wattwise.errors import UsageError
+from wattwise.power_limit import (
     PowerLimitTuner,
     ProfileEntry,
     cap_limit_w,

@@ -18,11 +18,11 @@ from torch import nn
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin, RecurringRun
-from core.devices import PowerModel, SimulatedGPU
-from core.errors import UsageError
-from core.power_limit import ProfileEntry, profile_limits_w, select_power_limit
-from core.recurring import RunRecord, open_store
-from core.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.errors import UsageError
+from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from wattwise.recurring import RunRecord, open_store
+from wattwise.workload import emulate_step, tiny_dataset, tiny_model
 
 BASE_S = 0.01
 #: 192 samples: 12 optimizer steps an epoch at batch size 16, 24 at 8; tuning takes the first 16 steps.

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from core.recurring.bandit import (
+from wattwise.recurring.bandit import (
     FLAT_PRIOR,
     GaussianBelief,
     draw,

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.cli.main import main
-from core.recurring.optimizer import BatchSizeOptimizer
-from core.recurring.spec import JobSpec
-from core.recurring.sql_store import SqlJobStore
-from core.recurring.store import STORE_ENV, store_url
+from wattwise.cli.main import main
+from wattwise.recurring.optimizer import BatchSizeOptimizer
+from wattwise.recurring.spec import JobSpec
+from wattwise.recurring.sql_store import SqlJobStore
+from wattwise.recurring.store import STORE_ENV, store_url
 
 SPEC = JobSpec(
     name="bert/squad",

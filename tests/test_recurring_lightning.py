@@ -14,13 +14,13 @@ import pytest
 import torch
 from lightning.pytorch.utilities.parsing import lightning_getattr
 
-from core.devices import PowerModel, SimulatedGPU
-from core.errors import UsageError
-from core.power_limit import ProfileEntry, profile_limits_w, select_power_limit
-from core.recurring import RunRecord, open_store
-from core.workload import tiny_dataset
 from lightning_energy import EnergyCallback, RecurringBatchSizeCallback
 from lightning_energy.demo import EmulatedModule
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.errors import UsageError
+from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from wattwise.recurring import RunRecord, open_store
+from wattwise.workload import tiny_dataset
 
 BASE_S = 0.01
 #: 192 samples: 12 steps an epoch at batch size 16, 24 at 8; tuning (1 + 5 x 3 steps) ends in epoch 2.

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.errors import UsageError
-from core.recurring.optimizer import BatchSizeOptimizer
-from core.recurring.spec import JobSpec
-from core.recurring.sql_store import SqlJobStore
-from core.recurring.store import JobStore, MemoryJobStore, store_url
+from wattwise.errors import UsageError
+from wattwise.recurring.optimizer import BatchSizeOptimizer
+from wattwise.recurring.spec import JobSpec
+from wattwise.recurring.sql_store import SqlJobStore
+from wattwise.recurring.store import JobStore, MemoryJobStore, store_url
 
 # Cost = 0.5 * E + 0.5 * 100 W * T: with E = 100 J and T = 1 s per epoch, 100 J of cost per epoch.
 SPEC = JobSpec(

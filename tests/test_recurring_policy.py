@@ -8,8 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from core.errors import UsageError
-from core.recurring.policy import (
+from wattwise.errors import UsageError
+from wattwise.recurring.policy import (
     WATTWISE_POLICY,
     ZEUS_POLICY,
     Outcome,
@@ -18,7 +18,7 @@ from core.recurring.policy import (
     exploration_step,
     stop_reason,
 )
-from core.recurring.spec import JobSpec, Phase, RunRecord
+from wattwise.recurring.spec import JobSpec, Phase, RunRecord
 
 SIZES = (8, 16, 32, 64, 128, 256)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from core.cli.main import main
-from core.errors import UsageError
-from core.recurring.simulator import job_for_trace, simulate
-from core.recurring.trace import load_trace
+from wattwise.cli.main import main
+from wattwise.errors import UsageError
+from wattwise.recurring.simulator import job_for_trace, simulate
+from wattwise.recurring.trace import load_trace
 
 TRAIN = """dataset,network,batch_size,optimizer,learning_rate,run,target_metric,target_epoch
 toy,net,4,sgd,0.1,1,0.5,nan

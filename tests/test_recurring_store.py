@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect
 
-from core.errors import UsageError
-from core.recurring.migrations import LATEST_VERSION, VERSION_TABLE
-from core.recurring.optimizer import BatchSizeOptimizer
-from core.recurring.spec import JobSpec
-from core.recurring.sql_store import SqlJobStore, metadata
-from core.recurring.store import store_url
+from wattwise.errors import UsageError
+from wattwise.recurring.migrations import LATEST_VERSION, VERSION_TABLE
+from wattwise.recurring.optimizer import BatchSizeOptimizer
+from wattwise.recurring.spec import JobSpec
+from wattwise.recurring.sql_store import SqlJobStore, metadata
+from wattwise.recurring.store import store_url
 
 PROCESSES = 8
 RESULTS_PER_PROCESS = 50

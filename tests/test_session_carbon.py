@@ -6,12 +6,12 @@ import datetime as dt
 
 import pytest
 
-from core.config import load_config
-from core.devices import PowerModel, SimulatedGPU
-from core.power_limit import select_power_limit
-from core.session import EnergySession
-from core.workload import TorchLoop
 from tests.conftest import VirtualClock
+from wattwise.config import load_config
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.power_limit import select_power_limit
+from wattwise.session import EnergySession
+from wattwise.workload import TorchLoop
 
 START = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc).timestamp()
 TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=0",
@@ -65,7 +65,7 @@ def test_limit_switches_when_the_intensity_crosses_the_threshold(tmp_path):
 
 
 def test_carbon_aware_needs_tuning_and_one_intensity_source():
-    from core.errors import ConfigError
+    from wattwise.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"power_limit\.mode=tune"):
         load_config(overrides=["carbon.aware=true", "carbon.intensity_g_per_kwh=100"])

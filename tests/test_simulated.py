@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from fake_pynvml import FakeClock
 
-import core.devices
-from core.devices.simulated import ClockModel, PowerModel, SimulatedGPU
-from core.errors import UsageError
+import wattwise.devices
+from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
+from wattwise.errors import UsageError
 
 #: A model small enough to check by hand: limits 100/200/300 W, relative step time 2.0/1.2/1.0,
 #: busy power 90/170/240 W, idle 50 W. Halfway between 200 and 300 W: time 1.1, power 205 W.
@@ -30,7 +30,7 @@ HAND = PowerModel(
 @pytest.fixture(autouse=True)
 def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(core.devices, "_SIMULATED", {})
+    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
 
 
 @pytest.fixture
@@ -324,6 +324,6 @@ def test_a_negative_idle_power_is_refused() -> None:
 
 def test_simulated_gpus_load_the_csv_model_by_path(tmp_path: Path) -> None:
     path = write_csv(tmp_path, "power_limit,time,power\n150,1.5,120\n250,1.0,200\n")
-    (gpu,) = core.devices.simulated_gpus(1, power_model=path)
+    (gpu,) = wattwise.devices.simulated_gpus(1, power_model=path)
     rng = gpu.power_limit_range()
     assert (rng.min_w, rng.max_w) == (150.0, 250.0)

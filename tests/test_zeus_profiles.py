@@ -14,9 +14,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 
-from core.devices import PowerModel, SimulatedGPU
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
+from wattwise.devices import PowerModel, SimulatedGPU
 
 BASE_S = 0.01
 

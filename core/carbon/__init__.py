@@ -7,10 +7,10 @@
 - `run_dir`: reading a run directory; `example`: writing one (tests, README).
 """
 
-from core.carbon.advisor import Advice, StartOption, advise_start, default_objective
-from core.carbon.integrate import FacilityTotals, facility_totals
-from core.carbon.policy import CarbonAwarePowerLimit, LimitChange, limit_schedule
-from core.carbon.series import INTENSITY, PRICE, PUE, Constant, Series, StepSeries, parse_series
+from wattwise.carbon.advisor import Advice, StartOption, advise_start, default_objective
+from wattwise.carbon.integrate import FacilityTotals, facility_totals
+from wattwise.carbon.policy import CarbonAwarePowerLimit, LimitChange, limit_schedule
+from wattwise.carbon.series import INTENSITY, PRICE, PUE, Constant, Series, StepSeries, parse_series
 
 __all__ = [
     "INTENSITY",

@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from core.carbon.integrate import FacilityTotals, UniformEnergy, facility_totals
-from core.carbon.series import INTENSITY, PRICE, PUE, Quantity, Series, format_duration, format_utc
-from core.errors import UsageError
+from wattwise.carbon.integrate import FacilityTotals, UniformEnergy, facility_totals
+from wattwise.carbon.series import INTENSITY, PRICE, PUE, Quantity, Series, format_duration, format_utc
+from wattwise.errors import UsageError
 
 Objective = Literal["emissions", "facility-energy", "cost"]
 OBJECTIVES: tuple[str, ...] = ("emissions", "facility-energy", "cost")

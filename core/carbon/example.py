@@ -4,7 +4,7 @@
 `summary.json` (energy by trapezoids over the samples, times `counter_scale` to mimic an exact energy
 counter that differs from the sampled integral). `write_example` writes the README's example: a
 simulated 3-hour run on two GPUs with a power-limit tuning phase, plus hourly PUE, intensity and price
-series. Run `python -m core.carbon.example DIR` to get it.
+series. Run `python -m wattwise.carbon.example DIR` to get it.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from core import __version__
-from core.carbon.integrate import DeviceTrace
-from core.carbon.run_dir import POWER_FILE, SUMMARY_FILE
+from wattwise import __version__
+from wattwise.carbon.integrate import DeviceTrace
+from wattwise.carbon.run_dir import POWER_FILE, SUMMARY_FILE
 
 PowerSample = tuple[float, str, float]
 

@@ -2,7 +2,7 @@
 
 Facility energy is IT energy (GPU, CPU, DRAM) times the PUE *at the time it was used*; emissions are
 facility energy times the grid's carbon intensity at that time; cost is facility energy times the
-price. All three are integrals over time of power times step functions (see `core.carbon.series`):
+price. All three are integrals over time of power times step functions (see `wattwise.carbon.series`):
 
     facility_j  = sum_k E_k * PUE_k
     emissions_g = sum_k E_k * PUE_k * CI_k / 3.6e6
@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from core.carbon.series import Series
+from wattwise.carbon.series import Series
 
 J_PER_KWH = 3.6e6
 

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from core.carbon.series import Series
-from core.errors import UsageError
-from core.power_limit import ProfileEntry, select_power_limit
+from wattwise.carbon.series import Series
+from wattwise.errors import UsageError
+from wattwise.power_limit import ProfileEntry, select_power_limit
 
 Mode = Literal["time", "energy"]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from core.carbon.integrate import DeviceTrace
-from core.carbon.series import parse_timestamp_s
-from core.errors import UsageError
-from core.power_limit import ProfileEntry
+from wattwise.carbon.integrate import DeviceTrace
+from wattwise.carbon.series import parse_timestamp_s
+from wattwise.errors import UsageError
+from wattwise.power_limit import ProfileEntry
 
 SUMMARY_FILE = "summary.json"
 POWER_FILE = "power.csv"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from core.errors import UsageError
+from wattwise.errors import UsageError
 
 #: Two timestamps closer than this (seconds) count as the same instant when checking the step.
 _STEP_TOLERANCE_S = 1e-6

@@ -10,9 +10,9 @@ import json
 import time
 from typing import Any
 
-from core.carbon.advisor import OBJECTIVES, Advice, StartOption, advise_start, default_objective
-from core.carbon.integrate import J_PER_KWH
-from core.carbon.series import (
+from wattwise.carbon.advisor import OBJECTIVES, Advice, StartOption, advise_start, default_objective
+from wattwise.carbon.integrate import J_PER_KWH
+from wattwise.carbon.series import (
     INTENSITY,
     PRICE,
     PUE,

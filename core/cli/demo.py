@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from core.demo import DemoOptions, format_demo, run_demo
+from wattwise.demo import DemoOptions, format_demo, run_demo
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from core.devices import discover
+from wattwise.devices import discover
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -16,15 +16,15 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from core.errors import UsageError
-from core.pipeline.dag import pipeline_dag
-from core.pipeline.exact import exact_frontier
-from core.pipeline.files import write_frontier_csv, write_frontier_json
-from core.pipeline.frontier import FrontierSolver
-from core.pipeline.plan import Frontier, assemble_frontier, choose_intrinsic
-from core.pipeline.problem import PlanningProblem
-from core.pipeline.profile import load_profile
-from core.pipeline.schedule import SCHEDULES
+from wattwise.errors import UsageError
+from wattwise.pipeline.dag import pipeline_dag
+from wattwise.pipeline.exact import exact_frontier
+from wattwise.pipeline.files import write_frontier_csv, write_frontier_json
+from wattwise.pipeline.frontier import FrontierSolver
+from wattwise.pipeline.plan import Frontier, assemble_frontier, choose_intrinsic
+from wattwise.pipeline.problem import PlanningProblem
+from wattwise.pipeline.profile import load_profile
+from wattwise.pipeline.schedule import SCHEDULES
 
 T = TypeVar("T")
 
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         write_frontier_csv(frontier, args.csv)
     if args.plot:
-        from core.pipeline.plot import plot_frontier
+        from wattwise.pipeline.plot import plot_frontier
 
         plot_frontier(problem, frontier, args.plot)
     print(summary(frontier, elapsed_s))

@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from core.recurring.spec import JobSpec, RunRecord
-from core.recurring.store import default_store_url, open_store, store_url, unknown_job
-from core.recurring.summary import JobSummary, summarize
+from wattwise.recurring.spec import JobSpec, RunRecord
+from wattwise.recurring.store import default_store_url, open_store, store_url, unknown_job
+from wattwise.recurring.summary import JobSummary, summarize
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,7 +1,7 @@
 """Entry point of the `wattwise` command.
 
-Each sub-command is a module of `core.cli` with `register(subparsers)`; the parser it adds sets
-`func(args) -> int`. Bad input raises `core.errors.UsageError` (or argparse rejects it): one line on
+Each sub-command is a module of `wattwise.cli` with `register(subparsers)`; the parser it adds sets
+`func(args) -> int`. Bad input raises `wattwise.errors.UsageError` (or argparse rejects it): one line on
 stderr, exit code 2, no traceback.
 """
 
@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from core import __version__
-from core.errors import UsageError
+from wattwise import __version__
+from wattwise.errors import UsageError
 
 #: Sub-command modules, in the order `wattwise --help` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"wattwise {__version__}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        module = importlib.import_module(f"core.cli.{name}")
+        module = importlib.import_module(f"wattwise.cli.{name}")
         module.register(sub)
     return parser
 

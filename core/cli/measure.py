@@ -10,9 +10,9 @@ import subprocess
 import sys
 from typing import Any
 
-from core.devices import discover
-from core.errors import UsageError
-from core.monitor import EnergyMonitor
+from wattwise.devices import discover
+from wattwise.errors import UsageError
+from wattwise.monitor import EnergyMonitor
 
 EXIT_NOT_FOUND = 127
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from core.pipeline.files import read_frontier_json, write_plan_json
-from core.pipeline.plan import choose_for_straggler, choose_intrinsic
+from wattwise.pipeline.files import read_frontier_json, write_plan_json
+from wattwise.pipeline.plan import choose_for_straggler, choose_intrinsic
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

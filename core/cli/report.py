@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from core.carbon.run_dir import load_run_dir
-from core.carbon.series import INTENSITY, PRICE, PUE, parse_series
-from core.report import FacilityInputs, build_report, energy_statement, report_json, write_report
+from wattwise.carbon.run_dir import load_run_dir
+from wattwise.carbon.series import INTENSITY, PRICE, PUE, parse_series
+from wattwise.report import FacilityInputs, build_report, energy_statement, report_json, write_report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(run_dir, inputs)
     written = write_report(report, args.out or args.run_dir)
     if args.plot:
-        from core.report_plot import plot_run
+        from wattwise.report_plot import plot_run
 
         written += plot_run(run_dir, args.plot)
     print(report_json(report) if args.json else energy_statement(report), end="")

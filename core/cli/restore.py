@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from core.guard import journal_dir, recover_stale_journals
+from wattwise.guard import journal_dir, recover_stale_journals
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -13,10 +13,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from core.errors import UsageError
-from core.recurring.simulator import SimulationResult, job_for_trace, simulate
-from core.recurring.spec import JobSpec
-from core.recurring.trace import WorkloadTrace, load_trace
+from wattwise.errors import UsageError
+from wattwise.recurring.simulator import SimulationResult, job_for_trace, simulate
+from wattwise.recurring.spec import JobSpec
+from wattwise.recurring.trace import WorkloadTrace, load_trace
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

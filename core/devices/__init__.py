@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.devices.base import (
+from wattwise.devices.base import (
     Device,
     DeviceError,
     DeviceLostError,
@@ -20,9 +20,9 @@ from core.devices.base import (
     NotSupportedError,
     PowerLimitRange,
 )
-from core.devices.simulated import ClockModel, PowerModel, SimulatedGPU
-from core.errors import UsageError
-from core.paths import state_dir
+from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
+from wattwise.errors import UsageError
+from wattwise.paths import state_dir
 
 __all__ = [
     "BACKENDS",
@@ -124,7 +124,7 @@ def discover(
     found = Discovery()
     if backend in ("auto", "nvml"):
         try:
-            from core.devices.nvml import nvml_gpus
+            from wattwise.devices.nvml import nvml_gpus
 
             gpus: list[Device] = list(nvml_gpus())
             if not gpus:
@@ -144,7 +144,7 @@ def discover(
             found.notes.append(SIMULATED_NOTICE)
     if include_cpu:
         try:
-            from core.devices.rapl import rapl_domains
+            from wattwise.devices.rapl import rapl_domains
 
             found.cpus = list(rapl_domains())
         except (DeviceError, ImportError) as err:
@@ -171,11 +171,11 @@ def open_spec(spec: dict[str, Any]) -> Device:
         model = dataclasses.replace(PowerModel.default(), min_limit_w=float(lo), max_limit_w=float(hi))
         return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"))
     if backend == "nvml":
-        from core.devices.nvml import open_nvml_spec
+        from wattwise.devices.nvml import open_nvml_spec
 
         return open_nvml_spec(spec)
     if backend == "rapl":
-        from core.devices.rapl import open_rapl_spec
+        from wattwise.devices.rapl import open_rapl_spec
 
         return open_rapl_spec(spec)
     raise DeviceError(f"cannot reopen a device of unknown backend {backend!r}")

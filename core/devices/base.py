@@ -11,7 +11,7 @@ import abc
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import WattwiseError
+from wattwise.errors import WattwiseError
 
 
 class DeviceError(WattwiseError):
@@ -86,7 +86,7 @@ class Device(abc.ABC):
         raise NotSupportedError(f"{self.backend} device {self.index} has no power limit")
 
     def set_power_limit_w(self, watts: float) -> None:
-        """Set the power limit. Callers go through `core.guard.SettingsGuard`, never directly."""
+        """Set the power limit. Callers go through `wattwise.guard.SettingsGuard`, never directly."""
         raise NotSupportedError(f"{self.backend} device {self.index} cannot set a power limit")
 
     def supported_sm_clocks_mhz(self) -> list[int]:
@@ -107,7 +107,7 @@ class Device(abc.ABC):
 
     @abc.abstractmethod
     def spec(self) -> dict[str, Any]:
-        """A JSON-serialisable description that `core.devices.open_spec` reopens in another process.
+        """A JSON-serialisable description that `wattwise.devices.open_spec` reopens in another process.
 
         The guard journals it so that settings can be restored after a crash.
         """

@@ -2,7 +2,7 @@
 
 This is the only module that imports `pynvml`. It is imported at module level and every call looks it
 up through this module's `pynvml` attribute at call time, comparing NVML error codes by value, so tests
-swap in a fake binding by monkeypatching `core.devices.nvml.pynvml` (`tests/fake_pynvml.py` does this
+swap in a fake binding by monkeypatching `wattwise.devices.nvml.pynvml` (`tests/fake_pynvml.py` does this
 in `FakeNvml.install`).
 
 Energy: Volta and newer GPUs have a hardware counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ since
@@ -28,7 +28,7 @@ from typing import Any
 
 import pynvml
 
-from core.devices.base import (
+from wattwise.devices.base import (
     Device,
     DeviceError,
     DeviceLostError,
@@ -36,7 +36,7 @@ from core.devices.base import (
     NotSupportedError,
     PowerLimitRange,
 )
-from core.errors import UsageError
+from wattwise.errors import UsageError
 
 #: How often the power of a GPU without an energy counter is polled, by default.
 DEFAULT_POLL_INTERVAL_S = 0.1

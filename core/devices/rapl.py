@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.devices.base import Device, DeviceError, DeviceLostError, NoPermissionError, NotSupportedError
-from core.errors import UsageError
+from wattwise.devices.base import Device, DeviceError, DeviceLostError, NoPermissionError, NotSupportedError
+from wattwise.errors import UsageError
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 #: No CPU package or DRAM domain draws this much: the bound behind `max_read_interval_s`.

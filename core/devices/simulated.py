@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.devices.base import Device, PowerLimitRange
-from core.errors import UsageError
+from wattwise.devices.base import Device, PowerLimitRange
+from wattwise.errors import UsageError
 
 
 @dataclass(frozen=True)

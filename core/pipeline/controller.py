@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.devices.base import Device, DeviceError
-from core.errors import UsageError
-from core.guard import SettingsGuard
+from wattwise.devices.base import Device, DeviceError
+from wattwise.errors import UsageError
+from wattwise.guard import SettingsGuard
 
 INSTRUCTIONS = ("forward", "backward")
 
@@ -162,7 +162,7 @@ def follow_plan(stage: Any, plan_path: str, *, local_rank: int, backend: str = "
     The GPU is the process's own (`local_rank`) unless `device` is given. The controller's guard restores
     the clocks on SIGTERM/SIGINT and at exit; call `controller.close()` after unhooking at the end.
     """
-    from core.devices import discover
+    from wattwise.devices import discover
 
     plan = load_stage_plan(plan_path, int(stage.stage_index))
     gpu = device or discover(backend, gpu_indices=[local_rank]).gpus[0]

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from core.errors import UsageError
-from core.pipeline.schedule import BACKWARD, FORWARD, INSTRUCTIONS, Instruction, Schedule, Step, build_schedule
+from wattwise.errors import UsageError
+from wattwise.pipeline.schedule import BACKWARD, FORWARD, INSTRUCTIONS, Instruction, Schedule, Step, build_schedule
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]

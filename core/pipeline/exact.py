@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from core.errors import UsageError
-from core.pipeline.dag import IntArray
-from core.pipeline.problem import PlanningProblem
+from wattwise.errors import UsageError
+from wattwise.pipeline.dag import IntArray
+from wattwise.pipeline.problem import PlanningProblem
 
 #: Default integer scale of energies: 1 unit = 0.1 mJ.
 ENERGY_SCALE_PER_J = 1e4

@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from core.errors import UsageError
-from core.pipeline.plan import Choice, Frontier, FrontierEntry, plan_from_json, plan_to_json
-from core.pipeline.schedule import SCHEDULES
+from wattwise.errors import UsageError
+from wattwise.pipeline.plan import Choice, Frontier, FrontierEntry, plan_from_json, plan_to_json
+from wattwise.pipeline.schedule import SCHEDULES
 
 
 def frontier_json(frontier: Frontier) -> dict[str, Any]:

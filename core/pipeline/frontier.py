@@ -4,11 +4,11 @@ For every deadline from the fastest iteration time up to the slowest sensible on
 apart, the solver yields the least-energy real plan it finds that finishes by the deadline. It
 combines:
 
-1. the exact convex relaxation at every deadline (`core.pipeline.relaxation`: parametric min-cost flow
+1. the exact convex relaxation at every deadline (`wattwise.pipeline.relaxation`: parametric min-cost flow
    with OR-Tools max-flow phases, one per breakpoint of the relaxed frontier), with times quantised to
    `unit_time_s / subdivisions` so that the relaxation follows the real times closely;
 2. two roundings of each relaxed solution to measured options (tracking its finish times with any
-   option, or with hull vertices only), both polished (`core.pipeline.rounding`), keeping the one of
+   option, or with hull vertices only), both polished (`wattwise.pipeline.rounding`), keeping the one of
    least real energy.
 
 Every point's `time_s` and `energy_j` are the plan's own figures from the profile (longest path of the
@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.errors import UsageError
-from core.pipeline.dag import IntArray
-from core.pipeline.problem import PlanningProblem, iteration_energy_j
-from core.pipeline.relaxation import ConvexRelaxation, RelaxedFrontier, pareto_order
-from core.pipeline.rounding import LevelPicker, OptionMap, polish, track
+from wattwise.errors import UsageError
+from wattwise.pipeline.dag import IntArray
+from wattwise.pipeline.problem import PlanningProblem, iteration_energy_j
+from wattwise.pipeline.relaxation import ConvexRelaxation, RelaxedFrontier, pareto_order
+from wattwise.pipeline.rounding import LevelPicker, OptionMap, polish, track
 
 #: Deadlines mapped to real plans together (numpy batches).
 _BATCH = 1024

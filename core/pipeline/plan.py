@@ -22,10 +22,10 @@ from typing import Protocol
 
 import numpy as np
 
-from core.errors import UsageError
-from core.pipeline.dag import IntArray
-from core.pipeline.problem import PlanningProblem
-from core.pipeline.schedule import INSTRUCTIONS, Instruction
+from wattwise.errors import UsageError
+from wattwise.pipeline.dag import IntArray
+from wattwise.pipeline.problem import PlanningProblem
+from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
 
 #: Relative tolerance when comparing an iteration time with the all-maximum-frequency one (float noise).
 TIME_TOLERANCE = 1e-9

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import UsageError
-from core.pipeline.dag import IntArray
-from core.pipeline.plan import Frontier, choice_from_plan, choose_intrinsic
-from core.pipeline.problem import PlanningProblem
+from wattwise.errors import UsageError
+from wattwise.pipeline.dag import IntArray
+from wattwise.pipeline.plan import Frontier, choice_from_plan, choose_intrinsic
+from wattwise.pipeline.problem import PlanningProblem
 
 
 def _pyplot() -> Any:

@@ -19,10 +19,10 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from core.errors import UsageError
-from core.pipeline.dag import FloatArray, IntArray, PipelineDag
-from core.pipeline.profile import PipelineProfile
-from core.pipeline.schedule import INSTRUCTIONS
+from wattwise.errors import UsageError
+from wattwise.pipeline.dag import FloatArray, IntArray, PipelineDag
+from wattwise.pipeline.profile import PipelineProfile
+from wattwise.pipeline.schedule import INSTRUCTIONS
 
 Number = TypeVar("Number", float, FloatArray)
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import UsageError
-from core.pipeline.schedule import INSTRUCTIONS, Instruction
+from wattwise.errors import UsageError
+from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
 
 COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy")
 

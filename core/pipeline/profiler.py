@@ -2,7 +2,7 @@
 
 This is measurement code, not decision code: it locks clocks through the settings guard (which records
 the original and restores it on every exit path) and reads energy through measurement windows
-(`core.monitor.EnergyMonitor`). For each stage, each frequency and each instruction it runs `warmup`
+(`wattwise.monitor.EnergyMonitor`). For each stage, each frequency and each instruction it runs `warmup`
 unmeasured microbatches, then `iterations` measured ones, and keeps the mean time and energy of one
 microbatch: exactly the rows of a `stage,instruction,frequency,time,energy` CSV.
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from core.devices.base import Device
-from core.errors import UsageError
-from core.guard import SettingsGuard
-from core.monitor import EnergyMonitor
-from core.pipeline.profile import Measurement, PipelineProfile
-from core.pipeline.schedule import INSTRUCTIONS, Instruction
+from wattwise.devices.base import Device
+from wattwise.errors import UsageError
+from wattwise.guard import SettingsGuard
+from wattwise.monitor import EnergyMonitor
+from wattwise.pipeline.profile import Measurement, PipelineProfile
+from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
 
 
 @dataclass(frozen=True)

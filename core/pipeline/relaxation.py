@@ -39,8 +39,8 @@ from ortools.graph.python import max_flow
 from scipy.sparse import csr_array
 from scipy.sparse.csgraph import dijkstra
 
-from core.pipeline.dag import FloatArray, IntArray
-from core.pipeline.problem import PlanningProblem
+from wattwise.pipeline.dag import FloatArray, IntArray
+from wattwise.pipeline.problem import PlanningProblem
 
 #: Capacity of arcs without a bound (the fastest hull segment, precedence edges); leaves room in int64.
 _INF = 1 << 50

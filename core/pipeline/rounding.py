@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.pipeline.dag import FloatArray, IntArray
-from core.pipeline.problem import PlanningProblem
+from wattwise.pipeline.dag import FloatArray, IntArray
+from wattwise.pipeline.problem import PlanningProblem
 
 #: Budgets are compared with a tolerance far below any measured time.
 _EPS_S = 1e-12

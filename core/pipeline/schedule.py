@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from core.errors import UsageError
+from wattwise.errors import UsageError
 
 Instruction = Literal["forward", "backward"]
 FORWARD: Instruction = "forward"

@@ -8,10 +8,10 @@
 - `summary`: a job's history in a few numbers (for `wattwise jobs`).
 """
 
-from core.recurring.optimizer import BatchSizeOptimizer
-from core.recurring.policy import WATTWISE_POLICY, ZEUS_POLICY, PolicyConfig
-from core.recurring.spec import JobSpec, Recommendation, RunRecord
-from core.recurring.store import JobStore, MemoryJobStore, default_store_url, open_store
+from wattwise.recurring.optimizer import BatchSizeOptimizer
+from wattwise.recurring.policy import WATTWISE_POLICY, ZEUS_POLICY, PolicyConfig
+from wattwise.recurring.spec import JobSpec, Recommendation, RunRecord
+from wattwise.recurring.store import JobStore, MemoryJobStore, default_store_url, open_store
 
 __all__ = [
     "WATTWISE_POLICY",

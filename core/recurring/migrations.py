@@ -9,7 +9,7 @@ migration rolls back (DDL is transactional in both).
 Why not Alembic: three tables, migrations that must run by themselves inside an installed package on
 every open (no script directory, no `alembic upgrade` step for users), and no need for autogeneration.
 A version table and an ordered list of functions do that with no new dependency. Each migration
-carries its own frozen table definitions: the current ones live in `core.recurring.sql_store`, and a
+carries its own frozen table definitions: the current ones live in `wattwise.recurring.sql_store`, and a
 test checks that migrating an empty store yields exactly them.
 """
 
@@ -35,7 +35,7 @@ from sqlalchemy import (
     update,
 )
 
-from core.errors import UsageError
+from wattwise.errors import UsageError
 
 VERSION_TABLE = "wattwise_schema_version"
 #: Any 64-bit number unique to this purpose: the PostgreSQL advisory lock that serialises migrations.

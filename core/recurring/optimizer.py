@@ -4,7 +4,7 @@ One instance per training process. A run asks for its batch size at the start (`
 profiles power limits the first time a batch size runs (`record_power_limit`), asks after each epoch
 whether to stop (`should_stop`), and reports its result at the end (`report_result`). All state lives in
 the store, so runs on several machines sharing one store learn from each other. The decisions
-themselves are the pure functions of `core.recurring.policy`; this class only binds them to a store, a
+themselves are the pure functions of `wattwise.recurring.policy`; this class only binds them to a store, a
 clock (for heartbeats and stale runs) and a random generator.
 """
 
@@ -16,16 +16,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from core.errors import UsageError
-from core.recurring.policy import (
+from wattwise.errors import UsageError
+from wattwise.recurring.policy import (
     WATTWISE_POLICY,
     PolicyConfig,
     StopReason,
     decide,
     stop_reason,
 )
-from core.recurring.spec import JobSpec, Phase, Recommendation, RunRecord
-from core.recurring.store import JobStore
+from wattwise.recurring.spec import JobSpec, Phase, Recommendation, RunRecord
+from wattwise.recurring.store import JobStore
 
 #: An open run that has not reported an epoch for this long is presumed dead (crashed, killed).
 DEFAULT_STALE_AFTER_S = 24 * 3600.0

@@ -37,15 +37,15 @@ from typing import Literal
 
 import numpy as np
 
-from core.errors import UsageError
-from core.recurring.bandit import (
+from wattwise.errors import UsageError
+from wattwise.recurring.bandit import (
     GaussianBelief,
     draw,
     posterior,
     shrink_to_common_mean,
     thompson_pick,
 )
-from core.recurring.spec import JobSpec, Phase, RunRecord
+from wattwise.recurring.spec import JobSpec, Phase, RunRecord
 
 BanditModel = Literal["shared-epochs", "per-arm"]
 StopReason = Literal["reached", "max_epochs", "cost"]

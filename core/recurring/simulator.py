@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.errors import UsageError
-from core.power_limit import ProfileEntry, select_power_limit
-from core.recurring.optimizer import BatchSizeOptimizer
-from core.recurring.policy import WATTWISE_POLICY, PolicyConfig
-from core.recurring.spec import JobSpec, Phase
-from core.recurring.store import JobStore, MemoryJobStore
-from core.recurring.trace import PowerPoint, WorkloadTrace
+from wattwise.errors import UsageError
+from wattwise.power_limit import ProfileEntry, select_power_limit
+from wattwise.recurring.optimizer import BatchSizeOptimizer
+from wattwise.recurring.policy import WATTWISE_POLICY, PolicyConfig
+from wattwise.recurring.spec import JobSpec, Phase
+from wattwise.recurring.store import JobStore, MemoryJobStore
+from wattwise.recurring.trace import PowerPoint, WorkloadTrace
 
 #: A recurrence that has not reached the target after this many runs means the simulation is broken.
 MAX_RUNS_PER_RECURRENCE = 1000

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from core.errors import UsageError
-from core.power_limit import check_eta, zeus_cost
+from wattwise.errors import UsageError
+from wattwise.power_limit import check_eta, zeus_cost
 
 MetricMode = Literal["max", "min"]
 METRIC_MODES: tuple[str, ...] = ("max", "min")

@@ -44,14 +44,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.pool import StaticPool
 
-from core.errors import UsageError
-from core.recurring.migrations import migrate
-from core.recurring.spec import JobSpec, RunRecord
-from core.recurring.store import ChooseFn, check_same_spec, finished_run, unknown_job, unknown_run
+from wattwise.errors import UsageError
+from wattwise.recurring.migrations import migrate
+from wattwise.recurring.spec import JobSpec, RunRecord
+from wattwise.recurring.store import ChooseFn, check_same_spec, finished_run, unknown_job, unknown_run
 
 T = TypeVar("T")
 
-#: The current schema (what `core.recurring.migrations` produces; a test keeps the two equal).
+#: The current schema (what `wattwise.recurring.migrations` produces; a test keeps the two equal).
 metadata = MetaData()
 jobs_table = Table(
     "wattwise_jobs",

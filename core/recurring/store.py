@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from core.errors import UsageError
-from core.paths import state_dir
-from core.recurring.spec import JobSpec, Phase, RunRecord
+from wattwise.errors import UsageError
+from wattwise.paths import state_dir
+from wattwise.recurring.spec import JobSpec, Phase, RunRecord
 
 #: Chooses a new run's batch size, phase and cost limit from the job's runs and remembered power limits.
 ChooseFn = Callable[[Sequence[RunRecord], Mapping[int, float]], tuple[int, Phase, float]]
@@ -266,6 +266,6 @@ def store_url(location: str) -> str:
 
 def open_store(location: str | None = None) -> JobStore:
     """The store at `location` (URL or SQLite path), `$WATTWISE_STORE`, or the default SQLite file."""
-    from core.recurring.sql_store import SqlJobStore
+    from wattwise.recurring.sql_store import SqlJobStore
 
     return SqlJobStore(store_url(location) if location else default_store_url())

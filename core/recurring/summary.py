@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.recurring.policy import best_so_far, outcomes_by_batch_size, recurrence_cost_means
-from core.recurring.spec import JobSpec, RunRecord
+from wattwise.recurring.policy import best_so_far, outcomes_by_batch_size, recurrence_cost_means
+from wattwise.recurring.spec import JobSpec, RunRecord
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ import sys
 import lightning.pytorch as pl
 import torch.distributed
 
-from core.workload import use_one_cpu_thread
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
+from wattwise.workload import use_one_cpu_thread
 
 if __name__ == "__main__":
     out = sys.argv[1]

@@ -18,11 +18,11 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-from core.devices import PowerModel, SimulatedGPU
-from core.guard import SettingsGuard
-from core.monitor import EnergyMonitor
-from core.pipeline.controller import FrequencyController, stage_plan
-from core.workload import emulate_stage
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.guard import SettingsGuard
+from wattwise.monitor import EnergyMonitor
+from wattwise.pipeline.controller import FrequencyController, stage_plan
+from wattwise.workload import emulate_stage
 
 MICROBATCHES, ITERATIONS = 4, 3
 
