@@ -1,8 +1,8 @@
-"""The adapter: an `Accelerator`'s life cycle translated into `wattwise.session.EnergySession` calls.
+"""The adapter: an `Accelerator`'s life cycle forwarded to one `wattwise.run.Run`.
 
 Accelerate has no callbacks, so `attach` hooks the accelerator instance itself:
 
-- `prepare_optimizer` (which `prepare` uses): the session starts when the optimizer is prepared, and a
+- `prepare_optimizer` (which `prepare` uses): the run starts when the optimizer is prepared, and a
   step post-hook on the wrapped torch optimizer closes one step and opens the next. That hook runs only
   when the optimizer really stepped: not on gradient-accumulation micro-batches (Accelerate's
   `AcceleratedOptimizer` skips the inner `step` while `sync_gradients` is False), not when the gradient
@@ -10,7 +10,7 @@ Accelerate has no callbacks, so `attach` hooks the accelerator instance itself:
   cycle, data loading and accumulation included, and the power-limit tuner counts real steps.
 - `end_training`: the run finishes (summary written on the main process, settings restored) before the
   process group is destroyed. Without `end_training`, the run finishes at interpreter exit.
-- `register_for_checkpointing`: the session's state goes into `save_state` / `load_state`.
+- `register_for_checkpointing`: the run's state goes into `save_state` / `load_state`.
 
 Metrics go through `accelerator.log` to the user's trackers, already combined over processes.
 """
@@ -29,8 +29,9 @@ from torch.utils.hooks import RemovableHandle
 from accelerate_energy.plugin import EnergyPlugin
 from wattwise.config import EnergyConfig
 from wattwise.devices.base import Device
+from wattwise.metrics import epoch_metrics, fit_metrics, step_metrics
 from wattwise.report_text import format_summary
-from wattwise.session import STEP, EnergySession, StepRecord
+from wattwise.run import Run, StepRecord
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ DEFAULT_LOG_EVERY_N_STEPS = 50
 
 
 class AccelerateEnergy:
-    """The energy session of one `Accelerator`. Made by `attach`; see the module docstring."""
+    """The energy run of one `Accelerator`. Made by `attach`; see the module docstring."""
 
     def __init__(self, accelerator: Accelerator, config: EnergyConfig, *,
                  devices: list[Device] | None = None, print_summary: bool = True) -> None:
@@ -52,10 +53,7 @@ class AccelerateEnergy:
         self.config = config
         #: Print the few-line summary on stderr (main process) when the run finishes.
         self.print_summary = print_summary
-        self.session = EnergySession(config, framework="accelerate", devices=devices,
-                                     local_rank=accelerator.local_process_index)
-        #: The run's summary once it finished (on every process), else None.
-        self.summary: dict[str, Any] | None = None
+        self.run = Run(config, framework="accelerate", devices=devices, local_rank=accelerator.local_process_index)
         self._step_hook: RemovableHandle | None = None
         self._epoch_first_step = 0
 
@@ -80,6 +78,11 @@ class AccelerateEnergy:
         acc.end_training = end_training_measured
         acc.register_for_checkpointing(self)
 
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        """The run's summary once it finished (on every process), else None."""
+        return self.run.summary
+
     # -- life cycle ------------------------------------------------------------------------------------
     def _follow(self, prepared: torch.optim.Optimizer) -> None:
         """Count the real steps of the optimizer prepared last (a new one replaces the previous one, as
@@ -88,63 +91,55 @@ class AccelerateEnergy:
         if self._step_hook is not None:
             self._step_hook.remove()
         self._step_hook = inner.register_step_post_hook(self._on_optimizer_step)
-        if not self.session.started:
-            self.session.start()
-            self.session.epoch_begin()
-            self.session.step_begin()
-            self._epoch_first_step = self.session.step_count
+        if not self.run.started:
+            self.run.start()
+            self.run.epoch_begin()
+            self.run.step_begin()
+            self._epoch_first_step = self.run.step_count
             atexit.register(self._at_exit)
 
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        session = self.session
-        rec = session.step_end()
-        if rec is not None and session.step_count % (self.config.log_every_n_steps or DEFAULT_LOG_EVERY_N_STEPS) == 0:
-            metrics = {"energy/step_j": rec.energy_j, "time/step_s": rec.time_s, "power/avg_w": rec.avg_power_w}
-            if session.applied_limit_w is not None:
-                metrics["power/limit_w"] = session.applied_limit_w
-            self.accelerator.log(metrics, step=session.step_count)
-        session.step_begin()
+        run = self.run
+        rec = run.step_end()
+        if rec is not None and run.step_count % (self.config.log_every_n_steps or DEFAULT_LOG_EVERY_N_STEPS) == 0:
+            self.accelerator.log(step_metrics(rec, run.applied_limit_w), step=run.step_count)
+        run.step_begin()
 
     def epoch_end(self) -> StepRecord | None:
         """Close the epoch (time and energy over all processes) and open the next one."""
-        session = self.session
-        if not session.started or session.finished:
+        run = self.run
+        if not run.started or run.finished:
             return None
         rec = self._close_epoch()
-        session.epoch_begin()
-        # The wait since the last real step (evaluation, checkpointing) belongs to no step.
-        if session.monitor is not None and session.monitor.is_open(STEP):
-            session.monitor.cancel_window(STEP)
-        session.step_begin()
+        run.epoch_begin()
+        run.skip_wait()
+        run.step_begin()
         return rec
 
     def _close_epoch(self) -> StepRecord | None:
-        rec = self.session.epoch_end()
-        self._epoch_first_step = self.session.step_count
+        rec = self.run.epoch_end()
+        self._epoch_first_step = self.run.step_count
         if rec is not None:
-            self.accelerator.log({"energy/epoch_j": rec.energy_j, "time/epoch_s": rec.time_s,
-                                  "power/epoch_avg_w": rec.avg_power_w}, step=self.session.step_count)
+            self.accelerator.log(epoch_metrics(rec), step=self.run.step_count)
         return rec
 
     def finish(self, status: str = "completed") -> dict[str, Any] | None:
         """End the run on every process: restore settings, write the summary (main process), log it."""
-        session = self.session
-        if not session.started or session.finished:
+        run = self.run
+        if not run.started or run.finished:
             return self.summary
         atexit.unregister(self._at_exit)
         if self._step_hook is not None:
             self._step_hook.remove()
             self._step_hook = None
-        if session.step_count > self._epoch_first_step:  # the last (or only) epoch
+        if run.step_count > self._epoch_first_step:  # the last (or only) epoch
             self._close_epoch()
-        self.summary = session.finish(status)
-        if self.summary is not None:
-            self.accelerator.log({"energy/fit_j": self.summary["energy_j"], "time/fit_s": self.summary["time_s"]},
-                                 step=session.step_count)
+        summary = run.finish(status)
+        if summary is not None:
+            self.accelerator.log(fit_metrics(summary), step=run.step_count)
             if self.print_summary:
-                self.accelerator.print(format_summary(self.summary, output_dir=self.config.output_dir),
-                                       file=sys.stderr)
-        return self.summary
+                self.accelerator.print(format_summary(summary, output_dir=self.config.output_dir), file=sys.stderr)
+        return summary
 
     def _at_exit(self) -> None:
         """The script ended without `end_training`: finish, or restore only if it died of an exception."""
@@ -152,8 +147,8 @@ class AccelerateEnergy:
         if exc is None and self._processes_can_meet():
             self.finish("completed")
             return
-        self.session.abort(exc)
-        if self.session.collective is None or self.session.collective.world_size == 1:
+        self.run.abort(exc)
+        if self.run.collective.world_size == 1:
             self.finish("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
         else:
             # The other processes may have died or be stuck in a collective: meeting them could hang.
@@ -162,17 +157,16 @@ class AccelerateEnergy:
                         f"with {type(exc).__name__}" if exc is not None else "after the process group was destroyed")
 
     def _processes_can_meet(self) -> bool:
-        collective = self.session.collective
-        if collective is None or collective.world_size == 1:
+        if self.run.collective.world_size == 1:
             return True
         return bool(torch.distributed.is_initialized())
 
     # -- checkpoints (register_for_checkpointing) ------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return self.session.state_dict()
+        return self.run.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.session.load_state_dict(state)
+        self.run.load_state_dict(state)
 
 
 def attach(accelerator: Accelerator, plugin: EnergyPlugin | None = None, *,
@@ -190,15 +184,15 @@ def attach(accelerator: Accelerator, plugin: EnergyPlugin | None = None, *,
 
 
 def energy(accelerator: Accelerator) -> AccelerateEnergy | None:
-    """The energy handle of an attached accelerator (its `session`, `summary`), or None when off."""
+    """The energy handle of an attached accelerator (its `run`, `summary`), or None when off."""
     found = getattr(accelerator, _ATTRIBUTE, None)
     return found if isinstance(found, AccelerateEnergy) else None
 
 
-def session(accelerator: Accelerator) -> EnergySession | None:
-    """The energy session of `accelerator` (its `gpus`, `last_step`, ...), or None when wattwise is off."""
+def energy_run(accelerator: Accelerator) -> Run | None:
+    """The energy run of `accelerator` (its `gpus`, `last_step`, ...), or None when wattwise is off."""
     found = energy(accelerator)
-    return found.session if found is not None else None
+    return found.run if found is not None else None
 
 
 def epoch_end(accelerator: Accelerator) -> StepRecord | None:

@@ -28,19 +28,17 @@ talks to the store; its decisions are broadcast to the others.
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
 from accelerate import Accelerator
-from accelerate.utils import broadcast_object_list
 
 from accelerate_energy.adapter import AccelerateEnergy, energy
 from wattwise.errors import UsageError
-from wattwise.recurring import BatchSizeOptimizer, JobSpec, Recommendation, RunRecord, open_store
+from wattwise.recurring import RunRecord
+from wattwise.recurring.job_run import RecurringJobRun, job_spec
 from wattwise.recurring.policy import StopReason
-from wattwise.recurring.spec import MetricMode
-from wattwise.session import EnergyPluginWarning, steer_for_recurring_run
+from wattwise.recurring.spec import JobSpec, MetricMode
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -49,22 +47,36 @@ T = TypeVar("T")
 class RecurringRun:
     """One run of a recurring job, as the training function sees it: its settings and `report`."""
 
-    def __init__(self, spec: JobSpec, rec: Recommendation, handle: AccelerateEnergy,
-                 optimizer: BatchSizeOptimizer | None) -> None:
-        self.spec = spec
+    def __init__(self, job_run: RecurringJobRun, handle: AccelerateEnergy) -> None:
+        rec = job_run.recommendation
+        assert rec is not None
+        self.spec: JobSpec = job_run.spec
         self.run_id = rec.run_id
         self.batch_size = rec.batch_size
         #: The limit remembered for this batch size (the run is capped at it), or None: the run tunes one.
         self.power_limit_w = rec.power_limit_w
-        #: Epochs reported so far, and the last metric reported.
-        self.epochs = 0
-        self.metric: float | None = None
-        #: Why the run should stop ("reached", "max_epochs", "cost") once `report` said so, else None.
-        self.stop_reason: StopReason | None = None
-        #: The run as recorded when the training function ended (main process only).
-        self.result: RunRecord | None = None
+        self._job_run = job_run
         self._energy = handle
-        self._optimizer = optimizer
+
+    @property
+    def epochs(self) -> int:
+        """Epochs reported so far."""
+        return self._job_run.epochs
+
+    @property
+    def metric(self) -> float | None:
+        """The last metric reported."""
+        return self._job_run.metric
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """Why the run should stop ("reached", "max_epochs", "cost") once `report` said so, else None."""
+        return self._job_run.stop_reason
+
+    @property
+    def result(self) -> RunRecord | None:
+        """The run as recorded when the training function ended (main process only)."""
+        return self._job_run.result
 
     def report(self, metric: float) -> bool:
         """After an epoch's evaluation: record `metric` and the energy so far; True when training should stop.
@@ -72,43 +84,12 @@ class RecurringRun:
         Call it on every process once per epoch (it combines the energy over processes); the main
         process's `metric` decides, so gather it first (`accelerator.gather_for_metrics`).
         """
-        self.metric = float(metric)
-        totals = self._energy.session.totals()
-        if totals is None:  # measurement is off (the session warned): nothing to price the run with
-            return False
-        self.epochs += 1
-        reason = None
-        if self._optimizer is not None:
-            reason = self._optimizer.stop_reason(self.run_id, self.epochs, totals.energy_j, totals.time_s, self.metric)
-        self.stop_reason = broadcast_object_list([reason])[0]
-        return self.stop_reason is not None
+        self._job_run.report(metric)
+        return self._job_run.epoch_end(self._energy.run) is not None
 
     def _record(self, *, failed: bool) -> None:
         """Close the run in the store: reached or not, with the energy and time measured so far."""
-        handle = self._energy
-        summary = handle.summary  # set when the function called `accelerator.end_training()` itself
-        totals = handle.session.totals() if summary is None else None  # every process: a collective
-        optimizer, self._optimizer = self._optimizer, None
-        if optimizer is None:
-            return
-        try:
-            tuner = handle.session.tuner
-            if self.power_limit_w is None and tuner is not None and tuner.chosen is not None:
-                optimizer.record_power_limit(self.batch_size, tuner.chosen.power_limit_w)
-            if summary is not None:
-                energy_j, time_s = float(summary["energy_j"]), float(summary["time_s"])
-            elif totals is not None:
-                energy_j, time_s = totals.energy_j, totals.time_s
-            else:
-                warnings.warn(f"wattwise: no energy was measured, so run {self.run_id} of job {self.spec.name!r} "
-                              f"is left open; it stops counting as running after 24 hours", EnergyPluginWarning,
-                              stacklevel=3)
-                return
-            self.result = optimizer.report_result(self.run_id, energy_j=energy_j, time_s=time_s,
-                                                  reached=not failed and self.spec.reached(self.metric),
-                                                  epochs=self.epochs)
-        finally:
-            optimizer.store.close()
+        self._job_run.record(self._energy.run, failed=failed)
 
 
 def recurring_batch_size(
@@ -133,11 +114,9 @@ def recurring_batch_size(
     `$WATTWISE_STORE`, else the state directory). Prepare the optimizer inside the function, as with
     `find_executable_batch_size`: measurement starts there, after the power limit is set.
     """
-    if mode not in ("min", "max"):
-        raise UsageError(f"mode must be 'min' (e.g. a loss) or 'max' (e.g. accuracy), got {mode!r}")
-    spec = JobSpec(name=job, batch_sizes=tuple(batch_sizes), default_batch_size=default_batch_size,
-                   target_metric=target_metric, max_epochs=max_epochs, max_power_w=max_power_w,
-                   metric_mode=mode, eta=eta, beta=beta)
+    spec = job_spec(job=job, batch_sizes=list(batch_sizes), default_batch_size=default_batch_size,
+                    target_metric=target_metric, max_epochs=max_epochs, max_power_w=max_power_w, mode=mode, eta=eta,
+                    beta=beta)
 
     def decorate(function: Callable[Concatenate[int, RecurringRun, P], T]) -> Callable[P, T]:
         def run_once(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -147,11 +126,9 @@ def recurring_batch_size(
                 raise TypeError(f"{function.__name__}() gets its batch size and run from recurring_batch_size; "
                                 f"call it with its other arguments only ({err})") from None
             handle = _energy_handle(accelerator)
-            optimizer = BatchSizeOptimizer(spec, open_store(store)) if accelerator.is_main_process else None
-            rec = broadcast_object_list([optimizer.next_batch_size() if optimizer else None])[0]
-            steer_for_recurring_run(handle.config, handle.session, power_limit_w=rec.power_limit_w,
-                                    batch_size=rec.batch_size, eta=spec.eta)
-            run = RecurringRun(spec, rec, handle, optimizer)
+            job_run = RecurringJobRun(spec, store=store, collective=handle.run.collective)
+            rec = job_run.begin(handle.run)
+            run = RecurringRun(job_run, handle)
             try:
                 result = function(rec.batch_size, run, *args, **kwargs)
             except BaseException:
@@ -171,7 +148,7 @@ def _energy_handle(accelerator: Accelerator) -> AccelerateEnergy:
         raise UsageError("recurring_batch_size needs wattwise's energy measurement on the accelerator: "
                          "accelerate_energy.attach(accelerator) with ACCELERATE_ENERGY=1 set, or "
                          "attach(accelerator, EnergyPlugin(enabled=True))")
-    if handle.session.started:
+    if handle.run.started:
         raise UsageError("the energy measurement already started (the optimizer was prepared before the "
                          "decorated function ran); prepare it inside the function, so that the run's power "
                          "limit is set first")

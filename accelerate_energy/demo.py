@@ -35,7 +35,7 @@ def _train(overrides: list[str], steps: int) -> dict[str, Any]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loader = torch.utils.data.DataLoader(tiny_dataset(4096), batch_size=32, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    gpus = energy.session.gpus
+    gpus = energy.run.gpus
     batches = _batches(loader)
     for _ in range(steps):
         x, y = next(batches)
@@ -45,7 +45,7 @@ def _train(overrides: list[str], steps: int) -> dict[str, Any]:
         optimizer.zero_grad()
     accelerator.end_training()
     if energy.summary is None:
-        raise RuntimeError("the energy session produced no summary; see the warnings above")
+        raise RuntimeError("the energy run produced no summary; see the warnings above")
     return energy.summary
 
 
@@ -54,7 +54,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     model = PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
     lo, hi = model.limit_range_w
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
-    logging.getLogger("wattwise.session").setLevel(logging.ERROR)  # the demo's own report says "simulated"
+    logging.getLogger("wattwise.measurement").setLevel(logging.ERROR)  # the demo's own report says "simulated"
     use_one_cpu_thread()
     with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
         common = demo_overrides(options, options.state_dir or tmp)

@@ -41,7 +41,7 @@ def main() -> None:
                                          shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     # The devices a step runs on, for the emulation only: simulated GPUs when wattwise is on without a GPU.
-    energy = accelerate_energy.session(accelerator)
+    energy = accelerate_energy.energy_run(accelerator)
     gpus = energy.gpus if energy is not None else []
 
     for epoch in range(args.epochs):

@@ -1,7 +1,7 @@
 """`EnergyCallback`: energy of every step, epoch and fit, and optional power-limit tuning or capping.
 
-A thin adapter: it maps Lightning's hooks onto `wattwise.session.EnergySession`, logs through the
-trainer's loggers and keeps the session's state in checkpoints.
+A thin adapter: it forwards Lightning's hooks to one `wattwise.run.Run`, logs through the
+trainer's loggers and keeps the run's state in checkpoints.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from wattwise.config import EnergyConfig, load_config
 from wattwise.devices.base import Device
+from wattwise.metrics import epoch_metrics, fit_metrics, step_metrics
 from wattwise.report_text import format_summary
-from wattwise.session import EnergySession
+from wattwise.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -72,66 +73,66 @@ class EnergyCallback(Callback):
         # Validated here, so a bad argument fails when the Trainer is built, not hours later.
         self.config: EnergyConfig = load_config([config] if config else [], overrides or [], values)
         self._devices = devices
-        self.session: EnergySession | None = None
-        self._pending_state: dict[str, Any] | None = None
-        self.summary: dict[str, Any] | None = None
-        #: The run's batch size, for the summary (set by `RecurringBatchSizeCallback`).
-        self.batch_size: int | None = None
+        #: The fit's run (made at `setup("fit")`, or earlier by `RecurringBatchSizeCallback`).
+        self.run: Run | None = None
 
     @property
     def state_key(self) -> str:
         return self._generate_state_key(job=self.config.job)
 
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        """The fit's summary once it ended (every process), else None."""
+        return self.run.summary if self.run is not None else None
+
+    def run_for_fit(self, trainer: pl.Trainer | None = None) -> Run:
+        """This fit's run, made on first use (at `setup("fit")`, or when a checkpoint's state comes first)."""
+        if self.run is None:
+            self.run = Run(self.config, framework="lightning", devices=self._devices,
+                           local_rank=trainer.local_rank if trainer is not None else None)
+        return self.run
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage != "fit" or self.session is not None:
-            return
-        self.session = EnergySession(self.config, framework="lightning", devices=self._devices,
-                                     local_rank=trainer.local_rank, batch_size=self.batch_size)
-        if self._pending_state is not None:
-            self.session.load_state_dict(self._pending_state)
-            self._pending_state = None
+        if stage == "fit":
+            self.run_for_fit(trainer)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.session is not None:
-            self.session.start()
+        if self.run is not None:
+            self.run.start()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.session is not None:
-            self.session.epoch_begin()
+        if self.run is not None:
+            self.run.epoch_begin()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        if self.session is not None:
-            self.session.step_begin()
+        if self.run is not None:
+            self.run.step_begin()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
-        if self.session is None:
+        if self.run is None:
             return
-        rec = self.session.step_end()
+        rec = self.run.step_end()
         every: int = self.config.log_every_n_steps or getattr(trainer, "log_every_n_steps", None) or 50
-        if rec is None or self.session.step_count % every or not trainer.is_global_zero:
+        if rec is None or self.run.step_count % every or not trainer.is_global_zero:
             return
-        metrics = {"energy/step_j": rec.energy_j, "time/step_s": rec.time_s, "power/avg_w": rec.avg_power_w}
-        if self.session.applied_limit_w is not None:
-            metrics["power/limit_w"] = self.session.applied_limit_w
         # Straight to the loggers, at the trainer's cadence: the figures are already combined over
         # processes, and `LightningModule.log` would cost more per step than the measurement itself.
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
+            logger.log_metrics(step_metrics(rec, self.run.applied_limit_w), step=trainer.global_step)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.session is None:
+        if self.run is None:
             return
-        rec = self.session.epoch_end()
+        rec = self.run.epoch_end()
         if rec is not None:
-            pl_module.log_dict({"energy/epoch_j": rec.energy_j, "time/epoch_s": rec.time_s,
-                                "power/epoch_avg_w": rec.avg_power_w}, on_step=False, on_epoch=True)
+            pl_module.log_dict(epoch_metrics(rec), on_step=False, on_epoch=True)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
-        if self.session is not None:
-            self.session.abort(exception)
+        if self.run is not None:
+            self.run.abort(exception)
             self._finish(trainer, "failed")
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -142,24 +143,18 @@ class EnergyCallback(Callback):
             self._finish(trainer, "interrupted" if trainer.interrupted else "completed")
 
     def _finish(self, trainer: pl.Trainer, status: str) -> None:
-        if self.session is None or self.session.finished:
+        if self.run is None or self.run.finished:
             return
-        summary = self.session.finish(status)
+        summary = self.run.finish(status)
         if summary is None:
             return
-        self.summary = summary
         for logger in trainer.loggers:
-            logger.log_metrics({"energy/fit_j": summary["energy_j"], "time/fit_s": summary["time_s"]},
-                               step=trainer.global_step)
+            logger.log_metrics(fit_metrics(summary), step=trainer.global_step)
         rank_zero_info(format_summary(summary, output_dir=self.config.output_dir))
 
     def state_dict(self) -> dict[str, Any]:
-        return self.session.state_dict() if self.session is not None else {}
+        return self.run.state_dict() if self.run is not None else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if not state_dict:
-            return
-        if self.session is not None:
-            self.session.load_state_dict(state_dict)
-        else:
-            self._pending_state = state_dict
+        if state_dict:
+            self.run_for_fit().load_state_dict(state_dict)

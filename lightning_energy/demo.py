@@ -38,8 +38,8 @@ class EmulatedModule(pl.LightningModule):
     def gpus(self) -> list[Device]:
         if self._gpus is None:
             for cb in self.trainer.callbacks:  # type: ignore[attr-defined]
-                if isinstance(cb, EnergyCallback) and cb.session is not None:
-                    self._gpus = cb.session.gpus
+                if isinstance(cb, EnergyCallback) and cb.run is not None:
+                    self._gpus = cb.run.gpus
                     break
         return self._gpus or []
 
@@ -86,7 +86,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
     # The demo prints its own report; Lightning's start-up chatter and per-run summaries would bury it.
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    logging.getLogger("wattwise.session").setLevel(logging.ERROR)  # the demo's own report says "simulated"
+    logging.getLogger("wattwise.measurement").setLevel(logging.ERROR)  # the demo's own report says "simulated"
     warnings.filterwarnings("ignore", module="lightning.pytorch.utilities._pytree")
     use_one_cpu_thread()
     with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:

@@ -23,7 +23,7 @@ from accelerate_energy import EnergyPlugin
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.devices.base import NoPermissionError
 from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
-from wattwise.session import EnergyPluginWarning
+from wattwise.run import EnergyPluginWarning
 from wattwise.workload import emulate_step, tiny_dataset, tiny_model
 
 BASE_S = 0.01
@@ -106,7 +106,7 @@ def train(accelerator: Accelerator, batches: int, *, epochs: int = 1, mark_epoch
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = torch.utils.data.DataLoader(tiny_dataset(batches * BATCH), batch_size=BATCH)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    session = accelerate_energy.session(accelerator)
+    session = accelerate_energy.energy_run(accelerator)
     gpus = session.gpus if session is not None else []
     for _ in range(epochs):
         for x, y in loader:
@@ -288,7 +288,7 @@ SCRIPT = textwrap.dedent("""
     accelerator = accelerate_energy.attach(Accelerator(cpu=True))
     loop = TorchLoop([])
     loop.model, loop.optimizer = accelerator.prepare(loop.model, loop.optimizer)
-    loop.gpus = accelerate_energy.session(accelerator).gpus
+    loop.gpus = accelerate_energy.energy_run(accelerator).gpus
     for _ in range(3):
         loop.step()
     {ending}

@@ -115,7 +115,7 @@ def test_attach_leaves_the_accelerator_untouched_while_off(monkeypatch):
     assert "prepare_optimizer" not in vars(accelerator)
     assert "end_training" not in vars(accelerator)
     assert accelerator._custom_objects == []
-    assert accelerate_energy.session(accelerator) is None
+    assert accelerate_energy.energy_run(accelerator) is None
     assert accelerate_energy.epoch_end(accelerator) is None
 
 

@@ -15,7 +15,7 @@ from lightning_energy.demo import EmulatedModule
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.devices.base import NoPermissionError
 from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
-from wattwise.session import EnergyPluginWarning
+from wattwise.run import EnergyPluginWarning
 
 BASE_S = 0.01
 TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",

@@ -1,4 +1,4 @@
-"""Carbon-aware power limit inside a run: the session follows the grid intensity after tuning."""
+"""Carbon-aware power limit inside a run: the run follows the grid intensity after tuning."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from tests.conftest import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.power_limit import select_power_limit
-from wattwise.session import EnergySession
-from wattwise.workload import TorchLoop
+from wattwise.run import Run
+from wattwise.workload import emulate_step
 
 START = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc).timestamp()
 TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=0",
@@ -23,22 +23,21 @@ def run(tmp_path, overrides, steps: int, step_s: float = 1.0):
     clock = VirtualClock(START)
     gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=step_s, clock=clock, sleep=clock.sleep)
     cfg = load_config(overrides=[*TUNE, f"output_dir={tmp_path / 'run'}", *overrides])
-    session = EnergySession(cfg, devices=[gpu], wall_clock=clock)
-    loop = TorchLoop([gpu])
-    session.start()
-    session.epoch_begin()
+    run = Run(cfg, devices=[gpu], wall_clock=clock)
+    run.start()
+    run.epoch_begin()
     for _ in range(steps):
-        session.step_begin()
-        loop.step()
-        session.step_end()
-    session.epoch_end()
-    return session, session.finish()
+        run.step_begin()
+        emulate_step([gpu], lambda: None)
+        run.step_end()
+    run.epoch_end()
+    return run, run.finish()
 
 
 def test_constant_dirty_grid_keeps_the_energy_optimal_limit(tmp_path):
-    session, summary = run(tmp_path, ["carbon.aware=true", "carbon.intensity_g_per_kwh=500"], 20)
-    assert session.tuner is not None
-    energy_opt = select_power_limit(session.tuner.profile, "energy").power_limit_w
+    run_, summary = run(tmp_path, ["carbon.aware=true", "carbon.intensity_g_per_kwh=500"], 20)
+    assert run_.power.tuner is not None
+    energy_opt = select_power_limit(run_.power.tuner.profile, "energy").power_limit_w
     assert summary["settings"]["power_limit_w"] == energy_opt
     assert summary["carbon_aware"]["intensity_source"] == "carbon.intensity_g_per_kwh"
 
@@ -51,11 +50,11 @@ def test_limit_switches_when_the_intensity_crosses_the_threshold(tmp_path):
         ts = dt.datetime.fromtimestamp(START + k, tz=dt.timezone.utc).isoformat()
         rows.append(f"{ts},{100 if k < 60 else 600}")
     csv.write_text("\n".join(rows) + "\n")
-    session, summary = run(tmp_path, ["carbon.aware=true", f"carbon.intensity_csv={csv}", "carbon.interval_s=5"],
+    run_, summary = run(tmp_path, ["carbon.aware=true", f"carbon.intensity_csv={csv}", "carbon.interval_s=5"],
                            80)
-    assert session.tuner is not None
-    time_opt = select_power_limit(session.tuner.profile, "time").power_limit_w
-    energy_opt = select_power_limit(session.tuner.profile, "energy").power_limit_w
+    assert run_.power.tuner is not None
+    time_opt = select_power_limit(run_.power.tuner.profile, "time").power_limit_w
+    energy_opt = select_power_limit(run_.power.tuner.profile, "energy").power_limit_w
     assert time_opt != energy_opt
     # The first 5 changes are the profiled limits (300 ... 100 W); the carbon-aware ones follow.
     changes = [(e["timestamp"] - START, e["value"]) for e in summary["settings_timeline"]][5:]

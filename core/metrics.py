@@ -1,0 +1,25 @@
+"""The metrics both adapters log, by name: steps at the logging cadence, epochs, and the whole fit.
+
+Figures are already combined over processes (energy summed, time maxed), so they are logged once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wattwise.measurement import StepRecord
+
+
+def step_metrics(rec: StepRecord, power_limit_w: float | None) -> dict[str, float]:
+    metrics = {"energy/step_j": rec.energy_j, "time/step_s": rec.time_s, "power/avg_w": rec.avg_power_w}
+    if power_limit_w is not None:
+        metrics["power/limit_w"] = power_limit_w
+    return metrics
+
+
+def epoch_metrics(rec: StepRecord) -> dict[str, float]:
+    return {"energy/epoch_j": rec.energy_j, "time/epoch_s": rec.time_s, "power/epoch_avg_w": rec.avg_power_w}
+
+
+def fit_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    return {"energy/fit_j": float(summary["energy_j"]), "time/fit_s": float(summary["time_s"])}

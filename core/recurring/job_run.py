@@ -1,0 +1,132 @@
+"""The recurring-job part of a run: one run of a recurring job, as both adapters drive it.
+
+    job_run = RecurringJobRun(spec, store=None, collective=run.collective)
+    rec = job_run.begin(run)        # the batch size and power limit the history chose; steers the run
+    ...                             # each epoch: job_run.report(metric); stop when job_run.epoch_end(run)
+    job_run.record(run, failed=False)
+
+Only the main process talks to the store; its decisions are broadcast, so every process stops together.
+The decisions are `BatchSizeOptimizer`'s (pure policies bound to the store); this part only feeds them
+the run's figures: the energy and time so far from the run's measurement, the metric the training code
+reports, the power limit the run's tuning chose.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from wattwise.distributed import Collective
+from wattwise.errors import UsageError
+from wattwise.recurring.optimizer import BatchSizeOptimizer
+from wattwise.recurring.policy import StopReason
+from wattwise.recurring.spec import JobSpec, MetricMode, Recommendation, RunRecord
+from wattwise.recurring.store import open_store
+from wattwise.run import EnergyPluginWarning, Run
+
+
+def job_spec(*, job: str, batch_sizes: tuple[int, ...] | list[int], default_batch_size: int, target_metric: float,
+             max_epochs: int, max_power_w: float, mode: MetricMode, eta: float, beta: float) -> JobSpec:
+    """The `JobSpec` of the adapters' arguments (checked; `mode` named as the adapters name it)."""
+    if mode not in ("min", "max"):
+        raise UsageError(f"mode must be 'min' (e.g. a loss) or 'max' (e.g. accuracy), got {mode!r}")
+    return JobSpec(name=job, batch_sizes=tuple(batch_sizes), default_batch_size=default_batch_size,
+                   target_metric=target_metric, max_epochs=max_epochs, max_power_w=max_power_w,
+                   metric_mode=mode, eta=eta, beta=beta)
+
+
+class RecurringJobRun:
+    """One run of the job `spec`: its recommendation, per-epoch stop check and recorded result."""
+
+    def __init__(self, spec: JobSpec, *, store: str | None, collective: Collective) -> None:
+        self.spec = spec
+        self.store = store
+        self.collective = collective
+        #: This run's id, batch size and remembered power limit (every process), set by `begin`.
+        self.recommendation: Recommendation | None = None
+        #: The run as recorded at the end (main process only).
+        self.result: RunRecord | None = None
+        #: Epochs reported so far, and the last metric reported.
+        self.epochs = 0
+        self.metric: float | None = None
+        #: Why the run should stop, once `epoch_end` said so.
+        self.stop_reason: StopReason | None = None
+        self._optimizer: BatchSizeOptimizer | None = None
+        self._open = False
+
+    @property
+    def is_open(self) -> bool:
+        """A run was started and is not recorded yet."""
+        return self._open
+
+    def begin(self, run: Run) -> Recommendation:
+        """Ask the history for this run's batch size and limit; steer `run` (before it starts) to them."""
+        self.epochs, self.metric, self.stop_reason, self.result = 0, None, None, None
+        if self.collective.rank == 0:
+            self._optimizer = BatchSizeOptimizer(self.spec, open_store(self.store))
+        rec = self.collective.broadcast(self._optimizer.next_batch_size() if self._optimizer else None)
+        assert rec is not None
+        self.recommendation, self._open = rec, True
+        run.steer_recurring(power_limit_w=rec.power_limit_w, batch_size=rec.batch_size, eta=self.spec.eta)
+        return rec
+
+    def describe(self) -> str:
+        rec = self.recommendation
+        assert rec is not None
+        limit = f"capped at {rec.power_limit_w:g} W" if rec.power_limit_w is not None else "tuned in this run"
+        return (f"wattwise: job {self.spec.name!r} run {rec.run_id}: batch size {rec.batch_size} ({rec.phase}), "
+                f"power limit {limit}")
+
+    def stop_note(self) -> str:
+        rec = self.recommendation
+        assert rec is not None
+        return f"wattwise: run {rec.run_id} stops after {self.epochs} epochs: {self.stop_reason}"
+
+    def report(self, metric: float) -> None:
+        """The latest validated metric (the main process's value decides)."""
+        self.metric = float(metric)
+
+    def epoch_end(self, run: Run) -> StopReason | None:
+        """After an epoch and its evaluation: the reason to stop now, or None. Every process calls it."""
+        if not self._open or self.recommendation is None:
+            return None
+        totals = run.totals()  # a collective: every process calls it
+        if totals is None:  # measurement is off (the run warned): nothing to price the run with
+            return None
+        self.epochs += 1
+        reason = None
+        if self._optimizer is not None:
+            reason = self._optimizer.stop_reason(self.recommendation.run_id, self.epochs, totals.energy_j,
+                                                 totals.time_s, self.metric)
+        self.stop_reason = self.collective.broadcast(reason)
+        return self.stop_reason
+
+    def record(self, run: Run, *, failed: bool) -> RunRecord | None:
+        """Close the run in the store: reached or not, with the run's energy and time. Every process calls it."""
+        rec = self.recommendation
+        if not self._open or rec is None:
+            return None
+        self._open = False
+        summary = run.summary
+        totals = run.totals() if summary is None else None  # every process: a collective
+        optimizer, self._optimizer = self._optimizer, None
+        if optimizer is None:
+            return None
+        try:
+            tuner = run.power.tuner
+            if rec.power_limit_w is None and tuner is not None and tuner.chosen is not None:
+                optimizer.record_power_limit(rec.batch_size, tuner.chosen.power_limit_w)
+            if summary is not None:
+                energy_j, time_s = float(summary["energy_j"]), float(summary["time_s"])
+            elif totals is not None:
+                energy_j, time_s = totals.energy_j, totals.time_s
+            else:
+                warnings.warn(f"wattwise: no energy was measured, so run {rec.run_id} of job {self.spec.name!r} "
+                              f"is left open; it stops counting as running after 24 hours", EnergyPluginWarning,
+                              stacklevel=3)
+                return None
+            self.result = optimizer.report_result(rec.run_id, energy_j=energy_j, time_s=time_s,
+                                                  reached=not failed and self.spec.reached(self.metric),
+                                                  epochs=self.epochs)
+            return self.result
+        finally:
+            optimizer.store.close()

@@ -1,0 +1,342 @@
+"""One training run, as both adapters drive it: a small object composed of framework-neutral parts.
+
+An adapter translates its framework's life cycle into calls on `Run`:
+
+    start() -> [epoch_begin() -> (step_begin() -> step_end())* -> epoch_end()]* -> finish()
+    abort(exc) on an exception; state_dict()/load_state_dict() for checkpoints.
+
+The parts, each beside its decision code and each owning its state:
+- `measurement` (`wattwise.measurement.RunMeasurement`): devices, the energy monitor, the run's windows;
+- `power` (`wattwise.power_control.PowerLimitControl`): cap, tune or reuse a limit through the guard;
+- the carbon part (`wattwise.carbon.control.CarbonControl`), which the power part consults after tuning;
+- `recurring` (`wattwise.recurring.job_run.RecurringJobRun`), when the run is one run of a recurring job;
+- `frequency_plan`: the PLAN.json a pipeline stage follows in this run (`wattwise.frequency`).
+The record of the run (summary.json, windows.csv, power.csv) is written by `wattwise.record`.
+
+This object is the boundary between a framework and wattwise: the parts raise, and the public hooks here
+never break training. An error while changing a setting restores every setting and degrades to
+measurement only; an error while measuring turns measurement off; each with one warning, unless `strict`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import socket
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from wattwise import __version__
+from wattwise.carbon.control import CarbonControl
+from wattwise.config import EnergyConfig
+from wattwise.devices import Device, DeviceError
+from wattwise.distributed import Collective, default_collective
+from wattwise.errors import UsageError
+from wattwise.limits_memory import LimitsMemory, memory_key
+from wattwise.measurement import PROFILE, STEP, RunMeasurement, StepRecord
+from wattwise.power_control import PowerLimitControl
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+__all__ = ["EnergyPluginWarning", "Run", "StepRecord"]
+
+
+class EnergyPluginWarning(UserWarning):
+    """wattwise degraded (e.g. to measurement only) instead of breaking training."""
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).isoformat()
+
+
+def _never_breaks_training(method: Callable[Concatenate[Run, P], R | None]) -> Callable[Concatenate[Run, P], R | None]:
+    """The boundary: any error of a part turns measurement off with one warning (raised when strict)."""
+
+    @functools.wraps(method)
+    def guarded(self: Run, *args: P.args, **kwargs: P.kwargs) -> R | None:
+        try:
+            return method(self, *args, **kwargs)
+        except UsageError:
+            raise
+        except Exception as err:
+            self._stop_measuring(err)
+            return None
+
+    return guarded
+
+
+class Run:
+    """Measurement and power-limit decisions for one training run. See the module docstring."""
+
+    def __init__(
+        self,
+        cfg: EnergyConfig,
+        *,
+        framework: str = "cli",
+        collective: Collective | None = None,
+        devices: Sequence[Device] | None = None,
+        local_rank: int | None = None,
+        batch_size: int | None = None,
+        sync: Callable[[], None] | None = None,
+        limits_memory: LimitsMemory | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.framework = framework
+        self._collective = collective
+        self._devices = devices
+        self._local_rank = local_rank
+        self._sync = sync
+        self._wall = wall_clock
+        #: The run's batch size, for the summary and the remembered limit's key.
+        self.batch_size = batch_size
+        self.measurement: RunMeasurement | None = None
+        self.power = PowerLimitControl(cfg.power_limit, memory=limits_memory, wall_clock=wall_clock)
+        #: The PLAN.json a pipeline stage of this run follows, for the summary.
+        self.frequency_plan: str | None = None
+        self.started = False
+        self.finished = False
+        #: The summary once the run finished (every process), else None.
+        self.summary: dict[str, Any] | None = None
+        self._warned = False
+        self._start_wall = 0.0
+        self._resumed: dict[str, Any] | None = None
+
+    # -- what adapters and users read ------------------------------------------------------------------
+    @property
+    def collective(self) -> Collective:
+        if self._collective is None:
+            self._collective = default_collective()
+        return self._collective
+
+    @property
+    def is_main(self) -> bool:
+        return self.collective.rank == 0
+
+    @property
+    def measuring(self) -> bool:
+        return self.measurement is not None and self.measurement.active
+
+    @property
+    def gpus(self) -> list[Device]:
+        return self.measurement.gpus if self.measurement is not None else []
+
+    @property
+    def last_step(self) -> StepRecord | None:
+        return self.measurement.last_step if self.measurement is not None else None
+
+    @property
+    def step_count(self) -> int:
+        return self.measurement.step_count if self.measurement is not None else 0
+
+    @property
+    def applied_limit_w(self) -> float | None:
+        return self.power.applied_limit_w
+
+    # -- degrading -------------------------------------------------------------------------------------
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"wattwise: {message}", EnergyPluginWarning, stacklevel=4)
+
+    def _degrade(self, err: BaseException, what: str) -> None:
+        """A setting could not be changed: restore and go on measuring. Raised instead in strict mode."""
+        if self.cfg.strict:
+            raise err
+        self._warn(f"{what} failed ({err}); continuing with measurement only "
+                   "(set strict=True to make this an error)")
+        self.power.degrade()
+
+    def _stop_measuring(self, err: BaseException) -> None:
+        if self.cfg.strict:
+            raise err
+        self._warn(f"energy measurement failed ({err}); training goes on without it")
+        if self.measurement is not None:
+            self.measurement.active = False
+        self.power.restore()
+
+    # -- life cycle ------------------------------------------------------------------------------------
+    def steer_recurring(self, *, power_limit_w: float | None, batch_size: int, eta: float) -> None:
+        """Before a recurring job's run starts: its batch size, and a cap at its remembered limit or tuning."""
+        self.power.steer(power_limit_w=power_limit_w, eta=eta)
+        self.batch_size = batch_size
+
+    def _memory_key(self) -> str | None:
+        if not self.cfg.job or not self.gpus:
+            return None
+        return memory_key(self.cfg.job, self.gpus[0].name, len(self.gpus) * self.collective.world_size,
+                          self.batch_size)
+
+    @_never_breaks_training
+    def start(self) -> None:
+        """Find devices, open the fit window and apply the starting power limit (cap or reuse)."""
+        if self.started:
+            return
+        self.started = True
+        self.measurement = RunMeasurement(self.cfg, self.collective, devices=self._devices,
+                                          local_rank=self._local_rank, sync=self._sync)
+        if self._resumed is not None:
+            self.measurement.load_state_dict(self._resumed)
+        self._start_wall = self._wall()
+        self.measurement.open()
+        try:
+            carbon = (CarbonControl(self.cfg.carbon, wall_clock=self._wall)
+                      if self.cfg.carbon.aware and self.power.mode == "tune" else None)
+            self.power.setup(self.gpus, self.collective, memory_key=self._memory_key(), carbon=carbon,
+                             label=self.measurement.device_label)
+        except (DeviceError, UsageError) as err:
+            self._degrade(err, "setting up the power limit")
+
+    @_never_breaks_training
+    def step_begin(self) -> None:
+        if not self.measuring:
+            return
+        assert self.measurement is not None
+        try:
+            begin_profile = self.power.step_begin(self.collective)
+        except (DeviceError, UsageError) as err:
+            self._degrade(err, f"setting the power limit to {self.power.target_w:g} W")
+            begin_profile = False
+        if begin_profile:
+            self.measurement.begin(PROFILE)
+        self.measurement.begin(STEP)
+
+    @_never_breaks_training
+    def step_end(self) -> StepRecord | None:
+        """Close the step; returns the step's time and energy over all processes (None when off)."""
+        if not self.measuring:
+            return None
+        assert self.measurement is not None
+        rec = self.measurement.step_end()
+        if self.power.step_end():
+            profile = self.measurement.end(PROFILE)
+            self.power.record_profile(profile.time_s, profile.energy_j, memory_key=self._memory_key(),
+                                      is_main=self.is_main)
+        return rec
+
+    @_never_breaks_training
+    def epoch_begin(self) -> None:
+        if self.measuring:
+            assert self.measurement is not None
+            self.measurement.epoch_begin()
+
+    @_never_breaks_training
+    def epoch_end(self) -> StepRecord | None:
+        """Close the epoch; returns its time and energy over all processes (None when off)."""
+        if not self.measuring:
+            return None
+        assert self.measurement is not None
+        if self.power.epoch_end():
+            self.measurement.cancel(PROFILE)
+        return self.measurement.epoch_end()
+
+    def skip_wait(self) -> None:
+        """The wait since the last step (evaluation, checkpointing) belongs to no step: drop it."""
+        if self.measuring:
+            assert self.measurement is not None
+            self.measurement.cancel(STEP)
+
+    def abort(self, exc: BaseException | None = None) -> None:
+        """Training raised: restore every setting now (the summary is still written by `finish`)."""
+        self.power.restore()
+        if self.measurement is not None:
+            self.measurement.cancel(STEP, PROFILE)
+
+    def totals(self) -> StepRecord | None:
+        """Energy and time of the run so far (resumed segments included), combined over processes.
+
+        A collective under distributed training: every process must call it at the same point.
+        """
+        return self.measurement.totals() if self.measuring and self.measurement is not None else None
+
+    @_never_breaks_training
+    def finish(self, status: str = "completed") -> dict[str, Any] | None:
+        """End the run: restore settings, combine figures over processes, write the record (main process).
+
+        Returns the summary on every process (None when measurement was off).
+        """
+        if self.finished or not self.started:
+            return None
+        self.finished = True
+        self.power.close()
+        if not self.measuring or self.measurement is None:
+            if self.measurement is not None:
+                self.measurement.close()
+            return None
+        fit = self.measurement.close()
+        if fit is None:  # start() itself failed
+            return None
+        figures = self.measurement.gather(fit)
+        summary = self._summary(figures, status)
+        if self.is_main:
+            write_run_dir(self.cfg.output_dir, summary, figures["samples"])
+        self.summary = summary
+        return summary
+
+    def _summary(self, figures: dict[str, Any], status: str) -> dict[str, Any]:
+        m = self.measurement
+        assert m is not None
+        time_s, energy_j = figures["time_s"], figures["energy_j"]
+        timeline = [e for r in self.collective.all_gather(self.power.timeline) for e in r]
+        carbon = self.power.carbon
+        return {
+            "schema": "wattwise.run/1",
+            "wattwise_version": __version__,
+            "status": status,
+            "simulated": m.simulated,
+            "backend": m.gpus[0].backend if m.gpus else None,
+            "framework": self.framework,
+            "job": self.cfg.job,
+            "hostname": socket.gethostname(),
+            "world_size": self.collective.world_size,
+            "start_time": _iso(self._start_wall),
+            "end_time": _iso(self._wall()),
+            "time_s": time_s,
+            "energy_j": energy_j,
+            "energy_per_device_j": figures["energy_per_device_j"],
+            "cpu_energy_j": figures["cpu_energy_j"],
+            "avg_power_w": energy_j / time_s if time_s > 0 else 0.0,
+            "steps": m.step_count,
+            "epochs": m.epochs,
+            "resumed_energy_j": m.prior_energy_j,
+            "devices": figures["devices"],
+            "notes": m.notes,
+            "power_limit": self.power.summary(energy_j),
+            "settings": {"power_limit_w": self.power.applied_limit_w, "batch_size": self.batch_size,
+                         "frequency_plan": self.frequency_plan},
+            "settings_timeline": timeline,
+            "carbon_aware": carbon.summary() if carbon is not None else None,
+        }
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Resumable state. Called on every process at the same point (it combines figures over them)."""
+        measured = (self.measurement.state_dict() if self.measurement is not None
+                    else {"energy_j": 0.0, "time_s": 0.0, "steps": 0, "epochs": []})
+        return {"version": 1, **measured, **self.power.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: keep the cumulative energy, and the chosen limit without profiling again."""
+        self._resumed = state
+        if self.measurement is not None:
+            self.measurement.load_state_dict(state)
+        self.power.load_state_dict(state)
+
+
+def write_run_dir(out_dir: str, summary: dict[str, Any], samples: list[Any]) -> None:  # TEMPORARY until wattwise.record
+    import json
+    import os
+    from pathlib import Path
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2))
+    os.replace(tmp, out / "summary.json")
+    with open(out / "power.csv", "w") as fh:
+        fh.write("timestamp,device,power_w\n")
+        for ts, watts in sorted(samples, key=lambda s: s[0]):
+            for key, w in watts.items():
+                fh.write(f"{ts:.3f},{key},{w:.3f}\n")
