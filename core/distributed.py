@@ -27,10 +27,6 @@ class Collective:
     def max(self, value: float) -> float:
         return float(max(self.all_gather(value)))
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
 
 class TorchCollective(Collective):
     """Collectives over the default `torch.distributed` process group."""

@@ -65,40 +65,6 @@ def emulate_step(gpus: Sequence[Device], work: Callable[[], Any], base_time_s: f
     return result
 
 
-class TorchLoop:
-    """A plain torch training loop over the tiny problem, one `step()` at a time."""
-
-    def __init__(self, gpus: Sequence[Device], *, batch_size: int = 32, lr: float = 0.05, seed: int = 0):
-        torch.manual_seed(seed)
-        self.gpus = list(gpus)
-        self.model = tiny_model()
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
-        self.loader = torch.utils.data.DataLoader(tiny_dataset(seed=seed), batch_size=batch_size,
-                                                  shuffle=True)
-        self._batches = iter(self.loader)
-        self.last_loss = float("nan")
-
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        try:
-            return next(self._batches)
-        except StopIteration:
-            self._batches = iter(self.loader)
-            return next(self._batches)
-
-    def step(self) -> float:
-        x, y = self._next_batch()
-
-        def work() -> float:
-            self.optimizer.zero_grad()
-            loss = nn.functional.mse_loss(self.model(x), y)
-            loss.backward()
-            self.optimizer.step()
-            return float(loss.detach())
-
-        self.last_loss = emulate_step(self.gpus, work)
-        return self.last_loss
-
-
 def emulate_stage(stage: Any, gpu: SimulatedGPU, *, forward_s: float, backward_s: float) -> None:
     """Make a `torch.distributed.pipelining` stage's instructions take the simulated GPU's modelled time.
 

@@ -281,16 +281,21 @@ def test_resumed_run_keeps_energy_and_choice_without_profiling_again(tmp_path, c
 
 SCRIPT = textwrap.dedent("""
     import torch
+    from torch import nn
     from accelerate import Accelerator
     import accelerate_energy
-    from wattwise.workload import TorchLoop
+    from wattwise.workload import emulate_step, tiny_dataset, tiny_model
 
     accelerator = accelerate_energy.attach(Accelerator(cpu=True))
-    loop = TorchLoop([])
-    loop.model, loop.optimizer = accelerator.prepare(loop.model, loop.optimizer)
-    loop.gpus = accelerate_energy.energy_run(accelerator).gpus
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    gpus = accelerate_energy.energy_run(accelerator).gpus
+    x, y = tiny_dataset(32).tensors
     for _ in range(3):
-        loop.step()
+        emulate_step(gpus, lambda: accelerator.backward(nn.functional.mse_loss(model(x), y)))
+        optimizer.step()
+        optimizer.zero_grad()
     {ending}
 """)
 

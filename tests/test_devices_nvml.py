@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import threading
 
 import fake_pynvml
 import pytest
@@ -28,6 +27,7 @@ from wattwise.devices.base import (
 )
 from wattwise.devices.nvml import NvmlGPU, nvml_gpus, open_nvml_spec
 from wattwise.errors import UsageError
+from wattwise.monitor import EnergyMonitor
 
 UUIDS = [f"GPU-{i}{i}{i}{i}aaaa-bbbb-cccc-dddd-eeeeeeeeeeee" for i in range(4)]
 
@@ -53,39 +53,6 @@ def only_gpu(monkeypatch: pytest.MonkeyPatch, fake_gpu: FakeGpu, **fake_options:
     return gpu
 
 
-class SteppedSleep:
-    """A `sleep` the test drives: the poller parks in it until `step()` moves the fake clock on."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self._parked = threading.Semaphore(0)
-        self._go = threading.Semaphore(0)
-        self._finished = False
-
-    def __call__(self, seconds: float) -> None:
-        self._parked.release()
-        if self._finished:
-            return
-        self._go.acquire()
-        if not self._finished:
-            self.clock.advance(seconds)
-
-    def wait_parked(self) -> None:
-        assert self._parked.acquire(timeout=5), "the power poller never went to sleep"
-
-    def release(self) -> None:
-        """Let the poller advance one interval and sample, without waiting for it."""
-        self._go.release()
-
-    def step(self) -> None:
-        self.release()
-        self.wait_parked()
-
-    def finish(self) -> None:
-        self._finished = True
-        self._go.release()
-
-
 # -- energy and power ------------------------------------------------------------------------------
 
 
@@ -105,45 +72,34 @@ def test_power_is_reported_in_watts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert gpu.power_w() == pytest.approx(123.456)
 
 
-def test_gpu_without_energy_counter_integrates_polled_power(
+def test_gpu_without_energy_counter_says_so_and_is_measured_by_the_monitor_from_polled_power(
     monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
+    # A Pascal GPU has no energy counter: the monitor's power sampler integrates its polled power.
     fake_gpu = FakeGpu(name="Tesla P100-PCIE-16GB", architecture=NVML_DEVICE_ARCH_PASCAL, demand_w=100.0)
     FakeNvml([fake_gpu], clock=clock).install(monkeypatch)
-    sleep = SteppedSleep(clock)
-    (gpu,) = nvml_gpus(poll_interval_s=0.5, clock=clock, sleep=sleep)
-    try:
-        assert not gpu.has_energy_counter()
-        assert gpu.energy_j() == 0.0  # the first read starts the poller
-        sleep.wait_parked()
+    (gpu,) = nvml_gpus()
+    assert not gpu.has_energy_counter()
+    assert gpu.describe()["energy_counter"] is False
+    with pytest.raises(NotSupportedError, match=r"no energy counter.*EnergyMonitor"):
+        gpu.energy_j()
+
+    # The background thread would wait an hour: the test takes the samples itself.
+    with EnergyMonitor([gpu], clock=clock, wall_clock=clock, sample_interval_s=3600.0) as monitor:
+        assert monitor.sampler is not None
+        monitor.begin_window("fit")
         for _ in range(4):  # 2 s at 100 W
-            sleep.step()
+            clock.advance(0.5)
+            monitor.sampler.sample_once()
         fake_gpu.demand_w = 300.0
         for _ in range(4):  # 2 s at 300 W
-            sleep.step()
-        # Trapezoids over 0.5 s samples: 2 s at 100 W, one interval averaging 100 and 300 W, 1.5 s at 300 W.
-        assert gpu.energy_j() == pytest.approx(200.0 + 100.0 + 450.0)
-    finally:
-        sleep.finish()
-        gpu.close()
-    assert "wattwise-power-gpu0" not in {t.name for t in threading.enumerate()}
-
-
-def test_polling_reports_a_gpu_lost_meanwhile(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
-    fake_gpu = FakeGpu(architecture=NVML_DEVICE_ARCH_PASCAL)
-    FakeNvml([fake_gpu], clock=clock).install(monkeypatch)
-    sleep = SteppedSleep(clock)
-    (gpu,) = nvml_gpus(poll_interval_s=0.5, clock=clock, sleep=sleep)
-    try:
-        gpu.energy_j()
-        sleep.wait_parked()
-        fake_gpu.lost = True
-        sleep.release()
-        with pytest.raises(DeviceLostError, match="GPU is lost"):
-            gpu.energy_j()
-    finally:
-        sleep.finish()
-        gpu.close()
+            clock.advance(0.5)
+            monitor.sampler.sample_once()
+        m = monitor.end_window("fit")
+    # Trapezoids over 0.5 s samples: 2 s at 100 W, one interval averaging 100 and 300 W, 1.5 s at 300 W.
+    assert m.time_s == pytest.approx(4.0)
+    assert m.energy_j == {"gpu0": pytest.approx(200.0 + 100.0 + 450.0)}
+    assert m.approximate == ()
 
 
 # -- discovery, CUDA_VISIBLE_DEVICES, reopening -----------------------------------------------------

@@ -6,10 +6,9 @@ swap in a fake binding by monkeypatching `wattwise.devices.nvml.pynvml` (`tests/
 in `FakeNvml.install`).
 
 Energy: Volta and newer GPUs have a hardware counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ since
-the driver loaded). Older GPUs answer "not supported"; for them the device integrates
-`nvmlDeviceGetPowerUsage` itself, in a daemon thread started by the first `energy_j()` call. So
-`energy_j()` works on every GPU and callers need no sampler of their own; `has_energy_counter()` is
-True only for the hardware counter, so reports can say which figures were integrated from polling.
+the driver loaded). Older GPUs answer "not supported": `has_energy_counter()` is False for them and
+`energy_j()` raises `NotSupportedError`; `wattwise.monitor.EnergyMonitor` then integrates their polled
+`power_w()` with its `PowerSampler`, the one integrator of polled power for every backend.
 
 `CUDA_VISIBLE_DEVICES` is honoured: a device's `index` is its position among the GPUs CUDA shows this
 process (what `torch.cuda` calls it); NVML's own index stays internal.
@@ -22,8 +21,7 @@ import math
 import os
 import re
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pynvml
@@ -38,8 +36,6 @@ from wattwise.devices.base import (
 )
 from wattwise.errors import UsageError
 
-#: How often the power of a GPU without an energy counter is polled, by default.
-DEFAULT_POLL_INTERVAL_S = 0.1
 #: A power limit that reads back within this of the requested one counts as applied (driver rounding).
 READBACK_TOLERANCE_MW = 1000
 
@@ -53,37 +49,22 @@ _locked_sm_clocks_mhz: dict[str, tuple[int, int]] = {}
 _locked_lock = threading.Lock()
 
 
-def nvml_gpus(
-    *,
-    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], object] | None = None,
-) -> list[NvmlGPU]:
+def nvml_gpus() -> list[NvmlGPU]:
     """The GPUs visible to this process, in `CUDA_VISIBLE_DEVICES` order (all of them when unset).
 
     Initialises NVML once per process. Raises `NotSupportedError` with a human reason when NVML or the
     driver is missing, or when `CUDA_VISIBLE_DEVICES` names a MIG instance. Returns an empty list when
-    `CUDA_VISIBLE_DEVICES` hides every GPU. `poll_interval_s`, `clock` and `sleep` drive the power
-    polling of GPUs without an energy counter (see `NvmlGPU`).
+    `CUDA_VISIBLE_DEVICES` hides every GPU.
     """
     _ensure_initialised()
     with _nvml_errors("list the GPUs"):
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
     visible = visible_nvml_indices(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
-    return [
-        NvmlGPU(handles[nvml_index], index, poll_interval_s=poll_interval_s, clock=clock, sleep=sleep)
-        for index, nvml_index in enumerate(visible)
-    ]
+    return [NvmlGPU(handles[nvml_index], index) for index, nvml_index in enumerate(visible)]
 
 
-def open_nvml_spec(
-    spec: dict[str, Any],
-    *,
-    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], object] | None = None,
-) -> NvmlGPU:
+def open_nvml_spec(spec: dict[str, Any]) -> NvmlGPU:
     """Reopen a GPU from `NvmlGPU.spec()`, in any process, by its UUID (indices can change)."""
     uuid = spec.get("uuid")
     if spec.get("backend") != "nvml" or not isinstance(uuid, str):
@@ -92,7 +73,7 @@ def open_nvml_spec(
     with _nvml_errors(f"find GPU {uuid}"):
         handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
     index = int(spec.get("index", 0))
-    return NvmlGPU(handle, index, poll_interval_s=poll_interval_s, clock=clock, sleep=sleep)
+    return NvmlGPU(handle, index)
 
 
 def visible_nvml_indices(cuda_visible_devices: str | None, uuids: Sequence[str]) -> list[int]:
@@ -132,25 +113,15 @@ def _resolve_visible_entry(entry: str, uuids: Sequence[str]) -> int | None:
 
 
 class NvmlGPU(Device):
-    """One NVIDIA GPU. Thread-safe: NVML calls are, and the power integrator takes a lock.
+    """One NVIDIA GPU. Thread-safe, as NVML calls are.
 
-    Energy comes from the hardware counter on Volta and newer. On older GPUs the first `energy_j()`
-    starts a daemon thread that polls power every `poll_interval_s` (calling `sleep`, by default a
-    wait that `close()` interrupts) and integrates it over `clock` with the trapezoid rule; `energy_j()`
-    then counts from 0 at that first call.
+    Energy comes from the hardware counter on Volta and newer. Older GPUs have none: the monitor
+    measures them from polled power (see the module docstring).
     """
 
     backend = "nvml"
 
-    def __init__(
-        self,
-        handle: object,
-        index: int,
-        *,
-        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], object] | None = None,
-    ) -> None:
+    def __init__(self, handle: object, index: int) -> None:
         """Wrap an NVML handle; `index` is the user-visible index. Use `nvml_gpus()` rather than this."""
         self._handle = handle
         self._index = index
@@ -158,10 +129,6 @@ class NvmlGPU(Device):
             self._uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
             self._name = _text(pynvml.nvmlDeviceGetName(handle))
         self._has_counter = self._probe_energy_counter()
-        self._integrator = (
-            None if self._has_counter
-            else _PowerIntegrator(self.power_w, clock, sleep, poll_interval_s, f"wattwise-power-gpu{index}")
-        )
 
     def _probe_energy_counter(self) -> bool:
         try:
@@ -193,19 +160,17 @@ class NvmlGPU(Device):
         return self._has_counter
 
     def energy_j(self) -> float:
-        if self._integrator is not None:
-            return self._integrator.energy_j()
+        if not self._has_counter:
+            raise NotSupportedError(
+                f"GPU {self._index} ({self._uuid}, {self._name}) has no energy counter (GPUs older than "
+                "Volta): measure it through EnergyMonitor, which integrates its polled power"
+            )
         with self._nvml("read the energy counter"):
             return pynvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000.0
 
     def power_w(self) -> float:
         with self._nvml("read the power draw"):
             return pynvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
-
-    def close(self) -> None:
-        """Stop the power-polling thread, if one runs. Energy reads after this restart it."""
-        if self._integrator is not None:
-            self._integrator.close()
 
     def power_limit_w(self) -> float:
         with self._nvml("read the power limit"):
@@ -293,79 +258,6 @@ class NvmlGPU(Device):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "uuid": self._uuid}
-
-
-class _PowerIntegrator:
-    """Energy from polled power, for GPUs without an energy counter.
-
-    Every sample adds the trapezoid between it and the previous one. `energy_j()` samples too, so a
-    reading is current even between polls. A sampling error (a lost GPU) stops the thread and is
-    raised by the next `energy_j()`.
-    """
-
-    def __init__(
-        self,
-        read_power_w: Callable[[], float],
-        clock: Callable[[], float],
-        sleep: Callable[[float], object] | None,
-        interval_s: float,
-        thread_name: str,
-    ) -> None:
-        if not interval_s > 0:
-            raise UsageError(f"power polling interval must be positive (got {interval_s} s)")
-        self._read_power_w = read_power_w
-        self._clock = clock
-        self._sleep = sleep
-        self._interval_s = interval_s
-        self._thread_name = thread_name
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._energy_j = 0.0
-        self._last: tuple[float, float] | None = None  # (time s, power W) of the latest sample
-        self._error: DeviceError | None = None
-
-    def energy_j(self) -> float:
-        with self._lock:
-            if self._error is not None:
-                raise type(self._error)(str(self._error)) from self._error
-            if self._thread is None:
-                self._stop = threading.Event()
-                self._thread = threading.Thread(
-                    target=self._run, args=(self._stop,), name=self._thread_name, daemon=True
-                )
-                self._thread.start()
-        return self._sample()
-
-    def _sample(self) -> float:
-        with self._lock:
-            power_w = self._read_power_w()
-            now_s = self._clock()
-            if self._last is not None:
-                last_s, last_w = self._last
-                self._energy_j += (last_w + power_w) / 2.0 * (now_s - last_s)
-            self._last = (now_s, power_w)
-            return self._energy_j
-
-    def _run(self, stop: threading.Event) -> None:
-        sleep = self._sleep if self._sleep is not None else stop.wait
-        while not stop.is_set():
-            try:
-                self._sample()
-            except DeviceError as err:
-                with self._lock:
-                    self._error = err
-                return
-            sleep(self._interval_s)
-
-    def close(self) -> None:
-        """Stop polling; energy drawn until the next `energy_j()` restarts it is not counted."""
-        with self._lock:
-            thread, self._thread = self._thread, None
-            self._stop.set()
-            self._last = None
-        if thread is not None:
-            thread.join()
 
 
 @contextlib.contextmanager
