@@ -30,7 +30,7 @@ from accelerate_energy.plugin import EnergyPlugin
 from wattwise.config import EnergyConfig
 from wattwise.devices.base import Device
 from wattwise.metrics import epoch_metrics, fit_metrics, step_metrics
-from wattwise.report_text import format_summary
+from wattwise.record import format_summary
 from wattwise.run import Run, StepRecord
 
 log = logging.getLogger(__name__)
@@ -134,12 +134,12 @@ class AccelerateEnergy:
             self._step_hook = None
         if run.step_count > self._epoch_first_step:  # the last (or only) epoch
             self._close_epoch()
-        summary = run.finish(status)
-        if summary is not None:
-            self.accelerator.log(fit_metrics(summary), step=run.step_count)
+        record = run.finish(status)
+        if record is not None:
+            self.accelerator.log(fit_metrics(record), step=run.step_count)
             if self.print_summary:
-                self.accelerator.print(format_summary(summary, output_dir=self.config.output_dir), file=sys.stderr)
-        return summary
+                self.accelerator.print(format_summary(record, output_dir=self.config.output_dir), file=sys.stderr)
+        return self.summary
 
     def _at_exit(self) -> None:
         """The script ended without `end_training`: finish, or restore only if it died of an exception."""

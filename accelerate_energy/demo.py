@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,10 +11,8 @@ from torch import nn
 
 from accelerate_energy.adapter import AccelerateEnergy
 from wattwise.config import load_config
-from wattwise.demo import DemoOptions, demo_overrides, demo_result
-from wattwise.devices import PowerModel
-from wattwise.power_limit import profile_limits_w
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model, use_one_cpu_thread
+from wattwise.demo import DemoOptions, tuned_and_baseline
+from wattwise.workload import emulate_step, tiny_dataset, tiny_model
 
 
 def _batches(loader: torch.utils.data.DataLoader[Any]) -> Iterator[Any]:
@@ -51,14 +46,4 @@ def _train(overrides: list[str], steps: int) -> dict[str, Any]:
 
 def run_demo(options: DemoOptions) -> dict[str, Any]:
     """Train with power-limit tuning, then the same steps at the maximum limit; compare."""
-    model = PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
-    lo, hi = model.limit_range_w
-    steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
-    logging.getLogger("wattwise.measurement").setLevel(logging.ERROR)  # the demo's own report says "simulated"
-    use_one_cpu_thread()
-    with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
-        common = demo_overrides(options, options.state_dir or tmp)
-        tuned = _train([*common, "power_limit.mode=tune", f"output_dir={options.output_dir}"], steps)
-        baseline = _train([*common, "power_limit.mode=measure",
-                           f"output_dir={Path(options.output_dir) / 'baseline'}"], steps)
-    return demo_result(options, "accelerate", tuned, baseline, model)
+    return tuned_and_baseline(options, "accelerate", _train)

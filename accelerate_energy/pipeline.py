@@ -6,8 +6,9 @@ from typing import Any
 
 from accelerate import Accelerator
 
+from accelerate_energy.adapter import energy_run
 from wattwise.devices.base import Device
-from wattwise.pipeline.controller import FrequencyController, follow_plan
+from wattwise.frequency.controller import FrequencyController, follow_plan
 
 
 def follow_frequency_plan(accelerator: Accelerator, stage: Any, plan: str, *, backend: str = "auto",
@@ -20,7 +21,7 @@ def follow_frequency_plan(accelerator: Accelerator, stage: Any, plan: str, *, ba
     reset at `accelerator.end_training()`, at interpreter exit and on SIGTERM/SIGINT.
     """
     controller, detach = follow_plan(stage, plan, local_rank=accelerator.local_process_index, backend=backend,
-                                     strict=strict, device=device)
+                                     strict=strict, device=device, run=energy_run(accelerator))
     end_training = accelerator.end_training
 
     def end_training_and_reset() -> None:

@@ -31,7 +31,7 @@ from wattwise.pipeline.dag import pipeline_dag
 from wattwise.pipeline.frontier import FrontierSolver
 from wattwise.pipeline.plan import TIME_TOLERANCE
 from wattwise.pipeline.problem import PlanningProblem
-from wattwise.pipeline.profile import load_profile
+from wattwise.pipeline.profiles import load_profile
 
 #: name -> (profile file, reference frontier prefix, unit time s, blocking power W), from the data README.
 MODELS = {

@@ -4,12 +4,21 @@ Defaults live in the dataclasses below; YAML files (see `configs/`) and dotlist 
 (`power_limit.eta=0.3`) are merged on top. An unknown key, a wrong type or an invalid value is a
 `ConfigError` that names the key and says what would be accepted. The same `EnergyConfig` serves the
 Lightning callback, the Accelerate plugin and the CLI.
+
+`SETTINGS` is the one list of the settings a user gives by name: each is a keyword argument of
+`EnergyCallback`, a field of `EnergyPlugin` read from `ACCELERATE_ENERGY_<NAME>`, and maps to one key of
+`EnergyConfig`; every other key is reached through a YAML file (`config`) or dotlist `overrides`. Errors
+name config keys; an adapter or the CLI renames them to its own variables or flags (`rename_settings`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import re
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +125,96 @@ class EnergyConfig:
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     power_limit: PowerLimitConfig = field(default_factory=PowerLimitConfig)
     carbon: CarbonConfig = field(default_factory=CarbonConfig)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting given by name: `EnergyCallback(<name>=...)`, `ACCELERATE_ENERGY_<NAME>`, a CLI flag."""
+
+    name: str
+    #: Its dotted key in `EnergyConfig`.
+    key: str
+    help: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("mode", "power_limit.mode", f"{', '.join(MODES)}: change nothing, profile power limits and keep "
+            "the best, or a fixed cap"),
+    Setting("selector", "power_limit.selector", f"tuning objective: {', '.join(SELECTORS)} "
+            "(cost = eta*E + (1-eta)*MaxPower*T; slowdown: least energy within max_slowdown)"),
+    Setting("eta", "power_limit.eta", "weight of energy against time in the cost, 0..1 (1: energy only)"),
+    Setting("max_slowdown", "power_limit.max_slowdown",
+            "selector slowdown: the largest step-time increase accepted, e.g. 0.1 for 10%"),
+    Setting("cap_w", "power_limit.cap_w", "mode cap: the cap in watts"),
+    Setting("cap_fraction", "power_limit.cap_fraction", "mode cap: the cap as a fraction of the maximum limit"),
+    Setting("job", "job", "a name for this training job: a tuned limit is saved and reused under it"),
+    Setting("output_dir", "output_dir", "where summary.json, windows.csv and power.csv are written"),
+    Setting("strict", "strict", "raise instead of degrading to measurement only"),
+    Setting("backend", "devices.backend", f"devices: {', '.join(BACKENDS)}"),
+    Setting("log_every_n_steps", "log_every_n_steps",
+            "log step metrics every N steps (default: the Lightning Trainer's; 50 under Accelerate)"),
+)
+SETTING: dict[str, Setting] = {s.name: s for s in SETTINGS}
+#: The two ways to reach every other key, beside the settings above.
+CONFIG_HELP = "an OmegaConf YAML with any other setting (configs/energy.yaml lists every key)"
+OVERRIDES_HELP = "dotlist overrides applied last, e.g. power_limit.profile_steps=10"
+
+
+def setting_values(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The nested `values` of `load_config` for settings given by name; None means not given."""
+    values: dict[str, Any] = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        *parents, leaf = SETTING[name].key.split(".")
+        node = values
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return values
+
+
+def config_keys(cls: type = EnergyConfig, prefix: str = "") -> list[str]:
+    """Every leaf key of `cls` (a config dataclass), dotted, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    keys: list[str] = []
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            keys += config_keys(typing.cast(type, kind), f"{prefix}{f.name}.")
+        else:
+            keys.append(f"{prefix}{f.name}")
+    return keys
+
+
+def key_type(key: str) -> type:
+    """The type of a leaf key without its `None` (`power_limit.cap_w` -> float, `devices.gpus` -> list)."""
+    cls: Any = EnergyConfig
+    for part in key.split("."):
+        cls = typing.get_type_hints(cls)[part]
+    if isinstance(cls, types.UnionType):
+        cls = next(a for a in typing.get_args(cls) if a is not type(None))
+    origin = typing.get_origin(cls)
+    return typing.cast(type, origin or cls)
+
+
+def default_of(key: str) -> Any:
+    """The default of a leaf key."""
+    node: Any = EnergyConfig()
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def rename_settings(message: str, names: Mapping[str, str]) -> str:
+    """`message` with each config key (or other setting name) in `names` replaced by its new name.
+
+    Only whole names are replaced: `eta` neither in `beta` nor in `power_limit.eta` nor in `--eta`.
+    """
+    if not names:
+        return message
+    pattern = "|".join(re.escape(k) for k in sorted(names, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.-])({pattern})(?![\w])", lambda m: names[m.group(1)], message)
 
 
 def _key_of(err: OmegaConfBaseException) -> str:
@@ -229,6 +328,7 @@ def validate(cfg: EnergyConfig) -> None:
         if pl.cap_fraction is not None and not (0.0 < pl.cap_fraction <= 1.0):
             raise ConfigError(f"power_limit.cap_fraction must be in (0, 1] (got {pl.cap_fraction})")
     c = cfg.carbon
+    _positive("carbon.threshold_g_per_kwh", c.threshold_g_per_kwh, allow_zero=True)
     if c.aware:
         if pl.mode != "tune":
             raise ConfigError("carbon.aware=true needs power_limit.mode=tune (it switches between the "
@@ -245,13 +345,24 @@ def to_yaml(cfg: EnergyConfig) -> str:
 
 
 __all__ = [
+    "CONFIG_HELP",
+    "MODES",
+    "OVERRIDES_HELP",
+    "SETTING",
+    "SETTINGS",
     "CarbonConfig",
     "DevicesConfig",
     "EnergyConfig",
     "MonitorConfig",
     "PowerLimitConfig",
+    "Setting",
     "SimulatedGPUConfig",
+    "config_keys",
+    "default_of",
+    "key_type",
     "load_config",
+    "rename_settings",
+    "setting_values",
     "to_yaml",
     "validate",
 ]

@@ -8,72 +8,113 @@ steps at the maximum limit (measured by a second run, not estimated).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config, rename_settings
 from wattwise.devices import PowerModel
-from wattwise.errors import UsageError
-from wattwise.power_limit import SELECTORS, ProfileEntry, check_eta
-from wattwise.session import profile_table
+from wattwise.errors import ConfigError, UsageError
+from wattwise.power_limit import ProfileEntry, profile_limits_w, profile_table
+
+#: Keys each of the demo's two runs sets itself (tuned, then the baseline): not for `overrides`.
+PER_RUN_KEYS: tuple[str, ...] = ("power_limit.mode", "output_dir")
+#: The demo's own settings, before its options and `overrides`.
+DEMO_BASE: tuple[str, ...] = ("devices.backend=simulated", "power_limit.reuse=false", "monitor.sync_cuda=false")
+#: Keys the demo fixes whatever `overrides` says: it always trains on the simulated GPU.
+FIXED_KEYS: tuple[str, ...] = ("devices.backend", *PER_RUN_KEYS)
+_SETTING_HELP = {s.key: s.help for s in SETTINGS}
+
+
+def _option(key: str, default: Any = MISSING, help: str | None = None, **cli: str) -> Any:
+    """A demo option that sets the config key `key`; its default and help are the config's unless given.
+
+    `cli`: how the command line shows it (`flag`, `metavar`) when not `--<field>`.
+    """
+    text = help if help is not None else _SETTING_HELP[key]
+    meta = {"key": key, "help": text, **cli}
+    return field(default=default_of(key) if default is MISSING else default, metadata=meta)
 
 
 @dataclass
 class DemoOptions:
-    framework: str = "lightning"
-    power_model: str | None = None
-    selector: str = "cost"
-    eta: float = 0.5
-    max_slowdown: float = 0.1
+    """The options of `wattwise demo`; those with a `key` in their metadata set that config key.
+
+    Errors name these fields; the CLI renames them to its flags (`--<field>`, or the metadata's `flag`).
+    """
+
+    framework: str = field(default="lightning", metadata={"help": "lightning or accelerate"})
+    power_model: str | None = _option(
+        "devices.simulated.power_model", metavar="FILE.csv",
+        help="CSV power_limit,time,power (W, relative step time, average W); default: built-in")
+    selector: str = _option("power_limit.selector")
+    eta: float = _option("power_limit.eta")
+    max_slowdown: float = _option("power_limit.max_slowdown")
     #: Steps trained after the tuning has finished.
-    steps_after_tuning: int = 200
-    wait_steps: int = 2
-    warmup_steps: int = 2
-    profile_steps: int = 5
-    step_w: float = 25.0
-    base_step_time_s: float = 0.05
-    output_dir: str = "wattwise_runs/demo"
+    steps_after_tuning: int = field(default=200, metadata={"help": "steps trained after the tuning"})
+    wait_steps: int = _option("power_limit.wait_steps", help="steps left untouched at the start")
+    warmup_steps: int = _option("power_limit.warmup_steps", help="steps run at each limit before measuring")
+    profile_steps: int = _option("power_limit.profile_steps", help="steps measured at each limit")
+    step_w: float = _option("power_limit.step_w", help="distance between profiled limits (W)")
+    base_step_time_s: float = _option("devices.simulated.base_step_time_s", 0.05, flag="--base-step-time",
+                                      help="seconds of one emulated step at the maximum limit")
+    output_dir: str = _option("output_dir", "wattwise_runs/demo")
     #: Where simulated GPUs keep their settings; None: a private temporary folder.
-    state_dir: str | None = None
+    state_dir: str | None = _option("devices.simulated.state_dir",
+                                    help="where the simulated GPU keeps its settings; default: a temporary folder")
+    #: Any other key, as dotlist items (`power_limit.cap_w=200`).
+    overrides: list[str] = field(default_factory=list, metadata={
+        "flag": "--set", "metavar": "KEY=VALUE",
+        "help": "any other key of configs/energy.yaml, applied last, e.g. monitor.sample_interval_s=0.05 "
+                "(repeatable; the options above have their own flags)"})
 
     def validate(self) -> None:
-        if self.selector not in SELECTORS:
-            raise UsageError(f"--selector must be one of {', '.join(SELECTORS)} (got {self.selector!r})")
-        check_eta(self.eta)
-        if not (self.max_slowdown >= 0 and math.isfinite(self.max_slowdown)):
-            raise UsageError(f"--max-slowdown must be >= 0, e.g. 0.1 for 10% (got {self.max_slowdown})")
-        for name in ("steps_after_tuning", "profile_steps"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.base_step_time_s <= 0:
-            raise UsageError("--base-step-time must be > 0 seconds")
+        """Check every option; the energy settings are checked by the configuration, as a run checks them."""
+        if self.steps_after_tuning < 1:
+            raise UsageError(f"steps_after_tuning must be at least 1 (got {self.steps_after_tuning})")
+        own = {f.metadata["key"]: f.name for f in fields(self) if "key" in f.metadata}
+        for item in self.overrides:
+            key = item.split("=", 1)[0].strip()
+            if key in own:
+                raise UsageError(f"overrides: {key} is the demo's option {own[key]}; set it there")
+            if key in FIXED_KEYS:
+                raise UsageError(f"overrides: the demo sets {key} itself (it tunes on the simulated GPU, then "
+                                 "measures the same steps at the maximum limit)")
+        try:
+            self.energy_config()
+        except ConfigError as err:
+            raise ConfigError(rename_settings(str(err), own)) from None
+
+    def energy_config(self) -> EnergyConfig:
+        """The configuration of the demo's tuned run (the baseline differs in mode and output folder)."""
+        return load_config(overrides=[*demo_overrides(self, self.state_dir), "power_limit.mode=tune",
+                                      f"output_dir={self.output_dir}"])
 
     def total_steps(self, num_limits: int) -> int:
         per_limit = self.warmup_steps + self.profile_steps
         return self.wait_steps + num_limits * per_limit + self.steps_after_tuning
 
 
-def demo_overrides(options: DemoOptions, state_dir: str) -> list[str]:
-    """The energy configuration of the demo as dotlist overrides, the same for every framework."""
-    out = [
-        "devices.backend=simulated",
-        f"devices.simulated.base_step_time_s={options.base_step_time_s}",
-        f"devices.simulated.state_dir={state_dir}",
-        f"power_limit.selector={options.selector}",
-        f"power_limit.eta={options.eta}",
-        f"power_limit.max_slowdown={options.max_slowdown}",
-        f"power_limit.wait_steps={options.wait_steps}",
-        f"power_limit.warmup_steps={options.warmup_steps}",
-        f"power_limit.profile_steps={options.profile_steps}",
-        f"power_limit.step_w={options.step_w}",
-        "power_limit.reuse=false",
-        "monitor.sync_cuda=false",
-    ]
-    if options.power_model:
-        out.append(f"devices.simulated.power_model={Path(options.power_model).resolve()}")
-    return out
+def demo_overrides(options: DemoOptions, state_dir: str | None) -> list[str]:
+    """The energy configuration of the demo as dotlist overrides, the same for every framework.
+
+    The demo's own settings, then its options (`state_dir` for the simulated GPU's), then `overrides`;
+    the framework adds `power_limit.mode` and `output_dir` for each of its two runs.
+    """
+    out = list(DEMO_BASE)
+    for f in fields(options):
+        key = f.metadata.get("key")
+        value = state_dir if f.name == "state_dir" else getattr(options, f.name)
+        if key is None or key in PER_RUN_KEYS or value is None:
+            continue
+        if f.name == "power_model":
+            value = Path(value).resolve()
+        out.append(f"{key}={value}")
+    return [*out, *options.overrides]
 
 
 def demo_result(options: DemoOptions, framework: str, tuned: dict[str, Any], baseline: dict[str, Any],
@@ -103,6 +144,25 @@ def demo_result(options: DemoOptions, framework: str, tuned: dict[str, Any], bas
     }
 
 
+def tuned_and_baseline(options: DemoOptions, framework: str,
+                       train: Callable[[list[str], int], dict[str, Any]]) -> dict[str, Any]:
+    """The demo of one framework: `train(overrides, steps)` with tuning, then the same steps at the maximum
+    limit, each returning its run's summary; the comparison of the two."""
+    model = PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
+    lo, hi = model.limit_range_w
+    steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
+    from wattwise.workload import use_one_cpu_thread  # torch: imported only when a demo runs
+
+    logging.getLogger("wattwise.measurement").setLevel(logging.ERROR)  # the demo's own report says "simulated"
+    use_one_cpu_thread()
+    with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
+        common = demo_overrides(options, options.state_dir or tmp)
+        tuned = train([*common, "power_limit.mode=tune", f"output_dir={options.output_dir}"], steps)
+        baseline = train([*common, "power_limit.mode=measure", f"output_dir={Path(options.output_dir) / 'baseline'}"],
+                         steps)
+    return demo_result(options, framework, tuned, baseline, model)
+
+
 def _entry(e: dict[str, float]) -> ProfileEntry:
     return ProfileEntry(e["power_limit_w"], e["time_s"], e["energy_j"])
 
@@ -115,7 +175,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     options.validate()
     found = frameworks()
     if options.framework not in found:
-        raise UsageError(f"--framework must be one of {', '.join(sorted(found)) or '(none installed)'} "
+        raise UsageError(f"framework must be one of {', '.join(sorted(found)) or '(none installed)'} "
                          f"(got {options.framework!r}); is wattwise installed (pip install -e .)?")
     runner = found[options.framework].load()
     result: dict[str, Any] = runner(options)

@@ -1,82 +1,202 @@
 """Remembered power-limit choices, so the next run of the same job does not profile again.
 
-A small JSON file (`<state dir>/power_limits.json`), updated under an exclusive file lock and replaced
-atomically, so concurrent jobs on one machine never lose each other's entries. The key includes the GPU
-model and count (a choice made on A40s says nothing about H100s) and, for recurring jobs, the batch size.
+They live in the store every other piece of history lives in (`wattwise.recurring.sql_store`: the
+SQLite file `jobs.sqlite` in the state directory by default, else `$WATTWISE_STORE` or the location
+given, PostgreSQL by URL), one row per key of `memory_key`. The key includes the GPU model and count (a
+choice made on A40s says nothing about H100s) and, for recurring jobs, the batch size. Each row also
+keeps the selector and eta that chose the limit, when, and in which run, so a reused limit can be
+reported with them.
+
+wattwise 0.1.0 kept them in `<state dir>/power_limits.json`. The first use of the store on a machine
+that has that file imports it (an entry replaces the store's only when it was chosen later) and
+renames it `power_limits.json.imported`, under the file lock 0.1.0 writes it under, so nothing is lost
+even while an old version runs beside a new one.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import fcntl
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Connection, delete, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+
 from wattwise.paths import state_dir
 from wattwise.power_limit import ProfileEntry
+from wattwise.recurring.schema import remembered_limits_table as table
+from wattwise.recurring.sql_store import SqlJobStore
+from wattwise.recurring.store import default_store_url, store_url
+
+log = logging.getLogger(__name__)
+
+#: wattwise 0.1.0's file of remembered limits, in the state directory.
+LEGACY_FILE = "power_limits.json"
 
 
 def memory_key(job: str, gpu_name: str, num_gpus: int, batch_size: int | None = None) -> str:
+    """The key a tuning result is remembered under: job, GPU model and count, and batch size if known."""
     key = f"{job}|{gpu_name}|x{num_gpus}"
     return key if batch_size is None else f"{key}|bs={batch_size}"
 
 
+@dataclasses.dataclass(frozen=True)
+class RememberedLimit:
+    """A tuning run's result: the chosen entry, the whole profile, and what chose it (None: unknown)."""
+
+    chosen: ProfileEntry
+    profile: list[ProfileEntry]
+    selector: str | None = None
+    eta: float | None = None
+    #: Seconds since the epoch.
+    chosen_at_s: float | None = None
+    #: The run that chose it, as its caller names runs.
+    run_id: str | None = None
+
+
 class LimitsMemory:
-    """Saved tuning results, keyed by `memory_key`."""
+    """Tuning results remembered in the store, by `memory_key`. Each call opens the store and closes it."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = Path(path) if path is not None else state_dir() / "power_limits.json"
+    def __init__(self, location: str | None = None) -> None:
+        #: The store: `location` (a SQLite file path or a URL), else `$WATTWISE_STORE`, else the default file.
+        self.url = store_url(location) if location else default_store_url()
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _read(self) -> dict[str, Any]:
+    @contextmanager
+    def _store(self) -> Iterator[SqlJobStore]:
+        store = SqlJobStore(self.url)
         try:
-            data = json.loads(self.path.read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+            import_legacy_file(store, state_dir() / LEGACY_FILE)
+            yield store
+        finally:
+            store.close()
+
+    def recall(self, key: str) -> RememberedLimit | None:
+        """Everything remembered under `key`, or None."""
+        with self._store() as store:
+            row = store.read(lambda conn: conn.execute(select(table).where(table.c.memory_key == key)).first())
+        if row is None:
+            return None
+        return RememberedLimit(
+            chosen=ProfileEntry(row.power_limit_w, row.time_s, row.energy_j),
+            profile=[ProfileEntry(**entry) for entry in json.loads(row.profile)],
+            selector=row.selector,
+            eta=row.eta,
+            chosen_at_s=row.chosen_at_s,
+            run_id=row.run_id,
+        )
 
     def load(self, key: str) -> tuple[ProfileEntry, list[ProfileEntry]] | None:
-        """(chosen entry, whole profile) saved under `key`, or None."""
-        with self._locked():
-            entry = self._read().get(key)
-        if not entry:
-            return None
-        try:
-            chosen = ProfileEntry(**entry["chosen"])
-            profile = [ProfileEntry(**e) for e in entry.get("profile", [])]
-        except (KeyError, TypeError):
-            return None
-        return chosen, profile
+        """(chosen entry, whole profile) remembered under `key`, or None."""
+        found = self.recall(key)
+        return None if found is None else (found.chosen, found.profile)
 
-    def save(self, key: str, chosen: ProfileEntry, profile: list[ProfileEntry], **extra: Any) -> None:
-        with self._locked():
-            data = self._read()
-            data[key] = {"chosen": vars(chosen), "profile": [vars(e) for e in profile],
-                         "saved_at": time.time(), **extra}
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(data, indent=1))
-            os.replace(tmp, self.path)
+    def save(
+        self,
+        key: str,
+        chosen: ProfileEntry,
+        profile: list[ProfileEntry],
+        *,
+        selector: str | None = None,
+        eta: float | None = None,
+        run_id: str | None = None,
+        chosen_at_s: float | None = None,
+    ) -> None:
+        """Remember a tuning result under `key` (replacing any earlier one); `chosen_at_s` defaults to now."""
+        limit = RememberedLimit(
+            chosen, list(profile), selector, eta, time.time() if chosen_at_s is None else chosen_at_s, run_id
+        )
+        with self._store() as store:
+            store.write(lambda conn: _upsert(conn, key, limit, only_if_later=False))
 
     def forget(self, key: str) -> bool:
-        with self._locked():
-            data = self._read()
-            if key not in data:
-                return False
-            del data[key]
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(data, indent=1))
-            os.replace(tmp, self.path)
-            return True
+        """Forget what is remembered under `key`; False when nothing was."""
+        with self._store() as store:
+            return store.write(lambda conn: bool(conn.execute(delete(table).where(table.c.memory_key == key)).rowcount))
+
+
+def _upsert(conn: Connection, key: str, limit: RememberedLimit, *, only_if_later: bool) -> None:
+    """Insert the row, or replace the one under `key` (only by a later choice when `only_if_later`)."""
+    values: dict[str, Any] = {
+        "memory_key": key,
+        "power_limit_w": limit.chosen.power_limit_w,
+        "time_s": limit.chosen.time_s,
+        "energy_j": limit.chosen.energy_j,
+        "profile": json.dumps([dataclasses.asdict(entry) for entry in limit.profile]),
+        "selector": limit.selector,
+        "eta": limit.eta,
+        "chosen_at_s": limit.chosen_at_s,
+        "run_id": limit.run_id,
+    }
+    stmt = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table).values(**values)
+    later = or_(table.c.chosen_at_s.is_(None), table.c.chosen_at_s < stmt.excluded.chosen_at_s)
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[table.c.memory_key],
+            set_={name: stmt.excluded[name] for name in values if name != "memory_key"},
+            where=later if only_if_later else None,
+        )
+    )
+
+
+def _legacy_entry(entry: Any) -> RememberedLimit | None:
+    """One entry of 0.1.0's JSON file, or None when it is not one."""
+    try:
+        return RememberedLimit(
+            chosen=ProfileEntry(**entry["chosen"]),
+            profile=[ProfileEntry(**e) for e in entry.get("profile", [])],
+            selector=entry.get("selector"),
+            eta=entry.get("eta"),
+            chosen_at_s=entry.get("saved_at"),
+        )
+    except (KeyError, TypeError, AttributeError):
+        return None
+
+
+@contextmanager
+def _legacy_lock(path: Path) -> Iterator[None]:
+    """The exclusive lock wattwise 0.1.0 takes around every read and write of its file."""
+    fd = os.open(path.with_suffix(".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def import_legacy_file(store: SqlJobStore, path: Path) -> int:
+    """Import 0.1.0's JSON file of remembered limits into `store`, then rename it `*.imported`.
+
+    An entry replaces the store's only when it was chosen later. Returns the number of entries read
+    (0 when there is no file); an entry that cannot be read is left in the renamed file, with a warning.
+    """
+    if not path.exists():
+        return 0
+    kept = path.with_name(path.name + ".imported")
+    with _legacy_lock(path):
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:  # another process imported it while we waited for the lock
+            return 0
+        except ValueError:
+            data = None
+        entries = data if isinstance(data, dict) else {}
+        limits = {key: limit for key, entry in entries.items() if (limit := _legacy_entry(entry)) is not None}
+
+        def work(conn: Connection) -> None:
+            for key, limit in limits.items():
+                _upsert(conn, key, limit, only_if_later=True)
+
+        store.write(work)
+        os.replace(path, kept)
+    if not isinstance(data, dict) or len(entries) > len(limits):
+        log.warning("%s held entries that are not remembered power limits; they are left in %s", path, kept)
+    log.info("imported %d remembered power limits from %s into %s (the file is now %s)",
+             len(limits), path, store.describe(), kept)
+    return len(limits)

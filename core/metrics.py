@@ -5,9 +5,8 @@ Figures are already combined over processes (energy summed, time maxed), so they
 
 from __future__ import annotations
 
-from typing import Any
-
 from wattwise.measurement import StepRecord
+from wattwise.record import RunSummary
 
 
 def step_metrics(rec: StepRecord, power_limit_w: float | None) -> dict[str, float]:
@@ -21,5 +20,5 @@ def epoch_metrics(rec: StepRecord) -> dict[str, float]:
     return {"energy/epoch_j": rec.energy_j, "time/epoch_s": rec.time_s, "power/epoch_avg_w": rec.avg_power_w}
 
 
-def fit_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    return {"energy/fit_j": float(summary["energy_j"]), "time/fit_s": float(summary["time_s"])}
+def fit_metrics(record: RunSummary) -> dict[str, float]:
+    return {"energy/fit_j": record.energy_j, "time/fit_s": record.time_s}

@@ -15,19 +15,18 @@ is approximated by the device's current power times the window's time and listed
 
 from __future__ import annotations
 
-import csv
 import functools
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
-from typing import Any, ParamSpec, TextIO, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from wattwise.devices.base import Device, DeviceError
 from wattwise.errors import UsageError
+from wattwise.record import WindowRow, WindowsLog, power_rows, write_power_csv
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -141,13 +140,8 @@ class PowerSampler:
             self.sample_once()
 
     def write_csv(self, path: str | os.PathLike[str]) -> None:
-        """Write `timestamp,device,power_w` rows (unix seconds)."""
-        with open(path, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["timestamp", "device", "power_w"])
-            for s in self.samples():
-                for key, w in s.power_w.items():
-                    writer.writerow([f"{s.timestamp:.3f}", key, f"{w:.3f}"])
+        """Write the samples as a run's `power.csv` (`timestamp,device,power_w`, unix seconds)."""
+        write_power_csv(path, power_rows((s.timestamp, s.power_w) for s in self.samples()))
 
 
 @dataclass
@@ -228,15 +222,7 @@ class EnergyMonitor:
             self.sampler = PowerSampler(self.devices, interval, clock=wall_clock)
             self.sampler.start()
         self._log_lock = threading.Lock()
-        self._log_file: TextIO | None = None
-        if log_file is not None:
-            Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-            # Kept open, line-buffered, for the monitor's life: each row reaches the file as its window
-            # ends, for one write call instead of an open and a close.
-            self._log_file = open(log_file, "w", newline="", buffering=1)  # noqa: SIM115
-            self._log_writer = csv.writer(self._log_file)
-            self._log_writer.writerow(["start_time", "window_name", "time_s", "energy_j",
-                                       *[f"{k}_energy_j" for k in keys], "approximate", "simulated"])
+        self._log = WindowsLog(log_file, keys) if log_file is not None else None
 
     def _read_energy(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -280,7 +266,7 @@ class EnergyMonitor:
                 approximate.append(key)
             energy[key] = delta
         m = Measurement(name, started.start_time, time_s, energy, tuple(approximate), self.simulated)
-        self._log(m)
+        self._write_log(m)
         return m
 
     def peek_window(self, name: str) -> Measurement:
@@ -309,23 +295,20 @@ class EnergyMonitor:
         """`with monitor.window("eval") as w: ...` then `w.measurement`; or `@monitor.window("f")`."""
         return WindowHandle(self, name)
 
-    def _log(self, m: Measurement) -> None:
-        if self._log_file is None:
+    def _write_log(self, m: Measurement) -> None:
+        if self._log is None:
             return
         with self._log_lock:
-            self._log_writer.writerow(
-                [f"{m.start_time:.6f}", m.name, f"{m.time_s:.6f}", f"{m.total_energy_j:.6f}",
-                 *[f"{m.energy_j[key]:.6f}" for _, key, _ in self._readers],
-                 ";".join(m.approximate), str(m.simulated).lower()])
+            self._log.write(WindowRow(m.start_time, m.name, m.time_s, m.total_energy_j, m.energy_j,
+                                      m.approximate, m.simulated))
 
     def close(self) -> None:
         """Stop the background sampler, if any, and close the window log."""
         if self.sampler is not None:
             self.sampler.stop()
-        if self._log_file is not None:
+        if self._log is not None:
             with self._log_lock:
-                self._log_file.close()
-                self._log_file = None
+                self._log.close()
 
     def __enter__(self) -> EnergyMonitor:
         return self

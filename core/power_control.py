@@ -19,6 +19,7 @@ from wattwise.distributed import Collective
 from wattwise.guard import SettingsGuard
 from wattwise.limits_memory import LimitsMemory
 from wattwise.power_limit import PowerLimitTuner, cap_limit_w, profile_limits_w
+from wattwise.record import PowerLimitSummary
 
 
 class PowerLimitControl:
@@ -154,26 +155,21 @@ class PowerLimitControl:
         if self.guard is not None:
             self.guard.close()
 
-    def summary(self, energy_j: float) -> dict[str, Any] | None:
+    def summary(self, energy_j: float) -> PowerLimitSummary | None:
+        """What this part did, for the run's record; the saving is estimated against the highest limit."""
         if self.mode == "cap":
-            return {"mode": "cap", "chosen_power_limit_w": self.applied_limit_w}
+            return PowerLimitSummary(mode="cap", chosen_power_limit_w=self.applied_limit_w)
         if self.tuner is None:
             return None
         t = self.tuner
-        info: dict[str, Any] = {
-            "mode": "tune", "selector": t.selector, "eta": t.eta, "max_slowdown": self.cfg.max_slowdown,
-            "reused": self.reused,
-            "chosen_power_limit_w": t.chosen.power_limit_w if t.chosen else None,
-            "profile": [vars(e).copy() for e in t.profile],
-            "baseline_energy_j": None, "energy_saved_j": None,
-        }
         top = max(t.profile, key=lambda e: e.power_limit_w) if t.profile else None
-        if t.chosen is not None and top is not None:
-            saved = self.steps_at_chosen * (top.energy_j - t.chosen.energy_j)
-            info["baseline_energy_j"] = energy_j + saved
-            info["energy_saved_j"] = saved
-            info["baseline_estimated"] = True
-        return info
+        saved = (self.steps_at_chosen * (top.energy_j - t.chosen.energy_j)
+                 if t.chosen is not None and top is not None else None)
+        return PowerLimitSummary(
+            mode="tune", selector=t.selector, eta=t.eta, max_slowdown=self.cfg.max_slowdown, reused=self.reused,
+            chosen_power_limit_w=t.chosen.power_limit_w if t.chosen else None, profile=tuple(t.profile),
+            baseline_energy_j=energy_j + saved if saved is not None else None, energy_saved_j=saved,
+            baseline_estimated=saved is not None)
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def select_power_limit(
 def profile_limits_w(min_w: float, max_w: float, step_w: float) -> list[float]:
     """Limits to profile: from the maximum down in steps of `step_w`, the minimum always included."""
     if step_w <= 0:
-        raise UsageError(f"power_limit.step_w must be > 0 (got {step_w})")
+        raise UsageError(f"step_w must be > 0 watts (got {step_w})")
     limits: list[float] = []
     w = max_w
     while w > min_w + 1e-9:
@@ -102,7 +102,7 @@ def cap_limit_w(max_w: float, min_w: float, *, cap_w: float | None, cap_fraction
     target = cap_w if cap_w is not None else (cap_fraction or 1.0) * max_w
     if not (min_w <= target <= max_w):
         raise UsageError(f"power cap {target:g} W is outside the GPU's allowed range "
-                         f"[{min_w:g}, {max_w:g}] W; set power_limit.cap_w or cap_fraction inside it")
+                         f"[{min_w:g}, {max_w:g}] W; set cap_w or cap_fraction inside it")
     return target
 
 
@@ -142,10 +142,13 @@ class PowerLimitTuner:
         if not limits_w:
             raise UsageError("power-limit tuning needs at least one limit to profile")
         if selector not in SELECTORS:
-            raise UsageError(f"power_limit.selector must be one of {', '.join(SELECTORS)} (got {selector!r})")
+            raise UsageError(f"selector must be one of {', '.join(SELECTORS)} (got {selector!r})")
         check_eta(eta)
-        if profile_steps < 1 or warmup_steps < 0 or wait_steps < 0:
-            raise UsageError("power_limit: profile_steps must be >= 1, warmup_steps and wait_steps >= 0")
+        if profile_steps < 1:
+            raise UsageError(f"profile_steps must be at least 1 (got {profile_steps})")
+        for name, steps in (("warmup_steps", warmup_steps), ("wait_steps", wait_steps)):
+            if steps < 0:
+                raise UsageError(f"{name} must be >= 0 (got {steps})")
         self.limits_w = [float(w) for w in limits_w]
         self.selector = selector
         self.eta = eta
@@ -258,3 +261,10 @@ class PowerLimitTuner:
             self.phase, self.steps_in_phase = "wait", int(state["steps_in_phase"])
         else:
             self._enter("warmup" if self.warmup_steps > 0 else "profile")
+
+
+def profile_table(profile: Sequence[ProfileEntry], *, eta: float, max_power_w: float) -> list[dict[str, float]]:
+    """Rows of the profile with the Zeus cost of each limit, for reports."""
+    return [{"power_limit_w": e.power_limit_w, "time_s": e.time_s, "energy_j": e.energy_j,
+             "avg_power_w": e.avg_power_w,
+             "cost": zeus_cost(e.energy_j, e.time_s, eta=eta, max_power_w=max_power_w)} for e in profile]

@@ -1,9 +1,10 @@
 """The energy report of a run: device and facility energy, emissions, cost, settings and savings.
 
-`build_report` turns a run directory and the facility inputs (PUE, carbon intensity, price) into a
-`RunReport`, written as JSON (everything), CSV (one row of scalars, so the reports of many runs
-concatenate into one table) and an energy statement in Markdown, ready to paste into a paper as
-McDonald et al. recommend: energy used, where, when, PUE, emissions, and the steps taken to reduce it.
+`build_report` turns a run directory (as `wattwise.record.read_run_dir` reads it) and the facility
+inputs (PUE, carbon intensity, price) into a `RunReport`, written as JSON (everything), CSV (one row of
+scalars, so the reports of many runs concatenate into one table) and an energy statement in Markdown,
+ready to paste into a paper as McDonald et al. recommend: energy used, where, when, PUE, emissions, and
+the steps taken to reduce it.
 
 Method. Facility energy, emissions and cost integrate the run's power timeline (`power.csv`, linear
 between samples) against the PUE, intensity and price step series over [start_time, end_time]. The
@@ -32,8 +33,8 @@ from wattwise.carbon.integrate import (
     UniformEnergy,
     facility_totals,
 )
-from wattwise.carbon.run_dir import RunDir
 from wattwise.carbon.series import INTENSITY, PRICE, PUE, Constant, Series, check_covers, format_utc
+from wattwise.record import RunDir
 
 REPORT_SCHEMA = "wattwise.report/1"
 REPORT_JSON = "report.json"
@@ -96,8 +97,8 @@ class RunReport:
     power_limit_selector: str | None
     power_limit_eta: float | None
     power_limits_profiled: int
-    batch_size: Any
-    frequency_plan: Any
+    batch_size: int | None
+    frequency_plan: str | None
     baseline_energy_j: float | None
     energy_saved_j: float | None
     energy_saved_kwh: float | None
@@ -173,13 +174,13 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
         energy_method=method,
         timeline_samples=samples,
         timeline_scale=scale,
-        power_limit_w=s.settings.get("power_limit_w") or (limit.chosen_power_limit_w if limit else None),
+        power_limit_w=s.settings.power_limit_w or (limit.chosen_power_limit_w if limit else None),
         power_limit_mode=limit.mode if limit else None,
         power_limit_selector=limit.selector if limit else None,
         power_limit_eta=limit.eta if limit else None,
         power_limits_profiled=len(limit.profile) if limit else 0,
-        batch_size=s.settings.get("batch_size"),
-        frequency_plan=s.settings.get("frequency_plan"),
+        batch_size=s.settings.batch_size,
+        frequency_plan=s.settings.frequency_plan,
         baseline_energy_j=baseline_j,
         energy_saved_j=saved_j,
         energy_saved_kwh=None if saved_j is None else saved_j / J_PER_KWH,

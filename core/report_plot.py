@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wattwise.carbon.run_dir import RunDir
 from wattwise.errors import UsageError
+from wattwise.record import RunDir
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -20,7 +20,6 @@ measurement only; an error while measuring turns measurement off; each with one 
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import socket
 import time
@@ -28,7 +27,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from wattwise import __version__
 from wattwise.carbon.control import CarbonControl
 from wattwise.config import EnergyConfig
 from wattwise.devices import Device, DeviceError
@@ -37,6 +35,16 @@ from wattwise.errors import UsageError
 from wattwise.limits_memory import LimitsMemory, memory_key
 from wattwise.measurement import PROFILE, STEP, RunMeasurement, StepRecord
 from wattwise.power_control import PowerLimitControl
+from wattwise.record import (
+    CarbonAwareSummary,
+    EpochEnergy,
+    RunSettings,
+    RunSummary,
+    SettingEvent,
+    iso_utc,
+    power_rows,
+    write_run_dir,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,10 +54,6 @@ __all__ = ["EnergyPluginWarning", "Run", "StepRecord"]
 
 class EnergyPluginWarning(UserWarning):
     """wattwise degraded (e.g. to measurement only) instead of breaking training."""
-
-
-def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).isoformat()
 
 
 def _never_breaks_training(method: Callable[Concatenate[Run, P], R | None]) -> Callable[Concatenate[Run, P], R | None]:
@@ -99,8 +103,8 @@ class Run:
         self.frequency_plan: str | None = None
         self.started = False
         self.finished = False
-        #: The summary once the run finished (every process), else None.
-        self.summary: dict[str, Any] | None = None
+        #: The run's record once it finished (every process), else None.
+        self.record: RunSummary | None = None
         self._warned = False
         self._start_wall = 0.0
         self._resumed: dict[str, Any] | None = None
@@ -131,6 +135,11 @@ class Run:
     @property
     def step_count(self) -> int:
         return self.measurement.step_count if self.measurement is not None else 0
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        """`summary.json`'s object once the run finished (every process), else None."""
+        return self.record.to_dict() if self.record is not None else None
 
     @property
     def applied_limit_w(self) -> float | None:
@@ -253,10 +262,10 @@ class Run:
         return self.measurement.totals() if self.measuring and self.measurement is not None else None
 
     @_never_breaks_training
-    def finish(self, status: str = "completed") -> dict[str, Any] | None:
+    def finish(self, status: str = "completed") -> RunSummary | None:
         """End the run: restore settings, combine figures over processes, write the record (main process).
 
-        Returns the summary on every process (None when measurement was off).
+        Returns the record on every process (None when measurement was off).
         """
         if self.finished or not self.started:
             return None
@@ -270,46 +279,46 @@ class Run:
         if fit is None:  # start() itself failed
             return None
         figures = self.measurement.gather(fit)
-        summary = self._summary(figures, status)
+        record = self._record(figures, status)
         if self.is_main:
-            write_run_dir(self.cfg.output_dir, summary, figures["samples"])
-        self.summary = summary
-        return summary
+            write_run_dir(self.cfg.output_dir, record, power_rows(figures["samples"]))
+        self.record = record
+        return record
 
-    def _summary(self, figures: dict[str, Any], status: str) -> dict[str, Any]:
+    def _record(self, figures: dict[str, Any], status: str) -> RunSummary:
         m = self.measurement
         assert m is not None
-        time_s, energy_j = figures["time_s"], figures["energy_j"]
+        energy_j = figures["energy_j"]
         timeline = [e for r in self.collective.all_gather(self.power.timeline) for e in r]
         carbon = self.power.carbon
-        return {
-            "schema": "wattwise.run/1",
-            "wattwise_version": __version__,
-            "status": status,
-            "simulated": m.simulated,
-            "backend": m.gpus[0].backend if m.gpus else None,
-            "framework": self.framework,
-            "job": self.cfg.job,
-            "hostname": socket.gethostname(),
-            "world_size": self.collective.world_size,
-            "start_time": _iso(self._start_wall),
-            "end_time": _iso(self._wall()),
-            "time_s": time_s,
-            "energy_j": energy_j,
-            "energy_per_device_j": figures["energy_per_device_j"],
-            "cpu_energy_j": figures["cpu_energy_j"],
-            "avg_power_w": energy_j / time_s if time_s > 0 else 0.0,
-            "steps": m.step_count,
-            "epochs": m.epochs,
-            "resumed_energy_j": m.prior_energy_j,
-            "devices": figures["devices"],
-            "notes": m.notes,
-            "power_limit": self.power.summary(energy_j),
-            "settings": {"power_limit_w": self.power.applied_limit_w, "batch_size": self.batch_size,
-                         "frequency_plan": self.frequency_plan},
-            "settings_timeline": timeline,
-            "carbon_aware": carbon.summary() if carbon is not None else None,
-        }
+        return RunSummary(
+            status=status,
+            simulated=m.simulated,
+            backend=m.gpus[0].backend if m.gpus else None,
+            framework=self.framework,
+            job=self.cfg.job,
+            hostname=socket.gethostname(),
+            world_size=self.collective.world_size,
+            start_time=iso_utc(self._start_wall),
+            end_time=iso_utc(self._wall()),
+            time_s=figures["time_s"],
+            energy_j=energy_j,
+            energy_per_device_j=figures["energy_per_device_j"],
+            cpu_energy_j=figures["cpu_energy_j"],
+            steps=m.step_count,
+            epochs=tuple(EpochEnergy(**e) for e in m.epochs),
+            resumed_energy_j=m.prior_energy_j,
+            devices=tuple(figures["devices"]),
+            notes=tuple(m.notes),
+            power_limit=self.power.summary(energy_j),
+            settings=RunSettings(power_limit_w=self.power.applied_limit_w, batch_size=self.batch_size,
+                                 frequency_plan=self.frequency_plan),
+            settings_timeline=tuple(SettingEvent(e["timestamp"], e["device"], e["setting"], e["value"])
+                                    for e in timeline),
+            carbon_aware=(CarbonAwareSummary(carbon.cfg.threshold_g_per_kwh, carbon.cfg.interval_s,
+                                             getattr(carbon.intensity, "source", None))
+                          if carbon is not None else None),
+        )
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -325,18 +334,3 @@ class Run:
             self.measurement.load_state_dict(state)
         self.power.load_state_dict(state)
 
-
-def write_run_dir(out_dir: str, summary: dict[str, Any], samples: list[Any]) -> None:  # TEMPORARY until wattwise.record
-    import json
-    import os
-    from pathlib import Path
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp, out / "summary.json")
-    with open(out / "power.csv", "w") as fh:
-        fh.write("timestamp,device,power_w\n")
-        for ts, watts in sorted(samples, key=lambda s: s[0]):
-            for key, w in watts.items():
-                fh.write(f"{ts:.3f},{key},{w:.3f}\n")

@@ -13,10 +13,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from wattwise.config import EnergyConfig, load_config
+from wattwise.config import EnergyConfig, load_config, setting_values
 from wattwise.devices.base import Device
 from wattwise.metrics import epoch_metrics, fit_metrics, step_metrics
-from wattwise.report_text import format_summary
+from wattwise.record import format_summary
 from wattwise.run import Run
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 class EnergyCallback(Callback):
     """Measure energy in Lightning and optionally tune or cap the GPU power limit.
+
+    The keyword arguments are `wattwise.config.SETTINGS` (each sets one key of `EnergyConfig`), plus the
+    two ways to reach every other key, `config` and `overrides`, and `devices`.
 
     Args:
         mode: "measure" (default), "tune" (profile power limits in the first steps and keep the best)
@@ -37,6 +40,7 @@ class EnergyCallback(Callback):
         output_dir: where summary.json, windows.csv and power.csv are written at the end of fit.
         strict: raise instead of degrading to measurement only when a setting cannot be applied.
         backend: "auto", "nvml" or "simulated".
+        log_every_n_steps: log step metrics every N steps; None: the Trainer's own `log_every_n_steps`.
         config: an OmegaConf YAML (see `configs/energy.yaml`) with any other setting.
         overrides: dotlist overrides applied last, e.g. ["power_limit.profile_steps=10"].
         devices: devices to use instead of discovering them (tests, custom setups).
@@ -56,20 +60,17 @@ class EnergyCallback(Callback):
         output_dir: str | None = None,
         strict: bool | None = None,
         backend: str | None = None,
+        log_every_n_steps: int | None = None,
         config: str | None = None,
         overrides: list[str] | None = None,
         devices: list[Device] | None = None,
     ) -> None:
         super().__init__()
-        power_limit = {k: v for k, v in {"mode": mode, "selector": selector, "eta": eta,
-                                         "max_slowdown": max_slowdown, "cap_w": cap_w,
-                                         "cap_fraction": cap_fraction}.items() if v is not None}
-        values: dict[str, Any] = {k: v for k, v in {"job": job, "output_dir": output_dir,
-                                                    "strict": strict}.items() if v is not None}
-        if power_limit:
-            values["power_limit"] = power_limit
-        if backend is not None:
-            values["devices"] = {"backend": backend}
+        values = setting_values({
+            "mode": mode, "selector": selector, "eta": eta, "max_slowdown": max_slowdown, "cap_w": cap_w,
+            "cap_fraction": cap_fraction, "job": job, "output_dir": output_dir, "strict": strict,
+            "backend": backend, "log_every_n_steps": log_every_n_steps,
+        })
         # Validated here, so a bad argument fails when the Trainer is built, not hours later.
         self.config: EnergyConfig = load_config([config] if config else [], overrides or [], values)
         self._devices = devices
@@ -145,12 +146,12 @@ class EnergyCallback(Callback):
     def _finish(self, trainer: pl.Trainer, status: str) -> None:
         if self.run is None or self.run.finished:
             return
-        summary = self.run.finish(status)
-        if summary is None:
+        record = self.run.finish(status)
+        if record is None:
             return
         for logger in trainer.loggers:
-            logger.log_metrics(fit_metrics(summary), step=trainer.global_step)
-        rank_zero_info(format_summary(summary, output_dir=self.config.output_dir))
+            logger.log_metrics(fit_metrics(record), step=trainer.global_step)
+        rank_zero_info(format_summary(record, output_dir=self.config.output_dir))
 
     def state_dict(self) -> dict[str, Any]:
         return self.run.state_dict() if self.run is not None else {}

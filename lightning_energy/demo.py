@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import tempfile
 import warnings
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -13,11 +11,9 @@ import torch
 from torch import nn
 
 from lightning_energy.callback import EnergyCallback
-from wattwise.demo import DemoOptions, demo_overrides, demo_result
-from wattwise.devices import PowerModel
+from wattwise.demo import DemoOptions, tuned_and_baseline
 from wattwise.devices.base import Device
-from wattwise.power_limit import profile_limits_w
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model, use_one_cpu_thread
+from wattwise.workload import emulate_step, tiny_dataset, tiny_model
 
 
 class EmulatedModule(pl.LightningModule):
@@ -81,18 +77,7 @@ def _fit(options: DemoOptions, overrides: list[str], steps: int) -> dict[str, An
 
 def run_demo(options: DemoOptions) -> dict[str, Any]:
     """Train with power-limit tuning, then the same steps at the maximum limit; compare."""
-    model = PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
-    lo, hi = model.limit_range_w
-    steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
     # The demo prints its own report; Lightning's start-up chatter and per-run summaries would bury it.
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    logging.getLogger("wattwise.measurement").setLevel(logging.ERROR)  # the demo's own report says "simulated"
     warnings.filterwarnings("ignore", module="lightning.pytorch.utilities._pytree")
-    use_one_cpu_thread()
-    with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
-        state_dir = options.state_dir or tmp
-        common = demo_overrides(options, state_dir)
-        tuned = _fit(options, [*common, "power_limit.mode=tune", f"output_dir={options.output_dir}"], steps)
-        baseline = _fit(options, [*common, "power_limit.mode=measure",
-                                  f"output_dir={Path(options.output_dir) / 'baseline'}"], steps)
-    return demo_result(options, "lightning", tuned, baseline, model)
+    return tuned_and_baseline(options, "lightning", lambda overrides, steps: _fit(options, overrides, steps))

@@ -7,8 +7,9 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from lightning_energy.callback import EnergyCallback
 from wattwise.devices.base import Device
-from wattwise.pipeline.controller import FrequencyController, follow_plan
+from wattwise.frequency.controller import FrequencyController, follow_plan
 
 
 class PipelineFrequencyCallback(Callback):
@@ -36,8 +37,10 @@ class PipelineFrequencyCallback(Callback):
         if stage is None:
             raise AttributeError(f"PipelineFrequencyCallback: the LightningModule has no `{self.stage_attr}` "
                                  "attribute holding its torch.distributed.pipelining stage")
+        runs = [cb.run for cb in trainer.callbacks if isinstance(cb, EnergyCallback)]  # type: ignore[attr-defined]
         self.controller, self._detach = follow_plan(stage, self.plan_path, local_rank=trainer.local_rank,
-                                                    backend=self.backend, strict=self.strict, device=self._device)
+                                                    backend=self.backend, strict=self.strict, device=self._device,
+                                                    run=runs[0] if runs else None)
 
     def _close(self) -> None:
         if self._detach is not None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
+from test_config import COMPANIONS, SAMPLES, text, value_at
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
+from accelerate_energy.plugin import ENV_VARS
+from wattwise.config import SETTINGS, config_keys
 from wattwise.errors import ConfigError
 
 
@@ -124,3 +128,71 @@ def test_attach_fails_early_on_a_bad_setting(monkeypatch):
     monkeypatch.setenv("ACCELERATE_ENERGY_ETA", "-1")
     with pytest.raises(ConfigError, match="ACCELERATE_ENERGY_ETA"):
         accelerate_energy.attach(Accelerator(cpu=True))
+
+
+# -- every setting and every config key reaches the Accelerate variables --------------------------------
+
+#: The variables of the first release: a contract, never renamed or dropped.
+RELEASED_VARS = ("ACCELERATE_ENERGY", "ACCELERATE_ENERGY_MODE", "ACCELERATE_ENERGY_SELECTOR", "ACCELERATE_ENERGY_ETA",
+                 "ACCELERATE_ENERGY_CAP_W", "ACCELERATE_ENERGY_CAP_FRACTION", "ACCELERATE_ENERGY_OUTPUT_DIR",
+                 "ACCELERATE_ENERGY_CONFIG", "ACCELERATE_ENERGY_JOB", "ACCELERATE_ENERGY_STRICT",
+                 "ACCELERATE_ENERGY_BACKEND")
+
+
+def test_the_plugin_has_a_field_and_a_variable_for_every_setting():
+    names = [f.name for f in dataclasses.fields(EnergyPlugin) if f.init]
+    assert set(names) == {"enabled", "config", "overrides", *(s.name for s in SETTINGS)}
+    assert set(RELEASED_VARS) <= set(ENV_VARS)
+    assert {"ACCELERATE_ENERGY_MAX_SLOWDOWN", "ACCELERATE_ENERGY_OVERRIDES"} <= set(ENV_VARS)
+    assert set(ENV_VARS) == {"ACCELERATE_ENERGY", *(f"ACCELERATE_ENERGY_{n.upper()}" for n in names if n != "enabled")}
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+def test_every_setting_reaches_the_config_from_its_variable(monkeypatch, setting):
+    monkeypatch.setenv("ACCELERATE_ENERGY", "1")
+    monkeypatch.setenv(f"ACCELERATE_ENERGY_{setting.name.upper()}", text(SAMPLES[setting.key]))
+    assert value_at(EnergyPlugin().to_config(), setting.key) == SAMPLES[setting.key]
+
+
+@pytest.mark.parametrize("key", config_keys())
+def test_every_config_key_reaches_the_config_from_the_overrides_variable(monkeypatch, key):
+    monkeypatch.setenv("ACCELERATE_ENERGY", "1")
+    items = [f"{key}={text(SAMPLES[key])}", *COMPANIONS.get(key, [])]
+    monkeypatch.setenv("ACCELERATE_ENERGY_OVERRIDES", " ".join(items))
+    assert value_at(EnergyPlugin().to_config(), key) == SAMPLES[key]
+
+
+def test_overrides_in_code_replace_the_overrides_variable(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_ENERGY", "1")
+    monkeypatch.setenv("ACCELERATE_ENERGY_OVERRIDES", "power_limit.profile_steps=9 'job=a b'")
+    cfg = EnergyPlugin().to_config()
+    assert (cfg.power_limit.profile_steps, cfg.job) == (9, "a b")
+    assert EnergyPlugin(overrides=["power_limit.step_w=50"]).to_config().power_limit.profile_steps == 5
+
+
+def test_a_bad_value_in_the_overrides_variable_names_its_key(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_ENERGY", "1")
+    monkeypatch.setenv("ACCELERATE_ENERGY_OVERRIDES", "power_limit.eta=2")
+    with pytest.raises(ConfigError, match=r"^power_limit\.eta must be between 0 and 1"):
+        EnergyPlugin().to_config()
+    monkeypatch.setenv("ACCELERATE_ENERGY_OVERRIDES", "'unclosed")
+    with pytest.raises(ConfigError, match="ACCELERATE_ENERGY_OVERRIDES must be space-separated"):
+        EnergyPlugin()
+
+
+@pytest.mark.parametrize(("var", "value", "expected"), [
+    ("ACCELERATE_ENERGY_MAX_SLOWDOWN", "-1", "ACCELERATE_ENERGY_MAX_SLOWDOWN must be >= 0"),
+    ("ACCELERATE_ENERGY_LOG_EVERY_N_STEPS", "often", "ACCELERATE_ENERGY_LOG_EVERY_N_STEPS must be a whole number"),
+    ("ACCELERATE_ENERGY_LOG_EVERY_N_STEPS", "0", "ACCELERATE_ENERGY_LOG_EVERY_N_STEPS must be > 0"),
+])
+def test_a_bad_new_variable_is_named_in_the_error(monkeypatch, var, value, expected):
+    monkeypatch.setenv("ACCELERATE_ENERGY", "1")
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=expected):
+        EnergyPlugin().to_config()
+
+
+def test_a_value_zero_set_in_code_is_not_replaced_by_its_variable(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_ENERGY", "1")
+    monkeypatch.setenv("ACCELERATE_ENERGY_ETA", "0.7")
+    assert EnergyPlugin(eta=0.0).to_config().power_limit.eta == 0.0

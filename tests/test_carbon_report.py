@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from wattwise.carbon.example import sampled_run, write_example, write_run_dir, write_series_csv
-from wattwise.carbon.run_dir import load_run_dir
+from wattwise.carbon.example import sampled_run, write_example, write_series_csv
 from wattwise.carbon.series import INTENSITY, PRICE, PUE, Constant, parse_series
 from wattwise.errors import UsageError
+from wattwise.record import PowerLimitSummary, read_run_dir, write_run_dir
 from wattwise.report import FacilityInputs, RunReport, build_report, energy_statement, write_report
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
@@ -33,6 +33,12 @@ def two_hour_run(tmp_path: Path, *, with_power: bool = True, counter_scale: floa
     return write_run_dir(tmp_path / "run", summary, samples if with_power else None)
 
 
+def hand_made_run(tmp_path: Path, summary: dict[str, Any]) -> Path:
+    """A run directory whose summary.json was written by hand (older runs, other tools)."""
+    (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    return tmp_path
+
+
 def hourly_inputs(tmp_path: Path, pue: list[float], intensity: list[float]) -> FacilityInputs:
     return FacilityInputs(
         pue=parse_series(str(write_series_csv(tmp_path / "pue.csv", T0, HOUR, pue)), PUE),
@@ -41,7 +47,7 @@ def hourly_inputs(tmp_path: Path, pue: list[float], intensity: list[float]) -> F
 
 
 def test_facility_energy_and_emissions_follow_the_power_timeline(tmp_path: Path) -> None:
-    report = build_report(load_run_dir(two_hour_run(tmp_path)), hourly_inputs(tmp_path, [1.5, 1.1], [100.0, 500.0]))
+    report = build_report(read_run_dir(two_hour_run(tmp_path)), hourly_inputs(tmp_path, [1.5, 1.1], [100.0, 500.0]))
     # Hour 1: 0.3 kWh x 1.5 = 0.45 kWh at 100 g/kWh; hour 2: 0.1 kWh x 1.1 = 0.11 kWh at 500 g/kWh.
     assert report.device_energy_kwh == pytest.approx(0.4, rel=1e-3)
     assert report.facility_energy_kwh == pytest.approx(0.56, rel=1e-3)
@@ -55,7 +61,7 @@ def test_facility_energy_and_emissions_follow_the_power_timeline(tmp_path: Path)
 
 def test_timeline_is_scaled_to_the_energy_counter(tmp_path: Path) -> None:
     inputs = hourly_inputs(tmp_path, [1.5, 1.1], [100.0, 500.0])
-    report = build_report(load_run_dir(two_hour_run(tmp_path, counter_scale=1.1)), inputs)
+    report = build_report(read_run_dir(two_hour_run(tmp_path, counter_scale=1.1)), inputs)
     assert report.timeline_scale == pytest.approx(1.1)
     assert report.device_energy_kwh == pytest.approx(0.44, rel=1e-3)
     assert report.facility_energy_kwh == pytest.approx(0.56 * 1.1, rel=1e-3)
@@ -63,7 +69,7 @@ def test_timeline_is_scaled_to_the_energy_counter(tmp_path: Path) -> None:
 
 
 def test_without_power_csv_energy_is_spread_uniformly_and_the_report_says_so(tmp_path: Path) -> None:
-    run = load_run_dir(two_hour_run(tmp_path, with_power=False))
+    run = read_run_dir(two_hour_run(tmp_path, with_power=False))
     report = build_report(run, hourly_inputs(tmp_path, [1.5, 1.1], [100.0, 500.0]))
     # 0.2 kWh per hour: 0.2 x 1.5 x 100 + 0.2 x 1.1 x 500 = 30 + 110 g.
     assert report.facility_energy_kwh == pytest.approx(0.52, rel=1e-3)
@@ -74,7 +80,7 @@ def test_without_power_csv_energy_is_spread_uniformly_and_the_report_says_so(tmp
 
 
 def test_cpu_energy_is_part_of_facility_energy(tmp_path: Path) -> None:
-    run = load_run_dir(two_hour_run(tmp_path, cpu_energy_j=0.2 * 3.6e6))
+    run = read_run_dir(two_hour_run(tmp_path, cpu_energy_j=0.2 * 3.6e6))
     report = build_report(run, FacilityInputs(pue=Constant(1.5, "operator"), intensity=Constant(200.0, "grid")))
     assert report.it_energy_kwh == pytest.approx(0.6, rel=1e-3)
     assert report.facility_energy_kwh == pytest.approx(0.9, rel=1e-3)
@@ -82,7 +88,7 @@ def test_cpu_energy_is_part_of_facility_energy(tmp_path: Path) -> None:
 
 
 def test_missing_inputs_are_labelled_not_invented(tmp_path: Path) -> None:
-    report = build_report(load_run_dir(two_hour_run(tmp_path)), FacilityInputs())
+    report = build_report(read_run_dir(two_hour_run(tmp_path)), FacilityInputs())
     assert report.emissions_kg_co2e is None
     assert report.cost is None
     assert report.intensity_source == "not supplied"
@@ -96,13 +102,13 @@ def test_missing_inputs_are_labelled_not_invented(tmp_path: Path) -> None:
 def test_series_that_do_not_cover_the_run_are_a_clear_error(tmp_path: Path) -> None:
     short = parse_series(str(write_series_csv(tmp_path / "ci.csv", T0, HOUR / 2, [100.0, 200.0])), INTENSITY)
     with pytest.raises(UsageError, match=r"--intensity: ci.csv covers .* but the run needs .*2026-01-01T02:00"):
-        build_report(load_run_dir(two_hour_run(tmp_path)), FacilityInputs(intensity=short))
+        build_report(read_run_dir(two_hour_run(tmp_path)), FacilityInputs(intensity=short))
 
 
 def test_cost_from_a_price_series(tmp_path: Path) -> None:
     price = parse_series(str(write_series_csv(tmp_path / "p.csv", T0, HOUR, [0.10, 0.40])), PRICE)
     report = build_report(
-        load_run_dir(two_hour_run(tmp_path)), FacilityInputs(pue=Constant(1.0, "x"), price=price, currency="EUR")
+        read_run_dir(two_hour_run(tmp_path)), FacilityInputs(pue=Constant(1.0, "x"), price=price, currency="EUR")
     )
     assert report.cost == pytest.approx(0.3 * 0.10 + 0.1 * 0.40, rel=1e-3)
     assert "EUR" in energy_statement(report)
@@ -110,7 +116,7 @@ def test_cost_from_a_price_series(tmp_path: Path) -> None:
 
 def test_missing_optional_summary_keys_are_tolerated(tmp_path: Path) -> None:
     minimal = {"start_time": "2026-01-01T00:00:00+00:00", "end_time": "2026-01-01T01:00:00+00:00", "energy_j": 3.6e6}
-    report = build_report(load_run_dir(write_run_dir(tmp_path, minimal, None)), FacilityInputs())
+    report = build_report(read_run_dir(hand_made_run(tmp_path, minimal)), FacilityInputs())
     assert report.time_s == HOUR
     assert report.device_energy_kwh == pytest.approx(1.0)
     assert report.simulated is False
@@ -120,7 +126,7 @@ def test_missing_optional_summary_keys_are_tolerated(tmp_path: Path) -> None:
 def test_summary_without_energy_is_a_usage_error(tmp_path: Path) -> None:
     summary = {"start_time": "2026-01-01T00:00:00+00:00", "end_time": "2026-01-01T01:00:00+00:00"}
     with pytest.raises(UsageError, match="'energy_j' is missing"):
-        load_run_dir(write_run_dir(tmp_path, summary, None))
+        read_run_dir(hand_made_run(tmp_path, summary))
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +140,7 @@ def example_report(tmp_path_factory: pytest.TempPathFactory) -> RunReport:
         currency="EUR",
         region="example region",
     )
-    return build_report(load_run_dir(files.run_dir), inputs)
+    return build_report(read_run_dir(files.run_dir), inputs)
 
 
 #: A figure in the statement: a number and its unit.
@@ -191,7 +197,7 @@ def test_statement_says_simulated_where_when_and_what_was_done(example_report: R
 
 
 def test_measured_runs_are_not_called_simulated(tmp_path: Path) -> None:
-    run = load_run_dir(two_hour_run(tmp_path, simulated=False))
+    run = read_run_dir(two_hour_run(tmp_path, simulated=False))
     statement = energy_statement(build_report(run, FacilityInputs()))
     assert "imulated" not in statement
     assert "measured with nvml" in statement
@@ -209,14 +215,14 @@ def test_csv_is_one_row_with_the_json_figures(example_report: RunReport, tmp_pat
 
 
 def test_savings_come_from_the_summary_and_scale_to_the_facility(tmp_path: Path) -> None:
-    limit = {
-        "mode": "tune",
-        "selector": "energy",
-        "chosen_power_limit_w": 150.0,
-        "baseline_energy_j": 2.0 * 3.6e6,
-        "energy_saved_j": 0.5 * 3.6e6,
-    }
-    run = load_run_dir(two_hour_run(tmp_path, power_limit=limit))
+    limit = PowerLimitSummary(
+        mode="tune",
+        selector="energy",
+        chosen_power_limit_w=150.0,
+        baseline_energy_j=2.0 * 3.6e6,
+        energy_saved_j=0.5 * 3.6e6,
+    )
+    run = read_run_dir(two_hour_run(tmp_path, power_limit=limit))
     report = build_report(run, FacilityInputs(pue=Constant(1.2, "x"), intensity=Constant(400.0, "y")))
     assert report.power_limit_w == 150.0
     assert report.energy_saved_fraction == pytest.approx(0.25)
@@ -226,8 +232,8 @@ def test_savings_come_from_the_summary_and_scale_to_the_facility(tmp_path: Path)
 
 
 def test_hardware_and_status_come_from_the_summary(tmp_path: Path) -> None:
-    devices = [{"key": "gpu0", "name": "NVIDIA A100-SXM4-40GB"}, {"key": "gpu1", "name": "NVIDIA A100-SXM4-40GB"}]
-    run = load_run_dir(two_hour_run(tmp_path, devices=devices, status="failed"))
+    devices = ({"key": "gpu0", "name": "NVIDIA A100-SXM4-40GB"}, {"key": "gpu1", "name": "NVIDIA A100-SXM4-40GB"})
+    run = read_run_dir(two_hour_run(tmp_path, devices=devices, status="failed"))
     report = build_report(run, FacilityInputs())
     assert report.hardware == "2x NVIDIA A100-SXM4-40GB"
     statement = energy_statement(report)

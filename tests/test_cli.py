@@ -11,15 +11,24 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import Field, fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
+from test_config import COMPANIONS, SAMPLES, text, value_at
 
 import wattwise.devices
 import wattwise.devices.rapl
-from wattwise.cli.main import main
+from wattwise.cli.demo import FLAGS, flag_of, options_of
+from wattwise.cli.main import build_parser, main
+from wattwise.cli.simulate import SETTING_FLAGS
+from wattwise.config import EnergyConfig, config_keys, default_of, rename_settings
+from wattwise.demo import FIXED_KEYS, DemoOptions
 from wattwise.devices import PowerModel
+from wattwise.errors import UsageError
+from wattwise.recurring.spec import JobSpec
 
 IDLE_W = PowerModel.default().idle_power_w
 SUBPROCESS_TIMEOUT_S = 60.0
@@ -207,3 +216,75 @@ def test_restore_with_nothing_to_do_exits_0(capsys: pytest.CaptureFixture[str]) 
 def test_restore_json_with_nothing_to_do(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["restore", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"restored": [], "failed": []}
+
+
+# -- configuration: every config key reaches `wattwise demo`; errors name the flags ---------------------
+
+
+def demo_config(*argv: str) -> EnergyConfig:
+    """The energy configuration `wattwise demo ARGV` trains its tuned run with."""
+    return options_of(build_parser().parse_args(["demo", *argv])).energy_config()
+
+
+def demo_option_keys() -> dict[str, Field[Any]]:
+    return {f.metadata["key"]: f for f in fields(DemoOptions) if "key" in f.metadata}
+
+
+def test_every_config_key_is_a_demo_flag_a_set_item_or_fixed_by_the_demo() -> None:
+    fixed = set(FIXED_KEYS) - set(demo_option_keys())
+    assert fixed == {"devices.backend", "power_limit.mode"}  # simulated GPU; tuned run, then the baseline
+    # `devices.backend` reaches the commands that measure: `wattwise measure --backend`, `devices --backend`.
+    for command in ("measure", "devices"):
+        assert build_parser().parse_args([command, "--backend", "simulated"]).backend == "simulated"
+    for key in config_keys():
+        if key in fixed:
+            continue
+        value, option = SAMPLES[key], demo_option_keys().get(key)
+        argv = [flag_of(option), text(value)] if option else ["--set", f"{key}={text(value)}"]
+        extra = [arg for item in COMPANIONS.get(key, []) if "mode" not in item for arg in ("--set", item)]
+        expected = str(Path(value).resolve()) if key == "devices.simulated.power_model" else value
+        assert value_at(demo_config(*argv, *extra), key) == expected, key
+
+
+def test_demo_flags_are_demo_options_fields() -> None:
+    parser = build_parser().parse_args(["demo"])
+    assert {f.name for f in fields(DemoOptions)} <= set(vars(parser))
+    assert options_of(parser) == DemoOptions()
+    # The flags of the first release stay.
+    assert {"--framework", "--power-model", "--selector", "--eta", "--max-slowdown", "--steps-after-tuning",
+            "--profile-steps", "--warmup-steps", "--step-w", "--base-step-time", "--output-dir"} <= set(FLAGS.values())
+
+
+def test_demo_options_take_the_config_defaults_except_the_demos_own() -> None:
+    own = {"devices.simulated.base_step_time_s", "output_dir"}  # a slower step to watch; its own folder
+    for key, option in demo_option_keys().items():
+        assert (option.default == default_of(key)) is (key not in own), key
+    assert DemoOptions().energy_config().power_limit.eta == default_of("power_limit.eta")
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--base-step-time", "0"], "--base-step-time must be > 0"),
+    (["--profile-steps", "0"], "--profile-steps must be > 0"),
+    (["--selector", "fastest"], "--selector must be one of"),
+    (["--set", "power_limit.eta=0.3"], "--set: power_limit.eta is the demo's option --eta"),
+    (["--set", "devices.backend=nvml"], "the demo sets devices.backend itself"),
+    (["--set", "power_limit.etaa=1"], "unknown config key 'power_limit.etaa'"),
+    (["--set", "carbon.interval_s=0", "--set", "carbon.aware=true", "--set", "carbon.intensity_csv=ci.csv"],
+     "carbon.interval_s must be > 0"),
+])
+def test_a_bad_demo_setting_is_one_line_naming_its_flag(argv: list[str], needle: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", *argv]) == 2
+    assert_one_line_error(capsys.readouterr().err, "wattwise demo: error:", needle)
+
+
+def test_a_bad_backend_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "--backend", "cuda"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "wattwise devices: error: --backend must be one of")
+
+
+def test_simulate_names_its_flags_where_the_job_spec_names_its_fields() -> None:
+    with pytest.raises(UsageError) as caught:
+        JobSpec("j", (8, 16), 8, 0.9, 5, 300.0, eta=2.0)
+    assert str(caught.value).startswith("eta must be between 0 and 1")  # the library names its field
+    assert rename_settings(str(caught.value), SETTING_FLAGS).startswith("--eta must be between 0 and 1")

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
 
-from wattwise.config import EnergyConfig, load_config, to_yaml
+from wattwise.config import (
+    SETTING,
+    SETTINGS,
+    EnergyConfig,
+    config_keys,
+    default_of,
+    key_type,
+    load_config,
+    rename_settings,
+    setting_values,
+    to_yaml,
+)
 from wattwise.errors import ConfigError, UsageError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -205,3 +217,113 @@ def test_every_yaml_in_configs_loads(path: Path) -> None:
             cls(**(entry.get("init_args") or {}))
         return
     load_config([path])
+
+
+# -- one configuration source: the settings table, configs/energy.yaml, and a value for every key ------
+
+#: A valid value, other than the default, for every key of `EnergyConfig`: the tests that check that
+#: every key reaches the callback, the Accelerate variables and the CLI set each to this value.
+SAMPLES: dict[str, Any] = {
+    "job": "nightly",
+    "output_dir": "elsewhere",
+    "strict": True,
+    "log_every_n_steps": 7,
+    "devices.backend": "simulated",
+    "devices.gpus": [0],
+    "devices.cpu": True,
+    "devices.simulated.num_gpus": 2,
+    "devices.simulated.power_model": "model.csv",
+    "devices.simulated.base_step_time_s": 0.03,
+    "devices.simulated.state_dir": "state",
+    "monitor.sync_cuda": False,
+    "monitor.sample_power": False,
+    "monitor.sample_interval_s": 0.2,
+    "power_limit.mode": "tune",
+    "power_limit.selector": "energy",
+    "power_limit.eta": 0.25,
+    "power_limit.max_slowdown": 0.2,
+    "power_limit.wait_steps": 3,
+    "power_limit.warmup_steps": 1,
+    "power_limit.profile_steps": 4,
+    "power_limit.step_w": 50.0,
+    "power_limit.cap_w": 200.0,
+    "power_limit.cap_fraction": 0.7,
+    "power_limit.reuse": False,
+    "carbon.aware": True,
+    "carbon.threshold_g_per_kwh": 200.0,
+    "carbon.intensity_csv": "ci.csv",
+    "carbon.intensity_g_per_kwh": 250.0,
+    "carbon.interval_s": 60.0,
+}
+#: What a sample needs beside it to be valid.
+COMPANIONS: dict[str, list[str]] = {"carbon.aware": ["power_limit.mode=tune", "carbon.intensity_g_per_kwh=300"]}
+
+
+def text(value: Any) -> str:
+    """A value as a dotlist item or an environment variable spells it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)
+
+
+def value_at(cfg: EnergyConfig, key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def test_there_is_a_sample_for_every_config_key_and_none_is_the_default() -> None:
+    assert list(SAMPLES) == config_keys()  # a new field needs a sample, so the reach tests cover it
+    for key, value in SAMPLES.items():
+        assert value != default_of(key), key
+        assert isinstance(value, key_type(key)), key
+        assert value_at(load_config(overrides=[f"{key}={text(value)}", *COMPANIONS.get(key, [])]), key) == value
+
+
+def test_config_keys_walks_every_section() -> None:
+    keys = config_keys()
+    assert "power_limit.eta" in keys and "devices.simulated.state_dir" in keys and "strict" in keys
+    assert not any(key in ("devices", "power_limit", "devices.simulated") for key in keys)
+    assert (key_type("power_limit.cap_w"), key_type("devices.gpus"), key_type("strict")) == (float, list, bool)
+
+
+def test_every_setting_is_one_config_key_under_a_unique_name() -> None:
+    assert len({s.name for s in SETTINGS}) == len(SETTINGS)
+    assert len({s.key for s in SETTINGS}) == len(SETTINGS)
+    assert {s.key for s in SETTINGS} <= set(config_keys())
+    assert SETTING["max_slowdown"].key == "power_limit.max_slowdown"
+    assert {"config", "overrides"}.isdisjoint(SETTING)  # the two sources are not settings
+
+
+def test_setting_values_nest_by_config_key_and_skip_none() -> None:
+    values = setting_values({"eta": 0.3, "backend": "simulated", "job": None, "strict": False})
+    assert values == {"power_limit": {"eta": 0.3}, "devices": {"backend": "simulated"}, "strict": False}
+    cfg = load_config(values=values)
+    assert (cfg.power_limit.eta, cfg.devices.backend, cfg.strict) == (0.3, "simulated", False)
+
+
+def test_rename_settings_replaces_whole_names_only() -> None:
+    names = {"power_limit.eta": "ACCELERATE_ENERGY_ETA", "eta": "--eta", "power_limit.mode": "--mode"}
+    assert rename_settings("power_limit.eta must be between 0 and 1", names) == \
+        "ACCELERATE_ENERGY_ETA must be between 0 and 1"
+    assert rename_settings("eta and beta; --eta; x.eta; etas", names) == "--eta and beta; --eta; x.eta; etas"
+    assert rename_settings("power_limit.mode=cap needs", names) == "--mode=cap needs"
+
+
+def test_energy_yaml_lists_every_key_with_its_default() -> None:
+    raw = OmegaConf.to_container(OmegaConf.load(CONFIGS / "energy.yaml"))
+    assert raw == OmegaConf.to_container(OmegaConf.structured(EnergyConfig()))
+    assert load_config([CONFIGS / "energy.yaml"]) == EnergyConfig()
+
+
+def test_energy_yaml_says_log_every_n_steps_follows_the_trainer() -> None:
+    line = next(ln for ln in (CONFIGS / "energy.yaml").read_text().splitlines() if ln.startswith("log_every_n"))
+    assert line.split("#")[0].split(":")[1].strip() == "null" and "Trainer" in line
+
+
+def test_a_negative_carbon_threshold_names_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"carbon\.threshold_g_per_kwh must be >= 0"):
+        load_config(overrides=["carbon.threshold_g_per_kwh=-1"])

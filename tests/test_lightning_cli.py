@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 import yaml
 from lightning.pytorch.cli import LightningCLI
+from test_config import COMPANIONS, SAMPLES, text, value_at
 
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
-from wattwise.config import load_config
+from wattwise.config import SETTINGS, config_keys, load_config, to_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,3 +63,33 @@ def test_shipped_lightning_cli_config_names_the_callback():
     cb = data["trainer"]["callbacks"][0]
     assert cb["class_path"] == "lightning_energy.EnergyCallback"
     EnergyCallback(**cb["init_args"])  # every init_arg is accepted and valid
+
+
+# -- every setting and every config key reaches the callback --------------------------------------------
+
+
+def test_the_callback_takes_every_setting_and_the_two_sources_as_keywords():
+    params = list(inspect.signature(EnergyCallback.__init__).parameters)[1:]
+    assert set(params) == {"config", "overrides", "devices", *(s.name for s in SETTINGS)}
+    # The keywords of the first release stay.
+    assert {"mode", "selector", "eta", "max_slowdown", "cap_w", "cap_fraction", "job", "output_dir", "strict",
+            "backend", "config", "overrides", "devices"} <= set(params)
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+def test_every_setting_reaches_the_config_from_its_keyword(setting):
+    callback = EnergyCallback(**{setting.name: SAMPLES[setting.key]})
+    assert value_at(callback.config, setting.key) == SAMPLES[setting.key]
+
+
+@pytest.mark.parametrize("key", config_keys())
+def test_every_config_key_reaches_the_config_from_overrides(key):
+    callback = EnergyCallback(overrides=[f"{key}={text(SAMPLES[key])}", *COMPANIONS.get(key, [])])
+    assert value_at(callback.config, key) == SAMPLES[key]
+
+
+def test_every_config_key_reaches_the_config_from_a_yaml(tmp_path):
+    cfg = load_config(overrides=[*(f"{k}={text(v)}" for k, v in SAMPLES.items()), "carbon.intensity_csv=null"])
+    path = tmp_path / "all.yaml"
+    path.write_text(to_yaml(cfg))
+    assert EnergyCallback(config=str(path)).config == cfg

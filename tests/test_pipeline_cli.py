@@ -13,7 +13,7 @@ from test_pipeline_support import problem_for, synthetic_profile
 from wattwise.cli.main import main
 from wattwise.errors import UsageError
 from wattwise.pipeline.plan import TIME_TOLERANCE, choice_from_plan, plan_from_json
-from wattwise.pipeline.profile import write_profile
+from wattwise.pipeline.profiles import write_profile
 
 UNIT_S = 0.001
 

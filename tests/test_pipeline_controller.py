@@ -13,8 +13,8 @@ import pytest
 
 from wattwise.devices import SimulatedGPU
 from wattwise.errors import UsageError
+from wattwise.frequency.controller import FrequencyController, stage_plan
 from wattwise.guard import SettingsGuard
-from wattwise.pipeline.controller import FrequencyController, stage_plan
 from wattwise.pipeline.schedule import one_f_one_b
 
 SCRIPT = Path(__file__).parent / "scripts" / "pipeline_run.py"

@@ -11,7 +11,7 @@ from wattwise.pipeline.dag import pipeline_dag
 from wattwise.pipeline.exact import quantised_range, solve_exact
 from wattwise.pipeline.frontier import FrontierSolver
 from wattwise.pipeline.problem import PlanningProblem, iteration_energy_j
-from wattwise.pipeline.profile import Measurement, PipelineProfile
+from wattwise.pipeline.profiles import FrequencyOption, PipelineProfile
 from wattwise.pipeline.relaxation import ConvexRelaxation
 
 UNIT_S = 0.001
@@ -19,8 +19,8 @@ UNIT_S = 0.001
 
 def test_energy_counts_blocked_gpus():
     # GPipe, 2 stages, 1 microbatch: a chain F(0) -> F(1) -> B(1) -> B(0) of 1 + 2 + 3 + 4 s.
-    def options(time_s: float, energy_j: float) -> tuple[Measurement, ...]:
-        return (Measurement(1000, time_s, energy_j), Measurement(500, 2 * time_s, energy_j))
+    def options(time_s: float, energy_j: float) -> tuple[FrequencyOption, ...]:
+        return (FrequencyOption(1000, time_s, energy_j), FrequencyOption(500, 2 * time_s, energy_j))
 
     profile = PipelineProfile({
         (0, "forward"): options(1.0, 10.0), (1, "forward"): options(2.0, 20.0),
@@ -156,7 +156,7 @@ def test_unit_time_must_be_positive():
 def test_gpt3_frontier_saves_at_least_what_perseus_reports(shared_data):
     """lowtime 0.3.0 on GPT-3 175B / A100, 8 x 12: 15.36% at 0.11% slowdown; 26.2% with a straggler at 1.2x."""
     from wattwise.pipeline.plan import assemble_frontier, choose_for_straggler, choose_intrinsic
-    from wattwise.pipeline.profile import load_profile
+    from wattwise.pipeline.profiles import load_profile
 
     problem = PlanningProblem.build(load_profile(shared_data / GPT3_A100), pipeline_dag("1f1b", 8, 12), 83.64)
     points = list(FrontierSolver(problem, UNIT_S).run())

@@ -15,16 +15,16 @@ from wattwise.pipeline.frontier import FrontierSolver
 from wattwise.pipeline.plan import (
     Frontier,
     FrontierEntry,
-    PlanStep,
     assemble_frontier,
     choice_from_plan,
     choose_for_straggler,
     choose_intrinsic,
     plan_from_choice,
 )
+from wattwise.pipeline.schedule import Step
 
 UNIT_S = 0.001
-PLAN = ((PlanStep("forward", 0, 1000), PlanStep("backward", 0, 1000)),) * 2
+PLAN = ((Step("forward", 0, 1000), Step("backward", 0, 1000)),) * 2
 
 
 def frontier_of(points: list[tuple[float, float, bool]]) -> Frontier:
@@ -77,7 +77,7 @@ def test_plan_and_choice_round_trip():
 def test_a_plan_with_an_unprofiled_frequency_is_rejected():
     problem = problem_for(synthetic_profile(2, 3, UNIT_S, seed=2), "1f1b", 2, 80.0)
     plan = plan_from_choice(problem, problem.max_frequency_choice())
-    bad = ((PlanStep("forward", 0, 1234), *plan[0][1:]), plan[1])
+    bad = ((Step("forward", 0, 1234), *plan[0][1:]), plan[1])
     with pytest.raises(UsageError, match="stage 0 forward was not profiled at 1234 MHz"):
         choice_from_plan(problem, bad)
 

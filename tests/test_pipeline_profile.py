@@ -9,7 +9,7 @@ from test_pipeline_support import GPT3_A100, synthetic_profile
 
 from wattwise.cli.main import main
 from wattwise.errors import UsageError
-from wattwise.pipeline.profile import load_profile, write_profile
+from wattwise.pipeline.profiles import load_profile, write_profile
 
 HEADER = "stage,instruction,frequency,time,energy\n"
 GOOD_ROWS = [

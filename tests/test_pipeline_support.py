@@ -9,7 +9,7 @@ import numpy as np
 
 from wattwise.pipeline.dag import pipeline_dag
 from wattwise.pipeline.problem import PlanningProblem
-from wattwise.pipeline.profile import Measurement, PipelineProfile, load_profile
+from wattwise.pipeline.profiles import FrequencyOption, PipelineProfile, load_profile
 from wattwise.pipeline.schedule import INSTRUCTIONS
 
 GPT3_A100 = "perseus/stage_profile/gpt3-175b+a100_sxm_bf16.csv"
@@ -34,7 +34,7 @@ def synthetic_profile(stages: int, frequencies: int, unit_s: float, seed: int,
             for f in freqs:
                 count = math.ceil(t_max_units * (memory + (1 - memory) * 1410 / f))
                 power_w = 90 + 310 * (f / 1410) ** 2
-                options.append(Measurement(int(f), count * unit_s, power_w * count * unit_s))
+                options.append(FrequencyOption(int(f), count * unit_s, power_w * count * unit_s))
             measurements[(stage, instruction)] = tuple(options)
     return PipelineProfile(measurements)
 
@@ -48,7 +48,7 @@ def real_subset(shared_data: Path, name: str, stages: list[int], frequencies: in
             options = profile.options(stage, instruction)
             picked = np.unique(np.linspace(0, len(options) - 1, frequencies).round().astype(int))
             measurements[(new, instruction)] = tuple(
-                Measurement(options[i].frequency_mhz, math.ceil(options[i].time_s / unit_s - 1e-9) * unit_s,
+                FrequencyOption(options[i].frequency_mhz, math.ceil(options[i].time_s / unit_s - 1e-9) * unit_s,
                             options[i].energy_j)
                 for i in picked
             )

@@ -1,28 +1,20 @@
-"""The job store on SQLite and on a real PostgreSQL server: concurrent writers lose nothing, schema
-migrations, and the store's answers."""
+"""The job store on SQLite and on a real PostgreSQL server: concurrent writers lose nothing, and the
+store's answers. (Its schema migrations: test_store_migrations.py.)"""
 
 from __future__ import annotations
 
-import glob
 import multiprocessing
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import inspect
 
+from tests.postgres_server import empty_database, postgres_server
 from wattwise.errors import UsageError
-from wattwise.recurring.migrations import LATEST_VERSION, VERSION_TABLE
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.spec import JobSpec
-from wattwise.recurring.sql_store import SqlJobStore, metadata
+from wattwise.recurring.sql_store import SqlJobStore
 from wattwise.recurring.store import store_url
 
 PROCESSES = 8
@@ -38,82 +30,16 @@ SPEC = JobSpec(
 )
 
 
-def _pg_binaries() -> tuple[str, str] | None:
-    """initdb and pg_ctl from PATH, else the newest /usr/lib/postgresql/*/bin (Debian's package)."""
-    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
-    if initdb and pg_ctl:
-        return initdb, pg_ctl
-    for bindir in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
-        if os.access(f"{bindir}/initdb", os.X_OK) and os.access(f"{bindir}/pg_ctl", os.X_OK):
-            return f"{bindir}/initdb", f"{bindir}/pg_ctl"
-    return None
-
-
-def _server_user() -> str | None:
-    """PostgreSQL refuses to run as root: as root, run it as `postgres` (or `nobody`)."""
-    if os.geteuid() != 0:
-        return None
-    for name in ("postgres", "nobody"):
-        try:
-            pwd.getpwnam(name)
-            return name
-        except KeyError:
-            continue
-    pytest.skip("running as root and no 'postgres' or 'nobody' user to run a PostgreSQL server as")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
-    """A throwaway PostgreSQL server on a unix socket in a temporary directory, stopped at the end."""
-    binaries = _pg_binaries()
-    if binaries is None:
-        pytest.skip(
-            "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or in /usr/lib/postgresql/*/bin; "
-            "install the `postgresql` package to run the PostgreSQL store tests"
-        )
-    initdb, pg_ctl = binaries
-    user = _server_user()
-    root = Path(tempfile.mkdtemp(prefix="wattwise-pg-"))
-    if user is not None:
-        entry = pwd.getpwnam(user)
-        os.chown(root, entry.pw_uid, entry.pw_gid)
-    data, port = root / "data", _free_port()
-
-    def run(command: list[str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(command, user=user, capture_output=True, text=True, timeout=120, check=False)
-
-    done = run([initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
-    if done.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"initdb failed: {done.stderr.strip()}")
-    options = f"-k {root} -p {port} -c listen_addresses='' -c fsync=off"
-    start = [pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "-t", "60", "start"]
-    done = run(start)
-    if done.returncode != 0:
-        log = (root / "log").read_text() if (root / "log").exists() else ""
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"PostgreSQL did not start: {done.stderr.strip()} {log[-2000:]}")
-    try:
-        yield f"postgresql://postgres@/postgres?host={root}&port={port}"
-    finally:
-        run([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "-t", "60", "stop"])
-        shutil.rmtree(root, ignore_errors=True)
+    with postgres_server() as url:
+        yield url
 
 
 @pytest.fixture
 def fresh_postgres(postgres_url: str) -> Iterator[str]:
-    """The server with the wattwise tables dropped before the test."""
-    store = SqlJobStore(store_url(postgres_url))
-    with store._writer.begin() as conn:
-        metadata.drop_all(conn)
-        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {VERSION_TABLE}")
-    store.close()
+    """The server with every table dropped before the test."""
+    empty_database(store_url(postgres_url))
     yield store_url(postgres_url)
 
 
@@ -178,52 +104,11 @@ def test_postgresql_8_processes_x_50_results_all_kept(fresh_postgres: str) -> No
     _concurrent_writers_lose_nothing(fresh_postgres)
 
 
-def _migrated_schema(url: str) -> dict[str, set[str]]:
-    store = SqlJobStore(url)
-    with store.connection() as conn:
-        inspector = inspect(conn)
-        tables = {t: {c["name"] for c in inspector.get_columns(t)} for t in inspector.get_table_names()}
-    store.close()
-    return tables
-
-
-def _check_migrations_build_the_current_schema(url: str) -> None:
-    tables = _migrated_schema(url)
-    expected = {table.name: {c.name for c in table.columns} for table in metadata.sorted_tables}
-    assert {name: cols for name, cols in tables.items() if name != VERSION_TABLE} == expected
-    # Opening again migrates nothing and keeps the data.
-    store = SqlJobStore(url)
-    store.register_job(SPEC, 1.0)
-    store.close()
-    store = SqlJobStore(url)
-    assert store.get_job(SPEC.name) == SPEC
-    with store.connection() as conn:
-        assert conn.exec_driver_sql(f"SELECT version FROM {VERSION_TABLE}").scalar() == LATEST_VERSION
-    store.close()
-
-
-def test_sqlite_migrations_build_the_current_schema(sqlite_url: str) -> None:
-    _check_migrations_build_the_current_schema(sqlite_url)
-
-
-def test_postgresql_migrations_build_the_current_schema(fresh_postgres: str) -> None:
-    _check_migrations_build_the_current_schema(fresh_postgres)
-
-
 def test_sqlite_store_uses_wal(sqlite_url: str) -> None:
     store = SqlJobStore(sqlite_url)
     with store.connection() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
     store.close()
-
-
-def test_store_written_by_a_newer_wattwise_is_refused(sqlite_url: str) -> None:
-    store = SqlJobStore(sqlite_url)
-    with store._writer.begin() as conn:
-        conn.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version = {LATEST_VERSION + 1}")
-    store.close()
-    with pytest.raises(UsageError, match="newer than this wattwise"):
-        SqlJobStore(sqlite_url)
 
 
 def test_store_round_trip_and_reset(sqlite_url: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from wattwise.carbon.policy import CarbonAwarePowerLimit
 from wattwise.carbon.series import INTENSITY, Constant, Series, load_series_csv
@@ -37,7 +36,3 @@ class CarbonControl:
                                                 interval_s=self.cfg.interval_s)
         change = self.policy.check(collective.broadcast(self._wall()), self.intensity)
         return change.power_limit_w if change is not None else None
-
-    def summary(self) -> dict[str, Any]:
-        return {"threshold_g_per_kwh": self.cfg.threshold_g_per_kwh, "interval_s": self.cfg.interval_s,
-                "intensity_source": getattr(self.intensity, "source", None)}

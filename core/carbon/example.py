@@ -1,16 +1,15 @@
-"""Build run directories in the callback's format, for tests and for the README's example.
+"""Build run directories in the run record's format (`wattwise.record`), for tests and the README's example.
 
-`sampled_run` samples per-device power functions into a `power.csv` timeline and a matching
-`summary.json` (energy by trapezoids over the samples, times `counter_scale` to mimic an exact energy
-counter that differs from the sampled integral). `write_example` writes the README's example: a
-simulated 3-hour run on two GPUs with a power-limit tuning phase, plus hourly PUE, intensity and price
-series. Run `python -m wattwise.carbon.example DIR` to get it.
+`sampled_run` samples per-device power functions into a `power.csv` timeline and a matching summary
+(energy by trapezoids over the samples, times `counter_scale` to mimic an exact energy counter that
+differs from the sampled integral). `write_example` writes the README's example: a simulated 3-hour run
+on two GPUs with a power-limit tuning phase, plus hourly PUE, intensity and price series. Run
+`python -m wattwise.carbon.example DIR` to get it.
 """
 
 from __future__ import annotations
 
-import csv
-import json
+import dataclasses
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -20,11 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from wattwise import __version__
 from wattwise.carbon.integrate import DeviceTrace
-from wattwise.carbon.run_dir import POWER_FILE, SUMMARY_FILE
-
-PowerSample = tuple[float, str, float]
+from wattwise.power_limit import ProfileEntry
+from wattwise.record import (
+    EpochEnergy,
+    PowerLimitSummary,
+    PowerRow,
+    RunSettings,
+    RunSummary,
+    SettingEvent,
+    iso_utc,
+    write_run_dir,
+)
 
 
 @dataclass(frozen=True)
@@ -35,22 +41,6 @@ class ExampleFiles:
     pue_csv: Path
     intensity_csv: Path
     price_csv: Path
-
-
-def iso_utc(t_s: float) -> str:
-    return datetime.fromtimestamp(t_s, tz=timezone.utc).isoformat()
-
-
-def write_run_dir(directory: Path, summary: Mapping[str, Any], power: Iterable[PowerSample] | None) -> Path:
-    """Write `summary.json` and, unless `power` is None, `power.csv` into `directory`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    if power is not None:
-        with (directory / POWER_FILE).open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["timestamp", "device", "power_w"])
-            writer.writerows((f"{t:.3f}", device, f"{p:.3f}") for t, device, p in power)
-    return directory
 
 
 def write_series_csv(path: Path, start_s: float, step_s: float, values: Iterable[float]) -> Path:
@@ -69,48 +59,37 @@ def sampled_run(
     epochs: int = 1,
     counter_scale: float = 1.0,
     simulated: bool = True,
-    **extra: Any,
-) -> tuple[dict[str, Any], list[PowerSample]]:
-    """A summary dict and power samples for devices whose power is `power_w[device](seconds since start)`.
+    **overrides: Any,
+) -> tuple[RunSummary, list[PowerRow]]:
+    """A summary and power rows for devices whose power is `power_w[device](seconds since start)`.
 
-    `extra` keys (e.g. `power_limit`, `settings`, `hostname`) override the summary's defaults.
+    `overrides` (e.g. `power_limit`, `settings`, `hostname`) replace the summary's fields.
     """
     offsets_s = np.arange(0.0, duration_s + sample_period_s / 2, sample_period_s)
     epoch_edges_s = start_s + np.linspace(0.0, duration_s, epochs + 1)
-    samples: list[PowerSample] = []
+    rows: list[PowerRow] = []
     per_device_j: dict[str, float] = {}
     per_epoch_j = np.zeros(epochs)
     for device, power in power_w.items():
         trace = DeviceTrace(device, start_s + offsets_s, np.array([power(float(x)) for x in offsets_s]))
         per_epoch_j += np.diff(trace.cumulative_energy_j(epoch_edges_s)) * counter_scale
         per_device_j[device] = float(trace.cumulative_energy_j(trace.timestamps_s[-1:])[0]) * counter_scale
-        samples += [(float(t), device, float(w)) for t, w in zip(trace.timestamps_s, trace.power_w, strict=True)]
-    samples.sort()
-    energy_j = sum(per_device_j.values())
-    summary: dict[str, Any] = {
-        "schema": "wattwise.run/1",
-        "wattwise_version": __version__,
-        "simulated": simulated,
-        "backend": "simulated" if simulated else "nvml",
-        "framework": "lightning",
-        "hostname": "node1",
-        "start_time": iso_utc(start_s),
-        "end_time": iso_utc(start_s + duration_s),
-        "time_s": duration_s,
-        "energy_j": energy_j,
-        "energy_per_device_j": per_device_j,
-        "cpu_energy_j": None,
-        "avg_power_w": energy_j / duration_s,
-        "steps": 1000,
-        "epochs": [
-            {"epoch": k, "time_s": duration_s / epochs, "energy_j": float(e)} for k, e in enumerate(per_epoch_j)
-        ],
-        "power_limit": None,
-        "settings": {"power_limit_w": None, "batch_size": None, "frequency_plan": None},
-        "settings_timeline": [],
-    }
-    summary.update(extra)
-    return summary, samples
+        rows += [PowerRow(float(t), device, float(w)) for t, w in zip(trace.timestamps_s, trace.power_w, strict=True)]
+    rows.sort(key=lambda r: (r.timestamp_s, r.device, r.power_w))
+    summary = RunSummary(
+        simulated=simulated,
+        backend="simulated" if simulated else "nvml",
+        framework="lightning",
+        hostname="node1",
+        start_time=iso_utc(start_s),
+        end_time=iso_utc(start_s + duration_s),
+        time_s=duration_s,
+        energy_j=sum(per_device_j.values()),
+        energy_per_device_j=per_device_j,
+        steps=1000,
+        epochs=tuple(EpochEnergy(k, duration_s / epochs, float(e)) for k, e in enumerate(per_epoch_j)),
+    )
+    return dataclasses.replace(summary, **overrides), rows
 
 
 #: The README example: 2026-11-21 21:00 UTC, three hours, two simulated GPUs.
@@ -147,13 +126,13 @@ def _example_power(seed: int) -> Callable[[float], float]:
 def write_example(directory: Path) -> ExampleFiles:
     """Write the README's example run (`directory/run`) and its hourly PUE, intensity and price CSVs."""
     devices = ("rank0/gpu0", "rank1/gpu0")
-    events = [
-        {"timestamp": EXAMPLE_START_S + k * _PHASE_S, "device": d, "setting": "power_limit_w", "value": w}
+    events = tuple(
+        SettingEvent(EXAMPLE_START_S + k * _PHASE_S, d, "power_limit_w", w)
         for k, w in enumerate((*EXAMPLE_PROFILE_W, EXAMPLE_CHOSEN_W))
         for d in devices
-    ]
-    profile = [
-        {"power_limit_w": w, "time_s": t, "energy_j": e}
+    )
+    profile = tuple(
+        ProfileEntry(w, t, e)
         for w, t, e in (
             (300.0, 0.050, 14.0),
             (250.0, 0.052, 12.6),
@@ -161,7 +140,7 @@ def write_example(directory: Path) -> ExampleFiles:
             (175.0, 0.060, 10.2),
             (150.0, 0.071, 10.4),
         )
-    ]
+    )
     summary, samples = sampled_run(
         EXAMPLE_START_S,
         EXAMPLE_DURATION_S,
@@ -169,20 +148,20 @@ def write_example(directory: Path) -> ExampleFiles:
         epochs=3,
         counter_scale=1.004,
         hostname="node1",
-        settings={"power_limit_w": EXAMPLE_CHOSEN_W, "batch_size": 64, "frequency_plan": None},
+        settings=RunSettings(power_limit_w=EXAMPLE_CHOSEN_W, batch_size=64),
         settings_timeline=events,
     )
     # What the same run would have used at the default (highest) limit, from the profile's ratio.
-    baseline_j = summary["energy_j"] * 14.0 / 10.2
-    summary["power_limit"] = {
-        "mode": "tune",
-        "selector": "cost",
-        "eta": 0.5,
-        "chosen_power_limit_w": EXAMPLE_CHOSEN_W,
-        "profile": profile,
-        "baseline_energy_j": baseline_j,
-        "energy_saved_j": baseline_j - summary["energy_j"],
-    }
+    baseline_j = summary.energy_j * 14.0 / 10.2
+    summary = dataclasses.replace(summary, power_limit=PowerLimitSummary(
+        mode="tune",
+        selector="cost",
+        eta=0.5,
+        chosen_power_limit_w=EXAMPLE_CHOSEN_W,
+        profile=profile,
+        baseline_energy_j=baseline_j,
+        energy_saved_j=baseline_j - summary.energy_j,
+    ))
     run_dir = write_run_dir(directory / "run", summary, samples)
     series_start_s = EXAMPLE_START_S - 3 * 3600.0
     paths = [

@@ -53,17 +53,18 @@ class CarbonAwarePowerLimit:
         hysteresis_g_per_kwh: float = 0.0,
     ) -> None:
         if not profile:
-            raise UsageError("carbon-aware power limit needs a non-empty power-limit profile")
+            raise UsageError("profile: the carbon-aware power limit needs a non-empty power-limit profile")
         if not threshold_g_per_kwh >= 0 or not math.isfinite(threshold_g_per_kwh):
             raise UsageError(
-                f"carbon threshold must be a gCO2e/kWh value >= 0, e.g. 300 (got {threshold_g_per_kwh})"
+                f"threshold_g_per_kwh: the carbon threshold must be a gCO2e/kWh value >= 0, e.g. 300 "
+                f"(got {threshold_g_per_kwh})"
             )
         if not interval_s > 0 or not math.isfinite(interval_s):
-            raise UsageError(f"carbon re-check interval must be > 0 seconds, e.g. 900 (got {interval_s})")
+            raise UsageError(f"interval_s: the re-check interval must be > 0 seconds, e.g. 900 (got {interval_s})")
         if not 0 <= hysteresis_g_per_kwh <= threshold_g_per_kwh:
             raise UsageError(
-                f"carbon hysteresis must be between 0 and the threshold {threshold_g_per_kwh:g} gCO2e/kWh "
-                f"(got {hysteresis_g_per_kwh})"
+                f"hysteresis_g_per_kwh: the hysteresis must be between 0 and the threshold "
+                f"{threshold_g_per_kwh:g} gCO2e/kWh (got {hysteresis_g_per_kwh})"
             )
         self.time_optimal = select_power_limit(profile, "time")
         self.energy_optimal = select_power_limit(profile, "energy")

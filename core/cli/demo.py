@@ -1,42 +1,53 @@
-"""`wattwise demo`: power-limit tuning on the emulated workload and the simulated GPU."""
+"""`wattwise demo`: power-limit tuning on the emulated workload and the simulated GPU.
+
+The flags are `DemoOptions`' fields (`--<field>`, or the flag its metadata names), so the two cannot drift;
+`--set KEY=VALUE` reaches every other key of the energy configuration.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import typing
+from dataclasses import MISSING, Field, fields
+from typing import Any
 
 from wattwise.demo import DemoOptions, format_demo, run_demo
+
+
+def flag_of(f: Field[Any]) -> str:
+    """The flag of a `DemoOptions` field."""
+    return str(f.metadata.get("flag") or "--" + f.name.replace("_", "-"))
+
+
+#: Field names (as errors name them) -> flags.
+FLAGS: dict[str, str] = {f.name: flag_of(f) for f in fields(DemoOptions)}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train a tiny model on the simulated GPU with power-limit tuning",
                        description="Train the emulated workload with the energy plugin tuning the power limit "
                                    "of a simulated GPU, then the same steps at the maximum limit, and compare.")
-    d = DemoOptions()
-    p.add_argument("--framework", default=d.framework, help="lightning (default) or accelerate")
-    p.add_argument("--power-model", metavar="FILE.csv", default=None,
-                   help="CSV power_limit,time,power (W, relative step time, average W); default: built-in")
-    p.add_argument("--selector", default=d.selector, help="cost (default), energy, time or slowdown")
-    p.add_argument("--eta", type=float, default=d.eta, help="weight of energy against time, 0..1 (default 0.5)")
-    p.add_argument("--max-slowdown", type=float, default=d.max_slowdown,
-                   help="for --selector slowdown: largest step-time increase, e.g. 0.1 (default)")
-    p.add_argument("--steps-after-tuning", type=int, default=d.steps_after_tuning)
-    p.add_argument("--profile-steps", type=int, default=d.profile_steps)
-    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
-    p.add_argument("--step-w", type=float, default=d.step_w, help="distance between profiled limits (W)")
-    p.add_argument("--base-step-time", type=float, default=d.base_step_time_s,
-                   help="seconds of one emulated step at the maximum limit (default 0.05)")
-    p.add_argument("--output-dir", default=d.output_dir)
+    hints = typing.get_type_hints(DemoOptions)
+    for f in fields(DemoOptions):
+        help_text = str(f.metadata.get("help", "")).replace("%", "%%")
+        if f.default_factory is not MISSING:  # the dotlist `overrides`
+            p.add_argument(flag_of(f), dest=f.name, action="append", default=[], metavar=f.metadata.get("metavar"),
+                           help=help_text)
+            continue
+        kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
+        shown = f" (default {f.default})" if f.default is not None else ""
+        p.add_argument(flag_of(f), dest=f.name, type=kind, default=f.default, metavar=f.metadata.get("metavar"),
+                       help=f"{help_text}{shown}")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, setting_flags=FLAGS)
+
+
+def options_of(args: argparse.Namespace) -> DemoOptions:
+    return DemoOptions(**{f.name: getattr(args, f.name) for f in fields(DemoOptions)})
 
 
 def run(args: argparse.Namespace) -> int:
-    options = DemoOptions(
-        framework=args.framework, power_model=args.power_model, selector=args.selector, eta=args.eta,
-        max_slowdown=args.max_slowdown, steps_after_tuning=args.steps_after_tuning,
-        profile_steps=args.profile_steps, warmup_steps=args.warmup_steps, step_w=args.step_w,
-        base_step_time_s=args.base_step_time, output_dir=args.output_dir)
-    result = run_demo(options)
+    result = run_demo(options_of(args))
     print(json.dumps(result, indent=2) if args.json else format_demo(result))
     return 0

@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 
+from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
+
+#: The energy setting `--backend` gives (`devices.backend`).
+BACKEND = SETTING["backend"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("devices", help="list the GPUs and CPU domains wattwise can measure")
-    p.add_argument("--backend", default="auto", help="auto (default), nvml or simulated")
+    p.add_argument("--backend", default=default_of(BACKEND.key), help=f"{BACKEND.help} (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, setting_flags={BACKEND.key: "--backend"})
 
 
 def run(args: argparse.Namespace) -> int:

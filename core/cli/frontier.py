@@ -5,12 +5,14 @@
         [--plans some|all] [--time-limit S] [--quiet]
 
 Progress goes to stderr (at most once a second, and a last line), unless --quiet; a summary goes to
-stdout. Every time and energy written is a real plan's, computed from the profile.
+stdout. Every time and energy written is a real plan's, computed from the profile. Flags are checked here,
+so errors name them; errors of the profile's content come from `wattwise.pipeline` and name its fields.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -23,7 +25,7 @@ from wattwise.pipeline.files import write_frontier_csv, write_frontier_json
 from wattwise.pipeline.frontier import FrontierSolver
 from wattwise.pipeline.plan import Frontier, assemble_frontier, choose_intrinsic
 from wattwise.pipeline.problem import PlanningProblem
-from wattwise.pipeline.profile import load_profile
+from wattwise.pipeline.profiles import load_profile
 from wattwise.pipeline.schedule import SCHEDULES
 
 T = TypeVar("T")
@@ -64,9 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.microbatches < 1:
         raise UsageError(f"--microbatches must be a positive integer (got {args.microbatches})")
-    if not args.unit_time > 0:
+    if not (math.isfinite(args.unit_time) and args.unit_time > 0):
         raise UsageError(f"--unit-time must be a positive number of seconds (got {args.unit_time})")
-    if not args.time_limit > 0:
+    if not (math.isfinite(args.p_blocking) and args.p_blocking >= 0):
+        raise UsageError(f"--p-blocking must be a finite number of watts >= 0 (got {args.p_blocking})")
+    if not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit})")
     profile = load_profile(args.profile)
     dag = pipeline_dag(args.schedule, profile.num_stages, args.microbatches)
@@ -91,7 +95,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from wattwise.pipeline.plot import plot_frontier
 
-        plot_frontier(problem, frontier, args.plot)
+        try:
+            plot_frontier(problem, frontier, args.plot)
+        except UsageError as err:
+            raise UsageError(f"{err} (or drop --plot)") from None
     print(summary(frontier, elapsed_s))
     return 0
 

@@ -2,7 +2,8 @@
 
 Each sub-command is a module of `wattwise.cli` with `register(subparsers)`; the parser it adds sets
 `func(args) -> int`. Bad input raises `wattwise.errors.UsageError` (or argparse rejects it): one line on
-stderr, exit code 2, no traceback.
+stderr, exit code 2, no traceback. The library names the setting it refuses (`eta`, `power_limit.eta`);
+a parser that sets `setting_flags` (setting -> flag) has the message name its flags instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from wattwise import __version__
+from wattwise.config import rename_settings
 from wattwise.errors import UsageError
 
 #: Sub-command modules, in the order `wattwise --help` lists them.
@@ -61,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UsageError as err:
-        print(f"wattwise {args.subcommand}: error: {err}", file=sys.stderr)
+        message = rename_settings(str(err), getattr(args, "setting_flags", {}))
+        print(f"wattwise {args.subcommand}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

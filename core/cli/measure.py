@@ -10,22 +10,25 @@ import subprocess
 import sys
 from typing import Any
 
+from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
 
 EXIT_NOT_FOUND = 127
+#: The energy setting `--backend` gives (`devices.backend`).
+BACKEND = SETTING["backend"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("measure", help="run a command and report its time and energy",
                        description="Run CMD, then print its wall time and the energy of every device over that "
                                    "time. Exits with CMD's exit code (127 if CMD is not found).")
-    p.add_argument("--backend", default="auto", help="auto (default), nvml or simulated")
+    p.add_argument("--backend", default=default_of(BACKEND.key), help=f"{BACKEND.help} (default %(default)s)")
     p.add_argument("--cpu", action="store_true", help="also measure CPU packages and DRAM (RAPL)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout (the command's own output is kept)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, setting_flags={BACKEND.key: "--backend"})
 
 
 def run(args: argparse.Namespace) -> int:

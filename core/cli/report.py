@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from wattwise.carbon.run_dir import load_run_dir
 from wattwise.carbon.series import INTENSITY, PRICE, PUE, parse_series
+from wattwise.record import read_run_dir
 from wattwise.report import FacilityInputs, build_report, energy_statement, report_json, write_report
 
 
@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    run_dir = load_run_dir(args.run_dir)
+    run_dir = read_run_dir(args.run_dir)
     inputs = FacilityInputs(
         pue=parse_series(args.pue, PUE, args.pue_source) if args.pue else None,
         intensity=parse_series(args.intensity, INTENSITY, args.intensity_source) if args.intensity else None,

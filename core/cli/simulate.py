@@ -18,6 +18,15 @@ from wattwise.recurring.simulator import SimulationResult, job_for_trace, simula
 from wattwise.recurring.spec import JobSpec
 from wattwise.recurring.trace import WorkloadTrace, load_trace
 
+#: `JobSpec` fields -> the flags that set them, for error messages.
+SETTING_FLAGS: dict[str, str] = {
+    "default_batch_size": "--default-batch-size",
+    "target_metric": "--target-metric",
+    "max_epochs": "--max-epochs",
+    "eta": "--eta",
+    "beta": "--beta",
+}
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -51,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--beta", type=float, default=2.0, help="early-stop at beta x least cost (default 2.0)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument("--json", action="store_true", help="print JSON: policies, ratios and every run")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, setting_flags=SETTING_FLAGS)
 
 
 def default_recurrences(trace: WorkloadTrace) -> int:

@@ -6,8 +6,9 @@ FRONTIER.json:
      "solver": "fast", "max_frequency": {"time_s": ..., "energy_j": ...},
      "points": [{"time_s": ..., "energy_j": ..., "plan": [[["forward", 0, 1410], ...], ...]}, ...]}
 
-Points are sorted fastest first; `plan` is present on the points that carry one (all of them with
-`--plans all`). PLAN.json holds one chosen plan and the figures that justify it (see `plan_json`).
+Points are sorted fastest first; `plan` is present on the points that carry one (all of them when the
+frontier was assembled with `plans="all"`). PLAN.json holds one chosen plan and the figures that justify
+it (see `plan_json`).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def _write_json(document: dict[str, Any], path: str | Path) -> None:
             fh.write("\n")
         tmp.replace(path)
     except OSError as err:
-        raise UsageError(f"{path}: cannot write ({err.strerror}); pass a writable --out path") from None
+        raise UsageError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
 
 
 def _read_json(path: str | Path) -> dict[str, Any]:

@@ -66,8 +66,7 @@ class FrontierSolver:
 
     def __init__(self, problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000) -> None:
         if not (isinstance(unit_time_s, int | float) and math.isfinite(unit_time_s) and unit_time_s > 0):
-            raise UsageError(f"unit time must be a positive number of seconds (got {unit_time_s!r}); "
-                             "pass --unit-time U, e.g. 0.001")
+            raise UsageError(f"unit time must be a positive number of seconds, e.g. 0.001 (got {unit_time_s!r})")
         if isinstance(subdivisions, bool) or not isinstance(subdivisions, int) or subdivisions < 1:
             raise UsageError(f"subdivisions must be a positive integer (got {subdivisions!r})")
         self.problem = problem

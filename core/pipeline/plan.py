@@ -1,9 +1,9 @@
 """Frequency plans and frontiers as data, and how to choose a point (pure).
 
-A plan is, per stage, the ordered list of `(instruction, microbatch, frequency_mhz)` that the stage runs
-in one iteration: exactly what a controller walks, instruction by instruction, locking the SM clock
-before each one. A frontier is a list of points `(time_s, energy_j, plan)` with the facts needed to
-choose among them.
+A plan is, per stage, the ordered `Step`s `(instruction, microbatch, frequency_mhz)` that the stage runs
+in one iteration: exactly what a controller (`wattwise.frequency`) walks, instruction by instruction,
+locking the SM clock before each one. A frontier is a list of points `(time_s, energy_j, plan)` with
+the facts needed to choose among them.
 
 Choosing:
 
@@ -25,23 +25,14 @@ import numpy as np
 from wattwise.errors import UsageError
 from wattwise.pipeline.dag import IntArray
 from wattwise.pipeline.problem import PlanningProblem
-from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
+from wattwise.pipeline.schedule import INSTRUCTIONS, Step
 
 #: Relative tolerance when comparing an iteration time with the all-maximum-frequency one (float noise).
 TIME_TOLERANCE = 1e-9
 
 
-@dataclass(frozen=True)
-class PlanStep:
-    """One instruction of a stage and the SM frequency to run it at."""
-
-    instruction: Instruction
-    microbatch: int
-    frequency_mhz: int
-
-
-#: Per stage, its steps in execution order.
-Plan = tuple[tuple[PlanStep, ...], ...]
+#: Per stage, its steps in execution order, each with its `frequency_mhz`.
+Plan = tuple[tuple[Step, ...], ...]
 
 
 def plan_from_choice(problem: PlanningProblem, choice: IntArray) -> Plan:
@@ -50,7 +41,7 @@ def plan_from_choice(problem: PlanningProblem, choice: IntArray) -> Plan:
     frequencies = problem.option_frequency_mhz[np.asarray(choice)]
     return tuple(
         tuple(
-            PlanStep(step.instruction, step.microbatch, int(frequencies[node]))
+            step.at(int(frequencies[node]))
             for node, step in zip(dag.stage_nodes(stage), dag.steps[stage], strict=True)
         )
         for stage in range(dag.num_stages)
@@ -71,31 +62,31 @@ def choice_from_plan(problem: PlanningProblem, plan: Plan) -> IntArray:
             if (step.instruction, step.microbatch) != (want.instruction, want.microbatch):
                 raise UsageError(f"stage {stage} of the plan runs {step.instruction} {step.microbatch} where the "
                                  f"{dag.schedule_name} schedule runs {want.instruction} {want.microbatch}")
-            frequencies[node] = step.frequency_mhz
+            frequencies[node] = step.planned_mhz()
     return problem.choice_for_frequencies(frequencies)
 
 
 def plan_to_json(plan: Plan) -> list[list[list[str | int]]]:
     """`plan[s]` as a list of `[instruction, microbatch, frequency_mhz]`."""
-    return [[[step.instruction, step.microbatch, step.frequency_mhz] for step in steps] for steps in plan]
+    return [[[step.instruction, step.microbatch, step.planned_mhz()] for step in steps] for steps in plan]
 
 
 def plan_from_json(data: object, where: str) -> Plan:
     """Parse and check the JSON form of a plan; errors name `where` and the offending entry."""
     if not isinstance(data, list) or not data:
         raise UsageError(f"{where}: plan must be a non-empty list with one list of steps per stage")
-    stages: list[tuple[PlanStep, ...]] = []
+    stages: list[tuple[Step, ...]] = []
     for s, steps in enumerate(data):
         if not isinstance(steps, list):
             raise UsageError(f"{where}: plan[{s}] must be a list of [instruction, microbatch, frequency_mhz]")
-        parsed: list[PlanStep] = []
+        parsed: list[Step] = []
         for k, item in enumerate(steps):
             ok = (isinstance(item, list) and len(item) == 3 and item[0] in INSTRUCTIONS
                   and _is_int(item[1]) and item[1] >= 0 and _is_int(item[2]) and item[2] > 0)
             if not ok:
                 raise UsageError(f"{where}: plan[{s}][{k}] must be [\"forward\"|\"backward\", microbatch >= 0, "
                                  f"frequency_mhz > 0] (got {item!r})")
-            parsed.append(PlanStep(item[0], int(item[1]), int(item[2])))
+            parsed.append(Step(item[0], int(item[1]), int(item[2])))
         stages.append(tuple(parsed))
     return tuple(stages)
 
@@ -182,7 +173,7 @@ def choose_for_straggler(frontier: Frontier, straggler_time_s: float) -> Choice:
     if not candidates:
         fastest = min(p.time_s for p in frontier.points)
         raise UsageError(f"no plan finishes by the straggler time {straggler_time_s} s (the fastest takes "
-                         f"{fastest:.6g} s); pass a --straggler-time of at least that")
+                         f"{fastest:.6g} s); the straggler time must be at least that")
     best = min(candidates, key=lambda p: frontier.energy_at_j(p, straggler_time_s))
     baseline_j = frontier.max_frequency_energy_j + frontier.p_blocking_w * frontier.stages * max(
         0.0, straggler_time_s - frontier.max_frequency_time_s)

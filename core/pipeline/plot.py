@@ -25,7 +25,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("plots need matplotlib: pip install 'wattwise[plots]' (or drop --plot)") from None
+        raise UsageError("plots need matplotlib: pip install 'wattwise[plots]'") from None
     return plt
 
 

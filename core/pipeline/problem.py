@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from wattwise.errors import UsageError
 from wattwise.pipeline.dag import FloatArray, IntArray, PipelineDag
-from wattwise.pipeline.profile import PipelineProfile
+from wattwise.pipeline.profiles import PipelineProfile
 from wattwise.pipeline.schedule import INSTRUCTIONS
 
 Number = TypeVar("Number", float, FloatArray)
@@ -60,8 +60,8 @@ class PlanningProblem:
     def build(cls, profile: PipelineProfile, dag: PipelineDag, p_blocking_w: float) -> PlanningProblem:
         """Lay `profile` over `dag`; the profile must have exactly the DAG's stages."""
         if not (isinstance(p_blocking_w, int | float) and math.isfinite(p_blocking_w) and p_blocking_w >= 0):
-            raise UsageError(f"p_blocking_w must be a finite number of watts >= 0 (got {p_blocking_w!r}); "
-                             "pass --p-blocking W (the power of a GPU waiting on a peer)")
+            raise UsageError(f"p_blocking_w (the power of a GPU waiting on a peer) must be a finite number of "
+                             f"watts >= 0 (got {p_blocking_w!r})")
         if profile.num_stages != dag.num_stages:
             raise UsageError(f"the profile has {profile.num_stages} stages but the pipeline has {dag.num_stages}; "
                              "profile every stage of this pipeline")

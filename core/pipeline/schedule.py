@@ -1,7 +1,8 @@
 """Pipeline schedules: the order in which each stage runs its forward and backward instructions.
 
-A schedule is, per stage, the list of `Step`s (instruction, microbatch) in execution order. Two
-schedules are supported, both for S stages and M microbatches:
+A schedule is, per stage, the list of `Step`s (instruction, microbatch) in execution order; a plan
+(`wattwise.pipeline.plan`) is the same lists with a frequency on every step. Two schedules are
+supported, both for S stages and M microbatches:
 
 - **1F1B** (PipeDream-flush, DeepSpeed `TrainSchedule`, Megatron): stage s first runs
   `min(S - s - 1, M)` warm-up forwards, then alternates one forward and one backward, then drains the
@@ -26,17 +27,33 @@ INSTRUCTIONS: tuple[Instruction, ...] = (FORWARD, BACKWARD)
 
 @dataclass(frozen=True)
 class Step:
-    """One instruction of one stage: run `instruction` on `microbatch`."""
+    """One instruction of one microbatch on a stage, in execution order: run `instruction` on `microbatch`.
+
+    In a schedule `frequency_mhz` is None (the order only); in a plan it is the SM frequency to run the
+    instruction at.
+    """
 
     instruction: Instruction
     microbatch: int
+    frequency_mhz: int | None = None
+
+    def at(self, frequency_mhz: int) -> Step:
+        """This step, planned at `frequency_mhz`."""
+        return Step(self.instruction, self.microbatch, frequency_mhz)
+
+    def planned_mhz(self) -> int:
+        """The frequency this step is planned at; a schedule's step (no frequency) is refused."""
+        if self.frequency_mhz is None:
+            raise UsageError(f"{self.instruction} of microbatch {self.microbatch} has no frequency_mhz; "
+                             "a plan needs one on every step")
+        return self.frequency_mhz
 
     def label(self) -> str:
         """Short label such as `F3` or `B0`, as the paper's timelines show them."""
         return f"{self.instruction[0].upper()}{self.microbatch}"
 
 
-#: One list of steps per stage, in execution order.
+#: One list of steps per stage, in execution order (no frequencies).
 Schedule = list[list[Step]]
 
 
@@ -44,7 +61,7 @@ def _check_shape(num_stages: int, num_microbatches: int) -> None:
     if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
         raise UsageError(f"stages must be a positive integer (got {num_stages!r})")
     if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) or num_microbatches < 1:
-        raise UsageError(f"microbatches must be a positive integer (got {num_microbatches!r}); pass --microbatches M")
+        raise UsageError(f"microbatches must be a positive integer (got {num_microbatches!r})")
 
 
 def one_f_one_b(num_stages: int, num_microbatches: int) -> Schedule:

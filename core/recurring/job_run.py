@@ -106,8 +106,8 @@ class RecurringJobRun:
         if not self._open or rec is None:
             return None
         self._open = False
-        summary = run.summary
-        totals = run.totals() if summary is None else None  # every process: a collective
+        record = run.record
+        totals = run.totals() if record is None else None  # every process: a collective
         optimizer, self._optimizer = self._optimizer, None
         if optimizer is None:
             return None
@@ -115,8 +115,8 @@ class RecurringJobRun:
             tuner = run.power.tuner
             if rec.power_limit_w is None and tuner is not None and tuner.chosen is not None:
                 optimizer.record_power_limit(rec.batch_size, tuner.chosen.power_limit_w)
-            if summary is not None:
-                energy_j, time_s = float(summary["energy_j"]), float(summary["time_s"])
+            if record is not None:
+                energy_j, time_s = record.energy_j, record.time_s
             elif totals is not None:
                 energy_j, time_s = totals.energy_j, totals.time_s
             else:

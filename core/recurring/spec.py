@@ -53,7 +53,7 @@ class JobSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise UsageError(
-                f"job name must be 1-128 characters of letters, digits and ._:/@+- starting with a letter "
+                f"name: the job name must be 1-128 characters of letters, digits and ._:/@+- starting with a letter "
                 f"or digit (got {self.name!r})"
             )
         sizes = tuple(self.batch_sizes)

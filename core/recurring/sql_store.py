@@ -1,37 +1,35 @@
-"""`SqlJobStore`: the job store on SQLAlchemy (a SQLite file by default, PostgreSQL by URL).
+"""`SqlJobStore`: the store on SQLAlchemy (a SQLite file by default, PostgreSQL by URL).
+
+One database holds recurring jobs, their runs and remembered power limits (`wattwise.recurring.schema`);
+opening it upgrades its schema first (`wattwise.recurring.migrations`, Alembic). Besides the `JobStore`
+methods, `write` and `read` run other work on the same tables with the same safety
+(`wattwise.limits_memory` uses them).
 
 SQLite: WAL journal (readers never block the writer), a busy timeout, and every write transaction
 begun IMMEDIATE, so that a writer takes the lock before reading what it will update and two writers
-never deadlock on a lock upgrade. PostgreSQL: `start_run` locks the job's row, so two processes
-starting runs of one job decide one after the other. On both, a write that still meets a lock or a
-serialization failure is retried with a growing, jittered back-off until `lock_timeout_s` runs out.
+never deadlock on a lock upgrade; a new file and its folder are created readable by their owner only.
+PostgreSQL: `start_run` locks the job's row, so two processes starting runs of one job decide one after
+the other. On both, a write that still meets a lock or a serialization failure is retried with a
+growing, jittered back-off until `lock_timeout_s` runs out.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import (
-    Column,
     Connection,
-    Double,
     Engine,
-    ForeignKey,
-    Index,
-    Integer,
-    MetaData,
     Row,
-    String,
-    Table,
-    Text,
     create_engine,
     delete,
     event,
@@ -45,53 +43,12 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 from sqlalchemy.pool import StaticPool
 
 from wattwise.errors import UsageError
-from wattwise.recurring.migrations import migrate
+from wattwise.recurring.migrations import upgrade
+from wattwise.recurring.schema import jobs_table, limits_table, runs_table
 from wattwise.recurring.spec import JobSpec, RunRecord
 from wattwise.recurring.store import ChooseFn, check_same_spec, finished_run, unknown_job, unknown_run
 
 T = TypeVar("T")
-
-#: The current schema (what `wattwise.recurring.migrations` produces; a test keeps the two equal).
-metadata = MetaData()
-jobs_table = Table(
-    "wattwise_jobs",
-    metadata,
-    Column("name", String(128), primary_key=True),
-    Column("batch_sizes", Text, nullable=False),
-    Column("default_batch_size", Integer, nullable=False),
-    Column("target_metric", Double, nullable=False),
-    Column("metric_mode", String(3), nullable=False),
-    Column("max_epochs", Integer, nullable=False),
-    Column("max_power_w", Double, nullable=False),
-    Column("eta", Double, nullable=False),
-    Column("beta", Double, nullable=False),
-    Column("created_at_s", Double, nullable=False),
-)
-runs_table = Table(
-    "wattwise_runs",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_name", String(128), ForeignKey("wattwise_jobs.name", ondelete="CASCADE"), nullable=False),
-    Column("batch_size", Integer, nullable=False),
-    Column("phase", String(16), nullable=False),
-    Column("state", String(16), nullable=False),
-    Column("power_limit_w", Double, nullable=True),
-    Column("cost_limit", Double, nullable=True),
-    Column("epochs", Integer, nullable=False),
-    Column("energy_j", Double, nullable=True),
-    Column("time_s", Double, nullable=True),
-    Column("cost", Double, nullable=True),
-    Column("started_at_s", Double, nullable=False),
-    Column("updated_at_s", Double, nullable=False),
-    Index("ix_wattwise_runs_job_name_id", "job_name", "id"),
-)
-limits_table = Table(
-    "wattwise_power_limits",
-    metadata,
-    Column("job_name", String(128), ForeignKey("wattwise_jobs.name", ondelete="CASCADE"), primary_key=True),
-    Column("batch_size", Integer, primary_key=True),
-    Column("power_limit_w", Double, nullable=False),
-)
 
 #: PostgreSQL SQLSTATEs worth retrying: serialization failure, deadlock, lock not available.
 _PG_RETRY_STATES = frozenset({"40001", "40P01", "55P03"})
@@ -170,6 +127,13 @@ def _on_sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+def _create_private_file(path: Path) -> None:
+    """Create a missing SQLite file (and its folder) for its owner only; SQLite gives its WAL the same mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
     """An engine for `url`, with SQLite's WAL, busy timeout and IMMEDIATE write transactions."""
     try:
@@ -182,7 +146,7 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
         database = parsed.database or ""
         file_backed = database not in ("", ":memory:")
         if file_backed:
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _create_private_file(Path(database).expanduser())
             engine = create_engine(parsed, connect_args={"timeout": busy_timeout_s})
         else:
             engine = create_engine(parsed, connect_args={"check_same_thread": False}, poolclass=StaticPool)
@@ -207,7 +171,7 @@ class SqlJobStore:
         self._writer = self._engine.execution_options(wattwise_write=True)
         self._lock_timeout_s = lock_timeout_s
         try:
-            self._write(migrate)
+            self.write(upgrade)
         except OperationalError as err:
             reason = " ".join(str(err.orig).split())
             raise UsageError(f"cannot open the job store {self.describe()}: {reason}") from err
@@ -229,10 +193,12 @@ class SqlJobStore:
                 time.sleep(delay_s * (0.5 + random.random()))
                 delay_s = min(delay_s * 2, 0.5)
 
-    def _write(self, work: Callable[[Connection], T]) -> T:
+    def write(self, work: Callable[[Connection], T]) -> T:
+        """`work` in one write transaction (SQLite: begun IMMEDIATE), retried while the store is locked."""
         return self._retrying(self._writer, work)
 
-    def _read(self, work: Callable[[Connection], T]) -> T:
+    def read(self, work: Callable[[Connection], T]) -> T:
+        """`work` in one read transaction, retried while the store is locked."""
         return self._retrying(self._engine, work)
 
     @contextmanager
@@ -250,18 +216,18 @@ class SqlJobStore:
                 check_same_spec(_spec(row), spec)
 
         try:
-            self._write(work)
+            self.write(work)
         except IntegrityError:
             # Another process inserted the job between our read and our insert (PostgreSQL): it is
             # there now, so checking again compares the settings.
-            self._write(work)
+            self.write(work)
 
     def get_job(self, name: str) -> JobSpec | None:
-        row = self._read(lambda conn: conn.execute(select(jobs_table).where(jobs_table.c.name == name)).first())
+        row = self.read(lambda conn: conn.execute(select(jobs_table).where(jobs_table.c.name == name)).first())
         return None if row is None else _spec(row)
 
     def list_jobs(self) -> list[JobSpec]:
-        rows = self._read(lambda conn: conn.execute(select(jobs_table).order_by(jobs_table.c.name)).all())
+        rows = self.read(lambda conn: conn.execute(select(jobs_table).order_by(jobs_table.c.name)).all())
         return [_spec(row) for row in rows]
 
     @staticmethod
@@ -302,7 +268,7 @@ class SqlJobStore:
             ).scalar_one()
             return self._get_run(conn, name, run_id)
 
-        return self._write(work)
+        return self.write(work)
 
     @staticmethod
     def _get_run(conn: Connection, name: str, run_id: int) -> RunRecord:
@@ -321,7 +287,7 @@ class SqlJobStore:
             conn.execute(update(runs_table).where(runs_table.c.id == run_id).values(**values))
             return self._get_run(conn, name, run_id)
 
-        return self._write(work)
+        return self.write(work)
 
     def progress_run(
         self, name: str, run_id: int, *, epochs: int, energy_j: float, time_s: float, cost: float, now_s: float
@@ -358,7 +324,7 @@ class SqlJobStore:
         )
 
     def get_run(self, name: str, run_id: int) -> RunRecord:
-        return self._read(lambda conn: self._get_run(conn, name, run_id))
+        return self.read(lambda conn: self._get_run(conn, name, run_id))
 
     def runs(self, name: str) -> list[RunRecord]:
         def work(conn: Connection) -> list[RunRecord]:
@@ -366,10 +332,10 @@ class SqlJobStore:
                 raise unknown_job(name)
             return self._runs(conn, name)
 
-        return self._read(work)
+        return self.read(work)
 
     def least_reached_cost(self, name: str) -> float:
-        least = self._read(
+        least = self.read(
             lambda conn: conn.execute(
                 select(func.min(runs_table.c.cost)).where(
                     runs_table.c.job_name == name, runs_table.c.state == "reached"
@@ -387,10 +353,10 @@ class SqlJobStore:
                     insert(limits_table).values(job_name=name, batch_size=batch_size, power_limit_w=power_limit_w)
                 )
 
-        self._write(work)
+        self.write(work)
 
     def power_limits(self, name: str) -> dict[int, float]:
-        return self._read(lambda conn: self._limits(conn, name))
+        return self.read(lambda conn: self._limits(conn, name))
 
     def reset_job(self, name: str) -> bool:
         def work(conn: Connection) -> bool:
@@ -398,7 +364,7 @@ class SqlJobStore:
             conn.execute(delete(runs_table).where(runs_table.c.job_name == name))
             return bool(conn.execute(delete(jobs_table).where(jobs_table.c.name == name)).rowcount)
 
-        return self._write(work)
+        return self.write(work)
 
     def close(self) -> None:
         self._engine.dispose()

@@ -4,7 +4,9 @@ The history (job specs, runs, remembered power limits) is all the optimizer's st
 by several machines makes them one optimizer. `SqlJobStore` (SQLAlchemy: a SQLite file by default,
 PostgreSQL by URL) is the real one; `MemoryJobStore` serves the simulator and tests, where nothing
 outlives the process. Starting a run is one atomic step (read the history, choose, insert), so two
-processes starting runs at once never both take the same exploration step.
+processes starting runs at once never both take the same exploration step. The same database, found by
+the same rules (`default_store_url`, `store_url`), also keeps every tuning run's chosen power limit
+(`wattwise.limits_memory`).
 """
 
 from __future__ import annotations

@@ -1,38 +1,35 @@
 """Applying a frequency plan: one stage follows its plan instruction by instruction.
 
 A plan gives, for one pipeline stage, the SM frequency of every instruction of an iteration in execution
-order: `[(instruction, microbatch, frequency_mhz), ...]`. `FrequencyController` locks the stage's GPU
-clock before each instruction, through the settings guard and only when the frequency changes, and keeps
-the sequence it applied for inspection. `attach()` hooks it onto a `torch.distributed.pipelining` stage
-(its `forward_one_chunk` and `backward_one_chunk`), so any schedule (1F1B, GPipe) drives it. The guard
-resets the clocks on every exit path.
+order: `[Step(instruction, microbatch, frequency_mhz), ...]` (see `wattwise.pipeline.plan`).
+`FrequencyController` locks the stage's GPU clock before each instruction, through the settings guard and
+only when the frequency changes, and keeps the sequence it applied for inspection. `attach()` hooks it
+onto a `torch.distributed.pipelining` stage (its `forward_one_chunk` and `backward_one_chunk`), so any
+schedule (1F1B, GPipe) drives it. The guard resets the clocks on every exit path.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from wattwise.devices.base import Device, DeviceError
 from wattwise.errors import UsageError
 from wattwise.guard import SettingsGuard
+from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction, Step
 
-INSTRUCTIONS = ("forward", "backward")
-
-
-@dataclass(frozen=True)
-class PlannedInstruction:
-    instruction: str
-    microbatch: int
-    frequency_mhz: int
+if TYPE_CHECKING:
+    from wattwise.run import Run
 
 
-def stage_plan(entries: Sequence[Sequence[Any]]) -> list[PlannedInstruction]:
+def stage_plan(entries: Sequence[Sequence[Any]]) -> list[Step]:
     """Validate one stage's plan (`[instruction, microbatch, frequency_mhz]` rows, execution order)."""
-    plan: list[PlannedInstruction] = []
+    plan: list[Step] = []
     seen: set[tuple[str, int]] = set()
     for i, row in enumerate(entries):
         try:
@@ -47,7 +44,7 @@ def stage_plan(entries: Sequence[Sequence[Any]]) -> list[PlannedInstruction]:
         if (instruction, microbatch) in seen:
             raise UsageError(f"plan entry {i}: {instruction} of microbatch {microbatch} appears twice")
         seen.add((instruction, microbatch))
-        plan.append(PlannedInstruction(instruction, microbatch, freq))
+        plan.append(Step(cast(Instruction, instruction), microbatch, freq))
     if not plan:
         raise UsageError("the stage's plan is empty")
     return plan
@@ -57,7 +54,7 @@ def stage_plan(entries: Sequence[Sequence[Any]]) -> list[PlannedInstruction]:
 class FrequencyController:
     """Locks `gpu`'s SM clock to the plan's frequency before each instruction of its stage."""
 
-    plan: list[PlannedInstruction]
+    plan: list[Step]
     gpu: Device
     guard: SettingsGuard
     strict: bool = False
@@ -72,9 +69,9 @@ class FrequencyController:
     _warned_order: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
-        self._by_key = {(p.instruction, p.microbatch): p.frequency_mhz for p in self.plan}
+        self._by_key = {(p.instruction, p.microbatch): p.planned_mhz() for p in self.plan}
         supported = set(self.gpu.supported_sm_clocks_mhz())
-        missing = sorted({p.frequency_mhz for p in self.plan} - supported, reverse=True)
+        missing = sorted({p.planned_mhz() for p in self.plan} - supported, reverse=True)
         if missing:
             raise UsageError(f"plan frequencies {missing} MHz are not supported SM clocks of {self.gpu.name} "
                              f"(it supports {max(supported)}..{min(supported)} MHz); plan with this GPU's profile")
@@ -136,11 +133,8 @@ class FrequencyController:
         return detach
 
 
-def load_stage_plan(path: str, stage: int) -> list[PlannedInstruction]:
+def load_stage_plan(path: str, stage: int) -> list[Step]:
     """Stage `stage`'s plan from a PLAN.json written by `wattwise plan` (its `plan` holds one list per stage)."""
-    import json
-    from pathlib import Path
-
     try:
         data = json.loads(Path(path).read_text())
     except OSError as err:
@@ -156,11 +150,12 @@ def load_stage_plan(path: str, stage: int) -> list[PlannedInstruction]:
 
 
 def follow_plan(stage: Any, plan_path: str, *, local_rank: int, backend: str = "auto", strict: bool = False,
-                device: Device | None = None) -> tuple[FrequencyController, Callable[[], None]]:
+                device: Device | None = None, run: Run | None = None) -> tuple[FrequencyController, Callable[[], None]]:
     """Hook a controller onto `stage` for its row of PLAN.json; returns it and the function that unhooks.
 
     The GPU is the process's own (`local_rank`) unless `device` is given. The controller's guard restores
-    the clocks on SIGTERM/SIGINT and at exit; call `controller.close()` after unhooking at the end.
+    the clocks on SIGTERM/SIGINT and at exit; call `controller.close()` after unhooking at the end. When
+    the same training run is measured (`run`), its record names the plan it followed.
     """
     from wattwise.devices import discover
 
@@ -169,4 +164,6 @@ def follow_plan(stage: Any, plan_path: str, *, local_rank: int, backend: str = "
     guard = SettingsGuard()
     guard.install_signal_handlers()
     controller = FrequencyController(plan, gpu, guard, strict=strict)
+    if run is not None:
+        run.frequency_plan = str(plan_path)
     return controller, controller.attach(stage)

@@ -4,6 +4,7 @@ File format (the Perseus artifact's and Zeus's): a CSV with the header `stage,in
 and one row per (stage, instruction, frequency): stage index from 0, `forward` or `backward`, the SM
 frequency in MHz, the time in seconds and the energy in joules of one microbatch. Extra columns are
 ignored. Loading validates every row and the whole: each error names the line and the fix.
+`wattwise.frequency.profiler` measures such a profile on GPUs.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """One instruction of one stage at one SM frequency, for one microbatch."""
+class FrequencyOption:
+    """One option of a (stage, instruction): an SM frequency and the time and energy of one microbatch at it."""
 
     frequency_mhz: int
     time_s: float
@@ -36,13 +37,13 @@ class Measurement:
 
 @dataclass(frozen=True)
 class PipelineProfile:
-    """Measurements of every (stage, instruction), each sorted from the highest frequency down.
+    """The measured options of every (stage, instruction), each sorted from the highest frequency down.
 
     Construction validates the whole profile: stages 0..S-1 with no gap, both instructions for every
     stage, at least two frequencies each, and positive, finite times and energies.
     """
 
-    measurements: Mapping[tuple[int, Instruction], tuple[Measurement, ...]]
+    measurements: Mapping[tuple[int, Instruction], tuple[FrequencyOption, ...]]
     source: str = field(default="<memory>", compare=False)
 
     def __post_init__(self) -> None:
@@ -53,7 +54,7 @@ class PipelineProfile:
             if stage != expected:
                 raise UsageError(f"{self.source}: stage {expected} is missing (stages found: {stages}); "
                                  "profile every stage from 0")
-        ordered: dict[tuple[int, Instruction], tuple[Measurement, ...]] = {}
+        ordered: dict[tuple[int, Instruction], tuple[FrequencyOption, ...]] = {}
         for stage in stages:
             for instruction in INSTRUCTIONS:
                 options = self.measurements.get((stage, instruction))
@@ -61,7 +62,7 @@ class PipelineProfile:
                     raise UsageError(f"{self.source}: stage {stage} has no {instruction} rows; "
                                      f"profile {instruction} at every frequency")
                 for option in options:
-                    _check_measurement(option, f"{self.source}: stage {stage} {instruction}")
+                    _check_option(option, f"{self.source}: stage {stage} {instruction}")
                 freqs = [o.frequency_mhz for o in options]
                 if len(set(freqs)) != len(freqs):
                     raise UsageError(f"{self.source}: stage {stage} {instruction} lists a frequency twice; "
@@ -79,12 +80,12 @@ class PipelineProfile:
     def num_stages(self) -> int:
         return 1 + max(stage for stage, _ in self.measurements)
 
-    def options(self, stage: int, instruction: Instruction) -> tuple[Measurement, ...]:
-        """Measurements of one stage's instruction, highest frequency first."""
+    def options(self, stage: int, instruction: Instruction) -> tuple[FrequencyOption, ...]:
+        """The options of one stage's instruction, highest frequency first."""
         return self.measurements[(stage, instruction)]
 
-    def at_max_frequency(self, stage: int, instruction: Instruction) -> Measurement:
-        """The measurement at the highest profiled frequency (the default GPU behaviour)."""
+    def at_max_frequency(self, stage: int, instruction: Instruction) -> FrequencyOption:
+        """The option at the highest profiled frequency (the default GPU behaviour)."""
         return self.measurements[(stage, instruction)][0]
 
     def rows(self) -> Iterator[tuple[int, Instruction, int, float, float]]:
@@ -94,7 +95,7 @@ class PipelineProfile:
                 yield stage, instruction, o.frequency_mhz, o.time_s, o.energy_j
 
 
-def _check_measurement(m: Measurement, where: str) -> None:
+def _check_option(m: FrequencyOption, where: str) -> None:
     if not (isinstance(m.frequency_mhz, int) and m.frequency_mhz > 0):
         raise UsageError(f"{where}: frequency must be a positive integer in MHz (got {m.frequency_mhz!r})")
     for name, value, unit in (("time", m.time_s, "seconds"), ("energy", m.energy_j, "joules")):
@@ -106,7 +107,7 @@ def _check_measurement(m: Measurement, where: str) -> None:
 
 def parse_profile(rows: Iterable[Mapping[str, str | None]], source: str = "<memory>") -> PipelineProfile:
     """Validate CSV rows (dicts keyed by column name) into a profile. Line numbers count the header as 1."""
-    grouped: dict[tuple[int, Instruction], list[Measurement]] = {}
+    grouped: dict[tuple[int, Instruction], list[FrequencyOption]] = {}
     seen: dict[tuple[int, str, int], int] = {}
     for line, row in enumerate(rows, start=2):
         where = f"{source}, line {line}"
@@ -123,7 +124,7 @@ def parse_profile(rows: Iterable[Mapping[str, str | None]], source: str = "<memo
             raise UsageError(f"{where}: stage {stage} {instruction} at {frequency} MHz repeats line {seen[key]}; "
                              "keep one row per frequency")
         seen[key] = line
-        grouped.setdefault((stage, instruction), []).append(Measurement(frequency, time_s, energy_j))
+        grouped.setdefault((stage, instruction), []).append(FrequencyOption(frequency, time_s, energy_j))
     return PipelineProfile({k: tuple(v) for k, v in grouped.items()}, source=source)
 
 

@@ -19,7 +19,7 @@ from wattwise.devices.base import Device
 from wattwise.errors import UsageError
 from wattwise.guard import SettingsGuard
 from wattwise.monitor import EnergyMonitor
-from wattwise.pipeline.profile import Measurement, PipelineProfile
+from wattwise.pipeline.profiles import FrequencyOption, PipelineProfile
 from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
 
 
@@ -82,10 +82,10 @@ class PipelineProfiler:
 
     def measure(self, progress: Callable[[str], None] | None = None) -> PipelineProfile:
         """Run the measurements and return the profile; clocks are reset afterwards, even on error."""
-        measurements: dict[tuple[int, Instruction], tuple[Measurement, ...]] = {}
+        measurements: dict[tuple[int, Instruction], tuple[FrequencyOption, ...]] = {}
         for index, stage in enumerate(self.stages):
             monitor = EnergyMonitor([stage.device], sync=self.sync)
-            rows: dict[Instruction, list[Measurement]] = {ins: [] for ins in INSTRUCTIONS}
+            rows: dict[Instruction, list[FrequencyOption]] = {ins: [] for ins in INSTRUCTIONS}
             try:
                 for freq in self.frequencies_mhz[index]:
                     self.guard.lock_sm_clocks(stage.device, freq, freq)
@@ -104,7 +104,7 @@ class PipelineProfiler:
 
     def _measure_one(
         self, monitor: EnergyMonitor, stage: StageWork, instruction: Instruction, freq: int,
-    ) -> Measurement:
+    ) -> FrequencyOption:
         for _ in range(self.warmup):
             stage.run(instruction)
         name = f"{instruction}@{freq}"
@@ -116,4 +116,4 @@ class PipelineProfiler:
             monitor.cancel_window(name)
             raise
         window = monitor.end_window(name)
-        return Measurement(freq, window.time_s / self.iterations, window.total_energy_j / self.iterations)
+        return FrequencyOption(freq, window.time_s / self.iterations, window.total_energy_j / self.iterations)

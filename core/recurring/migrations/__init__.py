@@ -1,0 +1,103 @@
+"""Schema migrations of the store, by Alembic, applied by the store itself each time it is opened.
+
+`upgrade` brings a database to the newest revision inside the caller's write transaction, under a lock
+that serialises processes opening the same store at once (SQLite: the transaction itself, begun
+IMMEDIATE; PostgreSQL: a transaction-level advisory lock), so a new store is created exactly once and a
+half-done upgrade rolls back (DDL is transactional in both). Alembic's version table is
+`wattwise_alembic_version`, so a PostgreSQL database that also holds an application's own Alembic
+history keeps both apart.
+
+Revision 0001 is the schema of wattwise 0.1.0, which tracked its version in `wattwise_schema_version`
+without Alembic: such a store is stamped at 0001 (its tables are already there) and upgraded from
+there, keeping every row. A store at a revision this wattwise does not know was written by a newer one
+and is refused.
+
+Users never run `alembic`; a developer adds a revision with the command in `alembic.ini`, and the test
+that compares an upgraded empty database with `wattwise.recurring.schema` tells whether it is complete.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import Connection, func, select, text
+
+from wattwise.errors import UsageError
+from wattwise.recurring.schema import legacy_version_table
+
+VERSION_TABLE = "wattwise_alembic_version"
+#: The revision that is wattwise 0.1.0's schema (its `wattwise_schema_version` says 1).
+BASELINE_REVISION = "0001"
+#: Any 64-bit number unique to this purpose: the PostgreSQL advisory lock that serialises upgrades.
+_PG_LOCK_KEY = 0x77617474_77697365 & 0x7FFFFFFFFFFFFFFF
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's settings (`alembic.ini` beside this file); `env.py` runs on `connection`."""
+    config = Config(str(Path(__file__).with_name("alembic.ini")))
+    config.attributes["connection"] = connection
+    return config
+
+
+@functools.cache
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    """The newest revision this wattwise knows."""
+    head = _script().get_current_head()
+    assert head is not None, "no Alembic revision found beside wattwise.recurring.migrations"
+    return head
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The revision the database is at (None: no Alembic history, an empty or a 0.1.0 store)."""
+    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+
+
+def _legacy_version(conn: Connection) -> int | None:
+    """wattwise 0.1.0's schema version, when its version table is there."""
+    if not conn.dialect.has_table(conn, legacy_version_table.name):
+        return None
+    return conn.execute(select(func.max(legacy_version_table.c.version))).scalar()
+
+
+def _newer(found: str) -> UsageError:
+    return UsageError(
+        f"the job store is at {found}, newer than this wattwise knows (revision {head_revision()}); "
+        f"upgrade wattwise, or point --store / WATTWISE_STORE at another store"
+    )
+
+
+def upgrade(conn: Connection) -> str:
+    """Bring the store to the newest revision inside the caller's write transaction; returns it.
+
+    UsageError when the store was written by a newer wattwise.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+    head = head_revision()
+    current = current_revision(conn)
+    if current == head:
+        return head
+    config = alembic_config(conn)
+    if current is None:
+        legacy = _legacy_version(conn)
+        if legacy is not None and legacy != 1:
+            raise _newer(f"schema version {legacy}")
+        if legacy == 1:
+            command.stamp(config, BASELINE_REVISION)
+    else:
+        try:
+            _script().get_revision(current)
+        except CommandError as err:
+            raise _newer(f"revision {current}") from err
+    command.upgrade(config, "head")
+    return head

@@ -1,0 +1,119 @@
+"""Remembered power limits live in the store: what a tuning run saves, the next run gets back with who
+chose it and how; wattwise 0.1.0's JSON file is imported once, losing nothing.
+
+`tests/data/power_limits_v1.json` was written by 0.1.0's own `LimitsMemory.save`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.postgres_server import empty_database, postgres_server
+from wattwise.limits_memory import LEGACY_FILE, LimitsMemory, RememberedLimit, memory_key
+from wattwise.paths import state_dir
+from wattwise.power_limit import ProfileEntry
+from wattwise.recurring.spec import JobSpec
+from wattwise.recurring.sql_store import SqlJobStore
+from wattwise.recurring.store import STORE_ENV, store_url
+
+LEGACY_JSON = Path(__file__).parent / "data" / "power_limits_v1.json"
+PROFILE = [ProfileEntry(300.0, 0.5, 150.0), ProfileEntry(250.0, 0.52, 130.0), ProfileEntry(200.0, 0.6, 120.0)]
+KEY = memory_key("bert/squad", "NVIDIA A40", 4, 32)
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+def _check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(location: str) -> None:
+    memory = LimitsMemory(location)
+    assert memory.load(KEY) is None and memory.recall(KEY) is None
+    memory.save(KEY, PROFILE[1], PROFILE, selector="cost", eta=0.5, run_id="run-7", chosen_at_s=1000.0)
+    assert memory.load(KEY) == (PROFILE[1], PROFILE)
+    assert LimitsMemory(location).recall(KEY) == RememberedLimit(PROFILE[1], PROFILE, "cost", 0.5, 1000.0, "run-7")
+    # A later tuning of the same key replaces it; other keys are apart.
+    memory.save(KEY, PROFILE[2], PROFILE[1:], selector="energy", eta=1.0, chosen_at_s=2000.0)
+    memory.save(memory_key("bert/squad", "NVIDIA A40", 4, 64), PROFILE[0], PROFILE)
+    assert memory.recall(KEY) == RememberedLimit(PROFILE[2], PROFILE[1:], "energy", 1.0, 2000.0, None)
+    assert memory.forget(KEY) is True and memory.forget(KEY) is False
+    assert memory.load(KEY) is None
+    assert memory.load(memory_key("bert/squad", "NVIDIA A40", 4, 64)) == (PROFILE[0], PROFILE)
+
+
+def test_sqlite_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(tmp_path: Path) -> None:
+    _check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(str(tmp_path / "store.sqlite"))
+
+
+def test_postgresql_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(postgres_url: str) -> None:
+    empty_database(store_url(postgres_url))
+    _check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(postgres_url)
+
+
+def test_limits_share_the_jobs_store_by_default_and_follow_the_store_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    LimitsMemory().save(KEY, PROFILE[1], PROFILE)
+    default = state_dir() / "jobs.sqlite"
+    assert stat.S_IMODE(default.stat().st_mode) == 0o600
+    assert stat.S_IMODE(default.parent.stat().st_mode) == 0o700
+    store = SqlJobStore(store_url(str(default)))
+    store.register_job(JobSpec(name="bert/squad", batch_sizes=(32,), default_batch_size=32, target_metric=84.0,
+                               max_epochs=6, max_power_w=250.0), 0.0)
+    store.close()
+    assert LimitsMemory().load(KEY) == (PROFILE[1], PROFILE)
+
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "shared.sqlite"))
+    assert LimitsMemory().load(KEY) is None
+    LimitsMemory().save(KEY, PROFILE[2], PROFILE)
+    assert LimitsMemory(str(tmp_path / "shared.sqlite")).load(KEY) == (PROFILE[2], PROFILE)
+
+
+def test_the_json_file_of_wattwise_0_1_is_imported_once_and_kept(caplog: pytest.LogCaptureFixture) -> None:
+    saved = json.loads(LEGACY_JSON.read_text())
+    # The store already knows both keys: one chosen before the file's entry (replaced by it), one after (kept).
+    llama = memory_key("llama-ft", "NVIDIA H100 80GB HBM3", 8)
+    memory = LimitsMemory()
+    memory.save(KEY, PROFILE[0], PROFILE[:1], chosen_at_s=saved[KEY]["saved_at"] - 1)
+    memory.save(llama, PROFILE[0], PROFILE[:1], selector="time", chosen_at_s=saved[llama]["saved_at"] + 1)
+    legacy = state_dir() / LEGACY_FILE
+    shutil.copy(LEGACY_JSON, legacy)
+
+    with caplog.at_level("INFO", logger="wattwise.limits_memory"):
+        found = LimitsMemory().recall(KEY)
+    assert "imported 2 remembered power limits" in caplog.text
+    entry = saved[KEY]
+    assert found == RememberedLimit(
+        chosen=ProfileEntry(**entry["chosen"]),
+        profile=[ProfileEntry(**e) for e in entry["profile"]],
+        selector=entry["selector"],
+        eta=entry["eta"],
+        chosen_at_s=entry["saved_at"],
+        run_id=None,
+    )
+    assert memory.recall(llama) == RememberedLimit(PROFILE[0], PROFILE[:1], "time", None, saved[llama]["saved_at"] + 1)
+    # The file is kept, renamed, byte for byte; it is not imported again.
+    assert not legacy.exists()
+    assert legacy.with_name(LEGACY_FILE + ".imported").read_bytes() == LEGACY_JSON.read_bytes()
+    caplog.clear()
+    memory.save(KEY, PROFILE[2], PROFILE, chosen_at_s=1.0)
+    assert memory.load(KEY) == (PROFILE[2], PROFILE) and "imported" not in caplog.text
+
+
+def test_unreadable_entries_of_the_json_file_stay_in_the_kept_file(caplog: pytest.LogCaptureFixture) -> None:
+    legacy = state_dir() / LEGACY_FILE
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    good = {"chosen": {"power_limit_w": 200.0, "time_s": 1.0, "energy_j": 150.0}, "profile": [], "saved_at": 5.0}
+    legacy.write_text(json.dumps({"good": good, "bad": {"chosen": {"watts": 1}}}))
+    with caplog.at_level("WARNING", logger="wattwise.limits_memory"):
+        assert LimitsMemory().recall("good") == RememberedLimit(ProfileEntry(200.0, 1.0, 150.0), [], None, None, 5.0)
+    assert "not remembered power limits" in caplog.text
+    assert json.loads(legacy.with_name(LEGACY_FILE + ".imported").read_text())["bad"] == {"chosen": {"watts": 1}}
+    assert LimitsMemory().load("bad") is None
