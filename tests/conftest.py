@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,22 @@ def virtual_clock() -> VirtualClock:
 def _isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test gets its own wattwise state dir (guard journal, simulated GPU settings, stores)."""
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path_factory.mktemp("wattwise_home")))
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server for the whole test run (skips when its binaries are absent)."""
+    from tests.postgres_server import postgres_server
+
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture
+def fresh_postgres(postgres_url: str) -> str:
+    """The server with every table dropped before the test, as a store URL."""
+    from tests.postgres_server import empty_database
+    from wattwise.recurring.store import store_url
+
+    empty_database(store_url(postgres_url))
+    return store_url(postgres_url)

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import shutil
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.postgres_server import empty_database, postgres_server
+from tests.postgres_server import empty_database
 from wattwise.limits_memory import LEGACY_FILE, LimitsMemory, RememberedLimit, memory_key
 from wattwise.paths import state_dir
 from wattwise.power_limit import ProfileEntry
@@ -25,12 +24,6 @@ from wattwise.recurring.store import STORE_ENV, store_url
 LEGACY_JSON = Path(__file__).parent / "data" / "power_limits_v1.json"
 PROFILE = [ProfileEntry(300.0, 0.5, 150.0), ProfileEntry(250.0, 0.52, 130.0), ProfileEntry(200.0, 0.6, 120.0)]
 KEY = memory_key("bert/squad", "NVIDIA A40", 4, 32)
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
 
 
 def _check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(location: str) -> None:

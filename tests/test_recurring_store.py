@@ -4,13 +4,11 @@ store's answers. (Its schema migrations: test_store_migrations.py.)"""
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.postgres_server import empty_database, postgres_server
 from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.spec import JobSpec
@@ -28,19 +26,6 @@ SPEC = JobSpec(
     max_epochs=5,
     max_power_w=300.0,
 )
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-@pytest.fixture
-def fresh_postgres(postgres_url: str) -> Iterator[str]:
-    """The server with every table dropped before the test."""
-    empty_database(store_url(postgres_url))
-    yield store_url(postgres_url)
 
 
 @pytest.fixture

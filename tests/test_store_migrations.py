@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
-from tests.postgres_server import empty_database, postgres_server
 from wattwise.errors import UsageError
 from wattwise.recurring.migrations import BASELINE_REVISION, VERSION_TABLE, alembic_config, head_revision
 from wattwise.recurring.schema import metadata
@@ -43,19 +41,6 @@ SPEC = JobSpec(
     max_epochs=5,
     max_power_w=300.0,
 )
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-@pytest.fixture
-def fresh_postgres(postgres_url: str) -> str:
-    """The server with every table dropped before the test."""
-    empty_database(store_url(postgres_url))
-    return store_url(postgres_url)
 
 
 @pytest.fixture
