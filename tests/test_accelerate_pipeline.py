@@ -1,13 +1,32 @@
-"""accelerate_energy.follow_frequency_plan: the stage follows its plan until end_training resets clocks."""
+"""accelerate_energy.follow_frequency_plan: the stage follows its plan until end_training resets clocks, and
+the run's energy record names the plan it followed."""
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
+import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
 
 import accelerate_energy
+from accelerate_energy import EnergyPlugin
 from wattwise.devices import SimulatedGPU
+from wattwise.record import read_run_dir
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for var in list(os.environ):
+        if var.startswith("ACCELERATE_ENERGY"):
+            monkeypatch.delenv(var)
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
 
 
 class FakeStage:
@@ -37,3 +56,46 @@ def test_stage_follows_plan_and_end_training_resets(tmp_path):
     assert controller.applied == [("forward", 0, 1200), ("backward", 0, 1740)]
     accelerator.end_training()
     assert gpu.locked_sm_clocks_mhz() is None
+
+
+def measured_accelerator(gpu: SimulatedGPU, out: Path) -> Accelerator:
+    plugin = EnergyPlugin(enabled=True, output_dir=str(out), overrides=["monitor.sample_power=false"])
+    return accelerate_energy.attach(Accelerator(cpu=True), plugin, devices=[gpu])
+
+
+def one_step(accelerator: Accelerator, stage: FakeStage | None) -> None:
+    """Prepare an optimizer (the energy run starts), run the stage's instructions, take one optimizer step."""
+    model = torch.nn.Linear(2, 1)
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    if stage is not None:
+        stage.forward_one_chunk(0)
+        stage.backward_one_chunk(0)
+    accelerator.backward(model(torch.randn(4, 2)).sum())
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def test_the_summary_of_a_run_that_follows_a_plan_names_the_plan_file(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"plan": [[["forward", 0, 1200], ["backward", 0, 1740]]]}))
+    gpu = SimulatedGPU(0)
+    stage = FakeStage(gpu)
+    accelerator = measured_accelerator(gpu, tmp_path / "run")
+    accelerate_energy.follow_frequency_plan(accelerator, stage, str(plan), device=gpu)
+    one_step(accelerator, stage)
+    accelerator.end_training()
+
+    assert stage.seen == [(1200, 1200), (1740, 1740)]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["settings"]["frequency_plan"] == str(plan)
+    assert read_run_dir(tmp_path / "run").summary.settings.frequency_plan == str(plan)
+    run = accelerate_energy.energy_run(accelerator)
+    assert run is not None and run.record is not None and run.record.settings.frequency_plan == str(plan)
+
+
+def test_the_summary_of_a_run_without_a_plan_has_no_frequency_plan(tmp_path):
+    accelerator = measured_accelerator(SimulatedGPU(0), tmp_path / "run")
+    one_step(accelerator, None)
+    accelerator.end_training()
+
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["settings"]["frequency_plan"] is None
+    assert read_run_dir(tmp_path / "run").summary.settings.frequency_plan is None

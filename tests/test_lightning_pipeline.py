@@ -1,16 +1,19 @@
-"""PipelineFrequencyCallback wires the controller onto the module's stage for the length of a fit."""
+"""PipelineFrequencyCallback wires the controller onto the module's stage for the length of a fit, and the
+fit's energy record names the plan it followed."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
 import torch
 from torch import nn
 
-from lightning_energy import PipelineFrequencyCallback
+from lightning_energy import EnergyCallback, PipelineFrequencyCallback
 from wattwise.devices import SimulatedGPU
+from wattwise.record import read_run_dir
 
 
 class FakeStage:
@@ -52,9 +55,13 @@ class StagedModule(pl.LightningModule):
         return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4)
 
 
-def trainer(cb) -> pl.Trainer:
+def trainer(*callbacks) -> pl.Trainer:
     return pl.Trainer(accelerator="cpu", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, callbacks=[cb])
+                      enable_progress_bar=False, enable_model_summary=False, callbacks=list(callbacks))
+
+
+def energy(gpu: SimulatedGPU, out: Path) -> EnergyCallback:
+    return EnergyCallback(devices=[gpu], output_dir=str(out), overrides=["monitor.sample_power=false"])
 
 
 @pytest.fixture
@@ -85,3 +92,24 @@ def test_clocks_are_reset_when_training_fails(plan_file):
     with pytest.raises(RuntimeError, match="boom"):
         trainer(cb).fit(StagedModule(FakeStage(gpu), fail_at=1))
     assert gpu.locked_sm_clocks_mhz() is None
+
+
+@pytest.mark.parametrize("energy_first", [True, False], ids=["energy-first", "pipeline-first"])
+def test_the_summary_of_a_fit_that_follows_a_plan_names_the_plan_file(plan_file, tmp_path, energy_first):
+    gpu = SimulatedGPU(0)
+    measured = energy(gpu, tmp_path / "run")
+    follow = PipelineFrequencyCallback(str(plan_file), device=gpu)
+    trainer(*((measured, follow) if energy_first else (follow, measured))).fit(StagedModule(FakeStage(gpu)))
+
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["settings"]["frequency_plan"] == str(plan_file)
+    assert read_run_dir(tmp_path / "run").summary.settings.frequency_plan == str(plan_file)
+    assert measured.run is not None and measured.run.record is not None
+    assert measured.run.record.settings.frequency_plan == str(plan_file)
+
+
+def test_the_summary_of_a_fit_without_a_plan_has_no_frequency_plan(tmp_path):
+    gpu = SimulatedGPU(0)
+    trainer(energy(gpu, tmp_path / "run")).fit(StagedModule(FakeStage(gpu)))
+
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["settings"]["frequency_plan"] is None
+    assert read_run_dir(tmp_path / "run").summary.settings.frequency_plan is None
