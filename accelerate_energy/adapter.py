@@ -2,24 +2,37 @@
 
 Accelerate has no callbacks, so `attach` hooks the accelerator instance itself:
 
-- `prepare_optimizer` (which `prepare` uses): the run starts when the optimizer is prepared, and a
-  step post-hook on the wrapped torch optimizer closes one step and opens the next. That hook runs only
+- `prepare_optimizer` (which `prepare` uses): the run starts when the first optimizer is prepared, and a
+  step post-hook on each wrapped torch optimizer ends one step and begins the next. That hook runs only
   when the optimizer really stepped: not on gradient-accumulation micro-batches (Accelerate's
   `AcceleratedOptimizer` skips the inner `step` while `sync_gradients` is False), not when the gradient
-  scaler skipped the step for an overflow. A step's window therefore spans one real optimizer step
-  cycle, data loading and accumulation included, and the power-limit tuner counts real steps.
+  scaler skipped the step for an overflow. **A step is one optimizer step** (with two optimizers, each
+  one's step counts), so `profile_steps` means the same work as under Lightning, and a power-limit change
+  happens only between optimizer steps. Steps that neither log nor close a profile only count.
+- What is not training is paused out of the step and profile figures (reported apart in the summary):
+  an evaluation, from a `gather_for_metrics` call made while every prepared model is in eval mode, and
+  `save_state`, each until the next `backward` or optimizer step; `not_training(accelerator)` marks any
+  other stretch by hand.
 - `end_training`: the run finishes (summary written on the main process, settings restored) before the
   process group is destroyed. Without `end_training`, the run finishes at interpreter exit.
-- `register_for_checkpointing`: the run's state goes into `save_state` / `load_state`.
+- Checkpoints: `save_state` writes the run's state beside the checkpoint as `wattwise_energy.json`, and
+  `load_state` reads it when it is there, through Accelerate's state pre-hooks, not
+  `register_for_checkpointing`: so a checkpoint saved with wattwise off loads with it on, and the reverse.
 
-Metrics go through `accelerator.log` to the user's trackers, already combined over processes.
+Metrics go through `accelerator.log` to the user's trackers, at the logging cadence, already combined
+over processes.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import json
 import logging
+import os
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,7 +44,7 @@ from wattwise.config import EnergyConfig
 from wattwise.devices.base import Device
 from wattwise.metrics import epoch_metrics, fit_metrics, step_metrics
 from wattwise.record import format_summary
-from wattwise.run import Run, StepRecord
+from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Run, StepRecord
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +52,8 @@ log = logging.getLogger(__name__)
 _ATTRIBUTE = "_wattwise_energy"
 
 
-#: Step metrics go to the trackers every this many optimizer steps unless `log_every_n_steps` says otherwise
-#: (Lightning's default cadence: per-step logging would cost more than the measurement itself).
-DEFAULT_LOG_EVERY_N_STEPS = 50
+#: The run's state in a checkpoint folder written by `save_state`.
+STATE_FILE = "wattwise_energy.json"
 
 
 class AccelerateEnergy:
@@ -54,16 +66,20 @@ class AccelerateEnergy:
         #: Print the few-line summary on stderr (main process) when the run finishes.
         self.print_summary = print_summary
         self.run = Run(config, framework="accelerate", devices=devices, local_rank=accelerator.local_process_index)
-        self._step_hook: RemovableHandle | None = None
+        self.run.log_every_n_steps = config.log_every_n_steps or DEFAULT_LOG_EVERY_N_STEPS
+        self._step_hooks: dict[int, RemovableHandle] = {}
+        self._state_hooks: list[RemovableHandle] = []
         self._epoch_first_step = 0
 
     def install(self) -> None:
-        """Hook the accelerator's optimizer preparation and end of training, and register for checkpoints."""
+        """Hook the accelerator's optimizer preparation, evaluation, checkpoints and end of training."""
         acc = self.accelerator
         if energy(acc) is not None:
             raise RuntimeError("wattwise is already attached to this accelerator")
         setattr(acc, _ATTRIBUTE, self)
         prepare_optimizer, end_training = acc.prepare_optimizer, acc.end_training
+        backward, gather_for_metrics, save_state = acc.backward, acc.gather_for_metrics, acc.save_state
+        run = self.run
 
         def prepare_optimizer_measured(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
             prepared = prepare_optimizer(optimizer, *args, **kwargs)
@@ -74,9 +90,31 @@ class AccelerateEnergy:
             self.finish("completed")
             end_training()
 
+        def backward_measured(loss: Any, **kwargs: Any) -> Any:
+            if run.paused:  # training again after an evaluation or a checkpoint
+                run.resume()
+            return backward(loss, **kwargs)
+
+        def gather_for_metrics_measured(*args: Any, **kwargs: Any) -> Any:
+            if not run.paused and self._evaluating():
+                run.pause("validation")
+            return gather_for_metrics(*args, **kwargs)
+
+        def save_state_measured(*args: Any, **kwargs: Any) -> Any:
+            run.pause("checkpoint")
+            return save_state(*args, **kwargs)
+
         acc.prepare_optimizer = prepare_optimizer_measured
         acc.end_training = end_training_measured
-        acc.register_for_checkpointing(self)
+        acc.backward = backward_measured
+        acc.gather_for_metrics = gather_for_metrics_measured
+        acc.save_state = save_state_measured
+        self._state_hooks = [acc.register_save_state_pre_hook(self._save_hook),
+                             acc.register_load_state_pre_hook(self._load_hook)]
+
+    def _evaluating(self) -> bool:
+        models = getattr(self.accelerator, "_models", [])
+        return bool(models) and not any(getattr(m, "training", True) for m in models)
 
     @property
     def summary(self) -> dict[str, Any] | None:
@@ -85,12 +123,13 @@ class AccelerateEnergy:
 
     # -- life cycle ------------------------------------------------------------------------------------
     def _follow(self, prepared: torch.optim.Optimizer) -> None:
-        """Count the real steps of the optimizer prepared last (a new one replaces the previous one, as
-        after `find_executable_batch_size` retries with a smaller batch)."""
+        """Count the real steps of every prepared optimizer (one prepared again, as after
+        `find_executable_batch_size` retries with a smaller batch, is followed once)."""
         inner = getattr(prepared, "optimizer", prepared)  # the torch optimizer inside AcceleratedOptimizer
-        if self._step_hook is not None:
-            self._step_hook.remove()
-        self._step_hook = inner.register_step_post_hook(self._on_optimizer_step)
+        old = self._step_hooks.pop(id(inner), None)
+        if old is not None:
+            old.remove()
+        self._step_hooks[id(inner)] = inner.register_step_post_hook(self._on_optimizer_step)
         if not self.run.started:
             self.run.start()
             self.run.epoch_begin()
@@ -101,7 +140,7 @@ class AccelerateEnergy:
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         run = self.run
         rec = run.step_end()
-        if rec is not None and run.step_count % (self.config.log_every_n_steps or DEFAULT_LOG_EVERY_N_STEPS) == 0:
+        if rec is not None:
             self.accelerator.log(step_metrics(rec, run.applied_limit_w), step=run.step_count)
         run.step_begin()
 
@@ -112,8 +151,6 @@ class AccelerateEnergy:
             return None
         rec = self._close_epoch()
         run.epoch_begin()
-        run.skip_wait()
-        run.step_begin()
         return rec
 
     def _close_epoch(self) -> StepRecord | None:
@@ -129,9 +166,9 @@ class AccelerateEnergy:
         if not run.started or run.finished:
             return self.summary
         atexit.unregister(self._at_exit)
-        if self._step_hook is not None:
-            self._step_hook.remove()
-            self._step_hook = None
+        for hook in self._step_hooks.values():
+            hook.remove()
+        self._step_hooks.clear()
         if run.step_count > self._epoch_first_step:  # the last (or only) epoch
             self._close_epoch()
         record = run.finish(status)
@@ -161,12 +198,54 @@ class AccelerateEnergy:
             return True
         return bool(torch.distributed.is_initialized())
 
-    # -- checkpoints (register_for_checkpointing) ------------------------------------------------------
+    # -- checkpoints (Accelerate's save/load state pre-hooks) ----------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return self.run.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.run.load_state_dict(state)
+
+    def _save_hook(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
+        """`save_state` (every process): the run's state beside the checkpoint, written by the main process."""
+        state = self.state_dict()  # a collective under distributed training: every process is here
+        if not self.accelerator.is_main_process:
+            return
+        folder = Path(output_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(state, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        os.replace(tmp, folder / STATE_FILE)
+
+    def _load_hook(self, models: list[Any], input_dir: str) -> None:
+        """`load_state`: resume the run's state when the checkpoint has it (one saved with wattwise off
+        has none: the run then starts its figures at the resume)."""
+        path = Path(input_dir) / STATE_FILE
+        if not path.is_file():
+            log.info("wattwise: %s has no %s (saved with wattwise off): energy counts from this resume",
+                     input_dir, STATE_FILE)
+            return
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            log.warning("wattwise: ignoring %s (%s): energy counts from this resume", path, err)
+            return
+        if isinstance(state, dict):
+            self.load_state_dict(state)
+
+
+@contextlib.contextmanager
+def not_training(accelerator: Accelerator, kind: str = "validation") -> Iterator[None]:
+    """Mark a stretch that is not training (`kind`: "validation", "checkpoint", ...): it is left out of
+    step figures and power-limit profiles and reported apart in the summary. Nothing when wattwise is off."""
+    found = energy(accelerator)
+    if found is None:
+        yield
+        return
+    found.run.pause(kind)
+    try:
+        yield
+    finally:
+        found.run.resume()
 
 
 def attach(accelerator: Accelerator, plugin: EnergyPlugin | None = None, *,

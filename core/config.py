@@ -27,7 +27,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from wattwise.devices import BACKENDS
+from wattwise.devices import BACKEND_ENV, BACKENDS
 from wattwise.errors import ConfigError
 from wattwise.power_limit import SELECTORS
 
@@ -36,7 +36,8 @@ MODES = ("measure", "tune", "cap")
 
 @dataclass
 class SimulatedGPUConfig:
-    """The simulated GPU used when no NVIDIA GPU is present (or `devices.backend=simulated`)."""
+    """The simulated GPU, used only when asked for by name: `devices.backend=simulated` (or
+    `WATTWISE_BACKEND=simulated`)."""
 
     #: How many simulated GPUs one process sees.
     num_gpus: int = 1
@@ -50,7 +51,9 @@ class SimulatedGPUConfig:
 
 @dataclass
 class DevicesConfig:
-    #: "auto" (NVML when a GPU is present, else simulated), "nvml" or "simulated".
+    #: "auto", "nvml" or "simulated". "auto": `$WATTWISE_BACKEND` when set (auto, nvml or simulated, for
+    #: every entry point at once), else NVML when a GPU is present, else no GPU and the CPU through RAPL
+    #: when readable (tuning and capping need a GPU); the simulated GPU only when asked for by name.
     backend: str = "auto"
     #: GPU indices to use (after CUDA_VISIBLE_DEVICES); None: the process's own GPU under distributed
     #: training (its local rank), else all visible GPUs.
@@ -150,7 +153,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("job", "job", "a name for this training job: a tuned limit is saved and reused under it"),
     Setting("output_dir", "output_dir", "where summary.json, windows.csv and power.csv are written"),
     Setting("strict", "strict", "raise instead of degrading to measurement only"),
-    Setting("backend", "devices.backend", f"devices: {', '.join(BACKENDS)}"),
+    Setting("backend", "devices.backend",
+            f"devices: {', '.join(BACKENDS)} (auto: ${BACKEND_ENV} if set, else NVML, else the CPU through RAPL)"),
     Setting("log_every_n_steps", "log_every_n_steps",
             "log step metrics every N steps (default: the Lightning Trainer's; 50 under Accelerate)"),
 )

@@ -1,10 +1,19 @@
 """The measurement part of a run: its devices, its energy monitor and the run's windows.
 
-A run measures four kinds of window: the whole fit, each epoch, each step, and the power-limit tuner's
-profiling windows. Each process measures its own devices; figures a decision or a log needs are combined
-over processes through the run's `Collective` (energy summed, time maxed), so every process sees the same.
-This part keeps what a resumed run needs (energy, time, steps and epochs of the earlier segments) in its
-`state_dict`.
+The hot path is free: a training step that neither logs nor closes a profiling window reads no counter,
+makes no CUDA synchronize and no collective; it only counts. Figures are measured in windows that span
+many steps and are combined over processes (energy summed, time maxed, one tensor all-reduce for all the
+windows that end at one point) only where something is logged or decided:
+
+- `fit`: the whole run; `epoch`: each epoch;
+- `steps`: the steps since the last logging point (one row per logging interval in windows.csv);
+- `power_limit_profile`: the power-limit tuner's profiling window;
+- `validation`, `checkpoint`, ...: time that is not training (a pause). While paused, the `steps` and
+  profile windows count nothing; the fit and the epoch keep counting, and the paused time and energy are
+  reported apart in the summary (`non_training`).
+
+This part keeps what a resumed run needs (energy, time, steps, epochs, the epoch in progress, the paused
+figures of the earlier segments) in its `state_dict`.
 """
 
 from __future__ import annotations
@@ -23,15 +32,23 @@ from wattwise.monitor import EnergyMonitor, Measurement, cuda_sync
 
 log = logging.getLogger(__name__)
 
-FIT, EPOCH, STEP, PROFILE = "fit", "epoch", "step", "power_limit_profile"
+FIT, EPOCH, STEPS, PROFILE, PAUSE = "fit", "epoch", "steps", "power_limit_profile", "paused"
+#: Kept for callers of 0.1: the window that once measured one step.
+STEP = STEPS
+#: Windows that count training only: paused while the run does something else.
+TRAINING_WINDOWS = (STEPS, PROFILE)
 
 
 @dataclass
 class StepRecord:
-    """Time and energy of a step, an epoch or the run so far, combined over processes."""
+    """Time and energy combined over processes: per step (a logging interval's average), an epoch or a run.
+
+    `steps` is the number of optimizer steps the figures cover (0 when unknown).
+    """
 
     time_s: float
     energy_j: float
+    steps: int = 1
 
     @property
     def avg_power_w(self) -> float:
@@ -55,22 +72,38 @@ class RunMeasurement:
         #: False until the devices are open, and again once measurement failed.
         self.active = False
         self.step_count = 0
+        #: Steps at the last logging point, and the steps counted in the open `steps` window.
+        self._logged_at = 0
+        self._interval_steps = 0
         self.epochs: list[dict[str, Any]] = []
+        self._epoch_number: int | None = None
+        self._epoch_steps_at = 0
         self.last_step: StepRecord | None = None
         #: Energy and time of the segments before a resume.
         self.prior_energy_j = 0.0
         self.prior_time_s = 0.0
+        #: The epoch that was in progress when the resumed checkpoint was saved: its figures so far.
+        self._resumed_epoch: dict[str, Any] | None = None
+        #: What the open pause is, and this process's paused figures by kind: [time_s, energy_j, count].
+        self.paused_kind: str | None = None
+        self.paused: dict[str, list[float]] = {}
+        #: Combined paused figures of the segments before a resume.
+        self.prior_paused: dict[str, dict[str, float]] = {}
 
     @property
     def simulated(self) -> bool:
         return any(d.simulated for d in self.gpus)
 
+    @property
+    def devices(self) -> list[Device]:
+        return [*self.gpus, *self.cpus]
+
     def device_label(self, dev: Device) -> str:
         return f"rank{self.collective.rank}/{dev.key}"
 
     # -- life cycle ------------------------------------------------------------------------------------
-    def open(self) -> None:
-        """Find the devices, open the monitor and the fit window."""
+    def open(self) -> bool:
+        """Find the devices, open the monitor and the fit window. False: nothing to measure here."""
         cfg, coll = self.cfg, self.collective
         if self._given_devices is not None:
             self.gpus = self._given_devices
@@ -85,18 +118,22 @@ class RunMeasurement:
             found = discover(cfg.devices.backend, gpu_indices=indices, include_cpu=cfg.devices.cpu,
                              num_simulated=sim.num_gpus, power_model=sim.power_model,
                              base_step_time_s=sim.base_step_time_s, persist_dir=sim.state_dir)
-            self.gpus, self.cpus, self.notes = found.gpus, found.cpus, found.notes
-            if found.simulated and coll.rank == 0:
-                log.warning("wattwise: %s", found.notes[-1] if found.notes else "using the simulated GPU")
+            self.gpus, self.cpus, self.notes = found.gpus, found.cpus, list(found.notes)
+            if (found.simulated or not found.gpus) and found.notes and coll.rank == 0:
+                log.warning("wattwise: %s", found.notes[-1])
+        if not self.devices:
+            return False
         out = Path(cfg.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         log_file = out / ("windows.csv" if coll.rank == 0 else f"windows-rank{coll.rank}.csv")
         sync = self._sync if self._sync is not None else (cuda_sync if cfg.monitor.sync_cuda else None)
-        self.monitor = EnergyMonitor([*self.gpus, *self.cpus], sync=sync, log_file=log_file,
+        self.monitor = EnergyMonitor(self.devices, sync=sync, log_file=log_file,
                                      sample_power=cfg.monitor.sample_power,
                                      sample_interval_s=cfg.monitor.sample_interval_s)
         self.active = True
         self.monitor.begin_window(FIT)
+        self.monitor.begin_window(STEPS, sync=False)
+        return True
 
     def is_open(self, name: str) -> bool:
         return self.monitor is not None and self.monitor.is_open(name)
@@ -104,36 +141,101 @@ class RunMeasurement:
     def begin(self, name: str) -> None:
         assert self.monitor is not None
         self.monitor.begin_window(name)
+        if self.paused_kind is not None and name in TRAINING_WINDOWS:
+            self.monitor.pause_windows([name], sync=False)
 
     def cancel(self, *names: str) -> None:
-        """Drop open windows without measuring them (an abort, a wait that belongs to no step)."""
+        """Drop open windows without measuring them (an abort)."""
         for name in names:
             if self.monitor is not None and self.monitor.is_open(name):
                 self.monitor.cancel_window(name)
 
-    def end(self, name: str) -> StepRecord:
-        """Close a window; its figures combined over processes."""
+    def end(self, *names: str) -> list[StepRecord]:
+        """Close windows at one point; their figures combined over processes in one collective."""
         assert self.monitor is not None
-        return self.combine(self.monitor.end_window(name))
+        ended = self.monitor.end_windows(list(names))
+        return [StepRecord(t, e, 0) for t, e in self.combine(ended)]
 
-    def combine(self, m: Measurement) -> StepRecord:
-        return StepRecord(self.collective.max(m.time_s), self.collective.sum(m.total_energy_j))
+    def combine(self, ms: Sequence[Measurement]) -> list[tuple[float, float]]:
+        return self.collective.combine([(m.time_s, m.total_energy_j) for m in ms])
 
-    def step_end(self) -> StepRecord:
-        rec = self.end(STEP)
-        self.step_count += 1
+    # -- steps -----------------------------------------------------------------------------------------
+    def count_steps(self, steps: int = 1) -> None:
+        """The free part of a step: count it. Reads nothing, synchronises nothing."""
+        self.step_count += steps
+        self._interval_steps += steps
+
+    def log_due(self, every: int) -> bool:
+        """True when the steps counted since the last logging point reach a multiple of `every`."""
+        return every > 0 and self.step_count // every > self._logged_at // every
+
+    def close_interval(self, also: Sequence[str] = ()) -> tuple[StepRecord, list[StepRecord]]:
+        """The logging point: close the `steps` window (and the windows `also`, in the same collective),
+        reopen it; returns the interval's per-step average and the other windows' figures."""
+        assert self.monitor is not None
+        ended = self.end(STEPS, *also)
+        self.monitor.begin_window(STEPS, sync=False)
+        if self.paused_kind is not None:
+            self.monitor.pause_windows([STEPS], sync=False)
+        steps = max(1, self._interval_steps)
+        rec = StepRecord(ended[0].time_s / steps, ended[0].energy_j / steps, self._interval_steps)
+        self._interval_steps = 0
+        self._logged_at = self.step_count
         self.last_step = rec
-        return rec
+        return rec, ended[1:]
 
-    def epoch_begin(self) -> None:
+    # -- pauses ----------------------------------------------------------------------------------------
+    def pause(self, kind: str) -> None:
+        """Time that is not training starts (an evaluation, a checkpoint): training windows stop counting.
+
+        Local to this process (no collective). A pause inside a pause belongs to the first one.
+        """
+        if self.paused_kind is not None or self.monitor is None:
+            return
+        self.paused_kind = kind
+        self.monitor.pause_windows(list(TRAINING_WINDOWS))
+        self.monitor.begin_window(PAUSE, sync=False)
+
+    def resume(self) -> None:
+        """Training goes on: the training windows count again; the pause's figures are kept apart."""
+        if self.paused_kind is None or self.monitor is None:
+            return
+        kind, self.paused_kind = self.paused_kind, None
+        m = self.monitor.end_window(PAUSE)
+        figures = self.paused.setdefault(kind, [0.0, 0.0, 0])
+        figures[0] += m.time_s
+        figures[1] += m.total_energy_j
+        figures[2] += 1
+        self.monitor.resume_windows(list(TRAINING_WINDOWS), sync=False)
+
+    # -- epochs ----------------------------------------------------------------------------------------
+    def epoch_begin(self, number: int | None = None) -> None:
+        carried = self._resumed_epoch
+        if number is None:
+            number = int(carried["epoch"]) if carried is not None and "epoch" in carried else len(self.epochs)
+        if carried is not None and int(carried.get("epoch", number)) != number:
+            # The checkpoint was saved at the end of that epoch, before its end was seen: it ended there.
+            self.epochs.append({"epoch": int(carried["epoch"]), "time_s": float(carried["time_s"]),
+                                "energy_j": float(carried["energy_j"])})
+            self._resumed_epoch = None
         self.cancel(EPOCH)
         self.begin(EPOCH)
+        self._epoch_number = number
+        self._epoch_steps_at = self.step_count
 
     def epoch_end(self) -> StepRecord | None:
         if not self.is_open(EPOCH):
             return None
-        rec = self.end(EPOCH)
-        self.epochs.append({"epoch": len(self.epochs), "time_s": rec.time_s, "energy_j": rec.energy_j})
+        rec = self.end(EPOCH)[0]
+        number = self._epoch_number if self._epoch_number is not None else len(self.epochs)
+        rec.steps = self.step_count - self._epoch_steps_at
+        carried = self._resumed_epoch
+        if carried is not None and int(carried.get("epoch", number)) == number:
+            rec = StepRecord(rec.time_s + float(carried["time_s"]), rec.energy_j + float(carried["energy_j"]),
+                             rec.steps + int(carried.get("steps", 0)))
+        self._resumed_epoch = None
+        self.epochs.append({"epoch": number, "time_s": rec.time_s, "energy_j": rec.energy_j})
+        self._epoch_number = None
         return rec
 
     def totals(self) -> StepRecord | None:
@@ -141,22 +243,22 @@ class RunMeasurement:
         if not self.active or not self.is_open(FIT):
             return None
         assert self.monitor is not None
-        m = self.monitor.peek_window(FIT)
-        return StepRecord(self.prior_time_s + self.collective.max(m.time_s),
-                          self.prior_energy_j + self.collective.sum(m.total_energy_j))
+        [(time_s, energy_j)] = self.combine([self.monitor.peek_window(FIT)])
+        return StepRecord(self.prior_time_s + time_s, self.prior_energy_j + energy_j, self.step_count)
 
     def close(self) -> Measurement | None:
         """Close every window and the monitor; the fit's own measurement (this process), if it was open."""
         if self.monitor is None:
             return None
-        self.cancel(STEP, PROFILE, EPOCH)
+        self.resume()
+        self.cancel(STEPS, PROFILE, EPOCH)
         fit = self.monitor.end_window(FIT) if self.monitor.is_open(FIT) else None
         self.monitor.close()
         return fit
 
     # -- the run's figures -----------------------------------------------------------------------------
     def gather(self, fit: Measurement) -> dict[str, Any]:
-        """Per-device energy, devices and power samples of every process (a collective)."""
+        """Per-device energy, devices, paused figures and power samples of every process (a collective)."""
         rank = self.collective.rank
         sampler = self.monitor.sampler if self.monitor is not None else None
         per_rank = self.collective.all_gather({
@@ -164,6 +266,7 @@ class RunMeasurement:
             "cpu": sum(fit.energy_j[d.key] for d in self.cpus) if self.cpus else None,
             "time_s": fit.time_s,
             "devices": [dict(d.describe(), rank=rank) for d in self.gpus],
+            "paused": {k: list(v) for k, v in self.paused.items()},
             "samples": ([(s.timestamp, {f"rank{rank}/{k}": w for k, w in s.power_w.items()})
                          for s in sampler.samples()] if sampler is not None else []),
         })
@@ -171,28 +274,61 @@ class RunMeasurement:
         for r in per_rank:
             per_device.update(r["energy"])
         cpu_parts = [r["cpu"] for r in per_rank if r["cpu"] is not None]
+        gpu_energy_j = sum(per_device.values())
         return {
             "time_s": max(r["time_s"] for r in per_rank) + self.prior_time_s,
-            "energy_j": sum(per_device.values()) + self.prior_energy_j,
+            # With no GPU, what the CPU package used is the run's energy.
+            "energy_j": (gpu_energy_j if per_device else sum(cpu_parts)) + self.prior_energy_j,
             "energy_per_device_j": per_device,
             "cpu_energy_j": sum(cpu_parts) if cpu_parts else None,
             "devices": [d for r in per_rank for d in r["devices"]],
+            "non_training": self._non_training([r["paused"] for r in per_rank]),
             "samples": [s for r in per_rank for s in r["samples"]],
         }
+
+    def _non_training(self, per_rank: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+        """Paused figures by kind: time maxed and energy summed over processes, earlier segments added."""
+        out: dict[str, dict[str, float]] = {k: dict(v) for k, v in self.prior_paused.items()}
+        for kind in sorted({k for r in per_rank for k in r}):
+            parts = [r[kind] for r in per_rank if kind in r]
+            prior = out.get(kind, {"time_s": 0.0, "energy_j": 0.0, "count": 0})
+            out[kind] = {"time_s": prior["time_s"] + max(p[0] for p in parts),
+                         "energy_j": prior["energy_j"] + sum(p[1] for p in parts),
+                         "count": int(prior["count"] + max(p[2] for p in parts))}
+        return out
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """A collective under distributed training: every process calls it at the same point."""
-        totals = self.totals()
+        fit = epoch = None
+        if self.active and self.monitor is not None and self.is_open(FIT):
+            windows = [self.monitor.peek_window(FIT)]
+            if self.is_open(EPOCH):
+                windows.append(self.monitor.peek_window(EPOCH))
+            combined = self.combine(windows)
+            fit = combined[0]
+            if len(combined) > 1:
+                t, e = combined[1]
+                carried = self._resumed_epoch or {}
+                epoch = {"epoch": self._epoch_number if self._epoch_number is not None else len(self.epochs),
+                         "time_s": t + float(carried.get("time_s", 0.0)),
+                         "energy_j": e + float(carried.get("energy_j", 0.0)),
+                         "steps": self.step_count - self._epoch_steps_at + int(carried.get("steps", 0))}
         return {
-            "energy_j": totals.energy_j if totals is not None else self.prior_energy_j,
-            "time_s": totals.time_s if totals is not None else self.prior_time_s,
+            "energy_j": self.prior_energy_j + (fit[1] if fit is not None else 0.0),
+            "time_s": self.prior_time_s + (fit[0] if fit is not None else 0.0),
             "steps": self.step_count,
             "epochs": list(self.epochs),
+            "epoch_in_progress": epoch,
+            # This process's pauses so far (the combined figures are made at the end of the run).
+            "non_training": self._non_training([{k: list(v) for k, v in self.paused.items()}]),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.prior_energy_j = float(state.get("energy_j", 0.0))
         self.prior_time_s = float(state.get("time_s", 0.0))
         self.step_count = int(state.get("steps", 0))
+        self._logged_at = self.step_count
         self.epochs = list(state.get("epochs", []))
+        self._resumed_epoch = state.get("epoch_in_progress")
+        self.prior_paused = {k: dict(v) for k, v in (state.get("non_training") or {}).items()}

@@ -11,6 +11,10 @@ Devices without one (older GPUs) are covered by a background `PowerSampler` whos
 (trapezoids) into a counter. A window too short for a counter to tick (its delta is 0 while time passed)
 is approximated by the device's current power times the window's time and listed in
 `Measurement.approximate`, never silently reported as zero.
+
+A window can be paused and resumed (`pause_windows`, `resume_windows`): what runs in between (an
+evaluation, a checkpoint) is neither timed nor counted in it. Ending, pausing or resuming reads every
+counter once, whatever the number of windows involved.
 """
 
 from __future__ import annotations
@@ -68,16 +72,24 @@ class PowerSampler:
     (RAPL) read often enough.
     """
 
+    #: Samples kept at most; beyond it every other one is dropped and later ones kept at half the rate, so
+    #: a week-long run keeps an evenly thinned trace in bounded memory (the energy integral is unaffected).
+    MAX_SAMPLES = 100_000
+
     def __init__(self, devices: Sequence[Device], interval_s: float = 0.1, *, keep_samples: bool = True,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, max_samples: int | None = None) -> None:
         if interval_s <= 0:
             raise UsageError(f"monitor.sample_interval_s must be > 0 (got {interval_s})")
         self.devices = list(devices)
         self.interval_s = interval_s
         self.keep_samples = keep_samples
+        self.max_samples = max(2, max_samples if max_samples is not None else self.MAX_SAMPLES)
         self._clock = clock
         self._lock = threading.Lock()
         self._samples: list[PowerSample] = []
+        #: Keep one sample in this many (doubles each time the kept trace is thinned).
+        self._keep_every = 1
+        self._taken = 0
         self._integrated_j: dict[str, float] = {d.key: 0.0 for d in self.devices}
         self._last: tuple[float, dict[str, float]] | None = None
         self._stop = threading.Event()
@@ -104,8 +116,18 @@ class PowerSampler:
                         self._integrated_j[key] += 0.5 * (w + w0[key]) * dt
             self._last = (now, watts)
             if self.keep_samples:
-                self._samples.append(sample)
+                if self._taken % self._keep_every == 0:
+                    self._samples.append(sample)
+                    if len(self._samples) > self.max_samples:
+                        del self._samples[1::2]
+                        self._keep_every *= 2
+                self._taken += 1
         return sample
+
+    @property
+    def kept_every(self) -> int:
+        """One sample in this many is kept (1 until the trace was first thinned)."""
+        return self._keep_every
 
     def integrated_energy_j(self, key: str) -> float:
         """Energy integrated from samples so far for one device, brought up to now."""
@@ -149,6 +171,11 @@ class _Open:
     start_mono: float
     start_time: float
     energy_j: dict[str, float]
+    #: Time and energy of the segments before a pause.
+    carried_time_s: float = 0.0
+    carried_energy_j: dict[str, float] = field(default_factory=dict)
+    approximate: set[str] = field(default_factory=set)
+    paused: bool = False
 
 
 @dataclass
@@ -244,30 +271,70 @@ class EnergyMonitor:
             self._open[name] = _Open(self._clock(), self._wall(), self._read_energy())
 
     def end_window(self, name: str, *, sync: bool = True) -> Measurement:
-        """Close window `name` and return its measurement."""
+        """Close window `name` and return its measurement (paused time and energy left out)."""
+        return self.end_windows([name], sync=sync)[0]
+
+    def end_windows(self, names: Sequence[str], *, sync: bool = True) -> list[Measurement]:
+        """Close several windows at one point, reading every counter once."""
         if sync and self.sync is not None:
             self.sync()
         with self._lock:
-            started = self._open.pop(name, None)
-            if started is None:
-                raise UsageError(f"measurement window {name!r} is not open; call begin_window first")
+            missing = [n for n in names if n not in self._open]
+            if missing:
+                raise UsageError(f"measurement window {missing[0]!r} is not open; call begin_window first")
+            started = [self._open.pop(n) for n in names]
             now = self._clock()
             end = self._read_energy()
-        time_s = max(0.0, now - started.start_mono)
-        energy: dict[str, float] = {}
-        approximate: list[str] = []
+        out = []
+        for name, window in zip(names, started, strict=True):
+            if not window.paused:
+                self._carry(window, now, end)
+            m = Measurement(name, window.start_time, window.carried_time_s, dict(window.carried_energy_j),
+                            tuple(k for _, k, _ in self._readers if k in window.approximate), self.simulated)
+            self._write_log(m)
+            out.append(m)
+        return out
+
+    def _carry(self, window: _Open, now: float, end: dict[str, float]) -> None:
+        """Add the segment since the window (re)started to what it carries. A counter that did not tick
+        while time passed is approximated by power x time and the device marked approximate."""
+        time_s = max(0.0, now - window.start_mono)
         for dev, key, _ in self._readers:
-            delta = end[key] - started.energy_j[key]
+            delta = end[key] - window.energy_j[key]
             if delta <= 0.0 and time_s > 0.0:
                 try:
                     delta = dev.power_w() * time_s
                 except DeviceError:
                     delta = 0.0
-                approximate.append(key)
-            energy[key] = delta
-        m = Measurement(name, started.start_time, time_s, energy, tuple(approximate), self.simulated)
-        self._write_log(m)
-        return m
+                window.approximate.add(key)
+            window.carried_energy_j[key] = window.carried_energy_j.get(key, 0.0) + delta
+        window.carried_time_s += time_s
+
+    def pause_windows(self, names: Sequence[str], *, sync: bool = True) -> list[str]:
+        """Stop counting time and energy in the open, running windows among `names`; returns those paused."""
+        if sync and self.sync is not None:
+            self.sync()
+        with self._lock:
+            windows = [(n, self._open[n]) for n in names if n in self._open and not self._open[n].paused]
+            if not windows:
+                return []
+            now, end = self._clock(), self._read_energy()
+            for _, window in windows:
+                self._carry(window, now, end)
+                window.paused = True
+        return [n for n, _ in windows]
+
+    def resume_windows(self, names: Sequence[str], *, sync: bool = True) -> None:
+        """Count again in the paused windows among `names` (from now)."""
+        if sync and self.sync is not None:
+            self.sync()
+        with self._lock:
+            windows = [self._open[n] for n in names if n in self._open and self._open[n].paused]
+            if not windows:
+                return
+            now, end = self._clock(), self._read_energy()
+            for window in windows:
+                window.start_mono, window.energy_j, window.paused = now, dict(end), False
 
     def peek_window(self, name: str) -> Measurement:
         """Time and energy of window `name` so far, leaving it open."""
@@ -275,11 +342,14 @@ class EnergyMonitor:
             started = self._open.get(name)
             if started is None:
                 raise UsageError(f"measurement window {name!r} is not open; call begin_window first")
-            now = self._clock()
-            end = self._read_energy()
-        energy = {k: max(0.0, end[k] - started.energy_j[k]) for k in end}
-        return Measurement(name, started.start_time, max(0.0, now - started.start_mono), energy, (),
-                           self.simulated)
+            time_s, energy = started.carried_time_s, dict(started.carried_energy_j)
+            if not started.paused:
+                now = self._clock()
+                end = self._read_energy()
+                time_s += max(0.0, now - started.start_mono)
+                for k in end:
+                    energy[k] = energy.get(k, 0.0) + max(0.0, end[k] - started.energy_j[k])
+        return Measurement(name, started.start_time, time_s, energy, (), self.simulated)
 
     def cancel_window(self, name: str) -> None:
         """Forget window `name` without measuring it (e.g. the step raised)."""

@@ -3,8 +3,14 @@
 It binds the pure tuner of `wattwise.power_limit` to the run's GPUs: the guard records each GPU's
 original limit before the first change and restores it on every exit path; the limit a tuning run
 chooses is remembered under the job's key (`wattwise.limits_memory`) and reused by the next run of the
-same job. A carbon part, when configured, moves the limit after tuning. Its resumable state is the
-tuner's.
+same job, which reports it with the selector, eta and run that chose it. A carbon part, when configured,
+moves the limit after tuning. Limits change only at optimizer-step boundaries (`step_begin`).
+
+A run too short to profile every limit (its length known from the framework, `expected_steps`) keeps
+profiling what it can, then settles on the best limit measured so far before a limit it could not finish;
+a run whose end comes unannounced settles at `finish_tuning`. Either way the summary says
+`tuning: {"finished": false, "profiled": [...], "reason": ...}` and one warning says it once.
+Its resumable state is the tuner's, the steps run at the chosen limit and the reused limit's origin.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device
 from wattwise.distributed import Collective
 from wattwise.guard import SettingsGuard
-from wattwise.limits_memory import LimitsMemory
-from wattwise.power_limit import PowerLimitTuner, cap_limit_w, profile_limits_w
-from wattwise.record import PowerLimitSummary
+from wattwise.limits_memory import LimitsMemory, RememberedLimit
+from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w
+from wattwise.record import PowerLimitSummary, TuningSummary
 
 
 class PowerLimitControl:
@@ -43,7 +49,14 @@ class PowerLimitControl:
         self.timeline: list[dict[str, Any]] = []
         #: The limit was chosen by an earlier run of the job and reused without profiling.
         self.reused = False
+        #: Where a reused limit came from (selector, eta, run and time of the run that chose it).
+        self.reused_from: RememberedLimit | None = None
         self.steps_at_chosen = 0
+        #: Optimizer steps the run will make, when the framework knows (None: unknown).
+        self.expected_steps: int | None = None
+        #: Messages the run must warn about once (tuning that cannot finish).
+        self.notices: list[str] = []
+        self._warned_short = False
         self._resumed_tuner: dict[str, Any] | None = None
         self._label: Callable[[Device], str] = lambda dev: dev.key
 
@@ -88,13 +101,12 @@ class PowerLimitControl:
             self.tuner.load_state_dict(self._resumed_tuner)
             return
         if cfg.reuse and memory_key is not None:
-            saved = self.memory.load(memory_key) if collective.rank == 0 else None
+            saved = self.memory.recall(memory_key) if collective.rank == 0 else None
             saved = collective.broadcast(saved)
             if saved is not None:
-                chosen, profile = saved
-                self.tuner.profile = profile
-                self.tuner.finish_with(chosen)
-                self.reused = True
+                self.tuner.profile = list(saved.profile)
+                self.tuner.finish_with(saved.chosen)
+                self.reused, self.reused_from = True, saved
 
     def apply(self, watts: float) -> None:
         assert self.guard is not None
@@ -106,10 +118,12 @@ class PowerLimitControl:
             self.timeline.append({"timestamp": now, "device": self._label(gpu), "setting": "power_limit_w",
                                   "value": watts})
 
-    def step_begin(self, collective: Collective) -> bool:
+    def step_begin(self, collective: Collective, steps_done: int) -> bool:
         """Apply the limit the tuner (or the carbon part) wants now; True when a profile window opens."""
         if self.tuner is None:
             return False
+        if self.expected_steps is not None and not self.tuner.done:
+            self._check_time_left(steps_done)
         action = self.tuner.on_step_begin()
         target = action.set_limit_w
         if self.tuner.done and self.carbon is not None:
@@ -119,14 +133,54 @@ class PowerLimitControl:
             self.apply(target)
         return action.begin_window
 
-    def step_end(self) -> bool:
-        """Count the step; True when the open profile window is complete and must be measured."""
+    def step_end(self, steps: int = 1) -> bool:
+        """Count `steps` optimizer steps; True when the open profile window is complete and must be measured."""
         if self.tuner is None:
             return False
         if self.tuner.done:
-            self.steps_at_chosen += 1
+            self.steps_at_chosen += steps
             return False
-        return self.tuner.on_step_end()
+        return self.tuner.on_step_end(steps)
+
+    def _check_time_left(self, steps_done: int) -> None:
+        """A run of known length: warn once when tuning cannot finish; settle before a limit it cannot finish."""
+        assert self.tuner is not None and self.expected_steps is not None
+        t = self.tuner
+        left = self.expected_steps - steps_done
+        needed = t.steps_to_finish()
+        if needed <= left:
+            return
+        per_limit = t.warmup_steps + t.profile_steps
+        if t.phase == "wait":  # the first limit starts after the wait
+            to_next = t.wait_steps - t.steps_in_phase
+            can = len(t.profile) + max(0, left - to_next) // per_limit
+        else:  # the current limit completes first
+            current = needed - (len(t.limits_w) - t.limit_index - 1) * per_limit
+            can = len(t.profile) + (1 + (left - current) // per_limit if current <= left else 0)
+        reason = (f"the run makes {self.expected_steps} optimizer steps; profiling every limit needs "
+                  f"{steps_done + needed}")
+        if not self._warned_short:
+            self._warned_short = True
+            self.notices.append(f"power-limit tuning cannot finish: {reason}. It profiles {min(can, len(t.limits_w))} "
+                                f"of {len(t.limits_w)} limits and keeps the best of them (the summary says "
+                                "tuning.finished = false); give the run more steps, or lower "
+                                "power_limit.profile_steps / warmup_steps or raise power_limit.step_w")
+        if t.at_limit_boundary() and left < per_limit:
+            t.finish_early(reason)
+
+    def finish_tuning(self, steps_done: int) -> None:
+        """The run ends: tuning that is still profiling settles on the best limit measured so far."""
+        t = self.tuner
+        if t is None or t.done:
+            return
+        reason = (f"the run ended after {steps_done} optimizer steps, {t.steps_to_finish()} before every "
+                  "limit was profiled")
+        t.finish_early(reason)
+        if not self._warned_short:
+            self._warned_short = True
+            self.notices.append(f"power-limit tuning did not finish: {reason}; "
+                                f"{len(t.profile)} of {len(t.limits_w)} limits profiled (the summary says "
+                                "tuning.finished = false)")
 
     def record_profile(self, time_s: float, energy_j: float, *, memory_key: str | None, is_main: bool) -> None:
         """The profile window's figures (combined over processes); remember the choice once tuning ends."""
@@ -135,10 +189,6 @@ class PowerLimitControl:
         if self.tuner.done and self.tuner.chosen is not None and memory_key is not None and is_main:
             self.memory.save(memory_key, self.tuner.chosen, self.tuner.profile, selector=self.tuner.selector,
                              eta=self.tuner.eta)
-
-    def epoch_end(self) -> bool:
-        """True when an open profile window must be dropped (tuning never profiles across epochs)."""
-        return self.tuner is not None and self.tuner.on_epoch_end()
 
     def degrade(self) -> None:
         """A change failed: restore every setting and only measure from now on."""
@@ -163,20 +213,42 @@ class PowerLimitControl:
             return None
         t = self.tuner
         top = max(t.profile, key=lambda e: e.power_limit_w) if t.profile else None
+        # An idle simulated GPU measures its idle power only: what it "saves" is timing noise, not a saving.
+        honest = all(gpu.driven for gpu in self.gpus)
         saved = (self.steps_at_chosen * (top.energy_j - t.chosen.energy_j)
-                 if t.chosen is not None and top is not None else None)
+                 if t.chosen is not None and top is not None and honest else None)
+        origin = self.reused_from
         return PowerLimitSummary(
-            mode="tune", selector=t.selector, eta=t.eta, max_slowdown=self.cfg.max_slowdown, reused=self.reused,
+            mode="tune", max_slowdown=self.cfg.max_slowdown, reused=self.reused,
+            selector=origin.selector if origin is not None else t.selector,
+            eta=origin.eta if origin is not None else t.eta,
+            reused_run_id=origin.run_id if origin is not None else None,
+            reused_chosen_at_s=origin.chosen_at_s if origin is not None else None,
             chosen_power_limit_w=t.chosen.power_limit_w if t.chosen else None, profile=tuple(t.profile),
             baseline_energy_j=energy_j + saved if saved is not None else None, energy_saved_j=saved,
-            baseline_estimated=saved is not None)
+            baseline_estimated=saved is not None,
+            tuning=TuningSummary(finished=t.finished, profiled=tuple(e.power_limit_w for e in t.profile),
+                                 reason=t.unfinished_reason if not t.finished else None,
+                                 steps_at_chosen=self.steps_at_chosen))
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        origin = self.reused_from
         return {"tuner": self.tuner.state_dict() if self.tuner is not None else None,
-                "applied_limit_w": self.applied_limit_w}
+                "applied_limit_w": self.applied_limit_w,
+                "steps_at_chosen": self.steps_at_chosen,
+                "reused_from": ({"selector": origin.selector, "eta": origin.eta, "run_id": origin.run_id,
+                                 "chosen_at_s": origin.chosen_at_s} if origin is not None else None)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._resumed_tuner = state.get("tuner")
+        self.steps_at_chosen = int(state.get("steps_at_chosen", 0))
+        origin = state.get("reused_from")
+        if origin is not None and self._resumed_tuner is not None and self._resumed_tuner.get("chosen"):
+            chosen = ProfileEntry(**self._resumed_tuner["chosen"])
+            self.reused = True
+            self.reused_from = RememberedLimit(chosen, [ProfileEntry(**e) for e in self._resumed_tuner["profile"]],
+                                               origin.get("selector"), origin.get("eta"),
+                                               origin.get("chosen_at_s"), origin.get("run_id"))
         if self.tuner is not None and self._resumed_tuner is not None:
             self.tuner.load_state_dict(self._resumed_tuner)

@@ -121,10 +121,11 @@ class PowerLimitTuner:
 
     Phases: `wait` (the first `wait_steps` steps, untouched) -> for each limit, highest first: `warmup`
     (`warmup_steps` at that limit) then `profile` (`profile_steps` measured as one window) -> `done`
-    (the selected limit applied). The driver calls `on_step_begin`, `on_step_end`, `record` (with the
-    window's time and energy, summed over all GPUs of the job) and `on_epoch_end`. An epoch that ends
-    during warm-up or profiling discards that limit's partial measurement and redoes it, so epoch
-    boundaries (validation, checkpointing, data-loader restarts) never pollute a profile.
+    (the selected limit applied). Steps are optimizer steps. The driver calls `on_step_begin`,
+    `on_step_end` and `record` (with the window's time and energy, summed over all GPUs of the job);
+    what is not training (evaluation, checkpoints) is paused out of the window by the driver, so a
+    window may span epochs. A run too short to profile every limit ends with `finish_early`: the best
+    limit measured so far is chosen, and `finished` stays False with the reason.
     """
 
     def __init__(
@@ -163,18 +164,53 @@ class PowerLimitTuner:
         self.window_open = False
         self.profile: list[ProfileEntry] = []
         self.chosen: ProfileEntry | None = None
+        #: Why tuning stopped before every limit was profiled (None: it finished, or goes on).
+        self.unfinished_reason: str | None = None
         self._applied: float | None = None
+        self._window_steps = 0
 
     @property
     def done(self) -> bool:
         return self.phase == "done"
 
     @property
+    def finished(self) -> bool:
+        """Every limit was profiled (or a complete earlier result reused)."""
+        return self.done and self.unfinished_reason is None
+
+    def steps_to_finish(self) -> int:
+        """Optimizer steps still needed before every limit is profiled (0 once done)."""
+        if self.done:
+            return 0
+        per_limit = self.warmup_steps + self.profile_steps
+        left = len(self.limits_w) - self.limit_index
+        if self.phase == "wait":
+            return self.wait_steps - self.steps_in_phase + left * per_limit
+        if self.phase == "warmup":
+            return self.warmup_steps - self.steps_in_phase + self.profile_steps + (left - 1) * per_limit
+        return self.profile_steps - self.steps_in_phase + (left - 1) * per_limit
+
+    def at_limit_boundary(self) -> bool:
+        """True before the first step of a limit (nothing of it measured yet)."""
+        first = "warmup" if self.warmup_steps > 0 else "profile"
+        return self.phase == first and self.steps_in_phase == 0 and not self.window_open
+
+    def finish_early(self, reason: str) -> None:
+        """Stop profiling: choose the best of the limits measured so far (none: the highest limit)."""
+        if self.done:
+            return
+        self.window_open = False
+        self.unfinished_reason = reason
+        self.chosen = (select_power_limit(self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w,
+                                          max_slowdown=self.max_slowdown) if self.profile else None)
+        self._enter("done")
+
+    @property
     def current_limit_w(self) -> float | None:
         if self.phase in ("warmup", "profile"):
             return self.limits_w[self.limit_index]
-        if self.phase == "done" and self.chosen is not None:
-            return self.chosen.power_limit_w
+        if self.phase == "done":
+            return self.chosen.power_limit_w if self.chosen is not None else max(self.limits_w)
         return None
 
     def on_step_begin(self) -> TunerAction:
@@ -183,16 +219,19 @@ class PowerLimitTuner:
         if target is not None and target != self._applied:
             action.set_limit_w = target
             self._applied = target
-        if self.phase == "profile" and self.steps_in_phase == 0:
+        if self.phase == "profile" and self.steps_in_phase == 0 and not self.window_open:
             action.begin_window = True
             self.window_open = True
+            self._window_steps = 0
         return action
 
-    def on_step_end(self) -> bool:
-        """Count the step. True: end the profiling window now and `record` it."""
+    def on_step_end(self, steps: int = 1) -> bool:
+        """Count `steps` optimizer steps. True: end the profiling window now and `record` it."""
         if self.phase == "done":
             return False
-        self.steps_in_phase += 1
+        self.steps_in_phase += steps
+        if self.window_open:
+            self._window_steps += steps
         if self.phase == "wait" and self.steps_in_phase >= self.wait_steps:
             self._enter("warmup")
         elif self.phase == "warmup" and self.steps_in_phase >= self.warmup_steps:
@@ -208,7 +247,7 @@ class PowerLimitTuner:
         if self.phase != "profile" or not self.window_open:
             raise RuntimeError("record() called outside a profiling window")
         self.window_open = False
-        steps = self.profile_steps
+        steps = max(1, self._window_steps)
         self.profile.append(ProfileEntry(self.limits_w[self.limit_index], time_s / steps, energy_j / steps))
         self.limit_index += 1
         if self.limit_index >= len(self.limits_w):
@@ -217,16 +256,6 @@ class PowerLimitTuner:
             self._enter("done")
         else:
             self._enter("warmup" if self.warmup_steps > 0 else "profile")
-
-    def on_epoch_end(self) -> bool:
-        """True: cancel the open profiling window (its limit is profiled again next epoch)."""
-        cancel = self.window_open
-        self.window_open = False
-        if self.phase == "profile":
-            self._enter("warmup" if self.warmup_steps > 0 else "profile")
-        elif self.phase == "warmup":
-            self.steps_in_phase = 0
-        return cancel
 
     def _enter(self, phase: str) -> None:
         self.phase = phase
@@ -245,17 +274,23 @@ class PowerLimitTuner:
             "steps_in_phase": self.steps_in_phase,
             "profile": [vars(e).copy() for e in self.profile],
             "chosen": vars(self.chosen).copy() if self.chosen else None,
+            "unfinished_reason": self.unfinished_reason,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: a finished tuner stays finished; an unfinished one redoes the limit it was on."""
         self.profile = [ProfileEntry(**e) for e in state["profile"]]
         self.chosen = ProfileEntry(**state["chosen"]) if state.get("chosen") else None
+        self.unfinished_reason = state.get("unfinished_reason")
         self.limit_index = int(state["limit_index"])
         self.window_open = False
         self._applied = None
         phase = state["phase"]
-        if phase == "done":
+        if phase == "done" and self.unfinished_reason is not None:
+            # The earlier segment ended before every limit was profiled: go on profiling where it stopped.
+            self.unfinished_reason, self.chosen = None, None
+            self._enter("warmup" if self.warmup_steps > 0 else "profile")
+        elif phase == "done":
             self._enter("done")
         elif phase == "wait":
             self.phase, self.steps_in_phase = "wait", int(state["steps_in_phase"])

@@ -79,6 +79,34 @@ class SettingEvent:
         return {"timestamp": self.timestamp_s, "device": self.device, "setting": self.setting, "value": self.value}
 
 
+@dataclass(frozen=True)
+class TuningSummary:
+    """Whether power-limit tuning profiled every limit; when not, why, and what it measured."""
+
+    finished: bool
+    #: The limits profiled, highest first.
+    profiled: tuple[float, ...] = ()
+    reason: str | None = None
+    #: Optimizer steps run at the chosen limit (the estimated saving counts these).
+    steps_at_chosen: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"finished": self.finished, "profiled": list(self.profiled), "reason": self.reason,
+                "steps_at_chosen": self.steps_at_chosen}
+
+
+@dataclass(frozen=True)
+class NonTrainingTime:
+    """Time that was not training (one kind: validation, checkpoint, ...), excluded from step figures."""
+
+    time_s: float
+    energy_j: float
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"time_s": self.time_s, "energy_j": self.energy_j, "count": self.count}
+
+
 @dataclass(frozen=True, kw_only=True)
 class PowerLimitSummary:
     """What the power-limit part did: a cap, or tuning (profile, choice, estimated saving)."""
@@ -96,6 +124,11 @@ class PowerLimitSummary:
     baseline_energy_j: float | None = None
     energy_saved_j: float | None = None
     baseline_estimated: bool = False
+    #: A reused limit: the run that chose it and when (unix seconds); `selector` and `eta` are that run's.
+    reused_run_id: str | None = None
+    reused_chosen_at_s: float | None = None
+    #: Whether tuning finished (None in summaries written before 0.3).
+    tuning: TuningSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
         if self.mode == "cap":
@@ -109,6 +142,12 @@ class PowerLimitSummary:
         }
         if self.baseline_estimated:
             info["baseline_estimated"] = True
+        if self.reused:
+            info["reused_from"] = {"run_id": self.reused_run_id,
+                                   "chosen_at": iso_utc(self.reused_chosen_at_s)
+                                   if self.reused_chosen_at_s is not None else None}
+        if self.tuning is not None:
+            info["tuning"] = self.tuning.to_dict()
         return info
 
 
@@ -173,6 +212,8 @@ class RunSummary:
     settings: RunSettings = field(default_factory=RunSettings)
     settings_timeline: tuple[SettingEvent, ...] = ()
     carbon_aware: CarbonAwareSummary | None = None
+    #: Time that was not training (validation, checkpoints), by kind; included in `time_s`/`energy_j`.
+    non_training: Mapping[str, NonTrainingTime] = field(default_factory=dict)
 
     @property
     def avg_power_w(self) -> float:
@@ -219,6 +260,7 @@ class RunSummary:
             "settings": self.settings.to_dict(),
             "settings_timeline": [e.to_dict() for e in self.settings_timeline],
             "carbon_aware": self.carbon_aware.to_dict() if self.carbon_aware is not None else None,
+            "non_training": {kind: t.to_dict() for kind, t in self.non_training.items()},
         }
 
     def to_json(self) -> str:
@@ -241,11 +283,18 @@ def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | 
         if pl.mode == "cap":
             lines.append(f"  power cap {pl.chosen_power_limit_w:g} W")
         else:
-            how = "reused from a previous run" if pl.reused else f"{len(pl.profile)} limits profiled"
+            if pl.reused:
+                how = f"reused from run {pl.reused_run_id}" if pl.reused_run_id else "reused from a previous run"
+            else:
+                how = f"{len(pl.profile)} limits profiled"
             eta = f"{pl.eta:g}" if pl.eta is not None else "unset"
             lines.append(f"  power limit {pl.chosen_power_limit_w:g} W chosen by {pl.selector} (eta {eta}; {how})")
             if pl.energy_saved_j is not None:
                 lines.append(f"  estimated saving against the maximum limit: {pl.energy_saved_j:.1f} J")
+    if pl is not None and pl.tuning is not None and not pl.tuning.finished:
+        lines.append(f"  tuning did not finish: {pl.tuning.reason}")
+    for kind, t in summary.non_training.items():
+        lines.append(f"  {kind}: {t.time_s:.2f} s, {t.energy_j:.1f} J ({t.count}x; not in step figures)")
     if output_dir:
         lines.append(f"  summary: {output_dir}/{SUMMARY_FILE}")
     return "\n".join(lines)
@@ -481,7 +530,21 @@ def parse_summary(raw: Any, *, where: str) -> RunSummary:
         carbon_aware=CarbonAwareSummary(
             carbon.number("threshold_g_per_kwh"), carbon.number("interval_s"), carbon.opt_text("intensity_source")
         ) if carbon is not None else None,
+        non_training=_non_training(f.opt_object("non_training")),
     )
+
+
+def _non_training(f: _Fields | None) -> dict[str, NonTrainingTime]:
+    if f is None:
+        return {}
+    out = {}
+    for kind in f.raw:
+        entry = f.opt_object(kind)
+        if entry is None:
+            continue
+        count = entry.opt_int("count")
+        out[str(kind)] = NonTrainingTime(entry.number("time_s"), entry.number("energy_j"), count or 0)
+    return out
 
 
 def _epoch(f: _Fields, index: int) -> EpochEnergy:
@@ -490,6 +553,7 @@ def _epoch(f: _Fields, index: int) -> EpochEnergy:
 
 
 def _power_limit(f: _Fields) -> PowerLimitSummary:
+    reused, tuning = f.opt_object("reused_from"), f.opt_object("tuning")
     return PowerLimitSummary(
         mode=f.text("mode"),
         chosen_power_limit_w=f.opt_number("chosen_power_limit_w"),
@@ -503,6 +567,15 @@ def _power_limit(f: _Fields) -> PowerLimitSummary:
         # A limit that used more energy than the highest one "saves" a negative amount.
         energy_saved_j=f.opt_number("energy_saved_j", minimum=None),
         baseline_estimated=bool(f.opt_bool("baseline_estimated")),
+        reused_run_id=reused.opt_text("run_id") if reused is not None else None,
+        reused_chosen_at_s=(reused.timestamp("chosen_at")[1] if reused is not None
+                            and reused.raw.get("chosen_at") is not None else None),
+        tuning=TuningSummary(
+            finished=bool(tuning.opt_bool("finished")),
+            profiled=tuple(tuning.numbers("profiled")),
+            reason=tuning.opt_text("reason"),
+            steps_at_chosen=tuning.opt_int("steps_at_chosen"),
+        ) if tuning is not None else None,
     )
 
 
@@ -709,6 +782,13 @@ class _Fields:
                 self._fail(f"{key}[{i}]", "an object", value)
             items.append(_Fields(value, self.where, f"{self.prefix}{key}[{i}]."))
         return items
+
+    def numbers(self, key: str) -> list[float]:
+        values = self._list(key)
+        for i, value in enumerate(values):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                self._fail(f"{key}[{i}]", "a finite number", value)
+        return [float(v) for v in values]
 
     def strings(self, key: str) -> tuple[str, ...]:
         values = self._list(key)

@@ -3,7 +3,15 @@
 An adapter translates its framework's life cycle into calls on `Run`:
 
     start() -> [epoch_begin() -> (step_begin() -> step_end())* -> epoch_end()]* -> finish()
+    pause(kind) ... resume() around what is not training (evaluation, checkpoints);
     abort(exc) on an exception; state_dict()/load_state_dict() for checkpoints.
+
+A step is an optimizer step: `step_end(steps=n)` counts the n optimizer steps the framework made since
+`step_begin` (several optimizers, or none on a gradient-accumulation micro-batch, where the adapter calls
+neither). A step that neither logs nor closes a profiling window only counts: no counter read, no CUDA
+synchronize, no collective. Every `log_every_n_steps` steps the run combines the interval's figures over
+processes (one tensor all-reduce) and `step_end` returns them (per-step averages); otherwise it returns
+None. Power-limit changes happen only in `step_begin`, at an optimizer-step boundary.
 
 The parts, each beside its decision code and each owning its state:
 - `measurement` (`wattwise.measurement.RunMeasurement`): devices, the energy monitor, the run's windows;
@@ -33,11 +41,12 @@ from wattwise.devices import Device, DeviceError
 from wattwise.distributed import Collective, default_collective
 from wattwise.errors import UsageError
 from wattwise.limits_memory import LimitsMemory, memory_key
-from wattwise.measurement import PROFILE, STEP, RunMeasurement, StepRecord
+from wattwise.measurement import EPOCH, PROFILE, RunMeasurement, StepRecord
 from wattwise.power_control import PowerLimitControl
 from wattwise.record import (
     CarbonAwareSummary,
     EpochEnergy,
+    NonTrainingTime,
     RunSettings,
     RunSummary,
     SettingEvent,
@@ -49,7 +58,11 @@ from wattwise.record import (
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["EnergyPluginWarning", "Run", "StepRecord"]
+__all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Run", "StepRecord"]
+
+#: Step figures are combined over processes and logged every this many optimizer steps, unless the
+#: configuration (or the framework's own cadence, in the adapter) says otherwise.
+DEFAULT_LOG_EVERY_N_STEPS = 50
 
 
 class EnergyPluginWarning(UserWarning):
@@ -108,6 +121,10 @@ class Run:
         self._warned = False
         self._start_wall = 0.0
         self._resumed: dict[str, Any] | None = None
+        #: Step figures are combined and returned by `step_end` every this many optimizer steps.
+        self.log_every_n_steps = cfg.log_every_n_steps or DEFAULT_LOG_EVERY_N_STEPS
+        #: Notices given (each once), also listed in the summary's notes.
+        self._noticed: list[str] = []
 
     # -- what adapters and users read ------------------------------------------------------------------
     @property
@@ -151,6 +168,18 @@ class Run:
             self._warned = True
             warnings.warn(f"wattwise: {message}", EnergyPluginWarning, stacklevel=4)
 
+    def _notice(self, message: str) -> None:
+        """A feature that cannot do its job says so once (main process), beside the one degrade warning."""
+        if message in self._noticed:
+            return
+        self._noticed.append(message)
+        if self.is_main:
+            warnings.warn(f"wattwise: {message}", EnergyPluginWarning, stacklevel=4)
+
+    def _take_notices(self) -> None:
+        while self.power.notices:
+            self._notice(self.power.notices.pop(0))
+
     def _degrade(self, err: BaseException, what: str) -> None:
         """A setting could not be changed: restore and go on measuring. Raised instead in strict mode."""
         if self.cfg.strict:
@@ -190,7 +219,16 @@ class Run:
         if self._resumed is not None:
             self.measurement.load_state_dict(self._resumed)
         self._start_wall = self._wall()
-        self.measurement.open()
+        if not self.measurement.open():
+            self._notice("nothing to measure on this machine (no GPU, and the CPU package's energy counter "
+                         "is not readable): training goes on unmeasured; backend='simulated' tries wattwise "
+                         "on the simulated GPU")
+            return
+        if self.power.mode != "measure" and not self.gpus:
+            self._notice(f"power-limit {'tuning' if self.power.mode == 'tune' else 'capping'} needs an NVIDIA "
+                         "GPU and none was found: measuring only (backend='simulated' tries it on the "
+                         "simulated GPU)")
+            self.power.mode = "measure"
         try:
             carbon = (CarbonControl(self.cfg.carbon, wall_clock=self._wall)
                       if self.cfg.carbon.aware and self.power.mode == "tune" else None)
@@ -199,38 +237,79 @@ class Run:
         except (DeviceError, UsageError) as err:
             self._degrade(err, "setting up the power limit")
 
+    def expect_steps(self, total: int | None) -> None:
+        """The optimizer steps this run will make, when the framework knows: tuning that cannot finish in
+        them says so as soon as that is certain, and settles on the best limit it could measure."""
+        self.power.expected_steps = total if total is not None and total > 0 else None
+
     @_never_breaks_training
-    def step_begin(self) -> None:
+    def step_begin(self, epoch: int | None = None) -> None:
+        """An optimizer step starts: training resumes after a pause; the tuner may change the limit.
+
+        `epoch`: the framework's epoch index, for an epoch whose start was not seen (a resume)."""
         if not self.measuring:
             return
-        assert self.measurement is not None
+        m = self.measurement
+        assert m is not None
+        if m.paused_kind is not None:
+            m.resume()
+        if not m.is_open(EPOCH):  # e.g. a resume in the middle of an epoch: no epoch start was seen
+            m.epoch_begin(epoch)
         try:
-            begin_profile = self.power.step_begin(self.collective)
+            begin_profile = self.power.step_begin(self.collective, m.step_count)
         except (DeviceError, UsageError) as err:
             self._degrade(err, f"setting the power limit to {self.power.target_w:g} W")
             begin_profile = False
+        if self.power.notices:
+            self._take_notices()
         if begin_profile:
-            self.measurement.begin(PROFILE)
-        self.measurement.begin(STEP)
+            m.begin(PROFILE)
 
     @_never_breaks_training
-    def step_end(self) -> StepRecord | None:
-        """Close the step; returns the step's time and energy over all processes (None when off)."""
-        if not self.measuring:
+    def step_end(self, steps: int = 1) -> StepRecord | None:
+        """`steps` optimizer steps ended. At a logging point returns the interval's figures over all
+        processes (per-step averages); otherwise None, having only counted (see the module docstring)."""
+        if not self.measuring or steps <= 0:
             return None
-        assert self.measurement is not None
-        rec = self.measurement.step_end()
-        if self.power.step_end():
-            profile = self.measurement.end(PROFILE)
-            self.power.record_profile(profile.time_s, profile.energy_j, memory_key=self._memory_key(),
+        m = self.measurement
+        assert m is not None
+        m.count_steps(steps)
+        profile_done = self.power.step_end(steps)
+        if not profile_done and not m.log_due(self.log_every_n_steps):
+            return None
+        rec = None
+        if m.log_due(self.log_every_n_steps):
+            rec, ended = m.close_interval(also=(PROFILE,) if profile_done else ())
+        else:
+            ended = m.end(PROFILE)
+        if profile_done:
+            self.power.record_profile(ended[0].time_s, ended[0].energy_j, memory_key=self._memory_key(),
                                       is_main=self.is_main)
         return rec
 
     @_never_breaks_training
-    def epoch_begin(self) -> None:
+    def pause(self, kind: str = "validation") -> None:
+        """What follows is not training (`kind`: "validation", "checkpoint", ...): step and profile figures
+        stop counting until `resume` or the next `step_begin`. Local to the process: no collective."""
+        if self.measuring and self.measurement is not None:
+            self.measurement.pause(kind)
+
+    @_never_breaks_training
+    def resume(self) -> None:
+        """Training goes on after a pause."""
+        if self.measuring and self.measurement is not None:
+            self.measurement.resume()
+
+    @property
+    def paused(self) -> bool:
+        return self.measurement is not None and self.measurement.paused_kind is not None
+
+    @_never_breaks_training
+    def epoch_begin(self, number: int | None = None) -> None:
+        """An epoch starts (`number`: the framework's own epoch index, if it has one)."""
         if self.measuring:
             assert self.measurement is not None
-            self.measurement.epoch_begin()
+            self.measurement.epoch_begin(number)
 
     @_never_breaks_training
     def epoch_end(self) -> StepRecord | None:
@@ -238,21 +317,13 @@ class Run:
         if not self.measuring:
             return None
         assert self.measurement is not None
-        if self.power.epoch_end():
-            self.measurement.cancel(PROFILE)
         return self.measurement.epoch_end()
-
-    def skip_wait(self) -> None:
-        """The wait since the last step (evaluation, checkpointing) belongs to no step: drop it."""
-        if self.measuring:
-            assert self.measurement is not None
-            self.measurement.cancel(STEP)
 
     def abort(self, exc: BaseException | None = None) -> None:
         """Training raised: restore every setting now (the summary is still written by `finish`)."""
         self.power.restore()
         if self.measurement is not None:
-            self.measurement.cancel(STEP, PROFILE)
+            self.measurement.cancel(PROFILE)
 
     def totals(self) -> StepRecord | None:
         """Energy and time of the run so far (resumed segments included), combined over processes.
@@ -270,6 +341,8 @@ class Run:
         if self.finished or not self.started:
             return None
         self.finished = True
+        self.power.finish_tuning(self.step_count)
+        self._take_notices()
         self.power.close()
         if not self.measuring or self.measurement is None:
             if self.measurement is not None:
@@ -309,7 +382,7 @@ class Run:
             epochs=tuple(EpochEnergy(**e) for e in m.epochs),
             resumed_energy_j=m.prior_energy_j,
             devices=tuple(figures["devices"]),
-            notes=tuple(m.notes),
+            notes=(*m.notes, *self._noticed),
             power_limit=self.power.summary(energy_j),
             settings=RunSettings(power_limit_w=self.power.applied_limit_w, batch_size=self.batch_size,
                                  frequency_plan=self.frequency_plan),
@@ -318,6 +391,8 @@ class Run:
             carbon_aware=(CarbonAwareSummary(carbon.cfg.threshold_g_per_kwh, carbon.cfg.interval_s,
                                              getattr(carbon.intensity, "source", None))
                           if carbon is not None else None),
+            non_training={kind: NonTrainingTime(v["time_s"], v["energy_j"], int(v["count"]))
+                          for kind, v in figures["non_training"].items()},
         )
 
     # -- checkpoints -----------------------------------------------------------------------------------

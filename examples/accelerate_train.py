@@ -4,10 +4,11 @@
         accelerate launch --multi_gpu --num_processes 2 examples/accelerate_train.py
 
 Without `ACCELERATE_ENERGY=1` the script trains exactly as it would without wattwise. Without a GPU the
-`Accelerator` runs on the CPU (two processes over gloo under `--multi_gpu`), and wattwise uses one
-simulated GPU per process; each step then lasts the simulated GPU's modelled step time
-(`emulate_step`), so that power-limit tuning has something to tune. On real GPUs `emulate_step` just runs
-the step.
+`Accelerator` runs on the CPU (two processes over gloo under `--multi_gpu`) and wattwise measures only
+what is there (the CPU through RAPL, or nothing); with `ACCELERATE_ENERGY_BACKEND=simulated` (or
+`WATTWISE_BACKEND=simulated`) it uses one simulated GPU per process instead, and each step then lasts
+the simulated GPU's modelled step time (`emulate_step`), so that power-limit tuning has something to
+tune. On real GPUs `emulate_step` just runs the step.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def main() -> None:
     loader = torch.utils.data.DataLoader(tiny_dataset(args.dataset_size), batch_size=args.batch_size,
                                          shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    # The devices a step runs on, for the emulation only: simulated GPUs when wattwise is on without a GPU.
+    # The devices a step runs on, for the emulation only: simulated GPUs when wattwise is asked for them.
     energy = accelerate_energy.energy_run(accelerator)
     gpus = energy.gpus if energy is not None else []
 

@@ -1,12 +1,27 @@
 """`EnergyCallback`: energy of every step, epoch and fit, and optional power-limit tuning or capping.
 
-A thin adapter: it forwards Lightning's hooks to one `wattwise.run.Run`, logs through the
+A thin adapter: it forwards Lightning's hooks to one `wattwise.run.Run` per `fit`, logs through the
 trainer's loggers and keeps the run's state in checkpoints.
+
+- **A step is an optimizer step**, Lightning's `trainer.global_step`: a training batch that ends without
+  an optimizer step (gradient accumulation) is part of the next step; with manual optimization and
+  several optimizers each `optimizer.step()` counts, as in `global_step`. Power-limit changes happen only
+  at the start of a batch that begins a new step.
+- Step figures are combined over processes and logged every `log_every_n_steps` steps (the Trainer's own
+  cadence unless set); other steps only count.
+- Validation (the sanity check included) and checkpoint saving are not training: they are paused out of
+  step figures and power-limit profiles until the next training batch, and reported apart in the summary.
+- Each `fit` has its own run and summary: the first writes to `output_dir`, the k-th to
+  `output_dir/fit-k`; `summaries` lists them. A mid-epoch resume records the resumed epoch whole.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
+import math
+import os
 from typing import Any
 
 import lightning.pytorch as pl
@@ -74,8 +89,12 @@ class EnergyCallback(Callback):
         # Validated here, so a bad argument fails when the Trainer is built, not hours later.
         self.config: EnergyConfig = load_config([config] if config else [], overrides or [], values)
         self._devices = devices
-        #: The fit's run (made at `setup("fit")`, or earlier by `RecurringBatchSizeCallback`).
+        #: The current (or last) fit's run (made at `setup("fit")`, or earlier by `RecurringBatchSizeCallback`).
         self.run: Run | None = None
+        #: Every fit's run, in order.
+        self.runs: list[Run] = []
+        self._global_step = 0
+        self._in_step = False
 
     @property
     def state_key(self) -> str:
@@ -83,14 +102,24 @@ class EnergyCallback(Callback):
 
     @property
     def summary(self) -> dict[str, Any] | None:
-        """The fit's summary once it ended (every process), else None."""
+        """The last fit's summary once it ended (every process), else None."""
         return self.run.summary if self.run is not None else None
 
+    @property
+    def summaries(self) -> list[dict[str, Any]]:
+        """The summary of every fit that ended, in order."""
+        return [r.summary for r in self.runs if r.summary is not None]
+
     def run_for_fit(self, trainer: pl.Trainer | None = None) -> Run:
-        """This fit's run, made on first use (at `setup("fit")`, or when a checkpoint's state comes first)."""
-        if self.run is None:
-            self.run = Run(self.config, framework="lightning", devices=self._devices,
+        """This fit's run, made on first use (at `setup("fit")`, or when a checkpoint's state comes first);
+        a fit after one that finished gets a new run, writing to `output_dir/fit-k`."""
+        if self.run is None or self.run.finished:
+            cfg = copy.deepcopy(self.config)  # a run may steer its own settings (a recurring job's limit)
+            if self.runs:
+                cfg = dataclasses.replace(cfg, output_dir=os.path.join(cfg.output_dir, f"fit-{len(self.runs) + 1}"))
+            self.run = Run(cfg, framework="lightning", devices=self._devices,
                            local_rank=trainer.local_rank if trainer is not None else None)
+            self.runs.append(self.run)
         return self.run
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -98,30 +127,58 @@ class EnergyCallback(Callback):
             self.run_for_fit(trainer)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.run is not None:
-            self.run.start()
+        run = self.run
+        if run is None:
+            return
+        run.log_every_n_steps = self.config.log_every_n_steps or getattr(trainer, "log_every_n_steps", None) or 50
+        if pl_module.automatic_optimization:  # else Lightning's estimate counts batches, not optimizer steps
+            total = trainer.estimated_stepping_batches
+            run.expect_steps(int(total) if isinstance(total, int | float) and math.isfinite(total) else None)
+        run.start()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # After a resume, Lightning restores `global_step` between `on_fit_start` and here.
+        self._global_step, self._in_step = trainer.global_step, False
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.run is not None:
-            self.run.epoch_begin()
+            self.run.epoch_begin(trainer.current_epoch)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        if self.run is not None:
-            self.run.step_begin()
+        if self.run is None:
+            return
+        if not self._in_step:  # the first batch of an optimizer step
+            self._in_step = True
+            self.run.step_begin(trainer.current_epoch)
+        elif self.run.paused:  # training goes on inside a step, after a validation or a checkpoint
+            self.run.resume()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
-        if self.run is None:
+        run = self.run
+        if run is None:
             return
-        rec = self.run.step_end()
-        every: int = self.config.log_every_n_steps or getattr(trainer, "log_every_n_steps", None) or 50
-        if rec is None or self.run.step_count % every or not trainer.is_global_zero:
+        steps = trainer.global_step - self._global_step
+        if steps <= 0:  # a gradient-accumulation batch: the step goes on
+            return
+        self._global_step, self._in_step = trainer.global_step, False
+        rec = run.step_end(steps)
+        if rec is None or not trainer.is_global_zero:
             return
         # Straight to the loggers, at the trainer's cadence: the figures are already combined over
         # processes, and `LightningModule.log` would cost more per step than the measurement itself.
         for logger in trainer.loggers:
-            logger.log_metrics(step_metrics(rec, self.run.applied_limit_w), step=trainer.global_step)
+            logger.log_metrics(step_metrics(rec, run.applied_limit_w), step=trainer.global_step)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.run is not None and trainer.state.fn == "fit":
+            self.run.pause("validation")
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        if self.run is not None and self.run.started:
+            self.run.pause("checkpoint")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.run is None:

@@ -48,6 +48,24 @@ def virtual_clock() -> VirtualClock:
     return VirtualClock()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _simulated_gpu_by_name() -> Iterator[None]:
+    """The suite asks for the simulated GPU by name, as a user without a GPU must: `WATTWISE_BACKEND`.
+
+    Session-wide, so that module-scoped fixtures and subprocesses see it too; the tests of discovery
+    itself unset it (`real_auto_backend`).
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WATTWISE_BACKEND", "simulated")
+        yield
+
+
+@pytest.fixture
+def real_auto_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Backend "auto" as on a user's machine: no `WATTWISE_BACKEND`."""
+    monkeypatch.delenv("WATTWISE_BACKEND", raising=False)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test gets its own wattwise state dir (guard journal, simulated GPU settings, stores)."""

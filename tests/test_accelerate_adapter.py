@@ -138,7 +138,7 @@ def expected_choice(selector: str, eta: float) -> float:
 def test_a_step_is_an_optimizer_step_that_really_happened(tmp_path, clock):
     gpu = make_gpu(clock)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True, gradient_accumulation_steps=4),
-                                           plugin(tmp_path), devices=[gpu])
+                                           plugin(tmp_path, log_every_n_steps=1), devices=[gpu])
     train(accelerator, batches=20)
     accelerator.end_training()
 
@@ -150,7 +150,8 @@ def test_a_step_is_an_optimizer_step_that_really_happened(tmp_path, clock):
     assert s["time_s"] == pytest.approx(20 * BASE_S)
     assert [e["energy_j"] for e in s["epochs"]] == [pytest.approx(s["energy_j"])]
     rows = (tmp_path / "run" / "windows.csv").read_text().splitlines()
-    step_times_s = [float(r.split(",")[2]) for r in rows if r.split(",")[1] == "step"]
+    # Logging every optimizer step: one `steps` row per step, each four micro-batches long.
+    step_times_s = [float(r.split(",")[2]) for r in rows if r.split(",")[1] == "steps"]
     assert step_times_s == [pytest.approx(4 * BASE_S)] * 5
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 from test_config import COMPANIONS, SAMPLES, text, value_at
+from test_devices_rapl import FakePowercap
 
 import wattwise.devices
 import wattwise.devices.rapl
@@ -72,45 +73,91 @@ def assert_one_line_error(err: str, *needles: str) -> None:
 # -- devices ------------------------------------------------------------------------------------------
 
 
-def test_devices_lists_the_simulated_gpu_and_why_nvml_and_rapl_are_missing(
-    bare_machine: None, capsys: pytest.CaptureFixture[str]
+def test_devices_on_a_bare_machine_lists_nothing_and_says_why(
+    real_auto_backend: None, bare_machine: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["devices"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("gpu0: Simulated GPU")
-    assert "[SIMULATED]" in out[0] and "power limit 300 W (range 100-300 W)" in out[0]
+    assert out[0] == "no devices to measure"
+    assert not any("SIMULATED" in line or "Simulated" in line for line in out)
     notes = [line for line in out if line.startswith("note: ")]
+    assert len(notes) == len(out) - 1
     assert any(n.startswith("note: nvml: unavailable") and "libnvidia-ml.so" in n for n in notes)
     assert any(n.startswith("note: rapl: unavailable") and "no-powercap not found" in n for n in notes)
-    assert any("simulated GPU" in n for n in notes)
+    assert notes[-1].startswith("note: no NVIDIA GPU found") and "nothing to measure" in notes[-1]
+    assert "power-limit tuning and capping need a GPU" in notes[-1]
 
 
-def test_devices_json_shape(bare_machine: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_devices_without_a_gpu_lists_the_cpu_through_rapl(
+    real_auto_backend: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
+    tree = FakePowercap(tmp_path / "sys")
+    tree.add_control_type("intel-rapl")
+    tree.add_zone("intel-rapl:0", "package-0")
+    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
+                        functools.partial(wattwise.devices.rapl.rapl_domains, tree.root))
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "cpu0: CPU package-0 (rapl)"
+    assert out[-1].startswith("note: no NVIDIA GPU found: measuring the CPU (RAPL) only")
+    assert not any("SIMULATED" in line for line in out)
+
+
+def test_devices_json_shape(real_auto_backend: None, bare_machine: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["devices", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) == {"devices", "notes", "simulated"}
+    assert data["devices"] == [] and data["simulated"] is False
+    assert all(isinstance(n, str) for n in data["notes"])
+    assert any(n.startswith("nvml: unavailable") for n in data["notes"])
+    assert any(n.startswith("rapl: unavailable") for n in data["notes"])
+    assert "need a GPU" in data["notes"][-1]
+
+
+@pytest.mark.parametrize("ask", [["--backend", "simulated"], []])
+def test_devices_lists_the_simulated_gpu_asked_for_by_name(
+    bare_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ask: list[str]
+) -> None:
+    monkeypatch.setenv("WATTWISE_BACKEND", "simulated")  # asks by name when the flag does not
+    assert main(["devices", *ask]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("gpu0: Simulated GPU")
+    assert "[SIMULATED]" in out[0] and "power limit 300 W (range 100-300 W)" in out[0]
+    assert main(["devices", "--json", *ask]) == 0
+    data = json.loads(capsys.readouterr().out)
     assert data["simulated"] is True
     (gpu,) = data["devices"]
     assert gpu["key"] == "gpu0" and gpu["backend"] == "simulated" and gpu["simulated"] is True
     assert gpu["energy_counter"] is True
     assert gpu["power_limit_w"] == 300.0 and gpu["power_limit_range_w"] == [100.0, 300.0]
     assert gpu["idle_power_w"] == IDLE_W
-    assert all(isinstance(n, str) for n in data["notes"])
-    assert any(n.startswith("nvml: unavailable") for n in data["notes"])
-    assert any(n.startswith("rapl: unavailable") for n in data["notes"])
+    assert (wattwise.devices.SIMULATED_BY_ENV_NOTE in data["notes"]) == (not ask)
+    assert not any(n.startswith("nvml:") or "no NVIDIA GPU" in n for n in data["notes"])
+
+
+def test_a_bad_wattwise_backend_is_a_one_line_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WATTWISE_BACKEND", "bogus")
+    assert main(["devices"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "WATTWISE_BACKEND must be one of auto, nvml, simulated",
+                          "'bogus'")
 
 
 @pytest.mark.slow
-def test_devices_console_script_on_this_machine() -> None:
+def test_devices_console_script_on_this_machine(real_auto_backend: None) -> None:
     proc = run_script("devices", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    if not data["simulated"]:
-        pytest.skip("this machine has an NVIDIA GPU: no simulated GPU to list")
-    assert [d["backend"] for d in data["devices"] if d["key"].startswith("gpu")] == ["simulated"]
+    if any(d["backend"] == "nvml" for d in data["devices"]):
+        pytest.skip("this machine has an NVIDIA GPU")
+    assert data["simulated"] is False
+    assert all(d["backend"] == "rapl" for d in data["devices"])
     notes = " | ".join(data["notes"])
     assert "nvml: unavailable (" in notes
-    if not any(d["backend"] == "rapl" for d in data["devices"]):
+    assert data["notes"][-1].startswith("no NVIDIA GPU found")
+    if not data["devices"]:
         assert "rapl: unavailable (" in notes
 
 
@@ -143,6 +190,20 @@ def test_measure_passes_the_commands_exit_code_through(capsys: pytest.CaptureFix
 def test_measure_of_a_command_killed_by_a_signal_exits_128_plus_the_signal() -> None:
     script = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
     assert main(["measure", "--backend", "simulated", "--", sys.executable, "-c", script]) == 128 + 15
+
+
+def test_measure_on_a_bare_machine_runs_the_command_and_tells_only_its_time(
+    real_auto_backend: None, bare_machine: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["measure", "--json", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["exit_code"] == 3 and data["time_s"] > 0
+    assert data["energy_j"] == {} and data["total_energy_j"] is None and data["simulated"] is False
+    assert "wattwise: no NVIDIA GPU found and RAPL unreadable: nothing to measure" in captured.err
+    assert main(["measure", "--", sys.executable, "-c", "pass"]) == 0
+    err = capsys.readouterr().err
+    assert "no energy measured" in err and "SIMULATED" not in err and " J" not in err
 
 
 def test_measure_of_a_missing_command_exits_127_naming_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,16 +1,22 @@
-"""Device discovery: NVML GPUs when a driver answers, else the simulated GPU with a notice; specs reopen."""
+"""Device discovery: NVML GPUs when a driver answers, else what is really there (RAPL, or nothing) with a note;
+the simulated GPU only by name (backend "simulated", `WATTWISE_BACKEND`); specs reopen."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import pytest
 from fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from test_devices_rapl import FakePowercap
 
 import wattwise.devices
+import wattwise.devices.rapl
 from wattwise.devices import (
-    SIMULATED_NOTICE,
+    NO_GPU_CPU_NOTE,
+    NO_GPU_NOTHING_NOTE,
+    SIMULATED_BY_ENV_NOTE,
     DeviceError,
     NotSupportedError,
     PowerModel,
@@ -19,11 +25,11 @@ from wattwise.devices import (
     open_spec,
     simulated_gpus,
 )
-from wattwise.errors import UsageError
+from wattwise.errors import ConfigError, UsageError
 
 
 @pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, real_auto_backend: None) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
@@ -34,6 +40,25 @@ def no_driver(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
     return FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
 
 
+@pytest.fixture
+def no_rapl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No powercap tree, whatever this machine has."""
+    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
+                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
+
+
+@pytest.fixture
+def fake_rapl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakePowercap:
+    """One CPU package with its DRAM, readable."""
+    tree = FakePowercap(tmp_path / "sys")
+    tree.add_control_type("intel-rapl")
+    tree.add_zone("intel-rapl:0", "package-0", energy_uj=1_000_000)
+    tree.add_zone("intel-rapl:0:0", "dram")
+    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
+                        functools.partial(wattwise.devices.rapl.rapl_domains, tree.root))
+    return tree
+
+
 def test_auto_finds_nvml_gpus_and_no_simulated_one(monkeypatch: pytest.MonkeyPatch) -> None:
     FakeNvml([FakeGpu(name="NVIDIA A100-SXM4-40GB"), FakeGpu(name="NVIDIA A100-SXM4-40GB")]).install(monkeypatch)
     found = discover("auto")
@@ -41,7 +66,8 @@ def test_auto_finds_nvml_gpus_and_no_simulated_one(monkeypatch: pytest.MonkeyPat
         ("nvml", 0, "NVIDIA A100-SXM4-40GB"), ("nvml", 1, "NVIDIA A100-SXM4-40GB")]
     assert not found.simulated
     assert not any(isinstance(g, SimulatedGPU) for g in found.all)
-    assert SIMULATED_NOTICE not in found.notes
+    assert found.cpus == [] and found.notes == []
+    assert all(d.driven for d in found.all)  # real devices are driven by real work
 
 
 def test_gpu_indices_select_among_the_nvml_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,21 +77,101 @@ def test_gpu_indices_select_among_the_nvml_gpus(monkeypatch: pytest.MonkeyPatch)
         discover("nvml", gpu_indices=[5])
 
 
-def test_auto_without_a_driver_falls_back_to_the_simulated_gpu_with_a_notice(no_driver: FakeNvml) -> None:
+def test_auto_without_a_gpu_or_rapl_finds_nothing_and_says_tuning_needs_a_gpu(
+    no_driver: FakeNvml, no_rapl: None
+) -> None:
     found = discover("auto")
-    assert len(found.gpus) == 1 and isinstance(found.gpus[0], SimulatedGPU)
-    assert found.simulated
-    assert found.notes[-1] == SIMULATED_NOTICE
-    assert "simulated" in SIMULATED_NOTICE
+    assert found.gpus == [] and found.cpus == [] and not found.simulated
+    assert found.notes[-1] == NO_GPU_NOTHING_NOTE
+    assert "nothing to measure" in NO_GPU_NOTHING_NOTE
+    assert "tuning and capping need a GPU" in NO_GPU_NOTHING_NOTE and "simulated" in NO_GPU_NOTHING_NOTE
     (nvml_note,) = [n for n in found.notes if n.startswith("nvml: unavailable")]
     assert "libnvidia-ml.so not found" in nvml_note
+    (rapl_note,) = [n for n in found.notes if n.startswith("rapl: unavailable")]
+    assert "no-powercap not found" in rapl_note
 
 
-def test_auto_with_a_driver_but_no_gpu_falls_back_too(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("include_cpu", [False, True])
+def test_auto_without_a_gpu_measures_the_cpu_through_rapl(
+    no_driver: FakeNvml, fake_rapl: FakePowercap, include_cpu: bool
+) -> None:
+    found = discover("auto", include_cpu=include_cpu)
+    assert found.gpus == [] and not found.simulated
+    assert [(d.backend, d.key) for d in found.cpus] == [("rapl", "cpu0"), ("rapl", "dram0")]
+    assert found.all == found.cpus and all(d.driven for d in found.cpus)
+    assert found.notes[-1] == NO_GPU_CPU_NOTE
+    assert "CPU (RAPL) only" in NO_GPU_CPU_NOTE and "tuning and capping need a GPU" in NO_GPU_CPU_NOTE
+
+
+def test_auto_with_a_driver_but_no_gpu_finds_no_gpu_either(monkeypatch: pytest.MonkeyPatch, no_rapl: None) -> None:
     FakeNvml([]).install(monkeypatch)
     found = discover("auto")
-    assert found.simulated
+    assert found.gpus == [] and not found.simulated
     assert any("found no GPU" in n for n in found.notes)
+    assert found.notes[-1] == NO_GPU_NOTHING_NOTE
+
+
+def test_auto_with_a_gpu_leaves_the_cpu_out_unless_asked(monkeypatch: pytest.MonkeyPatch,
+                                                        fake_rapl: FakePowercap) -> None:
+    FakeNvml([FakeGpu()]).install(monkeypatch)
+    assert discover("auto").cpus == []
+    assert [d.key for d in discover("auto", include_cpu=True).cpus] == ["cpu0", "dram0"]
+
+
+def test_nvml_with_a_driver_but_no_gpu_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([]).install(monkeypatch)
+    with pytest.raises(NotSupportedError, match="NVML unavailable: NVML found no GPU"):
+        discover("nvml")
+
+
+# -- WATTWISE_BACKEND ---------------------------------------------------------------------------------
+
+
+def test_wattwise_backend_simulated_makes_auto_use_the_simulated_gpu(
+    monkeypatch: pytest.MonkeyPatch, fake_rapl: FakePowercap
+) -> None:
+    FakeNvml([FakeGpu()]).install(monkeypatch)  # a GPU is there, but the simulated one was asked for
+    monkeypatch.setenv("WATTWISE_BACKEND", "simulated")
+    found = discover("auto", num_simulated=2)
+    assert [type(g) for g in found.gpus] == [SimulatedGPU, SimulatedGPU] and found.simulated
+    assert found.cpus == []
+    assert found.notes == [SIMULATED_BY_ENV_NOTE]
+    assert "WATTWISE_BACKEND=simulated" in SIMULATED_BY_ENV_NOTE and "modelled" in SIMULATED_BY_ENV_NOTE
+
+
+def test_wattwise_backend_nvml_makes_auto_fail_without_a_gpu(
+    monkeypatch: pytest.MonkeyPatch, no_driver: FakeNvml
+) -> None:
+    monkeypatch.setenv("WATTWISE_BACKEND", "nvml")
+    with pytest.raises(NotSupportedError, match="NVML unavailable"):
+        discover("auto")
+
+
+@pytest.mark.parametrize("value", ["auto", "", "  "])
+def test_wattwise_backend_auto_or_empty_is_the_real_auto(
+    monkeypatch: pytest.MonkeyPatch, no_driver: FakeNvml, no_rapl: None, value: str
+) -> None:
+    monkeypatch.setenv("WATTWISE_BACKEND", value)
+    found = discover("auto")
+    assert found.gpus == [] and found.notes[-1] == NO_GPU_NOTHING_NOTE
+
+
+def test_an_explicit_backend_wins_over_wattwise_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([FakeGpu()]).install(monkeypatch)
+    monkeypatch.setenv("WATTWISE_BACKEND", "simulated")
+    assert [g.backend for g in discover("nvml").gpus] == ["nvml"]
+    monkeypatch.setenv("WATTWISE_BACKEND", "nvml")
+    found = discover("simulated")
+    assert found.simulated and found.notes == []
+
+
+@pytest.mark.parametrize("value", ["bogus", "Simulated", "cuda"])
+def test_a_bad_wattwise_backend_is_a_config_error_naming_the_variable_and_the_choices(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("WATTWISE_BACKEND", value)
+    with pytest.raises(ConfigError, match=rf"^WATTWISE_BACKEND must be one of auto, nvml, simulated \(got '{value}'\)"):
+        discover("auto")
 
 
 @pytest.mark.parametrize(("code", "reason"), [
@@ -94,8 +200,8 @@ def test_an_unknown_backend_is_a_usage_error_listing_the_choices() -> None:
 
 
 def test_a_simulated_gpu_is_one_object_per_process(no_driver: FakeNvml) -> None:
-    first = discover("auto").gpus[0]
-    second = discover("auto").gpus[0]
+    first = discover("simulated").gpus[0]
+    second = discover("simulated").gpus[0]
     assert first is second  # the workload and the monitor share its counter and settings
 
 

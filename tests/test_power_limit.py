@@ -78,11 +78,10 @@ def test_cap_from_watts_or_fraction_and_range_checked():
         cap_limit_w(300.0, 100.0, cap_w=50.0, cap_fraction=None)
 
 
-def drive(tuner: PowerLimitTuner, costs: dict[float, tuple[float, float]], steps: int,
-          epoch_every: int | None = None) -> list[float | None]:
+def drive(tuner: PowerLimitTuner, costs: dict[float, tuple[float, float]], steps: int) -> list[float | None]:
     """Run `steps` steps; at each profile window end feed (time, energy) for the current limit."""
     applied: list[float | None] = []
-    for i in range(steps):
+    for _ in range(steps):
         tuner.on_step_begin()
         current = tuner.current_limit_w
         applied.append(current)
@@ -90,8 +89,6 @@ def drive(tuner: PowerLimitTuner, costs: dict[float, tuple[float, float]], steps
             assert current is not None
             t, e = costs[current]
             tuner.record(t * tuner.profile_steps, e * tuner.profile_steps)
-        if epoch_every and (i + 1) % epoch_every == 0:
-            tuner.on_epoch_end()
     return applied
 
 
@@ -115,23 +112,51 @@ def test_tuner_waits_warms_up_profiles_each_limit_then_applies_the_choice():
     assert tuner.profile[1].energy_j == pytest.approx(225.0)  # per step, window divided by its steps
 
 
-def test_epoch_ending_mid_profile_redoes_that_limit_only():
-    tuner = make_tuner(wait_steps=0)
-    # Epochs of 6 steps: limit 300 takes steps 0-3, limit 250 starts at 4 and is cut at step 6.
-    drive(tuner, COSTS, 6, epoch_every=6)
-    assert [e.power_limit_w for e in tuner.profile] == [300.0]
-    assert tuner.current_limit_w == 250.0 and tuner.phase == "warmup" and tuner.steps_in_phase == 0
-    drive(tuner, COSTS, 40, epoch_every=6)
-    assert tuner.done
-    assert [e.power_limit_w for e in tuner.profile] == [300.0, 250.0, 200.0, 150.0]
-
-
-def test_epoch_end_reports_an_open_window_to_cancel():
+def test_steps_counted_n_at_a_time_end_the_window_and_divide_by_the_steps_it_held():
+    # Two optimizers step per batch: the driver counts 2 steps at a time; a 3-step window ends after 4.
     tuner = make_tuner(wait_steps=0, warmup_steps=0)
     assert tuner.on_step_begin().begin_window
-    tuner.on_step_end()
-    assert tuner.on_epoch_end() is True
-    assert tuner.on_step_begin().begin_window  # the limit is profiled again from the start
+    assert not tuner.on_step_end(2)
+    assert tuner.on_step_end(2)
+    tuner.record(4 * 0.1, 4 * 30.0)
+    assert tuner.profile[0] == ProfileEntry(300.0, pytest.approx(0.1), pytest.approx(30.0))
+
+
+def test_steps_to_finish_counts_every_phase_left():
+    tuner = make_tuner()  # wait 2, then 4 limits x (warmup 1 + profile 3)
+    assert tuner.steps_to_finish() == 2 + 4 * 4
+    drive(tuner, COSTS, 8)  # wait, 300 W (warmup + 3 profiled), 250 W warmed up and one step profiled
+    assert tuner.steps_to_finish() == 2 + 2 * 4
+    drive(tuner, COSTS, 20)
+    assert tuner.done and tuner.finished and tuner.steps_to_finish() == 0
+
+
+def test_finishing_early_keeps_the_best_limit_measured_and_says_why():
+    tuner = make_tuner(wait_steps=0)
+    drive(tuner, COSTS, 8)  # 300 W and 250 W profiled
+    tuner.finish_early("the run ended")
+    assert tuner.done and not tuner.finished and tuner.unfinished_reason == "the run ended"
+    assert tuner.chosen is not None and tuner.chosen.power_limit_w in (300.0, 250.0)
+    assert tuner.chosen == select_power_limit(tuner.profile, "cost", eta=0.5, max_power_w=300.0)
+    assert tuner.current_limit_w == tuner.chosen.power_limit_w
+
+
+def test_finishing_early_before_any_profile_keeps_the_highest_limit():
+    tuner = make_tuner()
+    tuner.finish_early("too short")
+    assert tuner.chosen is None and tuner.current_limit_w == 300.0 and not tuner.finished
+
+
+def test_a_resumed_unfinished_tuning_goes_on_where_it_stopped():
+    tuner = make_tuner(wait_steps=0)
+    drive(tuner, COSTS, 6)  # 300 W done, 250 W cut in its profile
+    tuner.finish_early("the run ended")
+    resumed = make_tuner(wait_steps=0)
+    resumed.load_state_dict(tuner.state_dict())
+    assert not resumed.done and resumed.unfinished_reason is None
+    assert resumed.on_step_begin().set_limit_w == 250.0
+    drive(resumed, COSTS, 20)
+    assert resumed.finished and [e.power_limit_w for e in resumed.profile] == [300.0, 250.0, 200.0, 150.0]
 
 
 def test_state_dict_resume_keeps_choice_and_never_profiles_again():

@@ -19,11 +19,13 @@ from wattwise.power_limit import ProfileEntry
 from wattwise.record import (
     CarbonAwareSummary,
     EpochEnergy,
+    NonTrainingTime,
     PowerLimitSummary,
     PowerRow,
     RunSettings,
     RunSummary,
     SettingEvent,
+    TuningSummary,
     WindowRow,
     WindowsLog,
     format_summary,
@@ -38,10 +40,10 @@ SUMMARY_KEYS = [
     "schema", "wattwise_version", "status", "simulated", "backend", "framework", "job", "hostname", "world_size",
     "start_time", "end_time", "time_s", "energy_j", "energy_per_device_j", "cpu_energy_j", "avg_power_w",
     "steps", "epochs", "resumed_energy_j", "devices", "notes", "power_limit", "settings", "settings_timeline",
-    "carbon_aware",
+    "carbon_aware", "non_training",
 ]
 TUNE_KEYS = ["mode", "selector", "eta", "max_slowdown", "reused", "chosen_power_limit_w", "profile",
-             "baseline_energy_j", "energy_saved_j", "baseline_estimated"]
+             "baseline_energy_j", "energy_saved_j", "baseline_estimated", "tuning"]
 
 
 def full_summary(**overrides: Any) -> RunSummary:
@@ -69,11 +71,13 @@ def full_summary(**overrides: Any) -> RunSummary:
             mode="tune", selector="cost", eta=0.5, max_slowdown=0.1, reused=False, chosen_power_limit_w=175.0,
             profile=(ProfileEntry(300.0, 0.05, 14.0), ProfileEntry(175.0, 0.06, 10.2)),
             baseline_energy_j=30_000.0, energy_saved_j=4_999.5, baseline_estimated=True,
+            tuning=TuningSummary(finished=True, profiled=(300.0, 175.0), steps_at_chosen=380),
         ),
         settings=RunSettings(power_limit_w=175.0, batch_size=64, frequency_plan="plans/stage0.json"),
         settings_timeline=(SettingEvent(1_767_225_600.5, "rank0/gpu0", "power_limit_w", 175.0),
                            SettingEvent(1_767_225_601.5, "rank0/gpu0", "batch_size", 64)),
         carbon_aware=CarbonAwareSummary(300.0, 900.0, "grid.csv"),
+        non_training={"validation": NonTrainingTime(12.5, 2_500.0, 4), "checkpoint": NonTrainingTime(1.0, 150.0, 2)},
     )
     return RunSummary(**{**vars(summary), **overrides})
 
@@ -118,7 +122,20 @@ def test_a_cap_records_only_its_mode_and_limit() -> None:
     cap = PowerLimitSummary(mode="cap", chosen_power_limit_w=200.0)
     assert cap.to_dict() == {"mode": "cap", "chosen_power_limit_w": 200.0}
     untuned = PowerLimitSummary(mode="tune")
-    assert list(untuned.to_dict()) == TUNE_KEYS[:-1]  # baseline_estimated only once a limit is chosen
+    assert list(untuned.to_dict()) == TUNE_KEYS[:-2]  # baseline_estimated only once a limit is chosen
+
+
+def test_unfinished_tuning_and_a_reused_limit_read_back_with_their_origin(tmp_path: Path) -> None:
+    limit = PowerLimitSummary(
+        mode="tune", selector="energy", eta=0.5, reused=True, chosen_power_limit_w=200.0,
+        profile=(ProfileEntry(300.0, 0.05, 14.0),), reused_run_id="run-7", reused_chosen_at_s=1_767_225_600.0,
+        tuning=TuningSummary(finished=False, profiled=(300.0,), reason="the run ended after 20 optimizer steps"))
+    write_run_dir(tmp_path, full_summary(power_limit=limit), None)
+    data = json.loads((tmp_path / "summary.json").read_text())["power_limit"]
+    assert data["tuning"] == {"finished": False, "profiled": [300.0], "steps_at_chosen": None,
+                              "reason": "the run ended after 20 optimizer steps"}
+    assert data["reused_from"] == {"run_id": "run-7", "chosen_at": "2026-01-01T00:00:00+00:00"}
+    assert read_run_dir(tmp_path).summary.power_limit == limit
 
 
 def test_no_frequency_plan_is_null(tmp_path: Path) -> None:

@@ -161,6 +161,33 @@ def test_energy_counter_never_goes_backwards(clock: FakeClock) -> None:
     assert readings[0] > 0
 
 
+def test_an_idle_gpu_is_not_driven_whatever_its_settings(clock: FakeClock) -> None:
+    gpu = gpu_on(clock)
+    gpu.set_power_limit_w(200.0)
+    gpu.lock_sm_clocks_mhz(900, 900)
+    clock.advance(5.0)
+    assert gpu.energy_j() > 0  # idle power, counted, but no emulated work drew it
+    assert gpu.driven is False
+
+
+@pytest.mark.parametrize("work", ["run_step", "busy"])
+def test_emulated_work_drives_the_gpu_for_good(clock: FakeClock, work: str) -> None:
+    gpu = gpu_on(clock)
+    if work == "run_step":
+        gpu.run_step()
+    else:
+        with gpu.busy():
+            clock.advance(0.1)
+    clock.advance(10.0)  # idle again afterwards: still a GPU that ran emulated work in this process
+    assert gpu.driven is True
+
+
+def test_driven_is_read_only(clock: FakeClock) -> None:
+    gpu = gpu_on(clock)
+    with pytest.raises(AttributeError):
+        gpu.driven = True  # type: ignore[misc]
+
+
 def test_supported_clocks_are_listed_highest_first() -> None:
     clocks = HAND.clock.supported_mhz()
     assert clocks[0] == 1800 and clocks[-1] == 300

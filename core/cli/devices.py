@@ -25,6 +25,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"devices": devices, "notes": found.notes, "simulated": found.simulated}, indent=2))
         return 0
+    if not devices:
+        print("no devices to measure")
     for info in devices:
         tag = " [SIMULATED]" if info["simulated"] else ""
         extra = ""

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from typing import Any
 
 from wattwise.config import SETTING, default_of
@@ -43,27 +44,41 @@ def run(args: argparse.Namespace) -> int:
     found = discover(args.backend, include_cpu=args.cpu)
     for note in found.notes:
         print(f"wattwise: {note}", file=sys.stderr)
-    with EnergyMonitor(found.all) as monitor:
-        monitor.begin_window("command")
-        proc = subprocess.Popen(cmd)
-        previous = {sig: signal.signal(sig, lambda s, f: proc.send_signal(s))
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            code = proc.wait()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        m = monitor.end_window("command")
+    if found.all:
+        with EnergyMonitor(found.all) as monitor:
+            monitor.begin_window("command")
+            code = _run_command(cmd)
+            m = monitor.end_window("command")
+        time_s, energy_j, total_j, approximate = m.time_s, m.energy_j, m.total_energy_j, list(m.approximate)
+    else:
+        # Nothing to measure here (the notes say why): the command still runs, and only its time is told.
+        start_s = time.monotonic()
+        code = _run_command(cmd)
+        time_s, energy_j, total_j, approximate = time.monotonic() - start_s, {}, None, []
     result: dict[str, Any] = {
-        "command": cmd, "exit_code": code, "time_s": m.time_s, "energy_j": m.energy_j,
-        "total_energy_j": m.total_energy_j, "approximate": list(m.approximate), "simulated": m.simulated,
+        "command": cmd, "exit_code": code, "time_s": time_s, "energy_j": energy_j, "total_energy_j": total_j,
+        "approximate": approximate, "simulated": found.simulated,
     }
     if args.json:
         print(json.dumps(result, indent=2))
+    elif total_j is None:
+        print(f"wattwise measure: {time_s:.3f} s; no energy measured (no device to measure here)", file=sys.stderr)
     else:
-        tag = " [SIMULATED GPU: modelled idle power, not a measurement]" if m.simulated else ""
-        print(f"wattwise measure{tag}: {m.time_s:.3f} s, {m.total_energy_j:.2f} J in total", file=sys.stderr)
-        for key, joules in m.energy_j.items():
-            approx = " (approximate: power x time)" if key in m.approximate else ""
+        tag = " [SIMULATED GPU: modelled idle power, not a measurement]" if found.simulated else ""
+        print(f"wattwise measure{tag}: {time_s:.3f} s, {total_j:.2f} J in total", file=sys.stderr)
+        for key, joules in energy_j.items():
+            approx = " (approximate: power x time)" if key in approximate else ""
             print(f"  {key}: {joules:.2f} J{approx}", file=sys.stderr)
     return code if code >= 0 else 128 - code
+
+
+def _run_command(cmd: list[str]) -> int:
+    """Run `cmd` to its end, passing SIGINT and SIGTERM on to it; its return code."""
+    proc = subprocess.Popen(cmd)
+    previous = {sig: signal.signal(sig, lambda s, f: proc.send_signal(s))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

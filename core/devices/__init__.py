@@ -1,7 +1,12 @@
 """Devices: the only layer that touches hardware. See `base.Device` for the interface.
 
-`discover()` finds what this machine has: NVIDIA GPUs through NVML, CPU packages through RAPL, and,
-when no GPU is present, a simulated GPU (with a one-line notice) so that everything still runs.
+`discover()` finds what this machine has: NVIDIA GPUs through NVML and CPU packages through RAPL. With
+no GPU it measures what is really there (the CPU through RAPL, or nothing) and says so in a note; the
+simulated GPU is used only when asked for by name (backend "simulated"), because no emulated work drives
+it in a user's own training code: it would idle, and its figures would mean nothing.
+
+Environment: `WATTWISE_BACKEND` (auto, nvml or simulated) replaces the backend "auto" for every entry
+point at once (the Lightning callback, the Accelerate plugin, the CLI); an explicit other backend wins.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from wattwise.devices.base import (
     PowerLimitRange,
 )
 from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
-from wattwise.errors import UsageError
+from wattwise.errors import ConfigError, UsageError
 from wattwise.paths import state_dir
 
 __all__ = [
     "BACKENDS",
+    "BACKEND_ENV",
     "ClockModel",
     "Device",
     "DeviceError",
@@ -36,13 +42,23 @@ __all__ = [
     "PowerLimitRange",
     "PowerModel",
     "SimulatedGPU",
+    "backend_from_env",
     "discover",
     "open_spec",
     "simulated_gpus",
 ]
 
 BACKENDS: tuple[str, ...] = ("auto", "nvml", "simulated")
-SIMULATED_NOTICE = "no NVIDIA GPU found: using the simulated GPU (energy figures are modelled, not measured)"
+#: The environment variable that replaces the backend "auto" (see the module docstring).
+BACKEND_ENV = "WATTWISE_BACKEND"
+_GPU_ONLY = ("power-limit tuning and capping need a GPU (backend 'simulated', or "
+             f"{BACKEND_ENV}=simulated, tries them on the simulated GPU)")
+#: The last note of an "auto" discovery that found no GPU, by whether RAPL could be read.
+NO_GPU_CPU_NOTE = f"no NVIDIA GPU found: measuring the CPU (RAPL) only; {_GPU_ONLY}"
+NO_GPU_NOTHING_NOTE = f"no NVIDIA GPU found and RAPL unreadable: nothing to measure on this machine; {_GPU_ONLY}"
+#: The last note when `WATTWISE_BACKEND=simulated` turned "auto" into the simulated GPU.
+SIMULATED_BY_ENV_NOTE = (f"{BACKEND_ENV}=simulated: using the simulated GPU (energy figures are modelled, not "
+                         "measured)")
 
 
 @dataclass
@@ -115,41 +131,70 @@ def discover(
 ) -> Discovery:
     """Find the devices to measure.
 
-    `backend`: "nvml" (fail if NVML is unavailable), "simulated", or "auto" (NVML when a GPU is present,
-    else the simulated GPU, with a notice). `gpu_indices` selects among visible GPUs (as numbered after
-    `CUDA_VISIBLE_DEVICES`). `include_cpu` adds the RAPL domains (with a reason when unavailable).
+    `backend`: "nvml" (fail if NVML is unavailable), "simulated", or "auto": `$WATTWISE_BACKEND` when set,
+    else NVML when a GPU is present, else no GPU and the CPU through RAPL when readable (`include_cpu` or
+    not), with a note that says what is measured and that tuning needs a GPU. `gpu_indices` selects among
+    visible GPUs (as numbered after `CUDA_VISIBLE_DEVICES`). `include_cpu` adds the RAPL domains (with a
+    reason when unavailable).
     """
     if backend not in BACKENDS:
         raise UsageError(f"devices.backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
     found = Discovery()
-    if backend in ("auto", "nvml"):
-        try:
-            from wattwise.devices.nvml import nvml_gpus
-
-            gpus: list[Device] = list(nvml_gpus())
-            if not gpus:
-                raise NotSupportedError("NVML found no GPU visible to this process")
-            found.gpus = _select(gpus, gpu_indices)
-        except (DeviceError, ImportError) as err:
-            if backend == "nvml":
-                raise NotSupportedError(f"NVML unavailable: {err}") from err
-            found.notes.append(f"nvml: unavailable ({err})")
-    if not found.gpus:
+    chosen = backend_from_env() if backend == "auto" else backend
+    if chosen == "simulated":
         # A simulated GPU exists at any index asked for: under distributed training each process
         # takes the one at its local rank, as on a real multi-GPU node.
         found.gpus = list(simulated_gpus(num_simulated, power_model=power_model,
                                          base_step_time_s=base_step_time_s, persist_dir=persist_dir,
                                          indices=gpu_indices))
         if backend == "auto":
-            found.notes.append(SIMULATED_NOTICE)
-    if include_cpu:
-        try:
-            from wattwise.devices.rapl import rapl_domains
-
-            found.cpus = list(rapl_domains())
-        except (DeviceError, ImportError) as err:
-            found.notes.append(f"rapl: unavailable ({err})")
+            found.notes.append(SIMULATED_BY_ENV_NOTE)
+    else:
+        found.gpus = _nvml_gpus(gpu_indices, found.notes, required=chosen == "nvml")
+    no_gpu = chosen == "auto" and not found.gpus
+    if include_cpu or no_gpu:
+        found.cpus = _rapl_domains(found.notes)
+    if no_gpu:
+        found.notes.append(NO_GPU_CPU_NOTE if found.cpus else NO_GPU_NOTHING_NOTE)
     return found
+
+
+def backend_from_env() -> str:
+    """`$WATTWISE_BACKEND` (one of `BACKENDS`), or "auto" when it is unset or empty."""
+    value = os.environ.get(BACKEND_ENV, "").strip()
+    if not value:
+        return "auto"
+    if value not in BACKENDS:
+        raise ConfigError(f"{BACKEND_ENV} must be one of {', '.join(BACKENDS)} (got {value!r}); "
+                          f"unset it to find the devices automatically")
+    return value
+
+
+def _nvml_gpus(indices: list[int] | None, notes: list[str], *, required: bool) -> list[Device]:
+    """The NVML GPUs at `indices`; none, with a note, when NVML is unavailable and not `required`."""
+    try:
+        from wattwise.devices.nvml import nvml_gpus
+
+        gpus: list[Device] = list(nvml_gpus())
+        if not gpus:
+            raise NotSupportedError("NVML found no GPU visible to this process")
+    except (DeviceError, ImportError) as err:
+        if required:
+            raise NotSupportedError(f"NVML unavailable: {err}") from err
+        notes.append(f"nvml: unavailable ({err})")
+        return []
+    return _select(gpus, indices)
+
+
+def _rapl_domains(notes: list[str]) -> list[Device]:
+    """The RAPL domains; none, with a note, when they cannot be read."""
+    try:
+        from wattwise.devices.rapl import rapl_domains
+
+        return list(rapl_domains())
+    except (DeviceError, ImportError) as err:
+        notes.append(f"rapl: unavailable ({err})")
+        return []
 
 
 def _select(gpus: list[Device], indices: list[int] | None) -> list[Device]:

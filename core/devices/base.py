@@ -61,6 +61,11 @@ class Device(abc.ABC):
         """Human-readable model name."""
 
     @property
+    def driven(self) -> bool:
+        """True when real work draws the power measured: always, for hardware (see `SimulatedGPU.driven`)."""
+        return True
+
+    @property
     def key(self) -> str:
         """Stable label in reports and logs, e.g. "gpu0"."""
         return f"gpu{self.index}"

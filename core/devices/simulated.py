@@ -204,6 +204,7 @@ class SimulatedGPU(Device):
         self._locked: tuple[int, int] | None = None
         self._load_state()
         self._busy = 0
+        self._driven = False
         self._energy_j = 0.0
         self._last_s = self.clock()
 
@@ -255,6 +256,7 @@ class SimulatedGPU(Device):
         with self._lock:
             self._advance()
             self._busy += 1
+            self._driven = True
         try:
             yield
         finally:
@@ -279,6 +281,11 @@ class SimulatedGPU(Device):
             return self.clock() - start
 
     # -- Device interface -----------------------------------------------------------------------------
+    @property
+    def driven(self) -> bool:
+        """True once emulated work ran in this process; undriven, its figures are idle power only, never a saving."""
+        return self._driven
+
     @property
     def index(self) -> int:
         return self._index

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from wattwise.devices.base import Device, DeviceError
+from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
 from wattwise.guard import SettingsGuard
 from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction, Step
@@ -160,7 +160,12 @@ def follow_plan(stage: Any, plan_path: str, *, local_rank: int, backend: str = "
     from wattwise.devices import discover
 
     plan = load_stage_plan(plan_path, int(stage.stage_index))
-    gpu = device or discover(backend, gpu_indices=[local_rank]).gpus[0]
+    gpu = device
+    if gpu is None:
+        found = discover(backend, gpu_indices=[local_rank])
+        if not found.gpus:
+            raise NotSupportedError(f"a frequency plan locks GPU clocks; {found.notes[-1]}")
+        gpu = found.gpus[0]
     guard = SettingsGuard()
     guard.install_signal_handlers()
     controller = FrequencyController(plan, gpu, guard, strict=strict)
