@@ -36,6 +36,7 @@ lint: install
 bench: install
 	$(PY) benchmarks/monitor_overhead.py
 	$(PY) benchmarks/callback_overhead.py
+	$(PY) benchmarks/hot_path.py
 	$(PY) benchmarks/recurring.py
 	$(PY) benchmarks/frontier.py
 

@@ -127,7 +127,7 @@ class PowerLimitSummary:
     #: A reused limit: the run that chose it and when (unix seconds); `selector` and `eta` are that run's.
     reused_run_id: str | None = None
     reused_chosen_at_s: float | None = None
-    #: Whether tuning finished (None in summaries written before 0.3).
+    #: Whether tuning finished (None in summaries of earlier wattwise versions, which did not say).
     tuning: TuningSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -382,7 +382,7 @@ class Run:
             epochs=tuple(EpochEnergy(**e) for e in m.epochs),
             resumed_energy_j=m.prior_energy_j,
             devices=tuple(figures["devices"]),
-            notes=(*m.notes, *self._noticed),
+            notes=(*m.notes, *self._noticed, *self._idle_simulation_note()),
             power_limit=self.power.summary(energy_j),
             settings=RunSettings(power_limit_w=self.power.applied_limit_w, batch_size=self.batch_size,
                                  frequency_plan=self.frequency_plan),
@@ -394,6 +394,12 @@ class Run:
             non_training={kind: NonTrainingTime(v["time_s"], v["energy_j"], int(v["count"]))
                           for kind, v in figures["non_training"].items()},
         )
+
+    def _idle_simulation_note(self) -> tuple[str, ...]:
+        if any(g.simulated and not g.driven for g in self.gpus):
+            return ("no emulated work drove the simulated GPU: its figures are its idle power only, and no "
+                    "saving is reported (wattwise.workload.emulate_step drives it; the demo does)",)
+        return ()
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
 from wattwise.recurring import RunRecord, open_store
+from wattwise.run import EnergyPluginWarning
 from wattwise.workload import tiny_dataset
 
 BASE_S = 0.01
@@ -244,3 +245,22 @@ def test_bad_arguments_fail_when_the_callback_is_built():
     with pytest.raises(UsageError, match="default_batch_size 16 is not one of"):
         RecurringBatchSizeCallback(job="j", batch_sizes=[8], default_batch_size=16, target_metric=0.9,
                                    max_epochs=3, max_power_w=300.0, monitor="val_acc")
+
+
+def test_a_run_that_stops_before_tuning_finished_records_the_best_limit_it_measured(tmp_path, virtual_clock):
+    # The target is reached after epoch 1 (12 steps): tuning 5 limits needs 16; 300, 250, 200 and 150 W fit.
+    gpu = make_gpu(virtual_clock)
+    rec_cb, energy_cb = recurring([16], 16), energy(tmp_path, gpu, "run1")
+    with pytest.warns(EnergyPluginWarning, match="tuning did not finish"):
+        fit(ScheduledModule(gpu, reach_epoch={16: 1}), [rec_cb, energy_cb], tmp_path)
+    summary = energy_cb.summary
+    assert summary is not None
+    tuning = summary["power_limit"]["tuning"]
+    assert tuning["finished"] is False and tuning["profiled"] and tuning["reason"]
+    chosen = summary["power_limit"]["chosen_power_limit_w"]
+    assert chosen in tuning["profiled"]
+    # Recorded for the batch size: the next run caps there instead of tuning again.
+    assert stored_power_limits("nightly") == {16: chosen}
+    rec_cb2 = recurring([16], 16)
+    fit(ScheduledModule(gpu, reach_epoch={16: 1}), [rec_cb2, energy(tmp_path, gpu, "run2")], tmp_path)
+    assert rec_cb2.recommendation is not None and rec_cb2.recommendation.power_limit_w == chosen

@@ -195,6 +195,7 @@ def test_an_idle_simulated_gpu_never_reports_a_saving(tmp_path):
     s = run.summary
     assert s is not None and s["simulated"] is True
     assert s["power_limit"]["energy_saved_j"] is None and s["power_limit"]["baseline_energy_j"] is None
+    assert any("no emulated work drove the simulated GPU" in n for n in s["notes"])
 
 
 def test_a_resumed_run_counts_savings_of_both_segments_and_its_epoch_in_progress(tmp_path):

@@ -112,6 +112,8 @@ class RecurringJobRun:
         if optimizer is None:
             return None
         try:
+            if not failed:  # a run that ends before tuning finished settles on the best limit measured
+                run.power.finish_tuning(run.step_count)
             tuner = run.power.tuner
             if rec.power_limit_w is None and tuner is not None and tuner.chosen is not None:
                 optimizer.record_power_limit(rec.batch_size, tuner.chosen.power_limit_w)
