@@ -182,13 +182,15 @@ class PowerLimitControl:
                                 f"{len(t.profile)} of {len(t.limits_w)} limits profiled (the summary says "
                                 "tuning.finished = false)")
 
-    def record_profile(self, time_s: float, energy_j: float, *, memory_key: str | None, is_main: bool) -> None:
-        """The profile window's figures (combined over processes); remember the choice once tuning ends."""
+    def record_profile(self, time_s: float, energy_j: float, *, memory_key: str | None, is_main: bool,
+                       run_id: str | None = None) -> None:
+        """The profile window's figures (combined over processes); remember the choice once tuning ends,
+        with the run that made it (`run_id`), so a later run that reuses it can say where it came from."""
         assert self.tuner is not None
         self.tuner.record(time_s, energy_j)
         if self.tuner.done and self.tuner.chosen is not None and memory_key is not None and is_main:
             self.memory.save(memory_key, self.tuner.chosen, self.tuner.profile, selector=self.tuner.selector,
-                             eta=self.tuner.eta)
+                             eta=self.tuner.eta, run_id=run_id)
 
     def degrade(self) -> None:
         """A change failed: restore every setting and only measure from now on."""

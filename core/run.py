@@ -159,6 +159,11 @@ class Run:
         return self.record.to_dict() if self.record is not None else None
 
     @property
+    def run_id(self) -> str:
+        """This run, as a reused limit names the run that chose it: its output folder, host and start."""
+        return f"{self.cfg.output_dir} on {socket.gethostname()} at {iso_utc(self._start_wall)}"
+
+    @property
     def applied_limit_w(self) -> float | None:
         return self.power.applied_limit_w
 
@@ -284,7 +289,7 @@ class Run:
             ended = m.end(PROFILE)
         if profile_done:
             self.power.record_profile(ended[0].time_s, ended[0].energy_j, memory_key=self._memory_key(),
-                                      is_main=self.is_main)
+                                      is_main=self.is_main, run_id=self.run_id)
         return rec
 
     @_never_breaks_training

@@ -29,6 +29,7 @@ import wattwise.measurement
 from lightning_energy import EnergyCallback
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from wattwise.record import format_summary, read_run_dir
 from wattwise.run import EnergyPluginWarning
 
 BASE_S = 0.01
@@ -418,6 +419,9 @@ def test_reused_limit_reports_the_selector_that_chose_it(tmp_path, virtual_clock
     assert second["selector"] == "energy"
     assert second["chosen_power_limit_w"] == first["chosen_power_limit_w"]
     assert second["reused_from"]["chosen_at"]
+    # The run that chose it: the first run's output folder.
+    assert second["reused_from"]["run_id"].startswith(f"{tmp_path / 'a'} on ")
+    assert f"reused from run {tmp_path / 'a'} on " in format_summary(read_run_dir(tmp_path / "b").summary)
 
 
 # -- 8. checkpoints with and without the callback ----------------------------------------------------------
