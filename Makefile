@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # On a GPU machine, install the torch build you want first, then: make install TORCH_SPEC=
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench acceptance clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,6 +28,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# Real-GPU acceptance checks; without a GPU every check is skipped with its reason (exit 0).
+acceptance: install
+	$(PY) -m wattwise.acceptance --out wattwise_acceptance --quick
 
 lint: install
 	$(VENV)/bin/ruff check core lightning_energy accelerate_energy tests benchmarks examples

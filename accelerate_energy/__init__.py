@@ -1,12 +1,48 @@
 """Hugging Face Accelerate adapter for wattwise: one environment variable, at most one line in a script.
 
     accelerator = accelerate_energy.attach(Accelerator(...))   # does nothing unless ACCELERATE_ENERGY=1
+
+With `ACCELERATE_ENERGY=1` even that line is optional: `accelerate_energy.flag_hook` (imported at start-up
+by the installed `wattwise-accelerate.pth`) attaches every `Accelerator`. The names below are imported on
+first use (PEP 562), so that start-up hook loads neither torch nor accelerate before the script does.
 """
 
-from accelerate_energy.adapter import AccelerateEnergy, attach, energy, energy_run, epoch_end, not_training
-from accelerate_energy.batch_size import RecurringRun, recurring_batch_size
-from accelerate_energy.pipeline import follow_frequency_plan
-from accelerate_energy.plugin import EnergyPlugin
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelerate_energy.adapter import AccelerateEnergy, attach, energy, energy_run, epoch_end, not_training
+    from accelerate_energy.batch_size import RecurringRun, recurring_batch_size
+    from accelerate_energy.pipeline import follow_frequency_plan
+    from accelerate_energy.plugin import EnergyPlugin
+
+#: Public name -> the module that defines it.
+_MODULES = {
+    "AccelerateEnergy": "accelerate_energy.adapter",
+    "EnergyPlugin": "accelerate_energy.plugin",
+    "RecurringRun": "accelerate_energy.batch_size",
+    "attach": "accelerate_energy.adapter",
+    "energy": "accelerate_energy.adapter",
+    "energy_run": "accelerate_energy.adapter",
+    "epoch_end": "accelerate_energy.adapter",
+    "follow_frequency_plan": "accelerate_energy.pipeline",
+    "not_training": "accelerate_energy.adapter",
+    "recurring_batch_size": "accelerate_energy.batch_size",
+}
 
 __all__ = ["AccelerateEnergy", "EnergyPlugin", "RecurringRun", "attach", "energy", "energy_run", "epoch_end",
            "follow_frequency_plan", "not_training", "recurring_batch_size"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

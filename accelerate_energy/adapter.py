@@ -29,7 +29,6 @@ import atexit
 import contextlib
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +42,7 @@ from accelerate_energy.plugin import EnergyPlugin
 from wattwise.config import EnergyConfig
 from wattwise.devices.base import Device
 from wattwise.metrics import epoch_metrics, fit_metrics, step_metrics
+from wattwise.paths import write_text
 from wattwise.record import format_summary
 from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Run, StepRecord
 
@@ -212,9 +212,7 @@ class AccelerateEnergy:
             return
         folder = Path(output_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(state, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        os.replace(tmp, folder / STATE_FILE)
+        write_text(folder / STATE_FILE, json.dumps(state, indent=1, allow_nan=False) + "\n")
 
     def _load_hook(self, models: list[Any], input_dir: str) -> None:
         """`load_state`: resume the run's state when the checkpoint has it (one saved with wattwise off

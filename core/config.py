@@ -14,6 +14,7 @@ name config keys; an adapter or the CLI renames them to its own variables or fla
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import os
 import re
@@ -29,9 +30,17 @@ from omegaconf.errors import OmegaConfBaseException
 
 from wattwise.devices import BACKEND_ENV, BACKENDS
 from wattwise.errors import ConfigError
+from wattwise.names import check_job_name
 from wattwise.power_limit import SELECTORS
 
 MODES = ("measure", "tune", "cap")
+#: Upper bound of every step count (wait, warm-up, profile steps, logging interval).
+MAX_COUNT = 1_000_000
+#: Most simulated GPUs one process may see.
+MAX_GPUS = 1024
+#: Watts: the finest distance between profiled limits, and the highest power any limit or cap may name.
+MIN_STEP_W = 1.0
+MAX_POWER_W = 5000.0
 
 
 @dataclass
@@ -235,21 +244,19 @@ def load_config(
     schema = OmegaConf.structured(EnergyConfig)
     layers: list[Any] = []
     try:
-        for path in yaml_paths:
-            if not os.path.isfile(path):
-                raise ConfigError(f"config file {os.fspath(path)!r} not found")
-            try:
-                layer = OmegaConf.load(os.fspath(path))
-            except yaml.YAMLError as err:
-                first = str(err).splitlines()[0]
-                raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {first}") from None
-            layers.append(layer)
+        layers.extend(_load_yaml(path) for path in yaml_paths)
         if values:
             layers.append(OmegaConf.create(dict(values)))
         overrides = list(overrides)
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} must look like key=value, e.g. power_limit.eta=0.3")
+            try:
+                OmegaConf.from_dotlist([item])
+            except yaml.YAMLError as err:
+                first = str(err).splitlines()[0]
+                raise ConfigError(f"override {item!r}: the value is not valid YAML ({first}); quote it or close "
+                                  "its brackets, e.g. devices.gpus=[0,1]") from None
         if overrides:
             layers.append(OmegaConf.from_dotlist(overrides))
         for layer in layers:
@@ -263,6 +270,36 @@ def load_config(
     assert isinstance(cfg, EnergyConfig)
     validate(cfg)
     return cfg
+
+
+def _load_yaml(path: str | os.PathLike[str]) -> Any:
+    """One YAML file as a config layer; a file that is not a UTF-8 YAML mapping is a `ConfigError` naming it."""
+    name = repr(os.fspath(path))
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {name} not found (or not a file)")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as err:
+        raise ConfigError(f"config file {name} cannot be read ({err.strerror or err}); check its permissions") \
+            from None
+    if b"\x00" in data:
+        raise ConfigError(f"config file {name} holds binary data, not YAML")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {name} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    try:
+        layer = OmegaConf.load(io.StringIO(text))
+    except yaml.YAMLError as err:
+        first = str(err).splitlines()[0]
+        raise ConfigError(f"config file {name} is not valid YAML: {first}") from None
+    except OSError:  # OmegaConf's answer to a top level that is neither a mapping nor a list
+        layer = None
+    if not OmegaConf.is_dict(layer):
+        raise ConfigError(f"config file {name} must hold a mapping of keys at its top level, e.g. "
+                          "`power_limit: {eta: 0.5}` (see configs/energy.yaml)")
+    return layer
 
 
 def _check_sections(schema: Any, layer: Any, prefix: str) -> None:
@@ -304,14 +341,32 @@ def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
         raise ConfigError(f"{key} must be {'>= 0' if allow_zero else '> 0'} (got {value})")
 
 
+def _count(key: str, value: object, *, minimum: int, maximum: int = MAX_COUNT) -> None:
+    """A whole number in [minimum, maximum]: a float such as 1e29 or 2.5 for a count is refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be a whole number (got {value!r})")
+    _positive(key, value, allow_zero=minimum == 0)
+    if value > maximum:
+        raise ConfigError(f"{key} must be at most {maximum} (got {value})")
+
+
+def _within(key: str, value: float, low: float, high: float, unit: str) -> None:
+    """A positive finite number in [low, high] (`low` > 0): a value near 0 or 1e29 would hang or mislead."""
+    _positive(key, value)
+    if not low <= value <= high:
+        raise ConfigError(f"{key} must be between {low:g} and {high:g} {unit} (got {value})")
+
+
 def validate(cfg: EnergyConfig) -> None:
     """Value checks OmegaConf's type checks cannot do. Raises `ConfigError` naming the key."""
+    if cfg.job is not None:
+        check_job_name(cfg.job, setting="job", error=ConfigError)
     _choice("devices.backend", cfg.devices.backend, BACKENDS)
-    _positive("devices.simulated.num_gpus", cfg.devices.simulated.num_gpus)
-    _positive("devices.simulated.base_step_time_s", cfg.devices.simulated.base_step_time_s)
-    _positive("monitor.sample_interval_s", cfg.monitor.sample_interval_s)
+    _count("devices.simulated.num_gpus", cfg.devices.simulated.num_gpus, minimum=1, maximum=MAX_GPUS)
+    _within("devices.simulated.base_step_time_s", cfg.devices.simulated.base_step_time_s, 1e-6, 3600.0, "seconds")
+    _within("monitor.sample_interval_s", cfg.monitor.sample_interval_s, 1e-3, 86400.0, "seconds")
     if cfg.log_every_n_steps is not None:
-        _positive("log_every_n_steps", cfg.log_every_n_steps)
+        _count("log_every_n_steps", cfg.log_every_n_steps, minimum=1)
     pl = cfg.power_limit
     _choice("power_limit.mode", pl.mode, MODES)
     _choice("power_limit.selector", pl.selector, SELECTORS)
@@ -319,16 +374,16 @@ def validate(cfg: EnergyConfig) -> None:
         raise ConfigError(f"power_limit.eta must be between 0 and 1 (got {pl.eta}); "
                           "1 minimises energy, 0 minimises time")
     _positive("power_limit.max_slowdown", pl.max_slowdown, allow_zero=True)
-    _positive("power_limit.wait_steps", pl.wait_steps, allow_zero=True)
-    _positive("power_limit.warmup_steps", pl.warmup_steps, allow_zero=True)
-    _positive("power_limit.profile_steps", pl.profile_steps)
-    _positive("power_limit.step_w", pl.step_w)
+    _count("power_limit.wait_steps", pl.wait_steps, minimum=0)
+    _count("power_limit.warmup_steps", pl.warmup_steps, minimum=0)
+    _count("power_limit.profile_steps", pl.profile_steps, minimum=1)
+    _within("power_limit.step_w", pl.step_w, MIN_STEP_W, MAX_POWER_W, "watts")
     if pl.mode == "cap":
         if (pl.cap_w is None) == (pl.cap_fraction is None):
             raise ConfigError("power_limit.mode=cap needs exactly one of power_limit.cap_w (watts) or "
                               "power_limit.cap_fraction (of the maximum limit, e.g. 0.7)")
         if pl.cap_w is not None:
-            _positive("power_limit.cap_w", pl.cap_w)
+            _within("power_limit.cap_w", pl.cap_w, 1.0, MAX_POWER_W, "watts")
         if pl.cap_fraction is not None and not (0.0 < pl.cap_fraction <= 1.0):
             raise ConfigError(f"power_limit.cap_fraction must be in (0, 1] (got {pl.cap_fraction})")
     c = cfg.carbon

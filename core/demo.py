@@ -8,14 +8,19 @@ steps at the maximum limit (measured by a second run, not estimated).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import tempfile
-from collections.abc import Callable
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from wattwise import paths
 from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config, rename_settings
 from wattwise.devices import PowerModel
 from wattwise.errors import ConfigError, UsageError
@@ -63,9 +68,10 @@ class DemoOptions:
     base_step_time_s: float = _option("devices.simulated.base_step_time_s", 0.05, flag="--base-step-time",
                                       help="seconds of one emulated step at the maximum limit")
     output_dir: str = _option("output_dir", "wattwise_runs/demo")
-    #: Where simulated GPUs keep their settings; None: a private temporary folder.
+    #: Where simulated GPUs keep their settings; None: the demo's own folder under the state dir, removed at exit.
     state_dir: str | None = _option("devices.simulated.state_dir",
-                                    help="where the simulated GPU keeps its settings; default: a temporary folder")
+                                    help="where the simulated GPU keeps its settings; default: a folder of the "
+                                         "demo's own under the state dir, removed when the demo ends")
     #: Any other key, as dotlist items (`power_limit.cap_w=200`).
     overrides: list[str] = field(default_factory=list, metadata={
         "flag": "--set", "metavar": "KEY=VALUE",
@@ -76,6 +82,10 @@ class DemoOptions:
         """Check every option; the energy settings are checked by the configuration, as a run checks them."""
         if self.steps_after_tuning < 1:
             raise UsageError(f"steps_after_tuning must be at least 1 (got {self.steps_after_tuning})")
+        for name in ("output_dir", "state_dir"):
+            folder = getattr(self, name)
+            if folder is not None and os.path.lexists(folder) and not os.path.isdir(folder):
+                raise UsageError(f"{name} {folder} is a file, not a folder; choose another path")
         own = {f.metadata["key"]: f.name for f in fields(self) if "key" in f.metadata}
         for item in self.overrides:
             key = item.split("=", 1)[0].strip()
@@ -155,12 +165,45 @@ def tuned_and_baseline(options: DemoOptions, framework: str,
 
     logging.getLogger("wattwise.measurement").setLevel(logging.ERROR)  # the demo's own report says "simulated"
     use_one_cpu_thread()
-    with tempfile.TemporaryDirectory(prefix="wattwise-demo-") as tmp:
-        common = demo_overrides(options, options.state_dir or tmp)
+    with private_state_dir() as tmp:
+        common = demo_overrides(options, options.state_dir or str(tmp))
         tuned = train([*common, "power_limit.mode=tune", f"output_dir={options.output_dir}"], steps)
         baseline = train([*common, "power_limit.mode=measure", f"output_dir={Path(options.output_dir) / 'baseline'}"],
                          steps)
     return demo_result(options, framework, tuned, baseline, model)
+
+
+def demo_folder() -> Path:
+    """Where demos keep their simulated GPUs' settings: `<state dir>/demo`, one folder per demo process."""
+    return paths.state_dir() / "demo"
+
+
+@contextlib.contextmanager
+def private_state_dir() -> Iterator[Path]:
+    """A folder of this demo's own for its simulated GPU, removed on every exit the process sees.
+
+    It lives under `demo_folder()` beside a lock file the demo holds while it runs, so a demo killed with
+    SIGKILL leaves a folder whose lock is free: the next demo restores any journalled setting in it (the
+    guard's recovery), then removes it.
+    """
+    from wattwise.guard import recover_stale_journals, release_lock, take_lock
+
+    parent = demo_folder()
+    parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    recover_stale_journals()
+    for lock in sorted(parent.glob("*.lock")):
+        if take_lock(lock):
+            shutil.rmtree(lock.with_suffix(""), ignore_errors=True)
+            release_lock(lock, unlink=True)
+    name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    lock, folder = parent / f"{name}.lock", parent / name
+    take_lock(lock)
+    try:
+        folder.mkdir(mode=0o700)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        release_lock(lock, unlink=True)
 
 
 def _entry(e: dict[str, float]) -> ProfileEntry:

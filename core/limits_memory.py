@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from wattwise.paths import state_dir
+from wattwise.paths import open_lock, state_dir
 from wattwise.power_limit import ProfileEntry
 from wattwise.recurring.schema import remembered_limits_table as table
 from wattwise.recurring.sql_store import SqlJobStore
@@ -161,8 +161,11 @@ def _legacy_entry(entry: Any) -> RememberedLimit | None:
 
 @contextmanager
 def _legacy_lock(path: Path) -> Iterator[None]:
-    """The exclusive lock wattwise 0.1.0 takes around every read and write of its file."""
-    fd = os.open(path.with_suffix(".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    """The exclusive lock wattwise 0.1.0 takes around every read and write of its file.
+
+    Opened without truncation and never through a symlink (`open_lock`).
+    """
+    fd = open_lock(path.with_suffix(".lock"))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -19,6 +19,8 @@ from wattwise.errors import UsageError
 
 Selector = Literal["energy", "time", "cost", "slowdown"]
 SELECTORS: tuple[str, ...] = ("energy", "time", "cost", "slowdown")
+#: Most power limits one tuning run profiles: each costs warm-up and profile steps.
+MAX_PROFILED_LIMITS = 1000
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ def select_power_limit(
     """
     if not profile:
         raise ValueError("cannot select a power limit from an empty profile")
+    check_profile(profile)
     if selector not in SELECTORS:
         raise UsageError(f"selector must be one of {', '.join(SELECTORS)} (got {selector!r})")
     # Highest limit first, so that min() keeps the higher limit on ties.
@@ -84,10 +87,29 @@ def select_power_limit(
     return min(allowed, key=lambda e: e.energy_j)
 
 
+def check_profile(profile: Sequence[ProfileEntry]) -> None:
+    """Raise a `UsageError` naming the row unless every entry has a positive, finite limit, time and energy.
+
+    A step of zero time or zero energy is no measurement: choosing it would report a 100% saving.
+    """
+    for row, entry in enumerate(profile, start=1):
+        for name, value in (("power_limit_w", entry.power_limit_w), ("time_s", entry.time_s),
+                            ("energy_j", entry.energy_j)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value)
+                                                                                    and value > 0):
+                raise UsageError(f"power-limit profile row {row} (power_limit_w {entry.power_limit_w!r}): {name} "
+                                 f"must be a positive number (got {value!r}); re-measure that limit")
+
+
 def profile_limits_w(min_w: float, max_w: float, step_w: float) -> list[float]:
     """Limits to profile: from the maximum down in steps of `step_w`, the minimum always included."""
-    if step_w <= 0:
+    if not (math.isfinite(step_w) and step_w > 0):
         raise UsageError(f"step_w must be > 0 watts (got {step_w})")
+    count = math.ceil((max_w - min_w) / step_w - 1e-9) + 1
+    if count > MAX_PROFILED_LIMITS:
+        least_w = math.ceil((max_w - min_w) / (MAX_PROFILED_LIMITS - 1))
+        raise UsageError(f"step_w {step_w:g} W would profile {count} power limits between {min_w:g} and "
+                         f"{max_w:g} W (at most {MAX_PROFILED_LIMITS}); raise step_w to at least {least_w} W")
     limits: list[float] = []
     w = max_w
     while w > min_w + 1e-9:
@@ -300,6 +322,7 @@ class PowerLimitTuner:
 
 def profile_table(profile: Sequence[ProfileEntry], *, eta: float, max_power_w: float) -> list[dict[str, float]]:
     """Rows of the profile with the Zeus cost of each limit, for reports."""
+    check_profile(profile)
     return [{"power_limit_w": e.power_limit_w, "time_s": e.time_s, "energy_j": e.energy_j,
              "avg_power_w": e.avg_power_w,
              "cost": zeus_cost(e.energy_j, e.time_s, eta=eta, max_power_w=max_power_w)} for e in profile]

@@ -22,9 +22,8 @@ import csv
 import json
 import math
 import os
-import secrets
 import stat
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,6 +35,7 @@ from wattwise import __version__
 from wattwise.carbon.integrate import J_PER_KWH, DeviceTrace
 from wattwise.carbon.series import parse_timestamp_s
 from wattwise.errors import UsageError
+from wattwise.paths import create_beside, replace_file
 from wattwise.power_limit import ProfileEntry
 
 SCHEMA = "wattwise.run/1"
@@ -51,6 +51,9 @@ WINDOW_COLUMNS = ("start_time", "window_name", "time_s", "energy_j", "approximat
 SettingValue = bool | int | float | str | None
 
 _FIX = "the run directory is damaged: re-run the job, or restore the file"
+#: The largest magnitude any figure of a run may have (1e15 J is 278 GWh, 1e15 s 30 million years): more
+#: is a damaged file, and would overflow the sums a report makes.
+MAX_FIGURE = 1e15
 
 
 def iso_utc(t_s: float) -> str:
@@ -353,7 +356,7 @@ def write_run_dir(out_dir: str | os.PathLike[str], summary: RunSummary,
     directory.mkdir(parents=True, exist_ok=True)
     if power is not None:
         write_power_csv(directory / POWER_FILE, power)
-    _replace(directory / SUMMARY_FILE, lambda fh: fh.write(text))
+    replace_file(directory / SUMMARY_FILE, lambda fh: fh.write(text))
     return directory
 
 
@@ -369,7 +372,7 @@ def write_power_csv(path: str | os.PathLike[str], rows: Iterable[PowerRow]) -> N
         writer.writerows((f"{r.timestamp_s:.3f}", r.device, f"{r.power_w:.3f}") for r in rows
                          if math.isfinite(r.timestamp_s) and math.isfinite(r.power_w))
 
-    _replace(Path(path), write)
+    replace_file(path, write)
 
 
 class WindowsLog:
@@ -383,7 +386,7 @@ class WindowsLog:
         self.path = Path(path)
         self.device_keys = tuple(device_keys)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = _create_beside(self.path)
+        fd, tmp = create_beside(self.path)
         self._file: TextIO | None = os.fdopen(fd, "w", encoding="utf-8", newline="", buffering=1)
         self._writer = csv.writer(self._file, lineterminator="\n")
         try:
@@ -403,32 +406,6 @@ class WindowsLog:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def _create_beside(target: Path) -> tuple[int, Path]:
-    """A new empty file beside `target` under a random name; never opens an existing file or a link."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:
-            continue
-
-
-def _replace(target: Path, write: Callable[[TextIO], object]) -> None:
-    """Write a file through a temporary beside `target`, synced, then move it over `target` (a link too)."""
-    fd, tmp = _create_beside(target)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _finite_or_null(value: Any) -> Any:
@@ -623,6 +600,9 @@ def _cell(path: Path, line: int, column: str, text: str, *, minimum: float | Non
         value = float(text)
     except ValueError:
         value = math.nan
+    if math.isfinite(value) and abs(value) > MAX_FIGURE:
+        raise UsageError(f"{path} line {line}: {column} must be at most {MAX_FIGURE:g} in size (got {_show(text)}); "
+                         f"{_FIX}")
     if not math.isfinite(value) or (minimum is not None and value < minimum):
         bound = f" >= {minimum:g}" if minimum is not None else ""
         raise UsageError(f"{path} line {line}: {column} must be a finite number{bound} (got {_show(text)}); {_FIX}")
@@ -718,9 +698,12 @@ class _Fields:
 
     def number(self, key: str, *, minimum: float | None = 0.0) -> float:
         value = self._required(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-                or (minimum is not None and value < minimum):
+        # An int is finite, however large (math.isfinite would overflow on 10**400).
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not (isinstance(value, int) or math.isfinite(value)) or (minimum is not None and value < minimum):
             self._fail(key, "a finite number" + (f" >= {minimum:g}" if minimum is not None else ""), value)
+        if abs(value) > MAX_FIGURE:
+            self._fail(key, f"at most {MAX_FIGURE:g} in size", value)
         return float(value)
 
     def opt_number(self, key: str, *, minimum: float | None = 0.0) -> float | None:
@@ -732,6 +715,8 @@ class _Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             self._fail(key, f"a whole number >= {minimum}", value)
+        if value > MAX_FIGURE:
+            self._fail(key, f"at most {MAX_FIGURE:g}", value)
         return value
 
     def text(self, key: str) -> str:
@@ -786,8 +771,9 @@ class _Fields:
     def numbers(self, key: str) -> list[float]:
         values = self._list(key)
         for i, value in enumerate(values):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                self._fail(f"{key}[{i}]", "a finite number", value)
+            if isinstance(value, bool) or not isinstance(value, int | float) or abs(value) > MAX_FIGURE \
+                    or not math.isfinite(value):
+                self._fail(f"{key}[{i}]", f"a finite number of at most {MAX_FIGURE:g} in size", value)
         return [float(v) for v in values]
 
     def strings(self, key: str) -> tuple[str, ...]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -33,7 +34,18 @@ from wattwise.carbon.integrate import (
     UniformEnergy,
     facility_totals,
 )
-from wattwise.carbon.series import INTENSITY, PRICE, PUE, Constant, Series, check_covers, format_utc
+from wattwise.carbon.series import (
+    INTENSITY,
+    PRICE,
+    PUE,
+    Constant,
+    Series,
+    check_covers,
+    check_series_values,
+    format_utc,
+)
+from wattwise.errors import UsageError
+from wattwise.paths import replace_file, write_text
 from wattwise.record import RunDir
 
 REPORT_SCHEMA = "wattwise.report/1"
@@ -116,7 +128,9 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
     pue = inputs.pue or Constant(1.0, PUE_NOT_SUPPLIED)
     for quantity, series in ((PUE, pue), (INTENSITY, inputs.intensity), (PRICE, inputs.price)):
         if series is not None:
+            check_series_values(series, quantity)
             check_covers(series, s.start_s, s.end_s, quantity, "the run")
+    _check_energies(run)
 
     device_energy, method, samples, scale = _device_energy(run)
     parts: list[EnergyProfile] = [device_energy]
@@ -194,6 +208,22 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
     )
 
 
+def _check_energies(run: RunDir) -> None:
+    """Refuse a summary whose figures cannot all hold: a report of negative or over-100% energy is wrong."""
+    s = run.summary
+    where = f"{run.path / 'summary.json'}"
+    for name, value in (("energy_j", s.energy_j), ("cpu_energy_j", s.cpu_energy_j)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{where}: {name} must be a finite number >= 0 (got {value!r})")
+    limit = s.power_limit
+    if limit is None or limit.energy_saved_j is None or limit.baseline_energy_j is None:
+        return
+    if not (math.isfinite(limit.energy_saved_j) and limit.energy_saved_j <= limit.baseline_energy_j):
+        raise UsageError(f"{where}: power_limit.energy_saved_j {limit.energy_saved_j:g} J exceeds "
+                         f"power_limit.baseline_energy_j {limit.baseline_energy_j:g} J (the energy used would be "
+                         "negative); the summary is inconsistent")
+
+
 def _hardware(names: tuple[str, ...]) -> str | None:
     """`2x NVIDIA A100-SXM4-40GB` from the devices' model names, or None when the run did not record them."""
     counts: dict[str, int] = {}
@@ -225,7 +255,18 @@ def _device_energy(run: RunDir) -> tuple[EnergyProfile, str, int, float | None]:
 
 
 def report_json(report: RunReport) -> str:
-    return json.dumps(asdict(report), indent=2) + "\n"
+    """The report as JSON; a non-finite figure (none is expected) is written as null, never as NaN."""
+    return json.dumps(_finite_or_null(asdict(report)), indent=2, allow_nan=False) + "\n"
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(v) for v in value]
+    return value
 
 
 def report_csv_row(report: RunReport) -> dict[str, Any]:
@@ -239,16 +280,22 @@ def report_csv_row(report: RunReport) -> dict[str, Any]:
 
 
 def write_report(report: RunReport, out_dir: Path) -> list[Path]:
-    """Write `report.json`, `report.csv` and `energy_statement.md` into `out_dir`."""
+    """Write `report.json`, `report.csv` and `energy_statement.md` into `out_dir`.
+
+    Each file replaces its name (a planted symlink too) and never writes through a link (`replace_file`).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path, md_path = out_dir / REPORT_JSON, out_dir / REPORT_CSV, out_dir / STATEMENT_MD
-    json_path.write_text(report_json(report), encoding="utf-8")
+    write_text(json_path, report_json(report))
     row = report_csv_row(report)
-    with csv_path.open("w", newline="", encoding="utf-8") as handle:
+
+    def write_csv(handle: TextIO) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(row))
         writer.writeheader()
         writer.writerow(row)
-    md_path.write_text(energy_statement(report), encoding="utf-8")
+
+    replace_file(csv_path, write_csv)
+    write_text(md_path, energy_statement(report))
     return [json_path, csv_path, md_path]
 
 

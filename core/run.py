@@ -288,8 +288,11 @@ class Run:
         else:
             ended = m.end(PROFILE)
         if profile_done:
-            self.power.record_profile(ended[0].time_s, ended[0].energy_j, memory_key=self._memory_key(),
-                                      is_main=self.is_main, run_id=self.run_id)
+            try:
+                self.power.record_profile(ended[0].time_s, ended[0].energy_j, memory_key=self._memory_key(),
+                                          is_main=self.is_main, run_id=self.run_id)
+            except (DeviceError, UsageError) as err:  # e.g. a window that measured no energy
+                self._degrade(err, "choosing the power limit")
         return rec
 
     @_never_breaks_training

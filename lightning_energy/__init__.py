@@ -1,7 +1,36 @@
-"""PyTorch Lightning adapter for wattwise: `EnergyCallback` and friends."""
+"""PyTorch Lightning adapter for wattwise: `EnergyCallback` and friends.
 
-from lightning_energy.batch_size import RecurringBatchSizeCallback
-from lightning_energy.callback import EnergyCallback
-from lightning_energy.pipeline import PipelineFrequencyCallback
+The names are imported on first use (PEP 562), so importing `lightning_energy.flag_factory` (Lightning's
+entry point, loaded by every `Trainer`) costs nothing when the flag is off.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_energy.batch_size import RecurringBatchSizeCallback
+    from lightning_energy.callback import EnergyCallback
+    from lightning_energy.pipeline import PipelineFrequencyCallback
+
+#: Public name -> the module that defines it.
+_MODULES = {
+    "EnergyCallback": "lightning_energy.callback",
+    "PipelineFrequencyCallback": "lightning_energy.pipeline",
+    "RecurringBatchSizeCallback": "lightning_energy.batch_size",
+}
 
 __all__ = ["EnergyCallback", "PipelineFrequencyCallback", "RecurringBatchSizeCallback"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -170,7 +170,8 @@ def test_a_bad_wattwise_backend_is_a_config_error_naming_the_variable_and_the_ch
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("WATTWISE_BACKEND", value)
-    with pytest.raises(ConfigError, match=rf"^WATTWISE_BACKEND must be one of auto, nvml, simulated \(got '{value}'\)"):
+    choices = "auto, nvml, simulated, agent"
+    with pytest.raises(ConfigError, match=rf"^WATTWISE_BACKEND must be one of {choices} \(got '{value}'\)"):
         discover("auto")
 
 

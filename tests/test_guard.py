@@ -55,7 +55,8 @@ def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture
 def state_file(tmp_path: Path) -> Path:
-    return tmp_path / "gpus" / "gpu0.json"
+    """Where simulated GPUs keep their settings: inside the state dir, the only place a journal may name."""
+    return tmp_path / "home" / "simulated" / "gpu0.json"
 
 
 def limit_on_gpu(state_file: Path) -> float:
@@ -290,16 +291,24 @@ def test_a_new_guard_recovers_what_a_killed_process_left(child: Any, state_file:
 
 
 @pytest.mark.slow
-def test_a_live_process_journal_is_left_alone_unless_forced(child: Any, state_file: Path) -> None:
+def test_a_live_process_journal_is_left_alone_even_when_forced(
+    child: Any, state_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     proc = child()
-    assert recover_stale_journals().restored == []
+    result = recover_stale_journals()
+    assert result.restored == [] and result.failed == []
+    assert len(result.held) == 1 and f"PID {proc.pid}" in result.held[0]
+    assert limit_on_gpu(state_file) == 150.0
+    assert main(["restore", "--force"]) == 1  # refused, naming the holder: never deleted under it
+    out = capsys.readouterr().out
+    assert out.startswith("FAILED") and f"PID {proc.pid}" in out and f"kill {proc.pid}" in out
     assert limit_on_gpu(state_file) == 150.0
     assert len(journals()) == 1
-    forced = recover_stale_journals(include_live=True)
-    assert len(forced.restored) == 1
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)  # the owner restores its own settings
+    proc.wait(timeout=CHILD_TIMEOUT_S)
     assert limit_on_gpu(state_file) == MAX_W
     assert journals() == []
-    assert proc.poll() is None  # restoring did not touch the process itself
 
 
 # -- recovery of hand-written journals ----------------------------------------------------------------

@@ -152,7 +152,7 @@ def test_every_data_file_in_the_packages_ships_as_package_data() -> None:
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     """A wheel built from a copy of the sources, as from a clean clone (the checkout's build/ untouched)."""
     clone = tmp_path_factory.mktemp("clone")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "pth_build.py"):
         shutil.copy2(REPO_ROOT / name, clone / name)
     for root in PACKAGE_ROOTS:
         shutil.copytree(REPO_ROOT / root, clone / root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -166,7 +166,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 def test_the_wheel_installs_wattwise_and_the_adapters_and_no_top_level_core(wheel: zipfile.ZipFile) -> None:
     names = wheel.namelist()
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert top_level == {"wattwise", "lightning_energy", "accelerate_energy"}
+    assert top_level == {"wattwise", "lightning_energy", "accelerate_energy", "wattwise-accelerate.pth"}
     expected = {f"{import_name(p.parent).replace('.', '/')}/{p.name}"
                 for root in PACKAGE_ROOTS for p in source_files(REPO_ROOT / root)}
     assert "wattwise/py.typed" in expected

@@ -146,7 +146,7 @@ def test_bad_calls_are_usage_errors_naming_the_field(store: JobStore) -> None:
         ({"eta": 1.5}, "eta"),
         ({"beta": 1.0}, "beta"),
         ({"metric_mode": "up"}, "metric_mode"),
-        ({"name": ""}, "job name"),
+        ({"name": ""}, "job: '' is not a valid name"),
         ({"target_metric": float("nan")}, "target_metric"),
     ],
 )

@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from wattwise.carbon.integrate import FacilityTotals, UniformEnergy, facility_totals
-from wattwise.carbon.series import INTENSITY, PRICE, PUE, Quantity, Series, format_duration, format_utc
+from wattwise.carbon.series import (
+    INTENSITY,
+    PRICE,
+    PUE,
+    Quantity,
+    Series,
+    check_series_values,
+    format_duration,
+    format_utc,
+)
 from wattwise.errors import UsageError
 
 Objective = Literal["emissions", "facility-energy", "cost"]
@@ -107,6 +116,7 @@ def advise_start(
     inputs: list[tuple[Quantity, Series]] = [(PUE, pue)]
     inputs += [(q, s) for q, s in ((INTENSITY, intensity), (PRICE, price)) if s is not None]
     for quantity, series in inputs:
+        check_series_values(series, quantity)
         _check_window_covered(series, quantity, now_s, window_s, duration_s)
 
     starts = _candidate_starts([s for _, s in inputs], now_s, now_s + window_s, duration_s)

@@ -111,6 +111,17 @@ def check_covers(series: Series, start_s: float, end_s: float, quantity: Quantit
     )
 
 
+def check_series_values(series: Series, quantity: Quantity) -> None:
+    """Raise a `UsageError` unless every value of `series` is finite and within the quantity's range.
+
+    Loading checks each value already; this guards series built in code (a negative PUE or intensity
+    would make a report's facility energy or emissions negative).
+    """
+    values = (series.value,) if isinstance(series, Constant) else series.values
+    for value in values:
+        _check_value(value, quantity, where=f"{quantity.flag}: {series.source}")
+
+
 def parse_series(text: str, quantity: Quantity, source: str | None = None) -> Series:
     """A CLI value: a number is a constant, anything else is the path of a `timestamp,value` CSV file.
 
@@ -120,6 +131,8 @@ def parse_series(text: str, quantity: Quantity, source: str | None = None) -> Se
     try:
         value = float(text)
     except ValueError:
+        value = None
+    if value is None:
         return load_series_csv(Path(text), quantity, source)
     _check_value(value, quantity, where=quantity.flag)
     return Constant(value, source or f"constant {quantity.flag} {text}")
@@ -129,8 +142,22 @@ def load_series_csv(path: Path, quantity: Quantity, source: str | None = None) -
     """Read a `timestamp,value` CSV (header first) into an evenly spaced step series."""
     if not path.is_file():
         raise UsageError(f"{quantity.flag}: {path} is neither a number nor a readable CSV file")
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.reader(handle))
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UsageError(f"{quantity.flag}: {path} cannot be read ({err.strerror or err}); check its permissions") \
+            from None
+    if b"\x00" in data:
+        raise UsageError(f"{quantity.flag}: {path} holds binary data, not a `timestamp,value` CSV")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{quantity.flag}: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    reader = csv.reader(text.splitlines())
+    try:
+        rows = list(reader)
+    except csv.Error as err:
+        raise UsageError(f"{quantity.flag}: {path} line {reader.line_num}: not valid CSV ({err})") from None
     return series_from_rows(rows, quantity, source or path.name, where=str(path))
 
 
@@ -143,7 +170,7 @@ def series_from_rows(rows: Iterable[list[str]], quantity: Quantity, source: str,
     if [cell.strip().lower() for cell in header[:1]] != ["timestamp"] or len(header) != 2:
         raise UsageError(
             f"{quantity.flag}: {where} line {header_line}: header must be `timestamp,value` "
-            f"(got {','.join(header)!r})"
+            f"(got {_shown(','.join(header))})"
         )
     times: list[float] = []
     values: list[float] = []
@@ -155,7 +182,7 @@ def series_from_rows(rows: Iterable[list[str]], quantity: Quantity, source: str,
         try:
             value = float(row[1])
         except ValueError:
-            raise UsageError(f"{quantity.flag}: {at}: value {row[1]!r} is not a number") from None
+            raise UsageError(f"{quantity.flag}: {at}: value {_shown(row[1])} is not a number") from None
         _check_value(value, quantity, where=f"{quantity.flag}: {at}")
         values.append(value)
     if len(times) < 2:
@@ -186,7 +213,7 @@ def parse_timestamp_s(text: str, *, where: str) -> float:
         moment = datetime.fromisoformat(cleaned)
     except ValueError:
         raise UsageError(
-            f"{where}: {text!r} is not an ISO 8601 timestamp (e.g. 2026-01-31T14:00:00+00:00)"
+            f"{where}: {_shown(text)} is not an ISO 8601 timestamp (e.g. 2026-01-31T14:00:00+00:00)"
         ) from None
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise UsageError(f"{where}: timestamp {text!r} has no timezone; add one, e.g. +00:00 or Z")
@@ -202,6 +229,8 @@ def format_utc(t_s: float) -> str:
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+#: The longest duration read: more is a typo, and would overflow the dates computed from it.
+MAX_DURATION_S = 36500 * 86400.0
 
 
 def parse_duration_s(text: str, *, flag: str) -> float:
@@ -210,9 +239,13 @@ def parse_duration_s(text: str, *, flag: str) -> float:
     parts = _DURATION_PART.findall(cleaned)
     if not parts or "".join(number + unit for number, unit in parts) != cleaned:
         raise UsageError(
-            f"{flag}: {text!r} is not a duration; use a number and a unit d, h, m or s (e.g. 6h)"
+            f"{flag}: {_shown(text)} is not a duration; use a number and a unit d, h, m or s (e.g. 6h)"
         )
-    return sum(float(number) * _UNIT_S[unit] for number, unit in parts)
+    seconds = sum(float(number) * _UNIT_S[unit] for number, unit in parts)
+    if seconds > MAX_DURATION_S:
+        raise UsageError(f"{flag}: {_shown(text)} is longer than {MAX_DURATION_S / 86400:g} days (100 years); "
+                         "give a shorter duration")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:
@@ -229,6 +262,12 @@ def _check_value(value: float, quantity: Quantity, *, where: str) -> None:
         raise UsageError(f"{where}: {quantity.name} must be a finite number (got {value})")
     if quantity.minimum is not None and value < quantity.minimum:
         raise UsageError(f"{where}: {quantity.name} must be at least {quantity.minimum:g} (got {value:g})")
+
+
+def _shown(text: str) -> str:
+    """`text` quoted for a message, cut short: a whole line of a bad file would drown the message."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= 60 else quoted[:57] + "..."
 
 
 def _describe_gap(seconds: float) -> str:

@@ -2,13 +2,22 @@
 
 The flags are `DemoOptions`' fields (`--<field>`, or the flag its metadata names), so the two cannot drift;
 `--set KEY=VALUE` reaches every other key of the energy configuration.
+
+SIGTERM and SIGINT stop the demo wherever it is (tuned or baseline run): the guard restores the simulated
+GPU's settings, the demo's own state folder is removed, one line says so on stderr, and the exit status is
+128 + the signal (143, 130), as a shell reports a process stopped by it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
+import threading
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import MISSING, Field, fields
 from typing import Any
 
@@ -47,7 +56,43 @@ def options_of(args: argparse.Namespace) -> DemoOptions:
     return DemoOptions(**{f.name: getattr(args, f.name) for f in fields(DemoOptions)})
 
 
+class DemoInterrupted(BaseException):
+    """SIGTERM or SIGINT stopped the demo. A BaseException of its own: Lightning turns KeyboardInterrupt
+    into exit 1 and its SIGTERM into a silent exit 0; this one unwinds through both frameworks' clean-up."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def interrupts_unwind() -> Iterator[None]:
+    """SIGTERM and SIGINT raise `DemoInterrupted` (once: a second signal during the clean-up is ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        if not fired:
+            fired.append(signum)
+            raise DemoInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run(args: argparse.Namespace) -> int:
-    result = run_demo(options_of(args))
+    try:
+        with interrupts_unwind():
+            result = run_demo(options_of(args))
+    except DemoInterrupted as stop:
+        print(f"wattwise demo: interrupted by {stop}; the simulated GPU's settings were restored and the demo's "
+              "state folder removed", file=sys.stderr)
+        return 128 + stop.signum
     print(json.dumps(result, indent=2) if args.json else format_demo(result))
     return 0

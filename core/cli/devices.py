@@ -1,4 +1,8 @@
-"""`wattwise devices`: what was found, and why anything is missing."""
+"""`wattwise devices`: what was found, why anything is missing, and GPU settings left changed.
+
+Settings a dead wattwise process left changed are listed ("leftover: ...; run `wattwise restore`"), not
+restored: listing devices changes nothing. Settings a running wattwise process holds are listed as in use.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 
 from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
+from wattwise.guard import leftover_lines
 
 #: The energy setting `--backend` gives (`devices.backend`).
 BACKEND = SETTING["backend"]
@@ -22,8 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     found = discover(args.backend, include_cpu=True)
     devices = [d.describe() for d in found.all]
+    # Settings a dead run left changed are shown, not restored: listing devices changes nothing.
+    leftovers = leftover_lines()
     if args.json:
-        print(json.dumps({"devices": devices, "notes": found.notes, "simulated": found.simulated}, indent=2))
+        out = {"devices": devices, "notes": found.notes, "simulated": found.simulated}
+        if leftovers:
+            out["leftovers"] = leftovers
+        print(json.dumps(out, indent=2))
         return 0
     if not devices:
         print("no devices to measure")
@@ -36,4 +46,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{info['key']}: {info['name']} ({info['backend']}){tag}{extra}")
     for note in found.notes:
         print(f"note: {note}")
+    for line in leftovers:
+        print(line)
     return 0

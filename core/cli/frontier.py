@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from wattwise.errors import UsageError
-from wattwise.pipeline.dag import pipeline_dag
+from wattwise.pipeline.dag import check_dag_size, pipeline_dag
 from wattwise.pipeline.exact import exact_frontier
 from wattwise.pipeline.files import write_frontier_csv, write_frontier_json
-from wattwise.pipeline.frontier import FrontierSolver
+from wattwise.pipeline.frontier import FrontierSolver, check_frontier_size
 from wattwise.pipeline.plan import Frontier, assemble_frontier, choose_intrinsic
 from wattwise.pipeline.problem import PlanningProblem
 from wattwise.pipeline.profiles import load_profile
@@ -72,9 +73,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--p-blocking must be a finite number of watts >= 0 (got {args.p_blocking})")
     if not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit})")
+    for flag, path, name in (("--out", args.out, "frontier.json"), ("--csv", args.csv, "frontier.csv"),
+                             ("--plot", args.plot, "frontier.png")):
+        if path is not None and os.path.isdir(path):  # checked before solving, which may take minutes
+            raise UsageError(f"{flag} {path} is a directory; name the file to write, e.g. {os.path.join(path, name)}")
     profile = load_profile(args.profile)
+    check_dag_size(profile.num_stages, args.microbatches, option="--microbatches")
     dag = pipeline_dag(args.schedule, profile.num_stages, args.microbatches)
     problem = PlanningProblem.build(profile, dag, args.p_blocking)
+    check_frontier_size(problem, args.unit_time, option="--unit-time", microbatches_option="--microbatches")
     started = time.monotonic()
     if args.solver == "fast":
         solver = FrontierSolver(problem, args.unit_time)

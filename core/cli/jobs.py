@@ -1,7 +1,8 @@
-"""`wattwise jobs list|show NAME|reset NAME`: the recurring jobs in the store and their history.
+"""`wattwise jobs list|show NAME|reset NAME|sync`: the recurring jobs in the store and their history.
 
 The store is `--store` (a SQLite file path or a database URL), else `$WATTWISE_STORE`, else the
 SQLite file in wattwise's state directory. Listing a store that does not exist yet creates nothing.
+`sync` delivers the results spooled while the store was unreachable (`wattwise.recurring.spool`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from wattwise.names import check_job_name
+from wattwise.recurring import spool
 from wattwise.recurring.spec import JobSpec, RunRecord
 from wattwise.recurring.store import default_store_url, open_store, store_url, unknown_job
 from wattwise.recurring.summary import JobSummary, summarize
@@ -22,7 +25,7 @@ from wattwise.recurring.summary import JobSummary, summarize
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "jobs",
-        help="list, show or reset the recurring jobs in the store",
+        help="list, show, reset or sync the recurring jobs in the store",
         description=(
             "Recurring jobs remember their runs (batch size, power limit, energy, time, cost, whether the "
             "target was reached) in a store shared by every run of the job. The store is --store (a "
@@ -43,6 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reset = actions.add_parser("reset", parents=[common], help="forget a job and its whole history")
     reset.add_argument("name", metavar="NAME", help="job name (see `wattwise jobs list`)")
     reset.set_defaults(func=run_reset)
+    sync = actions.add_parser(
+        "sync", parents=[common], help="deliver the run results spooled while the store was unreachable"
+    )
+    sync.set_defaults(func=run_sync)
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -118,6 +125,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    check_job_name(args.name, setting="NAME")
     url = _url(args)
     if _missing_sqlite_file(url):
         raise unknown_job(args.name)
@@ -160,6 +168,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_reset(args: argparse.Namespace) -> int:
+    check_job_name(args.name, setting="NAME")
     url = _url(args)
     if _missing_sqlite_file(url):
         raise unknown_job(args.name)
@@ -174,4 +183,20 @@ def run_reset(args: argparse.Namespace) -> int:
         print(json.dumps({"reset": args.name, "runs_forgotten": runs}))
     else:
         print(f"forgot job {args.name} and its {runs} runs")
+    return 0
+
+
+def run_sync(args: argparse.Namespace) -> int:
+    url = _url(args)
+    waiting, set_aside = len(spool.pending(url)), len(spool.rejected(url))
+    if waiting:
+        open_store(url).close()  # opening the store delivers what was spooled for it
+    left, rejected = len(spool.pending(url)), len(spool.rejected(url)) - set_aside
+    delivered, shown = waiting - left - rejected, make_url(url).render_as_string()
+    if args.json:
+        print(json.dumps({"store": shown, "delivered": delivered, "rejected": rejected, "pending": left}))
+    elif waiting:
+        print(f"delivered {delivered} spooled results to {shown}; {rejected} set aside, {left} still pending")
+    else:
+        print(f"no spooled results for {shown}")
     return 0

@@ -3,7 +3,9 @@
 Each sub-command is a module of `wattwise.cli` with `register(subparsers)`; the parser it adds sets
 `func(args) -> int`. Bad input raises `wattwise.errors.UsageError` (or argparse rejects it): one line on
 stderr, exit code 2, no traceback. The library names the setting it refuses (`eta`, `power_limit.eta`);
-a parser that sets `setting_flags` (setting -> flag) has the message name its flags instead.
+a parser that sets `setting_flags` (setting -> flag) has the message name its flags instead. A device
+error (a backend this machine lacks) and an `OSError` on a path the user gave are also one line and exit 2;
+anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from typing import NoReturn
 
 from wattwise import __version__
 from wattwise.config import rename_settings
+from wattwise.devices.base import DeviceError
 from wattwise.errors import UsageError
 
 #: Sub-command modules, in the order `wattwise --help` lists them.
 COMMANDS: tuple[str, ...] = (
+    "run",
     "devices",
     "measure",
     "demo",
@@ -31,6 +35,9 @@ COMMANDS: tuple[str, ...] = (
     "simulate",
     "frontier",
     "plan",
+    "acceptance",
+    "agent",
+    "cap",
 )
 
 EXIT_USAGE = 2
@@ -66,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = rename_settings(str(err), getattr(args, "setting_flags", {}))
         print(f"wattwise {args.subcommand}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except DeviceError as err:
+        # A backend asked for by name that this machine lacks (`--backend nvml` without a driver), or a
+        # device that refuses a call: the user's choice or machine, not a bug.
+        message = rename_settings(str(err), getattr(args, "setting_flags", {}))
+        print(f"wattwise {args.subcommand}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -73,6 +86,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except OSError as err:
+        # A path the user gave that cannot be written or read as asked (a file where a folder is needed,
+        # a full disk): name it. Readers turn their own errors into `UsageError`s with the fix.
+        print(f"wattwise {args.subcommand}: error: {_os_error(err)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _os_error(err: OSError) -> str:
+    """One line: the path, what went wrong, and what to check."""
+    what = err.strerror or str(err).splitlines()[0]
+    paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
+    if not paths:
+        return f"{what}; check the paths given"
+    return f"{' -> '.join(paths)}: {what}; check the path (a file where a folder is needed, or the reverse?)"
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""`wattwise restore`: put back GPU settings left changed by a process that died."""
+"""`wattwise restore`: put back GPU settings left changed by a process that died.
+
+A journal is restored when no live process holds its lock, whatever pid it names. One held by a running
+wattwise process is never touched, even with `--force`: that process restores its own settings when it
+ends (SIGTERM does it), and restoring under it would only be undone by its next change.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,11 @@ from wattwise.guard import journal_dir, recover_stale_journals
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("restore", help="restore GPU settings left changed by a crashed run",
                        description="Restore the power limits and clocks recorded in the guard's journal by "
-                                   "processes that ended without restoring them (e.g. killed with SIGKILL).")
+                                   "processes that ended without restoring them (e.g. killed with SIGKILL). "
+                                   "Settings held by a running wattwise process are left to it.")
     p.add_argument("--force", action="store_true",
-                   help="also restore the settings of wattwise processes that are still running")
+                   help="also fail (exit 1) on settings still held by a running wattwise process, naming it; "
+                        "they are never restored under it (stop it: it restores them itself)")
     p.add_argument("--journal-dir", default=None, help=f"journal folder (default {journal_dir()})")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
@@ -22,12 +29,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     result = recover_stale_journals(args.journal_dir, include_live=args.force)
     if args.json:
-        print(json.dumps({"restored": result.restored, "failed": result.failed}, indent=2))
+        out: dict[str, list[str]] = {"restored": result.restored, "failed": result.failed}
+        if result.held:
+            out["held"] = result.held
+        print(json.dumps(out, indent=2))
     else:
         for line in result.restored:
             print(f"restored {line}")
         for line in result.failed:
             print(f"FAILED {line}")
-        if not result.restored and not result.failed:
+        for line in result.held:
+            print(f"in use: {line}")
+        if not result.restored and not result.failed and not result.held:
             print("nothing to restore")
     return 1 if result.failed else 0

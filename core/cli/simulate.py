@@ -112,6 +112,8 @@ def result_dict(
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.seed < 2**63:
+        raise UsageError(f"--seed must be a whole number from 0 to 2**63 - 1 (got {args.seed})")
     trace = load_trace(args.train, args.power, args.workload, args.target_metric, args.optimizer)
     spec = job_for_trace(
         trace, default_batch_size=args.default_batch_size, max_epochs=args.max_epochs, eta=args.eta, beta=args.beta

@@ -48,7 +48,7 @@ __all__ = [
     "simulated_gpus",
 ]
 
-BACKENDS: tuple[str, ...] = ("auto", "nvml", "simulated")
+BACKENDS: tuple[str, ...] = ("auto", "nvml", "simulated", "agent")
 #: The environment variable that replaces the backend "auto" (see the module docstring).
 BACKEND_ENV = "WATTWISE_BACKEND"
 _GPU_ONLY = ("power-limit tuning and capping need a GPU (backend 'simulated', or "
@@ -131,9 +131,11 @@ def discover(
 ) -> Discovery:
     """Find the devices to measure.
 
-    `backend`: "nvml" (fail if NVML is unavailable), "simulated", or "auto": `$WATTWISE_BACKEND` when set,
-    else NVML when a GPU is present, else no GPU and the CPU through RAPL when readable (`include_cpu` or
-    not), with a note that says what is measured and that tuning needs a GPU. `gpu_indices` selects among
+    `backend`: "nvml" (fail if NVML is unavailable), "simulated", "agent" (reads local, changes through the
+    node agent), or "auto": `$WATTWISE_BACKEND` when set, else the agent when its socket exists and this
+    process may not change GPU settings itself (not root), else NVML when a GPU is present, else no GPU
+    and the CPU through RAPL when readable (`include_cpu` or not), with a note that says what is measured
+    and that tuning needs a GPU. `gpu_indices` selects among
     visible GPUs (as numbered after `CUDA_VISIBLE_DEVICES`). `include_cpu` adds the RAPL domains (with a
     reason when unavailable).
     """
@@ -141,6 +143,13 @@ def discover(
         raise UsageError(f"devices.backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
     found = Discovery()
     chosen = backend_from_env() if backend == "auto" else backend
+    if chosen == "auto":
+        from wattwise.agent.client import agent_preferred, socket_path
+
+        if agent_preferred():
+            chosen = "agent"
+            found.notes.append(f"using the node agent at {socket_path()}: this process may not change GPU "
+                               "settings itself (backend agent)")
     if chosen == "simulated":
         # A simulated GPU exists at any index asked for: under distributed training each process
         # takes the one at its local rank, as on a real multi-GPU node.
@@ -149,8 +158,18 @@ def discover(
                                          indices=gpu_indices))
         if backend == "auto":
             found.notes.append(SIMULATED_BY_ENV_NOTE)
+    elif chosen == "agent":
+        # Reads stay local, setting changes go to the node agent (`wattwise agent serve`).
+        from wattwise.agent.client import agent_gpus
+
+        found.gpus = list(agent_gpus(gpu_indices))
     else:
-        found.gpus = _nvml_gpus(gpu_indices, found.notes, required=chosen == "nvml")
+        try:
+            found.gpus = _nvml_gpus(gpu_indices, found.notes, required=chosen == "nvml")
+        except NotSupportedError as err:
+            asked = "devices.backend" if backend == "nvml" else BACKEND_ENV
+            raise NotSupportedError(f"{err}; {asked} is nvml, which needs an NVIDIA GPU and its driver "
+                                    "(use auto, or simulated to try wattwise without one)") from err
     no_gpu = chosen == "auto" and not found.gpus
     if include_cpu or no_gpu:
         found.cpus = _rapl_domains(found.notes)
@@ -215,6 +234,10 @@ def open_spec(spec: dict[str, Any]) -> Device:
         lo, hi = spec.get("limit_range_w") or PowerModel.default().limit_range_w
         model = dataclasses.replace(PowerModel.default(), min_limit_w=float(lo), max_limit_w=float(hi))
         return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"))
+    if backend == "agent":
+        from wattwise.agent.client import open_agent_spec
+
+        return open_agent_spec(spec)
     if backend == "nvml":
         from wattwise.devices.nvml import open_nvml_spec
 

@@ -16,7 +16,9 @@ the emulated work costs, so every decision wattwise makes can be exercised end t
 derived from it carries `simulated: true` or says "simulated".
 
 Settings can persist in a small JSON state file, so that a process killed with SIGKILL leaves the
-changed power limit behind exactly as a real GPU would, and the guard's recovery can be tested.
+changed power limit behind exactly as a real GPU would, and the guard's recovery can be tested. The file
+is the GPU's state: reading a setting re-reads it when another process changed it, it is never read or
+written through a symbolic link, and a setting that cannot be saved is not changed (a `DeviceError`).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wattwise.devices.base import Device, PowerLimitRange
+from wattwise.devices.base import Device, DeviceError, PowerLimitRange
 from wattwise.errors import UsageError
+from wattwise.paths import private_dir, write_text
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,24 @@ class ClockModel:
         return float((freq_mhz / self.max_mhz) ** self.power_exponent)
 
 
+#: Plausible ranges of a GPU's power model, per column: (lowest, highest, unit). A value outside is a typo or
+#: a unit mix-up (mW for W), and would make every figure derived from the model absurd.
+MODEL_RANGES: dict[str, tuple[float, float, str]] = {
+    "power_limit": (1.0, 5000.0, "W"),
+    "time": (0.1, 100.0, "(step time relative to the maximum limit)"),
+    "power": (0.0, 5000.0, "W"),
+}
+MAX_POWER_W = MODEL_RANGES["power"][1]
+
+
+def check_model_value(column: str, value: float, where: str) -> None:
+    """Raise a `UsageError` naming `where` and `column` unless `value` is in the column's plausible range."""
+    low, high, unit = MODEL_RANGES[column]
+    if not (math.isfinite(value) and low <= value <= high and value > 0):
+        bounds = f"between {low:g} and {high:g}" if low > 0 else f"above 0 and at most {high:g}"
+        raise UsageError(f"{where}: {column} must be {bounds} {unit} (got {value:g})")
+
+
 @dataclass(frozen=True)
 class PowerModel:
     """Power limit -> (relative step time, busy power) for a simulated GPU. Watts and seconds."""
@@ -85,11 +106,14 @@ class PowerModel:
             raise UsageError("power model: power_limit values must be distinct (they are sorted on load)")
         for col, values in (("power_limit", self.power_limits_w), ("time", self.time_factors),
                             ("power", self.busy_power_w)):
-            for v in values:
-                if not math.isfinite(v) or v <= 0:
-                    raise UsageError(f"power model: every {col} must be a positive number (got {v})")
-        if not (math.isfinite(self.idle_power_w) and self.idle_power_w >= 0):
-            raise UsageError(f"power model: idle_power_w must be >= 0 (got {self.idle_power_w})")
+            for row, v in enumerate(values, start=1):
+                check_model_value(col, v, f"power model, row {row} (power_limit {self.power_limits_w[row - 1]:g} W)")
+        if not (math.isfinite(self.idle_power_w) and 0 <= self.idle_power_w <= MAX_POWER_W):
+            raise UsageError(f"power model: idle_power_w must be between 0 and {MAX_POWER_W:g} W "
+                             f"(got {self.idle_power_w})")
+        for name, limit in (("min_limit_w", self.min_limit_w), ("max_limit_w", self.max_limit_w)):
+            if limit is not None:
+                check_model_value("power_limit", limit, f"power model: {name}")
         lo, hi = self.limit_range_w
         if lo >= hi:
             raise UsageError(f"power model: minimum limit {lo} W must be below the maximum {hi} W")
@@ -128,10 +152,22 @@ class PowerModel:
         """Read a `power_limit,time,power` table (watts, relative step time, average watts)."""
         p = Path(path)
         try:
-            text = p.read_text()
+            data = p.read_bytes()
         except OSError as err:
-            raise UsageError(f"power model {p}: cannot read it ({err.strerror})") from None
-        reader = csv.DictReader(text.splitlines())
+            raise UsageError(f"power model {p}: cannot read it ({err.strerror or err})") from None
+        if b"\x00" in data:
+            raise UsageError(f"power model {p}: holds binary data, not a CSV power_limit,time,power table")
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise UsageError(f"power model {p}: not UTF-8 text (byte {err.start}); save it as a UTF-8 CSV") from None
+        try:
+            return cls._from_rows(p, csv.DictReader(text.splitlines()), **kwargs)
+        except csv.Error as err:
+            raise UsageError(f"power model {p}: not a valid CSV file ({err})") from None
+
+    @classmethod
+    def _from_rows(cls, p: Path, reader: csv.DictReader[str], **kwargs: Any) -> PowerModel:
         if not reader.fieldnames or not {"power_limit", "time", "power"} <= set(reader.fieldnames):
             raise UsageError(f"power model {p}: needs a header with columns power_limit,time,power")
         parsed: list[tuple[float, float, float]] = []
@@ -141,10 +177,10 @@ class PowerModel:
             try:
                 values = (float(row["power_limit"]), float(row["time"]), float(row["power"]))
             except (TypeError, ValueError):
-                raise UsageError(f"{where}: power_limit, time and power must be numbers (got {row})") from None
+                shown = repr(row) if len(repr(row)) <= 80 else repr(row)[:77] + "..."
+                raise UsageError(f"{where}: power_limit, time and power must be numbers (got {shown})") from None
             for col, v in zip(("power_limit", "time", "power"), values, strict=True):
-                if not math.isfinite(v) or v <= 0:
-                    raise UsageError(f"{where}: {col} must be a positive number (got {v:g})")
+                check_model_value(col, v, where)
             if values[0] in seen:
                 raise UsageError(f"{where}: power_limit {values[0]:g} W repeats line {seen[values[0]]}")
             seen[values[0]] = reader.line_num
@@ -202,6 +238,7 @@ class SimulatedGPU(Device):
         self._default_limit_w = hi
         self._limit_w = hi
         self._locked: tuple[int, int] | None = None
+        self._state_sig: tuple[int, int, int] | None = None
         self._load_state()
         self._busy = 0
         self._driven = False
@@ -210,26 +247,55 @@ class SimulatedGPU(Device):
 
     # -- settings persistence -------------------------------------------------------------------------
     def _load_state(self) -> None:
-        if self._state_file is None or not self._state_file.exists():
+        """Read the settings from the state file (never through a symbolic link); missing: the defaults."""
+        self._state_sig = self._signature()
+        if self._state_sig is None:
+            self._limit_w, self._locked = self._default_limit_w, None
             return
+        assert self._state_file is not None
         try:
-            state = json.loads(self._state_file.read_text())
+            fd = os.open(self._state_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            with open(fd, "rb") as fh:
+                state = json.loads(fh.read(1 << 16))
             self._limit_w = float(state["power_limit_w"])
             locked = state.get("locked_sm_clocks_mhz")
             self._locked = (int(locked[0]), int(locked[1])) if locked else None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
             # A torn or foreign file: start from the defaults, as a GPU does after a driver reload.
             self._limit_w, self._locked = self._default_limit_w, None
 
-    def _save_state(self) -> None:
+    def _signature(self) -> tuple[int, int, int] | None:
+        """What identifies the state file's current content (None: no file, or no state file at all)."""
+        if self._state_file is None:
+            return None
+        try:
+            st = os.lstat(self._state_file)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _refresh(self) -> None:
+        """Settings are the state file's, as a real GPU's are the hardware's: another process (a restore
+        after a crash) may have changed them since this object last looked."""
         if self._state_file is None:
             return
-        self._state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._state_file.with_suffix(f".tmp{os.getpid()}")
-        payload = {"power_limit_w": self._limit_w,
-                   "locked_sm_clocks_mhz": list(self._locked) if self._locked else None}
-        tmp.write_text(json.dumps(payload))
-        os.replace(tmp, self._state_file)
+        with self._lock:
+            if self._signature() != self._state_sig:
+                self._advance()
+                self._load_state()
+
+    def _save_state(self, limit_w: float, locked: tuple[int, int] | None) -> None:
+        """Persist new settings, then adopt them; a state file that cannot be written changes nothing."""
+        if self._state_file is not None:
+            payload = {"power_limit_w": limit_w, "locked_sm_clocks_mhz": list(locked) if locked else None}
+            try:
+                private_dir(self._state_file.parent)
+                write_text(self._state_file, json.dumps(payload))
+            except OSError as err:
+                raise DeviceError(f"simulated GPU {self._index}: cannot save its settings to {self._state_file} "
+                                  f"({err.strerror or err})") from None
+            self._state_sig = self._signature()
+        self._limit_w, self._locked = limit_w, locked
 
     # -- physics --------------------------------------------------------------------------------------
     def _clock_mhz(self) -> float | None:
@@ -241,6 +307,7 @@ class SimulatedGPU(Device):
 
     def step_time_s(self, base_time_s: float | None = None) -> float:
         """Modelled time of one step at the current settings; `base_time_s` is its time at full power."""
+        self._refresh()
         base = self.base_step_time_s if base_time_s is None else base_time_s
         return base * self.model.operating_point(self._limit_w, self._clock_mhz())[0]
 
@@ -307,6 +374,7 @@ class SimulatedGPU(Device):
             return self.busy_power_w() if self._busy else self.model.idle_power_w
 
     def power_limit_w(self) -> float:
+        self._refresh()
         return self._limit_w
 
     def power_limit_range(self) -> PowerLimitRange:
@@ -319,14 +387,15 @@ class SimulatedGPU(Device):
             raise UsageError(f"power limit {watts} W is outside the allowed range [{lo}, {hi}] W "
                              f"of simulated GPU {self._index}")
         with self._lock:
+            self._refresh()
             self._advance()
-            self._limit_w = float(watts)
-            self._save_state()
+            self._save_state(float(watts), self._locked)
 
     def supported_sm_clocks_mhz(self) -> list[int]:
         return self.model.clock.supported_mhz()
 
     def locked_sm_clocks_mhz(self) -> tuple[int, int] | None:
+        self._refresh()
         return self._locked
 
     def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
@@ -335,15 +404,15 @@ class SimulatedGPU(Device):
             raise UsageError(f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside "
                              f"[{clocks.min_mhz}, {clocks.max_mhz}] MHz of simulated GPU {self._index}")
         with self._lock:
+            self._refresh()
             self._advance()
-            self._locked = (int(min_mhz), int(max_mhz))
-            self._save_state()
+            self._save_state(self._limit_w, (int(min_mhz), int(max_mhz)))
 
     def reset_sm_clocks(self) -> None:
         with self._lock:
+            self._refresh()
             self._advance()
-            self._locked = None
-            self._save_state()
+            self._save_state(self._limit_w, None)
 
     def spec(self) -> dict[str, Any]:
         return {

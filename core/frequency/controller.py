@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
 from wattwise.guard import SettingsGuard
+from wattwise.pipeline.files import check_plan_document
 from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction, Step
 
 if TYPE_CHECKING:
@@ -144,6 +145,7 @@ def load_stage_plan(path: str, stage: int) -> list[Step]:
     plans = data.get("plan") if isinstance(data, dict) else None
     if not isinstance(plans, list) or not plans:
         raise UsageError(f"plan file {path}: needs a `plan` list with one entry per stage (see `wattwise plan`)")
+    check_plan_document(data, f"plan file {path}")
     if not 0 <= stage < len(plans):
         raise UsageError(f"plan file {path} has {len(plans)} stages; there is no stage {stage}")
     return stage_plan(plans[stage])

@@ -23,6 +23,9 @@ from wattwise.pipeline.schedule import BACKWARD, FORWARD, INSTRUCTIONS, Instruct
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
+#: Most instructions (stages x 2 x microbatches) one iteration may have: planning keeps per-node arrays
+#: for thousands of plans at once.
+MAX_NODES = 50_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,8 +168,19 @@ def build_dag(schedule: Schedule, schedule_name: str = "custom") -> PipelineDag:
     )
 
 
+def check_dag_size(num_stages: int, num_microbatches: int, *, option: str = "microbatches") -> None:
+    """Refuse, before building it, a DAG of more than `MAX_NODES` instructions; `option` names the fix."""
+    nodes = 2 * num_stages * num_microbatches
+    if nodes > MAX_NODES:
+        raise UsageError(f"{option} {num_microbatches} with {num_stages} stages makes {nodes} instructions per "
+                         f"iteration to plan (at most {MAX_NODES}); lower {option} to at most "
+                         f"{max(1, MAX_NODES // (2 * num_stages))}")
+
+
 def pipeline_dag(schedule_name: str, num_stages: int, num_microbatches: int) -> PipelineDag:
-    """The DAG of a named schedule ("1f1b" or "gpipe")."""
+    """The DAG of a named schedule ("1f1b" or "gpipe"), of at most `MAX_NODES` instructions."""
+    if isinstance(num_stages, int) and isinstance(num_microbatches, int):
+        check_dag_size(num_stages, num_microbatches)
     return build_dag(build_schedule(schedule_name, num_stages, num_microbatches), schedule_name.lower())
 
 

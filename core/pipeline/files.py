@@ -16,12 +16,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from wattwise.errors import UsageError
-from wattwise.pipeline.plan import Choice, Frontier, FrontierEntry, plan_from_json, plan_to_json
-from wattwise.pipeline.schedule import SCHEDULES
+from wattwise.paths import replace_file
+from wattwise.pipeline.plan import Choice, Frontier, FrontierEntry, Plan, check_plan, plan_from_json, plan_to_json
+from wattwise.pipeline.schedule import INSTRUCTIONS, SCHEDULES
 
 
 def frontier_json(frontier: Frontier) -> dict[str, Any]:
@@ -49,18 +51,24 @@ def write_frontier_json(frontier: Frontier, path: str | Path) -> None:
 
 
 def write_frontier_csv(frontier: Frontier, path: str | Path) -> None:
-    """`time_s,energy_j,has_plan`, one row per point, fastest first."""
-    with open(path, "w", newline="") as fh:
+    """`time_s,energy_j,has_plan`, one row per point, fastest first (a link at `path` is replaced)."""
+
+    def write(fh: TextIO) -> None:
         writer = csv.writer(fh)
         writer.writerow(["time_s", "energy_j", "has_plan"])
         for entry in frontier.points:
             writer.writerow([repr(entry.time_s), repr(entry.energy_j), int(entry.plan is not None)])
+
+    _write(path, write)
 
 
 def read_frontier_json(path: str | Path) -> Frontier:
     """Read and check a FRONTIER.json; every error names the field and the fix."""
     where = str(path)
     data = _read_json(path)
+    if "points" not in data and "plan" in data:
+        raise UsageError(f"{where}: this is a PLAN.json (written by wattwise plan), not a frontier; pass the "
+                         "FRONTIER.json written by wattwise frontier")
     stages = _positive_int(data, "stages", where)
     microbatches = _positive_int(data, "microbatches", where)
     schedule = data.get("schedule")
@@ -87,6 +95,7 @@ def read_frontier_json(path: str | Path) -> Frontier:
             plan = plan_from_json(raw["plan"], f"{here}")
             if len(plan) != stages:
                 raise UsageError(f"{here}: plan has {len(plan)} stages but the file says stages = {stages}")
+            check_plan(plan, schedule, microbatches, here)
         time_s = _positive_number(raw, "time_s", here)
         points.append(FrontierEntry(time_s, _positive_number(raw, "energy_j", here), plan))
     solver = data.get("solver", "fast")
@@ -104,8 +113,9 @@ def read_frontier_json(path: str | Path) -> Frontier:
 
 
 def plan_json(frontier: Frontier, choice: Choice) -> dict[str, Any]:
-    """The PLAN.json document of a chosen point."""
+    """The PLAN.json document of a chosen point; its plan must follow the frontier's schedule."""
     assert choice.entry.plan is not None
+    check_plan(choice.entry.plan, frontier.schedule, frontier.microbatches, "PLAN.json")
     return {
         "stages": frontier.stages,
         "microbatches": frontier.microbatches,
@@ -127,26 +137,77 @@ def write_plan_json(frontier: Frontier, choice: Choice, path: str | Path) -> Non
     _write_json(plan_json(frontier, choice), path)
 
 
+def check_plan_document(data: object, where: str) -> Plan:
+    """Check a PLAN.json's content (as `wattwise plan` writes it) before following it; returns its plan.
+
+    `stages`, `microbatches` and `schedule`, where present, must be whole and agree with `plan`; every stage
+    must then run exactly that schedule's instructions. Without them (a hand-written plan) every stage must
+    still run the forward and the backward of each microbatch once. Errors name the field.
+    """
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: the top level must be a JSON object written by wattwise plan")
+    plan = plan_from_json(data.get("plan"), where)
+    if "stages" in data and _positive_int(data, "stages", where) != len(plan):
+        raise UsageError(f"{where}: plan has {len(plan)} stages but the file says stages = {data['stages']}")
+    if "microbatches" in data:
+        microbatches = _positive_int(data, "microbatches", where)
+    else:
+        microbatches = 1 + max((step.microbatch for steps in plan for step in steps), default=0)
+    if "schedule" in data:
+        schedule = data["schedule"]
+        if schedule not in SCHEDULES:
+            raise UsageError(f"{where}: schedule must be one of {', '.join(SCHEDULES)} (got {schedule!r})")
+        check_plan(plan, schedule, microbatches, where)
+        return plan
+    want = {(instruction, m) for instruction in INSTRUCTIONS for m in range(microbatches)}
+    for stage, steps in enumerate(plan):
+        if len(steps) != len(want) or {(s.instruction, s.microbatch) for s in steps} != want:
+            raise UsageError(f"{where}: plan stage {stage} has {len(steps)} instructions; it must run the forward "
+                             f"and the backward of each of {microbatches} microbatches once ({len(want)}, "
+                             "2 x microbatches); recompute the plan with wattwise plan")
+    return plan
+
+
+def _finite_or_null(value: Any) -> Any:
+    """`value` with every non-finite float (nan, inf) replaced by None: JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(v) for v in value]
+    return value
+
+
 def _write_json(document: dict[str, Any], path: str | Path) -> None:
-    path = Path(path)
+    text = json.dumps(_finite_or_null(document), separators=(",", ":"), allow_nan=False)
+    _write(path, lambda fh: fh.write(text + "\n"))
+
+
+def _write(path: str | Path, write: Callable[[TextIO], object]) -> None:
+    """Write `path` through a fresh temporary beside it (`replace_file`): never through a planted link."""
     try:
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as fh:
-            json.dump(document, fh, separators=(",", ":"))
-            fh.write("\n")
-        tmp.replace(path)
+        replace_file(path, write)
     except OSError as err:
         raise UsageError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
 
 
 def _read_json(path: str | Path) -> dict[str, Any]:
     try:
-        with open(path) as fh:
+        with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file; pass a FRONTIER.json written by wattwise frontier") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path}: not valid JSON ({err}); pass a FRONTIER.json written by wattwise frontier") from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot be read ({err.strerror or err}); pass a FRONTIER.json written by "
+                         "wattwise frontier") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not UTF-8 text (byte {err.start}); pass a FRONTIER.json written by "
+                         "wattwise frontier") from None
+    except (ValueError, RecursionError) as err:  # json.JSONDecodeError, too many digits, nesting too deep
+        reason = str(err).splitlines()[0] if isinstance(err, ValueError) else "nested too deeply"
+        raise UsageError(f"{path}: not valid JSON ({reason}); pass a FRONTIER.json written by wattwise frontier") \
+            from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: the top level must be a JSON object")
     return data

@@ -33,6 +33,65 @@ from wattwise.pipeline.rounding import LevelPicker, OptionMap, polish, track
 
 #: Deadlines mapped to real plans together (numpy batches).
 _BATCH = 1024
+#: Int64 arrays of shape (nodes, batch) alive at once while a batch is mapped to real plans (an estimate).
+_WORK_ARRAYS = 12
+#: Most deadlines of one frontier.
+MAX_DEADLINES = 1_000_000
+#: Most `unit_time_s` in the slowest sensible iteration: times are integers of `unit_time_s / subdivisions`.
+MAX_TIME_UNITS = 100_000_000
+#: Most memory (bytes) the points of one frontier and a batch's working arrays may take.
+MAX_FRONTIER_BYTES = 8 * 2**30
+
+
+@dataclass(frozen=True)
+class FrontierSize:
+    """How large a frontier would be, estimated before any of it is built."""
+
+    nodes: int
+    fastest_time_s: float
+    slowest_time_s: float
+    deadlines: int
+    memory_bytes: int
+
+
+def frontier_size(problem: PlanningProblem, unit_time_s: float) -> FrontierSize:
+    """Estimate the frontier of `problem` at `unit_time_s`: one longest path for each end, nothing more.
+
+    The slowest sensible plan runs every instruction at its option of least e - P_b * t (as the solver's
+    last deadline); the points are kept in memory, one compact option index per node each.
+    """
+    kinds = range(problem.num_types)
+    costs = problem.option_energy_j - problem.p_blocking_w * problem.option_time_s
+    times = problem.option_time_s
+    fastest = np.asarray([times[problem.type_options(k)].min() for k in kinds])
+    slowest = np.asarray([min(problem.type_options(k), key=lambda o: (costs[o], times[o])) for k in kinds])
+    fastest_s = float(problem.dag.makespan(fastest[problem.node_type]))
+    slowest_s = max(fastest_s, float(problem.dag.makespan(times[slowest][problem.node_type])))
+    deadlines = math.floor((slowest_s - fastest_s) / unit_time_s) + 2
+    nodes = problem.dag.num_nodes
+    itemsize = np.min_scalar_type(len(times)).itemsize
+    memory = deadlines * nodes * itemsize + min(deadlines, _BATCH) * nodes * 8 * _WORK_ARRAYS
+    return FrontierSize(nodes, fastest_s, slowest_s, deadlines, memory)
+
+
+def check_frontier_size(problem: PlanningProblem, unit_time_s: float, *, option: str = "unit_time_s",
+                        microbatches_option: str = "microbatches") -> FrontierSize:
+    """`frontier_size`, or a `UsageError` naming the size, the limit and the option to change."""
+    size = frontier_size(problem, unit_time_s)
+    span_s = size.slowest_time_s - size.fastest_time_s
+    if size.slowest_time_s / unit_time_s > MAX_TIME_UNITS:
+        raise UsageError(f"{option} {unit_time_s:g} s is {size.slowest_time_s / unit_time_s:.3g} times shorter than "
+                         f"the slowest iteration ({size.slowest_time_s:.6g} s; at most {MAX_TIME_UNITS:.0e} times); "
+                         f"raise {option} to at least {size.slowest_time_s / MAX_TIME_UNITS:.3g} s")
+    if size.deadlines > MAX_DEADLINES:
+        raise UsageError(f"{option} {unit_time_s:g} s gives {size.deadlines} deadlines between "
+                         f"{size.fastest_time_s:.6g} s and {size.slowest_time_s:.6g} s (at most {MAX_DEADLINES}); "
+                         f"raise {option} to at least {span_s / (MAX_DEADLINES - 2):.3g} s")
+    if size.memory_bytes > MAX_FRONTIER_BYTES:
+        raise UsageError(f"the frontier would take about {size.memory_bytes / 2**30:.1f} GiB ({size.deadlines} "
+                         f"deadlines x {size.nodes} instructions; at most {MAX_FRONTIER_BYTES / 2**30:g} GiB); "
+                         f"raise {option} or lower {microbatches_option}")
+    return size
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +128,7 @@ class FrontierSolver:
             raise UsageError(f"unit time must be a positive number of seconds, e.g. 0.001 (got {unit_time_s!r})")
         if isinstance(subdivisions, bool) or not isinstance(subdivisions, int) or subdivisions < 1:
             raise UsageError(f"subdivisions must be a positive integer (got {subdivisions!r})")
+        check_frontier_size(problem, unit_time_s)
         self.problem = problem
         self.unit_time_s = float(unit_time_s)
         self.subdivisions = subdivisions

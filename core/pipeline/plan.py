@@ -25,7 +25,7 @@ import numpy as np
 from wattwise.errors import UsageError
 from wattwise.pipeline.dag import IntArray
 from wattwise.pipeline.problem import PlanningProblem
-from wattwise.pipeline.schedule import INSTRUCTIONS, Step
+from wattwise.pipeline.schedule import INSTRUCTIONS, SCHEDULES, Step, build_schedule
 
 #: Relative tolerance when comparing an iteration time with the all-maximum-frequency one (float noise).
 TIME_TOLERANCE = 1e-9
@@ -89,6 +89,27 @@ def plan_from_json(data: object, where: str) -> Plan:
             parsed.append(Step(item[0], int(item[1]), int(item[2])))
         stages.append(tuple(parsed))
     return tuple(stages)
+
+
+def check_plan(plan: Plan, schedule: str, microbatches: int, where: str) -> None:
+    """Raise a `UsageError` unless every stage of `plan` runs exactly what `schedule` runs for `microbatches`.
+
+    Each stage runs a forward and a backward of every microbatch (2 x microbatches instructions), in the
+    schedule's order; a plan that does not would lock the wrong clocks for the wrong instructions.
+    """
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
+        raise UsageError(f"{where}: microbatches must be a positive integer (got {microbatches!r})")
+    if schedule not in SCHEDULES:
+        raise UsageError(f"{where}: schedule must be one of {', '.join(SCHEDULES)} (got {schedule!r})")
+    expected = build_schedule(schedule, len(plan), microbatches)
+    for stage, (steps, want) in enumerate(zip(plan, expected, strict=True)):
+        if len(steps) != len(want):
+            raise UsageError(f"{where}: plan stage {stage} has {len(steps)} instructions; the {schedule} schedule of "
+                             f"{microbatches} microbatches runs {len(want)} (2 x microbatches); recompute the plan")
+        for k, (step, ref) in enumerate(zip(steps, want, strict=True)):
+            if (step.instruction, step.microbatch) != (ref.instruction, ref.microbatch):
+                raise UsageError(f"{where}: plan[{stage}][{k}] is {step.instruction} {step.microbatch} where the "
+                                 f"{schedule} schedule runs {ref.instruction} {ref.microbatch}; recompute the plan")
 
 
 def _is_int(value: object) -> bool:

@@ -14,8 +14,10 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from wattwise.errors import UsageError
+from wattwise.paths import replace_file
 from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
 
 COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy")
@@ -132,7 +134,7 @@ def load_profile(path: str | Path) -> PipelineProfile:
     """Read and validate a `stage,instruction,frequency,time,energy` CSV file."""
     path = Path(path)
     try:
-        with open(path, newline="") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
             header = [h.strip() for h in (reader.fieldnames or [])]
             missing = [c for c in COLUMNS if c not in header]
@@ -143,17 +145,23 @@ def load_profile(path: str | Path) -> PipelineProfile:
             return parse_profile(reader, source=str(path))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such profile file; pass the path of a {','.join(COLUMNS)} CSV") from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the profile ({err.strerror or err}); pass the path of a "
+                         f"{','.join(COLUMNS)} CSV") from None
     except (UnicodeDecodeError, csv.Error) as err:
         raise UsageError(f"{path}: not a readable CSV file ({err})") from None
 
 
 def write_profile(profile: PipelineProfile, path: str | Path) -> None:
-    """Write `profile` in the same CSV format `load_profile` reads."""
-    with open(path, "w", newline="") as fh:
+    """Write `profile` in the same CSV format `load_profile` reads (a link at `path` is replaced)."""
+
+    def write(fh: TextIO) -> None:
         writer = csv.writer(fh)
         writer.writerow(COLUMNS)
         for stage, instruction, frequency, time_s, energy_j in profile.rows():
             writer.writerow([stage, instruction, frequency, repr(float(time_s)), repr(float(energy_j))])
+
+    replace_file(path, write)
 
 
 def _parse_int(text: str | None, name: str, where: str, *, minimum: int) -> int:

@@ -9,6 +9,11 @@ Only the main process talks to the store; its decisions are broadcast, so every 
 The decisions are `BatchSizeOptimizer`'s (pure policies bound to the store); this part only feeds them
 the run's figures: the energy and time so far from the run's measurement, the metric the training code
 reports, the power limit the run's tuning chose.
+
+A store that stays unreachable never fails training once it has started: the stop check goes on with
+what the run knows, and the result is spooled and delivered later (`BatchSizeOptimizer`). The start is
+different: without the store there is no history to choose from and no run to record into, so `begin`
+raises `StoreUnavailable` (one line: the store, the database's reason and what to do) before training.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.policy import StopReason
 from wattwise.recurring.spec import JobSpec, MetricMode, Recommendation, RunRecord
+from wattwise.recurring.spool import StoreUnavailable
 from wattwise.recurring.store import open_store
 from wattwise.run import EnergyPluginWarning, Run
 
@@ -61,13 +67,31 @@ class RecurringJobRun:
     def begin(self, run: Run) -> Recommendation:
         """Ask the history for this run's batch size and limit; steer `run` (before it starts) to them."""
         self.epochs, self.metric, self.stop_reason, self.result = 0, None, None, None
+        first = None
         if self.collective.rank == 0:
-            self._optimizer = BatchSizeOptimizer(self.spec, open_store(self.store))
-        rec = self.collective.broadcast(self._optimizer.next_batch_size() if self._optimizer else None)
+            self._optimizer, first = self._start()
+        rec = self.collective.broadcast(first)
         assert rec is not None
         self.recommendation, self._open = rec, True
         run.steer_recurring(power_limit_w=rec.power_limit_w, batch_size=rec.batch_size, eta=self.spec.eta)
         return rec
+
+    def _start(self) -> tuple[BatchSizeOptimizer, Recommendation]:
+        """The optimizer on the store and this run's recommendation (main process)."""
+        try:
+            store = open_store(self.store)
+            try:
+                optimizer = BatchSizeOptimizer(self.spec, store)
+                return optimizer, optimizer.next_batch_size()
+            except BaseException:
+                store.close()
+                raise
+        except StoreUnavailable as err:
+            raise StoreUnavailable(
+                f"{err}; job {self.spec.name!r} needs its store to choose this run's batch size: start the "
+                f"store (or point store=/$WATTWISE_STORE at a reachable one) and run again",
+                url=err.url, reason=err.reason,
+            ) from err
 
     def describe(self) -> str:
         rec = self.recommendation
@@ -115,8 +139,7 @@ class RecurringJobRun:
             if not failed:  # a run that ends before tuning finished settles on the best limit measured
                 run.power.finish_tuning(run.step_count)
             tuner = run.power.tuner
-            if rec.power_limit_w is None and tuner is not None and tuner.chosen is not None:
-                optimizer.record_power_limit(rec.batch_size, tuner.chosen.power_limit_w)
+            chosen = tuner.chosen.power_limit_w if tuner is not None and tuner.chosen is not None else None
             if record is not None:
                 energy_j, time_s = record.energy_j, record.time_s
             elif totals is not None:
@@ -128,7 +151,8 @@ class RecurringJobRun:
                 return None
             self.result = optimizer.report_result(rec.run_id, energy_j=energy_j, time_s=time_s,
                                                   reached=not failed and self.spec.reached(self.metric),
-                                                  epochs=self.epochs)
+                                                  epochs=self.epochs,
+                                                  power_limit_w=chosen if rec.power_limit_w is None else None)
             return self.result
         finally:
             optimizer.store.close()

@@ -6,12 +6,18 @@ whether to stop (`should_stop`), and reports its result at the end (`report_resu
 the store, so runs on several machines sharing one store learn from each other. The decisions
 themselves are the pure functions of `wattwise.recurring.policy`; this class only binds them to a store, a
 clock (for heartbeats and stale runs) and a random generator.
+
+A store that stays unreachable (after its own brief retries) does not stop training: a run's result is
+spooled to a local file and delivered later (`wattwise.recurring.spool`), and the stop check goes on
+with what this process knows of the run. Starting a run needs the store: it raises `StoreUnavailable`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -25,6 +31,7 @@ from wattwise.recurring.policy import (
     stop_reason,
 )
 from wattwise.recurring.spec import JobSpec, Phase, Recommendation, RunRecord
+from wattwise.recurring.spool import SpooledResult, StoreUnavailable, spool_result
 from wattwise.recurring.store import JobStore
 
 #: An open run that has not reported an epoch for this long is presumed dead (crashed, killed).
@@ -57,6 +64,9 @@ class BatchSizeOptimizer:
         self._rng = rng if rng is not None else np.random.default_rng()
         self._clock = clock
         self._stale_after_s = stale_after_s
+        #: The runs this process started or reported on, as last seen: the stop check while the store is away.
+        self._known: dict[int, RunRecord] = {}
+        self._warned: set[int] = set()
         store.register_job(job, clock())
 
     def _choose(self, runs: Sequence[RunRecord], limits: Mapping[int, float]) -> tuple[int, Phase, float]:
@@ -67,6 +77,7 @@ class BatchSizeOptimizer:
     def next_batch_size(self) -> Recommendation:
         """Start a run: its id, batch size, remembered power limit (None: profile it) and cost limit."""
         run = self.store.start_run(self.job.name, self._choose, self._clock())
+        self._known[run.run_id] = run
         return Recommendation(
             run_id=run.run_id,
             batch_size=run.batch_size,
@@ -87,8 +98,7 @@ class BatchSizeOptimizer:
                 f"batch_size {batch_size} is not one of job {self.job.name!r}'s batch sizes "
                 f"{list(self.job.batch_sizes)}"
             )
-        if not (power_limit_w > 0 and math.isfinite(power_limit_w)):
-            raise UsageError(f"power_limit_w must be a positive number of watts (got {power_limit_w})")
+        _check_power_limit(power_limit_w)
         self.store.set_power_limit(self.job.name, batch_size, power_limit_w)
 
     def stop_reason(
@@ -102,7 +112,10 @@ class BatchSizeOptimizer:
         if epoch < 1:
             raise UsageError(f"epoch must be at least 1, the number of epochs done (got {epoch})")
         _check_totals(energy_j, time_s)
-        run = self.store.get_run(self.job.name, run_id)
+        try:
+            run, offline = self.store.get_run(self.job.name, run_id), False
+        except StoreUnavailable as err:
+            run, offline = self._offline(run_id, err), True
         if epoch <= run.epochs:
             raise UsageError(f"epoch must grow from one call to the next (got {epoch} after {run.epochs})")
         cost = self.job.cost(energy_j, time_s)
@@ -113,43 +126,100 @@ class BatchSizeOptimizer:
             cost=cost,
             last_epoch_cost=last_epoch_cost,
             metric=metric,
-            limit=self.cost_limit(run),
+            limit=run.cost_limit if offline else self.cost_limit(run),
         )
-        self.store.progress_run(
-            self.job.name, run_id, epochs=epoch, energy_j=energy_j, time_s=time_s, cost=cost, now_s=self._clock()
-        )
+        self._known[run_id] = dataclasses.replace(run, epochs=epoch, energy_j=energy_j, time_s=time_s, cost=cost)
+        if not offline:
+            try:
+                self.store.progress_run(
+                    self.job.name, run_id, epochs=epoch, energy_j=energy_j, time_s=time_s, cost=cost,
+                    now_s=self._clock()
+                )
+            except StoreUnavailable as err:
+                self._offline(run_id, err)
         return reason
+
+    def _offline(self, run_id: int, err: StoreUnavailable) -> RunRecord:
+        """The run as this process last saw it, when the store is away (one warning per run)."""
+        run = self._known.get(run_id)
+        if run is None:
+            raise err
+        if run_id not in self._warned:
+            self._warned.add(run_id)
+            _warn(f"wattwise: {err}; run {run_id} of job {self.job.name!r} goes on without it, stopping at the "
+                  f"target, the maximum epochs or its cost limit from the start", stacklevel=5)
+        return run
 
     def should_stop(self, run_id: int, epoch: int, energy_j: float, time_s: float, metric: float | None = None) -> bool:
         """True when the run should end now: target reached, maximum epochs, or cost over the limit."""
         return self.stop_reason(run_id, epoch, energy_j, time_s, metric) is not None
 
     def report_result(
-        self, run_id: int, *, energy_j: float, time_s: float, reached: bool, epochs: int | None = None
-    ) -> RunRecord:
+        self,
+        run_id: int,
+        *,
+        energy_j: float,
+        time_s: float,
+        reached: bool,
+        epochs: int | None = None,
+        power_limit_w: float | None = None,
+    ) -> RunRecord | None:
         """Close the run: whether it reached the target, and its whole energy, time and epochs.
 
         `epochs` defaults to the last epoch given to `should_stop`. A run that reached the target
-        must have done at least one epoch: the bandit learns from epochs to target.
+        must have done at least one epoch: the bandit learns from epochs to target. `power_limit_w`,
+        when given, is the limit this run's tuning chose: remembered for its batch size with the result
+        (as `record_power_limit` would).
+
+        Returns the recorded run; None when the store stayed unreachable: the result was then spooled
+        to a local file (one warning names it) and is delivered at the next contact with the store, or
+        by `wattwise jobs sync`.
         """
-        run = self.store.get_run(self.job.name, run_id)
-        epochs_done = run.epochs if epochs is None else epochs
-        if epochs_done < (1 if reached else 0):
-            raise UsageError(
-                f"epochs must be at least 1 for a run that reached the target (got {epochs_done}); "
-                f"pass epochs= or call should_stop after each epoch"
-            )
         _check_totals(energy_j, time_s)
-        return self.store.finish_run(
-            self.job.name,
-            run_id,
-            reached=reached,
-            epochs=epochs_done,
-            energy_j=energy_j,
-            time_s=time_s,
-            cost=self.job.cost(energy_j, time_s),
-            now_s=self._clock(),
+        if epochs is not None:
+            _check_epochs(epochs, reached)
+        if power_limit_w is not None:
+            _check_power_limit(power_limit_w)
+        cost, now_s = self.job.cost(energy_j, time_s), self._clock()
+        try:
+            run = self.store.get_run(self.job.name, run_id)
+            epochs_done = run.epochs if epochs is None else epochs
+            _check_epochs(epochs_done, reached)
+            if power_limit_w is not None:
+                self.store.set_power_limit(self.job.name, run.batch_size, power_limit_w)
+            return self.store.finish_run(self.job.name, run_id, reached=reached, epochs=epochs_done,
+                                         energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
+        except StoreUnavailable as err:
+            if epochs is None and run_id in self._known:
+                epochs = self._known[run_id].epochs
+            result = SpooledResult(job=self.job.name, run_id=run_id, reached=reached, epochs=epochs,
+                                   energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s,
+                                   power_limit_w=power_limit_w)
+            path = spool_result(err.url, result)
+            _warn(f"wattwise: {err}; the result of run {run_id} of job {self.job.name!r} was spooled to {path} and "
+                  f"will be delivered at the next contact with the store, or by `wattwise jobs sync` (with the same "
+                  f"--store)", stacklevel=3)
+            return None
+
+
+def _warn(message: str, *, stacklevel: int) -> None:
+    """An `EnergyPluginWarning`: wattwise went on without the store instead of breaking training."""
+    from wattwise.run import EnergyPluginWarning  # not at import: wattwise.run's imports lead back here
+
+    warnings.warn(message, EnergyPluginWarning, stacklevel=stacklevel)
+
+
+def _check_epochs(epochs: int, reached: bool) -> None:
+    if epochs < (1 if reached else 0):
+        raise UsageError(
+            f"epochs must be at least 1 for a run that reached the target (got {epochs}); "
+            f"pass epochs= or call should_stop after each epoch"
         )
+
+
+def _check_power_limit(power_limit_w: float) -> None:
+    if not (power_limit_w > 0 and math.isfinite(power_limit_w)):
+        raise UsageError(f"power_limit_w must be a positive number of watts (got {power_limit_w})")
 
 
 def _check_totals(energy_j: float, time_s: float) -> None:

@@ -8,11 +8,11 @@ maximum number of epochs runs out. All quantities are in SI units: joules, secon
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from wattwise.errors import UsageError
+from wattwise.names import check_job_name
 from wattwise.power_limit import check_eta, zeus_cost
 
 MetricMode = Literal["max", "min"]
@@ -27,9 +27,6 @@ Phase = Literal["explore", "exploit", "concurrent"]
 #: A run is "open" until its result is reported; then it "reached" the target or "failed"
 #: (early-stopped, maximum epochs, or crashed and reported as failed).
 RunState = Literal["open", "reached", "failed"]
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
-
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -51,11 +48,7 @@ class JobSpec:
     beta: float = 2.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise UsageError(
-                f"name: the job name must be 1-128 characters of letters, digits and ._:/@+- starting with a letter "
-                f"or digit (got {self.name!r})"
-            )
+        check_job_name(self.name)
         sizes = tuple(self.batch_sizes)
         if not sizes or any(not isinstance(b, int) or isinstance(b, bool) or b <= 0 for b in sizes):
             raise UsageError(f"batch_sizes must be a non-empty list of positive integers (got {list(sizes)})")

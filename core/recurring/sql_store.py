@@ -11,16 +11,24 @@ never deadlock on a lock upgrade; a new file and its folder are created readable
 PostgreSQL: `start_run` locks the job's row, so two processes starting runs of one job decide one after
 the other. On both, a write that still meets a lock or a serialization failure is retried with a
 growing, jittered back-off until `lock_timeout_s` runs out.
+
+A lost connection (PostgreSQL stopped or restarting, a SQLite file that cannot be opened or written) is
+retried with a doubling back-off for `reconnect_s` (6 s: a server restarted within 3 s is waited for);
+after that, or when the lock timeout runs out, the store raises `StoreUnavailable` and the optimizer
+spools the run's result (`wattwise.recurring.spool`). Opening the store delivers the results spooled
+for it first.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import random
 import sqlite3
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -39,13 +47,24 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DatabaseError,
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    NoSuchModuleError,
+    OperationalError,
+)
 from sqlalchemy.pool import StaticPool
 
 from wattwise.errors import UsageError
+from wattwise.paths import private_dir
+from wattwise.recurring import spool
 from wattwise.recurring.migrations import upgrade
 from wattwise.recurring.schema import jobs_table, limits_table, runs_table
 from wattwise.recurring.spec import JobSpec, RunRecord
+from wattwise.recurring.spool import SpooledResult, StoreUnavailable
 from wattwise.recurring.store import ChooseFn, check_same_spec, finished_run, unknown_job, unknown_run
 
 T = TypeVar("T")
@@ -59,6 +78,24 @@ def _retryable(err: DBAPIError) -> bool:
         message = str(err.orig).lower()
         return "locked" in message or "busy" in message
     return getattr(err.orig, "sqlstate", None) in _PG_RETRY_STATES
+
+
+#: SQLite's words for a file it cannot reach (rather than a bad statement).
+_SQLITE_UNREACHABLE = ("unable to open", "readonly", "disk i/o")
+
+
+def _connection_lost(err: DBAPIError) -> bool:
+    """The connection failed or broke (server down, restarting; file unreachable), not the statement."""
+    if err.connection_invalidated or isinstance(err, InterfaceError):
+        return True
+    if isinstance(err.orig, sqlite3.Error):
+        message = str(err.orig).lower()
+        return any(words in message for words in _SQLITE_UNREACHABLE)
+    return isinstance(err, OperationalError) and not _retryable(err)
+
+
+def _reason(err: DBAPIError) -> str:
+    return " ".join(str(err.orig).split())
 
 
 def _spec_row(spec: JobSpec, now_s: float) -> dict[str, Any]:
@@ -107,6 +144,13 @@ def _run(row: Row[Any]) -> RunRecord:
     )
 
 
+def _same_result(run: RunRecord, values: dict[str, Any]) -> bool:
+    """A finished run already holds the result in `values` (a finish_run's columns)."""
+    return "state" in values and all(
+        getattr(run, key) == values[key] for key in ("state", "epochs", "energy_j", "time_s", "cost")
+    )
+
+
 def _on_sqlite_connect(busy_timeout_s: float, file_backed: bool) -> Callable[[Any, Any], None]:
     def configure(dbapi_connection: Any, _record: Any) -> None:
         # SQLAlchemy's "begin" hook below emits BEGIN; the driver must not start transactions itself.
@@ -128,8 +172,8 @@ def _on_sqlite_begin(conn: Connection) -> None:
 
 
 def _create_private_file(path: Path) -> None:
-    """Create a missing SQLite file (and its folder) for its owner only; SQLite gives its WAL the same mode."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create a missing SQLite file (and its folders) for its owner only; SQLite gives its WAL the same mode."""
+    private_dir(path.parent)
     with suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
@@ -142,7 +186,10 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
         raise UsageError(f"store URL {url!r} is not a database URL; give a SQLite file path or a URL") from err
     try:
         if parsed.get_backend_name() != "sqlite":
-            return create_engine(parsed, pool_pre_ping=True)
+            # A host that does not answer fails the connection in seconds, so that retries can follow.
+            unset = parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query
+            connect_args = {"connect_timeout": 5} if unset else {}
+            return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
         database = parsed.database or ""
         file_backed = database not in ("", ":memory:")
         if file_backed:
@@ -165,41 +212,119 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
 class SqlJobStore:
     """A `JobStore` in a SQL database; see the module docstring for how writers stay safe."""
 
-    def __init__(self, url: str, *, lock_timeout_s: float = 120.0) -> None:
+    def __init__(self, url: str, *, lock_timeout_s: float = 120.0, reconnect_s: float = 6.0) -> None:
         self.url = url
-        self._engine = make_engine(url)
+        self._engine = make_engine(url, busy_timeout_s=min(30.0, lock_timeout_s))
         self._writer = self._engine.execution_options(wattwise_write=True)
         self._lock_timeout_s = lock_timeout_s
+        self._reconnect_s = reconnect_s
         try:
             self.write(upgrade)
+        except StoreUnavailable as err:
+            raise StoreUnavailable(
+                f"cannot open the job store {self.describe()}: {err.reason}", url=url, reason=err.reason
+            ) from err
         except OperationalError as err:
-            reason = " ".join(str(err.orig).split())
-            raise UsageError(f"cannot open the job store {self.describe()}: {reason}") from err
+            raise UsageError(f"cannot open the job store {self.describe()}: {_reason(err)}") from err
+        except DatabaseError as err:  # a file that is not a database, or a database that is not a store
+            raise UsageError(f"cannot open the job store {self.describe()}: {_reason(err)}; give the path of a "
+                             "wattwise store (a SQLite file) or a database URL") from err
+        self.deliver_spooled()
 
     def describe(self) -> str:
         """The store's URL with any password hidden."""
         return make_url(self.url).render_as_string(hide_password=True)
 
+    def _unavailable(self, err: DBAPIError, waited: str) -> StoreUnavailable:
+        reason = f"{_reason(err)} ({waited})"
+        return StoreUnavailable(f"cannot reach the job store {self.describe()}: {reason}", url=self.url,
+                                reason=reason)
+
     def _retrying(self, engine: Engine, work: Callable[[Connection], T]) -> T:
-        deadline = time.monotonic() + self._lock_timeout_s
-        delay_s = 0.005
+        start = time.monotonic()
+        lock_delay_s, reconnect_delay_s = 0.005, 0.1
         while True:
             try:
                 with engine.begin() as conn:
                     return work(conn)
             except DBAPIError as err:
-                if not _retryable(err) or time.monotonic() + delay_s > deadline:
+                waited = time.monotonic() - start
+                if _retryable(err):
+                    if waited + lock_delay_s > self._lock_timeout_s:
+                        raise self._unavailable(err, f"still locked after {waited:.3g} s") from err
+                    time.sleep(lock_delay_s * (0.5 + random.random()))
+                    lock_delay_s = min(lock_delay_s * 2, 0.5)
+                elif _connection_lost(err):
+                    if waited + reconnect_delay_s > self._reconnect_s:
+                        raise self._unavailable(err, f"retried for {waited:.3g} s") from err
+                    time.sleep(reconnect_delay_s)
+                    reconnect_delay_s = min(reconnect_delay_s * 2, 1.0)
+                else:
                     raise
-                time.sleep(delay_s * (0.5 + random.random()))
-                delay_s = min(delay_s * 2, 0.5)
 
     def write(self, work: Callable[[Connection], T]) -> T:
-        """`work` in one write transaction (SQLite: begun IMMEDIATE), retried while the store is locked."""
+        """`work` in one write transaction (SQLite: begun IMMEDIATE), retried while the store is locked or
+        unreachable (then `StoreUnavailable`)."""
         return self._retrying(self._writer, work)
 
     def read(self, work: Callable[[Connection], T]) -> T:
-        """`work` in one read transaction, retried while the store is locked."""
+        """`work` in one read transaction, retried while the store is locked or unreachable."""
         return self._retrying(self._engine, work)
+
+    def deliver_spooled(self) -> tuple[int, int]:
+        """Record the results spooled for this store while it was unreachable: (delivered, still pending).
+
+        Each in its own transaction, its file removed once committed. A run that already has a result
+        keeps it (delivering twice records once). A result whose job or run the store no longer has
+        (the job was reset), or a file that cannot be read, is set aside as `NAME.rejected` with a
+        warning. `StoreUnavailable` when the store goes away meanwhile (what is left stays spooled).
+        """
+        paths = spool.pending(self.url)
+        delivered = 0
+        for path in paths:
+            try:
+                result = spool.read(path)
+            except (OSError, ValueError) as err:
+                self._reject(path, f"it cannot be read ({err})")
+                continue
+            try:
+                self.write(functools.partial(self._deliver, result=result))
+            except UsageError as err:
+                if isinstance(err, StoreUnavailable):
+                    raise
+                self._reject(path, str(err))
+                continue
+            spool.remove(path)
+            delivered += 1
+        return delivered, len(spool.pending(self.url))
+
+    def _reject(self, path: Path, why: str) -> None:
+        rejected = spool.set_aside(path)
+        warnings.warn(f"wattwise: the spooled result {path} was not delivered to the job store {self.describe()}: "
+                      f"{why}; it is kept as {rejected}", UserWarning, stacklevel=3)
+
+    def _deliver(self, conn: Connection, *, result: SpooledResult) -> None:
+        self._lock_job(conn, result.job)
+        run = self._get_run(conn, result.job, result.run_id)
+        if run.finished:
+            return
+        if result.power_limit_w is not None:
+            self._set_limit(conn, result.job, run.batch_size, result.power_limit_w)
+        conn.execute(
+            update(runs_table)
+            .where(runs_table.c.id == result.run_id)
+            .values(
+                state="reached" if result.reached else "failed",
+                epochs=run.epochs if result.epochs is None else result.epochs,
+                energy_j=result.energy_j,
+                time_s=result.time_s,
+                cost=result.cost,
+                updated_at_s=result.now_s,
+                power_limit_w=run.power_limit_w
+                if run.power_limit_w is not None
+                else self._limits(conn, result.job).get(run.batch_size),
+            )
+        )
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:
@@ -280,6 +405,8 @@ class SqlJobStore:
     def _update_open(self, name: str, run_id: int, values: dict[str, Any]) -> RunRecord:
         def work(conn: Connection) -> RunRecord:
             run = self._get_run(conn, name, run_id)
+            if run.finished and _same_result(run, values):
+                return run  # a retried write whose first try was committed: nothing to do
             if run.finished:
                 raise finished_run(name, run_id)
             if values.get("state", "open") != "open" and run.power_limit_w is None:
@@ -344,14 +471,16 @@ class SqlJobStore:
         )
         return math.inf if least is None else float(least)
 
+    @staticmethod
+    def _set_limit(conn: Connection, name: str, batch_size: int, power_limit_w: float) -> None:
+        key = (limits_table.c.job_name == name) & (limits_table.c.batch_size == batch_size)
+        if conn.execute(update(limits_table).where(key).values(power_limit_w=power_limit_w)).rowcount == 0:
+            conn.execute(insert(limits_table).values(job_name=name, batch_size=batch_size, power_limit_w=power_limit_w))
+
     def set_power_limit(self, name: str, batch_size: int, power_limit_w: float) -> None:
         def work(conn: Connection) -> None:
             self._lock_job(conn, name)
-            key = (limits_table.c.job_name == name) & (limits_table.c.batch_size == batch_size)
-            if conn.execute(update(limits_table).where(key).values(power_limit_w=power_limit_w)).rowcount == 0:
-                conn.execute(
-                    insert(limits_table).values(job_name=name, batch_size=batch_size, power_limit_w=power_limit_w)
-                )
+            self._set_limit(conn, name, batch_size, power_limit_w)
 
         self.write(work)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -259,11 +260,23 @@ def store_url(location: str) -> str:
     if not location:
         raise UsageError(f"the store location is empty; give a SQLite file path or a URL (or unset {STORE_ENV})")
     if "://" not in location:
-        return f"sqlite:///{Path(location).expanduser().resolve()}"
+        path = Path(location).expanduser().resolve()
+        if path.is_dir():
+            raise UsageError(f"the store {location} is a directory; give a SQLite file path (e.g. "
+                             f"{Path(location) / 'jobs.sqlite'}) or a database URL")
+        return f"sqlite:///{path}"
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     scheme, rest = location.split("://", 1)
-    if scheme in ("postgresql", "postgres"):
-        return f"postgresql+psycopg://{rest}"
-    return location
+    url = f"postgresql+psycopg://{rest}" if scheme in ("postgresql", "postgres") else location
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError) as err:
+        shown = re.sub(r"://([^:/@]*):[^@/]*@", r"://\1:***@", location)
+        raise UsageError(f"the store {shown!r} is not a database URL ({' '.join(str(err).split())}); give a "
+                         "SQLite file path or a URL such as postgresql://user@host/db") from None
+    return url
 
 
 def open_store(location: str | None = None) -> JobStore:

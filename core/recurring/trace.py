@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +67,9 @@ class WorkloadTrace:
 
 
 def _read(path: Path, columns: tuple[str, ...], flag: str) -> list[dict[str, str]]:
+    """The rows of a trace CSV that must have `columns`; every row as long as the header."""
     try:
-        with path.open(newline="") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
             missing = [c for c in columns if c not in (reader.fieldnames or [])]
             if missing:
@@ -75,9 +77,22 @@ def _read(path: Path, columns: tuple[str, ...], flag: str) -> list[dict[str, str
                     f"{flag} {path}: missing column(s) {', '.join(missing)}; expected Zeus's format "
                     f"with columns {','.join(columns)}"
                 )
-            return list(reader)
+            rows = []
+            for row in reader:
+                if None in row or None in row.values():
+                    cut = "more" if None in row else "fewer"
+                    raise UsageError(f"{flag} {path}:{reader.line_num}: {cut} fields than the header; "
+                                     "each row needs one value per column")
+                if any("\x00" in value for value in row.values()):
+                    raise UsageError(f"{flag} {path}:{reader.line_num}: holds binary data, not CSV text")
+                rows.append(row)
+            return rows
     except OSError as err:
-        raise UsageError(f"{flag} {path}: cannot read it ({err.strerror or err})") from err
+        raise UsageError(f"{flag} {path}: cannot read it ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{flag} {path}: not UTF-8 text (byte {err.start}); pass Zeus's CSV trace") from None
+    except csv.Error as err:
+        raise UsageError(f"{flag} {path}: not a valid CSV file ({err})") from None
 
 
 def _number(row: dict[str, str], column: str, path: Path, line: int) -> float:
@@ -92,6 +107,16 @@ def _int(row: dict[str, str], column: str, path: Path, line: int) -> int:
     if not value.is_integer() or value <= 0:
         raise UsageError(f"{path}:{line}: column {column} must be a positive integer (got {row[column]!r})")
     return int(value)
+
+
+def _duplicate(path: Path, line: int, first: int, what: str, fields: str, earlier: object, later: object) -> None:
+    """A row that repeats an earlier one: identical, it is dropped with a warning; else a `UsageError`."""
+    same = earlier == later or (isinstance(earlier, float) and isinstance(later, float)
+                                and math.isnan(earlier) and math.isnan(later))
+    if not same:
+        raise UsageError(f"{path}:{line}: {what} repeats line {first} with a different {fields}; "
+                         "keep one row of the two")
+    warnings.warn(f"wattwise: {path}:{line} repeats line {first} ({what}); the repeat is ignored", stacklevel=3)
 
 
 def load_trace(
@@ -122,6 +147,7 @@ def load_trace(
 
     epochs: dict[int, list[float]] = defaultdict(list)
     targets: set[float] = set()
+    runs: dict[tuple[int, str, str], tuple[int, float]] = {}
     for line, row in enumerate(train, start=2):
         if row["dataset"] != dataset or row["network"] != network or row["optimizer"] != optimizer:
             continue
@@ -131,12 +157,21 @@ def load_trace(
             epoch = _number(row, "target_epoch", train_path, line)
             if not (math.isnan(epoch) or epoch >= 1):
                 raise UsageError(f"{train_path}:{line}: target_epoch must be >= 1 or nan (got {epoch})")
-            epochs[_int(row, "batch_size", train_path, line)].append(epoch)
+            batch_size = _int(row, "batch_size", train_path, line)
+            run = (batch_size, (row.get("learning_rate") or "").strip(), row["run"].strip())
+            if run in runs:
+                first, earlier = runs[run]
+                what = f"batch_size {batch_size}, run {run[2]} at target_metric {metric:g}"
+                _duplicate(train_path, line, first, what, "target_epoch", earlier, epoch)
+                continue
+            runs[run] = (line, epoch)
+            epochs[batch_size].append(epoch)
     if not epochs:
         shown = ", ".join(f"{t:g}" for t in sorted(targets))
         raise UsageError(f"--target-metric {target_metric:g} is not traced for {workload}; traced targets: {shown}")
 
     points: dict[int, dict[float, PowerPoint]] = defaultdict(dict)
+    point_lines: dict[tuple[int, float], int] = {}
     max_power_w = 0.0
     for line, row in enumerate(power, start=2):
         limit = _number(row, "power_limit", power_path, line)
@@ -148,9 +183,17 @@ def load_trace(
             time_per_epoch_s=_number(row, "time_per_epoch", power_path, line),
             average_power_w=_number(row, "average_power", power_path, line),
         )
-        if not (point.time_per_epoch_s > 0 and point.average_power_w > 0 and limit > 0):
-            raise UsageError(f"{power_path}:{line}: power_limit, time_per_epoch and average_power must be > 0")
-        points[_int(row, "batch_size", power_path, line)][limit] = point
+        if not all(math.isfinite(v) and v > 0 for v in (point.time_per_epoch_s, point.average_power_w, limit)):
+            raise UsageError(f"{power_path}:{line}: power_limit, time_per_epoch and average_power must be "
+                             "finite numbers > 0")
+        batch_size = _int(row, "batch_size", power_path, line)
+        if limit in points[batch_size]:
+            _duplicate(power_path, line, point_lines[(batch_size, limit)],
+                       f"batch_size {batch_size} at power_limit {limit:g} W", "time_per_epoch and average_power",
+                       points[batch_size][limit], point)
+            continue
+        point_lines[(batch_size, limit)] = line
+        points[batch_size][limit] = point
 
     common = sorted(set(epochs) & set(points))
     if not common:

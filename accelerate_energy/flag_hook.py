@@ -1,0 +1,126 @@
+"""`ACCELERATE_ENERGY=1` alone: every `Accelerator` the process builds is attached, no line in the script.
+
+The installed `wattwise-accelerate.pth` imports this module at interpreter start-up, only when the flag
+is on (the way coverage.py measures subprocesses), so it runs in every worker that `accelerate launch` or
+`torchrun` starts. `install` waits, with a `sys.meta_path` finder, until `accelerate.accelerator` is
+imported by the script, then wraps `Accelerator.__init__`: each new accelerator is armed with the flag's
+settings (validated there, so a bad variable fails where the accelerator is built) and attached when it
+prepares its first optimizer, unless the script attached it itself by then (`attach(acc, plugin)` with
+its own settings keeps them; nothing is attached twice). Under distributed training, every attached run
+also finishes when the script destroys the process group without `end_training`, so its summary is
+still written. Importing this module loads neither torch nor accelerate.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import weakref
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+_TARGET = "accelerate.accelerator"
+#: Marks what this module wrapped, so nothing is wrapped twice.
+_MARK = "_wattwise_flag"
+#: Every accelerator armed in this process (to finish their runs before the process group goes away).
+_ARMED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+class _AccelerateFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when `accelerate.accelerator` is imported, patches it once executed."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != _TARGET:
+            return None
+        sys.meta_path.remove(self)  # the other finders find the real module
+        spec = importlib.util.find_spec(fullname)
+        loader = spec.loader if spec is not None else None
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_and_patch(module: ModuleType) -> None:
+            exec_module(module)
+            patch(module)
+
+        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Attach every `Accelerator` built from now on (idempotent)."""
+    module = sys.modules.get(_TARGET)
+    if module is not None:
+        patch(module)
+    elif not any(isinstance(f, _AccelerateFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AccelerateFinder())
+
+
+def patch(module: ModuleType) -> None:
+    """Wrap `module.Accelerator.__init__` so each new accelerator is armed."""
+    cls = module.Accelerator
+    original = cls.__init__
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if self not in _ARMED:  # a subclass's __init__ may run the base's more than once
+            arm(self)
+
+    setattr(__init__, _MARK, True)
+    cls.__init__ = __init__
+
+
+def arm(accelerator: Any) -> None:
+    """Attach `accelerator` with the flag's settings when it prepares its first optimizer, unless the
+    script attached it by then."""
+    from accelerate_energy.adapter import attach, energy
+    from accelerate_energy.plugin import EnergyPlugin
+
+    plugin = EnergyPlugin()
+    if not plugin.enabled:
+        return
+    plugin.to_config()  # a bad variable fails here, where the accelerator is built
+    _ARMED.add(accelerator)
+    _finish_before_destroy()
+    prepare_optimizer = accelerator.prepare_optimizer
+
+    def prepare_optimizer_armed(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        if energy(accelerator) is not None:  # attached by the script: nothing to add
+            return prepare_optimizer(optimizer, *args, **kwargs)
+        del accelerator.prepare_optimizer  # back to the class's method, which `attach` wraps
+        attach(accelerator, plugin)
+        return accelerator.prepare_optimizer(optimizer, *args, **kwargs)
+
+    accelerator.prepare_optimizer = prepare_optimizer_armed
+
+
+def _finish_before_destroy() -> None:
+    """Finish the armed accelerators' runs when the default process group is destroyed (every process
+    does it at the same point), while the processes can still combine their figures."""
+    import torch.distributed as dist
+
+    original = dist.destroy_process_group
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def destroy_process_group(group: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if group is None:
+            from accelerate_energy.adapter import energy
+
+            for accelerator in list(_ARMED):
+                found = energy(accelerator)
+                if found is not None:
+                    found.finish("completed")
+        return original(group, *args, **kwargs)
+
+    setattr(destroy_process_group, _MARK, True)
+    dist.destroy_process_group = destroy_process_group

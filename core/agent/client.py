@@ -1,0 +1,224 @@
+"""The `agent` device backend: reads stay local, setting changes go to the node agent.
+
+`AgentGPU` wraps the GPU this process can read itself (NVML needs no privilege to read; the simulated
+GPU shares the agent's state file) and relays `set_power_limit_w`, `lock_sm_clocks_mhz` and
+`reset_sm_clocks` to the agent over its Unix socket (`$WATTWISE_AGENT_SOCKET`, default
+`/run/wattwise/agent.sock`). The agent's refusals become `NoPermissionError` (held by another process,
+not allowed) or `DeviceError` (bad value), with the agent's one-line reason.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+from typing import Any
+
+from wattwise.agent import DEFAULT_SOCKET, SOCKET_ENV
+from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange
+
+#: Seconds to wait for the agent (it answers in milliseconds; a stuck agent must not hang training).
+TIMEOUT_S = 10.0
+
+
+def socket_path(path: str | os.PathLike[str] | None = None) -> str:
+    """`path`, else `$WATTWISE_AGENT_SOCKET`, else the default socket."""
+    return os.fspath(path) if path else (os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class AgentClient:
+    """A few JSON calls to the agent, one connection each (a lease belongs to the process, not to it)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = TIMEOUT_S) -> None:
+        self.path = socket_path(path)
+        self.timeout = timeout
+
+    def request(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+        conn = _UnixConnection(self.path, self.timeout)
+        try:
+            payload = json.dumps(body).encode() if body is not None else None
+            headers = {"Content-Type": "application/json"} if payload is not None else {}
+            conn.request(method, url, body=payload, headers=headers)
+            response = conn.getresponse()
+            raw = response.read()
+        except PermissionError:
+            raise NoPermissionError(f"wattwise agent: cannot open its socket {self.path}: permission denied "
+                                    "(the admin adds you to the socket's group)") from None
+        except (FileNotFoundError, ConnectionRefusedError) as err:
+            raise DeviceError(f"wattwise agent: none answers at {self.path} ({err.strerror}); start one with "
+                              f"`wattwise agent serve` or set {SOCKET_ENV}") from None
+        except (OSError, http.client.HTTPException) as err:
+            raise DeviceError(f"wattwise agent at {self.path}: {err}") from None
+        finally:
+            conn.close()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise DeviceError(f"wattwise agent at {self.path}: answered HTTP {response.status} without JSON") from None
+        if response.status >= 400:
+            message = data.get("error", f"HTTP {response.status}") if isinstance(data, dict) else str(data)[:200]
+            error = NoPermissionError if response.status in (403, 409) else DeviceError
+            raise error(f"wattwise agent: {message}")
+        return data
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/v1/gpus")
+        return result
+
+    def devices(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/v1/devices")
+        return result
+
+    def set_power_limit(self, index: int, watts: float, job: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/power_limit",
+                                              {"watts": watts, "job": job})
+        return result
+
+    def lock_sm_clocks(self, index: int, min_mhz: int, max_mhz: int, job: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/sm_clocks",
+                                              {"min_mhz": min_mhz, "max_mhz": max_mhz, "job": job})
+        return result
+
+    def reset_sm_clocks(self, index: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("DELETE", f"/v1/gpus/{index}/sm_clocks")
+        return result
+
+    def release(self, index: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/release")
+        return result
+
+
+class AgentGPU(Device):
+    """A GPU read locally and changed through the agent."""
+
+    backend = "agent"
+
+    def __init__(self, local: Device, client: AgentClient, *, job: str = "") -> None:
+        self.local = local
+        self.client = client
+        self.job = job
+        self.simulated = local.simulated
+
+    def __getattr__(self, name: str) -> Any:
+        # The simulated GPU's workload hooks (`busy`, `run_step`, `clock`) and other extras of the local device.
+        if name == "local":
+            raise AttributeError(name)
+        return getattr(self.local, name)
+
+    @property
+    def index(self) -> int:
+        return self.local.index
+
+    @property
+    def name(self) -> str:
+        return self.local.name
+
+    @property
+    def driven(self) -> bool:
+        return self.local.driven
+
+    def has_energy_counter(self) -> bool:
+        return self.local.has_energy_counter()
+
+    def energy_j(self) -> float:
+        return self.local.energy_j()
+
+    def power_w(self) -> float:
+        return self.local.power_w()
+
+    def power_limit_w(self) -> float:
+        return self.local.power_limit_w()
+
+    def power_limit_range(self) -> PowerLimitRange:
+        return self.local.power_limit_range()
+
+    def supported_sm_clocks_mhz(self) -> list[int]:
+        return self.local.supported_sm_clocks_mhz()
+
+    def locked_sm_clocks_mhz(self) -> tuple[int, int] | None:
+        return self.local.locked_sm_clocks_mhz()
+
+    def set_power_limit_w(self, watts: float) -> None:
+        self.client.set_power_limit(self.index, float(watts), self.job)
+
+    def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
+        self.client.lock_sm_clocks(self.index, int(min_mhz), int(max_mhz), self.job)
+
+    def reset_sm_clocks(self) -> None:
+        self.client.reset_sm_clocks(self.index)
+
+    def release(self) -> None:
+        """Give the GPU back now: the agent restores its original settings."""
+        self.client.release(self.index)
+
+    def spec(self) -> dict[str, Any]:
+        return {"backend": "agent", "index": self.index, "socket": self.client.path, "job": self.job,
+                "local": self.local.spec()}
+
+    def describe(self) -> dict[str, Any]:
+        info = self.local.describe()
+        info["backend"] = "agent"
+        info["agent_socket"] = self.client.path
+        return info
+
+
+def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str] | None = None,
+               job: str = "") -> list[AgentGPU]:
+    """The agent's GPUs (those at `indices`), each opened locally for reads."""
+    from wattwise.devices import open_spec
+
+    client = AgentClient(path)
+    listing = client.devices()
+    specs = {int(s["index"]): s for s in listing.get("devices", [])}
+    wanted = indices if indices is not None else sorted(specs)
+    missing = [i for i in wanted if i not in specs]
+    if missing:
+        raise DeviceError(f"wattwise agent at {client.path} has no GPU {missing} (its GPUs: {sorted(specs)})")
+    return [AgentGPU(open_spec(specs[i]), client, job=job) for i in wanted]
+
+
+def open_agent_spec(spec: dict[str, Any]) -> AgentGPU:
+    """Reopen an `AgentGPU` from its `spec()`."""
+    from wattwise.devices import open_spec
+
+    return AgentGPU(open_spec(dict(spec["local"])), AgentClient(spec.get("socket")), job=str(spec.get("job", "")))
+
+
+#: CAP_SYS_ADMIN, the capability NVML asks for to set power limits and clocks.
+_CAP_SYS_ADMIN = 21
+
+
+def agent_preferred(path: str | os.PathLike[str] | None = None) -> bool:
+    """The `auto` rule: the agent's socket exists and this process may not change GPU settings itself
+    (not root, no CAP_SYS_ADMIN)."""
+    return os.path.exists(socket_path(path)) and not _may_change_settings()
+
+
+def _may_change_settings() -> bool:
+    if os.geteuid() == 0:
+        return True
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False

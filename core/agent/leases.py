@@ -1,0 +1,106 @@
+"""Who holds which GPU, and the settings to put back when the holder goes: pure bookkeeping, no I/O.
+
+A holder is a process named by its pid and its start time (clock ticks since boot, from `/proc/PID/stat`),
+so a recycled pid is never taken for the holder. The table never touches a device or the clock: the
+agent (`wattwise.agent.server`) asks it, then acts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The process holding a GPU, as the kernel named it (SO_PEERCRED), and its job name."""
+
+    pid: int
+    uid: int
+    job: str = ""
+    #: Start time of the process (ticks since boot): with the pid, unique over the machine's uptime.
+    start_ticks: int = 0
+
+    def public(self) -> dict[str, Any]:
+        """The holder as `wattwise agent status` shows it."""
+        return {"pid": self.pid, "uid": self.uid, "job": self.job}
+
+    def describe(self) -> str:
+        job = f", job {self.job!r}" if self.job else ""
+        return f"pid {self.pid} (uid {self.uid}{job})"
+
+
+@dataclass
+class Lease:
+    """A held GPU: its holder and the settings it had before the holder's first change."""
+
+    holder: Holder
+    #: Setting name ("power_limit_w", "locked_sm_clocks_mhz") -> original value.
+    originals: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"holder": asdict(self.holder), "originals": dict(self.originals)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Lease:
+        h = data["holder"]
+        holder = Holder(int(h["pid"]), int(h["uid"]), str(h.get("job", "")), int(h.get("start_ticks", 0)))
+        return cls(holder, dict(data.get("originals") or {}))
+
+
+class LeaseConflict(Exception):
+    """Another live process holds the GPU."""
+
+    def __init__(self, index: int, holder: Holder) -> None:
+        super().__init__(f"GPU {index} is held by {holder.describe()}; it is released when that process "
+                         "ends or releases it")
+        self.index, self.holder = index, holder
+
+
+class LeaseTable:
+    """One lease per GPU index at most."""
+
+    def __init__(self) -> None:
+        self._leases: dict[int, Lease] = {}
+
+    def get(self, index: int) -> Lease | None:
+        return self._leases.get(index)
+
+    def holder(self, index: int) -> Holder | None:
+        lease = self._leases.get(index)
+        return lease.holder if lease else None
+
+    def check(self, index: int, caller: Holder) -> bool:
+        """True when `caller` already holds `index`, False when nobody does; `LeaseConflict` otherwise."""
+        lease = self._leases.get(index)
+        if lease is None:
+            return False
+        if _same_process(lease.holder, caller):
+            return True
+        raise LeaseConflict(index, lease.holder)
+
+    def take(self, index: int, caller: Holder, originals: dict[str, Any]) -> Lease:
+        """Give a free GPU to `caller`, with the settings it has now (to restore later)."""
+        self.check(index, caller)
+        lease = self._leases.get(index)
+        if lease is None:
+            lease = self._leases[index] = Lease(caller, dict(originals))
+        return lease
+
+    def release(self, index: int) -> Lease | None:
+        """Drop the lease of `index` (its settings restored by the caller); the lease dropped, if any."""
+        return self._leases.pop(index, None)
+
+    def held_by(self, holder: Holder) -> list[int]:
+        """The GPUs `holder` holds, in index order."""
+        return sorted(i for i, lease in self._leases.items() if _same_process(lease.holder, holder))
+
+    def items(self) -> list[tuple[int, Lease]]:
+        return sorted(self._leases.items())
+
+    def to_json(self) -> dict[str, Any]:
+        return {str(i): lease.to_json() for i, lease in self.items()}
+
+
+def _same_process(a: Holder, b: Holder) -> bool:
+    return a.pid == b.pid and a.start_ticks == b.start_ticks

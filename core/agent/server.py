@@ -1,0 +1,552 @@
+"""`wattwise agent serve`: the HTTP API over a Unix socket, and the leases behind it.
+
+Routes (JSON in and out; errors are `{"error": "one line"}`):
+
+- `GET  /v1/gpus`: per GPU, the index, name, current and default power limit, locked clocks, holder;
+- `GET  /v1/devices`: the backend and each GPU's `spec` (clients open the same GPU locally for reads);
+- `POST /v1/gpus/{index}/power_limit` `{"watts": W, "job": "name"}`;
+- `POST /v1/gpus/{index}/sm_clocks` `{"min_mhz": F, "max_mhz": F, "job": "name"}`;
+- `DELETE /v1/gpus/{index}/sm_clocks`: unlock the clocks (the original stays recorded);
+- `POST /v1/gpus/{index}/release`: the holder gives the GPU back, its original settings restored.
+
+The caller is who the kernel says it is (SO_PEERCRED on the connection), never what the body claims.
+Answers: 400 malformed or out of the GPU's range, 403 not allowed (or outside the admin's bounds), 404 no
+such GPU, 409 held by another process, 413 body too large.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import stat
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from wattwise.agent.config import AgentConfig
+from wattwise.agent.journal import AgentJournal
+from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
+from wattwise.devices.base import Device, DeviceError, NotSupportedError
+from wattwise.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+POWER_LIMIT = "power_limit_w"
+SM_CLOCKS = "locked_sm_clocks_mhz"
+#: Requests are a few dozen bytes: anything larger is refused before it is read.
+MAX_BODY_BYTES = 64 * 1024
+MAX_JOB_CHARS = 128
+#: How often a holder is checked when pidfd is unavailable (Linux before 5.3).
+POLL_S = 0.2
+
+
+class AgentError(Exception):
+    """A refused request: an HTTP status and a one-line reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# -- who is calling -------------------------------------------------------------------------------------
+def peer_credentials(sock: Any) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a Unix socket, from the kernel."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of a live process (clock ticks since boot); None when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def process_groups(pid: int, gid: int) -> set[int]:
+    """The primary and supplementary groups of a process."""
+    groups = {gid}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("Groups:"):
+                groups.update(int(g) for g in line.split()[1:] if g.isdigit())
+    return groups
+
+
+class ProcessWatcher:
+    """Calls back once when a watched process ends: pidfd on the event loop, else polling /proc."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[Holder], None]) -> None:
+        self._loop = loop
+        self._on_exit = on_exit
+        self._watched: dict[tuple[int, int], Callable[[], None]] = {}
+
+    def watch(self, holder: Holder) -> None:
+        key = (holder.pid, holder.start_ticks)
+        if key in self._watched:
+            return
+        fd = self._pidfd(holder)
+        if fd is not None:
+            self._loop.add_reader(fd, self._ended, holder)
+
+            def stop_fd() -> None:
+                self._loop.remove_reader(fd)
+                os.close(fd)
+
+            self._watched[key] = stop_fd
+        else:
+            task = self._loop.create_task(self._poll(holder))
+
+            def stop_task() -> None:
+                task.cancel()
+
+            self._watched[key] = stop_task
+
+    def unwatch(self, holder: Holder) -> None:
+        stop = self._watched.pop((holder.pid, holder.start_ticks), None)
+        if stop is not None:
+            stop()
+
+    def close(self) -> None:
+        for stop in self._watched.values():
+            stop()
+        self._watched.clear()
+
+    @staticmethod
+    def _pidfd(holder: Holder) -> int | None:
+        if not hasattr(os, "pidfd_open"):
+            return None
+        try:
+            fd = os.pidfd_open(holder.pid)
+        except OSError:
+            return None
+        if process_start_ticks(holder.pid) != holder.start_ticks:
+            # The pid was recycled between the request and pidfd_open: this fd names another process.
+            os.close(fd)
+            return None
+        return fd
+
+    def _ended(self, holder: Holder) -> None:
+        self.unwatch(holder)
+        self._on_exit(holder)
+
+    async def _poll(self, holder: Holder) -> None:
+        while process_start_ticks(holder.pid) == holder.start_ticks:
+            await asyncio.sleep(POLL_S)
+        self._watched.pop((holder.pid, holder.start_ticks), None)
+        self._on_exit(holder)
+
+
+# -- the agent ------------------------------------------------------------------------------------------
+class Agent:
+    """The GPUs, their leases and the journal; HTTP-free (see `make_app`)."""
+
+    def __init__(self, devices: list[Device], backend: str, config: AgentConfig, journal: AgentJournal) -> None:
+        self.devices = {d.index: d for d in devices}
+        self.backend = backend
+        self.config = config
+        self.journal = journal
+        self.leases = LeaseTable()
+        self.watcher: ProcessWatcher | None = None
+
+    # -- life cycle -------------------------------------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Put back the originals a crashed agent journalled; one line per GPU restored."""
+        lines = []
+        for key, entry in self.journal.load().items():
+            device = self.devices.get(int(key))
+            if device is None:
+                log.error("wattwise agent: journal names GPU %s, which this agent does not see; kept", key)
+                continue
+            originals = dict(entry.get("originals") or {})
+            _restore(device, originals)
+            lines.append(f"GPU {key}: {_words(originals)}")
+        self._save()
+        return lines
+
+    def start_watching(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.watcher = ProcessWatcher(loop, self.holder_exited)
+
+    def restore_all(self) -> None:
+        """The agent stops: every held GPU gets its original settings back."""
+        for index, _ in self.leases.items():
+            self._give_back(index)
+        if self.watcher is not None:
+            self.watcher.close()
+
+    def holder_exited(self, holder: Holder) -> None:
+        for index in self.leases.held_by(holder):
+            log.info("wattwise agent: %s ended: restoring GPU %d", holder.describe(), index)
+            self._give_back(index)
+
+    # -- requests ---------------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        return {"gpus": [self.gpu_status(i) for i in sorted(self.devices)]}
+
+    def gpu_status(self, index: int) -> dict[str, Any]:
+        device = self.devices[index]
+        holder = self.leases.holder(index)
+        return {
+            "index": index,
+            "name": device.name,
+            "power_limit_w": _maybe(device.power_limit_w),
+            "default_power_limit_w": _maybe(lambda: device.power_limit_range().default_w),
+            "locked_sm_clocks_mhz": _clocks(_maybe(device.locked_sm_clocks_mhz)),
+            "holder": holder.public() if holder else None,
+        }
+
+    def set_power_limit(self, index: int, caller: Holder, gids: set[int], watts: float) -> dict[str, Any]:
+        device = self._device(index)
+        rng = _call(device.power_limit_range)
+        lo, hi = rng.min_w, rng.max_w
+        if not lo <= watts <= hi:
+            raise AgentError(400, f"power limit {watts:g} W is outside GPU {index}'s range [{lo:g}, {hi:g}] W")
+        floor, ceiling = self.config.power_bounds(device.name)
+        alo, ahi = max(lo, floor or lo), min(hi, ceiling or hi)
+        if not alo <= watts <= ahi:
+            raise AgentError(403, f"power limit {watts:g} W is outside the range the admin allows on GPU {index} "
+                                  f"[{alo:g}, {ahi:g}] W")
+        return self._change(index, caller, gids, lambda: device.set_power_limit_w(watts))
+
+    def lock_sm_clocks(self, index: int, caller: Holder, gids: set[int], min_mhz: int, max_mhz: int) -> dict[str, Any]:
+        device = self._device(index)
+        supported = _call(device.supported_sm_clocks_mhz)
+        lo, hi = min(supported), max(supported)
+        if not lo <= min_mhz <= max_mhz <= hi:
+            raise AgentError(400, f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside GPU {index}'s "
+                                  f"[{lo}, {hi}] MHz (min first)")
+        if self.config.sm_clock_mhz is not None:
+            alo, ahi = max(lo, self.config.sm_clock_mhz[0]), min(hi, self.config.sm_clock_mhz[1])
+            if not alo <= min_mhz <= max_mhz <= ahi:
+                raise AgentError(403, f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside the range the admin "
+                                      f"allows [{alo}, {ahi}] MHz")
+        return self._change(index, caller, gids, lambda: device.lock_sm_clocks_mhz(min_mhz, max_mhz))
+
+    def reset_sm_clocks(self, index: int, caller: Holder, gids: set[int]) -> dict[str, Any]:
+        device = self._device(index)
+        return self._change(index, caller, gids, device.reset_sm_clocks)
+
+    def release(self, index: int, caller: Holder) -> dict[str, Any]:
+        """The holder gives the GPU back: its original settings are restored now."""
+        self._device(index)
+        try:
+            held = self.leases.check(index, caller)
+        except LeaseConflict as err:
+            raise AgentError(409, f"{err}; only its holder may release it") from None
+        if held:
+            self._give_back(index)
+        return self.gpu_status(index)
+
+    # -- internals --------------------------------------------------------------------------------------
+    def _device(self, index: int) -> Device:
+        device = self.devices.get(index)
+        if device is None:
+            raise AgentError(404, f"no GPU {index} on this node (GPUs: {sorted(self.devices)})")
+        return device
+
+    def _change(self, index: int, caller: Holder, gids: set[int], apply: Callable[[], None]) -> dict[str, Any]:
+        if not self.config.allows(caller.uid, gids):
+            raise AgentError(403, f"uid {caller.uid} may not change GPU settings on this node "
+                                  "(the agent's config lists the allowed users and groups)")
+        try:
+            held = self.leases.check(index, caller)
+        except LeaseConflict as err:
+            raise AgentError(409, str(err)) from None
+        if not held:
+            self.leases.take(index, caller, _read_originals(self.devices[index]))
+            try:
+                self._save()  # the originals are on disk before the first change
+            except OSError as err:
+                self.leases.release(index)
+                raise AgentError(500, f"cannot write the agent's journal ({err.strerror or err}); nothing "
+                                      "changed") from None
+            if self.watcher is not None:
+                self.watcher.watch(caller)
+            log.info("wattwise agent: GPU %d now held by %s", index, caller.describe())
+        try:
+            _call(apply)
+        except AgentError:
+            if not held:
+                self._give_back(index)
+            raise
+        return self.gpu_status(index)
+
+    def _give_back(self, index: int) -> None:
+        lease = self.leases.get(index)
+        if lease is None:
+            return
+        try:
+            _restore(self.devices[index], lease.originals)
+        except DeviceError as err:
+            log.error("wattwise agent: could not restore GPU %d (%s); kept in the journal", index, err)
+            return
+        self.leases.release(index)
+        self._save()
+        if self.watcher is not None and not self.leases.held_by(lease.holder):
+            self.watcher.unwatch(lease.holder)
+
+    def _save(self) -> None:
+        self.journal.save(self.backend, self.leases.to_json())
+
+
+def _read_originals(device: Device) -> dict[str, Any]:
+    originals: dict[str, Any] = {}
+    with contextlib.suppress(NotSupportedError):
+        originals[POWER_LIMIT] = device.power_limit_w()
+    with contextlib.suppress(NotSupportedError):
+        originals[SM_CLOCKS] = _clocks(device.locked_sm_clocks_mhz())
+    return originals
+
+
+def _restore(device: Device, originals: dict[str, Any]) -> None:
+    if POWER_LIMIT in originals:
+        device.set_power_limit_w(float(originals[POWER_LIMIT]))
+    if SM_CLOCKS in originals:
+        clocks = originals[SM_CLOCKS]
+        if clocks:
+            device.lock_sm_clocks_mhz(int(clocks[0]), int(clocks[1]))
+        else:
+            device.reset_sm_clocks()
+
+
+def _words(originals: dict[str, Any]) -> str:
+    parts = []
+    if POWER_LIMIT in originals:
+        parts.append(f"power limit {float(originals[POWER_LIMIT]):g} W")
+    if SM_CLOCKS in originals:
+        clocks = originals[SM_CLOCKS]
+        parts.append(f"SM clocks locked to {clocks[0]}-{clocks[1]} MHz" if clocks else "SM clocks unlocked")
+    return ", ".join(parts) or "nothing recorded"
+
+
+def _clocks(value: Any) -> list[int] | None:
+    return [int(value[0]), int(value[1])] if value else None
+
+
+def _maybe(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except NotSupportedError:
+        return None
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    """A device call; its refusal becomes a one-line 400 (bad value) or 500 (device failure)."""
+    try:
+        return fn()
+    except NotSupportedError as err:
+        raise AgentError(400, str(err)) from None
+    except UsageError as err:
+        raise AgentError(400, str(err)) from None
+    except DeviceError as err:
+        raise AgentError(500, f"device error: {err}") from None
+
+
+# -- HTTP -----------------------------------------------------------------------------------------------
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except AgentError as err:
+        return _error(err.status, str(err))
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"request body too large (at most {MAX_BODY_BYTES} bytes)")
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        return _error(err.status, err.reason)
+    except Exception:
+        log.exception("wattwise agent: request %s %s failed", request.method, request.path)
+        return _error(500, "internal error (see the agent's log)")
+
+
+def _caller(request: web.Request) -> tuple[Holder, set[int]]:
+    """The calling process as the kernel names it, and its groups; the job name is the body's."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is None:
+        raise AgentError(400, "connection closed")
+    pid, uid, gid = peer_credentials(sock)
+    ticks = process_start_ticks(pid)
+    if pid <= 0 or ticks is None:
+        raise AgentError(400, "the calling process is gone (or is in another PID namespace)")
+    return Holder(pid, uid, "", ticks), process_groups(pid, gid)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        data = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise AgentError(400, "the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise AgentError(400, "the request body must be a JSON object")
+    return data
+
+
+def _job(data: dict[str, Any]) -> str:
+    job = data.get("job", "")
+    if not isinstance(job, str) or len(job) > MAX_JOB_CHARS or not job.isprintable():
+        raise AgentError(400, f"job must be a printable string of at most {MAX_JOB_CHARS} characters")
+    return job
+
+
+def _number(data: dict[str, Any], key: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise AgentError(400, f"{key} must be a finite number (got {value!r})")
+    return float(value)
+
+
+def _integer(data: dict[str, Any], key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AgentError(400, f"{key} must be an integer number of MHz (got {value!r})")
+    return value
+
+
+def _index(request: web.Request) -> int:
+    text = request.match_info["index"]
+    if not text.isdigit() or len(text) > 6:
+        raise AgentError(404, f"no GPU {text!r} on this node")
+    return int(text)
+
+
+def make_app(agent: Agent) -> web.Application:
+    """The aiohttp application serving `agent`."""
+
+    async def status(request: web.Request) -> web.Response:
+        return web.json_response(agent.status())
+
+    async def devices(request: web.Request) -> web.Response:
+        specs = [agent.devices[i].spec() for i in sorted(agent.devices)]
+        return web.json_response({"backend": agent.backend, "devices": specs})
+
+    async def power_limit(request: web.Request) -> web.Response:
+        index = _index(request)
+        data = await _body(request)
+        caller, gids = _caller(request)
+        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks)
+        return web.json_response(agent.set_power_limit(index, holder, gids, _number(data, "watts")))
+
+    async def lock_clocks(request: web.Request) -> web.Response:
+        index = _index(request)
+        data = await _body(request)
+        caller, gids = _caller(request)
+        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks)
+        return web.json_response(agent.lock_sm_clocks(index, holder, gids, _integer(data, "min_mhz"),
+                                                      _integer(data, "max_mhz")))
+
+    async def reset_clocks(request: web.Request) -> web.Response:
+        index = _index(request)
+        caller, gids = _caller(request)
+        return web.json_response(agent.reset_sm_clocks(index, caller, gids))
+
+    async def release(request: web.Request) -> web.Response:
+        index = _index(request)
+        caller, _ = _caller(request)
+        return web.json_response(agent.release(index, caller))
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
+    app.router.add_get("/v1/gpus", status)
+    app.router.add_get("/v1/devices", devices)
+    app.router.add_post("/v1/gpus/{index}/power_limit", power_limit)
+    app.router.add_post("/v1/gpus/{index}/sm_clocks", lock_clocks)
+    app.router.add_delete("/v1/gpus/{index}/sm_clocks", reset_clocks)
+    app.router.add_post("/v1/gpus/{index}/release", release)
+    return app
+
+
+# -- serving --------------------------------------------------------------------------------------------
+@dataclass
+class ServeOptions:
+    socket: str
+    state_dir: str
+    group: str | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+
+
+def prepare_socket(path: Path) -> None:
+    """Make the socket's folder (0755) and clear a stale socket; refuse when an agent already listens."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UsageError(f"--socket {path}: exists and is not a socket; remove it or choose another path")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()  # nobody listens: left behind by an agent that died
+        return
+    finally:
+        probe.close()
+    raise UsageError(f"--socket {path}: another agent already listens there")
+
+
+async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then restore every held GPU and remove the socket."""
+    import grp
+
+    gid = -1
+    if options.group is not None and options.group.isdigit():
+        gid = int(options.group)
+    elif options.group is not None:
+        try:
+            gid = grp.getgrnam(options.group).gr_gid
+        except KeyError:
+            raise UsageError(f"--group {options.group}: no such group on this node (a name or a number)") from None
+    path = Path(options.socket)
+    prepare_socket(path)
+    loop = asyncio.get_running_loop()
+    agent.start_watching(loop)
+    runner = web.AppRunner(make_app(agent), access_log=None, handle_signals=False)
+    await runner.setup()
+    previous = os.umask(0o177)  # no moment where others could connect before the chmod below
+    try:
+        await web.UnixSite(runner, str(path)).start()
+    finally:
+        os.umask(previous)
+    os.chown(path, -1, gid)
+    os.chmod(path, 0o660)
+    if options.metrics_port is not None:
+        from wattwise.agent.metrics import start_metrics
+
+        start_metrics(agent, options.metrics_host, options.metrics_port)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready()
+    try:
+        await stop.wait()
+    finally:
+        agent.restore_all()
+        await runner.cleanup()
+        with contextlib.suppress(OSError):
+            path.unlink()

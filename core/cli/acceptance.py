@@ -1,0 +1,16 @@
+"""`wattwise acceptance`: the real-GPU acceptance checks (`wattwise.acceptance`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    from wattwise import acceptance
+
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "acceptance", help="check the NVML path on a real NVIDIA GPU (skips everything without one)",
+        description=acceptance.__doc__.split("\n\n")[0] if acceptance.__doc__ else None)
+    acceptance.add_arguments(parser)
+    parser.set_defaults(func=acceptance.run_from_args)

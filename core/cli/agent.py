@@ -1,0 +1,119 @@
+"""`wattwise agent serve|status`: the node agent that lets users who are not root change GPU settings."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR, SOCKET_ENV
+from wattwise.errors import UsageError
+
+AGENT_BACKENDS = ("nvml", "simulated")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("agent", help="the node agent: GPU settings for users who are not root",
+                       description="A privileged agent (one per node) owns every GPU setting change; a client "
+                                   "process holds a lease and the agent restores the GPU when it ends.")
+    p.set_defaults(func=_no_subcommand)
+    agent_sub = p.add_subparsers(dest="agent_command", metavar="SUBCOMMAND")
+
+    serve = agent_sub.add_parser("serve", help="serve the agent's API on a Unix socket (as root)",
+                                 description="Serve the agent's HTTP API on a Unix socket until SIGTERM or "
+                                             "SIGINT, then restore every held GPU.")
+    serve.add_argument("--socket", default=DEFAULT_SOCKET, help="the Unix socket (default %(default)s)")
+    serve.add_argument("--backend", choices=AGENT_BACKENDS, default="nvml",
+                       help="GPUs to serve: nvml, or simulated (tests, the demo) (default %(default)s)")
+    serve.add_argument("--group", help="the socket is mode 0660 and owned by this group, a name or a gid "
+                                       "(default: the agent's group)")
+    serve.add_argument("--config", help="YAML: allowed users/groups, power-limit floors and ceilings, clock range")
+    serve.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
+                       help="the agent's journal folder, 0700 (default %(default)s)")
+    serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    serve.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics port (default %(default)s)")
+    serve.add_argument("--simulated-gpus", type=int, default=1, help="backend simulated: how many GPUs (default 1)")
+    serve.add_argument("--simulated-dir",
+                       help="backend simulated: the GPUs' shared state folder, readable by clients "
+                            "(default: `simulated` beside the socket)")
+    serve.set_defaults(func=run_serve)
+
+    status = agent_sub.add_parser("status", help="show each GPU's limits and holder",
+                                  description="Per GPU: index, name, current and default power limit, locked "
+                                              "clocks and the holder.")
+    status.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(func=run_status)
+
+
+def _no_subcommand(args: argparse.Namespace) -> int:
+    raise UsageError("choose `wattwise agent serve` or `wattwise agent status`")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from wattwise.agent.config import load_config
+    from wattwise.agent.journal import AgentJournal
+    from wattwise.agent.server import Agent, ServeOptions, serve
+    from wattwise.devices import discover
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.metrics_port is not None and not 0 < args.metrics_port < 65536:
+        raise UsageError(f"--metrics-port must be between 1 and 65535 (got {args.metrics_port})")
+    config = load_config(args.config)
+    journal = AgentJournal(args.state_dir)
+    journal.prepare()
+    if args.backend == "simulated":
+        folder = Path(args.simulated_dir or Path(args.socket).parent / "simulated")
+        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
+        found = discover("simulated", num_simulated=args.simulated_gpus, persist_dir=folder)
+    else:
+        found = discover("nvml")
+    agent = Agent(found.gpus, args.backend, config, journal)
+    for line in agent.recover():
+        print(f"wattwise agent: restored after a crash: {line}", file=sys.stderr)
+    options = ServeOptions(args.socket, args.state_dir, args.group, args.metrics_port, args.metrics_host)
+
+    def ready() -> None:
+        print(f"wattwise agent: serving {len(agent.devices)} GPU(s) ({args.backend}) on {args.socket} "
+              f"(pid {os.getpid()})", file=sys.stderr, flush=True)
+
+    asyncio.run(serve(agent, options, ready))
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from wattwise.agent.client import AgentClient
+    from wattwise.devices.base import DeviceError
+
+    try:
+        status = AgentClient(args.socket).status()
+    except DeviceError as err:
+        print(f"wattwise agent status: error: {err}", file=sys.stderr)
+        return 1
+    gpus = [_public(g) for g in status.get("gpus", [])]
+    if args.json:
+        print(json.dumps({"gpus": gpus}, indent=2))
+        return 0
+    for g in gpus:
+        clocks = g["locked_sm_clocks_mhz"]
+        holder = g["holder"]
+        who = (f"held by pid {holder['pid']} (uid {holder['uid']}, job {holder['job']!r})" if holder
+               else "free")
+        print(f"GPU {g['index']} {g['name']}: power limit {_w(g['power_limit_w'])} "
+              f"(default {_w(g['default_power_limit_w'])}), SM clocks "
+              f"{f'locked {clocks[0]}-{clocks[1]} MHz' if clocks else 'unlocked'}, {who}")
+    return 0
+
+
+def _public(gpu: dict[str, Any]) -> dict[str, Any]:
+    keys = ("index", "name", "power_limit_w", "default_power_limit_w", "locked_sm_clocks_mhz", "holder")
+    return {k: gpu.get(k) for k in keys}
+
+
+def _w(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:g} W"

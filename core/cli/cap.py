@@ -1,0 +1,111 @@
+"""`wattwise cap --watts W -- CMD ARGS...`: run any command under a GPU power cap, then restore.
+
+Caps the GPUs (through the settings guard, or through the node agent with `--backend agent`), runs
+the command, restores the limits, and exits with the command's code (127 if it is not found).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command
+from wattwise.devices import BACKENDS, Device, DeviceError, discover
+from wattwise.errors import UsageError
+from wattwise.guard import SettingsGuard
+from wattwise.monitor import EnergyMonitor
+
+#: Exit code when the cap cannot be set (refused, out of range, no GPU): the command does not run.
+EXIT_NOT_CAPPED = 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cap", help="run a command under a GPU power cap",
+                       description="Cap the GPUs' power limit at W watts, run CMD, restore the limits, and exit "
+                                   "with CMD's exit code. Through the node agent with --backend agent.")
+    p.add_argument("--watts", type=float, required=True, help="the power limit, in watts")
+    p.add_argument("--gpus", help="comma-separated GPU indices (default: every GPU)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto", help="devices (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print time and energy per GPU as JSON on stdout")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.set_defaults(func=run)
+
+
+def _indices(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        indices = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--gpus must be comma-separated GPU indices, e.g. 0,1 (got {text!r})") from None
+    if any(i < 0 for i in indices) or len(set(indices)) != len(indices):
+        raise UsageError(f"--gpus must list distinct non-negative indices (got {text!r})")
+    return indices
+
+
+@contextlib.contextmanager
+def capped(gpus: list[Device], watts: float, job: str) -> Iterator[None]:
+    """Every GPU at `watts` for the body of the `with`, restored after (agent GPUs: released)."""
+    from wattwise.agent.client import AgentGPU
+
+    agent = [g for g in gpus if isinstance(g, AgentGPU)]
+    local = [g for g in gpus if not isinstance(g, AgentGPU)]
+    with SettingsGuard() if local else contextlib.nullcontext() as guard:
+        if guard is not None:
+            guard.install_signal_handlers()
+        try:
+            for gpu in agent:
+                gpu.job = job
+                gpu.set_power_limit_w(watts)
+            for device in local:
+                assert guard is not None
+                guard.set_power_limit(device, watts)
+            yield
+        finally:
+            for gpu in agent:
+                with contextlib.suppress(DeviceError):
+                    gpu.release()
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command given; use `wattwise cap --watts W -- CMD ARGS...`")
+    if not (math.isfinite(args.watts) and args.watts > 0):
+        raise UsageError(f"--watts must be a positive number of watts (got {args.watts:g})")
+    if shutil.which(cmd[0]) is None:
+        print(f"wattwise cap: error: command not found: {cmd[0]}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    try:
+        found = discover(args.backend, gpu_indices=_indices(args.gpus))
+        if not found.gpus:
+            raise DeviceError("no GPU to cap here" + (f" ({'; '.join(found.notes)})" if found.notes else ""))
+        gpus = found.gpus
+        with capped(gpus, args.watts, os.path.basename(cmd[0])), EnergyMonitor(gpus) as monitor:
+            monitor.begin_window("command")
+            code = _run_command(cmd)
+            m = monitor.end_window("command")
+    except DeviceError as err:
+        print(f"wattwise cap: error: {err}", file=sys.stderr)
+        return EXIT_NOT_CAPPED
+    result: dict[str, Any] = {
+        "command": cmd, "exit_code": code, "watts": args.watts, "gpus": [g.index for g in gpus],
+        "time_s": m.time_s, "energy_j": m.energy_j, "total_energy_j": m.total_energy_j,
+        "approximate": list(m.approximate), "simulated": found.simulated,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        tag = " [SIMULATED GPU]" if found.simulated else ""
+        print(f"wattwise cap{tag}: {args.watts:g} W on GPU(s) {result['gpus']}: {m.time_s:.3f} s, "
+              f"{m.total_energy_j:.2f} J in total; limits restored", file=sys.stderr)
+    return code if code >= 0 else 128 - code

@@ -1,0 +1,115 @@
+"""`wattwise run [--mode M] [--eta E] [--job J] ... -- CMD ARGS...`: one command with wattwise on.
+
+Sets both flags (`LIGHTNING_ENERGY=1`, `ACCELERATE_ENERGY=1`) and the settings given as options (as the
+`LIGHTNING_ENERGY_*` and `ACCELERATE_ENERGY_*` variables) for CMD alone: a training script, `accelerate
+launch`, `torchrun`. Every Lightning `Trainer` and every `Accelerator` CMD builds, in every process it
+starts, is then measured without a line of code. Tells where the summary went; exits with CMD's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from wattwise import flags
+from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command
+from wattwise.config import CONFIG_HELP, OVERRIDES_HELP, SETTINGS, key_type, load_config, setting_values
+from wattwise.errors import ConfigError, UsageError
+
+
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a training command with wattwise on, no code changes",
+                       description="Run CMD with LIGHTNING_ENERGY=1 and ACCELERATE_ENERGY=1 and the settings "
+                                   "below, so every Lightning Trainer and Accelerator it builds (in every process) "
+                                   "is measured, tuned or capped. Prints where the summary went; exits with CMD's "
+                                   "exit code (127 if CMD is not found).")
+    for s in SETTINGS:
+        kind = key_type(s.key)
+        if kind is bool:
+            p.add_argument(_flag(s.name), dest=s.name, action="store_true", default=None, help=s.help)
+        else:
+            p.add_argument(_flag(s.name), dest=s.name, type=kind, metavar=s.name.upper(), help=s.help)
+    p.add_argument("--config", metavar="YAML", help=CONFIG_HELP)
+    p.add_argument("--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"{OVERRIDES_HELP} (repeatable)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.set_defaults(func=run, setting_flags={s.key: _flag(s.name) for s in SETTINGS})
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command given; use `wattwise run [options] -- CMD ARGS...`")
+    given: dict[str, Any] = {s.name: getattr(args, s.name) for s in SETTINGS}
+    # The settings are checked here, before CMD runs, with the options' names in the message.
+    load_config([args.config] if args.config else [], args.overrides, setting_values(given))
+    if shutil.which(cmd[0]) is None:
+        print(f"wattwise run: error: command not found: {cmd[0]}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    env = flag_environment(os.environ, {**given, "config": args.config, "overrides": args.overrides})
+    try:  # the variables CMD inherits are read too: a bad one is refused now, not in every worker
+        output_dir = flags.config_from_env(flags.ACCELERATE, env).output_dir
+        flags.config_from_env(flags.LIGHTNING, env)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    summary = Path(output_dir) / "summary.json"
+    before = _mtime(summary)
+    os.environ.update(env)  # CMD inherits this process's environment
+    code = _run_command(cmd)
+    _tell_summary(summary, before)
+    return code if code >= 0 else 128 - code
+
+
+def flag_environment(environ: dict[str, str] | os._Environ[str], values: dict[str, Any]) -> dict[str, str]:
+    """`environ` with both flags on and each setting given (not None, not empty) under both prefixes."""
+    env = dict(environ)
+    for prefix in flags.PREFIXES:
+        env[prefix] = "1"
+        for name, value in values.items():
+            if value is None or value == []:
+                continue
+            if isinstance(value, bool):
+                text = "1" if value else "0"
+            elif isinstance(value, list):
+                text = shlex.join(value)
+            else:
+                text = str(value)
+            env[flags.env_var(prefix, name)] = text
+    return env
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime_ns / 1e9
+    except OSError:
+        return None
+
+
+def _tell_summary(path: Path, before: float | None) -> None:
+    after = _mtime(path)
+    if after is None or after == before:
+        print(f"wattwise run: no summary written to {path} (the command trained no Lightning Trainer or "
+              "Accelerator to its end)", file=sys.stderr)
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    facts = [str(data[k]) for k in ("status",) if k in data]
+    if isinstance(data.get("steps"), int):
+        facts.append(f"{data['steps']} steps")
+    if isinstance(data.get("energy_j"), int | float):
+        facts.append(f"{data['energy_j']:.1f} J")
+    print(f"wattwise run: summary: {path}" + (f" ({', '.join(facts)})" if facts else ""), file=sys.stderr)

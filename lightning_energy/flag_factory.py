@@ -1,0 +1,17 @@
+"""Lightning's entry point for the flag: `LIGHTNING_ENERGY=1` adds an `EnergyCallback` to every Trainer.
+
+Registered under `lightning.pytorch.callbacks_factory`, which every `Trainer.__init__` calls with no
+arguments. With the flag off it returns an empty list having imported nothing but `os`.
+"""
+
+import os
+
+
+def callbacks() -> list[object]:
+    """`[FlagEnergyCallback]` built from the `LIGHTNING_ENERGY_*` variables when `LIGHTNING_ENERGY` is on,
+    else `[]`."""
+    if os.environ.get("LIGHTNING_ENERGY", "").strip().lower() in ("", "0", "false", "no", "off"):
+        return []
+    from lightning_energy.flag import from_env  # a bad value of LIGHTNING_ENERGY itself is refused there
+
+    return [*from_env()]

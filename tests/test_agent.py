@@ -1,0 +1,413 @@
+"""The node agent served on a temp Unix socket with the simulated backend, in a subprocess, as a user sees it."""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from wattwise.agent.client import AgentClient, AgentGPU
+from wattwise.devices import DeviceError, NoPermissionError, discover
+
+pytestmark = pytest.mark.slow
+
+START_TIMEOUT_S = 60.0
+HOLDER = """
+import sys, time
+from wattwise.agent.client import AgentClient
+AgentClient(sys.argv[1]).set_power_limit(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@dataclass
+class RunningAgent:
+    proc: subprocess.Popen[bytes]
+    socket: Path
+    state_dir: Path
+    sim_dir: Path
+    metrics_port: int = 0
+
+    @property
+    def client(self) -> AgentClient:
+        return AgentClient(self.socket)
+
+    def gpu(self, index: int = 0) -> dict:
+        return dict(self.client.status()["gpus"][index])
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "WATTWISE_AGENT_SOCKET": str(self.socket)}
+
+
+def _start(tmp_path: Path, *extra: str) -> RunningAgent:
+    sock = tmp_path / "run" / "agent.sock"
+    state, sim = tmp_path / "state", tmp_path / "sim"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wattwise", "agent", "serve", "--socket", str(sock), "--backend", "simulated",
+         "--state-dir", str(state), "--simulated-dir", str(sim), "--simulated-gpus", "2", *extra],
+        stderr=subprocess.PIPE)
+    agent = RunningAgent(proc, sock, state, sim)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the agent exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+        try:
+            agent.client.status()
+            return agent
+        except DeviceError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the agent did not start in time")
+
+
+def _stop(agent: RunningAgent) -> str:
+    if agent.proc.poll() is None:
+        agent.proc.send_signal(signal.SIGTERM)
+    _, err = agent.proc.communicate(timeout=30)
+    return err.decode()
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
+    """One agent for the tests that leave every GPU free when they end (those that kill it start their own)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    running = _start(tmp_path_factory.mktemp("agent"), "--metrics-port", str(port),
+                     "--group", grp.getgrgid(os.getgid()).gr_name)
+    running.metrics_port = port
+    yield running
+    _stop(running)
+
+
+def _holder(agent: RunningAgent, watts: float, job: str, index: int = 0) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(agent.socket), str(index), str(watts), job],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _wait_free(agent: RunningAgent, index: int = 0, timeout_s: float = 2.0) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if agent.gpu(index)["holder"] is None:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"GPU {index} still held after {timeout_s} s: {agent.gpu(index)}")
+
+
+def _raw(agent: RunningAgent, data: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(agent.socket))
+        s.sendall(data)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_status_has_the_documented_shape_and_the_socket_is_0660(agent: RunningAgent) -> None:
+    out = subprocess.run([sys.executable, "-m", "wattwise", "agent", "status", "--json"], env=agent.env(),
+                         capture_output=True, text=True, check=True).stdout
+    status = json.loads(out)
+    assert list(status) == ["gpus"]
+    assert status["gpus"][0] == {"index": 0, "name": "Simulated GPU (built-in 300 W model)", "power_limit_w": 300.0,
+                                 "default_power_limit_w": 300.0, "locked_sm_clocks_mhz": None, "holder": None}
+    assert [g["index"] for g in status["gpus"]] == [0, 1]
+    assert os.stat(agent.socket).st_mode & 0o777 == 0o660
+    assert os.stat(agent.socket).st_gid == os.getgid()
+
+
+def test_a_holder_is_named_to_others_and_its_sigkill_restores_the_gpu_within_2_s(agent: RunningAgent) -> None:
+    holder = _holder(agent, 200, "bert")
+    try:
+        gpu = agent.gpu(0)
+        assert gpu["power_limit_w"] == 200.0
+        assert gpu["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert"}
+        with pytest.raises(NoPermissionError) as err:
+            agent.client.set_power_limit(0, 150.0, "gpt")
+        message = str(err.value)
+        assert "\n" not in message and f"held by pid {holder.pid}" in message and "'bert'" in message
+        text = subprocess.run([sys.executable, "-m", "wattwise", "agent", "status"], env=agent.env(),
+                              capture_output=True, text=True, check=True).stdout
+        assert f"held by pid {holder.pid}" in text and "power limit 200 W" in text
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _wait_free(agent) < 2.0
+    assert agent.gpu(0)["power_limit_w"] == 300.0
+
+
+def test_the_holder_releases_and_the_original_limit_is_back(agent: RunningAgent) -> None:
+    client = agent.client
+    assert client.set_power_limit(1, 175.0, "mine")["holder"]["pid"] == os.getpid()
+    assert client.lock_sm_clocks(1, 900, 1200)["locked_sm_clocks_mhz"] == [900, 1200]
+    assert client.release(1)["holder"] is None
+    assert agent.gpu(1)["power_limit_w"] == 300.0 and agent.gpu(1)["locked_sm_clocks_mhz"] is None
+
+
+def test_the_agent_backend_reads_locally_and_changes_through_the_agent(agent: RunningAgent,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
+    found = discover("agent", gpu_indices=[1])
+    gpu = found.gpus[0]
+    assert isinstance(gpu, AgentGPU) and gpu.simulated and gpu.index == 1
+    gpu.set_power_limit_w(225.0)
+    assert gpu.power_limit_w() == 225.0  # read locally, from the state the agent shares
+    with pytest.raises(DeviceError, match=r"outside GPU 1's range \[100, 300\] W"):
+        gpu.set_power_limit_w(20.0)
+    gpu.release()
+    assert gpu.power_limit_w() == 300.0
+
+
+def test_bad_requests_are_refused_and_the_agent_keeps_serving_with_nothing_changed(agent: RunningAgent) -> None:
+    client = agent.client
+    cases = [
+        ("POST", "/v1/gpus/0/power_limit", b'{"watts": 2', 400, "not valid JSON"),
+        ("POST", "/v1/gpus/0/power_limit", b'{"watts": "200"}', 400, "finite number"),
+        ("POST", "/v1/gpus/0/power_limit", b'[200]', 400, "JSON object"),
+        ("POST", "/v1/gpus/0/power_limit", b'{"watts": 1e999}', 400, "finite number"),
+        ("POST", "/v1/gpus/0/power_limit", b'{"watts": 5000}', 400, "outside GPU 0's range [100, 300] W"),
+        ("POST", "/v1/gpus/0/power_limit", b'{"watts": 200, "job": "' + b"x" * 500 + b'"}', 400, "job must be"),
+        ("POST", "/v1/gpus/0/sm_clocks", b'{"min_mhz": 100, "max_mhz": 9000}', 400, "outside GPU 0's"),
+        ("POST", "/v1/gpus/9/power_limit", b'{"watts": 200}', 404, "no GPU 9"),
+        ("POST", "/v1/gpus/-1/power_limit", b'{"watts": 200}', 404, "no GPU"),
+        ("POST", "/v1/gpus/0/power_limit", b"x" * 200_000, 413, "too large"),
+    ]
+    for method, path, body, status, message in cases:
+        head = (f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        answer = _raw(agent, head + body).decode(errors="replace")
+        assert answer.startswith(f"HTTP/1.1 {status}"), (path, body[:40], answer[:200])
+        assert message in answer, answer
+    assert _raw(agent, b"NOT HTTP AT ALL\r\n\r\n").split(b"\r\n")[0].endswith(b" 400 Bad Request")
+    # A client that claims another pid is still named by the kernel.
+    head = b"POST /v1/gpus/0/power_limit HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: "
+    body = b'{"watts": 250, "pid": 1, "uid": 0, "job": "liar"}'
+    answer = _raw(agent, head + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert b'"pid": 1,' not in answer and f'"pid": {os.getpid()}'.encode() in answer
+    client.release(0)
+    assert agent.gpu(0)["power_limit_w"] == 300.0 and agent.gpu(0)["holder"] is None
+    assert agent.proc.poll() is None
+
+
+def test_prometheus_metrics_show_each_gpus_limit_and_energy_labelled_by_the_holders_job(agent: RunningAgent) -> None:
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10) as answer:
+            return str(answer.read().decode())
+
+    text = scrape()
+    assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name=""} 300.0' in text
+    assert 'wattwise_gpu_energy_joules_total{gpu="1",job_name=""}' in text
+    agent.client.set_power_limit(0, 180.0, "bert")
+    try:
+        assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name="bert"} 180.0' in scrape()
+    finally:
+        agent.client.release(0)
+
+
+def test_a_flood_of_1000_status_requests_is_served(agent: RunningAgent) -> None:
+    client = agent.client
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(lambda _: len(client.status()["gpus"]), range(1000)))
+    assert results == [2] * 1000
+    assert agent.proc.poll() is None
+
+
+def test_a_sigkilled_agents_journal_is_applied_at_its_next_start(tmp_path: Path) -> None:
+    first = _start(tmp_path)
+    holder = _holder(first, 150, "bert", index=1)
+    try:
+        first.proc.kill()
+        first.proc.wait()
+        assert json.loads((first.sim_dir / "gpu1.json").read_text())["power_limit_w"] == 150.0
+        journal = first.state_dir / "journal.json"
+        assert json.loads(journal.read_text())["gpus"]["1"]["originals"]["power_limit_w"] == 300.0
+        second = _start(tmp_path)
+        try:
+            assert second.gpu(1)["power_limit_w"] == 300.0 and second.gpu(1)["holder"] is None
+            assert json.loads(journal.read_text())["gpus"] == {}
+        finally:
+            log = _stop(second)
+        assert "restored after a crash: GPU 1: power limit 300 W" in log
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_sigterm_restores_every_held_gpu_and_removes_the_socket(tmp_path: Path) -> None:
+    running = _start(tmp_path)
+    holder = _holder(running, 200, "bert")
+    try:
+        _stop(running)
+        assert json.loads((running.sim_dir / "gpu0.json").read_text())["power_limit_w"] == 300.0
+        assert not running.socket.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_cap_through_the_agent_holds_while_the_command_runs_then_restores(agent: RunningAgent) -> None:
+    cap = subprocess.Popen([sys.executable, "-m", "wattwise", "cap", "--watts", "200", "--gpus", "0,1",
+                            "--backend", "agent", "--json", "--", "sleep", "1"],
+                           env=agent.env(), stdout=subprocess.PIPE, text=True)
+    seen = None
+    deadline = time.monotonic() + 30
+    while cap.poll() is None and time.monotonic() < deadline:
+        gpu = agent.gpu(1)
+        if gpu["holder"] is not None:
+            seen = gpu
+        time.sleep(0.05)
+    out, _ = cap.communicate(timeout=30)
+    assert cap.returncode == 0
+    assert seen is not None and seen["power_limit_w"] == 200.0
+    assert seen["holder"] == {"pid": cap.pid, "uid": os.getuid(), "job": "sleep"}
+    result = json.loads(out)
+    assert result["exit_code"] == 0 and result["gpus"] == [0, 1] and result["simulated"] is True
+    assert set(result["energy_j"]) == {"gpu0", "gpu1"} and result["time_s"] >= 1.0
+    assert [(g["power_limit_w"], g["holder"]) for g in agent.client.status()["gpus"]] == [(300.0, None)] * 2
+
+
+def test_cap_exits_with_the_commands_code_and_does_not_run_it_when_refused(agent: RunningAgent) -> None:
+    cap = [sys.executable, "-m", "wattwise", "cap", "--backend", "agent"]
+    done = subprocess.run([*cap, "--watts", "250", "--", "sh", "-c", "exit 3"], env=agent.env(),
+                          capture_output=True, text=True)
+    assert done.returncode == 3
+    refused = subprocess.run([*cap, "--watts", "20", "--", "sh", "-c", "echo ran"], env=agent.env(),
+                             capture_output=True, text=True)
+    assert refused.returncode == 1 and "ran" not in refused.stdout
+    assert "outside GPU 0's range [100, 300] W" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    assert agent.gpu(0)["power_limit_w"] == 300.0 and agent.gpu(0)["holder"] is None
+
+
+def test_auto_uses_the_agent_when_this_process_may_not_change_settings(agent: RunningAgent,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import wattwise.agent.client as client
+
+    monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
+    monkeypatch.delenv("WATTWISE_BACKEND", raising=False)
+    monkeypatch.setattr(client, "_may_change_settings", lambda: False)
+    found = discover("auto")
+    assert [type(g) for g in found.gpus] == [AgentGPU, AgentGPU]
+    assert any("using the node agent" in note for note in found.notes)
+    monkeypatch.setattr(client, "_may_change_settings", lambda: True)
+    assert not client.agent_preferred()
+
+
+# -- as ordinary users ----------------------------------------------------------------------------------
+#: Numeric ids no account uses: the kernel needs no passwd entry to run a process as them.
+USER_UID, OTHER_UID = 54321, 54322
+SOCKET_GID, OUTSIDE_GID = 54320, 54329
+
+
+def _unreachable_by_others(path: str) -> str | None:
+    """The first folder on the way to `path` that other users may not enter, if any."""
+    for folder in reversed(Path(os.path.realpath(path)).parents):
+        if not os.stat(folder).st_mode & 0o001:
+            return str(folder)
+    return None
+
+
+def _user_python() -> str | None:
+    """A Python of this version that other users may run: this one, else the system's."""
+    for candidate in (sys.executable, f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"):
+        if os.path.exists(candidate) and _unreachable_by_others(candidate) is None:
+            return candidate
+    return None
+
+
+#: Runs `-m wattwise ARGS` or `-c CODE` with this environment's packages, under any interpreter of this version.
+LAUNCH = """
+import runpy, site, sys
+site.addsitedir(sys.argv[1])
+if sys.argv[2] == "-m":
+    sys.argv = ["wattwise", *sys.argv[4:]]
+    runpy.run_module("wattwise", run_name="__main__")
+else:
+    sys.argv = sys.argv[3:]
+    exec(sys.argv[0])
+"""
+
+
+def _as_user(uid: int, gid: int, agent: RunningAgent, args: list[str], **kwargs: object) -> subprocess.Popen[str]:
+    python = _user_python()
+    assert python is not None
+    env = {**agent.env(), "HOME": str(agent.socket.parent), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("WATTWISE_HOME", None)
+    cmd = [python, "-c", LAUNCH, sysconfig.get_paths()["purelib"], *args]
+    return subprocess.Popen(cmd, env=env, user=uid, group=gid, extra_groups=[], cwd="/", text=True,
+                            **kwargs)  # type: ignore[call-overload]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start the agent and run clients as other users")
+@pytest.mark.skipif(_user_python() is None,
+                    reason=f"this Python ({os.path.realpath(sys.executable)}) lies under "
+                           f"{_unreachable_by_others(sys.executable)}, which other users may not enter, and no "
+                           "system Python of the same version exists: an ordinary user could not run wattwise")
+def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outsiders_cannot_connect(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    base = Path(tempfile.mkdtemp(prefix="wattwise-agent-"))  # traversable by others, unlike pytest's tmp dirs
+    try:
+        os.chmod(base, 0o755)
+        config = base / "agent.yaml"
+        config.write_text(f"allowed_groups: [{SOCKET_GID}]\n")
+        running = _start(base, "--config", str(config), "--group", str(SOCKET_GID))
+        try:
+            cap = _as_user(USER_UID, SOCKET_GID, running,
+                           ["-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--", "sleep", "30"],
+                           start_new_session=True)
+            deadline = time.monotonic() + 30
+            while running.gpu(0)["holder"] is None:
+                assert cap.poll() is None and time.monotonic() < deadline, "the cap never took GPU 0"
+                time.sleep(0.05)
+            gpu = running.gpu(0)
+            assert gpu["power_limit_w"] == 200.0
+            assert gpu["holder"] == {"pid": cap.pid, "uid": USER_UID, "job": "sleep"}
+            second = _as_user(OTHER_UID, SOCKET_GID, running,
+                              ["-c", "from wattwise.agent.client import AgentClient; "
+                                     "AgentClient().set_power_limit(0, 150.0, 'gpt')"],
+                              stderr=subprocess.PIPE)
+            _, err = second.communicate(timeout=60)
+            assert second.returncode != 0
+            last = err.strip().splitlines()[-1]
+            assert f"GPU 0 is held by pid {cap.pid} (uid {USER_UID}, job 'sleep')" in last
+            outsider = _as_user(OTHER_UID, OUTSIDE_GID, running,
+                                ["-c", "from wattwise.agent.client import AgentClient; AgentClient().status()"],
+                                stderr=subprocess.PIPE)
+            _, err = outsider.communicate(timeout=60)
+            assert outsider.returncode != 0 and "permission denied" in err
+            os.killpg(cap.pid, signal.SIGKILL)
+            cap.wait()
+            assert _wait_free(running) < 2.0
+            assert running.gpu(0)["power_limit_w"] == 300.0
+        finally:
+            _stop(running)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_cap_without_the_agent_goes_through_the_settings_guard(tmp_path: Path) -> None:
+    state = tmp_path / "home" / "simulated" / "gpu0.json"
+    env = {**os.environ, "WATTWISE_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "wattwise", "cap", "--watts", "180", "--backend", "simulated",
+                           "--", "sh", "-c", f"cat {state}; exit 4"], env=env, capture_output=True, text=True)
+    assert done.returncode == 4
+    assert json.loads(done.stdout)["power_limit_w"] == 180.0
+    assert json.loads(state.read_text())["power_limit_w"] == 300.0

@@ -1,0 +1,180 @@
+"""The agent's lease table, config and lease logic, without HTTP (see test_agent.py for the served agent)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from wattwise.agent.config import AgentConfig, ModelBounds, parse_config
+from wattwise.agent.journal import AgentJournal
+from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
+from wattwise.agent.server import Agent, AgentError, process_start_ticks
+from wattwise.devices import simulated_gpus
+from wattwise.errors import ConfigError, UsageError
+
+ALICE = Holder(pid=101, uid=1000, job="bert", start_ticks=5)
+BOB = Holder(pid=202, uid=1001, job="gpt", start_ticks=7)
+
+
+def test_the_first_process_holds_a_gpu_and_another_is_refused_with_the_holder_named() -> None:
+    table = LeaseTable()
+    assert table.check(0, ALICE) is False
+    table.take(0, ALICE, {"power_limit_w": 300.0})
+    assert table.check(0, ALICE) is True
+    with pytest.raises(LeaseConflict, match=r"held by pid 101 \(uid 1000, job 'bert'\)") as err:
+        table.take(0, BOB, {})
+    assert err.value.holder == ALICE
+    assert table.check(1, BOB) is False
+
+
+def test_a_recycled_pid_is_not_the_holder() -> None:
+    table = LeaseTable()
+    table.take(0, ALICE, {})
+    with pytest.raises(LeaseConflict):
+        table.check(0, Holder(pid=101, uid=1000, job="bert", start_ticks=99))
+
+
+def test_the_table_keeps_the_first_originals_and_lists_what_a_holder_holds() -> None:
+    table = LeaseTable()
+    table.take(0, ALICE, {"power_limit_w": 300.0})
+    table.take(0, ALICE, {"power_limit_w": 200.0})
+    table.take(2, ALICE, {"power_limit_w": 250.0})
+    lease = table.get(0)
+    assert lease is not None and lease.originals == {"power_limit_w": 300.0}
+    assert table.held_by(ALICE) == [0, 2]
+    assert table.held_by(BOB) == []
+    released = table.release(0)
+    assert released is not None and table.holder(0) is None
+    assert table.release(0) is None
+
+
+def test_config_bounds_and_allowed_callers() -> None:
+    config = parse_config({"allowed_users": [1000], "allowed_groups": [50],
+                           "power_limits": [{"model": "a100", "floor_w": 150, "ceiling_w": 250}],
+                           "sm_clock_mhz": [500, 1500]})
+    assert config.allows(0, set())
+    assert config.allows(1000, {1000})
+    assert config.allows(1001, {1001, 50})
+    assert not config.allows(1001, {1001})
+    assert config.power_bounds("NVIDIA A100-SXM4-40GB") == (150.0, 250.0)
+    assert config.power_bounds("H100") == (None, None)
+    assert config.sm_clock_mhz == (500, 1500)
+    assert AgentConfig().allows(1234, set())
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"alowed_users": []}, "unknown key"),
+    ({"allowed_users": ["no-such-user-xyz"]}, "no such name"),
+    ({"power_limits": [{"model": "x", "floor_w": 300, "ceiling_w": 200}]}, "above ceiling_w"),
+    ({"power_limits": [{"floor_w": 100}]}, "needs `model`"),
+    ({"sm_clock_mhz": [1500, 500]}, "min <= max"),
+    ([], "must be a mapping"),
+])
+def test_bad_config_is_refused_with_the_key_named(data: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(data)
+
+
+def _agent(tmp_path: Path, config: AgentConfig | None = None) -> Agent:
+    journal = AgentJournal(tmp_path / "state")
+    journal.prepare()
+    gpus = simulated_gpus(2, persist_dir=tmp_path / "sim")
+    return Agent(list(gpus), "simulated", config or AgentConfig(), journal)
+
+
+def test_the_originals_are_journalled_before_the_change_and_restored_when_the_holder_ends(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    state = agent.set_power_limit(0, ALICE, {1000}, 200.0)
+    assert state["power_limit_w"] == 200.0 and state["holder"] == {"pid": 101, "uid": 1000, "job": "bert"}
+    journal = json.loads((tmp_path / "state" / "journal.json").read_text())
+    assert journal["gpus"]["0"]["originals"]["power_limit_w"] == 300.0
+    assert os.stat(tmp_path / "state" / "journal.json").st_mode & 0o777 == 0o600
+    assert os.stat(tmp_path / "state").st_mode & 0o777 == 0o700
+    agent.lock_sm_clocks(0, ALICE, {1000}, 900, 1200)
+    with pytest.raises(AgentError, match="held by pid 101") as err:
+        agent.set_power_limit(0, BOB, {1001}, 150.0)
+    assert err.value.status == 409
+    agent.holder_exited(ALICE)
+    assert agent.status()["gpus"][0] == {
+        "index": 0, "name": agent.devices[0].name, "power_limit_w": 300.0, "default_power_limit_w": 300.0,
+        "locked_sm_clocks_mhz": None, "holder": None}
+    assert json.loads((tmp_path / "state" / "journal.json").read_text())["gpus"] == {}
+
+
+def test_out_of_range_and_outside_the_admin_bounds_are_refused_with_the_range(tmp_path: Path) -> None:
+    config = AgentConfig(power_limits=(ModelBounds("simulated", 150.0, 250.0),), sm_clock_mhz=(600, 1500))
+    agent = _agent(tmp_path, config)
+    cases = [
+        (lambda: agent.set_power_limit(0, ALICE, set(), 50.0), 400, r"range \[100, 300\] W"),
+        (lambda: agent.set_power_limit(0, ALICE, set(), 280.0), 403, r"admin allows on GPU 0 \[150, 250\] W"),
+        (lambda: agent.lock_sm_clocks(0, ALICE, set(), 300, 1700), 403, r"admin allows \[600, 1500\] MHz"),
+        (lambda: agent.lock_sm_clocks(0, ALICE, set(), 100, 1700), 400, r"outside GPU 0's \[210, 1740\] MHz"),
+        (lambda: agent.set_power_limit(5, ALICE, set(), 200.0), 404, r"no GPU 5"),
+    ]
+    for call, status, message in cases:
+        with pytest.raises(AgentError, match=message) as err:
+            call()
+        assert err.value.status == status
+    assert agent.leases.items() == []
+    assert agent.devices[0].power_limit_w() == 300.0
+
+
+def test_a_user_outside_the_allowed_ones_is_refused(tmp_path: Path) -> None:
+    agent = _agent(tmp_path, AgentConfig(allowed_uids=frozenset({1000})))
+    with pytest.raises(AgentError, match="uid 1001 may not change") as err:
+        agent.set_power_limit(0, BOB, {1001}, 200.0)
+    assert err.value.status == 403
+    agent.set_power_limit(0, ALICE, {1000}, 200.0)
+
+
+def test_only_the_holder_releases_and_release_restores(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    agent.set_power_limit(1, ALICE, set(), 175.0)
+    with pytest.raises(AgentError, match="only its holder may release it"):
+        agent.release(1, BOB)
+    assert agent.release(1, ALICE)["power_limit_w"] == 300.0
+    assert agent.leases.holder(1) is None
+    assert agent.release(1, BOB)["holder"] is None  # a free GPU: nothing to do
+
+
+def test_a_crashed_agents_journal_is_applied_at_the_next_start(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    agent.set_power_limit(0, ALICE, set(), 150.0)
+    agent.lock_sm_clocks(1, ALICE, set(), 900, 900)
+    # The agent dies here without restoring; a new one starts on the same state dir.
+    again = _agent(tmp_path)
+    lines = again.recover()
+    assert lines == ["GPU 0: power limit 300 W, SM clocks unlocked", "GPU 1: power limit 300 W, SM clocks unlocked"]
+    status = again.status()["gpus"]
+    assert [(g["power_limit_w"], g["locked_sm_clocks_mhz"], g["holder"]) for g in status] == [
+        (300.0, None, None), (300.0, None, None)]
+
+
+def test_a_journal_writable_by_others_is_not_trusted(tmp_path: Path) -> None:
+    journal = AgentJournal(tmp_path / "state")
+    journal.prepare()
+    journal.save("simulated", {})
+    os.chmod(journal.path, 0o666)
+    with pytest.raises(UsageError, match="writable by group or others"):
+        AgentJournal(tmp_path / "state").prepare()
+
+
+def test_start_ticks_name_a_live_process_only() -> None:
+    assert isinstance(process_start_ticks(os.getpid()), int)
+    assert process_start_ticks(2**22 + 5) is None
+
+
+def test_a_change_that_cannot_be_journalled_first_is_not_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = _agent(tmp_path)
+
+    def full_disk(backend: str, leases: dict) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(agent.journal, "save", full_disk)
+    with pytest.raises(AgentError, match="cannot write the agent's journal") as err:
+        agent.set_power_limit(0, ALICE, set(), 200.0)
+    assert err.value.status == 500
+    assert agent.leases.holder(0) is None and agent.devices[0].power_limit_w() == 300.0
