@@ -15,7 +15,7 @@ import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from wattwise.errors import UsageError
 
@@ -67,6 +67,23 @@ def create_beside(target: Path, *, mode: int = 0o666) -> tuple[int, Path]:
             return os.open(tmp, flags, mode), tmp
         except FileExistsError:
             continue
+
+
+def replace_binary(target: str | os.PathLike[str], write: Callable[[BinaryIO], object], *,
+                   mode: int = 0o666) -> None:
+    """`replace_file` for a binary file (a plot): temporary beside `target`, synced, moved over it."""
+    path = Path(target)
+    fd, tmp = create_beside(path, mode=mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def replace_file(target: str | os.PathLike[str], write: Callable[[TextIO], object], *, mode: int = 0o666) -> None:

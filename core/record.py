@@ -418,6 +418,11 @@ def _finite_or_null(value: Any) -> Any:
     return value
 
 
+def json_text(value: Any, *, indent: int | None = 2) -> str:
+    """Valid JSON for any output (a figure that is not finite becomes null, never `Infinity` or `NaN`)."""
+    return json.dumps(_finite_or_null(value), indent=indent, allow_nan=False)
+
+
 # -- reading -------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunDir:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wattwise.errors import UsageError
+from wattwise.paths import replace_binary
 from wattwise.record import RunDir
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ def _figure_class() -> type[Figure]:
 
 
 def _save(fig: Figure, path: Path, dpi: int) -> Path:
-    fig.savefig(path, dpi=dpi)
+    # Through a temporary beside the target: a link planted at `path` is replaced, never followed.
+    replace_binary(path, lambda fh: fig.savefig(fh, format=Path(path).suffix.lstrip(".") or "png", dpi=dpi))
     return path
 
 

@@ -269,3 +269,25 @@ def test_simulated_gpu_state_dir_is_private(tmp_path: Path) -> None:
 def test_write_text_creates_a_new_file_with_the_requested_mode(tmp_path: Path) -> None:
     write_text(tmp_path / "secret.json", "{}", mode=0o600)
     assert stat.S_IMODE((tmp_path / "secret.json").stat().st_mode) == 0o600
+
+
+def test_plots_replace_planted_links(tmp_path: Path) -> None:
+    from wattwise.record import read_run_dir
+    from wattwise.report_plot import POWER_PNG, plot_run
+
+    run = write_two_hour_run(tmp_path / "run")
+    out = tmp_path / "plots"
+    victims = plant(out, POWER_PNG)
+    written = plot_run(read_run_dir(run), out)
+    assert out / POWER_PNG in written
+    assert_untouched(victims)
+    assert_regular(*written)
+    assert (out / POWER_PNG).read_bytes().startswith(b"\x89PNG")
+
+
+def test_cli_json_never_holds_infinity_or_nan() -> None:
+    from wattwise.record import json_text
+
+    text = json_text({"ratio": float("inf"), "rows": [float("nan"), 1.5]})
+    assert json.loads(text) == {"ratio": None, "rows": [None, 1.5]}
+    assert "Infinity" not in text and "NaN" not in text

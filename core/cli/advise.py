@@ -6,7 +6,6 @@ This layer reads the clock (`--now` overrides it, for reproducible answers); the
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -22,6 +21,7 @@ from wattwise.carbon.series import (
     parse_series,
     parse_timestamp_s,
 )
+from wattwise.record import json_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         "price": price.source if price else None,
     }
     if args.json:
-        print(json.dumps(advice_dict(advice, sources, args.currency), indent=2))
+        print(json_text(advice_dict(advice, sources, args.currency)))
     else:
         print(advice_text(advice, args.currency))
     return 0

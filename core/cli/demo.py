@@ -11,7 +11,6 @@ GPU's settings, the demo's own state folder is removed, one line says so on stde
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import threading
@@ -22,6 +21,7 @@ from dataclasses import MISSING, Field, fields
 from typing import Any
 
 from wattwise.demo import DemoOptions, format_demo, run_demo
+from wattwise.record import json_text
 
 
 def flag_of(f: Field[Any]) -> str:
@@ -94,5 +94,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"wattwise demo: interrupted by {stop}; the simulated GPU's settings were restored and the demo's "
               "state folder removed", file=sys.stderr)
         return 128 + stop.signum
-    print(json.dumps(result, indent=2) if args.json else format_demo(result))
+    print(json_text(result) if args.json else format_demo(result))
     return 0

@@ -7,11 +7,11 @@ restored: listing devices changes nothing. Settings a running wattwise process h
 from __future__ import annotations
 
 import argparse
-import json
 
 from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
 from wattwise.guard import leftover_lines
+from wattwise.record import json_text
 
 #: The energy setting `--backend` gives (`devices.backend`).
 BACKEND = SETTING["backend"]
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         out = {"devices": devices, "notes": found.notes, "simulated": found.simulated}
         if leftovers:
             out["leftovers"] = leftovers
-        print(json.dumps(out, indent=2))
+        print(json_text(out))
         return 0
     if not devices:
         print("no devices to measure")

@@ -8,7 +8,6 @@ SQLite file in wattwise's state directory. Listing a store that does not exist y
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from wattwise.names import check_job_name
+from wattwise.record import json_text
 from wattwise.recurring import spool
 from wattwise.recurring.spec import JobSpec, RunRecord
 from wattwise.recurring.store import default_store_url, open_store, store_url, unknown_job
@@ -109,7 +109,7 @@ def run_list(args: argparse.Namespace) -> int:
             store.close()
     if args.json:
         print(
-            json.dumps({"store": make_url(url).render_as_string(), "jobs": [s.to_dict() for s in summaries]}, indent=2)
+            json_text({"store": make_url(url).render_as_string(), "jobs": [s.to_dict() for s in summaries]})
         )
         return 0
     if not summaries:
@@ -140,7 +140,7 @@ def run_show(args: argparse.Namespace) -> int:
         store.close()
     if args.json:
         payload = {"job": _spec_dict(spec), "summary": summary.to_dict(), "runs": [_run_dict(r) for r in runs]}
-        print(json.dumps(payload, indent=2))
+        print(json_text(payload))
         return 0
     print(
         f"job {spec.name}: metric {'>=' if spec.metric_mode == 'max' else '<='} {spec.target_metric:g} within "
@@ -180,7 +180,7 @@ def run_reset(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps({"reset": args.name, "runs_forgotten": runs}))
+        print(json_text({"reset": args.name, "runs_forgotten": runs}, indent=None))
     else:
         print(f"forgot job {args.name} and its {runs} runs")
     return 0
@@ -194,7 +194,7 @@ def run_sync(args: argparse.Namespace) -> int:
     left, rejected = len(spool.pending(url)), len(spool.rejected(url)) - set_aside
     delivered, shown = waiting - left - rejected, make_url(url).render_as_string()
     if args.json:
-        print(json.dumps({"store": shown, "delivered": delivered, "rejected": rejected, "pending": left}))
+        print(json_text({"store": shown, "delivered": delivered, "rejected": rejected, "pending": left}, indent=None))
     elif waiting:
         print(f"delivered {delivered} spooled results to {shown}; {rejected} set aside, {left} still pending")
     else:

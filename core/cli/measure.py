@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
+from wattwise.record import json_text
 
 EXIT_NOT_FOUND = 127
 #: The energy setting `--backend` gives (`devices.backend`).
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         "approximate": approximate, "simulated": found.simulated,
     }
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result))
     elif total_j is None:
         print(f"wattwise measure: {time_s:.3f} s; no energy measured (no device to measure here)", file=sys.stderr)
     else:

@@ -8,9 +8,9 @@ ends (SIGTERM does it), and restoring under it would only be undone by its next 
 from __future__ import annotations
 
 import argparse
-import json
 
 from wattwise.guard import journal_dir, recover_stale_journals
+from wattwise.record import json_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         out: dict[str, list[str]] = {"restored": result.restored, "failed": result.failed}
         if result.held:
             out["held"] = result.held
-        print(json.dumps(out, indent=2))
+        print(json_text(out))
     else:
         for line in result.restored:
             print(f"restored {line}")

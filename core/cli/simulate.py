@@ -8,12 +8,12 @@ trace, and compares it with the default batch size at the highest power limit an
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from wattwise.errors import UsageError
+from wattwise.record import json_text
 from wattwise.recurring.simulator import SimulationResult, job_for_trace, simulate
 from wattwise.recurring.spec import JobSpec
 from wattwise.recurring.trace import WorkloadTrace, load_trace
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     result = simulate(trace, spec, recurrences, args.seed)
     payload = result_dict(trace, spec, recurrences, args.seed, result)
     if args.json:
-        print(json.dumps(payload, indent=2))
+        print(json_text(payload))
         return 0
     print(
         f"{payload['workload']} (simulated from traces): {recurrences} recurrences, target {trace.target_metric:g}, "

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from wattwise.errors import UsageError
+from wattwise.paths import replace_binary
 from wattwise.pipeline.dag import IntArray
 from wattwise.pipeline.plan import Frontier, choice_from_plan, choose_intrinsic
 from wattwise.pipeline.problem import PlanningProblem
@@ -95,7 +96,8 @@ def plot_frontier(
         ax.set_title(f"{label}: {iteration_s:.4g} s")
     fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes[1:], label="power (W)")
     try:
-        fig.savefig(path, dpi=120)
+        # Through a temporary beside the target: a link planted at `path` is replaced, never followed.
+        replace_binary(path, lambda fh: fig.savefig(fh, format=Path(path).suffix.lstrip(".") or "png", dpi=120))
     except OSError as err:
         raise UsageError(f"{path}: cannot write the plot ({err.strerror})") from None
     finally:
