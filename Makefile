@@ -41,6 +41,7 @@ bench: install
 	$(PY) benchmarks/monitor_overhead.py
 	$(PY) benchmarks/callback_overhead.py
 	$(PY) benchmarks/hot_path.py
+	$(PY) benchmarks/agent.py
 	$(PY) benchmarks/recurring.py
 	$(PY) benchmarks/frontier.py
 

@@ -19,7 +19,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -31,14 +31,16 @@ _ARMED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class _AccelerateFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when `accelerate.accelerator` is imported, patches it once executed."""
+    """Finds nothing itself: when a module of `_PATCHES` is imported, patches it once executed."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != _TARGET:
+        if fullname not in _PATCHES or fullname in _SEEN:
             return None
-        sys.meta_path.remove(self)  # the other finders find the real module
-        spec = importlib.util.find_spec(fullname)
+        _SEEN.add(fullname)
+        if set(_PATCHES) <= _SEEN:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)  # the other finders find the real module
         loader = spec.loader if spec is not None else None
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return spec
@@ -46,18 +48,23 @@ class _AccelerateFinder(importlib.abc.MetaPathFinder):
 
         def exec_and_patch(module: ModuleType) -> None:
             exec_module(module)
-            patch(module)
+            _PATCHES[fullname](module)
 
         loader.exec_module = exec_and_patch  # type: ignore[method-assign]
         return spec
 
 
 def install() -> None:
-    """Attach every `Accelerator` built from now on (idempotent)."""
-    module = sys.modules.get(_TARGET)
-    if module is not None:
-        patch(module)
-    elif not any(isinstance(f, _AccelerateFinder) for f in sys.meta_path):
+    """Attach every `Accelerator` built from now on, and equip every `transformers.Trainer` (idempotent)."""
+    pending = False
+    for name, patcher in _PATCHES.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            _SEEN.add(name)
+            patcher(module)
+        else:
+            pending = True
+    if pending and not any(isinstance(f, _AccelerateFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _AccelerateFinder())
 
 
@@ -76,6 +83,39 @@ def patch(module: ModuleType) -> None:
 
     setattr(__init__, _MARK, True)
     cls.__init__ = __init__
+
+
+def patch_trainer(module: ModuleType) -> None:
+    """Wrap `module.Trainer.__init__` so each Trainer keeps its energy run in checkpoints and logs
+    (`accelerate_energy.hf_trainer`)."""
+    cls = module.Trainer
+    original = cls.__init__
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            from accelerate_energy import hf_trainer
+
+            hf_trainer.install(self)
+        except Exception as err:  # an energy plugin never breaks training
+            import warnings
+
+            from wattwise.run import EnergyPluginWarning
+
+            warnings.warn(f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
+                          "across checkpoints nor logged through report_to", EnergyPluginWarning, stacklevel=2)
+
+    setattr(__init__, _MARK, True)
+    cls.__init__ = __init__
+
+
+#: The modules the hook patches when the script imports them, and how.
+_PATCHES: dict[str, Callable[[ModuleType], None]] = {_TARGET: patch, "transformers.trainer": patch_trainer}
+#: Those already seen (patched, or being imported).
+_SEEN: set[str] = set()
 
 
 def arm(accelerator: Any) -> None:

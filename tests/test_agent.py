@@ -411,3 +411,88 @@ def test_cap_without_the_agent_goes_through_the_settings_guard(tmp_path: Path) -
     assert done.returncode == 4
     assert json.loads(done.stdout)["power_limit_w"] == 180.0
     assert json.loads(state.read_text())["power_limit_w"] == 300.0
+
+
+TUNE = """
+import json, warnings
+warnings.filterwarnings("ignore")
+import lightning.pytorch as pl
+from lightning_energy import EnergyCallback
+from lightning_energy.demo import EmulatedModule
+from wattwise.agent.client import AgentClient
+from wattwise.devices import discover
+
+gpus = discover("agent", gpu_indices=[0]).gpus
+seen = []
+
+class Spy(pl.Callback):
+    def on_train_batch_end(self, *args):
+        gpu = AgentClient().status()["gpus"][0]
+        seen.append((gpu["power_limit_w"], (gpu["holder"] or {}).get("pid")))
+
+trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=300, max_epochs=-1, logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                     limit_val_batches=0, callbacks=[EnergyCallback(mode="tune", backend="agent", output_dir=OUT,
+                                                                    overrides=["monitor.sync_cuda=false"]), Spy()])
+trainer.fit(EmulatedModule(gpus=[g.local for g in gpus], dataset_size=32 * 300))
+print(json.dumps(seen))
+"""
+
+
+def test_lightning_tunes_through_the_agent_and_the_gpu_is_restored_when_the_run_ends(agent: RunningAgent,
+                                                                                       tmp_path: Path) -> None:
+    env = {**agent.env(), "WATTWISE_BACKEND": ""}
+    code = TUNE.replace("OUT", repr(str(tmp_path / "run")))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    limits = {limit for limit, pid in seen if pid is not None}
+    assert len(limits) >= 3, seen  # the tuner profiled several limits, each set through the agent
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary
+    assert _wait_free(agent) < 2.0 and agent.gpu(0)["power_limit_w"] == 300.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="no `prometheus` binary (Debian: apt-get install prometheus)")
+def test_a_real_prometheus_scrapes_the_agent_and_sees_the_energy_counter_rise(agent: RunningAgent,
+                                                                             tmp_path: Path) -> None:
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: wattwise-agent\n"
+                      f"    static_configs: [{{targets: ['127.0.0.1:{agent.metrics_port}']}}]\n")
+    prom = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def energy() -> list[float]:
+        url = f"http://127.0.0.1:{port}/api/v1/query?query=wattwise_gpu_energy_joules_total%7Bgpu%3D%220%22%7D"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                result = json.loads(answer.read())["data"]["result"]
+        except OSError:
+            return []
+        return [float(r["value"][1]) for r in result]
+
+    try:
+        holder = _holder(agent, 200, "load")
+        try:
+            values: list[float] = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (len(values) < 2 or values[-1] <= values[0]):
+                values.extend(energy()[:1])
+                time.sleep(1.0)
+        finally:
+            holder.kill()
+            holder.wait()
+        assert len(values) >= 2 and values[-1] > values[0], values
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
+    assert _wait_free(agent) < 2.0

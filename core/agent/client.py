@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from wattwise.agent import DEFAULT_SOCKET, SOCKET_ENV
@@ -182,8 +183,6 @@ class AgentGPU(Device):
 def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str] | None = None,
                job: str = "") -> list[AgentGPU]:
     """The agent's GPUs (those at `indices`), each opened locally for reads."""
-    from wattwise.devices import open_spec
-
     client = AgentClient(path)
     listing = client.devices()
     specs = {int(s["index"]): s for s in listing.get("devices", [])}
@@ -191,14 +190,25 @@ def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str]
     missing = [i for i in wanted if i not in specs]
     if missing:
         raise DeviceError(f"wattwise agent at {client.path} has no GPU {missing} (its GPUs: {sorted(specs)})")
-    return [AgentGPU(open_spec(specs[i]), client, job=job) for i in wanted]
+    return [AgentGPU(_local(specs[i]), client, job=job) for i in wanted]
+
+
+def _local(spec: dict[str, Any]) -> Device:
+    """This process's own view of an agent's GPU. A simulated one is the process's shared object for its
+    state file, so the emulated workload and the energy monitor see one counter (as `discover` gives)."""
+    from wattwise.devices import open_spec, simulated_gpus
+
+    if spec.get("backend") == "simulated" and spec.get("state_file"):
+        state_file = Path(str(spec["state_file"]))
+        index = int(spec["index"])
+        if state_file.name == f"gpu{index}.json":
+            return simulated_gpus(1, persist_dir=state_file.parent, indices=[index])[0]
+    return open_spec(spec)
 
 
 def open_agent_spec(spec: dict[str, Any]) -> AgentGPU:
     """Reopen an `AgentGPU` from its `spec()`."""
-    from wattwise.devices import open_spec
-
-    return AgentGPU(open_spec(dict(spec["local"])), AgentClient(spec.get("socket")), job=str(spec.get("job", "")))
+    return AgentGPU(_local(dict(spec["local"])), AgentClient(spec.get("socket")), job=str(spec.get("job", "")))
 
 
 #: CAP_SYS_ADMIN, the capability NVML asks for to set power limits and clocks.

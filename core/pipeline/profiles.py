@@ -119,8 +119,8 @@ def parse_profile(rows: Iterable[Mapping[str, str | None]], source: str = "<memo
             shown = row.get("instruction") or "(empty)"
             raise UsageError(f"{where}: instruction must be forward or backward (got {shown!r})")
         frequency = _parse_int(row.get("frequency"), "frequency", where, minimum=1)
-        time_s = _parse_positive(row.get("time"), "time", where, "seconds")
-        energy_j = _parse_positive(row.get("energy"), "energy", where, "joules")
+        time_s = _parse_positive(row.get("time"), "time", where, "seconds", maximum=MAX_INSTRUCTION_TIME_S)
+        energy_j = _parse_positive(row.get("energy"), "energy", where, "joules", maximum=MAX_INSTRUCTION_ENERGY_J)
         key = (stage, instruction, frequency)
         if key in seen:
             raise UsageError(f"{where}: stage {stage} {instruction} at {frequency} MHz repeats line {seen[key]}; "
@@ -175,7 +175,12 @@ def _parse_int(text: str | None, name: str, where: str, *, minimum: int) -> int:
     return int(value)
 
 
-def _parse_positive(text: str | None, name: str, where: str, unit: str) -> float:
+#: One microbatch's forward or backward on one GPU: an hour, or a megajoule, is far beyond any real one.
+MAX_INSTRUCTION_TIME_S = 3600.0
+MAX_INSTRUCTION_ENERGY_J = 1e6
+
+
+def _parse_positive(text: str | None, name: str, where: str, unit: str, *, maximum: float) -> float:
     raw = (text or "").strip()
     try:
         value = float(raw)
@@ -185,4 +190,7 @@ def _parse_positive(text: str | None, name: str, where: str, unit: str) -> float
         raise UsageError(f"{where}: {name} is {raw}; re-measure it or drop the row")
     if value <= 0:
         raise UsageError(f"{where}: {name} must be positive in {unit} (got {raw})")
+    if value > maximum:
+        raise UsageError(f"{where}: {name} {raw} {unit} is beyond any real instruction (at most {maximum:g}); "
+                         "check the column's unit")
     return value

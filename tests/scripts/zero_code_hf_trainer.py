@@ -1,0 +1,50 @@
+"""An unmodified-style Hugging Face Trainer script: a tiny GPT-2 built from a config (no download), random
+tokens, gradient accumulation 2. wattwise is turned on only by ACCELERATE_ENERGY=1 in the environment.
+
+    python zero_code_hf_trainer.py OUTPUT_DIR MAX_STEPS [RESUME]
+"""
+
+import sys
+from typing import ClassVar
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+
+class Tracker(TrainerCallback):
+    """Stands for a `report_to` tracker: what the Trainer's logs carried to it."""
+
+    seen: ClassVar[set[str]] = set()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.seen.update(logs or {})
+
+
+class RandomTokens(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, i: int) -> dict:
+        g = torch.Generator().manual_seed(i)
+        ids = torch.randint(0, 128, (16,), generator=g)
+        return {"input_ids": ids, "labels": ids.clone()}
+
+
+def main() -> None:
+    out, max_steps = sys.argv[1], int(sys.argv[2])
+    resume = len(sys.argv) > 3 and sys.argv[3] == "resume"
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2))
+    args = TrainingArguments(output_dir=out, max_steps=max_steps, per_device_train_batch_size=4,
+                             gradient_accumulation_steps=2, save_steps=10, save_strategy="steps",
+                             logging_steps=5, report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=RandomTokens(), callbacks=[Tracker()])
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    logged = sorted(Tracker.seen)
+    if trainer.is_world_process_zero():
+        print(f"global_step {trainer.state.global_step}")
+        print(f"logged {' '.join(logged)}")
+
+
+if __name__ == "__main__":
+    main()

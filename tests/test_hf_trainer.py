@@ -1,0 +1,83 @@
+"""A Hugging Face `transformers.Trainer` script with `ACCELERATE_ENERGY=1` and nothing else: a tiny GPT-2
+built from a config, random tokens, gradient accumulation 2; one and two processes, and a resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[dev]')")
+
+SCRIPT = Path(__file__).parent / "scripts" / "zero_code_hf_trainer.py"
+TUNE = "power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100"
+
+
+def train(tmp_path: Path, *args: str, flag: bool = True, processes: int = 1,
+          **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_ENERGY")}
+    if flag:
+        environ.update(ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR=str(tmp_path / "run"), **env)
+    if processes == 1:
+        cmd = [sys.executable, str(SCRIPT)]
+    else:
+        torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+        assert torchrun is not None
+        cmd = [torchrun, "--standalone", "--nproc_per_node", str(processes), str(SCRIPT)]
+    done = subprocess.run([*cmd, str(tmp_path / "out"), *args], env=environ, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def summary(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "run" / "summary.json").read_text())
+
+
+def test_trainer_steps_are_its_optimizer_steps_and_its_trackers_get_the_figures(tmp_path):
+    done = train(tmp_path, "20", ACCELERATE_ENERGY_LOG_EVERY_N_STEPS="5")
+    s = summary(tmp_path)
+    assert "global_step 20" in done.stdout
+    assert s["steps"] == 20 and s["framework"] == "accelerate" and s["status"] == "completed"  # 40 micro-batches
+    logged = next(line for line in done.stdout.splitlines() if line.startswith("logged ")).split()
+    assert {"energy/step_j", "time/step_s", "power/avg_w"} <= set(logged)
+
+
+def test_a_resumed_trainer_keeps_its_energy_and_does_not_tune_again(tmp_path):
+    # Two processes over gloo, gradient accumulation 2, a checkpoint at step 20, then a resume to 30.
+    train(tmp_path, "20", processes=2, ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_OVERRIDES=TUNE)
+    first = summary(tmp_path)
+    assert first["power_limit"]["tuning"]["finished"] is True
+    assert (tmp_path / "out" / "checkpoint-20" / "wattwise_energy.json").is_file()
+    train(tmp_path, "30", "resume", processes=2, ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_OVERRIDES=TUNE)
+    second = summary(tmp_path)
+    assert second["steps"] == 30 and second["world_size"] == 2
+    saved = json.loads((tmp_path / "out" / "checkpoint-20" / "wattwise_energy.json").read_text())
+    assert 0 < saved["energy_j"] <= first["energy_j"]  # at the save, just before the first run's end
+    assert second["resumed_energy_j"] == pytest.approx(saved["energy_j"])
+    assert second["energy_j"] > first["energy_j"]
+    chosen = first["power_limit"]["chosen_power_limit_w"]
+    assert second["power_limit"]["chosen_power_limit_w"] == chosen
+    assert second["power_limit"]["profile"] == first["power_limit"]["profile"]
+    # After the resume only the chosen limit was applied: nothing was profiled again.
+    assert {e["value"] for e in second["settings_timeline"]} == {chosen}
+    assert second["power_limit"]["tuning"]["steps_at_chosen"] == first["power_limit"]["tuning"]["steps_at_chosen"] + 10
+
+
+def test_two_processes_write_one_summary_with_energy_summed(tmp_path):
+    train(tmp_path, "20", processes=2)
+    s = summary(tmp_path)
+    assert s["world_size"] == 2 and s["steps"] == 20
+    assert sorted(s["energy_per_device_j"]) == ["rank0/gpu0", "rank1/gpu1"]
+    assert s["energy_j"] == pytest.approx(sum(s["energy_per_device_j"].values()))
+
+
+def test_without_the_flag_nothing_is_written(tmp_path):
+    train(tmp_path, "10", flag=False)
+    assert not (tmp_path / "run").exists()
+    assert not list((tmp_path / "out").rglob("wattwise_energy.json"))
