@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError
+from wattwise.paths import json_text
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 #: Measured power may exceed a power limit by this fraction (the driver's control loop, sampling).
@@ -350,19 +351,24 @@ def check_kill_recovery(ctx: Context) -> dict[str, Any]:
     return figures
 
 
-def check_clocks(ctx: Context) -> dict[str, Any]:
-    from wattwise.guard import SettingsGuard
-
-    load = ctx.require_load()
-    gpu = ctx.gpu
-    assert gpu is not None
+def _three_clocks_mhz(gpu: Device) -> list[int]:
+    """The highest, a middle and the lowest supported SM clock; a skip when they are unknown or too few."""
     try:
         supported = sorted(gpu.supported_sm_clocks_mhz(), reverse=True)
     except DeviceError as err:
         raise Skip(f"supported SM clocks unknown; NVML said: {err}") from None
     if len(supported) < 3:
         raise Skip(f"fewer than three supported SM clocks ({supported})")
-    chosen = [supported[0], supported[len(supported) // 2], supported[-1]]
+    return [supported[0], supported[len(supported) // 2], supported[-1]]
+
+
+def check_clocks(ctx: Context) -> dict[str, Any]:
+    from wattwise.guard import SettingsGuard
+
+    load = ctx.require_load()
+    gpu = ctx.gpu
+    assert gpu is not None
+    chosen = _three_clocks_mhz(gpu)
     rows = []
     with SettingsGuard() as guard:
         for mhz in chosen:
@@ -409,13 +415,7 @@ def check_pipeline(ctx: Context) -> dict[str, Any]:
     from wattwise.guard import SettingsGuard
     from wattwise.pipeline.profiles import write_profile
 
-    try:
-        supported = sorted(gpu.supported_sm_clocks_mhz(), reverse=True)
-    except DeviceError as err:
-        raise Skip(f"supported SM clocks unknown; NVML said: {err}") from None
-    if len(supported) < 3:
-        raise Skip(f"fewer than three supported SM clocks ({supported})")
-    freqs = [supported[0], supported[len(supported) // 2], supported[-1]]
+    freqs = _three_clocks_mhz(gpu)
     device = torch.device("cuda", load.cuda_index)
     torch.manual_seed(0)
     width, tokens = 1024, 4096  # two halves of a small GPT-like stack: 4 layers each
@@ -536,7 +536,7 @@ def run_checks(out: Path, *, quick: bool = False, gpu_index: int = 0, gpus: list
         "checks": [r.to_dict() for r in results],
         "summary": {s: sum(r.status == s for r in results) for s in (PASSED, FAILED, SKIPPED)},
     }
-    _write_text(out / "acceptance.json", json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
+    _write_text(out / "acceptance.json", json_text(report) + "\n")
     _write_text(out / "acceptance.md", markdown(report))
     return report
 
@@ -559,16 +559,6 @@ def _cuda_index(gpu: Device) -> int:
     return int(getattr(gpu, "cuda_index", gpu.index))
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def markdown(report: dict[str, Any]) -> str:
     """The report as Markdown, for docs/acceptance/<gpu>-<date>.md."""
     gpu = report["gpu"]["name"] if report["gpu"] else "no NVIDIA GPU"
@@ -584,7 +574,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {c['name']} | {c['status']} | {c['reason'] or ''} |")
     for c in report["checks"]:
         if c["figures"]:
-            lines += ["", f"## {c['name']}", "", "```json", json.dumps(_finite(c["figures"]), indent=1), "```"]
+            lines += ["", f"## {c['name']}", "", "```json", json_text(c["figures"], indent=1), "```"]
     return "\n".join(lines) + "\n"
 
 

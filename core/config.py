@@ -31,6 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 from wattwise.devices import BACKEND_ENV, BACKENDS
 from wattwise.errors import ConfigError
 from wattwise.names import check_job_name
+from wattwise.paths import read_text
 from wattwise.power_limit import SELECTORS
 
 MODES = ("measure", "tune", "cap")
@@ -277,18 +278,8 @@ def _load_yaml(path: str | os.PathLike[str]) -> Any:
     name = repr(os.fspath(path))
     if not os.path.isfile(path):
         raise ConfigError(f"config file {name} not found (or not a file)")
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as err:
-        raise ConfigError(f"config file {name} cannot be read ({err.strerror or err}); check its permissions") \
-            from None
-    if b"\x00" in data:
-        raise ConfigError(f"config file {name} holds binary data, not YAML")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"config file {name} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    text = read_text(path, what=f"config file {name}", expected="YAML", fix="save it as UTF-8 YAML",
+                     error=ConfigError)
     try:
         layer = OmegaConf.load(io.StringIO(text))
     except yaml.YAMLError as err:

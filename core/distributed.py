@@ -24,12 +24,6 @@ class Collective:
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         return obj
 
-    def sum(self, value: float) -> float:
-        return float(sum(self.all_gather(value)))
-
-    def max(self, value: float) -> float:
-        return float(max(self.all_gather(value)))
-
     def combine(self, windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
         """(time_s, energy_j) of each window of this process -> (time maxed, energy summed) over processes."""
         return [(float(t), float(e)) for t, e in windows]

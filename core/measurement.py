@@ -33,8 +33,6 @@ from wattwise.monitor import EnergyMonitor, Measurement, cuda_sync
 log = logging.getLogger(__name__)
 
 FIT, EPOCH, STEPS, PROFILE, PAUSE = "fit", "epoch", "steps", "power_limit_profile", "paused"
-#: Kept for callers of 0.1: the window that once measured one step.
-STEP = STEPS
 #: Windows that count training only: paused while the run does something else.
 TRAINING_WINDOWS = (STEPS, PROFILE)
 

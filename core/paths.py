@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
+import math
 import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from wattwise.errors import UsageError
 
@@ -71,19 +73,8 @@ def create_beside(target: Path, *, mode: int = 0o666) -> tuple[int, Path]:
 
 def replace_binary(target: str | os.PathLike[str], write: Callable[[BinaryIO], object], *,
                    mode: int = 0o666) -> None:
-    """`replace_file` for a binary file (a plot): temporary beside `target`, synced, moved over it."""
-    path = Path(target)
-    fd, tmp = create_beside(path, mode=mode)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """`replace_file` for a binary file (a plot)."""
+    _replace(target, write, mode=mode, text=False)
 
 
 def replace_file(target: str | os.PathLike[str], write: Callable[[TextIO], object], *, mode: int = 0o666) -> None:
@@ -91,10 +82,14 @@ def replace_file(target: str | os.PathLike[str], write: Callable[[TextIO], objec
 
     A symlink at `target` is replaced, never followed: the file it points to is left untouched.
     """
+    _replace(target, write, mode=mode, text=True)
+
+
+def _replace(target: str | os.PathLike[str], write: Callable[[Any], object], *, mode: int, text: bool) -> None:
     path = Path(target)
     fd, tmp = create_beside(path, mode=mode)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") if text else os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
@@ -103,6 +98,40 @@ def replace_file(target: str | os.PathLike[str], write: Callable[[TextIO], objec
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` with every non-finite float (nan, inf) replaced by None, in nested dicts, lists and tuples:
+    JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(v) for v in value]
+    return value
+
+
+def json_text(value: Any, *, indent: int | None = 2, separators: tuple[str, str] | None = None) -> str:
+    """Valid JSON for any output (a figure that is not finite becomes null, never `Infinity` or `NaN`)."""
+    return json.dumps(finite_or_null(value), indent=indent, separators=separators, allow_nan=False)
+
+
+def read_text(path: str | os.PathLike[str], *, what: str, expected: str, fix: str,
+              error: type[UsageError] = UsageError) -> str:
+    """The UTF-8 text of a file the user gave (a BOM dropped). An unreadable, binary or non-UTF-8 file is
+    one `error` line naming `what`, what was `expected` and the `fix`."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as err:
+        raise error(f"{what}: cannot be read ({err.strerror or err}); check its permissions") from None
+    if b"\x00" in data:
+        raise error(f"{what}: holds binary data (a NUL byte at offset {data.index(0)}), not {expected}; {fix}")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise error(f"{what}: not UTF-8 text (byte {err.start}); {fix}") from None
 
 
 def write_text(target: str | os.PathLike[str], text: str, *, mode: int = 0o666) -> None:

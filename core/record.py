@@ -35,7 +35,7 @@ from wattwise import __version__
 from wattwise.carbon.integrate import J_PER_KWH, DeviceTrace
 from wattwise.carbon.series import parse_timestamp_s
 from wattwise.errors import UsageError
-from wattwise.paths import create_beside, replace_file
+from wattwise.paths import create_beside, finite_or_null, read_text, replace_file
 from wattwise.power_limit import ProfileEntry
 
 SCHEMA = "wattwise.run/1"
@@ -268,7 +268,7 @@ class RunSummary:
 
     def to_json(self) -> str:
         """`summary.json`'s text: valid JSON, a figure that is not finite written as null."""
-        return json.dumps(_finite_or_null(self.to_dict()), indent=2, allow_nan=False) + "\n"
+        return json.dumps(finite_or_null(self.to_dict()), indent=2, allow_nan=False) + "\n"
 
 
 def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | None = None) -> str:
@@ -406,21 +406,6 @@ class WindowsLog:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite_or_null(v) for v in value]
-    return value
-
-
-def json_text(value: Any, *, indent: int | None = 2) -> str:
-    """Valid JSON for any output (a figure that is not finite becomes null, never `Infinity` or `NaN`)."""
-    return json.dumps(_finite_or_null(value), indent=indent, allow_nan=False)
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -630,17 +615,7 @@ def _check_file(path: Path, *, missing: str) -> None:
 
 def _read_text(path: Path, *, missing: str) -> str:
     _check_file(path, missing=missing)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as err:
-        raise UsageError(f"{path}: cannot be read ({err.strerror}); check its permissions") from None
-    if b"\x00" in data:
-        raise UsageError(f"{path}: holds binary data (a NUL byte at offset {data.index(0)}), not text; {_FIX}")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not UTF-8 text (byte {err.start}); {_FIX}") from None
+    return read_text(path, what=str(path), expected="text", fix=_FIX)
 
 
 def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:

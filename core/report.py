@@ -45,7 +45,7 @@ from wattwise.carbon.series import (
     format_utc,
 )
 from wattwise.errors import UsageError
-from wattwise.paths import replace_file, write_text
+from wattwise.paths import json_text, replace_file, write_text
 from wattwise.record import RunDir
 
 REPORT_SCHEMA = "wattwise.report/1"
@@ -256,17 +256,7 @@ def _device_energy(run: RunDir) -> tuple[EnergyProfile, str, int, float | None]:
 
 def report_json(report: RunReport) -> str:
     """The report as JSON; a non-finite figure (none is expected) is written as null, never as NaN."""
-    return json.dumps(_finite_or_null(asdict(report)), indent=2, allow_nan=False) + "\n"
-
-
-def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite_or_null(v) for v in value]
-    return value
+    return json_text(asdict(report)) + "\n"
 
 
 def report_csv_row(report: RunReport) -> dict[str, Any]:

@@ -280,10 +280,11 @@ class Run:
         assert m is not None
         m.count_steps(steps)
         profile_done = self.power.step_end(steps)
-        if not profile_done and not m.log_due(self.log_every_n_steps):
+        log_due = m.log_due(self.log_every_n_steps)
+        if not profile_done and not log_due:
             return None
         rec = None
-        if m.log_due(self.log_every_n_steps):
+        if log_due:
             rec, ended = m.close_interval(also=(PROFILE,) if profile_done else ())
         else:
             ended = m.end(PROFILE)

@@ -286,7 +286,7 @@ def test_plots_replace_planted_links(tmp_path: Path) -> None:
 
 
 def test_cli_json_never_holds_infinity_or_nan() -> None:
-    from wattwise.record import json_text
+    from wattwise.paths import json_text
 
     text = json_text({"ratio": float("inf"), "rows": [float("nan"), 1.5]})
     assert json.loads(text) == {"ratio": None, "rows": [None, 1.5]}

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from wattwise.errors import UsageError
+from wattwise.paths import read_text
 
 #: Two timestamps closer than this (seconds) count as the same instant when checking the step.
 _STEP_TOLERANCE_S = 1e-6
@@ -142,17 +143,8 @@ def load_series_csv(path: Path, quantity: Quantity, source: str | None = None) -
     """Read a `timestamp,value` CSV (header first) into an evenly spaced step series."""
     if not path.is_file():
         raise UsageError(f"{quantity.flag}: {path} is neither a number nor a readable CSV file")
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise UsageError(f"{quantity.flag}: {path} cannot be read ({err.strerror or err}); check its permissions") \
-            from None
-    if b"\x00" in data:
-        raise UsageError(f"{quantity.flag}: {path} holds binary data, not a `timestamp,value` CSV")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"{quantity.flag}: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    text = read_text(path, what=f"{quantity.flag}: {path}", expected="a `timestamp,value` CSV",
+                     fix="give a UTF-8 `timestamp,value` CSV file")
     reader = csv.reader(text.splitlines())
     try:
         rows = list(reader)

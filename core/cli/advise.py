@@ -21,7 +21,7 @@ from wattwise.carbon.series import (
     parse_series,
     parse_timestamp_s,
 )
-from wattwise.record import json_text
+from wattwise.paths import json_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -21,7 +21,7 @@ from dataclasses import MISSING, Field, fields
 from typing import Any
 
 from wattwise.demo import DemoOptions, format_demo, run_demo
-from wattwise.record import json_text
+from wattwise.paths import json_text
 
 
 def flag_of(f: Field[Any]) -> str:

@@ -11,7 +11,7 @@ import argparse
 from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
 from wattwise.guard import leftover_lines
-from wattwise.record import json_text
+from wattwise.paths import json_text
 
 #: The energy setting `--backend` gives (`devices.backend`).
 BACKEND = SETTING["backend"]

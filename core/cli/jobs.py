@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from wattwise.names import check_job_name
-from wattwise.record import json_text
+from wattwise.paths import json_text
 from wattwise.recurring import spool
 from wattwise.recurring.spec import JobSpec, RunRecord
 from wattwise.recurring.store import default_store_url, open_store, store_url, unknown_job

@@ -14,7 +14,7 @@ from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
-from wattwise.record import json_text
+from wattwise.paths import json_text
 
 EXIT_NOT_FOUND = 127
 #: The energy setting `--backend` gives (`devices.backend`).

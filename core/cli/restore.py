@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from wattwise.guard import journal_dir, recover_stale_journals
-from wattwise.record import json_text
+from wattwise.paths import json_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wattwise.errors import UsageError
-from wattwise.record import json_text
+from wattwise.paths import json_text
 from wattwise.recurring.simulator import SimulationResult, job_for_trace, simulate
 from wattwise.recurring.spec import JobSpec
 from wattwise.recurring.trace import WorkloadTrace, load_trace

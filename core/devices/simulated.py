@@ -38,7 +38,7 @@ from typing import Any
 
 from wattwise.devices.base import Device, DeviceError, PowerLimitRange
 from wattwise.errors import UsageError
-from wattwise.paths import private_dir, write_text
+from wattwise.paths import private_dir, read_text, write_text
 
 
 @dataclass(frozen=True)
@@ -151,16 +151,8 @@ class PowerModel:
     def from_csv(cls, path: str | os.PathLike[str], **kwargs: Any) -> PowerModel:
         """Read a `power_limit,time,power` table (watts, relative step time, average watts)."""
         p = Path(path)
-        try:
-            data = p.read_bytes()
-        except OSError as err:
-            raise UsageError(f"power model {p}: cannot read it ({err.strerror or err})") from None
-        if b"\x00" in data:
-            raise UsageError(f"power model {p}: holds binary data, not a CSV power_limit,time,power table")
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError as err:
-            raise UsageError(f"power model {p}: not UTF-8 text (byte {err.start}); save it as a UTF-8 CSV") from None
+        text = read_text(p, what=f"power model {p}", expected="a CSV power_limit,time,power table",
+                         fix="save it as a UTF-8 CSV")
         try:
             return cls._from_rows(p, csv.DictReader(text.splitlines()), **kwargs)
         except csv.Error as err:

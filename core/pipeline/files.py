@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from wattwise.errors import UsageError
-from wattwise.paths import replace_file
+from wattwise.paths import json_text, replace_file
 from wattwise.pipeline.plan import Choice, Frontier, FrontierEntry, Plan, check_plan, plan_from_json, plan_to_json
 from wattwise.pipeline.schedule import INSTRUCTIONS, SCHEDULES
 
@@ -168,19 +168,8 @@ def check_plan_document(data: object, where: str) -> Plan:
     return plan
 
 
-def _finite_or_null(value: Any) -> Any:
-    """`value` with every non-finite float (nan, inf) replaced by None: JSON has no such numbers."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite_or_null(v) for v in value]
-    return value
-
-
 def _write_json(document: dict[str, Any], path: str | Path) -> None:
-    text = json.dumps(_finite_or_null(document), separators=(",", ":"), allow_nan=False)
+    text = json_text(document, indent=None, separators=(",", ":"))
     _write(path, lambda fh: fh.write(text + "\n"))
 
 
