@@ -4,6 +4,11 @@ The framework loops live in the adapters (`lightning_energy.demo`, `accelerate_e
 as entry points of the group `wattwise.demo`, so `core` never imports a framework. Each returns the same
 JSON-ready result: the measured profile, the chosen limit, the run's energy and the energy of the same
 steps at the maximum limit (measured by a second run, not estimated).
+
+With `backend="agent"` the demo changes the limits through a node agent serving the simulated backend
+(`wattwise agent serve --backend simulated`, its socket at `$WATTWISE_AGENT_SOCKET`): the agent holds the
+GPU for the demo's process and the demo drives the emulated load on the simulated GPU whose state it
+shares with the agent. Still a simulated GPU, and labelled so.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from wattwise.power_limit import ProfileEntry, profile_limits_w, profile_table
 
 #: Keys each of the demo's two runs sets itself (tuned, then the baseline): not for `overrides`.
 PER_RUN_KEYS: tuple[str, ...] = ("power_limit.mode", "output_dir")
-#: The demo's own settings, before its options and `overrides`.
-DEMO_BASE: tuple[str, ...] = ("devices.backend=simulated", "power_limit.reuse=false", "monitor.sync_cuda=false")
+#: The demo's own settings, after `devices.backend` (its `backend`) and before its options and `overrides`.
+DEMO_BASE: tuple[str, ...] = ("power_limit.reuse=false", "monitor.sync_cuda=false")
 #: Keys the demo fixes whatever `overrides` says: it always trains on the simulated GPU.
 FIXED_KEYS: tuple[str, ...] = ("devices.backend", *PER_RUN_KEYS)
+#: The demo's backends: the simulated GPU itself, or a node agent's simulated GPU.
+DEMO_BACKENDS: tuple[str, ...] = ("simulated", "agent")
 _SETTING_HELP = {s.key: s.help for s in SETTINGS}
 
 
@@ -53,6 +60,9 @@ class DemoOptions:
     """
 
     framework: str = field(default="lightning", metadata={"help": "lightning or accelerate"})
+    backend: str = field(default="simulated", metadata={
+        "help": "simulated, or agent: the simulated GPU of a node agent (`wattwise agent serve --backend "
+                "simulated`) at $WATTWISE_AGENT_SOCKET, which holds it for the demo"})
     power_model: str | None = _option(
         "devices.simulated.power_model", metavar="FILE.csv",
         help="CSV power_limit,time,power (W, relative step time, average W); default: built-in")
@@ -80,6 +90,11 @@ class DemoOptions:
 
     def validate(self) -> None:
         """Check every option; the energy settings are checked by the configuration, as a run checks them."""
+        if self.backend not in DEMO_BACKENDS:
+            raise UsageError(f"backend must be one of {', '.join(DEMO_BACKENDS)} (got {self.backend!r})")
+        if self.backend == "agent" and self.power_model is not None:
+            raise UsageError("power_model: the agent's simulated GPU follows the agent's power model; leave "
+                             "power_model out with backend agent")
         if self.steps_after_tuning < 1:
             raise UsageError(f"steps_after_tuning must be at least 1 (got {self.steps_after_tuning})")
         for name in ("output_dir", "state_dir"):
@@ -115,7 +130,7 @@ def demo_overrides(options: DemoOptions, state_dir: str | None) -> list[str]:
     The demo's own settings, then its options (`state_dir` for the simulated GPU's), then `overrides`;
     the framework adds `power_limit.mode` and `output_dir` for each of its two runs.
     """
-    out = list(DEMO_BASE)
+    out = [f"devices.backend={options.backend}", *DEMO_BASE]
     for f in fields(options):
         key = f.metadata.get("key")
         value = state_dir if f.name == "state_dir" else getattr(options, f.name)
@@ -136,6 +151,7 @@ def demo_result(options: DemoOptions, framework: str, tuned: dict[str, Any], bas
                          max_power_w=max_w * len(tuned["energy_per_device_j"]))
     return {
         "simulated": True,
+        "backend": options.backend,
         "framework": framework,
         "selector": options.selector,
         "eta": options.eta,
@@ -216,6 +232,8 @@ def frameworks() -> dict[str, Any]:
 
 def run_demo(options: DemoOptions) -> dict[str, Any]:
     options.validate()
+    if options.backend == "agent":
+        _check_agent_is_simulated()
     found = frameworks()
     if options.framework not in found:
         raise UsageError(f"framework must be one of {', '.join(sorted(found)) or '(none installed)'} "
@@ -225,10 +243,22 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     return result
 
 
+def _check_agent_is_simulated() -> None:
+    """The demo emulates its load on a simulated GPU: an agent serving real GPUs is refused."""
+    from wattwise.agent.client import AgentClient
+
+    client = AgentClient()
+    served = client.devices().get("backend")
+    if served != "simulated":
+        raise UsageError(f"backend agent: the agent at {client.path} serves {served} GPUs; the demo runs on a "
+                         "simulated GPU only (start one with `wattwise agent serve --backend simulated`)")
+
+
 def format_demo(result: dict[str, Any]) -> str:
     """The profile table, the choice and the saving, as a person reads them."""
+    through = " through the node agent" if result.get("backend") == "agent" else ""
     lines = [
-        "wattwise demo on the SIMULATED GPU (modelled power, not a measurement of real hardware)",
+        f"wattwise demo on the SIMULATED GPU{through} (modelled power, not a measurement of real hardware)",
         f"framework: {result['framework']}   selector: {result['selector']}   eta: {result['eta']:g}",
         "",
         f"{'limit (W)':>10} {'time/step (s)':>14} {'energy/step (J)':>16} {'avg power (W)':>14} {'cost (J)':>10}",

@@ -14,6 +14,14 @@ recycled pid never makes a dead run's journal look alive. Journals are trusted o
 folder belong to the user running wattwise and are not writable by others; a simulated GPU's state file
 must be `gpu<index>.json` inside the user's state dir. A journal that fails any check is skipped with one
 line naming the file and the problem, and kept.
+
+A GPU changed through the node agent (backend `agent`, `wattwise.agent.client.AgentGPU`) is neither
+locked nor journalled here: the agent holds it for this process (its lease) and journals the originals
+itself, root-owned, before the first change. Restoring it means releasing the lease, and the agent puts
+back what it recorded; if this process dies first, the agent restores the GPU the moment it ends. A
+client-side journal would be redundant, and worse: replayed after a SIGKILL (by `wattwise restore` or the
+next guard) it would set the "original" through the agent as a new change, taking a new lease on a GPU
+that the agent had already restored, and perhaps handed to another job since.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from wattwise.agent.client import AgentGPU
 from wattwise.devices.base import Device, DeviceError
 from wattwise.paths import state_dir
 
@@ -88,6 +97,9 @@ class RestoreResult:
 #: share one lock per path instead of refusing each other.
 _HELD: dict[str, list[int]] = {}
 _HELD_LOCK = threading.Lock()
+#: Agent leases this process's guards use: lease key -> guards using it. A lease is the process's, not a
+#: guard's: only the last guard that restores gives it back to the agent.
+_LEASES: dict[str, int] = {}
 
 
 def _forget_locks_in_child() -> None:
@@ -96,6 +108,7 @@ def _forget_locks_in_child() -> None:
         with contextlib.suppress(OSError):
             os.close(fd)
     _HELD.clear()
+    _LEASES.clear()
 
 
 os.register_at_fork(after_in_child=_forget_locks_in_child)
@@ -183,6 +196,11 @@ def _device_lock_path(folder: Path, spec: dict[str, Any]) -> Path | None:
 
 def _key(spec: dict[str, Any]) -> str:
     return f"gpu{spec.get('index')}"
+
+
+def _lease_key(device: Device) -> str | None:
+    """The agent lease a change of `device` takes (socket and GPU index); None for a device changed here."""
+    return f"{device.client.path}#{device.index}" if isinstance(device, AgentGPU) else None
 
 
 # -- trust ----------------------------------------------------------------------------------------------
@@ -403,6 +421,8 @@ class SettingsGuard:
         self._specs: dict[str, dict[str, Any]] = {}
         #: Device locks this guard holds, by device id (None: a device no other process can see).
         self._device_locks: dict[str, Path | None] = {}
+        #: Agent leases this guard uses, by device id: no lock and no journal here, the agent has both.
+        self._leases: dict[str, str] = {}
         self._previous_handlers: dict[int, Any] = {}
         self._atexit = False
         if recover:
@@ -451,7 +471,7 @@ class SettingsGuard:
         with self._lock:
             if (dev_id, setting) in self._originals:
                 return False
-            self._hold(dev_id, spec)
+            self._hold(dev_id, device, spec)
             try:
                 original = read()
                 if isinstance(original, tuple):
@@ -469,9 +489,16 @@ class SettingsGuard:
                 self._atexit = True
             return True
 
-    def _hold(self, dev_id: str, spec: dict[str, Any]) -> None:
-        """Take the device's lock (shared by the guards of this process) for as long as a setting is changed."""
-        if dev_id in self._device_locks:
+    def _hold(self, dev_id: str, device: Device, spec: dict[str, Any]) -> None:
+        """Take the device's lock (shared by the guards of this process) for as long as a setting is changed;
+        for an agent-backed GPU, count this guard among the users of the process's lease."""
+        if dev_id in self._device_locks or dev_id in self._leases:
+            return
+        lease = _lease_key(device)
+        if lease is not None:
+            with _HELD_LOCK:
+                _LEASES[lease] = _LEASES.get(lease, 0) + 1
+            self._leases[dev_id] = lease
             return
         _ensure_folder(self.journal_dir)
         path = _device_lock_path(self.journal_dir, spec)
@@ -492,28 +519,35 @@ class SettingsGuard:
             path = self._device_locks.pop(dev_id)
             if path is not None:
                 release_lock(path)
+        for dev_id in [d for d in self._leases if d not in in_use]:
+            lease = self._leases.pop(dev_id)
+            with _HELD_LOCK:
+                left = _LEASES.pop(lease, 1) - 1  # a forked child starts with none
+                if left:
+                    _LEASES[lease] = left
 
     def _sync_journal(self) -> None:
         """The journal holds exactly the settings still to restore; with none left, there is no journal."""
-        if self._originals:
-            try:
-                self._write_journal()
-            except JournalError as err:
-                # The journal on disk still names every setting left (and some already restored: harmless).
-                log.warning("wattwise: %s", err)
-        else:
+        try:
+            self._write_journal()
+        except JournalError as err:
+            # The journal on disk still names every setting left (and some already restored: harmless).
+            log.warning("wattwise: %s", err)
+        self._release_unused()
+
+    def _write_journal(self) -> None:
+        """Journal the settings to restore (not those of agent-backed GPUs: see the module docstring)."""
+        changes = [
+            {"device": self._specs[dev_id], "setting": setting, "original": value}
+            for (dev_id, setting), value in self._originals.items() if dev_id not in self._leases
+        ]
+        if not changes:
             with contextlib.suppress(OSError):
                 self.journal_path.unlink()
             if self._journal_locked:
                 self._journal_locked = False
                 release_lock(self._journal_lock, unlink=True)
-        self._release_unused()
-
-    def _write_journal(self) -> None:
-        changes = [
-            {"device": self._specs[dev_id], "setting": setting, "original": value}
-            for (dev_id, setting), value in self._originals.items()
-        ]
+            return
         try:
             if not self._journal_locked:
                 self._journal_locked = take_lock(self._journal_lock)
@@ -536,6 +570,8 @@ class SettingsGuard:
         """Put every changed setting back. Safe to call twice; never raises for a device or disk error."""
         result = RestoreResult([], [])
         with self._lock:
+            for dev_id in [d for d in self._leases if self._last_user(d)]:
+                self._release_lease(dev_id, result)
             for (dev_id, setting), value in list(self._originals.items()):
                 spec = self._specs[dev_id]
                 try:
@@ -548,6 +584,27 @@ class SettingsGuard:
         for line in result.failed:
             log.error("wattwise: could not restore %s", line)
         return result
+
+    def _last_user(self, dev_id: str) -> bool:
+        """This guard is the last of the process to use the agent lease of `dev_id` (it has settings to restore)."""
+        with _HELD_LOCK:
+            return _LEASES.get(self._leases[dev_id]) == 1 and any(d == dev_id for d, _ in self._originals)
+
+    def _release_lease(self, dev_id: str, result: RestoreResult) -> None:
+        """Give an agent-backed GPU back: the agent restores the originals it recorded before this process's
+        first change, and shows no holder from then on (not only when the process exits). When that fails,
+        the caller sets the originals one by one instead, and reports what fails."""
+        device = self._devices[dev_id]
+        assert isinstance(device, AgentGPU)
+        try:
+            device.release()
+        except _RESTORE_ERRORS:
+            return
+        spec = self._specs[dev_id]
+        settings = [(setting, value) for (d, setting), value in self._originals.items() if d == dev_id]
+        for setting, value in settings:
+            result.restored.append(f"{_describe(spec, setting, value)} (released to the node agent)")
+            del self._originals[(dev_id, setting)]
 
     def install_signal_handlers(self) -> None:
         """Restore on SIGTERM and SIGINT, then behave as the previous handler would.

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from wattwise.agent.client import name_job
 from wattwise.carbon.control import CarbonControl
 from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device
@@ -80,11 +81,13 @@ class PowerLimitControl:
         self.mode = cfg.mode
 
     def setup(self, gpus: Sequence[Device], collective: Collective, *, memory_key: str | None,
-              carbon: CarbonControl | None, label: Callable[[Device], str]) -> None:
-        """Install the guard and apply the starting limit: the cap, or the start of tuning or a reused limit."""
+              carbon: CarbonControl | None, label: Callable[[Device], str], job: str = "") -> None:
+        """Install the guard and apply the starting limit: the cap, or the start of tuning or a reused limit.
+        `job` names the run to the node agent (the holder of agent-backed GPUs)."""
         self.gpus, self._label = list(gpus), label
         if self.mode == "measure" or not self.gpus:
             return
+        name_job(self.gpus, job)
         cfg = self.cfg
         self.guard = SettingsGuard()
         self.guard.install_signal_handlers()

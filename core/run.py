@@ -29,7 +29,9 @@ measurement only; an error while measuring turns measurement off; each with one 
 from __future__ import annotations
 
 import functools
+import os
 import socket
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -125,6 +127,8 @@ class Run:
         self.log_every_n_steps = cfg.log_every_n_steps or DEFAULT_LOG_EVERY_N_STEPS
         #: Notices given (each once), also listed in the summary's notes.
         self._noticed: list[str] = []
+        #: The recurring job this run belongs to, when an adapter runs it as one (names it to the node agent).
+        self.recurring_job: str | None = None
 
     # -- what adapters and users read ------------------------------------------------------------------
     @property
@@ -162,6 +166,13 @@ class Run:
     def run_id(self) -> str:
         """This run, as a reused limit names the run that chose it: its output folder, host and start."""
         return f"{self.cfg.output_dir} on {socket.gethostname()} at {iso_utc(self._start_wall)}"
+
+    @property
+    def job_name(self) -> str:
+        """The run as the node agent names the holder of its GPUs: the job, else the recurring job, else
+        the script's name."""
+        script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
+        return self.cfg.job or self.recurring_job or script or "python"
 
     @property
     def applied_limit_w(self) -> float | None:
@@ -238,7 +249,7 @@ class Run:
             carbon = (CarbonControl(self.cfg.carbon, wall_clock=self._wall)
                       if self.cfg.carbon.aware and self.power.mode == "tune" else None)
             self.power.setup(self.gpus, self.collective, memory_key=self._memory_key(), carbon=carbon,
-                             label=self.measurement.device_label)
+                             label=self.measurement.device_label, job=self.job_name)
         except (DeviceError, UsageError) as err:
             self._degrade(err, "setting up the power limit")
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from wattwise.agent.client import AgentGPU
 from wattwise.devices.base import Device
 from wattwise.devices.simulated import SimulatedGPU
 
@@ -47,9 +48,10 @@ def emulate_step(gpus: Sequence[Device], work: Callable[[], Any], base_time_s: f
     """Run `work` as one step on `gpus`: simulated GPUs are busy for the modelled step time.
 
     With several simulated GPUs (data parallel in one process) the step lasts as long as the slowest.
-    `base_time_s` overrides the GPUs' own step time at full power.
+    `base_time_s` overrides the GPUs' own step time at full power. A simulated GPU changed through the node
+    agent is driven through its local view, which shares the agent's settings.
     """
-    sims = [g for g in gpus if isinstance(g, SimulatedGPU)]
+    sims = [s for s in (g.local if isinstance(g, AgentGPU) else g for g in gpus) if isinstance(s, SimulatedGPU)]
     if not sims:
         return work()
     target_s = max(g.step_time_s(base_time_s) for g in sims)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import json
 import os
@@ -14,15 +15,16 @@ import sysconfig
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from wattwise.agent.client import AgentClient, AgentGPU
+from wattwise.agent.client import AgentClient, AgentGPU, name_job
 from wattwise.devices import DeviceError, NoPermissionError, discover
+from wattwise.guard import SettingsGuard, journal_dir
 
 pytestmark = pytest.mark.slow
 
@@ -177,6 +179,63 @@ def test_the_agent_backend_reads_locally_and_changes_through_the_agent(agent: Ru
     assert gpu.power_limit_w() == 300.0
 
 
+def _scrape(agent: RunningAgent) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def test_the_guard_names_the_job_journals_nothing_and_its_restore_releases_the_gpu_at_once(
+        agent: RunningAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
+    gpu = discover("agent", gpu_indices=[0]).gpus[0]
+    name_job([gpu], "bert")
+    limits, clocks = SettingsGuard(), SettingsGuard()  # two guards of one process share its lease
+    try:
+        limits.set_power_limit(gpu, 200.0)
+        clocks.lock_sm_clocks(gpu, 900, 1200)
+        assert agent.gpu(0)["holder"] == {"pid": os.getpid(), "uid": os.getuid(), "job": "bert"}
+        assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name="bert"} 200.0' in _scrape(agent)
+        assert not journal_dir().exists() or not list(journal_dir().glob("*.json"))  # the agent journals
+        restored = limits.restore_all()
+        assert not restored.failed and len(restored.restored) == 1
+        gpu_now = agent.gpu(0)  # the other guard still uses the lease: its clocks stay, the limit is back
+        assert gpu_now["holder"] is not None and gpu_now["power_limit_w"] == 300.0
+        assert gpu_now["locked_sm_clocks_mhz"] == [900, 1200]
+        restored = clocks.restore_all()
+        assert not restored.failed and "released to the node agent" in restored.restored[0]
+        gpu_now = agent.gpu(0)  # the last guard released: free now, while this process lives on
+        assert gpu_now["holder"] is None and gpu_now["locked_sm_clocks_mhz"] is None
+        assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name=""} 300.0' in _scrape(agent)
+    finally:
+        limits.close()
+        clocks.close()
+
+
+KILLED = """
+import sys, time
+from wattwise.devices import discover
+from wattwise.guard import SettingsGuard
+guard = SettingsGuard()
+guard.set_power_limit(discover("agent", gpu_indices=[0]).gpus[0], 175.0)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_sigkilled_agent_backed_run_leaves_nothing_for_wattwise_restore(agent: RunningAgent) -> None:
+    run = subprocess.Popen([sys.executable, "-c", KILLED], env=agent.env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None and run.stdout.readline().strip() == "held"
+        assert agent.gpu(0)["power_limit_w"] == 175.0
+    finally:
+        run.kill()
+        run.wait()
+    assert _wait_free(agent) < 2.0 and agent.gpu(0)["power_limit_w"] == 300.0
+    done = subprocess.run([sys.executable, "-m", "wattwise", "restore"], env=agent.env(), capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "nothing to restore"), done.stdout + done.stderr
+
+
 def test_bad_requests_are_refused_and_the_agent_keeps_serving_with_nothing_changed(agent: RunningAgent) -> None:
     client = agent.client
     cases = [
@@ -209,18 +268,43 @@ def test_bad_requests_are_refused_and_the_agent_keeps_serving_with_nothing_chang
 
 
 def test_prometheus_metrics_show_each_gpus_limit_and_energy_labelled_by_the_holders_job(agent: RunningAgent) -> None:
-    def scrape() -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics", timeout=10) as answer:
-            return str(answer.read().decode())
-
-    text = scrape()
+    text = _scrape(agent)
     assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name=""} 300.0' in text
     assert 'wattwise_gpu_energy_joules_total{gpu="1",job_name=""}' in text
     agent.client.set_power_limit(0, 180.0, "bert")
     try:
-        assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name="bert"} 180.0' in scrape()
+        assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name="bert"} 180.0' in _scrape(agent)
     finally:
         agent.client.release(0)
+
+
+def _energy_rate_w(agent: RunningAgent, seconds: float, load: Callable[[], object] | None = None) -> float:
+    """How fast GPU 0's Prometheus energy counter rises (J/s) over `seconds`, `load` run meanwhile."""
+    def energy() -> float:
+        line = next(x for x in _scrape(agent).splitlines() if x.startswith('wattwise_gpu_energy_joules_total{gpu="0"'))
+        return float(line.split()[-1])
+
+    first, start = energy(), time.monotonic()
+    while time.monotonic() - start < seconds:
+        if load is not None:
+            load()
+        else:
+            time.sleep(0.05)
+    time.sleep(0.2)  # past the load's last step: its end is published too (at most every 0.5 s)
+    return (energy() - first) / (time.monotonic() - start)
+
+
+def test_the_agents_energy_counter_rises_with_the_load_clients_drive_on_its_simulated_gpu(
+        agent: RunningAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    from wattwise.workload import emulate_step
+
+    monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
+    gpus = discover("agent", gpu_indices=[0]).gpus
+    idle = _energy_rate_w(agent, 1.5)
+    loaded = _energy_rate_w(agent, 2.0, lambda: emulate_step(gpus, lambda: None))
+    # Idle is 60 W; busy at the 300 W limit 245 W: under load the counter rises about four times faster.
+    assert idle == pytest.approx(60.0, rel=0.3)
+    assert loaded > 2.5 * idle, (idle, loaded)
 
 
 def test_a_flood_of_1000_status_requests_is_served(agent: RunningAgent) -> None:
@@ -266,7 +350,7 @@ def test_sigterm_restores_every_held_gpu_and_removes_the_socket(tmp_path: Path) 
 
 def test_cap_through_the_agent_holds_while_the_command_runs_then_restores(agent: RunningAgent) -> None:
     cap = subprocess.Popen([sys.executable, "-m", "wattwise", "cap", "--watts", "200", "--gpus", "0,1",
-                            "--backend", "agent", "--json", "--", "sleep", "1"],
+                            "--backend", "agent", "--job", "bert-nightly", "--json", "--", "sleep", "1"],
                            env=agent.env(), stdout=subprocess.PIPE, text=True)
     seen = None
     deadline = time.monotonic() + 30
@@ -278,7 +362,7 @@ def test_cap_through_the_agent_holds_while_the_command_runs_then_restores(agent:
     out, _ = cap.communicate(timeout=30)
     assert cap.returncode == 0
     assert seen is not None and seen["power_limit_w"] == 200.0
-    assert seen["holder"] == {"pid": cap.pid, "uid": os.getuid(), "job": "sleep"}
+    assert seen["holder"] == {"pid": cap.pid, "uid": os.getuid(), "job": "bert-nightly"}
     result = json.loads(out)
     assert result["exit_code"] == 0 and result["gpus"] == [0, 1] and result["simulated"] is True
     assert set(result["energy_j"]) == {"gpu0", "gpu1"} and result["time_s"] >= 1.0
@@ -346,61 +430,180 @@ else:
 """
 
 
-def _as_user(uid: int, gid: int, agent: RunningAgent, args: list[str], **kwargs: object) -> subprocess.Popen[str]:
+def _as_user(uid: int, gid: int, agent: RunningAgent, args: list[str], *, home: Path | None = None,
+             env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
     python = _user_python()
     assert python is not None
-    env = {**agent.env(), "HOME": str(agent.socket.parent), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**agent.env(), "HOME": str(home or agent.socket.parent), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
     env.pop("WATTWISE_HOME", None)
     cmd = [python, "-c", LAUNCH, sysconfig.get_paths()["purelib"], *args]
     return subprocess.Popen(cmd, env=env, user=uid, group=gid, extra_groups=[], cwd="/", text=True,
                             **kwargs)  # type: ignore[call-overload]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start the agent and run clients as other users")
-@pytest.mark.skipif(_user_python() is None,
-                    reason=f"this Python ({os.path.realpath(sys.executable)}) lies under "
-                           f"{_unreachable_by_others(sys.executable)}, which other users may not enter, and no "
-                           "system Python of the same version exists: an ordinary user could not run wattwise")
-def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outsiders_cannot_connect(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="needs root to start the agent and run clients as other users")
+needs_user_python = pytest.mark.skipif(
+    _user_python() is None,
+    reason=f"this Python ({os.path.realpath(sys.executable)}) lies under {_unreachable_by_others(sys.executable)}, "
+           "which other users may not enter, and no system Python of the same version exists: an ordinary user "
+           "could not run wattwise")
+
+
+@contextlib.contextmanager
+def _agent_for_users() -> Iterator[tuple[RunningAgent, Path]]:
+    """An agent whose socket group may change settings, and a home folder owned by the ordinary user."""
     base = Path(tempfile.mkdtemp(prefix="wattwise-agent-"))  # traversable by others, unlike pytest's tmp dirs
     try:
         os.chmod(base, 0o755)
         config = base / "agent.yaml"
         config.write_text(f"allowed_groups: [{SOCKET_GID}]\n")
+        home = base / "home"
+        home.mkdir(mode=0o700)
+        os.chown(home, USER_UID, SOCKET_GID)
         running = _start(base, "--config", str(config), "--group", str(SOCKET_GID))
         try:
-            cap = _as_user(USER_UID, SOCKET_GID, running,
-                           ["-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--", "sleep", "30"],
-                           start_new_session=True)
-            deadline = time.monotonic() + 30
-            while running.gpu(0)["holder"] is None:
-                assert cap.poll() is None and time.monotonic() < deadline, "the cap never took GPU 0"
-                time.sleep(0.05)
-            gpu = running.gpu(0)
-            assert gpu["power_limit_w"] == 200.0
-            assert gpu["holder"] == {"pid": cap.pid, "uid": USER_UID, "job": "sleep"}
-            second = _as_user(OTHER_UID, SOCKET_GID, running,
-                              ["-c", "from wattwise.agent.client import AgentClient; "
-                                     "AgentClient().set_power_limit(0, 150.0, 'gpt')"],
-                              stderr=subprocess.PIPE)
-            _, err = second.communicate(timeout=60)
-            assert second.returncode != 0
-            last = err.strip().splitlines()[-1]
-            assert f"GPU 0 is held by pid {cap.pid} (uid {USER_UID}, job 'sleep')" in last
-            outsider = _as_user(OTHER_UID, OUTSIDE_GID, running,
-                                ["-c", "from wattwise.agent.client import AgentClient; AgentClient().status()"],
-                                stderr=subprocess.PIPE)
-            _, err = outsider.communicate(timeout=60)
-            assert outsider.returncode != 0 and "permission denied" in err
-            os.killpg(cap.pid, signal.SIGKILL)
-            cap.wait()
-            assert _wait_free(running) < 2.0
-            assert running.gpu(0)["power_limit_w"] == 300.0
+            yield running, home
         finally:
             _stop(running)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_root
+@needs_user_python
+def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outsiders_cannot_connect() -> None:
+    with _agent_for_users() as (running, _):
+        cap = _as_user(USER_UID, SOCKET_GID, running,
+                       ["-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--", "sleep", "30"],
+                       start_new_session=True)
+        deadline = time.monotonic() + 30
+        while running.gpu(0)["holder"] is None:
+            assert cap.poll() is None and time.monotonic() < deadline, "the cap never took GPU 0"
+            time.sleep(0.05)
+        gpu = running.gpu(0)
+        assert gpu["power_limit_w"] == 200.0
+        assert gpu["holder"] == {"pid": cap.pid, "uid": USER_UID, "job": "sleep"}
+        second = _as_user(OTHER_UID, SOCKET_GID, running,
+                          ["-c", "from wattwise.agent.client import AgentClient; "
+                                 "AgentClient().set_power_limit(0, 150.0, 'gpt')"],
+                          stderr=subprocess.PIPE)
+        _, err = second.communicate(timeout=60)
+        assert second.returncode != 0
+        last = err.strip().splitlines()[-1]
+        assert f"GPU 0 is held by pid {cap.pid} (uid {USER_UID}, job 'sleep')" in last
+        outsider = _as_user(OTHER_UID, OUTSIDE_GID, running,
+                            ["-c", "from wattwise.agent.client import AgentClient; AgentClient().status()"],
+                            stderr=subprocess.PIPE)
+        _, err = outsider.communicate(timeout=60)
+        assert outsider.returncode != 0 and "permission denied" in err
+        os.killpg(cap.pid, signal.SIGKILL)
+        cap.wait()
+        assert _wait_free(running) < 2.0
+        assert running.gpu(0)["power_limit_w"] == 300.0
+
+
+#: A plain Accelerate script: the flag (ACCELERATE_ENERGY=1) attaches wattwise, the backend comes from the
+#: environment; it prints what the agent showed after each step and once the run ended.
+ACCELERATE_RUN = """
+import json
+import torch
+from accelerate import Accelerator
+from torch import nn
+import accelerate_energy
+from wattwise.agent.client import AgentClient
+from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+
+accelerator = Accelerator(cpu=True)
+model = tiny_model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+model, optimizer = accelerator.prepare(model, optimizer)
+gpus = accelerate_energy.energy_run(accelerator).gpus
+x, y = tiny_dataset(32).tensors
+during = []
+for _ in range(5):
+    emulate_step(gpus, lambda: accelerator.backward(nn.functional.mse_loss(model(x), y)))
+    optimizer.step()
+    optimizer.zero_grad()
+    during.append(AgentClient().status()["gpus"][0])
+accelerator.end_training()
+print(json.dumps({"backends": [g.backend for g in gpus], "during": during,
+                  "after": AgentClient().status()["gpus"][0]}))
+"""
+
+
+@needs_root
+@needs_user_python
+def test_as_an_ordinary_user_an_accelerate_run_with_the_agent_backend_holds_the_gpu_and_gives_it_back() -> None:
+    with _agent_for_users() as (running, home):
+        env = {"ACCELERATE_ENERGY": "1", "ACCELERATE_ENERGY_BACKEND": "agent", "ACCELERATE_ENERGY_MODE": "cap",
+               "ACCELERATE_ENERGY_CAP_W": "200", "ACCELERATE_ENERGY_JOB": "bert",
+               "ACCELERATE_ENERGY_OUTPUT_DIR": str(home / "run"), "WATTWISE_BACKEND": ""}
+        run = _as_user(USER_UID, SOCKET_GID, running, ["-c", ACCELERATE_RUN], home=home, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err[-3000:]
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["backends"] == ["agent", "agent"]  # the agent's two simulated GPUs
+        holder = {"pid": run.pid, "uid": USER_UID, "job": "bert"}
+        assert [(g["power_limit_w"], g["holder"]) for g in result["during"]] == [(200.0, holder)] * 5
+        # end_training() restored through the guard: released at once, before the process exits.
+        assert result["after"]["holder"] is None and result["after"]["power_limit_w"] == 300.0
+        summary = json.loads((home / "run" / "summary.json").read_text())
+        assert summary["power_limit"]["chosen_power_limit_w"] == 200.0 and summary["simulated"] is True
+        # The user's process added the load it drove to the agent's load counter (0660, the socket's group).
+        load = running.sim_dir / "gpu0.load.json"
+        assert json.loads(load.read_text())["load_j"] > 0 and os.stat(load).st_gid == SOCKET_GID
+        assert [(g["power_limit_w"], g["holder"]) for g in running.client.status()["gpus"]] == [(300.0, None)] * 2
+
+
+LIGHTNING_TUNE = """
+import warnings
+warnings.filterwarnings("ignore")
+import lightning.pytorch as pl
+from lightning_energy import EnergyCallback
+from lightning_energy.demo import EmulatedModule
+
+callback = EnergyCallback(mode="tune", backend="agent", job="bert", output_dir=OUT,
+                          overrides=["monitor.sync_cuda=false", "power_limit.profile_steps=20"])
+trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=5000, max_epochs=-1, logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                     limit_val_batches=0, callbacks=[callback])
+trainer.fit(EmulatedModule(dataset_size=32 * 5000))
+"""
+
+
+@needs_root
+@needs_user_python
+def test_as_an_ordinary_user_a_lightning_run_tuning_through_the_agent_sigkilled_mid_tuning_is_restored_at_once(
+        ) -> None:
+    with _agent_for_users() as (running, home):
+        code = LIGHTNING_TUNE.replace("OUT", repr(str(home / "run")))
+        run = _as_user(USER_UID, SOCKET_GID, running, ["-c", code], home=home, env={"WATTWISE_BACKEND": ""},
+                       stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            limits = set()
+            while len(limits) < 2:  # mid-tuning: the tuner has moved from the maximum to a lower limit
+                assert run.poll() is None, run.stderr.read()[-3000:] if run.stderr else ""
+                assert time.monotonic() < deadline, f"no tuning seen through the agent: {running.gpu(0)}"
+                gpu = running.gpu(0)
+                if gpu["holder"] is not None:
+                    assert gpu["holder"] == {"pid": run.pid, "uid": USER_UID, "job": "bert"}
+                    limits.add(gpu["power_limit_w"])
+                time.sleep(0.02)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+        assert _wait_free(running) < 2.0
+        assert running.gpu(0)["power_limit_w"] == 300.0
+        summary = home / "run" / "summary.json"
+        assert not summary.exists()  # killed: it never got to write its summary
+        restore = _as_user(USER_UID, SOCKET_GID, running, ["-m", "wattwise", "restore"], home=home,
+                           stdout=subprocess.PIPE)
+        out, _ = restore.communicate(timeout=60)
+        assert (restore.returncode, out.strip()) == (0, "nothing to restore")
 
 
 def test_cap_without_the_agent_goes_through_the_settings_guard(tmp_path: Path) -> None:
@@ -420,37 +623,58 @@ import lightning.pytorch as pl
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
 from wattwise.agent.client import AgentClient
-from wattwise.devices import discover
 
-gpus = discover("agent", gpu_indices=[0]).gpus
 seen = []
 
 class Spy(pl.Callback):
     def on_train_batch_end(self, *args):
         gpu = AgentClient().status()["gpus"][0]
-        seen.append((gpu["power_limit_w"], (gpu["holder"] or {}).get("pid")))
+        seen.append((gpu["power_limit_w"], gpu["holder"]))
 
 trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=300, max_epochs=-1, logger=False,
                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                      limit_val_batches=0, callbacks=[EnergyCallback(mode="tune", backend="agent", output_dir=OUT,
                                                                     overrides=["monitor.sync_cuda=false"]), Spy()])
-trainer.fit(EmulatedModule(gpus=[g.local for g in gpus], dataset_size=32 * 300))
-print(json.dumps(seen))
+trainer.fit(EmulatedModule(dataset_size=32 * 300))
+after = AgentClient().status()["gpus"][0]
+print(json.dumps({"seen": seen, "after": after}))
 """
 
 
-def test_lightning_tunes_through_the_agent_and_the_gpu_is_restored_when_the_run_ends(agent: RunningAgent,
-                                                                                       tmp_path: Path) -> None:
+def test_lightning_tunes_through_the_agent_named_after_its_script_and_releases_the_gpu_when_fit_ends(
+        agent: RunningAgent, tmp_path: Path) -> None:
     env = {**agent.env(), "WATTWISE_BACKEND": ""}
-    code = TUNE.replace("OUT", repr(str(tmp_path / "run")))
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    script = tmp_path / "train_bert.py"
+    script.write_text(TUNE.replace("OUT", repr(str(tmp_path / "run"))))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
-    limits = {limit for limit, pid in seen if pid is not None}
-    assert len(limits) >= 3, seen  # the tuner profiled several limits, each set through the agent
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    held = [(limit, holder) for limit, holder in out["seen"] if holder is not None]
+    assert len({limit for limit, _ in held}) >= 3, out  # the tuner profiled several limits, each set through the agent
+    assert {holder["job"] for _, holder in held} == {"train_bert.py"}  # no job given: the script's name
+    # Fit ended and the guard restored: the agent shows no holder while the process still runs.
+    assert out["after"]["holder"] is None and out["after"]["power_limit_w"] == 300.0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary
-    assert _wait_free(agent) < 2.0 and agent.gpu(0)["power_limit_w"] == 300.0
+    assert summary["power_limit"]["chosen_power_limit_w"] is not None
+
+
+def test_the_demo_runs_through_the_agent_on_its_simulated_gpus_and_says_so(agent: RunningAgent,
+                                                                          tmp_path: Path) -> None:
+    from wattwise.demo import format_demo
+
+    done = subprocess.run([sys.executable, "-m", "wattwise", "demo", "--backend", "agent", "--json",
+                           "--base-step-time", "0.02", "--steps-after-tuning", "10", "--profile-steps", "3",
+                           "--step-w", "100", "--output-dir", str(tmp_path / "demo")],
+                          env=agent.env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["simulated"] is True and result["backend"] == "agent"
+    assert [row["power_limit_w"] for row in result["profile"]] == [300, 200, 100]
+    # The emulated load ran on the agent's two simulated GPUs: busy power, far above their 2 x 60 W idle.
+    by_limit = {row["power_limit_w"]: row["avg_power_w"] for row in result["profile"]}
+    assert by_limit[300] > 300 and by_limit[300] > by_limit[100]
+    assert format_demo(result).startswith("wattwise demo on the SIMULATED GPU through the node agent")
+    assert [(g["power_limit_w"], g["holder"]) for g in agent.client.status()["gpus"]] == [(300.0, None)] * 2
 
 
 def _free_port() -> int:

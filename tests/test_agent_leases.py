@@ -207,3 +207,32 @@ def test_the_watcher_notices_a_holders_sigkill(pidfd: bool, monkeypatch: pytest.
             proc.wait()
 
     assert asyncio.run(scenario()) < 1.0
+
+
+def test_a_run_names_itself_to_the_agent_by_its_job_else_its_recurring_job_else_its_script(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from wattwise.config import EnergyConfig
+    from wattwise.run import Run
+
+    monkeypatch.setattr(sys, "argv", ["/home/ada/train_bert.py", "--lr", "3e-4"])
+    run = Run(EnergyConfig())
+    assert run.job_name == "train_bert.py"
+    run.recurring_job = "nightly"
+    assert run.job_name == "nightly"
+    run.cfg.job = "bert"
+    assert run.job_name == "bert"
+    monkeypatch.setattr(sys, "argv", ["-c"])
+    assert Run(EnergyConfig()).job_name == "python"
+
+
+def test_the_job_name_sent_to_the_agent_is_printable_and_short_enough() -> None:
+    from wattwise.agent import MAX_JOB_CHARS
+    from wattwise.agent.client import AgentClient, AgentGPU, name_job
+
+    agent_gpu = AgentGPU(simulated_gpus(1)[0], AgentClient("/nonexistent.sock"))
+    local = simulated_gpus(1)[0]
+    name_job([agent_gpu, local], "bert\nnightly" * 20)
+    assert agent_gpu.job.startswith("bert?nightly") and len(agent_gpu.job) == MAX_JOB_CHARS
+    assert agent_gpu.job.isprintable() and not hasattr(local, "job")

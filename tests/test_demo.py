@@ -50,3 +50,6 @@ def test_demo_rejects_bad_options_with_exit_2(capsys):
     assert main(["demo", "--selector", "fastest"]) == 2
     assert main(["demo", "--framework", "keras"]) == 2
     assert main(["demo", "--power-model", "/nonexistent.csv"]) == 2
+    assert main(["demo", "--backend", "nvml"]) == 2
+    assert main(["demo", "--backend", "agent", "--power-model", "/nonexistent.csv"]) == 2
+    assert "leave --power-model out with --backend agent" in capsys.readouterr().err.strip().splitlines()[-1]

@@ -118,6 +118,7 @@ def test_the_decorator_passes_the_batch_size_and_stops_when_the_target_is_reache
 
     handle = accelerate_energy.energy(acc)
     assert handle is not None and handle.summary is not None
+    assert handle.run.job_name == "nightly"  # the node agent names the holder after the recurring job
     assert job.batch_sizes_seen == {16}
     assert job.run is not None and job.run.stop_reason == "reached"
     (run,), limits = stored("nightly")

@@ -115,6 +115,7 @@ def test_the_first_run_trains_at_the_default_batch_size_tunes_and_records_its_re
     assert trainer.current_epoch == 2  # stopped when the target was reached, not at max_epochs
     summary = energy_cb.summary
     assert summary is not None and summary["power_limit"]["mode"] == "tune"
+    assert energy_cb.run is not None and energy_cb.run.job_name == "nightly"  # the holder's name at the agent
     (run,) = stored_runs("nightly")
     assert (run.batch_size, run.state, run.epochs, run.phase) == (16, "reached", 2, "explore")
     assert (run.energy_j, run.time_s) == (summary["energy_j"], summary["time_s"])

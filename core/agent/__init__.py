@@ -17,3 +17,5 @@ DEFAULT_SOCKET = "/run/wattwise/agent.sock"
 SOCKET_ENV = "WATTWISE_AGENT_SOCKET"
 #: The agent's own state (its journal): root-owned, 0700.
 DEFAULT_STATE_DIR = "/var/lib/wattwise-agent"
+#: The longest job name the agent shows for a holder.
+MAX_JOB_CHARS = 128

@@ -3,8 +3,10 @@
 `AgentGPU` wraps the GPU this process can read itself (NVML needs no privilege to read; the simulated
 GPU shares the agent's state file) and relays `set_power_limit_w`, `lock_sm_clocks_mhz` and
 `reset_sm_clocks` to the agent over its Unix socket (`$WATTWISE_AGENT_SOCKET`, default
-`/run/wattwise/agent.sock`). The agent's refusals become `NoPermissionError` (held by another process,
-not allowed) or `DeviceError` (bad value), with the agent's one-line reason.
+`/run/wattwise/agent.sock`), with the job name the agent shows for the holder (`name_job`). The agent's
+refusals become `NoPermissionError` (held by another process, not allowed) or `DeviceError` (bad value),
+with the agent's one-line reason. The settings guard changes these GPUs like any other and gives them
+back with `release` when it restores (see `wattwise.guard`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import http.client
 import json
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from wattwise.agent import DEFAULT_SOCKET, SOCKET_ENV
+from wattwise.agent import DEFAULT_SOCKET, MAX_JOB_CHARS, SOCKET_ENV
 from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange
 
 #: Seconds to wait for the agent (it answers in milliseconds; a stuck agent must not hang training).
@@ -170,8 +173,7 @@ class AgentGPU(Device):
         self.client.release(self.index)
 
     def spec(self) -> dict[str, Any]:
-        return {"backend": "agent", "index": self.index, "socket": self.client.path, "job": self.job,
-                "local": self.local.spec()}
+        return {"backend": "agent", "index": self.index, "socket": self.client.path, "local": self.local.spec()}
 
     def describe(self) -> dict[str, Any]:
         info = self.local.describe()
@@ -180,9 +182,19 @@ class AgentGPU(Device):
         return info
 
 
+def name_job(devices: Iterable[Device], job: str) -> None:
+    """Name the job the agent shows as the holder of the agent-backed GPUs among `devices` (and labels
+    their Prometheus series with): printable, at most `MAX_JOB_CHARS` characters."""
+    name = "".join(c if c.isprintable() else "?" for c in job)[:MAX_JOB_CHARS]
+    for device in devices:
+        if isinstance(device, AgentGPU):
+            device.job = name
+
+
 def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str] | None = None,
-               job: str = "") -> list[AgentGPU]:
-    """The agent's GPUs (those at `indices`), each opened locally for reads."""
+               job: str = "", base_step_time_s: float = 0.02) -> list[AgentGPU]:
+    """The agent's GPUs (those at `indices`), each opened locally for reads. `base_step_time_s`: a simulated
+    GPU's step time at full power, for the emulated workload this process drives on it."""
     client = AgentClient(path)
     listing = client.devices()
     specs = {int(s["index"]): s for s in listing.get("devices", [])}
@@ -190,25 +202,29 @@ def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str]
     missing = [i for i in wanted if i not in specs]
     if missing:
         raise DeviceError(f"wattwise agent at {client.path} has no GPU {missing} (its GPUs: {sorted(specs)})")
-    return [AgentGPU(_local(specs[i]), client, job=job) for i in wanted]
+    return [AgentGPU(_local(specs[i], base_step_time_s), client, job=job) for i in wanted]
 
 
-def _local(spec: dict[str, Any]) -> Device:
+def _local(spec: dict[str, Any], base_step_time_s: float = 0.02) -> Device:
     """This process's own view of an agent's GPU. A simulated one is the process's shared object for its
     state file, so the emulated workload and the energy monitor see one counter (as `discover` gives)."""
     from wattwise.devices import open_spec, simulated_gpus
+    from wattwise.devices.simulated import load_file_of
 
     if spec.get("backend") == "simulated" and spec.get("state_file"):
         state_file = Path(str(spec["state_file"]))
         index = int(spec["index"])
         if state_file.name == f"gpu{index}.json":
-            return simulated_gpus(1, persist_dir=state_file.parent, indices=[index])[0]
+            gpu = simulated_gpus(1, persist_dir=state_file.parent, indices=[index],
+                                 base_step_time_s=base_step_time_s)[0]
+            gpu.publish_load(load_file_of(state_file))  # the agent counts the load this process drives
+            return gpu
     return open_spec(spec)
 
 
 def open_agent_spec(spec: dict[str, Any]) -> AgentGPU:
     """Reopen an `AgentGPU` from its `spec()`."""
-    return AgentGPU(_local(dict(spec["local"])), AgentClient(spec.get("socket")), job=str(spec.get("job", "")))
+    return AgentGPU(_local(dict(spec["local"])), AgentClient(spec.get("socket")))
 
 
 #: CAP_SYS_ADMIN, the capability NVML asks for to set power limits and clocks.

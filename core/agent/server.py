@@ -29,10 +29,11 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from aiohttp import web
 
+from wattwise.agent import MAX_JOB_CHARS
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
@@ -45,7 +46,6 @@ POWER_LIMIT = "power_limit_w"
 SM_CLOCKS = "locked_sm_clocks_mhz"
 #: Requests are a few dozen bytes: anything larger is refused before it is read.
 MAX_BODY_BYTES = 64 * 1024
-MAX_JOB_CHARS = 128
 #: How often a holder is checked when pidfd is unavailable (Linux before 5.3).
 POLL_S = 0.2
 
@@ -509,18 +509,44 @@ def prepare_socket(path: Path) -> None:
     raise UsageError(f"--socket {path}: another agent already listens there")
 
 
-async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, then restore every held GPU and remove the socket."""
+def group_id(group: str | None) -> int:
+    """The gid of `--group` (a name or a number); -1 (the agent's own group) when not given."""
     import grp
 
-    gid = -1
-    if options.group is not None and options.group.isdigit():
-        gid = int(options.group)
-    elif options.group is not None:
-        try:
-            gid = grp.getgrnam(options.group).gr_gid
-        except KeyError:
-            raise UsageError(f"--group {options.group}: no such group on this node (a name or a number)") from None
+    if group is None:
+        return -1
+    if group.isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise UsageError(f"--group {group}: no such group on this node (a name or a number)") from None
+
+
+def share_simulated_load(devices: list[Device], gid: int) -> None:
+    """Simulated backend: a load file beside each GPU's state file, writable by the socket's group (0660),
+    where clients add the load they drive; the agent counts it in its energy. The file is reset to 0 J at
+    each start. Only for the simulated GPU: what clients write there is trusted, as a test's figures are."""
+    from wattwise.devices.simulated import SimulatedGPU, load_file_of
+    from wattwise.paths import replace_file
+
+    def write(fh: TextIO) -> None:
+        fh.write(json.dumps({"load_j": 0.0}))
+        os.fchown(fh.fileno(), -1, gid)
+        os.fchmod(fh.fileno(), 0o660)
+
+    for device in devices:
+        state_file = device.spec().get("state_file")
+        if not isinstance(device, SimulatedGPU) or not state_file:
+            continue
+        path = load_file_of(state_file)
+        replace_file(path, write)  # a new file moved in place: whatever was at `path` is never written through
+        device.count_load(path)
+
+
+async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then restore every held GPU and remove the socket."""
+    gid = group_id(options.group)
     path = Path(options.socket)
     prepare_socket(path)
     loop = asyncio.get_running_loop()

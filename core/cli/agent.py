@@ -58,7 +58,7 @@ def _no_subcommand(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     from wattwise.agent.config import load_config
     from wattwise.agent.journal import AgentJournal
-    from wattwise.agent.server import Agent, ServeOptions, serve
+    from wattwise.agent.server import Agent, ServeOptions, group_id, serve, share_simulated_load
     from wattwise.devices import discover
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -71,6 +71,7 @@ def run_serve(args: argparse.Namespace) -> int:
         folder = Path(args.simulated_dir or Path(args.socket).parent / "simulated")
         folder.mkdir(parents=True, exist_ok=True, mode=0o755)
         found = discover("simulated", num_simulated=args.simulated_gpus, persist_dir=folder)
+        share_simulated_load(found.gpus, group_id(args.group))
     else:
         found = discover("nvml")
     agent = Agent(found.gpus, args.backend, config, journal)

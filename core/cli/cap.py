@@ -1,7 +1,9 @@
 """`wattwise cap --watts W -- CMD ARGS...`: run any command under a GPU power cap, then restore.
 
-Caps the GPUs (through the settings guard, or through the node agent with `--backend agent`), runs
-the command, restores the limits, and exits with the command's code (127 if it is not found).
+Caps the GPUs through the settings guard (which goes through the node agent with `--backend agent`,
+the holder named `--job`, by default the command's name), runs the command, restores the limits (an
+agent-backed GPU is released: the agent shows no holder), and exits with the command's code (127 if it
+is not found).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from wattwise.agent.client import name_job
 from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command
 from wattwise.devices import BACKENDS, Device, DeviceError, discover
 from wattwise.errors import UsageError
@@ -33,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--watts", type=float, required=True, help="the power limit, in watts")
     p.add_argument("--gpus", help="comma-separated GPU indices (default: every GPU)")
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="devices (default %(default)s)")
+    p.add_argument("--job", help="the job name the node agent shows for the holder (default: CMD's name)")
     p.add_argument("--json", action="store_true", help="print time and energy per GPU as JSON on stdout")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=run)
@@ -53,25 +57,12 @@ def _indices(text: str | None) -> list[int] | None:
 @contextlib.contextmanager
 def capped(gpus: list[Device], watts: float, job: str) -> Iterator[None]:
     """Every GPU at `watts` for the body of the `with`, restored after (agent GPUs: released)."""
-    from wattwise.agent.client import AgentGPU
-
-    agent = [g for g in gpus if isinstance(g, AgentGPU)]
-    local = [g for g in gpus if not isinstance(g, AgentGPU)]
-    with SettingsGuard() if local else contextlib.nullcontext() as guard:
-        if guard is not None:
-            guard.install_signal_handlers()
-        try:
-            for gpu in agent:
-                gpu.job = job
-                gpu.set_power_limit_w(watts)
-            for device in local:
-                assert guard is not None
-                guard.set_power_limit(device, watts)
-            yield
-        finally:
-            for gpu in agent:
-                with contextlib.suppress(DeviceError):
-                    gpu.release()
+    name_job(gpus, job)
+    with SettingsGuard() as guard:
+        guard.install_signal_handlers()
+        for gpu in gpus:
+            guard.set_power_limit(gpu, watts)
+        yield
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         if not found.gpus:
             raise DeviceError("no GPU to cap here" + (f" ({'; '.join(found.notes)})" if found.notes else ""))
         gpus = found.gpus
-        with capped(gpus, args.watts, os.path.basename(cmd[0])), EnergyMonitor(gpus) as monitor:
+        with capped(gpus, args.watts, args.job or os.path.basename(cmd[0])), EnergyMonitor(gpus) as monitor:
             monitor.begin_window("command")
             code = _run_command(cmd)
             m = monitor.end_window("command")

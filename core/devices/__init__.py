@@ -162,7 +162,7 @@ def discover(
         # Reads stay local, setting changes go to the node agent (`wattwise agent serve`).
         from wattwise.agent.client import agent_gpus
 
-        found.gpus = list(agent_gpus(gpu_indices))
+        found.gpus = list(agent_gpus(gpu_indices, base_step_time_s=base_step_time_s))
     else:
         try:
             found.gpus = _nvml_gpus(gpu_indices, found.notes, required=chosen == "nvml")

@@ -19,6 +19,11 @@ Settings can persist in a small JSON state file, so that a process killed with S
 changed power limit behind exactly as a real GPU would, and the guard's recovery can be tested. The file
 is the GPU's state: reading a setting re-reads it when another process changed it, it is never read or
 written through a symbolic link, and a setting that cannot be saved is not changed (a `DeviceError`).
+
+The load is shared too, when a node agent serves the simulated GPU: a process driving emulated work adds
+the energy it draws above idle to a counter file beside the state file (`publish_load`, after a step, at
+most every `PUBLISH_LOAD_S`), and the agent counts that file in its own energy (`count_load`), so its
+Prometheus energy counter follows the clients' load, not idle power only.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import csv
+import fcntl
 import json
 import math
 import os
@@ -201,6 +207,29 @@ class PowerModel:
         )
 
 
+#: How often a process publishes the load it drives to a shared load file, at most (seconds).
+PUBLISH_LOAD_S = 0.5
+#: A load file holds one small JSON object: `{"load_j": joules}`.
+MAX_LOAD_BYTES = 4096
+
+
+def load_file_of(state_file: str | os.PathLike[str]) -> Path:
+    """The shared load counter beside a simulated GPU's state file: `gpu<index>.load.json`."""
+    path = Path(state_file)
+    return path.with_name(f"{path.stem}.load.json")
+
+
+def _parse_load_j(raw: bytes) -> float | None:
+    """The joules a load file holds, or None when it holds no finite non-negative number."""
+    try:
+        value = json.loads(raw).get("load_j")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
 class SimulatedGPU(Device):
     """A GPU that follows a `PowerModel`. See the module docstring."""
 
@@ -235,6 +264,14 @@ class SimulatedGPU(Device):
         self._busy = 0
         self._driven = False
         self._energy_j = 0.0
+        #: Energy drawn above idle by the work this process drove (J), and how much of it is published.
+        self._load_j = 0.0
+        self._published_load_j = 0.0
+        self._published_s = 0.0
+        self._publish_to: Path | None = None
+        #: The load file this GPU counts in its energy (the agent's view), and the highest value read.
+        self._count_from: Path | None = None
+        self._counted_load_j = 0.0
         self._last_s = self.clock()
 
     # -- settings persistence -------------------------------------------------------------------------
@@ -305,9 +342,64 @@ class SimulatedGPU(Device):
 
     def _advance(self) -> None:
         now = self.clock()
-        power = self.busy_power_w() if self._busy else self.model.idle_power_w
-        self._energy_j += power * max(0.0, now - self._last_s)
+        elapsed = max(0.0, now - self._last_s)
+        idle = self.model.idle_power_w
+        power = self.busy_power_w() if self._busy else idle
+        self._energy_j += power * elapsed
+        self._load_j += (power - idle) * elapsed
         self._last_s = now
+
+    # -- load shared with a node agent ----------------------------------------------------------------
+    def publish_load(self, path: str | os.PathLike[str]) -> None:
+        """Add the load this process drives (energy above idle) to the counter file at `path`, which the
+        node agent serving this GPU counts in its energy. Best effort: a file it cannot write stops it."""
+        self._publish_to = Path(path)
+
+    def count_load(self, path: str | os.PathLike[str]) -> None:
+        """Count the load other processes publish at `path` in `energy_j` (the node agent's own GPU)."""
+        self._count_from = Path(path)
+
+    def _publish(self) -> None:
+        """Add the load not yet published to the shared counter (under its flock); at most every PUBLISH_LOAD_S."""
+        if self._publish_to is None:
+            return
+        now = self.clock()
+        delta = self._load_j - self._published_load_j
+        if delta <= 0 or now - self._published_s < PUBLISH_LOAD_S:
+            return
+        self._published_s = now
+        try:
+            fd = os.open(self._publish_to, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                total = _parse_load_j(os.read(fd, MAX_LOAD_BYTES)) or 0.0
+                data = json.dumps({"load_j": total + delta}).encode()
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
+            finally:
+                os.close(fd)
+        except BlockingIOError:
+            return  # another process is adding its load: this one is added next time
+        except OSError:
+            self._publish_to = None  # not shared after all (no agent, or no permission): never break a run
+            return
+        self._published_load_j += delta
+
+    def _counted(self) -> float:
+        """The load published by other processes, never going down (a torn read keeps the last value)."""
+        if self._count_from is None:
+            return 0.0
+        try:
+            fd = os.open(self._count_from, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            try:
+                value = _parse_load_j(os.read(fd, MAX_LOAD_BYTES))
+            finally:
+                os.close(fd)
+        except OSError:
+            value = None
+        if value is not None and value > self._counted_load_j:
+            self._counted_load_j = value
+        return self._counted_load_j
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -322,6 +414,8 @@ class SimulatedGPU(Device):
             with self._lock:
                 self._advance()
                 self._busy -= 1
+                if not self._busy:
+                    self._publish()
 
     def run_step(self, work: Callable[[], Any] | None = None, base_time_s: float | None = None) -> float:
         """Run `work` as one busy step lasting the modelled step time; returns the seconds it took.
@@ -359,7 +453,7 @@ class SimulatedGPU(Device):
     def energy_j(self) -> float:
         with self._lock:
             self._advance()
-            return self._energy_j
+            return self._energy_j + self._counted()
 
     def power_w(self) -> float:
         with self._lock:
