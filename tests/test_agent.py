@@ -14,6 +14,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -677,6 +678,23 @@ def test_the_demo_runs_through_the_agent_on_its_simulated_gpus_and_says_so(agent
     assert [(g["power_limit_w"], g["holder"]) for g in agent.client.status()["gpus"]] == [(300.0, None)] * 2
 
 
+def _dashboard_answers(port: int) -> dict[str, tuple[dict, str]]:
+    """Each query of the Grafana dashboard (and its node variable), as Prometheus answers it now."""
+    board = json.loads((Path(__file__).resolve().parents[1] / "deploy" / "grafana-dashboard.json").read_text())
+    queries = [(f"{p['title']} #{k}", t["expr"]) for p in board["panels"] for k, t in enumerate(p.get("targets", []))]
+    for variable in board["templating"]["list"]:
+        if variable["type"] == "query":  # label_values(METRIC, LABEL): the metric must carry the label
+            metric, label = (part.strip() for part in variable["query"][len("label_values("):-1].split(","))
+            queries.append((f"variable {variable['name']}", f"count by ({label}) ({metric})"))
+    answers = {}
+    for title, expr in queries:
+        promql = expr.replace("$instance", ".*").replace("$__range", "1m")
+        url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            answers[title] = (json.loads(answer.read()), expr)
+    return answers
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -712,10 +730,18 @@ def test_a_real_prometheus_scrapes_the_agent_and_sees_the_energy_counter_rise(ag
             while time.monotonic() < deadline and (len(values) < 2 or values[-1] <= values[0]):
                 values.extend(energy()[:1])
                 time.sleep(1.0)
+            dashboard = _dashboard_answers(port)
         finally:
             holder.kill()
             holder.wait()
         assert len(values) >= 2 and values[-1] > values[0], values
+        # Every query of deploy/grafana-dashboard.json is valid PromQL and finds the agent's series,
+        # the per-job panels the holder's job.
+        for title, (answer, labels) in dashboard.items():
+            assert answer["status"] == "success", (title, answer)
+            assert answer["data"]["result"], f"panel {title!r} finds no series"
+            if "job_name" in labels:
+                assert {"load"} <= {r["metric"].get("job_name") for r in answer["data"]["result"]}, (title, answer)
     finally:
         prom.terminate()
         prom.wait(timeout=30)

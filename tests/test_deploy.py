@@ -1,0 +1,141 @@
+"""deploy/: what an admin copies onto a node must start the agent as written.
+
+No container runtime or Kubernetes runs here, so the files are checked for what would break them on a
+node: the systemd unit passes `systemd-analyze verify`, and every command line they give (the unit's
+ExecStart with its defaults file, the DaemonSet's args, the Containerfile's ENTRYPOINT and CMD) parses with
+`wattwise agent serve`'s own parser and names the paths the others mount. The Containerfile copies
+everything a wheel is built from (tests/test_packaging.py builds one from the same set). The Grafana
+dashboard's queries run against a real Prometheus in tests/test_agent.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+from tests.test_packaging import PACKAGE_ROOTS
+from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR
+from wattwise.agent.config import parse_config
+from wattwise.cli import agent as agent_cli
+
+DEPLOY = REPO_ROOT / "deploy"
+#: The files a wheel of wattwise is built from (besides the package folders).
+BUILD_FILES = {"pyproject.toml", "README.md", "pth_build.py"}
+
+
+def _serve_args(argv: list[str]) -> argparse.Namespace:
+    """`wattwise agent serve ARGV` as the command line parses it (argparse exits 2 on a bad flag)."""
+    parser = argparse.ArgumentParser(prog="wattwise")
+    agent_cli.register(parser.add_subparsers(dest="subcommand"))
+    return parser.parse_args(["agent", "serve", *argv])
+
+
+def _unit() -> dict[str, list[str]]:
+    """The unit's keys (a key may repeat), continuation lines joined."""
+    text = (DEPLOY / "wattwise-agent.service").read_text().replace("\\\n", " ")
+    keys: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
+            key, value = line.split("=", 1)
+            keys.setdefault(key.strip(), []).append(value.strip())
+    return keys
+
+
+def _defaults() -> dict[str, str]:
+    values = {}
+    for line in (DEPLOY / "wattwise-agent.default").read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            values[key] = value.strip('"')
+    return values
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                    reason="no `systemd-analyze` (Debian: apt-get install systemd)")
+def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    # verify checks that ExecStart's program exists: point it at this checkout's `wattwise`.
+    program = shutil.which("wattwise") or str(Path(REPO_ROOT / ".venv" / "bin" / "wattwise"))
+    unit = tmp_path / "wattwise-agent.service"
+    unit.write_text((DEPLOY / "wattwise-agent.service").read_text().replace("/usr/local/bin/wattwise", program))
+    proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    # Unknown keys and bad values are warnings on stderr with exit 0: any line about the unit is a fault.
+    problems = [line for line in (proc.stdout + proc.stderr).splitlines() if unit.name in line]
+    assert proc.returncode == 0 and not problems, proc.stdout + proc.stderr
+
+
+def test_the_units_command_line_with_its_defaults_parses_and_uses_the_folders_systemd_makes() -> None:
+    unit, defaults = _unit(), _defaults()
+    (exec_start,) = unit["ExecStart"]
+    program, command, subcommand, *argv = shlex.split(exec_start)
+    assert program.endswith("/wattwise") and (command, subcommand) == ("agent", "serve")
+    # The example options in the defaults file's comment must parse too.
+    (example,) = re.findall(r'WATTWISE_AGENT_OPTS="([^"]+)"', (DEPLOY / "wattwise-agent.default").read_text())
+    for opts in (defaults["WATTWISE_AGENT_OPTS"], example):
+        expanded = [a.replace("${WATTWISE_AGENT_GROUP}", defaults["WATTWISE_AGENT_GROUP"]) for a in argv]
+        expanded = [word for a in expanded for word in (shlex.split(opts) if a == "$WATTWISE_AGENT_OPTS" else [a])]
+        args = _serve_args(expanded)
+        assert args.backend == "nvml" and args.group == "gpu-power"
+    assert args.socket == DEFAULT_SOCKET and args.state_dir == DEFAULT_STATE_DIR
+    # systemd creates /run/wattwise and /var/lib/wattwise-agent (0700) for the agent.
+    assert unit["RuntimeDirectory"] == [Path(DEFAULT_SOCKET).parent.name]
+    assert unit["StateDirectory"] == [Path(DEFAULT_STATE_DIR).name] and unit["StateDirectoryMode"] == ["0700"]
+    # Hardened, but with what NVML and handing the socket to its group need.
+    caps = unit["CapabilityBoundingSet"][0].split()
+    assert {"CAP_SYS_ADMIN", "CAP_CHOWN"} <= set(caps)
+    assert unit["NoNewPrivileges"] == ["yes"] and unit["ProtectSystem"] == ["strict"]
+    assert unit["KillSignal"] == ["SIGTERM"]  # SIGTERM restores every held GPU
+
+
+def test_the_example_agent_config_loads_with_bounds_for_its_models() -> None:
+    data = yaml.safe_load((DEPLOY / "agent.example.yaml").read_text())
+    # The group the defaults file gives the socket; names are looked up when loaded, so use this machine's.
+    assert data["allowed_groups"] == [_defaults()["WATTWISE_AGENT_GROUP"]]
+    config = parse_config({**data, "allowed_groups": [os.getgid()]}, "agent.example.yaml")
+    assert config.allows(os.getuid() or 1000, {os.getgid()})
+    floor_w, ceiling_w = config.power_bounds("NVIDIA H100 80GB HBM3")
+    assert floor_w is not None and ceiling_w is not None and floor_w < ceiling_w
+    assert config.sm_clock_mhz is not None and config.sm_clock_mhz[0] < config.sm_clock_mhz[1]
+
+
+def test_the_daemonset_runs_the_agent_on_the_hosts_socket_folder_privileged_with_host_pids() -> None:
+    manifest = yaml.safe_load((DEPLOY / "wattwise-agent-daemonset.yaml").read_text())
+    assert manifest["kind"] == "DaemonSet" and manifest["apiVersion"] == "apps/v1"
+    spec = manifest["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True  # callers are named by pid and watched through /proc
+    (container,) = spec["containers"]
+    assert container["securityContext"]["privileged"] is True
+    args = _serve_args(container["args"])
+    assert args.backend == "nvml" and args.socket == DEFAULT_SOCKET
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    # The socket's folder and the journal are the host's, so jobs reach it and a restarted pod finds it.
+    for path in (str(Path(args.socket).parent), args.state_dir):
+        (name,) = [n for n, mount in mounts.items() if mount == path]
+        assert host[name] == path
+    assert args.metrics_port in [p["containerPort"] for p in container["ports"]]
+    assert manifest["spec"]["selector"]["matchLabels"].items() <= manifest["spec"]["template"]["metadata"][
+        "labels"].items()
+
+
+def test_the_containerfile_copies_what_a_wheel_is_built_from_and_starts_the_agent() -> None:
+    lines = (DEPLOY / "Containerfile").read_text().replace("\\\n", " ").splitlines()
+    copied = {src.rstrip("/") for line in lines if line.startswith("COPY ")
+              for src in shlex.split(line)[1:-1]}
+    assert BUILD_FILES | set(PACKAGE_ROOTS) <= copied
+    for name in copied:
+        assert (REPO_ROOT / name).exists(), name
+    (entrypoint,) = [json.loads(line.split(" ", 1)[1]) for line in lines if line.startswith("ENTRYPOINT ")]
+    (cmd,) = [json.loads(line.split(" ", 1)[1]) for line in lines if line.startswith("CMD ")]
+    assert entrypoint == ["wattwise", "agent", "serve"]
+    args = _serve_args(cmd)
+    assert args.socket == DEFAULT_SOCKET and args.state_dir == DEFAULT_STATE_DIR and args.backend == "nvml"
