@@ -13,6 +13,11 @@ run through the same simulator. All figures are simulated from measured traces: 
     python benchmarks/recurring.py --json out.json # every figure
     python benchmarks/recurring.py --ablation      # Zeus's policy, then wattwise's changes one by one
     python benchmarks/recurring.py --ablation --seeds 40   # the same on seeds 1-40 (robustness)
+    python benchmarks/recurring.py --validate      # knobs chosen on one GPU, reported on the other
+    python benchmarks/recurring.py --validate --markdown   # the README's validation tables
+
+`--validate` (see `recurring_validation.py`) is the out-of-sample view: the tables above are in sample,
+the policy's defaults having been set on these same traces.
 """
 
 from __future__ import annotations
@@ -239,6 +244,16 @@ def ablation(traces: Path, seeds: tuple[int, ...], workers: int) -> None:
         print(f"{name:<70} {figures[0]:>15} {figures[1]:>15}")
 
 
+def validate(traces: Path, workers: int, *, markdown: bool) -> int:
+    """Print the out-of-sample validation; 1 when an out-of-sample target is missed."""
+    import recurring_validation as validation  # it imports this module: imported only when asked for
+
+    result = validation.validate(traces, workers)
+    print(validation.markdown_report(result) if markdown else validation.text_report(result))
+    print(f"\nvalidation took {result.elapsed_s:.0f} s with {workers} workers")
+    return 1 if validation.missed_targets(result) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="directory of Zeus's trace CSVs")
@@ -248,12 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--ablation", action="store_true", help="measure wattwise's changes to Zeus one by one")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds 1..N for --ablation (default 5)")
+    parser.add_argument("--validate", action="store_true", help="choose the knobs on one GPU, report the other")
     args = parser.parse_args(argv)
     if not (args.traces / "summary_train.csv").is_file():
         parser.error(f"--traces {args.traces}: no summary_train.csv there (Zeus's traces, see ../shared/data)")
     if args.ablation:
         ablation(args.traces, tuple(range(1, args.seeds + 1)), args.workers)
         return 0
+    if args.validate:
+        return validate(args.traces, args.workers, markdown=args.markdown)
 
     policies = ("wattwise",) if args.no_zeus else ("wattwise", "zeus")
     tasks = [(args.traces, g, w, s, p) for g in GPUS for w in WORKLOADS for s in SEEDS for p in policies]

@@ -1,15 +1,20 @@
-"""The simulator's accounting on a tiny trace whose answer is worked out by hand, the CLI contract, and
-the real Zeus traces."""
+"""The simulator's accounting on a tiny trace whose answer is worked out by hand, the CLI contract, the
+real Zeus traces, and the benchmark's out-of-sample validation (knobs chosen on training traces only)."""
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 from wattwise.cli.main import main
 from wattwise.errors import UsageError
+from wattwise.recurring.policy import PolicyConfig
 from wattwise.recurring.simulator import job_for_trace, simulate
 from wattwise.recurring.trace import load_trace
 
@@ -150,3 +155,82 @@ def test_real_traces_wattwise_beats_default_and_nears_the_oracle(shared_data: Pa
     assert result.wattwise.cost < result.default.cost
     assert result.wattwise.cost < 1.1 * result.oracle.cost
     assert sum(r.reached for r in result.history) == recurrences
+
+
+def validation_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """`benchmarks/recurring_validation.py` (the benchmarks folder is no package)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    return importlib.import_module("recurring_validation")
+
+
+def test_cross_gpu_validation_chooses_the_knobs_without_the_test_gpu(
+    toy_trace: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    validation = validation_module(monkeypatch)
+    train_only, both = tmp_path / "train_only", tmp_path / "both"
+    for folder in (train_only, both):
+        folder.mkdir()
+        (folder / "summary_train.csv").write_text(toy_trace[0].read_text())
+        (folder / "summary_power_train.csv").write_text(POWER)
+    # The test GPU: twice as fast per epoch at 1.5x the power.
+    test_power = [POWER.splitlines()[0]]
+    for line in POWER.splitlines()[1:]:
+        *head, seconds, watts = line.split(",")
+        test_power.append(",".join([*head, str(float(seconds) / 2), str(float(watts) * 1.5)]))
+    (both / "summary_power_test.csv").write_text("\n".join(test_power) + "\n")
+
+    workloads = (validation.Workload("toy/net", 0.5, 5, 8),)
+    grid = (PolicyConfig(), PolicyConfig(prune_margin=0.25, prior_weight=3.0), PolicyConfig(prune_margin=1.0))
+    train = validation.Split(("train",), workloads, (1, 2))
+    test = validation.Split(("test",), workloads, (3, 4))
+    # Chosen where the test GPU's trace does not even exist...
+    alone, alone_score = validation.choose(validation.Simulations(train_only, 1), grid, train)
+
+    simulations: Any = validation.Simulations
+
+    class Spy(simulations):
+        def __init__(self) -> None:
+            super().__init__(both, 1)
+            self.calls: list[list[Any]] = []
+
+        def run(self, tasks: Iterable[Any]) -> None:
+            self.calls.append(list(tasks))
+            super().run(self.calls[-1])
+
+    spy = Spy()
+    result = validation.cross_gpu(spy, grid, train, test)
+    # ...is what the cross-GPU validation chooses with it present: the choice saw the training split only.
+    assert (result.chosen, result.in_sample) == (alone, alone_score)
+    choosing, *reporting = spy.calls
+    assert {(t.gpu, t.seed) for t in choosing} == {("train", 1), ("train", 2)}
+    assert {t.config for t in choosing} == set(grid)
+    assert {(t.gpu, t.seed) for call in reporting for t in call} == {("test", 3), ("test", 4)}
+    assert set(result.out_of_sample.ratios) == {("test", "toy/net")}
+
+
+def test_the_chooser_takes_the_least_mean_among_settings_whose_worst_workload_meets_the_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    validation = validation_module(monkeypatch)
+    workloads = (validation.Workload("a/x", 0.5, 5, 8), validation.Workload("b/y", 0.5, 5, 8))
+    grid = (PolicyConfig(prune_margin=0.25), PolicyConfig(prune_margin=0.5), PolicyConfig(prune_margin=1.0))
+    # Cost / oracle per (margin, workload): 0.5 has the least mean but a workload above 1.06.
+    ratios = {(0.25, "a/x"): 1.04, (0.25, "b/y"): 1.04, (0.5, "a/x"): 1.0, (0.5, "b/y"): 1.07}
+    ratios |= {(1.0, "a/x"): 1.05, (1.0, "b/y"): 1.02}
+
+    simulations: Any = validation.Simulations
+
+    class Scripted(simulations):
+        def run(self, tasks: Iterable[Any]) -> None:
+            for t in tasks:
+                self.done[t] = (ratios[t.config.prune_margin, t.workload.name], 1.0)
+
+    split = validation.Split(("gpu",), workloads, (1,))
+    chosen, score = validation.choose(Scripted(Path("unused"), 1), grid, split)
+    assert chosen.prune_margin == 1.0 and score.mean == pytest.approx(1.035)
+    # When no setting meets the target on every workload, the least worst workload wins.
+    ratios[1.0, "a/x"] = ratios[0.25, "a/x"] = 1.08
+    assert validation.choose(Scripted(Path("unused"), 1), grid, split)[0].prune_margin == 0.5
+    # The difference of two settings' means is paired by seed: seed 1 ties, seed 2 differs by 0.2.
+    better, worse = validation.Score({}, (1.0, 1.0)), validation.Score({}, (1.0, 1.2))
+    assert validation.paired_difference(worse, better) == pytest.approx((0.1, 0.1))
