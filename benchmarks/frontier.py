@@ -1,18 +1,21 @@
 """Benchmark the pipeline frontier on the real Perseus profiles (8 stages; GPT-3 175B / A100, Bloom / A40).
 
     python benchmarks/frontier.py [--data ../shared/data] [--models gpt3,bloom] [--microbatches 12,24,48,96]
-                                  [--lowtime gpt3:12,gpt3:24] [--out DIR] [--plot]
+                                  [--lowtime gpt3:12,bloom:12] [--lowtime-timeout S] [--out DIR] [--plot]
 
-For each profile and microbatch count: the wall time of the full frontier (fast solver), its number of
-points and of max-flow phases, the saving at no slowdown against all-maximum frequency, the saving with
-a straggler at T' = 1.2 x the all-maximum-frequency time, and our frontier beside the reference
-frontier file (the authors' fitted-model energies, with time quantised downwards: a reference, not
-ground truth). Every energy of ours is a real plan's, computed from the profile.
+Each case runs the whole `wattwise frontier` command in its own process (imports, profile, relaxation,
+rounding, the JSON) and reports its wall time, CPU seconds (user + system) and peak memory (max RSS),
+with the targets beside them; how many deadlines of the grid it rounded; how many non-dominated points
+the frontier has; the saving at no slowdown against all-maximum frequency and the saving with a
+straggler at T' = 1.2 x the all-maximum-frequency time; and our frontier beside the reference frontier
+file (the authors' fitted-model energies, with time quantised downwards: a reference, not ground truth).
+Every energy of ours is a real plan's, computed from the profile.
 
-With lowtime installed (`pip install lowtime`, optional), the authors' Phillips-Dessouky solver runs on
-the same profile, schedule and machine, set up as its Perseus example does; its plans (one per step) are
-evaluated with the same real figures as ours. Results go to stdout (markdown tables) and DIR/results.json
-(DIR defaults to <tmp>/wattwise-benchmark-frontier).
+With lowtime importable (`pip install lowtime`, optional; or on PYTHONPATH), the authors'
+Phillips-Dessouky solver runs on the same profile, schedule and machine, set up as its Perseus example
+does, in its own process too, right after ours: its plans (one per step) are evaluated with the same
+real figures as ours, and the table shows it beside ours with the speed-up. Results go to stdout
+(markdown tables) and DIR/results.json (DIR defaults to <tmp>/wattwise-benchmark-frontier).
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -28,7 +35,6 @@ from pathlib import Path
 import numpy as np
 
 from wattwise.pipeline.dag import pipeline_dag
-from wattwise.pipeline.frontier import FrontierSolver
 from wattwise.pipeline.plan import TIME_TOLERANCE
 from wattwise.pipeline.problem import PlanningProblem
 from wattwise.pipeline.profiles import load_profile
@@ -40,6 +46,12 @@ MODELS = {
 }
 STAGES = 8
 STRAGGLER_FACTOR = 1.2
+#: Targets of the whole `wattwise frontier` process (issue 16): wall time at 8 x 96 and at GPT-3 8 x 12,
+#: peak memory, and the speed-up over lowtime wherever lowtime finishes.
+TARGET_WALL_S_AT_96 = 10.0
+TARGET_WALL_S_GPT3_12 = 0.8
+TARGET_PEAK_MB = 400.0
+TARGET_SPEEDUP = 10.0
 
 
 @dataclass
@@ -48,8 +60,13 @@ class Row:
     model: str
     microbatches: int
     wall_s: float
-    points: int
-    phases: int
+    cpu_s: float
+    peak_mb: float
+    #: Deadlines of the grid rounded and in the grid (ours); plans yielded (lowtime: one per step).
+    rounded: int
+    deadlines: int
+    #: Points no other is both faster-or-equal and cheaper-or-equal than in sum(e - P_b * t).
+    non_dominated: int
     max_frequency_time_s: float
     max_frequency_energy_j: float
     intrinsic_time_s: float
@@ -101,28 +118,99 @@ def read_reference(path: Path) -> np.ndarray:
     return np.asarray(sorted(rows))
 
 
-def run_ours(problem: PlanningProblem, model: str, microbatches: int, unit_s: float,
-             reference: np.ndarray | None) -> tuple[Row, np.ndarray]:
-    solver = FrontierSolver(problem, unit_s)
-    started = time.perf_counter()
-    points = list(solver.run())
-    wall_s = time.perf_counter() - started
-    times = np.asarray([p.time_s for p in points])
-    energies = np.asarray([p.energy_j for p in points])
-    row = Row("wattwise", model, microbatches, wall_s, len(points), solver.phases,
-              **savings(problem, times, energies))
+def non_dominated(problem: PlanningProblem, times: np.ndarray, energies: np.ndarray) -> int:
+    """How many of the points no other beats on time and on sum(e - P_b * t) (`assemble_frontier`'s sense)."""
+    compute = energies - problem.p_blocking_w * problem.dag.num_stages * times
+    kept, lowest = 0, np.inf
+    for k in np.lexsort((compute, times)):
+        if compute[k] < lowest:
+            kept, lowest = kept + 1, compute[k]
+    return kept
+
+
+def measured(command: list[str], timeout_s: float = math.inf) -> tuple[int, str, str, float, float, float]:
+    """Run `command` in its own process: exit code, stdout, stderr, wall time, CPU seconds, peak memory (MB).
+
+    A process still running after `timeout_s` is killed (exit code -9).
+    """
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - started > timeout_s:
+                process.kill()
+            time.sleep(0.05)
+        wall_s = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return (process.returncode, out.read(), err.read(), wall_s, usage.ru_utime + usage.ru_stime,
+                usage.ru_maxrss / 1024)
+
+
+def run_ours(profile_path: Path, problem: PlanningProblem, model: str, microbatches: int, unit_s: float,
+             reference: np.ndarray | None, out: Path) -> tuple[Row, np.ndarray]:
+    """The whole `wattwise frontier` command for one case, in its own process."""
+    frontier_path = out / f"{model}_mb{microbatches}.json"
+    wattwise = Path(sys.executable).with_name("wattwise")
+    command = [str(wattwise), "frontier", str(profile_path), "--microbatches", str(microbatches),
+               "--unit-time", str(unit_s), "--p-blocking", str(problem.p_blocking_w), "--out", str(frontier_path)]
+    code, _, stderr, wall_s, cpu_s, peak_mb = measured(command)
+    if code != 0:
+        raise RuntimeError(f"wattwise frontier failed ({code}): {stderr.strip()}")
+    # Its last progress line: "wattwise frontier: R/G deadlines solved in X s".
+    rounded, deadlines = (int(x) for x in stderr.strip().splitlines()[-1].split()[2].split("/"))
+    data = json.loads(frontier_path.read_text())
+    points = np.asarray([(p["time_s"], p["energy_j"]) for p in data["points"]])
+    times, energies = points[:, 0], points[:, 1]
+    row = Row("wattwise", model, microbatches, wall_s, cpu_s, peak_mb, rounded, deadlines,
+              non_dominated(problem, times, energies), **savings(problem, times, energies))
     row.fastest_time_s, row.fastest_energy_j = float(times[0]), float(energies[0])
     row.least_energy_j = float(energies.min())
     if reference is not None and len(reference):
         row.reference_points = len(reference)
         row.reference_fastest_time_s, row.reference_fastest_energy_j = (float(x) for x in reference[0])
         row.reference_least_energy_j = float(reference[:, 1].min())
+    return row, points
+
+
+def run_lowtime(data: Path, problem: PlanningProblem, model: str, microbatches: int, out: Path,
+                timeout_s: float) -> tuple[Row, np.ndarray] | str:
+    """lowtime on one case, in its own process (this script with --lowtime-child); why not, if it did not run."""
+    result_path = out / f"lowtime_{model}_mb{microbatches}.json"
+    command = [sys.executable, __file__, "--data", str(data), "--lowtime-child", f"{model}:{microbatches}",
+               "--out", str(result_path)]
+    code, _, stderr, wall_s, cpu_s, peak_mb = measured(command, timeout_s)
+    if code == _NO_LOWTIME:
+        return "not importable (pip install lowtime)"
+    if code == -9:
+        return f"did not finish in {timeout_s:g} s ({cpu_s:.0f} CPU s, {peak_mb:.0f} MB), killed"
+    if code != 0:
+        raise RuntimeError(f"lowtime failed ({code}): {stderr.strip()}")
+    result = json.loads(result_path.read_text())
+    times, energies = np.asarray(result["times"]), np.asarray(result["energies"])
+    row = Row("lowtime 0.3.0", model, microbatches, wall_s, cpu_s, peak_mb, len(times), len(times),
+              non_dominated(problem, times, energies), **savings(problem, times, energies))
+    # Its own headline: the fastest plan (last step), whatever its slowdown.
+    row.intrinsic_time_s, row.intrinsic_energy_j = float(times[-1]), float(energies[-1])
+    row.intrinsic_saving = 1 - row.intrinsic_energy_j / row.max_frequency_energy_j
+    row.intrinsic_slowdown = row.intrinsic_time_s / row.max_frequency_time_s - 1
+    row.solve_s = result["solve_s"]
+    row.fastest_time_s, row.fastest_energy_j = row.intrinsic_time_s, row.intrinsic_energy_j
+    row.least_energy_j = float(energies.min())
     return row, np.stack([times, energies], axis=1)
 
 
-def run_lowtime(problem: PlanningProblem, model: str, microbatches: int,
-                unit_s: float) -> tuple[Row, np.ndarray] | None:
-    """The authors' solver (lowtime 0.3.0) as its Perseus example sets it up; None if not installed."""
+#: Exit code of the lowtime child when lowtime is not importable.
+_NO_LOWTIME = 3
+
+
+def lowtime_plans(problem: PlanningProblem, unit_s: float) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """The authors' solver (lowtime 0.3.0) as its Perseus example sets it up: its plans' real times and
+    energies, and the seconds of its Phillips-Dessouky loop; None if lowtime is not importable."""
     try:
         import networkx as nx
         from lowtime.cost_model import ExponentialModel
@@ -134,7 +222,6 @@ def run_lowtime(problem: PlanningProblem, model: str, microbatches: int,
         return None
     profile = problem.profile
     dag = problem.dag
-    started = time.perf_counter()
     specs = {}
     for stage in range(dag.num_stages):
         for instruction in ("forward", "backward"):
@@ -162,19 +249,10 @@ def run_lowtime(problem: PlanningProblem, model: str, microbatches: int,
     solve_started = time.perf_counter()
     for _ in PhillipsDessouky(graph).run():
         frequencies.append([op.assigned_knob for op in ops])
-    wall_s = time.perf_counter() - started
     solve_s = time.perf_counter() - solve_started
     choices = np.stack([problem.choice_for_frequencies(np.asarray(f)) for f in frequencies])
     times, energies = problem.evaluate(choices)
-    row = Row("lowtime 0.3.0", model, microbatches, wall_s, len(frequencies), 0, **savings(problem, times, energies))
-    # Its own headline: the fastest plan (last step), whatever its slowdown.
-    row.intrinsic_time_s, row.intrinsic_energy_j = float(times[-1]), float(energies[-1])
-    row.intrinsic_saving = 1 - row.intrinsic_energy_j / row.max_frequency_energy_j
-    row.intrinsic_slowdown = row.intrinsic_time_s / row.max_frequency_time_s - 1
-    row.solve_s = solve_s
-    row.fastest_time_s, row.fastest_energy_j = row.intrinsic_time_s, row.intrinsic_energy_j
-    row.least_energy_j = float(energies.min())
-    return row, np.stack([times, energies], axis=1)
+    return np.asarray(times), np.asarray(energies), solve_s
 
 
 def plot(path: Path, title: str, ours: np.ndarray, reference: np.ndarray | None,
@@ -199,48 +277,103 @@ def plot(path: Path, title: str, ours: np.ndarray, reference: np.ndarray | None,
     plt.close(fig)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def lowtime_child(data: Path, case: str, out: Path) -> int:
+    """The body of the lowtime process: solve one case, write the real figures of its plans."""
+    model, microbatches = case.split(":")
+    name, unit_s, p_blocking_w = MODELS[model]
+    profile = load_profile(data / "perseus" / "stage_profile" / f"{name}.csv")
+    problem = PlanningProblem.build(profile, pipeline_dag("1f1b", STAGES, int(microbatches)), p_blocking_w)
+    result = lowtime_plans(problem, unit_s)
+    if result is None:
+        return _NO_LOWTIME
+    times, energies, solve_s = result
+    out.write_text(json.dumps({"times": times.tolist(), "energies": energies.tolist(), "solve_s": solve_s}))
+    return 0
+
+
+def targets(row: Row) -> tuple[str, str]:
+    """The wall-time and peak-memory targets of a case of ours, with a tick or a cross."""
+    wall = ""
+    if row.microbatches == 96:
+        wall = f"< {TARGET_WALL_S_AT_96:g} {'yes' if row.wall_s < TARGET_WALL_S_AT_96 else 'NO'}"
+    elif row.model == "gpt3" and row.microbatches == 12:
+        wall = f"< {TARGET_WALL_S_GPT3_12:g} {'yes' if row.wall_s < TARGET_WALL_S_GPT3_12 else 'NO'}"
+    return wall, f"< {TARGET_PEAK_MB:g} {'yes' if row.peak_mb < TARGET_PEAK_MB else 'NO'}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     parser.add_argument("--models", default="gpt3,bloom")
     parser.add_argument("--microbatches", default="12,24,48,96")
-    parser.add_argument("--lowtime", default="gpt3:12,gpt3:24",
-                        help="model:M pairs to also run lowtime on (if installed); empty for none")
+    parser.add_argument("--lowtime", default="gpt3:12,bloom:12",
+                        help="model:M pairs to also run lowtime on (if importable); empty for none")
+    parser.add_argument("--lowtime-timeout", type=float, default=900.0, metavar="S",
+                        help="stop lowtime after S seconds of one case (default 900)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "wattwise-benchmark-frontier",
-                        help="where results.json and the plots go")
+                        help="where results.json, the frontiers and the plots go")
     parser.add_argument("--plot", action="store_true", help="write one PNG per run into --out")
+    parser.add_argument("--lowtime-child", metavar="MODEL:M", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.lowtime_child:
+        return lowtime_child(args.data, args.lowtime_child, args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     lowtime_runs = {tuple(item.split(":")) for item in args.lowtime.split(",") if item}
     rows: list[Row] = []
+    pairs: list[tuple[Row, Row | None]] = []
     for model in args.models.split(","):
         name, unit_s, p_blocking_w = MODELS[model]
-        profile = load_profile(args.data / "perseus" / "stage_profile" / f"{name}.csv")
+        profile_path = args.data / "perseus" / "stage_profile" / f"{name}.csv"
+        profile = load_profile(profile_path)
         for microbatches in (int(m) for m in args.microbatches.split(",")):
             problem = PlanningProblem.build(profile, pipeline_dag("1f1b", STAGES, microbatches), p_blocking_w)
             ref_path = args.data / "perseus" / "frontier" / f"{name}_mb{microbatches}.csv"
             reference = read_reference(ref_path) if ref_path.exists() else None
-            row, ours = run_ours(problem, model, microbatches, unit_s, reference)
+            row, ours = run_ours(profile_path, problem, model, microbatches, unit_s, reference, args.out)
             rows.append(row)
-            print(f"{model} x{microbatches}: {row.wall_s:.2f} s, {row.points} points", flush=True)
+            print(f"{model} x{microbatches}: {row.wall_s:.2f} s, {row.cpu_s:.2f} CPU s, {row.peak_mb:.0f} MB, "
+                  f"{row.non_dominated} points", flush=True)
             low = None
             if (model, str(microbatches)) in lowtime_runs:
-                low = run_lowtime(problem, model, microbatches, unit_s)
+                result = run_lowtime(args.data, problem, model, microbatches, args.out, args.lowtime_timeout)
+                if isinstance(result, str):
+                    print(f"  lowtime: {result}", flush=True)
+                else:
+                    low = result
             if low is not None:
                 rows.append(low[0])
-                print(f"  lowtime: {low[0].wall_s:.2f} s, {low[0].points} steps", flush=True)
+                print(f"  lowtime: {low[0].wall_s:.2f} s, {low[0].cpu_s:.2f} CPU s, {low[0].rounded} steps",
+                      flush=True)
+            pairs.append((row, low[0] if low is not None else None))
             if args.plot:
                 plot(args.out / f"{model}_mb{microbatches}.png", f"{name}, 8 x {microbatches}", ours, reference,
                      low[1] if low is not None else None)
     (args.out / "results.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
     print()
-    print("| solver | model | M | wall time (s) | points | phases | no-slowdown saving (slowdown) "
-          "| straggler 1.2x saving |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| solver | model | M | wall s (target) | CPU s | peak MB (target) | deadlines rounded | "
+          "non-dominated points | no-slowdown saving (slowdown) | straggler 1.2x saving |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        wall = f"{r.wall_s:.2f}" + (f" ({r.solve_s:.2f} solving)" if r.solve_s == r.solve_s else "")
-        print(f"| {r.solver} | {r.model} | {r.microbatches} | {wall} | {r.points} | {r.phases or '-'} | "
+        wall_target, peak_target = targets(r) if r.solver == "wattwise" else ("", "")
+        wall = f"{r.wall_s:.2f}" + (f" ({wall_target})" if wall_target else "")
+        wall += f" ({r.solve_s:.2f} solving)" if r.solve_s == r.solve_s else ""
+        rounded = f"{r.rounded}/{r.deadlines}" if r.solver == "wattwise" else f"{r.rounded} steps"
+        print(f"| {r.solver} | {r.model} | {r.microbatches} | {wall} | {r.cpu_s:.2f} | {r.peak_mb:.0f}"
+              f"{f' ({peak_target})' if peak_target else ''} | {rounded} | {r.non_dominated} | "
               f"{r.intrinsic_saving:.2%} ({r.intrinsic_slowdown:+.2%}) | {r.straggler_saving:.2%} |")
+    compared = [(ours, low) for ours, low in pairs if low is not None]
+    if compared:
+        print()
+        print(f"| model | M | speed-up over lowtime (wall; target >= {TARGET_SPEEDUP:g}x) | no-slowdown saving, "
+              "ours vs lowtime's fastest plan | straggler 1.2x saving, ours vs lowtime |")
+        print("|---|---|---|---|---|")
+        for ours, low in compared:
+            speedup = low.wall_s / ours.wall_s
+            print(f"| {ours.model} | {ours.microbatches} | {speedup:.1f}x "
+                  f"{'yes' if speedup >= TARGET_SPEEDUP else 'NO'} | {ours.intrinsic_saving:.2%} vs "
+                  f"{low.intrinsic_saving:.2%} {'yes' if ours.intrinsic_saving >= low.intrinsic_saving else 'NO'} | "
+                  f"{ours.straggler_saving:.2%} vs {low.straggler_saving:.2%} "
+                  f"{'yes' if ours.straggler_saving >= low.straggler_saving else 'NO'} |")
     print()
     print("| model | M | max frequency (s, J) | reference: points, fastest (s, J), least J | "
           "ours: fastest (s, J), least J |")
@@ -251,7 +384,8 @@ def main() -> None:
                   f"{r.reference_points}, {r.reference_fastest_time_s:.3f}, {r.reference_fastest_energy_j:.0f}, "
                   f"{r.reference_least_energy_j:.0f} | {r.fastest_time_s:.3f}, {r.fastest_energy_j:.0f}, "
                   f"{r.least_energy_j:.0f} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -41,8 +41,9 @@ def test_tracking_and_polishing_keep_plans_on_time_and_polishing_never_costs_mor
         pareto_order(problem, k, times, costs) for k in range(problem.num_types))]), problem)
     vertices = LevelPicker(OptionMap.build([(times[h.options], h.options) for h in relaxation.hulls]), problem)
     for picker in (options, vertices):
-        tracked = track(problem, picker, events[inn + 1] * UNIT_S)
-        assert np.all(problem.evaluate_by_node(tracked)[0] <= deadline_s + 1e-12)
+        tracked, tracked_s = track(problem, picker, events[inn + 1] * UNIT_S)
+        assert np.allclose(tracked_s, problem.evaluate_by_node(tracked)[0], rtol=1e-12)
+        assert np.all(tracked_s <= deadline_s + 1e-12)
         polished, time_s = polish(problem, options, tracked, deadline_s)
         assert np.allclose(time_s, problem.evaluate_by_node(polished)[0], rtol=1e-12)
         assert np.all(time_s <= deadline_s + 1e-12)

@@ -16,14 +16,13 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from wattwise.errors import UsageError
 from wattwise.pipeline.dag import check_dag_size, pipeline_dag
-from wattwise.pipeline.exact import exact_frontier
 from wattwise.pipeline.files import write_frontier_csv, write_frontier_json
-from wattwise.pipeline.frontier import FrontierSolver, check_frontier_size
+from wattwise.pipeline.frontier import FrontierSolver, NonDominated, check_frontier_size
 from wattwise.pipeline.plan import Frontier, assemble_frontier, choose_intrinsic
 from wattwise.pipeline.problem import PlanningProblem
 from wattwise.pipeline.profiles import load_profile
@@ -56,8 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--csv", metavar="FRONTIER.csv", help="also write time_s,energy_j,has_plan rows")
     parser.add_argument("--plot", metavar="FRONTIER.png", help="also plot the frontier and two timelines")
     parser.add_argument("--plans", choices=("some", "all"), default="some",
-                        help="which points carry their plan: some (default: about 35, incl. the intrinsic "
-                             "choice) or all")
+                        help="which points also write their plan out as readable lists: some (default: "
+                             "about 35, incl. the intrinsic choice) or all; every plan is in plan_matrix "
+                             "either way")
     parser.add_argument("--time-limit", type=float, default=10.0, metavar="S",
                         help="exact solver: seconds per deadline (default 10)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -83,18 +83,28 @@ def run(args: argparse.Namespace) -> int:
     problem = PlanningProblem.build(profile, dag, args.p_blocking)
     check_frontier_size(problem, args.unit_time, option="--unit-time", microbatches_option="--microbatches")
     started = time.monotonic()
+    # Only the points no other beats on time and on sum(e - P_b * t) are held as they stream in (the
+    # sense of `assemble_frontier`): memory follows the frontier, not the number of deadlines.
+    kept: NonDominated[Any] = NonDominated(problem.p_blocking_w * problem.dag.num_stages)
     if args.solver == "fast":
         solver = FrontierSolver(problem, args.unit_time)
-        points = list(_progress(solver.run(), solver.num_points, args.quiet, started))
+        for point in _progress(solver.run(), lambda _: f"{solver.rounded}/{solver.num_points}", args.quiet, started):
+            kept.add(point)
     else:
+        from wattwise.pipeline.exact import exact_frontier  # CP-SAT: imported only for --solver exact
+
         low = exact_frontier(problem, args.unit_time, time_limit_s=args.time_limit)
-        results = list(_progress(low, None, args.quiet, started))
-        not_proven = sum(1 for r in results if r.status != "OPTIMAL")
+        solved = not_proven = 0
+        for result in _progress(low, str, args.quiet, started):
+            solved += 1
+            not_proven += result.status != "OPTIMAL"
+            if result.has_plan:
+                kept.add(result)
         if not_proven and not args.quiet:
-            print(f"wattwise frontier: {not_proven} of {len(results)} deadlines not proven optimal within "
+            print(f"wattwise frontier: {not_proven} of {solved} deadlines not proven optimal within "
                   f"--time-limit {args.time_limit} s", file=sys.stderr)
-        points = [r for r in results if r.has_plan]  # type: ignore[misc]
-    frontier = assemble_frontier(problem, points, unit_time_s=args.unit_time, solver=args.solver, plans=args.plans)
+    frontier = assemble_frontier(problem, kept.points(), unit_time_s=args.unit_time, solver=args.solver,
+                                 plans=args.plans)
     elapsed_s = time.monotonic() - started
     write_frontier_json(frontier, args.out)
     if args.csv:
@@ -112,9 +122,11 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(frontier: Frontier, elapsed_s: float) -> str:
     """One paragraph for stdout: size of the frontier and the intrinsic saving."""
-    planned = sum(1 for p in frontier.points if p.plan is not None)
+    written = sum(1 for p in frontier.points if p.plan is not None)
+    planned = sum(1 for k in range(len(frontier.points)) if frontier.has_plan(k))
     lines = [
-        f"{len(frontier.points)} points ({planned} with a plan), {frontier.points[0].time_s:.6g} s to "
+        f"{len(frontier.points)} points ({planned} with a plan, {written} written out), "
+        f"{frontier.points[0].time_s:.6g} s to "
         f"{frontier.points[-1].time_s:.6g} s per iteration, solved in {elapsed_s:.2f} s ({frontier.solver})",
         f"maximum frequency: {frontier.max_frequency_time_s:.6g} s, {frontier.max_frequency_energy_j:.6g} J",
     ]
@@ -124,8 +136,9 @@ def summary(frontier: Frontier, elapsed_s: float) -> str:
     return "\n".join(lines)
 
 
-def _progress(items: Iterable[T], total: int | None, quiet: bool, started: float) -> Iterator[T]:
-    """Pass items through, printing a counter on stderr at most once a second and at the end."""
+def _progress(items: Iterable[T], done: Callable[[int], str], quiet: bool, started: float) -> Iterator[T]:
+    """Pass items through, printing `done(items so far)` deadlines on stderr at most once a second and at
+    the end."""
     count = 0
     last = started
     for item in items:
@@ -133,9 +146,8 @@ def _progress(items: Iterable[T], total: int | None, quiet: bool, started: float
         now = time.monotonic()
         if not quiet and now - last >= 1.0:
             last = now
-            of = f"/{total}" if total else ""
-            print(f"wattwise frontier: {count}{of} deadlines, {now - started:.1f} s", file=sys.stderr, flush=True)
+            print(f"wattwise frontier: {done(count)} deadlines, {now - started:.1f} s", file=sys.stderr, flush=True)
         yield item
     if not quiet:
-        print(f"wattwise frontier: {count} deadlines solved in {time.monotonic() - started:.1f} s",
+        print(f"wattwise frontier: {done(count)} deadlines solved in {time.monotonic() - started:.1f} s",
               file=sys.stderr, flush=True)

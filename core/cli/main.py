@@ -1,11 +1,16 @@
 """Entry point of the `wattwise` command.
 
 Each sub-command is a module of `wattwise.cli` with `register(subparsers)`; the parser it adds sets
-`func(args) -> int`. Bad input raises `wattwise.errors.UsageError` (or argparse rejects it): one line on
-stderr, exit code 2, no traceback. The library names the setting it refuses (`eta`, `power_limit.eta`);
-a parser that sets `setting_flags` (setting -> flag) has the message name its flags instead. A device
-error (a backend this machine lacks) and an `OSError` on a path the user gave are also one line and exit 2;
-anything else is a bug and keeps its traceback.
+`func(args) -> int`. Only the module of the command being run is imported: the others stay placeholders
+that carry the one-line help `COMMANDS` gives them, so `wattwise --help` still lists every command while
+`wattwise plan` never pays for CP-SAT, SQLAlchemy or the demo (tests/test_cli_startup.py keeps `COMMANDS`
+in step with what each module registers).
+
+Bad input raises `wattwise.errors.UsageError` (or argparse rejects it): one line on stderr, exit code 2, no
+traceback. The library names the setting it refuses (`eta`, `power_limit.eta`); a parser that sets
+`setting_flags` (setting -> flag) has the message name its flags instead. A device error (a backend this
+machine lacks) and an `OSError` on a path the user gave are also one line and exit 2; anything else is a
+bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -14,31 +19,30 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NoReturn
 
 from wattwise import __version__
-from wattwise.config import rename_settings
-from wattwise.devices.base import DeviceError
 from wattwise.errors import UsageError
 
-#: Sub-command modules, in the order `wattwise --help` lists them.
-COMMANDS: tuple[str, ...] = (
-    "run",
-    "devices",
-    "measure",
-    "demo",
-    "restore",
-    "advise",
-    "report",
-    "jobs",
-    "simulate",
-    "frontier",
-    "plan",
-    "acceptance",
-    "agent",
-    "cap",
-)
+#: Each sub-command module and its one-line help, in the order `wattwise --help` lists them. The help must
+#: be the one the module's `register` gives (a test checks).
+COMMANDS: Mapping[str, str] = {
+    "run": "run a training command with wattwise on, no code changes",
+    "devices": "list the GPUs and CPU domains wattwise can measure",
+    "measure": "run a command and report its time and energy",
+    "demo": "train a tiny model on the simulated GPU with power-limit tuning",
+    "restore": "restore GPU settings left changed by a crashed run",
+    "advise": "best start time for a job within a window, by grid carbon intensity, PUE or price",
+    "report": "energy report and paper-ready energy statement of a run (facility energy, emissions, cost)",
+    "jobs": "list, show, reset or sync the recurring jobs in the store",
+    "simulate": "simulate the recurring-job optimizer on real GPU traces (Zeus's format)",
+    "frontier": "time-energy frontier of a pipeline's frequency plans, from a per-stage profile (Perseus)",
+    "plan": "choose a frequency plan from a frontier (no slowdown, or for a straggler)",
+    "acceptance": "check the NVML path on a real NVIDIA GPU (skips everything without one)",
+    "agent": "the node agent: GPU settings for users who are not root",
+    "cap": "run a command under a GPU power cap",
+}
 
 EXIT_USAGE = 2
 
@@ -50,18 +54,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(load: Collection[str] = tuple(COMMANDS)) -> argparse.ArgumentParser:
+    """The `wattwise` parser; only the commands in `load` are imported, the others are placeholders."""
     parser = _Parser(prog="wattwise", description="Cut the energy bloat of deep-learning training.")
     parser.add_argument("--version", action="version", version=f"wattwise {__version__}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
-        module = importlib.import_module(f"wattwise.cli.{name}")
-        module.register(sub)
+    for name, help_text in COMMANDS.items():
+        if name in load:
+            importlib.import_module(f"wattwise.cli.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
+def command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command `argv` names: its first word that is not an option (`wattwise` takes no option values)."""
+    word = next((w for w in argv if not w.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = command_of(argv)
+    parser = build_parser(load=() if command is None else (command,))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         print(f"wattwise: error: no command given; choose one of {', '.join(COMMANDS)} "
@@ -70,14 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UsageError as err:
-        message = rename_settings(str(err), getattr(args, "setting_flags", {}))
-        print(f"wattwise {args.subcommand}: error: {message}", file=sys.stderr)
+        print(f"wattwise {args.subcommand}: error: {_renamed(err, args)}", file=sys.stderr)
         return EXIT_USAGE
-    except DeviceError as err:
+    except _device_errors() as err:
         # A backend asked for by name that this machine lacks (`--backend nvml` without a driver), or a
         # device that refuses a call: the user's choice or machine, not a bug.
-        message = rename_settings(str(err), getattr(args, "setting_flags", {}))
-        print(f"wattwise {args.subcommand}: error: {message}", file=sys.stderr)
+        print(f"wattwise {args.subcommand}: error: {_renamed(err, args)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
@@ -91,6 +104,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a full disk): name it. Readers turn their own errors into `UsageError`s with the fix.
         print(f"wattwise {args.subcommand}: error: {_os_error(err)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _device_errors() -> tuple[type[Exception], ...]:
+    """`DeviceError` once the device layer is loaded; before that no device error can have been raised.
+
+    An `except` clause evaluates its expression only when an exception reaches it, so commands that never
+    touch a device never import the device layer for it.
+    """
+    base = sys.modules.get("wattwise.devices.base")
+    return (base.DeviceError,) if base is not None else ()
+
+
+def _renamed(err: Exception, args: argparse.Namespace) -> str:
+    """The error's message with the settings it names renamed to the command's flags."""
+    flags = getattr(args, "setting_flags", {})
+    if not flags:
+        return str(err)
+    from wattwise.config import rename_settings  # OmegaConf: only for commands that map settings to flags
+
+    return rename_settings(str(err), flags)
 
 
 def _os_error(err: OSError) -> str:

@@ -21,9 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "plan",
         help="choose a frequency plan from a frontier (no slowdown, or for a straggler)",
         description=(
-            "Picks, among the frontier points that carry a plan, the least energy with no slowdown against "
-            "the maximum frequency, or with --straggler-time T the least energy when the iteration lasts T "
-            "seconds anyway (blocked GPUs draw the blocking power until T)."
+            "Picks, among every point of the frontier (in files older than plan_matrix, among the points that "
+            "spell out their plan), the least energy with no slowdown against the maximum frequency, or with "
+            "--straggler-time T the least energy when the iteration lasts T seconds anyway (blocked GPUs draw "
+            "the blocking power until T)."
         ),
     )
     parser.add_argument("frontier", metavar="FRONTIER.json", help="a frontier written by wattwise frontier")

@@ -35,10 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "exit code (127 if CMD is not found).")
     for s in SETTINGS:
         kind = key_type(s.key)
+        text = s.help.replace("%", "%%")  # argparse formats help with %: "10%" must stay literal
         if kind is bool:
-            p.add_argument(_flag(s.name), dest=s.name, action="store_true", default=None, help=s.help)
+            p.add_argument(_flag(s.name), dest=s.name, action="store_true", default=None, help=text)
         else:
-            p.add_argument(_flag(s.name), dest=s.name, type=kind, metavar=s.name.upper(), help=s.help)
+            p.add_argument(_flag(s.name), dest=s.name, type=kind, metavar=s.name.upper(), help=text)
     p.add_argument("--config", metavar="YAML", help=CONFIG_HELP)
     p.add_argument("--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help=f"{OVERRIDES_HELP} (repeatable)")

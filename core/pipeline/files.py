@@ -4,26 +4,58 @@ FRONTIER.json:
 
     {"stages": S, "microbatches": M, "schedule": "1f1b", "unit_time_s": U, "p_blocking_w": W,
      "solver": "fast", "max_frequency": {"time_s": ..., "energy_j": ...},
-     "points": [{"time_s": ..., "energy_j": ..., "plan": [[["forward", 0, 1410], ...], ...]}, ...]}
+     "points": [{"time_s": ..., "energy_j": ..., "plan": [[["forward", 0, 1410], ...], ...]}, ...],
+     "plan_matrix": {"encoding": "delta-zlib-base64", "dtype": "uint8", "shape": [P, N],
+                     "frequencies_mhz": [210, 225, ...], "data": "eJzt..."}}
 
-Points are sorted fastest first; `plan` is present on the points that carry one (all of them when the
-frontier was assembled with `plans="all"`). PLAN.json holds one chosen plan and the figures that justify
-it (see `plan_json`).
+Points are sorted fastest first; `plan` is spelled out on the points that carry one (all of them when the
+frontier was assembled with `plans="all"`, about 35 by default). `plan_matrix` holds every point's plan,
+compactly: P = len(points) rows, row k for points[k]; N = 2 x S x M columns, column j for the j-th
+instruction counting stage after stage, each stage in its schedule's execution order (as `plan` lists
+them); each cell an index into `frequencies_mhz` (ascending MHz), stored as `dtype` (uint8, or uint16 past
+256 frequencies). `data` is base64 of the zlib stream of the rows, little-endian and row after row, each
+row but the first replaced by its difference from the row before modulo 2^bits (neighbouring points
+differ in few instructions, so the stream is mostly zeros). Files written before `plan_matrix` existed
+still load: their choice is among the points that spell out their plan. PLAN.json holds one chosen plan
+and the figures that justify it (see `plan_json`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import csv
 import json
 import math
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from wattwise.errors import UsageError
 from wattwise.paths import json_text, replace_file
-from wattwise.pipeline.plan import Choice, Frontier, FrontierEntry, Plan, check_plan, plan_from_json, plan_to_json
+from wattwise.pipeline.plan import (
+    Choice,
+    Frontier,
+    FrontierEntry,
+    Plan,
+    PlanMatrix,
+    check_plan,
+    plan_from_json,
+    plan_to_json,
+)
 from wattwise.pipeline.schedule import INSTRUCTIONS, SCHEDULES
+
+#: The one encoding of `plan_matrix.data` (see the module docstring).
+PLAN_MATRIX_ENCODING = "delta-zlib-base64"
+#: Most bytes `plan_matrix` may inflate to, checked before inflating: the largest frontier the solver builds
+#: (`MAX_FRONTIER_BYTES`: 8 GiB of int64 choices) as uint8. GPT-3 175B on 8 x 96 stages takes 8 MB.
+MAX_PLAN_MATRIX_BYTES = 2**30
+_DTYPES: dict[str, np.dtype[Any]] = {"uint8": np.dtype("<u1"), "uint16": np.dtype("<u2")}
+_MATRIX_FIX = ("recompute the file with wattwise frontier, or delete plan_matrix to choose among the points "
+               "that spell out their plan")
 
 
 def frontier_json(frontier: Frontier) -> dict[str, Any]:
@@ -34,7 +66,7 @@ def frontier_json(frontier: Frontier) -> dict[str, Any]:
         if entry.plan is not None:
             point["plan"] = plan_to_json(entry.plan)
         points.append(point)
-    return {
+    document = {
         "stages": frontier.stages,
         "microbatches": frontier.microbatches,
         "schedule": frontier.schedule,
@@ -44,6 +76,73 @@ def frontier_json(frontier: Frontier) -> dict[str, Any]:
         "max_frequency": {"time_s": frontier.max_frequency_time_s, "energy_j": frontier.max_frequency_energy_j},
         "points": points,
     }
+    if frontier.plan_matrix is not None:
+        document["plan_matrix"] = plan_matrix_json(frontier.plan_matrix)
+    return document
+
+
+def plan_matrix_json(matrix: PlanMatrix) -> dict[str, Any]:
+    """The `plan_matrix` field: every row but the first as its difference from the one before, zlib, base64."""
+    indices = matrix.indices
+    deltas = indices.copy()
+    deltas[1:] -= indices[:-1]  # unsigned: modulo 2^bits, undone by a cumulative sum
+    name = "uint8" if indices.dtype.itemsize == 1 else "uint16"
+    dtype = _DTYPES[name]
+    return {
+        "encoding": PLAN_MATRIX_ENCODING,
+        "dtype": name,
+        "shape": list(indices.shape),
+        "frequencies_mhz": list(matrix.frequencies_mhz),
+        "data": base64.b64encode(zlib.compress(deltas.astype(dtype, copy=False).tobytes())).decode("ascii"),
+    }
+
+
+def plan_matrix_from_json(raw: object, shape: tuple[int, int], where: str) -> PlanMatrix:
+    """Decode and check a `plan_matrix` field of `shape` (points, instructions); errors name the field."""
+    field = f"{where}: plan_matrix"
+    if not isinstance(raw, dict):
+        raise UsageError(f"{field} must be an object with encoding, dtype, shape, frequencies_mhz and data; "
+                         f"{_MATRIX_FIX}")
+    if raw.get("encoding") != PLAN_MATRIX_ENCODING:
+        raise UsageError(f"{field}.encoding must be {PLAN_MATRIX_ENCODING!r} (got {raw.get('encoding')!r}); "
+                         f"{_MATRIX_FIX}")
+    dtype_name = raw.get("dtype")
+    dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
+    if dtype is None:
+        raise UsageError(f"{field}.dtype must be uint8 or uint16 (got {raw.get('dtype')!r}); {_MATRIX_FIX}")
+    if raw.get("shape") != list(shape):
+        raise UsageError(f"{field}.shape must be [points, 2 x stages x microbatches] = {list(shape)} "
+                         f"(got {raw.get('shape')!r}); {_MATRIX_FIX}")
+    frequencies = raw.get("frequencies_mhz")
+    if (not isinstance(frequencies, list) or not 0 < len(frequencies) <= 2 ** (8 * dtype.itemsize)
+            or not all(_is_int(f) and f > 0 for f in frequencies) or frequencies != sorted(set(frequencies))):
+        raise UsageError(f"{field}.frequencies_mhz must be ascending distinct positive integers, at most "
+                         f"{2 ** (8 * dtype.itemsize)} for {dtype_name}; {_MATRIX_FIX}")
+    size = shape[0] * shape[1] * dtype.itemsize
+    if size > MAX_PLAN_MATRIX_BYTES:
+        raise UsageError(f"{field} would inflate to {size} bytes ({shape[0]} points x {shape[1]} instructions), "
+                         f"more than the {MAX_PLAN_MATRIX_BYTES} bytes allowed; recompute the frontier with a "
+                         "larger --unit-time or fewer --microbatches, or delete plan_matrix")
+    data = raw.get("data")
+    if not isinstance(data, str):
+        raise UsageError(f"{field}.data must be a base64 string; {_MATRIX_FIX}")
+    try:
+        inflater = zlib.decompressobj()
+        content = inflater.decompress(base64.b64decode(data, validate=True), size)  # never more than `size`
+    except (binascii.Error, ValueError, zlib.error) as err:
+        raise UsageError(f"{field}.data is corrupted ({err}); {_MATRIX_FIX}") from None
+    if inflater.unconsumed_tail or inflater.unused_data:
+        raise UsageError(f"{field}.data holds more than its shape {list(shape)} of {dtype_name} ({size} bytes); "
+                         f"{_MATRIX_FIX}")
+    if not inflater.eof or len(content) != size:
+        raise UsageError(f"{field}.data is truncated ({len(content)} of {size} bytes); {_MATRIX_FIX}")
+    indices = np.frombuffer(content, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+    for row in range(1, shape[0]):  # row by row: 10 x faster than np.cumsum(axis=0) on small integers
+        np.add(indices[row], indices[row - 1], out=indices[row])
+    if indices.size and int(indices.max()) >= len(frequencies):
+        raise UsageError(f"{field}.data indexes frequency {int(indices.max())} of {len(frequencies)} "
+                         f"(frequencies_mhz); {_MATRIX_FIX}")
+    return PlanMatrix(tuple(int(f) for f in frequencies), indices)
 
 
 def write_frontier_json(frontier: Frontier, path: str | Path) -> None:
@@ -56,8 +155,8 @@ def write_frontier_csv(frontier: Frontier, path: str | Path) -> None:
     def write(fh: TextIO) -> None:
         writer = csv.writer(fh)
         writer.writerow(["time_s", "energy_j", "has_plan"])
-        for entry in frontier.points:
-            writer.writerow([repr(entry.time_s), repr(entry.energy_j), int(entry.plan is not None)])
+        for k, entry in enumerate(frontier.points):
+            writer.writerow([repr(entry.time_s), repr(entry.energy_j), int(frontier.has_plan(k))])
 
     _write(path, write)
 
@@ -98,6 +197,16 @@ def read_frontier_json(path: str | Path) -> Frontier:
             check_plan(plan, schedule, microbatches, here)
         time_s = _positive_number(raw, "time_s", here)
         points.append(FrontierEntry(time_s, _positive_number(raw, "energy_j", here), plan))
+    matrix = None
+    if data.get("plan_matrix") is not None:
+        matrix = plan_matrix_from_json(data["plan_matrix"], (len(points), 2 * stages * microbatches), where)
+        for k, entry in enumerate(points):
+            if entry.plan is not None and [s.frequency_mhz for steps in entry.plan for s in steps] != \
+                    matrix.frequencies_of(k):
+                raise UsageError(f"{where}: points[{k}].plan is not row {k} of plan_matrix; {_MATRIX_FIX}")
+    order = sorted(range(len(points)), key=lambda k: points[k].time_s)
+    if matrix is not None and order != list(range(len(points))):
+        matrix = PlanMatrix(matrix.frequencies_mhz, matrix.indices[order])
     solver = data.get("solver", "fast")
     return Frontier(
         stages=stages,
@@ -105,10 +214,11 @@ def read_frontier_json(path: str | Path) -> Frontier:
         schedule=schedule,
         unit_time_s=unit_time_s,
         p_blocking_w=p_blocking_w,
-        points=tuple(sorted(points, key=lambda p: p.time_s)),
+        points=tuple(points[k] for k in order),
         max_frequency_time_s=max_time,
         max_frequency_energy_j=max_energy,
         solver=str(solver),
+        plan_matrix=matrix,
     )
 
 
@@ -214,6 +324,10 @@ def _positive_number(data: dict[str, Any], key: str, where: str) -> float:
     if value <= 0:
         raise UsageError(f"{where}: {key} must be positive (got {value!r})")
     return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _positive_int(data: dict[str, Any], key: str, where: str) -> int:

@@ -1,27 +1,35 @@
 """The time-energy frontier of a pipeline iteration (the fast solver), streamed point by point.
 
-For every deadline from the fastest iteration time up to the slowest sensible one, `unit_time_s`
-apart, the solver yields the least-energy real plan it finds that finishes by the deadline. It
-combines:
+For deadlines from the fastest iteration time up to the slowest sensible one, `unit_time_s` apart, the
+solver yields the least-energy real plans it finds that finish by them. It combines:
 
 1. the exact convex relaxation at every deadline (`wattwise.pipeline.relaxation`: parametric min-cost flow
    with OR-Tools max-flow phases, one per breakpoint of the relaxed frontier), with times quantised to
    `unit_time_s / subdivisions` so that the relaxation follows the real times closely;
-2. two roundings of each relaxed solution to measured options (tracking its finish times with any
-   option, or with hull vertices only), both polished (`wattwise.pipeline.rounding`), keeping the one of
-   least real energy.
+2. two roundings of a relaxed solution to measured options (tracking its finish times with any option,
+   or with hull vertices only), both polished (`wattwise.pipeline.rounding`): four real plans per
+   rounded deadline, the polished one of least energy telling where the frontier changes.
+
+Rounding costs far more than the relaxation, and neighbouring deadlines mostly give the same plans, so
+on a large grid it is spent where the frontier changes: every `STRIDE`-th deadline first, then,
+recursively, the middle of any two rounded deadlines whose best plans differ (a heuristic: on a small
+grid every deadline is rounded). Plans that another plan of the same window of deadlines beats on time
+and on sum(e - P_b * t) are dropped before they are yielded; `NonDominated` keeps the frontier of the
+whole stream as it comes, holding only the points that no other beats.
 
 Every point's `time_s` and `energy_j` are the plan's own figures from the profile (longest path of the
-profiled times; profiled energies plus blocking energy), never an interpolation. The first point is
-solved for the real iteration time of the all-fastest plan, so the frontier always contains a plan with
-no slowdown against it.
+profiled times; profiled energies plus blocking energy), never an interpolation. The first deadline is
+the real iteration time of the all-fastest plan, so the frontier always contains a plan with no slowdown
+against it.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -31,8 +39,25 @@ from wattwise.pipeline.problem import PlanningProblem, iteration_energy_j
 from wattwise.pipeline.relaxation import ConvexRelaxation, RelaxedFrontier, pareto_order
 from wattwise.pipeline.rounding import LevelPicker, OptionMap, polish, track
 
-#: Deadlines mapped to real plans together (numpy batches).
+
+class _Timed(Protocol):
+    @property
+    def time_s(self) -> float: ...
+
+    @property
+    def energy_j(self) -> float: ...
+
+
+P = TypeVar("P", bound=_Timed)
+
+#: Deadlines mapped to real plans together (numpy batches), and coarse deadlines per window ...
 _BATCH = 1024
+#: ... fewer on large pipelines: at most this many (node, deadline) cells per batch bound the memory.
+_BATCH_CELLS = 3 << 18
+#: On a large grid the first pass rounds every `STRIDE`-th deadline; the others only where the best plan
+#: changes. A grid of at most `FULL_GRID_CELLS` (node, deadline) cells is rounded at every deadline.
+STRIDE = 16
+FULL_GRID_CELLS = 50_000_000
 #: Int64 arrays of shape (nodes, batch) alive at once while a batch is mapped to real plans (an estimate).
 _WORK_ARRAYS = 12
 #: Most deadlines of one frontier.
@@ -123,11 +148,13 @@ class FrontierSolver:
     `run` solves the relaxation first, then `relaxed` and `knee_time_s` are set.
     """
 
-    def __init__(self, problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000) -> None:
+    def __init__(self, problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000,
+                 stride: int | None = None) -> None:
         if not (isinstance(unit_time_s, int | float) and math.isfinite(unit_time_s) and unit_time_s > 0):
             raise UsageError(f"unit time must be a positive number of seconds, e.g. 0.001 (got {unit_time_s!r})")
-        if isinstance(subdivisions, bool) or not isinstance(subdivisions, int) or subdivisions < 1:
-            raise UsageError(f"subdivisions must be a positive integer (got {subdivisions!r})")
+        for name, value in (("subdivisions", subdivisions), ("stride", 1 if stride is None else stride)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UsageError(f"{name} must be a positive integer (got {value!r})")
         check_frontier_size(problem, unit_time_s)
         self.problem = problem
         self.unit_time_s = float(unit_time_s)
@@ -147,6 +174,11 @@ class FrontierSolver:
         self.fastest_time_s = float(problem.evaluate(self._fastest_choice)[0])
         #: Deadline of least relaxed energy (set by `run`).
         self.knee_time_s = math.nan
+        #: Deadlines of the grid rounded so far by `run`.
+        self.rounded = 0
+        #: Every `stride`-th deadline is rounded first (1: every deadline); by default 1 on a small grid.
+        self.stride = stride or (STRIDE if self.num_points * problem.dag.num_nodes > FULL_GRID_CELLS else 1)
+        self._batch = max(64, min(_BATCH, _BATCH_CELLS // problem.dag.num_nodes))
 
     @property
     def phases(self) -> int:
@@ -160,70 +192,145 @@ class FrontierSolver:
 
     @property
     def num_points(self) -> int:
-        """How many deadlines `run` solves (at most one point each)."""
+        """How many deadlines the grid has (`run` rounds some of them: `rounded` counts them)."""
         t_min, t_max, step = self.relaxation.t_min, self.relaxation.t_max, self.subdivisions
         return len(_deadline_grid(t_min, t_max, step))
 
     def run(self) -> Iterator[FrontierPoint]:
-        """Yield one point per deadline, fastest first."""
+        """Yield the non-dominated real plans found, window by window of deadlines, fastest deadline first.
+
+        Every `stride`-th deadline is rounded; between two rounded deadlines whose best plans differ,
+        the middle deadline is rounded too, recursively, so that rounding is spent where the frontier
+        changes. Each rounded deadline offers four real plans (two tracked, two polished; the first also
+        the all-fastest plan, polished); those another plan of the same window beats in time and in
+        sum(e - P_b * t) are dropped.
+        """
         relaxation = self.relaxation
         self.relaxed = relaxed = relaxation.solve()
         knee = int(relaxed.breakpoints[np.argmin(relaxed.energy_j(relaxed.breakpoints))])
         self.knee_time_s = knee * self.resolution_s
         grid = _deadline_grid(relaxation.t_min, relaxation.t_max, self.subdivisions)
-        for start in range(0, len(grid), _BATCH):
-            yield from self._points(grid[start : start + _BATCH], relaxed)
+        self.rounded = 0
+        last = len(grid) - 1
+        coarse = np.unique(np.concatenate([np.arange(0, last, self.stride), [last]]))
+        previous: tuple[float, ...] | None = None
+        for start in range(0, max(len(coarse) - 1, 1), self._batch):
+            ends = coarse[start : start + self._batch + 1]
+            points, previous = self._window(grid, ends, relaxed, previous)
+            yield from points
 
-    def _points(self, deadlines: IntArray, relaxed: RelaxedFrontier) -> Iterator[FrontierPoint]:
-        """Round, polish and evaluate a batch of relaxed solutions; keep the best real plan of each."""
+    def _window(
+        self, grid: IntArray, ends: IntArray, relaxed: RelaxedFrontier, previous: tuple[float, ...] | None,
+    ) -> tuple[list[FrontierPoint], tuple[float, ...]]:
+        """Round the deadlines `grid[ends]` and, where needed, those between; the window's non-dominated points.
+
+        `previous` is the best plan (time, energy) of `ends[0]` when the window before rounded it.
+        """
+        best: dict[int, tuple[float, ...]] = {}
+        points: list[FrontierPoint] = []
+        todo = ends
+        if previous is not None:
+            best[int(ends[0])] = previous
+            todo = ends[1:]
+        intervals = list(zip(ends[:-1].tolist(), ends[1:].tolist(), strict=True))
+        while len(todo):
+            for chunk in range(0, len(todo), self._batch):
+                indices = todo[chunk : chunk + self._batch]
+                found, keys = self._round(grid[indices], relaxed)
+                points.extend(found)
+                best.update(zip(indices.tolist(), keys or [()] * len(indices), strict=True))
+                self.rounded += len(indices)
+            split = [(a, b) for a, b in intervals if b - a > 1 and best[a] != best[b]]
+            todo = np.asarray([(a + b) // 2 for a, b in split], dtype=np.int64)
+            intervals = [pair for a, b in split for pair in ((a, (a + b) // 2), ((a + b) // 2, b))]
+        kept = _non_dominated(points, self.problem.p_blocking_w * self.problem.dag.num_stages)
+        kept.sort(key=lambda p: (p.deadline_s, p.time_s))
+        return kept, best[int(ends[-1])]
+
+    def _round(
+        self, deadlines: IntArray, relaxed: RelaxedFrontier,
+    ) -> tuple[list[FrontierPoint], list[tuple[float, ...]]]:
+        """Round, polish and evaluate a batch of relaxed solutions.
+
+        Returns the batch's non-dominated real plans on time, and (when `stride` > 1) per deadline the
+        figures that tell where the frontier changes.
+        """
         problem = self.problem
-        n = problem.dag.num_nodes
-        inn = 2 + 2 * np.arange(n)
-        events = relaxed.events(deadlines)
-        durations = relaxed.durations(events)
+        finish, durations = relaxed.node_times(deadlines)
         deadline_s = np.asarray(deadlines * self.resolution_s, dtype=np.float64)
         last = deadlines == self.relaxation.t_min
         deadline_s[last] = self.fastest_time_s
 
         # Candidates per deadline: in topological order, each instruction takes the cheapest option (or
-        # the slowest hull vertex) that finishes by its relaxed finish time; for the fastest deadline
-        # also the all-fastest plan. All polished, all checked against the deadline.
-        finish_s = np.asarray(events[inn + 1] * self.resolution_s, dtype=np.float64)
-        rounded = track(problem, self._options, finish_s)
-        tracked = track(problem, self._vertices, finish_s)
+        # the slowest hull vertex) that finishes by its relaxed finish time; both polished; for the
+        # fastest deadline also the all-fastest plan, polished. Tracked and polished plans are all real
+        # plans: each is kept when on time.
+        finish_s = np.asarray(finish * self.resolution_s, dtype=np.float64)
+        rounded, rounded_s = track(problem, self._options, finish_s)
+        tracked, tracked_s = track(problem, self._vertices, finish_s)
         extra = np.flatnonzero(last)
-        fastest = np.repeat(self._fastest_choice[:, None], len(extra), axis=1)
-        candidates = np.concatenate([rounded, tracked, fastest], axis=1)
-        owners = np.concatenate([np.arange(len(deadlines))] * 2 + [extra])
-        candidates, times = polish(problem, self._options, candidates, deadline_s[owners])
-        energies = iteration_energy_j(
-            problem.option_energy_j[candidates].sum(axis=0), problem.option_time_s[candidates].sum(axis=0),
-            times, problem.dag.num_stages, problem.p_blocking_w,
-        )
+        count = len(deadlines)
+        if len(extra):
+            fastest = np.repeat(self._fastest_choice[:, None], len(extra), axis=1)
+            start = np.concatenate([rounded, tracked, fastest], axis=1)
+        else:
+            start = np.concatenate([rounded, tracked], axis=1)
+        owners = np.concatenate([np.arange(count)] * 2 + [extra])
+        polished, polished_s = polish(problem, self._options, start, deadline_s[owners])
+        del start
+        groups = (polished, rounded, tracked)
+        times = np.concatenate([polished_s, rounded_s, tracked_s])
+        owners = np.concatenate([owners, np.arange(count), np.arange(count)])
+        energies = np.concatenate([
+            iteration_energy_j(problem.option_energy_j.take(group).sum(axis=0),
+                               problem.option_time_s.take(group).sum(axis=0), group_s,
+                               problem.dag.num_stages, problem.p_blocking_w)
+            for group, group_s in zip(groups, (polished_s, rounded_s, tracked_s), strict=True)
+        ])
         energies = np.where(times <= deadline_s[owners] * (1 + 1e-12), energies, np.inf)
 
-        # Best candidate per deadline: any option (column k) or vertices (column B + k), or an extra.
-        count = len(deadlines)
-        best = np.where(energies[count : 2 * count] < energies[:count], np.arange(count) + count, np.arange(count))
-        for column, owner in zip(range(2 * count, len(owners)), extra, strict=True):
-            if energies[column] < energies[best[owner]]:
-                best[owner] = column
-        relaxed_j = self.relaxation.relaxed_cost_j(durations.T) + (
-            problem.p_blocking_w * problem.dag.num_stages * deadlines * self.resolution_s
+        # Where the frontier changes, per deadline: the least-energy polished plan (ties: the first column)
+        # and the energy of both polished plans. Not needed when every deadline is rounded.
+        keys: list[tuple[float, ...]] = []
+        if self.stride > 1:
+            polished_columns = len(polished_s)
+            order = np.lexsort((energies[:polished_columns], owners[:polished_columns]))
+            first = order[np.searchsorted(owners[order], np.arange(count))]
+            keys = list(zip(times[first].tolist(), energies[first].tolist(), energies[:count].tolist(),
+                            energies[count : 2 * count].tolist(), strict=True))
+
+        # The batch's non-dominated candidates on time, in (time, sum(e - P_b * t)).
+        blocking_w = problem.p_blocking_w * problem.dag.num_stages
+        on_time = np.flatnonzero(np.isfinite(energies))
+        compute = energies[on_time] - blocking_w * times[on_time]
+        order = on_time[np.lexsort((compute, times[on_time]))]
+        compute = energies[order] - blocking_w * times[order]
+        lowest = np.minimum.accumulate(compute)
+        order = order[np.concatenate([[True], compute[1:] < lowest[:-1]])] if len(order) else order
+        # The relaxation's energy, for the deadlines of the points kept only.
+        relaxed_j = np.zeros(count)
+        needed = np.unique(owners[order])
+        relaxed_j[needed] = self.relaxation.relaxed_cost_j(durations[:, needed].T) + (
+            problem.p_blocking_w * problem.dag.num_stages * deadlines[needed] * self.resolution_s
         )
-        # Compact choices (option indices are small): Bloom 8 x 96 yields 133k points of 1536 nodes.
+        # Compact choices (option indices are small), one array per point so dropped points free theirs.
         compact = np.min_scalar_type(len(problem.option_time_s))
-        chosen = np.ascontiguousarray(candidates[:, best].T.astype(compact))
-        for k in range(count):
-            column = best[k]
-            if math.isfinite(energies[column]):
-                yield FrontierPoint(
-                    deadline_s=float(deadline_s[k]),
-                    time_s=float(times[column]),
-                    energy_j=float(energies[column]),
-                    relaxed_energy_j=float(relaxed_j[k]),
-                    choice=chosen[k],
-                )
+        bounds = np.cumsum([0] + [g.shape[1] for g in groups])
+        chosen = np.empty((len(order), problem.dag.num_nodes), dtype=compact)
+        for g, group in enumerate(groups):
+            mine = (order >= bounds[g]) & (order < bounds[g + 1])
+            chosen[mine] = group[:, order[mine] - bounds[g]].T
+        points = [
+            FrontierPoint(
+                deadline_s=float(deadline_s[owners[column]]),
+                time_s=float(times[column]),
+                energy_j=float(energies[column]),
+                relaxed_energy_j=float(relaxed_j[owners[column]]),
+                choice=chosen[k].copy(),
+            )
+            for k, column in enumerate(order.tolist())
+        ]
+        return points, keys
 
 
 def solve_frontier(problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000) -> Iterator[FrontierPoint]:
@@ -237,11 +344,46 @@ def _deadline_grid(t_min: int, t_max: int, step: int) -> IntArray:
     return np.unique(np.concatenate([[t_min], inner, [t_max]]).astype(np.int64))
 
 
-def pareto_filter(points: list[FrontierPoint]) -> list[FrontierPoint]:
-    """Points no other point beats on both time and energy, fastest first."""
+def _non_dominated(points: list[FrontierPoint], blocking_w: float) -> list[FrontierPoint]:
+    """Points that no other point beats on both time and sum(e - P_b * t) (ties: the first), fastest first."""
     kept: list[FrontierPoint] = []
-    for point in sorted(points, key=lambda p: (p.time_s, p.energy_j)):
-        if not kept or point.energy_j < kept[-1].energy_j:
+    for point in sorted(points, key=lambda p: (p.time_s, p.energy_j - blocking_w * p.time_s)):
+        if not kept or point.energy_j - blocking_w * point.time_s < kept[-1].energy_j - blocking_w * kept[-1].time_s:
             kept.append(point)
     return kept
 
+
+class NonDominated(Generic[P]):
+    """The points of a stream that no other is both faster-or-equal and cheaper-or-equal than, as they come.
+
+    Cost is sum(e_i - P_b * t_i) = `energy_j - blocking_w * time_s` (`blocking_w` = P_b * stages), the
+    sense of `wattwise.pipeline.plan.assemble_frontier`: only the non-dominated points are held, so
+    memory follows the frontier, not the number of deadlines solved.
+    """
+
+    def __init__(self, blocking_w: float) -> None:
+        self.blocking_w = blocking_w
+        self._times: list[float] = []
+        self._costs: list[float] = []
+        self._points: list[P] = []
+
+    def add(self, point: P) -> bool:
+        """Keep `point` unless a held point dominates it; drop the held points it dominates."""
+        time_s, cost = point.time_s, point.energy_j - self.blocking_w * point.time_s
+        after = bisect.bisect_right(self._times, time_s)
+        if after and self._costs[after - 1] <= cost:  # the cheapest held point no slower than this one
+            return False
+        at = end = bisect.bisect_left(self._times, time_s)
+        while end < len(self._costs) and self._costs[end] >= cost:
+            end += 1
+        self._times[at:end] = [time_s]
+        self._costs[at:end] = [cost]
+        self._points[at:end] = [point]
+        return True
+
+    def __len__(self) -> int:
+        return len(self._points)
+
+    def points(self) -> list[P]:
+        """The held points, fastest first (cost strictly decreasing)."""
+        return list(self._points)

@@ -3,7 +3,8 @@
 A plan is, per stage, the ordered `Step`s `(instruction, microbatch, frequency_mhz)` that the stage runs
 in one iteration: exactly what a controller (`wattwise.frequency`) walks, instruction by instruction,
 locking the SM clock before each one. A frontier is a list of points `(time_s, energy_j, plan)` with
-the facts needed to choose among them.
+the facts needed to choose among them; its `PlanMatrix` holds every point's plan compactly (one small
+integer per instruction), so the choice is among all points, not only those that spell their plan out.
 
 Choosing:
 
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from wattwise.errors import UsageError
 from wattwise.pipeline.dag import IntArray
@@ -116,6 +118,50 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+@dataclass(frozen=True, eq=False)
+class PlanMatrix:
+    """Every point's plan in one integer matrix: `indices[k, j]` indexes `frequencies_mhz`.
+
+    Row k is the k-th point of the frontier; column j is the j-th instruction counting stage after stage,
+    each stage in its schedule's execution order (the order a `Plan` lists them), so the schedule gives
+    each column its instruction and microbatch. 5,000 plans of 1,536 instructions take 7.7 MB as uint8
+    (fewer than 256 distinct frequencies), against about 40 KB each as nested lists.
+    """
+
+    #: Every frequency (MHz) some plan uses, ascending.
+    frequencies_mhz: tuple[int, ...]
+    #: Shape (points, instructions); uint8, or uint16 past 256 frequencies.
+    indices: NDArray[np.unsignedinteger]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PlanMatrix):
+            return NotImplemented
+        return self.frequencies_mhz == other.frequencies_mhz and np.array_equal(self.indices, other.indices)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def of_choices(cls, problem: PlanningProblem, choices: Sequence[IntArray]) -> PlanMatrix:
+        """The matrix of choice vectors (one global option per DAG node; nodes are in plan order)."""
+        frequencies = np.unique(problem.option_frequency_mhz)
+        dtype = np.uint8 if len(frequencies) <= 2**8 else np.uint16
+        index_of_option = np.searchsorted(frequencies, problem.option_frequency_mhz).astype(dtype)
+        indices = np.empty((len(choices), problem.dag.num_nodes), dtype=dtype)
+        for row, choice in enumerate(choices):
+            indices[row] = index_of_option[np.asarray(choice)]
+        return cls(tuple(int(f) for f in frequencies), indices)
+
+    def frequencies_of(self, row: int) -> list[int]:
+        """The frequency (MHz) of every instruction of one row's plan, in column order."""
+        return [self.frequencies_mhz[i] for i in self.indices[row].tolist()]
+
+    def plan(self, row: int, schedule: str, stages: int, microbatches: int) -> Plan:
+        """The plan of one row, for the frontier's schedule, stages and microbatches."""
+        frequencies = iter(self.frequencies_of(row))
+        return tuple(tuple(step.at(next(frequencies)) for step in steps)
+                     for steps in build_schedule(schedule, stages, microbatches))
+
+
 @dataclass(frozen=True)
 class FrontierEntry:
     """One point of a frontier file: a plan's real time and energy, and the plan when stored."""
@@ -139,6 +185,19 @@ class Frontier:
     max_frequency_time_s: float
     max_frequency_energy_j: float
     solver: str = "fast"
+    #: Every point's plan, row k for `points[k]`; None in files written before it existed.
+    plan_matrix: PlanMatrix | None = None
+
+    def has_plan(self, k: int) -> bool:
+        """Whether `points[k]`'s plan is known (spelled out on the point, or in the plan matrix)."""
+        return self.plan_matrix is not None or self.points[k].plan is not None
+
+    def with_plan(self, k: int) -> FrontierEntry:
+        """`points[k]` carrying its plan; it must have one (`has_plan`)."""
+        entry = self.points[k]
+        if entry.plan is not None or self.plan_matrix is None:
+            return entry
+        return replace(entry, plan=self.plan_matrix.plan(k, self.schedule, self.stages, self.microbatches))
 
     def compute_only_j(self, entry: FrontierEntry) -> float:
         """sum(e_i - P_b * t_i): the part of a point's energy that does not depend on the iteration time."""
@@ -175,27 +234,29 @@ class Choice:
 
 
 def choose_intrinsic(frontier: Frontier) -> Choice:
-    """Least energy among stored plans no slower than the all-maximum-frequency plan."""
+    """Least energy among stored plans (every point's, with a plan matrix) no slower than maximum frequency."""
     limit = frontier.max_frequency_time_s * (1.0 + TIME_TOLERANCE)
-    candidates = [p for p in frontier.points if p.plan is not None and p.time_s <= limit]
+    candidates = [k for k, p in enumerate(frontier.points) if frontier.has_plan(k) and p.time_s <= limit]
     if not candidates:
         raise UsageError("no stored plan is as fast as the maximum frequency; recompute the frontier "
                          "(wattwise frontier writes that plan)")
-    best = min(candidates, key=lambda p: p.energy_j)
+    best = frontier.with_plan(min(candidates, key=lambda k: frontier.points[k].energy_j))
     return Choice(best, "intrinsic", best.time_s, best.energy_j, frontier.max_frequency_time_s,
                   frontier.max_frequency_energy_j)
 
 
 def choose_for_straggler(frontier: Frontier, straggler_time_s: float) -> Choice:
-    """Least energy with blocking until `straggler_time_s`, among stored plans that finish by then."""
+    """Least energy with blocking until `straggler_time_s`, among stored plans (every point's, with a plan
+    matrix) that finish by then."""
     if not (isinstance(straggler_time_s, int | float) and math.isfinite(straggler_time_s) and straggler_time_s > 0):
         raise UsageError(f"straggler time must be a positive number of seconds (got {straggler_time_s!r})")
-    candidates = [p for p in frontier.points if p.plan is not None and p.time_s <= straggler_time_s]
+    points = frontier.points
+    candidates = [k for k, p in enumerate(points) if frontier.has_plan(k) and p.time_s <= straggler_time_s]
     if not candidates:
-        fastest = min(p.time_s for p in frontier.points)
+        fastest = min(p.time_s for p in points)
         raise UsageError(f"no plan finishes by the straggler time {straggler_time_s} s (the fastest takes "
                          f"{fastest:.6g} s); the straggler time must be at least that")
-    best = min(candidates, key=lambda p: frontier.energy_at_j(p, straggler_time_s))
+    best = frontier.with_plan(min(candidates, key=lambda k: frontier.energy_at_j(points[k], straggler_time_s)))
     baseline_j = frontier.max_frequency_energy_j + frontier.p_blocking_w * frontier.stages * max(
         0.0, straggler_time_s - frontier.max_frequency_time_s)
     return Choice(best, "straggler", straggler_time_s, frontier.energy_at_j(best, straggler_time_s),
@@ -232,10 +293,11 @@ def assemble_frontier(
     """A frontier from solver points: keep the useful ones, attach plans, record the baseline.
 
     A point is kept when no other point is both no slower and no costlier in sum(e_i - P_b * t_i): that
-    keeps every plan worth choosing, with or without a straggler. With `plans="all"` every kept point
-    carries its plan; with "some", the fastest, the slowest, the intrinsic choice (least energy no
-    slower than the maximum frequency), the least-energy point and about `SPREAD_PLANS` points evenly
-    spread in between do.
+    keeps every plan worth choosing, with or without a straggler. Every kept point's plan is in the
+    frontier's `plan_matrix`; `plans` says which points also spell theirs out as `Step`s (`entry.plan`,
+    the `plan` a frontier file shows a reader): with "all" every kept point; with "some", the fastest, the
+    slowest, the intrinsic choice (least energy no slower than the maximum frequency), the least-energy
+    point and about `SPREAD_PLANS` points evenly spread in between.
     """
     if plans not in ("all", "some"):
         raise UsageError(f"plans must be all or some (got {plans!r})")
@@ -265,6 +327,7 @@ def assemble_frontier(
         max_frequency_time_s=float(max_time),
         max_frequency_energy_j=float(max_energy),
         solver=solver,
+        plan_matrix=PlanMatrix.of_choices(problem, [p.choice for p in kept]),
     )
 
 

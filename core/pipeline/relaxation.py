@@ -172,6 +172,18 @@ class ConvexRelaxation:
         pot[_SINK] = self.t_max
         breakpoints = [pot]
 
+        # The residual network of every phase on one fixed set of arcs (CSR, sorted by tail): forward
+        # and backward arcs of every instruction and precedence edge, an absent backward arc (no flow to
+        # cancel) weighing infinity. Only the weights change from phase to phase.
+        arc_tails = np.concatenate([inn, out, p_tail, p_head])
+        arc_heads = np.concatenate([out, inn, p_head, p_tail])
+        arc_order = np.lexsort((arc_heads, arc_tails))
+        graph = csr_array(
+            (np.zeros(len(arc_order)), arc_heads[arc_order],
+             np.searchsorted(arc_tails[arc_order], np.arange(2 * n + 3))),
+            shape=(2 * n + 2, 2 * n + 2),
+        )
+
         while pot[_SINK] > self.t_min:
             # Residual arcs of each instruction: forward through its first unsaturated segment,
             # backward through its last segment carrying flow.
@@ -195,27 +207,19 @@ class ConvexRelaxation:
                 np.concatenate([fwd_cap[a_fwd], bwd_cap[a_bwd], np.full(len(q_fwd), _INF), p_flow[q_bwd]]),
             )
             cuts = np.cumsum([len(a_fwd), len(a_bwd), len(q_fwd)])
-            np.add.at(act_flow, a_fwd, flows[: cuts[0]])
-            np.subtract.at(act_flow, a_bwd, flows[cuts[0] : cuts[1]])
-            np.add.at(p_flow, q_fwd, flows[cuts[1] : cuts[2]])
-            np.subtract.at(p_flow, q_bwd, flows[cuts[2] :])
+            act_flow[a_fwd] += flows[: cuts[0]]  # each index once per statement
+            act_flow[a_bwd] -= flows[cuts[0] : cuts[1]]
+            p_flow[q_fwd] += flows[cuts[1] : cuts[2]]
+            p_flow[q_bwd] -= flows[cuts[2] :]
 
             # 2. Longest distances in the new residual network: Dijkstra on reduced costs (all >= 0).
             fwd_profit = flat_profit[np.searchsorted(cum_keys, type_key + act_flow, side="right")]
             bwd_profit = flat_profit[np.searchsorted(cum_keys, type_key + act_flow, side="left")]
-            back = np.flatnonzero(act_flow > 0)
-            q_back = np.flatnonzero(p_flow > 0)
-            graph = csr_array(
-                (
-                    np.concatenate([span - fwd_profit, bwd_profit[back] - span[back], p_slack, -p_slack[q_back]])
-                    .astype(np.float64),
-                    (
-                        np.concatenate([inn, out[back], p_tail, p_head[q_back]]),
-                        np.concatenate([out, inn[back], p_head, p_tail[q_back]]),
-                    ),
-                ),
-                shape=(2 * n + 2, 2 * n + 2),
-            )
+            weights = np.concatenate([
+                span - fwd_profit, np.where(act_flow > 0, bwd_profit - span, np.inf),
+                p_slack, np.where(p_flow > 0, -p_slack, np.inf),
+            ])
+            graph.data[:] = weights[arc_order]
             pot = pot - np.rint(dijkstra(graph, directed=True, indices=_SOURCE)).astype(np.int64)
             breakpoints.append(pot)
         return RelaxedFrontier(self, np.stack(breakpoints))
@@ -234,6 +238,11 @@ class RelaxedFrontier:
         self.potentials = potentials
         #: Breakpoint iteration times (units), ascending, and the index of each in `potentials`.
         self._times = potentials[::-1, _SINK].copy()
+        n = relaxation.problem.dag.num_nodes
+        inn = 2 + 2 * np.arange(n)
+        #: Node-major copies of the start and finish event potentials (N, phases + 1), for `node_times`.
+        self._starts = np.ascontiguousarray(potentials[:, inn].T)
+        self._finishes = np.ascontiguousarray(potentials[:, inn + 1].T)
 
     @property
     def phases(self) -> int:
@@ -246,14 +255,28 @@ class RelaxedFrontier:
 
     def events(self, deadlines: IntArray) -> IntArray:
         """Relaxed event times for each deadline (units), node-major: shape (2N + 2, B)."""
+        slower, faster, shift = self._phases(deadlines)
+        return np.minimum(self.potentials[slower], self.potentials[faster] + shift[:, None]).T
+
+    def node_times(self, deadlines: IntArray) -> tuple[IntArray, IntArray]:
+        """Per node and deadline, the relaxed finish time and duration (units), node-major (N, B).
+
+        The same figures as `events` and `durations`, without the other event times.
+        """
+        slower, faster, shift = self._phases(deadlines)
+        finish = np.minimum(self._finishes.take(slower, axis=1), self._finishes.take(faster, axis=1) + shift)
+        start = np.minimum(self._starts.take(slower, axis=1), self._starts.take(faster, axis=1) + shift)
+        return finish, np.minimum(finish - start, self.relaxation.hi[:, None])
+
+    def _phases(self, deadlines: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+        """Per deadline, the two breakpoints' rows of `potentials` around it and its shift past the faster."""
         deadlines = np.clip(np.asarray(deadlines, dtype=np.int64), self._times[0], self._times[-1])
         count = len(self._times)
         # Ascending position of the breakpoint at or below each deadline -> phase index j + 1.
         below = np.searchsorted(self._times, deadlines, side="right") - 1
         faster = count - 1 - below  # index of the breakpoint at or below (the later phase)
         slower = np.maximum(faster - 1, 0)
-        shift = deadlines - self._times[below]
-        return np.minimum(self.potentials[slower], self.potentials[faster] + shift[:, None]).T
+        return slower, faster, deadlines - self._times[below]
 
     def durations(self, events: IntArray) -> IntArray:
         """Per node, relaxed duration (units) from node-major event times, capped at the slowest sensible."""

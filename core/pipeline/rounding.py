@@ -14,7 +14,9 @@ passes turn it into real plans that never miss their deadline:
   fitting between its predecessors' finish and its successors' start: it spends slack that rounding
   left, never makes a plan late and never raises its effective cost.
 
-Arrays are node-major, shape (N, B): N nodes of B plans, so that each DAG level is a block of rows.
+Arrays are node-major, shape (N, B): N nodes of B plans. Inside `track` and `polish` the rows are
+renumbered level after level (`LevelLayout`), so that each DAG level is a slice of rows that numpy reads
+and writes in place; the lookup table of options is a small integer type, to stay in cache.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wattwise.pipeline.dag import FloatArray, IntArray
+from wattwise.pipeline.dag import FloatArray, IntArray, PipelineDag
 from wattwise.pipeline.problem import PlanningProblem
 
 #: Budgets are compared with a tolerance far below any measured time.
@@ -52,6 +54,8 @@ class OptionMap:
     table_len: IntArray
     step: float
     steps: int
+    #: Per entry, the time of the next entry of the same type (infinite after a type's last entry).
+    next_times: FloatArray
 
     @classmethod
     def build(cls, per_type: list[tuple[FloatArray, IntArray]]) -> OptionMap:
@@ -72,41 +76,52 @@ class OptionMap:
             choice=np.concatenate([o for _, o in per_type]),
             first=np.asarray(first, dtype=np.int64),
             last=np.asarray(first + np.asarray([len(t) for t in times]) - 1, dtype=np.int64),
-            table=np.asarray(table, dtype=np.int64),
+            # A small integer type keeps the table in cache (entries: a few hundred options).
+            table=np.asarray(table, dtype=np.min_scalar_type(-sum(len(t) for t in times))),
             table_first=np.asarray(np.cumsum([0, *sizes])[:-1], dtype=np.int64),
             table_len=np.asarray(sizes, dtype=np.int64),
             step=step,
             steps=steps,
+            next_times=np.concatenate([np.append(t[1:], np.inf) for t in times]),
         )
 
     def entry(self, keys: LevelKeys, budget: FloatArray) -> IntArray:
         """Per (node, plan): the entry (position in `times` / `choice`) of the cheapest option whose time
         fits the budget, else the fastest. `keys` describe the w nodes; `budget` has shape (w, B)."""
-        cell = ((budget - keys.base) * (1.0 / self.step)).astype(np.int64) - 1
-        entry = self.table[keys.table_first + np.minimum(np.maximum(cell, 0), keys.cell_max)]
+        scaled = budget - keys.base
+        scaled *= 1.0 / self.step
+        cell = scaled.astype(np.int64)
+        cell += keys.cell_shift
+        np.maximum(cell, keys.cell_low, out=cell)
+        np.minimum(cell, keys.cell_high, out=cell)
+        entry = self.table.take(cell)
         limit = budget + _EPS_S
         for _ in range(self.steps):
-            following = np.minimum(entry + 1, keys.last)
-            entry = np.where(self.times[following] <= limit, following, entry)
+            entry += self.next_times.take(entry) <= limit
         return entry
 
 
 @dataclass(frozen=True)
 class LevelKeys:
-    """Per node of one DAG level, the constants an `OptionMap` lookup needs, shaped (w, 1)."""
+    """Per node of one DAG level, the constants an `OptionMap` lookup needs, shaped (w, 1).
+
+    The table cell of a budget is the one of `budget - base` less one, within the node's type:
+    `cell_shift` = the type's first cell - 1, clipped to `cell_low`..`cell_high`.
+    """
 
     base: FloatArray
-    table_first: IntArray
-    cell_max: IntArray
-    last: IntArray
+    cell_shift: IntArray
+    cell_low: IntArray
+    cell_high: IntArray
 
     @classmethod
     def of(cls, option_map: OptionMap, node_type: IntArray) -> LevelKeys:
+        table_first = option_map.table_first[node_type][:, None]
         return cls(
             base=option_map.times[option_map.first[node_type]][:, None],
-            table_first=option_map.table_first[node_type][:, None],
-            cell_max=(option_map.table_len[node_type] - 1)[:, None],
-            last=option_map.last[node_type][:, None],
+            cell_shift=table_first - 1,
+            cell_low=table_first,
+            cell_high=table_first + (option_map.table_len[node_type] - 1)[:, None],
         )
 
 
@@ -116,23 +131,77 @@ class LevelPicker:
     def __init__(self, option_map: OptionMap, problem: PlanningProblem) -> None:
         self.map = option_map
         self.keys = [LevelKeys.of(option_map, problem.node_type[level]) for level in problem.dag.levels]
+        self.layout = LevelLayout.of(problem.dag)
 
     def pick(self, k: int, budget: FloatArray) -> tuple[IntArray, FloatArray]:
         """Options of level k's nodes that fit `budget` (w, B), and their times (map units)."""
         entry = self.map.entry(self.keys[k], budget)
-        return self.map.choice[entry], self.map.times[entry]
+        return self.map.choice.take(entry), self.map.times.take(entry)
 
 
-def track(problem: PlanningProblem, options: LevelPicker, target_finish_s: FloatArray) -> IntArray:
-    """In topological order, the cheapest of `options` that finishes by the target finish time."""
-    dag = problem.dag
-    choice = np.empty(target_finish_s.shape, dtype=np.int64)
-    finish = np.zeros((dag.num_nodes + 1, target_finish_s.shape[1]))
-    for k, level in enumerate(dag.levels):
-        start = finish[dag.preds[level]].max(axis=1)
-        choice[level], time_s = options.pick(k, target_finish_s[level] - start)
-        finish[level] = start + time_s
-    return choice
+@dataclass(frozen=True)
+class LevelLayout:
+    """The nodes renumbered level after level, so that each DAG level is a slice of rows (no scatter).
+
+    Row `position[v]` holds node v; `order[p]` is the node at row p; level k is rows `bounds[k]:bounds[k + 1]`.
+    Predecessor and successor lists are in rows, padded with row N (the virtual node).
+    """
+
+    order: IntArray
+    position: IntArray
+    bounds: tuple[int, ...]
+    preds: IntArray
+    succs: IntArray
+
+    @classmethod
+    def of(cls, dag: PipelineDag) -> LevelLayout:
+        n = dag.num_nodes
+        order = np.concatenate(dag.levels)
+        position = np.empty(n + 1, dtype=np.int64)
+        position[order] = np.arange(n)
+        position[n] = n
+        bounds = tuple(int(b) for b in np.cumsum([0] + [len(level) for level in dag.levels]))
+        return cls(order, position[:n], bounds, position[dag.preds[order]], position[dag.succs[order]])
+
+    def slices(self) -> list[tuple[int, int, int]]:
+        """(level, first row, end row) of every level, in topological order."""
+        return [(k, a, b) for k, (a, b) in enumerate(zip(self.bounds[:-1], self.bounds[1:], strict=True))]
+
+
+def _latest_of(values: FloatArray, rows: IntArray) -> FloatArray:
+    """Per row of `rows` (w, k), the largest of `values[rows[:, j]]` over j: shape (w, B)."""
+    out = values.take(rows[:, 0], axis=0)
+    for j in range(1, rows.shape[1]):
+        np.maximum(out, values.take(rows[:, j], axis=0), out=out)
+    return out
+
+
+def _earliest_of(values: FloatArray, rows: IntArray) -> FloatArray:
+    """Per row of `rows` (w, k), the smallest of `values[rows[:, j]]` over j: shape (w, B)."""
+    out = values.take(rows[:, 0], axis=0)
+    for j in range(1, rows.shape[1]):
+        np.minimum(out, values.take(rows[:, j], axis=0), out=out)
+    return out
+
+
+def track(problem: PlanningProblem, options: LevelPicker, target_finish_s: FloatArray) -> tuple[IntArray, FloatArray]:
+    """In topological order, the cheapest of `options` that finishes by the target finish time.
+
+    Returns the choices and their iteration times (the tracked plans are real plans too).
+    """
+    layout = options.layout
+    option_map = options.map
+    n, width = target_finish_s.shape
+    budget = target_finish_s.take(layout.order, axis=0)  # in rows; each level's slice becomes its budget
+    choice = np.empty((n, width), dtype=np.int64)
+    finish = np.zeros((n + 1, width))
+    for k, a, b in layout.slices():
+        start = _latest_of(finish, layout.preds[a:b])
+        np.subtract(budget[a:b], start, out=budget[a:b])
+        entry = option_map.entry(options.keys[k], budget[a:b])
+        option_map.choice.take(entry, out=choice[a:b], mode="clip")
+        np.add(start, option_map.times.take(entry), out=finish[a:b])
+    return choice.take(layout.position, axis=0), np.asarray(finish[:n].max(axis=0))
 
 
 def polish(
@@ -146,21 +215,31 @@ def polish(
     Returns the new choices and their iteration times: the backward pass schedules every node as late
     as the deadline allows, so the longest path is the deadline minus the earliest of those starts.
     """
-    dag = problem.dag
-    n = dag.num_nodes
-    choice = choice.copy()
-    times = problem.option_time_s[choice]
-    latest = dag.latest_finish_times_by_node(times, deadline_s)
-    finish = np.zeros((n + 1, choice.shape[1]))
-    for k, level in enumerate(dag.levels):
-        start = finish[dag.preds[level]].max(axis=1)
-        choice[level], times[level] = options.pick(k, latest[level] - start)
-        finish[level] = start + times[level]
-    begin = np.empty((n + 1, choice.shape[1]))
+    layout = options.layout
+    option_map = options.map
+    slices = layout.slices()
+    n, width = choice.shape
+    choice = choice.take(layout.order, axis=0)  # in rows, level after level
+    times = problem.option_time_s.take(choice)
+    latest = np.empty((n, width))  # latest finish times, as `PipelineDag.latest_finish_times_by_node`
+    latest_start = np.empty((n + 1, width))
+    latest_start[n] = deadline_s
+    for _, a, b in reversed(slices):
+        latest[a:b] = end = _earliest_of(latest_start, layout.succs[a:b])
+        np.subtract(end, times[a:b], out=latest_start[a:b])
+    finish = np.zeros((n + 1, width))
+    for k, a, b in slices:
+        start = _latest_of(finish, layout.preds[a:b])
+        np.subtract(latest[a:b], start, out=latest[a:b])
+        entry = option_map.entry(options.keys[k], latest[a:b])
+        option_map.choice.take(entry, out=choice[a:b], mode="clip")
+        option_map.times.take(entry, out=times[a:b], mode="clip")
+        np.add(start, times[a:b], out=finish[a:b])
+    begin = latest_start
     begin[n] = deadline_s
-    for k in range(len(dag.levels) - 1, -1, -1):
-        level = dag.levels[k]
-        end = begin[dag.succs[level]].min(axis=1)
-        choice[level], time_s = options.pick(k, end - (finish[level] - times[level]))
-        begin[level] = end - time_s
-    return choice, np.asarray(deadline_s - begin[:n].min(axis=0))
+    for k, a, b in reversed(slices):
+        end = _earliest_of(begin, layout.succs[a:b])
+        entry = option_map.entry(options.keys[k], end - (finish[a:b] - times[a:b]))
+        option_map.choice.take(entry, out=choice[a:b], mode="clip")
+        np.subtract(end, option_map.times.take(entry), out=begin[a:b])
+    return choice.take(layout.position, axis=0), np.asarray(deadline_s - begin[:n].min(axis=0))
