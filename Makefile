@@ -43,6 +43,8 @@ bench: install
 	$(PY) benchmarks/hot_path.py
 	$(PY) benchmarks/agent.py
 	$(PY) benchmarks/recurring.py
+	$(PY) benchmarks/recurring.py --validate
+	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/frontier.py
 
 clean:
