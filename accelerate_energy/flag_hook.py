@@ -68,48 +68,49 @@ def install() -> None:
         sys.meta_path.insert(0, _AccelerateFinder())
 
 
-def patch(module: ModuleType) -> None:
-    """Wrap `module.Accelerator.__init__` so each new accelerator is armed."""
-    cls = module.Accelerator
-    original = cls.__init__
+def _after_init(cls: type, equip: Callable[[Any], None]) -> None:
+    """Wrap `cls.__init__` (once) so that `equip(instance)` runs after it."""
+    original = cls.__init__  # type: ignore[misc]
     if getattr(original, _MARK, False):
         return
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        if self not in _ARMED:  # a subclass's __init__ may run the base's more than once
-            arm(self)
+        equip(self)
 
     setattr(__init__, _MARK, True)
-    cls.__init__ = __init__
+    cls.__init__ = __init__  # type: ignore[misc]
+
+
+def patch(module: ModuleType) -> None:
+    """Wrap `module.Accelerator.__init__` so each new accelerator is armed."""
+
+    def equip(accelerator: Any) -> None:
+        if accelerator not in _ARMED:  # a subclass's __init__ may run the base's more than once
+            arm(accelerator)
+
+    _after_init(module.Accelerator, equip)
 
 
 def patch_trainer(module: ModuleType) -> None:
     """Wrap `module.Trainer.__init__` so each Trainer keeps its energy run in checkpoints and logs
     (`accelerate_energy.hf_trainer`)."""
-    cls = module.Trainer
-    original = cls.__init__
-    if getattr(original, _MARK, False):
-        return
+    _after_init(module.Trainer, _equip_trainer)
 
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        try:
-            from accelerate_energy import hf_trainer
 
-            hf_trainer.install(self)
-        except Exception as err:  # an energy plugin never breaks training
-            import warnings
+def _equip_trainer(trainer: Any) -> None:
+    try:
+        from accelerate_energy import hf_trainer
 
-            from wattwise.run import EnergyPluginWarning
+        hf_trainer.install(trainer)
+    except Exception as err:  # an energy plugin never breaks training
+        import warnings
 
-            warnings.warn(f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
-                          "across checkpoints nor logged through report_to", EnergyPluginWarning, stacklevel=2)
+        from wattwise.run import EnergyPluginWarning
 
-    setattr(__init__, _MARK, True)
-    cls.__init__ = __init__
+        warnings.warn(f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
+                      "across checkpoints nor logged through report_to", EnergyPluginWarning, stacklevel=3)
 
 
 #: The modules the hook patches when the script imports them, and how.

@@ -29,26 +29,18 @@ import bisect
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 
 from wattwise.errors import UsageError
 from wattwise.pipeline.dag import IntArray
+from wattwise.pipeline.plan import Timed, non_dominated
 from wattwise.pipeline.problem import PlanningProblem, iteration_energy_j
 from wattwise.pipeline.relaxation import ConvexRelaxation, RelaxedFrontier, pareto_order
 from wattwise.pipeline.rounding import LevelPicker, OptionMap, polish, track
 
-
-class _Timed(Protocol):
-    @property
-    def time_s(self) -> float: ...
-
-    @property
-    def energy_j(self) -> float: ...
-
-
-P = TypeVar("P", bound=_Timed)
+P = TypeVar("P", bound=Timed)
 
 #: Deadlines mapped to real plans together (numpy batches), and coarse deadlines per window ...
 _BATCH = 1024
@@ -243,7 +235,7 @@ class FrontierSolver:
             split = [(a, b) for a, b in intervals if b - a > 1 and best[a] != best[b]]
             todo = np.asarray([(a + b) // 2 for a, b in split], dtype=np.int64)
             intervals = [pair for a, b in split for pair in ((a, (a + b) // 2), ((a + b) // 2, b))]
-        kept = _non_dominated(points, self.problem.p_blocking_w * self.problem.dag.num_stages)
+        kept = non_dominated(points, self.problem.p_blocking_w * self.problem.dag.num_stages)
         kept.sort(key=lambda p: (p.deadline_s, p.time_s))
         return kept, best[int(ends[-1])]
 
@@ -344,20 +336,11 @@ def _deadline_grid(t_min: int, t_max: int, step: int) -> IntArray:
     return np.unique(np.concatenate([[t_min], inner, [t_max]]).astype(np.int64))
 
 
-def _non_dominated(points: list[FrontierPoint], blocking_w: float) -> list[FrontierPoint]:
-    """Points that no other point beats on both time and sum(e - P_b * t) (ties: the first), fastest first."""
-    kept: list[FrontierPoint] = []
-    for point in sorted(points, key=lambda p: (p.time_s, p.energy_j - blocking_w * p.time_s)):
-        if not kept or point.energy_j - blocking_w * point.time_s < kept[-1].energy_j - blocking_w * kept[-1].time_s:
-            kept.append(point)
-    return kept
-
-
 class NonDominated(Generic[P]):
     """The points of a stream that no other is both faster-or-equal and cheaper-or-equal than, as they come.
 
     Cost is sum(e_i - P_b * t_i) = `energy_j - blocking_w * time_s` (`blocking_w` = P_b * stages), the
-    sense of `wattwise.pipeline.plan.assemble_frontier`: only the non-dominated points are held, so
+    sense of `wattwise.pipeline.plan.non_dominated` (its streaming form): only the non-dominated points are held, so
     memory follows the frontier, not the number of deadlines solved.
     """
 

@@ -17,9 +17,9 @@ Choosing:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -263,14 +263,31 @@ def choose_for_straggler(frontier: Frontier, straggler_time_s: float) -> Choice:
                   frontier.max_frequency_time_s, baseline_j)
 
 
-class _Point(Protocol):
-    """What `assemble_frontier` needs of a solver's point."""
+class Timed(Protocol):
+    """A point of a frontier as the dominance filters see it: its real time and energy."""
 
     @property
     def time_s(self) -> float: ...
 
     @property
     def energy_j(self) -> float: ...
+
+
+T = TypeVar("T", bound=Timed)
+
+
+def non_dominated(points: Iterable[T], blocking_w: float) -> list[T]:
+    """Points that no other point beats on both time and sum(e - P_b * t) = `energy_j - blocking_w * time_s`
+    (`blocking_w` = P_b * stages; ties: the first), fastest first."""
+    kept: list[T] = []
+    for point in sorted(points, key=lambda p: (p.time_s, p.energy_j - blocking_w * p.time_s)):
+        if not kept or point.energy_j - blocking_w * point.time_s < kept[-1].energy_j - blocking_w * kept[-1].time_s:
+            kept.append(point)
+    return kept
+
+
+class _Point(Timed, Protocol):
+    """What `assemble_frontier` needs of a solver's point."""
 
     @property
     def choice(self) -> IntArray: ...
@@ -307,10 +324,7 @@ def assemble_frontier(
     max_time, max_energy = problem.evaluate(max_choice)
     # The maximum-frequency plan is a real plan too: it stays when nothing beats it.
     candidates: list[_Point] = [*points, _Candidate(float(max_time), float(max_energy), max_choice)]
-    kept: list[_Point] = []
-    for point in sorted(candidates, key=lambda p: (p.time_s, p.energy_j - blocking_w * p.time_s)):
-        if not kept or point.energy_j - blocking_w * point.time_s < kept[-1].energy_j - blocking_w * kept[-1].time_s:
-            kept.append(point)
+    kept = non_dominated(candidates, blocking_w)
     with_plan = set(range(len(kept))) if plans == "all" else _spread(kept, float(max_time))
     entries = tuple(
         FrontierEntry(float(p.time_s), float(p.energy_j),
