@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 # The strict editable install links each file of `core/` under the import name `wattwise` (so mypy and
 # other tools follow it); a module added or removed needs a relink, redone whenever a package folder changes.
 PACKAGE_DIRS := $(shell find core lightning_energy accelerate_energy -type d -not -name __pycache__)
-$(VENV)/.linked: $(VENV)/.installed $(PACKAGE_DIRS)
+$(VENV)/.linked: $(VENV)/.installed $(PACKAGE_DIRS) core/pipeline/_kernels.c
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
 	touch $@
 

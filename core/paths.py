@@ -114,7 +114,10 @@ def finite_or_null(value: Any) -> Any:
 
 def json_text(value: Any, *, indent: int | None = 2, separators: tuple[str, str] | None = None) -> str:
     """Valid JSON for any output (a figure that is not finite becomes null, never `Infinity` or `NaN`)."""
-    return json.dumps(finite_or_null(value), indent=indent, separators=separators, allow_nan=False)
+    try:  # most outputs hold no such figure: no copy of them then
+        return json.dumps(value, indent=indent, separators=separators, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite_or_null(value), indent=indent, separators=separators, allow_nan=False)
 
 
 def read_text(path: str | os.PathLike[str], *, what: str, expected: str, fix: str,

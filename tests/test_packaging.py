@@ -38,9 +38,18 @@ def pyproject() -> dict[str, Any]:
         return tomllib.load(fh)
 
 
+def extension_sources() -> set[Path]:
+    """The C sources of `[[tool.setuptools.ext-modules]]`: compiled into the wheel, not shipped as data."""
+    modules = pyproject()["tool"]["setuptools"].get("ext-modules", [])
+    return {(REPO_ROOT / source).resolve() for module in modules for source in module["sources"]}
+
+
 def source_files(folder: Path) -> list[Path]:
+    """Files of a package folder as a clone has them: no bytecode, no extension built in place, no C source
+    of an extension module."""
+    compiled = extension_sources()
     return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and p.suffix not in (".pyc", ".pyo"))
+                  and p.suffix not in (".pyc", ".pyo", ".so", ".pyd") and p.resolve() not in compiled)
 
 
 def import_name(folder: Path) -> str:
@@ -155,7 +164,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     for name in ("pyproject.toml", "README.md", "pth_build.py"):
         shutil.copy2(REPO_ROOT / name, clone / name)
     for root in PACKAGE_ROOTS:
-        shutil.copytree(REPO_ROOT / root, clone / root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(REPO_ROOT / root, clone / root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
     build = "from setuptools import build_meta; print(build_meta.build_wheel('dist'))"
     proc = subprocess.run([sys.executable, "-c", build], cwd=clone, env=clean_env(), capture_output=True,
                           text=True, timeout=120)
@@ -172,6 +181,16 @@ def test_the_wheel_installs_wattwise_and_the_adapters_and_no_top_level_core(whee
     assert "wattwise/py.typed" in expected
     assert "wattwise/__main__.py" in expected
     assert sorted(expected - set(names)) == []
+
+
+def test_the_wheel_carries_the_compiled_kernels_where_a_compiler_is(wheel: zipfile.ZipFile) -> None:
+    """The frontier solver's C extension is optional (an install without a compiler still works), so a
+    broken build would pass silently: where a compiler is, the wheel must hold it."""
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler here: the wheel is pure Python and the numpy code is used")
+    names = wheel.namelist()
+    assert [n for n in names if n.startswith("wattwise/pipeline/_kernels.") and n.endswith(".so")]
+    assert extension_sources() == {(REPO_ROOT / "core/pipeline/_kernels.c").resolve()}
 
 
 def test_the_wheel_declares_the_wattwise_script_and_the_demo_entry_points(wheel: zipfile.ZipFile) -> None:

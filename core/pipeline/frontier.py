@@ -28,12 +28,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 import numpy as np
 
 from wattwise.errors import UsageError
+from wattwise.pipeline import kernels
 from wattwise.pipeline.dag import IntArray
 from wattwise.pipeline.plan import Timed, non_dominated
 from wattwise.pipeline.problem import PlanningProblem, iteration_energy_j
@@ -161,6 +162,12 @@ class FrontierSolver:
         self._options = LevelPicker(OptionMap.build([(times[o], o) for o in per_type_real]), problem)
         self._vertices = LevelPicker(OptionMap.build([(times[h.options], h.options) for h in self.relaxation.hulls]),
                                      problem)
+        #: The same lookups for the compiled kernels, when they are built.
+        self._compiled = (kernels.CompiledPicker(self._options), kernels.CompiledPicker(self._vertices)) \
+            if kernels.AVAILABLE else None
+        self._buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        #: The deadline (units) of each point of the current window, by id, until the window ends.
+        self._units: dict[int, int] = {}
         #: The plan of fastest real options and its real iteration time: the first deadline.
         self._fastest_choice = np.asarray([o[0] for o in per_type_real], dtype=np.int64)[problem.node_type]
         self.fastest_time_s = float(problem.evaluate(self._fastest_choice)[0])
@@ -237,7 +244,19 @@ class FrontierSolver:
             intervals = [pair for a, b in split for pair in ((a, (a + b) // 2), ((a + b) // 2, b))]
         kept = non_dominated(points, self.problem.p_blocking_w * self.problem.dag.num_stages)
         kept.sort(key=lambda p: (p.deadline_s, p.time_s))
+        kept = self._with_relaxed_energy(kept, relaxed)
+        self._units.clear()
         return kept, best[int(ends[-1])]
+
+    def _work(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The compiled path's buffers (relaxed finish times, starting plans, polished plans), at least `rows`
+        plans each, kept from batch to batch (fresh memory costs a page fault per 4 KiB on first touch)."""
+        nodes = self.problem.dag.num_nodes
+        if self._buffers is None or len(self._buffers[1]) < rows:
+            rows = max(rows, 2 * self._batch + 1)
+            self._buffers = (np.empty((rows, nodes)), np.empty((rows, nodes), dtype=np.int64),
+                             np.empty((rows, nodes), dtype=np.int64))
+        return self._buffers
 
     def _round(
         self, deadlines: IntArray, relaxed: RelaxedFrontier,
@@ -248,7 +267,6 @@ class FrontierSolver:
         figures that tell where the frontier changes.
         """
         problem = self.problem
-        finish, durations = relaxed.node_times(deadlines)
         deadline_s = np.asarray(deadlines * self.resolution_s, dtype=np.float64)
         last = deadlines == self.relaxation.t_min
         deadline_s[last] = self.fastest_time_s
@@ -256,28 +274,42 @@ class FrontierSolver:
         # Candidates per deadline: in topological order, each instruction takes the cheapest option (or
         # the slowest hull vertex) that finishes by its relaxed finish time; both polished; for the
         # fastest deadline also the all-fastest plan, polished. Tracked and polished plans are all real
-        # plans: each is kept when on time.
-        finish_s = np.asarray(finish * self.resolution_s, dtype=np.float64)
-        rounded, rounded_s = track(problem, self._options, finish_s)
-        tracked, tracked_s = track(problem, self._vertices, finish_s)
+        # plans: each is kept when on time. Plans end up plan-major, (plans, nodes).
         extra = np.flatnonzero(last)
         count = len(deadlines)
-        if len(extra):
-            fastest = np.repeat(self._fastest_choice[:, None], len(extra), axis=1)
-            start = np.concatenate([rounded, tracked, fastest], axis=1)
-        else:
-            start = np.concatenate([rounded, tracked], axis=1)
         owners = np.concatenate([np.arange(count)] * 2 + [extra])
-        polished, polished_s = polish(problem, self._options, start, deadline_s[owners])
-        del start
-        groups = (polished, rounded, tracked)
+        fastest = np.repeat(self._fastest_choice[None, :], len(extra), axis=0)
+        if self._compiled is not None:
+            # Into buffers kept from batch to batch: rows [0, c) rounded, [c, 2c) tracked, then the fastest.
+            options, vertices = self._compiled
+            work = self._work(2 * count + len(extra))
+            finish_s = relaxed.finish_s(deadlines, out=work[0][:count])
+            start, polished_out = work[1][: 2 * count + len(extra)], work[2][: 2 * count + len(extra)]
+            rounded, rounded_s = kernels.track(options, finish_s, out=start[:count])
+            tracked, tracked_s = kernels.track(vertices, finish_s, out=start[count : 2 * count])
+            start[2 * count :] = fastest
+            polished, polished_s = kernels.polish(options, problem.option_time_s, start, deadline_s[owners],
+                                                  out=polished_out)
+            groups = (polished, rounded, tracked)
+            sums = [kernels.sums(group, problem.option_energy_j, problem.option_time_s, options.threads)
+                    for group in groups]
+        else:
+            finish, _ = relaxed.node_times(deadlines)
+            finish_s = np.asarray(finish * self.resolution_s, dtype=np.float64)
+            rounded, rounded_s = track(problem, self._options, finish_s)
+            tracked, tracked_s = track(problem, self._vertices, finish_s)
+            del finish, finish_s
+            start = np.concatenate([rounded, tracked, fastest.T], axis=1)
+            polished, polished_s = polish(problem, self._options, start, deadline_s[owners])
+            del start
+            sums = [(_node_sum(problem.option_energy_j, group), _node_sum(problem.option_time_s, group))
+                    for group in (polished, rounded, tracked)]
+            groups = (polished.T, rounded.T, tracked.T)
         times = np.concatenate([polished_s, rounded_s, tracked_s])
         owners = np.concatenate([owners, np.arange(count), np.arange(count)])
         energies = np.concatenate([
-            iteration_energy_j(problem.option_energy_j.take(group).sum(axis=0),
-                               problem.option_time_s.take(group).sum(axis=0), group_s,
-                               problem.dag.num_stages, problem.p_blocking_w)
-            for group, group_s in zip(groups, (polished_s, rounded_s, tracked_s), strict=True)
+            iteration_energy_j(energy_j, time_s, group_s, problem.dag.num_stages, problem.p_blocking_w)
+            for (energy_j, time_s), group_s in zip(sums, (polished_s, rounded_s, tracked_s), strict=True)
         ])
         energies = np.where(times <= deadline_s[owners] * (1 + 1e-12), energies, np.inf)
 
@@ -299,35 +331,50 @@ class FrontierSolver:
         compute = energies[order] - blocking_w * times[order]
         lowest = np.minimum.accumulate(compute)
         order = order[np.concatenate([[True], compute[1:] < lowest[:-1]])] if len(order) else order
-        # The relaxation's energy, for the deadlines of the points kept only.
-        relaxed_j = np.zeros(count)
-        needed = np.unique(owners[order])
-        relaxed_j[needed] = self.relaxation.relaxed_cost_j(durations[:, needed].T) + (
-            problem.p_blocking_w * problem.dag.num_stages * deadlines[needed] * self.resolution_s
-        )
         # Compact choices (option indices are small), one array per point so dropped points free theirs.
         compact = np.min_scalar_type(len(problem.option_time_s))
-        bounds = np.cumsum([0] + [g.shape[1] for g in groups])
+        bounds = np.cumsum([0] + [g.shape[0] for g in groups])
         chosen = np.empty((len(order), problem.dag.num_nodes), dtype=compact)
         for g, group in enumerate(groups):
             mine = (order >= bounds[g]) & (order < bounds[g + 1])
-            chosen[mine] = group[:, order[mine] - bounds[g]].T
+            chosen[mine] = group[order[mine] - bounds[g]]
         points = [
             FrontierPoint(
                 deadline_s=float(deadline_s[owners[column]]),
                 time_s=float(times[column]),
                 energy_j=float(energies[column]),
-                relaxed_energy_j=float(relaxed_j[owners[column]]),
+                relaxed_energy_j=math.nan,  # set by `_window` for the points it keeps
                 choice=chosen[k].copy(),
             )
             for k, column in enumerate(order.tolist())
         ]
+        self._units.update(zip(map(id, points), deadlines[owners[order]].tolist(), strict=True))
         return points, keys
+
+    def _with_relaxed_energy(self, points: list[FrontierPoint], relaxed: RelaxedFrontier) -> list[FrontierPoint]:
+        """`points` with their deadline's relaxed energy (computed for the points a window keeps only)."""
+        if not points:
+            return points
+        units = np.asarray([self._units[id(p)] for p in points], dtype=np.int64)
+        unique, where = np.unique(units, return_inverse=True)
+        energy_j = np.concatenate([relaxed.energy_j(unique[k : k + self._batch])
+                                   for k in range(0, len(unique), self._batch)])
+        return [replace(p, relaxed_energy_j=float(energy_j[w])) for p, w in zip(points, where.tolist(), strict=True)]
 
 
 def solve_frontier(problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000) -> Iterator[FrontierPoint]:
     """Stream the frontier of `problem` (see `FrontierSolver`), fastest deadline first."""
     return FrontierSolver(problem, unit_time_s, subdivisions).run()
+
+
+def _node_sum(values: np.ndarray, choice: IntArray) -> np.ndarray:
+    """Per plan (column of node-major `choice`), the sum of `values` over its nodes, added in node order (as
+    the compiled `sums` adds them, so both give the same energies to the last bit)."""
+    taken = values.take(choice)
+    total = taken[0].copy()
+    for row in taken[1:]:
+        total += row
+    return total
 
 
 def _deadline_grid(t_min: int, t_max: int, step: int) -> IntArray:

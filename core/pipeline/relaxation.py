@@ -17,7 +17,8 @@ Algorithm (primal-dual, successive longest paths). Start from zero flow and the 
 D of the all-slowest plan (D(sink) is the slowest sensible iteration time). Each phase
 
 1. sends a maximum flow through the arcs that are tight for D (OR-Tools `SimpleMaxFlow`);
-2. recomputes D as the longest distances in the residual network (Dijkstra on reduced costs, scipy);
+2. recomputes D as the longest distances in the residual network (Dijkstra on reduced costs: the compiled
+   kernel of `wattwise.pipeline.kernels`, else scipy's);
    the new D(sink) is the next breakpoint of C(T), strictly smaller.
 
 Between two breakpoints the flow stays optimal and both potential vectors are feasible for it; feasible
@@ -36,9 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from ortools.graph.python import max_flow
-from scipy.sparse import csr_array
-from scipy.sparse.csgraph import dijkstra
 
+from wattwise.pipeline import kernels
 from wattwise.pipeline.dag import FloatArray, IntArray
 from wattwise.pipeline.problem import PlanningProblem
 
@@ -178,11 +178,7 @@ class ConvexRelaxation:
         arc_tails = np.concatenate([inn, out, p_tail, p_head])
         arc_heads = np.concatenate([out, inn, p_head, p_tail])
         arc_order = np.lexsort((arc_heads, arc_tails))
-        graph = csr_array(
-            (np.zeros(len(arc_order)), arc_heads[arc_order],
-             np.searchsorted(arc_tails[arc_order], np.arange(2 * n + 3))),
-            shape=(2 * n + 2, 2 * n + 2),
-        )
+        paths = _ShortestPaths(np.searchsorted(arc_tails[arc_order], np.arange(2 * n + 3)), arc_heads[arc_order])
 
         while pot[_SINK] > self.t_min:
             # Residual arcs of each instruction: forward through its first unsaturated segment,
@@ -219,8 +215,7 @@ class ConvexRelaxation:
                 span - fwd_profit, np.where(act_flow > 0, bwd_profit - span, np.inf),
                 p_slack, np.where(p_flow > 0, -p_slack, np.inf),
             ])
-            graph.data[:] = weights[arc_order]
-            pot = pot - np.rint(dijkstra(graph, directed=True, indices=_SOURCE)).astype(np.int64)
+            pot = pot - np.rint(paths.from_source(weights[arc_order])).astype(np.int64)
             breakpoints.append(pot)
         return RelaxedFrontier(self, np.stack(breakpoints))
 
@@ -268,6 +263,18 @@ class RelaxedFrontier:
         start = np.minimum(self._starts.take(slower, axis=1), self._starts.take(faster, axis=1) + shift)
         return finish, np.minimum(finish - start, self.relaxation.hi[:, None])
 
+    def finish_s(self, deadlines: IntArray, out: FloatArray | None = None) -> FloatArray:
+        """Per deadline and node, the relaxed finish time in seconds, plan-major (B, N): `node_times`'s
+        finish times times the resolution (the compiled kernel, into `out` if given; numpy where it is not
+        built)."""
+        relaxation = self.relaxation
+        if not kernels.AVAILABLE:
+            finish, _ = self.node_times(deadlines)
+            return np.ascontiguousarray(np.asarray(finish * relaxation.resolution_s, dtype=np.float64).T)
+        slower, faster, shift = self._phases(deadlines)
+        return kernels.node_finish_s(self.potentials, relaxation.problem.dag.num_nodes, slower, faster, shift,
+                                     relaxation.resolution_s, out=out)
+
     def _phases(self, deadlines: IntArray) -> tuple[IntArray, IntArray, IntArray]:
         """Per deadline, the two breakpoints' rows of `potentials` around it and its shift past the faster."""
         deadlines = np.clip(np.asarray(deadlines, dtype=np.int64), self._times[0], self._times[-1])
@@ -288,9 +295,40 @@ class RelaxedFrontier:
         """Relaxed least energy at each deadline: hull costs plus P_b * S * T."""
         relaxation = self.relaxation
         problem = relaxation.problem
-        durations = self.durations(self.events(deadlines))
-        return np.asarray(relaxation.relaxed_cost_j(durations.T)
+        if kernels.AVAILABLE:
+            slower, faster, shift = self._phases(deadlines)
+            by_plan = kernels.node_durations(self.potentials, slower, faster, shift, relaxation.hi)
+        else:
+            by_plan = self.durations(self.events(deadlines)).T
+        return np.asarray(relaxation.relaxed_cost_j(by_plan)
                           + problem.p_blocking_w * problem.dag.num_stages * deadlines * relaxation.resolution_s)
+
+
+class _ShortestPaths:
+    """Dijkstra from the source over one fixed CSR set of arcs whose weights change from call to call.
+
+    The compiled kernel when built; else scipy's, imported only then (its sparse graph package pulls in
+    scipy.sparse.linalg: about a third of a small frontier's run time).
+    """
+
+    def __init__(self, indptr: IntArray, indices: IntArray) -> None:
+        self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        self.indices = np.ascontiguousarray(indices, dtype=np.int64)
+        self._graph = None
+        if not kernels.AVAILABLE:
+            from scipy.sparse import csr_array
+
+            nodes = len(indptr) - 1
+            self._graph = csr_array((np.zeros(len(indices)), self.indices, self.indptr), shape=(nodes, nodes))
+
+    def from_source(self, weights: FloatArray) -> FloatArray:
+        """Shortest distances from the source; an infinite weight is no arc."""
+        if self._graph is None:
+            return kernels.dijkstra(self.indptr, self.indices, weights, _SOURCE)
+        from scipy.sparse.csgraph import dijkstra
+
+        self._graph.data[:] = weights
+        return np.asarray(dijkstra(self._graph, directed=True, indices=_SOURCE))
 
 
 def _max_flow(tails: IntArray, heads: IntArray, caps: IntArray) -> IntArray:

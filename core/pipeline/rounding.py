@@ -132,6 +132,8 @@ class LevelPicker:
         self.map = option_map
         self.keys = [LevelKeys.of(option_map, problem.node_type[level]) for level in problem.dag.levels]
         self.layout = LevelLayout.of(problem.dag)
+        #: The type of the node at each row of the layout.
+        self.row_type = problem.node_type[self.layout.order]
 
     def pick(self, k: int, budget: FloatArray) -> tuple[IntArray, FloatArray]:
         """Options of level k's nodes that fit `budget` (w, B), and their times (map units)."""

@@ -1,0 +1,745 @@
+/* Compiled kernels of the frontier solver: the same arithmetic as the numpy code, one plan at a time.
+ *
+ * `wattwise.pipeline.kernels` wraps these functions, checks the arrays they get (dtype, shape, C order) and
+ * falls back to numpy (and scipy for the shortest paths) when this module was not built. Every function
+ * does the floating-point operations of its numpy twin in the same order, so both give the same plans
+ * to the last bit (tests/test_kernels.py compares them):
+ *
+ * - `track` and `polish`: `wattwise.pipeline.rounding.track` / `polish` for plans laid out plan-major,
+ *   shape (plans, nodes) in node order; nodes are visited in the rounding's row order (level after level).
+ *   Within one level the numpy code updates all nodes at once; they never read each other, so visiting
+ *   them one by one gives the same figures.
+ * - `sums`: per plan, the sums of its options' energies and times, added in node order (numpy's sum over
+ *   axis 0 of a node-major array).
+ * - `node_finish`: the relaxed finish times of `RelaxedFrontier.node_times`, in seconds, plan-major.
+ * - `dijkstra`: shortest distances from one node over non-negative weights (an infinite weight is no arc).
+ *
+ * Arrays are passed as Python buffers (numpy arrays): this file needs no numpy headers. The GIL is released
+ * while a kernel runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EPS_S 1e-12
+/* Plans interleaved in `track` and `polish`: independent chains the processor overlaps. */
+#define BLOCK 8
+
+/* ---- buffers ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} Buf;
+
+/* A C-contiguous buffer of exactly `count` items of `itemsize` bytes (writable if asked). */
+static int get_buf(PyObject *obj, Buf *buf, Py_ssize_t count, Py_ssize_t itemsize, int writable, const char *name) {
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    buf->held = 0;
+    if (PyObject_GetBuffer(obj, &buf->view, flags) < 0) {
+        return -1;
+    }
+    buf->held = 1;
+    if (buf->view.itemsize != itemsize || buf->view.len != count * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes, got %zd bytes of %zd-byte items", name,
+                     count, itemsize, buf->view.len, buf->view.itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static void release(Buf *bufs, int count) {
+    for (int i = 0; i < count; i++) {
+        if (bufs[i].held) {
+            PyBuffer_Release(&bufs[i].view);
+            bufs[i].held = 0;
+        }
+    }
+}
+
+/* ---- option lookup (OptionMap.entry) ------------------------------------------------------------- */
+
+/* Per row, the entries of its type are first..last (times strictly increasing, costs decreasing). The
+ * answer of `OptionMap.entry` is the last entry whose time is at most budget + EPS_S, else the first: the
+ * numpy code finds it through a dense table and a few steps forward; here a walk from a hint (the row's
+ * previous answer: neighbouring plans mostly pick the same or a next option) finds the same entry while
+ * everything it reads stays in L1. */
+typedef struct {
+    const int64_t *first; /* per row */
+    const int64_t *last;
+    const int64_t *choice;    /* per entry: global option index */
+    const double *times;      /* per entry: its time (s) */
+} Picker;
+
+static inline int64_t pick(const Picker *m, Py_ssize_t row, double budget, int64_t hint) {
+    double limit = budget + EPS_S;
+    int64_t lo = m->first[row], hi = m->last[row], e = hint;
+    if (m->times[e] <= limit) {
+        while (e < hi && m->times[e + 1] <= limit) e++;
+    } else {
+        while (e > lo && m->times[e] > limit) e--;
+    }
+    return e;
+}
+
+/* Indices into `Buf` arrays of the picker arguments (same order in track and polish). */
+enum { P_FIRST, P_LAST, P_CHOICE, P_TIMES, P_COUNT };
+
+/* Parse the picker: (first, last, choice, times); `rows` nodes. */
+static int get_picker(PyObject *args_tuple, Py_ssize_t rows, Buf *bufs, Picker *m) {
+    PyObject *first, *last, *choice, *times;
+    if (!PyArg_ParseTuple(args_tuple, "OOOO", &first, &last, &choice, &times)) {
+        return -1;
+    }
+    if (get_buf(first, &bufs[P_FIRST], rows, 8, 0, "first") < 0) return -1;
+    if (get_buf(last, &bufs[P_LAST], rows, 8, 0, "last") < 0) return -1;
+    if (get_buf(choice, &bufs[P_CHOICE], PyObject_Length(choice), 8, 0, "choice") < 0) return -1;
+    Py_ssize_t entries = bufs[P_CHOICE].view.len / 8;
+    if (get_buf(times, &bufs[P_TIMES], entries, 8, 0, "times") < 0) return -1;
+    m->first = bufs[P_FIRST].view.buf;
+    m->last = bufs[P_LAST].view.buf;
+    m->choice = bufs[P_CHOICE].view.buf;
+    m->times = bufs[P_TIMES].view.buf;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        if (m->first[r] < 0 || m->last[r] >= entries || m->first[r] > m->last[r]) {
+            PyErr_SetString(PyExc_ValueError, "picker: entries out of range");
+            return -1;
+        }
+    }
+    for (Py_ssize_t e = 0; e < entries; e++) {
+        if (isnan(m->times[e])) {
+            PyErr_SetString(PyExc_ValueError, "picker: NaN time");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The DAG in rounding rows: order[p] = node at row p; preds/succs (rows x k) padded with row n. */
+typedef struct {
+    Py_ssize_t n, kp, ks;
+    const int64_t *order;
+    const int64_t *preds;
+    const int64_t *succs;
+} Layout;
+
+static int check_rows(const int64_t *rows, Py_ssize_t count, Py_ssize_t n, const char *name) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (rows[i] < 0 || rows[i] > n) {
+            PyErr_Format(PyExc_ValueError, "%s: row out of range", name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int check_order(const int64_t *order, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (order[i] < 0 || order[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "order: node out of range");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- splitting plans over threads ---------------------------------------------------------------- */
+
+/* A kernel over plans [lo, hi) of one call; returns 0, or -1 when out of memory. */
+typedef int (*RangeFn)(void *ctx, Py_ssize_t lo, Py_ssize_t hi);
+
+typedef struct {
+    RangeFn fn;
+    void *ctx;
+    Py_ssize_t lo, hi;
+    int status;
+} Part;
+
+static void *run_part(void *arg) {
+    Part *part = arg;
+    part->status = part->fn(part->ctx, part->lo, part->hi);
+    return NULL;
+}
+
+#define MAX_THREADS 64
+
+/* Run `fn` over plans [0, plans) in up to `threads` parts of whole blocks (the GIL released): plans are
+ * independent and every lookup finds the same option whatever its hint, so the figures do not depend on
+ * the split. Where a thread cannot start, its part runs on this thread. */
+static int run_split(RangeFn fn, void *ctx, Py_ssize_t plans, Py_ssize_t threads) {
+    Py_ssize_t blocks = (plans + BLOCK - 1) / BLOCK;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > blocks) threads = blocks;
+    if (threads < 1) threads = 1;
+    Part parts[MAX_THREADS];
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS];
+    int status = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < threads; i++) {
+        parts[i].fn = fn;
+        parts[i].ctx = ctx;
+        parts[i].lo = blocks * i / threads * BLOCK;
+        parts[i].hi = blocks * (i + 1) / threads * BLOCK;
+        if (parts[i].hi > plans) parts[i].hi = plans;
+        parts[i].status = 0;
+        started[i] = i > 0 && pthread_create(&ids[i], NULL, run_part, &parts[i]) == 0;
+    }
+    run_part(&parts[0]);
+    for (Py_ssize_t i = 1; i < threads; i++) {
+        if (started[i]) {
+            pthread_join(ids[i], NULL);
+        } else {
+            run_part(&parts[i]);
+        }
+        if (parts[i].status < 0) status = -1;
+    }
+    if (parts[0].status < 0) status = -1;
+    Py_END_ALLOW_THREADS
+    return status;
+}
+
+/* ---- track ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+    Picker m;
+    Layout lay;
+    const double *target;
+    int64_t *out_choice;
+    double *out_time;
+} TrackJob;
+
+static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
+    const TrackJob *job = ctx;
+    const Picker *m = &job->m;
+    Py_ssize_t n = job->lay.n, kp = job->lay.kp;
+    const int64_t *order = job->lay.order, *preds = job->lay.preds;
+    double *finish = malloc(sizeof(double) * (size_t)((n + 1) * BLOCK));
+    int64_t *hint = malloc(sizeof(int64_t) * (size_t)n);
+    if (!finish || !hint) {
+        free(finish);
+        free(hint);
+        return -1;
+    }
+    memcpy(hint, m->first, sizeof(int64_t) * (size_t)n);
+    for (Py_ssize_t k = 0; k < BLOCK; k++) finish[n * BLOCK + k] = 0.0;
+    for (Py_ssize_t b0 = lo; b0 < hi; b0 += BLOCK) {
+        Py_ssize_t nb = hi - b0 < BLOCK ? hi - b0 : BLOCK;
+        double longest[BLOCK];
+        for (Py_ssize_t k = 0; k < BLOCK; k++) longest[k] = -INFINITY;
+        for (Py_ssize_t p = 0; p < n; p++) {
+            const int64_t *pr = preds + p * kp;
+            int64_t node = order[p];
+            int64_t e = hint[p];
+            for (Py_ssize_t k = 0; k < nb; k++) {
+                double start = finish[pr[0] * BLOCK + k];
+                for (Py_ssize_t j = 1; j < kp; j++) {
+                    double f = finish[pr[j] * BLOCK + k];
+                    if (f > start) start = f;
+                }
+                e = pick(m, p, job->target[(b0 + k) * n + node] - start, e);
+                job->out_choice[(b0 + k) * n + node] = m->choice[e];
+                double f = start + m->times[e];
+                finish[p * BLOCK + k] = f;
+                if (f > longest[k]) longest[k] = f;
+            }
+            hint[p] = e;
+        }
+        for (Py_ssize_t k = 0; k < nb; k++) job->out_time[b0 + k] = longest[k];
+    }
+    free(finish);
+    free(hint);
+    return 0;
+}
+
+static PyObject *k_track(PyObject *self, PyObject *args) {
+    PyObject *picker_args, *order_o, *preds_o, *target_o, *out_choice_o, *out_time_o;
+    Py_ssize_t n, kp, plans, threads;
+    if (!PyArg_ParseTuple(args, "OnnnnOOOOO", &picker_args, &n, &kp, &plans, &threads, &order_o, &preds_o,
+                          &target_o, &out_choice_o, &out_time_o)) {
+        return NULL;
+    }
+    Buf bufs[P_COUNT + 5];
+    memset(bufs, 0, sizeof(bufs));
+    TrackJob job;
+    PyObject *result = NULL;
+    if (n < 1 || kp < 1 || plans < 0) {
+        PyErr_SetString(PyExc_ValueError, "track: bad sizes");
+        goto done;
+    }
+    if (get_picker(picker_args, n, bufs, &job.m) < 0) goto done;
+    if (get_buf(order_o, &bufs[P_COUNT], n, 8, 0, "order") < 0) goto done;
+    if (get_buf(preds_o, &bufs[P_COUNT + 1], n * kp, 8, 0, "preds") < 0) goto done;
+    if (get_buf(target_o, &bufs[P_COUNT + 2], plans * n, 8, 0, "target") < 0) goto done;
+    if (get_buf(out_choice_o, &bufs[P_COUNT + 3], plans * n, 8, 1, "out_choice") < 0) goto done;
+    if (get_buf(out_time_o, &bufs[P_COUNT + 4], plans, 8, 1, "out_time") < 0) goto done;
+    job.lay = (Layout){n, kp, 0, bufs[P_COUNT].view.buf, bufs[P_COUNT + 1].view.buf, NULL};
+    if (check_order(job.lay.order, n) < 0 || check_rows(job.lay.preds, n * kp, n, "preds") < 0) goto done;
+    job.target = bufs[P_COUNT + 2].view.buf;
+    job.out_choice = bufs[P_COUNT + 3].view.buf;
+    job.out_time = bufs[P_COUNT + 4].view.buf;
+    if (run_split(track_range, &job, plans, threads) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    release(bufs, P_COUNT + 5);
+    return result;
+}
+
+/* ---- polish --------------------------------------------------------------------------------------- */
+
+typedef struct {
+    Picker m;
+    Layout lay;
+    const double *option_time;
+    const int64_t *choice_in;
+    const double *deadline;
+    int64_t *out_choice;
+    double *out_time;
+} PolishJob;
+
+static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
+    const PolishJob *job = ctx;
+    const Picker *m = &job->m;
+    Py_ssize_t n = job->lay.n, kp = job->lay.kp, ks = job->lay.ks;
+    const int64_t *order = job->lay.order, *preds = job->lay.preds, *succs = job->lay.succs;
+    /* Per row and plan of the block: choice (an entry after the forward pass), time, latest finish,
+       events; the virtual row n closes each. */
+    size_t cells = (size_t)((n + 1) * BLOCK);
+    double *work = malloc(sizeof(double) * 4 * cells);
+    int64_t *ch = malloc(sizeof(int64_t) * cells);
+    int64_t *hint = malloc(sizeof(int64_t) * (size_t)n);
+    if (!work || !ch || !hint) {
+        free(work);
+        free(ch);
+        free(hint);
+        return -1;
+    }
+    double *t = work, *latest = work + cells, *begin = work + 2 * cells, *finish = work + 3 * cells;
+    memcpy(hint, m->first, sizeof(int64_t) * (size_t)n);
+    for (Py_ssize_t b0 = lo; b0 < hi; b0 += BLOCK) {
+        Py_ssize_t nb = hi - b0 < BLOCK ? hi - b0 : BLOCK;
+        const double *deadline = job->deadline + b0;
+        for (Py_ssize_t p = 0; p < n; p++) {
+            int64_t node = order[p];
+            for (Py_ssize_t k = 0; k < nb; k++) {
+                int64_t c = job->choice_in[(b0 + k) * n + node];
+                ch[p * BLOCK + k] = c;
+                t[p * BLOCK + k] = job->option_time[c];
+            }
+        }
+        /* Latest finish of every node with the others as they are (`begin` holds latest starts). */
+        for (Py_ssize_t k = 0; k < nb; k++) begin[n * BLOCK + k] = deadline[k];
+        for (Py_ssize_t p = n - 1; p >= 0; p--) {
+            const int64_t *su = succs + p * ks;
+            for (Py_ssize_t k = 0; k < nb; k++) {
+                double end = begin[su[0] * BLOCK + k];
+                for (Py_ssize_t j = 1; j < ks; j++) {
+                    double v = begin[su[j] * BLOCK + k];
+                    if (v < end) end = v;
+                }
+                latest[p * BLOCK + k] = end;
+                begin[p * BLOCK + k] = end - t[p * BLOCK + k];
+            }
+        }
+        /* Forward: the cheapest option finishing by the latest finish, predecessors as now. */
+        for (Py_ssize_t k = 0; k < nb; k++) finish[n * BLOCK + k] = 0.0;
+        for (Py_ssize_t p = 0; p < n; p++) {
+            const int64_t *pr = preds + p * kp;
+            int64_t e = hint[p];
+            for (Py_ssize_t k = 0; k < nb; k++) {
+                double start = finish[pr[0] * BLOCK + k];
+                for (Py_ssize_t j = 1; j < kp; j++) {
+                    double f = finish[pr[j] * BLOCK + k];
+                    if (f > start) start = f;
+                }
+                e = pick(m, p, latest[p * BLOCK + k] - start, e);
+                ch[p * BLOCK + k] = e;
+                t[p * BLOCK + k] = m->times[e];
+                finish[p * BLOCK + k] = start + m->times[e];
+            }
+            hint[p] = e;
+        }
+        /* Backward: the cheapest option starting no earlier than the forward pass's start. */
+        double earliest[BLOCK];
+        for (Py_ssize_t k = 0; k < nb; k++) {
+            begin[n * BLOCK + k] = deadline[k];
+            earliest[k] = INFINITY;
+        }
+        for (Py_ssize_t p = n - 1; p >= 0; p--) {
+            const int64_t *su = succs + p * ks;
+            int64_t node = order[p];
+            for (Py_ssize_t k = 0; k < nb; k++) {
+                double end = begin[su[0] * BLOCK + k];
+                for (Py_ssize_t j = 1; j < ks; j++) {
+                    double v = begin[su[j] * BLOCK + k];
+                    if (v < end) end = v;
+                }
+                Py_ssize_t cell = p * BLOCK + k;
+                int64_t e = pick(m, p, end - (finish[cell] - t[cell]), ch[cell]);
+                job->out_choice[(b0 + k) * n + node] = m->choice[e];
+                double bg = end - m->times[e];
+                begin[cell] = bg;
+                if (bg < earliest[k]) earliest[k] = bg;
+            }
+        }
+        for (Py_ssize_t k = 0; k < nb; k++) job->out_time[b0 + k] = deadline[k] - earliest[k];
+    }
+    free(work);
+    free(ch);
+    free(hint);
+    return 0;
+}
+
+static PyObject *k_polish(PyObject *self, PyObject *args) {
+    PyObject *picker_args, *order_o, *preds_o, *succs_o, *option_time_o, *choice_o, *deadline_o, *out_choice_o,
+        *out_time_o;
+    Py_ssize_t n, kp, ks, plans, threads;
+    if (!PyArg_ParseTuple(args, "OnnnnnOOOOOOOO", &picker_args, &n, &kp, &ks, &plans, &threads, &order_o, &preds_o,
+                          &succs_o, &option_time_o, &choice_o, &deadline_o, &out_choice_o, &out_time_o)) {
+        return NULL;
+    }
+    Buf bufs[P_COUNT + 8];
+    memset(bufs, 0, sizeof(bufs));
+    PolishJob job;
+    PyObject *result = NULL;
+    if (n < 1 || kp < 1 || ks < 1 || plans < 0) {
+        PyErr_SetString(PyExc_ValueError, "polish: bad sizes");
+        goto done;
+    }
+    if (get_picker(picker_args, n, bufs, &job.m) < 0) goto done;
+    if (get_buf(order_o, &bufs[P_COUNT], n, 8, 0, "order") < 0) goto done;
+    if (get_buf(preds_o, &bufs[P_COUNT + 1], n * kp, 8, 0, "preds") < 0) goto done;
+    if (get_buf(succs_o, &bufs[P_COUNT + 2], n * ks, 8, 0, "succs") < 0) goto done;
+    if (get_buf(option_time_o, &bufs[P_COUNT + 3], PyObject_Length(option_time_o), 8, 0, "option_time") < 0) goto done;
+    if (get_buf(choice_o, &bufs[P_COUNT + 4], plans * n, 8, 0, "choice") < 0) goto done;
+    if (get_buf(deadline_o, &bufs[P_COUNT + 5], plans, 8, 0, "deadline") < 0) goto done;
+    if (get_buf(out_choice_o, &bufs[P_COUNT + 6], plans * n, 8, 1, "out_choice") < 0) goto done;
+    if (get_buf(out_time_o, &bufs[P_COUNT + 7], plans, 8, 1, "out_time") < 0) goto done;
+    job.lay = (Layout){n, kp, ks, bufs[P_COUNT].view.buf, bufs[P_COUNT + 1].view.buf, bufs[P_COUNT + 2].view.buf};
+    if (check_order(job.lay.order, n) < 0 || check_rows(job.lay.preds, n * kp, n, "preds") < 0 ||
+        check_rows(job.lay.succs, n * ks, n, "succs") < 0) {
+        goto done;
+    }
+    job.option_time = bufs[P_COUNT + 3].view.buf;
+    Py_ssize_t options = bufs[P_COUNT + 3].view.len / 8;
+    job.choice_in = bufs[P_COUNT + 4].view.buf;
+    for (Py_ssize_t i = 0; i < plans * n; i++) {
+        if (job.choice_in[i] < 0 || job.choice_in[i] >= options) {
+            PyErr_SetString(PyExc_ValueError, "choice: option out of range");
+            goto done;
+        }
+    }
+    job.deadline = bufs[P_COUNT + 5].view.buf;
+    job.out_choice = bufs[P_COUNT + 6].view.buf;
+    job.out_time = bufs[P_COUNT + 7].view.buf;
+    if (run_split(polish_range, &job, plans, threads) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    release(bufs, P_COUNT + 8);
+    return result;
+}
+
+/* ---- sums ----------------------------------------------------------------------------------------- */
+
+typedef struct {
+    Py_ssize_t n;
+    const int64_t *choice;
+    const double *energy, *time;
+    double *out_e, *out_t;
+} SumsJob;
+
+static int sums_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
+    const SumsJob *job = ctx;
+    Py_ssize_t n = job->n;
+    for (Py_ssize_t b = lo; b < hi; b++) {
+        const int64_t *c = job->choice + b * n;
+        double se = job->energy[c[0]], st = job->time[c[0]];
+        for (Py_ssize_t v = 1; v < n; v++) {
+            se += job->energy[c[v]];
+            st += job->time[c[v]];
+        }
+        job->out_e[b] = se;
+        job->out_t[b] = st;
+    }
+    return 0;
+}
+
+static PyObject *k_sums(PyObject *self, PyObject *args) {
+    PyObject *choice_o, *energy_o, *time_o, *out_e_o, *out_t_o;
+    Py_ssize_t n, plans, threads;
+    if (!PyArg_ParseTuple(args, "nnnOOOOO", &n, &plans, &threads, &choice_o, &energy_o, &time_o, &out_e_o,
+                          &out_t_o)) {
+        return NULL;
+    }
+    Buf bufs[5];
+    memset(bufs, 0, sizeof(bufs));
+    PyObject *result = NULL;
+    if (n < 1 || plans < 0) {
+        PyErr_SetString(PyExc_ValueError, "sums: bad sizes");
+        goto done;
+    }
+    if (get_buf(choice_o, &bufs[0], plans * n, 8, 0, "choice") < 0) goto done;
+    if (get_buf(energy_o, &bufs[1], PyObject_Length(energy_o), 8, 0, "energy") < 0) goto done;
+    Py_ssize_t options = bufs[1].view.len / 8;
+    if (get_buf(time_o, &bufs[2], options, 8, 0, "time") < 0) goto done;
+    if (get_buf(out_e_o, &bufs[3], plans, 8, 1, "out_energy") < 0) goto done;
+    if (get_buf(out_t_o, &bufs[4], plans, 8, 1, "out_time") < 0) goto done;
+    SumsJob job = {n, bufs[0].view.buf, bufs[1].view.buf, bufs[2].view.buf, bufs[3].view.buf, bufs[4].view.buf};
+    for (Py_ssize_t i = 0; i < plans * n; i++) {
+        if (job.choice[i] < 0 || job.choice[i] >= options) {
+            PyErr_SetString(PyExc_ValueError, "choice: option out of range");
+            goto done;
+        }
+    }
+    run_split(sums_range, &job, plans, threads);
+    result = Py_NewRef(Py_None);
+done:
+    release(bufs, 5);
+    return result;
+}
+
+/* ---- node_durations ------------------------------------------------------------------------------- */
+
+/* The relaxed durations of `RelaxedFrontier.durations(events(...))` (units), plan-major. */
+static PyObject *k_node_durations(PyObject *self, PyObject *args) {
+    PyObject *pot_o, *slower_o, *faster_o, *shift_o, *hi_o, *out_o;
+    Py_ssize_t phases, width, n, plans;
+    if (!PyArg_ParseTuple(args, "nnnnOOOOOO", &phases, &width, &n, &plans, &pot_o, &slower_o, &faster_o, &shift_o,
+                          &hi_o, &out_o)) {
+        return NULL;
+    }
+    Buf bufs[6];
+    memset(bufs, 0, sizeof(bufs));
+    PyObject *result = NULL;
+    if (phases < 1 || n < 1 || width < 2 * n + 2 || plans < 0) {
+        PyErr_SetString(PyExc_ValueError, "node_durations: bad sizes");
+        goto done;
+    }
+    if (get_buf(pot_o, &bufs[0], phases * width, 8, 0, "potentials") < 0) goto done;
+    if (get_buf(slower_o, &bufs[1], plans, 8, 0, "slower") < 0) goto done;
+    if (get_buf(faster_o, &bufs[2], plans, 8, 0, "faster") < 0) goto done;
+    if (get_buf(shift_o, &bufs[3], plans, 8, 0, "shift") < 0) goto done;
+    if (get_buf(hi_o, &bufs[4], n, 8, 0, "hi") < 0) goto done;
+    if (get_buf(out_o, &bufs[5], plans * n, 8, 1, "out") < 0) goto done;
+    {
+        const int64_t *pot = bufs[0].view.buf, *slower = bufs[1].view.buf, *faster = bufs[2].view.buf;
+        const int64_t *shift = bufs[3].view.buf, *hi = bufs[4].view.buf;
+        int64_t *out = bufs[5].view.buf;
+        for (Py_ssize_t b = 0; b < plans; b++) {
+            if (slower[b] < 0 || slower[b] >= phases || faster[b] < 0 || faster[b] >= phases) {
+                PyErr_SetString(PyExc_ValueError, "node_durations: phase out of range");
+                goto done;
+            }
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t b = 0; b < plans; b++) {
+            const int64_t *ps = pot + slower[b] * width + 2, *pf = pot + faster[b] * width + 2;
+            int64_t s = shift[b];
+            int64_t *o = out + b * n;
+            for (Py_ssize_t v = 0; v < n; v++) {
+                int64_t start = ps[2 * v] < pf[2 * v] + s ? ps[2 * v] : pf[2 * v] + s;
+                int64_t finish = ps[2 * v + 1] < pf[2 * v + 1] + s ? ps[2 * v + 1] : pf[2 * v + 1] + s;
+                int64_t d = finish - start;
+                o[v] = d < hi[v] ? d : hi[v];
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    result = Py_NewRef(Py_None);
+done:
+    release(bufs, 6);
+    return result;
+}
+
+/* ---- node_finish ---------------------------------------------------------------------------------- */
+
+static PyObject *k_node_finish(PyObject *self, PyObject *args) {
+    PyObject *pot_o, *slower_o, *faster_o, *shift_o, *out_o;
+    Py_ssize_t phases, width, n, plans;
+    double resolution;
+    if (!PyArg_ParseTuple(args, "nnnndOOOOO", &phases, &width, &n, &plans, &resolution, &pot_o, &slower_o,
+                          &faster_o, &shift_o, &out_o)) {
+        return NULL;
+    }
+    Buf bufs[5];
+    memset(bufs, 0, sizeof(bufs));
+    PyObject *result = NULL;
+    if (phases < 1 || n < 1 || width < 2 * n + 2 || plans < 0) {
+        PyErr_SetString(PyExc_ValueError, "node_finish: bad sizes");
+        goto done;
+    }
+    if (get_buf(pot_o, &bufs[0], phases * width, 8, 0, "potentials") < 0) goto done;
+    if (get_buf(slower_o, &bufs[1], plans, 8, 0, "slower") < 0) goto done;
+    if (get_buf(faster_o, &bufs[2], plans, 8, 0, "faster") < 0) goto done;
+    if (get_buf(shift_o, &bufs[3], plans, 8, 0, "shift") < 0) goto done;
+    if (get_buf(out_o, &bufs[4], plans * n, 8, 1, "out") < 0) goto done;
+    {
+        const int64_t *pot = bufs[0].view.buf, *slower = bufs[1].view.buf, *faster = bufs[2].view.buf;
+        const int64_t *shift = bufs[3].view.buf;
+        double *out = bufs[4].view.buf;
+        for (Py_ssize_t b = 0; b < plans; b++) {
+            if (slower[b] < 0 || slower[b] >= phases || faster[b] < 0 || faster[b] >= phases) {
+                PyErr_SetString(PyExc_ValueError, "node_finish: phase out of range");
+                goto done;
+            }
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t b = 0; b < plans; b++) {
+            const int64_t *ps = pot + slower[b] * width + 3, *pf = pot + faster[b] * width + 3;
+            int64_t s = shift[b];
+            double *o = out + b * n;
+            for (Py_ssize_t v = 0; v < n; v++) {
+                int64_t a = ps[2 * v], c = pf[2 * v] + s;
+                o[v] = (double)(a < c ? a : c) * resolution;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    result = Py_NewRef(Py_None);
+done:
+    release(bufs, 5);
+    return result;
+}
+
+/* ---- dijkstra ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    double key;
+    int64_t node;
+} HeapItem;
+
+static void heap_push(HeapItem *heap, Py_ssize_t *size, double key, int64_t node) {
+    Py_ssize_t i = (*size)++;
+    while (i > 0) {
+        Py_ssize_t parent = (i - 1) / 2;
+        if (heap[parent].key <= key) break;
+        heap[i] = heap[parent];
+        i = parent;
+    }
+    heap[i].key = key;
+    heap[i].node = node;
+}
+
+static HeapItem heap_pop(HeapItem *heap, Py_ssize_t *size) {
+    HeapItem top = heap[0];
+    HeapItem last = heap[--(*size)];
+    Py_ssize_t i = 0, n = *size;
+    for (;;) {
+        Py_ssize_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && heap[child + 1].key < heap[child].key) child++;
+        if (heap[child].key >= last.key) break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    if (n > 0) heap[i] = last;
+    return top;
+}
+
+static PyObject *k_dijkstra(PyObject *self, PyObject *args) {
+    PyObject *indptr_o, *indices_o, *weights_o, *out_o;
+    Py_ssize_t nodes, source;
+    if (!PyArg_ParseTuple(args, "nnOOOO", &nodes, &source, &indptr_o, &indices_o, &weights_o, &out_o)) {
+        return NULL;
+    }
+    Buf bufs[4];
+    memset(bufs, 0, sizeof(bufs));
+    PyObject *result = NULL;
+    if (nodes < 1 || source < 0 || source >= nodes) {
+        PyErr_SetString(PyExc_ValueError, "dijkstra: bad sizes");
+        goto done;
+    }
+    if (get_buf(indptr_o, &bufs[0], nodes + 1, 8, 0, "indptr") < 0) goto done;
+    if (get_buf(indices_o, &bufs[1], PyObject_Length(indices_o), 8, 0, "indices") < 0) goto done;
+    Py_ssize_t arcs = bufs[1].view.len / 8;
+    if (get_buf(weights_o, &bufs[2], arcs, 8, 0, "weights") < 0) goto done;
+    if (get_buf(out_o, &bufs[3], nodes, 8, 1, "out") < 0) goto done;
+    {
+        const int64_t *indptr = bufs[0].view.buf, *indices = bufs[1].view.buf;
+        const double *w = bufs[2].view.buf;
+        double *dist = bufs[3].view.buf;
+        if (indptr[0] != 0 || indptr[nodes] != arcs) {
+            PyErr_SetString(PyExc_ValueError, "dijkstra: indptr does not span the arcs");
+            goto done;
+        }
+        for (Py_ssize_t v = 0; v < nodes; v++) {
+            if (indptr[v + 1] < indptr[v]) {
+                PyErr_SetString(PyExc_ValueError, "dijkstra: indptr not ascending");
+                goto done;
+            }
+        }
+        for (Py_ssize_t a = 0; a < arcs; a++) {
+            if (indices[a] < 0 || indices[a] >= nodes) {
+                PyErr_SetString(PyExc_ValueError, "dijkstra: arc head out of range");
+                goto done;
+            }
+            if (w[a] < 0 || isnan(w[a])) {
+                PyErr_SetString(PyExc_ValueError, "dijkstra: negative or NaN weight");
+                goto done;
+            }
+        }
+        /* Lazy deletion: each arc pushes at most once, so the heap holds at most arcs + 1 items. */
+        HeapItem *heap = malloc(sizeof(HeapItem) * (size_t)(arcs + 1));
+        char *done_flag = calloc((size_t)nodes, 1);
+        if (!heap || !done_flag) {
+            free(heap);
+            free(done_flag);
+            PyErr_NoMemory();
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t v = 0; v < nodes; v++) dist[v] = INFINITY;
+        Py_ssize_t size = 0;
+        dist[source] = 0.0;
+        heap_push(heap, &size, 0.0, source);
+        while (size > 0) {
+            HeapItem item = heap_pop(heap, &size);
+            int64_t u = item.node;
+            if (done_flag[u]) continue;
+            done_flag[u] = 1;
+            for (int64_t a = indptr[u]; a < indptr[u + 1]; a++) {
+                if (isinf(w[a])) continue;
+                int64_t v = indices[a];
+                double d = item.key + w[a];
+                if (d < dist[v]) {
+                    dist[v] = d;
+                    heap_push(heap, &size, d, v);
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+        free(heap);
+        free(done_flag);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    release(bufs, 4);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"track", k_track, METH_VARARGS, "Track relaxed finish times with real options (see rounding.track)."},
+    {"polish", k_polish, METH_VARARGS, "Polish plans (see rounding.polish)."},
+    {"sums", k_sums, METH_VARARGS, "Per plan, sums of option energies and times in node order."},
+    {"node_durations", k_node_durations, METH_VARARGS, "Relaxed durations (units) of every node, plan-major."},
+    {"node_finish", k_node_finish, METH_VARARGS, "Relaxed finish times (s) of every node, plan-major."},
+    {"dijkstra", k_dijkstra, METH_VARARGS, "Shortest distances from a source over non-negative weights."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels", "Compiled kernels of the frontier solver (see kernels.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

@@ -1,0 +1,161 @@
+"""The frontier solver's compiled kernels (`_kernels.c`), and what to use where they are not built.
+
+The C extension is built with the package when a C compiler is at hand (`pip install` builds it; it is an
+optional extension, so an install without a compiler still works). It does the rounding of
+`wattwise.pipeline.rounding` one plan at a time, in cache, with the same floating-point operations as the
+numpy code (same plans, to the last bit), and the relaxation's shortest paths without importing scipy's
+sparse graph module (a third of a small frontier's run time is that import).
+
+`AVAILABLE` says whether it is used: set `WATTWISE_KERNELS=0` to force the numpy (and scipy) code, e.g. to
+compare the two. Arrays here are plan-major, shape (plans, nodes) in node order. Outputs may be given
+(`out=`): a solver reuses the same buffers batch after batch, since first touching fresh memory (page
+faults) costs more than the kernels themselves.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import numpy as np
+
+from wattwise.errors import UsageError
+from wattwise.pipeline.dag import FloatArray, IntArray
+from wattwise.pipeline.rounding import LevelPicker
+
+_module: ModuleType | None
+try:
+    from wattwise.pipeline import _kernels as _module  # type: ignore[attr-defined, no-redef]
+except ImportError:  # built without a C compiler: numpy and scipy do the work
+    _module = None
+
+#: Whether the compiled kernels are used (built, and not turned off with WATTWISE_KERNELS=0).
+AVAILABLE = _module is not None and os.environ.get("WATTWISE_KERNELS", "1").strip() != "0"
+
+
+def threads() -> int:
+    """Threads `track` and `polish` split their plans over: the CPUs this process may run on (its affinity:
+    a SLURM or container allocation), at most `WATTWISE_THREADS` when set. The plans do not depend on it."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    limit = os.environ.get("WATTWISE_THREADS", "").strip()
+    if limit:
+        try:
+            cpus = min(cpus, int(limit))
+        except ValueError:
+            raise UsageError(f"WATTWISE_THREADS must be a positive integer (got {limit!r}); unset it to use every "
+                             "CPU this process may run on") from None
+        if int(limit) < 1:
+            raise UsageError(f"WATTWISE_THREADS must be a positive integer (got {limit!r}); unset it to use every "
+                             "CPU this process may run on")
+    return max(1, min(cpus, 64))
+
+
+def _kernels() -> ModuleType:
+    if _module is None:
+        raise RuntimeError("wattwise's compiled kernels are not built (reinstall with a C compiler)")
+    return _module
+
+
+class CompiledPicker:
+    """A `LevelPicker`'s lookup and DAG layout as flat arrays in the rounding's row order, for the C kernels."""
+
+    def __init__(self, picker: LevelPicker) -> None:
+        option_map, layout = picker.map, picker.layout
+        self.n = len(layout.order)
+        # Per row (rounding order), the first and last entry of its type in the map.
+        node_type = picker.row_type
+        self.picker_args = (
+            np.ascontiguousarray(option_map.first[node_type], dtype=np.int64),
+            np.ascontiguousarray(option_map.last[node_type], dtype=np.int64),
+            np.ascontiguousarray(option_map.choice, dtype=np.int64),
+            np.ascontiguousarray(option_map.times, dtype=np.float64),
+        )
+        self.threads = threads()
+        self.order = np.ascontiguousarray(layout.order, dtype=np.int64)
+        self.preds = np.ascontiguousarray(layout.preds, dtype=np.int64)
+        self.succs = np.ascontiguousarray(layout.succs, dtype=np.int64)
+
+
+def _out(out: np.ndarray | None, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(f"output buffer: expected a C-contiguous {np.dtype(dtype)} array of shape {shape}")
+    return out
+
+
+def track(picker: CompiledPicker, target_finish_s: FloatArray,
+          out: IntArray | None = None) -> tuple[IntArray, FloatArray]:
+    """`rounding.track` for plans laid out (plans, nodes): choices and iteration times."""
+    target = np.ascontiguousarray(target_finish_s, dtype=np.float64)
+    plans = target.shape[0]
+    choice = _out(out, (plans, picker.n), np.int64)
+    time_s = np.empty(plans)
+    _kernels().track(picker.picker_args, picker.n, picker.preds.shape[1], plans, picker.threads, picker.order,
+                     picker.preds, target, choice, time_s)
+    return choice, time_s
+
+
+def polish(picker: CompiledPicker, option_time_s: FloatArray, choice: IntArray, deadline_s: FloatArray,
+           out: IntArray | None = None) -> tuple[IntArray, FloatArray]:
+    """`rounding.polish` for plans laid out (plans, nodes): new choices and iteration times."""
+    start = np.ascontiguousarray(choice, dtype=np.int64)
+    plans = start.shape[0]
+    out = _out(out, (plans, picker.n), np.int64)
+    time_s = np.empty(plans)
+    _kernels().polish(picker.picker_args, picker.n, picker.preds.shape[1], picker.succs.shape[1], plans,
+                      picker.threads, picker.order, picker.preds, picker.succs,
+                      np.ascontiguousarray(option_time_s, dtype=np.float64), start,
+                      np.ascontiguousarray(deadline_s, dtype=np.float64), out, time_s)
+    return out, time_s
+
+
+def sums(choice: IntArray, option_energy_j: FloatArray, option_time_s: FloatArray,
+         workers: int = 1) -> tuple[FloatArray, FloatArray]:
+    """Per plan (row of `choice`), the sum of its options' energies and of their times, added in node order."""
+    plans, n = choice.shape
+    energy_j, time_s = np.empty(plans), np.empty(plans)
+    _kernels().sums(n, plans, workers, np.ascontiguousarray(choice, dtype=np.int64),
+                    np.ascontiguousarray(option_energy_j, dtype=np.float64),
+                    np.ascontiguousarray(option_time_s, dtype=np.float64), energy_j, time_s)
+    return energy_j, time_s
+
+
+def node_finish_s(potentials: IntArray, nodes: int, slower: IntArray, faster: IntArray, shift: IntArray,
+                  resolution_s: float, out: FloatArray | None = None) -> FloatArray:
+    """Relaxed finish time (s) of every node between two breakpoints' potentials, shape (plans, nodes)."""
+    potentials = np.ascontiguousarray(potentials, dtype=np.int64)
+    plans = len(slower)
+    out = _out(out, (plans, nodes), np.float64)
+    _kernels().node_finish(potentials.shape[0], potentials.shape[1], nodes, plans, float(resolution_s), potentials,
+                           np.ascontiguousarray(slower, dtype=np.int64), np.ascontiguousarray(faster, dtype=np.int64),
+                           np.ascontiguousarray(shift, dtype=np.int64), out)
+    return out
+
+
+def node_durations(potentials: IntArray, slower: IntArray, faster: IntArray, shift: IntArray,
+                   hi: IntArray) -> IntArray:
+    """Relaxed duration (units) of every node between two breakpoints' potentials, capped at `hi`, shape
+    (plans, nodes)."""
+    potentials = np.ascontiguousarray(potentials, dtype=np.int64)
+    nodes, plans = len(hi), len(slower)
+    out = np.empty((plans, nodes), dtype=np.int64)
+    _kernels().node_durations(potentials.shape[0], potentials.shape[1], nodes, plans, potentials,
+                              np.ascontiguousarray(slower, dtype=np.int64),
+                              np.ascontiguousarray(faster, dtype=np.int64),
+                              np.ascontiguousarray(shift, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64),
+                              out)
+    return out
+
+
+def dijkstra(indptr: IntArray, indices: IntArray, weights: FloatArray, source: int) -> FloatArray:
+    """Shortest distances from `source` over a CSR graph of non-negative weights (infinite: no arc)."""
+    nodes = len(indptr) - 1
+    out = np.empty(nodes)
+    _kernels().dijkstra(nodes, source, np.ascontiguousarray(indptr, dtype=np.int64),
+                        np.ascontiguousarray(indices, dtype=np.int64),
+                        np.ascontiguousarray(weights, dtype=np.float64), out)
+    return out
