@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import shutil
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,12 @@ from wattwise.pipeline.schedule import INSTRUCTIONS
 
 GPT3_A100 = "perseus/stage_profile/gpt3-175b+a100_sxm_bf16.csv"
 BLOOM_A40 = "perseus/stage_profile/bloom+a40_bf16.csv"
+
+
+def can_build_extensions() -> bool:
+    """A C compiler and this Python's headers: what the optional C extension needs to be built."""
+    include = sysconfig.get_paths().get("include")
+    return bool((shutil.which("cc") or shutil.which("gcc")) and include and (Path(include) / "Python.h").exists())
 
 
 def synthetic_profile(stages: int, frequencies: int, unit_s: float, seed: int,
