@@ -10,6 +10,9 @@ solver yields the least-energy real plans it finds that finish by them. It combi
    or with hull vertices only), both polished (`wattwise.pipeline.rounding`): four real plans per
    rounded deadline, the polished one of least energy telling where the frontier changes.
 
+Rounding runs in the compiled kernels of `wattwise.pipeline.kernels` when they are built (the same plans,
+to the last bit, as the numpy code of `wattwise.pipeline.rounding`, which runs otherwise).
+
 Rounding costs far more than the relaxation, and neighbouring deadlines mostly give the same plans, so
 on a large grid it is spent where the frontier changes: every `STRIDE`-th deadline first, then,
 recursively, the middle of any two rounded deadlines whose best plans differ (a heuristic: on a small
