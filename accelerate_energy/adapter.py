@@ -212,15 +212,19 @@ class AccelerateEnergy:
             return
         folder = Path(output_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        write_text(folder / STATE_FILE, json.dumps(state, indent=1, allow_nan=False) + "\n")
+        write_state_file(folder, state)
 
     def _load_hook(self, models: list[Any], input_dir: str) -> None:
-        """`load_state`: resume the run's state when the checkpoint has it (one saved with wattwise off
-        has none: the run then starts its figures at the resume)."""
-        path = Path(input_dir) / STATE_FILE
+        """`load_state`: resume the run's state when the checkpoint has it."""
+        self.load_state_file(Path(input_dir))
+
+    def load_state_file(self, folder: Path) -> None:
+        """Resume the run's state from a checkpoint folder's `STATE_FILE` when it has one (one saved with
+        wattwise off has none: the run then starts its figures at the resume)."""
+        path = folder / STATE_FILE
         if not path.is_file():
-            log.info("wattwise: %s has no %s (saved with wattwise off): energy counts from this resume",
-                     input_dir, STATE_FILE)
+            log.info("wattwise: %s has no %s (saved with wattwise off?): energy counts from this resume",
+                     folder, STATE_FILE)
             return
         try:
             state = json.loads(path.read_text(encoding="utf-8"))
@@ -258,6 +262,11 @@ def attach(accelerator: Accelerator, plugin: EnergyPlugin | None = None, *,
     if plugin.enabled and energy(accelerator) is None:
         AccelerateEnergy(accelerator, plugin.to_config(), devices=devices).install()
     return accelerator
+
+
+def write_state_file(folder: Path, state: dict[str, Any]) -> None:
+    """A run's state (`AccelerateEnergy.state_dict`) as `STATE_FILE` in a checkpoint folder."""
+    write_text(folder / STATE_FILE, json.dumps(state, indent=1, allow_nan=False) + "\n")
 
 
 def energy(accelerator: Accelerator) -> AccelerateEnergy | None:

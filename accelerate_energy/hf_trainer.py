@@ -16,18 +16,13 @@ things do, and this `TrainerCallback` adds them; the hook installs it in every T
 
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-from accelerate_energy.adapter import STATE_FILE, energy
+from accelerate_energy.adapter import energy, write_state_file
 from wattwise.metrics import step_metrics
-from wattwise.paths import write_text
-
-log = logging.getLogger(__name__)
 
 
 class EnergyTrainerCallback(TrainerCallback):
@@ -44,17 +39,7 @@ class EnergyTrainerCallback(TrainerCallback):
         found = self._energy()
         if found is None or not state.global_step:
             return
-        path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
-        if not path.is_file():
-            log.info("wattwise: %s not found: energy counts from this resume", path)
-            return
-        try:
-            saved = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            log.warning("wattwise: ignoring %s (%s): energy counts from this resume", path, err)
-            return
-        if isinstance(saved, dict):
-            found.load_state_dict(saved)
+        found.load_state_file(Path(args.output_dir) / f"checkpoint-{state.global_step}")
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         found = self._energy()
@@ -63,7 +48,7 @@ class EnergyTrainerCallback(TrainerCallback):
         saved = found.state_dict()  # a collective under distributed training: every process is here
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if self.trainer.accelerator.is_main_process and folder.is_dir():
-            write_text(folder / STATE_FILE, json.dumps(saved, indent=1, allow_nan=False) + "\n")
+            write_state_file(folder, saved)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:

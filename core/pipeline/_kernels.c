@@ -148,6 +148,47 @@ static int check_order(const int64_t *order, Py_ssize_t n) {
     return 0;
 }
 
+static int check_options(const int64_t *choice, Py_ssize_t count, Py_ssize_t options) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (choice[i] < 0 || choice[i] >= options) {
+            PyErr_SetString(PyExc_ValueError, "choice: option out of range");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int check_phases(const int64_t *slower, const int64_t *faster, Py_ssize_t plans, Py_ssize_t phases,
+                        const char *name) {
+    for (Py_ssize_t b = 0; b < plans; b++) {
+        if (slower[b] < 0 || slower[b] >= phases || faster[b] < 0 || faster[b] >= phases) {
+            PyErr_Format(PyExc_ValueError, "%s: phase out of range", name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The latest / earliest of `events` over one row's k neighbours (`rows`, padded with the virtual row), for
+ * plan k of a block: `_latest_of` / `_earliest_of` of rounding.py. */
+static inline double latest_of(const double *events, const int64_t *rows, Py_ssize_t count, Py_ssize_t k) {
+    double out = events[rows[0] * BLOCK + k];
+    for (Py_ssize_t j = 1; j < count; j++) {
+        double v = events[rows[j] * BLOCK + k];
+        if (v > out) out = v;
+    }
+    return out;
+}
+
+static inline double earliest_of(const double *events, const int64_t *rows, Py_ssize_t count, Py_ssize_t k) {
+    double out = events[rows[0] * BLOCK + k];
+    for (Py_ssize_t j = 1; j < count; j++) {
+        double v = events[rows[j] * BLOCK + k];
+        if (v < out) out = v;
+    }
+    return out;
+}
+
 /* ---- splitting plans over threads ---------------------------------------------------------------- */
 
 /* A kernel over plans [lo, hi) of one call; returns 0, or -1 when out of memory. */
@@ -237,11 +278,7 @@ static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
             int64_t node = order[p];
             int64_t e = hint[p];
             for (Py_ssize_t k = 0; k < nb; k++) {
-                double start = finish[pr[0] * BLOCK + k];
-                for (Py_ssize_t j = 1; j < kp; j++) {
-                    double f = finish[pr[j] * BLOCK + k];
-                    if (f > start) start = f;
-                }
+                double start = latest_of(finish, pr, kp, k);
                 e = pick(m, p, job->target[(b0 + k) * n + node] - start, e);
                 job->out_choice[(b0 + k) * n + node] = m->choice[e];
                 double f = start + m->times[e];
@@ -340,11 +377,7 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
         for (Py_ssize_t p = n - 1; p >= 0; p--) {
             const int64_t *su = succs + p * ks;
             for (Py_ssize_t k = 0; k < nb; k++) {
-                double end = begin[su[0] * BLOCK + k];
-                for (Py_ssize_t j = 1; j < ks; j++) {
-                    double v = begin[su[j] * BLOCK + k];
-                    if (v < end) end = v;
-                }
+                double end = earliest_of(begin, su, ks, k);
                 latest[p * BLOCK + k] = end;
                 begin[p * BLOCK + k] = end - t[p * BLOCK + k];
             }
@@ -355,11 +388,7 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
             const int64_t *pr = preds + p * kp;
             int64_t e = hint[p];
             for (Py_ssize_t k = 0; k < nb; k++) {
-                double start = finish[pr[0] * BLOCK + k];
-                for (Py_ssize_t j = 1; j < kp; j++) {
-                    double f = finish[pr[j] * BLOCK + k];
-                    if (f > start) start = f;
-                }
+                double start = latest_of(finish, pr, kp, k);
                 e = pick(m, p, latest[p * BLOCK + k] - start, e);
                 ch[p * BLOCK + k] = e;
                 t[p * BLOCK + k] = m->times[e];
@@ -377,11 +406,7 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
             const int64_t *su = succs + p * ks;
             int64_t node = order[p];
             for (Py_ssize_t k = 0; k < nb; k++) {
-                double end = begin[su[0] * BLOCK + k];
-                for (Py_ssize_t j = 1; j < ks; j++) {
-                    double v = begin[su[j] * BLOCK + k];
-                    if (v < end) end = v;
-                }
+                double end = earliest_of(begin, su, ks, k);
                 Py_ssize_t cell = p * BLOCK + k;
                 int64_t e = pick(m, p, end - (finish[cell] - t[cell]), ch[cell]);
                 job->out_choice[(b0 + k) * n + node] = m->choice[e];
@@ -431,12 +456,7 @@ static PyObject *k_polish(PyObject *self, PyObject *args) {
     job.option_time = bufs[P_COUNT + 3].view.buf;
     Py_ssize_t options = bufs[P_COUNT + 3].view.len / 8;
     job.choice_in = bufs[P_COUNT + 4].view.buf;
-    for (Py_ssize_t i = 0; i < plans * n; i++) {
-        if (job.choice_in[i] < 0 || job.choice_in[i] >= options) {
-            PyErr_SetString(PyExc_ValueError, "choice: option out of range");
-            goto done;
-        }
-    }
+    if (check_options(job.choice_in, plans * n, options) < 0) goto done;
     job.deadline = bufs[P_COUNT + 5].view.buf;
     job.out_choice = bufs[P_COUNT + 6].view.buf;
     job.out_time = bufs[P_COUNT + 7].view.buf;
@@ -496,12 +516,7 @@ static PyObject *k_sums(PyObject *self, PyObject *args) {
     if (get_buf(out_e_o, &bufs[3], plans, 8, 1, "out_energy") < 0) goto done;
     if (get_buf(out_t_o, &bufs[4], plans, 8, 1, "out_time") < 0) goto done;
     SumsJob job = {n, bufs[0].view.buf, bufs[1].view.buf, bufs[2].view.buf, bufs[3].view.buf, bufs[4].view.buf};
-    for (Py_ssize_t i = 0; i < plans * n; i++) {
-        if (job.choice[i] < 0 || job.choice[i] >= options) {
-            PyErr_SetString(PyExc_ValueError, "choice: option out of range");
-            goto done;
-        }
-    }
+    if (check_options(job.choice, plans * n, options) < 0) goto done;
     run_split(sums_range, &job, plans, threads);
     result = Py_NewRef(Py_None);
 done:
@@ -536,12 +551,7 @@ static PyObject *k_node_durations(PyObject *self, PyObject *args) {
         const int64_t *pot = bufs[0].view.buf, *slower = bufs[1].view.buf, *faster = bufs[2].view.buf;
         const int64_t *shift = bufs[3].view.buf, *hi = bufs[4].view.buf;
         int64_t *out = bufs[5].view.buf;
-        for (Py_ssize_t b = 0; b < plans; b++) {
-            if (slower[b] < 0 || slower[b] >= phases || faster[b] < 0 || faster[b] >= phases) {
-                PyErr_SetString(PyExc_ValueError, "node_durations: phase out of range");
-                goto done;
-            }
-        }
+        if (check_phases(slower, faster, plans, phases, "node_durations") < 0) goto done;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t b = 0; b < plans; b++) {
             const int64_t *ps = pot + slower[b] * width + 2, *pf = pot + faster[b] * width + 2;
@@ -588,12 +598,7 @@ static PyObject *k_node_finish(PyObject *self, PyObject *args) {
         const int64_t *pot = bufs[0].view.buf, *slower = bufs[1].view.buf, *faster = bufs[2].view.buf;
         const int64_t *shift = bufs[3].view.buf;
         double *out = bufs[4].view.buf;
-        for (Py_ssize_t b = 0; b < plans; b++) {
-            if (slower[b] < 0 || slower[b] >= phases || faster[b] < 0 || faster[b] >= phases) {
-                PyErr_SetString(PyExc_ValueError, "node_finish: phase out of range");
-                goto done;
-            }
-        }
+        if (check_phases(slower, faster, plans, phases, "node_finish") < 0) goto done;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t b = 0; b < plans; b++) {
             const int64_t *ps = pot + slower[b] * width + 3, *pf = pot + faster[b] * width + 3;

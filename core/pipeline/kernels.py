@@ -43,13 +43,13 @@ def threads() -> int:
     limit = os.environ.get("WATTWISE_THREADS", "").strip()
     if limit:
         try:
-            cpus = min(cpus, int(limit))
+            cap = int(limit)
         except ValueError:
-            raise UsageError(f"WATTWISE_THREADS must be a positive integer (got {limit!r}); unset it to use every "
-                             "CPU this process may run on") from None
-        if int(limit) < 1:
+            cap = 0
+        if cap < 1:
             raise UsageError(f"WATTWISE_THREADS must be a positive integer (got {limit!r}); unset it to use every "
                              "CPU this process may run on")
+        cpus = min(cpus, cap)
     return max(1, min(cpus, 64))
 
 

@@ -264,13 +264,10 @@ class RelaxedFrontier:
         return finish, np.minimum(finish - start, self.relaxation.hi[:, None])
 
     def finish_s(self, deadlines: IntArray, out: FloatArray | None = None) -> FloatArray:
-        """Per deadline and node, the relaxed finish time in seconds, plan-major (B, N): `node_times`'s
-        finish times times the resolution (the compiled kernel, into `out` if given; numpy where it is not
-        built)."""
+        """Per deadline and node, the relaxed finish time in seconds, plan-major (B, N), into `out` if given:
+        `node_times`'s finish times times the resolution, by the compiled kernel (the numpy path of the
+        solver uses `node_times`)."""
         relaxation = self.relaxation
-        if not kernels.AVAILABLE:
-            finish, _ = self.node_times(deadlines)
-            return np.ascontiguousarray(np.asarray(finish * relaxation.resolution_s, dtype=np.float64).T)
         slower, faster, shift = self._phases(deadlines)
         return kernels.node_finish_s(self.potentials, relaxation.problem.dag.num_nodes, slower, faster, shift,
                                      relaxation.resolution_s, out=out)
