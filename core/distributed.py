@@ -4,12 +4,36 @@ The hot path combines figures with `combine`: one all-reduce of one small float6
 windows it carries, on the device the process group's backend needs (CUDA for NCCL, CPU for gloo). The
 object collectives (`all_gather`, `broadcast`) are for rare, structured exchanges: a run's start and end,
 checkpoints, decisions. Without an initialised process group everything is local.
+
+The backend's worker thread (gloo's; NCCL's watchdog) drops its reference to a collective's work some time
+after the call returned. If that reference is the last one, the work's tensors are freed in that thread,
+which then needs the GIL; a process at exit (where the summary is gathered) no longer grants it, and the
+thread is torn down inside a C++ destructor: the process aborts ("terminate called without an active
+exception", SIGABRT) after the run finished. torch's own object collectives drop their work on return, so
+the exchanges here run `async_op=True`, wait, and keep the work and its tensors referenced from Python until
+the next exchange (`_hold`): the worker's reference is then never the last, and the Python side frees them
+later, holding the GIL.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from typing import Any
+
+#: The works and tensors of this process's last exchange (see the module docstring).
+_HELD: list[Any] = []
+
+
+def _hold(*objects: Any) -> None:
+    """Keep `objects` (the works and tensors of the exchange just done) referenced until the next one."""
+    _HELD[:] = objects
+
+
+def _done(work: Any) -> Any:
+    """Wait for an `async_op=True` collective; its work, to hold."""
+    work.wait()
+    return work
 
 
 class Collective:
@@ -40,14 +64,39 @@ class TorchCollective(Collective):
         self.world_size = dist.get_world_size()
 
     def all_gather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world_size
-        self._dist.all_gather_object(out, obj)
-        return out
+        """Every process's `obj` (picklable), in rank order: its size, then the padded bytes, gathered."""
+        import torch
+
+        data = pickle.dumps(obj)
+        device = self._device
+        size = torch.tensor([len(data)], dtype=torch.int64, device=device)
+        sizes = [torch.zeros_like(size) for _ in range(self.world_size)]
+        first = _done(self._dist.all_gather(sizes, size, async_op=True))
+        lengths = [int(s.item()) for s in sizes]
+        mine = torch.zeros(max(lengths), dtype=torch.uint8)
+        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        mine = mine.to(device) if device is not None else mine
+        gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
+        second = _done(self._dist.all_gather(gathered, mine, async_op=True))
+        _hold(first, second, size, sizes, mine, gathered)
+        return [pickle.loads(t[:n].cpu().numpy().tobytes()) for t, n in zip(gathered, lengths, strict=True)]
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
-        box = [obj]
-        self._dist.broadcast_object_list(box, src=src)
-        return box[0]
+        """`obj` of process `src` (picklable) on every process: its size, then its bytes, broadcast."""
+        import torch
+
+        device, sending = self._device, self.rank == src
+        data = pickle.dumps(obj) if sending else b""
+        size = torch.tensor([len(data)], dtype=torch.int64, device=device)
+        first = _done(self._dist.broadcast(size, src=src, async_op=True))
+        if sending:
+            payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            payload = payload.to(device) if device is not None else payload
+        else:
+            payload = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+        second = _done(self._dist.broadcast(payload, src=src, async_op=True))
+        _hold(first, second, size, payload)
+        return obj if sending else pickle.loads(payload.cpu().numpy().tobytes())
 
     def combine(self, windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
         """One all-reduce (sum) of a tensor holding each process's times in its own slots and the energies:
@@ -63,7 +112,7 @@ class TorchCollective(Collective):
             values[i * (size + 1) + size] = float(energy_j)
         if self._device is not None:
             values = values.to(self._device)
-        self._dist.all_reduce(values)
+        _hold(_done(self._dist.all_reduce(values, async_op=True)), values)
         out = values.cpu().view(n, size + 1)
         return [(float(row[:size].max()), float(row[size])) for row in out]
 
