@@ -88,6 +88,15 @@ def check_same_rounding(problem: PlanningProblem, threads: int) -> None:
             total += row
         np.testing.assert_array_equal(energy_j, total)
         assert np.allclose(time_s, problem.option_time_s.take(polished).sum(axis=0), rtol=1e-12)
+        # track and polish give the same sums for the plans they output, block by block.
+        for kernel, args in ((kernels.track, (compiled, target.T)),
+                             (kernels.polish, (kernels.CompiledPicker(solver._options), problem.option_time_s,
+                                               want.T, deadline_s))):
+            totals = kernels.Totals(problem.option_energy_j, problem.option_time_s)
+            plans, _ = kernel(*args, totals=totals)  # type: ignore[operator]
+            want_e, want_t = kernels.sums(plans, problem.option_energy_j, problem.option_time_s)
+            np.testing.assert_array_equal(totals.energy_j, want_e)
+            np.testing.assert_array_equal(totals.time_s, want_t)
 
 
 @built
@@ -165,6 +174,12 @@ def test_bad_arrays_are_refused_not_read_out_of_bounds() -> None:
         kernels.polish(compiled, problem.option_time_s, bad, deadline_s)
     with pytest.raises(ValueError, match="output buffer"):
         kernels.track(compiled, target.T, out=np.empty((1, 1), dtype=np.int64))
+    # Sums over tables too short for the options the picker can choose.
+    short = kernels.Totals(problem.option_energy_j[:1], problem.option_time_s[:1])
+    with pytest.raises(ValueError, match="option out of range"):
+        kernels.track(compiled, target.T, totals=short)
+    with pytest.raises(ValueError, match="option out of range"):
+        kernels.polish(compiled, problem.option_time_s, choice, deadline_s, totals=short)
     with pytest.raises(ValueError, match="arc head out of range"):
         kernels.dijkstra(np.asarray([0, 1, 1]), np.asarray([5]), np.asarray([1.0]), 0)
     with pytest.raises(ValueError, match="negative"):

@@ -10,7 +10,8 @@
  *   Within one level the numpy code updates all nodes at once; they never read each other, so visiting
  *   them one by one gives the same figures.
  * - `sums`: per plan, the sums of its options' energies and times, added in node order (numpy's sum over
- *   axis 0 of a node-major array).
+ *   axis 0 of a node-major array). `track` and `polish` can do the same for the plans they output, block by
+ *   block while the rows are in cache (optional trailing arguments).
  * - `node_finish`: the relaxed finish times of `RelaxedFrontier.node_times`, in seconds, plan-major.
  * - `dijkstra`: shortest distances from one node over non-negative weights (an infinite weight is no arc).
  *
@@ -245,6 +246,51 @@ static int run_split(RangeFn fn, void *ctx, Py_ssize_t plans, Py_ssize_t threads
     return status;
 }
 
+/* ---- plan sums ------------------------------------------------------------------------------------ */
+
+/* Optional sums of each output plan's option energies and times, filled by `track` and `polish` for each
+ * block of plans while its rows are still in cache (`sums` does the same over a whole array). */
+typedef struct {
+    const double *energy, *time; /* per option; NULL: no sums asked */
+    Py_ssize_t options;
+    double *out_e, *out_t;       /* per plan */
+} Totals;
+
+/* Per plan b: the sums over its row, added in node order (numpy's sum over axis 0 of a node-major array). */
+static inline void plan_sums(const int64_t *choice, Py_ssize_t n, const double *energy, const double *time,
+                             double *out_e, double *out_t, Py_ssize_t b) {
+    const int64_t *c = choice + b * n;
+    double se = energy[c[0]], st = time[c[0]];
+    for (Py_ssize_t v = 1; v < n; v++) {
+        se += energy[c[v]];
+        st += time[c[v]];
+    }
+    out_e[b] = se;
+    out_t[b] = st;
+}
+
+static inline void block_sums(const Totals *totals, const int64_t *choice, Py_ssize_t n, Py_ssize_t b0,
+                              Py_ssize_t nb) {
+    if (totals->energy == NULL) return;
+    for (Py_ssize_t k = 0; k < nb; k++) plan_sums(choice, n, totals->energy, totals->time, totals->out_e,
+                                                  totals->out_t, b0 + k);
+}
+
+/* The optional trailing arguments (energy, time, out_energy, out_time) of `track` and `polish`: all four or
+ * none. `bufs` holds 4 buffers. The plans' options must be checked against `options` by the caller. */
+static int get_totals(PyObject *energy_o, PyObject *time_o, PyObject *out_e_o, PyObject *out_t_o,
+                      Py_ssize_t plans, Buf *bufs, Totals *totals) {
+    memset(totals, 0, sizeof(*totals));
+    if (energy_o == NULL || energy_o == Py_None) return 0;
+    if (get_buf(energy_o, &bufs[0], PyObject_Length(energy_o), 8, 0, "energy") < 0) return -1;
+    Py_ssize_t options = bufs[0].view.len / 8;
+    if (get_buf(time_o, &bufs[1], options, 8, 0, "time") < 0) return -1;
+    if (get_buf(out_e_o, &bufs[2], plans, 8, 1, "out_energy") < 0) return -1;
+    if (get_buf(out_t_o, &bufs[3], plans, 8, 1, "out_time_sum") < 0) return -1;
+    *totals = (Totals){bufs[0].view.buf, bufs[1].view.buf, options, bufs[2].view.buf, bufs[3].view.buf};
+    return 0;
+}
+
 /* ---- track ---------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -253,6 +299,7 @@ typedef struct {
     const double *target;
     int64_t *out_choice;
     double *out_time;
+    Totals totals;
 } TrackJob;
 
 static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
@@ -288,6 +335,7 @@ static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
             hint[p] = e;
         }
         for (Py_ssize_t k = 0; k < nb; k++) job->out_time[b0 + k] = longest[k];
+        block_sums(&job->totals, job->out_choice, n, b0, nb);
     }
     free(finish);
     free(hint);
@@ -296,12 +344,13 @@ static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
 
 static PyObject *k_track(PyObject *self, PyObject *args) {
     PyObject *picker_args, *order_o, *preds_o, *target_o, *out_choice_o, *out_time_o;
+    PyObject *energy_o = NULL, *time_o = NULL, *out_e_o = NULL, *out_t_o = NULL;
     Py_ssize_t n, kp, plans, threads;
-    if (!PyArg_ParseTuple(args, "OnnnnOOOOO", &picker_args, &n, &kp, &plans, &threads, &order_o, &preds_o,
-                          &target_o, &out_choice_o, &out_time_o)) {
+    if (!PyArg_ParseTuple(args, "OnnnnOOOOO|OOOO", &picker_args, &n, &kp, &plans, &threads, &order_o, &preds_o,
+                          &target_o, &out_choice_o, &out_time_o, &energy_o, &time_o, &out_e_o, &out_t_o)) {
         return NULL;
     }
-    Buf bufs[P_COUNT + 5];
+    Buf bufs[P_COUNT + 9];
     memset(bufs, 0, sizeof(bufs));
     TrackJob job;
     PyObject *result = NULL;
@@ -320,13 +369,16 @@ static PyObject *k_track(PyObject *self, PyObject *args) {
     job.target = bufs[P_COUNT + 2].view.buf;
     job.out_choice = bufs[P_COUNT + 3].view.buf;
     job.out_time = bufs[P_COUNT + 4].view.buf;
+    if (get_totals(energy_o, time_o, out_e_o, out_t_o, plans, &bufs[P_COUNT + 5], &job.totals) < 0) goto done;
+    /* Every option the map can pick must index the energy and time tables. */
+    if (job.totals.energy && check_options(job.m.choice, bufs[2].view.len / 8, job.totals.options) < 0) goto done;
     if (run_split(track_range, &job, plans, threads) < 0) {
         PyErr_NoMemory();
         goto done;
     }
     result = Py_NewRef(Py_None);
 done:
-    release(bufs, P_COUNT + 5);
+    release(bufs, P_COUNT + 9);
     return result;
 }
 
@@ -340,6 +392,7 @@ typedef struct {
     const double *deadline;
     int64_t *out_choice;
     double *out_time;
+    Totals totals;
 } PolishJob;
 
 static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
@@ -416,6 +469,7 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
             }
         }
         for (Py_ssize_t k = 0; k < nb; k++) job->out_time[b0 + k] = deadline[k] - earliest[k];
+        block_sums(&job->totals, job->out_choice, n, b0, nb);
     }
     free(work);
     free(ch);
@@ -426,12 +480,14 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
 static PyObject *k_polish(PyObject *self, PyObject *args) {
     PyObject *picker_args, *order_o, *preds_o, *succs_o, *option_time_o, *choice_o, *deadline_o, *out_choice_o,
         *out_time_o;
+    PyObject *energy_o = NULL, *time_o = NULL, *out_e_o = NULL, *out_t_o = NULL;
     Py_ssize_t n, kp, ks, plans, threads;
-    if (!PyArg_ParseTuple(args, "OnnnnnOOOOOOOO", &picker_args, &n, &kp, &ks, &plans, &threads, &order_o, &preds_o,
-                          &succs_o, &option_time_o, &choice_o, &deadline_o, &out_choice_o, &out_time_o)) {
+    if (!PyArg_ParseTuple(args, "OnnnnnOOOOOOOO|OOOO", &picker_args, &n, &kp, &ks, &plans, &threads, &order_o,
+                          &preds_o, &succs_o, &option_time_o, &choice_o, &deadline_o, &out_choice_o, &out_time_o,
+                          &energy_o, &time_o, &out_e_o, &out_t_o)) {
         return NULL;
     }
-    Buf bufs[P_COUNT + 8];
+    Buf bufs[P_COUNT + 12];
     memset(bufs, 0, sizeof(bufs));
     PolishJob job;
     PyObject *result = NULL;
@@ -460,13 +516,15 @@ static PyObject *k_polish(PyObject *self, PyObject *args) {
     job.deadline = bufs[P_COUNT + 5].view.buf;
     job.out_choice = bufs[P_COUNT + 6].view.buf;
     job.out_time = bufs[P_COUNT + 7].view.buf;
+    if (get_totals(energy_o, time_o, out_e_o, out_t_o, plans, &bufs[P_COUNT + 8], &job.totals) < 0) goto done;
+    if (job.totals.energy && check_options(job.m.choice, bufs[2].view.len / 8, job.totals.options) < 0) goto done;
     if (run_split(polish_range, &job, plans, threads) < 0) {
         PyErr_NoMemory();
         goto done;
     }
     result = Py_NewRef(Py_None);
 done:
-    release(bufs, P_COUNT + 8);
+    release(bufs, P_COUNT + 12);
     return result;
 }
 
@@ -481,16 +539,8 @@ typedef struct {
 
 static int sums_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
     const SumsJob *job = ctx;
-    Py_ssize_t n = job->n;
     for (Py_ssize_t b = lo; b < hi; b++) {
-        const int64_t *c = job->choice + b * n;
-        double se = job->energy[c[0]], st = job->time[c[0]];
-        for (Py_ssize_t v = 1; v < n; v++) {
-            se += job->energy[c[v]];
-            st += job->time[c[v]];
-        }
-        job->out_e[b] = se;
-        job->out_t[b] = st;
+        plan_sums(job->choice, job->n, job->energy, job->time, job->out_e, job->out_t, b);
     }
     return 0;
 }

@@ -29,17 +29,18 @@ against it.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import numpy as np
 
 from wattwise.errors import UsageError
 from wattwise.pipeline import kernels
-from wattwise.pipeline.dag import IntArray
-from wattwise.pipeline.plan import Timed, non_dominated
+from wattwise.pipeline.dag import FloatArray, IntArray
+from wattwise.pipeline.plan import Timed
 from wattwise.pipeline.problem import PlanningProblem, iteration_energy_j
 from wattwise.pipeline.relaxation import ConvexRelaxation, RelaxedFrontier, pareto_order
 from wattwise.pipeline.rounding import LevelPicker, OptionMap, polish, track
@@ -169,8 +170,6 @@ class FrontierSolver:
         self._compiled = (kernels.CompiledPicker(self._options), kernels.CompiledPicker(self._vertices)) \
             if kernels.AVAILABLE else None
         self._buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        #: The deadline (units) of each point of the current window, by id, until the window ends.
-        self._units: dict[int, int] = {}
         #: The plan of fastest real options and its real iteration time: the first deadline.
         self._fastest_choice = np.asarray([o[0] for o in per_type_real], dtype=np.int64)[problem.node_type]
         self.fastest_time_s = float(problem.evaluate(self._fastest_choice)[0])
@@ -192,11 +191,15 @@ class FrontierSolver:
         """The last deadline: the relaxation's slowest sensible iteration time."""
         return self.relaxation.t_max * self.resolution_s
 
+    @functools.cached_property
+    def grid(self) -> IntArray:
+        """The deadlines (units), ascending."""
+        return _deadline_grid(self.relaxation.t_min, self.relaxation.t_max, self.subdivisions)
+
     @property
     def num_points(self) -> int:
         """How many deadlines the grid has (`run` rounds some of them: `rounded` counts them)."""
-        t_min, t_max, step = self.relaxation.t_min, self.relaxation.t_max, self.subdivisions
-        return len(_deadline_grid(t_min, t_max, step))
+        return len(self.grid)
 
     def run(self) -> Iterator[FrontierPoint]:
         """Yield the non-dominated real plans found, window by window of deadlines, fastest deadline first.
@@ -211,7 +214,7 @@ class FrontierSolver:
         self.relaxed = relaxed = relaxation.solve()
         knee = int(relaxed.breakpoints[np.argmin(relaxed.energy_j(relaxed.breakpoints))])
         self.knee_time_s = knee * self.resolution_s
-        grid = _deadline_grid(relaxation.t_min, relaxation.t_max, self.subdivisions)
+        grid = self.grid
         self.rounded = 0
         last = len(grid) - 1
         coarse = np.unique(np.concatenate([np.arange(0, last, self.stride), [last]]))
@@ -229,7 +232,7 @@ class FrontierSolver:
         `previous` is the best plan (time, energy) of `ends[0]` when the window before rounded it.
         """
         best: dict[int, tuple[float, ...]] = {}
-        points: list[FrontierPoint] = []
+        batches: list[_Candidates] = []
         todo = ends
         if previous is not None:
             best[int(ends[0])] = previous
@@ -239,17 +242,33 @@ class FrontierSolver:
             for chunk in range(0, len(todo), self._batch):
                 indices = todo[chunk : chunk + self._batch]
                 found, keys = self._round(grid[indices], relaxed)
-                points.extend(found)
+                batches.append(found)
                 best.update(zip(indices.tolist(), keys or [()] * len(indices), strict=True))
                 self.rounded += len(indices)
             split = [(a, b) for a, b in intervals if b - a > 1 and best[a] != best[b]]
             todo = np.asarray([(a + b) // 2 for a, b in split], dtype=np.int64)
             intervals = [pair for a, b in split for pair in ((a, (a + b) // 2), ((a + b) // 2, b))]
-        kept = non_dominated(points, self.problem.p_blocking_w * self.problem.dag.num_stages)
-        kept.sort(key=lambda p: (p.deadline_s, p.time_s))
-        kept = self._with_relaxed_energy(kept, relaxed)
-        self._units.clear()
-        return kept, best[int(ends[-1])]
+        return self._points(batches, relaxed), best[int(ends[-1])]
+
+    def _points(self, batches: list[_Candidates], relaxed: RelaxedFrontier) -> list[FrontierPoint]:
+        """The window's non-dominated candidates (`batches`, emptied) as points, by deadline then time, with
+        their deadline's relaxed energy (computed for these only)."""
+        found = _Candidates.concatenate(batches)
+        batches.clear()
+        blocking_w = self.problem.p_blocking_w * self.problem.dag.num_stages
+        rows = _non_dominated_order(found.time_s, found.energy_j, blocking_w)
+        if not len(rows):
+            return []
+        kept = found.take(rows[np.lexsort((found.time_s[rows], found.deadline_s[rows]))])
+        del found  # the dominated plans' memory goes before the points are built
+        unique, where = np.unique(kept.units, return_inverse=True)
+        relaxed_j = np.concatenate([relaxed.energy_j(unique[k : k + self._batch])
+                                    for k in range(0, len(unique), self._batch)])[where]
+        return [
+            FrontierPoint(deadline_s=d, time_s=t, energy_j=e, relaxed_energy_j=r, choice=choice)
+            for d, t, e, r, choice in zip(kept.deadline_s.tolist(), kept.time_s.tolist(), kept.energy_j.tolist(),
+                                          relaxed_j.tolist(), kept.choice, strict=True)
+        ]
 
     def _work(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The compiled path's buffers (relaxed finish times, starting plans, polished plans), at least `rows`
@@ -263,7 +282,7 @@ class FrontierSolver:
 
     def _round(
         self, deadlines: IntArray, relaxed: RelaxedFrontier,
-    ) -> tuple[list[FrontierPoint], list[tuple[float, ...]]]:
+    ) -> tuple[_Candidates, list[tuple[float, ...]]]:
         """Round, polish and evaluate a batch of relaxed solutions.
 
         Returns the batch's non-dominated real plans on time, and (when `stride` > 1) per deadline the
@@ -288,14 +307,14 @@ class FrontierSolver:
             work = self._work(2 * count + len(extra))
             finish_s = relaxed.finish_s(deadlines, out=work[0][:count])
             start, polished_out = work[1][: 2 * count + len(extra)], work[2][: 2 * count + len(extra)]
-            rounded, rounded_s = kernels.track(options, finish_s, out=start[:count])
-            tracked, tracked_s = kernels.track(vertices, finish_s, out=start[count : 2 * count])
+            totals = [kernels.Totals(problem.option_energy_j, problem.option_time_s) for _ in range(3)]
+            rounded, rounded_s = kernels.track(options, finish_s, out=start[:count], totals=totals[1])
+            tracked, tracked_s = kernels.track(vertices, finish_s, out=start[count : 2 * count], totals=totals[2])
             start[2 * count :] = fastest
             polished, polished_s = kernels.polish(options, problem.option_time_s, start, deadline_s[owners],
-                                                  out=polished_out)
+                                                  out=polished_out, totals=totals[0])
             groups = (polished, rounded, tracked)
-            sums = [kernels.sums(group, problem.option_energy_j, problem.option_time_s, options.threads)
-                    for group in groups]
+            sums = [(t.energy_j, t.time_s) for t in totals]
         else:
             finish, _ = relaxed.node_times(deadlines)
             finish_s = np.asarray(finish * self.resolution_s, dtype=np.float64)
@@ -327,42 +346,51 @@ class FrontierSolver:
                             energies[count : 2 * count].tolist(), strict=True))
 
         # The batch's non-dominated candidates on time, in (time, sum(e - P_b * t)).
-        blocking_w = problem.p_blocking_w * problem.dag.num_stages
         on_time = np.flatnonzero(np.isfinite(energies))
-        compute = energies[on_time] - blocking_w * times[on_time]
-        order = on_time[np.lexsort((compute, times[on_time]))]
-        compute = energies[order] - blocking_w * times[order]
-        lowest = np.minimum.accumulate(compute)
-        order = order[np.concatenate([[True], compute[1:] < lowest[:-1]])] if len(order) else order
-        # Compact choices (option indices are small), one array per point so dropped points free theirs.
+        order = on_time[_non_dominated_order(times[on_time], energies[on_time], problem.p_blocking_w
+                                             * problem.dag.num_stages)]
+        # Compact choices (option indices are small).
         compact = np.min_scalar_type(len(problem.option_time_s))
         bounds = np.cumsum([0] + [g.shape[0] for g in groups])
         chosen = np.empty((len(order), problem.dag.num_nodes), dtype=compact)
         for g, group in enumerate(groups):
             mine = (order >= bounds[g]) & (order < bounds[g + 1])
             chosen[mine] = group[order[mine] - bounds[g]]
-        points = [
-            FrontierPoint(
-                deadline_s=float(deadline_s[owners[column]]),
-                time_s=float(times[column]),
-                energy_j=float(energies[column]),
-                relaxed_energy_j=math.nan,  # set by `_window` for the points it keeps
-                choice=chosen[k].copy(),
-            )
-            for k, column in enumerate(order.tolist())
-        ]
-        self._units.update(zip(map(id, points), deadlines[owners[order]].tolist(), strict=True))
-        return points, keys
+        found = _Candidates(deadline_s[owners[order]], deadlines[owners[order]], times[order], energies[order],
+                            chosen)
+        return found, keys
 
-    def _with_relaxed_energy(self, points: list[FrontierPoint], relaxed: RelaxedFrontier) -> list[FrontierPoint]:
-        """`points` with their deadline's relaxed energy (computed for the points a window keeps only)."""
-        if not points:
-            return points
-        units = np.asarray([self._units[id(p)] for p in points], dtype=np.int64)
-        unique, where = np.unique(units, return_inverse=True)
-        energy_j = np.concatenate([relaxed.energy_j(unique[k : k + self._batch])
-                                   for k in range(0, len(unique), self._batch)])
-        return [replace(p, relaxed_energy_j=float(energy_j[w])) for p, w in zip(points, where.tolist(), strict=True)]
+
+@dataclass
+class _Candidates:
+    """Real plans found by rounding, as arrays: per plan its deadline (s and units), time, energy and plan."""
+
+    deadline_s: FloatArray
+    units: IntArray
+    time_s: FloatArray
+    energy_j: FloatArray
+    choice: np.ndarray
+
+    def take(self, rows: IntArray) -> _Candidates:
+        return _Candidates(self.deadline_s[rows], self.units[rows], self.time_s[rows], self.energy_j[rows],
+                           self.choice[rows])
+
+    @staticmethod
+    def concatenate(parts: list[_Candidates]) -> _Candidates:
+        return _Candidates(*(np.concatenate([getattr(p, f) for p in parts]) for f in
+                             ("deadline_s", "units", "time_s", "energy_j", "choice")))
+
+
+def _non_dominated_order(time_s: FloatArray, energy_j: FloatArray, blocking_w: float) -> IntArray:
+    """Indices of the plans no other beats on both time and sum(e - P_b * t) (`plan.non_dominated` on arrays:
+    by time then that sum, ties keep the first), fastest first."""
+    compute = energy_j - blocking_w * time_s
+    order = np.lexsort((compute, time_s))
+    if not len(order):
+        return order
+    compute = compute[order]
+    lowest = np.minimum.accumulate(compute)
+    return order[np.concatenate([[True], compute[1:] < lowest[:-1]])]
 
 
 def solve_frontier(problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000) -> Iterator[FrontierPoint]:
@@ -382,8 +410,10 @@ def _node_sum(values: np.ndarray, choice: IntArray) -> np.ndarray:
 
 def _deadline_grid(t_min: int, t_max: int, step: int) -> IntArray:
     """Deadlines (units), ascending: t_min, the multiples of `step` strictly between, t_max."""
-    inner = np.arange(t_min // step * step + step, t_max, step, dtype=np.int64)
-    return np.unique(np.concatenate([[t_min], inner, [t_max]]).astype(np.int64))
+    if t_max <= t_min:
+        return np.asarray([t_min], dtype=np.int64)
+    inner = np.arange(t_min // step * step + step, t_max, step, dtype=np.int64)  # strictly inside
+    return np.concatenate([[t_min], inner, [t_max]]).astype(np.int64)
 
 
 class NonDominated(Generic[P]):

@@ -87,21 +87,37 @@ def _out(out: np.ndarray | None, shape: tuple[int, ...], dtype: type) -> np.ndar
     return out
 
 
-def track(picker: CompiledPicker, target_finish_s: FloatArray,
-          out: IntArray | None = None) -> tuple[IntArray, FloatArray]:
-    """`rounding.track` for plans laid out (plans, nodes): choices and iteration times."""
+class Totals:
+    """Per output plan of `track` or `polish`, the sums of its options' energies (`energy_j`) and times
+    (`time_s`), as `sums` gives them; computed by the kernel while each block of plans is in cache."""
+
+    def __init__(self, option_energy_j: FloatArray, option_time_s: FloatArray) -> None:
+        self.option_energy_j = np.ascontiguousarray(option_energy_j, dtype=np.float64)
+        self.option_time_s = np.ascontiguousarray(option_time_s, dtype=np.float64)
+        self.energy_j: FloatArray = np.empty(0)
+        self.time_s: FloatArray = np.empty(0)
+
+    def args(self, plans: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        self.energy_j, self.time_s = np.empty(plans), np.empty(plans)
+        return self.option_energy_j, self.option_time_s, self.energy_j, self.time_s
+
+
+def track(picker: CompiledPicker, target_finish_s: FloatArray, out: IntArray | None = None,
+          totals: Totals | None = None) -> tuple[IntArray, FloatArray]:
+    """`rounding.track` for plans laid out (plans, nodes): choices and iteration times (and `totals` filled)."""
     target = np.ascontiguousarray(target_finish_s, dtype=np.float64)
     plans = target.shape[0]
     choice = _out(out, (plans, picker.n), np.int64)
     time_s = np.empty(plans)
     _kernels().track(picker.picker_args, picker.n, picker.preds.shape[1], plans, picker.threads, picker.order,
-                     picker.preds, target, choice, time_s)
+                     picker.preds, target, choice, time_s, *(totals.args(plans) if totals is not None else ()))
     return choice, time_s
 
 
 def polish(picker: CompiledPicker, option_time_s: FloatArray, choice: IntArray, deadline_s: FloatArray,
-           out: IntArray | None = None) -> tuple[IntArray, FloatArray]:
-    """`rounding.polish` for plans laid out (plans, nodes): new choices and iteration times."""
+           out: IntArray | None = None, totals: Totals | None = None) -> tuple[IntArray, FloatArray]:
+    """`rounding.polish` for plans laid out (plans, nodes): new choices and iteration times (and `totals`
+    filled)."""
     start = np.ascontiguousarray(choice, dtype=np.int64)
     plans = start.shape[0]
     out = _out(out, (plans, picker.n), np.int64)
@@ -109,7 +125,8 @@ def polish(picker: CompiledPicker, option_time_s: FloatArray, choice: IntArray, 
     _kernels().polish(picker.picker_args, picker.n, picker.preds.shape[1], picker.succs.shape[1], plans,
                       picker.threads, picker.order, picker.preds, picker.succs,
                       np.ascontiguousarray(option_time_s, dtype=np.float64), start,
-                      np.ascontiguousarray(deadline_s, dtype=np.float64), out, time_s)
+                      np.ascontiguousarray(deadline_s, dtype=np.float64), out, time_s,
+                      *(totals.args(plans) if totals is not None else ()))
     return out, time_s
 
 

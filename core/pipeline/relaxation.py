@@ -132,13 +132,19 @@ class ConvexRelaxation:
         self.t_max = round(float(dag.makespan(self.hi.astype(np.float64))))
 
     def relaxed_cost_j(self, durations: IntArray) -> FloatArray:
-        """Sum over nodes of the hull-interpolated effective cost, per row of `durations` (B, N)."""
+        """Sum over nodes of the hull-interpolated effective cost, per row of `durations` (B, N).
+
+        Per type (in type order), the sum over its nodes in node order: the columns are gathered once,
+        grouped by type, instead of one boolean selection per type."""
         node_type = self.problem.node_type
-        total = np.zeros(durations.shape[0])
+        by_type = np.argsort(node_type, kind="stable")
+        bounds = np.searchsorted(node_type[by_type], np.arange(len(self.hulls) + 1))
+        grouped = np.asarray(durations)[:, by_type]
+        total = np.zeros(grouped.shape[0])
         for kind, hull in enumerate(self.hulls):
-            cols = node_type == kind
-            if cols.any():
-                total += np.interp(durations[:, cols], hull.time_units, hull.cost_j).sum(axis=1)
+            lo, hi = bounds[kind], bounds[kind + 1]
+            if hi > lo:
+                total += np.interp(grouped[:, lo:hi], hull.time_units, hull.cost_j).sum(axis=1)
         return total
 
     def solve(self) -> RelaxedFrontier:
