@@ -118,7 +118,7 @@ class TorchCollective(Collective):
 
     @property
     def _device(self) -> Any:
-        """Where the tensor of `combine` must live: the current CUDA device for NCCL, else the CPU."""
+        """Where the tensors of a collective must live: the current CUDA device for NCCL, else the CPU (None)."""
         if self._dist.get_backend() != "nccl":
             return None
         import torch

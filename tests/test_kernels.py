@@ -25,7 +25,7 @@ from test_pipeline_support import (
 
 from wattwise.errors import UsageError
 from wattwise.pipeline import kernels, relaxation
-from wattwise.pipeline.frontier import FrontierSolver
+from wattwise.pipeline.frontier import FrontierSolver, _node_sum
 from wattwise.pipeline.problem import PlanningProblem
 from wattwise.pipeline.profiles import write_profile
 from wattwise.pipeline.rounding import polish, track
@@ -80,23 +80,22 @@ def check_same_rounding(problem: PlanningProblem, threads: int) -> None:
                                         deadline_s)
         np.testing.assert_array_equal(again, polished.T)
         np.testing.assert_array_equal(again_s, polished_s)
-        # The sums add in node order, as the numpy fallback does.
-        energy_j, time_s = kernels.sums(again, problem.option_energy_j, problem.option_time_s, threads)
+        # track and polish sum each output plan's option energies and times in node order, as the numpy
+        # fallback does (`_node_sum`): the same bits.
+        polisher = kernels.CompiledPicker(solver._options)
+        polisher.threads = threads
+        for kernel, args in ((kernels.track, (compiled, target.T)),
+                             (kernels.polish, (polisher, problem.option_time_s, want.T, deadline_s))):
+            totals = kernels.Totals(problem.option_energy_j, problem.option_time_s)
+            plans, _ = kernel(*args, totals=totals)  # type: ignore[operator]
+            np.testing.assert_array_equal(totals.energy_j, _node_sum(problem.option_energy_j, plans.T))
+            np.testing.assert_array_equal(totals.time_s, _node_sum(problem.option_time_s, plans.T))
         rows = problem.option_energy_j.take(polished)
         total = rows[0].copy()
         for row in rows[1:]:
             total += row
-        np.testing.assert_array_equal(energy_j, total)
-        assert np.allclose(time_s, problem.option_time_s.take(polished).sum(axis=0), rtol=1e-12)
-        # track and polish give the same sums for the plans they output, block by block.
-        for kernel, args in ((kernels.track, (compiled, target.T)),
-                             (kernels.polish, (kernels.CompiledPicker(solver._options), problem.option_time_s,
-                                               want.T, deadline_s))):
-            totals = kernels.Totals(problem.option_energy_j, problem.option_time_s)
-            plans, _ = kernel(*args, totals=totals)  # type: ignore[operator]
-            want_e, want_t = kernels.sums(plans, problem.option_energy_j, problem.option_time_s)
-            np.testing.assert_array_equal(totals.energy_j, want_e)
-            np.testing.assert_array_equal(totals.time_s, want_t)
+        np.testing.assert_array_equal(totals.energy_j, total)  # the polished plans, added one node at a time
+        assert np.allclose(totals.time_s, problem.option_time_s.take(polished).sum(axis=0), rtol=1e-12)
 
 
 @built

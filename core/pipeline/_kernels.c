@@ -9,9 +9,9 @@
  *   shape (plans, nodes) in node order; nodes are visited in the rounding's row order (level after level).
  *   Within one level the numpy code updates all nodes at once; they never read each other, so visiting
  *   them one by one gives the same figures.
- * - `sums`: per plan, the sums of its options' energies and times, added in node order (numpy's sum over
- *   axis 0 of a node-major array). `track` and `polish` can do the same for the plans they output, block by
- *   block while the rows are in cache (optional trailing arguments).
+ *   Optionally (trailing arguments) they also give each output plan's sums of option energies and times,
+ *   added in node order (numpy's sum over axis 0 of a node-major array), block by block while the rows are
+ *   in cache.
  * - `node_finish`: the relaxed finish times of `RelaxedFrontier.node_times`, in seconds, plan-major.
  * - `dijkstra`: shortest distances from one node over non-negative weights (an infinite weight is no arc).
  *
@@ -75,6 +75,7 @@ typedef struct {
     const int64_t *last;
     const int64_t *choice;    /* per entry: global option index */
     const double *times;      /* per entry: its time (s) */
+    Py_ssize_t entries;
 } Picker;
 
 static inline int64_t pick(const Picker *m, Py_ssize_t row, double budget, int64_t hint) {
@@ -106,6 +107,7 @@ static int get_picker(PyObject *args_tuple, Py_ssize_t rows, Buf *bufs, Picker *
     m->last = bufs[P_LAST].view.buf;
     m->choice = bufs[P_CHOICE].view.buf;
     m->times = bufs[P_TIMES].view.buf;
+    m->entries = entries;
     for (Py_ssize_t r = 0; r < rows; r++) {
         if (m->first[r] < 0 || m->last[r] >= entries || m->first[r] > m->last[r]) {
             PyErr_SetString(PyExc_ValueError, "picker: entries out of range");
@@ -249,37 +251,34 @@ static int run_split(RangeFn fn, void *ctx, Py_ssize_t plans, Py_ssize_t threads
 /* ---- plan sums ------------------------------------------------------------------------------------ */
 
 /* Optional sums of each output plan's option energies and times, filled by `track` and `polish` for each
- * block of plans while its rows are still in cache (`sums` does the same over a whole array). */
+ * block of plans while its rows are still in cache. */
 typedef struct {
     const double *energy, *time; /* per option; NULL: no sums asked */
     Py_ssize_t options;
     double *out_e, *out_t;       /* per plan */
 } Totals;
 
-/* Per plan b: the sums over its row, added in node order (numpy's sum over axis 0 of a node-major array). */
-static inline void plan_sums(const int64_t *choice, Py_ssize_t n, const double *energy, const double *time,
-                             double *out_e, double *out_t, Py_ssize_t b) {
-    const int64_t *c = choice + b * n;
-    double se = energy[c[0]], st = time[c[0]];
-    for (Py_ssize_t v = 1; v < n; v++) {
-        se += energy[c[v]];
-        st += time[c[v]];
-    }
-    out_e[b] = se;
-    out_t[b] = st;
-}
-
+/* Plans b0 .. b0 + nb: the sums over each row, added in node order (numpy's sum over axis 0 of a node-major
+ * array). */
 static inline void block_sums(const Totals *totals, const int64_t *choice, Py_ssize_t n, Py_ssize_t b0,
                               Py_ssize_t nb) {
     if (totals->energy == NULL) return;
-    for (Py_ssize_t k = 0; k < nb; k++) plan_sums(choice, n, totals->energy, totals->time, totals->out_e,
-                                                  totals->out_t, b0 + k);
+    for (Py_ssize_t b = b0; b < b0 + nb; b++) {
+        const int64_t *c = choice + b * n;
+        double se = totals->energy[c[0]], st = totals->time[c[0]];
+        for (Py_ssize_t v = 1; v < n; v++) {
+            se += totals->energy[c[v]];
+            st += totals->time[c[v]];
+        }
+        totals->out_e[b] = se;
+        totals->out_t[b] = st;
+    }
 }
 
 /* The optional trailing arguments (energy, time, out_energy, out_time) of `track` and `polish`: all four or
- * none. `bufs` holds 4 buffers. The plans' options must be checked against `options` by the caller. */
+ * none. `bufs` holds 4 buffers. Every option the picker can output must index the tables. */
 static int get_totals(PyObject *energy_o, PyObject *time_o, PyObject *out_e_o, PyObject *out_t_o,
-                      Py_ssize_t plans, Buf *bufs, Totals *totals) {
+                      Py_ssize_t plans, const Picker *m, Buf *bufs, Totals *totals) {
     memset(totals, 0, sizeof(*totals));
     if (energy_o == NULL || energy_o == Py_None) return 0;
     if (get_buf(energy_o, &bufs[0], PyObject_Length(energy_o), 8, 0, "energy") < 0) return -1;
@@ -288,7 +287,7 @@ static int get_totals(PyObject *energy_o, PyObject *time_o, PyObject *out_e_o, P
     if (get_buf(out_e_o, &bufs[2], plans, 8, 1, "out_energy") < 0) return -1;
     if (get_buf(out_t_o, &bufs[3], plans, 8, 1, "out_time_sum") < 0) return -1;
     *totals = (Totals){bufs[0].view.buf, bufs[1].view.buf, options, bufs[2].view.buf, bufs[3].view.buf};
-    return 0;
+    return check_options(m->choice, m->entries, options);
 }
 
 /* ---- track ---------------------------------------------------------------------------------------- */
@@ -369,9 +368,9 @@ static PyObject *k_track(PyObject *self, PyObject *args) {
     job.target = bufs[P_COUNT + 2].view.buf;
     job.out_choice = bufs[P_COUNT + 3].view.buf;
     job.out_time = bufs[P_COUNT + 4].view.buf;
-    if (get_totals(energy_o, time_o, out_e_o, out_t_o, plans, &bufs[P_COUNT + 5], &job.totals) < 0) goto done;
-    /* Every option the map can pick must index the energy and time tables. */
-    if (job.totals.energy && check_options(job.m.choice, bufs[2].view.len / 8, job.totals.options) < 0) goto done;
+    if (get_totals(energy_o, time_o, out_e_o, out_t_o, plans, &job.m, &bufs[P_COUNT + 5], &job.totals) < 0) {
+        goto done;
+    }
     if (run_split(track_range, &job, plans, threads) < 0) {
         PyErr_NoMemory();
         goto done;
@@ -516,8 +515,9 @@ static PyObject *k_polish(PyObject *self, PyObject *args) {
     job.deadline = bufs[P_COUNT + 5].view.buf;
     job.out_choice = bufs[P_COUNT + 6].view.buf;
     job.out_time = bufs[P_COUNT + 7].view.buf;
-    if (get_totals(energy_o, time_o, out_e_o, out_t_o, plans, &bufs[P_COUNT + 8], &job.totals) < 0) goto done;
-    if (job.totals.energy && check_options(job.m.choice, bufs[2].view.len / 8, job.totals.options) < 0) goto done;
+    if (get_totals(energy_o, time_o, out_e_o, out_t_o, plans, &job.m, &bufs[P_COUNT + 8], &job.totals) < 0) {
+        goto done;
+    }
     if (run_split(polish_range, &job, plans, threads) < 0) {
         PyErr_NoMemory();
         goto done;
@@ -525,52 +525,6 @@ static PyObject *k_polish(PyObject *self, PyObject *args) {
     result = Py_NewRef(Py_None);
 done:
     release(bufs, P_COUNT + 12);
-    return result;
-}
-
-/* ---- sums ----------------------------------------------------------------------------------------- */
-
-typedef struct {
-    Py_ssize_t n;
-    const int64_t *choice;
-    const double *energy, *time;
-    double *out_e, *out_t;
-} SumsJob;
-
-static int sums_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
-    const SumsJob *job = ctx;
-    for (Py_ssize_t b = lo; b < hi; b++) {
-        plan_sums(job->choice, job->n, job->energy, job->time, job->out_e, job->out_t, b);
-    }
-    return 0;
-}
-
-static PyObject *k_sums(PyObject *self, PyObject *args) {
-    PyObject *choice_o, *energy_o, *time_o, *out_e_o, *out_t_o;
-    Py_ssize_t n, plans, threads;
-    if (!PyArg_ParseTuple(args, "nnnOOOOO", &n, &plans, &threads, &choice_o, &energy_o, &time_o, &out_e_o,
-                          &out_t_o)) {
-        return NULL;
-    }
-    Buf bufs[5];
-    memset(bufs, 0, sizeof(bufs));
-    PyObject *result = NULL;
-    if (n < 1 || plans < 0) {
-        PyErr_SetString(PyExc_ValueError, "sums: bad sizes");
-        goto done;
-    }
-    if (get_buf(choice_o, &bufs[0], plans * n, 8, 0, "choice") < 0) goto done;
-    if (get_buf(energy_o, &bufs[1], PyObject_Length(energy_o), 8, 0, "energy") < 0) goto done;
-    Py_ssize_t options = bufs[1].view.len / 8;
-    if (get_buf(time_o, &bufs[2], options, 8, 0, "time") < 0) goto done;
-    if (get_buf(out_e_o, &bufs[3], plans, 8, 1, "out_energy") < 0) goto done;
-    if (get_buf(out_t_o, &bufs[4], plans, 8, 1, "out_time") < 0) goto done;
-    SumsJob job = {n, bufs[0].view.buf, bufs[1].view.buf, bufs[2].view.buf, bufs[3].view.buf, bufs[4].view.buf};
-    if (check_options(job.choice, plans * n, options) < 0) goto done;
-    run_split(sums_range, &job, plans, threads);
-    result = Py_NewRef(Py_None);
-done:
-    release(bufs, 5);
     return result;
 }
 
@@ -786,7 +740,6 @@ done:
 static PyMethodDef methods[] = {
     {"track", k_track, METH_VARARGS, "Track relaxed finish times with real options (see rounding.track)."},
     {"polish", k_polish, METH_VARARGS, "Polish plans (see rounding.polish)."},
-    {"sums", k_sums, METH_VARARGS, "Per plan, sums of option energies and times in node order."},
     {"node_durations", k_node_durations, METH_VARARGS, "Relaxed durations (units) of every node, plan-major."},
     {"node_finish", k_node_finish, METH_VARARGS, "Relaxed finish times (s) of every node, plan-major."},
     {"dijkstra", k_dijkstra, METH_VARARGS, "Shortest distances from a source over non-negative weights."},

@@ -400,7 +400,7 @@ def solve_frontier(problem: PlanningProblem, unit_time_s: float, subdivisions: i
 
 def _node_sum(values: np.ndarray, choice: IntArray) -> np.ndarray:
     """Per plan (column of node-major `choice`), the sum of `values` over its nodes, added in node order (as
-    the compiled `sums` adds them, so both give the same energies to the last bit)."""
+    the compiled `track` and `polish` add them, so both give the same energies to the last bit)."""
     taken = values.take(choice)
     total = taken[0].copy()
     for row in taken[1:]:

@@ -89,7 +89,8 @@ def _out(out: np.ndarray | None, shape: tuple[int, ...], dtype: type) -> np.ndar
 
 class Totals:
     """Per output plan of `track` or `polish`, the sums of its options' energies (`energy_j`) and times
-    (`time_s`), as `sums` gives them; computed by the kernel while each block of plans is in cache."""
+    (`time_s`), added in node order as the numpy fallback does (`frontier._node_sum`); computed by the kernel
+    while each block of plans is in cache."""
 
     def __init__(self, option_energy_j: FloatArray, option_time_s: FloatArray) -> None:
         self.option_energy_j = np.ascontiguousarray(option_energy_j, dtype=np.float64)
@@ -128,17 +129,6 @@ def polish(picker: CompiledPicker, option_time_s: FloatArray, choice: IntArray, 
                       np.ascontiguousarray(deadline_s, dtype=np.float64), out, time_s,
                       *(totals.args(plans) if totals is not None else ()))
     return out, time_s
-
-
-def sums(choice: IntArray, option_energy_j: FloatArray, option_time_s: FloatArray,
-         workers: int = 1) -> tuple[FloatArray, FloatArray]:
-    """Per plan (row of `choice`), the sum of its options' energies and of their times, added in node order."""
-    plans, n = choice.shape
-    energy_j, time_s = np.empty(plans), np.empty(plans)
-    _kernels().sums(n, plans, workers, np.ascontiguousarray(choice, dtype=np.int64),
-                    np.ascontiguousarray(option_energy_j, dtype=np.float64),
-                    np.ascontiguousarray(option_time_s, dtype=np.float64), energy_j, time_s)
-    return energy_j, time_s
 
 
 def node_finish_s(potentials: IntArray, nodes: int, slower: IntArray, faster: IntArray, shift: IntArray,

@@ -33,6 +33,7 @@ the instruction's total flow; the residual network has two arcs per instruction 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,14 +132,19 @@ class ConvexRelaxation:
         self.t_min = round(float(dag.makespan(self.lo.astype(np.float64))))
         self.t_max = round(float(dag.makespan(self.hi.astype(np.float64))))
 
+    @functools.cached_property
+    def _by_type(self) -> tuple[IntArray, IntArray]:
+        """The nodes grouped by type (node order within a type), and where each type's group starts."""
+        node_type = self.problem.node_type
+        by_type = np.argsort(node_type, kind="stable")
+        return by_type, np.searchsorted(node_type[by_type], np.arange(len(self.hulls) + 1))
+
     def relaxed_cost_j(self, durations: IntArray) -> FloatArray:
         """Sum over nodes of the hull-interpolated effective cost, per row of `durations` (B, N).
 
         Per type (in type order), the sum over its nodes in node order: the columns are gathered once,
         grouped by type, instead of one boolean selection per type."""
-        node_type = self.problem.node_type
-        by_type = np.argsort(node_type, kind="stable")
-        bounds = np.searchsorted(node_type[by_type], np.arange(len(self.hulls) + 1))
+        by_type, bounds = self._by_type
         grouped = np.asarray(durations)[:, by_type]
         total = np.zeros(grouped.shape[0])
         for kind, hull in enumerate(self.hulls):
