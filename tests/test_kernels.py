@@ -173,6 +173,13 @@ def test_bad_arrays_are_refused_not_read_out_of_bounds() -> None:
         kernels.polish(compiled, problem.option_time_s, bad, deadline_s)
     with pytest.raises(ValueError, match="output buffer"):
         kernels.track(compiled, target.T, out=np.empty((1, 1), dtype=np.int64))
+    with pytest.raises(ValueError, match="output buffer"):  # plans are int32: a wider buffer is refused
+        kernels.track(compiled, target.T, out=np.empty(choice.shape, dtype=np.int64))
+    relaxed = solver.relaxation.solve()
+    phase = np.zeros(1, dtype=np.int64)
+    with pytest.raises(ValueError, match="column out of range"):
+        kernels.node_durations(relaxed.potentials, phase, phase, phase, solver.relaxation.hi,
+                               np.asarray([problem.dag.num_nodes]))
     # Sums over tables too short for the options the picker can choose.
     short = kernels.Totals(problem.option_energy_j[:1], problem.option_time_s[:1])
     with pytest.raises(ValueError, match="option out of range"):

@@ -6,7 +6,9 @@
  * to the last bit (tests/test_kernels.py compares them):
  *
  * - `track` and `polish`: `wattwise.pipeline.rounding.track` / `polish` for plans laid out plan-major,
- *   shape (plans, nodes) in node order; nodes are visited in the rounding's row order (level after level).
+ *   shape (plans, nodes) in node order, option indices as int32; nodes are visited in the rounding's row
+ *   order (level after level). The plans of a block of BLOCK are visited together: per row, their start or
+ *   end times are one vectorised max or min over contiguous events, then each picks its option.
  *   Within one level the numpy code updates all nodes at once; they never read each other, so visiting
  *   them one by one gives the same figures.
  *   Optionally (trailing arguments) they also give each output plan's sums of option energies and times,
@@ -30,6 +32,8 @@
 #define EPS_S 1e-12
 /* Plans interleaved in `track` and `polish`: independent chains the processor overlaps. */
 #define BLOCK 8
+/* An option index in a plan (int32 arrays: half the memory traffic of int64). */
+typedef int32_t opt_t;
 
 /* ---- buffers ------------------------------------------------------------------------------------- */
 
@@ -73,7 +77,7 @@ static void release(Buf *bufs, int count) {
 typedef struct {
     const int64_t *first; /* per row */
     const int64_t *last;
-    const int64_t *choice;    /* per entry: global option index */
+    const opt_t *choice;      /* per entry: global option index */
     const double *times;      /* per entry: its time (s) */
     Py_ssize_t entries;
 } Picker;
@@ -100,8 +104,8 @@ static int get_picker(PyObject *args_tuple, Py_ssize_t rows, Buf *bufs, Picker *
     }
     if (get_buf(first, &bufs[P_FIRST], rows, 8, 0, "first") < 0) return -1;
     if (get_buf(last, &bufs[P_LAST], rows, 8, 0, "last") < 0) return -1;
-    if (get_buf(choice, &bufs[P_CHOICE], PyObject_Length(choice), 8, 0, "choice") < 0) return -1;
-    Py_ssize_t entries = bufs[P_CHOICE].view.len / 8;
+    if (get_buf(choice, &bufs[P_CHOICE], PyObject_Length(choice), sizeof(opt_t), 0, "choice") < 0) return -1;
+    Py_ssize_t entries = bufs[P_CHOICE].view.len / (Py_ssize_t)sizeof(opt_t);
     if (get_buf(times, &bufs[P_TIMES], entries, 8, 0, "times") < 0) return -1;
     m->first = bufs[P_FIRST].view.buf;
     m->last = bufs[P_LAST].view.buf;
@@ -151,7 +155,7 @@ static int check_order(const int64_t *order, Py_ssize_t n) {
     return 0;
 }
 
-static int check_options(const int64_t *choice, Py_ssize_t count, Py_ssize_t options) {
+static int check_options(const opt_t *choice, Py_ssize_t count, Py_ssize_t options) {
     for (Py_ssize_t i = 0; i < count; i++) {
         if (choice[i] < 0 || choice[i] >= options) {
             PyErr_SetString(PyExc_ValueError, "choice: option out of range");
@@ -190,6 +194,29 @@ static inline double earliest_of(const double *events, const int64_t *rows, Py_s
         if (v < out) out = v;
     }
     return out;
+}
+
+/* `latest_of` / `earliest_of` for every plan of a block at once (`out[k]`, k < BLOCK; lanes past the block's
+ * plans hold figures nobody reads): rows of BLOCK contiguous events, so the compiler vectorises them. Same
+ * comparisons as the scalar forms, so the same figures. */
+static inline void latest_block(const double *restrict events, const int64_t *rows, Py_ssize_t count,
+                                double *restrict out) {
+    const double *first = events + rows[0] * BLOCK;
+    for (int k = 0; k < BLOCK; k++) out[k] = first[k];
+    for (Py_ssize_t j = 1; j < count; j++) {
+        const double *row = events + rows[j] * BLOCK;
+        for (int k = 0; k < BLOCK; k++) out[k] = row[k] > out[k] ? row[k] : out[k];
+    }
+}
+
+static inline void earliest_block(const double *restrict events, const int64_t *rows, Py_ssize_t count,
+                                  double *restrict out) {
+    const double *first = events + rows[0] * BLOCK;
+    for (int k = 0; k < BLOCK; k++) out[k] = first[k];
+    for (Py_ssize_t j = 1; j < count; j++) {
+        const double *row = events + rows[j] * BLOCK;
+        for (int k = 0; k < BLOCK; k++) out[k] = row[k] < out[k] ? row[k] : out[k];
+    }
 }
 
 /* ---- splitting plans over threads ---------------------------------------------------------------- */
@@ -259,19 +286,26 @@ typedef struct {
 } Totals;
 
 /* Plans b0 .. b0 + nb: the sums over each row, added in node order (numpy's sum over axis 0 of a node-major
- * array). */
-static inline void block_sums(const Totals *totals, const int64_t *choice, Py_ssize_t n, Py_ssize_t b0,
+ * array). The plans' sums are independent chains of additions: interleaved, they overlap. */
+static inline void block_sums(const Totals *totals, const opt_t *choice, Py_ssize_t n, Py_ssize_t b0,
                               Py_ssize_t nb) {
     if (totals->energy == NULL) return;
-    for (Py_ssize_t b = b0; b < b0 + nb; b++) {
-        const int64_t *c = choice + b * n;
-        double se = totals->energy[c[0]], st = totals->time[c[0]];
-        for (Py_ssize_t v = 1; v < n; v++) {
-            se += totals->energy[c[v]];
-            st += totals->time[c[v]];
+    double se[BLOCK], st[BLOCK];
+    const opt_t *c = choice + b0 * n;
+    for (Py_ssize_t k = 0; k < nb; k++) {
+        se[k] = totals->energy[c[k * n]];
+        st[k] = totals->time[c[k * n]];
+    }
+    for (Py_ssize_t v = 1; v < n; v++) {
+        for (Py_ssize_t k = 0; k < nb; k++) {
+            opt_t o = c[k * n + v];
+            se[k] += totals->energy[o];
+            st[k] += totals->time[o];
         }
-        totals->out_e[b] = se;
-        totals->out_t[b] = st;
+    }
+    for (Py_ssize_t k = 0; k < nb; k++) {
+        totals->out_e[b0 + k] = se[k];
+        totals->out_t[b0 + k] = st[k];
     }
 }
 
@@ -296,7 +330,7 @@ typedef struct {
     Picker m;
     Layout lay;
     const double *target;
-    int64_t *out_choice;
+    opt_t *out_choice;
     double *out_time;
     Totals totals;
 } TrackJob;
@@ -306,7 +340,7 @@ static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
     const Picker *m = &job->m;
     Py_ssize_t n = job->lay.n, kp = job->lay.kp;
     const int64_t *order = job->lay.order, *preds = job->lay.preds;
-    double *finish = malloc(sizeof(double) * (size_t)((n + 1) * BLOCK));
+    double *finish = calloc((size_t)((n + 1) * BLOCK), sizeof(double));
     int64_t *hint = malloc(sizeof(int64_t) * (size_t)n);
     if (!finish || !hint) {
         free(finish);
@@ -323,11 +357,12 @@ static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
             const int64_t *pr = preds + p * kp;
             int64_t node = order[p];
             int64_t e = hint[p];
+            double start[BLOCK];
+            latest_block(finish, pr, kp, start);
             for (Py_ssize_t k = 0; k < nb; k++) {
-                double start = latest_of(finish, pr, kp, k);
-                e = pick(m, p, job->target[(b0 + k) * n + node] - start, e);
+                e = pick(m, p, job->target[(b0 + k) * n + node] - start[k], e);
                 job->out_choice[(b0 + k) * n + node] = m->choice[e];
-                double f = start + m->times[e];
+                double f = start[k] + m->times[e];
                 finish[p * BLOCK + k] = f;
                 if (f > longest[k]) longest[k] = f;
             }
@@ -361,7 +396,7 @@ static PyObject *k_track(PyObject *self, PyObject *args) {
     if (get_buf(order_o, &bufs[P_COUNT], n, 8, 0, "order") < 0) goto done;
     if (get_buf(preds_o, &bufs[P_COUNT + 1], n * kp, 8, 0, "preds") < 0) goto done;
     if (get_buf(target_o, &bufs[P_COUNT + 2], plans * n, 8, 0, "target") < 0) goto done;
-    if (get_buf(out_choice_o, &bufs[P_COUNT + 3], plans * n, 8, 1, "out_choice") < 0) goto done;
+    if (get_buf(out_choice_o, &bufs[P_COUNT + 3], plans * n, sizeof(opt_t), 1, "out_choice") < 0) goto done;
     if (get_buf(out_time_o, &bufs[P_COUNT + 4], plans, 8, 1, "out_time") < 0) goto done;
     job.lay = (Layout){n, kp, 0, bufs[P_COUNT].view.buf, bufs[P_COUNT + 1].view.buf, NULL};
     if (check_order(job.lay.order, n) < 0 || check_rows(job.lay.preds, n * kp, n, "preds") < 0) goto done;
@@ -387,9 +422,9 @@ typedef struct {
     Picker m;
     Layout lay;
     const double *option_time;
-    const int64_t *choice_in;
+    const opt_t *choice_in;
     const double *deadline;
-    int64_t *out_choice;
+    opt_t *out_choice;
     double *out_time;
     Totals totals;
 } PolishJob;
@@ -399,11 +434,11 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
     const Picker *m = &job->m;
     Py_ssize_t n = job->lay.n, kp = job->lay.kp, ks = job->lay.ks;
     const int64_t *order = job->lay.order, *preds = job->lay.preds, *succs = job->lay.succs;
-    /* Per row and plan of the block: choice (an entry after the forward pass), time, latest finish,
-       events; the virtual row n closes each. */
+    /* Per row and plan of the block: time, latest finish, events (begin, finish) and the forward pass's
+       entry; the virtual row n closes each. */
     size_t cells = (size_t)((n + 1) * BLOCK);
-    double *work = malloc(sizeof(double) * 4 * cells);
-    int64_t *ch = malloc(sizeof(int64_t) * cells);
+    double *work = calloc(4 * cells, sizeof(double));
+    int32_t *ch = malloc(sizeof(int32_t) * cells);
     int64_t *hint = malloc(sizeof(int64_t) * (size_t)n);
     if (!work || !ch || !hint) {
         free(work);
@@ -419,32 +454,29 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
         for (Py_ssize_t p = 0; p < n; p++) {
             int64_t node = order[p];
             for (Py_ssize_t k = 0; k < nb; k++) {
-                int64_t c = job->choice_in[(b0 + k) * n + node];
-                ch[p * BLOCK + k] = c;
-                t[p * BLOCK + k] = job->option_time[c];
+                t[p * BLOCK + k] = job->option_time[job->choice_in[(b0 + k) * n + node]];
             }
         }
         /* Latest finish of every node with the others as they are (`begin` holds latest starts). */
         for (Py_ssize_t k = 0; k < nb; k++) begin[n * BLOCK + k] = deadline[k];
         for (Py_ssize_t p = n - 1; p >= 0; p--) {
             const int64_t *su = succs + p * ks;
-            for (Py_ssize_t k = 0; k < nb; k++) {
-                double end = earliest_of(begin, su, ks, k);
-                latest[p * BLOCK + k] = end;
-                begin[p * BLOCK + k] = end - t[p * BLOCK + k];
-            }
+            double *end = latest + p * BLOCK;
+            earliest_block(begin, su, ks, end);
+            for (int k = 0; k < BLOCK; k++) begin[p * BLOCK + k] = end[k] - t[p * BLOCK + k];
         }
         /* Forward: the cheapest option finishing by the latest finish, predecessors as now. */
         for (Py_ssize_t k = 0; k < nb; k++) finish[n * BLOCK + k] = 0.0;
         for (Py_ssize_t p = 0; p < n; p++) {
             const int64_t *pr = preds + p * kp;
             int64_t e = hint[p];
+            double start[BLOCK];
+            latest_block(finish, pr, kp, start);
             for (Py_ssize_t k = 0; k < nb; k++) {
-                double start = latest_of(finish, pr, kp, k);
-                e = pick(m, p, latest[p * BLOCK + k] - start, e);
+                e = pick(m, p, latest[p * BLOCK + k] - start[k], e);
                 ch[p * BLOCK + k] = e;
                 t[p * BLOCK + k] = m->times[e];
-                finish[p * BLOCK + k] = start + m->times[e];
+                finish[p * BLOCK + k] = start[k] + m->times[e];
             }
             hint[p] = e;
         }
@@ -457,8 +489,10 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
         for (Py_ssize_t p = n - 1; p >= 0; p--) {
             const int64_t *su = succs + p * ks;
             int64_t node = order[p];
+            double end_k[BLOCK];
+            earliest_block(begin, su, ks, end_k);
             for (Py_ssize_t k = 0; k < nb; k++) {
-                double end = earliest_of(begin, su, ks, k);
+                double end = end_k[k];
                 Py_ssize_t cell = p * BLOCK + k;
                 int64_t e = pick(m, p, end - (finish[cell] - t[cell]), ch[cell]);
                 job->out_choice[(b0 + k) * n + node] = m->choice[e];
@@ -499,9 +533,9 @@ static PyObject *k_polish(PyObject *self, PyObject *args) {
     if (get_buf(preds_o, &bufs[P_COUNT + 1], n * kp, 8, 0, "preds") < 0) goto done;
     if (get_buf(succs_o, &bufs[P_COUNT + 2], n * ks, 8, 0, "succs") < 0) goto done;
     if (get_buf(option_time_o, &bufs[P_COUNT + 3], PyObject_Length(option_time_o), 8, 0, "option_time") < 0) goto done;
-    if (get_buf(choice_o, &bufs[P_COUNT + 4], plans * n, 8, 0, "choice") < 0) goto done;
+    if (get_buf(choice_o, &bufs[P_COUNT + 4], plans * n, sizeof(opt_t), 0, "choice") < 0) goto done;
     if (get_buf(deadline_o, &bufs[P_COUNT + 5], plans, 8, 0, "deadline") < 0) goto done;
-    if (get_buf(out_choice_o, &bufs[P_COUNT + 6], plans * n, 8, 1, "out_choice") < 0) goto done;
+    if (get_buf(out_choice_o, &bufs[P_COUNT + 6], plans * n, sizeof(opt_t), 1, "out_choice") < 0) goto done;
     if (get_buf(out_time_o, &bufs[P_COUNT + 7], plans, 8, 1, "out_time") < 0) goto done;
     job.lay = (Layout){n, kp, ks, bufs[P_COUNT].view.buf, bufs[P_COUNT + 1].view.buf, bufs[P_COUNT + 2].view.buf};
     if (check_order(job.lay.order, n) < 0 || check_rows(job.lay.preds, n * kp, n, "preds") < 0 ||
@@ -532,13 +566,13 @@ done:
 
 /* The relaxed durations of `RelaxedFrontier.durations(events(...))` (units), plan-major. */
 static PyObject *k_node_durations(PyObject *self, PyObject *args) {
-    PyObject *pot_o, *slower_o, *faster_o, *shift_o, *hi_o, *out_o;
+    PyObject *pot_o, *slower_o, *faster_o, *shift_o, *hi_o, *columns_o, *out_o;
     Py_ssize_t phases, width, n, plans;
-    if (!PyArg_ParseTuple(args, "nnnnOOOOOO", &phases, &width, &n, &plans, &pot_o, &slower_o, &faster_o, &shift_o,
-                          &hi_o, &out_o)) {
+    if (!PyArg_ParseTuple(args, "nnnnOOOOOOO", &phases, &width, &n, &plans, &pot_o, &slower_o, &faster_o, &shift_o,
+                          &hi_o, &columns_o, &out_o)) {
         return NULL;
     }
-    Buf bufs[6];
+    Buf bufs[7];
     memset(bufs, 0, sizeof(bufs));
     PyObject *result = NULL;
     if (phases < 1 || n < 1 || width < 2 * n + 2 || plans < 0) {
@@ -550,29 +584,38 @@ static PyObject *k_node_durations(PyObject *self, PyObject *args) {
     if (get_buf(faster_o, &bufs[2], plans, 8, 0, "faster") < 0) goto done;
     if (get_buf(shift_o, &bufs[3], plans, 8, 0, "shift") < 0) goto done;
     if (get_buf(hi_o, &bufs[4], n, 8, 0, "hi") < 0) goto done;
-    if (get_buf(out_o, &bufs[5], plans * n, 8, 1, "out") < 0) goto done;
+    if (get_buf(columns_o, &bufs[5], PyObject_Length(columns_o), 8, 0, "columns") < 0) goto done;
+    Py_ssize_t m = bufs[5].view.len / 8;
+    if (get_buf(out_o, &bufs[6], plans * m, 8, 1, "out") < 0) goto done;
     {
         const int64_t *pot = bufs[0].view.buf, *slower = bufs[1].view.buf, *faster = bufs[2].view.buf;
-        const int64_t *shift = bufs[3].view.buf, *hi = bufs[4].view.buf;
-        int64_t *out = bufs[5].view.buf;
+        const int64_t *shift = bufs[3].view.buf, *hi = bufs[4].view.buf, *columns = bufs[5].view.buf;
+        double *out = bufs[6].view.buf;
         if (check_phases(slower, faster, plans, phases, "node_durations") < 0) goto done;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            if (columns[j] < 0 || columns[j] >= n) {
+                PyErr_SetString(PyExc_ValueError, "node_durations: column out of range");
+                goto done;
+            }
+        }
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t b = 0; b < plans; b++) {
             const int64_t *ps = pot + slower[b] * width + 2, *pf = pot + faster[b] * width + 2;
             int64_t s = shift[b];
-            int64_t *o = out + b * n;
-            for (Py_ssize_t v = 0; v < n; v++) {
+            double *o = out + b * m;
+            for (Py_ssize_t j = 0; j < m; j++) {
+                Py_ssize_t v = columns[j];
                 int64_t start = ps[2 * v] < pf[2 * v] + s ? ps[2 * v] : pf[2 * v] + s;
                 int64_t finish = ps[2 * v + 1] < pf[2 * v + 1] + s ? ps[2 * v + 1] : pf[2 * v + 1] + s;
                 int64_t d = finish - start;
-                o[v] = d < hi[v] ? d : hi[v];
+                o[j] = (double)(d < hi[v] ? d : hi[v]);
             }
         }
         Py_END_ALLOW_THREADS
     }
     result = Py_NewRef(Py_None);
 done:
-    release(bufs, 6);
+    release(bufs, 7);
     return result;
 }
 
@@ -740,7 +783,7 @@ done:
 static PyMethodDef methods[] = {
     {"track", k_track, METH_VARARGS, "Track relaxed finish times with real options (see rounding.track)."},
     {"polish", k_polish, METH_VARARGS, "Polish plans (see rounding.polish)."},
-    {"node_durations", k_node_durations, METH_VARARGS, "Relaxed durations (units) of every node, plan-major."},
+    {"node_durations", k_node_durations, METH_VARARGS, "Relaxed durations (units, as doubles) of some nodes, plan-major."},
     {"node_finish", k_node_finish, METH_VARARGS, "Relaxed finish times (s) of every node, plan-major."},
     {"dijkstra", k_dijkstra, METH_VARARGS, "Shortest distances from a source over non-negative weights."},
     {NULL, NULL, 0, NULL},

@@ -276,8 +276,8 @@ class FrontierSolver:
         nodes = self.problem.dag.num_nodes
         if self._buffers is None or len(self._buffers[1]) < rows:
             rows = max(rows, 2 * self._batch + 1)
-            self._buffers = (np.empty((rows, nodes)), np.empty((rows, nodes), dtype=np.int64),
-                             np.empty((rows, nodes), dtype=np.int64))
+            self._buffers = (np.empty((rows, nodes)), np.empty((rows, nodes), dtype=kernels.PLAN_DTYPE),
+                             np.empty((rows, nodes), dtype=kernels.PLAN_DTYPE))
         return self._buffers
 
     def _round(

@@ -31,6 +31,8 @@ from wattwise.pipeline.schedule import INSTRUCTIONS, SCHEDULES, Step, build_sche
 
 #: Relative tolerance when comparing an iteration time with the all-maximum-frequency one (float noise).
 TIME_TOLERANCE = 1e-9
+#: Plans converted to frequency indices per numpy call in `PlanMatrix.of_choices`.
+_ROWS_AT_ONCE = 1024
 
 
 #: Per stage, its steps in execution order, each with its `frequency_mhz`.
@@ -147,8 +149,9 @@ class PlanMatrix:
         dtype = np.uint8 if len(frequencies) <= 2**8 else np.uint16
         index_of_option = np.searchsorted(frequencies, problem.option_frequency_mhz).astype(dtype)
         indices = np.empty((len(choices), problem.dag.num_nodes), dtype=dtype)
-        for row, choice in enumerate(choices):
-            indices[row] = index_of_option[np.asarray(choice)]
+        for row in range(0, len(choices), _ROWS_AT_ONCE):  # stacked a block at a time: few numpy calls
+            block = choices[row : row + _ROWS_AT_ONCE]
+            indices[row : row + len(block)] = index_of_option[np.stack([np.asarray(c) for c in block])]
         return cls(tuple(int(f) for f in frequencies), indices)
 
     def frequencies_of(self, row: int) -> list[int]:

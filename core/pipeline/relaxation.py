@@ -34,6 +34,7 @@ the instruction's total flow; the residual network has two arcs per instruction 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,7 +134,7 @@ class ConvexRelaxation:
         self.t_max = round(float(dag.makespan(self.hi.astype(np.float64))))
 
     @functools.cached_property
-    def _by_type(self) -> tuple[IntArray, IntArray]:
+    def type_groups(self) -> tuple[IntArray, IntArray]:
         """The nodes grouped by type (node order within a type), and where each type's group starts."""
         node_type = self.problem.node_type
         by_type = np.argsort(node_type, kind="stable")
@@ -144,13 +145,18 @@ class ConvexRelaxation:
 
         Per type (in type order), the sum over its nodes in node order: the columns are gathered once,
         grouped by type, instead of one boolean selection per type."""
-        by_type, bounds = self._by_type
+        by_type, bounds = self.type_groups
         grouped = np.asarray(durations)[:, by_type]
-        total = np.zeros(grouped.shape[0])
+        return self.relaxed_cost_by_type_j(lambda kind: grouped[:, bounds[kind] : bounds[kind + 1]], len(grouped))
+
+    def relaxed_cost_by_type_j(self, durations_of: Callable[[int], np.ndarray], plans: int) -> FloatArray:
+        """`relaxed_cost_j` from each type's durations, `durations_of(kind)` of shape (plans, nodes of the type
+        in node order): per type in type order, the sum over its nodes of the hull-interpolated cost."""
+        _, bounds = self.type_groups
+        total = np.zeros(plans)
         for kind, hull in enumerate(self.hulls):
-            lo, hi = bounds[kind], bounds[kind + 1]
-            if hi > lo:
-                total += np.interp(grouped[:, lo:hi], hull.time_units, hull.cost_j).sum(axis=1)
+            if bounds[kind + 1] > bounds[kind]:
+                total += np.interp(durations_of(kind), hull.time_units, hull.cost_j).sum(axis=1)
         return total
 
     def solve(self) -> RelaxedFrontier:
@@ -305,12 +311,18 @@ class RelaxedFrontier:
         relaxation = self.relaxation
         problem = relaxation.problem
         if kernels.AVAILABLE:
+            # Each type's durations straight from the kernel, contiguous and in float64, as interp wants them.
             slower, faster, shift = self._phases(deadlines)
-            by_plan = kernels.node_durations(self.potentials, slower, faster, shift, relaxation.hi)
+            by_type, bounds = relaxation.type_groups
+
+            def durations_of(kind: int) -> FloatArray:
+                return kernels.node_durations(self.potentials, slower, faster, shift, relaxation.hi,
+                                              by_type[bounds[kind] : bounds[kind + 1]])
+
+            cost_j = relaxation.relaxed_cost_by_type_j(durations_of, len(slower))
         else:
-            by_plan = self.durations(self.events(deadlines)).T
-        return np.asarray(relaxation.relaxed_cost_j(by_plan)
-                          + problem.p_blocking_w * problem.dag.num_stages * deadlines * relaxation.resolution_s)
+            cost_j = relaxation.relaxed_cost_j(self.durations(self.events(deadlines)).T)
+        return np.asarray(cost_j + problem.p_blocking_w * problem.dag.num_stages * deadlines * relaxation.resolution_s)
 
 
 class _ShortestPaths:
