@@ -151,7 +151,7 @@ class PlanMatrix:
         indices = np.empty((len(choices), problem.dag.num_nodes), dtype=dtype)
         for row in range(0, len(choices), _ROWS_AT_ONCE):  # stacked a block at a time: few numpy calls
             block = choices[row : row + _ROWS_AT_ONCE]
-            indices[row : row + len(block)] = index_of_option[np.stack([np.asarray(c) for c in block])]
+            np.take(index_of_option, np.array(block), out=indices[row : row + len(block)])
         return cls(tuple(int(f) for f in frequencies), indices)
 
     def frequencies_of(self, row: int) -> list[int]:
