@@ -55,6 +55,8 @@ _BATCH_CELLS = 3 << 18
 #: changes. A grid of at most `FULL_GRID_CELLS` (node, deadline) cells is rounded at every deadline.
 STRIDE = 16
 FULL_GRID_CELLS = 50_000_000
+#: Figures per rounded deadline that tell where the frontier changes (see `FrontierSolver._round`).
+_KEYS = 4
 #: Int64 arrays of shape (nodes, batch) alive at once while a batch is mapped to real plans (an estimate).
 _WORK_ARRAYS = 12
 #: Most deadlines of one frontier.
@@ -218,37 +220,41 @@ class FrontierSolver:
         self.rounded = 0
         last = len(grid) - 1
         coarse = np.unique(np.concatenate([np.arange(0, last, self.stride), [last]]))
-        previous: tuple[float, ...] | None = None
+        previous: FloatArray | None = None
         for start in range(0, max(len(coarse) - 1, 1), self._batch):
             ends = coarse[start : start + self._batch + 1]
             points, previous = self._window(grid, ends, relaxed, previous)
             yield from points
 
     def _window(
-        self, grid: IntArray, ends: IntArray, relaxed: RelaxedFrontier, previous: tuple[float, ...] | None,
-    ) -> tuple[list[FrontierPoint], tuple[float, ...]]:
+        self, grid: IntArray, ends: IntArray, relaxed: RelaxedFrontier, previous: FloatArray | None,
+    ) -> tuple[list[FrontierPoint], FloatArray]:
         """Round the deadlines `grid[ends]` and, where needed, those between; the window's non-dominated points.
 
-        `previous` is the best plan (time, energy) of `ends[0]` when the window before rounded it.
+        `previous` is the figures telling where the frontier changes (`_round`'s keys) of `ends[0]` when the
+        window before rounded it; the figures of `ends[-1]` are returned for the next window.
         """
-        best: dict[int, tuple[float, ...]] = {}
+        base = int(ends[0])
+        best = np.full((int(ends[-1]) - base + 1, _KEYS), np.nan)  # by deadline index - base; NaN: not rounded
         batches: list[_Candidates] = []
         todo = ends
         if previous is not None:
-            best[int(ends[0])] = previous
+            best[0] = previous
             todo = ends[1:]
-        intervals = list(zip(ends[:-1].tolist(), ends[1:].tolist(), strict=True))
+        lower, upper = ends[:-1], ends[1:]  # the intervals between rounded deadlines, ascending
         while len(todo):
             for chunk in range(0, len(todo), self._batch):
                 indices = todo[chunk : chunk + self._batch]
                 found, keys = self._round(grid[indices], relaxed)
                 batches.append(found)
-                best.update(zip(indices.tolist(), keys or [()] * len(indices), strict=True))
+                if keys is not None:
+                    best[indices - base] = keys
                 self.rounded += len(indices)
-            split = [(a, b) for a, b in intervals if b - a > 1 and best[a] != best[b]]
-            todo = np.asarray([(a + b) // 2 for a, b in split], dtype=np.int64)
-            intervals = [pair for a, b in split for pair in ((a, (a + b) // 2), ((a + b) // 2, b))]
-        return self._points(batches, relaxed), best[int(ends[-1])]
+            split = (upper - lower > 1) & np.any(best[lower - base] != best[upper - base], axis=1)
+            lower, upper = lower[split], upper[split]
+            todo = (lower + upper) // 2
+            lower, upper = np.column_stack([lower, todo]).ravel(), np.column_stack([todo, upper]).ravel()
+        return self._points(batches, relaxed), best[-1].copy()
 
     def _points(self, batches: list[_Candidates], relaxed: RelaxedFrontier) -> list[FrontierPoint]:
         """The window's non-dominated candidates (`batches`, emptied) as points, by deadline then time, with
@@ -282,11 +288,11 @@ class FrontierSolver:
 
     def _round(
         self, deadlines: IntArray, relaxed: RelaxedFrontier,
-    ) -> tuple[_Candidates, list[tuple[float, ...]]]:
+    ) -> tuple[_Candidates, FloatArray | None]:
         """Round, polish and evaluate a batch of relaxed solutions.
 
         Returns the batch's non-dominated real plans on time, and (when `stride` > 1) per deadline the
-        figures that tell where the frontier changes.
+        `_KEYS` figures that tell where the frontier changes (shape (deadlines, _KEYS)).
         """
         problem = self.problem
         deadline_s = np.asarray(deadlines * self.resolution_s, dtype=np.float64)
@@ -337,13 +343,12 @@ class FrontierSolver:
 
         # Where the frontier changes, per deadline: the least-energy polished plan (ties: the first column)
         # and the energy of both polished plans. Not needed when every deadline is rounded.
-        keys: list[tuple[float, ...]] = []
+        keys = None
         if self.stride > 1:
             polished_columns = len(polished_s)
             order = np.lexsort((energies[:polished_columns], owners[:polished_columns]))
             first = order[np.searchsorted(owners[order], np.arange(count))]
-            keys = list(zip(times[first].tolist(), energies[first].tolist(), energies[:count].tolist(),
-                            energies[count : 2 * count].tolist(), strict=True))
+            keys = np.column_stack([times[first], energies[first], energies[:count], energies[count : 2 * count]])
 
         # The batch's non-dominated candidates on time, in (time, sum(e - P_b * t)).
         on_time = np.flatnonzero(np.isfinite(energies))

@@ -42,7 +42,7 @@ Plan = tuple[tuple[Step, ...], ...]
 def plan_from_choice(problem: PlanningProblem, choice: IntArray) -> Plan:
     """The plan of a choice vector (one global option per DAG node)."""
     dag = problem.dag
-    frequencies = problem.option_frequency_mhz[np.asarray(choice)]
+    frequencies = problem.option_frequency_mhz[np.asarray(choice)].tolist()  # Python ints, read one by one
     return tuple(
         tuple(
             step.at(int(frequencies[node]))
