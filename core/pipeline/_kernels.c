@@ -176,29 +176,10 @@ static int check_phases(const int64_t *slower, const int64_t *faster, Py_ssize_t
     return 0;
 }
 
-/* The latest / earliest of `events` over one row's k neighbours (`rows`, padded with the virtual row), for
- * plan k of a block: `_latest_of` / `_earliest_of` of rounding.py. */
-static inline double latest_of(const double *events, const int64_t *rows, Py_ssize_t count, Py_ssize_t k) {
-    double out = events[rows[0] * BLOCK + k];
-    for (Py_ssize_t j = 1; j < count; j++) {
-        double v = events[rows[j] * BLOCK + k];
-        if (v > out) out = v;
-    }
-    return out;
-}
-
-static inline double earliest_of(const double *events, const int64_t *rows, Py_ssize_t count, Py_ssize_t k) {
-    double out = events[rows[0] * BLOCK + k];
-    for (Py_ssize_t j = 1; j < count; j++) {
-        double v = events[rows[j] * BLOCK + k];
-        if (v < out) out = v;
-    }
-    return out;
-}
-
-/* `latest_of` / `earliest_of` for every plan of a block at once (`out[k]`, k < BLOCK; lanes past the block's
- * plans hold figures nobody reads): rows of BLOCK contiguous events, so the compiler vectorises them. Same
- * comparisons as the scalar forms, so the same figures. */
+/* The latest / earliest of `events` over one row's neighbours (`rows`, `count` of them, padded with the
+ * virtual row), for every plan of a block at once (`out[k]`, k < BLOCK; lanes past the block's plans hold
+ * figures nobody reads): `_latest_of` / `_earliest_of` of rounding.py, the same comparisons in the same
+ * order. Rows of BLOCK contiguous events, so the compiler vectorises them. */
 static inline void latest_block(const double *restrict events, const int64_t *rows, Py_ssize_t count,
                                 double *restrict out) {
     const double *first = events + rows[0] * BLOCK;
