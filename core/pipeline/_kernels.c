@@ -15,6 +15,7 @@
  *   added in node order (numpy's sum over axis 0 of a node-major array), block by block while the rows are
  *   in cache.
  * - `node_finish`: the relaxed finish times of `RelaxedFrontier.node_times`, in seconds, plan-major.
+ * - `node_durations`: the relaxed durations of chosen nodes (units, as doubles), plan-major.
  * - `dijkstra`: shortest distances from one node over non-negative weights (an infinite weight is no arc).
  *
  * Arrays are passed as Python buffers (numpy arrays): this file needs no numpy headers. The GIL is released
@@ -545,7 +546,9 @@ done:
 
 /* ---- node_durations ------------------------------------------------------------------------------- */
 
-/* The relaxed durations of `RelaxedFrontier.durations(events(...))` (units), plan-major. */
+/* The relaxed durations of `RelaxedFrontier.durations(events(...))` (units, as exact doubles) of the nodes
+ * `columns` only, plan-major (plans, len(columns)): one instruction type's nodes at a time, contiguous, as
+ * `relaxed_cost_by_type_j` interpolates them. */
 static PyObject *k_node_durations(PyObject *self, PyObject *args) {
     PyObject *pot_o, *slower_o, *faster_o, *shift_o, *hi_o, *columns_o, *out_o;
     Py_ssize_t phases, width, n, plans;
