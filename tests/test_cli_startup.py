@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pkgutil
 import subprocess
 import sys
@@ -118,3 +119,26 @@ def test_a_bad_command_is_still_one_line_and_exit_2(capsys: pytest.CaptureFixtur
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "invalid choice: 'plam'" in err
+
+
+def blas_threads_after(argv: list[str], env: dict[str, str]) -> str | None:
+    """OPENBLAS_NUM_THREADS as `wattwise ARGV` leaves it, in a fresh interpreter started with `env`."""
+    code = ("import json, os, sys\nfrom wattwise.cli.main import main\n"
+            "try:\n    main(json.loads(sys.argv[1]))\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps(os.environ.get('OPENBLAS_NUM_THREADS')), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True,
+                          env=env, timeout=SUBPROCESS_TIMEOUT_S, check=True)
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("command", ["frontier", "plan"])
+def test_planning_commands_keep_numpys_blas_to_one_thread_unless_the_user_chose(command: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    assert blas_threads_after([command, "--help"], env) == "1"
+    assert blas_threads_after([command, "--help"], {**env, "OPENBLAS_NUM_THREADS": "4"}) == "4"
+
+
+@pytest.mark.parametrize("command", ["run", "measure", "demo", "simulate"])
+def test_commands_that_run_user_code_or_training_leave_blas_threads_alone(command: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    assert blas_threads_after([command, "--help"], env) is None
