@@ -12,7 +12,7 @@ from wattwise.pipeline.exact import quantised_range, solve_exact
 from wattwise.pipeline.frontier import FrontierSolver
 from wattwise.pipeline.problem import PlanningProblem, iteration_energy_j
 from wattwise.pipeline.profiles import FrequencyOption, PipelineProfile
-from wattwise.pipeline.relaxation import ConvexRelaxation
+from wattwise.pipeline.relaxation import ConvexRelaxation, RelaxedFrontier
 
 UNIT_S = 0.001
 
@@ -145,6 +145,29 @@ def test_every_point_is_a_real_plan_on_time():
         assert p.relaxed_energy_j - blocking_w * p.deadline_s <= (p.energy_j - blocking_w * p.time_s) + 1e-6
     max_time, max_energy = problem.evaluate(problem.max_frequency_choice())
     assert points[0].time_s <= float(max_time) and points[0].energy_j < float(max_energy)
+
+
+def test_relaxed_energies_are_computed_only_when_read(monkeypatch: pytest.MonkeyPatch):
+    # `wattwise frontier` never reads them; a reader gets each point's deadline's relaxed energy.
+    problem = problem_for(synthetic_profile(4, 8, UNIT_S, seed=3), "1f1b", 6, 80.0)
+    calls: list[int] = []
+    original = RelaxedFrontier.energy_j
+
+    def counted(self: RelaxedFrontier, deadlines: np.ndarray) -> np.ndarray:
+        calls.append(len(deadlines))
+        return original(self, deadlines)
+
+    monkeypatch.setattr(RelaxedFrontier, "energy_j", counted)
+    solver = FrontierSolver(problem, UNIT_S)
+    points = list(solver.run())
+    solve_calls = len(calls)  # the knee: the relaxed energies of the breakpoints
+    assert solve_calls == 1
+    read = [p.relaxed_energy_j for p in points]
+    # Each point's deadline in units (the first deadline, t_min, is solved at the fastest plan's real time).
+    units = np.asarray([solver.relaxation.t_min if p.deadline_s == solver.fastest_time_s
+                        else round(p.deadline_s / solver.resolution_s) for p in points])
+    assert sum(calls[solve_calls:]) == len(set(units.tolist()))  # each distinct deadline once
+    assert read == original(solver.relaxed, units).tolist()
 
 
 def test_unit_time_must_be_positive():

@@ -39,17 +39,27 @@ _ROWS_AT_ONCE = 1024
 Plan = tuple[tuple[Step, ...], ...]
 
 
-def plan_from_choice(problem: PlanningProblem, choice: IntArray) -> Plan:
-    """The plan of a choice vector (one global option per DAG node)."""
+def plan_from_choice(problem: PlanningProblem, choice: IntArray,
+                     steps: dict[tuple[int, int], Step] | None = None) -> Plan:
+    """The plan of a choice vector (one global option per DAG node).
+
+    `steps` (node, frequency) -> planned step, if given, is filled and reused: plans of one problem share
+    their steps (they are immutable), and a frontier's plans mostly agree.
+    """
     dag = problem.dag
     frequencies = problem.option_frequency_mhz[np.asarray(choice)].tolist()  # Python ints, read one by one
-    return tuple(
-        tuple(
-            step.at(int(frequencies[node]))
-            for node, step in zip(dag.stage_nodes(stage), dag.steps[stage], strict=True)
-        )
-        for stage in range(dag.num_stages)
-    )
+    made = {} if steps is None else steps
+    plan = []
+    for stage in range(dag.num_stages):
+        row = []
+        for node, step in zip(dag.stage_nodes(stage), dag.steps[stage], strict=True):
+            key = (node, frequencies[node])
+            planned = made.get(key)
+            if planned is None:
+                planned = made[key] = step.at(key[1])
+            row.append(planned)
+        plan.append(tuple(row))
+    return tuple(plan)
 
 
 def choice_from_plan(problem: PlanningProblem, plan: Plan) -> IntArray:
@@ -329,9 +339,10 @@ def assemble_frontier(
     candidates: list[_Point] = [*points, _Candidate(float(max_time), float(max_energy), max_choice)]
     kept = non_dominated(candidates, blocking_w)
     with_plan = set(range(len(kept))) if plans == "all" else _spread(kept, float(max_time))
+    steps: dict[tuple[int, int], Step] = {}
     entries = tuple(
         FrontierEntry(float(p.time_s), float(p.energy_j),
-                      plan_from_choice(problem, p.choice) if k in with_plan else None)
+                      plan_from_choice(problem, p.choice, steps) if k in with_plan else None)
         for k, p in enumerate(kept)
     )
     return Frontier(
