@@ -138,6 +138,16 @@ def test_planning_commands_keep_numpys_blas_to_one_thread_unless_the_user_chose(
     assert blas_threads_after([command, "--help"], {**env, "OPENBLAS_NUM_THREADS": "4"}) == "4"
 
 
+def test_a_caller_that_already_imported_numpy_keeps_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # main() called from Python (a notebook, a test): numpy has read its settings, and children keep ours.
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    import numpy  # noqa: F401
+
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+
+
 @pytest.mark.parametrize("command", ["run", "measure", "demo", "simulate"])
 def test_commands_that_run_user_code_or_training_leave_blas_threads_alone(command: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}

@@ -82,8 +82,9 @@ def command_of(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = command_of(argv)
-    if command in SINGLE_THREADED_BLAS:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read once, when numpy is first imported
+    if command in SINGLE_THREADED_BLAS and "numpy" not in sys.modules:
+        # Read once, when numpy is first imported; a caller that already has numpy keeps its environment.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser(load=() if command is None else (command,))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
