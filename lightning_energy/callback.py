@@ -95,10 +95,16 @@ class EnergyCallback(Callback):
         self.runs: list[Run] = []
         self._global_step = 0
         self._in_step = False
+        self._state_key: tuple[str | None, str] | None = None
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(job=self.config.job)
+        # Lightning reads it on every hook call (six per training step, for its profiler's labels): built
+        # once per job name, not each time.
+        job = self.config.job
+        if self._state_key is None or self._state_key[0] != job:
+            self._state_key = (job, self._generate_state_key(job=job))
+        return self._state_key[1]
 
     @property
     def summary(self) -> dict[str, Any] | None:

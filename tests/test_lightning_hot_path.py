@@ -484,3 +484,13 @@ def test_two_processes_make_collectives_only_at_logging_points(tmp_path):
         # One combine per logging point, plus a few at the start, the epoch's end and the finish.
         assert 0 < sum(counts["wattwise"].values()) <= 200 // 50 + 10, counts
         assert 0 < counts["syncs"] <= 200 // 50 + 10, counts
+
+
+def test_the_state_key_names_the_job_as_lightning_builds_it_and_follows_a_renamed_job() -> None:
+    # Lightning reads `state_key` on every hook call (the callback keeps it) and files the callback's
+    # checkpoint state under it: it must stay Lightning's own form, for the job the callback has now.
+    callback = EnergyCallback(job="resnet")
+    assert callback.state_key == "EnergyCallback{'job': 'resnet'}" == callback.state_key
+    callback.config.job = "bert"
+    assert callback.state_key == "EnergyCallback{'job': 'bert'}"
+    assert EnergyCallback().state_key == "EnergyCallback{'job': None}"
