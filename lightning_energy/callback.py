@@ -165,17 +165,18 @@ class EnergyCallback(Callback):
         run = self.run
         if run is None:
             return
-        steps = trainer.global_step - self._global_step
+        global_step = trainer.global_step  # a chain of Lightning properties: read once per batch
+        steps = global_step - self._global_step
         if steps <= 0:  # a gradient-accumulation batch: the step goes on
             return
-        self._global_step, self._in_step = trainer.global_step, False
+        self._global_step, self._in_step = global_step, False
         rec = run.step_end(steps)
         if rec is None or not trainer.is_global_zero:
             return
         # Straight to the loggers, at the trainer's cadence: the figures are already combined over
         # processes, and `LightningModule.log` would cost more per step than the measurement itself.
         for logger in trainer.loggers:
-            logger.log_metrics(step_metrics(rec, run.applied_limit_w), step=trainer.global_step)
+            logger.log_metrics(step_metrics(rec, run.applied_limit_w), step=global_step)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.run is not None and trainer.state.fn == "fit":

@@ -1,0 +1,88 @@
+"""CPU time EnergyCallback spends in its per-step hooks, measured around the hooks themselves.
+
+    python benchmarks/hook_cost.py [--steps 2000] [--repeats 3] [--step-time 0.002]
+
+A one-process Lightning fit on the simulated GPU (mode "measure", the default logging cadence of 50 steps)
+with the callback's `on_train_batch_start` and `on_train_batch_end` and its `state_key` (which Lightning
+reads on every hook call) wrapped in `time.perf_counter`. Per repeat: the median microseconds per step of
+a step that does not log (start + end hooks), and the mean over all steps (logging steps included).
+Unlike an end-to-end comparison of step times, whose run-to-run spread on a shared machine is a few
+percent (benchmarks/hot_path.py), this resolves a cost of microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import tempfile
+import time
+import warnings
+from typing import Any
+
+import lightning.pytorch as pl
+
+from lightning_energy import EnergyCallback
+from lightning_energy.demo import EmulatedModule
+from wattwise.devices import simulated_gpus
+
+
+class TimedCallback(EnergyCallback):
+    """EnergyCallback whose per-step hooks and state_key add their own time to `spent_s`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spent_s = 0.0
+        self.per_step_s: list[float] = []
+        self._start_s = 0.0
+
+    def on_train_batch_start(self, *args: Any, **kwargs: Any) -> None:
+        began = time.perf_counter()
+        super().on_train_batch_start(*args, **kwargs)
+        self._start_s = time.perf_counter() - began
+        self.spent_s += self._start_s
+
+    def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        began = time.perf_counter()
+        super().on_train_batch_end(*args, **kwargs)
+        took = time.perf_counter() - began
+        self.spent_s += took
+        self.per_step_s.append(self._start_s + took)
+
+    @property
+    def state_key(self) -> str:
+        began = time.perf_counter()
+        key = super().state_key
+        self.spent_s += time.perf_counter() - began
+        return key
+
+
+def one_fit(steps: int, step_time_s: float) -> tuple[float, float]:
+    """(median us per step of the two hooks, mean us per step of everything timed)."""
+    tmp = tempfile.mkdtemp(prefix="wattwise-hook-cost-")
+    gpus = simulated_gpus(1, base_step_time_s=step_time_s, persist_dir=f"{tmp}/state")
+    callback = TimedCallback(devices=list(gpus), output_dir=f"{tmp}/run", overrides=["monitor.sync_cuda=false"])
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=-1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         limit_val_batches=0, callbacks=[callback])
+    callback.spent_s = 0.0  # the Trainer read state_key while it was built
+    trainer.fit(EmulatedModule(gpus=list(gpus), dataset_size=32 * steps))
+    return statistics.median(callback.per_step_s) * 1e6, callback.spent_s / len(callback.per_step_s) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--step-time", type=float, default=0.002, help="emulated step time, s (default 0.002)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    for repeat in range(args.repeats):
+        median_us, mean_us = one_fit(args.steps, args.step_time)
+        print(f"repeat {repeat + 1}: {median_us:.1f} us per step that does not log (median), "
+              f"{mean_us:.1f} us per step on average over {args.steps} steps, logging steps included")
+
+
+if __name__ == "__main__":
+    main()
