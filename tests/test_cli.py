@@ -349,3 +349,43 @@ def test_simulate_names_its_flags_where_the_job_spec_names_its_fields() -> None:
         JobSpec("j", (8, 16), 8, 0.9, 5, 300.0, eta=2.0)
     assert str(caught.value).startswith("eta must be between 0 and 1")  # the library names its field
     assert rename_settings(str(caught.value), SETTING_FLAGS).startswith("--eta must be between 0 and 1")
+
+
+def _sigterm_then(ending: str) -> Any:
+    """A stand-in for `run_demo`: SIGTERM arrives mid-run; then the framework ends the run as `ending` says."""
+    import signal
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    def fake_run_demo(options: DemoOptions) -> dict[str, Any]:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except BaseException:
+            if ending == "ours":
+                raise
+        if ending == "lightning":  # Lightning noted the SIGTERM too and leaves the fit its own way
+            raise SIGTERMException
+        return {}  # "swallowed": the run went on to its end
+
+    return fake_run_demo
+
+
+@pytest.mark.parametrize("ending", ["ours", "lightning", "swallowed"])
+def test_a_sigterm_during_the_demo_exits_143_whatever_the_framework_does_with_it(
+        ending: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Lightning's own SIGTERM handler ends a fit with a silent SystemExit (exit 0), which can overtake the
+    # demo's exception while the fit unwinds: the demo must still say it was interrupted, and exit 143.
+    monkeypatch.setattr("wattwise.cli.demo.run_demo", _sigterm_then(ending))
+    assert main(["demo"]) == 143
+    err = capsys.readouterr().err
+    assert "interrupted by SIGTERM" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_framework_exit_without_a_signal_is_not_taken_for_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    def exits(options: DemoOptions) -> dict[str, Any]:
+        raise SystemExit(3)
+
+    monkeypatch.setattr("wattwise.cli.demo.run_demo", exits)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo"])
+    assert exit_info.value.code == 3

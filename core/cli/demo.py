@@ -66,12 +66,16 @@ class DemoInterrupted(BaseException):
 
 
 @contextmanager
-def interrupts_unwind() -> Iterator[None]:
-    """SIGTERM and SIGINT raise `DemoInterrupted` (once: a second signal during the clean-up is ignored)."""
+def interrupts_unwind(fired: list[int] | None = None) -> Iterator[list[int]]:
+    """SIGTERM and SIGINT raise `DemoInterrupted` (once: a second signal during the clean-up is ignored).
+
+    Yields the list of the signals received (at most one; `fired` if given), so a caller can tell an
+    interrupted demo from a finished one whatever a framework made of the exception on its way out.
+    """
+    fired = [] if fired is None else fired
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield fired
         return
-    fired: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
         if not fired:
@@ -80,19 +84,36 @@ def interrupts_unwind() -> Iterator[None]:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield
+        yield fired
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
+def _lightnings_sigterm_exit(exc: BaseException) -> bool:
+    """Lightning's own SIGTERM exit (a `SystemExit` with no code) from a fit, if Lightning is loaded."""
+    module = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    kind = getattr(module, "SIGTERMException", None)
+    return isinstance(kind, type) and isinstance(exc, kind)
+
+
 def run(args: argparse.Namespace) -> int:
+    fired: list[int] = []
     try:
-        with interrupts_unwind():
+        with interrupts_unwind(fired):
             result = run_demo(options_of(args))
-    except DemoInterrupted as stop:
-        print(f"wattwise demo: interrupted by {stop}; the simulated GPU's settings were restored and the demo's "
-              "state folder removed", file=sys.stderr)
-        return 128 + stop.signum
+    except DemoInterrupted:
+        pass
+    except SystemExit as exc:
+        # Lightning notes a SIGTERM in its own handler and, at its next check, leaves the fit with a silent
+        # SystemExit, which can overtake ours while the fit unwinds: still a SIGTERM, still exit 143.
+        if not (fired or _lightnings_sigterm_exit(exc)):
+            raise
+        fired = fired or [signal.SIGTERM]
+    if fired:
+        stop = signal.Signals(fired[0])
+        print(f"wattwise demo: interrupted by {stop.name}; the simulated GPU's settings were restored and the "
+              "demo's state folder removed", file=sys.stderr)
+        return 128 + stop.value
     print(json_text(result) if args.json else format_demo(result))
     return 0
