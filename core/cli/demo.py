@@ -66,15 +66,14 @@ class DemoInterrupted(BaseException):
 
 
 @contextmanager
-def interrupts_unwind(fired: list[int] | None = None) -> Iterator[list[int]]:
+def interrupts_unwind(fired: list[int]) -> Iterator[None]:
     """SIGTERM and SIGINT raise `DemoInterrupted` (once: a second signal during the clean-up is ignored).
 
-    Yields the list of the signals received (at most one; `fired` if given), so a caller can tell an
-    interrupted demo from a finished one whatever a framework made of the exception on its way out.
+    The signal received is appended to `fired`, so a caller can tell an interrupted demo from a finished
+    one whatever a framework made of the exception on its way out.
     """
-    fired = [] if fired is None else fired
     if threading.current_thread() is not threading.main_thread():
-        yield fired
+        yield
         return
 
     def on_signal(signum: int, frame: object) -> None:
@@ -84,7 +83,7 @@ def interrupts_unwind(fired: list[int] | None = None) -> Iterator[list[int]]:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield fired
+        yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -48,7 +48,7 @@ EXIT_USAGE = 2
 
 #: Commands that only compute on numbers already in hand (no user code, no training, no child process) and
 #: do no matrix product worth threading: numpy's OpenBLAS would start a thread per core at import and keep
-#: them busy-waiting, about 0.1 CPU s of a 0.7 s `wattwise frontier` on two cores, for nothing (the
+#: them busy-waiting, about 0.15 CPU s of a 0.8 s `wattwise frontier` on two cores, for nothing (the
 #: frontier's kernels run threads of their own). A value the user set is kept.
 SINGLE_THREADED_BLAS = frozenset({"frontier", "plan"})
 

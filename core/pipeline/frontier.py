@@ -149,17 +149,16 @@ class _RelaxedEnergies:
     all of them when the first is read, each distinct deadline once, `batch` deadlines per call."""
 
     def __init__(self, relaxed: RelaxedFrontier, units: IntArray, batch: int) -> None:
-        self._source: tuple[RelaxedFrontier, IntArray, int] | None = (relaxed, units, batch)
-        self._values: list[float] = []
+        self._relaxed, self._units, self._batch = relaxed, units, batch
 
     def __getitem__(self, row: int) -> float:
-        if self._source is not None:
-            relaxed, units, batch = self._source
-            unique, where = np.unique(units, return_inverse=True)
-            self._values = np.concatenate([relaxed.energy_j(unique[k : k + batch])
-                                           for k in range(0, len(unique), batch)])[where].tolist()
-            self._source = None
         return self._values[row]
+
+    @functools.cached_property
+    def _values(self) -> list[float]:
+        unique, where = np.unique(self._units, return_inverse=True)
+        return np.concatenate([self._relaxed.energy_j(unique[k : k + self._batch])
+                               for k in range(0, len(unique), self._batch)])[where].tolist()
 
 
 class FrontierSolver:
