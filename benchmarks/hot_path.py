@@ -1,6 +1,7 @@
 """Hot-path cost of wattwise: step time, collectives and CUDA syncs per step, in Lightning and Accelerate.
 
     python benchmarks/hot_path.py [--quick] [--repeats 3] [--processes 1 2] [--frameworks lightning accelerate]
+                                  [--modes measure tune [noop measure-nosampler]]
                                   [--step-ms 5 20] [--steps N] [--json PATH]
 
 Each configuration (framework, processes, step time) trains a tiny model whose step busy-waits for 5 or
@@ -19,7 +20,9 @@ against no wattwise (paired per repeat, then the median of the repeats), and per
 - all Python-level collectives, minus those of the same run without wattwise (a cross-check);
 - `cuda_sync` calls wattwise makes (`wattwise.measurement.cuda_sync` / `wattwise.monitor.cuda_sync`
   replaced by a counter; on the CPU they do nothing anyway) and `torch.cuda.synchronize` calls.
-Repeats alternate the order of the modes to spread drift; each figure is the median over repeats.
+Repeats rotate the order of the modes (each mode in each position equally often over as many repeats as
+there are modes) and each run is paired with the same repeat's run without wattwise, against drift; each
+figure is the median over repeats, with a 95% confidence interval of the mean paired overhead.
 
 Targets, printed beside the figures, not asserted: mode "measure" costs at most 1% at 20 ms steps and 2%
 at 5 ms steps in 2 processes; wattwise combines over processes at most once per logging interval
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gc
 import importlib
 import itertools
 import json
@@ -52,6 +56,12 @@ from typing import Any
 
 FRAMEWORKS = ("lightning", "accelerate")
 MODES = ("none", "measure", "tune")
+#: Diagnostic modes, run only when named in --modes: "noop" adds a Lightning callback that does nothing
+#: (Lightning's own cost of dispatching hooks to one more callback; Lightning only);
+#: "measure-nosampler" is "measure" without the background power sampler (`monitor.sample_power=false`;
+#: a GPU with an energy counter needs none, the simulated one has a counter).
+DIAGNOSTIC_MODES = ("noop", "measure-nosampler")
+ALL_MODES = ("none", "noop", "measure", "measure-nosampler", "tune")
 LOG_EVERY = 50
 #: A small tuning profile (limits 300, 200, 100 W on the simulated 300 W GPU): 2 + 3 * (1 + 2) = 11 steps.
 TUNE_OVERRIDES = ["power_limit.wait_steps=2", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
@@ -216,7 +226,14 @@ def _energy_settings(trial: Trial, out_dir: Path) -> dict[str, Any]:
     overrides = [f"devices.simulated.state_dir={out_dir.parent / 'simulated'}"]
     if trial.mode == "tune":
         overrides += TUNE_OVERRIDES
-    return {"mode": trial.mode, "backend": "simulated", "output_dir": str(out_dir), "overrides": overrides}
+    mode = trial.mode
+    if mode == "measure-nosampler":
+        mode, overrides = "measure", [*overrides, "monitor.sample_power=false"]
+    return {"mode": mode, "backend": "simulated", "output_dir": str(out_dir), "overrides": overrides}
+
+
+def _uses_wattwise(mode: str) -> bool:
+    return mode not in ("none", "noop")
 
 
 def run_lightning(trial: Trial, world_size: int, out_dir: Path) -> tuple[Timeline, dict[str, Any] | None, int]:
@@ -259,14 +276,22 @@ def run_lightning(trial: Trial, world_size: int, out_dir: Path) -> tuple[Timelin
         def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
             DiscardLogger.calls += 1
 
-    callback = EnergyCallback(**_energy_settings(trial, out_dir)) if trial.mode != "none" else None
+    class NoopCallback(pl.Callback):
+        """Every hook Lightning's base class has, doing nothing: the cost of one more callback."""
+
+    callback: pl.Callback | None = None
+    if trial.mode == "noop":
+        callback = NoopCallback()
+    elif _uses_wattwise(trial.mode):
+        callback = EnergyCallback(**_energy_settings(trial, out_dir))
     trainer = pl.Trainer(
         accelerator="cpu", devices=world_size, strategy="ddp" if world_size > 1 else "auto",
         max_steps=timeline.total_steps, max_epochs=1, logger=DiscardLogger(), log_every_n_steps=LOG_EVERY,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         limit_val_batches=0, num_sanity_val_steps=0, callbacks=[callback] if callback is not None else [])
     trainer.fit(TimedModel())
-    return timeline, callback.summary if callback is not None else None, DiscardLogger.calls
+    summary = callback.summary if isinstance(callback, EnergyCallback) else None
+    return timeline, summary, DiscardLogger.calls
 
 
 def run_accelerate(trial: Trial, world_size: int, out_dir: Path) -> tuple[Timeline, dict[str, Any] | None, int]:
@@ -307,7 +332,7 @@ def run_accelerate(trial: Trial, world_size: int, out_dir: Path) -> tuple[Timeli
                 tracker.finish()
 
     accelerator = KeepGroupAccelerator(cpu=True, log_with=[DiscardTracker()])
-    if trial.mode != "none":
+    if _uses_wattwise(trial.mode):
         attach(accelerator, EnergyPlugin(enabled=True, **_energy_settings(trial, out_dir)))
     accelerator.init_trackers("hot_path")
     model = RegressionModel(a=1, b=1)
@@ -383,6 +408,7 @@ def run_trial(trial: Trial, world_size: int, out_dir: Path) -> dict[str, Any]:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # counted, but outside the timed steps
+    gc.collect()  # what the run before left for the collector is not this run's cost
     before = COUNTS.snapshot()
     runner = run_lightning if trial.framework == "lightning" else run_accelerate
     timeline, summary, logged = runner(trial, world_size, out_dir)
@@ -430,16 +456,21 @@ def worker(spec_path: str) -> None:
 
 
 # -- coordinator -------------------------------------------------------------------------------------------
-def plan_trials(frameworks: Sequence[str], step_ms: Sequence[int], steps: dict[int, int], repeats: int) -> list[Trial]:
-    """One short warm-up run per framework, then each repeat with the mode order alternating."""
+def plan_trials(frameworks: Sequence[str], step_ms: Sequence[int], steps: dict[int, int], repeats: int,
+                modes: Sequence[str] = MODES) -> list[Trial]:
+    """One short warm-up run per framework, then each repeat with the modes in rotated order.
+
+    Repeat r of each configuration starts at its r-th mode, so over n repeats every mode runs in every
+    position equally often: a run is affected by the one before it (the machine's state, what the last
+    run left to collect), and no mode may always come first or last."""
+    modes = tuple(m for m in ALL_MODES if m in modes or m == "none")
     trials = [Trial(fw, min(step_ms), "measure", 20, -1, warm_up=True) for fw in frameworks]
-    k = 0
     for r in range(repeats):
         for fw in frameworks:
-            for ms in step_ms:
-                order = MODES if k % 2 == 0 else MODES[::-1]
-                trials += [Trial(fw, ms, mode, steps[ms], r) for mode in order]
-                k += 1
+            # no hooks to dispatch outside Lightning: "noop" would be "none" again
+            mine = [m for m in modes if not (m == "noop" and fw != "lightning")]
+            order = mine[r % len(mine):] + mine[:r % len(mine)]
+            trials += [Trial(fw, ms, mode, steps[ms], r) for ms in step_ms for mode in order]
     return trials
 
 
@@ -513,6 +544,7 @@ def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str,
 
         paired = [(t, base[t["trial"]["repeat"]]) for t in runs if t["trial"]["repeat"] in base]
         tuned = [t["tuned_before_window"] for t in runs]
+        diffs = [100 * (t["mean_s"] / b["mean_s"] - 1) for t, b in paired] if mode != "none" else []
         rows.append({
             "framework": fw, "processes": world_size, "step_ms": ms, "mode": mode, "timed_steps": steps,
             "repeats": len(runs),
@@ -522,6 +554,8 @@ def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str,
                              if mode != "none" and paired else None),
             "overhead_median_pct": (statistics.median(100 * (t["median_s"] / b["median_s"] - 1) for t, b in paired)
                                     if mode != "none" and paired else None),
+            "overhead_per_repeat_pct": diffs,
+            "overhead_ci95_pct": ci95(diffs),
             "wattwise_collectives_per_1000": median_per_1000("wattwise_collectives"),
             "collectives_minus_none_per_1000": (
                 median_per_1000("collectives") - per_1000(statistics.median(b["counts"]["collectives"]
@@ -532,9 +566,32 @@ def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str,
             "tuned_before_timed_steps": None if mode != "tune" else all(x is True for x in tuned),
             "log_calls": [t["log_calls"] for t in runs],
         })
-    order = {m: i for i, m in enumerate(MODES)}
+    order = {m: i for i, m in enumerate(ALL_MODES)}
     rows.sort(key=lambda r: (FRAMEWORKS.index(r["framework"]), r["step_ms"], order[r["mode"]]))
     return rows
+
+
+def ci95(diffs: Sequence[float]) -> list[float] | None:
+    """A 95% confidence interval of the mean paired overhead (Student's t over repeats); None under 2 repeats.
+
+    The machine's speed drifts by a few % over minutes, more than the overheads measured; pairing each run
+    with the adjacent run without wattwise removes the drift, and the interval says what is left."""
+    if len(diffs) < 2:
+        return None
+    from scipy import stats
+
+    mean, sem = statistics.fmean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5
+    half = float(stats.t.ppf(0.975, len(diffs) - 1)) * sem
+    return [mean - half, mean + half]
+
+
+def verdict(ci: list[float] | None, point: float, limit: float) -> str:
+    """'met' when the whole interval is under the limit, 'MISSED' when it is all above, else 'unresolved'."""
+    if ci is None:
+        return "met" if point <= limit else "MISSED"
+    if ci[1] <= limit:
+        return "met"
+    return "MISSED" if ci[0] > limit else "unresolved"
 
 
 def targets(row: dict[str, Any]) -> str:
@@ -543,7 +600,7 @@ def targets(row: dict[str, Any]) -> str:
     notes = []
     if row["mode"] == "measure" and row["processes"] == 2 and row["step_ms"] in (5, 20):
         limit = 1.0 if row["step_ms"] == 20 else 2.0
-        notes.append(f"time<={limit:g}% {'met' if row['overhead_pct'] <= limit else 'MISSED'}")
+        notes.append(f"time<={limit:g}% {verdict(row.get('overhead_ci95_pct'), row['overhead_pct'], limit)}")
     if row["processes"] > 1:
         limit = 1000 / LOG_EVERY
         notes.append(f"coll<={limit:g} {'met' if row['wattwise_collectives_per_1000'] <= limit else 'MISSED'}")
@@ -556,14 +613,18 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else format(value, spec) + suffix
 
 
+def _fmt_ci(ci: list[float] | None) -> str:
+    return "-" if ci is None else f"[{ci[0]:+.2f},{ci[1]:+.2f}]%"
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'framework':<10} {'procs':>5} {'step':>5} {'mode':<8} {'mean ms':>8} {'med ms':>8} {'ovh mean':>9} "
-          f"{'ovh med':>8} {'coll/1k':>8} {'Δall/1k':>8} {'sync/1k':>8} {'cuda/1k':>8}  targets")
+    print(f"{'framework':<10} {'procs':>5} {'step':>5} {'mode':<17} {'mean ms':>8} {'med ms':>8} {'ovh mean':>9} "
+          f"{'ovh med':>8} {'95% CI (mean)':>16} {'coll/1k':>8} {'Δall/1k':>8} {'sync/1k':>8} {'cuda/1k':>8}  targets")
     for r in rows:
-        watt = r["mode"] != "none"
-        print(f"{r['framework']:<10} {r['processes']:>5} {r['step_ms']:>3}ms {r['mode']:<8} {r['mean_ms']:>8.3f} "
+        watt = _uses_wattwise(r["mode"])
+        print(f"{r['framework']:<10} {r['processes']:>5} {r['step_ms']:>3}ms {r['mode']:<17} {r['mean_ms']:>8.3f} "
               f"{r['median_ms']:>8.3f} {_fmt(r['overhead_pct'], '+.2f', '%'):>9} "
-              f"{_fmt(r['overhead_median_pct'], '+.2f', '%'):>8} "
+              f"{_fmt(r['overhead_median_pct'], '+.2f', '%'):>8} {_fmt_ci(r.get('overhead_ci95_pct')):>16} "
               f"{_fmt(r['wattwise_collectives_per_1000'] if watt else None, '8.1f'):>8} "
               f"{_fmt(r['collectives_minus_none_per_1000'] if watt else None, '8.1f'):>8} "
               f"{_fmt(r['syncs_per_1000'] if watt else None, '8.1f'):>8} "
@@ -578,6 +639,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="timed steps per run (default 600 at 5 ms, 200 at 20 ms; --quick 200 and 100)")
     parser.add_argument("--step-ms", type=int, nargs="+", default=[5, 20], help="step times in ms (default 5 20)")
     parser.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    parser.add_argument("--modes", nargs="+", choices=ALL_MODES, default=list(MODES),
+                        help="modes to run besides 'none' (default: measure tune; diagnostic: "
+                             f"{' '.join(DIAGNOSTIC_MODES)})")
     parser.add_argument("--processes", type=int, nargs="+", choices=(1, 2), default=[1, 2])
     parser.add_argument("--json", metavar="PATH", help="also write every run and the table as JSON")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process count (default 1800)")
@@ -591,7 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--repeats, --steps and --step-ms must be at least 1")
     table = QUICK_STEPS if args.quick else DEFAULT_STEPS
     steps = {ms: args.steps or table.get(ms, max(50, (1000 if args.quick else 3000) // ms)) for ms in args.step_ms}
-    trials = plan_trials(args.frameworks, args.step_ms, steps, repeats)
+    trials = plan_trials(args.frameworks, args.step_ms, steps, repeats, args.modes)
 
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -607,7 +671,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wattwise hot path (simulated GPU, CPU, gloo): repeats={repeats}, timed steps "
           f"{', '.join(f'{n} at {ms} ms' for ms, n in steps.items())}, {WARM_STEPS} untimed steps first "
           f"(tuning: {' '.join(TUNE_OVERRIDES)}), logging every {LOG_EVERY} steps")
-    print("ovh: overhead against no wattwise (paired per repeat; of the mean and of the median step time); "
+    print("ovh: overhead against no wattwise (paired per repeat; median over repeats of the mean and of the "
+          "median step time); 95% CI: confidence interval of the mean paired overhead of the mean step time "
+          "(a target is 'met' when the interval lies under it, 'unresolved' when it straddles it); "
           "coll/1k: collectives started by wattwise code per 1000 steps; Δall/1k: all Python-level "
           "collectives minus those without wattwise; sync/1k: wattwise cuda_sync calls; cuda/1k: "
           "torch.cuda.synchronize calls")
