@@ -2,7 +2,7 @@
 
     python benchmarks/hot_path.py [--quick] [--repeats 3] [--processes 1 2] [--frameworks lightning accelerate]
                                   [--modes measure tune [noop measure-nosampler]]
-                                  [--step-ms 5 20] [--steps N] [--json PATH]
+                                  [--step-ms 5 20] [--steps N] [--time-hooks] [--json PATH]
 
 Each configuration (framework, processes, step time) trains a tiny model whose step busy-waits for 5 or
 20 ms, without wattwise and with it in mode "measure" and in mode "tune". Tuning runs on a small profile
@@ -173,6 +173,32 @@ def install_counters() -> list[str]:
     torch.cuda.synchronize = _counted_sync(torch.cuda.synchronize, "cuda_synchronize")
     wrapped.append("torch.cuda.synchronize")
     return wrapped
+
+
+#: Seconds EnergyCallback spent in its two per-step hooks, per step of the current run (--time-hooks).
+HOOK_TIMES: list[float] = []
+
+
+def time_callback_hooks() -> None:
+    """Wrap EnergyCallback's per-step hooks (`on_train_batch_start` + `on_train_batch_end`) in timers that
+    append each step's total to HOOK_TIMES: what the callback itself costs a step, in these processes."""
+    from lightning_energy import EnergyCallback
+
+    start_hook, end_hook = EnergyCallback.on_train_batch_start, EnergyCallback.on_train_batch_end
+    started = [0.0]
+
+    def on_train_batch_start(self: Any, *args: Any, **kwargs: Any) -> None:
+        began = time.perf_counter()
+        start_hook(self, *args, **kwargs)
+        started[0] = time.perf_counter() - began
+
+    def on_train_batch_end(self: Any, *args: Any, **kwargs: Any) -> None:
+        began = time.perf_counter()
+        end_hook(self, *args, **kwargs)
+        HOOK_TIMES.append(started[0] + time.perf_counter() - began)
+
+    EnergyCallback.on_train_batch_start = on_train_batch_start  # type: ignore[method-assign]
+    EnergyCallback.on_train_batch_end = on_train_batch_end  # type: ignore[method-assign]
 
 
 # -- one timed run (worker side) -------------------------------------------------------------------------
@@ -409,6 +435,7 @@ def run_trial(trial: Trial, world_size: int, out_dir: Path) -> dict[str, Any]:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # counted, but outside the timed steps
     gc.collect()  # what the run before left for the collector is not this run's cost
+    HOOK_TIMES.clear()
     before = COUNTS.snapshot()
     runner = run_lightning if trial.framework == "lightning" else run_accelerate
     timeline, summary, logged = runner(trial, world_size, out_dir)
@@ -425,6 +452,8 @@ def run_trial(trial: Trial, world_size: int, out_dir: Path) -> dict[str, Any]:
         "tuned_before_window": _tuned_before(summary, timeline.window_start_wall) if trial.mode == "tune" else None,
         "wattwise_steps": summary.get("wattwise_steps", summary.get("steps")) if summary else None,
         "log_calls": logged,
+        "hook_us": ({"median": 1e6 * statistics.median(HOOK_TIMES), "mean": 1e6 * statistics.fmean(HOOK_TIMES),
+                     "steps": len(HOOK_TIMES)} if HOOK_TIMES else None),
     }
 
 
@@ -442,6 +471,8 @@ def worker(spec_path: str) -> None:
     if world_size > 1:
         dist.init_process_group("gloo")
     wrapped = install_counters()
+    if spec.get("time_hooks"):
+        time_callback_hooks()
     results = []
     for i, raw in enumerate(spec["trials"]):
         trial = Trial(**raw)
@@ -480,13 +511,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(world_size: int, trials: list[Trial], tmp: Path, timeout_s: float) -> list[dict[str, Any]]:
+def launch(world_size: int, trials: list[Trial], tmp: Path, timeout_s: float,
+           time_hooks: bool = False) -> list[dict[str, Any]]:
     """Run `trials` in `world_size` fresh worker processes; every rank's results."""
     group = tmp / f"procs{world_size}"
     group.mkdir()
     spec = group / "spec.json"
     out = str(group / "results-rank{rank}.json")
-    spec.write_text(json.dumps({"trials": [dataclasses.asdict(t) for t in trials], "tmp": str(group), "out": out}))
+    spec.write_text(json.dumps({"trials": [dataclasses.asdict(t) for t in trials], "tmp": str(group), "out": out,
+                                "time_hooks": time_hooks}))
     port = free_port()
     procs, logs = [], []
     for rank in range(world_size):
@@ -522,6 +555,15 @@ def per_1000(count: float, steps: int) -> float:
     return 1000 * count / steps
 
 
+def hook_figures(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """With --time-hooks: the callback's own µs per step (median step, and mean with the logging steps),
+    the slowest process's, median over repeats; nothing for runs without it."""
+    timed = [[h for h in t.get("hooks_per_rank", []) if h] for t in runs]
+    if not all(timed) or not timed:
+        return {}
+    return {f"hook_{k}_us": statistics.median(max(h[k] for h in hooks) for hooks in timed) for k in ("median", "mean")}
+
+
 def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (framework, step time, mode): medians over repeats; counts are each process's largest."""
     trials = []
@@ -530,7 +572,8 @@ def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str,
             continue
         counts = [r["results"][i]["window"] for r in per_rank]
         trials.append({**result, "counts": {k: max(c[k] for c in counts) for k in
-                                            ("collectives", "wattwise_collectives", "syncs", "cuda_synchronize")}})
+                                            ("collectives", "wattwise_collectives", "syncs", "cuda_synchronize")},
+                       "hooks_per_rank": [r["results"][i].get("hook_us") for r in per_rank]})
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for t in trials:
         groups.setdefault(Trial(**t["trial"]).key, []).append(t)
@@ -565,6 +608,7 @@ def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str,
             "cuda_synchronize_per_1000": median_per_1000("cuda_synchronize"),
             "tuned_before_timed_steps": None if mode != "tune" else all(x is True for x in tuned),
             "log_calls": [t["log_calls"] for t in runs],
+            **hook_figures(runs),
         })
     order = {m: i for i, m in enumerate(ALL_MODES)}
     rows.sort(key=lambda r: (FRAMEWORKS.index(r["framework"]), r["step_ms"], order[r["mode"]]))
@@ -629,6 +673,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{_fmt(r['collectives_minus_none_per_1000'] if watt else None, '8.1f'):>8} "
               f"{_fmt(r['syncs_per_1000'] if watt else None, '8.1f'):>8} "
               f"{_fmt(r['cuda_synchronize_per_1000'] if watt else None, '8.1f'):>8}  {targets(r)}")
+    for r in rows:
+        if "hook_median_us" in r:
+            print(f"{r['framework']} {r['processes']} process(es) {r['step_ms']} ms {r['mode']}: EnergyCallback's "
+                  f"per-step hooks {r['hook_median_us']:.1f} µs per step (median), {r['hook_mean_us']:.1f} µs "
+                  "per step on average with the logging steps (slowest process, median over repeats)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -643,6 +692,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="modes to run besides 'none' (default: measure tune; diagnostic: "
                              f"{' '.join(DIAGNOSTIC_MODES)})")
     parser.add_argument("--processes", type=int, nargs="+", choices=(1, 2), default=[1, 2])
+    parser.add_argument("--time-hooks", action="store_true",
+                        help="also time EnergyCallback's per-step hooks in each process (Lightning; adds a timer "
+                             "call to each hook)")
     parser.add_argument("--json", metavar="PATH", help="also write every run and the table as JSON")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process count (default 1800)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -663,7 +715,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="wattwise-hot-path-") as tmp:
         for world_size in args.processes:
             print(f"running {len(trials)} runs in {world_size} process(es)...", file=sys.stderr, flush=True)
-            per_rank = launch(world_size, trials, Path(tmp), args.timeout)
+            per_rank = launch(world_size, trials, Path(tmp), args.timeout, args.time_hooks)
             raw[str(world_size)] = per_rank
             rows += summarise(world_size, per_rank)
     elapsed = time.perf_counter() - start
