@@ -200,8 +200,10 @@ class Run:
         """A setting could not be changed: restore and go on measuring. Raised instead in strict mode."""
         if self.cfg.strict:
             raise err
-        self._warn(f"{what} failed ({err}); continuing with measurement only "
-                   "(set strict=True to make this an error)")
+        message = f"{what} failed ({err}); continuing with measurement only"
+        self._warn(f"{message} (set strict=True to make this an error)")
+        if message not in self._noticed:  # the summary says why no setting was changed
+            self._noticed.append(message)
         self.power.degrade()
 
     def _stop_measuring(self, err: BaseException) -> None:

@@ -198,6 +198,8 @@ def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path
     s = summary(tmp_path)
     assert s["steps"] == TUNING_STEPS and s["energy_j"] > 0
     assert s["power_limit"] is None
+    notes = [n for n in s["notes"] if "measurement only" in n]  # the summary says why nothing was tuned
+    assert len(notes) == 1 and notes[0] in str(ours[0].message)
 
 
 def test_strict_mode_raises_without_permission(tmp_path, clock):

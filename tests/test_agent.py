@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 import urllib.parse
@@ -21,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import ordinary_user
 import pytest
 
 from wattwise.agent.client import AgentClient, AgentGPU, name_job
@@ -398,57 +398,24 @@ def test_auto_uses_the_agent_when_this_process_may_not_change_settings(agent: Ru
 
 # -- as ordinary users ----------------------------------------------------------------------------------
 #: Numeric ids no account uses: the kernel needs no passwd entry to run a process as them.
-USER_UID, OTHER_UID = 54321, 54322
-SOCKET_GID, OUTSIDE_GID = 54320, 54329
-
-
-def _unreachable_by_others(path: str) -> str | None:
-    """The first folder on the way to `path` that other users may not enter, if any."""
-    for folder in reversed(Path(os.path.realpath(path)).parents):
-        if not os.stat(folder).st_mode & 0o001:
-            return str(folder)
-    return None
-
-
-def _user_python() -> str | None:
-    """A Python of this version that other users may run: this one, else the system's."""
-    for candidate in (sys.executable, f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"):
-        if os.path.exists(candidate) and _unreachable_by_others(candidate) is None:
-            return candidate
-    return None
-
-
-#: Runs `-m wattwise ARGS` or `-c CODE` with this environment's packages, under any interpreter of this version.
-LAUNCH = """
-import runpy, site, sys
-site.addsitedir(sys.argv[1])
-if sys.argv[2] == "-m":
-    sys.argv = ["wattwise", *sys.argv[4:]]
-    runpy.run_module("wattwise", run_name="__main__")
-else:
-    sys.argv = sys.argv[3:]
-    exec(sys.argv[0])
-"""
+USER_UID, OTHER_UID = ordinary_user.USER_UID, ordinary_user.OTHER_UID
+SOCKET_GID, OUTSIDE_GID = ordinary_user.USER_GID, 54329
 
 
 def _as_user(uid: int, gid: int, agent: RunningAgent, args: list[str], *, home: Path | None = None,
              env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
-    python = _user_python()
-    assert python is not None
     env = {**agent.env(), "HOME": str(home or agent.socket.parent), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
     env.pop("WATTWISE_HOME", None)
-    cmd = [python, "-c", LAUNCH, sysconfig.get_paths()["purelib"], *args]
-    return subprocess.Popen(cmd, env=env, user=uid, group=gid, extra_groups=[], cwd="/", text=True,
-                            **kwargs)  # type: ignore[call-overload]
+    return ordinary_user.popen_as(uid, gid, args, env=env, **kwargs)
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root to start the agent and run clients as other users")
 needs_user_python = pytest.mark.skipif(
-    _user_python() is None,
-    reason=f"this Python ({os.path.realpath(sys.executable)}) lies under {_unreachable_by_others(sys.executable)}, "
-           "which other users may not enter, and no system Python of the same version exists: an ordinary user "
-           "could not run wattwise")
+    ordinary_user.user_python() is None,
+    reason=f"this Python ({os.path.realpath(sys.executable)}) lies under "
+           f"{ordinary_user.unreachable_by_others(sys.executable)}, which other users may not enter, and no system "
+           "Python of the same version exists: an ordinary user could not run wattwise")
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import ordinary_user
 import pytest
 from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 from test_pipeline_support import synthetic_profile
@@ -26,7 +27,7 @@ from wattwise.pipeline.profiles import write_profile
 BINARY = bytes(range(256)) * 4
 NOT_UTF8 = "timestamp,value\n2026-03-01T00:00:00+00:00,1.1\ncaf\xe9,1.2\n".encode("latin-1")
 HUGE_LINE = "x" * 5_000_000 + "\n"
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+IS_ROOT = ordinary_user.IS_ROOT
 
 
 @dataclass(frozen=True)
@@ -376,17 +377,37 @@ def test_bad_input_exits_2_with_one_line_naming_it(
     case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_permissions: None
 ) -> None:
     if case.needs_non_root and IS_ROOT:
-        pytest.skip("root reads any file: an unreadable file cannot be made")
-    argv = case.argv(tmp_path)
-    capsys.readouterr()  # what building a good file printed
-    code = main(argv)
-    err = capsys.readouterr().err
+        code, err, folder = _as_ordinary_user(case)
+    else:
+        argv = case.argv(tmp_path)
+        capsys.readouterr()  # what building a good file printed
+        code = main(argv)
+        err, folder = capsys.readouterr().err, tmp_path
     assert "Traceback" not in err
     lines = err.splitlines()
     assert len(lines) == 1 and err.endswith("\n"), err
     assert code == 2, err
-    assert case.names.replace("{tmp}", str(tmp_path)) in lines[0], lines[0]
+    assert case.names.replace("{tmp}", str(folder)) in lines[0], lines[0]
     assert len(lines[0]) < 1000, lines[0][:200]
+    if case.needs_non_root:  # the user learns it is their permissions, not the file's content
+        assert "Permission denied" in lines[0], lines[0]
+
+
+def _as_ordinary_user(case: Case) -> tuple[int, str, Path]:
+    """Under root (CI), which reads any file: build the case's files, give them to an ordinary user, and
+    run `wattwise` as that user. Its exit code, stderr and the case's folder."""
+    if (why := ordinary_user.why_not()) is not None:
+        pytest.skip(f"root reads any file, and an ordinary user cannot run wattwise here: {why}")
+    with ordinary_user.shared_folder("wattwise-bad-input-") as base:
+        folder, home = base / "case", base / "home"
+        folder.mkdir()
+        home.mkdir()
+        argv = case.argv(folder)
+        for path in (folder, home):
+            ordinary_user.give_to(path, ordinary_user.USER_UID, ordinary_user.USER_GID)
+        done = ordinary_user.run_as(ordinary_user.USER_UID, ordinary_user.USER_GID, ["-m", "wattwise", *argv],
+                                    env={"HOME": str(home)}, cwd=folder)
+        return done.returncode, done.stderr, folder
 
 
 # -- YAML configuration files: no command reads one; the plugins' `config=` does ---------------------
@@ -408,7 +429,8 @@ def test_bad_yaml_config_is_a_one_line_config_error(name: str, tmp_path: Path, r
     path = tmp_path / "energy.yaml"
     if data is None:
         if IS_ROOT:
-            pytest.skip("root reads any file: an unreadable file cannot be made")
+            _unreadable_yaml_as_ordinary_user()
+            return
         unreadable(path, "monitor: {}\n")
     else:
         write(path, data)
@@ -419,6 +441,33 @@ def test_bad_yaml_config_is_a_one_line_config_error(name: str, tmp_path: Path, r
         load_config([path])
     message = str(caught.value)
     assert len(message.splitlines()) == 1 and "energy.yaml" in message, message
+
+
+#: Loads the YAML file given, printing the ConfigError's message and exiting 3 on one.
+LOAD_CONFIG = """
+import sys
+from wattwise.config import load_config
+from wattwise.errors import ConfigError
+try:
+    load_config([sys.argv[1]])
+except ConfigError as err:
+    print(err)
+    sys.exit(3)
+"""
+
+
+def _unreadable_yaml_as_ordinary_user() -> None:
+    """The unreadable case under root: the user's own file they may not read, loaded as that user."""
+    if (why := ordinary_user.why_not()) is not None:
+        pytest.skip(f"root reads any file, and an ordinary user cannot run wattwise here: {why}")
+    with ordinary_user.shared_folder("wattwise-bad-yaml-") as base:
+        path = unreadable(base / "energy.yaml", "monitor: {}\n")
+        ordinary_user.give_to(base, ordinary_user.USER_UID, ordinary_user.USER_GID)
+        done = ordinary_user.run_as(ordinary_user.USER_UID, ordinary_user.USER_GID, ["-c", LOAD_CONFIG, str(path)],
+                                    env={"HOME": str(base)})
+    assert done.returncode == 3, done.stderr
+    message = done.stdout.strip()
+    assert len(message.splitlines()) == 1 and "energy.yaml" in message and "Permission denied" in message, message
 
 
 def test_a_directory_as_yaml_config_is_a_config_error(tmp_path: Path) -> None:

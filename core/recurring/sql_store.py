@@ -178,6 +178,14 @@ def _create_private_file(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
+def _check_access(path: Path) -> None:
+    """A SQLite file this user may not read and write fails at once, saying so: SQLite would only say
+    "unable to open database file", which the store retries as an outage."""
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise UsageError(f"store {path}: cannot be read and written by this user (Permission denied); check its "
+                         "permissions (every process using a store needs read and write access to its file)")
+
+
 def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
     """An engine for `url`, with SQLite's WAL, busy timeout and IMMEDIATE write transactions."""
     try:
@@ -194,6 +202,7 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
         file_backed = database not in ("", ":memory:")
         if file_backed:
             _create_private_file(Path(database).expanduser())
+            _check_access(Path(database).expanduser())
             engine = create_engine(parsed, connect_args={"timeout": busy_timeout_s})
         else:
             engine = create_engine(parsed, connect_args={"check_same_thread": False}, poolclass=StaticPool)
