@@ -60,8 +60,8 @@ MODES = ("none", "measure", "tune")
 #: (Lightning's own cost of dispatching hooks to one more callback; Lightning only);
 #: "measure-nosampler" is "measure" without the background power sampler (`monitor.sample_power=false`;
 #: a GPU with an energy counter needs none, the simulated one has a counter).
-DIAGNOSTIC_MODES = ("noop", "measure-nosampler")
 ALL_MODES = ("none", "noop", "measure", "measure-nosampler", "tune")
+DIAGNOSTIC_MODES = tuple(m for m in ALL_MODES if m not in MODES)
 LOG_EVERY = 50
 #: A small tuning profile (limits 300, 200, 100 W on the simulated 300 W GPU): 2 + 3 * (1 + 2) = 11 steps.
 TUNE_OVERRIDES = ["power_limit.wait_steps=2", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
@@ -175,32 +175,6 @@ def install_counters() -> list[str]:
     return wrapped
 
 
-#: Seconds EnergyCallback spent in its two per-step hooks, per step of the current run (--time-hooks).
-HOOK_TIMES: list[float] = []
-
-
-def time_callback_hooks() -> None:
-    """Wrap EnergyCallback's per-step hooks (`on_train_batch_start` + `on_train_batch_end`) in timers that
-    append each step's total to HOOK_TIMES: what the callback itself costs a step, in these processes."""
-    from lightning_energy import EnergyCallback
-
-    start_hook, end_hook = EnergyCallback.on_train_batch_start, EnergyCallback.on_train_batch_end
-    started = [0.0]
-
-    def on_train_batch_start(self: Any, *args: Any, **kwargs: Any) -> None:
-        began = time.perf_counter()
-        start_hook(self, *args, **kwargs)
-        started[0] = time.perf_counter() - began
-
-    def on_train_batch_end(self: Any, *args: Any, **kwargs: Any) -> None:
-        began = time.perf_counter()
-        end_hook(self, *args, **kwargs)
-        HOOK_TIMES.append(started[0] + time.perf_counter() - began)
-
-    EnergyCallback.on_train_batch_start = on_train_batch_start  # type: ignore[method-assign]
-    EnergyCallback.on_train_batch_end = on_train_batch_end  # type: ignore[method-assign]
-
-
 # -- one timed run (worker side) -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Trial:
@@ -227,6 +201,8 @@ class Timeline:
     window_start_wall: float = 0.0
     at_start: Counts | None = None
     at_end: Counts | None = None
+    #: With --time-hooks: seconds EnergyCallback spent in its per-step hooks, per step of the whole run.
+    hook_times_s: list[float] = field(default_factory=list)
 
     @property
     def total_steps(self) -> int:
@@ -262,7 +238,8 @@ def _uses_wattwise(mode: str) -> bool:
     return mode not in ("none", "noop")
 
 
-def run_lightning(trial: Trial, world_size: int, out_dir: Path) -> tuple[Timeline, dict[str, Any] | None, int]:
+def run_lightning(trial: Trial, world_size: int, out_dir: Path,
+                  time_hooks: bool = False) -> tuple[Timeline, dict[str, Any] | None, int]:
     import lightning.pytorch as pl
     from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
     from lightning.pytorch.loggers import Logger
@@ -309,7 +286,13 @@ def run_lightning(trial: Trial, world_size: int, out_dir: Path) -> tuple[Timelin
     if trial.mode == "noop":
         callback = NoopCallback()
     elif _uses_wattwise(trial.mode):
-        callback = EnergyCallback(**_energy_settings(trial, out_dir))
+        if time_hooks:  # the callback's own per-step hooks timed around themselves
+            from hook_cost import TimedCallback
+
+            callback = TimedCallback(**_energy_settings(trial, out_dir))
+            timeline.hook_times_s = callback.per_step_s
+        else:
+            callback = EnergyCallback(**_energy_settings(trial, out_dir))
     trainer = pl.Trainer(
         accelerator="cpu", devices=world_size, strategy="ddp" if world_size > 1 else "auto",
         max_steps=timeline.total_steps, max_epochs=1, logger=DiscardLogger(), log_every_n_steps=LOG_EVERY,
@@ -429,16 +412,18 @@ def _tuned_before(summary: dict[str, Any] | None, wall: float) -> bool | None:
         return None
 
 
-def run_trial(trial: Trial, world_size: int, out_dir: Path) -> dict[str, Any]:
+def run_trial(trial: Trial, world_size: int, out_dir: Path, time_hooks: bool = False) -> dict[str, Any]:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # counted, but outside the timed steps
     gc.collect()  # what the run before left for the collector is not this run's cost
-    HOOK_TIMES.clear()
     before = COUNTS.snapshot()
-    runner = run_lightning if trial.framework == "lightning" else run_accelerate
-    timeline, summary, logged = runner(trial, world_size, out_dir)
+    if trial.framework == "lightning":
+        timeline, summary, logged = run_lightning(trial, world_size, out_dir, time_hooks)
+    else:
+        timeline, summary, logged = run_accelerate(trial, world_size, out_dir)
+    hooks = timeline.hook_times_s
     if timeline.at_start is None or timeline.at_end is None or len(timeline.starts) < timeline.total_steps:
         raise RuntimeError(f"{trial}: ran {len(timeline.starts)} of {timeline.total_steps} steps")
     timed = timeline.starts[timeline.warm:timeline.warm + trial.steps + 1]
@@ -452,8 +437,8 @@ def run_trial(trial: Trial, world_size: int, out_dir: Path) -> dict[str, Any]:
         "tuned_before_window": _tuned_before(summary, timeline.window_start_wall) if trial.mode == "tune" else None,
         "wattwise_steps": summary.get("wattwise_steps", summary.get("steps")) if summary else None,
         "log_calls": logged,
-        "hook_us": ({"median": 1e6 * statistics.median(HOOK_TIMES), "mean": 1e6 * statistics.fmean(HOOK_TIMES),
-                     "steps": len(HOOK_TIMES)} if HOOK_TIMES else None),
+        "hook_us": ({"median": 1e6 * statistics.median(hooks), "mean": 1e6 * statistics.fmean(hooks),
+                     "steps": len(hooks)} if hooks else None),
     }
 
 
@@ -471,12 +456,10 @@ def worker(spec_path: str) -> None:
     if world_size > 1:
         dist.init_process_group("gloo")
     wrapped = install_counters()
-    if spec.get("time_hooks"):
-        time_callback_hooks()
     results = []
     for i, raw in enumerate(spec["trials"]):
         trial = Trial(**raw)
-        result = run_trial(trial, world_size, Path(spec["tmp"]) / f"run-{i}")
+        result = run_trial(trial, world_size, Path(spec["tmp"]) / f"run-{i}", bool(spec.get("time_hooks")))
         results.append(result)
         if rank == 0:
             print(f"[{i + 1}/{len(spec['trials'])}] {trial.framework} {trial.step_ms} ms {trial.mode}: "
@@ -593,8 +576,7 @@ def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str,
             "repeats": len(runs),
             "mean_ms": 1000 * statistics.median(t["mean_s"] for t in runs),
             "median_ms": 1000 * statistics.median(t["median_s"] for t in runs),
-            "overhead_pct": (statistics.median(100 * (t["mean_s"] / b["mean_s"] - 1) for t, b in paired)
-                             if mode != "none" and paired else None),
+            "overhead_pct": statistics.median(diffs) if diffs else None,
             "overhead_median_pct": (statistics.median(100 * (t["median_s"] / b["median_s"] - 1) for t, b in paired)
                                     if mode != "none" and paired else None),
             "overhead_per_repeat_pct": diffs,
@@ -693,8 +675,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"{' '.join(DIAGNOSTIC_MODES)})")
     parser.add_argument("--processes", type=int, nargs="+", choices=(1, 2), default=[1, 2])
     parser.add_argument("--time-hooks", action="store_true",
-                        help="also time EnergyCallback's per-step hooks in each process (Lightning; adds a timer "
-                             "call to each hook)")
+                        help="also time EnergyCallback's per-step hooks in each process (Lightning; the callback "
+                             "of benchmarks/hook_cost.py, which adds timer calls to its hooks and state_key)")
     parser.add_argument("--json", metavar="PATH", help="also write every run and the table as JSON")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process count (default 1800)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)

@@ -108,16 +108,16 @@ def give_to(path: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(root, name), uid, gid)
 
 
-def run_unprivileged(args: list[str], *, env: dict[str, str], cwd: Path,
+def run_unprivileged(args: list[str], *, env: dict[str, str], cwd: Path, owned: Path | None = None,
                      timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
     """`args` as an ordinary user: the test's own user when it is one, else (root) USER_UID, to whom
-    everything under `cwd` is given first. Skips where no ordinary user can run wattwise."""
+    everything under `owned` (default `cwd`) is given first. Skips where no ordinary user can run wattwise."""
     import pytest
 
     if IS_ROOT:
         if (why := why_not()) is not None:
-            pytest.skip(why)
-        give_to(cwd, USER_UID, USER_GID)
+            pytest.skip(f"root reads any file, and an ordinary user cannot run wattwise here: {why}")
+        give_to(owned or cwd, USER_UID, USER_GID)
         return run_as(USER_UID, USER_GID, args, env=env, cwd=cwd, timeout_s=timeout_s)
     cmd = [sys.executable, "-c", LAUNCH, sysconfig.get_paths()["purelib"], *args]
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1", **env}

@@ -395,18 +395,14 @@ def test_bad_input_exits_2_with_one_line_naming_it(
 
 def _as_ordinary_user(case: Case) -> tuple[int, str, Path]:
     """Under root (CI), which reads any file: build the case's files, give them to an ordinary user, and
-    run `wattwise` as that user. Its exit code, stderr and the case's folder."""
-    if (why := ordinary_user.why_not()) is not None:
-        pytest.skip(f"root reads any file, and an ordinary user cannot run wattwise here: {why}")
+    run `wattwise` as that user (`ordinary_user.run_unprivileged`). Its exit code, stderr and the case's folder."""
     with ordinary_user.shared_folder("wattwise-bad-input-") as base:
         folder, home = base / "case", base / "home"
         folder.mkdir()
         home.mkdir()
         argv = case.argv(folder)
-        for path in (folder, home):
-            ordinary_user.give_to(path, ordinary_user.USER_UID, ordinary_user.USER_GID)
-        done = ordinary_user.run_as(ordinary_user.USER_UID, ordinary_user.USER_GID, ["-m", "wattwise", *argv],
-                                    env={"HOME": str(home)}, cwd=folder)
+        done = ordinary_user.run_unprivileged(["-m", "wattwise", *argv], env={"HOME": str(home)}, cwd=folder,
+                                              owned=base)
         return done.returncode, done.stderr, folder
 
 
@@ -458,13 +454,9 @@ except ConfigError as err:
 
 def _unreadable_yaml_as_ordinary_user() -> None:
     """The unreadable case under root: the user's own file they may not read, loaded as that user."""
-    if (why := ordinary_user.why_not()) is not None:
-        pytest.skip(f"root reads any file, and an ordinary user cannot run wattwise here: {why}")
     with ordinary_user.shared_folder("wattwise-bad-yaml-") as base:
         path = unreadable(base / "energy.yaml", "monitor: {}\n")
-        ordinary_user.give_to(base, ordinary_user.USER_UID, ordinary_user.USER_GID)
-        done = ordinary_user.run_as(ordinary_user.USER_UID, ordinary_user.USER_GID, ["-c", LOAD_CONFIG, str(path)],
-                                    env={"HOME": str(base)})
+        done = ordinary_user.run_unprivileged(["-c", LOAD_CONFIG, str(path)], env={"HOME": str(base)}, cwd=base)
     assert done.returncode == 3, done.stderr
     message = done.stdout.strip()
     assert len(message.splitlines()) == 1 and "energy.yaml" in message and "Permission denied" in message, message

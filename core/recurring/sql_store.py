@@ -201,8 +201,9 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
         database = parsed.database or ""
         file_backed = database not in ("", ":memory:")
         if file_backed:
-            _create_private_file(Path(database).expanduser())
-            _check_access(Path(database).expanduser())
+            path = Path(database).expanduser()
+            _create_private_file(path)
+            _check_access(path)
             engine = create_engine(parsed, connect_args={"timeout": busy_timeout_s})
         else:
             engine = create_engine(parsed, connect_args={"check_same_thread": False}, poolclass=StaticPool)
