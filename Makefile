@@ -11,17 +11,10 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(if $(TORCH_SPEC),$(PY) -m pip install -q "$(TORCH_SPEC)")
-	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=strict
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# The strict editable install links each file of `core/` under the import name `wattwise` (so mypy and
-# other tools follow it); a module added or removed needs a relink, redone whenever a package folder changes.
-PACKAGE_DIRS := $(shell find core lightning_energy accelerate_energy -type d -not -name __pycache__)
-$(VENV)/.linked: $(VENV)/.installed $(PACKAGE_DIRS) core/pipeline/_kernels.c
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
-	touch $@
-
-install: $(VENV)/.installed $(VENV)/.linked
+install: $(VENV)/.installed
 
 demo: install
 	$(VENV)/bin/wattwise demo

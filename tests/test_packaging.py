@@ -1,7 +1,6 @@
-"""Packaging: `core/` installs as `wattwise`, so a user's own `core` package never shadows ours.
-
-The folder `core/` keeps its name in the repository and is mapped to the import name `wattwise` by
-pyproject's `package-dir`; the adapters `lightning_energy` and `accelerate_energy` keep theirs.
+"""Packaging: `core/` is a source root holding `wattwise/`, so a user's own `core` package never shadows
+ours; the adapters `lightning_energy` and `accelerate_energy` sit at the top level. Packages are found by
+setuptools' discovery, so every folder is named as it is imported.
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ else:  # pytest itself depends on tomli before Python 3.11
     import tomli as tomllib
 
 #: Source folder -> import name, for every top-level package the distribution installs.
-PACKAGE_ROOTS = {"core": "wattwise", "lightning_energy": "lightning_energy", "accelerate_energy": "accelerate_energy"}
+PACKAGE_ROOTS = {"core/wattwise": "wattwise", "lightning_energy": "lightning_energy",
+                 "accelerate_energy": "accelerate_energy"}
 LOGGER_PREFIXES = tuple(f"{name}." for name in PACKAGE_ROOTS.values())
 
 
@@ -54,9 +54,11 @@ def source_files(folder: Path) -> list[Path]:
 
 
 def import_name(folder: Path) -> str:
-    """`core/recurring` -> `wattwise.recurring`."""
-    root, *rest = folder.relative_to(REPO_ROOT).parts
-    return ".".join([PACKAGE_ROOTS[root], *rest])
+    """`core/wattwise/recurring` -> `wattwise.recurring`: the path below the source root."""
+    relative = folder.relative_to(REPO_ROOT)
+    if relative.parts[0] == "core":
+        relative = relative.relative_to("core")
+    return ".".join(relative.parts)
 
 
 def package_folders() -> dict[str, Path]:
@@ -121,19 +123,22 @@ def test_a_project_with_its_own_core_package_imports_both_adapters_and_keeps_its
 # -- pyproject ------------------------------------------------------------------------------------------
 
 
-def test_core_is_mapped_to_the_import_name_wattwise() -> None:
-    assert pyproject()["tool"]["setuptools"]["package-dir"] == {"wattwise": "core"}
+def test_packages_are_discovered_from_the_source_roots_not_listed_by_hand() -> None:
+    setuptools = pyproject()["tool"]["setuptools"]
+    assert "package-dir" not in setuptools
+    assert setuptools["packages"]["find"]["where"] == ["core", "."]
 
 
-def test_every_package_folder_is_listed_and_nothing_else() -> None:
-    listed = pyproject()["tool"]["setuptools"]["packages"]
-    found = package_folders()
-    assert sorted(listed) == sorted(found), (
-        "pyproject's [tool.setuptools] packages must list every folder with an __init__.py, under its "
-        f"import name (core/ is wattwise): missing {sorted(set(found) - set(listed))}, "
-        f"stale {sorted(set(listed) - set(found))}"
-    )
-    assert not any(name == "core" or name.startswith("core.") for name in listed)
+def test_every_package_folder_is_named_as_it_is_imported() -> None:
+    """Each folder with an `__init__.py` is found under the import name its path gives."""
+    import setuptools
+
+    found = set(setuptools.find_packages(str(REPO_ROOT / "core"))) | {
+        p for p in setuptools.find_packages(str(REPO_ROOT)) if p.split(".")[0] in PACKAGE_ROOTS.values()}
+    assert found == set(package_folders())
+    for name in found:
+        assert importlib.import_module(name).__file__ == str(package_folders()[name] / "__init__.py")
+    assert not (REPO_ROOT / "core" / "__init__.py").exists(), "core/ is a source root, not a package"
 
 
 def test_every_data_file_in_the_packages_ships_as_package_data() -> None:
@@ -191,7 +196,7 @@ def test_the_wheel_carries_the_compiled_kernels_where_a_compiler_is(wheel: zipfi
         pytest.skip("no C compiler or Python headers here: the wheel is pure Python and the numpy code is used")
     names = wheel.namelist()
     assert [n for n in names if n.startswith("wattwise/pipeline/_kernels.") and n.endswith(".so")]
-    assert extension_sources() == {(REPO_ROOT / "core/pipeline/_kernels.c").resolve()}
+    assert extension_sources() == {(REPO_ROOT / "core/wattwise/pipeline/_kernels.c").resolve()}
 
 
 def test_the_wheel_declares_the_wattwise_script_and_the_demo_entry_points(wheel: zipfile.ZipFile) -> None:
@@ -222,7 +227,7 @@ def test_every_module_imports_under_its_installed_name_and_logs_under_it() -> No
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
             if err.name == name:
-                pytest.fail(f"{name} is not installed: after adding a module, relink with `make install`")
+                pytest.fail(f"{name} is not importable under its installed name")
             raise
         for attr, value in vars(module).items():
             if isinstance(value, logging.Logger):

@@ -1,4 +1,4 @@
-"""The one device interface every layer above `core/devices/` sees.
+"""The one device interface every layer above `wattwise.devices` sees.
 
 Everything is in SI units: joules, watts, seconds, megahertz. Vendor errors are mapped to the
 `DeviceError` family so callers handle "not supported", "no permission" and "device lost" alike on
