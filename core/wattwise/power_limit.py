@@ -142,8 +142,9 @@ class PowerLimitTuner:
     """Just-in-time power-limit profiling (Zeus's optimizer), as a pure state machine.
 
     Phases: `wait` (the first `wait_steps` steps, untouched) -> for each limit, highest first: `warmup`
-    (`warmup_steps` at that limit) then `profile` (`profile_steps` measured as one window) -> `done`
-    (the selected limit applied). Steps are optimizer steps. The driver calls `on_step_begin`,
+    (`warmup_steps` at that limit) then `profile` (`profile_steps` measured as one window, longer when the
+    window must last `min_window_s` to be measured well) -> `done` (the selected limit applied).
+    Steps are optimizer steps. The driver calls `on_step_begin`,
     `on_step_end` and `record` (with the window's time and energy, summed over all GPUs of the job);
     what is not training (evaluation, checkpoints) is paused out of the window by the driver, so a
     window may span epochs. A run too short to profile every limit ends with `finish_early`: the best
@@ -161,6 +162,7 @@ class PowerLimitTuner:
         wait_steps: int = 2,
         warmup_steps: int = 2,
         profile_steps: int = 5,
+        min_window_s: float = 0.0,
     ) -> None:
         if not limits_w:
             raise UsageError("power-limit tuning needs at least one limit to profile")
@@ -172,6 +174,8 @@ class PowerLimitTuner:
         for name, steps in (("warmup_steps", warmup_steps), ("wait_steps", wait_steps)):
             if steps < 0:
                 raise UsageError(f"{name} must be >= 0 (got {steps})")
+        if not (0.0 <= min_window_s < math.inf):
+            raise UsageError(f"min_window_s must be a finite number of seconds >= 0 (got {min_window_s})")
         self.limits_w = [float(w) for w in limits_w]
         self.selector = selector
         self.eta = eta
@@ -180,6 +184,8 @@ class PowerLimitTuner:
         self.wait_steps = wait_steps
         self.warmup_steps = warmup_steps
         self.profile_steps = profile_steps
+        #: A profile window lasts at least this long (a coarse energy counter quantises shorter windows).
+        self.min_window_s = float(min_window_s)
         self.phase = "wait" if wait_steps > 0 else ("warmup" if warmup_steps > 0 else "profile")
         self.limit_index = 0
         self.steps_in_phase = 0
@@ -247,8 +253,18 @@ class PowerLimitTuner:
             self._window_steps = 0
         return action
 
-    def on_step_end(self, steps: int = 1) -> bool:
-        """Count `steps` optimizer steps. True: end the profiling window now and `record` it."""
+    def on_step_end(self, steps: int = 1, window_elapsed_s: float | None = None) -> bool:
+        """Count `steps` optimizer steps. True: end the profiling window now and `record` it.
+
+        Args:
+            steps: Optimizer steps completed since the last call.
+            window_elapsed_s: Wall time since the open profiling window began (the driver's clock; no
+                device synchronisation needed). The window closes once it holds `profile_steps` steps and
+                has lasted `min_window_s`; without it, `profile_steps` alone decide.
+
+        Returns:
+            True when the driver must close the window and call `record`.
+        """
         if self.phase == "done":
             return False
         self.steps_in_phase += steps
@@ -259,7 +275,7 @@ class PowerLimitTuner:
         elif self.phase == "warmup" and self.steps_in_phase >= self.warmup_steps:
             self._enter("profile")
         elif self.phase == "profile" and self.steps_in_phase >= self.profile_steps:
-            return True
+            return window_elapsed_s is None or window_elapsed_s >= self.min_window_s
         if self.phase == "warmup" and self.warmup_steps == 0:
             self._enter("profile")
         return False
