@@ -1,11 +1,14 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both install what they need into .venv.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU build of torch (the plain `torch` wheel on PyPI pulls several GB of CUDA libraries).
+# torch is pinned, not its build: from PyPI alone, torch==2.13.0 on Linux is the CUDA build (several GB of
+# CUDA libraries; it runs on a CPU too). pip takes a CPU build of that version wherever one is offered (this
+# project's machines offer one through pip's find-links); elsewhere ask for it with
+#   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make install
 # On a GPU machine, install the torch build you want first, then: make install TORCH_SPEC=
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test lint bench acceptance clean
+.PHONY: install demo test lint docs docs-serve bench acceptance clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +32,14 @@ acceptance: install
 lint: install
 	$(VENV)/bin/ruff check core lightning_energy accelerate_energy tests benchmarks examples
 	$(VENV)/bin/mypy
+
+# The documentation site (mkdocs.yml, docs/): built strictly, so a broken link or reference fails.
+MKDOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+docs: install
+	$(MKDOCS_ENV) $(VENV)/bin/mkdocs build --strict --site-dir build/site
+
+docs-serve: install
+	$(MKDOCS_ENV) $(VENV)/bin/mkdocs serve
 
 bench: install
 	$(PY) benchmarks/monitor_overhead.py

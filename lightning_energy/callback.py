@@ -50,11 +50,12 @@ class EnergyCallback(Callback):
             "slowdown" (least energy within `max_slowdown`).
         eta: weight of energy against time in the cost, in [0, 1].
         max_slowdown: largest step-time increase accepted by selector "slowdown" (0.1 = 10%).
-        cap_w / cap_fraction: the cap of mode "cap", in watts or as a fraction of the maximum limit.
+        cap_w: the cap of mode "cap", in watts.
+        cap_fraction: the cap of mode "cap" as a fraction of the maximum limit (give one of the two).
         job: a name for this training job; a tuned limit is saved under it and reused next time.
         output_dir: where summary.json, windows.csv and power.csv are written at the end of fit.
         strict: raise instead of degrading to measurement only when a setting cannot be applied.
-        backend: "auto", "nvml" or "simulated".
+        backend: "auto", "nvml", "simulated" or "agent".
         log_every_n_steps: log step metrics every N steps; None: the Trainer's own `log_every_n_steps`.
         config: an OmegaConf YAML (see `configs/energy.yaml`) with any other setting.
         overrides: dotlist overrides applied last, e.g. ["power_limit.profile_steps=10"].
