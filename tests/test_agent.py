@@ -25,7 +25,8 @@ import pytest
 
 from wattwise.agent.client import AgentClient, AgentGPU, name_job
 from wattwise.devices import DeviceError, NoPermissionError, discover
-from wattwise.guard import SettingsGuard, journal_dir
+from wattwise.settings.guard import SettingsGuard
+from wattwise.settings.journal import journal_dir
 
 pytestmark = pytest.mark.slow
 
@@ -215,7 +216,7 @@ def test_the_guard_names_the_job_journals_nothing_and_its_restore_releases_the_g
 KILLED = """
 import sys, time
 from wattwise.devices import discover
-from wattwise.guard import SettingsGuard
+from wattwise.settings.guard import SettingsGuard
 guard = SettingsGuard()
 guard.set_power_limit(discover("agent", gpu_indices=[0]).gpus[0], 175.0)
 print("held", flush=True)

@@ -25,7 +25,9 @@ from wattwise.cli.main import main
 from wattwise.devices.base import DeviceError
 from wattwise.devices.nvml import nvml_gpus
 from wattwise.devices.simulated import SimulatedGPU
-from wattwise.guard import SettingsGuard, journal_dir, recover_stale_journals
+from wattwise.settings.guard import SettingsGuard
+from wattwise.settings.journal import journal_dir
+from wattwise.settings.recovery import recover_stale_journals
 
 MAX_W = 300.0  # the built-in model's maximum (and default) limit
 CHILD_TIMEOUT_S = 60.0
@@ -33,7 +35,7 @@ CHILD_TIMEOUT_S = 60.0
 CHILD = """
 import signal, sys, time
 from wattwise.devices.simulated import SimulatedGPU
-from wattwise.guard import SettingsGuard
+from wattwise.settings.guard import SettingsGuard
 
 # As an interactive Python has it, even when the test runner was started with SIGINT ignored.
 signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -25,20 +25,16 @@ from typing import Any
 import pytest
 
 import wattwise.devices
-import wattwise.guard
+import wattwise.settings.journal
 from wattwise.cli.main import main
 from wattwise.config import load_config
 from wattwise.demo import demo_folder, private_state_dir
 from wattwise.devices.simulated import SimulatedGPU
-from wattwise.guard import (
-    DeviceBusyError,
-    JournalError,
-    SettingsGuard,
-    journal_dir,
-    recover_stale_journals,
-)
 from wattwise.paths import state_dir
 from wattwise.run import EnergyPluginWarning, Run
+from wattwise.settings.guard import DeviceBusyError, JournalError, SettingsGuard
+from wattwise.settings.journal import journal_dir
+from wattwise.settings.recovery import recover_stale_journals
 from wattwise.workload import emulate_step
 
 MAX_W = 300.0
@@ -48,7 +44,7 @@ WATTWISE = Path(sys.executable).parent / "wattwise"
 CHILD = """
 import signal, sys, time
 from wattwise.devices.simulated import SimulatedGPU
-from wattwise.guard import SettingsGuard
+from wattwise.settings.guard import SettingsGuard
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
 gpu = SimulatedGPU(0, state_file=sys.argv[1])
@@ -222,7 +218,7 @@ def no_space(*args: Any, **kwargs: Any) -> None:
 
 def test_a_change_that_cannot_be_journalled_is_not_made(monkeypatch: pytest.MonkeyPatch, state_file: Path) -> None:
     gpu = SimulatedGPU(0, state_file=state_file)
-    monkeypatch.setattr(wattwise.guard, "_fsync_write", no_space)
+    monkeypatch.setattr(wattwise.settings.journal, "write_journal", no_space)
     with SettingsGuard() as guard:
         with pytest.raises(JournalError, match="No space left on device"):
             guard.set_power_limit(gpu, 150.0)
@@ -236,7 +232,7 @@ def test_a_full_disk_after_a_change_still_restores_it(monkeypatch: pytest.Monkey
     other = SimulatedGPU(1, state_file=state_file.with_name("gpu1.json"))
     guard = SettingsGuard()
     guard.set_power_limit(gpu, 150.0)
-    monkeypatch.setattr(wattwise.guard, "_fsync_write", no_space)  # the disk fills up
+    monkeypatch.setattr(wattwise.settings.journal, "write_journal", no_space)  # the disk fills up
     with pytest.raises(JournalError):
         guard.set_power_limit(other, 150.0)
     assert other.power_limit_w() == MAX_W
@@ -253,7 +249,7 @@ def test_a_tuning_run_on_a_full_disk_warns_once_and_leaves_the_gpu_as_found(
     cfg = load_config(overrides=["power_limit.mode=tune", "power_limit.wait_steps=0", f"output_dir={tmp_path / 'r'}",
                                  "power_limit.warmup_steps=1", "power_limit.profile_steps=1"])
     run = Run(cfg, devices=[gpu])
-    monkeypatch.setattr(wattwise.guard, "_fsync_write", no_space)
+    monkeypatch.setattr(wattwise.settings.journal, "write_journal", no_space)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run.start()
@@ -352,7 +348,7 @@ def test_a_journal_owned_by_someone_else_is_refused(monkeypatch: pytest.MonkeyPa
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.write_text(journal_text(state_file))
     real = os.geteuid()
-    monkeypatch.setattr(wattwise.guard, "_euid", lambda: real + 1)  # as if another user ran restore
+    monkeypatch.setattr(wattwise.settings.journal, "_euid", lambda: real + 1)  # as if another user ran restore
     result = recover_stale_journals()
     assert len(result.failed) == 1 and f"owned by uid {real}, not by you (uid {real + 1})" in result.failed[0]
     assert limit_on_gpu(state_file) == 150.0

@@ -18,8 +18,8 @@ import wattwise.devices.rapl
 from wattwise.devices import NotSupportedError, SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.frequency.controller import FrequencyController, follow_plan, stage_plan
-from wattwise.guard import SettingsGuard
 from wattwise.pipeline.schedule import one_f_one_b
+from wattwise.settings.guard import SettingsGuard
 
 SCRIPT = Path(__file__).parent / "scripts" / "pipeline_run.py"
 MAX_MHZ = 1740

@@ -7,11 +7,11 @@ import pytest
 from wattwise.devices import SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.frequency.profiler import PipelineProfiler, StageWork
-from wattwise.guard import SettingsGuard
 from wattwise.pipeline.dag import pipeline_dag
 from wattwise.pipeline.frontier import FrontierSolver
 from wattwise.pipeline.plan import assemble_frontier, choose_intrinsic
 from wattwise.pipeline.problem import PlanningProblem
+from wattwise.settings.guard import SettingsGuard
 
 FORWARD_S, BACKWARD_S = 0.010, 0.020
 

@@ -271,7 +271,7 @@ def _limit_run(gpu: Device, load: MatmulLoad, seconds: float) -> dict[str, float
 
 
 def check_power_limit(ctx: Context) -> dict[str, Any]:
-    from wattwise.guard import SettingsGuard
+    from wattwise.settings.guard import SettingsGuard
 
     if ctx.gpu is None:
         raise Skip("no NVIDIA GPU found through NVML")
@@ -315,7 +315,7 @@ def check_power_limit(ctx: Context) -> dict[str, Any]:
 
 def check_kill_recovery(ctx: Context) -> dict[str, Any]:
     """A child wattwise process sets a limit and is SIGKILLed: the next process's recovery restores it."""
-    from wattwise.guard import recover_stale_journals
+    from wattwise.settings.recovery import recover_stale_journals
 
     if ctx.gpu is None:
         raise Skip("no NVIDIA GPU found through NVML")
@@ -363,7 +363,7 @@ def _three_clocks_mhz(gpu: Device) -> list[int]:
 
 
 def check_clocks(ctx: Context) -> dict[str, Any]:
-    from wattwise.guard import SettingsGuard
+    from wattwise.settings.guard import SettingsGuard
 
     load = ctx.require_load()
     gpu = ctx.gpu
@@ -412,8 +412,8 @@ def check_pipeline(ctx: Context) -> dict[str, Any]:
     import torch
 
     from wattwise.frequency.profiler import PipelineProfiler, StageWork
-    from wattwise.guard import SettingsGuard
     from wattwise.pipeline.profiles import write_profile
+    from wattwise.settings.guard import SettingsGuard
 
     freqs = _three_clocks_mhz(gpu)
     device = torch.device("cuda", load.cuda_index)
@@ -587,7 +587,7 @@ def spawn_limit_holder(spec: dict[str, Any], watts: float) -> subprocess.Popen[b
 
 def _hold_limit(spec_json: str, watts: float) -> int:
     from wattwise.devices import open_spec
-    from wattwise.guard import SettingsGuard
+    from wattwise.settings.guard import SettingsGuard
 
     gpu = open_spec(json.loads(spec_json))
     guard = SettingsGuard()

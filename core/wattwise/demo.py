@@ -202,7 +202,8 @@ def private_state_dir() -> Iterator[Path]:
     SIGKILL leaves a folder whose lock is free: the next demo restores any journalled setting in it (the
     guard's recovery), then removes it.
     """
-    from wattwise.guard import recover_stale_journals, release_lock, take_lock
+    from wattwise.settings.locks import release_lock, take_lock
+    from wattwise.settings.recovery import recover_stale_journals
 
     parent = demo_folder()
     parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -142,13 +142,29 @@ def write_text(target: str | os.PathLike[str], text: str, *, mode: int = 0o666) 
     replace_file(target, lambda fh: fh.write(text), mode=mode)
 
 
+def lock_descriptor(path: str | os.PathLike[str], *, create: bool = True) -> int:
+    """A descriptor on the lock file `path`, for `fcntl.flock`: the one way wattwise opens a lock file.
+
+    Opened read-write, without truncation and without following a symbolic link.
+
+    Args:
+        path: the lock file.
+        create: create it (0600, filtered by the umask) if missing.
+
+    Raises:
+        OSError: it cannot be opened (ELOOP: it is a symbolic link; ENOENT: missing and not `create`).
+    """
+    flags = os.O_RDWR | _NOFOLLOW | _CLOEXEC | (os.O_CREAT if create else 0)
+    return os.open(path, flags, 0o600)
+
+
 def open_lock(path: str | os.PathLike[str]) -> int:
     """A descriptor on the lock file `path` (created 0600 if missing), for `fcntl.flock`.
 
     Opened without truncation and without following a symlink: a link at `path` is a `UsageError`.
     """
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600)
+        return lock_descriptor(path)
     except OSError as err:
         if err.errno != errno.ELOOP:
             raise

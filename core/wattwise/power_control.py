@@ -23,10 +23,10 @@ from wattwise.carbon.control import CarbonControl
 from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device
 from wattwise.distributed import Collective
-from wattwise.guard import SettingsGuard
 from wattwise.limits_memory import LimitsMemory, RememberedLimit
 from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w
 from wattwise.record import PowerLimitSummary, TuningSummary
+from wattwise.settings.guard import SettingsGuard
 
 
 class PowerLimitControl:

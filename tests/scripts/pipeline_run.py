@@ -20,8 +20,8 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.frequency.controller import FrequencyController, stage_plan
-from wattwise.guard import SettingsGuard
 from wattwise.monitor import EnergyMonitor
+from wattwise.settings.guard import SettingsGuard
 from wattwise.workload import emulate_stage
 
 MICROBATCHES, ITERATIONS = 4, 3

@@ -22,8 +22,8 @@ from wattwise.agent.client import name_job
 from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command
 from wattwise.devices import BACKENDS, Device, DeviceError, discover
 from wattwise.errors import UsageError
-from wattwise.guard import SettingsGuard
 from wattwise.monitor import EnergyMonitor
+from wattwise.settings.guard import SettingsGuard
 
 #: Exit code when the cap cannot be set (refused, out of range, no GPU): the command does not run.
 EXIT_NOT_CAPPED = 1

@@ -10,8 +10,8 @@ import argparse
 
 from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
-from wattwise.guard import leftover_lines
 from wattwise.paths import json_text
+from wattwise.settings.recovery import leftover_lines
 
 #: The energy setting `--backend` gives (`devices.backend`).
 BACKEND = SETTING["backend"]

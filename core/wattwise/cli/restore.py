@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from wattwise.guard import journal_dir, recover_stale_journals
 from wattwise.paths import json_text
+from wattwise.settings.journal import journal_dir
+from wattwise.settings.recovery import recover_stale_journals
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -91,7 +91,7 @@ class Device(abc.ABC):
         raise NotSupportedError(f"{self.backend} device {self.index} has no power limit")
 
     def set_power_limit_w(self, watts: float) -> None:
-        """Set the power limit. Callers go through `wattwise.guard.SettingsGuard`, never directly."""
+        """Set the power limit. Callers go through `wattwise.settings.guard.SettingsGuard`, never directly."""
         raise NotSupportedError(f"{self.backend} device {self.index} cannot set a power limit")
 
     def supported_sm_clocks_mhz(self) -> list[int]:

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
-from wattwise.guard import SettingsGuard
 from wattwise.pipeline.files import check_plan_document
 from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction, Step
+from wattwise.settings.guard import SettingsGuard
 
 if TYPE_CHECKING:
     from wattwise.run import Run

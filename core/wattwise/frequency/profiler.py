@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from wattwise.devices.base import Device
 from wattwise.errors import UsageError
-from wattwise.guard import SettingsGuard
 from wattwise.monitor import EnergyMonitor
 from wattwise.pipeline.profiles import FrequencyOption, PipelineProfile
 from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
+from wattwise.settings.guard import SettingsGuard
 
 
 @dataclass(frozen=True)

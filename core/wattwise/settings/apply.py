@@ -1,0 +1,51 @@
+"""The one way to set, read and describe a recorded GPU setting, for the guard, recovery and the agent."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from wattwise.devices.base import Device, DeviceError
+
+#: The settings a journal records, by the name of the `Device` method that reads them.
+POWER_LIMIT = "power_limit_w"
+SM_CLOCKS = "locked_sm_clocks_mhz"
+
+#: Errors a restore reports instead of raising (a device that refuses, a state file that cannot be written).
+RESTORE_ERRORS = (DeviceError, ValueError, TypeError, OSError)
+
+
+def finite_number(value: Any) -> bool:
+    """`value` is an int or float (not a bool), and finite."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def apply_setting(device: Device, setting: str, value: Any) -> None:
+    """Set `setting` on `device` to a recorded `value` (watts; [min, max] MHz, or None for unlocked clocks).
+
+    Raises:
+        DeviceError: the device refuses, or `setting` is not one a journal records.
+    """
+    if setting == POWER_LIMIT:
+        device.set_power_limit_w(float(value))
+    elif setting == SM_CLOCKS:
+        if value is None:
+            device.reset_sm_clocks()
+        else:
+            device.lock_sm_clocks_mhz(int(value[0]), int(value[1]))
+    else:
+        raise DeviceError(f"unknown setting {setting!r} in the journal")
+
+
+def describe(spec: dict[str, Any], setting: str, value: Any) -> str:
+    """One line naming a device, a setting and the value it gets back (for restore reports)."""
+    return f"{spec.get('backend')} device {spec.get('index')}: {setting} -> {value}"
+
+
+def setting_words(setting: str, value: Any) -> str:
+    """A setting's value as a person reads it: "power limit 250 W", "SM clocks unlocked"."""
+    if setting == POWER_LIMIT:
+        return f"power limit {value:g} W" if finite_number(value) else f"power limit {value}"
+    if value is None:
+        return "SM clocks unlocked"
+    return f"SM clocks locked at {value[0]}-{value[1]} MHz"

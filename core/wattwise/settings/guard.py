@@ -1,0 +1,317 @@
+"""`SettingsGuard`: every change a training process makes to a GPU setting goes through here, and is undone.
+
+Before the first change of a setting on a device, the guard takes that device's lock (`locks`: another
+live holder makes the change fail with `DeviceBusyError`), then records the original value in memory and
+in its journal (`journal`: one JSON file per guard, beside a lock file the guard holds while the journal
+exists). A change it cannot journal first is not made (`JournalError`). It restores the originals on a
+normal end (`restore_all`, the context manager, `atexit`), on an exception, on SIGTERM/SIGINT
+(`install_signal_handlers`), and, after a SIGKILL or a power loss, at the next start (`recovery`, run by
+every guard when it starts, before it reads any device, and by `wattwise restore`).
+
+A GPU changed through the node agent (backend `agent`, `wattwise.devices.agent.AgentGPU`) is neither
+locked nor journalled here: the agent holds it for this process (its lease) and journals the originals
+itself, root-owned, before the first change. Restoring it means releasing the lease, and the agent puts
+back what it recorded; if this process dies first, the agent restores the GPU the moment it ends. A
+client-side journal would be redundant, and worse: replayed after a SIGKILL (by `wattwise restore` or the
+next guard) it would set the "original" through the agent as a new change, taking a new lease on a GPU
+that the agent had already restored, and perhaps handed to another job since.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from wattwise.devices.agent import AgentGPU
+from wattwise.devices.base import Device
+from wattwise.settings import journal as journal_file
+from wattwise.settings.apply import POWER_LIMIT, RESTORE_ERRORS, SM_CLOCKS, apply_setting, describe
+from wattwise.settings.journal import JournalError, ensure_folder, journal_dir
+from wattwise.settings.locks import (
+    DeviceBusyError,
+    device_key,
+    device_lock_path,
+    lock_holder,
+    release_lock,
+    take_lock,
+)
+from wattwise.settings.recovery import RestoreResult, recover_stale_journals
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DeviceBusyError", "JournalError", "RestoreResult", "SettingsGuard"]
+
+#: Agent leases this process's guards use: lease key -> guards using it. A lease is the process's, not a
+#: guard's: only the last guard that restores gives it back to the agent.
+_LEASES: dict[str, int] = {}
+_LEASES_LOCK = threading.Lock()
+
+os.register_at_fork(after_in_child=_LEASES.clear)  # a forked child holds no lease
+
+
+def _lease_key(device: Device) -> str | None:
+    """The agent lease a change of `device` takes (socket and GPU index); None for a device changed here."""
+    return f"{device.client.path}#{device.index}" if isinstance(device, AgentGPU) else None
+
+
+class SettingsGuard:
+    """Records original GPU settings before changing them, and restores them on every exit path."""
+
+    def __init__(self, journal_directory: str | os.PathLike[str] | None = None, *, recover: bool = True):
+        self.journal_dir = Path(journal_directory) if journal_directory is not None else journal_dir()
+        self.journal_path = self.journal_dir / (
+            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
+        self._journal_lock = self.journal_path.with_suffix(".lock")
+        self._journal_locked = False
+        self._lock = threading.RLock()
+        self._devices: dict[str, Device] = {}
+        self._originals: dict[tuple[str, str], Any] = {}
+        self._specs: dict[str, dict[str, Any]] = {}
+        #: Device locks this guard holds, by device id (None: a device no other process can see).
+        self._device_locks: dict[str, Path | None] = {}
+        #: Agent leases this guard uses, by device id: no lock and no journal here, the agent has both.
+        self._leases: dict[str, str] = {}
+        self._previous_handlers: dict[int, Any] = {}
+        self._atexit = False
+        if recover:
+            # Before this process reads any setting: a dead run's leftover must not pass for an original.
+            result = recover_stale_journals(self.journal_dir)
+            for line in result.restored:
+                log.warning("wattwise: restored a setting left changed by a process that died: %s", line)
+            for line in result.failed:
+                log.warning("wattwise: could not restore a setting left changed by a dead process: %s", line)
+
+    # -- changing settings ----------------------------------------------------------------------------
+    def set_power_limit(self, device: Device, watts: float) -> None:
+        """Set a power limit (W), journalling the original first."""
+        self._change(device, POWER_LIMIT, device.power_limit_w, lambda: device.set_power_limit_w(watts))
+
+    def lock_sm_clocks(self, device: Device, min_mhz: int, max_mhz: int) -> None:
+        """Lock SM clocks (MHz), journalling the original first."""
+        self._change(device, SM_CLOCKS, device.locked_sm_clocks_mhz,
+                     lambda: device.lock_sm_clocks_mhz(min_mhz, max_mhz))
+
+    def reset_sm_clocks(self, device: Device) -> None:
+        """Unlock SM clocks (the original stays journalled until restore)."""
+        self._change(device, SM_CLOCKS, device.locked_sm_clocks_mhz, device.reset_sm_clocks)
+
+    def _change(self, device: Device, setting: str, read: Callable[[], Any], apply: Callable[[], None]) -> None:
+        first = self._record(device, setting, read)
+        try:
+            apply()
+        except BaseException:
+            # A refused first change (no permission, out of range) changed nothing: nothing to restore.
+            if first:
+                self._forget(device, setting)
+            raise
+
+    def _forget(self, device: Device, setting: str) -> None:
+        dev_id = json.dumps(device.spec(), sort_keys=True)
+        with self._lock:
+            self._originals.pop((dev_id, setting), None)
+            self._sync_journal()
+
+    def _record(self, device: Device, setting: str, read: Callable[[], Any]) -> bool:
+        """Hold the device and journal the original value before the first change. True if this call
+        recorded it. DeviceBusyError: another process holds the device; JournalError: no journal, no change."""
+        spec = device.spec()
+        dev_id = json.dumps(spec, sort_keys=True)
+        with self._lock:
+            if (dev_id, setting) in self._originals:
+                return False
+            self._hold(dev_id, device, spec)
+            try:
+                original = read()
+                if isinstance(original, tuple):
+                    original = list(original)
+                self._originals[(dev_id, setting)] = original
+                self._devices[dev_id] = device
+                self._specs[dev_id] = spec
+                self._write_journal()
+            except BaseException:
+                self._originals.pop((dev_id, setting), None)
+                self._release_unused()
+                raise
+            if not self._atexit:
+                atexit.register(self.restore_all)
+                self._atexit = True
+            return True
+
+    def _hold(self, dev_id: str, device: Device, spec: dict[str, Any]) -> None:
+        """Take the device's lock (shared by the guards of this process) for as long as a setting is changed;
+        for an agent-backed GPU, count this guard among the users of the process's lease."""
+        if dev_id in self._device_locks or dev_id in self._leases:
+            return
+        lease = _lease_key(device)
+        if lease is not None:
+            with _LEASES_LOCK:
+                _LEASES[lease] = _LEASES.get(lease, 0) + 1
+            self._leases[dev_id] = lease
+            return
+        ensure_folder(self.journal_dir)
+        path = device_lock_path(self.journal_dir, spec)
+        if path is not None:
+            try:
+                taken = take_lock(path)
+            except OSError as err:
+                raise JournalError(f"cannot create the lock {path} ({err.strerror}): the change is not "
+                                   "made") from None
+            if not taken:
+                raise DeviceBusyError(device_key(spec), lock_holder(path))
+        self._device_locks[dev_id] = path
+
+    def _release_unused(self) -> None:
+        """Let go of the devices with nothing left to restore."""
+        in_use = {dev_id for dev_id, _ in self._originals}
+        for dev_id in [d for d in self._device_locks if d not in in_use]:
+            path = self._device_locks.pop(dev_id)
+            if path is not None:
+                release_lock(path)
+        for dev_id in [d for d in self._leases if d not in in_use]:
+            lease = self._leases.pop(dev_id)
+            with _LEASES_LOCK:
+                left = _LEASES.pop(lease, 1) - 1  # a forked child starts with none
+                if left:
+                    _LEASES[lease] = left
+
+    def _sync_journal(self) -> None:
+        """The journal holds exactly the settings still to restore; with none left, there is no journal."""
+        try:
+            self._write_journal()
+        except JournalError as err:
+            # The journal on disk still names every setting left (and some already restored: harmless).
+            log.warning("wattwise: %s", err)
+        self._release_unused()
+
+    def _write_journal(self) -> None:
+        """Journal the settings to restore (not those of agent-backed GPUs: see the module docstring)."""
+        changes = [
+            {"device": self._specs[dev_id], "setting": setting, "original": value}
+            for (dev_id, setting), value in self._originals.items() if dev_id not in self._leases
+        ]
+        if not changes:
+            with contextlib.suppress(OSError):
+                self.journal_path.unlink()
+            if self._journal_locked:
+                self._journal_locked = False
+                release_lock(self._journal_lock, unlink=True)
+            return
+        try:
+            if not self._journal_locked:
+                self._journal_locked = take_lock(self._journal_lock)
+            journal_file.write_journal(self.journal_path, {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "created": time.time(),
+                "changes": changes,
+            })
+        except OSError as err:
+            raise JournalError(f"cannot write the journal {self.journal_path} ({err.strerror or err}): the "
+                               "change is not made") from None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self._originals)
+
+    # -- restoring ------------------------------------------------------------------------------------
+    def restore_all(self) -> RestoreResult:
+        """Put every changed setting back. Safe to call twice; never raises for a device or disk error."""
+        result = RestoreResult([], [])
+        with self._lock:
+            for dev_id in [d for d in self._leases if self._last_user(d)]:
+                self._release_lease(dev_id, result)
+            for (dev_id, setting), value in list(self._originals.items()):
+                spec = self._specs[dev_id]
+                try:
+                    apply_setting(self._devices[dev_id], setting, value)
+                    result.restored.append(describe(spec, setting, value))
+                    del self._originals[(dev_id, setting)]
+                except RESTORE_ERRORS as err:
+                    result.failed.append(f"{describe(spec, setting, value)}: {err}")
+            self._sync_journal()
+        for line in result.failed:
+            log.error("wattwise: could not restore %s", line)
+        return result
+
+    def _last_user(self, dev_id: str) -> bool:
+        """This guard is the last of the process to use the agent lease of `dev_id` (it has settings to restore)."""
+        with _LEASES_LOCK:
+            return _LEASES.get(self._leases[dev_id]) == 1 and any(d == dev_id for d, _ in self._originals)
+
+    def _release_lease(self, dev_id: str, result: RestoreResult) -> None:
+        """Give an agent-backed GPU back: the agent restores the originals it recorded before this process's
+        first change, and shows no holder from then on (not only when the process exits). When that fails,
+        the caller sets the originals one by one instead, and reports what fails."""
+        device = self._devices[dev_id]
+        assert isinstance(device, AgentGPU)
+        try:
+            device.release()
+        except RESTORE_ERRORS:
+            return
+        spec = self._specs[dev_id]
+        settings = [(setting, value) for (d, setting), value in self._originals.items() if d == dev_id]
+        for setting, value in settings:
+            result.restored.append(f"{describe(spec, setting, value)} (released to the node agent)")
+            del self._originals[(dev_id, setting)]
+
+    def install_signal_handlers(self) -> None:
+        """Restore on SIGTERM and SIGINT, then behave as the previous handler would.
+
+        Only possible from the main thread; elsewhere this does nothing (atexit still restores).
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            if sig in self._previous_handlers:
+                continue
+            self._previous_handlers[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._on_signal)
+
+    def uninstall_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, handler in self._previous_handlers.items():
+            signal.signal(sig, handler)
+        self._previous_handlers.clear()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.restore_all()
+        previous = self._previous_handlers.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_IGN:
+            return
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        else:
+            # Default action of SIGTERM: die by the signal, so the parent sees the usual status.
+            self.uninstall_signal_handlers()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def close(self) -> RestoreResult:
+        result = self.restore_all()
+        self.uninstall_signal_handlers()
+        if self._atexit:
+            atexit.unregister(self.restore_all)
+            self._atexit = False
+        return result
+
+    def __enter__(self) -> SettingsGuard:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,245 @@
+"""The settings journal: the original value of every changed GPU setting, on disk before the change.
+
+A journal is one small JSON file, written atomically and fsynced, 0600 in a 0700 folder:
+`{"pid": P, "host": H, "created": T, "changes": [{"device": SPEC, "setting": S, "original": V}, ...]}`,
+where SPEC is what `wattwise.devices.open_spec` opens again (backend nvml or simulated, index, ...).
+
+A journal is trusted only when it and its folder belong to the user reading it and are not writable by
+others, and it is not a symbolic link; every field is checked before anything in it is used. A journal
+that fails a check raises `JournalProblem` naming the file's problem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wattwise.devices.base import DeviceError
+from wattwise.paths import state_dir
+from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, finite_number
+
+#: A journal is a few hundred bytes; anything far larger is not one.
+MAX_JOURNAL_BYTES = 1 << 20
+#: The largest pid Linux hands out (`/proc/sys/kernel/pid_max` at most 2**22).
+MAX_PID = 1 << 22
+#: The names of journal files in a journal folder.
+JOURNAL_NAME = re.compile(r"^[^/\x00]+\.json$")
+
+
+def journal_dir() -> Path:
+    """The folder of this user's journals: `journal` in the state dir (`wattwise.paths.state_dir`)."""
+    return state_dir() / "journal"
+
+
+class JournalError(DeviceError):
+    """The journal cannot be written, or its folder cannot be trusted: the change is not made."""
+
+
+class JournalProblem(Exception):
+    """A journal that cannot be trusted or understood; the message says why."""
+
+
+# -- trust ----------------------------------------------------------------------------------------------
+def _euid() -> int:
+    return os.geteuid()
+
+
+def owner_problem(what: str, st: os.stat_result, *, sticky_ok: bool = False) -> str | None:
+    """Why a file or folder cannot be trusted: owned by someone else, or writable by group or others.
+
+    Args:
+        what: how the message names it ("the journal", "the folder").
+        st: its `os.stat_result`.
+        sticky_ok: a root-owned folder, or one with the sticky bit (/tmp), is fine too.
+
+    Returns:
+        The reason, or None when it can be trusted.
+    """
+    uid = _euid()
+    if st.st_uid != uid and not (sticky_ok and st.st_uid == 0):
+        return f"{what} is owned by uid {st.st_uid}, not by you (uid {uid})"
+    loose = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if loose and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        return f"{what} is writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    return None
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why the journal folder cannot be trusted, or None. Its parent may be a sticky shared folder."""
+    try:
+        st = os.lstat(folder)
+    except OSError as err:
+        return f"cannot read it ({err.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder (a symbolic link or a file)"
+    problem = owner_problem("the folder", st)
+    if problem:
+        return problem
+    with contextlib.suppress(OSError):
+        return owner_problem("its parent folder", os.stat(folder.parent), sticky_ok=True)
+    return None
+
+
+def ensure_folder(folder: Path) -> None:
+    """Create the journal folder (0700) or check the existing one.
+
+    Raises:
+        JournalError: it cannot be created, or it cannot be trusted.
+    """
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+    except OSError as err:
+        raise JournalError(f"cannot create the journal folder {folder} ({err.strerror}): no GPU setting is "
+                           "changed") from None
+    problem = folder_problem(folder)
+    if problem:
+        raise JournalError(f"journal folder {folder}: {problem}; refusing to record GPU settings there "
+                           f"(chmod 700 it, as its owner)")
+
+
+# -- checking -------------------------------------------------------------------------------------------
+def _check_state_file(spec: dict[str, Any]) -> None:
+    """A simulated GPU's state file must be `gpu<index>.json` in a folder of yours inside your state dir."""
+    raw = spec.get("state_file")
+    if not isinstance(raw, str) or not os.path.isabs(raw):
+        raise JournalProblem(f"simulated GPU state_file {raw!r} is not an absolute path")
+    path = Path(os.path.normpath(raw))
+    if path.name != f"gpu{spec['index']}.json":
+        raise JournalProblem(f"simulated GPU state_file {raw} is not named gpu{spec['index']}.json")
+    root = Path(os.path.realpath(state_dir()))
+    if os.path.realpath(path.parent) != str(path.parent) or root not in path.parents:
+        raise JournalProblem(f"simulated GPU state_file {raw} is not inside your state dir {root} (or its "
+                             "path has a symbolic link)")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise JournalProblem(f"simulated GPU state_file {raw}: {err.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise JournalProblem(f"simulated GPU state_file {raw} is not a regular file")
+    problem = owner_problem("its state_file", st)
+    if problem:
+        raise JournalProblem(f"simulated GPU {problem}")
+
+
+def _check_change(change: Any) -> None:
+    if not isinstance(change, dict):
+        raise JournalProblem(f"a change is not an object: {change!r}")
+    spec, setting, value = change.get("device"), change.get("setting"), change.get("original", ...)
+    if not isinstance(spec, dict) or spec.get("backend") not in ("nvml", "simulated"):
+        raise JournalProblem(f"a change names no GPU of backend nvml or simulated: {spec!r}")
+    if not isinstance(spec.get("index"), int) or isinstance(spec.get("index"), bool) or spec["index"] < 0:
+        raise JournalProblem(f"a change names no GPU index: {spec!r}")
+    if setting == POWER_LIMIT:
+        if not (finite_number(value) and value > 0):
+            raise JournalProblem(f"original power limit {value!r} is not a positive number of watts")
+    elif setting == SM_CLOCKS:
+        ok = value is None or (isinstance(value, list) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 < v < 100_000 for v in value)
+            and value[0] <= value[1])
+        if not ok:
+            raise JournalProblem(f"original locked clocks {value!r} are neither null nor [min, max] MHz")
+    else:
+        raise JournalProblem(f"unknown setting {setting!r}" if value is not ... else "a change has no original")
+    if spec["backend"] == "simulated":
+        rng = spec.get("limit_range_w")
+        if rng is not None and not (isinstance(rng, list) and len(rng) == 2 and all(finite_number(v) for v in rng)
+                                    and 0 < rng[0] < rng[1]):
+            raise JournalProblem(f"simulated GPU limit_range_w {rng!r} is not [min, max] watts")
+        _check_state_file(spec)
+
+
+# -- reading and writing --------------------------------------------------------------------------------
+@dataclass
+class Journal:
+    """A journal read from disk and checked."""
+
+    path: Path
+    pid: int
+    host: str
+    changes: list[dict[str, Any]]
+    raw: dict[str, Any]
+
+
+def read_journal(path: Path) -> Journal:
+    """Read and check one journal.
+
+    Raises:
+        JournalProblem: it cannot be trusted or understood (the message says why).
+        FileNotFoundError: it is gone (its owner finished meanwhile).
+    """
+    fd = -1
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise JournalProblem("not a regular file")
+        problem = owner_problem("the journal", st)
+        if problem:
+            raise JournalProblem(problem)
+        data = os.read(fd, MAX_JOURNAL_BYTES + 1)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        reason = "a symbolic link" if err.errno == errno.ELOOP else err.strerror
+        raise JournalProblem(f"cannot read it ({reason})") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > MAX_JOURNAL_BYTES:
+        raise JournalProblem(f"larger than {MAX_JOURNAL_BYTES} bytes")
+    try:
+        journal = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise JournalProblem("not text (binary content)") from None
+    except ValueError as err:
+        raise JournalProblem(f"not JSON ({err})") from None
+    if not isinstance(journal, dict):
+        raise JournalProblem("not a JSON object")
+    pid, host, changes = journal.get("pid"), journal.get("host"), journal.get("changes")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
+        raise JournalProblem(f"pid {pid!r} is not a process id")
+    if not isinstance(host, str):
+        raise JournalProblem(f"host {host!r} is not a host name")
+    if not isinstance(changes, list):
+        raise JournalProblem("no list of changes")
+    for change in changes:
+        _check_change(change)
+    return Journal(path, pid, host, changes, journal)
+
+
+def write_journal(path: Path, payload: dict[str, Any]) -> None:
+    """Write a journal atomically (temporary file, fsync, rename). OSError on failure, nothing half-written."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with open(fd, "w") as fh:
+            json.dump(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def journal_files(folder: Path) -> list[Path]:
+    """The journals in `folder`, by name (their lock files sit beside them, `.lock` for `.json`)."""
+    return sorted(p for p in folder.glob("*.json") if JOURNAL_NAME.match(p.name))
