@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.support.clock import VirtualClock
+from tests.support.paths import shared_data_dir
+
 # The tests train tiny models: intra-op threads only add spin-waits on a shared 2-core machine.
 torch.set_num_threads(1)
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def shared_data_dir() -> Path:
-    """`../shared/data` beside the checkout, or `$WATTWISE_SHARED_DATA`."""
-    env = os.environ.get("WATTWISE_SHARED_DATA")
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
-
 
 @pytest.fixture
 def shared_data() -> Path:
@@ -28,19 +21,6 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"real measured data not found at {path} (set WATTWISE_SHARED_DATA to its location)")
     return path
-
-
-class VirtualClock:
-    """A clock that moves only when something sleeps: simulated GPUs timed by it give exact figures."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now_s = start
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    def sleep(self, seconds: float) -> None:
-        self.now_s += max(0.0, seconds)
 
 
 @pytest.fixture
@@ -75,7 +55,7 @@ def _isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A real PostgreSQL server for the whole test run (skips when its binaries are absent)."""
-    from tests.postgres_server import postgres_server
+    from tests.support.postgres_server import postgres_server
 
     with postgres_server() as url:
         yield url
@@ -84,8 +64,8 @@ def postgres_url() -> Iterator[str]:
 @pytest.fixture
 def fresh_postgres(postgres_url: str) -> str:
     """The server with every table dropped before the test, as a store URL."""
-    from tests.postgres_server import empty_database
-    from wattwise.recurring.store import store_url
+    from tests.support.postgres_server import empty_database
+    from wattwise.store import store_url
 
     empty_database(store_url(postgres_url))
     return store_url(postgres_url)

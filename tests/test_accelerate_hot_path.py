@@ -27,6 +27,7 @@ from torch import nn
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
+from tests.support.paths import SCRIPTS_DIR
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.run import EnergyPluginWarning
 from wattwise.workload import emulate_step
@@ -39,7 +40,7 @@ TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.p
 #: Steps the tuner needs with TUNE on the default power model (300, 250, 200, 150, 100 W).
 TUNING_STEPS = 1 + 5 * (1 + 2)
 BUSY_W = PowerModel.default().at_limit(300.0)[1]
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "accelerate_hot_path.py"
+SCRIPT = SCRIPTS_DIR / "accelerate_hot_path.py"
 
 
 class Clock:

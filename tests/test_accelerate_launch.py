@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "accelerate_train.py"
+from tests.support.paths import REPO_ROOT
+
+EXAMPLE = REPO_ROOT / "examples" / "accelerate_train.py"
 TUNE_YAML = "power_limit:\n  wait_steps: 1\n  warmup_steps: 1\n  profile_steps: 2\n  step_w: 100\n"
 #: 1024 samples over 2 processes in batches of 32; tuning takes 1 + 3 * (1 + 2) = 10 of them.
 STEPS = 16

@@ -8,11 +8,11 @@ import os
 import pytest
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
-from test_config import COMPANIONS, SAMPLES, text, value_at
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
 from accelerate_energy.plugin import ENV_VARS
+from tests.support.config_samples import COMPANIONS, SAMPLES, text, value_at
 from wattwise.config import SETTINGS, config_keys
 from wattwise.errors import ConfigError
 

@@ -4,10 +4,9 @@ and the honest no-GPU run CI makes (every check skipped with its reason, exit 0)
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from fake_pynvml import FakeClock, FakeGpu, FakeNvml
-
+from tests.support.fake_pynvml import FakeClock, FakeGpu, FakeNvml
+from tests.support.paths import REPO_ROOT
 from wattwise import acceptance
 from wattwise.acceptance import FAILED, PASSED, SKIPPED, run_checks, spawn_limit_holder
 from wattwise.cli.main import main
@@ -99,5 +98,5 @@ def test_non_finite_figures_are_written_as_null(tmp_path, monkeypatch):
 
 
 def test_the_readme_says_where_real_gpu_figures_stand():
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (REPO_ROOT / "README.md").read_text()
     assert "## Validated on real GPUs" in readme

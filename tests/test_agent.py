@@ -20,9 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import ordinary_user
 import pytest
 
+from tests.support import ordinary_user
+from tests.support.paths import REPO_ROOT
 from wattwise.agent.client import AgentClient, AgentGPU, name_job
 from wattwise.devices import DeviceError, NoPermissionError, discover
 from wattwise.settings.guard import SettingsGuard
@@ -648,7 +649,7 @@ def test_the_demo_runs_through_the_agent_on_its_simulated_gpus_and_says_so(agent
 
 def _dashboard_answers(port: int) -> dict[str, tuple[dict, str]]:
     """Each query of the Grafana dashboard (and its node variable), as Prometheus answers it now."""
-    board = json.loads((Path(__file__).resolve().parents[1] / "deploy" / "grafana-dashboard.json").read_text())
+    board = json.loads((REPO_ROOT / "deploy" / "grafana-dashboard.json").read_text())
     queries = [(f"{p['title']} #{k}", t["expr"]) for p in board["panels"] for k, t in enumerate(p.get("targets", []))]
     for variable in board["templating"]["list"]:
         if variable["type"] == "query":  # label_values(METRIC, LABEL): the metric must carry the label

@@ -11,8 +11,9 @@ import json
 import os
 from pathlib import Path
 
-import ordinary_user
 import pytest
+
+from tests.support import ordinary_user
 
 #: A short Lightning fit with EnergyCallback on the simulated GPU; prints the steps, the summary and the
 #: GPU's power limit afterwards as one JSON line. argv: output folder, mode.

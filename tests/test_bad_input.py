@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import ordinary_user
 import pytest
-from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
-from test_pipeline_support import synthetic_profile
 
 import wattwise.devices
+from tests.support import ordinary_user
+from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
+from tests.support.pipeline import synthetic_profile
 from wattwise.carbon.example import write_example
 from wattwise.cli.main import main
 from wattwise.config import load_config

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
-from test_config import COMPANIONS, SAMPLES, text, value_at
-from test_devices_rapl import FakePowercap
 
 import wattwise.devices
 import wattwise.devices.rapl
+from tests.support.config_samples import COMPANIONS, SAMPLES, text, value_at
+from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
+from tests.support.powercap import FakePowercap
 from wattwise.cli.demo import FLAGS, flag_of, options_of
 from wattwise.cli.main import build_parser, main
 from wattwise.cli.simulate import SETTING_FLAGS

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_pipeline_support import synthetic_profile
 
 import wattwise.cli
+from tests.support.pipeline import synthetic_profile
 from wattwise.cli.main import COMMANDS, build_parser, command_of, main
 from wattwise.pipeline.profiles import write_profile
 

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT
-from tests.test_packaging import PACKAGE_ROOTS
+from tests.support.paths import PACKAGE_ROOTS, REPO_ROOT
 from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR
 from wattwise.agent.config import parse_config
 from wattwise.cli import agent as agent_cli

@@ -6,9 +6,10 @@ import inspect
 import json
 import math
 
-import fake_pynvml
 import pytest
-from fake_pynvml import (
+
+from tests.support import fake_pynvml
+from tests.support.fake_pynvml import (
     NVML_DEVICE_ARCH_PASCAL,
     NVML_DEVICE_ARCH_VOLTA,
     NVML_ERROR_DRIVER_NOT_LOADED,
@@ -17,7 +18,6 @@ from fake_pynvml import (
     FakeGpu,
     FakeNvml,
 )
-
 from wattwise.devices.base import (
     DeviceError,
     DeviceLostError,

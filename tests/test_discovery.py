@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
-from test_devices_rapl import FakePowercap
 
 import wattwise.devices
 import wattwise.devices.rapl
+from tests.support.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from tests.support.powercap import FakePowercap
 from wattwise.devices import (
     NO_GPU_CPU_NOTE,
     NO_GPU_NOTHING_NOTE,

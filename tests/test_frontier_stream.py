@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from test_pipeline_support import BLOOM_A40, GPT3_A100, problem_for, real_subset, synthetic_profile
 
+from tests.support.pipeline import BLOOM_A40, GPT3_A100, problem_for, real_subset, synthetic_profile
 from wattwise.pipeline.frontier import FrontierPoint, FrontierSolver, NonDominated
 from wattwise.pipeline.plan import assemble_frontier
 from wattwise.pipeline.problem import PlanningProblem

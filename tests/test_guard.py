@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_pynvml import FakeGpu, FakeNvml
 
 import wattwise.devices
+from tests.support.fake_pynvml import FakeGpu, FakeNvml
 from wattwise.cli.main import main
 from wattwise.devices.base import DeviceError
 from wattwise.devices.nvml import nvml_gpus

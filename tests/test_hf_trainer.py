@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import SCRIPTS_DIR
+
 pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[dev]')")
 
-SCRIPT = Path(__file__).parent / "scripts" / "zero_code_hf_trainer.py"
+SCRIPT = SCRIPTS_DIR / "zero_code_hf_trainer.py"
 TUNE = "power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100"
 
 

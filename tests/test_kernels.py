@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_pipeline_support import (
+
+from tests.support.pipeline import (
     BLOOM_A40,
     GPT3_A100,
     can_build_extensions,
@@ -22,7 +23,6 @@ from test_pipeline_support import (
     real_subset,
     synthetic_profile,
 )
-
 from wattwise.errors import UsageError
 from wattwise.pipeline import kernels, relaxation
 from wattwise.pipeline.frontier import FrontierSolver, _node_sum

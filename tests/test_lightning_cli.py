@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 
 import pytest
 import yaml
 from lightning.pytorch.cli import LightningCLI
-from test_config import COMPANIONS, SAMPLES, text, value_at
 
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
+from tests.support.config_samples import COMPANIONS, SAMPLES, text, value_at
+from tests.support.paths import REPO_ROOT
 from wattwise.config import SETTINGS, config_keys, load_config, to_yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 
 
 def test_lightning_cli_yaml_builds_and_runs_the_callback(tmp_path):

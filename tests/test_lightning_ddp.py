@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent / "scripts" / "ddp_fit.py"
+from tests.support.paths import SCRIPTS_DIR
+
+SCRIPT = SCRIPTS_DIR / "ddp_fit.py"
 
 
 def fit_window(path: Path) -> tuple[float, float]:

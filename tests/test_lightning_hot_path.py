@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 
 import wattwise.measurement
 from lightning_energy import EnergyCallback
+from tests.support.paths import SCRIPTS_DIR
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
 from wattwise.record import format_summary, read_run_dir
@@ -38,7 +39,7 @@ MODEL = PowerModel.default()
 QUICK_TUNE = ["power_limit.wait_steps=0", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
               "power_limit.step_w=100"]
 NO_SAMPLER = "monitor.sample_power=false"
-DDP_SCRIPT = Path(__file__).parent / "scripts" / "ddp_hot_path.py"
+DDP_SCRIPT = SCRIPTS_DIR / "ddp_hot_path.py"
 
 
 def step_time_s(limit_w: float) -> float:

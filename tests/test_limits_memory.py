@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.postgres_server import empty_database
+from tests.support.paths import DATA_DIR
+from tests.support.postgres_server import empty_database
 from wattwise.limits_memory import LEGACY_FILE, LimitsMemory, RememberedLimit, memory_key
 from wattwise.paths import state_dir
 from wattwise.power_limit import ProfileEntry
@@ -21,7 +22,7 @@ from wattwise.recurring.spec import JobSpec
 from wattwise.recurring.sql_store import SqlJobStore
 from wattwise.recurring.store import STORE_ENV, store_url
 
-LEGACY_JSON = Path(__file__).parent / "data" / "power_limits_v1.json"
+LEGACY_JSON = DATA_DIR / "power_limits_v1.json"
 PROFILE = [ProfileEntry(300.0, 0.5, 150.0), ProfileEntry(250.0, 0.52, 130.0), ProfileEntry(200.0, 0.6, 120.0)]
 KEY = memory_key("bert/squad", "NVIDIA A40", 4, 32)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_pynvml import FakeClock
 
 import wattwise.devices
+from tests.support.fake_pynvml import FakeClock
 from wattwise.devices.base import Device, DeviceError
 from wattwise.devices.simulated import PowerModel, SimulatedGPU
 from wattwise.errors import UsageError

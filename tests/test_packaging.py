@@ -19,18 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_pipeline_support import can_build_extensions
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import PACKAGE_ROOTS, REPO_ROOT
+from tests.support.pipeline import can_build_extensions
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pytest itself depends on tomli before Python 3.11
     import tomli as tomllib
 
-#: Source folder -> import name, for every top-level package the distribution installs.
-PACKAGE_ROOTS = {"core/wattwise": "wattwise", "lightning_energy": "lightning_energy",
-                 "accelerate_energy": "accelerate_energy"}
 LOGGER_PREFIXES = tuple(f"{name}." for name in PACKAGE_ROOTS.values())
 
 

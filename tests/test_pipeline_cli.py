@@ -8,8 +8,8 @@ import json
 import sys
 
 import pytest
-from test_pipeline_support import problem_for, synthetic_profile
 
+from tests.support.pipeline import problem_for, synthetic_profile
 from wattwise.cli.main import main
 from wattwise.errors import UsageError
 from wattwise.pipeline.plan import TIME_TOLERANCE, choice_from_plan, plan_from_json

@@ -12,16 +12,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 
 import wattwise.devices.rapl
+from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
+from tests.support.paths import SCRIPTS_DIR
 from wattwise.devices import NotSupportedError, SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.frequency.controller import FrequencyController, follow_plan, stage_plan
 from wattwise.pipeline.schedule import one_f_one_b
 from wattwise.settings.guard import SettingsGuard
 
-SCRIPT = Path(__file__).parent / "scripts" / "pipeline_run.py"
+SCRIPT = SCRIPTS_DIR / "pipeline_run.py"
 MAX_MHZ = 1740
 
 

@@ -6,8 +6,8 @@ import itertools
 
 import numpy as np
 import pytest
-from test_pipeline_support import problem_for, synthetic_profile
 
+from tests.support.pipeline import problem_for, synthetic_profile
 from wattwise.errors import UsageError
 from wattwise.pipeline.exact import exact_frontier, quantised_range, solve_exact
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.optimize import linprog
-from test_pipeline_support import BLOOM_A40, GPT3_A100, problem_for, real_subset, synthetic_profile
 
+from tests.support.pipeline import BLOOM_A40, GPT3_A100, problem_for, real_subset, synthetic_profile
 from wattwise.pipeline.dag import pipeline_dag
 from wattwise.pipeline.exact import quantised_range, solve_exact
 from wattwise.pipeline.frontier import FrontierSolver

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_pipeline_support import problem_for, synthetic_profile
 
+from tests.support.pipeline import problem_for, synthetic_profile
 from wattwise.cli.main import main
 from wattwise.errors import UsageError
 from wattwise.pipeline.files import MAX_PLAN_MATRIX_BYTES, read_frontier_json, write_frontier_json

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_pipeline_support import GPT3_A100, synthetic_profile
 
+from tests.support.pipeline import GPT3_A100, synthetic_profile
 from wattwise.cli.main import main
 from wattwise.errors import UsageError
 from wattwise.pipeline.profiles import load_profile, write_profile

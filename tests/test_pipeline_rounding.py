@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from test_pipeline_support import problem_for, synthetic_profile
 
+from tests.support.pipeline import problem_for, synthetic_profile
 from wattwise.pipeline.relaxation import ConvexRelaxation, option_costs_j, pareto_order
 from wattwise.pipeline.rounding import LevelKeys, LevelPicker, OptionMap, polish, track
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.paths import REPO_ROOT
 from wattwise.cli.main import main
 from wattwise.errors import UsageError
 from wattwise.recurring.policy import PolicyConfig
@@ -159,7 +160,7 @@ def test_real_traces_wattwise_beats_default_and_nears_the_oracle(shared_data: Pa
 
 def validation_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """`benchmarks/recurring_validation.py` (the benchmarks folder is no package)."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
     return importlib.import_module("recurring_validation")
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from tests.conftest import VirtualClock
+from tests.support.clock import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.power_limit import select_power_limit

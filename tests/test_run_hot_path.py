@@ -13,7 +13,7 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.conftest import VirtualClock
+from tests.support.clock import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.distributed import Collective, TorchCollective

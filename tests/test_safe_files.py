@@ -15,10 +15,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from fake_pynvml import FakeClock
-from test_pipeline_support import synthetic_profile
 
 import wattwise.devices
+from tests.support.fake_pynvml import FakeClock
+from tests.support.pipeline import synthetic_profile
 from wattwise.carbon.example import sampled_run
 from wattwise.cli.main import main
 from wattwise.config import load_config

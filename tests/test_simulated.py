@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_pynvml import FakeClock
 
 import wattwise.devices
+from tests.support.fake_pynvml import FakeClock
 from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
 from wattwise.errors import UsageError
 

@@ -18,6 +18,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
+from tests.support.paths import DATA_DIR
 from wattwise.errors import UsageError
 from wattwise.recurring.migrations import BASELINE_REVISION, VERSION_TABLE, alembic_config, head_revision
 from wattwise.recurring.schema import metadata
@@ -25,7 +26,7 @@ from wattwise.recurring.spec import JobSpec
 from wattwise.recurring.sql_store import SqlJobStore
 from wattwise.recurring.store import store_url
 
-DATA = Path(__file__).parent / "data"
+DATA = DATA_DIR
 #: wattwise 0.1.0's tables, and the column that orders each one's rows.
 TABLES_V1 = {
     "wattwise_jobs": "name",

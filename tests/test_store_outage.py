@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.postgres_server import _pg_binaries, _server_user, empty_database, postgres_server
+from tests.support.postgres_server import _pg_binaries, _server_user, empty_database, postgres_server
 from wattwise.distributed import Collective
 from wattwise.recurring import spool
 from wattwise.recurring.job_run import RecurringJobRun

@@ -22,11 +22,11 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 
 from lightning_energy import EnergyCallback
 from lightning_energy.flag import FlagEnergyCallback, from_env
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT, SCRIPTS_DIR
 from wattwise import flags
 from wattwise.errors import ConfigError
 
-SCRIPTS = REPO_ROOT / "tests" / "scripts"
+SCRIPTS = SCRIPTS_DIR
 TEST_SYNC = Path(accelerate.__file__).parent / "test_utils" / "scripts" / "test_sync.py"
 BIN = Path(sys.executable).parent
 TUNE = ("power_limit.wait_steps=0 power_limit.warmup_steps=1 power_limit.profile_steps=2 "
