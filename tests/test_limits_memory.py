@@ -15,12 +15,12 @@ import pytest
 
 from tests.support.paths import DATA_DIR
 from tests.support.postgres_server import empty_database
-from wattwise.limits_memory import LEGACY_FILE, LimitsMemory, RememberedLimit, memory_key
 from wattwise.paths import state_dir
 from wattwise.power_limit import ProfileEntry
 from wattwise.recurring.spec import JobSpec
-from wattwise.recurring.sql_store import SqlJobStore
-from wattwise.recurring.store import STORE_ENV, store_url
+from wattwise.store import STORE_ENV, store_url
+from wattwise.store.limits_memory import LEGACY_FILE, LimitsMemory, RememberedLimit, memory_key
+from wattwise.store.sql import SqlJobStore
 
 LEGACY_JSON = DATA_DIR / "power_limits_v1.json"
 PROFILE = [ProfileEntry(300.0, 0.5, 150.0), ProfileEntry(250.0, 0.52, 130.0), ProfileEntry(200.0, 0.6, 120.0)]
@@ -80,7 +80,7 @@ def test_the_json_file_of_wattwise_0_1_is_imported_once_and_kept(caplog: pytest.
     legacy = state_dir() / LEGACY_FILE
     shutil.copy(LEGACY_JSON, legacy)
 
-    with caplog.at_level("INFO", logger="wattwise.limits_memory"):
+    with caplog.at_level("INFO", logger="wattwise.store.limits_memory"):
         found = LimitsMemory().recall(KEY)
     assert "imported 2 remembered power limits" in caplog.text
     entry = saved[KEY]
@@ -106,7 +106,7 @@ def test_unreadable_entries_of_the_json_file_stay_in_the_kept_file(caplog: pytes
     legacy.parent.mkdir(parents=True, exist_ok=True)
     good = {"chosen": {"power_limit_w": 200.0, "time_s": 1.0, "energy_j": 150.0}, "profile": [], "saved_at": 5.0}
     legacy.write_text(json.dumps({"good": good, "bad": {"chosen": {"watts": 1}}}))
-    with caplog.at_level("WARNING", logger="wattwise.limits_memory"):
+    with caplog.at_level("WARNING", logger="wattwise.store.limits_memory"):
         assert LimitsMemory().recall("good") == RememberedLimit(ProfileEntry(200.0, 1.0, 150.0), [], None, None, 5.0)
     assert "not remembered power limits" in caplog.text
     assert json.loads(legacy.with_name(LEGACY_FILE + ".imported").read_text())["bad"] == {"chosen": {"watts": 1}}

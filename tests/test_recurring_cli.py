@@ -11,8 +11,8 @@ import pytest
 from wattwise.cli.main import main
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.spec import JobSpec
-from wattwise.recurring.sql_store import SqlJobStore
-from wattwise.recurring.store import STORE_ENV, store_url
+from wattwise.store import STORE_ENV, store_url
+from wattwise.store.sql import SqlJobStore
 
 SPEC = JobSpec(
     name="bert/squad",

@@ -12,8 +12,8 @@ import pytest
 from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.spec import JobSpec
-from wattwise.recurring.sql_store import SqlJobStore
-from wattwise.recurring.store import JobStore, MemoryJobStore, store_url
+from wattwise.store import JobStore, MemoryJobStore, store_url
+from wattwise.store.sql import SqlJobStore
 
 # Cost = 0.5 * E + 0.5 * 100 W * T: with E = 100 J and T = 1 s per epoch, 100 J of cost per epoch.
 SPEC = JobSpec(

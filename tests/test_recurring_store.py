@@ -12,8 +12,8 @@ import pytest
 from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.spec import JobSpec
-from wattwise.recurring.sql_store import SqlJobStore
-from wattwise.recurring.store import store_url
+from wattwise.store import store_url
+from wattwise.store.sql import SqlJobStore
 
 PROCESSES = 8
 RESULTS_PER_PROCESS = 50

@@ -24,15 +24,15 @@ from wattwise.cli.main import main
 from wattwise.config import load_config
 from wattwise.devices.simulated import PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, UsageError
-from wattwise.limits_memory import LEGACY_FILE, LimitsMemory
 from wattwise.monitor import EnergyMonitor, PowerSampler
 from wattwise.names import MAX_JOB_NAME, check_job_name
 from wattwise.paths import open_lock, private_dir, replace_file, state_dir, write_text
 from wattwise.pipeline.profiles import write_profile
 from wattwise.record import read_power_csv, read_run_dir, write_run_dir
 from wattwise.recurring.spec import JobSpec
-from wattwise.recurring.sql_store import SqlJobStore
-from wattwise.recurring.store import store_url
+from wattwise.store import store_url
+from wattwise.store.limits_memory import LEGACY_FILE, LimitsMemory
+from wattwise.store.sql import SqlJobStore
 
 SECRET = b"root-owned: must survive\n"
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

@@ -20,11 +20,11 @@ from sqlalchemy import create_engine, inspect
 
 from tests.support.paths import DATA_DIR
 from wattwise.errors import UsageError
-from wattwise.recurring.migrations import BASELINE_REVISION, VERSION_TABLE, alembic_config, head_revision
-from wattwise.recurring.schema import metadata
 from wattwise.recurring.spec import JobSpec
-from wattwise.recurring.sql_store import SqlJobStore
-from wattwise.recurring.store import store_url
+from wattwise.store import store_url
+from wattwise.store.migrations import BASELINE_REVISION, VERSION_TABLE, alembic_config, head_revision
+from wattwise.store.schema import metadata
+from wattwise.store.sql import SqlJobStore
 
 DATA = DATA_DIR
 #: wattwise 0.1.0's tables, and the column that orders each one's rows.
@@ -79,7 +79,7 @@ def _rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def _schema_differences(url: str) -> list[Any]:
-    """What Alembic's autogenerate finds between the database and `wattwise.recurring.schema`."""
+    """What Alembic's autogenerate finds between the database and `wattwise.store.schema`."""
     engine = create_engine(url)
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}), metadata)

@@ -23,14 +23,13 @@ import pytest
 
 from tests.support.postgres_server import _pg_binaries, _server_user, empty_database, postgres_server
 from wattwise.distributed import Collective
-from wattwise.recurring import spool
 from wattwise.recurring.job_run import RecurringJobRun
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.spec import JobSpec
-from wattwise.recurring.spool import StoreUnavailable
-from wattwise.recurring.sql_store import SqlJobStore
-from wattwise.recurring.store import store_url
 from wattwise.run import EnergyPluginWarning, Run
+from wattwise.store import spool, store_url
+from wattwise.store.spool import StoreUnavailable
+from wattwise.store.sql import SqlJobStore
 
 SPEC = JobSpec(name="outage/job", batch_sizes=(16, 32, 64), default_batch_size=32, target_metric=0.8,
                max_epochs=5, max_power_w=300.0)

@@ -2,7 +2,7 @@
 
 It binds the pure tuner of `wattwise.power_limit` to the run's GPUs: the guard records each GPU's
 original limit before the first change and restores it on every exit path; the limit a tuning run
-chooses is remembered under the job's key (`wattwise.limits_memory`) and reused by the next run of the
+chooses is remembered under the job's key (`wattwise.store.limits_memory`) and reused by the next run of the
 same job, which reports it with the selector, eta and run that chose it. A carbon part, when configured,
 moves the limit after tuning. Limits change only at optimizer-step boundaries (`step_begin`).
 
@@ -23,10 +23,10 @@ from wattwise.carbon.control import CarbonControl
 from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device
 from wattwise.distributed import Collective
-from wattwise.limits_memory import LimitsMemory, RememberedLimit
 from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w
 from wattwise.record import PowerLimitSummary, TuningSummary
 from wattwise.settings.guard import SettingsGuard
+from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
 
 
 class PowerLimitControl:

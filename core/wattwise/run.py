@@ -42,7 +42,6 @@ from wattwise.config import EnergyConfig
 from wattwise.devices import Device, DeviceError
 from wattwise.distributed import Collective, default_collective
 from wattwise.errors import UsageError
-from wattwise.limits_memory import LimitsMemory, memory_key
 from wattwise.measurement import EPOCH, PROFILE, RunMeasurement, StepRecord
 from wattwise.power_control import PowerLimitControl
 from wattwise.record import (
@@ -56,6 +55,7 @@ from wattwise.record import (
     power_rows,
     write_run_dir,
 )
+from wattwise.store.limits_memory import LimitsMemory, memory_key
 
 P = ParamSpec("P")
 R = TypeVar("R")

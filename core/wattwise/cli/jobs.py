@@ -2,7 +2,7 @@
 
 The store is `--store` (a SQLite file path or a database URL), else `$WATTWISE_STORE`, else the
 SQLite file in wattwise's state directory. Listing a store that does not exist yet creates nothing.
-`sync` delivers the results spooled while the store was unreachable (`wattwise.recurring.spool`).
+`sync` delivers the results spooled while the store was unreachable (`wattwise.store.spool`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from sqlalchemy.engine import make_url
 
 from wattwise.names import check_job_name
 from wattwise.paths import json_text
-from wattwise.recurring import spool
 from wattwise.recurring.spec import JobSpec, RunRecord
-from wattwise.recurring.store import default_store_url, open_store, store_url, unknown_job
 from wattwise.recurring.summary import JobSummary, summarize
+from wattwise.store import spool
+from wattwise.store.base import unknown_job
+from wattwise.store.factory import default_store_url, open_store, store_url
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -25,9 +25,9 @@ from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.policy import StopReason
 from wattwise.recurring.spec import JobSpec, MetricMode, Recommendation, RunRecord
-from wattwise.recurring.spool import StoreUnavailable
-from wattwise.recurring.store import open_store
 from wattwise.run import EnergyPluginWarning, Run
+from wattwise.store.factory import open_store
+from wattwise.store.spool import StoreUnavailable
 
 
 def job_spec(*, job: str, batch_sizes: tuple[int, ...] | list[int], default_batch_size: int, target_metric: float,

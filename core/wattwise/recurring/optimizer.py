@@ -8,7 +8,7 @@ themselves are the pure functions of `wattwise.recurring.policy`; this class onl
 clock (for heartbeats and stale runs) and a random generator.
 
 A store that stays unreachable (after its own brief retries) does not stop training: a run's result is
-spooled to a local file and delivered later (`wattwise.recurring.spool`), and the stop check goes on
+spooled to a local file and delivered later (`wattwise.store.spool`), and the stop check goes on
 with what this process knows of the run. Starting a run needs the store: it raises `StoreUnavailable`.
 """
 
@@ -31,8 +31,8 @@ from wattwise.recurring.policy import (
     stop_reason,
 )
 from wattwise.recurring.spec import JobSpec, Phase, Recommendation, RunRecord
-from wattwise.recurring.spool import SpooledResult, StoreUnavailable, spool_result
-from wattwise.recurring.store import JobStore
+from wattwise.store.base import JobStore
+from wattwise.store.spool import SpooledResult, StoreUnavailable, spool_result
 
 #: An open run that has not reported an epoch for this long is presumed dead (crashed, killed).
 DEFAULT_STALE_AFTER_S = 24 * 3600.0

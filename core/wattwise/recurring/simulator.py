@@ -25,8 +25,8 @@ from wattwise.power_limit import ProfileEntry, select_power_limit
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.policy import WATTWISE_POLICY, PolicyConfig
 from wattwise.recurring.spec import JobSpec, Phase
-from wattwise.recurring.store import JobStore, MemoryJobStore
 from wattwise.recurring.trace import PowerPoint, WorkloadTrace
+from wattwise.store import JobStore, MemoryJobStore
 
 #: A recurrence that has not reached the target after this many runs means the simulation is broken.
 MAX_RUNS_PER_RECURRENCE = 1000

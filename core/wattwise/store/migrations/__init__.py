@@ -13,7 +13,7 @@ there, keeping every row. A store at a revision this wattwise does not know was 
 and is refused.
 
 Users never run `alembic`; a developer adds a revision with the command in `alembic.ini`, and the test
-that compares an upgraded empty database with `wattwise.recurring.schema` tells whether it is complete.
+that compares an upgraded empty database with `wattwise.store.schema` tells whether it is complete.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from alembic.util import CommandError
 from sqlalchemy import Connection, func, select, text
 
 from wattwise.errors import UsageError
-from wattwise.recurring.schema import legacy_version_table
+from wattwise.store.schema import legacy_version_table
 
 VERSION_TABLE = "wattwise_alembic_version"
 #: The revision that is wattwise 0.1.0's schema (its `wattwise_schema_version` says 1).
@@ -53,7 +53,7 @@ def _script() -> ScriptDirectory:
 def head_revision() -> str:
     """The newest revision this wattwise knows."""
     head = _script().get_current_head()
-    assert head is not None, "no Alembic revision found beside wattwise.recurring.migrations"
+    assert head is not None, "no Alembic revision found beside wattwise.store.migrations"
     return head
 
 

@@ -4,7 +4,7 @@ Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
 Create Date: ${create_date}
 
-Frozen table definitions: never import `wattwise.recurring.schema` here (it moves on; this revision must not).
+Frozen table definitions: never import `wattwise.store.schema` here (it moves on; this revision must not).
 """
 
 from __future__ import annotations

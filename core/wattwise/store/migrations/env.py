@@ -1,6 +1,6 @@
 """Alembic's environment script: the store's upgrade runs here on the store's own connection.
 
-`wattwise.recurring.migrations.upgrade` passes that connection (inside its write transaction, under its
+`wattwise.store.migrations.upgrade` passes that connection (inside its write transaction, under its
 lock) through the config's attributes, so Alembic begins and commits nothing of its own.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from wattwise.recurring.migrations import VERSION_TABLE
+from wattwise.store.migrations import VERSION_TABLE
 
 
 def run_migrations(connection: Connection) -> None:

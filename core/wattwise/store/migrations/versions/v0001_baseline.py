@@ -5,7 +5,7 @@ Revises:
 Create Date: 2026-11-23
 
 A store made by 0.1.0 already has all of this: it is stamped at this revision, not upgraded through it.
-Frozen table definitions: never import `wattwise.recurring.schema` here (it moves on; this revision must not).
+Frozen table definitions: never import `wattwise.store.schema` here (it moves on; this revision must not).
 """
 
 from __future__ import annotations

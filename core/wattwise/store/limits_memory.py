@@ -1,6 +1,6 @@
 """Remembered power-limit choices, so the next run of the same job does not profile again.
 
-They live in the store every other piece of history lives in (`wattwise.recurring.sql_store`: the
+They live in the store every other piece of history lives in (`wattwise.store.sql`: the
 SQLite file `jobs.sqlite` in the state directory by default, else `$WATTWISE_STORE` or the location
 given, PostgreSQL by URL), one row per key of `memory_key`. The key includes the GPU model and count (a
 choice made on A40s says nothing about H100s) and, for recurring jobs, the batch size. Each row also
@@ -11,6 +11,9 @@ wattwise 0.1.0 kept them in `<state dir>/power_limits.json`. The first use of th
 that has that file imports it (an entry replaces the store's only when it was chosen later) and
 renames it `power_limits.json.imported`, under the file lock 0.1.0 writes it under, so nothing is lost
 even while an old version runs beside a new one.
+
+SQLAlchemy and the SQL store are imported when the store is first used, not with this module: every
+`wattwise.run.Run` holds a `LimitsMemory`, and a run that only measures never opens it.
 """
 
 from __future__ import annotations
@@ -24,16 +27,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import Connection, delete, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
+from typing import TYPE_CHECKING, Any
 
 from wattwise.paths import open_lock, state_dir
 from wattwise.power_limit import ProfileEntry
-from wattwise.recurring.schema import remembered_limits_table as table
-from wattwise.recurring.sql_store import SqlJobStore
-from wattwise.recurring.store import default_store_url, store_url
+from wattwise.store.factory import default_store_url, store_url
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from wattwise.store.sql import SqlJobStore
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,8 @@ class LimitsMemory:
 
     @contextmanager
     def _store(self) -> Iterator[SqlJobStore]:
+        from wattwise.store.sql import SqlJobStore
+
         store = SqlJobStore(self.url)
         try:
             import_legacy_file(store, state_dir() / LEGACY_FILE)
@@ -79,6 +84,10 @@ class LimitsMemory:
 
     def recall(self, key: str) -> RememberedLimit | None:
         """Everything remembered under `key`, or None."""
+        from sqlalchemy import select
+
+        from wattwise.store.schema import remembered_limits_table as table
+
         with self._store() as store:
             row = store.read(lambda conn: conn.execute(select(table).where(table.c.memory_key == key)).first())
         if row is None:
@@ -117,12 +126,21 @@ class LimitsMemory:
 
     def forget(self, key: str) -> bool:
         """Forget what is remembered under `key`; False when nothing was."""
+        from sqlalchemy import delete
+
+        from wattwise.store.schema import remembered_limits_table as table
+
         with self._store() as store:
             return store.write(lambda conn: bool(conn.execute(delete(table).where(table.c.memory_key == key)).rowcount))
 
 
 def _upsert(conn: Connection, key: str, limit: RememberedLimit, *, only_if_later: bool) -> None:
     """Insert the row, or replace the one under `key` (only by a later choice when `only_if_later`)."""
+    from sqlalchemy import or_
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    from wattwise.store.schema import remembered_limits_table as table
+
     values: dict[str, Any] = {
         "memory_key": key,
         "power_limit_w": limit.chosen.power_limit_w,

@@ -1,6 +1,6 @@
 """The store's tables, defined once: recurring jobs, their runs, and remembered power limits.
 
-This is the current schema. The Alembic revisions in `wattwise.recurring.migrations` build it step by
+This is the current schema. The Alembic revisions in `wattwise.store.migrations` build it step by
 step from an empty database (or from a store made by wattwise 0.1.0), each with its own frozen table
 definitions; a test checks that upgrading an empty database yields exactly these tables. Changing a
 table here therefore needs a new revision.
@@ -57,7 +57,7 @@ limits_table = Table(
     Column("power_limit_w", Double, nullable=False),
 )
 
-#: A tuning run's result, reused by the next run with the same key (`wattwise.limits_memory.memory_key`:
+#: A tuning run's result, reused by the next run with the same key (`wattwise.store.limits_memory.memory_key`:
 #: job, GPU model and count, batch size): the chosen limit with its step time and energy, the whole
 #: profile (a JSON list of {power_limit_w, time_s, energy_j}), and the selector, eta, time and run
 #: that chose it (NULL when unknown, as for limits imported from an old JSON file).

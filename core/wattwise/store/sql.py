@@ -1,9 +1,9 @@
 """`SqlJobStore`: the store on SQLAlchemy (a SQLite file by default, PostgreSQL by URL).
 
-One database holds recurring jobs, their runs and remembered power limits (`wattwise.recurring.schema`);
-opening it upgrades its schema first (`wattwise.recurring.migrations`, Alembic). Besides the `JobStore`
+One database holds recurring jobs, their runs and remembered power limits (`wattwise.store.schema`);
+opening it upgrades its schema first (`wattwise.store.migrations`, Alembic). Besides the `JobStore`
 methods, `write` and `read` run other work on the same tables with the same safety
-(`wattwise.limits_memory` uses them).
+(`wattwise.store.limits_memory` uses them).
 
 SQLite: WAL journal (readers never block the writer), a busy timeout, and every write transaction
 begun IMMEDIATE, so that a writer takes the lock before reading what it will update and two writers
@@ -15,7 +15,7 @@ growing, jittered back-off until `lock_timeout_s` runs out.
 A lost connection (PostgreSQL stopped or restarting, a SQLite file that cannot be opened or written) is
 retried with a doubling back-off for `reconnect_s` (6 s: a server restarted within 3 s is waited for);
 after that, or when the lock timeout runs out, the store raises `StoreUnavailable` and the optimizer
-spools the run's result (`wattwise.recurring.spool`). Opening the store delivers the results spooled
+spools the run's result (`wattwise.store.spool`). Opening the store delivers the results spooled
 for it first.
 """
 
@@ -60,12 +60,12 @@ from sqlalchemy.pool import StaticPool
 
 from wattwise.errors import UsageError
 from wattwise.paths import private_dir
-from wattwise.recurring import spool
-from wattwise.recurring.migrations import upgrade
-from wattwise.recurring.schema import jobs_table, limits_table, runs_table
 from wattwise.recurring.spec import JobSpec, RunRecord
-from wattwise.recurring.spool import SpooledResult, StoreUnavailable
-from wattwise.recurring.store import ChooseFn, check_same_spec, finished_run, unknown_job, unknown_run
+from wattwise.store import spool
+from wattwise.store.base import ChooseFn, check_same_spec, finished_run, unknown_job, unknown_run
+from wattwise.store.migrations import upgrade
+from wattwise.store.schema import jobs_table, limits_table, runs_table
+from wattwise.store.spool import SpooledResult, StoreUnavailable
 
 T = TypeVar("T")
 

@@ -5,8 +5,8 @@ Revises: 0001
 Create Date: 2026-11-23
 
 Only a table is added: wattwise 0.1.0 still works with the store, so its version table stays at 1.
-(The JSON file's entries are imported by `wattwise.limits_memory` on first use, on the machine that
-has the file.) Frozen table definitions: never import `wattwise.recurring.schema` here.
+(The JSON file's entries are imported by `wattwise.store.limits_memory` on first use, on the machine that
+has the file.) Frozen table definitions: never import `wattwise.store.schema` here.
 """
 
 from __future__ import annotations

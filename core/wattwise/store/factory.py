@@ -1,0 +1,66 @@
+"""Which store: a location (a SQLite file path or a database URL) turned into a SQLAlchemy URL and a store.
+
+The default is the SQLite file `jobs.sqlite` in wattwise's state directory; `$WATTWISE_STORE` or a
+location given (`--store`) chooses another file or a PostgreSQL database shared by several machines.
+Recurring jobs and remembered power limits (`wattwise.store.limits_memory`) find their store by the
+same rules. SQLAlchemy is imported only when a URL must be parsed or a store opened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wattwise.errors import UsageError
+from wattwise.paths import state_dir
+
+if TYPE_CHECKING:
+    from wattwise.store.sql import SqlJobStore
+
+#: The environment variable naming the store (a SQLite file path or a database URL).
+STORE_ENV = "WATTWISE_STORE"
+
+
+def default_store_url() -> str:
+    """`$WATTWISE_STORE`, else a SQLite file `jobs.sqlite` in wattwise's state directory."""
+    env = os.environ.get(STORE_ENV)
+    if env:
+        return store_url(env)
+    return store_url(str(state_dir() / "jobs.sqlite"))
+
+
+def store_url(location: str) -> str:
+    """A SQLAlchemy URL from a URL or a file path (a path means a SQLite file).
+
+    `postgresql://` and `postgres://` URLs use the psycopg 3 driver.
+    """
+    location = location.strip()
+    if not location:
+        raise UsageError(f"the store location is empty; give a SQLite file path or a URL (or unset {STORE_ENV})")
+    if "://" not in location:
+        path = Path(location).expanduser().resolve()
+        if path.is_dir():
+            raise UsageError(f"the store {location} is a directory; give a SQLite file path (e.g. "
+                             f"{Path(location) / 'jobs.sqlite'}) or a database URL")
+        return f"sqlite:///{path}"
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    scheme, rest = location.split("://", 1)
+    url = f"postgresql+psycopg://{rest}" if scheme in ("postgresql", "postgres") else location
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError) as err:
+        shown = re.sub(r"://([^:/@]*):[^@/]*@", r"://\1:***@", location)
+        raise UsageError(f"the store {shown!r} is not a database URL ({' '.join(str(err).split())}); give a "
+                         "SQLite file path or a URL such as postgresql://user@host/db") from None
+    return url
+
+
+def open_store(location: str | None = None) -> SqlJobStore:
+    """The store at `location` (URL or SQLite path), `$WATTWISE_STORE`, or the default SQLite file."""
+    from wattwise.store.sql import SqlJobStore
+
+    return SqlJobStore(store_url(location) if location else default_store_url())
