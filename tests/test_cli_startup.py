@@ -32,7 +32,7 @@ def sub_commands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
 
 
 def test_the_command_table_is_what_each_module_registers() -> None:
-    modules = {m.name for m in pkgutil.iter_modules(wattwise.cli.__path__)} - {"main"}
+    modules = {m.name.replace("_", "-") for m in pkgutil.iter_modules(wattwise.cli.__path__)} - {"main"}
     assert set(COMMANDS) == modules
     registered = {a.dest: a.help for a in sub_commands(build_parser())._choices_actions}
     assert registered == dict(COMMANDS)

@@ -277,7 +277,7 @@ def _load_yaml(path: str | os.PathLike[str]) -> Any:
     """One YAML file as a config layer; a file that is not a UTF-8 YAML mapping is a `ConfigError` naming it."""
     name = repr(os.fspath(path))
     if not os.path.isfile(path):
-        raise ConfigError(f"config file {name} not found (or not a file)")
+        path = _installed(os.fspath(path), name)
     text = read_text(path, what=f"config file {name}", expected="YAML", fix="save it as UTF-8 YAML",
                      error=ConfigError)
     try:
@@ -291,6 +291,17 @@ def _load_yaml(path: str | os.PathLike[str]) -> Any:
         raise ConfigError(f"config file {name} must hold a mapping of keys at its top level, e.g. "
                           "`power_limit: {eta: 0.5}` (see configs/energy.yaml)")
     return layer
+
+
+def _installed(path: str, name: str) -> str:
+    """A bare file name that is no file here names a configuration installed with wattwise (`tune.yaml`)."""
+    from wattwise.example_data import config_names, installed_config
+
+    if os.sep not in path and os.path.splitext(path)[1] in ("", ".yaml") and (
+            f"{path.removesuffix('.yaml')}.yaml" in config_names()):
+        return str(installed_config(path))
+    raise ConfigError(f"config file {name} not found (or not a file); give a path, or the name of an installed "
+                      f"configuration: {', '.join(config_names())}")
 
 
 def _check_sections(schema: Any, layer: Any, prefix: str) -> None:

@@ -1,10 +1,10 @@
 """Entry point of the `wattwise` command.
 
-Each sub-command is a module of `wattwise.cli` with `register(subparsers)`; the parser it adds sets
-`func(args) -> int`. Only the module of the command being run is imported: the others stay placeholders
-that carry the one-line help `COMMANDS` gives them, so `wattwise --help` still lists every command while
-`wattwise plan` never pays for CP-SAT, SQLAlchemy or the demo (tests/test_cli_startup.py keeps `COMMANDS`
-in step with what each module registers).
+Each sub-command is a module of `wattwise.cli` (named as the command, `_` for `-`) with
+`register(subparsers)`; the parser it adds sets `func(args) -> int`. Only the module of the command being
+run is imported: the others stay placeholders that carry the one-line help `COMMANDS` gives them, so
+`wattwise --help` still lists every command while `wattwise plan` never pays for CP-SAT, SQLAlchemy or the
+demo (tests/test_cli_startup.py keeps `COMMANDS` in step with what each module registers).
 
 Bad input raises `wattwise.errors.UsageError` (or argparse rejects it): one line on stderr, exit code 2, no
 traceback. The library names the setting it refuses (`eta`, `power_limit.eta`); a parser that sets
@@ -42,6 +42,7 @@ COMMANDS: Mapping[str, str] = {
     "acceptance": "check the NVML path on a real NVIDIA GPU (skips everything without one)",
     "agent": "the node agent: GPU settings for users who are not root",
     "cap": "run a command under a GPU power cap",
+    "example-data": "write the example inputs the documentation uses into a folder",
 }
 
 EXIT_USAGE = 2
@@ -67,7 +68,7 @@ def build_parser(load: Collection[str] = tuple(COMMANDS)) -> argparse.ArgumentPa
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in COMMANDS.items():
         if name in load:
-            importlib.import_module(f"wattwise.cli.{name}").register(sub)
+            importlib.import_module(f"wattwise.cli.{name.replace('-', '_')}").register(sub)
         else:
             sub.add_parser(name, help=help_text)
     return parser
