@@ -22,8 +22,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from wattwise.agent.client import AgentClient
 from wattwise.devices import DeviceError
+from wattwise.devices.agent import AgentClient
 
 
 def start_agent(folder: Path) -> tuple[subprocess.Popen[bytes], AgentClient]:

@@ -24,8 +24,8 @@ import pytest
 
 from tests.support import ordinary_user
 from tests.support.paths import REPO_ROOT
-from wattwise.agent.client import AgentClient, AgentGPU, name_job
-from wattwise.devices import DeviceError, NoPermissionError, discover
+from wattwise.devices import DeviceError, NoPermissionError, discover, name_job
+from wattwise.devices.agent import AgentClient, AgentGPU
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import journal_dir
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 START_TIMEOUT_S = 60.0
 HOLDER = """
 import sys, time
-from wattwise.agent.client import AgentClient
+from wattwise.devices.agent import AgentClient
 AgentClient(sys.argv[1]).set_power_limit(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
 print("held", flush=True)
 time.sleep(120)
@@ -386,7 +386,7 @@ def test_cap_exits_with_the_commands_code_and_does_not_run_it_when_refused(agent
 
 def test_auto_uses_the_agent_when_this_process_may_not_change_settings(agent: RunningAgent,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import wattwise.agent.client as client
+    import wattwise.devices.agent as client
 
     monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
     monkeypatch.delenv("WATTWISE_BACKEND", raising=False)
@@ -455,7 +455,7 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
         assert gpu["power_limit_w"] == 200.0
         assert gpu["holder"] == {"pid": cap.pid, "uid": USER_UID, "job": "sleep"}
         second = _as_user(OTHER_UID, SOCKET_GID, running,
-                          ["-c", "from wattwise.agent.client import AgentClient; "
+                          ["-c", "from wattwise.devices.agent import AgentClient; "
                                  "AgentClient().set_power_limit(0, 150.0, 'gpt')"],
                           stderr=subprocess.PIPE)
         _, err = second.communicate(timeout=60)
@@ -463,7 +463,7 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
         last = err.strip().splitlines()[-1]
         assert f"GPU 0 is held by pid {cap.pid} (uid {USER_UID}, job 'sleep')" in last
         outsider = _as_user(OTHER_UID, OUTSIDE_GID, running,
-                            ["-c", "from wattwise.agent.client import AgentClient; AgentClient().status()"],
+                            ["-c", "from wattwise.devices.agent import AgentClient; AgentClient().status()"],
                             stderr=subprocess.PIPE)
         _, err = outsider.communicate(timeout=60)
         assert outsider.returncode != 0 and "permission denied" in err
@@ -481,7 +481,7 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 import accelerate_energy
-from wattwise.agent.client import AgentClient
+from wattwise.devices.agent import AgentClient
 from wattwise.workload import emulate_step, tiny_dataset, tiny_model
 
 accelerator = Accelerator(cpu=True)
@@ -592,7 +592,7 @@ warnings.filterwarnings("ignore")
 import lightning.pytorch as pl
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
-from wattwise.agent.client import AgentClient
+from wattwise.devices.agent import AgentClient
 
 seen = []
 

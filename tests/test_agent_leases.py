@@ -229,7 +229,8 @@ def test_a_run_names_itself_to_the_agent_by_its_job_else_its_recurring_job_else_
 
 def test_the_job_name_sent_to_the_agent_is_printable_and_short_enough() -> None:
     from wattwise.agent import MAX_JOB_CHARS
-    from wattwise.agent.client import AgentClient, AgentGPU, name_job
+    from wattwise.devices import name_job
+    from wattwise.devices.agent import AgentClient, AgentGPU
 
     agent_gpu = AgentGPU(simulated_gpus(1)[0], AgentClient("/nonexistent.sock"))
     local = simulated_gpus(1)[0]

@@ -28,7 +28,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from wattwise.devices import BACKEND_ENV, BACKENDS
+from wattwise.devices import BACKEND_ENV, backend_choices
 from wattwise.errors import ConfigError
 from wattwise.names import check_job_name
 from wattwise.paths import read_text
@@ -61,9 +61,10 @@ class SimulatedGPUConfig:
 
 @dataclass
 class DevicesConfig:
-    #: "auto", "nvml" or "simulated". "auto": `$WATTWISE_BACKEND` when set (auto, nvml or simulated, for
-    #: every entry point at once), else NVML when a GPU is present, else no GPU and the CPU through RAPL
-    #: when readable (tuning and capping need a GPU); the simulated GPU only when asked for by name.
+    #: "auto" or a GPU backend of `wattwise.devices.backend_choices()` ("nvml", "simulated", "agent", ...).
+    #: "auto": `$WATTWISE_BACKEND` when set (the same values, for every entry point at once), else NVML when
+    #: a GPU is present, else no GPU and the CPU through RAPL when readable (tuning and capping need a
+    #: GPU); the simulated GPU only when asked for by name.
     backend: str = "auto"
     #: GPU indices to use (after CUDA_VISIBLE_DEVICES); None: the process's own GPU under distributed
     #: training (its local rank), else all visible GPUs.
@@ -164,7 +165,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("output_dir", "output_dir", "where summary.json, windows.csv and power.csv are written"),
     Setting("strict", "strict", "raise instead of degrading to measurement only"),
     Setting("backend", "devices.backend",
-            f"devices: {', '.join(BACKENDS)} (auto: ${BACKEND_ENV} if set, else NVML, else the CPU through RAPL)"),
+            f"devices: {', '.join(backend_choices())} (auto: ${BACKEND_ENV} if set, else NVML, else the CPU "
+            "through RAPL)"),
     Setting("log_every_n_steps", "log_every_n_steps",
             "log step metrics every N steps (default: the Lightning Trainer's; 50 under Accelerate)"),
 )
@@ -363,7 +365,7 @@ def validate(cfg: EnergyConfig) -> None:
     """Value checks OmegaConf's type checks cannot do. Raises `ConfigError` naming the key."""
     if cfg.job is not None:
         check_job_name(cfg.job, setting="job", error=ConfigError)
-    _choice("devices.backend", cfg.devices.backend, BACKENDS)
+    _choice("devices.backend", cfg.devices.backend, backend_choices())
     _count("devices.simulated.num_gpus", cfg.devices.simulated.num_gpus, minimum=1, maximum=MAX_GPUS)
     _within("devices.simulated.base_step_time_s", cfg.devices.simulated.base_step_time_s, 1e-6, 3600.0, "seconds")
     _within("monitor.sample_interval_s", cfg.monitor.sample_interval_s, 1e-3, 86400.0, "seconds")

@@ -246,7 +246,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
 
 def _check_agent_is_simulated() -> None:
     """The demo emulates its load on a simulated GPU: an agent serving real GPUs is refused."""
-    from wattwise.agent.client import AgentClient
+    from wattwise.devices.agent import AgentClient
 
     client = AgentClient()
     served = client.devices().get("backend")

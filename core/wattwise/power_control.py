@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wattwise.agent.client import name_job
 from wattwise.carbon.control import CarbonControl
 from wattwise.config import PowerLimitConfig
-from wattwise.devices import Device
+from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
 from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w
 from wattwise.record import PowerLimitSummary, TuningSummary

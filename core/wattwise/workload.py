@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from wattwise.agent.client import AgentGPU
 from wattwise.devices.base import Device
 from wattwise.devices.simulated import SimulatedGPU
 
@@ -51,7 +50,7 @@ def emulate_step(gpus: Sequence[Device], work: Callable[[], Any], base_time_s: f
     `base_time_s` overrides the GPUs' own step time at full power. A simulated GPU changed through the node
     agent is driven through its local view, which shares the agent's settings.
     """
-    sims = [s for s in (g.local if isinstance(g, AgentGPU) else g for g in gpus) if isinstance(s, SimulatedGPU)]
+    sims = [s for s in (g.simulation for g in gpus) if s is not None]
     if not sims:
         return work()
     target_s = max(g.step_time_s(base_time_s) for g in sims)

@@ -8,14 +8,15 @@ and at the agent's next start after a crash (from its own journal).
 - `leases`: the lease table (pure: who holds which GPU, and the originals to restore);
 - `config`: the admin's bounds (who may change settings, power-limit floors and ceilings, clock range);
 - `journal`: the agent's on-disk record of the originals, applied at its next start after a crash;
-- `server`: the HTTP API over a Unix socket (aiohttp) and the process watchers;
-- `client`: the `agent` device backend, relaying setting changes to the agent.
+- `server`: the HTTP API over a Unix socket (aiohttp) and the process watchers.
+
+Its clients reach it through the `agent` device backend, `wattwise.devices.agent` (the socket, the HTTP
+calls, `AgentClient`): the agent sits on top of `wattwise.devices`, which never imports it.
 """
 
-#: Where the agent listens unless told otherwise, and the variable that tells clients where it is.
-DEFAULT_SOCKET = "/run/wattwise/agent.sock"
-SOCKET_ENV = "WATTWISE_AGENT_SOCKET"
+from wattwise.devices.agent import DEFAULT_SOCKET, MAX_JOB_CHARS, SOCKET_ENV
+
+__all__ = ["DEFAULT_SOCKET", "DEFAULT_STATE_DIR", "MAX_JOB_CHARS", "SOCKET_ENV"]
+
 #: The agent's own state (its journal): root-owned, 0700.
 DEFAULT_STATE_DIR = "/var/lib/wattwise-agent"
-#: The longest job name the agent shows for a holder.
-MAX_JOB_CHARS = 128

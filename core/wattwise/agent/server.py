@@ -527,7 +527,7 @@ def share_simulated_load(devices: list[Device], gid: int) -> None:
     """Simulated backend: a load file beside each GPU's state file, writable by the socket's group (0660),
     where clients add the load they drive; the agent counts it in its energy. The file is reset to 0 J at
     each start. Only for the simulated GPU: what clients write there is trusted, as a test's figures are."""
-    from wattwise.devices.simulated import SimulatedGPU, load_file_of
+    from wattwise.devices.simulated import load_file_of
     from wattwise.paths import replace_file
 
     def write(fh: TextIO) -> None:
@@ -536,12 +536,12 @@ def share_simulated_load(devices: list[Device], gid: int) -> None:
         os.fchmod(fh.fileno(), 0o660)
 
     for device in devices:
-        state_file = device.spec().get("state_file")
-        if not isinstance(device, SimulatedGPU) or not state_file:
+        simulation, state_file = device.simulation, device.spec().get("state_file")
+        if simulation is None or not state_file:
             continue
         path = load_file_of(state_file)
         replace_file(path, write)  # a new file moved in place: whatever was at `path` is never written through
-        device.count_load(path)
+        simulation.count_load(path)
 
 
 async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] | None = None) -> None:

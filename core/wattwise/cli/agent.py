@@ -88,7 +88,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from wattwise.agent.client import AgentClient
+    from wattwise.devices.agent import AgentClient
     from wattwise.devices.base import DeviceError
 
     try:

@@ -18,9 +18,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from wattwise.agent.client import name_job
 from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command
-from wattwise.devices import BACKENDS, Device, DeviceError, discover
+from wattwise.devices import Device, DeviceError, backend_choices, discover, name_job
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
 from wattwise.settings.guard import SettingsGuard
@@ -35,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "with CMD's exit code. Through the node agent with --backend agent.")
     p.add_argument("--watts", type=float, required=True, help="the power limit, in watts")
     p.add_argument("--gpus", help="comma-separated GPU indices (default: every GPU)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto", help="devices (default %(default)s)")
+    p.add_argument("--backend", choices=backend_choices(), default="auto", help="devices (default %(default)s)")
     p.add_argument("--job", help="the job name the node agent shows for the holder (default: CMD's name)")
     p.add_argument("--json", action="store_true", help="print time and energy per GPU as JSON on stdout")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

@@ -1,22 +1,28 @@
 """Devices: the only layer that touches hardware. See `base.Device` for the interface.
 
+Each backend is one module (`nvml`, `simulated`, `agent`, `rapl`) registered by name below in the one table
+of `registry`: `discover()`, `open_spec()` and the values `devices.backend` accepts all come from it, and
+what differs between backends is a capability of the `Device` (`settings_lease`, `simulation`, ...), never
+a check of its class elsewhere. Adding a backend touches this package only.
+
 `discover()` finds what this machine has: NVIDIA GPUs through NVML and CPU packages through RAPL. With
 no GPU it measures what is really there (the CPU through RAPL, or nothing) and says so in a note; the
 simulated GPU is used only when asked for by name (backend "simulated"), because no emulated work drives
 it in a user's own training code: it would idle, and its figures would mean nothing.
 
-Environment: `WATTWISE_BACKEND` (auto, nvml or simulated) replaces the backend "auto" for every entry
+Environment: `WATTWISE_BACKEND` (auto, or a GPU backend's name) replaces the backend "auto" for every entry
 point at once (the Lightning callback, the Accelerate plugin, the CLI); an explicit other backend wins.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wattwise.devices import registry
 from wattwise.devices.base import (
     Device,
     DeviceError,
@@ -25,13 +31,14 @@ from wattwise.devices.base import (
     NotSupportedError,
     PowerLimitRange,
 )
+from wattwise.devices.registry import AUTO, Backend, Wanted, lazy, register
 from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, UsageError
 from wattwise.paths import state_dir
 
 __all__ = [
-    "BACKENDS",
     "BACKEND_ENV",
+    "Backend",
     "ClockModel",
     "Device",
     "DeviceError",
@@ -42,13 +49,16 @@ __all__ = [
     "PowerLimitRange",
     "PowerModel",
     "SimulatedGPU",
+    "Wanted",
+    "backend_choices",
     "backend_from_env",
     "discover",
+    "name_job",
     "open_spec",
+    "register",
     "simulated_gpus",
 ]
 
-BACKENDS: tuple[str, ...] = ("auto", "nvml", "simulated", "agent")
 #: The environment variable that replaces the backend "auto" (see the module docstring).
 BACKEND_ENV = "WATTWISE_BACKEND"
 _GPU_ONLY = ("power-limit tuning and capping need a GPU (backend 'simulated', or "
@@ -72,10 +82,12 @@ class Discovery:
 
     @property
     def simulated(self) -> bool:
+        """True when a GPU found is simulated (its figures are modelled)."""
         return any(d.simulated for d in self.gpus)
 
     @property
     def all(self) -> list[Device]:
+        """The GPUs, then the CPU domains."""
         return [*self.gpus, *self.cpus]
 
 
@@ -119,8 +131,34 @@ def simulated_gpus(
 _SIMULATED: dict[tuple[Path, int], SimulatedGPU] = {}
 
 
+def _discover_simulated(wanted: Wanted) -> list[Device]:
+    """The simulated backend's discover function. A simulated GPU exists at any index asked for: under
+    distributed training each process takes the one at its local rank, as on a real multi-GPU node."""
+    return list(simulated_gpus(wanted.num_simulated, power_model=wanted.power_model,
+                               base_step_time_s=wanted.base_step_time_s, persist_dir=wanted.persist_dir,
+                               indices=wanted.gpu_indices))
+
+
+# The backends wattwise ships, in the order "auto" probes them and `backend_choices()` lists them.
+register(Backend("nvml", lazy("wattwise.devices.nvml", "discover_gpus"),
+                 lazy("wattwise.devices.nvml", "open_nvml_spec"),
+                 probe=True, title="NVML", needs="an NVIDIA GPU and its driver"))
+register(Backend("simulated", _discover_simulated, lazy("wattwise.devices.simulated", "open_simulated_spec")))
+# Reads stay local, setting changes go to the node agent (`wattwise agent serve`).
+register(Backend("agent", lazy("wattwise.devices.agent", "discover_gpus"),
+                 lazy("wattwise.devices.agent", "open_agent_spec"),
+                 claim=lazy("wattwise.devices.agent", "claim_auto")))
+register(Backend("rapl", lazy("wattwise.devices.rapl", "discover_domains"),
+                 lazy("wattwise.devices.rapl", "open_rapl_spec"), kind="cpu", title="RAPL"))
+
+
+def backend_choices() -> tuple[str, ...]:
+    """The values `devices.backend`, `WATTWISE_BACKEND` and `--backend` accept: "auto" and each GPU backend."""
+    return registry.choices()
+
+
 def discover(
-    backend: str = "auto",
+    backend: str = AUTO,
     *,
     gpu_indices: list[int] | None = None,
     include_cpu: bool = False,
@@ -131,119 +169,121 @@ def discover(
 ) -> Discovery:
     """Find the devices to measure.
 
-    `backend`: "nvml" (fail if NVML is unavailable), "simulated", "agent" (reads local, changes through the
-    node agent), or "auto": `$WATTWISE_BACKEND` when set, else the agent when its socket exists and this
-    process may not change GPU settings itself (not root), else NVML when a GPU is present, else no GPU
-    and the CPU through RAPL when readable (`include_cpu` or not), with a note that says what is measured
-    and that tuning needs a GPU. `gpu_indices` selects among
-    visible GPUs (as numbered after `CUDA_VISIBLE_DEVICES`). `include_cpu` adds the RAPL domains (with a
-    reason when unavailable).
+    `backend`: a registered GPU backend ("nvml": fail if NVML is unavailable; "simulated"; "agent": reads
+    local, changes through the node agent), or "auto": `$WATTWISE_BACKEND` when set, else a backend that
+    claims "auto" (the agent, when its socket exists and this process may not change GPU settings itself,
+    not being root), else the first probed backend that finds a GPU (NVML), else no GPU and the CPU through
+    RAPL when readable (`include_cpu` or not), with a note that says what is measured and that tuning needs
+    a GPU. `gpu_indices` selects among visible GPUs (as numbered after `CUDA_VISIBLE_DEVICES`).
+    `include_cpu` adds the RAPL domains (with a reason when unavailable).
+
+    Raises:
+        UsageError: `backend` is not one of `backend_choices()`, or `gpu_indices` names a GPU not visible.
+        ConfigError: `$WATTWISE_BACKEND` is not one of `backend_choices()`.
+        NotSupportedError: A backend asked for by name (or by `$WATTWISE_BACKEND`) is unavailable.
     """
-    if backend not in BACKENDS:
-        raise UsageError(f"devices.backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+    choices = backend_choices()
+    if backend not in choices:
+        raise UsageError(f"devices.backend must be one of {', '.join(choices)} (got {backend!r})")
+    wanted = Wanted(gpu_indices, num_simulated, power_model, base_step_time_s, persist_dir)
     found = Discovery()
-    chosen = backend_from_env() if backend == "auto" else backend
-    if chosen == "auto":
-        from wattwise.agent.client import agent_preferred, socket_path
-
-        if agent_preferred():
-            chosen = "agent"
-            found.notes.append(f"using the node agent at {socket_path()}: this process may not change GPU "
-                               "settings itself (backend agent)")
-    if chosen == "simulated":
-        # A simulated GPU exists at any index asked for: under distributed training each process
-        # takes the one at its local rank, as on a real multi-GPU node.
-        found.gpus = list(simulated_gpus(num_simulated, power_model=power_model,
-                                         base_step_time_s=base_step_time_s, persist_dir=persist_dir,
-                                         indices=gpu_indices))
-        if backend == "auto":
+    chosen = backend_from_env() if backend == AUTO else backend
+    if chosen != AUTO:
+        found.gpus = _named(chosen, wanted, asked="devices.backend" if backend == chosen else BACKEND_ENV)
+        if chosen == "simulated" and backend == AUTO:
             found.notes.append(SIMULATED_BY_ENV_NOTE)
-    elif chosen == "agent":
-        # Reads stay local, setting changes go to the node agent (`wattwise agent serve`).
-        from wattwise.agent.client import agent_gpus
-
-        found.gpus = list(agent_gpus(gpu_indices, base_step_time_s=base_step_time_s))
+    elif (claimant := _claimant(found.notes)) is not None:
+        chosen = claimant.name
+        found.gpus = claimant.discover(wanted)
     else:
-        try:
-            found.gpus = _nvml_gpus(gpu_indices, found.notes, required=chosen == "nvml")
-        except NotSupportedError as err:
-            asked = "devices.backend" if backend == "nvml" else BACKEND_ENV
-            raise NotSupportedError(f"{err}; {asked} is nvml, which needs an NVIDIA GPU and its driver "
-                                    "(use auto, or simulated to try wattwise without one)") from err
-    no_gpu = chosen == "auto" and not found.gpus
+        found.gpus = _probe(wanted, found.notes)
+    no_gpu = chosen == AUTO and not found.gpus
     if include_cpu or no_gpu:
-        found.cpus = _rapl_domains(found.notes)
+        found.cpus = _cpu_devices(wanted, found.notes)
     if no_gpu:
         found.notes.append(NO_GPU_CPU_NOTE if found.cpus else NO_GPU_NOTHING_NOTE)
     return found
 
 
 def backend_from_env() -> str:
-    """`$WATTWISE_BACKEND` (one of `BACKENDS`), or "auto" when it is unset or empty."""
+    """`$WATTWISE_BACKEND` (one of `backend_choices()`), or "auto" when it is unset or empty."""
     value = os.environ.get(BACKEND_ENV, "").strip()
     if not value:
-        return "auto"
-    if value not in BACKENDS:
-        raise ConfigError(f"{BACKEND_ENV} must be one of {', '.join(BACKENDS)} (got {value!r}); "
+        return AUTO
+    choices = backend_choices()
+    if value not in choices:
+        raise ConfigError(f"{BACKEND_ENV} must be one of {', '.join(choices)} (got {value!r}); "
                           f"unset it to find the devices automatically")
     return value
 
 
-def _nvml_gpus(indices: list[int] | None, notes: list[str], *, required: bool) -> list[Device]:
-    """The NVML GPUs at `indices`; none, with a note, when NVML is unavailable and not `required`."""
+def _claimant(notes: list[str]) -> Backend | None:
+    """The first GPU backend that claims "auto" (its note added to `notes`), else None."""
+    for backend in registry.backends("gpu"):
+        note = backend.claim() if backend.claim is not None else None
+        if note:
+            notes.append(note)
+            return backend
+    return None
+
+
+def _probe(wanted: Wanted, notes: list[str]) -> list[Device]:
+    """The GPUs of the first probed backend that finds any; a note for each one unavailable."""
+    for backend in registry.backends("gpu"):
+        if not backend.probe:
+            continue
+        try:
+            gpus = backend.discover(wanted)
+        except (DeviceError, ImportError) as err:
+            notes.append(f"{backend.name}: unavailable ({err})")
+            continue
+        if gpus:
+            return gpus
+    return []
+
+
+def _named(name: str, wanted: Wanted, *, asked: str) -> list[Device]:
+    """The GPUs of the backend asked for by name (in `asked`: the setting or the variable)."""
+    backend = registry.lookup(name)
+    assert backend is not None, name  # a value of backend_choices()
     try:
-        from wattwise.devices.nvml import nvml_gpus
-
-        gpus: list[Device] = list(nvml_gpus())
-        if not gpus:
-            raise NotSupportedError("NVML found no GPU visible to this process")
+        return backend.discover(wanted)
     except (DeviceError, ImportError) as err:
-        if required:
-            raise NotSupportedError(f"NVML unavailable: {err}") from err
-        notes.append(f"nvml: unavailable ({err})")
-        return []
-    return _select(gpus, indices)
+        if not backend.needs:
+            raise
+        raise NotSupportedError(f"{backend.label} unavailable: {err}; {asked} is {name}, which needs "
+                                f"{backend.needs} (use auto, or simulated to try wattwise without one)") from err
 
 
-def _rapl_domains(notes: list[str]) -> list[Device]:
-    """The RAPL domains; none, with a note, when they cannot be read."""
-    try:
-        from wattwise.devices.rapl import rapl_domains
-
-        return list(rapl_domains())
-    except (DeviceError, ImportError) as err:
-        notes.append(f"rapl: unavailable ({err})")
-        return []
-
-
-def _select(gpus: list[Device], indices: list[int] | None) -> list[Device]:
-    if indices is None:
-        return gpus
-    by_index = {g.index: g for g in gpus}
-    missing = [i for i in indices if i not in by_index]
-    if missing:
-        raise UsageError(f"devices.gpus asks for GPU(s) {missing}, but the visible ones are "
-                         f"{sorted(by_index)}")
-    return [by_index[i] for i in indices]
+def _cpu_devices(wanted: Wanted, notes: list[str]) -> list[Device]:
+    """The devices of every CPU backend (RAPL domains); a note for each one unavailable."""
+    cpus: list[Device] = []
+    for backend in registry.backends("cpu"):
+        try:
+            cpus.extend(backend.discover(wanted))
+        except (DeviceError, ImportError) as err:
+            notes.append(f"{backend.name}: unavailable ({err})")
+    return cpus
 
 
 def open_spec(spec: dict[str, Any]) -> Device:
-    """Reopen a device from `Device.spec()` (used by the guard to restore settings after a crash)."""
-    backend = spec.get("backend")
-    if backend == "simulated":
-        lo, hi = spec.get("limit_range_w") or PowerModel.default().limit_range_w
-        model = dataclasses.replace(PowerModel.default(), min_limit_w=float(lo), max_limit_w=float(hi))
-        return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"))
-    if backend == "agent":
-        from wattwise.agent.client import open_agent_spec
+    """Reopen a device from `Device.spec()`, through its backend (the guard restores settings with it after
+    a crash).
 
-        return open_agent_spec(spec)
-    if backend == "nvml":
-        from wattwise.devices.nvml import open_nvml_spec
+    Raises:
+        DeviceError: The spec names no registered backend (the message lists them), or its backend cannot
+            reopen it.
+    """
+    name = spec.get("backend")
+    backend = registry.lookup(name) if isinstance(name, str) else None
+    if backend is None:
+        raise DeviceError(f"cannot reopen a device of unknown backend {name!r} (known backends: "
+                          f"{', '.join(registry.names())})")
+    return backend.open(spec)
 
-        return open_nvml_spec(spec)
-    if backend == "rapl":
-        from wattwise.devices.rapl import open_rapl_spec
 
-        return open_rapl_spec(spec)
-    raise DeviceError(f"cannot reopen a device of unknown backend {backend!r}")
+def name_job(devices: Iterable[Device], job: str) -> None:
+    """Name the job changing the settings of `devices`, where someone shows the holder (`Device.name_job`:
+    the node agent names it for its GPUs; other devices ignore it)."""
+    for device in devices:
+        device.name_job(job)

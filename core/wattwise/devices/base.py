@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wattwise.errors import WattwiseError
+
+if TYPE_CHECKING:
+    from wattwise.devices.simulated import SimulatedGPU
 
 
 class DeviceError(WattwiseError):
@@ -45,7 +48,7 @@ class Device(abc.ABC):
     Subclasses must be safe to call from a sampler thread and the training thread at once.
     """
 
-    #: Short backend name: "nvml", "rapl" or "simulated".
+    #: Short backend name, as registered in `wattwise.devices.registry`: "nvml", "rapl", "simulated", ...
     backend: str = "abstract"
     #: True when figures come from a model, not from hardware. Every output must say so.
     simulated: bool = False
@@ -109,6 +112,38 @@ class Device(abc.ABC):
     def reset_sm_clocks(self) -> None:
         """Undo `lock_sm_clocks_mhz`."""
         raise NotSupportedError(f"{self.backend} device {self.index} cannot reset SM clocks")
+
+    # -- capabilities: what differs between backends, asked of the device instead of its class ----------
+    @property
+    def settings_lease(self) -> str | None:
+        """The lease under which someone else restores this device's settings, or None.
+
+        None (every backend but "agent"): this process restores what it changes, so the settings guard
+        locks the device and journals the originals itself. Otherwise an identifier of the lease (one per
+        GPU and process, shared by the guards of the process) under which the node agent recorded the
+        originals and restores them on `release` or when this process ends: the guard neither locks nor
+        journals such a device, and gives it back with `release` instead of setting the originals.
+        """
+        return None
+
+    def release(self) -> None:
+        """Give the device back to whoever restores its settings (see `settings_lease`).
+
+        Raises:
+            NotSupportedError: The device has no such lease (`settings_lease` is None).
+        """
+        raise NotSupportedError(f"{self.backend} device {self.index} has no settings lease to release")
+
+    def name_job(self, job: str) -> None:
+        """Name the job changing this device's settings, where someone shows the holder (the node agent,
+        in its status and metrics). A device whose settings this process changes itself ignores it."""
+        return None
+
+    @property
+    def simulation(self) -> SimulatedGPU | None:
+        """The simulated GPU behind this device, which emulated work drives (`wattwise.workload`); None
+        for hardware, where real work draws the power."""
+        return None
 
     @abc.abstractmethod
     def spec(self) -> dict[str, Any]:

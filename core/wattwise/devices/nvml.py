@@ -34,6 +34,7 @@ from wattwise.devices.base import (
     NotSupportedError,
     PowerLimitRange,
 )
+from wattwise.devices.registry import Wanted, select
 from wattwise.errors import UsageError
 
 #: A power limit that reads back within this of the requested one counts as applied (driver rounding).
@@ -62,6 +63,19 @@ def nvml_gpus() -> list[NvmlGPU]:
         uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
     visible = visible_nvml_indices(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
     return [NvmlGPU(handles[nvml_index], index) for index, nvml_index in enumerate(visible)]
+
+
+def discover_gpus(wanted: Wanted) -> list[Device]:
+    """The registry's discover function: the visible GPUs at `wanted.gpu_indices`.
+
+    Raises:
+        NotSupportedError: NVML or its driver is missing, or no GPU is visible to this process.
+        UsageError: `wanted.gpu_indices` names a GPU that is not visible.
+    """
+    gpus: list[Device] = list(nvml_gpus())
+    if not gpus:
+        raise NotSupportedError("NVML found no GPU visible to this process")
+    return select(gpus, wanted.gpu_indices)
 
 
 def open_nvml_spec(spec: dict[str, Any]) -> NvmlGPU:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from wattwise.devices.base import Device, DeviceError, DeviceLostError, NoPermissionError, NotSupportedError
+from wattwise.devices.registry import Wanted
 from wattwise.errors import UsageError
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
@@ -64,6 +65,12 @@ def rapl_domains(
         return [RaplDomain(zone, index, clock=clock, sleep=sleep) for index, zone in enumerate(wanted)]
     except NoPermissionError as err:
         raise NotSupportedError(str(err)) from err
+
+
+def discover_domains(wanted: Wanted) -> list[RaplDomain]:
+    """The registry's discover function: every RAPL domain (`rapl_domains`, looked up at each call so a
+    test can point it at a fake powercap tree). A CPU backend: `wanted` selects no GPU here."""
+    return rapl_domains()
 
 
 def open_rapl_spec(

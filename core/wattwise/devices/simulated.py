@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import csv
+import dataclasses
 import fcntl
 import json
 import math
@@ -440,6 +441,11 @@ class SimulatedGPU(Device):
         return self._driven
 
     @property
+    def simulation(self) -> SimulatedGPU:
+        """This GPU: emulated work drives it."""
+        return self
+
+    @property
     def index(self) -> int:
         return self._index
 
@@ -513,3 +519,11 @@ class SimulatedGPU(Device):
         info["idle_power_w"] = self.model.idle_power_w
         info["sm_clock_range_mhz"] = [self.model.clock.min_mhz, self.model.clock.max_mhz]
         return info
+
+
+def open_simulated_spec(spec: dict[str, Any]) -> SimulatedGPU:
+    """Reopen a simulated GPU from `SimulatedGPU.spec()`, in any process: the built-in model narrowed to the
+    spec's power-limit range, with the spec's state file (so its settings are the ones the GPU left)."""
+    lo, hi = spec.get("limit_range_w") or PowerModel.default().limit_range_w
+    model = dataclasses.replace(PowerModel.default(), min_limit_w=float(lo), max_limit_w=float(hi))
+    return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"))

@@ -3,10 +3,15 @@
 `AgentGPU` wraps the GPU this process can read itself (NVML needs no privilege to read; the simulated
 GPU shares the agent's state file) and relays `set_power_limit_w`, `lock_sm_clocks_mhz` and
 `reset_sm_clocks` to the agent over its Unix socket (`$WATTWISE_AGENT_SOCKET`, default
-`/run/wattwise/agent.sock`), with the job name the agent shows for the holder (`name_job`). The agent's
-refusals become `NoPermissionError` (held by another process, not allowed) or `DeviceError` (bad value),
-with the agent's one-line reason. The settings guard changes these GPUs like any other and gives them
-back with `release` when it restores (see `wattwise.guard`).
+`/run/wattwise/agent.sock`) through `AgentClient`, with the job name the agent shows for the holder
+(`Device.name_job`). The agent's refusals become `NoPermissionError` (held by another process, not
+allowed) or `DeviceError` (bad value), with the agent's one-line reason. The settings guard changes these
+GPUs like any other, but neither locks nor journals them (`Device.settings_lease`: the agent restores
+them) and gives them back with `release` when it restores (see `wattwise.settings.guard`).
+
+This module is the client side of the agent's protocol (its socket, its HTTP calls, the longest job
+name); the agent itself (`wattwise.agent`) sits on top of `wattwise.devices` and imports it from here,
+never the other way round.
 """
 
 from __future__ import annotations
@@ -15,12 +20,20 @@ import http.client
 import json
 import os
 import socket
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wattwise.agent import DEFAULT_SOCKET, MAX_JOB_CHARS, SOCKET_ENV
 from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange
+from wattwise.devices.registry import Wanted
+
+if TYPE_CHECKING:
+    from wattwise.devices.simulated import SimulatedGPU
+
+#: Where the agent listens unless told otherwise, and the variable that tells clients where it is.
+DEFAULT_SOCKET = "/run/wattwise/agent.sock"
+SOCKET_ENV = "WATTWISE_AGENT_SOCKET"
+#: The longest job name the agent shows for a holder.
+MAX_JOB_CHARS = 128
 
 #: Seconds to wait for the agent (it answers in milliseconds; a stuck agent must not hang training).
 TIMEOUT_S = 10.0
@@ -55,6 +68,21 @@ class AgentClient:
         self.timeout = timeout
 
     def request(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+        """One HTTP call to the agent over its socket.
+
+        Args:
+            method: The HTTP method.
+            url: The path, e.g. "/v1/gpus".
+            body: A JSON body, or None.
+
+        Returns:
+            The agent's JSON answer.
+
+        Raises:
+            NoPermissionError: The socket may not be opened, or the agent refused (held by another process,
+                not allowed by the admin's bounds).
+            DeviceError: No agent answers, or it answered an error (a bad value) or no JSON.
+        """
         conn = _UnixConnection(self.path, self.timeout)
         try:
             payload = json.dumps(body).encode() if body is not None else None
@@ -83,28 +111,34 @@ class AgentClient:
         return data
 
     def status(self) -> dict[str, Any]:
+        """Every GPU's settings and holder (`wattwise agent status`)."""
         result: dict[str, Any] = self.request("GET", "/v1/gpus")
         return result
 
     def devices(self) -> dict[str, Any]:
+        """The agent's backend and each GPU's spec, which a client opens locally for reads."""
         result: dict[str, Any] = self.request("GET", "/v1/devices")
         return result
 
     def set_power_limit(self, index: int, watts: float, job: str = "") -> dict[str, Any]:
+        """Set GPU `index`'s power limit, taking (or keeping) this process's lease under the name `job`."""
         result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/power_limit",
                                               {"watts": watts, "job": job})
         return result
 
     def lock_sm_clocks(self, index: int, min_mhz: int, max_mhz: int, job: str = "") -> dict[str, Any]:
+        """Lock GPU `index`'s SM clocks to [min_mhz, max_mhz], under this process's lease."""
         result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/sm_clocks",
                                               {"min_mhz": min_mhz, "max_mhz": max_mhz, "job": job})
         return result
 
     def reset_sm_clocks(self, index: int) -> dict[str, Any]:
+        """Unlock GPU `index`'s SM clocks."""
         result: dict[str, Any] = self.request("DELETE", f"/v1/gpus/{index}/sm_clocks")
         return result
 
     def release(self, index: int) -> dict[str, Any]:
+        """Give GPU `index` back: the agent restores its original settings and shows no holder."""
         result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/release")
         return result
 
@@ -121,7 +155,7 @@ class AgentGPU(Device):
         self.simulated = local.simulated
 
     def __getattr__(self, name: str) -> Any:
-        # The simulated GPU's workload hooks (`busy`, `run_step`, `clock`) and other extras of the local device.
+        # Extras of the local device that the interface does not name (a simulated GPU's `clock`).
         if name == "local":
             raise AttributeError(name)
         return getattr(self.local, name)
@@ -168,9 +202,24 @@ class AgentGPU(Device):
     def reset_sm_clocks(self) -> None:
         self.client.reset_sm_clocks(self.index)
 
+    @property
+    def settings_lease(self) -> str:
+        """The agent's lease of this GPU for this process: its socket and the GPU's index."""
+        return f"{self.client.path}#{self.index}"
+
     def release(self) -> None:
         """Give the GPU back now: the agent restores its original settings."""
         self.client.release(self.index)
+
+    def name_job(self, job: str) -> None:
+        """Name the job the agent shows as this GPU's holder (and labels its Prometheus series with):
+        unprintable characters become "?", and at most `MAX_JOB_CHARS` characters are kept."""
+        self.job = "".join(c if c.isprintable() else "?" for c in job)[:MAX_JOB_CHARS]
+
+    @property
+    def simulation(self) -> SimulatedGPU | None:
+        """The local simulated GPU, which shares the agent's settings; None for a real GPU."""
+        return self.local.simulation
 
     def spec(self) -> dict[str, Any]:
         return {"backend": "agent", "index": self.index, "socket": self.client.path, "local": self.local.spec()}
@@ -182,19 +231,20 @@ class AgentGPU(Device):
         return info
 
 
-def name_job(devices: Iterable[Device], job: str) -> None:
-    """Name the job the agent shows as the holder of the agent-backed GPUs among `devices` (and labels
-    their Prometheus series with): printable, at most `MAX_JOB_CHARS` characters."""
-    name = "".join(c if c.isprintable() else "?" for c in job)[:MAX_JOB_CHARS]
-    for device in devices:
-        if isinstance(device, AgentGPU):
-            device.job = name
-
-
 def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str] | None = None,
                job: str = "", base_step_time_s: float = 0.02) -> list[AgentGPU]:
-    """The agent's GPUs (those at `indices`), each opened locally for reads. `base_step_time_s`: a simulated
-    GPU's step time at full power, for the emulated workload this process drives on it."""
+    """The agent's GPUs, each opened locally for reads.
+
+    Args:
+        indices: The GPUs to use, by the agent's index; None: all of them.
+        path: The agent's socket; None: `$WATTWISE_AGENT_SOCKET`, else the default.
+        job: The job name the agent shows for the holder.
+        base_step_time_s: A simulated GPU's step time at full power, for the emulated workload this
+            process drives on it.
+
+    Raises:
+        DeviceError: No agent answers, or it has no GPU at one of `indices`.
+    """
     client = AgentClient(path)
     listing = client.devices()
     specs = {int(s["index"]): s for s in listing.get("devices", [])}
@@ -203,6 +253,11 @@ def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str]
     if missing:
         raise DeviceError(f"wattwise agent at {client.path} has no GPU {missing} (its GPUs: {sorted(specs)})")
     return [AgentGPU(_local(specs[i], base_step_time_s), client, job=job) for i in wanted]
+
+
+def discover_gpus(wanted: Wanted) -> list[AgentGPU]:
+    """The registry's discover function: the agent's GPUs at `wanted.gpu_indices`, at the default socket."""
+    return agent_gpus(wanted.gpu_indices, base_step_time_s=wanted.base_step_time_s)
 
 
 def _local(spec: dict[str, Any], base_step_time_s: float = 0.02) -> Device:
@@ -229,6 +284,14 @@ def open_agent_spec(spec: dict[str, Any]) -> AgentGPU:
 
 #: CAP_SYS_ADMIN, the capability NVML asks for to set power limits and clocks.
 _CAP_SYS_ADMIN = 21
+
+
+def claim_auto() -> str | None:
+    """Backend "auto" takes the agent, with this note, when `agent_preferred()`; else None."""
+    if not agent_preferred():
+        return None
+    return (f"using the node agent at {socket_path()}: this process may not change GPU settings itself "
+            "(backend agent)")
 
 
 def agent_preferred(path: str | os.PathLike[str] | None = None) -> bool:
