@@ -31,35 +31,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import recurring_validation as validation
+from recurring_workloads import BETA, ETA, GPUS, TARGET_MAX, TARGET_MEAN, WORKLOADS, Workload
+
 from wattwise.recurring.policy import POLICIES, PolicyConfig
 from wattwise.recurring.simulator import job_for_trace, simulate
 from wattwise.recurring.trace import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES = REPO.parent / "shared" / "data" / "zeus-traces"
-GPUS = ("v100", "a40")
 SEEDS = (1, 2, 3, 4, 5)
-ETA, BETA = 0.5, 2.0
-#: The issue's targets: cumulative cost relative to the oracle, mean over workloads and worst workload.
-TARGET_MEAN, TARGET_MAX = 1.03, 1.06
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    target_metric: float
-    max_epochs: int
-    default_batch_size: int
-
-
-WORKLOADS = (
-    Workload("cifar100/shufflenetv2", 0.6, 100, 1024),
-    Workload("imagenet/resnet50", 0.65, 100, 256),
-    Workload("squad/bert_base_uncased", 84.0, 6, 32),
-    Workload("librispeech/deepspeech2", 40.0, 16, 192),
-    Workload("movielens-1m/ncf", 0.41, 100, 1024),
-    Workload("sentiment140/bert_base_uncased", 0.84, 10, 128),
-)
 
 
 @dataclass(frozen=True)
@@ -246,8 +227,6 @@ def ablation(traces: Path, seeds: tuple[int, ...], workers: int) -> None:
 
 def validate(traces: Path, workers: int, *, markdown: bool) -> int:
     """Print the out-of-sample validation; 1 when an out-of-sample target is missed."""
-    import recurring_validation as validation  # it imports this module: imported only when asked for
-
     result = validation.validate(traces, workers)
     print(validation.markdown_report(result) if markdown else validation.text_report(result))
     print(f"\nvalidation took {result.elapsed_s:.0f} s with {workers} workers")

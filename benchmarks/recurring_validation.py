@@ -38,7 +38,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
-from recurring import BETA, ETA, GPUS, TARGET_MAX, TARGET_MEAN, WORKLOADS, Workload
+from recurring_workloads import BETA, ETA, GPUS, TARGET_MAX, TARGET_MEAN, WORKLOADS, Workload
 
 from wattwise.recurring.policy import WATTWISE_POLICY, ZEUS_POLICY, PolicyConfig
 from wattwise.recurring.simulator import job_for_trace, simulate

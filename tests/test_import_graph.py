@@ -1,0 +1,272 @@
+"""No import circle in the repository: the module import graph, read from the source, has no cycle.
+
+The graph is built with `ast`, without importing anything. An import is module-level when it runs while
+its module is being imported (at the top, in a class body, under `try` or `if`), function-level when it
+runs inside a function; one under `if TYPE_CHECKING:` never runs and is not counted. Importing `a.b.c`
+runs the `__init__` of `a` and `a.b` first, so the edge goes to those packages too (except the packages
+the importing module is itself inside: they are already being imported).
+
+Module-level circles break imports. A function-level import that only dodges a circle leaves the modules
+tied in one all the same (issue 25's `run -> power_control -> limits_memory -> recurring.sql_store ->
+recurring/__init__ -> optimizer -> run`, with optimizer's import of `wattwise.run` in a function), so the
+graph of both kinds together must have none either. Imports by `importlib` are not seen.
+
+Scripts (benchmarks/, examples/) import their siblings by bare name, as Python does with the script's
+folder first on `sys.path`.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import PACKAGE_ROOTS, REPO_ROOT
+
+#: Folders of scripts run directly, whose modules import each other by bare name.
+SCRIPT_FOLDERS = ("benchmarks", "examples")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceModule:
+    """One Python file of the repository, under the name it is imported by."""
+
+    name: str
+    path: Path
+    #: The folder a script's bare-name imports of its siblings resolve in (None: a package module).
+    script_folder: str | None = None
+
+    @property
+    def package(self) -> str:
+        """The package relative imports start from (a package's `__init__` is its own package)."""
+        return self.name if self.path.name == "__init__.py" else self.name.rpartition(".")[0]
+
+
+def find_modules(root: Path, packages: dict[str, str], script_folders: tuple[str, ...]) -> dict[str, SourceModule]:
+    """Every module of the packages (source folder -> import name) and of the script folders, by name."""
+    modules: dict[str, SourceModule] = {}
+    for folder, import_name in packages.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = path.relative_to(root / folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join((import_name, *parts))
+            modules[name] = SourceModule(name, path)
+    for folder in script_folders:
+        for path in sorted((root / folder).glob("*.py")):
+            name = f"{folder}.{path.stem}"
+            modules[name] = SourceModule(name, path, script_folder=folder)
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, in_function: bool = False) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Each import statement that runs, with whether it runs in a function (not under `if TYPE_CHECKING`)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node, in_function
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            yield from _imports(node, True)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                yield from _imports(ast.Module(body=[child], type_ignores=[]), in_function)
+        else:
+            yield from _imports(node, in_function)
+
+
+def _imported_names(node: ast.Import | ast.ImportFrom, module: SourceModule) -> list[str]:
+    """The dotted names an import statement may load: the module, and for `from m import x`, `m.x`."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = module.package.split(".")
+        base = base[: len(base) - (node.level - 1)]
+        source = ".".join([*base, node.module] if node.module else base)
+    else:
+        source = node.module or ""
+    return [source, *(f"{source}.{alias.name}" for alias in node.names)]
+
+
+def _resolve(name: str, module: SourceModule, modules: dict[str, SourceModule]) -> str | None:
+    """The repository module a dotted name is, or None when it is not ours."""
+    if module.script_folder is not None and f"{module.script_folder}.{name}" in modules:
+        return f"{module.script_folder}.{name}"
+    return name if name in modules else None
+
+
+Graph = dict[str, set[str]]
+
+
+def import_graph(modules: dict[str, SourceModule]) -> tuple[Graph, Graph]:
+    """(module-level edges, function-level edges): importer -> the repository modules its imports run."""
+    eager: Graph = {name: set() for name in modules}
+    deferred: Graph = {name: set() for name in modules}
+    for module in modules.values():
+        tree = ast.parse(module.path.read_text(encoding="utf-8"), filename=str(module.path))
+        for node, is_deferred in _imports(tree):
+            for dotted in _imported_names(node, module):
+                parts = dotted.split(".")
+                for depth in range(1, len(parts) + 1):
+                    target = _resolve(".".join(parts[:depth]), module, modules)
+                    inside = target is not None and (module.name + ".").startswith(target + ".")
+                    if target is None or inside or target == module.name:
+                        continue
+                    (deferred if is_deferred else eager)[module.name].add(target)
+    return eager, deferred
+
+
+def find_cycles(graph: Graph) -> list[list[str]]:
+    """One circle per strongly connected group of modules, as `[a, b, ..., a]` (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1 or node in graph.get(node, ()):
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_circle_in(sorted(group), graph) for group in groups]
+
+
+def _circle_in(group: list[str], graph: Graph) -> list[str]:
+    """A shortest circle through the group's first module, staying inside the group."""
+    start, members = group[0], set(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for succ in sorted(graph[node] & members):
+                if succ == start:
+                    return [*paths[node], start]
+                if succ not in paths:
+                    paths[succ] = [*paths[node], succ]
+                    following.append(succ)
+        frontier = following
+    raise AssertionError(f"no circle through {start} in {group}")  # a strongly connected group always has one
+
+
+@pytest.fixture(scope="module")
+def repository_graph() -> tuple[Graph, Graph]:
+    modules = find_modules(REPO_ROOT, {**PACKAGE_ROOTS, "tests": "tests"}, SCRIPT_FOLDERS)
+    return import_graph(modules)
+
+
+def _named(cycles: list[list[str]]) -> str:
+    return "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_repository_has_no_import_circle(repository_graph: tuple[Graph, Graph]) -> None:
+    eager, _ = repository_graph
+    cycles = find_cycles(eager)
+    assert not cycles, f"import circles through module-level imports:\n{_named(cycles)}"
+
+
+def test_no_function_level_import_hides_a_circle(repository_graph: tuple[Graph, Graph]) -> None:
+    eager, deferred = repository_graph
+    cycles = find_cycles(_union(eager, deferred))
+    assert not cycles, f"import circles through function-level imports:\n{_named(cycles)}"
+
+
+def _union(first: Graph, second: Graph) -> Graph:
+    return {name: first.get(name, set()) | second.get(name, set()) for name in first.keys() | second.keys()}
+
+
+def test_the_graph_sees_the_repositorys_imports(
+    repository_graph: tuple[Graph, Graph],
+) -> None:
+    eager, deferred = repository_graph
+    assert "wattwise.store.limits_memory" in eager["wattwise.run"]
+    assert "wattwise.recurring" in eager["wattwise.store.base"]  # through wattwise.recurring.spec
+    assert "wattwise.store.sql" in deferred["wattwise.store.factory"]  # open_store imports it when called
+    assert "wattwise.store.sql" not in eager["wattwise.store.limits_memory"]  # only under TYPE_CHECKING
+    assert "wattwise.run" in eager["lightning_energy.callback"]
+    assert "benchmarks.recurring_workloads" in eager["benchmarks.recurring_validation"]  # a script's sibling
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_a_circle_through_a_package_init_is_found_and_named(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/run.py": "from pkg.memory import remember\n",
+        "pkg/memory.py": "from pkg.jobs.store import Store\n",
+        "pkg/jobs/__init__.py": "from pkg.jobs.optimizer import Optimizer\n",
+        "pkg/jobs/optimizer.py": "import pkg.run\n",
+        "pkg/jobs/store.py": "import os\n",
+    })
+    eager, _ = import_graph(find_modules(tmp_path, {"pkg": "pkg"}, ()))
+    assert find_cycles(eager) == [["pkg.jobs", "pkg.jobs.optimizer", "pkg.run", "pkg.memory", "pkg.jobs"]]
+
+
+def test_function_level_imports_are_apart_and_type_checking_imports_do_not_count(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg import b\n",
+        "pkg/b.py": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from pkg.a import A\n"
+            "def f():\n    from . import a\n"
+        ),
+        "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n",
+    })
+    eager, deferred = import_graph(find_modules(tmp_path, {"pkg": "pkg"}, ()))
+    assert find_cycles(eager) == []
+    assert deferred["pkg.b"] == {"pkg.a"}
+    assert eager["pkg.c"] == deferred["pkg.c"] == set()
+    assert find_cycles(_union(eager, deferred)) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_a_package_importing_its_own_modules_is_no_circle(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "pkg/__init__.py": "from pkg.a import A\nfrom pkg.b import B\n",
+        "pkg/a.py": "A = 1\n",
+        "pkg/b.py": "from pkg.a import A\nfrom .a import A as A2\nB = A\n",
+    })
+    eager, _ = import_graph(find_modules(tmp_path, {"pkg": "pkg"}, ()))
+    assert eager["pkg.b"] == {"pkg.a"}
+    assert find_cycles(eager) == []
+
+
+def test_a_circle_between_scripts_is_found(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "bench/one.py": "import two\n",
+        "bench/two.py": "from one import helper\n",
+    })
+    eager, _ = import_graph(find_modules(tmp_path, {}, ("bench",)))
+    assert find_cycles(eager) == [["bench.one", "bench.two", "bench.one"]]
