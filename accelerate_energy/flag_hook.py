@@ -107,7 +107,7 @@ def _equip_trainer(trainer: Any) -> None:
     except Exception as err:  # an energy plugin never breaks training
         import warnings
 
-        from wattwise.run import EnergyPluginWarning
+        from wattwise.errors import EnergyPluginWarning
 
         warnings.warn(f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
                       "across checkpoints nor logged through report_to", EnergyPluginWarning, stacklevel=3)

@@ -17,7 +17,7 @@ import wattwise.devices
 from tests.support.fake_pynvml import FakeClock
 from wattwise.devices.base import Device, DeviceError
 from wattwise.devices.simulated import PowerModel, SimulatedGPU
-from wattwise.errors import UsageError
+from wattwise.errors import InternalError, UsageError
 from wattwise.monitor import EnergyMonitor, PowerSampler
 
 IDLE_W = 50.0
@@ -143,7 +143,7 @@ def test_a_cancelled_window_is_closed_and_cannot_be_ended(monitor: EnergyMonitor
     monitor.begin_window("step")
     monitor.cancel_window("step")
     assert not monitor.is_open("step")
-    with pytest.raises(UsageError, match="not open"):
+    with pytest.raises(InternalError, match="not open"):
         monitor.end_window("step")
     monitor.begin_window("step")  # the name is free again
     clock.advance(1.0)
@@ -153,26 +153,26 @@ def test_a_cancelled_window_is_closed_and_cannot_be_ended(monitor: EnergyMonitor
 def test_opening_a_window_twice_is_an_error_and_keeps_the_first(monitor: EnergyMonitor, clock: FakeClock) -> None:
     monitor.begin_window("step")
     clock.advance(1.0)
-    with pytest.raises(UsageError, match="'step' is already open"):
+    with pytest.raises(InternalError, match="'step' is already open"):
         monitor.begin_window("step")
     clock.advance(1.0)
     assert monitor.end_window("step").time_s == pytest.approx(2.0)
 
 
 def test_ending_a_window_never_opened_is_an_error(monitor: EnergyMonitor) -> None:
-    with pytest.raises(UsageError, match="'eval' is not open"):
+    with pytest.raises(InternalError, match="'eval' is not open"):
         monitor.end_window("eval")
 
 
 def test_cancelling_a_window_never_opened_is_an_error(monitor: EnergyMonitor) -> None:
-    with pytest.raises(UsageError, match="'eval' is not open"):
+    with pytest.raises(InternalError, match="'eval' is not open"):
         monitor.cancel_window("eval")
 
 
 def test_ending_a_window_twice_is_an_error(monitor: EnergyMonitor) -> None:
     monitor.begin_window("step")
     monitor.end_window("step")
-    with pytest.raises(UsageError):
+    with pytest.raises(InternalError):
         monitor.end_window("step")
 
 
@@ -190,7 +190,7 @@ def test_peek_reports_so_far_and_leaves_the_window_open(
 
 
 def test_peeking_a_window_never_opened_is_an_error(monitor: EnergyMonitor) -> None:
-    with pytest.raises(UsageError, match="not open"):
+    with pytest.raises(InternalError, match="not open"):
         monitor.peek_window("fit")
 
 

@@ -15,6 +15,10 @@ is approximated by the device's current power times the window's time and listed
 A window can be paused and resumed (`pause_windows`, `resume_windows`): what runs in between (an
 evaluation, a checkpoint) is neither timed nor counted in it. Ending, pausing or resuming reads every
 counter once, whatever the number of windows involved.
+
+Bad arguments (no device, two devices with one key, a sampling interval that is not positive) are a
+`UsageError`; a window used out of turn (begun twice, ended or cancelled while not open) is an
+`InternalError`: it is the driving code's bookkeeping, which a training run degrades on, never stops for.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from wattwise.devices.base import Device, DeviceError
-from wattwise.errors import UsageError
+from wattwise.errors import InternalError, UsageError
 from wattwise.record import WindowRow, WindowsLog, power_rows, write_power_csv
 
 P = ParamSpec("P")
@@ -267,7 +271,7 @@ class EnergyMonitor:
             self.sync()
         with self._lock:
             if name in self._open:
-                raise UsageError(f"measurement window {name!r} is already open; end or cancel it first")
+                raise InternalError(f"measurement window {name!r} is already open; end or cancel it first")
             self._open[name] = _Open(self._clock(), self._wall(), self._read_energy())
 
     def end_window(self, name: str, *, sync: bool = True) -> Measurement:
@@ -281,7 +285,7 @@ class EnergyMonitor:
         with self._lock:
             missing = [n for n in names if n not in self._open]
             if missing:
-                raise UsageError(f"measurement window {missing[0]!r} is not open; call begin_window first")
+                raise InternalError(f"measurement window {missing[0]!r} is not open; call begin_window first")
             started = [self._open.pop(n) for n in names]
             now = self._clock()
             end = self._read_energy()
@@ -341,7 +345,7 @@ class EnergyMonitor:
         with self._lock:
             started = self._open.get(name)
             if started is None:
-                raise UsageError(f"measurement window {name!r} is not open; call begin_window first")
+                raise InternalError(f"measurement window {name!r} is not open; call begin_window first")
             time_s, energy = started.carried_time_s, dict(started.carried_energy_j)
             if not started.paused:
                 now = self._clock()
@@ -355,7 +359,7 @@ class EnergyMonitor:
         """Forget window `name` without measuring it (e.g. the step raised)."""
         with self._lock:
             if self._open.pop(name, None) is None:
-                raise UsageError(f"measurement window {name!r} is not open; nothing to cancel")
+                raise InternalError(f"measurement window {name!r} is not open; nothing to cancel")
 
     def is_open(self, name: str) -> bool:
         with self._lock:

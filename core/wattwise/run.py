@@ -22,8 +22,11 @@ The parts, each beside its decision code and each owning its state:
 The record of the run (summary.json, windows.csv, power.csv) is written by `wattwise.record`.
 
 This object is the boundary between a framework and wattwise: the parts raise, and the public hooks here
-never break training. An error while changing a setting restores every setting and degrades to
-measurement only; an error while measuring turns measurement off; each with one warning, unless `strict`.
+never break training. Only a user's mistake (`UsageError`: a setting, an argument) may stop it, and only
+at `start`, before training. Otherwise (`wattwise.errors`): something unavailable (a device, the store,
+the node agent) while changing a setting restores every setting and degrades to measurement only; any
+other error, an `InternalError` or a `UsageError` after the start included, turns measurement off; each
+with one warning, unless `strict`.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from wattwise.carbon.control import CarbonControl
 from wattwise.config import EnergyConfig
-from wattwise.devices import Device, DeviceError
+from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
-from wattwise.errors import UsageError
+from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError
 from wattwise.measurement import EPOCH, PROFILE, RunMeasurement, StepRecord
 from wattwise.power_control import PowerLimitControl
 from wattwise.record import (
@@ -67,24 +70,33 @@ __all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Run", "StepRecor
 DEFAULT_LOG_EVERY_N_STEPS = 50
 
 
-class EnergyPluginWarning(UserWarning):
-    """wattwise degraded (e.g. to measurement only) instead of breaking training."""
+Hook = Callable[Concatenate["Run", P], R | None]
 
 
-def _never_breaks_training(method: Callable[Concatenate[Run, P], R | None]) -> Callable[Concatenate[Run, P], R | None]:
-    """The boundary: any error of a part turns measurement off with one warning (raised when strict)."""
+def _boundary(refused: tuple[type[Exception], ...]) -> Callable[[Hook[P, R]], Hook[P, R]]:
+    """A hook that never breaks training: an error of a part turns measurement off with one warning
+    (raised instead when `strict`), except the errors `refused`, which the hook raises as they are."""
 
-    @functools.wraps(method)
-    def guarded(self: Run, *args: P.args, **kwargs: P.kwargs) -> R | None:
-        try:
-            return method(self, *args, **kwargs)
-        except UsageError:
-            raise
-        except Exception as err:
-            self._stop_measuring(err)
-            return None
+    def decorate(method: Hook[P, R]) -> Hook[P, R]:
+        @functools.wraps(method)
+        def guarded(self: Run, *args: P.args, **kwargs: P.kwargs) -> R | None:
+            try:
+                return method(self, *args, **kwargs)
+            except refused:
+                raise
+            except Exception as err:
+                self._stop_measuring(err)
+                return None
 
-    return guarded
+        return guarded
+
+    return decorate
+
+
+#: During training nothing is refused: every error degrades.
+_never_breaks_training = _boundary(())
+#: At the start, before training, a user's mistake (a setting, an argument) is refused: it is raised.
+_refuses_mistakes = _boundary((UsageError,))
 
 
 class Run:
@@ -226,7 +238,7 @@ class Run:
         return memory_key(self.cfg.job, self.gpus[0].name, len(self.gpus) * self.collective.world_size,
                           self.batch_size)
 
-    @_never_breaks_training
+    @_refuses_mistakes
     def start(self) -> None:
         """Find devices, open the fit window and apply the starting power limit (cap or reuse)."""
         if self.started:
@@ -252,7 +264,7 @@ class Run:
                       if self.cfg.carbon.aware and self.power.mode == "tune" else None)
             self.power.setup(self.gpus, self.collective, memory_key=self._memory_key(), carbon=carbon,
                              label=self.measurement.device_label, job=self.job_name)
-        except (DeviceError, UsageError) as err:
+        except (Unavailable, UsageError) as err:
             self._degrade(err, "setting up the power limit")
 
     def expect_steps(self, total: int | None) -> None:
@@ -275,7 +287,7 @@ class Run:
             m.epoch_begin(epoch)
         try:
             begin_profile = self.power.step_begin(self.collective, m.step_count)
-        except (DeviceError, UsageError) as err:
+        except (Unavailable, UsageError) as err:
             self._degrade(err, f"setting the power limit to {self.power.target_w:g} W")
             begin_profile = False
         if self.power.notices:
@@ -305,7 +317,7 @@ class Run:
             try:
                 self.power.record_profile(ended[0].time_s, ended[0].energy_j, memory_key=self._memory_key(),
                                           is_main=self.is_main, run_id=self.run_id)
-            except (DeviceError, UsageError) as err:  # e.g. a window that measured no energy
+            except (Unavailable, UsageError) as err:  # e.g. a window that measured no energy
                 self._degrade(err, "choosing the power limit")
         return rec
 

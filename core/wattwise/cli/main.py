@@ -8,9 +8,10 @@ demo (tests/test_cli_startup.py keeps `COMMANDS` in step with what each module r
 
 Bad input raises `wattwise.errors.UsageError` (or argparse rejects it): one line on stderr, exit code 2, no
 traceback. The library names the setting it refuses (`eta`, `power_limit.eta`); a parser that sets
-`setting_flags` (setting -> flag) has the message name its flags instead. A device error (a backend this
-machine lacks) and an `OSError` on a path the user gave are also one line and exit 2; anything else is a
-bug and keeps its traceback.
+`setting_flags` (setting -> flag) has the message name its flags instead. Something unavailable
+(`wattwise.errors.Unavailable`: a device or a backend this machine lacks, the job store, the node agent)
+and an `OSError` on a path the user gave are also one line and exit 2; anything else is a bug and keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import NoReturn
 
 from wattwise import __version__
-from wattwise.errors import UsageError
+from wattwise.errors import Unavailable, UsageError
 
 #: Each sub-command module and its one-line help, in the order `wattwise --help` lists them. The help must
 #: be the one the module's `register` gives (a test checks).
@@ -94,12 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(args.func(args))
-    except UsageError as err:
-        print(f"wattwise {args.subcommand}: error: {_renamed(err, args)}", file=sys.stderr)
-        return EXIT_USAGE
-    except _device_errors() as err:
-        # A backend asked for by name that this machine lacks (`--backend nvml` without a driver), or a
-        # device that refuses a call: the user's choice or machine, not a bug.
+    except (UsageError, Unavailable) as err:
+        # Unavailable: the job store or the node agent cannot be reached, a backend asked for by name that
+        # this machine lacks (`--backend nvml` without a driver), a device that refuses a call: the user's
+        # choice or machine, not a bug. The message says what to do.
         print(f"wattwise {args.subcommand}: error: {_renamed(err, args)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -114,16 +113,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a full disk): name it. Readers turn their own errors into `UsageError`s with the fix.
         print(f"wattwise {args.subcommand}: error: {_os_error(err)}", file=sys.stderr)
         return EXIT_USAGE
-
-
-def _device_errors() -> tuple[type[Exception], ...]:
-    """`DeviceError` once the device layer is loaded; before that no device error can have been raised.
-
-    An `except` clause evaluates its expression only when an exception reaches it, so commands that never
-    touch a device never import the device layer for it.
-    """
-    base = sys.modules.get("wattwise.devices.base")
-    return (base.DeviceError,) if base is not None else ()
 
 
 def _renamed(err: Exception, args: argparse.Namespace) -> str:

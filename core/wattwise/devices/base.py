@@ -11,14 +11,14 @@ import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wattwise.errors import WattwiseError
+from wattwise.errors import Unavailable
 
 if TYPE_CHECKING:
     from wattwise.devices.simulated import SimulatedGPU
 
 
-class DeviceError(WattwiseError):
-    """A device call failed."""
+class DeviceError(Unavailable):
+    """A device call failed: the device (or the feature asked of it) is unavailable."""
 
 
 class NotSupportedError(DeviceError):

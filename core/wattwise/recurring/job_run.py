@@ -21,11 +21,11 @@ from __future__ import annotations
 import warnings
 
 from wattwise.distributed import Collective
-from wattwise.errors import UsageError
+from wattwise.errors import EnergyPluginWarning, UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.policy import StopReason
 from wattwise.recurring.spec import JobSpec, MetricMode, Recommendation, RunRecord
-from wattwise.run import EnergyPluginWarning, Run
+from wattwise.run import Run
 from wattwise.store.factory import open_store
 from wattwise.store.spool import StoreUnavailable
 

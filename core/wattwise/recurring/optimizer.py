@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from wattwise.errors import UsageError
+from wattwise.errors import EnergyPluginWarning, UsageError
 from wattwise.recurring.policy import (
     WATTWISE_POLICY,
     PolicyConfig,
@@ -204,8 +204,6 @@ class BatchSizeOptimizer:
 
 def _warn(message: str, *, stacklevel: int) -> None:
     """An `EnergyPluginWarning`: wattwise went on without the store instead of breaking training."""
-    from wattwise.run import EnergyPluginWarning  # not at import: wattwise.run's imports lead back here
-
     warnings.warn(message, EnergyPluginWarning, stacklevel=stacklevel)
 
 
