@@ -1,5 +1,7 @@
-"""The job store on SQLite and on a real PostgreSQL server: concurrent writers lose nothing, and the
-store's answers. (Its schema migrations: test_store_migrations.py.)"""
+"""The job store on SQLite and on a real PostgreSQL server: concurrent writers lose nothing, WAL, bad URLs.
+
+What every store answers alike (in memory too): test_store_contract.py. Its schema migrations:
+test_store_migrations.py."""
 
 from __future__ import annotations
 
@@ -93,46 +95,6 @@ def test_sqlite_store_uses_wal(sqlite_url: str) -> None:
     store = SqlJobStore(sqlite_url)
     with store.connection() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
-    store.close()
-
-
-def test_store_round_trip_and_reset(sqlite_url: str) -> None:
-    store = SqlJobStore(sqlite_url)
-    store.register_job(SPEC, 0.0)
-    run = store.start_run(SPEC.name, lambda runs, limits: (32, "explore", float("inf")), 5.0)
-    assert (run.batch_size, run.phase, run.state, run.power_limit_w) == (32, "explore", "open", None)
-    store.set_power_limit(SPEC.name, 32, 175.0)
-    store.progress_run(SPEC.name, run.run_id, epochs=1, energy_j=10.0, time_s=1.0, cost=155.0, now_s=6.0)
-    done = store.finish_run(
-        SPEC.name, run.run_id, reached=True, epochs=2, energy_j=20.0, time_s=2.0, cost=310.0, now_s=7.0
-    )
-    assert (done.state, done.power_limit_w, done.epochs, done.cost, done.updated_at_s) == (
-        "reached",
-        175.0,
-        2,
-        310.0,
-        7.0,
-    )
-    assert store.least_reached_cost(SPEC.name) == 310.0
-    assert store.power_limits(SPEC.name) == {32: 175.0}
-    with pytest.raises(UsageError, match="already finished"):
-        store.finish_run(SPEC.name, run.run_id, reached=True, epochs=2, energy_j=1, time_s=1, cost=1, now_s=8)
-    with pytest.raises(UsageError, match="has no run 999"):
-        store.get_run(SPEC.name, 999)
-    assert store.reset_job(SPEC.name) is True
-    assert store.get_job(SPEC.name) is None and store.reset_job(SPEC.name) is False
-    with pytest.raises(UsageError, match="no job named"):
-        store.runs(SPEC.name)
-    store.close()
-
-
-def test_registering_a_job_again_with_other_settings_names_the_fields(sqlite_url: str) -> None:
-    store = SqlJobStore(sqlite_url)
-    store.register_job(SPEC, 0.0)
-    store.register_job(SPEC, 1.0)
-    changed = JobSpec(**{**SPEC.__dict__, "max_epochs": 9, "beta": 3.0})
-    with pytest.raises(UsageError, match=r"max_epochs \(stored 5, given 9\).*beta.*jobs reset"):
-        store.register_job(changed, 2.0)
     store.close()
 
 

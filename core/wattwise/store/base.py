@@ -21,10 +21,22 @@ ChooseFn = Callable[[Sequence[RunRecord], Mapping[int, float]], tuple[int, Phase
 
 
 class JobStore(Protocol):
-    """History of recurring jobs. Times are seconds since the epoch, given by the caller."""
+    """History of recurring jobs: their specs, runs and remembered power limits.
+
+    Every implementation passes the same contract tests (tests/test_store_contract.py). Times are
+    seconds since the epoch, given by the caller (the store never reads a clock); energy in joules,
+    time in seconds, power in watts. A call naming a job the store does not know raises `UsageError`,
+    except the questions `get_job` (None), `least_reached_cost` (infinite), `power_limits` (empty) and
+    `reset_job` (False).
+    """
 
     def register_job(self, spec: JobSpec, now_s: float) -> None:
-        """Create the job, or check that the stored one has the same settings (UsageError if not)."""
+        """Create the job, or check that the stored one has the same settings.
+
+        Raises:
+            UsageError: the job is stored with other settings; the message names each field with both
+                values.
+        """
 
     def get_job(self, name: str) -> JobSpec | None:
         """The job's spec, or None when the store does not know it."""
@@ -33,12 +45,29 @@ class JobStore(Protocol):
         """Every job, by name."""
 
     def start_run(self, name: str, choose: ChooseFn, now_s: float) -> RunRecord:
-        """Atomically: read the runs and power limits, call `choose`, insert the open run it chose."""
+        """Atomically: read the runs and power limits, call `choose`, insert the open run it chose.
+
+        Two processes starting runs of one job at once each see the other's run, so they never both
+        take the same exploration step.
+
+        Args:
+            name: The job.
+            choose: Given the job's runs (in the order they started) and its power limits by batch
+                size, returns the new run's batch size, phase and cost limit (joules; infinite: none).
+            now_s: The run's start.
+
+        Returns:
+            The open run, with the power limit remembered for its batch size (None: none yet).
+        """
 
     def progress_run(
         self, name: str, run_id: int, *, epochs: int, energy_j: float, time_s: float, cost: float, now_s: float
     ) -> None:
-        """Record an open run's progress so far (also its heartbeat)."""
+        """Record an open run's progress so far (also its heartbeat).
+
+        Raises:
+            UsageError: the run is unknown or has finished.
+        """
 
     def finish_run(
         self,
@@ -52,25 +81,41 @@ class JobStore(Protocol):
         cost: float,
         now_s: float,
     ) -> RunRecord:
-        """Close an open run with its result."""
+        """Close an open run with its result.
+
+        Returns:
+            The finished run (`reached` or `failed`), with the power limit remembered for its batch size
+            by now when it started without one.
+
+        Raises:
+            UsageError: the run is unknown or has finished with another result.
+        """
 
     def get_run(self, name: str, run_id: int) -> RunRecord:
-        """One run (UsageError when unknown)."""
+        """One run.
+
+        Raises:
+            UsageError: the store has no such run.
+        """
 
     def runs(self, name: str) -> list[RunRecord]:
         """Every run of the job, in the order they started."""
 
     def least_reached_cost(self, name: str) -> float:
-        """The least cost of a run that reached the target, infinite when none did."""
+        """The least cost of a run that reached the target; infinite when none did (or no such job)."""
 
     def set_power_limit(self, name: str, batch_size: int, power_limit_w: float) -> None:
-        """Remember the power limit chosen for a batch size."""
+        """Remember the power limit chosen for a batch size (replacing an earlier one)."""
 
     def power_limits(self, name: str) -> dict[int, float]:
-        """Remembered power limits by batch size."""
+        """Remembered power limits by batch size (empty for a job the store does not know)."""
 
     def reset_job(self, name: str) -> bool:
-        """Forget the job and its whole history; False when the store did not know it."""
+        """Forget the job and its whole history (runs, power limits).
+
+        Returns:
+            False when the store did not know the job.
+        """
 
     def close(self) -> None:
         """Release connections."""
@@ -86,7 +131,11 @@ def spec_differences(stored: JobSpec, given: JobSpec) -> list[str]:
 
 
 def check_same_spec(stored: JobSpec, given: JobSpec) -> None:
-    """UsageError when a job is registered again with other settings."""
+    """Refuse to register a job again with other settings.
+
+    Raises:
+        UsageError: naming each field that differs, with both values, and how to start afresh.
+    """
     diffs = spec_differences(stored, given)
     if diffs:
         raise UsageError(
@@ -96,12 +145,15 @@ def check_same_spec(stored: JobSpec, given: JobSpec) -> None:
 
 
 def unknown_job(name: str) -> UsageError:
+    """The error for a job the store does not know, pointing at `wattwise jobs list`."""
     return UsageError(f"no job named {name!r} in the store (see `wattwise jobs list`)")
 
 
 def unknown_run(name: str, run_id: int) -> UsageError:
+    """The error for a run the job does not have, pointing at `wattwise jobs show`."""
     return UsageError(f"job {name!r} has no run {run_id} (see `wattwise jobs show {name}`)")
 
 
 def finished_run(name: str, run_id: int) -> UsageError:
+    """The error for writing to a run that has already finished."""
     return UsageError(f"run {run_id} of job {name!r} has already finished; start a new run instead")

@@ -24,7 +24,14 @@ STORE_ENV = "WATTWISE_STORE"
 
 
 def default_store_url() -> str:
-    """`$WATTWISE_STORE`, else a SQLite file `jobs.sqlite` in wattwise's state directory."""
+    """The store used when none is given: `$WATTWISE_STORE`, else `jobs.sqlite` in the state directory.
+
+    Returns:
+        Its SQLAlchemy URL.
+
+    Raises:
+        UsageError: `$WATTWISE_STORE` is empty, a directory, or not a database URL.
+    """
     env = os.environ.get(STORE_ENV)
     if env:
         return store_url(env)
@@ -34,7 +41,16 @@ def default_store_url() -> str:
 def store_url(location: str) -> str:
     """A SQLAlchemy URL from a URL or a file path (a path means a SQLite file).
 
-    `postgresql://` and `postgres://` URLs use the psycopg 3 driver.
+    Args:
+        location: A file path (`~` expanded, made absolute) or a database URL; `postgresql://` and
+            `postgres://` URLs get the psycopg 3 driver.
+
+    Returns:
+        The SQLAlchemy URL (nothing is opened).
+
+    Raises:
+        UsageError: the location is empty, a directory, or not a database URL (a password in it is
+            not repeated in the message).
     """
     location = location.strip()
     if not location:
@@ -60,7 +76,17 @@ def store_url(location: str) -> str:
 
 
 def open_store(location: str | None = None) -> SqlJobStore:
-    """The store at `location` (URL or SQLite path), `$WATTWISE_STORE`, or the default SQLite file."""
+    """Open the store at `location`, else `$WATTWISE_STORE`, else the default SQLite file.
+
+    Opening upgrades the store's schema and delivers results spooled while it was unreachable.
+
+    Args:
+        location: A SQLite file path or a database URL (see `store_url`); None for the default.
+
+    Raises:
+        UsageError: the location is not a store, or the store was written by a newer wattwise.
+        StoreUnavailable: the database cannot be reached.
+    """
     from wattwise.store.sql import SqlJobStore
 
     return SqlJobStore(store_url(location) if location else default_store_url())

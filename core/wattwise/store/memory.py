@@ -10,7 +10,11 @@ from wattwise.store.base import ChooseFn, check_same_spec, finished_run, unknown
 
 
 class MemoryJobStore:
-    """A `JobStore` in a dict: nothing outlives the process (simulator, tests)."""
+    """A `JobStore` in dicts: nothing outlives the process (the simulator, tests).
+
+    It answers as the SQL store does (tests/test_store_contract.py), without a database: no locks, as
+    one process owns it.
+    """
 
     def __init__(self) -> None:
         self._specs: dict[str, JobSpec] = {}
@@ -114,16 +118,14 @@ class MemoryJobStore:
         return list(self._job_runs(name))
 
     def least_reached_cost(self, name: str) -> float:
-        self._job_runs(name)
-        return self._least[name]
+        return self._least.get(name, math.inf)
 
     def set_power_limit(self, name: str, batch_size: int, power_limit_w: float) -> None:
         self._job_runs(name)
         self._limits[name][batch_size] = power_limit_w
 
     def power_limits(self, name: str) -> dict[int, float]:
-        self._job_runs(name)
-        return dict(self._limits[name])
+        return dict(self._limits.get(name, {}))
 
     def reset_job(self, name: str) -> bool:
         if name not in self._specs:
