@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 import math
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -37,6 +37,33 @@ from wattwise.carbon.series import parse_timestamp_s
 from wattwise.errors import UsageError
 from wattwise.paths import create_beside, finite_or_null, read_text, replace_file
 from wattwise.power_limit import ProfileEntry
+from wattwise.record_fields import (
+    AT_INDEX,
+    FIX,
+    MAX_FIGURE,
+    FieldSpec,
+    Flag,
+    JsonObject,
+    Number,
+    NumberMap,
+    Numbers,
+    OpenObjects,
+    Record,
+    RecordMap,
+    Records,
+    Scalar,
+    Text,
+    Texts,
+    Timestamp,
+    UnixTime,
+    Whole,
+    as_json,
+    define_foreign,
+    from_json,
+    show,
+    to_json_dict,
+)
+from wattwise.record_fields import iso_utc as iso_utc  # re-exported: the record's time format
 
 SCHEMA = "wattwise.run/1"
 SCHEMA_PREFIX = "wattwise.run/"
@@ -50,173 +77,168 @@ WINDOW_COLUMNS = ("start_time", "window_name", "time_s", "energy_j", "approximat
 #: A value in the settings timeline: a JSON scalar.
 SettingValue = bool | int | float | str | None
 
-_FIX = "the run directory is damaged: re-run the job, or restore the file"
-#: The largest magnitude any figure of a run may have (1e15 J is 278 GWh, 1e15 s 30 million years): more
-#: is a damaged file, and would overflow the sums a report makes.
-MAX_FIGURE = 1e15
-
-
-def iso_utc(t_s: float) -> str:
-    """A unix time as `summary.json` holds it: ISO 8601 in UTC."""
-    return datetime.fromtimestamp(t_s, tz=timezone.utc).isoformat()
-
-
 # -- summary.json --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class EpochEnergy:
-    epoch: int
-    time_s: float
-    energy_j: float
+# Each field is defined once, with its JSON key and codec (`wattwise.record_fields`): `to_dict` and
+# `parse_summary` follow from the definitions, in the fields' order (the order `summary.json` holds them).
+class _JsonRecord:
+    """A record whose JSON object follows from its `json_field`s."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record's JSON object, keys in the order a reader expects them."""
+        return to_json_dict(self)
+
+
+define_foreign(ProfileEntry, power_limit_w=FieldSpec(Number(), required=True),
+               time_s=FieldSpec(Number(), required=True), energy_j=FieldSpec(Number(), required=True))
 
 
 @dataclass(frozen=True)
-class SettingEvent:
+class EpochEnergy(_JsonRecord):
+    """Time and energy of one epoch (an epoch missing its number reads as its position in the list)."""
+
+    epoch: int = field(metadata=as_json(Whole(), if_missing=AT_INDEX))
+    time_s: float = field(metadata=as_json(Number(), required=True))
+    energy_j: float = field(metadata=as_json(Number(), required=True))
+
+
+@dataclass(frozen=True)
+class SettingEvent(_JsonRecord):
     """A device setting applied during the run (e.g. `power_limit_w` = 175 on `rank0/gpu0`)."""
 
-    timestamp_s: float
-    device: str
-    setting: str
-    value: SettingValue
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"timestamp": self.timestamp_s, "device": self.device, "setting": self.setting, "value": self.value}
+    timestamp_s: float = field(metadata=as_json(Number(minimum=None), key="timestamp", required=True))
+    device: str = field(metadata=as_json(Text(), required=True))
+    setting: str = field(metadata=as_json(Text(), required=True))
+    value: SettingValue = field(metadata=as_json(Scalar()))
 
 
 @dataclass(frozen=True)
-class TuningSummary:
+class TuningSummary(_JsonRecord):
     """Whether power-limit tuning profiled every limit; when not, why, and what it measured."""
 
-    finished: bool
+    finished: bool = field(metadata=as_json(Flag(), if_missing=False))
     #: The limits profiled, highest first.
-    profiled: tuple[float, ...] = ()
-    reason: str | None = None
+    profiled: tuple[float, ...] = field(default=(), metadata=as_json(Numbers()))
+    reason: str | None = field(default=None, metadata=as_json(Text()))
     #: Optimizer steps run at the chosen limit (the estimated saving counts these).
-    steps_at_chosen: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"finished": self.finished, "profiled": list(self.profiled), "reason": self.reason,
-                "steps_at_chosen": self.steps_at_chosen}
+    steps_at_chosen: int | None = field(default=None, metadata=as_json(Whole()))
 
 
 @dataclass(frozen=True)
-class NonTrainingTime:
+class NonTrainingTime(_JsonRecord):
     """Time that was not training (one kind: validation, checkpoint, ...), excluded from step figures."""
 
-    time_s: float
-    energy_j: float
-    count: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"time_s": self.time_s, "energy_j": self.energy_j, "count": self.count}
+    time_s: float = field(metadata=as_json(Number(), required=True))
+    energy_j: float = field(metadata=as_json(Number(), required=True))
+    count: int = field(metadata=as_json(Whole(), if_missing=0))
 
 
-@dataclass(frozen=True, kw_only=True)
-class PowerLimitSummary:
-    """What the power-limit part did: a cap, or tuning (profile, choice, estimated saving)."""
-
-    #: "cap" or "tune". A cap records only the mode and the limit.
-    mode: str
-    chosen_power_limit_w: float | None = None
-    selector: str | None = None
-    eta: float | None = None
-    max_slowdown: float | None = None
-    #: The choice came from the limits memory of an earlier run, without profiling.
-    reused: bool = False
-    profile: tuple[ProfileEntry, ...] = ()
-    #: Energy the run would have used at the highest limit, and the difference (None until chosen).
-    baseline_energy_j: float | None = None
-    energy_saved_j: float | None = None
-    baseline_estimated: bool = False
-    #: A reused limit: the run that chose it and when (unix seconds); `selector` and `eta` are that run's.
-    reused_run_id: str | None = None
-    reused_chosen_at_s: float | None = None
-    #: Whether tuning finished (None in summaries of earlier wattwise versions, which did not say).
-    tuning: TuningSummary | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.mode == "cap":
-            return {"mode": self.mode, "chosen_power_limit_w": self.chosen_power_limit_w}
-        info: dict[str, Any] = {
-            "mode": self.mode, "selector": self.selector, "eta": self.eta, "max_slowdown": self.max_slowdown,
-            "reused": self.reused, "chosen_power_limit_w": self.chosen_power_limit_w,
-            "profile": [{"power_limit_w": e.power_limit_w, "time_s": e.time_s, "energy_j": e.energy_j}
-                        for e in self.profile],
-            "baseline_energy_j": self.baseline_energy_j, "energy_saved_j": self.energy_saved_j,
-        }
-        if self.baseline_estimated:
-            info["baseline_estimated"] = True
-        if self.reused:
-            info["reused_from"] = {"run_id": self.reused_run_id,
-                                   "chosen_at": iso_utc(self.reused_chosen_at_s)
-                                   if self.reused_chosen_at_s is not None else None}
-        if self.tuning is not None:
-            info["tuning"] = self.tuning.to_dict()
-        return info
+def _tuned(limit: PowerLimitSummary) -> bool:
+    return limit.mode != "cap"
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """The settings the run ended with."""
-
-    power_limit_w: float | None = None
-    batch_size: int | None = None
-    #: Path of the PLAN.json (`wattwise.frequency`) the run followed; None when it followed none.
-    frequency_plan: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"power_limit_w": self.power_limit_w, "batch_size": self.batch_size,
-                "frequency_plan": self.frequency_plan}
+def _estimated(limit: PowerLimitSummary) -> bool:
+    return _tuned(limit) and limit.baseline_estimated
 
 
-@dataclass(frozen=True)
-class CarbonAwareSummary:
-    """The carbon-aware power limit's inputs (present when the run switched limits by grid intensity)."""
+def _reused(limit: PowerLimitSummary) -> bool:
+    return _tuned(limit) and limit.reused
 
-    threshold_g_per_kwh: float
-    interval_s: float
-    intensity_source: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"threshold_g_per_kwh": self.threshold_g_per_kwh, "interval_s": self.interval_s,
-                "intensity_source": self.intensity_source}
+def _has_tuning(limit: PowerLimitSummary) -> bool:
+    return _tuned(limit) and limit.tuning is not None
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunSummary:
-    """`summary.json`: the whole run, energy summed and time maxed over processes.
+class PowerLimitSummary(_JsonRecord):
+    """What the power-limit part did: a cap, or tuning (profile, choice, estimated saving).
 
-    Times are ISO 8601 with a timezone (`iso_utc`); `avg_power_w` is derived from energy and time.
+    A cap records only its mode and limit.
     """
 
-    start_time: str
-    end_time: str
-    time_s: float
-    energy_j: float
-    schema: str = SCHEMA
-    wattwise_version: str | None = __version__
+    #: "cap" or "tune".
+    mode: str = field(metadata=as_json(Text(), required=True))
+    selector: str | None = field(default=None, metadata=as_json(Text(), written=_tuned))
+    eta: float | None = field(default=None, metadata=as_json(Number(), written=_tuned))
+    max_slowdown: float | None = field(default=None, metadata=as_json(Number(), written=_tuned))
+    #: The choice came from the limits memory of an earlier run, without profiling.
+    reused: bool = field(default=False, metadata=as_json(Flag(), written=_tuned))
+    chosen_power_limit_w: float | None = field(default=None, metadata=as_json(Number()))
+    profile: tuple[ProfileEntry, ...] = field(default=(), metadata=as_json(Records(ProfileEntry), written=_tuned))
+    #: Energy the run would have used at the highest limit, and the difference (None until chosen). A limit
+    #: that used more energy than the highest one "saves" a negative amount.
+    baseline_energy_j: float | None = field(default=None, metadata=as_json(Number(), written=_tuned))
+    energy_saved_j: float | None = field(default=None, metadata=as_json(Number(minimum=None), written=_tuned))
+    baseline_estimated: bool = field(default=False, metadata=as_json(Flag(), written=_estimated))
+    #: A reused limit: the run that chose it and when (unix seconds); `selector` and `eta` are that run's.
+    reused_run_id: str | None = field(default=None,
+                                      metadata=as_json(Text(), key="reused_from.run_id", written=_reused))
+    reused_chosen_at_s: float | None = field(default=None,
+                                             metadata=as_json(UnixTime(), key="reused_from.chosen_at", written=_reused))
+    #: Whether tuning finished (None in summaries of earlier wattwise versions, which did not say).
+    tuning: TuningSummary | None = field(default=None, metadata=as_json(Record(TuningSummary), written=_has_tuning))
+
+
+@dataclass(frozen=True)
+class RunSettings(_JsonRecord):
+    """The settings the run ended with."""
+
+    power_limit_w: float | None = field(default=None, metadata=as_json(Number()))
+    batch_size: int | None = field(default=None, metadata=as_json(Whole(minimum=1)))
+    #: Path of the PLAN.json (`wattwise.frequency`) the run followed; None when it followed none.
+    frequency_plan: str | None = field(default=None, metadata=as_json(Text()))
+
+
+@dataclass(frozen=True)
+class CarbonAwareSummary(_JsonRecord):
+    """The carbon-aware power limit's inputs (present when the run switched limits by grid intensity)."""
+
+    threshold_g_per_kwh: float = field(metadata=as_json(Number(), required=True))
+    interval_s: float = field(metadata=as_json(Number(), required=True))
+    intensity_source: str | None = field(default=None, metadata=as_json(Text()))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary(_JsonRecord):
+    """`summary.json`: the whole run, energy summed and time maxed over processes.
+
+    Times are ISO 8601 with a timezone (`iso_utc`); `avg_power_w` is derived from energy and time and
+    written after `cpu_energy_j`. Keys that older or hand-made summaries lack read as None (or empty),
+    except those the report cannot do without (start and end time, energy).
+    """
+
+    schema: str = field(default=SCHEMA, metadata=as_json(Text()))
+    #: None when read from a summary that does not say.
+    wattwise_version: str | None = field(default=__version__, metadata=as_json(Text(), if_missing=None))
     #: "completed", "failed", "interrupted", ...
-    status: str | None = None
-    simulated: bool = False
-    backend: str | None = None
-    framework: str | None = None
-    job: str | None = None
-    hostname: str | None = None
-    world_size: int | None = None
-    energy_per_device_j: Mapping[str, float] = field(default_factory=dict)
-    cpu_energy_j: float | None = None
-    steps: int | None = None
-    epochs: tuple[EpochEnergy, ...] = ()
+    status: str | None = field(default=None, metadata=as_json(Text()))
+    #: When a summary does not say, whether its backend is "simulated".
+    simulated: bool = field(default=False, metadata=as_json(Flag(), if_missing=None))
+    backend: str | None = field(default=None, metadata=as_json(Text()))
+    framework: str | None = field(default=None, metadata=as_json(Text()))
+    job: str | None = field(default=None, metadata=as_json(Text()))
+    hostname: str | None = field(default=None, metadata=as_json(Text()))
+    world_size: int | None = field(default=None, metadata=as_json(Whole(minimum=1)))
+    start_time: str = field(metadata=as_json(Timestamp(), required=True))
+    end_time: str = field(metadata=as_json(Timestamp(), required=True))
+    #: When a summary does not say, the time from start to end.
+    time_s: float = field(metadata=as_json(Number()))
+    energy_j: float = field(metadata=as_json(Number(), required=True))
+    energy_per_device_j: Mapping[str, float] = field(default_factory=dict, metadata=as_json(NumberMap()))
+    cpu_energy_j: float | None = field(default=None, metadata=as_json(Number()))
+    steps: int | None = field(default=None, metadata=as_json(Whole()))
+    epochs: tuple[EpochEnergy, ...] = field(default=(), metadata=as_json(Records(EpochEnergy)))
     #: Energy of the segments before a resume from a checkpoint (included in `energy_j`).
-    resumed_energy_j: float = 0.0
+    resumed_energy_j: float = field(default=0.0, metadata=as_json(Number()))
     #: Each GPU as `Device.describe()` reports it, plus its `rank`: open-ended.
-    devices: tuple[Mapping[str, Any], ...] = ()
-    notes: tuple[str, ...] = ()
-    power_limit: PowerLimitSummary | None = None
-    settings: RunSettings = field(default_factory=RunSettings)
-    settings_timeline: tuple[SettingEvent, ...] = ()
-    carbon_aware: CarbonAwareSummary | None = None
+    devices: tuple[Mapping[str, Any], ...] = field(default=(), metadata=as_json(OpenObjects()))
+    notes: tuple[str, ...] = field(default=(), metadata=as_json(Texts()))
+    power_limit: PowerLimitSummary | None = field(default=None, metadata=as_json(Record(PowerLimitSummary)))
+    settings: RunSettings = field(default_factory=RunSettings, metadata=as_json(Record(RunSettings)))
+    settings_timeline: tuple[SettingEvent, ...] = field(default=(), metadata=as_json(Records(SettingEvent)))
+    carbon_aware: CarbonAwareSummary | None = field(default=None, metadata=as_json(Record(CarbonAwareSummary)))
     #: Time that was not training (validation, checkpoints), by kind; included in `time_s`/`energy_j`.
-    non_training: Mapping[str, NonTrainingTime] = field(default_factory=dict)
+    non_training: Mapping[str, NonTrainingTime] = field(default_factory=dict,
+                                                        metadata=as_json(RecordMap(NonTrainingTime)))
 
     @property
     def avg_power_w(self) -> float:
@@ -235,36 +257,9 @@ class RunSummary:
         """Model name of each device (`devices[].name`), when the run recorded it."""
         return tuple(d["name"] for d in self.devices if isinstance(d.get("name"), str) and d["name"])
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object of `summary.json`, keys in the order a reader expects them."""
-        return {
-            "schema": self.schema,
-            "wattwise_version": self.wattwise_version,
-            "status": self.status,
-            "simulated": self.simulated,
-            "backend": self.backend,
-            "framework": self.framework,
-            "job": self.job,
-            "hostname": self.hostname,
-            "world_size": self.world_size,
-            "start_time": self.start_time,
-            "end_time": self.end_time,
-            "time_s": self.time_s,
-            "energy_j": self.energy_j,
-            "energy_per_device_j": dict(self.energy_per_device_j),
-            "cpu_energy_j": self.cpu_energy_j,
-            "avg_power_w": self.avg_power_w,
-            "steps": self.steps,
-            "epochs": [{"epoch": e.epoch, "time_s": e.time_s, "energy_j": e.energy_j} for e in self.epochs],
-            "resumed_energy_j": self.resumed_energy_j,
-            "devices": [dict(d) for d in self.devices],
-            "notes": list(self.notes),
-            "power_limit": self.power_limit.to_dict() if self.power_limit is not None else None,
-            "settings": self.settings.to_dict(),
-            "settings_timeline": [e.to_dict() for e in self.settings_timeline],
-            "carbon_aware": self.carbon_aware.to_dict() if self.carbon_aware is not None else None,
-            "non_training": {kind: t.to_dict() for kind, t in self.non_training.items()},
-        }
+    def json_derived(self) -> dict[str, tuple[str, Any]]:
+        """`avg_power_w`, derived from energy and time, is written after `cpu_energy_j`."""
+        return {"cpu_energy_j": ("avg_power_w", self.avg_power_w)}
 
     def to_json(self) -> str:
         """`summary.json`'s text: valid JSON, a figure that is not finite written as null."""
@@ -439,110 +434,40 @@ def read_summary(path: Path) -> RunSummary:
     try:
         raw = json.loads(data)
     except json.JSONDecodeError as err:
-        raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); {_FIX}") \
+        raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); {FIX}") \
             from None
     except (ValueError, RecursionError) as err:
-        raise UsageError(f"{path}: not valid JSON ({type(err).__name__}); {_FIX}") from None
+        raise UsageError(f"{path}: not valid JSON ({type(err).__name__}); {FIX}") from None
     return parse_summary(raw, where=str(path))
 
 
 def parse_summary(raw: Any, *, where: str) -> RunSummary:
-    """Validate a summary's JSON object; `where` (the file) starts every error message."""
+    """Validate a summary's JSON object; `where` (the file) starts every error message.
+
+    Each field is validated as its definition says (see `RunSummary`); then what spans fields: the schema,
+    the end not before the start, and the values a summary may leave out that follow from others.
+
+    Raises:
+        UsageError: The object is not a wattwise run summary or a field is damaged (one line naming the
+            file, the field and the fix).
+    """
     if not isinstance(raw, Mapping):
-        raise UsageError(f"{where}: must hold a JSON object (a wattwise run summary); {_FIX}")
-    f = _Fields(raw, where)
+        raise UsageError(f"{where}: must hold a JSON object (a wattwise run summary); {FIX}")
+    f = JsonObject(raw, where)
     schema = f.opt_text("schema")
     if schema is not None and not schema.startswith(SCHEMA_PREFIX):
         raise UsageError(f"{where}: schema {schema!r} is not a wattwise run summary ({SCHEMA_PREFIX}N); "
                          "pass the summary.json of a wattwise run")
-    start_time, start_s = f.timestamp("start_time")
-    end_time, end_s = f.timestamp("end_time")
-    if end_s < start_s:
-        raise UsageError(f"{where}: end_time {end_time!r} is before start_time {start_time!r}; {_FIX}")
-    backend = f.opt_text("backend")
-    simulated = f.opt_bool("simulated")
-    time_s = f.opt_number("time_s")
     f.opt_number("avg_power_w")  # derived from energy and time; checked, not kept
-    limit, settings, carbon = f.opt_object("power_limit"), f.opt_object("settings"), f.opt_object("carbon_aware")
-    return RunSummary(
-        schema=schema or SCHEMA,
-        wattwise_version=f.opt_text("wattwise_version"),
-        status=f.opt_text("status"),
-        simulated=simulated if simulated is not None else backend == "simulated",
-        backend=backend,
-        framework=f.opt_text("framework"),
-        job=f.opt_text("job"),
-        hostname=f.opt_text("hostname"),
-        world_size=f.opt_int("world_size", minimum=1),
-        start_time=start_time,
-        end_time=end_time,
-        time_s=time_s if time_s is not None else end_s - start_s,
-        energy_j=f.number("energy_j"),
-        energy_per_device_j=f.number_map("energy_per_device_j"),
-        cpu_energy_j=f.opt_number("cpu_energy_j"),
-        steps=f.opt_int("steps"),
-        epochs=tuple(_epoch(e, i) for i, e in enumerate(f.objects("epochs"))),
-        resumed_energy_j=f.opt_number("resumed_energy_j") or 0.0,
-        devices=tuple(d.raw for d in f.objects("devices")),
-        notes=f.strings("notes"),
-        power_limit=_power_limit(limit) if limit is not None else None,
-        settings=RunSettings(
-            power_limit_w=settings.opt_number("power_limit_w"),
-            batch_size=settings.opt_int("batch_size", minimum=1),
-            frequency_plan=settings.opt_text("frequency_plan"),
-        ) if settings is not None else RunSettings(),
-        settings_timeline=tuple(SettingEvent(e.number("timestamp", minimum=None), e.text("device"),
-                                             e.text("setting"), e.scalar("value"))
-                                for e in f.objects("settings_timeline")),
-        carbon_aware=CarbonAwareSummary(
-            carbon.number("threshold_g_per_kwh"), carbon.number("interval_s"), carbon.opt_text("intensity_source")
-        ) if carbon is not None else None,
-        non_training=_non_training(f.opt_object("non_training")),
-    )
-
-
-def _non_training(f: _Fields | None) -> dict[str, NonTrainingTime]:
-    if f is None:
-        return {}
-    out = {}
-    for kind in f.raw:
-        entry = f.opt_object(kind)
-        if entry is None:
-            continue
-        count = entry.opt_int("count")
-        out[str(kind)] = NonTrainingTime(entry.number("time_s"), entry.number("energy_j"), count or 0)
-    return out
-
-
-def _epoch(f: _Fields, index: int) -> EpochEnergy:
-    number = f.opt_int("epoch")
-    return EpochEnergy(index if number is None else number, f.number("time_s"), f.number("energy_j"))
-
-
-def _power_limit(f: _Fields) -> PowerLimitSummary:
-    reused, tuning = f.opt_object("reused_from"), f.opt_object("tuning")
-    return PowerLimitSummary(
-        mode=f.text("mode"),
-        chosen_power_limit_w=f.opt_number("chosen_power_limit_w"),
-        selector=f.opt_text("selector"),
-        eta=f.opt_number("eta"),
-        max_slowdown=f.opt_number("max_slowdown"),
-        reused=bool(f.opt_bool("reused")),
-        profile=tuple(ProfileEntry(e.number("power_limit_w"), e.number("time_s"), e.number("energy_j"))
-                      for e in f.objects("profile")),
-        baseline_energy_j=f.opt_number("baseline_energy_j"),
-        # A limit that used more energy than the highest one "saves" a negative amount.
-        energy_saved_j=f.opt_number("energy_saved_j", minimum=None),
-        baseline_estimated=bool(f.opt_bool("baseline_estimated")),
-        reused_run_id=reused.opt_text("run_id") if reused is not None else None,
-        reused_chosen_at_s=(reused.timestamp("chosen_at")[1] if reused is not None
-                            and reused.raw.get("chosen_at") is not None else None),
-        tuning=TuningSummary(
-            finished=bool(tuning.opt_bool("finished")),
-            profiled=tuple(tuning.numbers("profiled")),
-            reason=tuning.opt_text("reason"),
-            steps_at_chosen=tuning.opt_int("steps_at_chosen"),
-        ) if tuning is not None else None,
+    summary = from_json(RunSummary, f)
+    start_s, end_s = summary.start_s, summary.end_s
+    if end_s < start_s:
+        raise UsageError(f"{where}: end_time {summary.end_time!r} is before start_time {summary.start_time!r}; "
+                         f"{FIX}")
+    return dataclasses.replace(
+        summary,
+        simulated=summary.simulated if summary.simulated is not None else summary.backend == "simulated",
+        time_s=summary.time_s if summary.time_s is not None else end_s - start_s,
     )
 
 
@@ -552,7 +477,7 @@ def read_power_csv(path: Path) -> tuple[DeviceTrace, ...]:
     for line, row in _csv_rows(path, POWER_COLUMNS):
         device = row["device"]
         if not device:
-            raise UsageError(f"{path} line {line}: device is empty; {_FIX}")
+            raise UsageError(f"{path} line {line}: device is empty; {FIX}")
         times, powers = by_device.setdefault(device, ([], []))
         times.append(_cell(path, line, "timestamp", row["timestamp"], minimum=None))
         powers.append(_cell(path, line, "power_w", row["power_w"]))
@@ -573,7 +498,7 @@ def read_windows_csv(path: Path) -> Iterator[WindowRow]:
                       for name, value in row.items() if name.endswith("_energy_j") and name != "energy_j"}
         simulated = row["simulated"]
         if simulated not in ("true", "false"):
-            raise UsageError(f"{path} line {line}: simulated must be true or false (got {_show(simulated)}); {_FIX}")
+            raise UsageError(f"{path} line {line}: simulated must be true or false (got {show(simulated)}); {FIX}")
         yield WindowRow(
             start_time=_cell(path, line, "start_time", row["start_time"], minimum=None),
             window_name=row["window_name"],
@@ -591,11 +516,11 @@ def _cell(path: Path, line: int, column: str, text: str, *, minimum: float | Non
     except ValueError:
         value = math.nan
     if math.isfinite(value) and abs(value) > MAX_FIGURE:
-        raise UsageError(f"{path} line {line}: {column} must be at most {MAX_FIGURE:g} in size (got {_show(text)}); "
-                         f"{_FIX}")
+        raise UsageError(f"{path} line {line}: {column} must be at most {MAX_FIGURE:g} in size (got {show(text)}); "
+                         f"{FIX}")
     if not math.isfinite(value) or (minimum is not None and value < minimum):
         bound = f" >= {minimum:g}" if minimum is not None else ""
-        raise UsageError(f"{path} line {line}: {column} must be a finite number{bound} (got {_show(text)}); {_FIX}")
+        raise UsageError(f"{path} line {line}: {column} must be a finite number{bound} (got {show(text)}); {FIX}")
     return value
 
 
@@ -608,19 +533,19 @@ def _check_file(path: Path, *, missing: str) -> None:
     except OSError as err:
         raise UsageError(f"{path}: cannot be read ({err.strerror}); check its permissions") from None
     if stat.S_ISDIR(mode):
-        raise UsageError(f"{path} is a directory where a file is expected; {_FIX}")
+        raise UsageError(f"{path} is a directory where a file is expected; {FIX}")
     if not stat.S_ISREG(mode):
-        raise UsageError(f"{path} is not a regular file; {_FIX}")
+        raise UsageError(f"{path} is not a regular file; {FIX}")
 
 
 def _read_text(path: Path, *, missing: str) -> str:
     _check_file(path, missing=missing)
-    return read_text(path, what=str(path), expected="text", fix=_FIX)
+    return read_text(path, what=str(path), expected="text", fix=FIX)
 
 
 def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, row by column) of a CSV file that must have `columns`; whole rows only."""
-    _check_file(path, missing=f"{path} not found (a broken link?); {_FIX}")
+    _check_file(path, missing=f"{path} not found (a broken link?); {FIX}")
     try:
         handle = open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115 - closed below
     except OSError as err:
@@ -630,12 +555,12 @@ def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[st
         try:
             header = next(reader, None)
             if header is None:
-                raise UsageError(f"{path}: empty; the header must include {','.join(columns)}; {_FIX}")
+                raise UsageError(f"{path}: empty; the header must include {','.join(columns)}; {FIX}")
             _no_nul(path, reader.line_num, header)
             missing = [c for c in columns if c not in header]
             if missing:
                 raise UsageError(f"{path}: the header lacks column(s) {','.join(missing)} "
-                                 f"(it must include {','.join(columns)}); {_FIX}")
+                                 f"(it must include {','.join(columns)}); {FIX}")
             for row in reader:
                 if not row:
                     continue
@@ -643,126 +568,14 @@ def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[st
                 if len(row) != len(header):
                     cut = "the row is cut short" if len(row) < len(header) else "the row is too long"
                     raise UsageError(f"{path} line {reader.line_num}: {len(row)} fields where the header has "
-                                     f"{len(header)} ({cut}); {_FIX}")
+                                     f"{len(header)} ({cut}); {FIX}")
                 yield reader.line_num, dict(zip(header, row, strict=True))
         except UnicodeDecodeError:
-            raise UsageError(f"{path}: not UTF-8 text; {_FIX}") from None
+            raise UsageError(f"{path}: not UTF-8 text; {FIX}") from None
         except csv.Error as err:
-            raise UsageError(f"{path} line {reader.line_num}: not valid CSV ({err}); {_FIX}") from None
+            raise UsageError(f"{path} line {reader.line_num}: not valid CSV ({err}); {FIX}") from None
 
 
 def _no_nul(path: Path, line: int, cells: list[str]) -> None:
     if any("\x00" in c for c in cells):
-        raise UsageError(f"{path} line {line}: holds binary data (a NUL byte), not text; {_FIX}")
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-class _Fields:
-    """Typed access to one JSON object of a summary; every error names the file and the field."""
-
-    def __init__(self, raw: Mapping[str, Any], where: str, prefix: str = "") -> None:
-        self.raw, self.where, self.prefix = raw, where, prefix
-
-    def _fail(self, key: str, expected: str, value: Any) -> NoReturn:
-        raise UsageError(f"{self.where}: {self.prefix}{key} must be {expected} (got {_show(value)}); {_FIX}")
-
-    def _required(self, key: str) -> Any:
-        value = self.raw.get(key)
-        if value is None:
-            raise UsageError(f"{self.where}: key {self.prefix + key!r} is missing; {_FIX}")
-        return value
-
-    def number(self, key: str, *, minimum: float | None = 0.0) -> float:
-        value = self._required(key)
-        # An int is finite, however large (math.isfinite would overflow on 10**400).
-        if isinstance(value, bool) or not isinstance(value, int | float) \
-                or not (isinstance(value, int) or math.isfinite(value)) or (minimum is not None and value < minimum):
-            self._fail(key, "a finite number" + (f" >= {minimum:g}" if minimum is not None else ""), value)
-        if abs(value) > MAX_FIGURE:
-            self._fail(key, f"at most {MAX_FIGURE:g} in size", value)
-        return float(value)
-
-    def opt_number(self, key: str, *, minimum: float | None = 0.0) -> float | None:
-        return None if self.raw.get(key) is None else self.number(key, minimum=minimum)
-
-    def opt_int(self, key: str, *, minimum: int = 0) -> int | None:
-        value = self.raw.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            self._fail(key, f"a whole number >= {minimum}", value)
-        if value > MAX_FIGURE:
-            self._fail(key, f"at most {MAX_FIGURE:g}", value)
-        return value
-
-    def text(self, key: str) -> str:
-        value = self._required(key)
-        if not isinstance(value, str):
-            self._fail(key, "a string", value)
-        return value
-
-    def opt_text(self, key: str) -> str | None:
-        return None if self.raw.get(key) is None else self.text(key)
-
-    def opt_bool(self, key: str) -> bool | None:
-        value = self.raw.get(key)
-        if value is not None and not isinstance(value, bool):
-            self._fail(key, "true or false", value)
-        return value
-
-    def scalar(self, key: str) -> SettingValue:
-        value = self.raw.get(key)
-        if (isinstance(value, float) and not math.isfinite(value)) or isinstance(value, list | Mapping):
-            self._fail(key, "a finite number, a string, true, false or null", value)
-        return value
-
-    def timestamp(self, key: str) -> tuple[str, float]:
-        text = self.text(key)
-        return text, parse_timestamp_s(text, where=f"{self.where}: {self.prefix}{key}")
-
-    def opt_object(self, key: str) -> _Fields | None:
-        value = self.raw.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, Mapping):
-            self._fail(key, "an object", value)
-        return _Fields(value, self.where, f"{self.prefix}{key}.")
-
-    def _list(self, key: str) -> list[Any]:
-        value = self.raw.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self._fail(key, "a list", value)
-        return value
-
-    def objects(self, key: str) -> list[_Fields]:
-        items = []
-        for i, value in enumerate(self._list(key)):
-            if not isinstance(value, Mapping):
-                self._fail(f"{key}[{i}]", "an object", value)
-            items.append(_Fields(value, self.where, f"{self.prefix}{key}[{i}]."))
-        return items
-
-    def numbers(self, key: str) -> list[float]:
-        values = self._list(key)
-        for i, value in enumerate(values):
-            if isinstance(value, bool) or not isinstance(value, int | float) or abs(value) > MAX_FIGURE \
-                    or not math.isfinite(value):
-                self._fail(f"{key}[{i}]", f"a finite number of at most {MAX_FIGURE:g} in size", value)
-        return [float(v) for v in values]
-
-    def strings(self, key: str) -> tuple[str, ...]:
-        values = self._list(key)
-        for i, value in enumerate(values):
-            if not isinstance(value, str):
-                self._fail(f"{key}[{i}]", "a string", value)
-        return tuple(values)
-
-    def number_map(self, key: str) -> dict[str, float]:
-        nested = self.opt_object(key)
-        return {} if nested is None else {k: nested.number(k) for k in nested.raw}
+        raise UsageError(f"{path} line {line}: holds binary data (a NUL byte), not text; {FIX}")

@@ -1,0 +1,461 @@
+"""A record's fields, each defined once: its JSON key, how it is written, validated and read back.
+
+A record is a frozen dataclass whose fields carry their JSON definition, `field(metadata=as_json(codec))`.
+The codec says how the value is written to JSON and how the JSON is validated and read back; the
+definition also says whether the key is required and what a missing key reads as. `to_json_dict` and
+`from_json` follow from these definitions alone, in the fields' order, so adding a field to a record is
+one line.
+
+    @dataclass(frozen=True)
+    class EpochEnergy:
+        epoch: int = field(metadata=as_json(Whole(), if_missing=AT_INDEX))
+        time_s: float = field(metadata=as_json(Number(), required=True))
+
+Reading validates what the writer guarantees (types, finite numbers, bounds) and turns anything else into
+a one-line `UsageError` naming the file, the field (`power_limit.profile[0].time_s`) and the fix. Keys it
+does not know are ignored, so a record may grow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING
+from datetime import datetime, timezone
+from typing import Any, NoReturn, TypeVar
+
+from wattwise.carbon.series import parse_timestamp_s
+from wattwise.errors import UsageError
+
+T = TypeVar("T")
+
+#: The largest magnitude any figure of a run may have (1e15 J is 278 GWh, 1e15 s 30 million years): more
+#: is a damaged file, and would overflow the sums a report makes.
+MAX_FIGURE = 1e15
+#: What every error of a damaged run record tells the user to do.
+FIX = "the run directory is damaged: re-run the job, or restore the file"
+#: `if_missing=AT_INDEX`: a missing key reads as the record's position in its list.
+AT_INDEX = object()
+#: `if_missing` left unset: a missing key reads as the field's default.
+_FIELD_DEFAULT = object()
+_META = "wattwise.json"
+
+
+def iso_utc(t_s: float) -> str:
+    """A unix time as a run record holds it: ISO 8601 in UTC."""
+    return datetime.fromtimestamp(t_s, tz=timezone.utc).isoformat()
+
+
+def show(value: Any) -> str:
+    """`value` as an error message quotes it: its repr, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# -- codecs: how one value is written and read ----------------------------------------------------------
+class Codec:
+    """How one field's value is written to JSON (`dump`) and validated and read back (`load`).
+
+    `dump` is given a value that is not None (None is written as null); `load` returns None when the key
+    is absent or null.
+    """
+
+    def dump(self, value: Any) -> Any:
+        """The JSON form of `value`."""
+        return value
+
+    def load(self, f: JsonObject, key: str) -> Any:
+        """The value of `key` in `f`, validated; None when absent or null."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Text(Codec):
+    """A string."""
+
+    def load(self, f: JsonObject, key: str) -> str | None:
+        return f.opt_text(key)
+
+
+@dataclasses.dataclass(frozen=True)
+class Number(Codec):
+    """A finite number of at most `MAX_FIGURE` in size, at least `minimum` (None: no lower bound)."""
+
+    minimum: float | None = 0.0
+
+    def load(self, f: JsonObject, key: str) -> float | None:
+        return f.opt_number(key, minimum=self.minimum)
+
+
+@dataclasses.dataclass(frozen=True)
+class Whole(Codec):
+    """A whole number, at least `minimum`."""
+
+    minimum: int = 0
+
+    def load(self, f: JsonObject, key: str) -> int | None:
+        return f.opt_int(key, minimum=self.minimum)
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag(Codec):
+    """true or false."""
+
+    def load(self, f: JsonObject, key: str) -> bool | None:
+        return f.opt_bool(key)
+
+
+@dataclasses.dataclass(frozen=True)
+class Timestamp(Codec):
+    """An ISO 8601 time with a timezone, kept as the text it is."""
+
+    def load(self, f: JsonObject, key: str) -> str | None:
+        return None if f.raw.get(key) is None else f.timestamp(key)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class UnixTime(Codec):
+    """Unix seconds, written as an ISO 8601 time in UTC."""
+
+    def dump(self, value: Any) -> Any:
+        return iso_utc(value)
+
+    def load(self, f: JsonObject, key: str) -> float | None:
+        return None if f.raw.get(key) is None else f.timestamp(key)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Scalar(Codec):
+    """A JSON scalar: a finite number, a string, true, false or null."""
+
+    def load(self, f: JsonObject, key: str) -> bool | int | float | str | None:
+        return f.scalar(key)
+
+
+@dataclasses.dataclass(frozen=True)
+class Texts(Codec):
+    """A list of strings, kept as a tuple."""
+
+    def dump(self, value: Any) -> Any:
+        return list(value)
+
+    def load(self, f: JsonObject, key: str) -> tuple[str, ...] | None:
+        return f.strings(key) if f.raw.get(key) is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Numbers(Codec):
+    """A list of finite numbers, kept as a tuple of floats."""
+
+    def dump(self, value: Any) -> Any:
+        return list(value)
+
+    def load(self, f: JsonObject, key: str) -> tuple[float, ...] | None:
+        return tuple(f.numbers(key)) if f.raw.get(key) is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class NumberMap(Codec):
+    """An object of finite numbers >= 0 by name (e.g. joules by device)."""
+
+    def dump(self, value: Any) -> Any:
+        return dict(value)
+
+    def load(self, f: JsonObject, key: str) -> dict[str, float] | None:
+        return f.number_map(key) if f.raw.get(key) is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenObjects(Codec):
+    """A list of objects whose keys are open-ended (e.g. each device as its backend describes it)."""
+
+    def dump(self, value: Any) -> Any:
+        return [dict(d) for d in value]
+
+    def load(self, f: JsonObject, key: str) -> tuple[Mapping[str, Any], ...] | None:
+        return tuple(d.raw for d in f.objects(key)) if f.raw.get(key) is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Record(Codec):
+    """One nested record of type `of`."""
+
+    of: type
+
+    def dump(self, value: Any) -> Any:
+        return to_json_dict(value)
+
+    def load(self, f: JsonObject, key: str) -> Any:
+        nested = f.opt_object(key)
+        return None if nested is None else from_json(self.of, nested)
+
+
+@dataclasses.dataclass(frozen=True)
+class Records(Codec):
+    """A list of records of type `of`, kept as a tuple."""
+
+    of: type
+
+    def dump(self, value: Any) -> Any:
+        return [to_json_dict(v) for v in value]
+
+    def load(self, f: JsonObject, key: str) -> tuple[Any, ...] | None:
+        if f.raw.get(key) is None:
+            return None
+        return tuple(from_json(self.of, item, index=i) for i, item in enumerate(f.objects(key)))
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordMap(Codec):
+    """An object of records of type `of` by name; a null entry is left out."""
+
+    of: type
+
+    def dump(self, value: Any) -> Any:
+        return {name: to_json_dict(v) for name, v in value.items()}
+
+    def load(self, f: JsonObject, key: str) -> dict[str, Any] | None:
+        nested = f.opt_object(key)
+        if nested is None:
+            return None
+        entries = ((str(name), nested.opt_object(name)) for name in nested.raw)
+        return {name: from_json(self.of, entry) for name, entry in entries if entry is not None}
+
+
+# -- fields -----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """One field of a record as JSON holds it.
+
+    Attributes:
+        codec: How the value is written and read.
+        key: Its key; a dotted key (`reused_from.run_id`) is a key of a nested object.
+        required: Reading fails, naming the key, when it is absent or null.
+        if_missing: What an absent or null key reads as (`AT_INDEX`: the record's position in its list);
+            by default the field's default, else None.
+        written: Whether the record writes the key (by default always).
+    """
+
+    codec: Codec
+    key: str | None = None
+    required: bool = False
+    if_missing: Any = _FIELD_DEFAULT
+    written: Callable[[Any], bool] | None = None
+
+
+def as_json(codec: Codec, *, key: str | None = None, required: bool = False, if_missing: Any = _FIELD_DEFAULT,
+            written: Callable[[Any], bool] | None = None) -> dict[str, FieldSpec]:
+    """A dataclass field's JSON definition, as its metadata: `field(default=None, metadata=as_json(Text()))`.
+
+    Args:
+        codec: How the value is written and read.
+        key: The JSON key when it is not the field's name.
+        required: The key must be present (not null) when read.
+        if_missing: What an absent key reads as, when not the field's default.
+        written: Whether the record writes the key (a function of the record).
+
+    Returns:
+        The metadata to give `dataclasses.field`.
+    """
+    return {_META: FieldSpec(codec, key, required, if_missing, written)}
+
+
+#: The JSON definitions of records defined elsewhere, which cannot carry `json_field`s themselves.
+_FOREIGN: dict[type, dict[str, FieldSpec]] = {}
+
+
+def define_foreign(cls: type, **specs: FieldSpec) -> None:
+    """Give the dataclass `cls`, defined in another module, a JSON definition: one `FieldSpec` per field."""
+    _FOREIGN[cls] = specs
+
+
+def _specs(cls: type) -> list[tuple[dataclasses.Field[Any], FieldSpec]]:
+    foreign = _FOREIGN.get(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        spec = foreign.get(f.name) if foreign is not None else f.metadata.get(_META)
+        if spec is not None:
+            out.append((f, spec))
+    return out
+
+
+def to_json_dict(record: Any) -> dict[str, Any]:
+    """The JSON object of `record`: each defined field it writes, in the fields' order, under its key.
+
+    A record may add keys derived from its fields: its method `json_derived()` maps a field's name to the
+    (key, value) written after that field.
+    """
+    out: dict[str, Any] = {}
+    derived: Mapping[str, tuple[str, Any]] = getattr(record, "json_derived", dict)()
+    for f, spec in _specs(type(record)):
+        if spec.written is None or spec.written(record):
+            value = getattr(record, f.name)
+            *parents, last = (spec.key or f.name).split(".")
+            node = out
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = None if value is None else spec.codec.dump(value)
+        if f.name in derived:
+            key, value = derived[f.name]
+            out[key] = value
+    return out
+
+
+def from_json(cls: type[T], f: JsonObject, *, index: int | None = None) -> T:
+    """The record `cls` read from `f`, every field validated (see `FieldSpec`).
+
+    Args:
+        cls: The record's dataclass.
+        f: Its JSON object.
+        index: Its position in a list, for a field read `AT_INDEX`.
+
+    Returns:
+        The record.
+
+    Raises:
+        UsageError: A field is missing or not what its codec accepts (the message names it).
+    """
+    values: dict[str, Any] = {}
+    for field, spec in _specs(cls):
+        *parents, last = (spec.key or field.name).split(".")
+        node: JsonObject | None = f
+        for part in parents:
+            node = node.opt_object(part) if node is not None else None
+        value = spec.codec.load(node, last) if node is not None else None
+        if value is None:
+            if spec.required:
+                (node or f).missing(last)
+            value = _missing(field, spec, index)
+        values[field.name] = value
+    return cls(**values)
+
+
+def _missing(field: dataclasses.Field[Any], spec: FieldSpec, index: int | None) -> Any:
+    if spec.if_missing is AT_INDEX:
+        return index
+    if spec.if_missing is not _FIELD_DEFAULT:
+        return spec.if_missing
+    if field.default is not MISSING:
+        return field.default
+    if field.default_factory is not MISSING:
+        return field.default_factory()
+    return None
+
+
+# -- reading one JSON object ------------------------------------------------------------------------------
+class JsonObject:
+    """Typed access to one JSON object of a record; every error names the file and the field.
+
+    Args:
+        raw: The object as `json.loads` gave it.
+        where: The file, which starts every error message.
+        prefix: The object's path in the file (`power_limit.`), which starts every field's name.
+    """
+
+    def __init__(self, raw: Mapping[str, Any], where: str, prefix: str = "") -> None:
+        self.raw, self.where, self.prefix = raw, where, prefix
+
+    def _fail(self, key: str, expected: str, value: Any) -> NoReturn:
+        raise UsageError(f"{self.where}: {self.prefix}{key} must be {expected} (got {show(value)}); {FIX}")
+
+    def missing(self, key: str) -> NoReturn:
+        """Raise the `UsageError` of a required `key` that is absent or null."""
+        raise UsageError(f"{self.where}: key {self.prefix + key!r} is missing; {FIX}")
+
+    def _required(self, key: str) -> Any:
+        value = self.raw.get(key)
+        if value is None:
+            self.missing(key)
+        return value
+
+    def number(self, key: str, *, minimum: float | None = 0.0) -> float:
+        value = self._required(key)
+        # An int is finite, however large (math.isfinite would overflow on 10**400).
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not (isinstance(value, int) or math.isfinite(value)) or (minimum is not None and value < minimum):
+            self._fail(key, "a finite number" + (f" >= {minimum:g}" if minimum is not None else ""), value)
+        if abs(value) > MAX_FIGURE:
+            self._fail(key, f"at most {MAX_FIGURE:g} in size", value)
+        return float(value)
+
+    def opt_number(self, key: str, *, minimum: float | None = 0.0) -> float | None:
+        return None if self.raw.get(key) is None else self.number(key, minimum=minimum)
+
+    def opt_int(self, key: str, *, minimum: int = 0) -> int | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self._fail(key, f"a whole number >= {minimum}", value)
+        if value > MAX_FIGURE:
+            self._fail(key, f"at most {MAX_FIGURE:g}", value)
+        return value
+
+    def text(self, key: str) -> str:
+        value = self._required(key)
+        if not isinstance(value, str):
+            self._fail(key, "a string", value)
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        return None if self.raw.get(key) is None else self.text(key)
+
+    def opt_bool(self, key: str) -> bool | None:
+        value = self.raw.get(key)
+        if value is not None and not isinstance(value, bool):
+            self._fail(key, "true or false", value)
+        return value
+
+    def scalar(self, key: str) -> bool | int | float | str | None:
+        value = self.raw.get(key)
+        if (isinstance(value, float) and not math.isfinite(value)) or isinstance(value, list | Mapping):
+            self._fail(key, "a finite number, a string, true, false or null", value)
+        return value
+
+    def timestamp(self, key: str) -> tuple[str, float]:
+        text = self.text(key)
+        return text, parse_timestamp_s(text, where=f"{self.where}: {self.prefix}{key}")
+
+    def opt_object(self, key: str) -> JsonObject | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self._fail(key, "an object", value)
+        return JsonObject(value, self.where, f"{self.prefix}{key}.")
+
+    def _list(self, key: str) -> list[Any]:
+        value = self.raw.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self._fail(key, "a list", value)
+        return value
+
+    def objects(self, key: str) -> list[JsonObject]:
+        items = []
+        for i, value in enumerate(self._list(key)):
+            if not isinstance(value, Mapping):
+                self._fail(f"{key}[{i}]", "an object", value)
+            items.append(JsonObject(value, self.where, f"{self.prefix}{key}[{i}]."))
+        return items
+
+    def numbers(self, key: str) -> list[float]:
+        values = self._list(key)
+        for i, value in enumerate(values):
+            if isinstance(value, bool) or not isinstance(value, int | float) or abs(value) > MAX_FIGURE \
+                    or not math.isfinite(value):
+                self._fail(f"{key}[{i}]", f"a finite number of at most {MAX_FIGURE:g} in size", value)
+        return [float(v) for v in values]
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        values = self._list(key)
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                self._fail(f"{key}[{i}]", "a string", value)
+        return tuple(values)
+
+    def number_map(self, key: str) -> dict[str, float]:
+        nested = self.opt_object(key)
+        return {} if nested is None else {k: nested.number(k) for k in nested.raw}
