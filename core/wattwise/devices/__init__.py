@@ -53,9 +53,11 @@ __all__ = [
     "backend_choices",
     "backend_from_env",
     "discover",
+    "journalled_backends",
     "name_job",
     "open_spec",
     "register",
+    "settings_identity",
     "simulated_gpus",
 ]
 
@@ -139,11 +141,23 @@ def _discover_simulated(wanted: Wanted) -> list[Device]:
                                indices=wanted.gpu_indices))
 
 
+def _uuid_identity(spec: dict[str, Any]) -> str:
+    """A GPU's identity for every process: the UUID its driver gives (its index when the spec has none)."""
+    return str(spec.get("uuid") or spec.get("index"))
+
+
+def _state_file_identity(spec: dict[str, Any]) -> str | None:
+    """A simulated GPU's identity for every process: its state file (None without one: it lives in this
+    process only)."""
+    return os.path.realpath(str(spec["state_file"])) if spec.get("state_file") else None
+
+
 # The backends wattwise ships, in the order "auto" probes them and `backend_choices()` lists them.
 register(Backend("nvml", lazy("wattwise.devices.nvml", "discover_gpus"),
                  lazy("wattwise.devices.nvml", "open_nvml_spec"),
-                 probe=True, title="NVML", needs="an NVIDIA GPU and its driver"))
-register(Backend("simulated", _discover_simulated, lazy("wattwise.devices.simulated", "open_simulated_spec")))
+                 probe=True, title="NVML", needs="an NVIDIA GPU and its driver", identity=_uuid_identity))
+register(Backend("simulated", _discover_simulated, lazy("wattwise.devices.simulated", "open_simulated_spec"),
+                 identity=_state_file_identity))
 # Reads stay local, setting changes go to the node agent (`wattwise agent serve`).
 register(Backend("agent", lazy("wattwise.devices.agent", "discover_gpus"),
                  lazy("wattwise.devices.agent", "open_agent_spec"),
@@ -280,6 +294,23 @@ def open_spec(spec: dict[str, Any]) -> Device:
         raise DeviceError(f"cannot reopen a device of unknown backend {name!r} (known backends: "
                           f"{', '.join(registry.names())})")
     return backend.open(spec)
+
+
+def settings_identity(spec: dict[str, Any]) -> str | None:
+    """What names the hardware of a device spec for every process on this host, for the settings guard's
+    lock of one GPU (`Backend.identity`); None when the guard does not lock it (a device that lives in
+    this process only, or a backend the guard never changes itself)."""
+    name = spec.get("backend")
+    backend = registry.lookup(name) if isinstance(name, str) else None
+    if backend is None or backend.identity is None:
+        return None
+    return backend.identity(spec)
+
+
+def journalled_backends() -> tuple[str, ...]:
+    """The backends whose settings the guard changes itself, journals, and restores after a crash: those
+    a journal may name."""
+    return tuple(b.name for b in registry.backends() if b.identity is not None)
 
 
 def name_job(devices: Iterable[Device], job: str) -> None:

@@ -64,6 +64,11 @@ class Backend:
         title: How messages name it ("NVML unavailable: ..."); default: the name.
         needs: What it needs, for the error when it is asked for by name and unavailable ("an NVIDIA GPU
             and its driver"); empty: its errors are raised as they are.
+        identity: What names the hardware a spec describes for every process on this host (NVML's UUID, a
+            simulated GPU's state file), for the settings guard's lock of one GPU; the function returns
+            None for a device that lives in one process only. None (no function): the settings guard
+            never changes this backend's settings itself (none to change, or the node agent restores
+            them), and a journal that names the backend is refused.
     """
 
     name: str
@@ -74,6 +79,7 @@ class Backend:
     claim: Callable[[], str | None] | None = None
     title: str = ""
     needs: str = ""
+    identity: Callable[[dict[str, Any]], str | None] | None = None
 
     @property
     def label(self) -> str:

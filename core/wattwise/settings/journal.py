@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wattwise.devices import journalled_backends
 from wattwise.devices.base import DeviceError
 from wattwise.paths import state_dir
 from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, finite_number
@@ -136,8 +137,9 @@ def _check_change(change: Any) -> None:
     if not isinstance(change, dict):
         raise JournalProblem(f"a change is not an object: {change!r}")
     spec, setting, value = change.get("device"), change.get("setting"), change.get("original", ...)
-    if not isinstance(spec, dict) or spec.get("backend") not in ("nvml", "simulated"):
-        raise JournalProblem(f"a change names no GPU of backend nvml or simulated: {spec!r}")
+    backends = journalled_backends()
+    if not isinstance(spec, dict) or spec.get("backend") not in backends:
+        raise JournalProblem(f"a change names no GPU of backend {', '.join(backends)}: {spec!r}")
     if not isinstance(spec.get("index"), int) or isinstance(spec.get("index"), bool) or spec["index"] < 0:
         raise JournalProblem(f"a change names no GPU index: {spec!r}")
     if setting == POWER_LIMIT:

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from wattwise.devices import settings_identity
 from wattwise.devices.base import DeviceError
 from wattwise.paths import lock_descriptor
 
@@ -144,14 +145,11 @@ def device_key(spec: dict[str, Any]) -> str:
 
 
 def device_lock_path(folder: Path, spec: dict[str, Any]) -> Path | None:
-    """The lock file of a device: one per GPU (NVML UUID, or simulated GPU's state file); None when the
-    device lives in this process only (a simulated GPU without a state file)."""
-    backend = spec.get("backend")
-    if backend == "nvml":
-        ident = str(spec.get("uuid") or spec.get("index"))
-    elif backend == "simulated" and spec.get("state_file"):
-        ident = os.path.realpath(str(spec["state_file"]))
-    else:
+    """The lock file of a device: one per GPU, as its backend identifies it (`settings_identity`: NVML or
+    amdsmi UUID, or simulated GPU's state file); None when the device lives in this process only (a
+    simulated GPU without a state file)."""
+    backend, ident = spec.get("backend"), settings_identity(spec)
+    if ident is None:
         return None
     digest = hashlib.sha256(f"{backend}:{ident}".encode()).hexdigest()[:16]
     return folder / f"{DEVICE_LOCK_PREFIX}{backend}-{device_key(spec)}-{digest}.lock"
