@@ -170,7 +170,7 @@ def test_a_bad_wattwise_backend_is_a_config_error_naming_the_variable_and_the_ch
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("WATTWISE_BACKEND", value)
-    choices = "auto, nvml, simulated, agent"
+    choices = "auto, nvml, simulated, agent, amdsmi"
     with pytest.raises(ConfigError, match=rf"^WATTWISE_BACKEND must be one of {choices} \(got '{value}'\)"):
         discover("auto")
 

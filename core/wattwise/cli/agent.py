@@ -14,7 +14,7 @@ from typing import Any
 from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR, SOCKET_ENV
 from wattwise.errors import UsageError
 
-AGENT_BACKENDS = ("nvml", "simulated")
+AGENT_BACKENDS = ("nvml", "amdsmi", "simulated")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                              "SIGINT, then restore every held GPU.")
     serve.add_argument("--socket", default=DEFAULT_SOCKET, help="the Unix socket (default %(default)s)")
     serve.add_argument("--backend", choices=AGENT_BACKENDS, default="nvml",
-                       help="GPUs to serve: nvml, or simulated (tests, the demo) (default %(default)s)")
+                       help="GPUs to serve: nvml, amdsmi (AMD), or simulated (tests, the demo) (default %(default)s)")
     serve.add_argument("--group", help="the socket is mode 0660 and owned by this group, a name or a gid "
                                        "(default: the agent's group)")
     serve.add_argument("--config", help="YAML: allowed users/groups, power-limit floors and ceilings, clock range")
@@ -73,7 +73,7 @@ def run_serve(args: argparse.Namespace) -> int:
         found = discover("simulated", num_simulated=args.simulated_gpus, persist_dir=folder)
         share_simulated_load(found.gpus, group_id(args.group))
     else:
-        found = discover("nvml")
+        found = discover(args.backend)
     agent = Agent(found.gpus, args.backend, config, journal)
     for line in agent.recover():
         print(f"wattwise agent: restored after a crash: {line}", file=sys.stderr)

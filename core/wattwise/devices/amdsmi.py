@@ -54,6 +54,7 @@ from wattwise.devices.base import (
     NotSupportedError,
     PowerLimitRange,
 )
+from wattwise.devices.registry import Wanted, select
 from wattwise.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,19 @@ def amdsmi_gpus() -> list[AmdsmiGPU]:
     gpus = [AmdsmiGPU(handles[i], index, identities[i]) for index, i in enumerate(visible)]
     check_energy_counters(gpus)
     return gpus
+
+
+def discover_gpus(wanted: Wanted) -> list[Device]:
+    """The registry's discover function: the visible AMD GPUs at `wanted.gpu_indices`.
+
+    Raises:
+        NotSupportedError: amdsmi, ROCm's library or the amdgpu driver is missing, or no AMD GPU is visible.
+        UsageError: `wanted.gpu_indices` names a GPU that is not visible.
+    """
+    gpus: list[Device] = list(amdsmi_gpus())
+    if not gpus:
+        raise NotSupportedError("amdsmi found no AMD GPU visible to this process")
+    return select(gpus, wanted.gpu_indices)
 
 
 def open_amdsmi_spec(spec: dict[str, Any]) -> AmdsmiGPU:
