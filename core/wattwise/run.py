@@ -256,7 +256,7 @@ class Run:
             return
         if self.power.mode != "measure" and not self.gpus:
             self._notice(f"power-limit {'tuning' if self.power.mode == 'tune' else 'capping'} needs an NVIDIA "
-                         "GPU and none was found: measuring only (backend='simulated' tries it on the "
+                         "or AMD GPU and none was found: measuring only (backend='simulated' tries it on the "
                          "simulated GPU)")
             self.power.mode = "measure"
         try:
