@@ -24,6 +24,7 @@ import pytest
 
 from tests.support import ordinary_user
 from tests.support.paths import REPO_ROOT
+from wattwise.agent.journal import AgentJournal
 from wattwise.devices import DeviceError, NoPermissionError, discover, name_job
 from wattwise.devices.agent import AgentClient, AgentGPU
 from wattwise.settings.guard import SettingsGuard
@@ -325,12 +326,12 @@ def test_a_sigkilled_agents_journal_is_applied_at_its_next_start(tmp_path: Path)
         first.proc.kill()
         first.proc.wait()
         assert json.loads((first.sim_dir / "gpu1.json").read_text())["power_limit_w"] == 150.0
-        journal = first.state_dir / "journal.json"
-        assert json.loads(journal.read_text())["gpus"]["1"]["originals"]["power_limit_w"] == 300.0
+        originals = {(c["device"]["index"], c["setting"]): c["original"] for c in AgentJournal(first.state_dir).load()}
+        assert originals[(1, "power_limit_w")] == 300.0
         second = _start(tmp_path)
         try:
             assert second.gpu(1)["power_limit_w"] == 300.0 and second.gpu(1)["holder"] is None
-            assert json.loads(journal.read_text())["gpus"] == {}
+            assert AgentJournal(first.state_dir).load() == []
         finally:
             log = _stop(second)
         assert "restored after a crash: GPU 1: power limit 300 W" in log

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import time
@@ -92,8 +91,8 @@ def test_the_originals_are_journalled_before_the_change_and_restored_when_the_ho
     agent = _agent(tmp_path)
     state = agent.set_power_limit(0, ALICE, {1000}, 200.0)
     assert state["power_limit_w"] == 200.0 and state["holder"] == {"pid": 101, "uid": 1000, "job": "bert"}
-    journal = json.loads((tmp_path / "state" / "journal.json").read_text())
-    assert journal["gpus"]["0"]["originals"]["power_limit_w"] == 300.0
+    journalled = AgentJournal(tmp_path / "state").load()
+    assert {"device": agent.devices[0].spec(), "setting": "power_limit_w", "original": 300.0} in journalled
     assert os.stat(tmp_path / "state" / "journal.json").st_mode & 0o777 == 0o600
     assert os.stat(tmp_path / "state").st_mode & 0o777 == 0o700
     agent.lock_sm_clocks(0, ALICE, {1000}, 900, 1200)
@@ -104,7 +103,7 @@ def test_the_originals_are_journalled_before_the_change_and_restored_when_the_ho
     assert agent.status()["gpus"][0] == {
         "index": 0, "name": agent.devices[0].name, "power_limit_w": 300.0, "default_power_limit_w": 300.0,
         "locked_sm_clocks_mhz": None, "holder": None}
-    assert json.loads((tmp_path / "state" / "journal.json").read_text())["gpus"] == {}
+    assert AgentJournal(tmp_path / "state").load() == []
 
 
 def test_out_of_range_and_outside_the_admin_bounds_are_refused_with_the_range(tmp_path: Path) -> None:
@@ -159,7 +158,7 @@ def test_a_crashed_agents_journal_is_applied_at_the_next_start(tmp_path: Path) -
 def test_a_journal_writable_by_others_is_not_trusted(tmp_path: Path) -> None:
     journal = AgentJournal(tmp_path / "state")
     journal.prepare()
-    journal.save("simulated", {})
+    journal.save([{"device": {"backend": "simulated", "index": 0}, "setting": "power_limit_w", "original": 300.0}])
     os.chmod(journal.path, 0o666)
     with pytest.raises(UsageError, match="writable by group or others"):
         AgentJournal(tmp_path / "state").prepare()
@@ -173,7 +172,7 @@ def test_start_ticks_name_a_live_process_only() -> None:
 def test_a_change_that_cannot_be_journalled_first_is_not_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     agent = _agent(tmp_path)
 
-    def full_disk(backend: str, leases: dict) -> None:
+    def full_disk(changes: list) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(agent.journal, "save", full_disk)

@@ -77,15 +77,27 @@ def replace_binary(target: str | os.PathLike[str], write: Callable[[BinaryIO], o
     _replace(target, write, mode=mode, text=False)
 
 
-def replace_file(target: str | os.PathLike[str], write: Callable[[TextIO], object], *, mode: int = 0o666) -> None:
+def replace_file(target: str | os.PathLike[str], write: Callable[[TextIO], object], *, mode: int = 0o666,
+                 sync_folder: bool = False) -> None:
     """Write a UTF-8 text file through a temporary beside `target`, synced, then move it over `target`.
 
     A symlink at `target` is replaced, never followed: the file it points to is left untouched.
+
+    Args:
+        target: the file to write.
+        write: writes the content to the open temporary file.
+        mode: the new file's mode (filtered by the umask).
+        sync_folder: also sync the folder after the move, so that the new file survives a power loss
+            (the settings journal: its content must be on disk before the change it records).
+
+    Raises:
+        OSError: it cannot be written; `target` is then as it was.
     """
-    _replace(target, write, mode=mode, text=True)
+    _replace(target, write, mode=mode, text=True, sync_folder=sync_folder)
 
 
-def _replace(target: str | os.PathLike[str], write: Callable[[Any], object], *, mode: int, text: bool) -> None:
+def _replace(target: str | os.PathLike[str], write: Callable[[Any], object], *, mode: int, text: bool,
+             sync_folder: bool = False) -> None:
     path = Path(target)
     fd, tmp = create_beside(path, mode=mode)
     try:
@@ -98,6 +110,13 @@ def _replace(target: str | os.PathLike[str], write: Callable[[Any], object], *, 
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if sync_folder:
+        with contextlib.suppress(OSError):  # the file is in place; a folder that cannot be synced stays as is
+            folder_fd = os.open(path.parent, os.O_RDONLY | _CLOEXEC)
+            try:
+                os.fsync(folder_fd)
+            finally:
+                os.close(folder_fd)
 
 
 def finite_or_null(value: Any) -> Any:
@@ -137,9 +156,9 @@ def read_text(path: str | os.PathLike[str], *, what: str, expected: str, fix: st
         raise error(f"{what}: not UTF-8 text (byte {err.start}); {fix}") from None
 
 
-def write_text(target: str | os.PathLike[str], text: str, *, mode: int = 0o666) -> None:
+def write_text(target: str | os.PathLike[str], text: str, *, mode: int = 0o666, sync_folder: bool = False) -> None:
     """`replace_file` with one string: `target` holds `text` afterwards, or is as it was."""
-    replace_file(target, lambda fh: fh.write(text), mode=mode)
+    replace_file(target, lambda fh: fh.write(text), mode=mode, sync_folder=sync_folder)
 
 
 def lock_descriptor(path: str | os.PathLike[str], *, create: bool = True) -> int:

@@ -7,7 +7,8 @@ and at the agent's next start after a crash (from its own journal).
 
 - `leases`: the lease table (pure: who holds which GPU, and the originals to restore);
 - `config`: the admin's bounds (who may change settings, power-limit floors and ceilings, clock range);
-- `journal`: the agent's on-disk record of the originals, applied at its next start after a crash;
+- `journal`: where the agent keeps its settings journal (`wattwise.settings`: the guard's format, checks
+  and writing), applied at its next start after a crash;
 - `server`: the HTTP API over a Unix socket (aiohttp) and the process watchers.
 
 Its clients reach it through the `agent` device backend, `wattwise.devices.agent` (the socket, the HTTP

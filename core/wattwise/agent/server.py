@@ -39,11 +39,10 @@ from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
+from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, originals_words, read_setting, restore_originals
 
 log = logging.getLogger(__name__)
 
-POWER_LIMIT = "power_limit_w"
-SM_CLOCKS = "locked_sm_clocks_mhz"
 #: Requests are a few dozen bytes: anything larger is refused before it is read.
 MAX_BODY_BYTES = 64 * 1024
 #: How often a holder is checked when pidfd is unavailable (Linux before 5.3).
@@ -164,19 +163,24 @@ class Agent:
         self.journal = journal
         self.leases = LeaseTable()
         self.watcher: ProcessWatcher | None = None
+        #: Journalled changes of GPUs this agent does not see: kept in the journal, never dropped.
+        self.unseen: list[dict[str, Any]] = []
 
     # -- life cycle -------------------------------------------------------------------------------------
     def recover(self) -> list[str]:
         """Put back the originals a crashed agent journalled; one line per GPU restored."""
+        by_gpu: dict[int, dict[str, Any]] = {}
+        for change in self.journal.load():
+            index = change["device"]["index"]
+            if index in self.devices:
+                by_gpu.setdefault(index, {})[change["setting"]] = change["original"]
+            else:
+                log.error("wattwise agent: journal names GPU %s, which this agent does not see; kept", index)
+                self.unseen.append(change)
         lines = []
-        for key, entry in self.journal.load().items():
-            device = self.devices.get(int(key))
-            if device is None:
-                log.error("wattwise agent: journal names GPU %s, which this agent does not see; kept", key)
-                continue
-            originals = dict(entry.get("originals") or {})
-            _restore(device, originals)
-            lines.append(f"GPU {key}: {_words(originals)}")
+        for index, originals in by_gpu.items():
+            restore_originals(self.devices[index], originals)
+            lines.append(f"GPU {index}: {originals_words(originals)}")
         self._save()
         return lines
 
@@ -207,7 +211,7 @@ class Agent:
             "name": device.name,
             "power_limit_w": _maybe(device.power_limit_w),
             "default_power_limit_w": _maybe(lambda: device.power_limit_range().default_w),
-            "locked_sm_clocks_mhz": _clocks(_maybe(device.locked_sm_clocks_mhz)),
+            "locked_sm_clocks_mhz": _maybe(lambda: read_setting(device, SM_CLOCKS)),
             "holder": holder.public() if holder else None,
         }
 
@@ -292,7 +296,7 @@ class Agent:
         if lease is None:
             return
         try:
-            _restore(self.devices[index], lease.originals)
+            restore_originals(self.devices[index], lease.originals)
         except DeviceError as err:
             log.error("wattwise agent: could not restore GPU %d (%s); kept in the journal", index, err)
             return
@@ -302,41 +306,18 @@ class Agent:
             self.watcher.unwatch(lease.holder)
 
     def _save(self) -> None:
-        self.journal.save(self.backend, self.leases.to_json())
+        """Journal the originals of every held GPU (and those of GPUs not seen): the settings journal's format."""
+        changes = [{"device": self.devices[index].spec(), "setting": setting, "original": value}
+                   for index, lease in self.leases.items() for setting, value in lease.originals.items()]
+        self.journal.save(changes + self.unseen)
 
 
 def _read_originals(device: Device) -> dict[str, Any]:
     originals: dict[str, Any] = {}
-    with contextlib.suppress(NotSupportedError):
-        originals[POWER_LIMIT] = device.power_limit_w()
-    with contextlib.suppress(NotSupportedError):
-        originals[SM_CLOCKS] = _clocks(device.locked_sm_clocks_mhz())
+    for setting in (POWER_LIMIT, SM_CLOCKS):
+        with contextlib.suppress(NotSupportedError):
+            originals[setting] = read_setting(device, setting)
     return originals
-
-
-def _restore(device: Device, originals: dict[str, Any]) -> None:
-    if POWER_LIMIT in originals:
-        device.set_power_limit_w(float(originals[POWER_LIMIT]))
-    if SM_CLOCKS in originals:
-        clocks = originals[SM_CLOCKS]
-        if clocks:
-            device.lock_sm_clocks_mhz(int(clocks[0]), int(clocks[1]))
-        else:
-            device.reset_sm_clocks()
-
-
-def _words(originals: dict[str, Any]) -> str:
-    parts = []
-    if POWER_LIMIT in originals:
-        parts.append(f"power limit {float(originals[POWER_LIMIT]):g} W")
-    if SM_CLOCKS in originals:
-        clocks = originals[SM_CLOCKS]
-        parts.append(f"SM clocks locked to {clocks[0]}-{clocks[1]} MHz" if clocks else "SM clocks unlocked")
-    return ", ".join(parts) or "nothing recorded"
-
-
-def _clocks(value: Any) -> list[int] | None:
-    return [int(value[0]), int(value[1])] if value else None
 
 
 def _maybe(read: Callable[[], Any]) -> Any:
@@ -573,6 +554,7 @@ async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] |
         await stop.wait()
     finally:
         agent.restore_all()
+        agent.journal.close()
         await runner.cleanup()
         with contextlib.suppress(OSError):
             path.unlink()

@@ -37,6 +37,30 @@ def apply_setting(device: Device, setting: str, value: Any) -> None:
         raise DeviceError(f"unknown setting {setting!r} in the journal")
 
 
+def read_setting(device: Device, setting: str) -> Any:
+    """The value of `setting` on `device` now, as a journal records it (watts; [min, max] MHz or None).
+
+    Raises:
+        DeviceError: the device cannot read it (NotSupportedError: it has no such setting).
+    """
+    if setting == POWER_LIMIT:
+        return device.power_limit_w()
+    if setting == SM_CLOCKS:
+        clocks = device.locked_sm_clocks_mhz()
+        return None if clocks is None else [int(clocks[0]), int(clocks[1])]
+    raise DeviceError(f"unknown setting {setting!r}")
+
+
+def restore_originals(device: Device, originals: dict[str, Any]) -> None:
+    """Set every recorded original of `device` back (`{setting: value}`), in the order recorded.
+
+    Raises:
+        DeviceError: the device refuses one; the settings after it are not tried.
+    """
+    for setting, value in originals.items():
+        apply_setting(device, setting, value)
+
+
 def describe(spec: dict[str, Any], setting: str, value: Any) -> str:
     """One line naming a device, a setting and the value it gets back (for restore reports)."""
     return f"{spec.get('backend')} device {spec.get('index')}: {setting} -> {value}"
@@ -49,3 +73,8 @@ def setting_words(setting: str, value: Any) -> str:
     if value is None:
         return "SM clocks unlocked"
     return f"SM clocks locked at {value[0]}-{value[1]} MHz"
+
+
+def originals_words(originals: dict[str, Any]) -> str:
+    """Recorded originals as a person reads them: "power limit 300 W, SM clocks unlocked"."""
+    return ", ".join(setting_words(setting, value) for setting, value in originals.items()) or "nothing recorded"

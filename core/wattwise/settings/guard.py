@@ -20,14 +20,12 @@ that the agent had already restored, and perhaps handed to another job since.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import logging
 import os
 import signal
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -35,9 +33,8 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from wattwise.devices.base import Device
-from wattwise.settings import journal as journal_file
-from wattwise.settings.apply import POWER_LIMIT, RESTORE_ERRORS, SM_CLOCKS, apply_setting, describe
-from wattwise.settings.journal import JournalError, ensure_folder, journal_dir
+from wattwise.settings.apply import POWER_LIMIT, RESTORE_ERRORS, SM_CLOCKS, apply_setting, describe, read_setting
+from wattwise.settings.journal import JournalError, ensure_folder, journal_dir, save_changes
 from wattwise.settings.locks import (
     DeviceBusyError,
     device_key,
@@ -90,19 +87,18 @@ class SettingsGuard:
     # -- changing settings ----------------------------------------------------------------------------
     def set_power_limit(self, device: Device, watts: float) -> None:
         """Set a power limit (W), journalling the original first."""
-        self._change(device, POWER_LIMIT, device.power_limit_w, lambda: device.set_power_limit_w(watts))
+        self._change(device, POWER_LIMIT, lambda: device.set_power_limit_w(watts))
 
     def lock_sm_clocks(self, device: Device, min_mhz: int, max_mhz: int) -> None:
         """Lock SM clocks (MHz), journalling the original first."""
-        self._change(device, SM_CLOCKS, device.locked_sm_clocks_mhz,
-                     lambda: device.lock_sm_clocks_mhz(min_mhz, max_mhz))
+        self._change(device, SM_CLOCKS, lambda: device.lock_sm_clocks_mhz(min_mhz, max_mhz))
 
     def reset_sm_clocks(self, device: Device) -> None:
         """Unlock SM clocks (the original stays journalled until restore)."""
-        self._change(device, SM_CLOCKS, device.locked_sm_clocks_mhz, device.reset_sm_clocks)
+        self._change(device, SM_CLOCKS, device.reset_sm_clocks)
 
-    def _change(self, device: Device, setting: str, read: Callable[[], Any], apply: Callable[[], None]) -> None:
-        first = self._record(device, setting, read)
+    def _change(self, device: Device, setting: str, apply: Callable[[], None]) -> None:
+        first = self._record(device, setting)
         try:
             apply()
         except BaseException:
@@ -117,7 +113,7 @@ class SettingsGuard:
             self._originals.pop((dev_id, setting), None)
             self._sync_journal()
 
-    def _record(self, device: Device, setting: str, read: Callable[[], Any]) -> bool:
+    def _record(self, device: Device, setting: str) -> bool:
         """Hold the device and journal the original value before the first change. True if this call
         recorded it. DeviceBusyError: another process holds the device; JournalError: no journal, no change."""
         spec = device.spec()
@@ -127,10 +123,7 @@ class SettingsGuard:
                 return False
             self._hold(dev_id, device, spec)
             try:
-                original = read()
-                if isinstance(original, tuple):
-                    original = list(original)
-                self._originals[(dev_id, setting)] = original
+                self._originals[(dev_id, setting)] = read_setting(device, setting)
                 self._devices[dev_id] = device
                 self._specs[dev_id] = spec
                 self._write_journal()
@@ -195,25 +188,16 @@ class SettingsGuard:
             {"device": self._specs[dev_id], "setting": setting, "original": value}
             for (dev_id, setting), value in self._originals.items() if dev_id not in self._leases
         ]
-        if not changes:
-            with contextlib.suppress(OSError):
-                self.journal_path.unlink()
-            if self._journal_locked:
-                self._journal_locked = False
-                release_lock(self._journal_lock, unlink=True)
-            return
         try:
-            if not self._journal_locked:
+            if changes and not self._journal_locked:
                 self._journal_locked = take_lock(self._journal_lock)
-            journal_file.write_journal(self.journal_path, {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "created": time.time(),
-                "changes": changes,
-            })
+            save_changes(self.journal_path, changes)
         except OSError as err:
             raise JournalError(f"cannot write the journal {self.journal_path} ({err.strerror or err}): the "
                                "change is not made") from None
+        if not changes and self._journal_locked:  # the journal is gone: so is the lock beside it
+            self._journal_locked = False
+            release_lock(self._journal_lock, unlink=True)
 
     @property
     def changed(self) -> bool:

@@ -16,14 +16,16 @@ import errno
 import json
 import os
 import re
+import socket
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from wattwise.devices import journalled_backends
 from wattwise.devices.base import DeviceError
-from wattwise.paths import state_dir
+from wattwise.paths import state_dir, write_text
 from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, finite_number
 
 #: A journal is a few hundred bytes; anything far larger is not one.
@@ -133,7 +135,7 @@ def _check_state_file(spec: dict[str, Any]) -> None:
         raise JournalProblem(f"simulated GPU {problem}")
 
 
-def _check_change(change: Any) -> None:
+def _check_change(change: Any, *, check_state_files: bool) -> None:
     if not isinstance(change, dict):
         raise JournalProblem(f"a change is not an object: {change!r}")
     spec, setting, value = change.get("device"), change.get("setting"), change.get("original", ...)
@@ -158,7 +160,8 @@ def _check_change(change: Any) -> None:
         if rng is not None and not (isinstance(rng, list) and len(rng) == 2 and all(finite_number(v) for v in rng)
                                     and 0 < rng[0] < rng[1]):
             raise JournalProblem(f"simulated GPU limit_range_w {rng!r} is not [min, max] watts")
-        _check_state_file(spec)
+        if check_state_files:
+            _check_state_file(spec)
 
 
 # -- reading and writing --------------------------------------------------------------------------------
@@ -173,11 +176,27 @@ class Journal:
     raw: dict[str, Any]
 
 
-def read_journal(path: Path) -> Journal:
-    """Read and check one journal.
+def file_problem(path: Path) -> str | None:
+    """Why the journal at `path` cannot be trusted (a symbolic link, not yours, writable by others), or
+    None; None too when there is none. For a check before use: reading checks the open file itself."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"cannot read it ({err.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    return owner_problem("the journal", st)
+
+
+def read_object(path: Path) -> dict[str, Any]:
+    """The JSON object in the journal file `path`, read only when the file can be trusted.
 
     Raises:
-        JournalProblem: it cannot be trusted or understood (the message says why).
+        JournalProblem: not a regular file of yours, a symbolic link, too large, or not a JSON object.
         FileNotFoundError: it is gone (its owner finished meanwhile).
     """
     fd = -1
@@ -201,45 +220,80 @@ def read_journal(path: Path) -> Journal:
     if len(data) > MAX_JOURNAL_BYTES:
         raise JournalProblem(f"larger than {MAX_JOURNAL_BYTES} bytes")
     try:
-        journal = json.loads(data.decode("utf-8"))
+        content = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise JournalProblem("not text (binary content)") from None
     except ValueError as err:
         raise JournalProblem(f"not JSON ({err})") from None
-    if not isinstance(journal, dict):
+    if not isinstance(content, dict):
         raise JournalProblem("not a JSON object")
-    pid, host, changes = journal.get("pid"), journal.get("host"), journal.get("changes")
+    return content
+
+
+def check_changes(changes: Any, *, check_state_files: bool = True) -> list[dict[str, Any]]:
+    """The list of changes of a journal, each checked field by field.
+
+    Args:
+        changes: the `changes` of a journal read from disk.
+        check_state_files: a simulated GPU's state file must lie in your state dir (off for the node agent,
+            which restores the GPUs it has open and never opens a journal's spec).
+
+    Raises:
+        JournalProblem: names the first field that is wrong.
+    """
+    if not isinstance(changes, list):
+        raise JournalProblem("no list of changes")
+    for change in changes:
+        _check_change(change, check_state_files=check_state_files)
+    return changes
+
+
+def check_journal(path: Path, content: dict[str, Any], *, check_state_files: bool = True) -> Journal:
+    """A journal's JSON object, checked field by field (see `check_changes`); JournalProblem says what is wrong."""
+    pid, host = content.get("pid"), content.get("host")
     if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
         raise JournalProblem(f"pid {pid!r} is not a process id")
     if not isinstance(host, str):
         raise JournalProblem(f"host {host!r} is not a host name")
-    if not isinstance(changes, list):
-        raise JournalProblem("no list of changes")
-    for change in changes:
-        _check_change(change)
-    return Journal(path, pid, host, changes, journal)
+    changes = check_changes(content.get("changes"), check_state_files=check_state_files)
+    return Journal(path, pid, host, changes, content)
 
 
-def write_journal(path: Path, payload: dict[str, Any]) -> None:
-    """Write a journal atomically (temporary file, fsync, rename). OSError on failure, nothing half-written."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with open(fd, "w") as fh:
-            json.dump(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+def read_journal(path: Path, *, check_state_files: bool = True) -> Journal:
+    """Read and check one journal.
+
+    Raises:
+        JournalProblem: it cannot be trusted or understood (the message says why).
+        FileNotFoundError: it is gone (its owner finished meanwhile).
+    """
+    return check_journal(path, read_object(path), check_state_files=check_state_files)
+
+
+def new_journal(changes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The journal of this process holding `changes` (each `{"device", "setting", "original"}`)."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "created": time.time(), "changes": changes}
+
+
+def write_journal(path: Path, content: dict[str, Any]) -> None:
+    """Write a journal atomically (a new 0600 file beside it, fsynced, moved over it, the folder synced).
+
+    Raises:
+        OSError: it cannot be written; the journal on disk is then as it was.
+    """
+    write_text(path, json.dumps(content), mode=0o600, sync_folder=True)
+
+
+def save_changes(path: Path, changes: list[dict[str, Any]]) -> None:
+    """Journal `changes` for this process at `path`, or remove the journal when there is none left.
+
+    Raises:
+        OSError: it cannot be written (nothing half-written: the journal on disk is then as it was).
+    """
+    if changes:
+        write_journal(path, new_journal(changes))
+    else:
+        with contextlib.suppress(OSError):  # a journal left behind names settings already restored: harmless
+            path.unlink()
 
 
 def journal_files(folder: Path) -> list[Path]:
