@@ -43,7 +43,7 @@ from wattwise.devices import registry as device_registry
 from wattwise.devices.agent import MAX_JOB_CHARS, AgentClient, AgentGPU
 from wattwise.errors import ConfigError, UsageError
 from wattwise.settings.guard import SettingsGuard
-from wattwise.settings.journal import JournalProblem, check_changes
+from wattwise.settings.journal import JournalProblem, read_journal
 from wattwise.workload import emulate_step
 
 PACKAGE = REPO_ROOT / "core" / "wattwise"
@@ -299,18 +299,19 @@ def test_the_guard_asks_the_device_whether_someone_else_restores_it(tmp_path: Pa
 def test_the_guard_locks_and_journals_the_backends_that_register_an_identity(tmp_path: Path) -> None:
     assert {"nvml", "simulated"} <= set(journalled_backends())
     assert not {"agent", "rapl"} & set(journalled_backends())  # the agent restores; RAPL has no settings
-    change = {"device": {"backend": "faketpu", "index": 0}, "setting": "power_limit_w", "original": 200.0}
-    with pytest.raises(JournalProblem, match="names no GPU of backend nvml"):
-        check_changes([change])
-    journal = tmp_path / "journal"
+    journal, kept = tmp_path / "journal", tmp_path / "kept.json"
     with registered(Backend("faketpu", _fake_tpus, _open_fake_tpu, identity=lambda spec: f"tpu{spec['index']}")):
         assert "faketpu" in journalled_backends()
         assert settings_identity({"backend": "faketpu", "index": 2}) == "tpu2"
-        assert check_changes([change]) == [change]  # a journal may name it now
         with SettingsGuard(journal, recover=False) as guard:
             guard.set_power_limit(FakeTpu(0), 150.0)
             assert [p.name.startswith("device-faketpu-gpu0-") for p in journal.glob("device-*.lock")] == [True]
+            (written,) = journal.glob("*.json")
+            kept.write_bytes(written.read_bytes())
+        assert [c["device"]["backend"] for c in read_journal(kept).changes] == ["faketpu"]
     assert settings_identity({"backend": "faketpu", "index": 2}) is None
+    with pytest.raises(JournalProblem, match="names no GPU of backend nvml"):
+        read_journal(kept)  # recovery refuses a journal naming a backend it cannot restore
 
 
 def test_emulated_work_drives_the_simulation_behind_any_device() -> None:
