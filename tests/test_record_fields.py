@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.clock import VirtualClock
+from wattwise.config import load_config
+from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.power_limit import ProfileEntry
 from wattwise.record import (
@@ -23,6 +26,8 @@ from wattwise.record import (
     TuningSummary,
     parse_summary,
 )
+from wattwise.run import Run
+from wattwise.workload import emulate_step
 
 #: summary.json of `every_field()`, as wattwise wrote it before the record's fields were defined once.
 GOLDEN = Path(__file__).parent / "data" / "summary_every_field.json"
@@ -108,3 +113,30 @@ def test_a_key_nested_in_a_grouped_field_is_named_in_full_when_damaged() -> None
     data["power_limit"]["reused_from"]["chosen_at"] = "yesterday"
     with pytest.raises(UsageError, match=r"summary\.json: power_limit\.reused_from\.chosen_at"):
         parse_summary(data, where="summary.json")
+
+
+def test_a_runs_record_holds_every_part_the_measurement_handed_over(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
+    cfg = load_config(overrides=["monitor.sample_power=true", "monitor.sync_cuda=false", f"output_dir={tmp_path}",
+                                 "power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
+                                 "power_limit.profile_steps=2", "power_limit.step_w=100"])
+    run = Run(cfg, devices=[gpu], wall_clock=clock, batch_size=32)
+    run.start()
+    run.epoch_begin()
+    for _ in range(10):
+        run.step_begin()
+        emulate_step([gpu], lambda: None)
+        run.step_end()
+    run.pause("validation")
+    clock.sleep(1.0)
+    run.epoch_end()
+    record = run.finish()
+    assert record is not None
+    assert (record.steps, len(record.epochs), record.devices[0]["rank"]) == (10, 1, 0)
+    assert list(record.energy_per_device_j) == ["rank0/gpu0"] and record.energy_j > 0
+    assert record.non_training["validation"].count == 1
+    assert record.settings == RunSettings(power_limit_w=record.settings.power_limit_w, batch_size=32)
+    assert [e.setting for e in record.settings_timeline] == ["power_limit_w"] * len(record.settings_timeline) != []
+    assert record.power_limit is not None and record.power_limit.mode == "tune"
+    assert parse_summary(json.loads((tmp_path / "summary.json").read_text()), where="summary.json") == record

@@ -18,9 +18,10 @@ figures of the earlier segments) in its `state_dict`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from wattwise.config import EnergyConfig
 from wattwise.devices import Device, discover
 from wattwise.distributed import Collective
 from wattwise.monitor import EnergyMonitor, Measurement, cuda_sync
+from wattwise.record import EpochEnergy, NonTrainingTime
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,31 @@ class StepRecord:
         return self.energy_j / self.time_s if self.time_s > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class RunFigures:
+    """What the measurement part hands the run's record at the end: the whole run, combined over processes.
+
+    Energy is summed and time maxed over processes; the segments before a resume are included.
+    """
+
+    time_s: float
+    #: The GPUs' energy; with no GPU, what the CPU package used.
+    energy_j: float
+    #: Joules by device label (`rank0/gpu0`).
+    energy_per_device_j: dict[str, float]
+    cpu_energy_j: float | None
+    steps: int
+    epochs: tuple[EpochEnergy, ...]
+    #: Energy of the segments before a resume from a checkpoint (included in `energy_j`).
+    resumed_energy_j: float
+    #: Each GPU as `Device.describe()` reports it, plus its `rank`.
+    devices: tuple[Mapping[str, Any], ...]
+    #: Time that was not training, by kind: time maxed and energy summed over processes.
+    non_training: dict[str, NonTrainingTime]
+    #: Power samples `(unix time, {device label: watts})` of every process.
+    samples: list[tuple[float, dict[str, float]]]
+
+
 class RunMeasurement:
     """Devices, monitor and windows of one run. Raises on device errors: the run decides what to do."""
 
@@ -73,7 +100,7 @@ class RunMeasurement:
         #: Steps at the last logging point, and the steps counted in the open `steps` window.
         self._logged_at = 0
         self._interval_steps = 0
-        self.epochs: list[dict[str, Any]] = []
+        self.epochs: list[EpochEnergy] = []
         self._epoch_number: int | None = None
         self._epoch_steps_at = 0
         self.last_step: StepRecord | None = None
@@ -213,8 +240,8 @@ class RunMeasurement:
             number = int(carried["epoch"]) if carried is not None and "epoch" in carried else len(self.epochs)
         if carried is not None and int(carried.get("epoch", number)) != number:
             # The checkpoint was saved at the end of that epoch, before its end was seen: it ended there.
-            self.epochs.append({"epoch": int(carried["epoch"]), "time_s": float(carried["time_s"]),
-                                "energy_j": float(carried["energy_j"])})
+            self.epochs.append(EpochEnergy(int(carried["epoch"]), float(carried["time_s"]),
+                                           float(carried["energy_j"])))
             self._resumed_epoch = None
         self.cancel(EPOCH)
         self.begin(EPOCH)
@@ -232,7 +259,7 @@ class RunMeasurement:
             rec = StepRecord(rec.time_s + float(carried["time_s"]), rec.energy_j + float(carried["energy_j"]),
                              rec.steps + int(carried.get("steps", 0)))
         self._resumed_epoch = None
-        self.epochs.append({"epoch": number, "time_s": rec.time_s, "energy_j": rec.energy_j})
+        self.epochs.append(EpochEnergy(number, rec.time_s, rec.energy_j))
         self._epoch_number = None
         return rec
 
@@ -255,8 +282,8 @@ class RunMeasurement:
         return fit
 
     # -- the run's figures -----------------------------------------------------------------------------
-    def gather(self, fit: Measurement) -> dict[str, Any]:
-        """Per-device energy, devices, paused figures and power samples of every process (a collective)."""
+    def gather(self, fit: Measurement) -> RunFigures:
+        """The run's figures over every process, from this process's `fit` window (a collective)."""
         rank = self.collective.rank
         sampler = self.monitor.sampler if self.monitor is not None else None
         per_rank = self.collective.all_gather({
@@ -273,16 +300,20 @@ class RunMeasurement:
             per_device.update(r["energy"])
         cpu_parts = [r["cpu"] for r in per_rank if r["cpu"] is not None]
         gpu_energy_j = sum(per_device.values())
-        return {
-            "time_s": max(r["time_s"] for r in per_rank) + self.prior_time_s,
+        return RunFigures(
+            time_s=max(r["time_s"] for r in per_rank) + self.prior_time_s,
             # With no GPU, what the CPU package used is the run's energy.
-            "energy_j": (gpu_energy_j if per_device else sum(cpu_parts)) + self.prior_energy_j,
-            "energy_per_device_j": per_device,
-            "cpu_energy_j": sum(cpu_parts) if cpu_parts else None,
-            "devices": [d for r in per_rank for d in r["devices"]],
-            "non_training": self._non_training([r["paused"] for r in per_rank]),
-            "samples": [s for r in per_rank for s in r["samples"]],
-        }
+            energy_j=(gpu_energy_j if per_device else sum(cpu_parts)) + self.prior_energy_j,
+            energy_per_device_j=per_device,
+            cpu_energy_j=sum(cpu_parts) if cpu_parts else None,
+            steps=self.step_count,
+            epochs=tuple(self.epochs),
+            resumed_energy_j=self.prior_energy_j,
+            devices=tuple(d for r in per_rank for d in r["devices"]),
+            non_training={kind: NonTrainingTime(v["time_s"], v["energy_j"], int(v["count"]))
+                          for kind, v in self._non_training([r["paused"] for r in per_rank]).items()},
+            samples=[s for r in per_rank for s in r["samples"]],
+        )
 
     def _non_training(self, per_rank: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:
         """Paused figures by kind: time maxed and energy summed over processes, earlier segments added."""
@@ -316,7 +347,7 @@ class RunMeasurement:
             "energy_j": self.prior_energy_j + (fit[1] if fit is not None else 0.0),
             "time_s": self.prior_time_s + (fit[0] if fit is not None else 0.0),
             "steps": self.step_count,
-            "epochs": list(self.epochs),
+            "epochs": [dataclasses.asdict(e) for e in self.epochs],
             "epoch_in_progress": epoch,
             # This process's pauses so far (the combined figures are made at the end of the run).
             "non_training": self._non_training([{k: list(v) for k, v in self.paused.items()}]),
@@ -327,6 +358,7 @@ class RunMeasurement:
         self.prior_time_s = float(state.get("time_s", 0.0))
         self.step_count = int(state.get("steps", 0))
         self._logged_at = self.step_count
-        self.epochs = list(state.get("epochs", []))
+        self.epochs = [EpochEnergy(int(e["epoch"]), float(e["time_s"]), float(e["energy_j"]))
+                       for e in state.get("epochs", [])]
         self._resumed_epoch = state.get("epoch_in_progress")
         self.prior_paused = {k: dict(v) for k, v in (state.get("non_training") or {}).items()}

@@ -23,7 +23,7 @@ from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
 from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w
-from wattwise.record import PowerLimitSummary, TuningSummary
+from wattwise.record import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
 
@@ -46,7 +46,7 @@ class PowerLimitControl:
         #: The limit being applied, for the warning when applying it fails.
         self.target_w: float | None = None
         #: Every change: when, which device, which setting, what value.
-        self.timeline: list[dict[str, Any]] = []
+        self.timeline: list[SettingEvent] = []
         #: The limit was chosen by an earlier run of the job and reused without profiling.
         self.reused = False
         #: Where a reused limit came from (selector, eta, run and time of the run that chose it).
@@ -117,8 +117,7 @@ class PowerLimitControl:
         self.applied_limit_w = watts
         now = self._wall()
         for gpu in self.gpus:
-            self.timeline.append({"timestamp": now, "device": self._label(gpu), "setting": "power_limit_w",
-                                  "value": watts})
+            self.timeline.append(SettingEvent(now, self._label(gpu), "power_limit_w", watts))
 
     def step_begin(self, collective: Collective, steps_done: int) -> bool:
         """Apply the limit the tuner (or the carbon part) wants now; True when a profile window opens."""
@@ -234,6 +233,14 @@ class PowerLimitControl:
             tuning=TuningSummary(finished=t.finished, profiled=tuple(e.power_limit_w for e in t.profile),
                                  reason=t.unfinished_reason if not t.finished else None,
                                  steps_at_chosen=self.steps_at_chosen))
+
+    def carbon_summary(self) -> CarbonAwareSummary | None:
+        """The carbon part's inputs, for the run's record; None when the run was not carbon-aware."""
+        carbon = self.carbon
+        if carbon is None:
+            return None
+        return CarbonAwareSummary(carbon.cfg.threshold_g_per_kwh, carbon.cfg.interval_s,
+                                  getattr(carbon.intensity, "source", None))
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -45,19 +45,9 @@ from wattwise.config import EnergyConfig
 from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError
-from wattwise.measurement import EPOCH, PROFILE, RunMeasurement, StepRecord
+from wattwise.measurement import EPOCH, PROFILE, RunFigures, RunMeasurement, StepRecord
 from wattwise.power_control import PowerLimitControl
-from wattwise.record import (
-    CarbonAwareSummary,
-    EpochEnergy,
-    NonTrainingTime,
-    RunSettings,
-    RunSummary,
-    SettingEvent,
-    iso_utc,
-    power_rows,
-    write_run_dir,
-)
+from wattwise.record import RunSettings, RunSummary, iso_utc, power_rows, write_run_dir
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 
 P = ParamSpec("P")
@@ -388,16 +378,14 @@ class Run:
         figures = self.measurement.gather(fit)
         record = self._record(figures, status)
         if self.is_main:
-            write_run_dir(self.cfg.output_dir, record, power_rows(figures["samples"]))
+            write_run_dir(self.cfg.output_dir, record, power_rows(figures.samples))
         self.record = record
         return record
 
-    def _record(self, figures: dict[str, Any], status: str) -> RunSummary:
+    def _record(self, figures: RunFigures, status: str) -> RunSummary:
         m = self.measurement
         assert m is not None
-        energy_j = figures["energy_j"]
         timeline = [e for r in self.collective.all_gather(self.power.timeline) for e in r]
-        carbon = self.power.carbon
         return RunSummary(
             status=status,
             simulated=m.simulated,
@@ -408,25 +396,21 @@ class Run:
             world_size=self.collective.world_size,
             start_time=iso_utc(self._start_wall),
             end_time=iso_utc(self._wall()),
-            time_s=figures["time_s"],
-            energy_j=energy_j,
-            energy_per_device_j=figures["energy_per_device_j"],
-            cpu_energy_j=figures["cpu_energy_j"],
-            steps=m.step_count,
-            epochs=tuple(EpochEnergy(**e) for e in m.epochs),
-            resumed_energy_j=m.prior_energy_j,
-            devices=tuple(figures["devices"]),
+            time_s=figures.time_s,
+            energy_j=figures.energy_j,
+            energy_per_device_j=figures.energy_per_device_j,
+            cpu_energy_j=figures.cpu_energy_j,
+            steps=figures.steps,
+            epochs=figures.epochs,
+            resumed_energy_j=figures.resumed_energy_j,
+            devices=figures.devices,
             notes=(*m.notes, *self._noticed, *self._idle_simulation_note()),
-            power_limit=self.power.summary(energy_j),
+            power_limit=self.power.summary(figures.energy_j),
             settings=RunSettings(power_limit_w=self.power.applied_limit_w, batch_size=self.batch_size,
                                  frequency_plan=self.frequency_plan),
-            settings_timeline=tuple(SettingEvent(e["timestamp"], e["device"], e["setting"], e["value"])
-                                    for e in timeline),
-            carbon_aware=(CarbonAwareSummary(carbon.cfg.threshold_g_per_kwh, carbon.cfg.interval_s,
-                                             getattr(carbon.intensity, "source", None))
-                          if carbon is not None else None),
-            non_training={kind: NonTrainingTime(v["time_s"], v["energy_j"], int(v["count"]))
-                          for kind, v in figures["non_training"].items()},
+            settings_timeline=tuple(timeline),
+            carbon_aware=self.power.carbon_summary(),
+            non_training=figures.non_training,
         )
 
     def _idle_simulation_note(self) -> tuple[str, ...]:
