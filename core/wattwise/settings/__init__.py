@@ -13,5 +13,6 @@ SIGKILL or a power loss at the next start (`wattwise restore` does it by hand).
 - `guard`: `SettingsGuard`, through which a training process changes settings.
 
 The node agent (`wattwise.agent`) records the originals of the GPUs it lends in the same journal format,
-and restores them with the same `apply` and `recovery` code.
+checked and written by `journal`, and restores them with the same `apply` code; its journal, once the
+agent is gone, is one that `recovery` restores too.
 """
