@@ -1,4 +1,5 @@
-"""Real-GPU acceptance: one command that checks the NVML path on a real NVIDIA GPU and records what it saw.
+"""Real-GPU acceptance: one command that checks the NVML path on a real NVIDIA GPU (or, without one, the
+amdsmi path on a real AMD GPU) and records what it saw.
 
     python -m wattwise.acceptance [--out DIR] [--quick] [--gpu INDEX]     (also: wattwise acceptance)
 
@@ -42,7 +43,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,7 @@ class Context:
 
 def check_discovery(ctx: Context) -> dict[str, Any]:
     if not ctx.gpus:
-        raise Skip("no NVIDIA GPU found through NVML")
+        raise Skip("no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi")
     gpus = []
     for gpu in ctx.gpus:
         rng = gpu.power_limit_range()
@@ -274,7 +275,7 @@ def check_power_limit(ctx: Context) -> dict[str, Any]:
     from wattwise.settings.guard import SettingsGuard
 
     if ctx.gpu is None:
-        raise Skip("no NVIDIA GPU found through NVML")
+        raise Skip("no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi")
     gpu = ctx.gpu
     rng = gpu.power_limit_range()
     original = gpu.power_limit_w()
@@ -284,7 +285,8 @@ def check_power_limit(ctx: Context) -> dict[str, Any]:
         try:
             guard.set_power_limit(gpu, rng.min_w)
         except NoPermissionError as err:
-            raise Skip(f"setting the power limit was refused; NVML said: {err}") from None
+            said = "NVML" if gpu.backend == "nvml" else gpu.backend
+            raise Skip(f"setting the power limit was refused; {said} said: {err}") from None
         figures["read_back_w"] = gpu.power_limit_w()
         if abs(figures["read_back_w"] - rng.min_w) > 1.0:
             raise Failure(f"set {rng.min_w:g} W, read back {figures['read_back_w']:g} W", figures)
@@ -318,7 +320,7 @@ def check_kill_recovery(ctx: Context) -> dict[str, Any]:
     from wattwise.settings.recovery import recover_stale_journals
 
     if ctx.gpu is None:
-        raise Skip("no NVIDIA GPU found through NVML")
+        raise Skip("no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi")
     gpu = ctx.gpu
     rng = gpu.power_limit_range()
     original = gpu.power_limit_w()
@@ -507,12 +509,7 @@ def run_checks(out: Path, *, quick: bool = False, gpu_index: int = 0, gpus: list
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     if gpus is None:
-        from wattwise.devices.nvml import nvml_gpus
-
-        try:
-            gpus = list(nvml_gpus())
-        except DeviceError as err:
-            gpus, notes = [], [f"NVML unavailable: {err}"]
+        gpus = _gpus_found(notes)
     gpu = next((g for g in gpus if g.index == gpu_index), None)
     if gpu is None and gpus:
         notes.append(f"GPU {gpu_index} not found; GPUs: {[g.index for g in gpus]}")
@@ -539,6 +536,23 @@ def run_checks(out: Path, *, quick: bool = False, gpu_index: int = 0, gpus: list
     _write_text(out / "acceptance.json", json_text(report) + "\n")
     _write_text(out / "acceptance.md", markdown(report))
     return report
+
+
+def _gpus_found(notes: list[str]) -> list[Device]:
+    """The GPUs to check: NVIDIA ones through NVML, else AMD ones through amdsmi; a note for each unavailable."""
+    from wattwise.devices.amdsmi import amdsmi_gpus
+    from wattwise.devices.nvml import nvml_gpus
+
+    finders: list[tuple[str, Callable[[], Sequence[Device]]]] = [("NVML", nvml_gpus), ("amdsmi", amdsmi_gpus)]
+    for title, find in finders:
+        try:
+            gpus = list(find())
+        except DeviceError as err:
+            notes.append(f"{title} unavailable: {err}")
+            continue
+        if gpus:
+            return gpus
+    return []
 
 
 def _run_one(name: str, check: Callable[[Context], dict[str, Any]], ctx: Context) -> CheckResult:

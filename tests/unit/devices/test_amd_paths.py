@@ -1,6 +1,6 @@
 """Every path NVIDIA GPUs take, taken by AMD GPUs (backend amdsmi) on the fake amdsmi binding: discovery
 ("auto" after NVML), `wattwise devices` and `wattwise cap`, the settings guard and crash recovery, and
-power-limit tuning in the Lightning callback and the Accelerate plugin."""
+power-limit tuning in the Lightning callback and the Accelerate plugin, and the acceptance checks."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from lightning_energy import EnergyCallback
 from tests.support.clock import VirtualClock
 from tests.support.fake_amdsmi import AmdSmiDevPerfLevel, FakeAmdGpu, FakeAmdSmi
 from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from wattwise.acceptance import PASSED, SKIPPED, run_checks
 from wattwise.cli.main import main
 from wattwise.devices import discover, open_spec
 from wattwise.settings.guard import SettingsGuard
@@ -259,3 +260,33 @@ def test_accelerate_tunes_the_amd_power_cap_and_restores_it(
     assert [e["power_limit_w"] for e in tuned["profile"]] == [500, 400, 300]
     assert tuned["chosen_power_limit_w"] == 300 and caps_w[-1] == 300.0
     assert fake_gpu.cap_uw == 500_000_000  # restored at end_training
+
+
+# -- the acceptance checks -------------------------------------------------------------------------
+
+
+def test_acceptance_checks_an_amd_gpu_when_there_is_no_nvidia_one(
+    monkeypatch: pytest.MonkeyPatch, no_nvidia: None, tmp_path: Path
+) -> None:
+    fake_gpu = mi300()
+    FakeAmdSmi([fake_gpu]).install(monkeypatch)
+    report = run_checks(tmp_path / "acc", only=["discovery", "power_limit"])
+    got = {c["name"]: c for c in report["checks"]}
+    assert report["gpu"]["describe"]["backend"] == "amdsmi"
+    assert got["discovery"]["status"] == PASSED
+    (gpu,) = got["discovery"]["figures"]["gpus"]
+    assert (gpu["name"], gpu["power_limit_min_w"], gpu["power_limit_max_w"]) == ("AMD Instinct MI300X", 300.0, 500.0)
+    assert gpu["sm_clocks_mhz"] == {"count": 3, "max": 2100, "min": 500}
+    assert got["power_limit"]["status"] == PASSED
+    assert (got["power_limit"]["figures"]["read_back_w"], got["power_limit"]["figures"]["restored_w"]) == (300.0, 500.0)
+    assert fake_gpu.cap_uw == 500_000_000
+
+
+def test_acceptance_without_any_gpu_skips_naming_both_libraries(
+    monkeypatch: pytest.MonkeyPatch, no_nvidia: None, tmp_path: Path
+) -> None:
+    FakeAmdSmi([]).install(monkeypatch)
+    report = run_checks(tmp_path / "acc", only=["discovery"])
+    (check,) = report["checks"]
+    assert check["status"] == SKIPPED and "nor AMD GPU through amdsmi" in check["reason"]
+    assert report["gpu"] is None

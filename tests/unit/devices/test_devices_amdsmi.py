@@ -23,6 +23,7 @@ from tests.support.fake_amdsmi import (
     FakeAmdGpu,
     FakeAmdSmi,
 )
+from tests.support.paths import DATA_DIR
 from wattwise.devices.amdsmi import AmdsmiGPU, amdsmi_gpus, open_amdsmi_spec
 from wattwise.devices.base import (
     DeviceError,
@@ -34,7 +35,7 @@ from wattwise.devices.base import (
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
 
-SIGNATURES = Path(__file__).parent / "data" / "amdsmi_signatures.json"
+SIGNATURES = DATA_DIR / "amdsmi_signatures.json"
 VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 
