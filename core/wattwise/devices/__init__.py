@@ -165,7 +165,8 @@ register(Backend("agent", lazy("wattwise.devices.agent", "discover_gpus"),
 # After NVML among the probed backends: "auto" takes NVIDIA GPUs first, then AMD ones, then the CPU.
 register(Backend("amdsmi", lazy("wattwise.devices.amdsmi", "discover_gpus"),
                  lazy("wattwise.devices.amdsmi", "open_amdsmi_spec"),
-                 probe=True, needs="an AMD GPU, its amdgpu driver and the amdsmi package"))
+                 probe=True, needs="an AMD GPU, its amdgpu driver and the amdsmi package",
+                 identity=_uuid_identity))
 register(Backend("rapl", lazy("wattwise.devices.rapl", "discover_domains"),
                  lazy("wattwise.devices.rapl", "open_rapl_spec"), kind="cpu", title="RAPL"))
 

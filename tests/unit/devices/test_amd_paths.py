@@ -1,6 +1,7 @@
 """Every path NVIDIA GPUs take, taken by AMD GPUs (backend amdsmi) on the fake amdsmi binding: discovery
-("auto" after NVML), `wattwise devices` and `wattwise cap`, the settings guard and crash recovery, and
-power-limit tuning in the Lightning callback and the Accelerate plugin, and the acceptance checks."""
+("auto" after NVML), `wattwise devices` and `wattwise cap`, the settings guard and crash recovery,
+power-limit tuning in the Lightning callback and the Accelerate plugin, the acceptance checks and the node
+agent."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ from tests.support.clock import VirtualClock
 from tests.support.fake_amdsmi import AmdSmiDevPerfLevel, FakeAmdGpu, FakeAmdSmi
 from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 from wattwise.acceptance import PASSED, SKIPPED, run_checks
+from wattwise.agent.config import AgentConfig
+from wattwise.agent.journal import AgentJournal
+from wattwise.agent.leases import Holder
+from wattwise.agent.server import Agent
 from wattwise.cli.main import main
 from wattwise.devices import discover, open_spec
 from wattwise.settings.guard import SettingsGuard
@@ -290,3 +295,29 @@ def test_acceptance_without_any_gpu_skips_naming_both_libraries(
     (check,) = report["checks"]
     assert check["status"] == SKIPPED and "nor AMD GPU through amdsmi" in check["reason"]
     assert report["gpu"] is None
+
+
+# -- the node agent --------------------------------------------------------------------------------
+
+
+def amd_agent(tmp_path: Path) -> Agent:
+    """An agent serving the AMD GPUs, as `wattwise agent serve --backend amdsmi` builds it."""
+    journal = AgentJournal(tmp_path / "agent-state")
+    journal.prepare()
+    return Agent(discover("amdsmi").gpus, "amdsmi", AgentConfig(), journal)
+
+
+def test_the_agent_changes_amd_gpus_under_a_lease_and_restores_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake_gpu = mi300()
+    FakeAmdSmi([fake_gpu]).install(monkeypatch)
+    holder = Holder(pid=101, uid=1000, job="bert", start_ticks=5)
+    agent = amd_agent(tmp_path)
+    assert agent.set_power_limit(0, holder, {1000}, 350.0)["power_limit_w"] == 350.0
+    agent.lock_sm_clocks(0, holder, {1000}, 1300, 1300)
+    assert (fake_gpu.cap_uw, fake_gpu.gfx_range_mhz) == (350_000_000, (1300, 1300))
+    # The agent dies without restoring; the next one restores from its journal.
+    lines = amd_agent(tmp_path).recover()
+    assert lines == ["GPU 0: power limit 500 W, SM clocks unlocked"]
+    assert (fake_gpu.cap_uw, fake_gpu.gfx_range_mhz) == (500_000_000, (500, 2100))
