@@ -57,7 +57,7 @@ def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
     rng = gpu.power_limit_range()
     step_w = max(1.0, round((rng.max_w - rng.min_w) / 4))
     tune_steps = 150 if quick else 400
-    tune = EnergyCallback(mode="tune", backend="nvml", output_dir=str(out / "training_tune"), devices=[gpu],
+    tune = EnergyCallback(mode="tune", backend=gpu.backend, output_dir=str(out / "training_tune"), devices=[gpu],
                           overrides=["power_limit.wait_steps=5", "power_limit.warmup_steps=3",
                                      f"power_limit.profile_steps={5 if quick else 15}",
                                      f"power_limit.step_w={step_w}", "power_limit.reuse=false"])
@@ -66,7 +66,7 @@ def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
     limit = summary.get("power_limit") or {}
     overhead_steps = 100 if quick else 300
     plain_s = fit(overhead_steps, [])
-    measured = EnergyCallback(mode="measure", backend="nvml", output_dir=str(out / "training_measure"),
+    measured = EnergyCallback(mode="measure", backend=gpu.backend, output_dir=str(out / "training_measure"),
                               devices=[gpu])
     measured_s = fit(overhead_steps, [measured])
     return {
