@@ -7,10 +7,11 @@ symbolic link or a journal of another user is refused, by both.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,18 @@ from wattwise.settings.recovery import recover_stale_journals
 
 MAX_W = 300.0
 ALICE = Holder(pid=101, uid=1000, job="bert", start_ticks=5)
+
+
+@contextlib.contextmanager
+def held_elsewhere(lock: Path, *, pid: int) -> Iterator[None]:
+    """The lock held as another process holds it: its own open file (flock is per open file), its pid in it."""
+    fd = lock_descriptor(lock)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, f"{pid}\n".encode())
+        yield
+    finally:
+        os.close(fd)
 
 
 def _agent(folder: Path, sim: Path) -> Agent:
@@ -56,10 +69,12 @@ def test_a_live_agents_journal_is_left_to_it(tmp_path: Path) -> None:
     sim = state_dir() / "simulated"
     agent = _agent(tmp_path / "agent", sim)
     agent.set_power_limit(0, ALICE, set(), 150.0)
-    child = subprocess.run([sys.executable, "-c", "import sys; from wattwise.settings.recovery import "
-                            "recover_stale_journals as r; res = r(sys.argv[1]); print(len(res.held), res.restored)",
-                            str(tmp_path / "agent")], capture_output=True, text=True, check=True)
-    assert child.stdout.split() == ["1", "[]"]
+    agent.journal.close()
+    with held_elsewhere(agent.journal.lock, pid=4321):  # the agent runs on, in its own process
+        result = recover_stale_journals(tmp_path / "agent")
+    assert result.restored == [] and result.failed == []
+    assert result.held == [f"{agent.journal.path}: held by wattwise process PID 4321, still running (it restores "
+                           "its settings when it ends)"]
     assert SimulatedGPU(0, state_file=sim / "gpu0.json").power_limit_w() == 150.0
 
 
@@ -136,17 +151,10 @@ def test_a_journal_of_another_user_is_refused_by_the_agent_and_by_recovery(
 def test_a_second_agent_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "agent"
     folder.mkdir(mode=0o700)
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time; from wattwise.agent.journal import "
-                              "AgentJournal; AgentJournal(sys.argv[1]).prepare(); print('ready', flush=True); "
-                              "time.sleep(60)", str(folder)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        with pytest.raises(UsageError, match=rf"another agent \(PID {child.pid}\) uses it"):
-            AgentJournal(folder).prepare()
-    finally:
-        child.kill()
-        child.wait()
-    AgentJournal(folder).prepare()  # its process gone, the state dir is free
+    with held_elsewhere(folder / "journal.lock", pid=4321), pytest.raises(
+            UsageError, match=r"another agent \(PID 4321\) uses it"):
+        AgentJournal(folder).prepare()
+    AgentJournal(folder).prepare()  # the other agent gone, the state dir is free
 
 
 def test_a_lock_is_shared_within_a_process_and_held_until_its_last_user_lets_go(tmp_path: Path) -> None:
