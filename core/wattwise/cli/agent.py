@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR, SOCKET_ENV
+from wattwise.devices import journalled_backends
 from wattwise.errors import UsageError
-
-AGENT_BACKENDS = ("nvml", "amdsmi", "simulated")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                  description="Serve the agent's HTTP API on a Unix socket until SIGTERM or "
                                              "SIGINT, then restore every held GPU.")
     serve.add_argument("--socket", default=DEFAULT_SOCKET, help="the Unix socket (default %(default)s)")
-    serve.add_argument("--backend", choices=AGENT_BACKENDS, default="nvml",
-                       help="GPUs to serve: nvml, amdsmi (AMD), or simulated (tests, the demo) (default %(default)s)")
+    # The backends whose settings are changed in the process itself, and journalled: the agent is that process.
+    serve.add_argument("--backend", choices=journalled_backends(), default="nvml",
+                       help=f"GPUs to serve: {', '.join(journalled_backends())} (simulated: for tests and the "
+                            "demo) (default %(default)s)")
     serve.add_argument("--group", help="the socket is mode 0660 and owned by this group, a name or a gid "
                                        "(default: the agent's group)")
     serve.add_argument("--config", help="YAML: allowed users/groups, power-limit floors and ceilings, clock range")
