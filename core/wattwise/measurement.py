@@ -160,6 +160,10 @@ class RunMeasurement:
         self.monitor.begin_window(STEPS, sync=False)
         return True
 
+    def stop(self) -> None:
+        """Measurement failed: measure nothing more. `close` still closes the monitor."""
+        self.active = False
+
     def is_open(self, name: str) -> bool:
         return self.monitor is not None and self.monitor.is_open(name)
 

@@ -15,6 +15,7 @@ Its resumable state is the tuner's, the steps run at the chosen limit and the re
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,8 +55,8 @@ class PowerLimitControl:
         self.steps_at_chosen = 0
         #: Optimizer steps the run will make, when the framework knows (None: unknown).
         self.expected_steps: int | None = None
-        #: Messages the run must warn about once (tuning that cannot finish).
-        self.notices: list[str] = []
+        #: Messages the run must warn about once (tuning that cannot finish), until it takes them.
+        self._notices: list[str] = []
         self._warned_short = False
         self._resumed_tuner: dict[str, Any] | None = None
         self._label: Callable[[Device], str] = lambda dev: dev.key
@@ -72,29 +73,61 @@ class PowerLimitControl:
         Tuning then uses the job's own trade-off (the Zeus cost with the job's eta) and profiles afresh:
         the job store, not the per-job limits memory, knows which batch sizes were profiled.
         """
-        cfg = self.cfg
         if power_limit_w is not None:
-            cfg.mode, cfg.cap_w, cfg.cap_fraction = "cap", power_limit_w, None
+            self.cfg = dataclasses.replace(self.cfg, mode="cap", cap_w=power_limit_w, cap_fraction=None)
         else:
-            cfg.mode, cfg.reuse, cfg.selector, cfg.eta = "tune", False, "cost", eta
-        self.mode = cfg.mode
+            self.cfg = dataclasses.replace(self.cfg, mode="tune", reuse=False, selector="cost", eta=eta)
+        self.mode = self.cfg.mode
+
+    def expect_steps(self, total: int | None) -> None:
+        """The optimizer steps the run will make (None or 0: unknown), for tuning that cannot finish in them."""
+        self.expected_steps = total if total is not None and total > 0 else None
+
+    def take_notices(self) -> tuple[str, ...]:
+        """The messages the run must warn about once, each handed over once (a step's call makes no list)."""
+        if not self._notices:
+            return ()
+        notices = tuple(self._notices)
+        self._notices.clear()
+        return notices
+
+    @property
+    def tuned_limit_w(self) -> float | None:
+        """The limit tuning chose (or reused) in this run; None when it did not tune or chose none yet."""
+        return self.tuner.chosen.power_limit_w if self.tuner is not None and self.tuner.chosen is not None else None
 
     def setup(self, gpus: Sequence[Device], collective: Collective, *, memory_key: str | None,
-              carbon: CarbonControl | None, label: Callable[[Device], str], job: str = "") -> None:
-        """Install the guard and apply the starting limit: the cap, or the start of tuning or a reused limit.
-        `job` names the run to the node agent (the holder of agent-backed GPUs)."""
+              label: Callable[[Device], str], guard: Callable[[], SettingsGuard],
+              carbon: Callable[[], CarbonControl | None] = lambda: None, job: str = "") -> None:
+        """Open the guard and apply the starting limit: the cap, or the start of tuning or a reused limit.
+
+        Args:
+            gpus: The run's GPUs in this process; with none, a cap or tuning turns into measuring only
+                (with a notice).
+            collective: The run's processes (the reused limit is recalled on the main one and shared).
+            memory_key: The job's key in the limits memory (None: nothing remembered nor reused).
+            label: A GPU's name in the settings timeline (`rank0/gpu0`).
+            guard: Opens the guard every change goes through; called only when a setting will change.
+            carbon: Makes the carbon part that moves the limit after tuning (None: not carbon-aware);
+                called only when tuning.
+            job: Names the run to the node agent (the holder of agent-backed GPUs).
+        """
         self.gpus, self._label = list(gpus), label
-        if self.mode == "measure" or not self.gpus:
+        if self.mode != "measure" and not self.gpus:
+            self._notices.append(f"power-limit {'tuning' if self.mode == 'tune' else 'capping'} needs an NVIDIA "
+                                 "or AMD GPU and none was found: measuring only (backend='simulated' tries it on the "
+                                 "simulated GPU)")
+            self.mode = "measure"
+        if self.mode == "measure":
             return
         name_job(self.gpus, job)
         cfg = self.cfg
-        self.guard = SettingsGuard()
-        self.guard.install_signal_handlers()
+        self.guard = guard()
         rng = self.gpus[0].power_limit_range()
         if self.mode == "cap":
             self.apply(cap_limit_w(rng.max_w, rng.min_w, cap_w=cfg.cap_w, cap_fraction=cfg.cap_fraction))
             return
-        self.carbon = carbon
+        self.carbon = carbon()
         self.tuner = PowerLimitTuner(
             profile_limits_w(rng.min_w, rng.max_w, cfg.step_w), selector=cfg.selector, eta=cfg.eta,
             max_slowdown=cfg.max_slowdown, max_power_w=rng.max_w * len(self.gpus) * collective.world_size,
@@ -106,8 +139,7 @@ class PowerLimitControl:
             saved = self.memory.recall(memory_key) if collective.rank == 0 else None
             saved = collective.broadcast(saved)
             if saved is not None:
-                self.tuner.profile = list(saved.profile)
-                self.tuner.finish_with(saved.chosen)
+                self.tuner.finish_with(saved.chosen, saved.profile)
                 self.reused, self.reused_from = True, saved
 
     def apply(self, watts: float) -> None:
@@ -162,7 +194,7 @@ class PowerLimitControl:
                   f"{steps_done + needed}")
         if not self._warned_short:
             self._warned_short = True
-            self.notices.append(f"power-limit tuning cannot finish: {reason}. It profiles {min(can, len(t.limits_w))} "
+            self._notices.append(f"power-limit tuning cannot finish: {reason}. It profiles {min(can, len(t.limits_w))} "
                                 f"of {len(t.limits_w)} limits and keeps the best of them (the summary says "
                                 "tuning.finished = false); give the run more steps, or lower "
                                 "power_limit.profile_steps / warmup_steps or raise power_limit.step_w")
@@ -179,7 +211,7 @@ class PowerLimitControl:
         t.finish_early(reason)
         if not self._warned_short:
             self._warned_short = True
-            self.notices.append(f"power-limit tuning did not finish: {reason}; "
+            self._notices.append(f"power-limit tuning did not finish: {reason}; "
                                 f"{len(t.profile)} of {len(t.limits_w)} limits profiled (the summary says "
                                 "tuning.finished = false)")
 

@@ -299,8 +299,14 @@ class PowerLimitTuner:
         self.phase = phase
         self.steps_in_phase = 0
 
-    def finish_with(self, entry: ProfileEntry) -> None:
-        """Skip profiling: use a limit chosen earlier (a saved result of the same job)."""
+    def finish_with(self, entry: ProfileEntry, profile: Sequence[ProfileEntry]) -> None:
+        """Skip profiling: use a limit chosen earlier (a saved result of the same job).
+
+        Args:
+            entry: The limit chosen earlier, with its figures.
+            profile: The profile it was chosen from, reported as this tuner's.
+        """
+        self.profile = list(profile)
         self.chosen = entry
         self.window_open = False
         self._enter("done")

@@ -48,12 +48,13 @@ from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError
 from wattwise.measurement import EPOCH, PROFILE, RunFigures, RunMeasurement, StepRecord
 from wattwise.power_control import PowerLimitControl
 from wattwise.record import RunSettings, RunSummary, iso_utc, power_rows, write_run_dir
+from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Run", "StepRecord"]
+__all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Run", "StepRecord", "process_guard"]
 
 #: Step figures are combined over processes and logged every this many optimizer steps, unless the
 #: configuration (or the framework's own cadence, in the adapter) says otherwise.
@@ -61,6 +62,17 @@ DEFAULT_LOG_EVERY_N_STEPS = 50
 
 
 Hook = Callable[Concatenate["Run", P], R | None]
+
+
+def process_guard() -> SettingsGuard:
+    """The guard of a training process, opened when the run first changes a setting.
+
+    Opening it recovers the settings an earlier run that was killed left changed (its journal), and its
+    signal handlers restore this run's settings on SIGTERM and SIGINT too.
+    """
+    guard = SettingsGuard()
+    guard.install_signal_handlers()
+    return guard
 
 
 def _boundary(refused: tuple[type[Exception], ...]) -> Callable[[Hook[P, R]], Hook[P, R]]:
@@ -104,7 +116,10 @@ class Run:
         sync: Callable[[], None] | None = None,
         limits_memory: LimitsMemory | None = None,
         wall_clock: Callable[[], float] = time.time,
+        settings_guard: Callable[[], SettingsGuard] = process_guard,
     ) -> None:
+        """See the class docstring; `settings_guard` opens the guard every setting change goes through (by
+        default `process_guard`), called only when the run changes a setting."""
         self.cfg = cfg
         self.framework = framework
         self._collective = collective
@@ -112,6 +127,7 @@ class Run:
         self._local_rank = local_rank
         self._sync = sync
         self._wall = wall_clock
+        self._open_guard = settings_guard
         #: The run's batch size, for the summary and the remembered limit's key.
         self.batch_size = batch_size
         self.measurement: RunMeasurement | None = None
@@ -195,8 +211,8 @@ class Run:
             warnings.warn(f"wattwise: {message}", EnergyPluginWarning, stacklevel=4)
 
     def _take_notices(self) -> None:
-        while self.power.notices:
-            self._notice(self.power.notices.pop(0))
+        for message in self.power.take_notices():
+            self._notice(message)
 
     def _degrade(self, err: BaseException, what: str) -> None:
         """A setting could not be changed: restore and go on measuring. Raised instead in strict mode."""
@@ -213,7 +229,7 @@ class Run:
             raise err
         self._warn(f"energy measurement failed ({err}); training goes on without it")
         if self.measurement is not None:
-            self.measurement.active = False
+            self.measurement.stop()
         self.power.restore()
 
     # -- life cycle ------------------------------------------------------------------------------------
@@ -244,23 +260,22 @@ class Run:
                          "is not readable): training goes on unmeasured; backend='simulated' tries wattwise "
                          "on the simulated GPU")
             return
-        if self.power.mode != "measure" and not self.gpus:
-            self._notice(f"power-limit {'tuning' if self.power.mode == 'tune' else 'capping'} needs an NVIDIA "
-                         "or AMD GPU and none was found: measuring only (backend='simulated' tries it on the "
-                         "simulated GPU)")
-            self.power.mode = "measure"
         try:
-            carbon = (CarbonControl(self.cfg.carbon, wall_clock=self._wall)
-                      if self.cfg.carbon.aware and self.power.mode == "tune" else None)
-            self.power.setup(self.gpus, self.collective, memory_key=self._memory_key(), carbon=carbon,
-                             label=self.measurement.device_label, job=self.job_name)
+            self.power.setup(self.gpus, self.collective, memory_key=self._memory_key(),
+                             label=self.measurement.device_label, guard=self._open_guard, carbon=self._carbon_part,
+                             job=self.job_name)
         except (Unavailable, UsageError) as err:
             self._degrade(err, "setting up the power limit")
+        self._take_notices()
+
+    def _carbon_part(self) -> CarbonControl | None:
+        """The carbon part the power part consults after tuning, when the run is carbon-aware."""
+        return CarbonControl(self.cfg.carbon, wall_clock=self._wall) if self.cfg.carbon.aware else None
 
     def expect_steps(self, total: int | None) -> None:
         """The optimizer steps this run will make, when the framework knows: tuning that cannot finish in
         them says so as soon as that is certain, and settles on the best limit it could measure."""
-        self.power.expected_steps = total if total is not None and total > 0 else None
+        self.power.expect_steps(total)
 
     @_never_breaks_training
     def step_begin(self, epoch: int | None = None) -> None:
@@ -280,8 +295,7 @@ class Run:
         except (Unavailable, UsageError) as err:
             self._degrade(err, f"setting the power limit to {self.power.target_w:g} W")
             begin_profile = False
-        if self.power.notices:
-            self._take_notices()
+        self._take_notices()
         if begin_profile:
             m.begin(PROFILE)
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.clock import VirtualClock
+from tests.support.paths import DATA_DIR
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import UsageError
@@ -30,7 +31,7 @@ from wattwise.run import Run
 from wattwise.workload import emulate_step
 
 #: summary.json of `every_field()`, as wattwise wrote it before the record's fields were defined once.
-GOLDEN = Path(__file__).parent / "data" / "summary_every_field.json"
+GOLDEN = DATA_DIR / "summary_every_field.json"
 RECORDS = (RunSummary, PowerLimitSummary, TuningSummary, EpochEnergy, SettingEvent, NonTrainingTime, RunSettings,
            CarbonAwareSummary, ProfileEntry)
 

@@ -138,8 +138,7 @@ class RecurringJobRun:
         try:
             if not failed:  # a run that ends before tuning finished settles on the best limit measured
                 run.power.finish_tuning(run.step_count)
-            tuner = run.power.tuner
-            chosen = tuner.chosen.power_limit_w if tuner is not None and tuner.chosen is not None else None
+            chosen = run.power.tuned_limit_w
             if record is not None:
                 energy_j, time_s = record.energy_j, record.time_s
             elif totals is not None:

@@ -1,0 +1,109 @@
+"""The run's parts are given what they need and expose methods: the guard is passed in (opened only when a
+setting changes), a recurring job's steering leaves the user's configuration as it was, and the power part
+hands its notices over once."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.clock import VirtualClock
+from wattwise.config import load_config
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.distributed import Collective
+from wattwise.power_control import PowerLimitControl
+from wattwise.run import Run
+from wattwise.settings.guard import SettingsGuard
+from wattwise.workload import emulate_step
+
+QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
+
+
+class GuardOpener:
+    """Opens a guard on the test's own journal folder, without recovery or signal handlers; counts calls."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.opened: list[SettingsGuard] = []
+
+    def __call__(self) -> SettingsGuard:
+        guard = SettingsGuard(self.folder, recover=False)
+        self.opened.append(guard)
+        return guard
+
+
+@pytest.fixture(autouse=True)
+def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+
+
+def make_run(tmp_path: Path, *overrides: str, opener: GuardOpener | None = None,
+             gpus: int = 1) -> tuple[Run, list[SimulatedGPU]]:
+    clock = VirtualClock()
+    devices = [SimulatedGPU(i, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
+               for i in range(gpus)]
+    cfg = load_config(overrides=[*QUIET, f"output_dir={tmp_path / 'run'}", *overrides])
+    if opener is None:
+        return Run(cfg, devices=devices, wall_clock=clock), devices
+    return Run(cfg, devices=devices, wall_clock=clock, settings_guard=opener), devices
+
+
+def test_a_cap_goes_through_the_guard_the_run_was_given_and_is_restored(tmp_path: Path) -> None:
+    opener = GuardOpener(tmp_path / "journal")
+    run, [gpu] = make_run(tmp_path, "power_limit.mode=cap", "power_limit.cap_w=200", opener=opener)
+    run.start()
+    assert len(opener.opened) == 1 and gpu.power_limit_w() == 200.0
+    assert list((tmp_path / "journal").glob("*.json"))  # the original limit was journalled first
+    run.finish()
+    assert gpu.power_limit_w() == 300.0
+
+
+def test_a_run_that_only_measures_opens_no_guard_and_installs_no_signal_handler(tmp_path: Path) -> None:
+    opener = GuardOpener(tmp_path / "journal")
+    before = signal.getsignal(signal.SIGTERM)
+    run, [gpu] = make_run(tmp_path, opener=opener)
+    run.start()
+    run.step_begin()
+    emulate_step([gpu], lambda: None)
+    run.step_end()
+    run.finish()
+    assert opener.opened == [] and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_steering_a_recurring_run_leaves_the_users_configuration_as_it_was(tmp_path: Path) -> None:
+    opener = GuardOpener(tmp_path / "journal")
+    run, [gpu] = make_run(tmp_path, "power_limit.eta=0.9", opener=opener)
+    run.steer_recurring(power_limit_w=150.0, batch_size=64, eta=0.3)
+    assert (run.cfg.power_limit.mode, run.cfg.power_limit.cap_w, run.cfg.power_limit.eta) == ("measure", None, 0.9)
+    run.start()
+    assert gpu.power_limit_w() == 150.0 and run.batch_size == 64
+    run.finish()
+
+
+def test_a_cap_without_a_gpu_turns_into_measuring_with_one_notice_handed_over_once(tmp_path: Path) -> None:
+    cfg = load_config(overrides=["power_limit.mode=cap", "power_limit.cap_w=200"])
+    opener = GuardOpener(tmp_path / "journal")
+    power = PowerLimitControl(cfg.power_limit, wall_clock=VirtualClock())
+    power.setup([], Collective(), memory_key=None, label=lambda dev: dev.key, guard=opener)
+    assert power.mode == "measure" and opener.opened == []
+    [notice] = power.take_notices()
+    assert "power-limit capping needs an NVIDIA or AMD GPU" in notice
+    assert power.take_notices() == ()
+    assert cfg.power_limit.mode == "cap"  # the configuration is as the user gave it
+
+
+def test_tuning_reports_the_limit_it_chose_through_the_power_part(tmp_path: Path) -> None:
+    run, [gpu] = make_run(tmp_path, "power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
+                          "power_limit.profile_steps=2", "power_limit.step_w=100",
+                          opener=GuardOpener(tmp_path / "journal"))
+    run.start()
+    assert run.power.tuned_limit_w is None
+    for _ in range(10):
+        run.step_begin()
+        emulate_step([gpu], lambda: None)
+        run.step_end()
+    assert run.power.tuned_limit_w in (100.0, 200.0, 300.0)
+    assert run.power.tuned_limit_w == run.applied_limit_w
+    run.finish()
