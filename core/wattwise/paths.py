@@ -120,8 +120,10 @@ def _replace(target: str | os.PathLike[str], write: Callable[[Any], object], *, 
 
 
 def finite_or_null(value: Any) -> Any:
-    """`value` with every non-finite float (nan, inf) replaced by None, in nested dicts, lists and tuples:
-    JSON has no such numbers."""
+    """`value` with every non-finite float (nan, inf) replaced by None, in nested dicts, lists and tuples.
+
+    JSON has no such numbers.
+    """
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -141,8 +143,11 @@ def json_text(value: Any, *, indent: int | None = 2, separators: tuple[str, str]
 
 def read_text(path: str | os.PathLike[str], *, what: str, expected: str, fix: str,
               error: type[UsageError] = UsageError) -> str:
-    """The UTF-8 text of a file the user gave (a BOM dropped). An unreadable, binary or non-UTF-8 file is
-    one `error` line naming `what`, what was `expected` and the `fix`."""
+    """The UTF-8 text of a file the user gave (a BOM dropped).
+
+    An unreadable, binary or non-UTF-8 file is one `error` line naming `what`, what was `expected` and the
+    `fix`.
+    """
     try:
         with open(path, "rb") as fh:
             data = fh.read()

@@ -85,8 +85,9 @@ class AgentJournal:
                              "(nvidia-smi -rgc; nvidia-smi -pl) and delete it") from None
 
     def save(self, changes: list[dict[str, Any]]) -> None:
-        """Journal `changes` (atomically, fsynced, 0600) before the change they cover is made; with none
-        left, the journal is removed.
+        """Journal `changes` (atomically, fsynced, 0600) before the change they cover is made.
+
+        With no change left, the journal is removed.
 
         Raises:
             OSError: it cannot be written; the journal on disk is then as it was.

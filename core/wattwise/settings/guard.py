@@ -58,7 +58,13 @@ os.register_at_fork(after_in_child=_LEASES.clear)  # a forked child holds no lea
 
 
 class SettingsGuard:
-    """Records original GPU settings before changing them, and restores them on every exit path."""
+    """Records original GPU settings before changing them, and restores them on every exit path.
+
+    Args:
+        journal_directory: the folder of its journal and of the device locks (default `journal_dir()`).
+        recover: restore first what dead processes left in that folder, before this process reads any
+            setting (a dead run's leftover must not pass for an original).
+    """
 
     def __init__(self, journal_directory: str | os.PathLike[str] | None = None, *, recover: bool = True):
         self.journal_dir = Path(journal_directory) if journal_directory is not None else journal_dir()
@@ -114,8 +120,15 @@ class SettingsGuard:
             self._sync_journal()
 
     def _record(self, device: Device, setting: str) -> bool:
-        """Hold the device and journal the original value before the first change. True if this call
-        recorded it. DeviceBusyError: another process holds the device; JournalError: no journal, no change."""
+        """Hold the device and journal the original value before the first change.
+
+        Returns:
+            True if this call recorded it (False: recorded before).
+
+        Raises:
+            DeviceBusyError: another process holds the device.
+            JournalError: the original cannot be journalled: the change is not to be made.
+        """
         spec = device.spec()
         dev_id = json.dumps(spec, sort_keys=True)
         with self._lock:
@@ -137,8 +150,11 @@ class SettingsGuard:
             return True
 
     def _hold(self, dev_id: str, device: Device, spec: dict[str, Any]) -> None:
-        """Take the device's lock (shared by the guards of this process) for as long as a setting is changed;
-        for an agent-backed GPU, count this guard among the users of the process's lease."""
+        """Take the device's lock (shared by the guards of this process) for as long as a setting is changed.
+
+        For a device with a settings lease (the agent's), count this guard among the users of the process's
+        lease instead.
+        """
         if dev_id in self._device_locks or dev_id in self._leases:
             return
         lease = device.settings_lease
@@ -201,6 +217,7 @@ class SettingsGuard:
 
     @property
     def changed(self) -> bool:
+        """Some setting this guard changed is still to restore."""
         return bool(self._originals)
 
     # -- restoring ------------------------------------------------------------------------------------
@@ -229,9 +246,12 @@ class SettingsGuard:
             return _LEASES.get(self._leases[dev_id]) == 1 and any(d == dev_id for d, _ in self._originals)
 
     def _release_lease(self, dev_id: str, result: RestoreResult) -> None:
-        """Give an agent-backed GPU back: the agent restores the originals it recorded before this process's
-        first change, and shows no holder from then on (not only when the process exits). When that fails,
-        the caller sets the originals one by one instead, and reports what fails."""
+        """Give a device with a settings lease back (the agent's GPU).
+
+        The agent restores the originals it recorded before this process's first change, and shows no
+        holder from then on (not only when the process exits). When that fails, the caller sets the
+        originals one by one instead, and reports what fails.
+        """
         try:
             self._devices[dev_id].release()
         except RESTORE_ERRORS:
@@ -256,6 +276,7 @@ class SettingsGuard:
             signal.signal(sig, self._on_signal)
 
     def uninstall_signal_handlers(self) -> None:
+        """Put back the SIGTERM and SIGINT handlers found by `install_signal_handlers` (main thread only)."""
         if threading.current_thread() is not threading.main_thread():
             return
         for sig, handler in self._previous_handlers.items():
@@ -278,6 +299,11 @@ class SettingsGuard:
             os.kill(os.getpid(), signum)
 
     def close(self) -> RestoreResult:
+        """Restore every changed setting, and stop restoring at signals and at exit (the guard's end).
+
+        Returns:
+            What was restored and what could not be.
+        """
         result = self.restore_all()
         self.uninstall_signal_handlers()
         if self._atexit:

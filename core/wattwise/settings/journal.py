@@ -177,8 +177,13 @@ class Journal:
 
 
 def file_problem(path: Path) -> str | None:
-    """Why the journal at `path` cannot be trusted (a symbolic link, not yours, writable by others), or
-    None; None too when there is none. For a check before use: reading checks the open file itself."""
+    """Why the journal at `path` cannot be trusted (a symbolic link, not yours, writable by others).
+
+    A check before use, such as the agent's at start: reading checks the open file itself.
+
+    Returns:
+        The reason, or None (also when there is no journal).
+    """
     try:
         st = os.lstat(path)
     except FileNotFoundError:

@@ -145,9 +145,11 @@ def device_key(spec: dict[str, Any]) -> str:
 
 
 def device_lock_path(folder: Path, spec: dict[str, Any]) -> Path | None:
-    """The lock file of a device: one per GPU, as its backend identifies it (`settings_identity`: NVML or
-    amdsmi UUID, or simulated GPU's state file); None when the device lives in this process only (a
-    simulated GPU without a state file)."""
+    """The lock file of a device: one per GPU, as its backend identifies it.
+
+    The identity is `settings_identity`'s (NVML or amdsmi UUID, or a simulated GPU's state file); None when
+    the device lives in this process only (a simulated GPU without a state file).
+    """
     backend, ident = spec.get("backend"), settings_identity(spec)
     if ident is None:
         return None

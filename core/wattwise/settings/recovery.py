@@ -25,8 +25,11 @@ from wattwise.settings.locks import device_key, held_here, lock_holder, probe, t
 
 @dataclass
 class RestoreResult:
-    """What a restore did: settings put back, the ones that could not be (with the reason), and journals
-    left alone because a live wattwise process still holds them."""
+    """What a restore did.
+
+    Settings put back, the ones that could not be (with the reason), and journals left alone because a
+    live wattwise process still holds them.
+    """
 
     restored: list[str]
     failed: list[str]
@@ -45,8 +48,10 @@ class JournalStatus:
 
 
 def journal_statuses(directory: str | os.PathLike[str] | None = None) -> tuple[list[JournalStatus], str | None]:
-    """Every journal of this host in the folder, read-only (takes no lock, changes nothing), and the reason
-    the folder itself cannot be trusted, if it cannot. For `wattwise devices`."""
+    """Every journal of this host in the folder, and why the folder itself cannot be trusted, if it cannot.
+
+    Read-only (takes no lock, changes nothing), for `wattwise devices`.
+    """
     folder = Path(directory) if directory is not None else journal_dir()
     if not folder.exists():
         return [], None
@@ -175,9 +180,11 @@ def _current(spec: dict[str, Any], setting: str) -> Any:
 
 
 def leftover_lines(directory: str | os.PathLike[str] | None = None) -> list[str]:
-    """What `wattwise devices` says about the journal: settings a dead process left changed (to restore
-    with `wattwise restore`), settings a running wattwise process holds, and journals it cannot use.
-    Read-only: restores nothing, takes no lock."""
+    """What `wattwise devices` says about the journal, one line each.
+
+    Settings a dead process left changed (to restore with `wattwise restore`), settings a running wattwise
+    process holds, and journals it cannot use. Read-only: restores nothing, takes no lock.
+    """
     statuses, problem = journal_statuses(directory)
     if problem:
         folder = Path(directory) if directory is not None else journal_dir()
