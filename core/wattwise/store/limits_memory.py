@@ -45,7 +45,20 @@ LEGACY_FILE = "power_limits.json"
 
 
 def memory_key(job: str, gpu_name: str, num_gpus: int, batch_size: int | None = None) -> str:
-    """The key a tuning result is remembered under: job, GPU model and count, and batch size if known."""
+    """The key a tuning result is remembered under.
+
+    A choice made for one job on one GPU model and count says nothing about another, nor (for a
+    recurring job) about another batch size.
+
+    Args:
+        job: The job's name.
+        gpu_name: The GPU model, as the device reports it.
+        num_gpus: How many GPUs the run uses.
+        batch_size: A recurring job's batch size; None for any other job.
+
+    Returns:
+        `job|gpu_name|xN`, with `|bs=B` when a batch size is given.
+    """
     key = f"{job}|{gpu_name}|x{num_gpus}"
     return key if batch_size is None else f"{key}|bs={batch_size}"
 
@@ -65,7 +78,14 @@ class RememberedLimit:
 
 
 class LimitsMemory:
-    """Tuning results remembered in the store, by `memory_key`. Each call opens the store and closes it."""
+    """Tuning results remembered in the store, by `memory_key`. Each call opens the store and closes it.
+
+    Args:
+        location: A SQLite file path or a database URL; None: `$WATTWISE_STORE`, else the default file.
+
+    Raises:
+        UsageError: `location` (or `$WATTWISE_STORE`) is not a store location (nothing is opened yet).
+    """
 
     def __init__(self, location: str | None = None) -> None:
         #: The store: `location` (a SQLite file path or a URL), else `$WATTWISE_STORE`, else the default file.
@@ -83,7 +103,11 @@ class LimitsMemory:
             store.close()
 
     def recall(self, key: str) -> RememberedLimit | None:
-        """Everything remembered under `key`, or None."""
+        """Everything remembered under `key`, or None.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
         from sqlalchemy import select
 
         from wattwise.store.schema import remembered_limits_table as table
@@ -117,7 +141,17 @@ class LimitsMemory:
         run_id: str | None = None,
         chosen_at_s: float | None = None,
     ) -> None:
-        """Remember a tuning result under `key` (replacing any earlier one); `chosen_at_s` defaults to now."""
+        """Remember a tuning result under `key`, replacing any earlier one.
+
+        Args:
+            key: From `memory_key`.
+            chosen: The profile entry the selector chose.
+            profile: Every limit measured.
+            selector: The selector that chose (e.g. "zeus").
+            eta: The selector's eta, when it has one.
+            run_id: The run that chose, as its caller names runs.
+            chosen_at_s: When, in seconds since the epoch; None: now.
+        """
         limit = RememberedLimit(
             chosen, list(profile), selector, eta, time.time() if chosen_at_s is None else chosen_at_s, run_id
         )
@@ -194,8 +228,15 @@ def _legacy_lock(path: Path) -> Iterator[None]:
 def import_legacy_file(store: SqlJobStore, path: Path) -> int:
     """Import 0.1.0's JSON file of remembered limits into `store`, then rename it `*.imported`.
 
-    An entry replaces the store's only when it was chosen later. Returns the number of entries read
-    (0 when there is no file); an entry that cannot be read is left in the renamed file, with a warning.
+    An entry replaces the store's only when it was chosen later; the file is read and renamed under
+    0.1.0's own lock. An entry that cannot be read is left in the renamed file, with a warning.
+
+    Args:
+        store: The store to import into.
+        path: 0.1.0's file (`power_limits.json` in the state directory).
+
+    Returns:
+        The number of entries imported (0 when there is no file).
     """
     if not path.exists():
         return 0

@@ -58,10 +58,17 @@ class SpooledResult:
     power_limit_w: float | None = None
 
     def to_json(self) -> str:
+        """The spool file's text: the fields and the spool format's version."""
         return json.dumps({"version": SPOOL_VERSION, **dataclasses.asdict(self)}, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> SpooledResult:
+        """The result in a spool file's text.
+
+        Raises:
+            ValueError: not JSON, or not this spool format's version.
+            TypeError: fields this version does not know, or missing ones.
+        """
         data: dict[str, Any] = json.loads(text)
         if data.pop("version", None) != SPOOL_VERSION:
             raise ValueError(f"not a version {SPOOL_VERSION} spooled result")

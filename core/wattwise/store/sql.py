@@ -179,15 +179,28 @@ def _create_private_file(path: Path) -> None:
 
 
 def _check_access(path: Path) -> None:
-    """A SQLite file this user may not read and write fails at once, saying so: SQLite would only say
-    "unable to open database file", which the store retries as an outage."""
+    """Refuse at once a SQLite file this user may not read and write, saying so.
+
+    SQLite would only say "unable to open database file", which the store retries as an outage.
+    """
     if not os.access(path, os.R_OK | os.W_OK):
         raise UsageError(f"store {path}: cannot be read and written by this user (Permission denied); check its "
                          "permissions (every process using a store needs read and write access to its file)")
 
 
 def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
-    """An engine for `url`, with SQLite's WAL, busy timeout and IMMEDIATE write transactions."""
+    """An engine for `url`, with SQLite's WAL, busy timeout and IMMEDIATE write transactions.
+
+    A SQLite file is created owner-only when missing; a PostgreSQL connection attempt gives up after
+    5 s unless the URL says otherwise, so that the store's retries can follow.
+
+    Args:
+        url: A SQLAlchemy URL (`wattwise.store.factory.store_url` makes one from a path or URL).
+        busy_timeout_s: How long SQLite waits for another writer's lock before failing.
+
+    Raises:
+        UsageError: not a database URL, no driver for it, or a file that cannot be created or used.
+    """
     try:
         parsed = make_url(url)
     except ArgumentError as err:
@@ -220,7 +233,20 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
 
 
 class SqlJobStore:
-    """A `JobStore` in a SQL database; see the module docstring for how writers stay safe."""
+    """A `JobStore` in a SQL database; see the module docstring for how writers stay safe.
+
+    Opening it upgrades the schema (`wattwise.store.migrations.upgrade`) and delivers the results
+    spooled while it was unreachable.
+
+    Args:
+        url: A SQLAlchemy URL (SQLite or PostgreSQL).
+        lock_timeout_s: How long a write waits for a locked store before `StoreUnavailable`.
+        reconnect_s: How long a lost connection is retried before `StoreUnavailable`.
+
+    Raises:
+        UsageError: not a store (bad URL, not a database, a newer wattwise's store).
+        StoreUnavailable: the database cannot be reached or stays locked.
+    """
 
     def __init__(self, url: str, *, lock_timeout_s: float = 120.0, reconnect_s: float = 6.0) -> None:
         self.url = url
@@ -273,12 +299,25 @@ class SqlJobStore:
                     raise
 
     def write(self, work: Callable[[Connection], T]) -> T:
-        """`work` in one write transaction (SQLite: begun IMMEDIATE), retried while the store is locked or
-        unreachable (then `StoreUnavailable`)."""
+        """Run `work` in one write transaction (SQLite: begun IMMEDIATE), retried while the store is locked.
+
+        Args:
+            work: Given the connection; it may run more than once, so it must only touch the database.
+
+        Returns:
+            What `work` returned, once committed.
+
+        Raises:
+            StoreUnavailable: still locked after the lock timeout, or unreachable after the reconnect time.
+        """
         return self._retrying(self._writer, work)
 
     def read(self, work: Callable[[Connection], T]) -> T:
-        """`work` in one read transaction, retried while the store is locked or unreachable."""
+        """Run `work` in one read transaction, retried as `write` retries.
+
+        Raises:
+            StoreUnavailable: still locked after the lock timeout, or unreachable after the reconnect time.
+        """
         return self._retrying(self._engine, work)
 
     def deliver_spooled(self) -> tuple[int, int]:

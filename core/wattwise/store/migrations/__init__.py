@@ -63,7 +63,7 @@ def current_revision(conn: Connection) -> str | None:
 
 
 def _legacy_version(conn: Connection) -> int | None:
-    """wattwise 0.1.0's schema version, when its version table is there."""
+    """The schema version wattwise 0.1.0 wrote, when its version table is there."""
     if not conn.dialect.has_table(conn, legacy_version_table.name):
         return None
     return conn.execute(select(func.max(legacy_version_table.c.version))).scalar()
@@ -77,9 +77,19 @@ def _newer(found: str) -> UsageError:
 
 
 def upgrade(conn: Connection) -> str:
-    """Bring the store to the newest revision inside the caller's write transaction; returns it.
+    """Bring the store to the newest revision inside the caller's write transaction.
 
-    UsageError when the store was written by a newer wattwise.
+    A 0.1.0 store (no Alembic history, legacy schema version 1) is stamped at the baseline first, so
+    its rows are kept. PostgreSQL: a transaction-level advisory lock serialises concurrent upgrades.
+
+    Args:
+        conn: A connection inside a write transaction (`SqlJobStore.write`).
+
+    Returns:
+        The revision the store is now at (the newest this wattwise knows).
+
+    Raises:
+        UsageError: the store was written by a newer wattwise (an unknown revision or legacy version).
     """
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})

@@ -13,6 +13,7 @@ from wattwise.store.migrations import VERSION_TABLE
 
 
 def run_migrations(connection: Connection) -> None:
+    """Run Alembic's command on `connection`, in the caller's transaction, with wattwise's version table."""
     context.configure(connection=connection, version_table=VERSION_TABLE)
     with context.begin_transaction():
         context.run_migrations()

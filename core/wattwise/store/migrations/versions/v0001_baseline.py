@@ -20,6 +20,7 @@ depends_on = None
 
 
 def upgrade() -> None:
+    """Create 0.1.0's tables, its schema version table holding 1 included."""
     op.create_table(
         "wattwise_jobs",
         sa.Column("name", sa.String(128), primary_key=True),
@@ -65,5 +66,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    """Drop 0.1.0's tables."""
     for table in ("wattwise_schema_version", "wattwise_power_limits", "wattwise_runs", "wattwise_jobs"):
         op.drop_table(table)

@@ -21,6 +21,7 @@ depends_on = None
 
 
 def upgrade() -> None:
+    """Create the remembered-limits table."""
     op.create_table(
         "wattwise_remembered_limits",
         sa.Column("memory_key", sa.Text, primary_key=True),
@@ -36,4 +37,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    """Drop the remembered-limits table."""
     op.drop_table("wattwise_remembered_limits")
