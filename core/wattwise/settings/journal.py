@@ -2,7 +2,8 @@
 
 A journal is one small JSON file, written atomically and fsynced, 0600 in a 0700 folder:
 `{"pid": P, "host": H, "created": T, "changes": [{"device": SPEC, "setting": S, "original": V}, ...]}`,
-where SPEC is what `wattwise.devices.open_spec` opens again (backend nvml or simulated, index, ...).
+where SPEC is what `wattwise.devices.open_spec` opens again (a backend the guard journals,
+`wattwise.devices.journalled_backends`, the GPU's index, ...).
 
 A journal is trusted only when it and its folder belong to the user reading it and are not writable by
 others, and it is not a symbolic link; every field is checked before anything in it is used. A journal
