@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wattwise.errors import UsageError
+from wattwise.errors import Unavailable
 from wattwise.paths import private_dir, state_dir, write_text
 
 SPOOL_VERSION = 1
 
 
-class StoreUnavailable(UsageError):
+class StoreUnavailable(Unavailable):
     """The store could not be reached (or stayed locked) for longer than its retries allow.
 
     `url` is the store's URL, `reason` the database's own words.

@@ -338,9 +338,7 @@ class SqlJobStore:
                 continue
             try:
                 self.write(functools.partial(self._deliver, result=result))
-            except UsageError as err:
-                if isinstance(err, StoreUnavailable):
-                    raise
+            except UsageError as err:  # a StoreUnavailable is no UsageError: it propagates
                 self._reject(path, str(err))
                 continue
             spool.remove(path)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from wattwise.errors import UsageError
+from wattwise.errors import Unavailable, UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.spec import JobSpec
 from wattwise.store import store_url
@@ -101,7 +101,7 @@ def test_sqlite_store_uses_wal(sqlite_url: str) -> None:
 def test_bad_store_urls_are_usage_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no driver"):
         SqlJobStore("nosuchdb://x/y")
-    with pytest.raises(UsageError, match="cannot open the job store"):
+    with pytest.raises(Unavailable, match="cannot open the job store"):  # no server there: unavailable
         SqlJobStore(f"postgresql+psycopg://nobody@/db?host={tmp_path}&port=1")
     assert store_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
     assert store_url(str(tmp_path / "x.sqlite")) == f"sqlite:///{tmp_path / 'x.sqlite'}"
