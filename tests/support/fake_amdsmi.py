@@ -427,3 +427,21 @@ class FakeAmdSmi:
 
     def amdsmi_get_gpu_perf_level(self, processor_handle: _Handle) -> str:
         return f"AMDSMI_DEV_PERF_LEVEL_{self._gpu(processor_handle).perf_level.name}"
+
+
+def mi300(**fields: Any) -> FakeAmdGpu:
+    """An MI300X-like GPU with a 300-500 W cap range, drawing 450 W, whose 64-bit counter needs no sampler."""
+    settings: dict[str, Any] = {"demand_w": 450.0, "min_cap_w": 300.0, "max_cap_w": 500.0, "default_cap_w": 500.0,
+                                "counter_start_ticks": 2**40}
+    return FakeAmdGpu(**{**settings, **fields})
+
+
+def forget_process_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the test a process of its own for the amdsmi backend: no visibility variables, and no counter
+    verdicts or clock ranges remembered from an earlier test."""
+    import wattwise.devices.amdsmi as backend
+
+    for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(backend, "_counter_verdicts", {})
+    monkeypatch.setattr(backend, "_locked_sm_clocks_mhz", {})

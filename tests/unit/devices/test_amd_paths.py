@@ -1,16 +1,12 @@
-"""Every path NVIDIA GPUs take, taken by AMD GPUs (backend amdsmi) on the fake amdsmi binding: discovery
-("auto" after NVML), `wattwise devices` and `wattwise cap`, the settings guard and crash recovery,
-power-limit tuning in the Lightning callback and the Accelerate plugin, the acceptance checks and the node
-agent."""
+"""Every path NVIDIA GPUs take, taken by AMD GPUs (backend amdsmi) on the fake amdsmi binding, in this
+process: discovery ("auto" after NVML), `wattwise devices`, the settings guard, power-limit tuning in the
+Lightning callback and the Accelerate plugin, the acceptance checks and the node agent (those that start
+processes: tests/integration/devices/test_amd_commands.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -21,11 +17,10 @@ from accelerate.state import AcceleratorState, GradientState
 from torch import nn
 
 import accelerate_energy
-import wattwise.devices.amdsmi as backend
 from accelerate_energy import EnergyPlugin
 from lightning_energy import EnergyCallback
 from tests.support.clock import VirtualClock
-from tests.support.fake_amdsmi import AmdSmiDevPerfLevel, FakeAmdGpu, FakeAmdSmi
+from tests.support.fake_amdsmi import AmdSmiDevPerfLevel, FakeAmdSmi, forget_process_state, mi300
 from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 from wattwise.acceptance import PASSED, SKIPPED, run_checks
 from wattwise.agent.config import AgentConfig
@@ -36,7 +31,6 @@ from wattwise.cli.main import main
 from wattwise.devices import discover, open_spec
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import journal_dir
-from wattwise.settings.recovery import recover_stale_journals
 
 STEP_S = 0.01
 #: Tuning over 500, 400 and 300 W: one step untouched, then per limit one warm-up and two measured steps.
@@ -48,13 +42,9 @@ TUNING_STEPS = 1 + 3 * (1 + 2)
 
 @pytest.fixture(autouse=True)
 def _fresh_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, real_auto_backend: None) -> None:
-    """A process of its own: its state dir, no visibility variables, no counter verdicts from before."""
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(backend, "_counter_verdicts", {})
-    monkeypatch.setattr(backend, "_locked_sm_clocks_mhz", {})
+    forget_process_state(monkeypatch)
 
 
 @pytest.fixture
@@ -65,12 +55,6 @@ def clock() -> VirtualClock:
 @pytest.fixture
 def no_nvidia(monkeypatch: pytest.MonkeyPatch) -> None:
     FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
-
-
-def mi300(**fields: object) -> FakeAmdGpu:
-    """An MI300X-like GPU whose cap ranges over 300-500 W and whose 64-bit counter needs no sampler."""
-    return FakeAmdGpu(**{"demand_w": 450.0, "min_cap_w": 300.0, "max_cap_w": 500.0, "default_cap_w": 500.0,
-                         "counter_start_ticks": 2**40, **fields})  # type: ignore[arg-type]
 
 
 # -- discovery and the command line ----------------------------------------------------------------
@@ -126,34 +110,6 @@ def test_devices_backend_amdsmi_without_amd_gpus_is_one_line_and_exits_non_zero(
     assert "--backend is amdsmi" in err[0]
 
 
-def test_devices_backend_amdsmi_without_the_library_is_one_line_and_exits_non_zero() -> None:
-    if importlib.util.find_spec("amdsmi") is not None:
-        pytest.skip("the amdsmi package is installed here")
-    proc = subprocess.run([sys.executable, "-m", "wattwise", "devices", "--backend", "amdsmi"],
-                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
-    assert proc.returncode == 2 and proc.stdout == ""
-    (line,) = proc.stderr.strip().splitlines()
-    assert "pip install 'wattwise[amd]'" in line and "Traceback" not in proc.stderr
-
-
-def test_cap_caps_the_amd_gpu_for_the_command_and_restores_it(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    fake_gpu = mi300()
-    FakeAmdSmi([fake_gpu]).install(monkeypatch)
-    caps_w: list[float] = []
-    real_set = backend.AmdsmiGPU.set_power_limit_w
-
-    def spy(self: backend.AmdsmiGPU, watts: float) -> None:
-        real_set(self, watts)
-        caps_w.append(fake_gpu.cap_uw / 1e6)
-
-    monkeypatch.setattr(backend.AmdsmiGPU, "set_power_limit_w", spy)
-    assert main(["cap", "--backend", "amdsmi", "--watts", "350", "--", sys.executable, "-c", "pass"]) == 0
-    assert caps_w == [350.0, 500.0]  # capped for the command, then restored
-    assert "350 W on GPU(s) [0]" in capsys.readouterr().err
-
-
 # -- the settings guard ----------------------------------------------------------------------------
 
 
@@ -168,23 +124,6 @@ def test_the_guard_restores_an_amd_power_cap_and_clock_range(monkeypatch: pytest
         assert len(list(journal_dir().glob("*.json"))) == 1  # the originals are on disk before the change
     assert fake_gpu.cap_uw == 500_000_000
     assert (fake_gpu.gfx_range_mhz, fake_gpu.perf_level) == ((500, 2100), AmdSmiDevPerfLevel.AUTO)
-
-
-def test_a_dead_processs_amd_cap_is_restored_from_its_journal(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_gpu = mi300()
-    FakeAmdSmi([fake_gpu]).install(monkeypatch)
-    (gpu,) = discover("amdsmi").gpus
-    gpu.set_power_limit_w(320.0)  # what a process killed with SIGKILL left behind
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, timeout=120, check=True)
-    path = journal_dir() / "dead.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(), "created": 0.0,
-                                "changes": [{"device": gpu.spec(), "setting": "power_limit_w", "original": 500.0}]}))
-    result = recover_stale_journals()
-    assert len(result.restored) == 1 and result.failed == []
-    assert fake_gpu.cap_uw == 500_000_000
-    assert not path.exists()
 
 
 # -- tuning in both adapters -----------------------------------------------------------------------

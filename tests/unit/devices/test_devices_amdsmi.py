@@ -22,6 +22,7 @@ from tests.support.fake_amdsmi import (
     AmdSmiDevPerfLevel,
     FakeAmdGpu,
     FakeAmdSmi,
+    forget_process_state,
 )
 from tests.support.paths import DATA_DIR
 from wattwise.devices.amdsmi import AmdsmiGPU, amdsmi_gpus, open_amdsmi_spec
@@ -36,16 +37,12 @@ from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
 
 SIGNATURES = DATA_DIR / "amdsmi_signatures.json"
-VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 
 @pytest.fixture(autouse=True)
 def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test is a process of its own: no visibility variables, no verdicts or ranges from before."""
-    for name in VISIBILITY:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(backend, "_counter_verdicts", {})
-    monkeypatch.setattr(backend, "_locked_sm_clocks_mhz", {})
+    forget_process_state(monkeypatch)
 
 
 @pytest.fixture
