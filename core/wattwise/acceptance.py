@@ -43,10 +43,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wattwise.devices import probe_gpus
 from wattwise.devices.base import Device, DeviceError, NoPermissionError
 from wattwise.paths import json_text
 
@@ -509,7 +510,7 @@ def run_checks(out: Path, *, quick: bool = False, gpu_index: int = 0, gpus: list
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     if gpus is None:
-        gpus = _gpus_found(notes)
+        gpus = probe_gpus(notes)
     gpu = next((g for g in gpus if g.index == gpu_index), None)
     if gpu is None and gpus:
         notes.append(f"GPU {gpu_index} not found; GPUs: {[g.index for g in gpus]}")
@@ -536,23 +537,6 @@ def run_checks(out: Path, *, quick: bool = False, gpu_index: int = 0, gpus: list
     _write_text(out / "acceptance.json", json_text(report) + "\n")
     _write_text(out / "acceptance.md", markdown(report))
     return report
-
-
-def _gpus_found(notes: list[str]) -> list[Device]:
-    """The GPUs to check: NVIDIA ones through NVML, else AMD ones through amdsmi; a note for each unavailable."""
-    from wattwise.devices.amdsmi import amdsmi_gpus
-    from wattwise.devices.nvml import nvml_gpus
-
-    finders: list[tuple[str, Callable[[], Sequence[Device]]]] = [("NVML", nvml_gpus), ("amdsmi", amdsmi_gpus)]
-    for title, find in finders:
-        try:
-            gpus = list(find())
-        except DeviceError as err:
-            notes.append(f"{title} unavailable: {err}")
-            continue
-        if gpus:
-            return gpus
-    return []
 
 
 def _run_one(name: str, check: Callable[[Context], dict[str, Any]], ctx: Context) -> CheckResult:

@@ -56,6 +56,7 @@ __all__ = [
     "journalled_backends",
     "name_job",
     "open_spec",
+    "probe_gpus",
     "register",
     "settings_identity",
     "simulated_gpus",
@@ -215,7 +216,7 @@ def discover(
         chosen = claimant.name
         found.gpus = claimant.discover(wanted)
     else:
-        found.gpus = _probe(wanted, found.notes)
+        found.gpus = probe_gpus(found.notes, wanted)
     no_gpu = chosen == AUTO and not found.gpus
     if include_cpu or no_gpu:
         found.cpus = _cpu_devices(wanted, found.notes)
@@ -246,8 +247,18 @@ def _claimant(notes: list[str]) -> Backend | None:
     return None
 
 
-def _probe(wanted: Wanted, notes: list[str]) -> list[Device]:
-    """The GPUs of the first probed backend that finds any; a note for each one unavailable."""
+def probe_gpus(notes: list[str], wanted: Wanted | None = None) -> list[Device]:
+    """The GPUs of the first hardware backend that finds any, in the order "auto" probes them (NVML, then
+    the others registered with `probe`): what this machine really has, without the node agent or the CPU.
+
+    Args:
+        notes: Gets one line for each backend unavailable, saying why.
+        wanted: What to find; None: every visible GPU.
+
+    Raises:
+        UsageError: `wanted.gpu_indices` names a GPU the backend that found GPUs does not have.
+    """
+    wanted = wanted or Wanted()
     for backend in registry.backends("gpu"):
         if not backend.probe:
             continue
