@@ -151,7 +151,7 @@ class ClockedModule(pl.LightningModule):
         return torch.utils.data.DataLoader(data, batch_size=4)
 
 
-def test_lightning_tunes_the_amd_power_cap_and_restores_it(
+def test_lightning_tunes_the_amd_power_cap_restores_it_and_the_report_names_the_gpu(
     monkeypatch: pytest.MonkeyPatch, clock: VirtualClock, tmp_path: Path
 ) -> None:
     fake_gpu = mi300()
@@ -170,6 +170,10 @@ def test_lightning_tunes_the_amd_power_cap_and_restores_it(
     assert tuned["chosen_power_limit_w"] == 300
     assert summary["simulated"] is False
     assert fake_gpu.cap_uw == 500_000_000  # restored at the end of fit
+    # The report's device line names the AMD GPU and how it was measured.
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "report")]) == 0
+    statement = (tmp_path / "report" / "energy_statement.md").read_text()
+    assert "with 1x AMD Instinct MI300X (device rank0/gpu0)" in statement and "measured with amdsmi" in statement
 
 
 def test_accelerate_tunes_the_amd_power_cap_and_restores_it(
