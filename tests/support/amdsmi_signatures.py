@@ -20,7 +20,8 @@ from typing import Any
 #: The binding's functions wattwise calls or the fake defines: their parameter names are compared.
 FUNCTIONS = (
     "amdsmi_init", "amdsmi_shut_down", "amdsmi_get_processor_handles", "amdsmi_get_gpu_device_uuid",
-    "amdsmi_get_gpu_device_bdf", "amdsmi_get_gpu_asic_info", "amdsmi_get_energy_count", "amdsmi_get_power_info",
+    "amdsmi_get_gpu_device_bdf", "amdsmi_get_gpu_enumeration_info", "amdsmi_get_gpu_asic_info",
+    "amdsmi_get_energy_count", "amdsmi_get_power_info",
     "amdsmi_get_power_cap_info", "amdsmi_set_power_cap", "amdsmi_get_clk_freq", "amdsmi_get_clock_info",
     "amdsmi_set_gpu_clk_range", "amdsmi_set_gpu_perf_level", "amdsmi_get_gpu_perf_level",
 )

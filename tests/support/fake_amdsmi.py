@@ -189,6 +189,8 @@ class FakeAmdGpu:
     #: The ASIC serial as the binding prints it; rocminfo and ROCR_VISIBLE_DEVICES write it GPU-<16 hex>.
     serial: str = ""
     bdf: str = ""
+    #: HIP's number for the GPU (amdsmi_get_gpu_enumeration_info); None: the call is not supported.
+    hip_id: int | None = None
     #: What the workload would draw; the reported draw is capped by the power cap.
     demand_w: float = 300.0
     min_cap_w: float = 100.0
@@ -348,6 +350,13 @@ class FakeAmdSmi:
         gpu = self._gpu(processor_handle)
         return {"market_name": gpu.name, "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
                 "device_id": "0x74a1", "asic_serial": gpu.serial, "target_graphics_version": "gfx942"}
+
+    def amdsmi_get_gpu_enumeration_info(self, processor_handle: _Handle) -> dict[str, Any]:
+        gpu = self._gpu(processor_handle)
+        if gpu.hip_id is None:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+        return {"drm_render": 128 + gpu.number, "drm_card": gpu.number, "hsa_id": gpu.hip_id + 1,
+                "hip_id": gpu.hip_id, "hip_uuid": "GPU-" + gpu.serial.removeprefix("0x").lower()}
 
     # -- energy and power ------------------------------------------------------------------------
 

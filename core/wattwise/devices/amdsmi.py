@@ -29,7 +29,8 @@ manual. `reset_sm_clocks` sets the range back to the graphics clock's minimum an
 AMD hardware yet; GPUs whose driver refuses a clock range answer `NotSupportedError`.
 
 Indices: a GPU's `index` is its position among the GPUs a ROCm PyTorch process sees (`torch.cuda`'s
-numbering; see `visible_amd_indices`); amdsmi's own order stays internal.
+numbering: HIP's order where amdsmi reports it, then the visibility variables; see `visible_amd_indices`);
+amdsmi's own order stays internal.
 """
 
 from __future__ import annotations
@@ -114,17 +115,23 @@ class AmdIdentity:
             it `GPU-<serial>`.
         name: the market name, e.g. "AMD Instinct MI300X".
         bdf: the PCI address, e.g. "0000:c1:00.0".
+        hip_id: HIP's number for the GPU before any visibility variable, where amdsmi reports it (newer
+            releases: `amdsmi_get_gpu_enumeration_info`); None elsewhere.
+        hip_uuid: HIP's UUID of the GPU, where amdsmi reports it; "" elsewhere.
     """
 
     uuid: str
     serial: str
     name: str
     bdf: str
+    hip_id: int | None = None
+    hip_uuid: str = ""
 
     def is_named_by(self, entry: str) -> bool:
-        """True when a `GPU-...` visibility entry names this GPU (by ASIC serial or amdsmi UUID)."""
+        """True when a `GPU-...` visibility entry names this GPU (by ASIC serial, HIP's or amdsmi's UUID)."""
         wanted = entry[4:].lower()
-        return bool(wanted) and wanted in (self.serial, self.uuid.lower())
+        names = {self.serial, self.uuid.lower(), self.hip_uuid.lower().removeprefix("gpu-")}
+        return bool(wanted) and wanted in names
 
 
 def amdsmi_gpus() -> list[AmdsmiGPU]:
@@ -143,6 +150,9 @@ def amdsmi_gpus() -> list[AmdsmiGPU]:
     with _amdsmi_errors("list the GPUs"):
         handles = list(binding.amdsmi_get_processor_handles())
         identities = [_identity(binding, h) for h in handles]
+    if all(i.hip_id is not None for i in identities):  # HIP's own order, where amdsmi tells it
+        order = sorted(range(len(handles)), key=lambda i: (identities[i].hip_id, i))
+        handles, identities = [handles[i] for i in order], [identities[i] for i in order]
     visible = visible_amd_indices(os.environ, identities)
     gpus = [AmdsmiGPU(handles[i], index, identities[i]) for index, i in enumerate(visible)]
     check_energy_counters(gpus)
@@ -186,12 +196,12 @@ def visible_amd_indices(environ: Mapping[str, str], gpus: Sequence[AmdIdentity])
     ROCm applies `ROCR_VISIBLE_DEVICES` first (indices or `GPU-<serial>`), then `HIP_VISIBLE_DEVICES`, or
     `CUDA_VISIBLE_DEVICES` when that is unset, to what ROCR left (indices into it, or `GPU-<serial>`).
     Unset shows every GPU; a list ends at the first entry that names no GPU or repeats one, so "" and "-1"
-    hide every GPU. amdsmi's order is taken as ROCm's own (both follow the PCI bus on the machines
-    documented); that has not been checked on AMD hardware here.
+    hide every GPU. `gpus` are in HIP's order: by `hip_id` where amdsmi reports it, else amdsmi's own order
+    (both follow the PCI bus on the machines documented); neither has been checked on AMD hardware here.
 
     Args:
         environ: the process environment (or a test's mapping).
-        gpus: every GPU amdsmi lists, in its order.
+        gpus: every GPU amdsmi lists, in HIP's order.
 
     Returns:
         Positions into `gpus`, one per GPU the process sees, in its numbering.
@@ -272,11 +282,12 @@ class AmdsmiGPU(Device):
         self._last_ticks: int | None = None
         self._total_uj = 0.0
         self._counter_bits = 64
+        self._resolution_uj = 0.0
         self._has_counter = self._probe_counter()
 
     def _probe_counter(self) -> bool:
         try:
-            ticks, _ = self._raw_counter()
+            ticks, self._resolution_uj = self._raw_counter()
         except NotSupportedError:
             return False
         self._counter_bits = 32 if ticks < _TICKS_32_BIT else 64
@@ -303,8 +314,7 @@ class AmdsmiGPU(Device):
         """Longest safe gap between counter reads (half a wrap at 1 kW) for a 32-bit counter, else None."""
         if not self._has_counter or self._counter_bits == 64:
             return None
-        _, resolution_uj = self._raw_counter()
-        return _TICKS_32_BIT * resolution_uj / 1e6 / _WRAP_POWER_BOUND_W / 2.0
+        return _TICKS_32_BIT * self._resolution_uj / 1e6 / _WRAP_POWER_BOUND_W / 2.0
 
     def counter_unjudged(self) -> bool:
         """True when this GPU has a counter and no start-up check has judged it in this process yet."""
@@ -462,8 +472,22 @@ def _identity(binding: Any, handle: object) -> AmdIdentity:
     asic = binding.amdsmi_get_gpu_asic_info(handle)
     serial = str(asic.get("asic_serial", "")).lower().removeprefix("0x")
     name = str(asic.get("market_name") or "AMD GPU")
+    hip_id, hip_uuid = _hip_enumeration(binding, handle)
     return AmdIdentity(uuid=str(binding.amdsmi_get_gpu_device_uuid(handle)), serial=serial, name=name,
-                       bdf=str(binding.amdsmi_get_gpu_device_bdf(handle)))
+                       bdf=str(binding.amdsmi_get_gpu_device_bdf(handle)), hip_id=hip_id, hip_uuid=hip_uuid)
+
+
+def _hip_enumeration(binding: Any, handle: object) -> tuple[int | None, str]:
+    """HIP's number and UUID of a GPU; (None, "") where this amdsmi release or driver cannot tell them."""
+    query = getattr(binding, "amdsmi_get_gpu_enumeration_info", None)
+    if query is None:
+        return None, ""
+    try:
+        info = query(handle)
+    except binding.AmdSmiException:
+        return None, ""
+    hip_id = info.get("hip_id")
+    return (hip_id if isinstance(hip_id, int) else None), str(info.get("hip_uuid") or "")
 
 
 @contextlib.contextmanager

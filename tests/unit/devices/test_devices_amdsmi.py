@@ -181,6 +181,17 @@ def test_visibility_variables_pick_and_renumber_gpus(
     assert [g.power_w() for g in gpus] == [fakes[p].demand_w for p in positions]
 
 
+def test_gpus_are_numbered_in_hips_order_where_amdsmi_reports_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # amdsmi lists them A, B, C; HIP numbers them C, A, B.
+    fakes = [FakeAmdGpu(hip_id=1), FakeAmdGpu(hip_id=2), FakeAmdGpu(hip_id=0)]
+    FakeAmdSmi(fakes).install(monkeypatch)
+    assert [g.uuid for g in amdsmi_gpus()] == [fakes[2].uuid, fakes[0].uuid, fakes[1].uuid]
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")
+    assert [g.uuid for g in amdsmi_gpus()] == [fakes[0].uuid]
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "GPU-" + fakes[1].serial.removeprefix("0x"))
+    assert [g.uuid for g in amdsmi_gpus()] == [fakes[1].uuid]
+
+
 @pytest.mark.parametrize(
     ("fake", "reason"),
     [
@@ -365,7 +376,7 @@ def test_the_fake_has_the_real_bindings_function_names_and_parameters() -> None:
 
 def test_the_backend_calls_only_what_the_real_binding_has() -> None:
     real = json.loads(SIGNATURES.read_text())
-    called = set(re.findall(r"\.(amdsmi_\w+)\(", Path(backend.__file__).read_text()))
+    called = set(re.findall(r"[.\"](amdsmi_\w+)[(\"]", Path(backend.__file__).read_text()))
     assert called and called <= set(real["functions"])
 
 
