@@ -11,6 +11,7 @@ to tune; on a real GPU it just runs the step.
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import torch
@@ -56,7 +57,10 @@ class EmulatedTrainer(Trainer):
 
 
 def main() -> None:
-    args = TrainingArguments(output_dir="trainer_out", max_steps=120, per_device_train_batch_size=32,
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-steps", type=int, default=120)
+    steps = parser.parse_args().max_steps
+    args = TrainingArguments(output_dir="trainer_out", max_steps=steps, per_device_train_batch_size=32,
                              learning_rate=0.05, report_to=[], save_strategy="no", logging_steps=40,
                              use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
     EmulatedTrainer(model=Regression(), args=args, train_dataset=Samples(2048)).train()

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+from tests.support.paths import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "examples"
 
 pytestmark = pytest.mark.slow
 

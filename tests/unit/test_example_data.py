@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
+from wattwise.cli.main import main
 from wattwise.config import load_config
 from wattwise.errors import ConfigError
 from wattwise.pipeline.profiles import load_profile
@@ -19,9 +19,9 @@ SHIPPED = ("gpt3-175b+a100_sxm_bf16.csv", "power-model-a40-resnet50.csv", "power
            "summary_train.csv", "summary_power_a40.csv", "README.md")
 
 
-def test_example_data_writes_every_input_the_docs_use(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "wattwise", "example-data", str(tmp_path / "data")],
-                         capture_output=True, text=True, check=True).stdout
+def test_example_data_writes_every_input_the_docs_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["example-data", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
     data = tmp_path / "data"
     for name in (*SHIPPED, "pue.csv", "intensity.csv", "price.csv", "configs/tune.yaml", "configs/energy.yaml"):
         assert (data / name).is_file(), name
@@ -36,13 +36,12 @@ def test_example_data_writes_every_input_the_docs_use(tmp_path: Path) -> None:
 
 
 def test_shipped_data_stays_small() -> None:
-    folder = Path(__file__).resolve().parent.parent / "core" / "wattwise" / "data"
+    folder = Path(str(resources.files("wattwise").joinpath("data")))
     assert sum(p.stat().st_size for p in folder.iterdir()) < 1_000_000
 
 
 def test_power_models_are_the_zeus_windows_relative_to_the_highest_limit(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "wattwise", "example-data", str(tmp_path)], check=True,
-                   capture_output=True)
+    assert main(["example-data", str(tmp_path)]) == 0
     with open(tmp_path / "power-model-a40-resnet50.csv") as fh:
         rows = {float(r["power_limit"]): (float(r["time"]), float(r["power"])) for r in csv.DictReader(fh)}
     assert rows[300.0][0] == 1.0
