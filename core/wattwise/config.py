@@ -63,8 +63,8 @@ class SimulatedGPUConfig:
 class DevicesConfig:
     #: "auto" or a GPU backend of `wattwise.devices.backend_choices()` ("nvml", "simulated", "agent", ...).
     #: "auto": `$WATTWISE_BACKEND` when set (the same values, for every entry point at once), else NVML when
-    #: a GPU is present, else no GPU and the CPU through RAPL when readable (tuning and capping need a
-    #: GPU); the simulated GPU only when asked for by name.
+    #: an NVIDIA GPU is present, else amdsmi when an AMD GPU is, else no GPU and the CPU through RAPL when
+    #: readable (tuning and capping need a GPU); the simulated GPU only when asked for by name.
     backend: str = "auto"
     #: GPU indices to use (after CUDA_VISIBLE_DEVICES); None: the process's own GPU under distributed
     #: training (its local rank), else all visible GPUs.
