@@ -165,8 +165,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("output_dir", "output_dir", "where summary.json, windows.csv and power.csv are written"),
     Setting("strict", "strict", "raise instead of degrading to measurement only"),
     Setting("backend", "devices.backend",
-            f"devices: {', '.join(backend_choices())} (auto: ${BACKEND_ENV} if set, else NVML, else the CPU "
-            "through RAPL)"),
+            f"devices: {', '.join(backend_choices())} (auto: ${BACKEND_ENV} if set, else NVML, else amdsmi, "
+            "else the CPU through RAPL)"),
     Setting("log_every_n_steps", "log_every_n_steps",
             "log step metrics every N steps (default: the Lightning Trainer's; 50 under Accelerate)"),
 )
