@@ -55,7 +55,7 @@ class EnergyCallback(Callback):
         job: a name for this training job; a tuned limit is saved under it and reused next time.
         output_dir: where summary.json, windows.csv and power.csv are written at the end of fit.
         strict: raise instead of degrading to measurement only when a setting cannot be applied.
-        backend: "auto", "nvml", "simulated" or "agent".
+        backend: "auto", "nvml", "amdsmi", "simulated" or "agent".
         log_every_n_steps: log step metrics every N steps; None: the Trainer's own `log_every_n_steps`.
         config: an OmegaConf YAML (see `configs/energy.yaml`) with any other setting.
         overrides: dotlist overrides applied last, e.g. ["power_limit.profile_steps=10"].
