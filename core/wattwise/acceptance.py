@@ -486,20 +486,13 @@ def _write_csv(path: Path, header: list[str], rows: list[tuple[Any, ...]]) -> No
 
 # -- running and reporting -----------------------------------------------------------------------------
 def versions() -> dict[str, str | None]:
-    """Driver and NVML versions, when NVML answers."""
-    out: dict[str, str | None] = {"driver": None, "nvml": None, "cuda_driver": None}
-    with contextlib.suppress(Exception):
-        import pynvml
+    """Driver and NVML versions, when NVML answers (None for each it does not give)."""
+    out: dict[str, str | None] = dict.fromkeys(("driver", "nvml", "cuda_driver"))
+    with contextlib.suppress(ImportError):  # no NVML binding installed
+        from wattwise.devices.nvml import driver_versions
 
-        pynvml.nvmlInit()
-        out["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        out["nvml"] = _text(pynvml.nvmlSystemGetNVMLVersion())
-        out["cuda_driver"] = str(pynvml.nvmlSystemGetCudaDriverVersion())
+        out.update(driver_versions())
     return out
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def run_checks(out: Path, *, quick: bool = False, gpu_index: int = 0, gpus: list[Device] | None = None,

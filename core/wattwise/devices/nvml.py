@@ -90,6 +90,18 @@ def open_nvml_spec(spec: dict[str, Any]) -> NvmlGPU:
     return NvmlGPU(handle, index)
 
 
+def driver_versions() -> dict[str, str]:
+    """The versions NVML gives of the driver ("driver"), of itself ("nvml") and of the CUDA driver
+    ("cuda_driver"), for reports; those it cannot give (no driver, an old binding) are left out."""
+    out: dict[str, str] = {}
+    with contextlib.suppress(Exception):
+        _ensure_initialised()
+        out["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        out["nvml"] = _text(pynvml.nvmlSystemGetNVMLVersion())
+        out["cuda_driver"] = str(pynvml.nvmlSystemGetCudaDriverVersion())
+    return out
+
+
 def visible_nvml_indices(cuda_visible_devices: str | None, uuids: Sequence[str]) -> list[int]:
     """NVML indices of the GPUs CUDA shows this process, in CUDA's order.
 

@@ -332,3 +332,16 @@ def test_fake_binding_matches_the_installed_binding() -> None:
     for name in [n for n in dir(FakeNvml) if n.startswith("nvml")]:
         fake_params = list(inspect.signature(getattr(FakeNvml, name)).parameters)[1:]  # drop self
         assert list(inspect.signature(getattr(real, name)).parameters) == fake_params, name
+
+
+def test_driver_versions_are_what_nvml_says_and_none_it_cannot_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wattwise.acceptance import versions
+    from wattwise.devices.nvml import driver_versions
+
+    fake = FakeNvml([FakeGpu()]).install(monkeypatch)
+    assert versions() == {"driver": None, "nvml": None, "cuda_driver": None}  # a binding without the calls
+    monkeypatch.setattr(fake, "nvmlSystemGetDriverVersion", lambda: b"580.159.04", raising=False)
+    monkeypatch.setattr(fake, "nvmlSystemGetNVMLVersion", lambda: "13.580.159.04", raising=False)
+    monkeypatch.setattr(fake, "nvmlSystemGetCudaDriverVersion", lambda: 13000, raising=False)
+    assert driver_versions() == {"driver": "580.159.04", "nvml": "13.580.159.04", "cuda_driver": "13000"}
+    assert versions() == driver_versions()
