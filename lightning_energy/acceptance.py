@@ -1,5 +1,6 @@
-"""The training check of `wattwise acceptance` (entry point `wattwise.acceptance:lightning`): a small
-transformer language model on synthetic tokens, CUDA and bf16, trained under Lightning with
+"""The training check of `wattwise acceptance` (entry point `wattwise.acceptance:lightning`).
+
+A small transformer language model on synthetic tokens, CUDA and bf16, trained under Lightning with
 `EnergyCallback` on a real GPU. wattwise itself never imports Lightning, so this part lives here.
 """
 
@@ -11,12 +12,24 @@ from typing import Any
 
 from wattwise.devices.base import Device
 
-VOCAB, WIDTH, LAYERS, SEQ, BATCH = 8192, 512, 4, 256, 16
+#: A model that keeps an H100 busy (about 30-40 ms a step in bf16), so the power limit matters to it.
+VOCAB, WIDTH, LAYERS, SEQ, BATCH = 8192, 1024, 8, 512, 32
+#: Steps trained at the chosen limit once tuning is done, before the tune fit stops.
+STEPS_AFTER_TUNING = 100
 
 
 def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
-    """Tune on a real GPU: chosen limit, profile and saving (against the maximum limit, measured in the
-    same run), and the hot-path overhead of measure mode against no callback."""
+    """Tune on a real GPU and measure the hot-path overhead of measure mode against no callback.
+
+    Args:
+        gpu: The GPU under test (NVML or amdsmi backend).
+        out: Folder for the two runs' summaries.
+        quick: Shorter profile windows and overhead fits.
+
+    Returns:
+        The chosen limit, the profile, the saving against the maximum limit measured in the same run, the
+        steps each profile window held, and the overhead figures.
+    """
     import lightning.pytorch as pl
     import torch
 
@@ -56,12 +69,20 @@ def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
 
     rng = gpu.power_limit_range()
     step_w = max(1.0, round((rng.max_w - rng.min_w) / 4))
-    tune_steps = 150 if quick else 400
+    # Each profile window lasts at least 20 updates of the energy counter (`power_limit.min_profile_s` left
+    # to its default), so the tune fit runs until tuning is done and then STEPS_AFTER_TUNING more steps.
     tune = EnergyCallback(mode="tune", backend=gpu.backend, output_dir=str(out / "training_tune"), devices=[gpu],
                           overrides=["power_limit.wait_steps=5", "power_limit.warmup_steps=3",
                                      f"power_limit.profile_steps={5 if quick else 15}",
                                      f"power_limit.step_w={step_w}", "power_limit.reuse=false"])
-    fit(tune_steps, [tune])
+
+    class StopAfterTuning(pl.Callback):
+        def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+            run = tune.run
+            if run is not None and run.power.tuner is not None and run.power.steps_at_chosen >= STEPS_AFTER_TUNING:
+                trainer.should_stop = True
+
+    fit(20_000, [tune, StopAfterTuning()])
     summary = tune.summary or {}
     limit = summary.get("power_limit") or {}
     overhead_steps = 100 if quick else 300
@@ -73,6 +94,7 @@ def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
         "steps": summary.get("steps"), "energy_j": summary.get("energy_j"), "time_s": summary.get("time_s"),
         "chosen_power_limit_w": limit.get("chosen_power_limit_w"), "profile": limit.get("profile"),
         "tuning": limit.get("tuning"), "energy_saved_j": limit.get("energy_saved_j"),
+        "profile_window_steps": tune.run.power.tuner.profile_steps if tune.run and tune.run.power.tuner else None,
         "measure_overhead_pct": (measured_s / plain_s - 1) * 100 if plain_s > 0 else None,
         "overhead_fits_s": {"without": plain_s, "measure": measured_s, "steps": overhead_steps},
     }

@@ -46,8 +46,10 @@ MAX_POWER_W = 5000.0
 
 @dataclass
 class SimulatedGPUConfig:
-    """The simulated GPU, used only when asked for by name: `devices.backend=simulated` (or
-    `WATTWISE_BACKEND=simulated`)."""
+    """The simulated GPU, used only when asked for by name.
+
+    `devices.backend=simulated` (or `WATTWISE_BACKEND=simulated`).
+    """
 
     #: How many simulated GPUs one process sees.
     num_gpus: int = 1
@@ -99,6 +101,10 @@ class PowerLimitConfig:
     warmup_steps: int = 2
     #: Steps measured at each power limit.
     profile_steps: int = 5
+    #: Shortest profile window in seconds: a window is held open past `profile_steps` until it has lasted
+    #: this long. None: 20 updates of the GPUs' energy counter (2 s where it updates 10 times a second,
+    #: as measured on an H100; no minimum for a simulated GPU, whose counter is exact).
+    min_profile_s: float | None = None
     #: Distance between profiled limits, from the maximum down to the minimum, in watts.
     step_w: float = 25.0
     #: Mode "cap": the cap in watts, or ...
@@ -381,6 +387,10 @@ def validate(cfg: EnergyConfig) -> None:
     _count("power_limit.wait_steps", pl.wait_steps, minimum=0)
     _count("power_limit.warmup_steps", pl.warmup_steps, minimum=0)
     _count("power_limit.profile_steps", pl.profile_steps, minimum=1)
+    if pl.min_profile_s is not None:
+        _positive("power_limit.min_profile_s", pl.min_profile_s, allow_zero=True)
+        if pl.min_profile_s > 3600.0:
+            raise ConfigError(f"power_limit.min_profile_s must be at most 3600 seconds (got {pl.min_profile_s})")
     _within("power_limit.step_w", pl.step_w, MIN_STEP_W, MAX_POWER_W, "watts")
     if pl.mode == "cap":
         if (pl.cap_w is None) == (pl.cap_fraction is None):

@@ -16,6 +16,7 @@ Its resumable state is the tuner's, the steps run at the chosen limit and the re
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,12 +29,16 @@ from wattwise.record import CarbonAwareSummary, PowerLimitSummary, SettingEvent,
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
 
+#: A profile window lasts at least this many updates of the energy counter: quantisation stays under
+#: about 5% of the window's energy (one update at each end).
+MIN_PROFILE_UPDATES = 20
+
 
 class PowerLimitControl:
     """The power limit of one run's GPUs. Device errors propagate: the run degrades to measurement."""
 
     def __init__(self, cfg: PowerLimitConfig, *, memory: LimitsMemory | None = None,
-                 wall_clock: Callable[[], float]) -> None:
+                 wall_clock: Callable[[], float], clock: Callable[[], float] = time.perf_counter) -> None:
         self.cfg = cfg
         #: "measure", "tune" or "cap"; "measure" again once a change failed.
         self.mode = cfg.mode
@@ -58,6 +63,10 @@ class PowerLimitControl:
         #: Messages the run must warn about once (tuning that cannot finish), until it takes them.
         self._notices: list[str] = []
         self._warned_short = False
+        #: Monotonic clock timing the profile windows (no device sync: the steps' wall time is enough).
+        self._clock = clock
+        self._window_start = 0.0
+        self._collective: Collective | None = None
         self._resumed_tuner: dict[str, Any] | None = None
         self._label: Callable[[Device], str] = lambda dev: dev.key
 
@@ -131,7 +140,9 @@ class PowerLimitControl:
         self.tuner = PowerLimitTuner(
             profile_limits_w(rng.min_w, rng.max_w, cfg.step_w), selector=cfg.selector, eta=cfg.eta,
             max_slowdown=cfg.max_slowdown, max_power_w=rng.max_w * len(self.gpus) * collective.world_size,
-            wait_steps=cfg.wait_steps, warmup_steps=cfg.warmup_steps, profile_steps=cfg.profile_steps)
+            wait_steps=cfg.wait_steps, warmup_steps=cfg.warmup_steps, profile_steps=cfg.profile_steps,
+            min_window_s=self.min_profile_s())
+        self._collective = collective
         if self._resumed_tuner is not None:
             self.tuner.load_state_dict(self._resumed_tuner)
             return
@@ -164,6 +175,8 @@ class PowerLimitControl:
         if target is not None and target != self.applied_limit_w:
             self.target_w = target
             self.apply(target)
+        if action.begin_window:
+            self._window_start = self._clock()
         return action.begin_window
 
     def step_end(self, steps: int = 1) -> bool:
@@ -173,7 +186,20 @@ class PowerLimitControl:
         if self.tuner.done:
             self.steps_at_chosen += steps
             return False
-        return self.tuner.on_step_end(steps)
+        ends = self.tuner.on_step_end(steps)
+        if ends and self.tuner.sizing_due:
+            # Once per run, on a step that decides: rank 0's window time sizes every process's windows.
+            assert self._collective is not None
+            window_s = self._collective.broadcast(self._clock() - self._window_start)
+            return not self.tuner.size_windows(window_s)
+        return ends
+
+    def min_profile_s(self) -> float:
+        """The shortest profile window: `power_limit.min_profile_s`, or 20 updates of the slowest energy
+        counter among the run's GPUs (0 for counters that change at every read, as a simulated GPU's)."""
+        if self.cfg.min_profile_s is not None:
+            return float(self.cfg.min_profile_s)
+        return MIN_PROFILE_UPDATES * max((gpu.energy_update_period_s for gpu in self.gpus), default=0.0)
 
     def _check_time_left(self, steps_done: int) -> None:
         """A run of known length: warn once when tuning cannot finish; settle before a limit it cannot finish."""

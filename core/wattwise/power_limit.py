@@ -21,6 +21,8 @@ Selector = Literal["energy", "time", "cost", "slowdown"]
 SELECTORS: tuple[str, ...] = ("energy", "time", "cost", "slowdown")
 #: Most power limits one tuning run profiles: each costs warm-up and profile steps.
 MAX_PROFILED_LIMITS = 1000
+#: Most steps a profile window is sized to (`PowerLimitTuner.size_windows`), whatever the step time.
+MAX_PROFILE_STEPS = 100_000
 
 
 @dataclass(frozen=True)
@@ -142,8 +144,11 @@ class PowerLimitTuner:
     """Just-in-time power-limit profiling (Zeus's optimizer), as a pure state machine.
 
     Phases: `wait` (the first `wait_steps` steps, untouched) -> for each limit, highest first: `warmup`
-    (`warmup_steps` at that limit) then `profile` (`profile_steps` measured as one window, longer when the
-    window must last `min_window_s` to be measured well) -> `done` (the selected limit applied).
+    (`warmup_steps` at that limit) then `profile` (`profile_steps` measured as one window) -> `done` (the
+    selected limit applied). A coarse energy counter quantises short windows, so with `min_window_s` the
+    first window, once it holds `profile_steps` steps, is sized by `size_windows`: when it lasted less than
+    `min_window_s`, it and every later window hold as many steps as that duration needs. Sizing is done
+    once, from one duration that the driver makes every process agree on, so processes stay in step.
     Steps are optimizer steps. The driver calls `on_step_begin`,
     `on_step_end` and `record` (with the window's time and energy, summed over all GPUs of the job);
     what is not training (evaluation, checkpoints) is paused out of the window by the driver, so a
@@ -196,6 +201,8 @@ class PowerLimitTuner:
         self.unfinished_reason: str | None = None
         self._applied: float | None = None
         self._window_steps = 0
+        #: The windows were sized (`size_windows`); with `min_window_s` 0 there is nothing to size.
+        self.windows_sized = self.min_window_s == 0.0
 
     @property
     def done(self) -> bool:
@@ -253,17 +260,10 @@ class PowerLimitTuner:
             self._window_steps = 0
         return action
 
-    def on_step_end(self, steps: int = 1, window_elapsed_s: float | None = None) -> bool:
+    def on_step_end(self, steps: int = 1) -> bool:
         """Count `steps` optimizer steps. True: end the profiling window now and `record` it.
 
-        Args:
-            steps: Optimizer steps completed since the last call.
-            window_elapsed_s: Wall time since the open profiling window began (the driver's clock; no
-                device synchronisation needed). The window closes once it holds `profile_steps` steps and
-                has lasted `min_window_s`; without it, `profile_steps` alone decide.
-
-        Returns:
-            True when the driver must close the window and call `record`.
+        While `sizing_due`, the driver calls `size_windows` before acting on True.
         """
         if self.phase == "done":
             return False
@@ -275,10 +275,34 @@ class PowerLimitTuner:
         elif self.phase == "warmup" and self.steps_in_phase >= self.warmup_steps:
             self._enter("profile")
         elif self.phase == "profile" and self.steps_in_phase >= self.profile_steps:
-            return window_elapsed_s is None or window_elapsed_s >= self.min_window_s
+            return True
         if self.phase == "warmup" and self.warmup_steps == 0:
             self._enter("profile")
         return False
+
+    @property
+    def sizing_due(self) -> bool:
+        """The open window holds `profile_steps` steps and the windows are not sized yet."""
+        return (not self.windows_sized and self.phase == "profile" and self.window_open
+                and self.steps_in_phase >= self.profile_steps)
+
+    def size_windows(self, window_s: float) -> bool:
+        """Size the windows from the open one, which lasted `window_s` seconds so far.
+
+        Args:
+            window_s: Wall time of the open window's steps (the same figure on every process).
+
+        Returns:
+            True when the open window goes on (it must last longer); False when it ends now.
+        """
+        self.windows_sized = True
+        steps = max(1, self._window_steps)
+        if window_s >= self.min_window_s:
+            return False
+        per_step_s = max(window_s, 1e-9) / steps
+        needed = math.ceil(self.min_window_s / per_step_s - 1e-6)  # 199.9999999 steps of clock rounding: 200
+        self.profile_steps = max(self.profile_steps, min(MAX_PROFILE_STEPS, needed))
+        return self.steps_in_phase < self.profile_steps
 
     def record(self, time_s: float, energy_j: float) -> None:
         """The profiling window of the current limit ended: time and energy of `profile_steps` steps."""
@@ -319,6 +343,8 @@ class PowerLimitTuner:
             "profile": [vars(e).copy() for e in self.profile],
             "chosen": vars(self.chosen).copy() if self.chosen else None,
             "unfinished_reason": self.unfinished_reason,
+            "profile_steps": self.profile_steps,
+            "windows_sized": self.windows_sized,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -326,6 +352,9 @@ class PowerLimitTuner:
         self.profile = [ProfileEntry(**e) for e in state["profile"]]
         self.chosen = ProfileEntry(**state["chosen"]) if state.get("chosen") else None
         self.unfinished_reason = state.get("unfinished_reason")
+        if state.get("windows_sized"):  # keep the windows' length: every limit measured alike
+            self.profile_steps = max(self.profile_steps, int(state.get("profile_steps", self.profile_steps)))
+            self.windows_sized = True
         self.limit_index = int(state["limit_index"])
         self.window_open = False
         self._applied = None

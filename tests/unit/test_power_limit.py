@@ -187,36 +187,50 @@ def test_record_outside_a_window_is_a_programming_error():
 
 
 def _profile_one_limit(tuner: PowerLimitTuner, step_s: float) -> int:
-    """Drive one limit's warm-up and profile window with steps of `step_s`; the steps the window held."""
+    """Drive one limit's warm-up and profile window with steps of `step_s`, sizing the windows as a driver
+    does; the steps the window held."""
     while not tuner.on_step_begin().begin_window:
-        tuner.on_step_end(1, None)
+        tuner.on_step_end(1)
     steps = 0
     while True:
-        tuner.on_step_begin()
         steps += 1
-        if tuner.on_step_end(1, window_elapsed_s=steps * step_s):
+        if tuner.on_step_end(1) and not (tuner.sizing_due and tuner.size_windows(steps * step_s)):
             tuner.record(steps * step_s, steps * step_s * 300.0)
             return steps
+        tuner.on_step_begin()
 
 
-def test_a_profile_window_lasts_min_window_s_when_the_steps_are_short():
+def test_windows_are_sized_to_last_min_window_s_when_the_steps_are_short():
     """A coarse energy counter (10 updates a second on an H100) quantises a 50 ms window: with
-    `min_window_s` the window goes on past `profile_steps` until it has lasted that long."""
+    `min_window_s` the first window goes on past `profile_steps` until it has lasted that long, and every
+    later window holds as many steps."""
     tuner = PowerLimitTuner([300.0, 200.0], wait_steps=0, warmup_steps=1, profile_steps=5, min_window_s=2.0)
     assert _profile_one_limit(tuner, step_s=0.01) == 200
     entry = tuner.profile[0]
     assert (entry.power_limit_w, entry.time_s, entry.energy_j) == (300.0, pytest.approx(0.01), pytest.approx(3.0))
+    assert _profile_one_limit(tuner, step_s=0.02) == 200  # sized once: the same windows for every limit
+    assert tuner.done and tuner.steps_to_finish() == 0
 
 
 def test_steps_longer_than_min_window_s_keep_profile_steps():
     tuner = PowerLimitTuner([300.0, 200.0], wait_steps=0, warmup_steps=1, profile_steps=5, min_window_s=2.0)
     assert _profile_one_limit(tuner, step_s=1.0) == 5
+    assert tuner.profile_steps == 5 and tuner.windows_sized
 
 
-def test_without_elapsed_time_profile_steps_alone_close_the_window():
-    tuner = PowerLimitTuner([300.0], wait_steps=0, warmup_steps=0, profile_steps=3, min_window_s=2.0)
+def test_without_min_window_s_there_is_nothing_to_size():
+    tuner = PowerLimitTuner([300.0], wait_steps=0, warmup_steps=0, profile_steps=3)
     assert tuner.on_step_begin().begin_window
     assert [tuner.on_step_end(1) for _ in range(3)] == [False, False, True]
+    assert not tuner.sizing_due
+
+
+def test_a_resumed_tuner_keeps_its_sized_windows():
+    tuner = PowerLimitTuner([300.0, 200.0], wait_steps=0, warmup_steps=1, profile_steps=5, min_window_s=2.0)
+    _profile_one_limit(tuner, step_s=0.01)
+    again = PowerLimitTuner([300.0, 200.0], wait_steps=0, warmup_steps=1, profile_steps=5, min_window_s=2.0)
+    again.load_state_dict(tuner.state_dict())
+    assert (again.profile_steps, again.windows_sized, again.sizing_due) == (200, True, False)
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])

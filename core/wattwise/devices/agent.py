@@ -178,6 +178,10 @@ class AgentGPU(Device):
     def energy_j(self) -> float:
         return self.local.energy_j()
 
+    @property
+    def energy_update_period_s(self) -> float:
+        return self.local.energy_update_period_s
+
     def power_w(self) -> float:
         return self.local.power_w()
 

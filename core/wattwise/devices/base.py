@@ -81,6 +81,14 @@ class Device(abc.ABC):
     def energy_j(self) -> float:
         """Cumulative energy counter in joules (monotonic within a process)."""
 
+    @property
+    def energy_update_period_s(self) -> float:
+        """How often `energy_j` changes value, in seconds (0: at every read).
+
+        A window shorter than a few periods is quantised by up to one period's energy, so power-limit
+        tuning holds its profile windows open for 20 periods (`power_limit.min_profile_s`)."""
+        return 0.0
+
     @abc.abstractmethod
     def power_w(self) -> float:
         """Current power draw in watts."""

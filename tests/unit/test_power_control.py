@@ -1,0 +1,96 @@
+"""Profile windows long enough for the energy counter: a counter that changes 10 times a second (NVML on an
+H100) quantises a window of a few 10 ms steps, so tuning holds each window open for 20 updates, sized once
+from a window time every process agrees on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.clock import VirtualClock
+from wattwise.config import load_config
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.distributed import Collective
+from wattwise.power_control import PowerLimitControl
+from wattwise.settings.guard import SettingsGuard
+
+STEP_S = 0.01
+TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
+        "power_limit.profile_steps=5", "power_limit.step_w=100", "power_limit.reuse=false"]
+
+
+class CoarseCounterGPU(SimulatedGPU):
+    """A simulated GPU whose energy counter changes every 0.1 s, as NVML's did on an H100."""
+
+    @property
+    def energy_update_period_s(self) -> float:
+        return 0.1
+
+
+class RankZeroSays(Collective):
+    """The collective of a process other than rank 0: a broadcast yields rank 0's value."""
+
+    def __init__(self, value: float) -> None:
+        self.value, self.broadcasts = value, 0
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        self.broadcasts += 1
+        return self.value
+
+
+def tuning(tmp_path: Path, gpu: SimulatedGPU, *overrides: str,
+           collective: Collective | None = None) -> tuple[PowerLimitControl, VirtualClock]:
+    clock = VirtualClock()
+    power = PowerLimitControl(load_config(overrides=[*TUNE, *overrides]).power_limit, wall_clock=clock, clock=clock)
+    power.setup([gpu], collective or Collective(), memory_key=None, label=lambda dev: dev.key,
+                guard=lambda: SettingsGuard(tmp_path / "journal", recover=False))
+    return power, clock
+
+
+def first_window_steps(power: PowerLimitControl, clock: VirtualClock, step_s: float = STEP_S) -> int:
+    """Steps until the first profile window ends, each step taking `step_s` on the clock."""
+    steps_in_window = 0
+    window_open = False
+    for _ in range(10_000):
+        window_open = power.step_begin(Collective(), 0) or window_open
+        clock.sleep(step_s)
+        steps_in_window += window_open
+        if power.step_end(1):
+            return steps_in_window
+    raise AssertionError("the profile window never ended")
+
+
+def test_a_coarse_counter_holds_each_window_open_for_20_of_its_updates(tmp_path: Path) -> None:
+    power, clock = tuning(tmp_path, CoarseCounterGPU(0, PowerModel.default()))
+    assert power.min_profile_s() == pytest.approx(2.0)
+    assert first_window_steps(power, clock) == 200
+    assert power.tuner is not None and power.tuner.profile_steps == 200
+
+
+def test_an_exact_counter_keeps_profile_steps(tmp_path: Path) -> None:
+    power, clock = tuning(tmp_path, SimulatedGPU(0, PowerModel.default()))
+    assert power.min_profile_s() == 0.0
+    assert first_window_steps(power, clock) == 5
+
+
+def test_min_profile_s_set_by_the_user_wins(tmp_path: Path) -> None:
+    power, clock = tuning(tmp_path, CoarseCounterGPU(0, PowerModel.default()), "power_limit.min_profile_s=0.5")
+    assert first_window_steps(power, clock) == 50
+
+
+def test_every_process_sizes_its_windows_from_rank_zeros_window_time(tmp_path: Path) -> None:
+    """This process's steps took 0.1 s, rank 0's 0.01 s: the windows follow rank 0, so both processes end
+    their windows on the same step and issue the same collectives."""
+    collective = RankZeroSays(5 * STEP_S)
+    power, clock = tuning(tmp_path, CoarseCounterGPU(0, PowerModel.default()), collective=collective)
+    assert first_window_steps(power, clock, step_s=0.1) == 200
+    assert collective.broadcasts == 1
+
+
+def test_min_profile_s_must_not_be_negative() -> None:
+    from wattwise.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"power_limit\.min_profile_s must be >= 0"):
+        load_config(overrides=["power_limit.min_profile_s=-1"])
