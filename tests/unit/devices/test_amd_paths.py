@@ -176,6 +176,29 @@ def test_lightning_tunes_the_amd_power_cap_restores_it_and_the_report_names_the_
     assert "with 1x AMD Instinct MI300X (device rank0/gpu0)" in statement and "measured with amdsmi" in statement
 
 
+def test_lightning_caps_the_amd_gpu_during_fit_and_measures_it(
+    monkeypatch: pytest.MonkeyPatch, clock: VirtualClock, tmp_path: Path
+) -> None:
+    fake_gpu = mi300()
+    FakeAmdSmi([fake_gpu], clock=clock).install(monkeypatch)
+    seen_w: list[float] = []
+
+    class Spy(pl.Callback):
+        def on_train_batch_end(self, *args: object) -> None:
+            seen_w.append(fake_gpu.cap_uw / 1e6)
+
+    cb = EnergyCallback(mode="cap", cap_w=350.0, backend="amdsmi", output_dir=str(tmp_path / "run"),
+                        overrides=["monitor.sample_power=false", "monitor.sync_cuda=false"])
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=5, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=[cb, Spy()],
+                         default_root_dir=str(tmp_path))
+    trainer.fit(ClockedModule(clock))
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert seen_w == [350.0] * 5 and fake_gpu.cap_uw == 500_000_000
+    # Five steps of STEP_S at the capped 350 W, from the AMD counter.
+    assert summary["energy_j"] == pytest.approx(5 * STEP_S * 350.0, rel=1e-3)
+
+
 def test_accelerate_tunes_the_amd_power_cap_and_restores_it(
     monkeypatch: pytest.MonkeyPatch, clock: VirtualClock, tmp_path: Path
 ) -> None:
