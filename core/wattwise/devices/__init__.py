@@ -1,14 +1,14 @@
 """Devices: the only layer that touches hardware. See `base.Device` for the interface.
 
-Each backend is one module (`nvml`, `simulated`, `agent`, `rapl`) registered by name below in the one table
-of `registry`: `discover()`, `open_spec()` and the values `devices.backend` accepts all come from it, and
-what differs between backends is a capability of the `Device` (`settings_lease`, `simulation`, ...), never
-a check of its class elsewhere. Adding a backend touches this package only.
+Each backend is one module (`nvml`, `amdsmi`, `simulated`, `agent`, `rapl`) registered by name below in
+the one table of `registry`: `discover()`, `open_spec()` and the values `devices.backend` accepts all come
+from it, and what differs between backends is a capability of the `Device` (`settings_lease`,
+`simulation`, ...), never a check of its class elsewhere. Adding a backend touches this package only.
 
-`discover()` finds what this machine has: NVIDIA GPUs through NVML and CPU packages through RAPL. With
-no GPU it measures what is really there (the CPU through RAPL, or nothing) and says so in a note; the
-simulated GPU is used only when asked for by name (backend "simulated"), because no emulated work drives
-it in a user's own training code: it would idle, and its figures would mean nothing.
+`discover()` finds what this machine has: NVIDIA GPUs through NVML (else AMD ones through amdsmi) and CPU
+packages through RAPL. With no GPU it measures what is really there (the CPU through RAPL, or nothing) and
+says so in a note; the simulated GPU is used only when asked for by name (backend "simulated"), because no
+emulated work drives it in a user's own training code: it would idle, and its figures would mean nothing.
 
 Environment: `WATTWISE_BACKEND` (auto, or a GPU backend's name) replaces the backend "auto" for every entry
 point at once (the Lightning callback, the Accelerate plugin, the CLI); an explicit other backend wins.
@@ -32,6 +32,7 @@ from wattwise.devices.base import (
     PowerLimitRange,
 )
 from wattwise.devices.registry import AUTO, Backend, Wanted, lazy, register
+from wattwise.devices.registry import choices as backend_choices
 from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, UsageError
 from wattwise.paths import state_dir
@@ -172,11 +173,6 @@ register(Backend("rapl", lazy("wattwise.devices.rapl", "discover_domains"),
                  lazy("wattwise.devices.rapl", "open_rapl_spec"), kind="cpu", title="RAPL"))
 
 
-def backend_choices() -> tuple[str, ...]:
-    """The values `devices.backend`, `WATTWISE_BACKEND` and `--backend` accept: "auto" and each GPU backend."""
-    return registry.choices()
-
-
 def discover(
     backend: str = AUTO,
     *,
@@ -192,8 +188,8 @@ def discover(
     `backend`: a registered GPU backend ("nvml": fail if NVML is unavailable; "simulated"; "agent": reads
     local, changes through the node agent), or "auto": `$WATTWISE_BACKEND` when set, else a backend that
     claims "auto" (the agent, when its socket exists and this process may not change GPU settings itself,
-    not being root), else the first probed backend that finds a GPU (NVML), else no GPU and the CPU through
-    RAPL when readable (`include_cpu` or not), with a note that says what is measured and that tuning needs
+    not being root), else the first probed backend that finds a GPU (NVML, then amdsmi), else no GPU and the
+    CPU through RAPL when readable (`include_cpu` or not), with a note that says what is measured and that tuning needs
     a GPU. `gpu_indices` selects among visible GPUs (as numbered after `CUDA_VISIBLE_DEVICES`).
     `include_cpu` adds the RAPL domains (with a reason when unavailable).
 
