@@ -123,8 +123,11 @@ class AccelerateEnergy:
 
     # -- life cycle ------------------------------------------------------------------------------------
     def _follow(self, prepared: torch.optim.Optimizer) -> None:
-        """Count the real steps of every prepared optimizer (one prepared again, as after
-        `find_executable_batch_size` retries with a smaller batch, is followed once)."""
+        """Count the real steps of every prepared optimizer.
+
+        One prepared again (as after `find_executable_batch_size` retries with a smaller batch) is followed
+        once.
+        """
         inner = getattr(prepared, "optimizer", prepared)  # the torch optimizer inside AcceleratedOptimizer
         old = self._step_hooks.pop(id(inner), None)
         if old is not None:
@@ -200,9 +203,11 @@ class AccelerateEnergy:
 
     # -- checkpoints (Accelerate's save/load state pre-hooks) ----------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The run's state, for a checkpoint (a collective under distributed training: every process calls it)."""
         return self.run.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the run from a checkpoint's state."""
         self.run.load_state_dict(state)
 
     def _save_hook(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
@@ -219,8 +224,10 @@ class AccelerateEnergy:
         self.load_state_file(Path(input_dir))
 
     def load_state_file(self, folder: Path) -> None:
-        """Resume the run's state from a checkpoint folder's `STATE_FILE` when it has one (one saved with
-        wattwise off has none: the run then starts its figures at the resume)."""
+        """Resume the run's state from a checkpoint folder's `STATE_FILE` when it has one.
+
+        A checkpoint saved with wattwise off has none: the run then starts its figures at the resume.
+        """
         path = folder / STATE_FILE
         if not path.is_file():
             log.info("wattwise: %s has no %s (saved with wattwise off?): energy counts from this resume",
@@ -237,8 +244,11 @@ class AccelerateEnergy:
 
 @contextlib.contextmanager
 def not_training(accelerator: Accelerator, kind: str = "validation") -> Iterator[None]:
-    """Mark a stretch that is not training (`kind`: "validation", "checkpoint", ...): it is left out of
-    step figures and power-limit profiles and reported apart in the summary. Nothing when wattwise is off."""
+    """Mark a stretch that is not training (`kind`: "validation", "checkpoint", ...).
+
+    It is left out of step figures and power-limit profiles and reported apart in the summary. Nothing when wattwise
+    is off.
+    """
     found = energy(accelerator)
     if found is None:
         yield
@@ -282,7 +292,9 @@ def energy_run(accelerator: Accelerator) -> Run | None:
 
 
 def epoch_end(accelerator: Accelerator) -> StepRecord | None:
-    """Optional: mark the end of an epoch (per-epoch energy in the summary; tuning never profiles across
-    it). Without it the run is one epoch. Does nothing when wattwise is off."""
+    """Optional: mark the end of an epoch (per-epoch energy in the summary; tuning never profiles across it).
+
+    Without it the run is one epoch. Does nothing when wattwise is off.
+    """
     found = energy(accelerator)
     return found.epoch_end() if found is not None else None

@@ -1,5 +1,6 @@
-"""`recurring_batch_size`: run a training function as one run of a recurring job, on the batch size the
-history chose.
+"""`recurring_batch_size`.
+
+Run a training function as one run of a recurring job, on the batch size the history chose.
 
 Shaped like Accelerate's `find_executable_batch_size`: the decorator passes the batch size as the
 training function's first argument, and a `RecurringRun` as its second, whose `report(metric)` the

@@ -94,8 +94,10 @@ def patch(module: ModuleType) -> None:
 
 
 def patch_trainer(module: ModuleType) -> None:
-    """Wrap `module.Trainer.__init__` so each Trainer keeps its energy run in checkpoints and logs
-    (`accelerate_energy.hf_trainer`)."""
+    """Wrap `module.Trainer.__init__` so each Trainer keeps its energy run in checkpoints and logs.
+
+    The Trainer gets the callback of `accelerate_energy.hf_trainer`.
+    """
     _after_init(module.Trainer, _equip_trainer)
 
 
@@ -120,8 +122,10 @@ _SEEN: set[str] = set()
 
 
 def arm(accelerator: Any) -> None:
-    """Attach `accelerator` with the flag's settings when it prepares its first optimizer, unless the
-    script attached it by then."""
+    """Attach `accelerator` with the flag's settings when it prepares its first optimizer.
+
+    Nothing happens when the script attached it by then.
+    """
     from accelerate_energy.adapter import attach, energy
     from accelerate_energy.plugin import EnergyPlugin
 
@@ -144,8 +148,10 @@ def arm(accelerator: Any) -> None:
 
 
 def _finish_before_destroy() -> None:
-    """Finish the armed accelerators' runs when the default process group is destroyed (every process
-    does it at the same point), while the processes can still combine their figures."""
+    """Finish the armed accelerators' runs when the default process group is destroyed.
+
+    Every process destroys it at the same point, while the processes can still combine their figures.
+    """
     import torch.distributed as dist
 
     original = dist.destroy_process_group

@@ -36,12 +36,14 @@ class EnergyTrainerCallback(TrainerCallback):
         return energy(accelerator) if accelerator is not None else None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """On a resume, read the run's state saved beside the checkpoint."""
         found = self._energy()
         if found is None or not state.global_step:
             return
         found.load_state_file(Path(args.output_dir) / f"checkpoint-{state.global_step}")
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Write the run's state beside the checkpoint the Trainer just saved."""
         found = self._energy()
         if found is None or not found.run.started:
             return
@@ -52,6 +54,7 @@ class EnergyTrainerCallback(TrainerCallback):
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:
+        """Add the last logging interval's energy, time and power figures to the Trainer's logs."""
         found = self._energy()
         if found is None or logs is None or found.run.last_step is None:
             return

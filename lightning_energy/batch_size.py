@@ -84,6 +84,11 @@ class RecurringBatchSizeCallback(Callback):
         return self._job_run.result if self._job_run is not None else None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Choose this run's batch size and power limit from the job's history, and set them.
+
+        Raises:
+            UsageError: no `EnergyCallback` in the Trainer, dataloaders passed to `fit()`, or no batch-size field.
+        """
         if stage != "fit":
             return
         self._energy = _energy_callback(trainer)
@@ -106,6 +111,11 @@ class RecurringBatchSizeCallback(Callback):
                              f"`hparams`; add it, or name the field with batch_size_attr=")
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Keep the monitored metric of this validation for the epoch's report.
+
+        Raises:
+            UsageError: validation did not log the monitored metric.
+        """
         if trainer.sanity_checking or self._job_run is None or not self._job_run.is_open:
             return
         value = trainer.callback_metrics.get(self.monitor)
@@ -129,6 +139,7 @@ class RecurringBatchSizeCallback(Callback):
             self._record(failed=False)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """Record the run as failed."""
         self._record(failed=True)
 
     def _record(self, *, failed: bool) -> None:

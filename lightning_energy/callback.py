@@ -100,6 +100,7 @@ class EnergyCallback(Callback):
 
     @property
     def state_key(self) -> str:
+        """The key of this callback's state in a checkpoint, one per job name (built once per job name)."""
         # Lightning reads it on every hook call (six per training step, for its profiler's labels): built
         # once per job name, not each time.
         job = self.config.job
@@ -118,8 +119,10 @@ class EnergyCallback(Callback):
         return [r.summary for r in self.runs if r.summary is not None]
 
     def run_for_fit(self, trainer: pl.Trainer | None = None) -> Run:
-        """This fit's run, made on first use (at `setup("fit")`, or when a checkpoint's state comes first);
-        a fit after one that finished gets a new run, writing to `output_dir/fit-k`."""
+        """This fit's run, made on first use (at `setup("fit")`, or when a checkpoint's state comes first).
+
+        A fit after one that finished gets a new run, writing to `output_dir/fit-k`.
+        """
         if self.run is None or self.run.finished:
             cfg = copy.deepcopy(self.config)  # a run may steer its own settings (a recurring job's limit)
             if self.runs:
@@ -130,10 +133,12 @@ class EnergyCallback(Callback):
         return self.run
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """At `setup("fit")`: make the fit's `Run` (see `run_for_fit`)."""
         if stage == "fit":
             self.run_for_fit(trainer)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Start the run: its logging cadence, the steps the fit is expected to last, devices and settings."""
         run = self.run
         if run is None:
             return
@@ -144,15 +149,18 @@ class EnergyCallback(Callback):
         run.start()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Take Lightning's step counter as it is after a resume."""
         # After a resume, Lightning restores `global_step` between `on_fit_start` and here.
         self._global_step, self._in_step = trainer.global_step, False
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Begin measuring the epoch."""
         if self.run is not None:
             self.run.epoch_begin(trainer.current_epoch)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
+        """Begin an optimizer step at its first batch; resume measuring after a validation or checkpoint pause."""
         if self.run is None:
             return
         if not self._in_step:  # the first batch of an optimizer step
@@ -163,6 +171,7 @@ class EnergyCallback(Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
+        """End the optimizer step once `global_step` moves; log the step figures at the logging cadence."""
         run = self.run
         if run is None:
             return
@@ -180,15 +189,18 @@ class EnergyCallback(Callback):
             logger.log_metrics(step_metrics(rec, run.applied_limit_w), step=global_step)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Pause step figures and profiles: validation is not training."""
         if self.run is not None and trainer.state.fn == "fit":
             self.run.pause("validation")
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
+        """Pause step figures and profiles: saving a checkpoint is not training."""
         if self.run is not None and self.run.started:
             self.run.pause("checkpoint")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """End the epoch and log its energy, time and average power."""
         if self.run is None:
             return
         rec = self.run.epoch_end()
@@ -197,14 +209,17 @@ class EnergyCallback(Callback):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
+        """Restore every GPU setting and write the summary of a failed fit."""
         if self.run is not None:
             self.run.abort(exception)
             self._finish(trainer, "failed")
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Restore every GPU setting, write the summary and print the report."""
         self._finish(trainer, "completed")
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Finish a fit that ended without `on_fit_end` (interrupted) the same way."""
         if stage == "fit":
             self._finish(trainer, "interrupted" if trainer.interrupted else "completed")
 
@@ -219,8 +234,10 @@ class EnergyCallback(Callback):
         rank_zero_info(format_summary(record, output_dir=self.config.output_dir))
 
     def state_dict(self) -> dict[str, Any]:
+        """The run's state for the checkpoint (energy and time so far, steps, the tuning state and choice)."""
         return self.run.state_dict() if self.run is not None else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume the run from a checkpoint's state: counting goes on, tuning is not repeated."""
         if state_dict:
             self.run_for_fit().load_state_dict(state_dict)

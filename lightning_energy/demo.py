@@ -32,6 +32,7 @@ class EmulatedModule(pl.LightningModule):
         self._gpus = gpus
 
     def gpus(self) -> list[Device]:
+        """The GPUs a step runs on: those given, else the trainer's `EnergyCallback`'s."""
         if self._gpus is None:
             for cb in self.trainer.callbacks:  # type: ignore[attr-defined]
                 if isinstance(cb, EnergyCallback) and cb.run is not None:
@@ -40,27 +41,33 @@ class EmulatedModule(pl.LightningModule):
         return self._gpus or []
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """Mean squared error of one batch."""
         x, y = batch
         loss = nn.functional.mse_loss(self.model(x), y)
         self.log("train_loss", loss, prog_bar=False)
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        """Log the validation loss of one batch."""
         x, y = batch
         self.log("val_loss", nn.functional.mse_loss(self.model(x), y), sync_dist=True)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        """Forward, backward and update as one emulated GPU step."""
         # Forward, backward and update run inside one emulated GPU step.
         emulate_step(self.gpus(), lambda: optimizer.step(closure=optimizer_closure))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
+        """Plain SGD."""
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
     def train_dataloader(self) -> torch.utils.data.DataLoader[Any]:
+        """The fixed regression problem, shuffled."""
         return torch.utils.data.DataLoader(tiny_dataset(self.dataset_size), batch_size=self.batch_size,
                                            shuffle=True)
 
     def val_dataloader(self) -> torch.utils.data.DataLoader[Any]:
+        """A second sample of the problem's inputs."""
         return torch.utils.data.DataLoader(tiny_dataset(256, seed=1), batch_size=self.batch_size)
 
 

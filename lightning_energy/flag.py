@@ -29,9 +29,11 @@ class FlagEnergyCallback(EnergyCallback):
 
     @property
     def state_key(self) -> str:
+        """The checkpoint key of the flag's callback, apart from a script's own `EnergyCallback`."""
         return self._generate_state_key(flag=flags.LIGHTNING, job=self.config.job)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Measure the fit unless the Trainer has its own `EnergyCallback` (then this one stays inert)."""
         if stage != "fit":
             return
         others = [cb for cb in trainer.callbacks  # type: ignore[attr-defined]
@@ -46,13 +48,16 @@ class FlagEnergyCallback(EnergyCallback):
             super().setup(trainer, pl_module, stage)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from a checkpoint's state, unless inert."""
         if not self.inert:
             super().load_state_dict(state_dict)
 
 
 def from_env() -> list[FlagEnergyCallback]:
-    """`[FlagEnergyCallback]` when `LIGHTNING_ENERGY` is on, else `[]`; a bad variable raises
-    `wattwise.errors.ConfigError` naming it (from `Trainer(...)`, before anything runs)."""
+    """`[FlagEnergyCallback]` when `LIGHTNING_ENERGY` is on, else `[]`.
+
+    A bad variable raises `wattwise.errors.ConfigError` naming it (from `Trainer(...)`, before anything runs).
+    """
     if not flags.enabled(flags.LIGHTNING):
         return []
     return [FlagEnergyCallback(flags.config_from_env(flags.LIGHTNING))]

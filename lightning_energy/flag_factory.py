@@ -8,8 +8,10 @@ import os
 
 
 def callbacks() -> list[object]:
-    """`[FlagEnergyCallback]` built from the `LIGHTNING_ENERGY_*` variables when `LIGHTNING_ENERGY` is on,
-    else `[]`."""
+    """`[FlagEnergyCallback]` when `LIGHTNING_ENERGY` is on, else `[]`.
+
+    The callback is built from the `LIGHTNING_ENERGY_*` variables.
+    """
     if os.environ.get("LIGHTNING_ENERGY", "").strip().lower() in ("", "0", "false", "no", "off"):
         return []
     from lightning_energy.flag import from_env  # a bad value of LIGHTNING_ENERGY itself is refused there

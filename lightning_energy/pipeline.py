@@ -33,6 +33,11 @@ class PipelineFrequencyCallback(Callback):
         self._detach: Any = None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Start following the plan on the module's pipeline stage; refused before training if it cannot be.
+
+        Raises:
+            AttributeError: the LightningModule has no attribute `stage_attr`.
+        """
         stage = getattr(pl_module, self.stage_attr, None)
         if stage is None:
             raise AttributeError(f"PipelineFrequencyCallback: the LightningModule has no `{self.stage_attr}` "
@@ -50,8 +55,10 @@ class PipelineFrequencyCallback(Callback):
             self.controller.close()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """Stop following the plan; the settings guard resets the clocks."""
         self._close()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Stop following the plan at the end of fit; the settings guard resets the clocks."""
         if stage == "fit":
             self._close()

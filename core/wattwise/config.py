@@ -63,6 +63,8 @@ class SimulatedGPUConfig:
 
 @dataclass
 class DevicesConfig:
+    """Which devices a run measures and may change: the backend, the GPUs, the CPU."""
+
     #: "auto" or a GPU backend of `wattwise.devices.backend_choices()` ("nvml", "simulated", "agent", ...).
     #: "auto": `$WATTWISE_BACKEND` when set (the same values, for every entry point at once), else NVML when
     #: an NVIDIA GPU is present, else amdsmi when an AMD GPU is, else no GPU and the CPU through RAPL when
@@ -78,6 +80,8 @@ class DevicesConfig:
 
 @dataclass
 class MonitorConfig:
+    """How energy is read: CUDA synchronisation before reads, and background power sampling."""
+
     #: Synchronise CUDA before reading counters, so a window contains the work it launched.
     sync_cuda: bool = True
     #: Sample power in the background (for plots, reports and GPUs without an energy counter).
@@ -87,6 +91,8 @@ class MonitorConfig:
 
 @dataclass
 class PowerLimitConfig:
+    """The power-limit mode (measure, tune or cap) and how tuning profiles and chooses."""
+
     #: "measure" (change nothing), "tune" (profile limits, apply the best) or "cap" (a fixed cap).
     mode: str = "measure"
     #: Tuning objective: "energy", "time", "cost" (Zeus: eta*E + (1-eta)*MaxPower*T) or "slowdown".
@@ -117,6 +123,8 @@ class PowerLimitConfig:
 
 @dataclass
 class CarbonConfig:
+    """The carbon-aware power limit: the time- or energy-optimal limit by grid carbon intensity."""
+
     #: Switch between the time-optimal and the energy-optimal limit by grid carbon intensity.
     aware: bool = False
     #: Intensity (gCO2e/kWh) at and above which the energy-optimal limit is used.

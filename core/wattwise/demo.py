@@ -120,6 +120,7 @@ class DemoOptions:
                                       f"output_dir={self.output_dir}"])
 
     def total_steps(self, num_limits: int) -> int:
+        """Steps the tuned run lasts: waiting, warm-up and profiling of `num_limits` limits, then the steps after."""
         per_limit = self.warmup_steps + self.profile_steps
         return self.wait_steps + num_limits * per_limit + self.steps_after_tuning
 
@@ -172,8 +173,11 @@ def demo_result(options: DemoOptions, framework: str, tuned: dict[str, Any], bas
 
 def tuned_and_baseline(options: DemoOptions, framework: str,
                        train: Callable[[list[str], int], dict[str, Any]]) -> dict[str, Any]:
-    """The demo of one framework: `train(overrides, steps)` with tuning, then the same steps at the maximum
-    limit, each returning its run's summary; the comparison of the two."""
+    """The demo of one framework.
+
+    `train(overrides, steps)` with tuning, then the same steps at the maximum limit, each returning its run's
+    summary; the comparison of the two.
+    """
     model = PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
     lo, hi = model.limit_range_w
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
@@ -228,10 +232,19 @@ def _entry(e: dict[str, float]) -> ProfileEntry:
 
 
 def frameworks() -> dict[str, Any]:
+    """The demo runners the adapters registered (entry point group `wattwise.demo`), by framework name."""
     return {ep.name: ep for ep in entry_points(group="wattwise.demo")}
 
 
 def run_demo(options: DemoOptions) -> dict[str, Any]:
+    """Run the demo with the runner of `options.framework`: a tuned run, then the same steps at the maximum.
+
+    Returns:
+        The demo's result, as `wattwise demo --json` prints it.
+
+    Raises:
+        UsageError: an option is invalid, or no runner is registered for the framework.
+    """
     options.validate()
     if options.backend == "agent":
         _check_agent_is_simulated()

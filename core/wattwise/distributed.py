@@ -43,9 +43,11 @@ class Collective:
     world_size: int = 1
 
     def all_gather(self, obj: Any) -> list[Any]:
+        """Every process's `obj`, in rank order (here, one process: `[obj]`)."""
         return [obj]
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """`obj` as the process `src` has it (here, one process: `obj`)."""
         return obj
 
     def combine(self, windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -99,8 +101,10 @@ class TorchCollective(Collective):
         return obj if sending else pickle.loads(payload.cpu().numpy().tobytes())
 
     def combine(self, windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-        """One all-reduce (sum) of a tensor holding each process's times in its own slots and the energies:
-        the sum gives every process's time (maxed here) and the total energy of each window."""
+        """One all-reduce (sum) of a tensor holding each process's times in its own slots and the energies.
+
+        The sum gives every process's time (maxed here) and the total energy of each window.
+        """
         import torch
 
         n, size, rank = len(windows), self.world_size, self.rank

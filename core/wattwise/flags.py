@@ -24,6 +24,12 @@ FALSE = ("0", "false", "no", "off", "")
 
 
 def parse_bool(var: str, raw: str) -> bool:
+    """A flag's value as a boolean.
+
+    Raises:
+        ConfigError: the value is neither on (1, true, yes, on) nor off (0, false, no, off, empty); the
+            message names the variable.
+    """
     value = raw.strip().lower()
     if value in TRUE:
         return True
@@ -105,8 +111,11 @@ def read_env(prefix: str, environ: Mapping[str, str] | None = None) -> dict[str,
 
 
 def to_config(prefix: str, values: Mapping[str, Any], from_env: Collection[str]) -> EnergyConfig:
-    """The validated `EnergyConfig` of `values` (fields by name; None: not given); a bad value is a
-    `ConfigError` naming the variable that set it (the fields in `from_env` and the ones not given)."""
+    """The validated `EnergyConfig` of `values` (fields by name; None: not given).
+
+    A bad value is a `ConfigError` naming the variable that set it (the fields in `from_env` and the ones
+    not given).
+    """
     settings = setting_values({s.name: values.get(s.name) for s in SETTINGS})
     config = values.get("config")
     overrides = list(values.get("overrides") or [])

@@ -10,6 +10,7 @@ from wattwise.record import RunSummary
 
 
 def step_metrics(rec: StepRecord, power_limit_w: float | None) -> dict[str, float]:
+    """The step figures a logger receives: energy, time and average power per step, and the power limit."""
     metrics = {"energy/step_j": rec.energy_j, "time/step_s": rec.time_s, "power/avg_w": rec.avg_power_w}
     if power_limit_w is not None:
         metrics["power/limit_w"] = power_limit_w
@@ -17,8 +18,10 @@ def step_metrics(rec: StepRecord, power_limit_w: float | None) -> dict[str, floa
 
 
 def epoch_metrics(rec: StepRecord) -> dict[str, float]:
+    """The epoch figures a logger receives: energy, time and average power of the epoch."""
     return {"energy/epoch_j": rec.energy_j, "time/epoch_s": rec.time_s, "power/epoch_avg_w": rec.avg_power_w}
 
 
 def fit_metrics(record: RunSummary) -> dict[str, float]:
+    """The whole run's energy and time, as a logger receives them at the end."""
     return {"energy/fit_j": record.energy_j, "time/fit_s": record.time_s}

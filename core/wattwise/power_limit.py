@@ -35,6 +35,7 @@ class ProfileEntry:
 
     @property
     def avg_power_w(self) -> float:
+        """Average power over the step, in watts (0 for a step of no time)."""
         return self.energy_j / self.time_s if self.time_s > 0 else 0.0
 
 
@@ -45,6 +46,11 @@ def zeus_cost(energy_j: float, time_s: float, *, eta: float, max_power_w: float)
 
 
 def check_eta(eta: float) -> None:
+    """Refuse an eta outside [0, 1].
+
+    Raises:
+        UsageError: `eta` is not between 0 and 1.
+    """
     if not (0.0 <= eta <= 1.0) or math.isnan(eta):
         raise UsageError(f"eta must be between 0 and 1 (got {eta}); 1 minimises energy, 0 minimises time")
 
@@ -206,6 +212,7 @@ class PowerLimitTuner:
 
     @property
     def done(self) -> bool:
+        """Whether tuning has ended and the chosen limit is applied."""
         return self.phase == "done"
 
     @property
@@ -242,6 +249,7 @@ class PowerLimitTuner:
 
     @property
     def current_limit_w(self) -> float | None:
+        """The limit that should be in force now (the one profiled, or the chosen one); None while waiting."""
         if self.phase in ("warmup", "profile"):
             return self.limits_w[self.limit_index]
         if self.phase == "done":
@@ -249,6 +257,7 @@ class PowerLimitTuner:
         return None
 
     def on_step_begin(self) -> TunerAction:
+        """Before a step: the limit to set, when it differs from the one applied."""
         action = TunerAction()
         target = self.current_limit_w
         if target is not None and target != self._applied:
@@ -336,6 +345,7 @@ class PowerLimitTuner:
         self._enter("done")
 
     def state_dict(self) -> dict[str, Any]:
+        """The tuner's state for a checkpoint: phase, position, profile, choice and window sizes."""
         return {
             "phase": self.phase,
             "limit_index": self.limit_index,

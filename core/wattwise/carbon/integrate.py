@@ -66,6 +66,7 @@ class TimelineEnergy:
     scale: float = 1.0
 
     def energy_between_j(self, edges_s: FloatArray) -> FloatArray:
+        """Energy between consecutive `edges_s` (one value fewer than edges), in joules."""
         total = np.zeros(len(edges_s) - 1)
         for trace in self.traces:
             total += np.diff(trace.cumulative_energy_j(edges_s))
@@ -81,6 +82,7 @@ class UniformEnergy:
     end_s: float
 
     def energy_between_j(self, edges_s: FloatArray) -> FloatArray:
+        """Energy between consecutive `edges_s` (one value fewer than edges), in joules."""
         span_s = self.end_s - self.start_s
         if span_s <= 0:
             return np.zeros(len(edges_s) - 1)
@@ -95,6 +97,7 @@ class CombinedEnergy:
     parts: tuple[EnergyProfile, ...]
 
     def energy_between_j(self, edges_s: FloatArray) -> FloatArray:
+        """Energy between consecutive `edges_s` (one value fewer than edges), in joules."""
         total = np.zeros(len(edges_s) - 1)
         for part in self.parts:
             total += part.energy_between_j(edges_s)

@@ -84,6 +84,7 @@ class CarbonAwarePowerLimit:
         return "time" if intensity_g_per_kwh < self.threshold_g_per_kwh else "energy"
 
     def limit_of(self, mode: Mode) -> ProfileEntry:
+        """The profile entry of the time-optimal or the energy-optimal limit."""
         return self.time_optimal if mode == "time" else self.energy_optimal
 
     def check(self, now_s: float, intensity: Series) -> LimitChange | None:

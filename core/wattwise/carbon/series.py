@@ -51,13 +51,16 @@ class Constant:
 
     @property
     def start_s(self) -> float:
+        """Start of coverage: always."""
         return -math.inf
 
     @property
     def end_s(self) -> float:
+        """End of coverage: never."""
         return math.inf
 
     def value_at(self, t_s: float) -> float:
+        """The value: the same at every instant."""
         return self.value
 
     def breakpoints_s(self, start_s: float, end_s: float) -> list[float]:
@@ -76,6 +79,7 @@ class StepSeries:
 
     @property
     def start_s(self) -> float:
+        """Start of coverage: the first timestamp."""
         return self.timestamps_s[0]
 
     @property
@@ -84,6 +88,11 @@ class StepSeries:
         return self.timestamps_s[-1] + self.step_s
 
     def value_at(self, t_s: float) -> float:
+        """The value holding at `t_s`.
+
+        Raises:
+            UsageError: `t_s` is outside the series' coverage; the message names the span covered.
+        """
         if not self.start_s <= t_s < self.end_s:
             raise UsageError(
                 f"{self.source} covers {format_utc(self.start_s)} to {format_utc(self.end_s)}, "

@@ -7,6 +7,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
+    """Add the `wattwise acceptance` command to the `wattwise` parser."""
     from wattwise import acceptance
 
     parser: argparse.ArgumentParser = sub.add_parser(

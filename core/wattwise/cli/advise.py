@@ -25,6 +25,7 @@ from wattwise.paths import json_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `wattwise advise` command to the `wattwise` parser."""
     parser = subparsers.add_parser(
         "advise",
         help="best start time for a job within a window, by grid carbon intensity, PUE or price",
@@ -55,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise advise` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     now_s = parse_timestamp_s(args.now, where="--now") if args.now else time.time()
     pue = parse_series(args.pue, PUE) if args.pue else Constant(1.0, "not supplied (1.0 assumed)")
     intensity = parse_series(args.intensity, INTENSITY) if args.intensity else None
@@ -98,6 +104,7 @@ def advice_dict(advice: Advice, sources: dict[str, str | None], currency: str | 
 
 
 def advice_text(advice: Advice, currency: str | None) -> str:
+    """The advice as the lines `wattwise advise` prints: the best start, starting now, and the saving."""
     unit, scale = _saving_unit(advice.objective, currency)
     wait_s = advice.best.start_s - advice.now.start_s
     lines = [

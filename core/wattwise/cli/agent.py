@@ -17,6 +17,7 @@ from wattwise.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `wattwise agent` command to the `wattwise` parser."""
     p = sub.add_parser("agent", help="the node agent: GPU settings for users who are not root",
                        description="A privileged agent (one per node) owns every GPU setting change; a client "
                                    "process holds a lease and the agent restores the GPU when it ends.")
@@ -57,6 +58,11 @@ def _no_subcommand(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    """Run `wattwise agent serve` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     from wattwise.agent.config import load_config
     from wattwise.agent.journal import AgentJournal
     from wattwise.agent.server import Agent, ServeOptions, group_id, serve, share_simulated_load
@@ -89,6 +95,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    """Run `wattwise agent status` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     from wattwise.devices.agent import AgentClient
     from wattwise.devices.base import DeviceError
 

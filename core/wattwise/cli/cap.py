@@ -29,6 +29,7 @@ EXIT_NOT_CAPPED = 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `wattwise cap` command to the `wattwise` parser."""
     p = sub.add_parser("cap", help="run a command under a GPU power cap",
                        description="Cap the GPUs' power limit at W watts, run CMD, restore the limits, and exit "
                                    "with CMD's exit code. Through the node agent with --backend agent.")
@@ -65,6 +66,11 @@ def capped(gpus: list[Device], watts: float, job: str) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise cap` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]

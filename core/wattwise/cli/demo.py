@@ -34,6 +34,7 @@ FLAGS: dict[str, str] = {f.name: flag_of(f) for f in fields(DemoOptions)}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `wattwise demo` command to the `wattwise` parser."""
     p = sub.add_parser("demo", help="train a tiny model on the simulated GPU with power-limit tuning",
                        description="Train the emulated workload with the energy plugin tuning the power limit "
                                    "of a simulated GPU, then the same steps at the maximum limit, and compare.")
@@ -53,12 +54,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def options_of(args: argparse.Namespace) -> DemoOptions:
+    """The demo's options from the parsed arguments."""
     return DemoOptions(**{f.name: getattr(args, f.name) for f in fields(DemoOptions)})
 
 
 class DemoInterrupted(BaseException):
-    """SIGTERM or SIGINT stopped the demo. A BaseException of its own: Lightning turns KeyboardInterrupt
-    into exit 1 and its SIGTERM into a silent exit 0; this one unwinds through both frameworks' clean-up."""
+    """SIGTERM or SIGINT stopped the demo. A BaseException of its own.
+
+    Lightning turns KeyboardInterrupt into exit 1 and its SIGTERM into a silent exit 0; this one unwinds through
+    both frameworks' clean-up.
+    """
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -97,6 +102,11 @@ def _lightnings_sigterm_exit(exc: BaseException) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise demo` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     fired: list[int] = []
     try:
         with interrupts_unwind(fired):

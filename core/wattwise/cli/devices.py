@@ -18,6 +18,7 @@ BACKEND = SETTING["backend"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `wattwise devices` command to the `wattwise` parser."""
     p = sub.add_parser("devices", help="list the GPUs and CPU domains wattwise can measure")
     p.add_argument("--backend", default=default_of(BACKEND.key), help=f"{BACKEND.help} (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -25,6 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise devices` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     found = discover(args.backend, include_cpu=True)
     devices = [d.describe() for d in found.all]
     # Settings a dead run left changed are shown, not restored: listing devices changes nothing.

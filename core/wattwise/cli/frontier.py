@@ -32,6 +32,7 @@ T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `wattwise frontier` command to the `wattwise` parser."""
     parser = subparsers.add_parser(
         "frontier",
         help="time-energy frontier of a pipeline's frequency plans, from a per-stage profile (Perseus)",
@@ -65,6 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise frontier` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     if args.microbatches < 1:
         raise UsageError(f"--microbatches must be a positive integer (got {args.microbatches})")
     if not (math.isfinite(args.unit_time) and args.unit_time > 0):
@@ -137,8 +143,10 @@ def summary(frontier: Frontier, elapsed_s: float) -> str:
 
 
 def _progress(items: Iterable[T], done: Callable[[int], str], quiet: bool, started: float) -> Iterator[T]:
-    """Pass items through, printing `done(items so far)` deadlines on stderr at most once a second and at
-    the end."""
+    """Pass items through, printing progress on stderr at most once a second and at the end.
+
+    The line is `done(items so far)`.
+    """
     count = 0
     last = started
     for item in items:

@@ -24,6 +24,7 @@ from wattwise.store.factory import default_store_url, open_store, store_url
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `wattwise jobs` command to the `wattwise` parser."""
     parser = subparsers.add_parser(
         "jobs",
         help="list, show, reset or sync the recurring jobs in the store",
@@ -100,6 +101,11 @@ def _run_dict(run: RunRecord) -> dict[str, Any]:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    """Run `wattwise jobs list` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     url = _url(args)
     summaries: list[JobSummary] = []
     if not _missing_sqlite_file(url):
@@ -126,6 +132,11 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    """Run `wattwise jobs show` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     check_job_name(args.name, setting="NAME")
     url = _url(args)
     if _missing_sqlite_file(url):
@@ -169,6 +180,11 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_reset(args: argparse.Namespace) -> int:
+    """Run `wattwise jobs reset` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     check_job_name(args.name, setting="NAME")
     url = _url(args)
     if _missing_sqlite_file(url):
@@ -188,6 +204,11 @@ def run_reset(args: argparse.Namespace) -> int:
 
 
 def run_sync(args: argparse.Namespace) -> int:
+    """Run `wattwise jobs sync` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     url = _url(args)
     waiting, set_aside = len(spool.pending(url)), len(spool.rejected(url))
     if waiting:

@@ -82,6 +82,15 @@ def command_of(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `wattwise` command line.
+
+    Args:
+        argv: the arguments after `wattwise`; None: `sys.argv[1:]`.
+
+    Returns:
+        The exit status: the command's own, 2 for a usage error or something unavailable (one line on
+        stderr), 130 on Ctrl-C, 141 when the reader of the output went away.
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     command = command_of(argv)
     if command in SINGLE_THREADED_BLAS and "numpy" not in sys.modules:

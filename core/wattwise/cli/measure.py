@@ -22,6 +22,7 @@ BACKEND = SETTING["backend"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `wattwise measure` command to the `wattwise` parser."""
     p = sub.add_parser("measure", help="run a command and report its time and energy",
                        description="Run CMD, then print its wall time and the energy of every device over that "
                                    "time. Exits with CMD's exit code (127 if CMD is not found).")
@@ -33,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise measure` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]

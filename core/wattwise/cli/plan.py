@@ -17,6 +17,7 @@ from wattwise.pipeline.plan import choose_for_straggler, choose_intrinsic
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `wattwise plan` command to the `wattwise` parser."""
     parser = subparsers.add_parser(
         "plan",
         help="choose a frequency plan from a frontier (no slowdown, or for a straggler)",
@@ -35,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise plan` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     frontier = read_frontier_json(args.frontier)
     if args.straggler_time is None:
         choice = choose_intrinsic(frontier)

@@ -12,6 +12,7 @@ from wattwise.report import FacilityInputs, build_report, energy_statement, repo
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `wattwise report` command to the `wattwise` parser."""
     parser = subparsers.add_parser(
         "report",
         help="energy report and paper-ready energy statement of a run (facility energy, emissions, cost)",
@@ -49,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise report` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     run_dir = read_run_dir(args.run_dir)
     inputs = FacilityInputs(
         pue=parse_series(args.pue, PUE, args.pue_source) if args.pue else None,

@@ -15,6 +15,7 @@ from wattwise.settings.recovery import recover_stale_journals
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `wattwise restore` command to the `wattwise` parser."""
     p = sub.add_parser("restore", help="restore GPU settings left changed by a crashed run",
                        description="Restore the power limits and clocks recorded in the guard's journal by "
                                    "processes that ended without restoring them (e.g. killed with SIGKILL). "
@@ -28,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise restore` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     result = recover_stale_journals(args.journal_dir, include_live=args.force)
     if args.json:
         out: dict[str, list[str]] = {"restored": result.restored, "failed": result.failed}

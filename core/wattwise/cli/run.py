@@ -28,6 +28,7 @@ def _flag(name: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `wattwise run` command to the `wattwise` parser."""
     p = sub.add_parser("run", help="run a training command with wattwise on, no code changes",
                        description="Run CMD with LIGHTNING_ENERGY=1 and ACCELERATE_ENERGY=1 and the settings "
                                    "below, so every Lightning Trainer and Accelerator it builds (in every process) "
@@ -48,6 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise run` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]

@@ -29,6 +29,7 @@ SETTING_FLAGS: dict[str, str] = {
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `wattwise simulate` command to the `wattwise` parser."""
     parser = subparsers.add_parser(
         "simulate",
         help="simulate the recurring-job optimizer on real GPU traces (Zeus's format)",
@@ -112,6 +113,11 @@ def result_dict(
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `wattwise simulate` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
     if not 0 <= args.seed < 2**63:
         raise UsageError(f"--seed must be a whole number from 0 to 2**63 - 1 (got {args.seed})")
     trace = load_trace(args.train, args.power, args.workload, args.target_metric, args.optimizer)

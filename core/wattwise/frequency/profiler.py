@@ -32,6 +32,7 @@ class StageWork:
     backward: Callable[[], object]
 
     def run(self, instruction: Instruction) -> None:
+        """Run one microbatch's forward or backward on the stage."""
         (self.forward if instruction == "forward" else self.backward)()
 
 

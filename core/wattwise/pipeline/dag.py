@@ -53,6 +53,7 @@ class PipelineDag:
 
     @property
     def num_nodes(self) -> int:
+        """Number of instructions (nodes) in the DAG."""
         return int(self.stage_of.shape[0])
 
     def stage_nodes(self, stage: int) -> range:

@@ -44,6 +44,7 @@ class ExactResult:
 
     @property
     def has_plan(self) -> bool:
+        """Whether CP-SAT found a plan (optimal or feasible) within the time limit."""
         return self.choice is not None
 
 

@@ -146,6 +146,7 @@ def plan_matrix_from_json(raw: object, shape: tuple[int, int], where: str) -> Pl
 
 
 def write_frontier_json(frontier: Frontier, path: str | Path) -> None:
+    """Write `frontier` as FRONTIER.json (every point, the plans chosen by `plans`, the compact plan matrix)."""
     _write_json(frontier_json(frontier), path)
 
 
@@ -244,6 +245,7 @@ def plan_json(frontier: Frontier, choice: Choice) -> dict[str, Any]:
 
 
 def write_plan_json(frontier: Frontier, choice: Choice, path: str | Path) -> None:
+    """Write the plan `choice` of `frontier` as PLAN.json, with its time, energy, saving and slowdown."""
     _write_json(plan_json(frontier, choice), path)
 
 

@@ -141,12 +141,16 @@ class FrontierPoint:
 
     @property
     def relaxed_energy_j(self) -> float:
+        """The relaxation's lower bound on the energy at this point's deadline (computed when first read)."""
         return self._relaxed[self._row]
 
 
 class _RelaxedEnergies:
-    """The relaxed energies of one window's points (one per point, by its deadline in units), computed for
-    all of them when the first is read, each distinct deadline once, `batch` deadlines per call."""
+    """The relaxed energies of one window's points, one per point, by its deadline in units.
+
+    They are computed for all of them when the first is read, each distinct deadline once, `batch` deadlines
+    per call.
+    """
 
     def __init__(self, relaxed: RelaxedFrontier, units: IntArray, batch: int) -> None:
         self._relaxed, self._units, self._batch = relaxed, units, batch
@@ -281,8 +285,10 @@ class FrontierSolver:
         return self._points(batches, relaxed), best[-1].copy()
 
     def _points(self, batches: list[_Candidates], relaxed: RelaxedFrontier) -> list[FrontierPoint]:
-        """The window's non-dominated candidates (`batches`, emptied) as points, by deadline then time, with
-        their deadline's relaxed energy (computed for these only, when first read)."""
+        """The window's non-dominated candidates (`batches`, emptied) as points, by deadline then time.
+
+        Each carries its deadline's relaxed energy, computed for these only, when first read.
+        """
         found = _Candidates.concatenate(batches)
         batches.clear()
         blocking_w = self.problem.p_blocking_w * self.problem.dag.num_stages
@@ -299,8 +305,11 @@ class FrontierSolver:
         ]
 
     def _work(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The compiled path's buffers (relaxed finish times, starting plans, polished plans), at least `rows`
-        plans each, kept from batch to batch (fresh memory costs a page fault per 4 KiB on first touch)."""
+        """The compiled path's buffers: relaxed finish times, starting plans, polished plans.
+
+        At least `rows` plans each, kept from batch to batch (fresh memory costs a page fault per 4 KiB on
+        first touch).
+        """
         nodes = self.problem.dag.num_nodes
         if self._buffers is None or len(self._buffers[1]) < rows:
             rows = max(rows, 2 * self._batch + 1)
@@ -409,8 +418,10 @@ class _Candidates:
 
 
 def _non_dominated_order(time_s: FloatArray, energy_j: FloatArray, blocking_w: float) -> IntArray:
-    """Indices of the plans no other beats on both time and sum(e - P_b * t) (`plan.non_dominated` on arrays:
-    by time then that sum, ties keep the first), fastest first."""
+    """Indices of the plans no other beats on both time and sum(e - P_b * t), fastest first.
+
+    `plan.non_dominated` on arrays: by time then that sum, ties keep the first.
+    """
     compute = energy_j - blocking_w * time_s
     order = np.lexsort((compute, time_s))
     if not len(order):
@@ -426,8 +437,11 @@ def solve_frontier(problem: PlanningProblem, unit_time_s: float, subdivisions: i
 
 
 def _node_sum(values: np.ndarray, choice: IntArray) -> np.ndarray:
-    """Per plan (column of node-major `choice`), the sum of `values` over its nodes, added in node order (as
-    the compiled `track` and `polish` add them, so both give the same energies to the last bit)."""
+    """Per plan (column of node-major `choice`), the sum of `values` over its nodes.
+
+    Added in node order, as the compiled `track` and `polish` add them, so both give the same energies to
+    the last bit.
+    """
     taken = values.take(choice)
     total = taken[0].copy()
     for row in taken[1:]:

@@ -37,8 +37,11 @@ AVAILABLE = _module is not None and os.environ.get("WATTWISE_KERNELS", "1").stri
 
 
 def threads() -> int:
-    """Threads `track` and `polish` split their plans over: the CPUs this process may run on (its affinity:
-    a SLURM or container allocation), at most `WATTWISE_THREADS` when set. The plans do not depend on it."""
+    """Threads `track` and `polish` split their plans over.
+
+    The CPUs this process may run on (its affinity: a SLURM or container allocation), at most
+    `WATTWISE_THREADS` when set. The plans do not depend on it.
+    """
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
@@ -91,9 +94,11 @@ def _out(out: np.ndarray | None, shape: tuple[int, ...], dtype: type[np.generic]
 
 
 class Totals:
-    """Per output plan of `track` or `polish`, the sums of its options' energies (`energy_j`) and times
-    (`time_s`), added in node order as the numpy fallback does (`frontier._node_sum`); computed by the kernel
-    while each block of plans is in cache."""
+    """Per output plan of `track` or `polish`, the sums of its options' energies and times.
+
+    `energy_j` and `time_s` are added in node order as the numpy fallback does (`frontier._node_sum`),
+    computed by the kernel while each block of plans is in cache.
+    """
 
     def __init__(self, option_energy_j: FloatArray, option_time_s: FloatArray) -> None:
         self.option_energy_j = np.ascontiguousarray(option_energy_j, dtype=np.float64)
@@ -102,6 +107,7 @@ class Totals:
         self.time_s: FloatArray = np.empty(0)
 
     def args(self, plans: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Fresh output arrays for `plans` plans, and the kernel's arguments (option energies and times, outputs)."""
         self.energy_j, self.time_s = np.empty(plans), np.empty(plans)
         return self.option_energy_j, self.option_time_s, self.energy_j, self.time_s
 
@@ -120,8 +126,10 @@ def track(picker: CompiledPicker, target_finish_s: FloatArray, out: IntArray | N
 
 def polish(picker: CompiledPicker, option_time_s: FloatArray, choice: IntArray, deadline_s: FloatArray,
            out: IntArray | None = None, totals: Totals | None = None) -> tuple[IntArray, FloatArray]:
-    """`rounding.polish` for plans laid out (plans, nodes): new choices and iteration times (and `totals`
-    filled)."""
+    """`rounding.polish` for plans laid out (plans, nodes).
+
+    New choices and iteration times (and `totals` filled).
+    """
     start = np.ascontiguousarray(choice, dtype=PLAN_DTYPE)
     plans = start.shape[0]
     out = _out(out, (plans, picker.n), PLAN_DTYPE)
@@ -148,8 +156,10 @@ def node_finish_s(potentials: IntArray, nodes: int, slower: IntArray, faster: In
 
 def node_durations(potentials: IntArray, slower: IntArray, faster: IntArray, shift: IntArray,
                    hi: IntArray, columns: IntArray) -> FloatArray:
-    """Relaxed duration (units, exact in float64) of the nodes `columns` between two breakpoints' potentials,
-    capped at `hi`, shape (plans, len(columns))."""
+    """Relaxed duration of the nodes `columns` between two breakpoints' potentials, capped at `hi`.
+
+    In units, exact in float64; shape (plans, len(columns)).
+    """
     potentials = np.ascontiguousarray(potentials, dtype=np.int64)
     columns = np.ascontiguousarray(columns, dtype=np.int64)
     nodes, plans = len(hi), len(slower)

@@ -259,8 +259,10 @@ def choose_intrinsic(frontier: Frontier) -> Choice:
 
 
 def choose_for_straggler(frontier: Frontier, straggler_time_s: float) -> Choice:
-    """Least energy with blocking until `straggler_time_s`, among stored plans (every point's, with a plan
-    matrix) that finish by then."""
+    """Least energy with blocking until `straggler_time_s`, among stored plans that finish by then.
+
+    With a plan matrix every point's plan is stored.
+    """
     if not (isinstance(straggler_time_s, int | float) and math.isfinite(straggler_time_s) and straggler_time_s > 0):
         raise UsageError(f"straggler time must be a positive number of seconds (got {straggler_time_s!r})")
     points = frontier.points
@@ -280,18 +282,22 @@ class Timed(Protocol):
     """A point of a frontier as the dominance filters see it: its real time and energy."""
 
     @property
-    def time_s(self) -> float: ...
+    def time_s(self) -> float:
+        """The point's real iteration time, in seconds."""
 
     @property
-    def energy_j(self) -> float: ...
+    def energy_j(self) -> float:
+        """The point's real energy per iteration, in joules."""
 
 
 T = TypeVar("T", bound=Timed)
 
 
 def non_dominated(points: Iterable[T], blocking_w: float) -> list[T]:
-    """Points that no other point beats on both time and sum(e - P_b * t) = `energy_j - blocking_w * time_s`
-    (`blocking_w` = P_b * stages; ties: the first), fastest first."""
+    """Points that no other point beats on both time and sum(e - P_b * t), fastest first.
+
+    That sum is `energy_j - blocking_w * time_s` (`blocking_w` = P_b * stages); ties keep the first.
+    """
     kept: list[T] = []
     for point in sorted(points, key=lambda p: (p.time_s, p.energy_j - blocking_w * p.time_s)):
         if not kept or point.energy_j - blocking_w * point.time_s < kept[-1].energy_j - blocking_w * kept[-1].time_s:

@@ -46,8 +46,11 @@ def plot_frontier(
     reference: Sequence[tuple[float, float]] | None = None,
     title: str = "",
 ) -> None:
-    """One figure: the frontier (with `reference` points if given), then the timelines of the
-    all-maximum-frequency plan and of the intrinsic choice, coloured by power."""
+    """Draw one figure of a frontier and its no-slowdown plan.
+
+    The frontier (with `reference` points if given), then the timelines of the all-maximum-frequency plan and of the
+    intrinsic choice, coloured by power.
+    """
     plt = _pyplot()
     plans: list[tuple[str, IntArray]] = [("all maximum frequency", problem.max_frequency_choice())]
     try:

@@ -89,6 +89,7 @@ class PlanningProblem:
 
     @property
     def num_types(self) -> int:
+        """Number of instruction types, (stage, forward or backward) pairs."""
         return int(self.type_offsets.shape[0] - 1)
 
     def type_options(self, kind: int) -> range:

@@ -80,6 +80,7 @@ class PipelineProfile:
 
     @property
     def num_stages(self) -> int:
+        """Number of pipeline stages in the profile."""
         return 1 + max(stage for stage, _ in self.measurements)
 
     def options(self, stage: int, instruction: Instruction) -> tuple[FrequencyOption, ...]:

@@ -144,14 +144,18 @@ class ConvexRelaxation:
         """Sum over nodes of the hull-interpolated effective cost, per row of `durations` (B, N).
 
         Per type (in type order), the sum over its nodes in node order: the columns are gathered once,
-        grouped by type, instead of one boolean selection per type."""
+        grouped by type, instead of one boolean selection per type.
+        """
         by_type, bounds = self.type_groups
         grouped = np.asarray(durations)[:, by_type]
         return self.relaxed_cost_by_type_j(lambda kind: grouped[:, bounds[kind] : bounds[kind + 1]], len(grouped))
 
     def relaxed_cost_by_type_j(self, durations_of: Callable[[int], np.ndarray], plans: int) -> FloatArray:
-        """`relaxed_cost_j` from each type's durations, `durations_of(kind)` of shape (plans, nodes of the type
-        in node order): per type in type order, the sum over its nodes of the hull-interpolated cost."""
+        """`relaxed_cost_j` from each type's durations.
+
+        `durations_of(kind)` has shape (plans, nodes of the type in node order); per type in type order, the
+        sum over its nodes of the hull-interpolated cost.
+        """
         _, bounds = self.type_groups
         total = np.zeros(plans)
         for kind, hull in enumerate(self.hulls):
@@ -259,6 +263,7 @@ class RelaxedFrontier:
 
     @property
     def phases(self) -> int:
+        """Number of phases the flow algorithm ran (one breakpoint of the relaxed frontier each)."""
         return int(self.potentials.shape[0] - 1)
 
     @property
@@ -282,9 +287,11 @@ class RelaxedFrontier:
         return finish, np.minimum(finish - start, self.relaxation.hi[:, None])
 
     def finish_s(self, deadlines: IntArray, out: FloatArray | None = None) -> FloatArray:
-        """Per deadline and node, the relaxed finish time in seconds, plan-major (B, N), into `out` if given:
-        `node_times`'s finish times times the resolution, by the compiled kernel (the numpy path of the
-        solver uses `node_times`)."""
+        """Per deadline and node, the relaxed finish time in seconds, plan-major (B, N), into `out` if given.
+
+        `node_times`'s finish times times the resolution, by the compiled kernel (the numpy path of the solver
+        uses `node_times`).
+        """
         relaxation = self.relaxation
         slower, faster, shift = self._phases(deadlines)
         return kernels.node_finish_s(self.potentials, relaxation.problem.dag.num_nodes, slower, faster, shift,

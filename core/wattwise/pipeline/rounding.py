@@ -86,8 +86,11 @@ class OptionMap:
         )
 
     def entry(self, keys: LevelKeys, budget: FloatArray) -> IntArray:
-        """Per (node, plan): the entry (position in `times` / `choice`) of the cheapest option whose time
-        fits the budget, else the fastest. `keys` describe the w nodes; `budget` has shape (w, B)."""
+        """Per (node, plan), the cheapest option whose time fits the budget, else the fastest.
+
+        The result is the option's entry (position in `times` / `choice`). `keys` describe the w nodes;
+        `budget` has shape (w, B).
+        """
         scaled = budget - keys.base
         scaled *= 1.0 / self.step
         cell = scaled.astype(np.int64)
@@ -116,6 +119,7 @@ class LevelKeys:
 
     @classmethod
     def of(cls, option_map: OptionMap, node_type: IntArray) -> LevelKeys:
+        """The keys of one DAG level's nodes, from the option map and each node's type."""
         table_first = option_map.table_first[node_type][:, None]
         return cls(
             base=option_map.times[option_map.first[node_type]][:, None],
@@ -157,6 +161,7 @@ class LevelLayout:
 
     @classmethod
     def of(cls, dag: PipelineDag) -> LevelLayout:
+        """The level-by-level layout of a pipeline's DAG."""
         n = dag.num_nodes
         order = np.concatenate(dag.levels)
         position = np.empty(n + 1, dtype=np.int64)

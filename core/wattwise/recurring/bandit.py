@@ -73,8 +73,10 @@ def thompson_pick(beliefs: Mapping[int, GaussianBelief], rng: np.random.Generato
 
 @dataclass(frozen=True)
 class SharedFit:
-    """Arm means that share one distribution: observations of arm b are N(theta_b, noise_var) and the
-    arm means theta_b are N(grand_mean, spread_var)."""
+    """Arm means that share one distribution.
+
+    Observations of arm b are N(theta_b, noise_var) and the arm means theta_b are N(grand_mean, spread_var).
+    """
 
     noise_var: float
     spread_var: float

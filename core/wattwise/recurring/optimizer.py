@@ -87,8 +87,11 @@ class BatchSizeOptimizer:
         )
 
     def cost_limit(self, run: RunRecord) -> float:
-        """`run` stops before its cost exceeds this (joules): its limit from the start, or beta times the
-        least cost seen now if that is less (another run may have finished cheaper meanwhile)."""
+        """`run` stops before its cost exceeds this (joules).
+
+        Its limit from the start, or beta times the least cost seen now if that is less (another run may have
+        finished cheaper meanwhile).
+        """
         return min(run.cost_limit, self.job.beta * self.store.least_reached_cost(self.job.name))
 
     def record_power_limit(self, batch_size: int, power_limit_w: float) -> None:

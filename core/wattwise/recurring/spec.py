@@ -112,10 +112,12 @@ class RunRecord:
 
     @property
     def finished(self) -> bool:
+        """Whether the run is no longer open (it reached its target or failed)."""
         return self.state != "open"
 
     @property
     def reached(self) -> bool:
+        """Whether the run reached its target metric."""
         return self.state == "reached"
 
 

@@ -43,6 +43,7 @@ class JobSummary:
     batch_sizes: tuple[BatchSizeSummary, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """The summary as plain JSON-ready values."""
         return dataclasses.asdict(self)
 
 

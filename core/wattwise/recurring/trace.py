@@ -33,6 +33,7 @@ class PowerPoint:
 
     @property
     def energy_per_epoch_j(self) -> float:
+        """Energy of one epoch at this point: seconds per epoch times average power."""
         return self.time_per_epoch_s * self.average_power_w
 
 
@@ -53,13 +54,20 @@ class WorkloadTrace:
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
+        """The batch sizes the power trace has, ascending."""
         return tuple(sorted(self.target_epochs))
 
     @property
     def power_limits_w(self) -> tuple[float, ...]:
+        """The power limits the power trace has, ascending."""
         return tuple(sorted({p.power_limit_w for points in self.power.values() for p in points}))
 
     def point(self, batch_size: int, power_limit_w: float) -> PowerPoint:
+        """The traced time per epoch and average power at one batch size and power limit.
+
+        Raises:
+            KeyError: the trace has no such point.
+        """
         for p in self.power[batch_size]:
             if p.power_limit_w == power_limit_w:
                 return p
