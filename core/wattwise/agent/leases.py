@@ -7,7 +7,7 @@ agent (`wattwise.agent.server`) asks it, then acts.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -37,15 +37,6 @@ class Lease:
     holder: Holder
     #: Setting name ("power_limit_w", "locked_sm_clocks_mhz") -> original value.
     originals: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"holder": asdict(self.holder), "originals": dict(self.originals)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Lease:
-        h = data["holder"]
-        holder = Holder(int(h["pid"]), int(h["uid"]), str(h.get("job", "")), int(h.get("start_ticks", 0)))
-        return cls(holder, dict(data.get("originals") or {}))
 
 
 class LeaseConflict(Exception):
@@ -97,9 +88,6 @@ class LeaseTable:
 
     def items(self) -> list[tuple[int, Lease]]:
         return sorted(self._leases.items())
-
-    def to_json(self) -> dict[str, Any]:
-        return {str(i): lease.to_json() for i, lease in self.items()}
 
 
 def _same_process(a: Holder, b: Holder) -> bool:
