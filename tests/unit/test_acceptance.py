@@ -8,9 +8,8 @@ import json
 from tests.support.fake_pynvml import FakeClock, FakeGpu, FakeNvml
 from tests.support.paths import REPO_ROOT
 from wattwise import acceptance
-from wattwise.acceptance import FAILED, PASSED, SKIPPED, run_checks, spawn_limit_holder
+from wattwise.acceptance import FAILED, PASSED, SKIPPED, run_checks
 from wattwise.cli.main import main
-from wattwise.devices import open_spec, simulated_gpus
 
 
 def statuses(report: dict) -> dict[str, tuple[str, str | None]]:
@@ -64,17 +63,6 @@ def test_a_refused_change_is_skipped_with_nvmls_own_words(tmp_path, monkeypatch)
     got = statuses(run_checks(tmp_path, only=["power_limit"]))
     status, reason = got["power_limit"]
     assert status == SKIPPED and "NVML said" in (reason or "") and "Insufficient Permissions" in (reason or "")
-
-
-def test_a_sigkilled_process_that_set_a_limit_is_restored_by_the_recovery_path(tmp_path):
-    # The real child process and recovery, on a simulated GPU whose settings persist in a state file.
-    (gpu,) = simulated_gpus(1)  # its state file lives in this test's own WATTWISE_HOME
-    assert gpu.power_limit_w() == 300.0
-    report = run_checks(tmp_path / "acc", gpus=[gpu], only=["kill_recovery"], spawn_holder=spawn_limit_holder)
-    (check,) = report["checks"]
-    assert check["status"] == PASSED, check
-    assert check["figures"]["child_set_w"] == 100.0 and check["figures"]["after_recovery_w"] == 300.0
-    assert open_spec(gpu.spec()).power_limit_w() == 300.0  # what a fresh process reads
 
 
 def test_out_naming_a_file_is_a_usage_error(tmp_path, capsys):

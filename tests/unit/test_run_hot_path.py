@@ -4,19 +4,15 @@ cannot finish, resume figures, bounded power samples, and the one-tensor combine
 from __future__ import annotations
 
 import json
-import os
-import socket
 import warnings
 from typing import Any
 
 import pytest
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from tests.support.clock import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
-from wattwise.distributed import Collective, TorchCollective
+from wattwise.distributed import Collective
 from wattwise.monitor import PowerSampler
 from wattwise.run import EnergyPluginWarning, Run
 from wattwise.workload import emulate_step
@@ -255,40 +251,3 @@ def test_the_power_sampler_keeps_a_thinned_trace_in_bounded_memory(tmp_path):
     assert sampler.integrated_energy_j(gpu.key) == pytest.approx(100_000 * 0.1 * gpu.model.idle_power_w, rel=1e-3)
 
 
-def _combine_worker(rank: int, world: int, port: int, out: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        coll = TorchCollective()
-        calls = []
-        real = dist.all_reduce
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            calls.append(1)
-            return real(*args, **kwargs)
-
-        dist.all_reduce = counted
-        try:
-            result = coll.combine([(1.0 + rank, 10.0 * (rank + 1)), (0.5 * rank, 1.0)])
-        finally:
-            dist.all_reduce = real
-        out.put((rank, result, len(calls)))
-    finally:
-        dist.destroy_process_group()
-
-
-def test_combine_is_one_all_reduce_that_maxes_time_and_sums_energy_over_processes():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_combine_worker, args=(r, 2, port, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-    for _, result, calls in results:
-        assert calls == 1
-        assert result == [(2.0, 30.0), (0.5, 2.0)]

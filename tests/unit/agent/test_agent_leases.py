@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +10,7 @@ import pytest
 from wattwise.agent.config import AgentConfig, ModelBounds, parse_config
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
-from wattwise.agent.server import Agent, AgentError, ProcessWatcher, process_start_ticks
+from wattwise.agent.server import Agent, AgentError, process_start_ticks
 from wattwise.devices import simulated_gpus
 from wattwise.errors import ConfigError, UsageError
 
@@ -180,32 +177,6 @@ def test_a_change_that_cannot_be_journalled_first_is_not_made(tmp_path: Path, mo
         agent.set_power_limit(0, ALICE, set(), 200.0)
     assert err.value.status == 500
     assert agent.leases.holder(0) is None and agent.devices[0].power_limit_w() == 300.0
-
-
-@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling /proc"])
-def test_the_watcher_notices_a_holders_sigkill(pidfd: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not pidfd:
-        monkeypatch.setattr(ProcessWatcher, "_pidfd", staticmethod(lambda holder: None))
-    elif not hasattr(os, "pidfd_open"):
-        pytest.skip("os.pidfd_open needs Linux 5.3 and Python 3.9")
-
-    async def scenario() -> float:
-        ended: asyncio.Event = asyncio.Event()
-        proc = subprocess.Popen(["sleep", "30"])
-        try:
-            ticks = process_start_ticks(proc.pid)
-            assert ticks is not None
-            watcher = ProcessWatcher(asyncio.get_running_loop(), lambda holder: ended.set())
-            watcher.watch(Holder(proc.pid, os.getuid(), "", ticks))
-            start = time.monotonic()
-            proc.kill()
-            await asyncio.wait_for(ended.wait(), 5)
-            return time.monotonic() - start
-        finally:
-            proc.kill()
-            proc.wait()
-
-    assert asyncio.run(scenario()) < 1.0
 
 
 def test_a_run_names_itself_to_the_agent_by_its_job_else_its_recurring_job_else_its_script(

@@ -8,8 +8,6 @@ times, and every point of the frontier, since both do the same floating-point op
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,6 @@ from wattwise.errors import UsageError
 from wattwise.pipeline import kernels, relaxation
 from wattwise.pipeline.frontier import FrontierSolver, _node_sum
 from wattwise.pipeline.problem import PlanningProblem
-from wattwise.pipeline.profiles import write_profile
 from wattwise.pipeline.rounding import polish, track
 
 UNIT_S = 0.001
@@ -203,31 +200,3 @@ def test_threads_follow_the_affinity_and_the_cap(monkeypatch: pytest.MonkeyPatch
             kernels.threads()
 
 
-@built
-def test_a_bad_thread_cap_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    profile = tmp_path / "profile.csv"
-    write_profile(synthetic_profile(2, 3, UNIT_S, 0), profile)
-    command = [sys.executable, "-m", "wattwise", "frontier", str(profile), "--microbatches", "2",
-               "--unit-time", "0.001", "--p-blocking", "80", "--out", str(tmp_path / "f.json")]
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ,
-                                                                         "WATTWISE_THREADS": "many"})
-    assert done.returncode == 2, done.stderr
-    assert "WATTWISE_THREADS must be a positive integer" in done.stderr and "Traceback" not in done.stderr
-
-
-def test_frontier_runs_without_scipy_when_the_kernels_are_built(tmp_path: Path) -> None:
-    """A third of a small frontier's run time was importing scipy's sparse graph module."""
-    if kernels._module is None:
-        pytest.skip("the C extension is not built: scipy does the shortest paths")
-    profile = tmp_path / "profile.csv"
-    write_profile(synthetic_profile(2, 3, UNIT_S, 0), profile)
-    code = ("import sys, runpy; sys.argv = ['wattwise', 'frontier', sys.argv[1], '--microbatches', '3', "
-            "'--unit-time', '0.001', '--p-blocking', '80', '--out', sys.argv[2], '--quiet']\n"
-            "from wattwise.cli.main import main\n"
-            "code = main(sys.argv[1:])\n"
-            "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))\n"
-            "sys.exit(code)")
-    done = subprocess.run([sys.executable, "-c", code, str(profile), str(tmp_path / "f.json")],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"

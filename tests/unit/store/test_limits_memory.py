@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import DATA_DIR
-from tests.support.postgres_server import empty_database
 from wattwise.paths import state_dir
 from wattwise.power_limit import ProfileEntry
 from wattwise.recurring.spec import JobSpec
@@ -44,11 +43,6 @@ def _check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(location:
 
 def test_sqlite_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(tmp_path: Path) -> None:
     _check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(str(tmp_path / "store.sqlite"))
-
-
-def test_postgresql_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(postgres_url: str) -> None:
-    empty_database(store_url(postgres_url))
-    _check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(postgres_url)
 
 
 def test_limits_share_the_jobs_store_by_default_and_follow_the_store_environment(

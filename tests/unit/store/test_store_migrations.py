@@ -121,10 +121,6 @@ def test_sqlite_migrations_build_the_current_schema(sqlite_url: str) -> None:
     _check_migrations_build_the_current_schema(sqlite_url)
 
 
-def test_postgresql_migrations_build_the_current_schema(fresh_postgres: str) -> None:
-    _check_migrations_build_the_current_schema(fresh_postgres)
-
-
 def _check_a_v1_store_is_upgraded_without_losing_a_row(url: str) -> None:
     _load_v1_store(url)
     before = _rows(url)
@@ -158,10 +154,6 @@ def _check_a_v1_store_is_upgraded_without_losing_a_row(url: str) -> None:
 
 def test_sqlite_store_of_wattwise_0_1_is_upgraded_without_losing_a_row(sqlite_url: str) -> None:
     _check_a_v1_store_is_upgraded_without_losing_a_row(sqlite_url)
-
-
-def test_postgresql_store_of_wattwise_0_1_is_upgraded_without_losing_a_row(fresh_postgres: str) -> None:
-    _check_a_v1_store_is_upgraded_without_losing_a_row(fresh_postgres)
 
 
 def test_downgrade_to_the_baseline_gives_back_a_store_wattwise_0_1_opens(sqlite_url: str) -> None:

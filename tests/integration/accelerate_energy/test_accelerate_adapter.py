@@ -1,0 +1,89 @@
+"""`accelerate_energy.attach` in real Accelerate loops on simulated GPUs driven by a virtual clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from accelerate.state import AcceleratorState, GradientState
+
+
+class Clock:
+    """A clock that moves only when something sleeps: simulated GPUs timed by it give exact figures."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += max(0.0, seconds)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+    for var in list(os.environ):
+        if var.startswith("ACCELERATE_ENERGY"):
+            monkeypatch.delenv(var)
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def summary(tmp_path: Path, name: str = "run") -> dict[str, Any]:
+    return json.loads((tmp_path / name / "summary.json").read_text())
+
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    from torch import nn
+    from accelerate import Accelerator
+    import accelerate_energy
+    from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True))
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    gpus = accelerate_energy.energy_run(accelerator).gpus
+    x, y = tiny_dataset(32).tensors
+    for _ in range(3):
+        emulate_step(gpus, lambda: accelerator.backward(nn.functional.mse_loss(model(x), y)))
+        optimizer.step()
+        optimizer.zero_grad()
+    {ending}
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("ending", "status"), [("raise RuntimeError('training broke')", "failed"),
+                                                ("pass  # no end_training()", "completed")])
+def test_a_script_that_ends_without_end_training_restores_the_limit_and_writes_the_summary(tmp_path, ending,
+                                                                                           status):
+    home = tmp_path / "home"
+    env = {**os.environ, "WATTWISE_HOME": str(home), "ACCELERATE_ENERGY": "1", "ACCELERATE_ENERGY_MODE": "cap",
+           "ACCELERATE_ENERGY_CAP_W": "150", "ACCELERATE_ENERGY_BACKEND": "simulated",
+           "ACCELERATE_ENERGY_OUTPUT_DIR": str(tmp_path / "run")}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(ending=ending)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+
+    assert (proc.returncode != 0) == (status == "failed"), proc.stderr
+    s = summary(tmp_path)
+    assert s["status"] == status and s["steps"] == 3
+    assert s["power_limit"]["chosen_power_limit_w"] == 150.0
+    # The simulated GPU keeps its settings in a file, as a real GPU outlives the process: back at 300 W.
+    assert json.loads((home / "simulated" / "gpu0.json").read_text())["power_limit_w"] == 300.0
+    assert not list((home / "journal").glob("*.json"))

@@ -1,0 +1,133 @@
+"""The `wattwise` command: what it prints and the exit codes scripts rely on.
+
+Most calls run `main([...])` in-process; a few run the installed console script, as a user would.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wattwise.devices
+import wattwise.devices.rapl
+from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
+from wattwise.cli.main import main
+from wattwise.devices import PowerModel
+
+IDLE_W = PowerModel.default().idle_power_w
+SUBPROCESS_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
+
+
+@pytest.fixture
+def bare_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No NVIDIA driver and no RAPL powercap tree, whatever this machine has."""
+    FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
+    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
+                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
+
+
+def wattwise_script() -> str:
+    found = shutil.which("wattwise", path=os.path.dirname(sys.executable)) or shutil.which("wattwise")
+    if found is None:
+        pytest.skip("the wattwise console script is not installed (pip install -e .)")
+    return found
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([wattwise_script(), *args], capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S, env=os.environ.copy())
+
+
+@pytest.mark.slow
+def test_devices_console_script_on_this_machine(real_auto_backend: None) -> None:
+    proc = run_script("devices", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    if any(d["backend"] == "nvml" for d in data["devices"]):
+        pytest.skip("this machine has an NVIDIA GPU")
+    assert data["simulated"] is False
+    assert all(d["backend"] == "rapl" for d in data["devices"])
+    notes = " | ".join(data["notes"])
+    assert "nvml: unavailable (" in notes
+    assert data["notes"][-1].startswith("no NVIDIA GPU found")
+    if not data["devices"]:
+        assert "rapl: unavailable (" in notes
+
+
+# -- measure ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_measure_reports_the_commands_time_and_the_idle_energy(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["measure", "--json", "--backend", "simulated", "--",
+                 sys.executable, "-c", "import time; time.sleep(1)"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit_code"] == 0 and data["simulated"] is True
+    assert 0.9 <= data["time_s"] <= 3.0
+    assert data["energy_j"]["gpu0"] == pytest.approx(IDLE_W * data["time_s"], rel=0.05)
+    assert data["total_energy_j"] == pytest.approx(data["energy_j"]["gpu0"])
+    assert data["approximate"] == []
+
+
+def test_measure_text_output_says_simulated(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["measure", "--backend", "simulated", "--", sys.executable, "-c", "pass"]) == 0
+    err = capsys.readouterr().err
+    assert "SIMULATED GPU" in err and "gpu0:" in err
+
+
+def test_measure_passes_the_commands_exit_code_through(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["measure", "--backend", "simulated", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+
+
+def test_measure_of_a_command_killed_by_a_signal_exits_128_plus_the_signal() -> None:
+    script = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    assert main(["measure", "--backend", "simulated", "--", sys.executable, "-c", script]) == 128 + 15
+
+
+def test_measure_on_a_bare_machine_runs_the_command_and_tells_only_its_time(
+    real_auto_backend: None, bare_machine: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["measure", "--json", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["exit_code"] == 3 and data["time_s"] > 0
+    assert data["energy_j"] == {} and data["total_energy_j"] is None and data["simulated"] is False
+    assert "wattwise: no NVIDIA GPU found and RAPL unreadable: nothing to measure" in captured.err
+    assert main(["measure", "--", sys.executable, "-c", "pass"]) == 0
+    err = capsys.readouterr().err
+    assert "no energy measured" in err and "SIMULATED" not in err and " J" not in err
+
+
+@pytest.mark.slow
+def test_measure_console_script_passes_the_exit_code_through() -> None:
+    proc = run_script("measure", "--", sys.executable, "-c", "raise SystemExit(3)")
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "SIMULATED GPU" in proc.stderr or "gpu0:" in proc.stderr
+
+
+# -- usage errors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_console_script_without_sub_command_exits_2() -> None:
+    proc = run_script()
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+
+
