@@ -86,6 +86,7 @@ class MonitorConfig:
     sync_cuda: bool = True
     #: Sample power in the background (for plots, reports and GPUs without an energy counter).
     sample_power: bool = True
+    #: Seconds between power samples.
     sample_interval_s: float = 0.1
 
 
@@ -131,6 +132,7 @@ class CarbonConfig:
     threshold_g_per_kwh: float = 300.0
     #: CSV `timestamp,value` of intensity (gCO2e/kWh), or a constant via `intensity_g_per_kwh`.
     intensity_csv: str | None = None
+    #: A constant intensity (gCO2e/kWh), used when no `intensity_csv` is given.
     intensity_g_per_kwh: float | None = None
     #: How often the intensity is re-checked, in seconds.
     interval_s: float = 900.0
