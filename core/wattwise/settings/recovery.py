@@ -18,7 +18,7 @@ from typing import Any
 
 from wattwise.paths import lock_descriptor
 from wattwise.settings import journal as journal_file
-from wattwise.settings.apply import RESTORE_ERRORS, SM_CLOCKS, apply_setting, describe, setting_words
+from wattwise.settings.apply import RESTORE_ERRORS, apply_setting, describe, read_setting, setting_words
 from wattwise.settings.journal import Journal, JournalProblem, folder_problem, journal_dir, journal_files, read_journal
 from wattwise.settings.locks import device_key, held_here, lock_holder, probe, try_flock
 
@@ -174,9 +174,7 @@ def _current(spec: dict[str, Any], setting: str) -> Any:
     """The setting now on the device (opened from a checked journal's spec); raises when unreadable."""
     from wattwise.devices import open_spec
 
-    device = open_spec(spec)
-    value = device.locked_sm_clocks_mhz() if setting == SM_CLOCKS else device.power_limit_w()
-    return list(value) if isinstance(value, tuple) else value
+    return read_setting(open_spec(spec), setting)
 
 
 def leftover_lines(directory: str | os.PathLike[str] | None = None) -> list[str]:
