@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # On a GPU machine, install the torch build you want first, then: make install TORCH_SPEC=
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test lint docs docs-serve bench acceptance clean
+.PHONY: install demo test test-fast lint docs docs-serve bench acceptance clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,8 +22,16 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/wattwise demo
 
+# Tests run in parallel (pytest-xdist), one worker per CPU unless TEST_WORKERS says otherwise; tests that
+# share a server stay on one worker (--dist loadgroup, groups set in tests/conftest.py).
+TEST_WORKERS ?= auto
+# Everything, both tiers: tests/unit/ and tests/integration/ (CI's command).
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# The unit tier alone: in-process tests, no process, server or training run started.
+test-fast: install
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/unit
 
 # Real-GPU acceptance checks; without a GPU every check is skipped with its reason (exit 0).
 acceptance: install

@@ -1,4 +1,7 @@
-"""Shared test fixtures."""
+"""Fixtures for both tiers (tests/unit/, tests/integration/), and how pytest-xdist shares out their servers.
+
+The shared fakes and helpers are in tests/support/; the unit tier's own rule is in tests/unit/conftest.py.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,30 @@ from tests.support.paths import shared_data_dir
 
 # The tests train tiny models: intra-op threads only add spin-waits on a shared 2-core machine.
 torch.set_num_threads(1)
+
+#: The fixtures that reach the session's one PostgreSQL server.
+POSTGRES_FIXTURES = frozenset({"postgres_url", "fresh_postgres"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep the tests that share a server on one xdist worker (`--dist loadgroup`), so each starts once.
+
+    The tests of the session PostgreSQL (by fixture, or parametrized over the store "postgresql") form one
+    group; the tests sharing a module-scoped fixture (an agent, a PostgreSQL server of their own, a wheel, a
+    two-process training run) form one group per module.
+    Without xdist the marks do nothing.
+    """
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if POSTGRES_FIXTURES & set(info.names_closure) or (callspec and "postgresql" in callspec.params.values()):
+            item.add_marker(pytest.mark.xdist_group("postgresql"))
+        elif any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs
+                 if d.argname in info.names_closure):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
 
 @pytest.fixture
 def shared_data() -> Path:

@@ -8,10 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.slow
-
 # Two processes over gloo (a file store). The exchanges are the last thing each process does, and the main
 # thread keeps the GIL until the interpreter finalises, as a script that ends in pure Python does: with
 # torch's own `all_gather_object` there, a third of such runs abort ("terminate called without an active

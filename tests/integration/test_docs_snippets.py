@@ -29,8 +29,6 @@ FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)[^\n]*$")
 NOT_RUN = re.compile(r"<!--\s*not-run:(.*?)-->")
 BLOCK_TIMEOUT_S = 300
 
-pytestmark = pytest.mark.slow
-
 
 @dataclass(frozen=True)
 class Block:
@@ -96,6 +94,7 @@ def _make_would_install(folder: Path, env: dict[str, str]) -> bool:
     return subprocess.run(["make", "-q", ".venv/.installed"], cwd=folder, env=env, capture_output=True).returncode != 0
 
 
+@pytest.mark.timeout(1200)  # a page's blocks run one after the other: several trainings on a busy machine
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.language in RUN and b.not_run is None
                                                             for b in blocks_of(p))], ids=page_id)
 def test_page_blocks_run(page: Path, tmp_path: Path) -> None:

@@ -8,13 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
-
-pytestmark = pytest.mark.slow
 
 
 def run_example(tmp_path: Path, *args: str, **env: str) -> str:

@@ -103,7 +103,6 @@ USER_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
 def test_a_project_with_its_own_core_package_imports_both_adapters_and_keeps_its_core(tmp_path: Path) -> None:
     project = tmp_path / "project"
     (project / "core").mkdir(parents=True)

@@ -104,7 +104,6 @@ def test_the_factory_imports_nothing_heavy_and_adds_nothing_when_the_flag_is_off
 # -- Lightning, no code ------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_an_unmodified_lightning_script_is_measured_and_tuned_with_the_flag(tmp_path):
     proc = run([sys.executable, str(SCRIPTS / "zero_code_lightning.py")], tmp_path, LIGHTNING_ENERGY="1",
                LIGHTNING_ENERGY_MODE="tune", LIGHTNING_ENERGY_OUTPUT_DIR="out", LIGHTNING_ENERGY_OVERRIDES=TUNE)
@@ -118,7 +117,6 @@ def test_an_unmodified_lightning_script_is_measured_and_tuned_with_the_flag(tmp_
     assert not (tmp_path / "off").exists()
 
 
-@pytest.mark.slow
 def test_lightning_cli_is_measured_with_the_flag(tmp_path):
     cmd = [sys.executable, str(SCRIPTS / "zero_code_lightning_cli.py"), "fit", "--trainer.max_steps=6",
            "--trainer.accelerator=cpu", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
@@ -158,7 +156,6 @@ def test_the_hook_is_imported_only_with_the_flag(tmp_path):
     assert run([sys.executable, "-c", code], tmp_path, ACCELERATE_ENERGY="1").stdout == "True False\n"
 
 
-@pytest.mark.slow
 def test_accelerates_own_test_script_is_measured_with_the_flag_alone(tmp_path):
     cmd = [str(BIN / "accelerate"), "launch", "--cpu", str(TEST_SYNC)]
     on = run(cmd, tmp_path, ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR="on")
@@ -173,7 +170,6 @@ def test_accelerates_own_test_script_is_measured_with_the_flag_alone(tmp_path):
     assert off.stdout == on.stdout
 
 
-@pytest.mark.slow
 def test_accelerates_own_test_script_on_two_processes_writes_one_summary_of_both(tmp_path):
     cmd = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port",
            str(_free_port()), str(TEST_SYNC)]
@@ -198,7 +194,6 @@ def test_an_explicit_attach_keeps_its_settings_and_attaches_once(tmp_path):
 # -- wattwise run ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_wattwise_run_turns_both_flags_on_and_tells_where_the_summary_went(tmp_path):
     cmd = [str(BIN / "wattwise"), "run", "--mode", "tune", "--output-dir", "runs", "--override",
            "power_limit.wait_steps=0", "--override", "power_limit.profile_steps=2", "--",

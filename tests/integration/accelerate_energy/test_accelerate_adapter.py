@@ -68,7 +68,6 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("ending", "status"), [("raise RuntimeError('training broke')", "failed"),
                                                 ("pass  # no end_training()", "completed")])
 def test_a_script_that_ends_without_end_training_restores_the_limit_and_writes_the_summary(tmp_path, ending,

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from wattwise.cli.main import main
 from wattwise.demo import DemoOptions, run_demo
 from wattwise.devices import PowerModel
@@ -16,8 +14,6 @@ from wattwise.power_limit import ProfileEntry, select_power_limit
 #: change the choice: per step at base time b, 100 W costs 400 b, 200 W 210 b, 300 W 300 b.
 POWER_MODEL = "power_limit,time,power\n100,2.0,100\n200,1.0,120\n300,1.0,300\n"
 BASE_S = 0.2
-
-pytestmark = pytest.mark.slow
 
 
 def options(tmp_path: Path, framework: str) -> DemoOptions:

@@ -412,7 +412,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.slow
 def test_two_processes_make_collectives_only_at_logging_points(tmp_path):
     """Both processes of a gloo run, started as a launcher starts them, count what they call."""
     steps = 200

@@ -22,8 +22,6 @@ TUNE_YAML = "power_limit:\n  wait_steps: 1\n  warmup_steps: 1\n  profile_steps: 
 #: 1024 samples over 2 processes in batches of 32; tuning takes 1 + 3 * (1 + 2) = 10 of them.
 STEPS = 16
 
-pytestmark = pytest.mark.slow
-
 
 def _free_port() -> int:
     with socket.socket() as s:

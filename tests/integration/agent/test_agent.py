@@ -30,8 +30,6 @@ from wattwise.devices.agent import AgentClient, AgentGPU
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import journal_dir
 
-pytestmark = pytest.mark.slow
-
 START_TIMEOUT_S = 60.0
 HOLDER = """
 import sys, time

@@ -52,7 +52,6 @@ def run_script(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=SUBPROCESS_TIMEOUT_S, env=os.environ.copy())
 
 
-@pytest.mark.slow
 def test_devices_console_script_on_this_machine(real_auto_backend: None) -> None:
     proc = run_script("devices", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -71,7 +70,6 @@ def test_devices_console_script_on_this_machine(real_auto_backend: None) -> None
 # -- measure ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_measure_reports_the_commands_time_and_the_idle_energy(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["measure", "--json", "--backend", "simulated", "--",
                  sys.executable, "-c", "import time; time.sleep(1)"])
@@ -113,7 +111,6 @@ def test_measure_on_a_bare_machine_runs_the_command_and_tells_only_its_time(
     assert "no energy measured" in err and "SIMULATED" not in err and " J" not in err
 
 
-@pytest.mark.slow
 def test_measure_console_script_passes_the_exit_code_through() -> None:
     proc = run_script("measure", "--", sys.executable, "-c", "raise SystemExit(3)")
     assert proc.returncode == 3, proc.stderr
@@ -124,7 +121,6 @@ def test_measure_console_script_passes_the_exit_code_through() -> None:
 # -- usage errors -------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_console_script_without_sub_command_exits_2() -> None:
     proc = run_script()
     assert proc.returncode == 2

@@ -11,7 +11,6 @@ import pytest
 from wattwise.power_limit import zeus_cost
 
 
-@pytest.mark.slow
 def test_demo_json_contract_and_choice_follow_the_measured_profile(tmp_path):
     model = tmp_path / "model.csv"
     # Energy per step is lowest at 150 W by a wide margin; at eta=1 the choice must follow energy.

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.paths import SCRIPTS_DIR
 from wattwise.pipeline.schedule import one_f_one_b
 
@@ -36,7 +34,6 @@ def run_pipeline(tmp_path: Path, name: str, plan) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.mark.slow
 def test_pipeline_follows_the_plan_and_saves_energy_against_maximum_frequency(tmp_path):
     # Forwards are shorter than backwards: slow the forwards down, keep the backwards at full clock.
     plan = plan_for(lambda stage, instr, mb: 1215 if instr == "forward" else MAX_MHZ)

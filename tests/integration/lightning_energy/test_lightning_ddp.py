@@ -25,7 +25,6 @@ def fit_window(path: Path) -> tuple[float, float]:
     raise AssertionError(f"no fit window in {path}")
 
 
-@pytest.mark.slow
 def test_two_processes_sum_energy_max_time_and_choose_the_same_limit(tmp_path):
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONWARNINGS="ignore")

@@ -462,7 +462,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.mark.slow
 def test_two_processes_make_collectives_only_at_logging_points(tmp_path):
     out = tmp_path / "run"
     # Both processes started at once, as torchrun would (LOCAL_RANK set: Lightning launches none itself),

@@ -104,7 +104,6 @@ def dead_pid() -> int:
 # -- in-process exits ---------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_sigterm_restores_the_limit_before_the_process_dies(child: Any, state_file: Path) -> None:
     proc = child()
     assert limit_on_gpu(state_file) == 150.0
@@ -114,7 +113,6 @@ def test_sigterm_restores_the_limit_before_the_process_dies(child: Any, state_fi
     assert journals() == []
 
 
-@pytest.mark.slow
 def test_sigint_restores_the_limit_and_interrupts_the_program(child: Any, state_file: Path) -> None:
     proc = child()
     proc.send_signal(signal.SIGINT)
@@ -126,7 +124,6 @@ def test_sigint_restores_the_limit_and_interrupts_the_program(child: Any, state_
     assert journals() == []
 
 
-@pytest.mark.slow
 def test_after_sigkill_the_limit_stays_changed_until_recovery(child: Any, state_file: Path) -> None:
     proc = child()
     proc.send_signal(signal.SIGKILL)
@@ -145,7 +142,6 @@ def test_after_sigkill_the_limit_stays_changed_until_recovery(child: Any, state_
     assert recover_stale_journals().restored == []  # nothing left to do
 
 
-@pytest.mark.slow
 def test_wattwise_restore_puts_back_what_a_killed_process_left(
     child: Any, state_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -160,7 +156,6 @@ def test_wattwise_restore_puts_back_what_a_killed_process_left(
     assert journals() == []
 
 
-@pytest.mark.slow
 def test_a_new_guard_recovers_what_a_killed_process_left(child: Any, state_file: Path) -> None:
     proc = child()
     proc.kill()
@@ -171,7 +166,6 @@ def test_a_new_guard_recovers_what_a_killed_process_left(child: Any, state_file:
     assert journals() == []
 
 
-@pytest.mark.slow
 def test_a_live_process_journal_is_left_alone_even_when_forced(
     child: Any, state_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

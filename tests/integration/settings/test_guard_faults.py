@@ -111,7 +111,6 @@ def killed(child: Any, limit_w: float) -> int:
 # -- 1. one holder per GPU ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_a_second_process_refuses_a_gpu_another_live_process_holds(child: Any, state_file: Path) -> None:
     holder = child(150.0)
     gpu = SimulatedGPU(0, state_file=state_file)
@@ -131,7 +130,6 @@ def test_a_second_process_refuses_a_gpu_another_live_process_holds(child: Any, s
     assert limit_on_gpu(state_file) == MAX_W
 
 
-@pytest.mark.slow
 def test_a_tuning_run_on_a_held_gpu_warns_once_and_only_measures(child: Any, state_file: Path,
                                                                   tmp_path: Path) -> None:
     holder = child(150.0)
@@ -160,7 +158,6 @@ def test_a_tuning_run_on_a_held_gpu_warns_once_and_only_measures(child: Any, sta
 # -- 2. a SIGKILLed run's leftover is recovered before anything reads the GPU ---------------------------
 
 
-@pytest.mark.slow
 def test_the_next_run_recovers_a_killed_runs_limit_before_recording_the_original(
     child: Any, state_file: Path
 ) -> None:
@@ -176,7 +173,6 @@ def test_the_next_run_recovers_a_killed_runs_limit_before_recording_the_original
     assert limit_on_gpu(state_file) == MAX_W
 
 
-@pytest.mark.slow
 def test_devices_shows_a_leftover_without_restoring_it(child: Any, state_file: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     pid = killed(child, 275.0)
@@ -194,7 +190,6 @@ def test_devices_shows_a_leftover_without_restoring_it(child: Any, state_file: P
 # -- 3. owners are found by their lock, not their pid ---------------------------------------------------
 
 
-@pytest.mark.slow
 def test_a_dead_runs_journal_is_recovered_even_when_its_pid_now_belongs_to_a_live_process(
     child: Any, state_file: Path
 ) -> None:
@@ -401,7 +396,6 @@ def demo_dirs() -> list[Path]:
     return [p for p in demo_folder().iterdir() if p.is_dir()] if demo_folder().is_dir() else []
 
 
-@pytest.mark.slow
 def test_sigterm_during_the_baseline_exits_143_says_so_and_leaves_nothing(tmp_path: Path) -> None:
     proc = start_demo(tmp_path)
     wait_for(lambda: (tmp_path / "out" / "summary.json").exists(), proc)  # the tuned run is over
@@ -413,7 +407,6 @@ def test_sigterm_during_the_baseline_exits_143_says_so_and_leaves_nothing(tmp_pa
     assert journals() == []
 
 
-@pytest.mark.slow
 def test_sigint_during_tuning_exits_130_and_leaves_nothing(tmp_path: Path) -> None:
     proc = start_demo(tmp_path)
     wait_for(lambda: bool(journals()), proc)  # tuning changed the limit
@@ -424,7 +417,6 @@ def test_sigint_during_tuning_exits_130_and_leaves_nothing(tmp_path: Path) -> No
     assert demo_dirs() == [] and journals() == []
 
 
-@pytest.mark.slow
 def test_a_killed_demos_leftover_is_cleaned_by_the_next_one(tmp_path: Path) -> None:
     proc = start_demo(tmp_path)
     wait_for(lambda: bool(journals()), proc)

@@ -78,13 +78,11 @@ def _concurrent_writers_lose_nothing(url: str) -> None:
     )
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sqlite_8_processes_x_50_results_all_kept(sqlite_url: str) -> None:
     _concurrent_writers_lose_nothing(sqlite_url)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_postgresql_8_processes_x_50_results_all_kept(fresh_postgres: str) -> None:
     _concurrent_writers_lose_nothing(fresh_postgres)
