@@ -136,8 +136,11 @@ _SIMULATED: dict[tuple[Path, int], SimulatedGPU] = {}
 
 
 def _discover_simulated(wanted: Wanted) -> list[Device]:
-    """The simulated backend's discover function. A simulated GPU exists at any index asked for: under
-    distributed training each process takes the one at its local rank, as on a real multi-GPU node."""
+    """The simulated backend's discover function.
+
+    A simulated GPU exists at any index asked for: under distributed training each process takes the one
+    at its local rank, as on a real multi-GPU node.
+    """
     return list(simulated_gpus(wanted.num_simulated, power_model=wanted.power_model,
                                base_step_time_s=wanted.base_step_time_s, persist_dir=wanted.persist_dir,
                                indices=wanted.gpu_indices))
@@ -149,8 +152,7 @@ def _uuid_identity(spec: dict[str, Any]) -> str:
 
 
 def _state_file_identity(spec: dict[str, Any]) -> str | None:
-    """A simulated GPU's identity for every process: its state file (None without one: it lives in this
-    process only)."""
+    """A simulated GPU's identity for every process: its state file (None: it lives in this process only)."""
     return os.path.realpath(str(spec["state_file"])) if spec.get("state_file") else None
 
 
@@ -244,8 +246,10 @@ def _claimant(notes: list[str]) -> Backend | None:
 
 
 def probe_gpus(notes: list[str], wanted: Wanted | None = None) -> list[Device]:
-    """The GPUs of the first hardware backend that finds any, in the order "auto" probes them (NVML, then
-    the others registered with `probe`): what this machine really has, without the node agent or the CPU.
+    """The GPUs of the first hardware backend that finds any, in the order "auto" probes them.
+
+    NVML first, then the others registered with `probe`: what this machine really has, without the node
+    agent or the CPU.
 
     Args:
         notes: Gets one line for each backend unavailable, saying why.
@@ -293,8 +297,9 @@ def _cpu_devices(wanted: Wanted, notes: list[str]) -> list[Device]:
 
 
 def open_spec(spec: dict[str, Any]) -> Device:
-    """Reopen a device from `Device.spec()`, through its backend (the guard restores settings with it after
-    a crash).
+    """Reopen a device from `Device.spec()`, through its backend.
+
+    The settings guard restores settings with it after a crash, in another process.
 
     Raises:
         DeviceError: The spec names no registered backend (the message lists them), or its backend cannot
@@ -309,9 +314,11 @@ def open_spec(spec: dict[str, Any]) -> Device:
 
 
 def settings_identity(spec: dict[str, Any]) -> str | None:
-    """What names the hardware of a device spec for every process on this host, for the settings guard's
-    lock of one GPU (`Backend.identity`); None when the guard does not lock it (a device that lives in
-    this process only, or a backend the guard never changes itself)."""
+    """What names the hardware of a device spec for every process on this host (`Backend.identity`).
+
+    The settings guard takes one lock per identity. None when the guard does not lock the device: it lives
+    in this process only, or its backend's settings are never changed by the guard itself.
+    """
     name = spec.get("backend")
     backend = registry.lookup(name) if isinstance(name, str) else None
     if backend is None or backend.identity is None:
@@ -320,13 +327,14 @@ def settings_identity(spec: dict[str, Any]) -> str | None:
 
 
 def journalled_backends() -> tuple[str, ...]:
-    """The backends whose settings the guard changes itself, journals, and restores after a crash: those
-    a journal may name."""
+    """The backends whose settings the guard changes, journals and restores itself: those a journal names."""
     return tuple(b.name for b in registry.backends() if b.identity is not None)
 
 
 def name_job(devices: Iterable[Device], job: str) -> None:
-    """Name the job changing the settings of `devices`, where someone shows the holder (`Device.name_job`:
-    the node agent names it for its GPUs; other devices ignore it)."""
+    """Name the job changing the settings of `devices`, where someone shows the holder.
+
+    See `Device.name_job`: the node agent shows it for its GPUs; other devices ignore it.
+    """
     for device in devices:
         device.name_job(job)

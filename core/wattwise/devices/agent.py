@@ -216,8 +216,10 @@ class AgentGPU(Device):
         self.client.release(self.index)
 
     def name_job(self, job: str) -> None:
-        """Name the job the agent shows as this GPU's holder (and labels its Prometheus series with):
-        unprintable characters become "?", and at most `MAX_JOB_CHARS` characters are kept."""
+        """Name the job the agent shows as this GPU's holder (and labels its Prometheus series with).
+
+        Unprintable characters become "?", and at most `MAX_JOB_CHARS` characters are kept.
+        """
         self.job = "".join(c if c.isprintable() else "?" for c in job)[:MAX_JOB_CHARS]
 
     @property
@@ -265,8 +267,11 @@ def discover_gpus(wanted: Wanted) -> list[AgentGPU]:
 
 
 def _local(spec: dict[str, Any], base_step_time_s: float = 0.02) -> Device:
-    """This process's own view of an agent's GPU. A simulated one is the process's shared object for its
-    state file, so the emulated workload and the energy monitor see one counter (as `discover` gives)."""
+    """This process's own view of an agent's GPU.
+
+    A simulated one is the process's shared object for its state file, so the emulated workload and the
+    energy monitor see one counter (as `discover` gives).
+    """
     from wattwise.devices import open_spec, simulated_gpus
     from wattwise.devices.simulated import load_file_of
 
@@ -299,8 +304,10 @@ def claim_auto() -> str | None:
 
 
 def agent_preferred(path: str | os.PathLike[str] | None = None) -> bool:
-    """The `auto` rule: the agent's socket exists and this process may not change GPU settings itself
-    (not root, no CAP_SYS_ADMIN)."""
+    """The `auto` rule: the agent's socket exists and this process may not change GPU settings itself.
+
+    It may not when it is neither root nor holds CAP_SYS_ADMIN.
+    """
     return os.path.exists(socket_path(path)) and not _may_change_settings()
 
 

@@ -306,7 +306,7 @@ class AmdsmiGPU(Device):
 
     @property
     def uuid(self) -> str:
-        """amdsmi's UUID: stable across reboots and visibility-variable changes."""
+        """The UUID amdsmi gives: stable across reboots and visibility-variable changes."""
         return self._id.uuid
 
     @property

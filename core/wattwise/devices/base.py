@@ -86,7 +86,8 @@ class Device(abc.ABC):
         """How often `energy_j` changes value, in seconds (0: at every read).
 
         A window shorter than a few periods is quantised by up to one period's energy, so power-limit
-        tuning holds its profile windows open for 20 periods (`power_limit.min_profile_s`)."""
+        tuning holds its profile windows open for 20 periods (`power_limit.min_profile_s`).
+        """
         return 0.0
 
     @abc.abstractmethod
@@ -143,14 +144,19 @@ class Device(abc.ABC):
         raise NotSupportedError(f"{self.backend} device {self.index} has no settings lease to release")
 
     def name_job(self, job: str) -> None:
-        """Name the job changing this device's settings, where someone shows the holder (the node agent,
-        in its status and metrics). A device whose settings this process changes itself ignores it."""
+        """Name the job changing this device's settings, where someone shows the holder.
+
+        The node agent shows it in its status and metrics; a device whose settings this process changes
+        itself ignores it.
+        """
         return None
 
     @property
     def simulation(self) -> SimulatedGPU | None:
-        """The simulated GPU behind this device, which emulated work drives (`wattwise.workload`); None
-        for hardware, where real work draws the power."""
+        """The simulated GPU behind this device, which emulated work drives (`wattwise.workload`).
+
+        None for hardware, where real work draws the power.
+        """
         return None
 
     @abc.abstractmethod

@@ -91,8 +91,10 @@ def open_nvml_spec(spec: dict[str, Any]) -> NvmlGPU:
 
 
 def driver_versions() -> dict[str, str]:
-    """The versions NVML gives of the driver ("driver"), of itself ("nvml") and of the CUDA driver
-    ("cuda_driver"), for reports; those it cannot give (no driver, an old binding) are left out."""
+    """The versions NVML gives, for reports: "driver", "nvml" and "cuda_driver".
+
+    Those it cannot give (no driver, an old binding) are left out.
+    """
     out: dict[str, str] = {}
     with contextlib.suppress(Exception):
         _ensure_initialised()
@@ -191,8 +193,10 @@ class NvmlGPU(Device):
 
     @property
     def energy_update_period_s(self) -> float:
-        """0.1 s: the counter changed 10.5 times a second on an H100 (driver 580.159.04); without a
-        counter, power readings (which the driver itself averages) are integrated."""
+        """0.1 s: the counter changed 10.5 times a second on an H100 (driver 580.159.04).
+
+        Without a counter, power readings (which the driver itself averages) are integrated.
+        """
         return NVML_ENERGY_UPDATE_PERIOD_S
 
     def energy_j(self) -> float:

@@ -68,8 +68,10 @@ def rapl_domains(
 
 
 def discover_domains(wanted: Wanted) -> list[RaplDomain]:
-    """The registry's discover function: every RAPL domain (`rapl_domains`, looked up at each call so a
-    test can point it at a fake powercap tree). A CPU backend: `wanted` selects no GPU here."""
+    """The registry's discover function: every RAPL domain (a CPU backend: `wanted` selects nothing).
+
+    `rapl_domains` is looked up at each call, so a test can point it at a fake powercap tree.
+    """
     return rapl_domains()
 
 
@@ -107,8 +109,10 @@ class RaplDomain(Device):
         sleep: Callable[[float], object] = time.sleep,
         min_power_interval_s: float = 0.1,
     ) -> None:
-        """`zone_dir` is a powercap zone such as `/sys/class/powercap/intel-rapl:0`. Use
-        `rapl_domains()` rather than this. `min_power_interval_s`: see `power_w`."""
+        """`zone_dir` is a powercap zone such as `/sys/class/powercap/intel-rapl:0`.
+
+        Use `rapl_domains()` rather than this. `min_power_interval_s`: see `power_w`.
+        """
         if not min_power_interval_s > 0:
             raise UsageError(f"min_power_interval_s must be positive (got {min_power_interval_s})")
         self._dir = zone_dir

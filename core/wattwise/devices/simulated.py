@@ -127,6 +127,7 @@ class PowerModel:
 
     @property
     def limit_range_w(self) -> tuple[float, float]:
+        """The (min, max) power limits the model allows, in watts: its table's ends unless narrowed."""
         lo = self.min_limit_w if self.min_limit_w is not None else self.power_limits_w[0]
         hi = self.max_limit_w if self.max_limit_w is not None else self.power_limits_w[-1]
         return lo, hi
@@ -305,8 +306,11 @@ class SimulatedGPU(Device):
         return st.st_ino, st.st_mtime_ns, st.st_size
 
     def _refresh(self) -> None:
-        """Settings are the state file's, as a real GPU's are the hardware's: another process (a restore
-        after a crash) may have changed them since this object last looked."""
+        """Re-read the settings when the state file changed since this object last looked.
+
+        Settings are the state file's, as a real GPU's are the hardware's: another process (a restore after
+        a crash) may have changed them.
+        """
         if self._state_file is None:
             return
         with self._lock:
@@ -352,8 +356,11 @@ class SimulatedGPU(Device):
 
     # -- load shared with a node agent ----------------------------------------------------------------
     def publish_load(self, path: str | os.PathLike[str]) -> None:
-        """Add the load this process drives (energy above idle) to the counter file at `path`, which the
-        node agent serving this GPU counts in its energy. Best effort: a file it cannot write stops it."""
+        """Add the load this process drives (energy above idle) to the counter file at `path`.
+
+        The node agent serving this GPU counts that file in its energy. Best effort: a file it cannot write
+        stops it.
+        """
         self._publish_to = Path(path)
 
     def count_load(self, path: str | os.PathLike[str]) -> None:
@@ -522,8 +529,11 @@ class SimulatedGPU(Device):
 
 
 def open_simulated_spec(spec: dict[str, Any]) -> SimulatedGPU:
-    """Reopen a simulated GPU from `SimulatedGPU.spec()`, in any process: the built-in model narrowed to the
-    spec's power-limit range, with the spec's state file (so its settings are the ones the GPU left)."""
+    """Reopen a simulated GPU from `SimulatedGPU.spec()`, in any process.
+
+    The built-in model narrowed to the spec's power-limit range, with the spec's state file (so its
+    settings are the ones the GPU left).
+    """
     lo, hi = spec.get("limit_range_w") or PowerModel.default().limit_range_w
     model = dataclasses.replace(PowerModel.default(), min_limit_w=float(lo), max_limit_w=float(hi))
     return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"))
