@@ -236,7 +236,7 @@ class EnergyMonitor:
         self._readers = [(d, d.key, d.has_energy_counter()) for d in self.devices]
         self.sync = sync
         if clock is None:
-            clocks = {id(c): c for c in (getattr(d, "clock", None) for d in self.devices) if c is not None}
+            clocks = {id(s.clock): s.clock for s in (d.simulation for d in self.devices) if s is not None}
             clock = next(iter(clocks.values())) if len(clocks) == 1 else time.monotonic
         self._clock = clock
         self._wall = wall_clock
@@ -245,7 +245,7 @@ class EnergyMonitor:
         self.simulated = any(d.simulated for d in self.devices)
         # Devices without a counter are integrated from samples; wrapping counters (RAPL) must be read
         # at least once per wrap period, which the sampler's reads guarantee.
-        wrap_periods = [w for w in (getattr(d, "max_read_interval_s", None) for d in self.devices) if w]
+        wrap_periods = [w for w in (d.max_read_interval_s for d in self.devices) if w]
         needs_sampler = bool(wrap_periods) or any(not d.has_energy_counter() for d in self.devices)
         self.sampler: PowerSampler | None = None
         if sample_power or needs_sampler:

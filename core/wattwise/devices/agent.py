@@ -154,12 +154,6 @@ class AgentGPU(Device):
         self.job = job
         self.simulated = local.simulated
 
-    def __getattr__(self, name: str) -> Any:
-        # Extras of the local device that the interface does not name (a simulated GPU's `clock`).
-        if name == "local":
-            raise AttributeError(name)
-        return getattr(self.local, name)
-
     @property
     def index(self) -> int:
         return self.local.index
@@ -181,6 +175,10 @@ class AgentGPU(Device):
     @property
     def energy_update_period_s(self) -> float:
         return self.local.energy_update_period_s
+
+    @property
+    def max_read_interval_s(self) -> float | None:
+        return self.local.max_read_interval_s
 
     def power_w(self) -> float:
         return self.local.power_w()

@@ -90,6 +90,15 @@ class Device(abc.ABC):
         """
         return 0.0
 
+    @property
+    def max_read_interval_s(self) -> float | None:
+        """Longest safe gap between two reads of a counter that wraps, in seconds; None: no such limit.
+
+        A wrap between two reads cannot be seen, so the monitor's sampler reads every device at least this
+        often while a measurement is open (RAPL's counters, a 32-bit AMD counter).
+        """
+        return None
+
     @abc.abstractmethod
     def power_w(self) -> float:
         """Current power draw in watts."""

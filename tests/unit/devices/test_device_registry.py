@@ -16,6 +16,7 @@ import pytest
 
 import wattwise.devices
 import wattwise.devices.rapl
+from tests.support.clock import VirtualClock
 from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 from tests.support.paths import REPO_ROOT
 from tests.support.powercap import FakePowercap
@@ -27,6 +28,7 @@ from wattwise.devices import (
     DeviceError,
     NotSupportedError,
     PowerLimitRange,
+    SimulatedGPU,
     Wanted,
     backend_choices,
     discover,
@@ -40,6 +42,7 @@ from wattwise.devices import (
 from wattwise.devices import registry as device_registry
 from wattwise.devices.agent import MAX_JOB_CHARS, AgentClient, AgentGPU
 from wattwise.errors import ConfigError, UsageError
+from wattwise.monitor import EnergyMonitor
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import JournalProblem, read_journal
 from wattwise.workload import emulate_step
@@ -302,6 +305,31 @@ def test_the_guard_locks_and_journals_the_backends_that_register_an_identity(tmp
     assert settings_identity({"backend": "faketpu", "index": 2}) is None
     with pytest.raises(JournalProblem, match="names no GPU of backend nvml"):
         read_journal(kept)  # recovery refuses a journal naming a backend it cannot restore
+
+
+def test_the_monitor_times_an_agent_gpu_by_its_simulations_clock_and_reads_wrapping_counters_often(
+        tmp_path: Path) -> None:
+    clock = VirtualClock()
+    sim = SimulatedGPU(0, clock=clock, sleep=clock.sleep)
+    monitor = EnergyMonitor([AgentGPU(sim, AgentClient("/run/test/agent.sock"))], sample_power=False)
+    try:
+        monitor.begin_window("w")
+        clock.sleep(2.5)
+        assert monitor.end_window("w").time_s == 2.5  # the simulated GPU's virtual clock, not the wall's
+        assert monitor.sampler is None  # no wrapping counter, a counter on every device: nothing to sample
+    finally:
+        monitor.close()
+    tree = FakePowercap(tmp_path / "sys")
+    tree.add_control_type("intel-rapl")
+    tree.add_zone("intel-rapl:0", "package-0")
+    (domain,) = wattwise.devices.rapl.rapl_domains(tree.root)
+    assert domain.max_read_interval_s is not None and domain.max_read_interval_s > 60
+    assert sim.max_read_interval_s is None
+    monitor = EnergyMonitor([domain], sample_power=False, sample_interval_s=1e6)
+    try:
+        assert monitor.sampler is not None and monitor.sampler.interval_s <= domain.max_read_interval_s / 2
+    finally:
+        monitor.close()
 
 
 def test_emulated_work_drives_the_simulation_behind_any_device() -> None:
