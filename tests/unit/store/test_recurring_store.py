@@ -30,6 +30,6 @@ def test_bad_store_urls_are_usage_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no driver"):
         SqlJobStore("nosuchdb://x/y")
     with pytest.raises(Unavailable, match="cannot open the job store"):  # no server there: unavailable
-        SqlJobStore(f"postgresql+psycopg://nobody@/db?host={tmp_path}&port=1")
+        SqlJobStore(f"postgresql+psycopg://nobody@/db?host={tmp_path}&port=1", reconnect_s=0.0)
     assert store_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
     assert store_url(str(tmp_path / "x.sqlite")) == f"sqlite:///{tmp_path / 'x.sqlite'}"
