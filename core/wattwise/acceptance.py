@@ -113,6 +113,15 @@ class MatmulLoad:
         del out
         return time.perf_counter() - start
 
+    def enqueue(self, count: int) -> None:
+        """Queue `count` multiplies without waiting for them: the GPU stays busy while the host polls."""
+        import torch
+
+        if self._a is None:
+            self.step()
+        for _ in range(count):
+            torch.mm(self._a, self._a)
+
     def run_for(self, seconds: float) -> list[float]:
         """Steps until `seconds` have passed; each step's time."""
         times, end = [], time.perf_counter() + seconds
@@ -259,15 +268,38 @@ def _window_overhead_s(gpu: Device, load: MatmulLoad, pairs: int = 200) -> dict[
     return out
 
 
+#: Seconds of load at a new limit before it is measured: the driver's power controller settles meanwhile.
+LIMIT_SETTLE_S = 1.0
+
+
+def _at_counter_edge(gpu: Device, load: MatmulLoad, timeout_s: float = 1.0) -> tuple[float, float]:
+    """(energy, time) just after the energy counter changes value, the GPU busy all the while.
+
+    The counter changes only about 10 times a second on an H100: a window that starts and ends on its
+    changes measures the energy of exactly that interval, where a window of arbitrary ends would be off by
+    up to one update's energy at each end (5% of a 2 s window).
+    """
+    load.enqueue(64)
+    first = gpu.energy_j()
+    deadline = time.perf_counter() + timeout_s
+    value = first
+    while value == first and time.perf_counter() < deadline:
+        value = gpu.energy_j()
+    now = time.perf_counter()
+    load.sync()
+    return value, now
+
+
 def _limit_run(gpu: Device, load: MatmulLoad, seconds: float) -> dict[str, float]:
-    """Load at the current limit: mean step time and mean power from the energy counter (or polling)."""
-    load.step()
+    """Load at the current limit: mean step time, and mean power from the energy counter between two of
+    its changes (or from polling), after the limit has settled under load."""
+    load.run_for(LIMIT_SETTLE_S)
+    counter = gpu.has_energy_counter()
     with PowerPoller(gpu, 0.05) as poller:
-        e0 = gpu.energy_j() if gpu.has_energy_counter() else None
-        t0 = time.perf_counter()
+        e0, t0 = _at_counter_edge(gpu, load) if counter else (None, time.perf_counter())
         times = load.run_for(seconds)
-        elapsed = time.perf_counter() - t0
-        e1 = gpu.energy_j() if gpu.has_energy_counter() else None
+        e1, t1 = _at_counter_edge(gpu, load) if counter else (None, time.perf_counter())
+    elapsed = t1 - t0
     power = (e1 - e0) / elapsed if e0 is not None and e1 is not None else poller.mean_power_w()
     return {"step_time_s": sorted(times)[len(times) // 2], "power_w": power, "steps": len(times)}
 
