@@ -38,7 +38,7 @@ acceptance: install
 	$(PY) -m wattwise.acceptance --out wattwise_acceptance --quick
 
 lint: install
-	$(VENV)/bin/ruff check core lightning_energy accelerate_energy tests benchmarks examples
+	$(VENV)/bin/ruff check core lightning_energy accelerate_energy tests benchmarks examples docs
 	$(VENV)/bin/mypy
 
 # The documentation site (mkdocs.yml, docs/): built strictly, so a broken link or reference fails.
