@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from wattwise import flags
-from wattwise.config import CONFIG_HELP, OVERRIDES_HELP, SETTING, EnergyConfig
+from wattwise.config import CONFIG_HELP, OVERRIDES_HELP, SETTING, EnergyConfig, refuse_positional
 
 ENV_PREFIX = flags.ACCELERATE
 #: Every variable the plugin reads; any other `ACCELERATE_ENERGY_*` variable is a typo.
@@ -36,7 +37,9 @@ class EnergyPlugin:
     """Energy measurement, power-limit tuning and power capping for Accelerate, off unless enabled.
 
     Each field left unset (None, or an empty `overrides`) is read from its `ACCELERATE_ENERGY_*` variable
-    (when the plugin is enabled).
+    (when the plugin is enabled). Fields are given by name; `overrides` is a list of `key=value` strings or
+    one string of them separated by spaces. A field of the wrong type, or a cap in a mode other than "cap",
+    is refused by `to_config` naming the field or the variable that set it.
     """
 
     enabled: bool | None = field(default=None, metadata={
@@ -53,9 +56,14 @@ class EnergyPlugin:
     strict: bool | None = field(default=None, metadata=_help("strict"))
     backend: str | None = field(default=None, metadata=_help("backend"))
     log_every_n_steps: int | None = field(default=None, metadata=_help("log_every_n_steps"))
-    overrides: list[str] = field(default_factory=list, metadata=_help("overrides"))
+    overrides: str | list[str] = field(default_factory=list, metadata=_help("overrides"))
     #: Fields filled from the environment, with the variable each came from (for error messages).
     from_env: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> EnergyPlugin:
+        """Refuse positional fields with a message that names the fix (they would be easy to misplace)."""
+        refuse_positional(cls.__name__, args)
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         if self.enabled is None:

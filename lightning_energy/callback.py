@@ -28,7 +28,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from wattwise.config import EnergyConfig, load_config, setting_values
+from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
 from wattwise.metrics import epoch_metrics, fit_metrics, step_metrics
 from wattwise.record import format_summary
@@ -58,14 +58,18 @@ class EnergyCallback(Callback):
         backend: "auto", "nvml", "amdsmi", "simulated" or "agent".
         log_every_n_steps: log step metrics every N steps; None: the Trainer's own `log_every_n_steps`.
         config: an OmegaConf YAML (see `configs/energy.yaml`) with any other setting.
-        overrides: dotlist overrides applied last, e.g. ["power_limit.profile_steps=10"].
+        overrides: dotlist overrides applied last: a list, e.g. ["power_limit.profile_steps=10"], or one
+            string of them separated by spaces, as `LIGHTNING_ENERGY_OVERRIDES` takes them.
         devices: devices to use instead of discovering them (tests, custom setups).
 
-    Arguments left as None take their value from `config`, then from the defaults.
+    Arguments left as None take their value from `config`, then from the defaults. Every argument is
+    given by name; a value of the wrong type, or a cap in a mode other than "cap", is a
+    `wattwise.errors.ConfigError` naming the argument (`wattwise.config.arguments_config`).
     """
 
     def __init__(
         self,
+        *args: Any,
         mode: str | None = None,
         selector: str | None = None,
         eta: float | None = None,
@@ -78,17 +82,18 @@ class EnergyCallback(Callback):
         backend: str | None = None,
         log_every_n_steps: int | None = None,
         config: str | None = None,
-        overrides: list[str] | None = None,
+        overrides: str | list[str] | None = None,
         devices: list[Device] | None = None,
     ) -> None:
         super().__init__()
-        values = setting_values({
+        refuse_positional(type(self).__name__, args)
+        given = {
             "mode": mode, "selector": selector, "eta": eta, "max_slowdown": max_slowdown, "cap_w": cap_w,
             "cap_fraction": cap_fraction, "job": job, "output_dir": output_dir, "strict": strict,
             "backend": backend, "log_every_n_steps": log_every_n_steps,
-        })
+        }
         # Validated here, so a bad argument fails when the Trainer is built, not hours later.
-        self.config: EnergyConfig = load_config([config] if config else [], overrides or [], values)
+        self.config: EnergyConfig = arguments_config(type(self).__name__, given, config=config, overrides=overrides)
         self._devices = devices
         #: The current (or last) fit's run (made at `setup("fit")`, or earlier by `RecurringBatchSizeCallback`).
         self.run: Run | None = None

@@ -18,6 +18,7 @@ import io
 import math
 import os
 import re
+import shlex
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -204,6 +205,126 @@ def setting_values(given: Mapping[str, Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[leaf] = value
     return values
+
+
+#: Settings that name a folder: a `pathlib.Path` is as good as a string.
+_PATH_SETTINGS = frozenset({"output_dir"})
+_KINDS = {bool: "True or False", int: "a whole number", float: "a number", str: "a string"}
+
+
+def _spelled(owner: str, names: Mapping[str, str], name: str, value: Any) -> str:
+    """How the user gave a setting: `EnergyCallback(cap_w=200)`, or its variable `ACCELERATE_ENERGY_CAP_W=200`."""
+    return f"{names[name]}={value}" if name in names else f"{owner}({name}={value!r})"
+
+
+def refuse_positional(owner: str, args: tuple[Any, ...]) -> None:
+    """Refuse positional arguments to a callback or plugin whose settings are keyword arguments only.
+
+    Raises:
+        ConfigError: `args` is not empty; the message names the first one and how to pass it.
+    """
+    if args:
+        raise ConfigError(f"{owner} takes keyword arguments only (got {args[0]!r} in position 1); name each "
+                          f"setting, e.g. {owner}(mode='tune', output_dir='wattwise_runs')")
+
+
+def overrides_list(owner: str, value: object, names: Mapping[str, str] | None = None) -> list[str]:
+    """The dotlist overrides of a callback or plugin argument: a list of `key=value` strings, or one string.
+
+    A string holds one override or several separated by whitespace (quoted as in a shell), as the
+    `*_OVERRIDES` variables do.
+
+    Raises:
+        ConfigError: `value` is neither; the message names the argument and shows both forms.
+    """
+    names = names or {}
+    if value is None:
+        return []
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as err:
+            raise ConfigError(f"{_spelled(owner, names, 'overrides', value)}: overrides must be key=value items "
+                              f"separated by spaces ({err})") from None
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return list(value)
+    raise ConfigError(f"{_spelled(owner, names, 'overrides', value)}: overrides must be a list of key=value "
+                      "strings or one string, e.g. overrides=['power_limit.profile_steps=3'] or "
+                      "overrides='power_limit.profile_steps=3 power_limit.step_w=50'")
+
+
+def check_setting_types(owner: str, given: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Refuse a setting given by name with a value of the wrong type, before OmegaConf converts it silently.
+
+    Args:
+        owner: what took the settings, for the message (`EnergyCallback`, `EnergyPlugin`).
+        given: settings by name; None means not given.
+        names: how a setting was given when not as an argument (its environment variable).
+
+    Returns:
+        `given` with each path setting given as a `pathlib.Path` turned into a string.
+
+    Raises:
+        ConfigError: `output_dir=3`, `eta="0.5"`, `strict=1`, ...; the message names the argument and the type.
+    """
+    names = names or {}
+    checked: dict[str, Any] = {}
+    for name, value in given.items():
+        if value is not None and name in _PATH_SETTINGS and isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if value is not None:
+            kind = key_type(SETTING[name].key)
+            ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                ok = True
+            if not ok:
+                default = default_of(SETTING[name].key)
+                example = f", e.g. {name}={default!r}" if default is not None else ""
+                raise ConfigError(f"{_spelled(owner, names, name, value)}: {name} must be {_KINDS[kind]} "
+                                  f"({SETTING[name].help}){example}")
+        checked[name] = value
+    return checked
+
+
+def check_cap_given(owner: str, cfg: EnergyConfig, given: Mapping[str, Any],
+                    names: Mapping[str, str] | None = None) -> None:
+    """Refuse a cap (`cap_w`, `cap_fraction`) given by name to a run whose mode is not "cap": it would be ignored.
+
+    Raises:
+        ConfigError: the message names the cap as given and the two fixes.
+    """
+    names = names or {}
+    mode = cfg.power_limit.mode
+    for name in ("cap_w", "cap_fraction"):
+        value = given.get(name)
+        if value is not None and mode != "cap":
+            set_mode = names["mode"] + "=cap" if "mode" in names else "mode='cap'"
+            raise ConfigError(f"{_spelled(owner, names, name, value)} is a cap, which applies only in mode 'cap' "
+                              f"(the mode is {mode!r}); set {set_mode} to cap the power, "
+                              f"or leave {names.get(name, name)} out")
+
+
+def arguments_config(owner: str, given: Mapping[str, Any], *, config: object = None,
+                     overrides: object = None) -> EnergyConfig:
+    """The validated `EnergyConfig` of a callback's keyword arguments (the Lightning and HF Trainer callbacks).
+
+    Args:
+        owner: the callback's name, for the messages.
+        given: the `SETTINGS` by name; None means not given.
+        config: a YAML file with any other key (a path).
+        overrides: dotlist overrides, a list of `key=value` strings or one string of them (see `overrides_list`).
+
+    Raises:
+        ConfigError: an argument of the wrong type or value, a cap outside mode "cap"; named as the user wrote it.
+    """
+    settings = check_setting_types(owner, given)
+    items = overrides_list(owner, overrides)
+    if config is not None and not isinstance(config, str | os.PathLike):
+        raise ConfigError(f"{owner}(config={config!r}): config must be the path of a YAML file, "
+                          "e.g. config='configs/energy.yaml'")
+    cfg = load_config([config] if config else [], items, setting_values(settings))
+    check_cap_given(owner, cfg, settings)
+    return cfg
 
 
 def config_keys(cls: type = EnergyConfig, prefix: str = "") -> list[str]:
@@ -440,10 +561,15 @@ __all__ = [
     "PowerLimitConfig",
     "Setting",
     "SimulatedGPUConfig",
+    "arguments_config",
+    "check_cap_given",
+    "check_setting_types",
     "config_keys",
     "default_of",
     "key_type",
     "load_config",
+    "overrides_list",
+    "refuse_positional",
     "rename_settings",
     "setting_values",
     "to_yaml",

@@ -13,12 +13,24 @@ import shlex
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from wattwise.config import SETTINGS, EnergyConfig, key_type, load_config, rename_settings, setting_values
+from wattwise.config import (
+    SETTINGS,
+    EnergyConfig,
+    check_cap_given,
+    check_setting_types,
+    key_type,
+    load_config,
+    overrides_list,
+    rename_settings,
+    setting_values,
+)
 from wattwise.errors import ConfigError
 
 ACCELERATE = "ACCELERATE_ENERGY"
 LIGHTNING = "LIGHTNING_ENERGY"
 PREFIXES = (ACCELERATE, LIGHTNING)
+#: What takes each flag's settings in code, for messages about a value set there (not by a variable).
+OWNERS = {ACCELERATE: "EnergyPlugin", LIGHTNING: "FlagEnergyCallback"}
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off", "")
 
@@ -116,11 +128,13 @@ def to_config(prefix: str, values: Mapping[str, Any], from_env: Collection[str])
     A bad value is a `ConfigError` naming the variable that set it (the fields in `from_env` and the ones
     not given).
     """
-    settings = setting_values({s.name: values.get(s.name) for s in SETTINGS})
+    owner = OWNERS.get(prefix, prefix)
+    given_as = {name: env_var(prefix, name) for name in from_env}
+    given = check_setting_types(owner, {s.name: values.get(s.name) for s in SETTINGS}, given_as)
     config = values.get("config")
-    overrides = list(values.get("overrides") or [])
+    overrides = overrides_list(owner, values.get("overrides"), given_as)
     try:
-        return load_config([config] if config else [], overrides, settings)
+        cfg = load_config([config] if config else [], overrides, setting_values(given))
     except ConfigError as err:
         # A key an override sets keeps its name: the override, not the variable, gave the value.
         overridden = {item.split("=", 1)[0].strip() for item in overrides}
@@ -129,6 +143,8 @@ def to_config(prefix: str, values: Mapping[str, Any], from_env: Collection[str])
         if config is None or "config" in from_env:
             names["config file"] = env_var(prefix, "config")
         raise ConfigError(rename_settings(str(err), names)) from None
+    check_cap_given(owner, cfg, given, given_as)
+    return cfg
 
 
 def config_from_env(prefix: str, environ: Mapping[str, str] | None = None) -> EnergyConfig:

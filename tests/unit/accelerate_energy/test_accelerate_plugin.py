@@ -151,6 +151,8 @@ def test_the_plugin_has_a_field_and_a_variable_for_every_setting():
 def test_every_setting_reaches_the_config_from_its_variable(monkeypatch, setting):
     monkeypatch.setenv("ACCELERATE_ENERGY", "1")
     monkeypatch.setenv(f"ACCELERATE_ENERGY_{setting.name.upper()}", text(SAMPLES[setting.key]))
+    if setting.name in ("cap_w", "cap_fraction"):  # a cap needs mode cap
+        monkeypatch.setenv("ACCELERATE_ENERGY_MODE", "cap")
     assert value_at(EnergyPlugin().to_config(), setting.key) == SAMPLES[setting.key]
 
 

@@ -69,7 +69,8 @@ def test_shipped_lightning_cli_config_names_the_callback():
 
 
 def test_the_callback_takes_every_setting_and_the_two_sources_as_keywords():
-    params = list(inspect.signature(EnergyCallback.__init__).parameters)[1:]
+    params = [p.name for p in inspect.signature(EnergyCallback.__init__).parameters.values()
+              if p.kind is p.KEYWORD_ONLY]  # `*args` only refuses positional arguments
     assert set(params) == {"config", "overrides", "devices", *(s.name for s in SETTINGS)}
     # The keywords of the first release stay.
     assert {"mode", "selector", "eta", "max_slowdown", "cap_w", "cap_fraction", "job", "output_dir", "strict",
@@ -78,7 +79,8 @@ def test_the_callback_takes_every_setting_and_the_two_sources_as_keywords():
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
 def test_every_setting_reaches_the_config_from_its_keyword(setting):
-    callback = EnergyCallback(**{setting.name: SAMPLES[setting.key]})
+    cap = {"mode": "cap"} if setting.name in ("cap_w", "cap_fraction") else {}  # a cap needs mode cap
+    callback = EnergyCallback(**{setting.name: SAMPLES[setting.key]}, **cap)
     assert value_at(callback.config, setting.key) == SAMPLES[setting.key]
 
 
