@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO_ROOT
 from wattwise.cli.main import main
 from wattwise.config import load_config
 from wattwise.errors import ConfigError
@@ -61,3 +62,13 @@ def test_a_file_in_the_folder_wins_over_an_installed_configuration(tmp_path: Pat
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tune.yaml").write_text(json.dumps({"power_limit": {"eta": 0.25}}))
     assert load_config(["tune.yaml"]).power_limit.eta == 0.25
+
+
+def test_every_link_in_the_package_points_at_a_folder_the_container_build_copies() -> None:
+    copied = {src.rstrip("/") for line in (REPO_ROOT / "deploy" / "Containerfile").read_text().splitlines()
+              if line.startswith("COPY ") for src in line.split()[1:-1]}
+    links = [p for p in (REPO_ROOT / "core").rglob("*") if p.is_symlink()]
+    assert links, "core/wattwise/configs links the configuration files"
+    for link in links:
+        target = link.resolve().relative_to(REPO_ROOT)
+        assert target.parts[0] in copied, f"{link} -> {target}: not copied by deploy/Containerfile"
