@@ -115,7 +115,8 @@ def _figure_class() -> type[Figure]:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'wattwise[plots]'") from None
+        raise UsageError("--plot needs matplotlib: pip install matplotlib (or, in a clone of wattwise, "
+                         "pip install '.[plots]')") from None
     return Figure
 
 

@@ -26,7 +26,8 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("plots need matplotlib: pip install 'wattwise[plots]'") from None
+        raise UsageError("plots need matplotlib: pip install matplotlib (or, in a clone of wattwise, "
+                         "pip install '.[plots]')") from None
     return plt
 
 

@@ -117,5 +117,5 @@ def test_missing_matplotlib_is_a_clear_usage_error(monkeypatch):
     from wattwise.pipeline import plot
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(UsageError, match=r"plots need matplotlib: pip install 'wattwise\[plots\]'"):
+    with pytest.raises(UsageError, match=r"plots need matplotlib: pip install matplotlib"):
         plot._pyplot()
