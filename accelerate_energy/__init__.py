@@ -2,19 +2,24 @@
 
     accelerator = accelerate_energy.attach(Accelerator(...))   # does nothing unless ACCELERATE_ENERGY=1
 
+A Hugging Face Trainer takes `Trainer(..., callbacks=[accelerate_energy.EnergyTrainerCallback()])`.
 With `ACCELERATE_ENERGY=1` even that line is optional: `accelerate_energy.flag_hook` (imported at start-up
-by the installed `wattwise-accelerate.pth`) attaches every `Accelerator`. The names below are imported on
-first use (PEP 562), so that start-up hook loads neither torch nor accelerate before the script does.
+by the installed `wattwise-accelerate.pth`) has `accelerate_energy.auto_attach` attach every `Accelerator`.
+The names below are imported on first use (PEP 562), so that start-up hook loads neither torch nor
+accelerate before the script does.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+# Not `typing.TYPE_CHECKING`: the flag's start-up hook imports this package in every Python process, and
+# importing `typing` alone would cost a few milliseconds there (type checkers read the name the same way).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from accelerate_energy.adapter import AccelerateEnergy, attach, energy, energy_run, epoch_end, not_training
     from accelerate_energy.batch_size import RecurringRun, recurring_batch_size
+    from accelerate_energy.hf_trainer import EnergyTrainerCallback
     from accelerate_energy.pipeline import follow_frequency_plan
     from accelerate_energy.plugin import EnergyPlugin
 
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
 _MODULES = {
     "AccelerateEnergy": "accelerate_energy.adapter",
     "EnergyPlugin": "accelerate_energy.plugin",
+    "EnergyTrainerCallback": "accelerate_energy.hf_trainer",
     "RecurringRun": "accelerate_energy.batch_size",
     "attach": "accelerate_energy.adapter",
     "energy": "accelerate_energy.adapter",
@@ -32,13 +38,15 @@ _MODULES = {
     "recurring_batch_size": "accelerate_energy.batch_size",
 }
 
-__all__ = ["AccelerateEnergy", "EnergyPlugin", "RecurringRun", "attach", "energy", "energy_run", "epoch_end",
-           "follow_frequency_plan", "not_training", "recurring_batch_size"]
+__all__ = ["AccelerateEnergy", "EnergyPlugin", "EnergyTrainerCallback", "RecurringRun", "attach", "energy",
+           "energy_run", "epoch_end", "follow_frequency_plan", "not_training", "recurring_batch_size"]
 
 
 def __getattr__(name: str) -> Any:
     if name not in _MODULES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(_MODULES[name]), name)
     globals()[name] = value
     return value

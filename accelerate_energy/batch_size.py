@@ -5,11 +5,12 @@ Run a training function as one run of a recurring job, on the batch size the his
 Shaped like Accelerate's `find_executable_batch_size`: the decorator passes the batch size as the
 training function's first argument, and a `RecurringRun` as its second, whose `report(metric)` the
 function calls after each epoch's evaluation and which says when to stop (target reached, or the run
-would cost too much). The energy comes from wattwise's Accelerate adapter, which must be attached to the
-accelerator (`accelerate_energy.attach`); the decorator sets its power limit before measurement starts:
-a cap at the limit remembered for the batch size, else tuning (the chosen limit is remembered at the
-end). When the function returns, or raises, the run's result goes to the store. Only the main process
-talks to the store; its decisions are broadcast to the others.
+would cost too much). The energy comes from wattwise's Accelerate adapter, attached to the accelerator by
+`accelerate_energy.attach` or, with `ACCELERATE_ENERGY=1` and no such line, by the decorator itself; it
+sets its power limit before measurement starts: a cap at the limit remembered for the batch size, else
+tuning (the chosen limit is remembered at the end). When the function returns, or raises, the run's
+result goes to the store. Only the main process talks to the store; its decisions are broadcast to the
+others.
 
     accelerator = accelerate_energy.attach(Accelerator())
 
@@ -34,7 +35,8 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from accelerate import Accelerator
 
-from accelerate_energy.adapter import AccelerateEnergy, energy
+from accelerate_energy.adapter import AccelerateEnergy, attach, energy
+from wattwise import flags
 from wattwise.errors import UsageError
 from wattwise.recurring import RunRecord
 from wattwise.recurring.job_run import RecurringJobRun, job_spec
@@ -145,7 +147,11 @@ def recurring_batch_size(
 
 
 def _energy_handle(accelerator: Accelerator) -> AccelerateEnergy:
+    """The accelerator's energy run; under `ACCELERATE_ENERGY=1` the flag attaches it here if nothing did yet."""
     handle = energy(accelerator)
+    if handle is None and flags.enabled(flags.ACCELERATE):
+        attach(accelerator)  # the flag alone: no `attach` line needed
+        handle = energy(accelerator)
     if handle is None:
         raise UsageError("recurring_batch_size needs wattwise's energy measurement on the accelerator: "
                          "accelerate_energy.attach(accelerator) with ACCELERATE_ENERGY=1 set, or "

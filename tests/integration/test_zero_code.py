@@ -156,6 +156,22 @@ def test_the_hook_is_imported_only_with_the_flag(tmp_path):
     assert run([sys.executable, "-c", code], tmp_path, ACCELERATE_ENERGY="1").stdout == "True False\n"
 
 
+def test_with_the_flag_a_process_that_imports_no_accelerate_loads_one_tiny_finder_only(tmp_path):
+    # `ACCELERATE_ENERGY=1` exported in a shell reaches every Python process: those that never import
+    # accelerate (or transformers' Trainer) load the start-up finder and nothing else (issue 27: +24 ms).
+    code = "import sys; print(' '.join(sorted(sys.modules)))"
+    off = set(run([sys.executable, "-c", code], tmp_path).stdout.split())
+    on = set(run([sys.executable, "-c", code], tmp_path, ACCELERATE_ENERGY="1").stdout.split())
+    assert on - off == {"accelerate_energy", "accelerate_energy.flag_hook"}
+
+
+def test_the_start_up_finder_hands_over_when_the_script_imports_accelerate(tmp_path):
+    code = ("import sys; import accelerate; from accelerate import Accelerator; "
+            "print('accelerate_energy.auto_attach' in sys.modules, hasattr(Accelerator.__init__, '_wattwise_flag'))")
+    assert run([sys.executable, "-c", code], tmp_path, ACCELERATE_ENERGY="1").stdout == "True True\n"
+    assert run([sys.executable, "-c", code], tmp_path).stdout == "False False\n"
+
+
 def test_accelerates_own_test_script_is_measured_with_the_flag_alone(tmp_path):
     cmd = [str(BIN / "accelerate"), "launch", "--cpu", str(TEST_SYNC)]
     on = run(cmd, tmp_path, ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR="on")

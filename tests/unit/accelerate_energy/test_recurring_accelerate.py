@@ -205,3 +205,18 @@ def test_misuse_fails_before_a_run_starts_with_the_fix(tmp_path, virtual_clock):
     store = open_store()
     assert store.list_jobs() == []  # no run was started
     store.close()
+
+
+def test_the_flag_alone_runs_a_recurring_job_without_an_attach_line(tmp_path, monkeypatch, virtual_clock):
+    # ACCELERATE_ENERGY=1 and a plain Accelerator: the decorator attaches it (issue 27: it asked for the line).
+    monkeypatch.setenv("ACCELERATE_ENERGY", "1")
+    monkeypatch.setenv("ACCELERATE_ENERGY_BACKEND", "simulated")
+    monkeypatch.setenv("ACCELERATE_ENERGY_OUTPUT_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("ACCELERATE_ENERGY_OVERRIDES", " ".join(OVERRIDES))
+    acc = Accelerator(cpu=True)
+    epochs = Job(acc, make_gpu(virtual_clock), {16: 2}, batch_sizes=[16], default=16).train(lr=0.01)
+    acc.end_training()
+    runs, _ = stored("nightly")
+    assert epochs == 2 and len(runs) == 1
+    assert runs[0].reached and runs[0].epochs == 2 and runs[0].energy_j is not None and runs[0].energy_j > 0
+    assert (tmp_path / "run" / "summary.json").is_file()
