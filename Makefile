@@ -22,16 +22,16 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/wattwise demo
 
-# Tests run in parallel (pytest-xdist), one worker per CPU unless TEST_WORKERS says otherwise; tests that
-# share a server stay on one worker (--dist loadgroup, groups set in tests/conftest.py).
+# Tests run in parallel (pytest-xdist), one worker per CPU unless TEST_WORKERS says otherwise; the tests
+# that share a server or a module-scoped fixture stay on one worker (tests/conftest.py's scheduler).
 TEST_WORKERS ?= auto
 # Everything, both tiers: tests/unit/ and tests/integration/ (CI's command).
 test: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # The unit tier alone: in-process tests, no process, server or training run started.
 test-fast: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/unit
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit
 
 # Real-GPU acceptance checks; without a GPU every check is skipped with its reason (exit 0).
 acceptance: install

@@ -1,44 +1,65 @@
-"""Fixtures for both tiers (tests/unit/, tests/integration/), and how pytest-xdist shares out their servers.
+"""Fixtures for both tiers (tests/unit/, tests/integration/), and how pytest-xdist shares the tests out.
 
 The shared fakes and helpers are in tests/support/; the unit tier's own rule is in tests/unit/conftest.py.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from tests.support.clock import VirtualClock
-from tests.support.paths import shared_data_dir
+from tests.support.paths import REPO_ROOT, shared_data_dir
 
 # The tests train tiny models: intra-op threads only add spin-waits on a shared 2-core machine.
 torch.set_num_threads(1)
 
 #: The fixtures that reach the session's one PostgreSQL server.
-POSTGRES_FIXTURES = frozenset({"postgres_url", "fresh_postgres"})
+POSTGRES_FIXTURES = ("postgres_url", "fresh_postgres")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep the tests that share a server on one xdist worker (`--dist loadgroup`), so each starts once.
+    """Integration tests first: under xdist the long ones start early and the many short unit tests fill
+    the workers' last minutes."""
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/integration/"))
 
-    The tests of the session PostgreSQL (by fixture, or parametrized over the store "postgresql") form one
-    group; the tests sharing a module-scoped fixture (an agent, a PostgreSQL server of their own, a wheel, a
-    two-process training run) form one group per module.
-    Without xdist the marks do nothing.
+
+@functools.cache
+def work_unit(module: str) -> str | None:
+    """What must run on one xdist worker with the tests of `module` (a path from the repository root).
+
+    "postgresql" for the modules that use the session's PostgreSQL server (it starts once, on one worker);
+    the module itself where it holds a module-scoped fixture (an agent, a server of its own, a wheel, a
+    two-process training run: set up once); None where its tests may go to any worker, one by one.
     """
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        callspec = getattr(item, "callspec", None)
-        if POSTGRES_FIXTURES & set(info.names_closure) or (callspec and "postgresql" in callspec.params.values()):
-            item.add_marker(pytest.mark.xdist_group("postgresql"))
-        elif any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs
-                 if d.argname in info.names_closure):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    source = (REPO_ROOT / module).read_text() if (REPO_ROOT / module).is_file() else ""
+    if any(name in source for name in POSTGRES_FIXTURES):
+        return "postgresql"
+    return module if 'scope="module"' in source else None
+
+
+if importlib.util.find_spec("xdist") is not None:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        """xdist's load scheduling, except that the tests sharing a server or a fixture go to one worker.
+
+        (xdist's own `--dist loadgroup` marks do not reach its scheduler under pytest 9, which no longer
+        reads the node id xdist rewrites.)
+        """
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid.split("::")[0]) or nodeid
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SharedFixtureScheduling:
+        """With `-n`, schedule by `work_unit` (the Makefile's `make test` and `make test-fast`)."""
+        return SharedFixtureScheduling(config, log)
 
 
 @pytest.fixture
@@ -64,6 +85,17 @@ def _simulated_gpu_by_name() -> Iterator[None]:
     """
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WATTWISE_BACKEND", "simulated")
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A wattwise state dir for what runs outside a test: module-scoped fixtures never touch the real one.
+
+    Each test then gets its own (`_isolated_state`).
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WATTWISE_HOME", str(tmp_path_factory.mktemp("wattwise_session_home")))
         yield
 
 

@@ -50,13 +50,23 @@ def test_trainer_steps_are_its_optimizer_steps_and_its_trackers_get_the_figures(
     assert {"energy/step_j", "time/step_s", "power/avg_w"} <= set(logged)
 
 
-def test_a_resumed_trainer_keeps_its_energy_and_does_not_tune_again(tmp_path):
-    # Two processes over gloo, gradient accumulation 2, a checkpoint at step 20, then a resume to 30.
-    train(tmp_path, "20", processes=2, ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_OVERRIDES=TUNE)
-    first = summary(tmp_path)
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """Two processes over gloo, tuning, gradient accumulation 2, to a checkpoint at step 20: its folder and
+    summary. Started once for the tests that read it (the resume test then resumes it to step 30)."""
+    tmp_path = tmp_path_factory.mktemp("two_processes")
+    train(tmp_path, "20", processes=2, ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_OVERRIDES=TUNE,
+          WATTWISE_HOME=str(tmp_path / "home"))
+    return tmp_path, summary(tmp_path)
+
+
+def test_a_resumed_trainer_keeps_its_energy_and_does_not_tune_again(two_processes):
+    # The two processes' run to step 20, then a resume to 30.
+    tmp_path, first = two_processes
     assert first["power_limit"]["tuning"]["finished"] is True
     assert (tmp_path / "out" / "checkpoint-20" / "wattwise_energy.json").is_file()
-    train(tmp_path, "30", "resume", processes=2, ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_OVERRIDES=TUNE)
+    train(tmp_path, "30", "resume", processes=2, ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_OVERRIDES=TUNE,
+          WATTWISE_HOME=str(tmp_path / "home"))
     second = summary(tmp_path)
     assert second["steps"] == 30 and second["world_size"] == 2
     saved = json.loads((tmp_path / "out" / "checkpoint-20" / "wattwise_energy.json").read_text())
@@ -71,9 +81,8 @@ def test_a_resumed_trainer_keeps_its_energy_and_does_not_tune_again(tmp_path):
     assert second["power_limit"]["tuning"]["steps_at_chosen"] == first["power_limit"]["tuning"]["steps_at_chosen"] + 10
 
 
-def test_two_processes_write_one_summary_with_energy_summed(tmp_path):
-    train(tmp_path, "20", processes=2)
-    s = summary(tmp_path)
+def test_two_processes_write_one_summary_with_energy_summed(two_processes):
+    s = two_processes[1]
     assert s["world_size"] == 2 and s["steps"] == 20
     assert sorted(s["energy_per_device_j"]) == ["rank0/gpu0", "rank1/gpu1"]
     assert s["energy_j"] == pytest.approx(sum(s["energy_per_device_j"].values()))

@@ -22,23 +22,25 @@ def plan_for(freq_of) -> list[list[list[object]]]:
             for stage, steps in enumerate(one_f_one_b(2, 4))]
 
 
-def run_pipeline(tmp_path: Path, name: str, plan) -> list[dict]:
-    out = tmp_path / name
-    out.mkdir()
-    plan_file = out / "plan.json"
-    plan_file.write_text(json.dumps({"plan": plan}))
+def run_pipelines(tmp_path: Path, **plans) -> dict[str, list[dict]]:
+    """Follow each plan in turn with the same two processes; per plan, what each rank reports."""
+    files = []
+    for name, plan in plans.items():
+        (tmp_path / name).mkdir()
+        files.append(tmp_path / name / "plan.json")
+        files[-1].write_text(json.dumps({"plan": plan}))
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), str(plan_file)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, str(SCRIPT), *map(str, files)], env=env, capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return {name: [json.loads((tmp_path / name / f"rank{r}.json").read_text()) for r in range(2)] for name in plans}
 
 
 def test_pipeline_follows_the_plan_and_saves_energy_against_maximum_frequency(tmp_path):
     # Forwards are shorter than backwards: slow the forwards down, keep the backwards at full clock.
     plan = plan_for(lambda stage, instr, mb: 1215 if instr == "forward" else MAX_MHZ)
-    planned = run_pipeline(tmp_path, "planned", plan)
-    fastest = run_pipeline(tmp_path, "max", plan_for(lambda *_: MAX_MHZ))
+    runs = run_pipelines(tmp_path, planned=plan, max=plan_for(lambda *_: MAX_MHZ))
+    planned, fastest = runs["planned"], runs["max"]
     for rank, result in enumerate(planned):
         assert result["applied"] == plan[rank] * 3  # the applied sequence equals the plan, every iteration
         freqs = [f for _, _, f in result["applied"]]
