@@ -2,7 +2,7 @@
 shared output folder): training goes on, one warning says what wattwise could not do, and no GPU setting
 is changed that could not be journalled for restoring.
 
-Run as the test's own user, or, under root (CI), as an ordinary user with no account (tests/ordinary_user.py).
+Run as the test's own user, or, under root (CI), as an ordinary user with no account (tests/support/ordinary_user.py).
 """
 
 from __future__ import annotations

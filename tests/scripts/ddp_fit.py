@@ -1,7 +1,7 @@
 """A two-process DDP fit on the CPU (gloo) with EnergyCallback tuning simulated GPUs.
 
-Run by tests/test_lightning_ddp.py: `python ddp_fit.py OUTPUT_DIR`. Lightning's DDP launcher starts the
-second process by running this script again.
+Run by tests/integration/lightning_energy/test_lightning_ddp.py: `python ddp_fit.py OUTPUT_DIR`.
+Lightning's DDP launcher starts the second process by running this script again.
 """
 
 import sys

@@ -1,8 +1,9 @@
 """A two-process DDP fit of `BoringModel` on the CPU (gloo) that counts the collectives wattwise makes.
 
 `python ddp_hot_path.py OUTPUT_DIR STEPS LOG_EVERY_N_STEPS`: Lightning's DDP launcher starts the second
-process by running this script again, unless LOCAL_RANK is set (tests/test_lightning_hot_path.py starts
-both at once, with LOCAL_RANK, MASTER_ADDR and MASTER_PORT, as torchrun would). Each rank writes
+process by running this script again, unless LOCAL_RANK is set
+(tests/integration/lightning_energy/test_lightning_hot_path.py starts both at once, with LOCAL_RANK,
+MASTER_ADDR and MASTER_PORT, as torchrun would). Each rank writes
 `OUTPUT_DIR/collectives-rank{R}.json`: {"steps": ..., "wattwise": {collective: calls}, "syncs": ...},
 counting only the calls made from wattwise's own modules (Lightning's are not counted).
 """

@@ -4,7 +4,7 @@ It mirrors the installed binding where our code can tell the difference: the sam
 argument order, the same units (mW for power and limits, mJ for energy, MHz for clocks), the same
 error codes, and an `NVMLError` whose constructor turns a code into the matching generated subclass
 (`NVMLError_NoPermission`, `NVMLError_NotSupported`, `NVMLError_GpuIsLost`, ...) exactly as the binding
-does. `tests/test_devices_nvml.py` checks the codes, class names and function names against the
+does. `tests/unit/devices/test_devices_nvml.py` checks the codes, class names and function names against the
 installed binding, so the fake cannot drift from it unnoticed.
 
 What it models, per GPU (`FakeGpu`):

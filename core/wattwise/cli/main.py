@@ -4,7 +4,7 @@ Each sub-command is a module of `wattwise.cli` (named as the command, `_` for `-
 `register(subparsers)`; the parser it adds sets `func(args) -> int`. Only the module of the command being
 run is imported: the others stay placeholders that carry the one-line help `COMMANDS` gives them, so
 `wattwise --help` still lists every command while `wattwise plan` never pays for CP-SAT, SQLAlchemy or the
-demo (tests/test_cli_startup.py keeps `COMMANDS` in step with what each module registers).
+demo (tests/integration/cli/test_cli_startup.py keeps `COMMANDS` in step with what each module registers).
 
 Bad input raises `wattwise.errors.UsageError` (or argparse rejects it): one line on stderr, exit code 2, no
 traceback. The library names the setting it refuses (`eta`, `power_limit.eta`); a parser that sets

@@ -2,7 +2,7 @@
 
 This is the only module that imports `pynvml`. It is imported at module level and every call looks it
 up through this module's `pynvml` attribute at call time, comparing NVML error codes by value, so tests
-swap in a fake binding by monkeypatching `wattwise.devices.nvml.pynvml` (`tests/fake_pynvml.py` does this
+swap in a fake binding by monkeypatching `wattwise.devices.nvml.pynvml` (`tests/support/fake_pynvml.py` does this
 in `FakeNvml.install`).
 
 Energy: Volta and newer GPUs have a hardware counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ since

@@ -3,7 +3,7 @@
  * `wattwise.pipeline.kernels` wraps these functions, checks the arrays they get (dtype, shape, C order) and
  * falls back to numpy (and scipy for the shortest paths) when this module was not built. Every function
  * does the floating-point operations of its numpy twin in the same order, so both give the same plans
- * to the last bit (tests/test_kernels.py compares them):
+ * to the last bit (tests/unit/pipeline/test_kernels.py compares them):
  *
  * - `track` and `polish`: `wattwise.pipeline.rounding.track` / `polish` for plans laid out plan-major,
  *   shape (plans, nodes) in node order, option indices as int32; nodes are visited in the rounding's row

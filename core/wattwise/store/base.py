@@ -23,7 +23,7 @@ ChooseFn = Callable[[Sequence[RunRecord], Mapping[int, float]], tuple[int, Phase
 class JobStore(Protocol):
     """History of recurring jobs: their specs, runs and remembered power limits.
 
-    Every implementation passes the same contract tests (tests/test_store_contract.py). Times are
+    Every implementation passes the same contract tests (tests/integration/store/test_store_contract.py). Times are
     seconds since the epoch, given by the caller (the store never reads a clock); energy in joules,
     time in seconds, power in watts. A call naming a job the store does not know raises `UsageError`,
     except the questions `get_job` (None), `least_reached_cost` (infinite), `power_limits` (empty) and

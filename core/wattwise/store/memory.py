@@ -12,7 +12,7 @@ from wattwise.store.base import ChooseFn, check_same_spec, finished_run, unknown
 class MemoryJobStore:
     """A `JobStore` in dicts: nothing outlives the process (the simulator, tests).
 
-    It answers as the SQL store does (tests/test_store_contract.py), without a database: no locks, as
+    It answers as the SQL store does (tests/integration/store/test_store_contract.py), without a database: no locks, as
     one process owns it.
     """
 
