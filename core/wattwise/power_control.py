@@ -33,6 +33,10 @@ from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
 #: about 5% of the window's energy (one update at each end).
 MIN_PROFILE_UPDATES = 20
 
+#: Why tuning chooses nothing on a simulated GPU that no emulated work drives (a user's own model).
+UNDRIVEN_REASON = ("no emulated work drove the simulated GPU, so it measured its idle power at every limit "
+                   "(wattwise.workload.emulate_step drives it; the demo does)")
+
 
 class PowerLimitControl:
     """The power limit of one run's GPUs. Device errors propagate: the run degrades to measurement."""
@@ -246,6 +250,16 @@ class PowerLimitControl:
         """The profile window's figures (combined over processes); remember the choice once tuning ends,
         with the run that made it (`run_id`), so a later run that reuses it can say where it came from."""
         assert self.tuner is not None
+        undriven = any(not gpu.driven for gpu in self.gpus)
+        if self._collective is not None and self._collective.world_size > 1:  # every process gives up alike
+            undriven = any(self._collective.all_gather(undriven))
+        if undriven:
+            # An idle simulated GPU draws its idle power whatever the limit: its figures cannot rank limits.
+            top_w = max(self.tuner.limits_w)
+            self.tuner.give_up(UNDRIVEN_REASON)
+            self._notices.append(f"power-limit tuning chose no limit: {UNDRIVEN_REASON}; the GPU stays at "
+                                 f"{top_w:g} W and no saving is reported")
+            return
         self.tuner.record(time_s, energy_j)
         if self.tuner.done and self.tuner.chosen is not None and memory_key is not None and is_main:
             self.memory.save(memory_key, self.tuner.chosen, self.tuner.profile, selector=self.tuner.selector,

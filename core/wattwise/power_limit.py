@@ -247,6 +247,17 @@ class PowerLimitTuner:
                                           max_slowdown=self.max_slowdown) if self.profile else None)
         self._enter("done")
 
+    def give_up(self, reason: str) -> None:
+        """Stop tuning without choosing: what was measured cannot rank the limits (`reason` says why).
+
+        The highest limit is in force from the next step (`current_limit_w`); `chosen` stays None and
+        `finished` False, so nothing reports a saving.
+        """
+        self.window_open = False
+        self.unfinished_reason = reason
+        self.chosen = None
+        self._enter("done")
+
     @property
     def current_limit_w(self) -> float | None:
         """The limit that should be in force now (the one profiled, or the chosen one); None while waiting."""

@@ -266,6 +266,16 @@ class RunSummary(_JsonRecord):
         return json.dumps(finite_or_null(self.to_dict()), indent=2, allow_nan=False) + "\n"
 
 
+#: Why a tuned limit was never applied (`never_applied`).
+NEVER_APPLIED = "the run ended as tuning finished, so no step ran at it (give the run more steps)"
+
+
+def never_applied(limit: PowerLimitSummary) -> bool:
+    """Tuning chose a limit in this run, but no optimizer step ran at it (`tuning.steps_at_chosen` 0)."""
+    return (limit.mode != "cap" and not limit.reused and limit.chosen_power_limit_w is not None
+            and limit.tuning is not None and limit.tuning.steps_at_chosen == 0)
+
+
 def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | None = None) -> str:
     """The few lines printed at the end of a run: energy, time, power, and what the power-limit choice did."""
     tag = " (SIMULATED GPU: modelled figures, not measurements)" if summary.simulated else ""
@@ -287,10 +297,13 @@ def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | 
                 how = f"{len(pl.profile)} limits profiled"
             eta = f"{pl.eta:g}" if pl.eta is not None else "unset"
             lines.append(f"  power limit {pl.chosen_power_limit_w:g} W chosen by {pl.selector} (eta {eta}; {how})")
-            if pl.energy_saved_j is not None:
+            if never_applied(pl):
+                lines.append(f"  the chosen limit was never applied: {NEVER_APPLIED}")
+            elif pl.energy_saved_j is not None:
                 lines.append(f"  estimated saving against the maximum limit: {pl.energy_saved_j:.1f} J")
     if pl is not None and pl.tuning is not None and not pl.tuning.finished:
-        lines.append(f"  tuning did not finish: {pl.tuning.reason}")
+        what = "did not finish" if pl.chosen_power_limit_w is not None or pl.mode == "cap" else "chose no limit"
+        lines.append(f"  tuning {what}: {pl.tuning.reason}")
     for kind, t in summary.non_training.items():
         lines.append(f"  {kind}: {t.time_s:.2f} s, {t.energy_j:.1f} J ({t.count}x; not in step figures)")
     if output_dir:

@@ -46,7 +46,7 @@ from wattwise.carbon.series import (
 )
 from wattwise.errors import UsageError
 from wattwise.paths import json_text, replace_file, write_text
-from wattwise.record import RunDir
+from wattwise.record import NEVER_APPLIED, PowerLimitSummary, RunDir, never_applied
 
 REPORT_SCHEMA = "wattwise.report/1"
 REPORT_JSON = "report.json"
@@ -120,6 +120,9 @@ class RunReport:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     settings_timeline: list[dict[str, Any]] = field(default_factory=list)
     schema: str = REPORT_SCHEMA
+    #: What tuning did when it set no limit that training ran at (chose none, or never applied its
+    #: choice); None otherwise. The statement says this instead of "the GPU power limit was set to".
+    power_limit_note: str | None = None
 
 
 def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
@@ -205,7 +208,19 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
         ),
         epochs=[asdict(e) for e in s.epochs],
         settings_timeline=[{**asdict(e), "time": format_utc(e.timestamp_s)} for e in s.settings_timeline],
+        power_limit_note=_tuning_note(limit),
     )
+
+
+def _tuning_note(limit: PowerLimitSummary | None) -> str | None:
+    """What tuning did when training ran at no limit it chose: it chose none, or never applied its choice."""
+    if limit is None or limit.mode == "cap" or limit.tuning is None:
+        return None
+    if limit.chosen_power_limit_w is None and not limit.tuning.finished:
+        return f"power-limit tuning chose no limit ({limit.tuning.reason or 'no reason recorded'})"
+    if never_applied(limit):
+        return f"power-limit tuning chose {limit.chosen_power_limit_w:g} W but never applied it ({NEVER_APPLIED})"
+    return None
 
 
 def _check_energies(run: RunDir) -> None:
@@ -351,7 +366,9 @@ def energy_statement(report: RunReport) -> str:
 
 def _steps_taken(r: RunReport) -> str:
     steps = []
-    if r.power_limit_w is not None:
+    if r.power_limit_note is not None:
+        steps.append(r.power_limit_note)
+    elif r.power_limit_w is not None:
         details = []
         if r.power_limit_selector:
             eta = f", eta = {r.power_limit_eta:g}" if r.power_limit_selector == "cost" and r.power_limit_eta else ""
@@ -367,7 +384,7 @@ def _steps_taken(r: RunReport) -> str:
     if not steps:
         return "Steps taken to reduce energy: none recorded."
     text = "Steps taken to reduce energy: " + "; ".join(steps) + "."
-    if r.energy_saved_j is not None and r.baseline_energy_j:
+    if r.energy_saved_j is not None and r.baseline_energy_j and r.power_limit_note is None:
         text += (
             f" Against a baseline of {sig(r.baseline_energy_j / J_PER_KWH)} kWh of GPU energy, this saved "
             f"{sig(r.energy_saved_j / J_PER_KWH)} kWh ({100 * (r.energy_saved_fraction or 0.0):.1f}%)"

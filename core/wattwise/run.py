@@ -47,7 +47,15 @@ from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError
 from wattwise.measurement import EPOCH, PROFILE, RunFigures, RunMeasurement, StepRecord
 from wattwise.power_control import PowerLimitControl
-from wattwise.record import RunSettings, RunSummary, iso_utc, power_rows, write_run_dir
+from wattwise.record import (
+    NEVER_APPLIED,
+    RunSettings,
+    RunSummary,
+    iso_utc,
+    never_applied,
+    power_rows,
+    write_run_dir,
+)
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 
@@ -400,6 +408,9 @@ class Run:
         m = self.measurement
         assert m is not None
         timeline = [e for r in self.collective.all_gather(self.power.timeline) for e in r]
+        limit = self.power.summary(figures.energy_j)
+        unapplied = ((f"power limit {limit.chosen_power_limit_w:g} W was chosen but never applied: {NEVER_APPLIED}",)
+                     if limit is not None and never_applied(limit) else ())
         return RunSummary(
             status=status,
             simulated=m.simulated,
@@ -418,8 +429,8 @@ class Run:
             epochs=figures.epochs,
             resumed_energy_j=figures.resumed_energy_j,
             devices=figures.devices,
-            notes=(*m.notes, *self._noticed, *self._idle_simulation_note()),
-            power_limit=self.power.summary(figures.energy_j),
+            notes=(*m.notes, *self._noticed, *self._idle_simulation_note(), *unapplied),
+            power_limit=limit,
             settings=RunSettings(power_limit_w=self.power.applied_limit_w, batch_size=self.batch_size,
                                  frequency_plan=self.frequency_plan),
             settings_timeline=tuple(timeline),

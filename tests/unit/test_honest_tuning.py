@@ -1,0 +1,115 @@
+"""Tuning output says what tuning did (issue 27, "Honest tuning output"): a simulated GPU that no emulated work
+drives makes tuning choose nothing, and a choice that no step ran at is reported as never applied, in the
+summary, the console lines and the energy statement alike."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tests.support.clock import VirtualClock
+from wattwise.config import load_config
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.errors import EnergyPluginWarning
+from wattwise.record import format_summary, read_run_dir
+from wattwise.report import FacilityInputs, build_report, energy_statement
+from wattwise.run import Run
+from wattwise.settings.guard import SettingsGuard
+from wattwise.workload import emulate_step
+
+# 300 W down to 100 W by 50 W: 5 limits, 1 wait step, 1 warm-up step and 2 profile steps each.
+TUNE = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.mode=tune",
+        "power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
+        "power_limit.step_w=50"]
+TUNING_STEPS = 1 + 5 * (1 + 2)
+
+
+@pytest.fixture(autouse=True)
+def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+
+
+def train(tmp_path: Path, steps: int, *, drive: bool) -> tuple[Run, SimulatedGPU, list[str]]:
+    """A tuning run of `steps` optimizer steps on one simulated GPU, driven by emulated work or not (a user's
+    own model); returns the run, its GPU and the wattwise warnings it gave."""
+    clock = VirtualClock()
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
+    cfg = load_config(overrides=[*TUNE, f"output_dir={tmp_path / 'run'}"])
+    run = Run(cfg, devices=[gpu], wall_clock=clock,
+              settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run.start()
+        for _ in range(steps):
+            run.step_begin()
+            if drive:
+                emulate_step([gpu], lambda: None)
+            else:
+                clock.sleep(0.1)  # the user's own model: time passes, the simulated GPU idles
+            run.step_end()
+        run.finish()
+    said = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    return run, gpu, said
+
+
+def statement(tmp_path: Path) -> str:
+    return energy_statement(build_report(read_run_dir(tmp_path / "run"), FacilityInputs()))
+
+
+def test_an_undriven_simulated_gpu_makes_tuning_choose_nothing_and_say_why_once(tmp_path: Path) -> None:
+    run, gpu, said = train(tmp_path, TUNING_STEPS + 10, drive=False)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    limit = summary["power_limit"]
+    assert limit["chosen_power_limit_w"] is None
+    assert limit["energy_saved_j"] is None and limit["baseline_energy_j"] is None
+    assert limit["tuning"]["finished"] is False
+    assert "no emulated work drove the simulated GPU" in limit["tuning"]["reason"]
+    # It gave up at the first profile window: the rest of the run ran at the highest limit.
+    assert limit["tuning"]["profiled"] == []
+    assert [e["value"] for e in summary["settings_timeline"]] == [300.0]
+    assert gpu.power_limit_w() == 300.0
+    tuning_said = [m for m in said if "tuning" in m]
+    assert len(tuning_said) == 1 and "chose no limit" in tuning_said[0] and "\n" not in tuning_said[0]
+    assert run.record is not None
+    console = format_summary(run.record)
+    assert "chosen by" not in console and "saving" not in console
+    assert "tuning chose no limit: no emulated work drove the simulated GPU" in console
+    text = statement(tmp_path)
+    assert "the GPU power limit was set to" not in text and "saved" not in text
+    assert "power-limit tuning chose no limit (no emulated work drove the simulated GPU" in text
+
+
+def test_three_undriven_runs_report_the_same_thing(tmp_path: Path) -> None:
+    chosen = []
+    for i in range(3):
+        train(tmp_path / str(i), TUNING_STEPS + 3, drive=False)
+        summary = json.loads((tmp_path / str(i) / "run" / "summary.json").read_text())
+        chosen.append(summary["power_limit"]["chosen_power_limit_w"])
+    assert chosen == [None, None, None]
+
+
+def test_a_driven_simulated_gpu_still_chooses_and_reports_a_saving(tmp_path: Path) -> None:
+    run, gpu, _ = train(tmp_path, TUNING_STEPS + 10, drive=True)
+    assert run.summary is not None
+    limit = run.summary["power_limit"]
+    assert limit["chosen_power_limit_w"] is not None and limit["tuning"]["steps_at_chosen"] == 10
+    assert limit["energy_saved_j"] is not None
+    assert f"the GPU power limit was set to {limit['chosen_power_limit_w']:g} W" in statement(tmp_path)
+    assert "never applied" not in format_summary(run.record)  # type: ignore[arg-type]
+
+
+def test_a_choice_made_as_the_run_ends_is_reported_as_never_applied(tmp_path: Path) -> None:
+    run, gpu, _ = train(tmp_path, TUNING_STEPS, drive=True)  # profiling fills the run exactly
+    assert run.record is not None and run.summary is not None
+    limit = run.summary["power_limit"]
+    chosen = limit["chosen_power_limit_w"]
+    assert chosen is not None and limit["tuning"]["steps_at_chosen"] == 0
+    assert any(f"power limit {chosen:g} W was chosen but never applied" in n for n in run.summary["notes"])
+    assert "the chosen limit was never applied" in format_summary(run.record)
+    assert "estimated saving" not in format_summary(run.record)
+    text = statement(tmp_path)
+    assert f"power-limit tuning chose {chosen:g} W but never applied it" in text
+    assert "the GPU power limit was set to" not in text and "this saved" not in text
