@@ -9,10 +9,15 @@ Three kinds, because each reaches the user differently:
 - `Unavailable`: something wattwise relies on cannot be reached or used now (a device, the job store, the
   node agent). During training it degrades with one warning; at the CLI it is one line and exit 2.
 
-`EnergyPluginWarning` is the one warning wattwise gives when it degrades instead of breaking training.
+`EnergyPluginWarning` is the one warning wattwise gives when it degrades instead of breaking training. It
+prints as one line, `EnergyPluginWarning: wattwise: <what happened and the fix>`, without Python's internal
+path and echoed source line; other warnings keep Python's format (`warnings.formatwarning` delegates to the
+one it replaced).
 """
 
 from __future__ import annotations
+
+import warnings
 
 
 class WattwiseError(Exception):
@@ -44,3 +49,20 @@ class Unavailable(WattwiseError):
 
 class EnergyPluginWarning(UserWarning):
     """wattwise degraded (e.g. to measurement only) instead of breaking training."""
+
+
+def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    line: str | None = None) -> str:
+    """One line for wattwise's warning: what happened and the fix, no internal path, no echoed source.
+
+    Every other warning is formatted as it was before wattwise was imported.
+    """
+    if isinstance(category, type) and issubclass(category, EnergyPluginWarning):
+        text = " ".join(str(message).split("\n"))
+        return f"{category.__name__}: {text if text.startswith('wattwise') else 'wattwise: ' + text}\n"
+    return _PREVIOUS_FORMAT[0](message, category, filename, lineno, line)
+
+
+if not globals().get("_PREVIOUS_FORMAT"):  # once per process: a reload keeps the one wrapper installed
+    _PREVIOUS_FORMAT = [warnings.formatwarning]
+    warnings.formatwarning = _format_warning

@@ -92,7 +92,7 @@ def test_three_undriven_runs_report_the_same_thing(tmp_path: Path) -> None:
 
 
 def test_a_driven_simulated_gpu_still_chooses_and_reports_a_saving(tmp_path: Path) -> None:
-    run, gpu, _ = train(tmp_path, TUNING_STEPS + 10, drive=True)
+    run, _gpu, _ = train(tmp_path, TUNING_STEPS + 10, drive=True)
     assert run.summary is not None
     limit = run.summary["power_limit"]
     assert limit["chosen_power_limit_w"] is not None and limit["tuning"]["steps_at_chosen"] == 10
@@ -102,7 +102,7 @@ def test_a_driven_simulated_gpu_still_chooses_and_reports_a_saving(tmp_path: Pat
 
 
 def test_a_choice_made_as_the_run_ends_is_reported_as_never_applied(tmp_path: Path) -> None:
-    run, gpu, _ = train(tmp_path, TUNING_STEPS, drive=True)  # profiling fills the run exactly
+    run, _gpu, _ = train(tmp_path, TUNING_STEPS, drive=True)  # profiling fills the run exactly
     assert run.record is not None and run.summary is not None
     limit = run.summary["power_limit"]
     chosen = limit["chosen_power_limit_w"]
