@@ -107,29 +107,14 @@ def patch(module: ModuleType) -> None:
 
 
 def patch_trainer(module: ModuleType) -> None:
-    """Wrap `module.Trainer.__init__` so each Trainer keeps its energy run in checkpoints and logs.
+    """Have every `module.Trainer` keep its energy run in checkpoints and logs.
 
-    The Trainer's `accelerate_energy.hf_trainer.EnergyTrainerCallback` is bound to it, or the flag's is added.
+    Importing `accelerate_energy.hf_trainer` wraps `Trainer.__init__`: each Trainer's
+    `EnergyTrainerCallback` is bound to it, or the flag's is added.
     """
-    _after_init(module.Trainer, _equip_trainer)
+    from accelerate_energy import hf_trainer
 
-
-def _equip_trainer(trainer: Any) -> None:
-    from wattwise.errors import UsageError
-
-    try:
-        from accelerate_energy import hf_trainer
-
-        hf_trainer.install(trainer)
-    except UsageError:  # a user's mistake (two callbacks, a bad setting) is refused before training
-        raise
-    except Exception as err:  # an energy plugin never breaks training
-        import warnings
-
-        from wattwise.errors import EnergyPluginWarning
-
-        warnings.warn(f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
-                      "across checkpoints nor logged through report_to", EnergyPluginWarning, stacklevel=3)
+    hf_trainer.equip_every_trainer()
 
 
 #: The modules the hook patches when the script imports them, and how.

@@ -30,16 +30,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import transformers.trainer as trainer_module
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from accelerate_energy import auto_attach
 from accelerate_energy.adapter import AccelerateEnergy, energy, write_state_file
 from wattwise import flags
 from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
-from wattwise.errors import ConfigError, EnergyPluginWarning
+from wattwise.errors import ConfigError, EnergyPluginWarning, UsageError
 from wattwise.metrics import step_metrics
 from wattwise.run import StepRecord
 
@@ -196,5 +194,34 @@ def install(trainer: Any) -> None:
     callback.bind(trainer)
 
 
-# Every Trainer built from now on binds its callback (once: the flag's start-up hook wraps the same way).
-auto_attach.patch_trainer(trainer_module)
+#: Marks the `Trainer.__init__` this module wrapped, so it is wrapped once.
+_MARK = "_wattwise_trainer"
+
+
+def equip_every_trainer() -> None:
+    """Wrap `Trainer.__init__` (once) so that each Trainer built from now on is equipped by `install`."""
+    original = Trainer.__init__
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        _install_or_warn(self)
+
+    setattr(__init__, _MARK, True)
+    Trainer.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _install_or_warn(trainer: Any) -> None:
+    try:
+        install(trainer)
+    except UsageError:  # a user's mistake (two callbacks, a bad setting) is refused before training
+        raise
+    except Exception as err:  # an energy plugin never breaks training
+        warnings.warn(f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
+                      "across checkpoints nor logged through report_to", EnergyPluginWarning, stacklevel=3)
+
+
+# Every Trainer built from now on binds its callback (the flag's start-up hook calls the same).
+equip_every_trainer()

@@ -29,6 +29,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from wattwise import bounds
 from wattwise.devices import BACKEND_ENV, backend_choices
 from wattwise.errors import ConfigError
 from wattwise.names import check_job_name
@@ -42,7 +43,7 @@ MAX_COUNT = 1_000_000
 MAX_GPUS = 1024
 #: Watts: the finest distance between profiled limits, and the highest power any limit or cap may name.
 MIN_STEP_W = 1.0
-MAX_POWER_W = 5000.0
+MAX_POWER_W = bounds.POWER_W.high
 
 
 @dataclass
@@ -498,12 +499,34 @@ def _within(key: str, value: float, low: float, high: float, unit: str) -> None:
         raise ConfigError(f"{key} must be between {low:g} and {high:g} {unit} (got {value})")
 
 
+def _check_gpus(devices: DevicesConfig) -> None:
+    """`devices.gpus`: distinct GPU indices from 0; on the simulated GPU, fewer than `devices.simulated.num_gpus`.
+
+    A real backend refuses an index it does not see when it opens the GPUs; the simulated one would make
+    any GPU it is asked for (a "gpu-1"), so its count bounds the indices here.
+    """
+    if devices.gpus is None:
+        return
+    gpus = list(devices.gpus)
+    if len(set(gpus)) != len(gpus) or any(isinstance(i, bool) or i < 0 for i in gpus):
+        raise ConfigError(f"devices.gpus must list distinct GPU indices from 0, as numbered after "
+                          f"CUDA_VISIBLE_DEVICES, e.g. devices.gpus=[0,1] (got {gpus})")
+    simulated = devices.backend == "simulated" or (
+        devices.backend == "auto" and os.environ.get(BACKEND_ENV, "").strip() == "simulated")
+    count = devices.simulated.num_gpus
+    if simulated and gpus and max(gpus) >= count:
+        raise ConfigError(f"devices.gpus asks for GPU {max(gpus)}, but the simulated GPUs are 0 to {count - 1} "
+                          f"(devices.simulated.num_gpus={count}); pick among them or raise "
+                          "devices.simulated.num_gpus")
+
+
 def validate(cfg: EnergyConfig) -> None:
     """Value checks OmegaConf's type checks cannot do. Raises `ConfigError` naming the key."""
     if cfg.job is not None:
         check_job_name(cfg.job, setting="job", error=ConfigError)
     _choice("devices.backend", cfg.devices.backend, backend_choices())
     _count("devices.simulated.num_gpus", cfg.devices.simulated.num_gpus, minimum=1, maximum=MAX_GPUS)
+    _check_gpus(cfg.devices)
     _within("devices.simulated.base_step_time_s", cfg.devices.simulated.base_step_time_s, 1e-6, 3600.0, "seconds")
     _within("monitor.sample_interval_s", cfg.monitor.sample_interval_s, 1e-3, 86400.0, "seconds")
     if cfg.log_every_n_steps is not None:

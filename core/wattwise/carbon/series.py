@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from wattwise import bounds
 from wattwise.errors import UsageError
 from wattwise.paths import read_text
 
@@ -28,18 +29,21 @@ _STEP_TOLERANCE_S = 1e-6
 
 @dataclass(frozen=True)
 class Quantity:
-    """What an input measures: its name in messages, the CLI flag that sets it, its unit and lower bound."""
+    """What an input measures: its name in messages, the CLI flag that sets it, its unit and bounds."""
 
     name: str
     flag: str
     unit: str
     minimum: float | None
+    #: The highest plausible value (`wattwise.bounds`): above it, a typo or a unit mix-up.
+    maximum: float
 
 
-PUE = Quantity("PUE", "--pue", "", 1.0)
-INTENSITY = Quantity("carbon intensity", "--intensity", "gCO2e/kWh", 0.0)
+PUE = Quantity("PUE", "--pue", "", bounds.PUE.low, bounds.PUE.high)
+INTENSITY = Quantity("carbon intensity", "--intensity", "gCO2e/kWh", bounds.INTENSITY_G_PER_KWH.low,
+                     bounds.INTENSITY_G_PER_KWH.high)
 #: Prices may be negative (wholesale markets with surplus renewables), so no lower bound.
-PRICE = Quantity("electricity price", "--price", "per kWh", None)
+PRICE = Quantity("electricity price", "--price", "per kWh", None, bounds.PRICE_PER_KWH.high)
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,10 @@ def _check_value(value: float, quantity: Quantity, *, where: str) -> None:
         raise UsageError(f"{where}: {quantity.name} must be a finite number (got {value})")
     if quantity.minimum is not None and value < quantity.minimum:
         raise UsageError(f"{where}: {quantity.name} must be at least {quantity.minimum:g} (got {value:g})")
+    if abs(value) > quantity.maximum:
+        unit = f" {quantity.unit}" if quantity.unit else ""
+        raise UsageError(f"{where}: {quantity.name} must be at most {quantity.maximum:g}{unit} (got {value:g}); "
+                         "check the unit")
 
 
 def _shown(text: str) -> str:

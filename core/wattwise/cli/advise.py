@@ -9,6 +9,7 @@ import argparse
 import time
 from typing import Any
 
+from wattwise.bounds import ENERGY_KWH
 from wattwise.carbon.advisor import OBJECTIVES, Advice, StartOption, advise_start, default_objective
 from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.carbon.series import (
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     price = parse_series(args.price, PRICE) if args.price else None
     advice = advise_start(
         duration_s=parse_duration_s(args.duration, flag="--duration"),
-        energy_j=args.energy_kwh * J_PER_KWH,
+        energy_j=ENERGY_KWH.check(args.energy_kwh, "--energy-kwh") * J_PER_KWH,
         now_s=now_s,
         window_s=parse_duration_s(args.window, flag="--window"),
         pue=pue,

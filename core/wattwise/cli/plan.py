@@ -9,9 +9,8 @@ bloat). With it: the least energy when every GPU waits until T seconds anyway (a
 from __future__ import annotations
 
 import argparse
-import math
 
-from wattwise.errors import UsageError
+from wattwise.bounds import TIME_S
 from wattwise.pipeline.files import read_frontier_json, write_plan_json
 from wattwise.pipeline.plan import choose_for_straggler, choose_intrinsic
 
@@ -46,8 +45,7 @@ def run(args: argparse.Namespace) -> int:
         choice = choose_intrinsic(frontier)
         what = f"no slowdown ({choice.slowdown:+.2%} iteration time)"
     else:
-        if not (math.isfinite(args.straggler_time) and args.straggler_time > 0):
-            raise UsageError(f"--straggler-time must be a positive number of seconds (got {args.straggler_time})")
+        TIME_S.check(args.straggler_time, "--straggler-time")
         choice = choose_for_straggler(frontier, args.straggler_time)
         what = f"straggler at {args.straggler_time:.6g} s (plan takes {choice.entry.time_s:.6g} s)"
     write_plan_json(frontier, choice, args.out)

@@ -19,7 +19,15 @@ from typing import Any
 
 from wattwise import flags
 from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command
-from wattwise.config import CONFIG_HELP, OVERRIDES_HELP, SETTINGS, key_type, load_config, setting_values
+from wattwise.config import (
+    CONFIG_HELP,
+    OVERRIDES_HELP,
+    SETTINGS,
+    check_cap_given,
+    key_type,
+    load_config,
+    setting_values,
+)
 from wattwise.errors import ConfigError, UsageError
 
 
@@ -61,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("no command given; use `wattwise run [options] -- CMD ARGS...`")
     given: dict[str, Any] = {s.name: getattr(args, s.name) for s in SETTINGS}
     # The settings are checked here, before CMD runs, with the options' names in the message.
-    load_config([args.config] if args.config else [], args.overrides, setting_values(given))
+    cfg = load_config([args.config] if args.config else [], args.overrides, setting_values(given))
+    check_cap_given("wattwise run", cfg, given, {s.name: f"--{s.name.replace('_', '-')}" for s in SETTINGS})
     if shutil.which(cmd[0]) is None:
         print(f"wattwise run: error: command not found: {cmd[0]}", file=sys.stderr)
         return EXIT_NOT_FOUND

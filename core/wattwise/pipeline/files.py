@@ -34,6 +34,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from wattwise.bounds import BY_SUFFIX, check_field
 from wattwise.errors import UsageError
 from wattwise.paths import json_text, replace_file
 from wattwise.pipeline.plan import (
@@ -318,6 +319,8 @@ def _number(data: dict[str, Any], key: str, where: str, *, minimum: float) -> fl
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < minimum:
         raise UsageError(f"{where}: {key} must be a finite number >= {minimum:g} (got {value!r})")
+    if key.endswith(tuple(BY_SUFFIX)):  # a figure with its unit: within that unit's physical bound
+        return check_field(key, value, where)
     return float(value)
 
 

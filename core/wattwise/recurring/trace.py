@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from wattwise.bounds import POWER_W, TIME_S
 from wattwise.errors import UsageError
 
 TRAIN_COLUMNS = ("dataset", "network", "batch_size", "optimizer", "run", "target_metric", "target_epoch")
@@ -194,6 +195,9 @@ def load_trace(
         if not all(math.isfinite(v) and v > 0 for v in (point.time_per_epoch_s, point.average_power_w, limit)):
             raise UsageError(f"{power_path}:{line}: power_limit, time_per_epoch and average_power must be "
                              "finite numbers > 0")
+        for column, value, bound in (("power_limit", limit, POWER_W), ("time_per_epoch", point.time_per_epoch_s,
+                                     TIME_S), ("average_power", point.average_power_w, POWER_W)):
+            bound.check(value, f"{power_path}:{line}: column {column}")
         batch_size = _int(row, "batch_size", power_path, line)
         if limit in points[batch_size]:
             _duplicate(power_path, line, point_lines[(batch_size, limit)],

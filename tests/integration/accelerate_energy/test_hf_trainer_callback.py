@@ -18,7 +18,9 @@ from accelerate.state import AcceleratorState, GradientState
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 from accelerate_energy import EnergyTrainerCallback
+from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, EnergyPluginWarning
+from wattwise.workload import emulate_step
 
 QUIET = "devices.backend=simulated monitor.sample_power=false monitor.sync_cuda=false"
 TUNE = "power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100"
@@ -73,11 +75,24 @@ def test_the_callback_in_callbacks_measures_the_run_and_logs_at_the_trainers_log
     assert all(log["energy/step_j"] > 0 and log["time/step_s"] > 0 for log in Tracker.logs if "energy/step_j" in log)
 
 
-def test_a_copied_checkpoint_resumes_its_energy_state_without_tuning_again(tmp_path: Path) -> None:
-    def callback(name: str) -> EnergyTrainerCallback:
-        return EnergyTrainerCallback(mode="tune", output_dir=str(tmp_path / name), overrides=f"{QUIET} {TUNE}")
+class Drive(TrainerCallback):
+    """Each optimizer step keeps the simulated GPU busy for its modelled step time (what tuning compares)."""
 
-    trainer(tmp_path / "out", 20, callback("first")).train()
+    def __init__(self, gpu: SimulatedGPU) -> None:
+        self.gpu = gpu
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        emulate_step([self.gpu], lambda: None)
+
+
+def test_a_copied_checkpoint_resumes_its_energy_state_without_tuning_again(tmp_path: Path, virtual_clock) -> None:
+    def callbacks(name: str) -> tuple[EnergyTrainerCallback, Drive]:
+        gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.01, clock=virtual_clock,
+                           sleep=virtual_clock.sleep)
+        return (EnergyTrainerCallback(mode="tune", output_dir=str(tmp_path / name), overrides=f"{QUIET} {TUNE}",
+                                      devices=[gpu]), Drive(gpu))
+
+    trainer(tmp_path / "out", 20, *callbacks("first")).train()
     first = json.loads((tmp_path / "first" / "summary.json").read_text())
     assert first["power_limit"]["tuning"]["finished"] is True
     # The checkpoint moves elsewhere (copied, downloaded); the resumed Trainer has another output_dir.
@@ -86,7 +101,7 @@ def test_a_copied_checkpoint_resumes_its_energy_state_without_tuning_again(tmp_p
     saved = json.loads((copied / "wattwise_energy.json").read_text())
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-    trainer(tmp_path / "out2", 30, callback("second")).train(resume_from_checkpoint=str(copied))
+    trainer(tmp_path / "out2", 30, *callbacks("second")).train(resume_from_checkpoint=str(copied))
     second = json.loads((tmp_path / "second" / "summary.json").read_text())
     assert second["steps"] == 30
     assert second["resumed_energy_j"] == pytest.approx(saved["energy_j"])

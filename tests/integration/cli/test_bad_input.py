@@ -244,6 +244,23 @@ CASES: list[Case] = [
          "--energy-kwh"),
     Case("advise-energy-1.7e308",
          lambda t: ["advise", "--duration", "1h", "--energy-kwh", "1.7e308", "--window", "1h"], "--energy-kwh"),
+    # physical bounds (wattwise.bounds): values no machine, grid or facility has (issue 27)
+    Case("advise-intensity-1e308", lambda t: advise_argv("--intensity", "1e308"), "--intensity"),
+    Case("advise-pue-1e10", lambda t: advise_argv("--pue", "1e10"), "--pue"),
+    Case("report-pue-1.7e308",
+         lambda t: ["report", str(run_dir(t)), "--out", str(t), "--pue", "1.7e308"], "--pue"),
+    Case("simulate-average-power-1e300",
+         lambda t: simulate_argv(t, power=POWER + "d,n,32,adam,250,12,1e300\n"), "average_power"),
+    Case("plan-frontier-point-energy-1.7e308",
+         lambda t: ["plan", str(_frontier_with_point(t, energy_j=1.7e308)), "--out", str(t / "plan.json")],
+         "points[0]: energy_j"),
+    Case("plan-straggler-1e300",
+         lambda t: ["plan", str(frontier_json(t)), "--straggler-time", "1e300", "--out", str(t / "p.json")],
+         "--straggler-time"),
+    Case("run-cap-outside-mode-cap", lambda t: ["run", "--mode", "tune", "--cap-w", "250", "--", "true"],
+         "--cap-w=250.0 is a cap, which applies only in mode 'cap'"),
+    Case("demo-gpus-negative", lambda t: demo_argv("--set", "devices.gpus=[-1]"), "devices.gpus"),
+    Case("demo-gpus-beyond-the-simulated-ones", lambda t: demo_argv("--set", "devices.gpus=[5]"), "devices.gpus"),
     Case("advise-now-garbage", lambda t: ["advise", "--duration", "1h", "--energy-kwh", "1", "--window", "1h",
                                           "--now", "yesterday"], "--now"),
     # jobs: the store
@@ -348,6 +365,13 @@ def _summary_a_directory(tmp: Path) -> Path:
 def _unreadable_dir(path: Path) -> Path:
     path.chmod(0)
     return path
+
+
+def _frontier_with_point(tmp: Path, **fields: object) -> Path:
+    """A good frontier whose first point has `fields` changed."""
+    data = json.loads(frontier_json(tmp).read_text())
+    data["points"][0].update(fields)
+    return write(tmp / "point.json", json.dumps(data))
 
 
 def _plan_json(tmp: Path) -> Path:
