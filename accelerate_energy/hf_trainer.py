@@ -45,10 +45,11 @@ from wattwise.run import StepRecord
 class EnergyTrainerCallback(TrainerCallback):
     """Measure energy in a Hugging Face Trainer and optionally tune or cap the GPU power limit.
 
+    The keyword arguments `mode`, `selector`, `eta`, `max_slowdown`, `cap_w`, `cap_fraction`, `job`,
+    `output_dir`, `strict`, `backend` and `log_every_n_steps` are the settings of `wattwise.config.SETTINGS`,
+    as for the Lightning `EnergyCallback` (`log_every_n_steps` None: the Trainer's `logging_steps`).
+
     Args:
-        mode, selector, eta, max_slowdown, cap_w, cap_fraction, job, output_dir, strict, backend,
-            log_every_n_steps: the settings of `wattwise.config.SETTINGS`, as for the Lightning
-            `EnergyCallback`; `log_every_n_steps` None: the Trainer's `logging_steps`.
         config: an OmegaConf YAML (see `configs/energy.yaml`) with any other setting.
         overrides: dotlist overrides applied last, a list or one string of them separated by spaces.
         devices: devices to use instead of discovering them (tests, custom setups).
