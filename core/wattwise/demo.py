@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
@@ -29,6 +30,7 @@ from wattwise import paths
 from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config, rename_settings
 from wattwise.devices import PowerModel
 from wattwise.errors import ConfigError, UsageError
+from wattwise.extras import missing_extra
 from wattwise.power_limit import ProfileEntry, profile_limits_w, profile_table
 
 #: Keys each of the demo's two runs sets itself (tuned, then the baseline): not for `overrides`.
@@ -252,9 +254,31 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     if options.framework not in found:
         raise UsageError(f"framework must be one of {', '.join(sorted(found)) or '(none installed)'} "
                          f"(got {options.framework!r}); is wattwise installed (pip install -e .)?")
-    runner = found[options.framework].load()
+    _make_output_dir(options.output_dir)
+    try:
+        runner = found[options.framework].load()
+    except ModuleNotFoundError as err:  # the adapter is installed, its framework (an extra) is not
+        raise missing_extra(err, f"wattwise demo --framework {options.framework}", options.framework) from None
     result: dict[str, Any] = runner(options)
     return result
+
+
+def _make_output_dir(folder: str) -> None:
+    """Create the demo's output folder and check it takes a file, before any training.
+
+    A training script whose output folder cannot be written degrades to training unmeasured; the demo
+    exists to show its two runs' summaries, so it stops at once with one line instead.
+
+    Raises:
+        UsageError: the folder cannot be created or written (its parent read-only, a full disk).
+    """
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".wattwise-demo-"):
+            pass
+    except OSError as err:
+        raise UsageError(f"output_dir {folder}: the demo cannot write there ({err.strerror or err}); choose a "
+                         "folder you may write") from None
 
 
 def _check_agent_is_simulated() -> None:

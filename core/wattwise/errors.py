@@ -18,6 +18,7 @@ one it replaced).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 
 class WattwiseError(Exception):
@@ -51,18 +52,36 @@ class EnergyPluginWarning(UserWarning):
     """wattwise degraded (e.g. to measurement only) instead of breaking training."""
 
 
-def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                    line: str | None = None) -> str:
-    """One line for wattwise's warning: what happened and the fix, no internal path, no echoed source.
+def one_line_warning(message: Warning | str) -> str:
+    """The one line an `EnergyPluginWarning` prints: its category, wattwise, what happened and the fix."""
+    text = " ".join(str(message).split("\n"))
+    return f"{EnergyPluginWarning.__name__}: {text if text.startswith('wattwise') else 'wattwise: ' + text}\n"
 
-    Every other warning is formatted as it was before wattwise was imported.
+
+_FormatWarning = Callable[[Warning | str, type[Warning], str, int, str | None], str]
+#: The formatters `install_warning_format` installed (one per time another library wrapped ours).
+_OURS: list[_FormatWarning] = []
+
+
+def install_warning_format() -> None:
+    """Print `EnergyPluginWarning` as one line (`one_line_warning`), every other warning as before.
+
+    Wraps `warnings.formatwarning` unless the outermost formatter is already one of ours: a library that
+    wraps it after wattwise was imported (Lightning prints its own package's warnings as `path:line:
+    message`) is wrapped in turn, so the run calls this again before it warns. Cheap when nothing changed.
     """
-    if isinstance(category, type) and issubclass(category, EnergyPluginWarning):
-        text = " ".join(str(message).split("\n"))
-        return f"{category.__name__}: {text if text.startswith('wattwise') else 'wattwise: ' + text}\n"
-    return _PREVIOUS_FORMAT[0](message, category, filename, lineno, line)
+    current = warnings.formatwarning
+    if current in _OURS:
+        return
+
+    def format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                       line: str | None = None) -> str:
+        if isinstance(category, type) and issubclass(category, EnergyPluginWarning):
+            return one_line_warning(message)
+        return current(message, category, filename, lineno, line)
+
+    _OURS.append(format_warning)
+    warnings.formatwarning = format_warning
 
 
-if not globals().get("_PREVIOUS_FORMAT"):  # once per process: a reload keeps the one wrapper installed
-    _PREVIOUS_FORMAT = [warnings.formatwarning]
-    warnings.formatwarning = _format_warning
+install_warning_format()

@@ -44,7 +44,7 @@ from wattwise.carbon.control import CarbonControl
 from wattwise.config import EnergyConfig
 from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
-from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError
+from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, install_warning_format
 from wattwise.measurement import EPOCH, PROFILE, RunFigures, RunMeasurement, StepRecord
 from wattwise.power_control import PowerLimitControl
 from wattwise.record import (
@@ -208,6 +208,7 @@ class Run:
     def _warn(self, message: str) -> None:
         if not self._warned:
             self._warned = True
+            install_warning_format()  # outermost again, should a framework have wrapped the formatter since
             warnings.warn(f"wattwise: {message}", EnergyPluginWarning, stacklevel=4)
 
     def _notice(self, message: str) -> None:
@@ -216,6 +217,7 @@ class Run:
             return
         self._noticed.append(message)
         if self.is_main:
+            install_warning_format()
             warnings.warn(f"wattwise: {message}", EnergyPluginWarning, stacklevel=4)
 
     def _take_notices(self) -> None:
@@ -387,6 +389,8 @@ class Run:
         if self.finished or not self.started:
             return None
         self.finished = True
+        if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
+            status = "interrupted"
         self.power.finish_tuning(self.step_count)
         self._take_notices()
         self.power.close()

@@ -80,3 +80,17 @@ def test_a_read_only_home_means_no_journal_so_no_limit_is_changed_and_the_summar
     notes = [n for n in summary["notes"] if "measurement only" in n]
     assert len(notes) == 1 and "journal" in notes[0]
     assert json.loads((shared / "runs" / "summary.json").read_text())["notes"] == summary["notes"]
+
+
+def test_the_demo_with_an_output_folder_it_may_not_write_stops_with_one_line(shared: Path) -> None:
+    (shared / "ro").mkdir()
+    (shared / "home").mkdir()
+    os.chmod(shared / "ro", 0o555)
+    done = ordinary_user.run_unprivileged(
+        ["-m", "wattwise", "demo", "--output-dir", str(shared / "ro" / "runs"), "--steps-after-tuning", "5"],
+        env={"HOME": str(shared / "home"), "MPLCONFIGDIR": str(shared / "mpl")}, cwd=shared)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"wattwise demo: error: --output-dir {shared / 'ro' / 'runs'}: the demo cannot write there (Permission "
+        "denied); choose a folder you may write"]
+    assert "Traceback" not in done.stderr and done.stdout == ""

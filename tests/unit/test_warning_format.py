@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import warnings
 
-import wattwise.errors
-from wattwise.errors import EnergyPluginWarning
+from wattwise.errors import EnergyPluginWarning, install_warning_format
 
 MESSAGE = "wattwise: setting the power limit failed (no permission); continuing with measurement only"
 
@@ -35,10 +34,13 @@ def test_other_warnings_keep_pythons_format() -> None:
     assert "return method(self, *args, **kwargs)" in text  # Python echoes the source line: unchanged
 
 
-def test_importing_wattwise_again_keeps_one_wrapper() -> None:
-    import importlib
+def test_a_formatter_wrapped_around_wattwises_is_wrapped_in_turn_once(monkeypatch) -> None:
+    def lightning_like(message, category, filename, lineno, line=None):  # Lightning's own wrapper
+        return f"{filename}:{lineno}: {message}\n"
 
-    before = warnings.formatwarning
-    importlib.reload(wattwise.errors)
-    assert warnings.formatwarning is before
-    assert shown("x", UserWarning).startswith("/site-packages/wattwise/run.py:94: UserWarning: x")
+    monkeypatch.setattr(warnings, "formatwarning", lightning_like)
+    assert shown(MESSAGE, EnergyPluginWarning).startswith("/site-packages")  # the library's format won
+    install_warning_format()  # what the run does before it warns
+    install_warning_format()
+    assert shown(MESSAGE, EnergyPluginWarning) == f"EnergyPluginWarning: {MESSAGE}\n"
+    assert shown("x", UserWarning) == "/site-packages/wattwise/run.py:94: x\n"  # the library's, as before
