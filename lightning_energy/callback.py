@@ -27,6 +27,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
@@ -214,10 +215,15 @@ class EnergyCallback(Callback):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
-        """Restore every GPU setting and write the summary of a failed fit."""
+        """Restore every GPU setting and write the summary of a failed fit.
+
+        The status is `interrupted` for Ctrl-C and for the `SIGTERMException` Lightning raises after a
+        SIGTERM (a preemption), `failed` otherwise.
+        """
         if self.run is not None:
             self.run.abort(exception)
-            self._finish(trainer, "failed")
+            stopped = isinstance(exception, KeyboardInterrupt | SIGTERMException)
+            self._finish(trainer, "interrupted" if stopped else "failed")
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Restore every GPU setting, write the summary and print the report."""

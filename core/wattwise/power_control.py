@@ -166,9 +166,17 @@ class PowerLimitControl:
         for gpu in self.gpus:
             self.timeline.append(SettingEvent(now, self._label(gpu), "power_limit_w", watts))
 
+    @property
+    def interrupted(self) -> bool:
+        """SIGTERM or SIGINT reached the process: the guard restored every setting and changes none again."""
+        return self.guard is not None and self.guard.signalled is not None
+
     def step_begin(self, collective: Collective, steps_done: int) -> bool:
-        """Apply the limit the tuner (or the carbon part) wants now; True when a profile window opens."""
-        if self.tuner is None:
+        """Apply the limit the tuner (or the carbon part) wants now; True when a profile window opens.
+
+        After a signal (`interrupted`) nothing changes and no window opens: the process is winding down.
+        """
+        if self.tuner is None or self.interrupted:
             return False
         if self.expected_steps is not None and not self.tuner.done:
             self._check_time_left(steps_done)

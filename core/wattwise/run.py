@@ -391,6 +391,8 @@ class Run:
         self.finished = True
         if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
             status = "interrupted"
+        if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
+            status = "interrupted"
         self.power.finish_tuning(self.step_count)
         self._take_notices()
         self.power.close()

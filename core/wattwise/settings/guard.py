@@ -5,7 +5,8 @@ live holder makes the change fail with `DeviceBusyError`), then records the orig
 in its journal (`journal`: one JSON file per guard, beside a lock file the guard holds while the journal
 exists). A change it cannot journal first is not made (`JournalError`). It restores the originals on a
 normal end (`restore_all`, the context manager, `atexit`), on an exception, on SIGTERM/SIGINT
-(`install_signal_handlers`), and, after a SIGKILL or a power loss, at the next start (`recovery`, run by
+(`install_signal_handlers`: restore first, then the framework's or the script's own handling goes on; see
+`_on_signal`), and, after a SIGKILL or a power loss, at the next start (`recovery`, run by
 every guard when it starts, before it reads any device, and by `wattwise restore`).
 
 A GPU changed through the node agent (backend `agent`: its `Device.settings_lease` is set) is neither
@@ -32,7 +33,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from wattwise.devices.base import Device
+from wattwise.devices.base import Device, DeviceError
 from wattwise.settings.apply import POWER_LIMIT, RESTORE_ERRORS, SM_CLOCKS, apply_setting, describe, read_setting
 from wattwise.settings.journal import JournalError, ensure_folder, journal_dir, save_changes
 from wattwise.settings.locks import (
@@ -47,7 +48,7 @@ from wattwise.settings.recovery import RestoreResult, recover_stale_journals
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeviceBusyError", "JournalError", "RestoreResult", "SettingsGuard"]
+__all__ = ["DeviceBusyError", "JournalError", "RestoreResult", "SettingsGuard", "SignalledError"]
 
 #: Agent leases this process's guards use: lease key -> guards using it. A lease is the process's, not a
 #: guard's: only the last guard that restores gives it back to the agent.
@@ -55,6 +56,19 @@ _LEASES: dict[str, int] = {}
 _LEASES_LOCK = threading.Lock()
 
 os.register_at_fork(after_in_child=_LEASES.clear)  # a forked child holds no lease
+
+
+class SignalledError(DeviceError):
+    """A setting change asked for after SIGTERM or SIGINT reached the process.
+
+    Its settings were restored at the signal, and stay restored while the framework or the script winds
+    down: a preemption must not leave a limit set.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"{signal.Signals(signum).name} was received: the GPU settings were restored and are "
+                         "not changed again in this process")
+        self.signum = signum
 
 
 class SettingsGuard:
@@ -81,6 +95,9 @@ class SettingsGuard:
         #: Agent leases this guard uses, by device id: no lock and no journal here, the agent has both.
         self._leases: dict[str, str] = {}
         self._previous_handlers: dict[int, Any] = {}
+        #: The signal (SIGTERM, SIGINT) that reached the process while the handlers were installed, if one
+        #: did: the settings were restored then, and no setting changes from then on (`SignalledError`).
+        self.signalled: int | None = None
         self._atexit = False
         if recover:
             # Before this process reads any setting: a dead run's leftover must not pass for an original.
@@ -104,6 +121,8 @@ class SettingsGuard:
         self._change(device, SM_CLOCKS, device.reset_sm_clocks)
 
     def _change(self, device: Device, setting: str, apply: Callable[[], None]) -> None:
+        if self.signalled is not None:
+            raise SignalledError(self.signalled)
         first = self._record(device, setting)
         try:
             apply()
@@ -284,12 +303,21 @@ class SettingsGuard:
         self._previous_handlers.clear()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """Restore every setting, then let the signal's own handling go on.
+
+        The handling is the handler this guard found (Lightning's, a script's own, Python's SIGINT
+        handler), called as it would have been. A handler installed over this one that calls it in turn
+        (Lightning composes the SIGTERM handler it finds with its own, and raises `SIGTERMException` later
+        so that callbacks can checkpoint) handles the signal itself: nothing more here. Otherwise the
+        default action: SIGINT raises KeyboardInterrupt, SIGTERM ends the process by the signal (143).
+        """
+        self.signalled = signum
         self.restore_all()
         previous = self._previous_handlers.get(signum)
         if callable(previous):
             previous(signum, frame)
-        elif previous == signal.SIG_IGN:
-            return
+        elif previous == signal.SIG_IGN or signal.getsignal(signum) != self._on_signal:
+            return  # ignored, or called by a handler installed over this one: that handler handles it
         elif signum == signal.SIGINT:
             raise KeyboardInterrupt
         else:

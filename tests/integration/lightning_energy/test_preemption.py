@@ -1,0 +1,53 @@
+"""Preemption (issue 27): SIGTERM in the middle of a Lightning fit that wattwise tunes through the flag.
+
+Lightning handles SIGTERM itself: its handler notes the signal and the fit raises `SIGTERMException` at the
+next batch, so that callbacks can checkpoint, and the script exits 0. wattwise restores the GPU's settings
+at the signal and lets that handling go on: the same exit code and the same user callback as without it,
+and a summary that says the run was interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.paths import SCRIPTS_DIR
+
+SCRIPT = SCRIPTS_DIR / "preempted_lightning.py"
+#: Tuning's first window (300 W, the simulated GPU's top limit) is still open at step 6, when SIGTERM comes.
+TUNE = "devices.backend=simulated power_limit.wait_steps=0 power_limit.warmup_steps=1 power_limit.profile_steps=20"
+
+
+def preempted(tmp: Path, name: str, **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The script, preempted at step 6, with only `env`'s flags; its marker folder."""
+    marker = tmp / name
+    marker.mkdir()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY"))}
+    clean.update(PYTHONWARNINGS="ignore", WATTWISE_HOME=str(tmp / "home"), **env)
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(marker)], env=clean, cwd=tmp, capture_output=True,
+                          text=True, timeout=120)
+    return proc, marker
+
+
+def test_sigterm_in_a_tuned_fit_lets_lightning_handle_it_and_restores_the_limit(tmp_path):
+    without, marker = preempted(tmp_path, "without")
+    assert without.returncode == 0, without.stderr[-2000:]
+    assert (marker / "on_exception").read_text() == "SIGTERMException"
+
+    state = tmp_path / "home" / "simulated" / "gpu0.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"power_limit_w": 250.0, "locked_sm_clocks_mhz": None}))  # the GPU's own limit
+    out = tmp_path / "out"
+    tuned, marker = preempted(tmp_path, "tuned", LIGHTNING_ENERGY="1", LIGHTNING_ENERGY_MODE="tune",
+                              LIGHTNING_ENERGY_OUTPUT_DIR=str(out), LIGHTNING_ENERGY_OVERRIDES=TUNE)
+    # As without wattwise: Lightning's own handling ran the user's callback, and the script ended normally.
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    assert (marker / "on_exception").read_text() == "SIGTERMException"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert summary["steps"] == 6
+    assert [e["value"] for e in summary["settings_timeline"]] == [300.0]  # tuning had set 300 W ...
+    assert json.loads(state.read_text())["power_limit_w"] == 250.0  # ... and the GPU's own limit is back
