@@ -47,7 +47,13 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(_MODULES[name]), name)
+    try:
+        module = importlib.import_module(_MODULES[name])
+    except ModuleNotFoundError as err:  # torch and the framework come with the `accelerate` extra
+        from wattwise.extras import missing_extra
+
+        raise missing_extra(err, "accelerate_energy", "accelerate") from None
+    value = getattr(module, name)
     globals()[name] = value
     return value
 

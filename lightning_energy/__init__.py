@@ -27,7 +27,13 @@ __all__ = ["EnergyCallback", "PipelineFrequencyCallback", "RecurringBatchSizeCal
 def __getattr__(name: str) -> Any:
     if name not in _MODULES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_MODULES[name]), name)
+    try:
+        module = importlib.import_module(_MODULES[name])
+    except ModuleNotFoundError as err:  # torch and the framework come with the `lightning` extra
+        from wattwise.extras import missing_extra
+
+        raise missing_extra(err, "lightning_energy", "lightning") from None
+    value = getattr(module, name)
     globals()[name] = value
     return value
 

@@ -63,6 +63,13 @@ def run_serve(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
+    from wattwise.extras import require
+
+    # The server and its metrics are the `agent` extra's: without it, one line naming the extra.
+    require("aiohttp", "`wattwise agent serve`")
+    if args.metrics_port is not None:
+        require("prometheus_client", "`wattwise agent serve --metrics-port`")
+    from wattwise.agent.audit import AuditLog
     from wattwise.agent.config import load_config
     from wattwise.agent.journal import AgentJournal
     from wattwise.agent.server import Agent, ServeOptions, group_id, serve, share_simulated_load
@@ -81,7 +88,7 @@ def run_serve(args: argparse.Namespace) -> int:
         share_simulated_load(found.gpus, group_id(args.group))
     else:
         found = discover(args.backend)
-    agent = Agent(found.gpus, args.backend, config, journal)
+    agent = Agent(found.gpus, args.backend, config, journal, AuditLog(args.state_dir))
     for line in agent.recover():
         print(f"wattwise agent: restored after a crash: {line}", file=sys.stderr)
     options = ServeOptions(args.socket, args.state_dir, args.group, args.metrics_port, args.metrics_host)

@@ -25,6 +25,7 @@ from typing import NoReturn
 
 from wattwise import __version__
 from wattwise.errors import Unavailable, UsageError
+from wattwise.extras import MissingExtra
 
 #: Each sub-command module and its one-line help, in the order `wattwise --help` lists them. The help must
 #: be the one the module's `register` gives (a test checks).
@@ -96,7 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command in SINGLE_THREADED_BLAS and "numpy" not in sys.modules:
         # Read once, when numpy is first imported; a caller that already has numpy keeps its environment.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    parser = build_parser(load=() if command is None else (command,))
+    try:
+        parser = build_parser(load=() if command is None else (command,))
+    except MissingExtra as err:  # the command's module needs an extra this install lacks
+        print(f"wattwise {command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         print(f"wattwise: error: no command given; choose one of {', '.join(COMMANDS)} "

@@ -14,11 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from wattwise.errors import UsageError
+from wattwise.extras import missing_extra
 from wattwise.pipeline.dag import IntArray
 from wattwise.pipeline.problem import PlanningProblem
+
+try:
+    from ortools.sat.python import cp_model
+except ModuleNotFoundError as _err:  # CP-SAT is the `pipeline` extra's
+    raise missing_extra(_err, "the exact frontier solver (--solver exact)") from None
 
 #: Default integer scale of energies: 1 unit = 0.1 mJ.
 ENERGY_SCALE_PER_J = 1e4

@@ -38,11 +38,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.graph.python import max_flow
 
+from wattwise.extras import missing_extra, require
 from wattwise.pipeline import kernels
 from wattwise.pipeline.dag import FloatArray, IntArray
 from wattwise.pipeline.problem import PlanningProblem
+
+try:
+    from ortools.graph.python import max_flow
+except ModuleNotFoundError as _err:  # the solver is the `pipeline` extra's
+    raise missing_extra(_err, "the pipeline frontier solver") from None
 
 #: Capacity of arcs without a bound (the fastest hull segment, precedence edges); leaves room in int64.
 _INF = 1 << 50
@@ -344,8 +349,7 @@ class _ShortestPaths:
         self.indices = np.ascontiguousarray(indices, dtype=np.int64)
         self._graph = None
         if not kernels.AVAILABLE:
-            from scipy.sparse import csr_array
-
+            csr_array = require("scipy.sparse", "the pipeline frontier solver without its compiled kernels").csr_array
             nodes = len(indptr) - 1
             self._graph = csr_array((np.zeros(len(indices)), self.indices, self.indptr), shape=(nodes, nodes))
 
