@@ -16,8 +16,13 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -26,6 +31,8 @@ from tests.support.paths import PACKAGE_ROOTS, REPO_ROOT
 from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR
 from wattwise.agent.config import parse_config
 from wattwise.cli import agent as agent_cli
+from wattwise.devices import DeviceError
+from wattwise.devices.agent import AgentClient
 
 DEPLOY = REPO_ROOT / "deploy"
 #: The files a wheel of wattwise is built from (besides the package folders).
@@ -140,3 +147,114 @@ def test_the_containerfile_copies_what_a_wheel_is_built_from_and_starts_the_agen
     assert entrypoint == ["wattwise", "agent", "serve"]
     args = _serve_args(cmd)
     assert args.socket == DEFAULT_SOCKET and args.state_dir == DEFAULT_STATE_DIR and args.backend == "nvml"
+
+
+# -- SLURM: the prolog and the epilog against a running agent on simulated GPUs --------------------------
+
+#: Sets GPU argv[2]'s power limit through the agent as job argv[4], says so, and stays alive (a process that
+#: outlived its job: SLURM_JOB_ID in its environment names the job).
+HOLDER = """
+import sys, time
+from wattwise.devices.agent import AgentClient
+AgentClient(sys.argv[1]).set_power_limit(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.fixture()
+def slurm_node(tmp_path: Path) -> Iterator[tuple[Path, list[subprocess.Popen[str]]]]:
+    """(the agent's socket, a list for the holders it starts): an agent serving 4 simulated GPUs."""
+    socket_path = tmp_path / "run" / "agent.sock"
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "wattwise", "agent", "serve", "--backend", "simulated", "--simulated-gpus", "4",
+         "--socket", str(socket_path), "--state-dir", str(tmp_path / "state")],
+        stderr=subprocess.DEVNULL)
+    holders: list[subprocess.Popen[str]] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(socket_path):
+            assert agent.poll() is None and time.monotonic() < deadline, "the agent did not start"
+            time.sleep(0.1)
+        yield socket_path, holders
+    finally:
+        for proc in holders:
+            proc.kill()
+            proc.wait(timeout=30)
+        agent.terminate()
+        agent.wait(timeout=30)
+
+
+def _answers(socket_path: Path) -> bool:
+    try:
+        AgentClient(socket_path).status()
+    except DeviceError:
+        return False
+    return True
+
+
+def _gpus(socket_path: Path) -> list[dict[str, Any]]:
+    return list(AgentClient(socket_path).status()["gpus"])
+
+
+def _hold(socket_path: Path, holders: list[subprocess.Popen[str]], index: int, slurm_job: str) -> int:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(socket_path), str(index), "200", f"job{slurm_job}"],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "SLURM_JOB_ID": slurm_job})
+    holders.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc.pid
+
+
+def _slurm_script(name: str, socket_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """deploy/slurm/NAME.sh as slurmd runs it (root, SLURM_* set), with this checkout's `wattwise`."""
+    wattwise = shutil.which("wattwise") or str(REPO_ROOT / ".venv" / "bin" / "wattwise")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "WATTWISE"))}
+    return subprocess.run(["bash", str(DEPLOY / "slurm" / f"{name}.sh")], capture_output=True, text=True, timeout=120,
+                          env={**base, "WATTWISE": wattwise, "WATTWISE_AGENT_SOCKET": str(socket_path), **env})
+
+
+def test_the_epilog_releases_what_a_finished_jobs_leftover_process_holds_and_nothing_of_another_job(
+        slurm_node: tuple[Path, list[subprocess.Popen[str]]]) -> None:
+    socket_path, holders = slurm_node
+    default_w = _gpus(socket_path)[2]["default_power_limit_w"]
+    leftover = _hold(socket_path, holders, 2, slurm_job="77")
+    other = _hold(socket_path, holders, 3, slurm_job="78")  # the same user's job still running
+    assert [g["power_limit_w"] for g in _gpus(socket_path)][2:] == [200.0, 200.0]
+
+    # Job 77's user is not this one: nothing of theirs is held, nothing is touched.
+    proc = _slurm_script("epilog", socket_path, SLURM_JOB_ID="77", SLURM_JOB_UID=str(os.getuid() + 1))
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert _gpus(socket_path)[2]["holder"]["pid"] == leftover
+
+    proc = _slurm_script("epilog", socket_path, SLURM_JOB_ID="77", SLURM_JOB_UID=str(os.getuid()),
+                         WATTWISE_EPILOG_GRACE_S="5")
+    assert proc.returncode == 0, proc.stderr
+    assert f"GPU(s) 2 still held by the job's process(es) {leftover}; SIGTERM" in proc.stderr
+    assert proc.stderr.rstrip().endswith("released")
+    gpus = _gpus(socket_path)
+    assert gpus[2]["holder"] is None and gpus[2]["power_limit_w"] == default_w
+    assert holders[0].wait(timeout=10) == -signal.SIGTERM
+    # Job 78 goes on capped.
+    assert gpus[3]["holder"]["pid"] == other and gpus[3]["power_limit_w"] == 200.0
+    assert holders[1].poll() is None
+
+
+def test_the_prolog_names_the_jobs_gpus_that_are_held_and_fails_only_when_strict(
+        slurm_node: tuple[Path, list[subprocess.Popen[str]]], tmp_path: Path) -> None:
+    socket_path, holders = slurm_node
+    holder = _hold(socket_path, holders, 1, slurm_job="77")
+
+    proc = _slurm_script("prolog", socket_path, SLURM_JOB_ID="80", SLURM_JOB_GPUS="2,3")
+    assert proc.returncode == 0 and proc.stderr == ""
+    proc = _slurm_script("prolog", socket_path, SLURM_JOB_ID="80", SLURM_JOB_GPUS="0,1")
+    assert proc.returncode == 0
+    assert f"wattwise prolog (job 80): GPU 1 is held by pid {holder} (uid {os.getuid()}, job 'job77')" in proc.stderr
+    proc = _slurm_script("prolog", socket_path, SLURM_JOB_ID="80", SLURM_JOB_GPUS="0,1", WATTWISE_PROLOG_STRICT="1")
+    assert proc.returncode == 1 and proc.stderr.rstrip().endswith("the job's GPUs are not all free")
+
+    # A node without an agent: logged; a failure only when strict. The epilog has nothing to release.
+    missing = tmp_path / "none.sock"
+    assert _slurm_script("prolog", missing, SLURM_JOB_ID="80").returncode == 0
+    assert _slurm_script("prolog", missing, SLURM_JOB_ID="80", WATTWISE_PROLOG_STRICT="1").returncode == 1
+    proc = _slurm_script("epilog", missing, SLURM_JOB_ID="80", SLURM_JOB_UID="0")
+    assert proc.returncode == 0 and "no node agent" in proc.stderr

@@ -1,0 +1,79 @@
+#!/bin/bash
+# SLURM Epilog for wattwise: give back every GPU setting a finished job still holds through the node agent.
+#
+# The agent restores a GPU the moment its holder process exits, so after a job whose processes are all
+# gone nothing is left to do. This epilog handles the rest: a process of the job that outlived it (a
+# command that escaped the job's cleanup, a `wattwise cap` wrapper's command left running) still holds a
+# lease, so the GPU would stay capped or clocked for the next job. For each GPU the agent shows held by a
+# process of this job (its uid is SLURM_JOB_UID and its environment or cgroup names SLURM_JOB_ID), the
+# epilog sends that process SIGTERM (wattwise then restores its own settings), waits, then SIGKILL (the
+# agent restores at once when the holder dies), and checks that the GPU is free.
+#
+# Install on every node (slurm.conf, then `scontrol reconfigure`):
+#   Epilog=/etc/slurm/wattwise-epilog.sh      (this file, mode 0755, owned by root)
+# Environment (slurmd sets the first two): SLURM_JOB_ID, SLURM_JOB_UID; WATTWISE (default
+# /usr/local/bin/wattwise), WATTWISE_AGENT_SOCKET (default /run/wattwise/agent.sock),
+# WATTWISE_EPILOG_GRACE_S (seconds between SIGTERM and SIGKILL, default 10).
+# Exit status: 0 when the job holds nothing any more (or no agent runs on this node); 1 when a GPU is
+# still held by the job, which makes SLURM drain the node so that no job runs on a GPU left changed.
+set -u -o pipefail
+
+job="${SLURM_JOB_ID:?SLURM_JOB_ID is not set: run this as the SLURM Epilog}"
+uid="${SLURM_JOB_UID:?SLURM_JOB_UID is not set: run this as the SLURM Epilog}"
+wattwise="${WATTWISE:-/usr/local/bin/wattwise}"
+socket="${WATTWISE_AGENT_SOCKET:-/run/wattwise/agent.sock}"
+grace_s="${WATTWISE_EPILOG_GRACE_S:-10}"
+log() { echo "wattwise epilog (job $job): $*" >&2; }
+
+if [ ! -S "$socket" ]; then
+    log "no node agent at $socket; nothing to release"
+    exit 0
+fi
+# The Python of wattwise's own installation reads the agent's JSON (no other dependency on the node).
+python="$(dirname "$(readlink -f "$wattwise")")/python"
+[ -x "$python" ] || python=python3
+
+# "GPU-INDEX PID" for each GPU held by a process of this job.
+held_by_job() {
+    "$wattwise" agent status --json --socket "$socket" | "$python" -c '
+import json, sys
+job, uid = sys.argv[1], int(sys.argv[2])
+
+def in_job(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            if f"SLURM_JOB_ID={job}".encode() in fh.read().split(b"\0"):
+                return True
+        with open(f"/proc/{pid}/cgroup") as fh:
+            return any(part == f"job_{job}" for line in fh for part in line.strip().split("/"))
+    except OSError:  # gone already: the agent restores its GPUs itself
+        return False
+
+for gpu in json.load(sys.stdin)["gpus"]:
+    holder = gpu.get("holder")
+    if holder and holder["uid"] == uid and in_job(holder["pid"]):
+        print(gpu["index"], holder["pid"])
+' "$job" "$uid"
+}
+
+if ! held="$(held_by_job)"; then
+    log "the node agent at $socket does not answer; cannot check what the job left"
+    exit 1
+fi
+[ -z "$held" ] && exit 0
+
+pids="$(echo "$held" | awk '{print $2}' | sort -u)"
+log "GPU(s) $(echo "$held" | awk '{print $1}' | paste -sd, -) still held by the job's process(es) $(echo $pids); SIGTERM"
+kill -TERM $pids 2>/dev/null
+for _ in $(seq $((grace_s * 10))); do
+    left="$(held_by_job)" && [ -z "$left" ] && { log "released"; exit 0; }
+    sleep 0.1
+done
+log "still held after ${grace_s} s; SIGKILL"
+kill -KILL $pids 2>/dev/null
+for _ in $(seq 50); do
+    left="$(held_by_job)" && [ -z "$left" ] && { log "released"; exit 0; }
+    sleep 0.1
+done
+log "GPU(s) still held: $(held_by_job | paste -sd' ' -); the node should be drained"
+exit 1
