@@ -144,7 +144,7 @@ class AccelerateEnergy:
         run = self.run
         rec = run.step_end()
         if rec is not None:
-            self.accelerator.log(step_metrics(rec, run.applied_limit_w), step=run.step_count)
+            self.accelerator.log(step_metrics(rec, run.power_limit_w), step=run.step_count)
         run.step_begin()
 
     def epoch_end(self) -> StepRecord | None:

@@ -161,7 +161,7 @@ class EnergyTrainerCallback(TrainerCallback):
         if rec is None or rec is self._logged:
             return
         self._logged = rec
-        logs.update(step_metrics(rec, found.run.applied_limit_w))
+        logs.update(step_metrics(rec, found.run.power_limit_w))
 
 
 def _checkpoint(trainer: Any, resume_from_checkpoint: Any) -> Path | None:

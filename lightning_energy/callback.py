@@ -192,7 +192,7 @@ class EnergyCallback(Callback):
         # Straight to the loggers, at the trainer's cadence: the figures are already combined over
         # processes, and `LightningModule.log` would cost more per step than the measurement itself.
         for logger in trainer.loggers:
-            logger.log_metrics(step_metrics(rec, run.applied_limit_w), step=global_step)
+            logger.log_metrics(step_metrics(rec, run.power_limit_w), step=global_step)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Pause step figures and profiles: validation is not training."""
@@ -211,7 +211,9 @@ class EnergyCallback(Callback):
             return
         rec = self.run.epoch_end()
         if rec is not None:
-            pl_module.log_dict(epoch_metrics(rec), on_step=False, on_epoch=True)
+            # Already combined over processes, so the same on every rank: sync_dist's mean keeps the value
+            # and spares the user Lightning's warning that epoch figures are not synchronised.
+            pl_module.log_dict(epoch_metrics(rec), on_step=False, on_epoch=True, sync_dist=True)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:

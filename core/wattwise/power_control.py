@@ -24,6 +24,7 @@ from wattwise.carbon.control import CarbonControl
 from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
+from wattwise.errors import Unavailable
 from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w
 from wattwise.record import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
 from wattwise.settings.guard import SettingsGuard
@@ -53,6 +54,8 @@ class PowerLimitControl:
         self.tuner: PowerLimitTuner | None = None
         self.carbon: CarbonControl | None = None
         self.applied_limit_w: float | None = None
+        #: The limit every GPU had when the run started (None: they differ, or a GPU does not say).
+        self.found_limit_w: float | None = None
         #: The limit being applied, for the warning when applying it fails.
         self.target_w: float | None = None
         #: Every change: when, which device, which setting, what value.
@@ -126,6 +129,7 @@ class PowerLimitControl:
             job: Names the run to the node agent (the holder of agent-backed GPUs).
         """
         self.gpus, self._label = list(gpus), label
+        self.found_limit_w = self._common_limit_w()
         if self.mode != "measure" and not self.gpus:
             self._notices.append(f"power-limit {'tuning' if self.mode == 'tune' else 'capping'} needs an NVIDIA "
                                  "or AMD GPU and none was found: measuring only (backend='simulated' tries it on the "
@@ -156,6 +160,19 @@ class PowerLimitControl:
             if saved is not None:
                 self.tuner.finish_with(saved.chosen, saved.profile)
                 self.reused, self.reused_from = True, saved
+
+    @property
+    def limit_in_force_w(self) -> float | None:
+        """The power limit the loggers report: the one applied, else the one the GPUs had at the start."""
+        return self.applied_limit_w if self.applied_limit_w is not None else self.found_limit_w
+
+    def _common_limit_w(self) -> float | None:
+        """The power limit every GPU of this process has now; None when they differ or one cannot say."""
+        try:
+            limits = {gpu.power_limit_w() for gpu in self.gpus}
+        except Unavailable:  # a device that does not report its limit (a CPU domain, a refused call)
+            return None
+        return limits.pop() if len(limits) == 1 else None
 
     def apply(self, watts: float) -> None:
         assert self.guard is not None

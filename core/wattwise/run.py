@@ -204,6 +204,12 @@ class Run:
     def applied_limit_w(self) -> float | None:
         return self.power.applied_limit_w
 
+    @property
+    def power_limit_w(self) -> float | None:
+        """The GPUs' power limit as the loggers report it (`power/limit_w`): the one wattwise applied, else
+        (measuring only) the one they had when the run started; None when this process's GPUs differ."""
+        return self.power.limit_in_force_w
+
     # -- degrading -------------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
         if not self._warned:

@@ -1,6 +1,7 @@
 """A two-process DDP fit on the CPU (gloo) with EnergyCallback tuning simulated GPUs.
 
-Run by tests/integration/lightning_energy/test_lightning_ddp.py: `python ddp_fit.py OUTPUT_DIR`.
+Run by tests/integration/lightning_energy/test_lightning_ddp.py: `python ddp_fit.py OUTPUT_DIR [MODE]` (MODE:
+tune, the default, or measure).
 Lightning's DDP launcher starts the second process by running this script again.
 """
 
@@ -15,9 +16,10 @@ from wattwise.workload import use_one_cpu_thread
 
 if __name__ == "__main__":
     out = sys.argv[1]
+    mode = sys.argv[2] if len(sys.argv) > 2 else "tune"
     use_one_cpu_thread()
     callback = EnergyCallback(
-        mode="tune", backend="simulated", output_dir=out,
+        mode=mode, backend="simulated", output_dir=out,
         overrides=["devices.simulated.base_step_time_s=0.01", "power_limit.wait_steps=1",
                    "power_limit.warmup_steps=1", "power_limit.profile_steps=2", "power_limit.step_w=100",
                    "monitor.sync_cuda=false"])

@@ -14,6 +14,7 @@ from tests.support.clock import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import EnergyPluginWarning
+from wattwise.metrics import step_metrics
 from wattwise.record import format_summary, read_run_dir
 from wattwise.report import FacilityInputs, build_report, energy_statement
 from wattwise.run import Run
@@ -113,3 +114,23 @@ def test_a_choice_made_as_the_run_ends_is_reported_as_never_applied(tmp_path: Pa
     text = statement(tmp_path)
     assert f"power-limit tuning chose {chosen:g} W but never applied it" in text
     assert "the GPU power limit was set to" not in text and "this saved" not in text
+
+
+def test_measure_mode_reports_the_limit_the_gpus_run_at_for_power_limit_w(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
+    gpu.set_power_limit_w(250.0)  # set by the cluster's admin, not by wattwise
+    cfg = load_config(overrides=["monitor.sample_power=false", "monitor.sync_cuda=false",
+                                 f"output_dir={tmp_path / 'run'}", "log_every_n_steps=2"])
+    run = Run(cfg, devices=[gpu], wall_clock=clock)
+    run.start()
+    logged = []
+    for _ in range(4):
+        run.step_begin()
+        emulate_step([gpu], lambda: None)
+        rec = run.step_end()
+        if rec is not None:
+            logged.append(step_metrics(rec, run.power_limit_w))
+    run.finish()
+    assert run.applied_limit_w is None  # wattwise changed nothing
+    assert [m["power/limit_w"] for m in logged] == [250.0, 250.0]

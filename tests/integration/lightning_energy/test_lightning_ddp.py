@@ -48,3 +48,13 @@ def test_two_processes_sum_energy_max_time_and_choose_the_same_limit(tmp_path):
         by_rank.setdefault(event["device"].split("/")[0], []).append(event["value"])
     assert set(by_rank) == {"rank0", "rank1"} and by_rank["rank0"] == by_rank["rank1"]
     assert summary["power_limit"]["chosen_power_limit_w"] == by_rank["rank0"][-1]
+
+
+def test_a_measured_ddp_fit_gives_no_lightning_warning_about_wattwises_own_logging(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), "measure"], capture_output=True, text=True,
+                          timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Epoch figures are combined over the processes before they are logged: Lightning has nothing to warn of.
+    assert "sync_dist" not in proc.stderr, proc.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 2
