@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wattwise.agent import MAX_JOB_CHARS
+
 
 @dataclass(frozen=True)
 class Holder:
@@ -25,6 +27,25 @@ class Holder:
         """The holder as `wattwise agent status` shows it."""
         return {"pid": self.pid, "uid": self.uid, "job": self.job}
 
+    def journalled(self) -> dict[str, Any]:
+        """The holder as the journal records it: with its start time, so a restarted agent can tell it."""
+        return {**self.public(), "start_ticks": self.start_ticks}
+
+    @classmethod
+    def from_journal(cls, data: Any) -> Holder | None:
+        """The holder a journal entry names (`journalled`'s form), or None when it names none or is malformed."""
+        if not isinstance(data, dict):
+            return None
+        numbers = [n for n in (data.get(k) for k in ("pid", "uid", "start_ticks"))
+                   if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+        if len(numbers) != 3:
+            return None
+        pid, uid, ticks = numbers
+        job = data.get("job")
+        if not isinstance(job, str) or len(job) > MAX_JOB_CHARS or not job.isprintable():
+            job = ""
+        return cls(pid, uid, job, ticks)
+
     def describe(self) -> str:
         job = f", job {self.job!r}" if self.job else ""
         return f"pid {self.pid} (uid {self.uid}{job})"
@@ -37,6 +58,8 @@ class Lease:
     holder: Holder
     #: Setting name ("power_limit_w", "locked_sm_clocks_mhz") -> original value.
     originals: dict[str, Any] = field(default_factory=dict)
+    #: Setting name -> the value the holder last set (what an agent restart re-applies while it lives).
+    applied: dict[str, Any] = field(default_factory=dict)
 
 
 class LeaseConflict(Exception):

@@ -34,12 +34,23 @@ from typing import Any, TextIO
 from aiohttp import web
 
 from wattwise.agent import MAX_JOB_CHARS
+from wattwise.agent.audit import AuditLog
 from wattwise.agent.config import AgentConfig
+from wattwise.agent.connections import ConnectionLimits, quiet_client_logs, raise_open_file_limit
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
-from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, originals_words, read_setting, restore_originals
+from wattwise.settings.apply import (
+    POWER_LIMIT,
+    SM_CLOCKS,
+    apply_setting,
+    originals_words,
+    read_setting,
+    restore_originals,
+    setting_words,
+)
+from wattwise.settings.journal import owner_problem
 
 log = logging.getLogger(__name__)
 
@@ -156,11 +167,14 @@ class ProcessWatcher:
 class Agent:
     """The GPUs, their leases and the journal; HTTP-free (see `make_app`)."""
 
-    def __init__(self, devices: list[Device], backend: str, config: AgentConfig, journal: AgentJournal) -> None:
+    def __init__(self, devices: list[Device], backend: str, config: AgentConfig, journal: AgentJournal,
+                 audit: AuditLog | None = None) -> None:
         self.devices = {d.index: d for d in devices}
         self.backend = backend
         self.config = config
         self.journal = journal
+        #: One JSON line per change (`wattwise.agent.audit`); None in tests that need none.
+        self.audit = audit
         self.leases = LeaseTable()
         self.watcher: ProcessWatcher | None = None
         #: Journalled changes of GPUs this agent does not see: kept in the journal, never dropped.
@@ -168,36 +182,87 @@ class Agent:
 
     # -- life cycle -------------------------------------------------------------------------------------
     def recover(self) -> list[str]:
-        """Put back the originals a crashed agent journalled; one line per GPU restored."""
-        by_gpu: dict[int, dict[str, Any]] = {}
+        """Take over what the last agent journalled (it stopped, or crashed).
+
+        A GPU whose holder still runs (the same pid and start time: a reused pid is not the holder) keeps
+        its lease, and the holder's settings are applied again; every other GPU gets its originals back.
+
+        Returns:
+            One line per GPU restored.
+        """
+        originals: dict[int, dict[str, Any]] = {}
+        applied: dict[int, dict[str, Any]] = {}
+        holders: dict[int, Holder] = {}
         for change in self.journal.load():
             index = change["device"]["index"]
-            if index in self.devices:
-                by_gpu.setdefault(index, {})[change["setting"]] = change["original"]
-            else:
+            if index not in self.devices:
                 log.error("wattwise agent: journal names GPU %s, which this agent does not see; kept", index)
                 self.unseen.append(change)
+                continue
+            originals.setdefault(index, {})[change["setting"]] = change["original"]
+            holder = Holder.from_journal(change.get("holder"))
+            if holder is not None:
+                holders[index] = holder
+            if "applied" in change:
+                applied.setdefault(index, {})[change["setting"]] = change["applied"]
         lines = []
-        for index, originals in by_gpu.items():
-            restore_originals(self.devices[index], originals)
-            lines.append(f"GPU {index}: {originals_words(originals)}")
+        for index, recorded in originals.items():
+            holder = holders.get(index)
+            if holder is not None and _alive(holder) and self._resume(index, holder, recorded,
+                                                                      applied.get(index, {})):
+                continue
+            before = {setting: _reading(self.devices[index], setting) for setting in recorded}
+            restore_originals(self.devices[index], recorded)
+            for setting, value in recorded.items():
+                self._audit(holder or Holder(0, 0), index, setting, before[setting], value, "holder gone at start")
+            lines.append(f"GPU {index}: {originals_words(recorded)}")
         self._save()
         return lines
 
+    def _resume(self, index: int, holder: Holder, originals: dict[str, Any], applied: dict[str, Any]) -> bool:
+        """Give GPU `index` back to its live `holder` with the settings it had set; False when they fail."""
+        device = self.devices[index]
+        lease = self.leases.take(index, holder, originals)
+        try:
+            for setting, value in applied.items():
+                before = _reading(device, setting)
+                apply_setting(device, setting, value)
+                lease.applied[setting] = value
+                self._audit(holder, index, setting, before, value, "restart: holder alive")
+        except (DeviceError, UsageError, TypeError, ValueError, IndexError) as err:
+            log.error("wattwise agent: GPU %d: cannot apply %s's settings again (%s); restoring it", index,
+                      holder.describe(), err)
+            self.leases.release(index)
+            return False
+        log.info("wattwise agent: GPU %d stays held by %s, still running (%s)", index, holder.describe(),
+                 ", ".join(setting_words(s, v) for s, v in applied.items()) or "nothing set yet")
+        return True
+
     def start_watching(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch every holder (those kept over a restart too) so that its GPUs are restored when it ends."""
         self.watcher = ProcessWatcher(loop, self.holder_exited)
+        for _, lease in self.leases.items():
+            self.watcher.watch(lease.holder)
 
     def restore_all(self) -> None:
-        """The agent stops: every held GPU gets its original settings back."""
-        for index, _ in self.leases.items():
-            self._give_back(index)
+        """The agent stops: GPUs whose holder has ended get their originals back; live holders keep theirs.
+
+        A live holder's lease stays in the journal (with its pid and start time), so the next agent start
+        keeps it; `systemctl restart` never leaves a running job uncapped.
+        """
+        for index, lease in self.leases.items():
+            if _alive(lease.holder):
+                log.info("wattwise agent: stopping; GPU %d stays as %s set it (still running); the next agent "
+                         "start keeps its lease", index, lease.holder.describe())
+            else:
+                self._give_back(index, "holder ended")
         if self.watcher is not None:
             self.watcher.close()
 
     def holder_exited(self, holder: Holder) -> None:
         for index in self.leases.held_by(holder):
             log.info("wattwise agent: %s ended: restoring GPU %d", holder.describe(), index)
-            self._give_back(index)
+            self._give_back(index, "holder ended")
 
     # -- requests ---------------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -226,7 +291,7 @@ class Agent:
         if not alo <= watts <= ahi:
             raise AgentError(403, f"power limit {watts:g} W is outside the range the admin allows on GPU {index} "
                                   f"[{alo:g}, {ahi:g}] W")
-        return self._change(index, caller, gids, lambda: device.set_power_limit_w(watts))
+        return self._change(index, caller, gids, POWER_LIMIT, watts)
 
     def lock_sm_clocks(self, index: int, caller: Holder, gids: set[int], min_mhz: int, max_mhz: int) -> dict[str, Any]:
         device = self._device(index)
@@ -240,11 +305,11 @@ class Agent:
             if not alo <= min_mhz <= max_mhz <= ahi:
                 raise AgentError(403, f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside the range the admin "
                                       f"allows [{alo}, {ahi}] MHz")
-        return self._change(index, caller, gids, lambda: device.lock_sm_clocks_mhz(min_mhz, max_mhz))
+        return self._change(index, caller, gids, SM_CLOCKS, [min_mhz, max_mhz])
 
     def reset_sm_clocks(self, index: int, caller: Holder, gids: set[int]) -> dict[str, Any]:
-        device = self._device(index)
-        return self._change(index, caller, gids, device.reset_sm_clocks)
+        self._device(index)
+        return self._change(index, caller, gids, SM_CLOCKS, None)
 
     def release(self, index: int, caller: Holder) -> dict[str, Any]:
         """The holder gives the GPU back: its original settings are restored now."""
@@ -254,7 +319,7 @@ class Agent:
         except LeaseConflict as err:
             raise AgentError(409, f"{err}; only its holder may release it") from None
         if held:
-            self._give_back(index)
+            self._give_back(index, "released")
         return self.gpu_status(index)
 
     # -- internals --------------------------------------------------------------------------------------
@@ -264,7 +329,7 @@ class Agent:
             raise AgentError(404, f"no GPU {index} on this node (GPUs: {sorted(self.devices)})")
         return device
 
-    def _change(self, index: int, caller: Holder, gids: set[int], apply: Callable[[], None]) -> dict[str, Any]:
+    def _change(self, index: int, caller: Holder, gids: set[int], setting: str, value: Any) -> dict[str, Any]:
         if not self.config.allows(caller.uid, gids):
             raise AgentError(403, f"uid {caller.uid} may not change GPU settings on this node "
                                   "(the agent's config lists the allowed users and groups)")
@@ -283,33 +348,70 @@ class Agent:
             if self.watcher is not None:
                 self.watcher.watch(caller)
             log.info("wattwise agent: GPU %d now held by %s", index, caller.describe())
+        device = self.devices[index]
+        before = _reading(device, setting)
         try:
-            _call(apply)
+            _call(lambda: apply_setting(device, setting, value))
         except AgentError:
             if not held:
-                self._give_back(index)
+                self._give_back(index, "refused")
             raise
+        self._audit(caller, index, setting, before, value, "requested")
+        lease = self.leases.get(index)
+        if lease is not None:
+            lease.applied[setting] = value
+            with contextlib.suppress(OSError):  # the originals are journalled already; this adds the re-apply
+                self._save()
         return self.gpu_status(index)
 
-    def _give_back(self, index: int) -> None:
+    def _give_back(self, index: int, why: str) -> None:
         lease = self.leases.get(index)
         if lease is None:
             return
+        device = self.devices[index]
+        before = {setting: _reading(device, setting) for setting in lease.originals}
         try:
-            restore_originals(self.devices[index], lease.originals)
+            restore_originals(device, lease.originals)
         except DeviceError as err:
             log.error("wattwise agent: could not restore GPU %d (%s); kept in the journal", index, err)
             return
+        for setting, value in lease.originals.items():
+            if before[setting] != value:
+                self._audit(lease.holder, index, setting, before[setting], value, why)
         self.leases.release(index)
         self._save()
         if self.watcher is not None and not self.leases.held_by(lease.holder):
             self.watcher.unwatch(lease.holder)
 
     def _save(self) -> None:
-        """Journal the originals of every held GPU (and those of GPUs not seen): the settings journal's format."""
-        changes = [{"device": self.devices[index].spec(), "setting": setting, "original": value}
-                   for index, lease in self.leases.items() for setting, value in lease.originals.items()]
+        """Journal the originals of every held GPU (and those of GPUs not seen): the settings journal's format.
+
+        Each change also names its holder (pid, uid, job, start time) and the value the holder set, if any:
+        what the next agent start needs to keep a live holder's lease (other readers ignore both).
+        """
+        changes = []
+        for index, lease in self.leases.items():
+            for setting, value in lease.originals.items():
+                change = {"device": self.devices[index].spec(), "setting": setting, "original": value,
+                          "holder": lease.holder.journalled()}
+                if setting in lease.applied:
+                    change["applied"] = lease.applied[setting]
+                changes.append(change)
         self.journal.save(changes + self.unseen)
+
+    def _audit(self, holder: Holder, index: int, setting: str, old: Any, new: Any, why: str) -> None:
+        if self.audit is None:
+            return
+        try:
+            self.audit.record(uid=holder.uid, pid=holder.pid, job=holder.job, device_spec=self.devices[index].spec(),
+                              setting=setting, old=old, new=new, why=why)
+        except (OSError, ValueError) as err:
+            log.error("wattwise agent: cannot write the audit log (%s)", err)
+
+
+def _alive(holder: Holder) -> bool:
+    """Whether `holder` still runs: its pid names a live process that started when the holder did."""
+    return holder.start_ticks > 0 and process_start_ticks(holder.pid) == holder.start_ticks
 
 
 def _read_originals(device: Device) -> dict[str, Any]:
@@ -318,6 +420,14 @@ def _read_originals(device: Device) -> dict[str, Any]:
         with contextlib.suppress(NotSupportedError):
             originals[setting] = read_setting(device, setting)
     return originals
+
+
+def _reading(device: Device, setting: str) -> Any:
+    """`setting`'s value on `device` now, for the audit log; None when it cannot be read."""
+    try:
+        return read_setting(device, setting)
+    except DeviceError:
+        return None
 
 
 def _maybe(read: Callable[[], Any]) -> Any:
@@ -382,6 +492,8 @@ async def _body(request: web.Request) -> dict[str, Any]:
         data = json.loads(raw or b"{}")
     except (ValueError, UnicodeDecodeError):
         raise AgentError(400, "the request body is not valid JSON") from None
+    except RecursionError:
+        raise AgentError(400, "the request body is nested too deeply (a flat JSON object is expected)") from None
     if not isinstance(data, dict):
         raise AgentError(400, "the request body must be a JSON object")
     return data
@@ -410,7 +522,7 @@ def _integer(data: dict[str, Any], key: str) -> int:
 
 def _index(request: web.Request) -> int:
     text = request.match_info["index"]
-    if not text.isdigit() or len(text) > 6:
+    if not (text.isascii() and text.isdigit()) or len(text) > 6:  # "²" and "١" are digits to str.isdigit
         raise AgentError(404, f"no GPU {text!r} on this node")
     return int(text)
 
@@ -470,9 +582,34 @@ class ServeOptions:
     metrics_host: str = "127.0.0.1"
 
 
+def socket_folder_problem(folder: Path) -> str | None:
+    """Why the socket's folder cannot be trusted, or None.
+
+    Whoever may write in it could swap the socket for a link between bind and chmod, or plant a file of
+    their own there: it must be a real folder (no symbolic link), owned by the agent's user (root when
+    deployed), writable by nobody else (a sticky /tmp is refused too).
+    """
+    try:
+        st = os.lstat(folder)
+    except OSError as err:
+        return f"cannot read it ({err.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder (a symbolic link or a file)"
+    return owner_problem("the folder", st)
+
+
 def prepare_socket(path: Path) -> None:
-    """Make the socket's folder (0755) and clear a stale socket; refuse when an agent already listens."""
+    """Make the socket's folder (0755), check it, and clear a stale socket.
+
+    Raises:
+        UsageError: the folder cannot be trusted (see `socket_folder_problem`), the path is not a socket,
+            or an agent already listens there.
+    """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    problem = socket_folder_problem(path.parent)
+    if problem:
+        raise UsageError(f"--socket {path}: its folder {path.parent} {problem.removeprefix('the folder ')}; "
+                         "use a folder only root may write, such as /run/wattwise")
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -488,6 +625,27 @@ def prepare_socket(path: Path) -> None:
     finally:
         probe.close()
     raise UsageError(f"--socket {path}: another agent already listens there")
+
+
+def share_socket(path: Path, gid: int) -> None:
+    """Give the socket bound at `path` to group `gid`, mode 0660, never through a symbolic link.
+
+    The node is opened with O_PATH|O_NOFOLLOW and checked to be a socket; owner and mode are then set on
+    that very node (through /proc/self/fd), so nothing swapped in at `path` is changed.
+
+    Raises:
+        UsageError: `path` is no longer the socket (something replaced it).
+    """
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise UsageError(f"--socket {path}: replaced by something that is not the agent's socket; "
+                             "use a folder only root may write")
+        node = f"/proc/self/fd/{fd}"
+        os.chown(node, -1, gid)
+        os.chmod(node, 0o660)
+    finally:
+        os.close(fd)
 
 
 def group_id(group: str | None) -> int:
@@ -531,16 +689,19 @@ async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] |
     path = Path(options.socket)
     prepare_socket(path)
     loop = asyncio.get_running_loop()
+    quiet_client_logs()
+    raise_open_file_limit()
     agent.start_watching(loop)
-    runner = web.AppRunner(make_app(agent), access_log=None, handle_signals=False)
+    runner = web.AppRunner(make_app(agent), access_log=None, handle_signals=False, keepalive_timeout=2.0)
     await runner.setup()
+    limits = ConnectionLimits(loop)
+    assert runner.server is not None  # set by setup()
     previous = os.umask(0o177)  # no moment where others could connect before the chmod below
     try:
-        await web.UnixSite(runner, str(path)).start()
+        server = await loop.create_unix_server(limits.factory(runner.server), str(path), backlog=128)
     finally:
         os.umask(previous)
-    os.chown(path, -1, gid)
-    os.chmod(path, 0o660)
+    share_socket(path, gid)
     if options.metrics_port is not None:
         from wattwise.agent.metrics import start_metrics
 
@@ -555,6 +716,9 @@ async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] |
     finally:
         agent.restore_all()
         agent.journal.close()
+        if agent.audit is not None:
+            agent.audit.close()
+        server.close()
         await runner.cleanup()
         with contextlib.suppress(OSError):
             path.unlink()

@@ -20,11 +20,13 @@ import http.client
 import json
 import os
 import socket
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange
 from wattwise.devices.registry import Wanted
+from wattwise.errors import EnergyPluginWarning
 
 if TYPE_CHECKING:
     from wattwise.devices.simulated import SimulatedGPU
@@ -153,6 +155,10 @@ class AgentGPU(Device):
         self.client = client
         self.job = job
         self.simulated = local.simulated
+        #: The power limit this process last set through the agent (None: none, or given back).
+        self.requested_limit_w: float | None = None
+        #: Said once when someone else lifted that limit (see `settings_lifted`); None until then.
+        self.lifted_note: str | None = None
 
     @property
     def index(self) -> int:
@@ -197,6 +203,7 @@ class AgentGPU(Device):
 
     def set_power_limit_w(self, watts: float) -> None:
         self.client.set_power_limit(self.index, float(watts), self.job)
+        self.requested_limit_w = float(watts)
 
     def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
         self.client.lock_sm_clocks(self.index, int(min_mhz), int(max_mhz), self.job)
@@ -212,6 +219,34 @@ class AgentGPU(Device):
     def release(self) -> None:
         """Give the GPU back now: the agent restores its original settings."""
         self.client.release(self.index)
+        self.requested_limit_w = None
+
+    def settings_lifted(self) -> str | None:
+        """Whether the power limit this process set through the agent is still in force; one warning if not.
+
+        Someone else may lift it: the agent going away without a journal to come back to, an admin's
+        `wattwise restore` or `nvidia-smi -pl` (an agent restart keeps a live holder's limit). The run then
+        goes on uncapped, and should say so: the first call that finds the GPU's limit more than 0.5 W away
+        from the one set warns (`EnergyPluginWarning`) and keeps the note in `lifted_note` for the summary;
+        later calls return the same note without warning again.
+
+        Returns:
+            The note (one line naming the GPU, both limits and what to check), or None while the limit holds.
+        """
+        if self.lifted_note is not None or self.requested_limit_w is None:
+            return self.lifted_note
+        try:
+            now_w = self.local.power_limit_w()
+        except DeviceError:
+            return None
+        if abs(now_w - self.requested_limit_w) <= 0.5:
+            return None
+        self.lifted_note = (f"GPU {self.index}: its power limit is {now_w:g} W, not the {self.requested_limit_w:g} W "
+                            "this job set through the node agent: someone else changed it (the agent restored it "
+                            "or an admin set another limit); the rest of the run is not capped as asked "
+                            "(see `wattwise agent status` and the agent's audit log)")
+        warnings.warn(self.lifted_note, EnergyPluginWarning, stacklevel=2)
+        return self.lifted_note
 
     def name_job(self, job: str) -> None:
         """Name the job the agent shows as this GPU's holder (and labels its Prometheus series with).

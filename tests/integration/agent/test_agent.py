@@ -326,6 +326,8 @@ def test_a_sigkilled_agents_journal_is_applied_at_its_next_start(tmp_path: Path)
         assert json.loads((first.sim_dir / "gpu1.json").read_text())["power_limit_w"] == 150.0
         originals = {(c["device"]["index"], c["setting"]): c["original"] for c in AgentJournal(first.state_dir).load()}
         assert originals[(1, "power_limit_w")] == 300.0
+        holder.kill()  # the holder ends while no agent runs: the next start restores its GPU
+        holder.wait()
         second = _start(tmp_path)
         try:
             assert second.gpu(1)["power_limit_w"] == 300.0 and second.gpu(1)["holder"] is None
@@ -338,13 +340,18 @@ def test_a_sigkilled_agents_journal_is_applied_at_its_next_start(tmp_path: Path)
         holder.wait()
 
 
-def test_sigterm_restores_every_held_gpu_and_removes_the_socket(tmp_path: Path) -> None:
+def test_sigterm_restores_the_gpus_of_ended_holders_and_removes_the_socket(tmp_path: Path) -> None:
     running = _start(tmp_path)
     holder = _holder(running, 200, "bert")
     try:
+        running.proc.send_signal(signal.SIGSTOP)  # the holder ends while the agent cannot notice it
+        holder.kill()
+        holder.wait()
+        running.proc.send_signal(signal.SIGCONT)
         _stop(running)
         assert json.loads((running.sim_dir / "gpu0.json").read_text())["power_limit_w"] == 300.0
         assert not running.socket.exists()
+        assert AgentJournal(running.state_dir).load() == []
     finally:
         holder.kill()
         holder.wait()

@@ -89,7 +89,11 @@ def test_the_originals_are_journalled_before_the_change_and_restored_when_the_ho
     state = agent.set_power_limit(0, ALICE, {1000}, 200.0)
     assert state["power_limit_w"] == 200.0 and state["holder"] == {"pid": 101, "uid": 1000, "job": "bert"}
     journalled = AgentJournal(tmp_path / "state").load()
-    assert {"device": agent.devices[0].spec(), "setting": "power_limit_w", "original": 300.0} in journalled
+    recorded = [{k: c[k] for k in ("device", "setting", "original")} for c in journalled]
+    assert {"device": agent.devices[0].spec(), "setting": "power_limit_w", "original": 300.0} in recorded
+    # With its holder (pid and start time) and the value it set: what an agent restart keeps it by.
+    power = next(c for c in journalled if c["setting"] == "power_limit_w")
+    assert power["holder"] == {**ALICE.public(), "start_ticks": ALICE.start_ticks} and power["applied"] == 200.0
     assert os.stat(tmp_path / "state" / "journal.json").st_mode & 0o777 == 0o600
     assert os.stat(tmp_path / "state").st_mode & 0o777 == 0o700
     agent.lock_sm_clocks(0, ALICE, {1000}, 900, 1200)
