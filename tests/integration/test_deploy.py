@@ -66,13 +66,35 @@ def _defaults() -> dict[str, str]:
     return values
 
 
+ADMIN_PAGE = REPO_ROOT / "docs" / "admin.md"
+
+
+def _documented_command_line() -> str:
+    """The agent's command line the admin page says the unit runs (the one `text` block of its install section)."""
+    section = ADMIN_PAGE.read_text().split("### Install the agent with systemd", 1)[1].split("\n### ", 1)[0]
+    (line,) = re.findall(r"```text\n(.*?)\n```", section, flags=re.S)
+    return str(line)
+
+
+def _expanded_exec_start() -> list[str]:
+    """The unit's ExecStart as systemd runs it with the defaults file."""
+    (exec_start,) = _unit()["ExecStart"]
+    defaults = _defaults()
+    words = [w.replace("${WATTWISE_AGENT_GROUP}", defaults["WATTWISE_AGENT_GROUP"]) for w in shlex.split(exec_start)]
+    return [x for w in words for x in (shlex.split(defaults["WATTWISE_AGENT_OPTS"]) if w == "$WATTWISE_AGENT_OPTS"
+                                      else [w])]
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                     reason="no `systemd-analyze` (Debian: apt-get install systemd)")
 def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
-    # verify checks that ExecStart's program exists: point it at this checkout's `wattwise`.
+    # The unit as the admin page installs it, with the command line the page says it runs; verify checks
+    # that ExecStart's program exists: point it at this checkout's `wattwise`.
     program = shutil.which("wattwise") or str(Path(REPO_ROOT / ".venv" / "bin" / "wattwise"))
+    text = (DEPLOY / "wattwise-agent.service").read_text()
+    text = re.sub(r"^ExecStart=.*?[^\\]\n", f"ExecStart={_documented_command_line()}\n", text, flags=re.M | re.S)
     unit = tmp_path / "wattwise-agent.service"
-    unit.write_text((DEPLOY / "wattwise-agent.service").read_text().replace("/usr/local/bin/wattwise", program))
+    unit.write_text(text.replace("/usr/local/bin/wattwise", program))
     proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     # Unknown keys and bad values are warnings on stderr with exit 0: any line about the unit is a fault.
     problems = [line for line in (proc.stdout + proc.stderr).splitlines() if unit.name in line]
@@ -147,6 +169,85 @@ def test_the_containerfile_copies_what_a_wheel_is_built_from_and_starts_the_agen
     assert entrypoint == ["wattwise", "agent", "serve"]
     args = _serve_args(cmd)
     assert args.socket == DEFAULT_SOCKET and args.state_dir == DEFAULT_STATE_DIR and args.backend == "nvml"
+
+
+def test_the_unit_filters_system_calls_and_allows_only_the_gpu_device_nodes() -> None:
+    unit = _unit()
+    assert unit["SystemCallFilter"] == ["@system-service"]
+    assert unit["DevicePolicy"] == ["closed"]
+    allowed = {value.split()[0] for value in unit["DeviceAllow"]}
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "char-nvidia-frontend"} <= allowed  # frontend: /dev/nvidiaN
+    text = (DEPLOY / "wattwise-agent.service").read_text()
+    assert "#DeviceAllow=/dev/kfd rw" in text and "#DeviceAllow=char-drm rw" in text  # AMD, in a comment
+
+
+def test_the_admin_pages_install_steps_make_the_group_install_the_config_and_run_the_units_command_line() -> None:
+    page = ADMIN_PAGE.read_text()
+    section = page.split("### Install the agent with systemd", 1)[1].split("\n### ", 1)[0]
+    (steps,) = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)
+    commands = [line.split("#")[0].strip() for line in steps.splitlines()]
+    group = _defaults()["WATTWISE_AGENT_GROUP"]
+    config = _serve_args(_expanded_exec_start()[3:]).config
+    assert "/opt/wattwise/bin/pip install '.[agent]'" in commands  # the lean install
+    assert "ln -s /opt/wattwise/bin/wattwise /usr/local/bin/wattwise" in commands  # where ExecStart finds it
+    assert f"groupadd --system {group}" in commands
+    assert any(c.startswith(f"usermod -aG {group} ") for c in commands)
+    assert "log in again" in section
+    assert f"install -D -m 0644 deploy/agent.example.yaml {config}" in commands
+    assert "install -m 0644 deploy/wattwise-agent.default /etc/default/wattwise-agent" in commands
+    assert "systemctl enable --now wattwise-agent" in commands
+    # The command line the page shows is the unit's, word for word.
+    assert shlex.split(_documented_command_line()) == _expanded_exec_start()
+
+
+def test_one_metrics_port_throughout_the_docs_and_deploy_files() -> None:
+    ports: dict[str, set[str]] = {}
+    texts = {p: p.read_text() for p in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md")),
+                                        *sorted(DEPLOY.iterdir())] if p.is_file()}
+    for path, text in texts.items():
+        for port in re.findall(r"--metrics-port[\s\",]+(\d+)|prometheus\.io/port: \"(\d+)\"|127\.0\.0\.1:(\d+)\"\]",
+                               text):
+            ports.setdefault(next(p for p in port if p), set()).add(str(path.relative_to(REPO_ROOT)))
+    assert list(ports) == ["9402"], ports
+
+
+def test_the_daemonset_uses_the_nvidia_runtime_probes_the_socket_and_is_scraped() -> None:
+    manifest = yaml.safe_load((DEPLOY / "wattwise-agent-daemonset.yaml").read_text())
+    template = manifest["spec"]["template"]
+    spec = template["spec"]
+    assert spec["runtimeClassName"] == "nvidia"
+    (container,) = spec["containers"]
+    args = _serve_args(container["args"])
+    for probe in ("readinessProbe", "livenessProbe"):
+        program, *argv = container[probe]["exec"]["command"]
+        assert program == "wattwise"
+        parser = argparse.ArgumentParser(prog="wattwise")
+        agent_cli.register(parser.add_subparsers(dest="subcommand"))
+        probed = parser.parse_args(argv)
+        assert (probed.agent_command, probed.socket) == ("status", args.socket), probe
+    annotations = template["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == args.metrics_port and args.metrics_host == "0.0.0.0"
+
+
+def test_the_grafana_dashboard_asks_for_its_prometheus_data_source_on_import() -> None:
+    board = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    (source,) = board["__inputs"]
+    assert (source["name"], source["type"], source["pluginId"]) == ("DS_PROMETHEUS", "datasource", "prometheus")
+    uids: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("datasource"), dict):
+                uids.append(node["datasource"]["uid"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk({k: v for k, v in board.items() if k != "__inputs"})
+    assert len(uids) >= len(board["panels"]) and set(uids) == {"${DS_PROMETHEUS}"}
 
 
 # -- SLURM: the prolog and the epilog against a running agent on simulated GPUs --------------------------
