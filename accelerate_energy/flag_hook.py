@@ -12,6 +12,13 @@ from __future__ import annotations
 
 import sys
 
+# Not `typing.TYPE_CHECKING`: importing `typing` would cost every Python process with the flag on.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
 #: The modules whose import hands over to `accelerate_energy.auto_attach`.
 WATCHED = frozenset({"accelerate.accelerator", "transformers.trainer"})
 
@@ -22,14 +29,15 @@ class StartupFinder:
     def __init__(self) -> None:
         self.waiting = True
 
-    def find_spec(self, fullname: str, path: object, target: object = None) -> object:
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         """None for every module but the first `WATCHED` one, whose spec `auto_attach.take_over` gives."""
         if fullname not in WATCHED or not self.waiting:
             return None
         self.waiting = False
         from accelerate_energy import auto_attach
 
-        return auto_attach.take_over(fullname, path, target)  # type: ignore[arg-type]
+        return auto_attach.take_over(fullname, path, target)
 
 
 def install() -> None:
