@@ -217,25 +217,35 @@ class RunMeasurement:
     def pause(self, kind: str) -> None:
         """Time that is not training starts (an evaluation, a checkpoint): training windows stop counting.
 
-        Local to this process (no collective). A pause inside a pause belongs to the first one.
+        Local to this process (no collective). A pause of another kind during a pause (a checkpoint saved
+        at the end of validation) ends the first and is counted under its own kind from then on; a pause of
+        the same kind belongs to the first.
         """
-        if self.paused_kind is not None or self.monitor is None:
+        if self.monitor is None or self.paused_kind == kind:
             return
+        if self.paused_kind is not None:
+            self._end_pause()  # the training windows stay paused
+        else:
+            self.monitor.pause_windows(list(TRAINING_WINDOWS))
         self.paused_kind = kind
-        self.monitor.pause_windows(list(TRAINING_WINDOWS))
         self.monitor.begin_window(PAUSE, sync=False)
 
     def resume(self) -> None:
         """Training goes on: the training windows count again; the pause's figures are kept apart."""
         if self.paused_kind is None or self.monitor is None:
             return
+        self._end_pause()
+        self.monitor.resume_windows(list(TRAINING_WINDOWS), sync=False)
+
+    def _end_pause(self) -> None:
+        """Close the pause window and add its time and energy to its kind's."""
+        assert self.monitor is not None and self.paused_kind is not None
         kind, self.paused_kind = self.paused_kind, None
         m = self.monitor.end_window(PAUSE)
         figures = self.paused.setdefault(kind, [0.0, 0.0, 0])
         figures[0] += m.time_s
         figures[1] += m.total_energy_j
         figures[2] += 1
-        self.monitor.resume_windows(list(TRAINING_WINDOWS), sync=False)
 
     # -- epochs ----------------------------------------------------------------------------------------
     def epoch_begin(self, number: int | None = None) -> None:
