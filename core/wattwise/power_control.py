@@ -24,6 +24,7 @@ from wattwise.carbon.control import CarbonControl
 from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
+from wattwise.errors import Unavailable, UsageError
 from wattwise.errors import Unavailable
 from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w
 from wattwise.record import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
@@ -65,6 +66,10 @@ class PowerLimitControl:
         #: Where a reused limit came from (selector, eta, run and time of the run that chose it).
         self.reused_from: RememberedLimit | None = None
         self.steps_at_chosen = 0
+        #: Why a change failed in this process of several, until every process degrades together (the run's
+        #: next decision point): meanwhile the settings stay restored and tuning only counts, so that every
+        #: process still issues the same collectives.
+        self.suspended: str | None = None
         #: Optimizer steps the run will make, when the framework knows (None: unknown).
         self.expected_steps: int | None = None
         #: Messages the run must warn about once (tuning that cannot finish), until it takes them.
@@ -154,12 +159,32 @@ class PowerLimitControl:
         if self._resumed_tuner is not None:
             self.tuner.load_state_dict(self._resumed_tuner)
             return
-        if cfg.reuse and memory_key is not None:
-            saved = self.memory.recall(memory_key) if collective.rank == 0 else None
-            saved = collective.broadcast(saved)
-            if saved is not None:
-                self.tuner.finish_with(saved.chosen, saved.profile)
-                self.reused, self.reused_from = True, saved
+
+    def reuse_remembered(self, collective: Collective, memory_key: str | None) -> None:
+        """Finish tuning with the limit an earlier run of the job chose, when one is remembered.
+
+        Called by every process after `setup`, once they agree that they tune: the main process recalls the
+        limit and broadcasts it, even when recalling failed (then it raises after the broadcast), so that
+        every process takes part in the same collective.
+
+        Raises:
+            Unavailable: the limits memory cannot be read (on the main process).
+        """
+        if self.tuner is None or self._resumed_tuner is not None or not self.cfg.reuse or memory_key is None:
+            return
+        saved: RememberedLimit | None = None
+        failure: Exception | None = None
+        if collective.rank == 0:
+            try:
+                saved = self.memory.recall(memory_key)
+            except (Unavailable, UsageError) as err:
+                failure = err
+        saved = collective.broadcast(saved)
+        if saved is not None:
+            self.tuner.finish_with(saved.chosen, saved.profile)
+            self.reused, self.reused_from = True, saved
+        if failure is not None:
+            raise failure
 
     @property
     def limit_in_force_w(self) -> float | None:
@@ -191,9 +216,11 @@ class PowerLimitControl:
     def step_begin(self, collective: Collective, steps_done: int) -> bool:
         """Apply the limit the tuner (or the carbon part) wants now; True when a profile window opens.
 
-        After a signal (`interrupted`) nothing changes and no window opens: the process is winding down.
+        After a signal (`interrupted`), and while `suspended`, nothing changes (the process is winding down,
+        or waits for the others to degrade with it), but tuning goes on counting: windows open and close on
+        the same steps in every process.
         """
-        if self.tuner is None or self.interrupted:
+        if self.tuner is None:
             return False
         if self.expected_steps is not None and not self.tuner.done:
             self._check_time_left(steps_done)
@@ -201,7 +228,8 @@ class PowerLimitControl:
         target = action.set_limit_w
         if self.tuner.done and self.carbon is not None:
             target = self.carbon.target_w(self.tuner.profile, collective)
-        if target is not None and target != self.applied_limit_w:
+        holding = self.interrupted or self.suspended is not None  # counting only: see `suspended`
+        if target is not None and target != self.applied_limit_w and not holding:
             self.target_w = target
             self.apply(target)
         if action.begin_window:
@@ -290,9 +318,17 @@ class PowerLimitControl:
             self.memory.save(memory_key, self.tuner.chosen, self.tuner.profile, selector=self.tuner.selector,
                              eta=self.tuner.eta, run_id=run_id)
 
+    def suspend(self, reason: str) -> None:
+        """A change failed in this process of several: restore every setting now, and change none until
+        every process degrades together (`degrade`, at the run's next decision point). The first reason stays."""
+        if self.suspended is None:
+            self.suspended = reason
+        self.restore()
+
     def degrade(self) -> None:
         """A change failed: restore every setting and only measure from now on."""
         self.mode = "measure"
+        self.suspended = None
         self.tuner = None
         self.restore()
         self.applied_limit_w = None

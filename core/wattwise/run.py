@@ -234,11 +234,47 @@ class Run:
         """A setting could not be changed: restore and go on measuring. Raised instead in strict mode."""
         if self.cfg.strict:
             raise err
+        if self.collective.world_size > 1 and self.power.mode != "measure":
+            # Not alone: degrading here alone would change this process's collectives (see `_agree`).
+            self.power.suspend(f"{what} failed ({err})")
+            return
         message = f"{what} failed ({err}); continuing with measurement only"
         self._warn(f"{message} (set strict=True to make this an error)")
         if message not in self._noticed:  # the summary says why no setting was changed
             self._noticed.append(message)
         self.power.degrade()
+
+    def _agree(self, *, at_start: bool = False) -> None:
+        """A decision point of a run of several processes: a change that failed in one degrades them all.
+
+        A process that stopped changing settings alone would stop tuning alone, and the processes would no
+        longer issue the same collectives (a mismatch, or a hang). So a failed change only suspends the
+        process's changes (`PowerLimitControl.suspend`), and here, where the processes already exchange
+        figures (the start, a profile window's end, a logging step, the end), one all-reduce asks whether
+        any process failed; if one did, every process degrades to measurement only, together, with one
+        warning (main process) and a note in the summary naming each rank and what failed there. Called by
+        every process at the same points; nothing to do (no collective) once they only measure.
+
+        Args:
+            at_start: After `PowerLimitControl.setup`: a process that found no GPU to change (and so only
+                measures) counts as one that failed.
+        """
+        coll, power = self.collective, self.power
+        if coll.world_size == 1 or (power.mode == "measure" and not at_start):
+            return
+        failed = power.suspended
+        if failed is None and at_start and power.mode == "measure" and not power.gpus:
+            failed = "no GPU whose power limit it could change was found"
+        if not coll.any(failed is not None):
+            return
+        reasons = coll.all_gather(failed)
+        ranks = "; ".join(f"rank {rank}: {reason}" for rank, reason in enumerate(reasons) if reason is not None)
+        message = f"{ranks}; every process continues with measurement only, so that the processes stay in step"
+        if message not in self._noticed:  # the summary says which rank failed, and why
+            self._noticed.append(message)
+        if self.is_main:
+            self._warn(f"{message} (set strict=True to make this an error)")
+        power.degrade()
 
     def _stop_measuring(self, err: BaseException) -> None:
         if self.cfg.strict:
@@ -276,12 +312,19 @@ class Run:
                          "is not readable): training goes on unmeasured; backend='simulated' tries wattwise "
                          "on the simulated GPU")
             return
+        changes = self.power.mode != "measure"
         try:
             self.power.setup(self.gpus, self.collective, memory_key=self._memory_key(),
                              label=self.measurement.device_label, guard=self._open_guard, carbon=self._carbon_part,
                              job=self.job_name)
         except (Unavailable, UsageError) as err:
             self._degrade(err, "setting up the power limit")
+        if changes:  # every process asks, tunes only when all can, then shares the remembered limit
+            self._agree(at_start=True)
+            try:
+                self.power.reuse_remembered(self.collective, self._memory_key())
+            except (Unavailable, UsageError) as err:
+                self._degrade(err, "recalling the remembered power limit")
         self._take_notices()
 
     def _carbon_part(self) -> CarbonControl | None:
@@ -333,7 +376,8 @@ class Run:
             rec, ended = m.close_interval(also=(PROFILE,) if profile_done else ())
         else:
             ended = m.end(PROFILE)
-        if profile_done:
+        self._agree()  # a decision point: a change that failed in one process degrades all of them here
+        if profile_done and self.power.tuner is not None:
             try:
                 self.power.record_profile(ended[0].time_s, ended[0].energy_j, memory_key=self._memory_key(),
                                           is_main=self.is_main, run_id=self.run_id)
@@ -399,6 +443,7 @@ class Run:
             status = "interrupted"
         if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
             status = "interrupted"
+        self._agree()  # a change that failed in one process since the last decision point
         self.power.finish_tuning(self.step_count)
         self._take_notices()
         self.power.close()

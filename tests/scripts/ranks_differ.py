@@ -1,0 +1,69 @@
+"""A two-process DDP fit (CPU, gloo) tuning simulated GPUs, where one process cannot change its GPU.
+
+`python ranks_differ.py HOME FAULT OUTPUT_DIR`, HOME being the WATTWISE_HOME (the simulated GPUs keep their
+settings in HOME/simulated). FAULT is what differs in the process of rank 1 (Lightning's DDP launcher runs
+this script again for it, with LOCAL_RANK=1):
+
+- `held`: nothing here; the test holds that GPU from another wattwise process;
+- `permission`: every change of its power limit is refused for lack of permission;
+- `lost`: the GPU is lost after its first change;
+- `refused`: a limit under 250 W is refused by the device;
+- `state`: its state folder (the guard's journal) cannot be created.
+
+Run by tests/integration/lightning_energy/test_ranks_agree.py: training must go on, exit 0, with one warning.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch.distributed
+
+from lightning_energy import EnergyCallback
+from lightning_energy.demo import EmulatedModule
+from wattwise.devices.base import DeviceError, DeviceLostError, NoPermissionError
+from wattwise.devices.simulated import SimulatedGPU
+from wattwise.workload import use_one_cpu_thread
+
+
+def make_rank_differ(fault: str, home: Path) -> None:
+    """Make this process (rank 1) differ as `fault` says (see the module docstring)."""
+    original = SimulatedGPU.set_power_limit_w
+    changes = []
+
+    def set_power_limit_w(gpu: SimulatedGPU, watts: float) -> None:
+        changes.append(watts)
+        if fault == "permission":
+            raise NoPermissionError(f"gpu{gpu.index}: insufficient permissions to set the power limit")
+        if fault == "lost" and len(changes) > 1:
+            raise DeviceLostError(f"gpu{gpu.index}: the GPU has fallen off the bus")
+        if fault == "refused" and watts < 250:
+            raise DeviceError(f"gpu{gpu.index}: the driver refused a power limit of {watts:g} W")
+        original(gpu, watts)
+
+    SimulatedGPU.set_power_limit_w = set_power_limit_w  # type: ignore[method-assign]
+    if fault == "state":
+        blocker = home / "not-a-folder"
+        blocker.write_text("a file where the state folder should be\n")
+        os.environ["WATTWISE_HOME"] = str(blocker / "wattwise")
+
+
+if __name__ == "__main__":
+    home, fault, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    if os.environ.get("LOCAL_RANK") == "1":
+        make_rank_differ(fault, home)
+    use_one_cpu_thread()
+    callback = EnergyCallback(
+        mode="tune", backend="simulated", output_dir=out,
+        overrides=["devices.simulated.base_step_time_s=0.01", f"devices.simulated.state_dir={home / 'simulated'}",
+                   "power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
+                   "power_limit.step_w=100", "monitor.sync_cuda=false"])
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=16, max_epochs=-1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         limit_val_batches=0, callbacks=[callback])
+    trainer.fit(EmulatedModule(dataset_size=1024))
+    print(f"rank {trainer.global_rank} global_step {trainer.global_step}")
+    # Tear gloo down before interpreter exit: left to the C++ destructors it can abort the process.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
