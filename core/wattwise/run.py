@@ -441,8 +441,6 @@ class Run:
         self.finished = True
         if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
             status = "interrupted"
-        if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
-            status = "interrupted"
         self._agree()  # a change that failed in one process since the last decision point
         self.power.finish_tuning(self.step_count)
         self._take_notices()
