@@ -167,6 +167,9 @@ def test_the_containerfile_copies_what_a_wheel_is_built_from_and_starts_the_agen
     (entrypoint,) = [json.loads(line.split(" ", 1)[1]) for line in lines if line.startswith("ENTRYPOINT ")]
     (cmd,) = [json.loads(line.split(" ", 1)[1]) for line in lines if line.startswith("CMD ")]
     assert entrypoint == ["wattwise", "agent", "serve"]
+    # The lean install: the agent extra, no torch or framework.
+    (install,) = [line for line in lines if line.startswith("RUN ") and "pip install" in line]
+    assert "'.[agent]'" in shlex.split(install, posix=False) and "torch" not in install
     args = _serve_args(cmd)
     assert args.socket == DEFAULT_SOCKET and args.state_dir == DEFAULT_STATE_DIR and args.backend == "nvml"
 
