@@ -243,3 +243,19 @@ def test_wattwise_run_refuses_bad_input_with_one_line(tmp_path, args, code, mess
     proc = run([str(BIN / "wattwise"), "run", *args], tmp_path)
     assert proc.returncode == code
     assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_wattwise_run_on_a_machine_with_nothing_to_measure_says_so(tmp_path, monkeypatch):
+    from wattwise.devices import discover
+
+    monkeypatch.delenv("WATTWISE_BACKEND", raising=False)
+    found = discover("auto")
+    if found.gpus or found.cpus:
+        pytest.skip("this machine has something to measure")
+    proc = run([str(BIN / "wattwise"), "run", "--", sys.executable, str(SCRIPTS / "zero_code_lightning.py")],
+               tmp_path, WATTWISE_BACKEND="")
+    assert proc.returncode == 0 and proc.stdout == "global_step 12\n", proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"wattwise run: no summary written to {Path('wattwise_runs', 'summary.json')} (nothing to measure on "
+        "this machine: no GPU, and the CPU package's energy counter is not readable; --backend simulated "
+        "tries wattwise on the simulated GPU)")

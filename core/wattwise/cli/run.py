@@ -23,12 +23,13 @@ from wattwise.config import (
     CONFIG_HELP,
     OVERRIDES_HELP,
     SETTINGS,
+    EnergyConfig,
     check_cap_given,
     key_type,
     load_config,
     setting_values,
 )
-from wattwise.errors import ConfigError, UsageError
+from wattwise.errors import ConfigError, UsageError, WattwiseError
 
 
 def _flag(name: str) -> str:
@@ -76,15 +77,15 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NOT_FOUND
     env = flag_environment(os.environ, {**given, "config": args.config, "overrides": args.overrides})
     try:  # the variables CMD inherits are read too: a bad one is refused now, not in every worker
-        output_dir = flags.config_from_env(flags.ACCELERATE, env).output_dir
+        cfg = flags.config_from_env(flags.ACCELERATE, env)
         flags.config_from_env(flags.LIGHTNING, env)
     except ConfigError as err:
         raise UsageError(str(err)) from None
-    summary = Path(output_dir) / "summary.json"
+    summary = Path(cfg.output_dir) / "summary.json"
     before = _mtime(summary)
     os.environ.update(env)  # CMD inherits this process's environment
     code = _run_command(cmd)
-    _tell_summary(summary, before)
+    _tell_summary(summary, before, cfg)
     return code if code >= 0 else 128 - code
 
 
@@ -106,6 +107,26 @@ def flag_environment(environ: dict[str, str] | os._Environ[str], values: dict[st
     return env
 
 
+def _why_no_summary(cfg: EnergyConfig) -> str:
+    """Why CMD wrote no summary, for the line `wattwise run` ends with.
+
+    Nothing to measure on this machine (found as the run finds its devices), else what remains: no Trainer
+    or Accelerator trained to its end, or measurement stopped with a warning.
+    """
+    if cfg.devices.backend == "auto":
+        from wattwise.devices import discover  # the device backends: only when no summary came
+
+        try:
+            found = discover("auto", include_cpu=cfg.devices.cpu)
+        except WattwiseError:
+            found = None
+        if found is not None and not found.gpus and not found.cpus:
+            return ("nothing to measure on this machine: no GPU, and the CPU package's energy counter is not "
+                    "readable; --backend simulated tries wattwise on the simulated GPU")
+    return ("the command trained no Lightning Trainer or Accelerator to its end, or wattwise stopped measuring: "
+            "its warning above says why")
+
+
 def _mtime(path: Path) -> float | None:
     try:
         return path.stat().st_mtime_ns / 1e9
@@ -113,11 +134,10 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _tell_summary(path: Path, before: float | None) -> None:
+def _tell_summary(path: Path, before: float | None, cfg: EnergyConfig) -> None:
     after = _mtime(path)
     if after is None or after == before:
-        print(f"wattwise run: no summary written to {path} (the command trained no Lightning Trainer or "
-              "Accelerator to its end)", file=sys.stderr)
+        print(f"wattwise run: no summary written to {path} ({_why_no_summary(cfg)})", file=sys.stderr)
         return
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
