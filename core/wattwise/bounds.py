@@ -12,7 +12,9 @@ The bounds are generous: far above any one job, far below where arithmetic break
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
+from typing import cast
 
 from wattwise.errors import UsageError
 
@@ -50,6 +52,27 @@ class Bound:
             raise UsageError(f"{field} must be {self.describe()} (got {value!r}); check the unit")
         return number
 
+    def check_number(self, value: object, field: str) -> float:
+        """`value` when it is a number (int, float, NumPy number; not a str, bool or list) within the bound.
+
+        `check` takes what `float()` takes ("1e3" included), which suits a command-line flag; a file wattwise
+        wrote holds numbers, so anything else in it is a damaged or forged file, and a call passing anything
+        else is a mistake.
+
+        Args:
+            value: the field's value as the file holds it.
+            field: where it was read (`spool file x.json: energy_j`), for the message.
+
+        Returns:
+            `value` as a float.
+
+        Raises:
+            UsageError: `value` is not a number, not finite, or outside the bound.
+        """
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise UsageError(f"{field} must be a number, {self.describe()} (got {value!r}, a {type(value).__name__})")
+        return self.check(cast(float, value), field)
+
     def describe(self) -> str:
         """The range in words: "between 0 and 5000 W", "above 0 and at most 1e+09 s"."""
         unit = f" {self.unit}" if self.unit else ""
@@ -70,6 +93,18 @@ ENERGY_KWH = Bound("energy", "kWh", 0.0, ENERGY_J.high / 3.6e6, above_low=True)
 TIME_S = Bound("time", "s", 0.0, 1e9, above_low=True)
 #: A GPU clock frequency (MHz).
 FREQUENCY_MHZ = Bound("frequency", "MHz", 0.0, 100_000.0, above_low=True)
+#: A power limit (W): a limit of 0 W or less is no limit any GPU takes.
+POWER_LIMIT_W = Bound("power limit", "W", 0.0, POWER_W.high, above_low=True)
+#: A run's energy so far (J): zero at its start, else within the bound of any energy.
+RUN_ENERGY_J = Bound("energy", "J", 0.0, ENERGY_J.high)
+#: A run's time so far (s): zero at its start, else within the bound of any duration.
+RUN_TIME_S = Bound("time", "s", 0.0, TIME_S.high)
+#: A recurring job's cost, `eta * E + (1 - eta) * max_power_w * T` in joules: at most a run's energy plus
+#: 100,000 GPUs at the highest power for the longest time.
+COST_J = Bound("cost", "J", 0.0, ENERGY_J.high + 100_000 * POWER_W.high * TIME_S.high)
+#: A point in time, in seconds since the epoch (or on a caller's own clock, which starts at 0): up to the
+#: year 5138.
+TIMESTAMP_S = Bound("time since the epoch", "s", 0.0, 1e11)
 #: Power usage effectiveness: facility energy over IT energy, 1 at best; the worst data centres reach about 3.
 PUE = Bound("PUE", "", 1.0, 10.0)
 #: Grid carbon intensity (gCO2e/kWh): about 1100 for coal, so 5000 is never a real grid.
@@ -102,5 +137,17 @@ def check_field(name: str, value: float, where: str) -> float:
     return for_field(name).check(value, f"{where}: {name}" if where else name)
 
 
-__all__ = ["BY_SUFFIX", "ENERGY_J", "ENERGY_KWH", "FREQUENCY_MHZ", "INTENSITY_G_PER_KWH", "POWER_W",
-           "PRICE_PER_KWH", "PUE", "TIME_S", "Bound", "check_field", "for_field"]
+def check_integer(value: object, field: str, *, low: int, high: int) -> int:
+    """`value` when it is an integer (not a bool, a float or a string) from `low` to `high`.
+
+    Raises:
+        UsageError: naming `field`, the range and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
+        raise UsageError(f"{field} must be an integer from {low} to {high} (got {value!r})")
+    return int(value)
+
+
+__all__ = ["BY_SUFFIX", "COST_J", "ENERGY_J", "ENERGY_KWH", "FREQUENCY_MHZ", "INTENSITY_G_PER_KWH",
+           "POWER_LIMIT_W", "POWER_W", "PRICE_PER_KWH", "PUE", "RUN_ENERGY_J", "RUN_TIME_S", "TIMESTAMP_S",
+           "TIME_S", "Bound", "check_field", "check_integer", "for_field"]

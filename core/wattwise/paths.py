@@ -5,6 +5,10 @@ beside it) is never followed: the content goes to a new file under a random name
 opened with O_CREAT|O_EXCL|O_NOFOLLOW, and `os.replace` then moves it over the target, replacing a link
 there instead of writing through it. A lock file is opened with O_NOFOLLOW and never truncated. The
 state directory is its owner's only (0700).
+
+A file wattwise reads back from there (a spooled result, a simulated GPU's state, the remembered limits of
+0.1.0) is read only when it can be trusted (`read_trusted`): a regular file of the user running wattwise,
+never followed through a link, not writable by others; a file that fails is set aside (`set_aside`).
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ import json
 import math
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from wattwise.errors import UsageError
+from wattwise.errors import UsageError, WattwiseError
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -194,3 +199,128 @@ def open_lock(path: str | os.PathLike[str]) -> int:
             raise
         raise UsageError(f"{os.fspath(path)} is a symbolic link where wattwise keeps a lock file; wattwise "
                          "does not follow links there: remove the link and run again") from None
+
+
+class UntrustedFile(WattwiseError):
+    """A file wattwise reads back that it cannot trust; the message says why (`trust_problem`).
+
+    Args:
+        reason: why, as a phrase after the file's name ("is a symbolic link").
+        owner_uid: the file's owner (a link's own owner), None when unknown: a file of another user is
+            theirs to keep, so a reader leaves it where it is; one of the reader's own is set aside.
+    """
+
+    def __init__(self, reason: str, *, owner_uid: int | None) -> None:
+        super().__init__(reason)
+        self.owner_uid = owner_uid
+
+    @property
+    def mine(self) -> bool:
+        """Whether the file belongs to the user running wattwise (so it may be set aside)."""
+        return self.owner_uid == os.geteuid()
+
+
+def trust_problem(st: os.stat_result, *, root_ok: bool = False) -> str | None:
+    """Why a file with the status `st` cannot be trusted, as a phrase; None when it can.
+
+    Trusted: a regular file that belongs to the user running wattwise (or to root, with `root_ok`), that
+    neither group nor others may write, with no other hard link (a link to someone else's file has its
+    owner). In a shared `WATTWISE_HOME` any user can plant a file where wattwise looks; only these are the
+    user's own.
+
+    Args:
+        st: the file's `os.lstat` or `os.fstat`.
+        root_ok: a root-owned file is trusted too (the node agent's simulated GPU state, read by its users).
+    """
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link (wattwise never follows one there)"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    uid = os.geteuid()
+    if st.st_uid != uid and not (root_ok and st.st_uid == 0):
+        return f"belongs to uid {st.st_uid}, not to you (uid {uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    if st.st_nlink > 1:
+        return f"has {st.st_nlink - 1} other hard link(s)"
+    return None
+
+
+def read_trusted(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False) -> bytes:
+    """The bytes of a file wattwise wrote earlier and now reads back, read only when `trust_problem` has none.
+
+    Opened without following a link (O_NOFOLLOW) and without blocking on a FIFO; the checks are on the open
+    file, so a file swapped in between is never read.
+
+    Args:
+        path: the file.
+        max_bytes: the most it may hold; a larger file is not one wattwise wrote.
+        root_ok: a root-owned file is trusted too (see `trust_problem`).
+
+    Raises:
+        FileNotFoundError: there is no file at `path`.
+        UntrustedFile: it cannot be trusted or read; the message says why, `owner_uid` whose it is.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        owner = None
+        with contextlib.suppress(OSError):
+            owner = os.lstat(path).st_uid
+        if err.errno == errno.ELOOP:
+            raise UntrustedFile("is a symbolic link (wattwise never follows one there)", owner_uid=owner) from None
+        raise UntrustedFile(f"cannot be read ({err.strerror or err})", owner_uid=owner) from None
+    try:
+        st = os.fstat(fd)
+        problem = trust_problem(st, root_ok=root_ok)
+        if problem:
+            raise UntrustedFile(problem, owner_uid=st.st_uid)
+        chunks, size = [], 0
+        while size <= max_bytes and (chunk := os.read(fd, max_bytes + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as err:
+        raise UntrustedFile(f"cannot be read ({err.strerror or err})", owner_uid=None) from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise UntrustedFile(f"is larger than {max_bytes} bytes, more than wattwise writes there", owner_uid=st.st_uid)
+    return b"".join(chunks)
+
+
+def read_trusted_json(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False) -> dict[str, Any]:
+    """The JSON object in a file wattwise reads back (`read_trusted`).
+
+    Raises:
+        FileNotFoundError: there is no file at `path`.
+        UntrustedFile: it cannot be trusted (see `read_trusted`).
+        ValueError: it is not UTF-8 text holding one JSON object (nesting too deep included).
+    """
+    data = read_trusted(path, max_bytes=max_bytes, root_ok=root_ok)
+    try:
+        content = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not UTF-8 text (byte {err.start})") from None
+    except RecursionError:
+        raise ValueError("not JSON (nested too deeply)") from None
+    except ValueError as err:
+        raise ValueError(f"not JSON ({err})") from None
+    if not isinstance(content, dict):
+        raise ValueError(f"not a JSON object (a {type(content).__name__})")
+    return content
+
+
+def set_aside(path: str | os.PathLike[str]) -> Path:
+    """Rename a file wattwise cannot use to `NAME.rejected` beside it, out of the way of later reads.
+
+    A link is renamed, never followed. Returns the new path.
+
+    Raises:
+        OSError: it cannot be renamed (gone meanwhile, or a folder the user may not write).
+    """
+    source = Path(path)
+    rejected = source.with_name(source.name + ".rejected")
+    os.replace(source, rejected)
+    return rejected

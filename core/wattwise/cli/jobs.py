@@ -2,7 +2,8 @@
 
 The store is `--store` (a SQLite file path or a database URL), else `$WATTWISE_STORE`, else the
 SQLite file in wattwise's state directory. Listing a store that does not exist yet creates nothing.
-`sync` delivers the results spooled while the store was unreachable (`wattwise.store.spool`).
+`sync` delivers the results spooled while the store was unreachable (`wattwise.store.spool`): your own
+files only; one that is not a valid result is set aside, with one warning naming it and its field.
 """
 
 from __future__ import annotations
@@ -211,8 +212,8 @@ def run_sync(args: argparse.Namespace) -> int:
     """
     url = _url(args)
     waiting, set_aside = len(spool.pending(url)), len(spool.rejected(url))
-    if waiting:
-        open_store(url).close()  # opening the store delivers what was spooled for it
+    if waiting or spool.not_yours(url):
+        open_store(url).close()  # opening the store delivers what was spooled for it (and names the rest)
     left, rejected = len(spool.pending(url)), len(spool.rejected(url)) - set_aside
     delivered, shown = waiting - left - rejected, make_url(url).render_as_string()
     if args.json:

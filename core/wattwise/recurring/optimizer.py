@@ -15,13 +15,13 @@ with what this process knows of the run. Starting a run needs the store: it rais
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from wattwise.bounds import POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S
 from wattwise.errors import EnergyPluginWarning, UsageError
 from wattwise.recurring.policy import (
     WATTWISE_POLICY,
@@ -219,11 +219,10 @@ def _check_epochs(epochs: int, reached: bool) -> None:
 
 
 def _check_power_limit(power_limit_w: float) -> None:
-    if not (power_limit_w > 0 and math.isfinite(power_limit_w)):
-        raise UsageError(f"power_limit_w must be a positive number of watts (got {power_limit_w})")
+    POWER_LIMIT_W.check_number(power_limit_w, "power_limit_w")
 
 
 def _check_totals(energy_j: float, time_s: float) -> None:
-    for field, value in (("energy_j", energy_j), ("time_s", time_s)):
-        if not (value >= 0 and math.isfinite(value)):
-            raise UsageError(f"{field} must be a finite number >= 0, the run's total so far (got {value})")
+    """The run's totals so far, within the bounds every store accepts (`wattwise.store.base.check_run_figures`)."""
+    RUN_ENERGY_J.check_number(energy_j, "energy_j")
+    RUN_TIME_S.check_number(time_s, "time_s")

@@ -5,6 +5,9 @@ store shared by several machines makes them one optimizer. Starting a run is one
 history, choose, insert), so two processes starting runs at once never both take the same exploration
 step. Implementations: `wattwise.store.sql.SqlJobStore` (SQLAlchemy: a SQLite file by default,
 PostgreSQL by URL) and `wattwise.store.memory.MemoryJobStore` (nothing outlives the process).
+
+Every store accepts a run's figures within the same bounds (`check_run_figures`, `check_power_limit`), and
+so does the outage spool when it reads them back from a file (`wattwise.store.spool`).
 """
 
 from __future__ import annotations
@@ -13,11 +16,15 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from wattwise.bounds import COST_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIMESTAMP_S, check_integer
 from wattwise.errors import UsageError
 from wattwise.recurring.spec import JobSpec, Phase, RunRecord
 
 #: Chooses a new run's batch size, phase and cost limit from the job's runs and remembered power limits.
 ChooseFn = Callable[[Sequence[RunRecord], Mapping[int, float]], tuple[int, Phase, float]]
+
+#: The largest run id, epoch count or batch size a store keeps (its integer columns are 32-bit in PostgreSQL).
+MAX_INTEGER = 2**31 - 1
 
 
 class JobStore(Protocol):
@@ -66,7 +73,8 @@ class JobStore(Protocol):
         """Record an open run's progress so far (also its heartbeat).
 
         Raises:
-            UsageError: the run is unknown or has finished.
+            UsageError: the run is unknown or has finished, or a figure is outside its bound
+                (`check_run_figures`).
         """
 
     def finish_run(
@@ -88,7 +96,8 @@ class JobStore(Protocol):
             by now when it started without one.
 
         Raises:
-            UsageError: the run is unknown or has finished with another result.
+            UsageError: the run is unknown or has finished with another result, or a figure is outside its
+                bound (`check_run_figures`).
         """
 
     def get_run(self, name: str, run_id: int) -> RunRecord:
@@ -105,7 +114,11 @@ class JobStore(Protocol):
         """The least cost of a run that reached the target; infinite when none did (or no such job)."""
 
     def set_power_limit(self, name: str, batch_size: int, power_limit_w: float) -> None:
-        """Remember the power limit chosen for a batch size (replacing an earlier one)."""
+        """Remember the power limit chosen for a batch size (replacing an earlier one).
+
+        Raises:
+            UsageError: the job is unknown, or the limit is outside its bound (`check_power_limit`).
+        """
 
     def power_limits(self, name: str) -> dict[int, float]:
         """Remembered power limits by batch size (empty for a job the store does not know)."""
@@ -157,3 +170,43 @@ def unknown_run(name: str, run_id: int) -> UsageError:
 def finished_run(name: str, run_id: int) -> UsageError:
     """The error for writing to a run that has already finished."""
     return UsageError(f"run {run_id} of job {name!r} has already finished; start a new run instead")
+
+
+def _field(where: str, name: str) -> str:
+    return f"{where}: {name}" if where else name
+
+
+def check_run_figures(*, epochs: object, energy_j: object, time_s: object, cost: object, now_s: object,
+                      where: str = "") -> None:
+    """Refuse a run's figures that no run has: what every store accepts as a run's progress or result.
+
+    The bounds are `wattwise.bounds`' (energy and time from zero, the cost, a point in time), the same for
+    the spooled results read back from a file; each figure must be a number (an int or a float), the
+    epochs an integer.
+
+    Args:
+        epochs: epochs done (None: not given, as a spooled result may leave it).
+        energy_j: the run's energy so far (J).
+        time_s: the run's time so far (s).
+        cost: the job's cost of that energy and time (J).
+        now_s: when, in the caller's clock (s).
+        where: where the figures were read (a spool file), for the message; empty for a call.
+
+    Raises:
+        UsageError: naming the first figure that is wrong, its range and its value.
+    """
+    if epochs is not None:
+        check_integer(epochs, _field(where, "epochs"), low=0, high=MAX_INTEGER)
+    RUN_ENERGY_J.check_number(energy_j, _field(where, "energy_j"))
+    RUN_TIME_S.check_number(time_s, _field(where, "time_s"))
+    COST_J.check_number(cost, _field(where, "cost"))
+    TIMESTAMP_S.check_number(now_s, _field(where, "now_s"))
+
+
+def check_power_limit(power_limit_w: object, where: str = "") -> None:
+    """Refuse a power limit no GPU takes (`wattwise.bounds.POWER_LIMIT_W`): what every store remembers.
+
+    Raises:
+        UsageError: naming `power_limit_w`, its range and its value.
+    """
+    POWER_LIMIT_W.check_number(power_limit_w, _field(where, "power_limit_w"))

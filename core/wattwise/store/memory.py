@@ -6,7 +6,15 @@ import dataclasses
 import math
 
 from wattwise.recurring.spec import JobSpec, RunRecord
-from wattwise.store.base import ChooseFn, check_same_spec, finished_run, unknown_job, unknown_run
+from wattwise.store.base import (
+    ChooseFn,
+    check_power_limit,
+    check_run_figures,
+    check_same_spec,
+    finished_run,
+    unknown_job,
+    unknown_run,
+)
 
 
 class MemoryJobStore:
@@ -70,6 +78,7 @@ class MemoryJobStore:
     def progress_run(
         self, name: str, run_id: int, *, epochs: int, energy_j: float, time_s: float, cost: float, now_s: float
     ) -> None:
+        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
         index = self._index(name, run_id)
         run = self._runs[name][index]
         if run.finished:
@@ -90,6 +99,7 @@ class MemoryJobStore:
         cost: float,
         now_s: float,
     ) -> RunRecord:
+        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
         index = self._index(name, run_id)
         run = self._runs[name][index]
         if run.finished:
@@ -121,6 +131,7 @@ class MemoryJobStore:
         return self._least.get(name, math.inf)
 
     def set_power_limit(self, name: str, batch_size: int, power_limit_w: float) -> None:
+        check_power_limit(power_limit_w)
         self._job_runs(name)
         self._limits[name][batch_size] = power_limit_w
 

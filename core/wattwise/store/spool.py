@@ -8,6 +8,12 @@ URL (`spool/<hash of the URL>/`, the URL itself is not written: it may hold a pa
 delivers them the next time it is opened (`SqlJobStore.deliver_spooled`, also `wattwise jobs sync`)
 and removes a file only once the write is committed. Delivery is keyed by run id: a run that already
 has its result is left as it is, so a result delivered twice is recorded once.
+
+The folder's name is a hash anyone can compute, so in a shared `WATTWISE_HOME` another user can put files
+there. A file is delivered only when it is the running user's own regular file (`wattwise.paths.read_trusted`:
+never followed through a link) and every field is what a run gives the store (`SpooledResult.from_dict`,
+the bounds of `wattwise.store.base.check_run_figures`). Another user's file is left where it is (it is
+theirs to deliver); one of the user's own that fails is set aside as `NAME.rejected`.
 """
 
 from __future__ import annotations
@@ -21,10 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wattwise.errors import Unavailable
-from wattwise.paths import private_dir, state_dir, write_text
+from wattwise.bounds import check_integer
+from wattwise.errors import Unavailable, UsageError
+from wattwise.names import check_job_name
+from wattwise.paths import private_dir, read_trusted_json, state_dir, write_text
+from wattwise.store.base import MAX_INTEGER, check_power_limit, check_run_figures
 
 SPOOL_VERSION = 1
+#: A spooled result is a few hundred bytes; a larger file is not one.
+MAX_SPOOL_BYTES = 1 << 16
 
 
 class StoreUnavailable(Unavailable):
@@ -62,17 +73,43 @@ class SpooledResult:
         return json.dumps({"version": SPOOL_VERSION, **dataclasses.asdict(self)}, indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> SpooledResult:
-        """The result in a spool file's text.
+    def from_dict(cls, data: dict[str, Any], where: str = "") -> SpooledResult:
+        """The result in a spool file's JSON object, checked field by field.
+
+        Args:
+            data: the file's object, with its `version`.
+            where: the file, for the messages.
 
         Raises:
-            ValueError: not JSON, or not this spool format's version.
-            TypeError: fields this version does not know, or missing ones.
+            UsageError: not this spool format's version, a field missing or unknown, or a field of the wrong
+                type or outside its bound (the bounds every store accepts from a run); the message names it.
         """
-        data: dict[str, Any] = json.loads(text)
-        if data.pop("version", None) != SPOOL_VERSION:
-            raise ValueError(f"not a version {SPOOL_VERSION} spooled result")
-        return cls(**data)
+        prefix = f"{where}: " if where else ""
+        version = data.get("version")
+        if type(version) is not int or version != SPOOL_VERSION:
+            raise UsageError(f"{prefix}version must be {SPOOL_VERSION} (got {version!r}): not a spooled result "
+                             "this wattwise reads")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields) - {"version"})
+        if unknown:
+            raise UsageError(f"{prefix}{unknown[0]} is not a field of a spooled result")
+        missing = [name for name, f in fields.items()
+                   if name not in data and f.default is dataclasses.MISSING]
+        if missing:
+            raise UsageError(f"{prefix}{missing[0]} is missing")
+        values = {name: data[name] for name in fields if name in data}
+        result = cls(**values)
+        check_job_name(result.job, setting=f"{prefix}job")
+        check_integer(result.run_id, f"{prefix}run_id", low=1, high=MAX_INTEGER)
+        if not isinstance(result.reached, bool):
+            raise UsageError(f"{prefix}reached must be true or false (got {result.reached!r})")
+        check_run_figures(epochs=result.epochs, energy_j=result.energy_j, time_s=result.time_s, cost=result.cost,
+                          now_s=result.now_s, where=where)
+        if result.reached and result.epochs == 0:
+            raise UsageError(f"{prefix}epochs must be at least 1 for a run that reached the target (got 0)")
+        if result.power_limit_w is not None:
+            check_power_limit(result.power_limit_w, where)
+        return result
 
 
 def spool_dir(url: str) -> Path:
@@ -88,33 +125,54 @@ def spool_result(url: str, result: SpooledResult) -> Path:
     return path
 
 
-def pending(url: str) -> list[Path]:
-    """The files waiting for the store at `url`, oldest first."""
-    directory = spool_dir(url)
-    if not directory.is_dir():
+def _entries(url: str) -> list[Path]:
+    """Every spool file for the store at `url` (by name, links included), oldest first; none in a folder that
+    cannot be listed."""
+    try:
+        names = sorted(os.listdir(spool_dir(url)))
+    except OSError:
         return []
-    return sorted(p for p in directory.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+    return [spool_dir(url) / name for name in names if name.endswith(".json") and not name.startswith(".")]
+
+
+def owner_uid(path: Path) -> int | None:
+    """The owner of `path` itself (a link's own owner); None when it is gone."""
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return None
+
+
+def pending(url: str) -> list[Path]:
+    """The files waiting for the store at `url` that are yours to deliver, oldest first.
+
+    Another user's files in a shared state directory are theirs (`not_yours`).
+    """
+    uid = os.geteuid()
+    return [path for path in _entries(url) if owner_uid(path) == uid]
+
+
+def not_yours(url: str) -> list[Path]:
+    """The files waiting for the store at `url` that belong to other users: never delivered by you."""
+    uid = os.geteuid()
+    return [path for path in _entries(url) if owner_uid(path) not in (uid, None)]
 
 
 def rejected(url: str) -> list[Path]:
-    """The files set aside for the store at `url` (`set_aside`)."""
+    """The files set aside for the store at `url` (`wattwise.paths.set_aside`)."""
     directory = spool_dir(url)
     return sorted(directory.glob("*.rejected")) if directory.is_dir() else []
 
 
 def read(path: Path) -> SpooledResult:
-    """The result in a spooled file (ValueError, OSError when it cannot be read)."""
-    try:
-        return SpooledResult.from_json(path.read_text(encoding="utf-8"))
-    except TypeError as err:
-        raise ValueError(f"unexpected fields: {err}") from err
+    """The result in a spooled file, read only when the file is yours and checked field by field.
 
-
-def set_aside(path: Path) -> Path:
-    """Rename a file that cannot be delivered to `NAME.rejected`, out of the way of later deliveries."""
-    rejected = path.with_name(path.name + ".rejected")
-    os.replace(path, rejected)
-    return rejected
+    Raises:
+        FileNotFoundError: it is gone (another process delivered it).
+        UntrustedFile: not a regular file of yours (a link, another user's file); `owner_uid` says whose.
+        ValueError: not JSON, or not a spooled result (a `UsageError` naming the field).
+    """
+    return SpooledResult.from_dict(read_trusted_json(path, max_bytes=MAX_SPOOL_BYTES))
 
 
 def remove(path: Path) -> None:

@@ -58,11 +58,19 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.pool import StaticPool
 
-from wattwise.errors import UsageError
-from wattwise.paths import private_dir
+from wattwise.errors import EnergyPluginWarning, UsageError
+from wattwise.paths import UntrustedFile, private_dir, set_aside
 from wattwise.recurring.spec import JobSpec, RunRecord
 from wattwise.store import spool
-from wattwise.store.base import ChooseFn, check_same_spec, finished_run, unknown_job, unknown_run
+from wattwise.store.base import (
+    ChooseFn,
+    check_power_limit,
+    check_run_figures,
+    check_same_spec,
+    finished_run,
+    unknown_job,
+    unknown_run,
+)
 from wattwise.store.migrations import upgrade
 from wattwise.store.schema import jobs_table, limits_table, runs_table
 from wattwise.store.spool import SpooledResult, StoreUnavailable
@@ -324,17 +332,28 @@ class SqlJobStore:
         """Record the results spooled for this store while it was unreachable: (delivered, still pending).
 
         Each in its own transaction, its file removed once committed. A run that already has a result
-        keeps it (delivering twice records once). A result whose job or run the store no longer has
-        (the job was reset), or a file that cannot be read, is set aside as `NAME.rejected` with a
-        warning. `StoreUnavailable` when the store goes away meanwhile (what is left stays spooled).
+        keeps it (delivering twice records once). Only your own files are delivered (`spool.read`); one
+        warning names the files of other users, which are left where they are. A file of yours that cannot
+        be read, is not a regular file, or holds a field that is not what a run gives the store, and a
+        result whose job or run the store no longer has (the job was reset), is set aside as
+        `NAME.rejected` with one warning naming the file and why. `StoreUnavailable` when the store goes
+        away meanwhile (what is left stays spooled).
         """
-        paths = spool.pending(self.url)
+        skipped = spool.not_yours(self.url)
         delivered = 0
-        for path in paths:
+        for path in spool.pending(self.url):
             try:
                 result = spool.read(path)
-            except (OSError, ValueError) as err:
-                self._reject(path, f"it cannot be read ({err})")
+            except FileNotFoundError:  # another process delivered it meanwhile
+                continue
+            except UntrustedFile as err:
+                if err.mine:
+                    self._reject(path, f"it {err}")
+                else:
+                    skipped.append(path)
+                continue
+            except ValueError as err:
+                self._reject(path, f"it is not a spooled result: {err}")
                 continue
             try:
                 self.write(functools.partial(self._deliver, result=result))
@@ -343,12 +362,24 @@ class SqlJobStore:
                 continue
             spool.remove(path)
             delivered += 1
+        if skipped:
+            self._skip(skipped)
         return delivered, len(spool.pending(self.url))
 
     def _reject(self, path: Path, why: str) -> None:
-        rejected = spool.set_aside(path)
+        try:
+            kept = f"it is kept as {set_aside(path)}"
+        except OSError as err:
+            kept = f"it could not be set aside ({err.strerror or err}): remove it"
         warnings.warn(f"wattwise: the spooled result {path} was not delivered to the job store {self.describe()}: "
-                      f"{why}; it is kept as {rejected}", UserWarning, stacklevel=3)
+                      f"{why}; {kept}", EnergyPluginWarning, stacklevel=3)
+
+    def _skip(self, paths: list[Path]) -> None:
+        owners = sorted({str(uid) for path in paths if (uid := spool.owner_uid(path)) is not None})
+        warnings.warn(f"wattwise: {len(paths)} spooled result(s) in {paths[0].parent} belong to another user "
+                      f"(uid {', '.join(owners) or 'unknown'}) and were not delivered to the job store "
+                      f"{self.describe()}: {', '.join(path.name for path in paths)}; only the user who spooled a "
+                      "result delivers it (`wattwise jobs sync` as that user)", EnergyPluginWarning, stacklevel=3)
 
     def _deliver(self, conn: Connection, *, result: SpooledResult) -> None:
         self._lock_job(conn, result.job)
@@ -466,6 +497,7 @@ class SqlJobStore:
     def progress_run(
         self, name: str, run_id: int, *, epochs: int, energy_j: float, time_s: float, cost: float, now_s: float
     ) -> None:
+        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
         self._update_open(
             name,
             run_id,
@@ -484,6 +516,7 @@ class SqlJobStore:
         cost: float,
         now_s: float,
     ) -> RunRecord:
+        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
         return self._update_open(
             name,
             run_id,
@@ -525,6 +558,8 @@ class SqlJobStore:
             conn.execute(insert(limits_table).values(job_name=name, batch_size=batch_size, power_limit_w=power_limit_w))
 
     def set_power_limit(self, name: str, batch_size: int, power_limit_w: float) -> None:
+        check_power_limit(power_limit_w)
+
         def work(conn: Connection) -> None:
             self._lock_job(conn, name)
             self._set_limit(conn, name, batch_size, power_limit_w)
