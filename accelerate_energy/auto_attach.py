@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from accelerate_energy.wrapping import MARK, after_init
+
 _TARGET = "accelerate.accelerator"
-#: Marks what this module wrapped, so nothing is wrapped twice.
-_MARK = "_wattwise_flag"
 #: Every accelerator armed in this process (to finish their runs before the process group goes away).
 _ARMED: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -81,21 +81,6 @@ def install() -> None:
         sys.meta_path.insert(0, _AccelerateFinder())
 
 
-def _after_init(cls: type, equip: Callable[[Any], None]) -> None:
-    """Wrap `cls.__init__` (once) so that `equip(instance)` runs after it."""
-    original = cls.__init__  # type: ignore[misc]
-    if getattr(original, _MARK, False):
-        return
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        equip(self)
-
-    setattr(__init__, _MARK, True)
-    cls.__init__ = __init__  # type: ignore[misc]
-
-
 def patch(module: ModuleType) -> None:
     """Wrap `module.Accelerator.__init__` so each new accelerator is armed."""
 
@@ -103,7 +88,7 @@ def patch(module: ModuleType) -> None:
         if accelerator not in _ARMED:  # a subclass's __init__ may run the base's more than once
             arm(accelerator)
 
-    _after_init(module.Accelerator, equip)
+    after_init(module.Accelerator, equip)
 
 
 def patch_trainer(module: ModuleType) -> None:
@@ -157,7 +142,7 @@ def _finish_before_destroy() -> None:
     import torch.distributed as dist
 
     original = dist.destroy_process_group
-    if getattr(original, _MARK, False):
+    if getattr(original, MARK, False):
         return
 
     @functools.wraps(original)
@@ -171,5 +156,5 @@ def _finish_before_destroy() -> None:
                     found.finish("completed")
         return original(group, *args, **kwargs)
 
-    setattr(destroy_process_group, _MARK, True)
+    setattr(destroy_process_group, MARK, True)
     dist.destroy_process_group = destroy_process_group

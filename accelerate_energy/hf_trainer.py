@@ -34,6 +34,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from accelerate_energy.adapter import AccelerateEnergy, energy, write_state_file
+from accelerate_energy.wrapping import after_init
 from wattwise import flags
 from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
@@ -195,23 +196,9 @@ def install(trainer: Any) -> None:
     callback.bind(trainer)
 
 
-#: Marks the `Trainer.__init__` this module wrapped, so it is wrapped once.
-_MARK = "_wattwise_trainer"
-
-
 def equip_every_trainer() -> None:
     """Wrap `Trainer.__init__` (once) so that each Trainer built from now on is equipped by `install`."""
-    original = Trainer.__init__
-    if getattr(original, _MARK, False):
-        return
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        _install_or_warn(self)
-
-    setattr(__init__, _MARK, True)
-    Trainer.__init__ = __init__  # type: ignore[method-assign]
+    after_init(Trainer, _install_or_warn)
 
 
 def _install_or_warn(trainer: Any) -> None:
