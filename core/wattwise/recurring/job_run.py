@@ -114,11 +114,14 @@ class RecurringJobRun:
         if not self._open or self.recommendation is None:
             return None
         totals = run.totals()  # a collective: every process calls it
-        if totals is None:  # measurement is off (the run warned): nothing to price the run with
-            return None
         self.epochs += 1
-        reason = None
-        if self._optimizer is not None:
+        reason: StopReason | None = None
+        if totals is None:
+            # Measurement is off (the run warned): nothing to price the run with, but the target and the
+            # most epochs still end it, as they would a measured run.
+            reason = ("reached" if self.spec.reached(self.metric)
+                      else "max_epochs" if self.epochs >= self.spec.max_epochs else None)
+        elif self._optimizer is not None:
             reason = self._optimizer.stop_reason(self.recommendation.run_id, self.epochs, totals.energy_j,
                                                  totals.time_s, self.metric)
         self.stop_reason = self.collective.broadcast(reason)
