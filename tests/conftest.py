@@ -24,10 +24,33 @@ torch.set_num_threads(1)
 POSTGRES_FIXTURES = ("postgres_url", "fresh_postgres")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Integration tests first: under xdist the long ones start early and the many short unit tests fill
-    the workers' last minutes."""
-    items.sort(key=lambda item: not item.nodeid.startswith("tests/integration/"))
+#: Where the last run's test durations are kept (pytest's cache, .pytest_cache/): the next run orders by them.
+DURATIONS_KEY = "wattwise/durations_s"
+#: This run's durations so far, by test.
+_durations_s: dict[str, float] = {}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest first: integration before unit, then by the last run's durations where pytest's cache has them.
+
+    Under xdist the long tests start early and the many short ones fill the workers' last minutes. Every
+    worker reads the same cache, so all collect the same order (xdist requires it).
+    """
+    cache = getattr(config, "cache", None)
+    last_s: dict[str, float] = cache.get(DURATIONS_KEY, {}) if cache is not None else {}
+    items.sort(key=lambda item: (not item.nodeid.startswith("tests/integration/"), -last_s.get(item.nodeid, 0.0)))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each test's setup, call and teardown time (in the xdist controller too, from the workers)."""
+    _durations_s[report.nodeid] = _durations_s.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Keep this run's durations for the next run's order (not from an xdist worker: its controller does)."""
+    cache = getattr(session.config, "cache", None)
+    if cache is not None and _durations_s and not hasattr(session.config, "workerinput"):
+        cache.set(DURATIONS_KEY, {**cache.get(DURATIONS_KEY, {}), **_durations_s})
 
 
 @functools.cache
