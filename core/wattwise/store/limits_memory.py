@@ -10,7 +10,10 @@ reported with them.
 wattwise 0.1.0 kept them in `<state dir>/power_limits.json`. The first use of the store on a machine
 that has that file imports it (an entry replaces the store's only when it was chosen later) and
 renames it `power_limits.json.imported`, under the file lock 0.1.0 writes it under, so nothing is lost
-even while an old version runs beside a new one.
+even while an old version runs beside a new one. The file is imported only when it is the user's own
+regular file (`wattwise.paths.read_trusted`: never followed through a link; another user's file in a
+shared state directory is left alone), and each entry only when every field is a plausible tuning result
+(`wattwise.bounds`); what fails is named in one warning.
 
 SQLAlchemy and the SQL store are imported when the store is first used, not with this module: every
 `wattwise.run.Run` holds a `LimitsMemory`, and a run that only measures never opens it.
@@ -24,13 +27,16 @@ import json
 import logging
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wattwise.paths import open_lock, state_dir
-from wattwise.power_limit import ProfileEntry
+from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, TIME_S, TIMESTAMP_S
+from wattwise.errors import EnergyPluginWarning, UsageError
+from wattwise.paths import UntrustedFile, open_lock, read_trusted_json, set_aside, state_dir, trust_problem
+from wattwise.power_limit import ProfileEntry, check_eta
 from wattwise.store.factory import default_store_url, store_url
 
 if TYPE_CHECKING:
@@ -42,6 +48,10 @@ log = logging.getLogger(__name__)
 
 #: wattwise 0.1.0's file of remembered limits, in the state directory.
 LEGACY_FILE = "power_limits.json"
+#: The largest such file imported: about 30,000 entries.
+MAX_LEGACY_BYTES = 16 << 20
+#: The longest key and selector name the store keeps (its `selector` column is 32 characters wide).
+MAX_KEY_CHARS, MAX_SELECTOR_CHARS = 1024, 32
 
 
 def memory_key(job: str, gpu_name: str, num_gpus: int, batch_size: int | None = None) -> str:
@@ -197,18 +207,54 @@ def _upsert(conn: Connection, key: str, limit: RememberedLimit, *, only_if_later
     )
 
 
-def _legacy_entry(entry: Any) -> RememberedLimit | None:
-    """One entry of 0.1.0's JSON file, or None when it is not one."""
-    try:
-        return RememberedLimit(
-            chosen=ProfileEntry(**entry["chosen"]),
-            profile=[ProfileEntry(**e) for e in entry.get("profile", [])],
-            selector=entry.get("selector"),
-            eta=entry.get("eta"),
-            chosen_at_s=entry.get("saved_at"),
-        )
-    except (KeyError, TypeError, AttributeError):
-        return None
+def _profile_entry(value: Any, field: str) -> ProfileEntry:
+    """One {power_limit_w, time_s, energy_j} of 0.1.0's file, each within its bound.
+
+    Raises:
+        UsageError: naming `field` and what is wrong.
+    """
+    if not isinstance(value, dict) or set(value) != {"power_limit_w", "time_s", "energy_j"}:
+        raise UsageError(f"{field} must be an object of power_limit_w, time_s and energy_j (got {value!r})")
+    return ProfileEntry(POWER_LIMIT_W.check_number(value["power_limit_w"], f"{field}.power_limit_w"),
+                        TIME_S.check_number(value["time_s"], f"{field}.time_s"),
+                        ENERGY_J.check_number(value["energy_j"], f"{field}.energy_j"))
+
+
+def _short_text(value: Any, field: str, limit: int) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= limit or not value.isprintable():
+        raise UsageError(f"{field} must be printable text of 1 to {limit} characters (got {value!r})")
+    return value
+
+
+def _legacy_entry(key: str, entry: Any) -> RememberedLimit:
+    """One entry of 0.1.0's JSON file, checked field by field.
+
+    Raises:
+        UsageError: naming the key and the first field that is wrong.
+    """
+    _short_text(key, "key", MAX_KEY_CHARS)
+    if not isinstance(entry, dict) or "chosen" not in entry:
+        raise UsageError(f"{key}: not an object with a chosen limit")
+    profile = entry.get("profile", [])
+    if not isinstance(profile, list):
+        raise UsageError(f"{key}: profile must be a list (got {profile!r})")
+    selector, eta, saved_at = entry.get("selector"), entry.get("eta"), entry.get("saved_at")
+    if selector is not None:
+        _short_text(selector, f"{key}: selector", MAX_SELECTOR_CHARS)
+    if eta is not None:
+        if isinstance(eta, bool) or not isinstance(eta, int | float):
+            raise UsageError(f"{key}: eta must be a number between 0 and 1 (got {eta!r})")
+        try:
+            check_eta(eta)
+        except UsageError as err:
+            raise UsageError(f"{key}: {err}") from None
+    return RememberedLimit(
+        chosen=_profile_entry(entry["chosen"], f"{key}: chosen"),
+        profile=[_profile_entry(e, f"{key}: profile[{i}]") for i, e in enumerate(profile)],
+        selector=selector,
+        eta=eta,
+        chosen_at_s=None if saved_at is None else TIMESTAMP_S.check_number(saved_at, f"{key}: saved_at"),
+    )
 
 
 @contextmanager
@@ -229,7 +275,10 @@ def import_legacy_file(store: SqlJobStore, path: Path) -> int:
     """Import 0.1.0's JSON file of remembered limits into `store`, then rename it `*.imported`.
 
     An entry replaces the store's only when it was chosen later; the file is read and renamed under
-    0.1.0's own lock. An entry that cannot be read is left in the renamed file, with a warning.
+    0.1.0's own lock. Only your own regular file is read (never through a link): another user's file is
+    left as it is, one of yours that is not a regular file is set aside as `*.rejected`, with one warning
+    either way. An entry with a field that is not a plausible tuning result is left in the renamed file,
+    with one warning naming its key and the field.
 
     Args:
         store: The store to import into.
@@ -238,18 +287,31 @@ def import_legacy_file(store: SqlJobStore, path: Path) -> int:
     Returns:
         The number of entries imported (0 when there is no file).
     """
-    if not path.exists():
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return 0
+    problem = trust_problem(st)
+    if problem and st.st_uid != os.geteuid():
+        _untrusted(path, UntrustedFile(problem, owner_uid=st.st_uid))
         return 0
     kept = path.with_name(path.name + ".imported")
     with _legacy_lock(path):
         try:
-            data = json.loads(path.read_text())
+            data: Any = read_trusted_json(path, max_bytes=MAX_LEGACY_BYTES)
         except FileNotFoundError:  # another process imported it while we waited for the lock
             return 0
-        except ValueError:
-            data = None
-        entries = data if isinstance(data, dict) else {}
-        limits = {key: limit for key, entry in entries.items() if (limit := _legacy_entry(entry)) is not None}
+        except UntrustedFile as err:
+            _untrusted(path, err)
+            return 0
+        except ValueError as err:
+            data, why = None, str(err)
+        limits, bad = {}, []
+        for key, entry in (data or {}).items():
+            try:
+                limits[key] = _legacy_entry(key, entry)
+            except UsageError as err:
+                bad.append(str(err))
 
         def work(conn: Connection) -> None:
             for key, limit in limits.items():
@@ -257,8 +319,26 @@ def import_legacy_file(store: SqlJobStore, path: Path) -> int:
 
         store.write(work)
         os.replace(path, kept)
-    if not isinstance(data, dict) or len(entries) > len(limits):
-        log.warning("%s held entries that are not remembered power limits; they are left in %s", path, kept)
+    if data is None:
+        log.warning("wattwise: %s is %s, not remembered power limits; it is left in %s", path, why, kept)
+    elif bad:
+        log.warning("wattwise: %s held %d entries that are not remembered power limits (%s); they are left in %s",
+                    path, len(bad), "; ".join(bad[:3]) + ("; ..." if len(bad) > 3 else ""), kept)
     log.info("imported %d remembered power limits from %s into %s (the file is now %s)",
              len(limits), path, store.describe(), kept)
     return len(limits)
+
+
+def _untrusted(path: Path, err: UntrustedFile) -> None:
+    """One warning for 0.1.0's file that cannot be trusted; set aside when it is yours (a link of yours).
+
+    Another user's file is theirs: left as it is, and named again by the next process that finds it.
+    """
+    where = "left as it is"
+    if err.mine:
+        try:
+            where = f"kept as {set_aside(path)}"
+        except OSError as error:
+            where = f"not set aside ({error.strerror or error}): remove it"
+    warnings.warn(f"wattwise: {path} {err}; the power limits remembered in it were not imported (only your own "
+                  f"regular file is), and it is {where}", EnergyPluginWarning, stacklevel=4)
