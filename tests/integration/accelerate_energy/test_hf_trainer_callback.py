@@ -1,11 +1,14 @@
 """`EnergyTrainerCallback` given to a Hugging Face Trainer in `Trainer(callbacks=[...])`, without the flag:
-fits of a tiny GPT-2 on the CPU, measured on a simulated GPU, in this process (issue 27)."""
+fits of a tiny GPT-2 on the CPU, measured on a simulated GPU, in this process (issue 27); and the callback
+the flag adds, in a script's process."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,6 +21,7 @@ from accelerate.state import AcceleratorState, GradientState
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 from accelerate_energy import EnergyTrainerCallback
+from tests.support.paths import SCRIPTS_DIR
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, EnergyPluginWarning
 from wattwise.workload import emulate_step
@@ -121,3 +125,16 @@ def test_a_callback_added_after_the_trainer_was_built_says_where_it_goes(tmp_pat
 def test_two_energy_callbacks_are_refused_when_the_trainer_is_built(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="the Trainer has 2 EnergyTrainerCallback callbacks; give it one"):
         trainer(tmp_path / "out", 2, EnergyTrainerCallback(), EnergyTrainerCallback())
+
+
+def test_under_the_flag_alone_a_40_step_run_logs_energy_at_its_logging_steps(tmp_path: Path) -> None:
+    # The issue's case: ACCELERATE_ENERGY=1, no log_every_n_steps, the script's logging_steps=5 (its
+    # accelerator's own cadence, 50 steps, is longer than the run).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_ENERGY")}
+    env.update(ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR=str(tmp_path / "run"))
+    done = subprocess.run([sys.executable, str(SCRIPTS_DIR / "zero_code_hf_trainer.py"), str(tmp_path / "out"), "40"],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = next(line for line in done.stdout.splitlines() if line.startswith("logged ")).split()
+    assert {"energy/step_j", "time/step_s", "power/avg_w"} <= set(logged)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 40
