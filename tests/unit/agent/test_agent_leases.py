@@ -211,3 +211,23 @@ def test_the_job_name_sent_to_the_agent_is_printable_and_short_enough() -> None:
     name_job([agent_gpu, local], "bert\nnightly" * 20)
     assert agent_gpu.job.startswith("bert?nightly") and len(agent_gpu.job) == MAX_JOB_CHARS
     assert agent_gpu.job.isprintable() and not hasattr(local, "job")
+
+
+def test_an_agent_start_keeps_a_live_holders_lease_and_setting_and_restores_a_gone_holders(tmp_path: Path) -> None:
+    first = _agent(tmp_path)
+    me = Holder(os.getpid(), os.getuid(), "bert", process_start_ticks(os.getpid()) or 0)
+    first.set_power_limit(0, me, set(), 200.0)
+    first.set_power_limit(1, ALICE, set(), 150.0)  # ALICE's pid 101 started at tick 5: long gone
+    first.journal.close()
+    gpus = simulated_gpus(2, persist_dir=tmp_path / "sim")
+    gpus[0].set_power_limit_w(300.0)  # whatever happened while no agent ran: the holder's limit comes back
+    journal = AgentJournal(tmp_path / "state")
+    journal.prepare()
+    second = Agent(list(gpus), "simulated", AgentConfig(), journal)
+    assert second.recover() == ["GPU 1: power limit 300 W, SM clocks unlocked"]
+    status = second.status()["gpus"]
+    assert (status[0]["power_limit_w"], status[0]["holder"]) == (200.0, me.public())
+    assert (status[1]["power_limit_w"], status[1]["holder"]) == (300.0, None)
+    assert [(c["device"]["index"], c["holder"]["pid"]) for c in journal.load()] == [(0, me.pid), (0, me.pid)]
+    second.holder_exited(me)
+    assert second.status()["gpus"][0]["power_limit_w"] == 300.0 and journal.load() == []
