@@ -319,6 +319,9 @@ class Run:
                              job=self.job_name)
         except (Unavailable, UsageError) as err:
             self._degrade(err, "setting up the power limit")
+        guard = self.power.guard
+        if guard is not None and self.collective.world_size == 1:  # no collective in a signal handler
+            guard.at_default_exit(functools.partial(self.finish, "interrupted"))
         if changes:  # every process asks, tunes only when all can, then shares the remembered limit
             self._agree(at_start=True)
             try:

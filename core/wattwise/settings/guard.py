@@ -98,6 +98,8 @@ class SettingsGuard:
         #: The signal (SIGTERM, SIGINT) that reached the process while the handlers were installed, if one
         #: did: the settings were restored then, and no setting changes from then on (`SignalledError`).
         self.signalled: int | None = None
+        #: Called when a signal takes its default action (the process ends by it), after restoring.
+        self._at_default_exit: list[Callable[[], object]] = []
         self._atexit = False
         if recover:
             # Before this process reads any setting: a dead run's leftover must not pass for an original.
@@ -302,6 +304,14 @@ class SettingsGuard:
             signal.signal(sig, handler)
         self._previous_handlers.clear()
 
+    def at_default_exit(self, last_words: Callable[[], object]) -> None:
+        """Have `last_words` called, after restoring, when SIGTERM ends the process by its default action.
+
+        That is, when no handler of the framework or of the script takes the signal. A single process's run
+        writes its summary there; an error in it is logged, and the process still ends by the signal.
+        """
+        self._at_default_exit.append(last_words)
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         """Restore every setting, then let the signal's own handling go on.
 
@@ -322,6 +332,11 @@ class SettingsGuard:
             raise KeyboardInterrupt
         else:
             # Default action of SIGTERM: die by the signal, so the parent sees the usual status.
+            for last_words in self._at_default_exit:
+                try:
+                    last_words()
+                except Exception:
+                    log.exception("wattwise: at %s", signal.Signals(signum).name)
             self.uninstall_signal_handlers()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
