@@ -32,6 +32,7 @@ import bisect
 import contextlib
 import csv
 import dataclasses
+import errno
 import fcntl
 import json
 import math
@@ -324,7 +325,12 @@ class SimulatedGPU(Device):
             payload = {"power_limit_w": limit_w, "locked_sm_clocks_mhz": list(locked) if locked else None}
             try:
                 private_dir(self._state_file.parent)
-                write_text(self._state_file, json.dumps(payload))
+                try:
+                    write_text(self._state_file, json.dumps(payload))
+                except OSError as err:
+                    if err.errno not in (errno.ENOSPC, errno.EDQUOT) or not self._state_file.is_file():
+                        raise
+                    _overwrite_in_place(self._state_file, json.dumps(payload))  # a restore on a full disk
             except OSError as err:
                 raise DeviceError(f"simulated GPU {self._index}: cannot save its settings to {self._state_file} "
                                   f"({err.strerror or err})") from None
@@ -537,3 +543,27 @@ def open_simulated_spec(spec: dict[str, Any]) -> SimulatedGPU:
     lo, hi = spec.get("limit_range_w") or PowerModel.default().limit_range_w
     model = dataclasses.replace(PowerModel.default(), min_limit_w=float(lo), max_limit_w=float(hi))
     return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"))
+
+def _overwrite_in_place(path: Path, text: str) -> None:
+    """Write `text` over the existing file `path`, without making a new file.
+
+    Settings still change (and are restored) on a full disk, where the atomic write needs a block it cannot
+    get. Text no longer than the file is padded with spaces (JSON allows them) and takes no new block; longer
+    text is written after truncating the file, which frees its blocks first. Not atomic: only when the
+    atomic write failed for lack of space.
+
+    Raises:
+        OSError: the file is missing, a symbolic link, or cannot be written even so.
+    """
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        size = os.fstat(fd).st_size
+        if len(data) <= size:
+            data += b" " * (size - len(data))
+        else:
+            os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
