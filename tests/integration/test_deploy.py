@@ -21,12 +21,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.support import ordinary_user
 from tests.support.paths import PACKAGE_ROOTS, REPO_ROOT
 from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR
 from wattwise.agent.config import parse_config
@@ -266,27 +268,39 @@ time.sleep(300)
 """
 
 
+@dataclass
+class SlurmNode:
+    """An agent serving 4 simulated GPUs, and the processes of jobs that hold some of them."""
+
+    socket: Path
+    holders: list[subprocess.Popen[str]]
+    #: The jobs' user: an ordinary one (USER_UID) where the test runs as root and one can run wattwise.
+    uid: int
+
+
 @pytest.fixture()
-def slurm_node(tmp_path: Path) -> Iterator[tuple[Path, list[subprocess.Popen[str]]]]:
-    """(the agent's socket, a list for the holders it starts): an agent serving 4 simulated GPUs."""
-    socket_path = tmp_path / "run" / "agent.sock"
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "wattwise", "agent", "serve", "--backend", "simulated", "--simulated-gpus", "4",
-         "--socket", str(socket_path), "--state-dir", str(tmp_path / "state")],
-        stderr=subprocess.DEVNULL)
-    holders: list[subprocess.Popen[str]] = []
-    try:
-        deadline = time.monotonic() + 60
-        while not _answers(socket_path):
-            assert agent.poll() is None and time.monotonic() < deadline, "the agent did not start"
-            time.sleep(0.1)
-        yield socket_path, holders
-    finally:
-        for proc in holders:
-            proc.kill()
-            proc.wait(timeout=30)
-        agent.terminate()
-        agent.wait(timeout=30)
+def slurm_node() -> Iterator[SlurmNode]:
+    as_user = ordinary_user.IS_ROOT and ordinary_user.why_not() is None
+    with ordinary_user.shared_folder("wattwise-slurm-") as folder:
+        socket_path = folder / "run" / "agent.sock"
+        group = ["--group", str(ordinary_user.USER_GID)] if as_user else []
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "wattwise", "agent", "serve", "--backend", "simulated", "--simulated-gpus", "4",
+             "--socket", str(socket_path), "--state-dir", str(folder / "state"), *group],
+            stderr=subprocess.DEVNULL)
+        node = SlurmNode(socket_path, [], ordinary_user.USER_UID if as_user else os.getuid())
+        try:
+            deadline = time.monotonic() + 60
+            while not _answers(socket_path):
+                assert agent.poll() is None and time.monotonic() < deadline, "the agent did not start"
+                time.sleep(0.1)
+            yield node
+        finally:
+            for proc in node.holders:
+                proc.kill()
+                proc.wait(timeout=30)
+            agent.terminate()
+            agent.wait(timeout=30)
 
 
 def _answers(socket_path: Path) -> bool:
@@ -301,10 +315,16 @@ def _gpus(socket_path: Path) -> list[dict[str, Any]]:
     return list(AgentClient(socket_path).status()["gpus"])
 
 
-def _hold(socket_path: Path, holders: list[subprocess.Popen[str]], index: int, slurm_job: str) -> int:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(socket_path), str(index), "200", f"job{slurm_job}"],
-                            stdout=subprocess.PIPE, text=True, env={**os.environ, "SLURM_JOB_ID": slurm_job})
-    holders.append(proc)
+def _hold(node: SlurmNode, index: int, slurm_job: str) -> int:
+    """A process of job `slurm_job` (its user's, SLURM_JOB_ID in its environment) holding GPU `index` at 200 W."""
+    args = ["-c", HOLDER, str(node.socket), str(index), "200", f"job{slurm_job}"]
+    if node.uid == os.getuid():
+        proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "SLURM_JOB_ID": slurm_job})
+    else:
+        proc = ordinary_user.popen_as(node.uid, ordinary_user.USER_GID, args, env={"SLURM_JOB_ID": slurm_job},
+                                      stdout=subprocess.PIPE)
+    node.holders.append(proc)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc.pid
 
@@ -318,19 +338,19 @@ def _slurm_script(name: str, socket_path: Path, **env: str) -> subprocess.Comple
 
 
 def test_the_epilog_releases_what_a_finished_jobs_leftover_process_holds_and_nothing_of_another_job(
-        slurm_node: tuple[Path, list[subprocess.Popen[str]]]) -> None:
-    socket_path, holders = slurm_node
+        slurm_node: SlurmNode) -> None:
+    socket_path, holders, uid = slurm_node.socket, slurm_node.holders, slurm_node.uid
     default_w = _gpus(socket_path)[2]["default_power_limit_w"]
-    leftover = _hold(socket_path, holders, 2, slurm_job="77")
-    other = _hold(socket_path, holders, 3, slurm_job="78")  # the same user's job still running
+    leftover = _hold(slurm_node, 2, slurm_job="77")
+    other = _hold(slurm_node, 3, slurm_job="78")  # the same user's job still running
     assert [g["power_limit_w"] for g in _gpus(socket_path)][2:] == [200.0, 200.0]
 
     # Job 77's user is not this one: nothing of theirs is held, nothing is touched.
-    proc = _slurm_script("epilog", socket_path, SLURM_JOB_ID="77", SLURM_JOB_UID=str(os.getuid() + 1))
+    proc = _slurm_script("epilog", socket_path, SLURM_JOB_ID="77", SLURM_JOB_UID=str(uid + 1))
     assert proc.returncode == 0 and proc.stderr == ""
     assert _gpus(socket_path)[2]["holder"]["pid"] == leftover
 
-    proc = _slurm_script("epilog", socket_path, SLURM_JOB_ID="77", SLURM_JOB_UID=str(os.getuid()),
+    proc = _slurm_script("epilog", socket_path, SLURM_JOB_ID="77", SLURM_JOB_UID=str(uid),
                          WATTWISE_EPILOG_GRACE_S="5")
     assert proc.returncode == 0, proc.stderr
     assert f"GPU(s) 2 still held by the job's process(es) {leftover}; SIGTERM" in proc.stderr
@@ -344,15 +364,15 @@ def test_the_epilog_releases_what_a_finished_jobs_leftover_process_holds_and_not
 
 
 def test_the_prolog_names_the_jobs_gpus_that_are_held_and_fails_only_when_strict(
-        slurm_node: tuple[Path, list[subprocess.Popen[str]]], tmp_path: Path) -> None:
-    socket_path, holders = slurm_node
-    holder = _hold(socket_path, holders, 1, slurm_job="77")
+        slurm_node: SlurmNode, tmp_path: Path) -> None:
+    socket_path = slurm_node.socket
+    holder = _hold(slurm_node, 1, slurm_job="77")
 
     proc = _slurm_script("prolog", socket_path, SLURM_JOB_ID="80", SLURM_JOB_GPUS="2,3")
     assert proc.returncode == 0 and proc.stderr == ""
     proc = _slurm_script("prolog", socket_path, SLURM_JOB_ID="80", SLURM_JOB_GPUS="0,1")
     assert proc.returncode == 0
-    assert f"wattwise prolog (job 80): GPU 1 is held by pid {holder} (uid {os.getuid()}, job 'job77')" in proc.stderr
+    assert f"wattwise prolog (job 80): GPU 1 is held by pid {holder} (uid {slurm_node.uid}, job 'job77')" in proc.stderr
     proc = _slurm_script("prolog", socket_path, SLURM_JOB_ID="80", SLURM_JOB_GPUS="0,1", WATTWISE_PROLOG_STRICT="1")
     assert proc.returncode == 1 and proc.stderr.rstrip().endswith("the job's GPUs are not all free")
 
