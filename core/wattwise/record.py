@@ -394,6 +394,10 @@ class WindowsLog:
         self.path = Path(path)
         self.device_keys = tuple(device_keys)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A temporary an earlier run could not finish (its disk was full) is removed at this start.
+        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
         fd, tmp = create_beside(self.path)
         self._file: TextIO | None = os.fdopen(fd, "w", encoding="utf-8", newline="", buffering=1)
         self._writer = csv.writer(self._file, lineterminator="\n")
@@ -401,7 +405,8 @@ class WindowsLog:
             self._writer.writerow(windows_header(self.device_keys))
             os.replace(tmp, self.path)  # a new, empty log replaces the last run's (or a planted link)
         except BaseException:
-            self.close()
+            with contextlib.suppress(OSError):  # closing flushes: on a full disk that fails too
+                self.close()
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
@@ -412,8 +417,8 @@ class WindowsLog:
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            file.close()
 
 
 # -- reading -------------------------------------------------------------------------------------------
