@@ -217,7 +217,12 @@ class AgentGPU(Device):
         return f"{self.client.path}#{self.index}"
 
     def release(self) -> None:
-        """Give the GPU back now: the agent restores its original settings."""
+        """Give the GPU back now: the agent restores its original settings.
+
+        A limit someone else lifted meanwhile is said first (`settings_lifted`, once), so a run that never
+        asked says so at its end at the latest.
+        """
+        self.settings_lifted()
         self.client.release(self.index)
         self.requested_limit_w = None
 

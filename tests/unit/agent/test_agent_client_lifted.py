@@ -38,3 +38,25 @@ def test_a_limit_lifted_by_someone_else_is_said_once_and_kept_for_the_summary(tm
     assert first == again == gpu.lifted_note
     assert first is not None and first.startswith("GPU 0: its power limit is 300 W, not the 200 W this job set")
     assert [(w.category, str(w.message)) for w in caught] == [(EnergyPluginWarning, first)]
+
+
+def test_giving_the_gpu_back_says_a_lift_nobody_asked_about_and_nothing_when_the_limit_held(tmp_path: Path) -> None:
+    local = simulated_gpus(1, persist_dir=tmp_path)[0]
+    released: list[int] = []
+
+    class _Releasing(_DirectClient):
+        def release(self, index: int) -> dict[str, Any]:
+            released.append(index)
+            return {}
+
+    gpu = AgentGPU(local, _Releasing(local))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gpu.set_power_limit_w(200.0)
+        gpu.release()  # the limit held: nothing to say
+        gpu.set_power_limit_w(200.0)
+        local.set_power_limit_w(250.0)
+        gpu.release()
+    assert released == [0, 0]
+    assert len(caught) == 1
+    assert str(caught[0].message).startswith("GPU 0: its power limit is 250 W, not the 200 W this job set")
