@@ -444,7 +444,8 @@ class Run:
         self.finished = True
         if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
             status = "interrupted"
-        self._agree()  # a change that failed in one process since the last decision point
+        if self.measuring:  # where the figures are gathered below: no new collective otherwise
+            self._agree()  # a change that failed in one process since the last decision point
         self.power.finish_tuning(self.step_count)
         self._take_notices()
         self.power.close()
