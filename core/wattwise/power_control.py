@@ -16,6 +16,7 @@ Its resumable state is the tuner's, the steps run at the chosen limit and the re
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +35,8 @@ from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
 #: A profile window lasts at least this many updates of the energy counter: quantisation stays under
 #: about 5% of the window's energy (one update at each end).
 MIN_PROFILE_UPDATES = 20
+#: The "cannot finish" warning says how to make tuning take at most 1/TUNING_SHARE of a run of known length.
+TUNING_SHARE = 5
 
 #: Why tuning chooses nothing on a simulated GPU that no emulated work drives (a user's own model).
 UNDRIVEN_REASON = ("no emulated work drove the simulated GPU, so it measured its idle power at every limit "
@@ -279,10 +282,25 @@ class PowerLimitControl:
             self._warned_short = True
             self._notices.append(f"power-limit tuning cannot finish: {reason}. It profiles {min(can, len(t.limits_w))} "
                                 f"of {len(t.limits_w)} limits and keeps the best of them (the summary says "
-                                "tuning.finished = false); give the run more steps, or lower "
-                                "power_limit.profile_steps / warmup_steps or raise power_limit.step_w")
+                                f"tuning.finished = false); {self._how_to_fit(steps_done + needed)}")
         if t.at_limit_boundary() and left < per_limit:
             t.finish_early(reason)
+
+    def _how_to_fit(self, needed_steps: int) -> str:
+        """How to make tuning take at most a fifth of a run of known length: the steps the run needs for
+        that, and the `step_w` whose fewer limits fit into this run's first fifth, when two or more do."""
+        assert self.tuner is not None and self.expected_steps is not None
+        t = self.tuner
+        how = (f"to tune in at most a fifth of the run, give it at least {TUNING_SHARE * needed_steps} "
+               "optimizer steps")
+        per_limit = t.warmup_steps + t.profile_steps
+        fits = (self.expected_steps // TUNING_SHARE - t.wait_steps) // per_limit if per_limit > 0 else 0
+        low_w, high_w = min(t.limits_w), max(t.limits_w)
+        if fits >= 2 and high_w > low_w:
+            step_w = math.ceil((high_w - low_w) / (fits - 1))
+            count = len(profile_limits_w(low_w, high_w, step_w))
+            how += f", or set power_limit.step_w={step_w} to profile {count} limits (now {self.cfg.step_w:g} W apart)"
+        return how + ", or lower power_limit.profile_steps / warmup_steps"
 
     def finish_tuning(self, steps_done: int) -> None:
         """The run ends: tuning that is still profiling settles on the best limit measured so far."""

@@ -134,3 +134,33 @@ def test_measure_mode_reports_the_limit_the_gpus_run_at_for_power_limit_w(tmp_pa
     run.finish()
     assert run.applied_limit_w is None  # wattwise changed nothing
     assert [m["power/limit_w"] for m in logged] == [250.0, 250.0]
+
+
+@pytest.mark.parametrize(("step_w", "steps", "advice"), [
+    # 5 limits, 1 + 5 x 2 = 11 steps of tuning; a fifth of 10 steps holds no two limits.
+    (50, 10, "give it at least 55 optimizer steps"),
+    # 21 limits, 1 + 21 x 2 = 43 steps; a fifth of 40 steps holds 3 limits 100 W apart.
+    (10, 40, "give it at least 215 optimizer steps, or set power_limit.step_w=100 to profile 3 limits (now 10 W "
+             "apart)"),
+])
+def test_tuning_that_cannot_finish_says_once_how_to_fit_into_a_fifth_of_the_run(tmp_path: Path, step_w: int,
+                                                                                steps: int, advice: str) -> None:
+    clock = VirtualClock()
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
+    cfg = load_config(overrides=[*TUNE, "power_limit.profile_steps=1", f"power_limit.step_w={step_w}",
+                                 f"output_dir={tmp_path / 'run'}"])
+    run = Run(cfg, devices=[gpu], wall_clock=clock,
+              settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False))
+    run.expect_steps(steps)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run.start()
+        for _ in range(steps):
+            run.step_begin()
+            emulate_step([gpu], lambda: None)
+            run.step_end()
+        run.finish()
+    said = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    assert len(said) == 1 and "tuning cannot finish" in said[0]
+    assert said[0].endswith(f"; to tune in at most a fifth of the run, {advice}, or lower "
+                            "power_limit.profile_steps / warmup_steps")
