@@ -324,3 +324,15 @@ def set_aside(path: str | os.PathLike[str]) -> Path:
     rejected = source.with_name(source.name + ".rejected")
     os.replace(source, rejected)
     return rejected
+
+
+def set_aside_saying(path: str | os.PathLike[str]) -> str:
+    """`set_aside` the file and say where it went, for the warning that names it.
+
+    Returns:
+        "kept as NAME.rejected", or, when it cannot be renamed, why and that it is for the user to remove.
+    """
+    try:
+        return f"kept as {set_aside(path)}"
+    except OSError as err:
+        return f"not set aside ({err.strerror or err}): remove it"

@@ -19,6 +19,9 @@ Settings can persist in a small JSON state file, so that a process killed with S
 changed power limit behind exactly as a real GPU would, and the guard's recovery can be tested. The file
 is the GPU's state: reading a setting re-reads it when another process changed it, it is never read or
 written through a symbolic link, and a setting that cannot be saved is not changed (a `DeviceError`).
+It is read only when it can be trusted (the user's own or root's, the node agent's: `wattwise.paths.
+read_trusted`) and holds valid settings (`parse_state`); one that fails leaves the GPU at its defaults,
+with one warning, and is set aside as `gpuN.json.rejected` when it is the user's own.
 
 The load is shared too, when a node agent serves the simulated GPU: a process driving emulated work adds
 the energy it draws above idle to a counter file beside the state file (`publish_load`, after a step, at
@@ -39,14 +42,16 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wattwise.bounds import POWER_LIMIT_W, check_integer
 from wattwise.devices.base import Device, DeviceError, PowerLimitRange
-from wattwise.errors import UsageError
-from wattwise.paths import private_dir, read_text, write_text
+from wattwise.errors import EnergyPluginWarning, UsageError
+from wattwise.paths import UntrustedFile, private_dir, read_text, read_trusted_json, set_aside_saying, write_text
 
 
 @dataclass(frozen=True)
@@ -233,6 +238,33 @@ def _parse_load_j(raw: bytes) -> float | None:
     return float(value)
 
 
+#: A state file holds two settings; anything far larger is not one.
+MAX_STATE_BYTES = 1 << 16
+
+
+def parse_state(state: dict[str, Any], clock: ClockModel) -> tuple[float, tuple[int, int] | None]:
+    """The settings in a state file's object: (power limit in W, locked SM clock range in MHz or None).
+
+    Args:
+        state: the file's JSON object (`{"power_limit_w": W, "locked_sm_clocks_mhz": [lo, hi] or null}`).
+        clock: the GPU's clock model: a locked range must lie within its clocks, as `lock_sm_clocks_mhz`
+            asks.
+
+    Raises:
+        UsageError: naming the setting that is missing, of the wrong type or outside its bound.
+    """
+    limit_w = POWER_LIMIT_W.check_number(state.get("power_limit_w"), "power_limit_w")
+    locked = state.get("locked_sm_clocks_mhz")
+    if locked is None:
+        return limit_w, None
+    if not isinstance(locked, list) or len(locked) != 2:
+        raise UsageError(f"locked_sm_clocks_mhz must be null or [lowest, highest] MHz (got {locked!r})")
+    low, high = (check_integer(mhz, "locked_sm_clocks_mhz", low=clock.min_mhz, high=clock.max_mhz) for mhz in locked)
+    if low > high:
+        raise UsageError(f"locked_sm_clocks_mhz [{low}, {high}] must name the lowest clock first")
+    return limit_w, (low, high)
+
+
 class SimulatedGPU(Device):
     """A GPU that follows a `PowerModel`. See the module docstring."""
 
@@ -279,22 +311,33 @@ class SimulatedGPU(Device):
 
     # -- settings persistence -------------------------------------------------------------------------
     def _load_state(self) -> None:
-        """Read the settings from the state file (never through a symbolic link); missing: the defaults."""
+        """Read the settings from the state file (see the module docstring); missing or rejected: the defaults."""
         self._state_sig = self._signature()
+        self._limit_w, self._locked = self._default_limit_w, None
         if self._state_sig is None:
-            self._limit_w, self._locked = self._default_limit_w, None
             return
         assert self._state_file is not None
         try:
-            fd = os.open(self._state_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-            with open(fd, "rb") as fh:
-                state = json.loads(fh.read(1 << 16))
-            self._limit_w = float(state["power_limit_w"])
-            locked = state.get("locked_sm_clocks_mhz")
-            self._locked = (int(locked[0]), int(locked[1])) if locked else None
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
-            # A torn or foreign file: start from the defaults, as a GPU does after a driver reload.
-            self._limit_w, self._locked = self._default_limit_w, None
+            state = read_trusted_json(self._state_file, max_bytes=MAX_STATE_BYTES, root_ok=True)
+            self._limit_w, self._locked = parse_state(state, self.model.clock)
+        except FileNotFoundError:
+            return
+        except UntrustedFile as err:
+            self._reject_state(str(err))
+        except ValueError as err:
+            self._reject_state(f"holds no settings of a simulated GPU: {err}")
+
+    def _reject_state(self, why: str) -> None:
+        """One warning for a state file that cannot be used; set aside when it is this user's own."""
+        assert self._state_file is not None
+        where = "left as it is"
+        with contextlib.suppress(OSError):
+            if os.lstat(self._state_file).st_uid == os.geteuid():
+                where = set_aside_saying(self._state_file)
+        self._state_sig = self._signature()
+        warnings.warn(f"wattwise: simulated GPU {self._index}: its state file {self._state_file} {why}; the GPU "
+                      f"starts from its defaults ({self._default_limit_w:g} W, clocks unlocked) and the file is "
+                      f"{where}", EnergyPluginWarning, stacklevel=2)
 
     def _signature(self) -> tuple[int, int, int] | None:
         """What identifies the state file's current content (None: no file, or no state file at all)."""
@@ -325,8 +368,9 @@ class SimulatedGPU(Device):
             payload = {"power_limit_w": limit_w, "locked_sm_clocks_mhz": list(locked) if locked else None}
             try:
                 private_dir(self._state_file.parent)
+                # Readable by the node agent's users (their processes read its GPUs' state), writable by its owner.
                 try:
-                    write_text(self._state_file, json.dumps(payload))
+                    write_text(self._state_file, json.dumps(payload), mode=0o644)
                 except OSError as err:
                     if err.errno not in (errno.ENOSPC, errno.EDQUOT) or not self._state_file.is_file():
                         raise
@@ -543,6 +587,7 @@ def open_simulated_spec(spec: dict[str, Any]) -> SimulatedGPU:
     lo, hi = spec.get("limit_range_w") or PowerModel.default().limit_range_w
     model = dataclasses.replace(PowerModel.default(), min_limit_w=float(lo), max_limit_w=float(hi))
     return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"))
+
 
 def _overwrite_in_place(path: Path, text: str) -> None:
     """Write `text` over the existing file `path`, without making a new file.

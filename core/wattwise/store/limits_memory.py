@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, TIME_S, TIMESTAMP_S
 from wattwise.errors import EnergyPluginWarning, UsageError
-from wattwise.paths import UntrustedFile, open_lock, read_trusted_json, set_aside, state_dir, trust_problem
+from wattwise.paths import UntrustedFile, open_lock, read_trusted_json, set_aside_saying, state_dir, trust_problem
 from wattwise.power_limit import ProfileEntry, check_eta
 from wattwise.store.factory import default_store_url, store_url
 
@@ -334,11 +334,6 @@ def _untrusted(path: Path, err: UntrustedFile) -> None:
 
     Another user's file is theirs: left as it is, and named again by the next process that finds it.
     """
-    where = "left as it is"
-    if err.mine:
-        try:
-            where = f"kept as {set_aside(path)}"
-        except OSError as error:
-            where = f"not set aside ({error.strerror or error}): remove it"
+    where = set_aside_saying(path) if err.mine else "left as it is"
     warnings.warn(f"wattwise: {path} {err}; the power limits remembered in it were not imported (only your own "
                   f"regular file is), and it is {where}", EnergyPluginWarning, stacklevel=4)

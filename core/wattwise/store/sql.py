@@ -59,7 +59,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.pool import StaticPool
 
 from wattwise.errors import EnergyPluginWarning, UsageError
-from wattwise.paths import UntrustedFile, private_dir, set_aside
+from wattwise.paths import UntrustedFile, private_dir, set_aside_saying
 from wattwise.recurring.spec import JobSpec, RunRecord
 from wattwise.store import spool
 from wattwise.store.base import (
@@ -367,12 +367,8 @@ class SqlJobStore:
         return delivered, len(spool.pending(self.url))
 
     def _reject(self, path: Path, why: str) -> None:
-        try:
-            kept = f"it is kept as {set_aside(path)}"
-        except OSError as err:
-            kept = f"it could not be set aside ({err.strerror or err}): remove it"
         warnings.warn(f"wattwise: the spooled result {path} was not delivered to the job store {self.describe()}: "
-                      f"{why}; {kept}", EnergyPluginWarning, stacklevel=3)
+                      f"{why}; it is {set_aside_saying(path)}", EnergyPluginWarning, stacklevel=3)
 
     def _skip(self, paths: list[Path]) -> None:
         owners = sorted({str(uid) for path in paths if (uid := spool.owner_uid(path)) is not None})
