@@ -143,7 +143,7 @@ def check_integer(value: object, field: str, *, low: int, high: int) -> int:
     Raises:
         UsageError: naming `field`, the range and the value.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= int(value) <= high:
         raise UsageError(f"{field} must be an integer from {low} to {high} (got {value!r})")
     return int(value)
 
