@@ -250,10 +250,13 @@ class Run:
         A process that stopped changing settings alone would stop tuning alone, and the processes would no
         longer issue the same collectives (a mismatch, or a hang). So a failed change only suspends the
         process's changes (`PowerLimitControl.suspend`), and here, where the processes already exchange
-        figures (the start, a profile window's end, a logging step, the end), one all-reduce asks whether
-        any process failed; if one did, every process degrades to measurement only, together, with one
-        warning (main process) and a note in the summary naming each rank and what failed there. Called by
-        every process at the same points; nothing to do (no collective) once they only measure.
+        figures and tuning decides (the start, a profile window's end, the end), one all-reduce asks
+        whether any process failed; if one did, every process degrades to measurement only, together, with
+        one warning (main process) and a note in the summary naming each rank and what failed there. Called
+        by every process at the same points; nothing to do (no collective) once they only measure. Between
+        window ends a suspended process issues the same collectives as the others (its tuner counts, and
+        logging steps do not depend on the power part), so logging steps do not ask: after tuning, the
+        run's collectives are what they were without this.
 
         Args:
             at_start: After `PowerLimitControl.setup`: a process that found no GPU to change (and so only
@@ -379,7 +382,8 @@ class Run:
             rec, ended = m.close_interval(also=(PROFILE,) if profile_done else ())
         else:
             ended = m.end(PROFILE)
-        self._agree()  # a decision point: a change that failed in one process degrades all of them here
+        if profile_done:  # a decision point: a change that failed in one process degrades all of them here
+            self._agree()
         if profile_done and self.power.tuner is not None:
             try:
                 self.power.record_profile(ended[0].time_s, ended[0].energy_j, memory_key=self._memory_key(),
