@@ -20,6 +20,21 @@ class Tracker(TrainerCallback):
         self.seen.update(logs or {})
 
 
+class DriveSimulatedGPU(TrainerCallback):
+    """Each step also runs the simulated GPU's modelled work (`emulate_step`), as the examples do: an idle
+    simulated GPU measures the same idle power at every limit, and tuning then chooses none."""
+
+    trainer = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        from accelerate_energy.adapter import energy
+        from wattwise.workload import emulate_step
+
+        found = energy(self.trainer.accelerator) if self.trainer is not None else None
+        if found is not None and found.run.started:
+            emulate_step(found.run.gpus, lambda: None)
+
+
 class RandomTokens(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return 256
@@ -38,7 +53,9 @@ def main() -> None:
     args = TrainingArguments(output_dir=out, max_steps=max_steps, per_device_train_batch_size=4,
                              gradient_accumulation_steps=2, save_steps=10, save_strategy="steps",
                              logging_steps=5, report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
-    trainer = Trainer(model=model, args=args, train_dataset=RandomTokens(), callbacks=[Tracker()])
+    driver = DriveSimulatedGPU()
+    trainer = Trainer(model=model, args=args, train_dataset=RandomTokens(), callbacks=[Tracker(), driver])
+    driver.trainer = trainer
     trainer.train(resume_from_checkpoint=True if resume else None)
     logged = sorted(Tracker.seen)
     if trainer.is_world_process_zero():
