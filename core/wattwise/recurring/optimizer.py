@@ -32,7 +32,7 @@ from wattwise.recurring.policy import (
 )
 from wattwise.recurring.spec import JobSpec, Phase, Recommendation, RunRecord
 from wattwise.store.base import JobStore
-from wattwise.store.spool import SpooledResult, StoreUnavailable, spool_result
+from wattwise.store.spool import SpooledResult, StoreUnavailable, spool_dir, spool_result
 
 #: An open run that has not reported an epoch for this long is presumed dead (crashed, killed).
 DEFAULT_STALE_AFTER_S = 24 * 3600.0
@@ -198,7 +198,13 @@ class BatchSizeOptimizer:
             result = SpooledResult(job=self.job.name, run_id=run_id, reached=reached, epochs=epochs,
                                    energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s,
                                    power_limit_w=power_limit_w)
-            path = spool_result(err.url, result)
+            try:
+                path = spool_result(err.url, result)
+            except OSError as spool_err:  # e.g. a spool folder another user made in a shared WATTWISE_HOME
+                _warn(f"wattwise: {err}; the result of run {run_id} of job {self.job.name!r} could not be spooled "
+                      f"either ({spool_err.strerror or spool_err}: {spool_dir(err.url)}), so it is lost and the run "
+                      f"stays open; check that folder is yours", stacklevel=3)
+                return None
             _warn(f"wattwise: {err}; the result of run {run_id} of job {self.job.name!r} was spooled to {path} and "
                   f"will be delivered at the next contact with the store, or by `wattwise jobs sync` (with the same "
                   f"--store)", stacklevel=3)

@@ -270,3 +270,28 @@ def test_jobs_show_delivers_what_it_can_and_shows_the_job(spooled: Spooled, caps
         assert main(["jobs", "show", SPEC.name, "--store", str(spooled.path), "--json"]) == 0
     runs = {run["run_id"]: run for run in json.loads(capsys.readouterr().out)["runs"]}
     assert runs[spooled.good_run.run_id]["energy_j"] == 500.0 and runs[spooled.bad_run.run_id]["state"] == "open"
+
+
+# -- a spool folder that cannot be written -----------------------------------------------------------------
+
+
+class GoneStore(MemoryJobStore):
+    """A store that goes away once the run has started."""
+
+    url = "sqlite:////nowhere/jobs.sqlite"
+
+    def get_run(self, name: str, run_id: int) -> RunRecord:
+        raise spool.StoreUnavailable("cannot reach the job store", url=self.url, reason="gone")
+
+
+def test_a_result_that_cannot_be_spooled_either_is_one_warning_not_a_crash() -> None:
+    # Another user's spool folder in a shared WATTWISE_HOME (here: a file where the folder would be).
+    folder = spool.spool_dir(GoneStore.url)
+    folder.parent.mkdir(parents=True)
+    folder.write_text("not a folder")
+    store = GoneStore()
+    optimizer = BatchSizeOptimizer(SPEC, store)
+    run = optimizer.next_batch_size()
+    with pytest.warns(EnergyPluginWarning, match=r"could not be spooled either .* so it is lost") as caught:
+        assert optimizer.report_result(run.run_id, energy_j=10.0, time_s=1.0, reached=False, epochs=1) is None
+    assert len(caught) == 1 and str(folder) in str(caught[0].message)
