@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from wattwise.bounds import POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S
+from wattwise.bounds import RUN_ENERGY_J, RUN_TIME_S
 from wattwise.errors import EnergyPluginWarning, UsageError
 from wattwise.recurring.policy import (
     WATTWISE_POLICY,
@@ -31,7 +31,7 @@ from wattwise.recurring.policy import (
     stop_reason,
 )
 from wattwise.recurring.spec import JobSpec, Phase, Recommendation, RunRecord
-from wattwise.store.base import JobStore
+from wattwise.store.base import JobStore, check_power_limit
 from wattwise.store.spool import SpooledResult, StoreUnavailable, spool_dir, spool_result
 
 #: An open run that has not reported an epoch for this long is presumed dead (crashed, killed).
@@ -101,7 +101,7 @@ class BatchSizeOptimizer:
                 f"batch_size {batch_size} is not one of job {self.job.name!r}'s batch sizes "
                 f"{list(self.job.batch_sizes)}"
             )
-        _check_power_limit(power_limit_w)
+        check_power_limit(power_limit_w)
         self.store.set_power_limit(self.job.name, batch_size, power_limit_w)
 
     def stop_reason(
@@ -182,7 +182,7 @@ class BatchSizeOptimizer:
         if epochs is not None:
             _check_epochs(epochs, reached)
         if power_limit_w is not None:
-            _check_power_limit(power_limit_w)
+            check_power_limit(power_limit_w)
         cost, now_s = self.job.cost(energy_j, time_s), self._clock()
         try:
             run = self.store.get_run(self.job.name, run_id)
@@ -222,10 +222,6 @@ def _check_epochs(epochs: int, reached: bool) -> None:
             f"epochs must be at least 1 for a run that reached the target (got {epochs}); "
             f"pass epochs= or call should_stop after each epoch"
         )
-
-
-def _check_power_limit(power_limit_w: float) -> None:
-    POWER_LIMIT_W.check_number(power_limit_w, "power_limit_w")
 
 
 def _check_totals(energy_j: float, time_s: float) -> None:

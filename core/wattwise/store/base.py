@@ -172,12 +172,7 @@ def finished_run(name: str, run_id: int) -> UsageError:
     return UsageError(f"run {run_id} of job {name!r} has already finished; start a new run instead")
 
 
-def _field(where: str, name: str) -> str:
-    return f"{where}: {name}" if where else name
-
-
-def check_run_figures(*, epochs: object, energy_j: object, time_s: object, cost: object, now_s: object,
-                      where: str = "") -> None:
+def check_run_figures(*, epochs: object, energy_j: object, time_s: object, cost: object, now_s: object) -> None:
     """Refuse a run's figures that no run has: what every store accepts as a run's progress or result.
 
     The bounds are `wattwise.bounds`' (energy and time from zero, the cost, a point in time), the same for
@@ -190,23 +185,22 @@ def check_run_figures(*, epochs: object, energy_j: object, time_s: object, cost:
         time_s: the run's time so far (s).
         cost: the job's cost of that energy and time (J).
         now_s: when, in the caller's clock (s).
-        where: where the figures were read (a spool file), for the message; empty for a call.
 
     Raises:
         UsageError: naming the first figure that is wrong, its range and its value.
     """
     if epochs is not None:
-        check_integer(epochs, _field(where, "epochs"), low=0, high=MAX_INTEGER)
-    RUN_ENERGY_J.check_number(energy_j, _field(where, "energy_j"))
-    RUN_TIME_S.check_number(time_s, _field(where, "time_s"))
-    COST_J.check_number(cost, _field(where, "cost"))
-    TIMESTAMP_S.check_number(now_s, _field(where, "now_s"))
+        check_integer(epochs, "epochs", low=0, high=MAX_INTEGER)
+    RUN_ENERGY_J.check_number(energy_j, "energy_j")
+    RUN_TIME_S.check_number(time_s, "time_s")
+    COST_J.check_number(cost, "cost")
+    TIMESTAMP_S.check_number(now_s, "now_s")
 
 
-def check_power_limit(power_limit_w: object, where: str = "") -> None:
+def check_power_limit(power_limit_w: object) -> None:
     """Refuse a power limit no GPU takes (`wattwise.bounds.POWER_LIMIT_W`): what every store remembers.
 
     Raises:
         UsageError: naming `power_limit_w`, its range and its value.
     """
-    POWER_LIMIT_W.check_number(power_limit_w, _field(where, "power_limit_w"))
+    POWER_LIMIT_W.check_number(power_limit_w, "power_limit_w")

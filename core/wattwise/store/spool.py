@@ -73,42 +73,35 @@ class SpooledResult:
         return json.dumps({"version": SPOOL_VERSION, **dataclasses.asdict(self)}, indent=1)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "") -> SpooledResult:
-        """The result in a spool file's JSON object, checked field by field.
-
-        Args:
-            data: the file's object, with its `version`.
-            where: the file, for the messages.
+    def from_dict(cls, data: dict[str, Any]) -> SpooledResult:
+        """The result in a spool file's JSON object (with its `version`), checked field by field.
 
         Raises:
             UsageError: not this spool format's version, a field missing or unknown, or a field of the wrong
                 type or outside its bound (the bounds every store accepts from a run); the message names it.
         """
-        prefix = f"{where}: " if where else ""
         version = data.get("version")
         if type(version) is not int or version != SPOOL_VERSION:
-            raise UsageError(f"{prefix}version must be {SPOOL_VERSION} (got {version!r}): not a spooled result "
-                             "this wattwise reads")
+            raise UsageError(f"version must be {SPOOL_VERSION} (got {version!r}): not a spooled result this "
+                             "wattwise reads")
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(fields) - {"version"})
         if unknown:
-            raise UsageError(f"{prefix}{unknown[0]} is not a field of a spooled result")
-        missing = [name for name, f in fields.items()
-                   if name not in data and f.default is dataclasses.MISSING]
+            raise UsageError(f"{unknown[0]} is not a field of a spooled result")
+        missing = [name for name, f in fields.items() if name not in data and f.default is dataclasses.MISSING]
         if missing:
-            raise UsageError(f"{prefix}{missing[0]} is missing")
-        values = {name: data[name] for name in fields if name in data}
-        result = cls(**values)
-        check_job_name(result.job, setting=f"{prefix}job")
-        check_integer(result.run_id, f"{prefix}run_id", low=1, high=MAX_INTEGER)
+            raise UsageError(f"{missing[0]} is missing")
+        result = cls(**{name: data[name] for name in fields if name in data})
+        check_job_name(result.job, setting="job")
+        check_integer(result.run_id, "run_id", low=1, high=MAX_INTEGER)
         if not isinstance(result.reached, bool):
-            raise UsageError(f"{prefix}reached must be true or false (got {result.reached!r})")
+            raise UsageError(f"reached must be true or false (got {result.reached!r})")
         check_run_figures(epochs=result.epochs, energy_j=result.energy_j, time_s=result.time_s, cost=result.cost,
-                          now_s=result.now_s, where=where)
+                          now_s=result.now_s)
         if result.reached and result.epochs == 0:
-            raise UsageError(f"{prefix}epochs must be at least 1 for a run that reached the target (got 0)")
+            raise UsageError("epochs must be at least 1 for a run that reached the target (got 0)")
         if result.power_limit_w is not None:
-            check_power_limit(result.power_limit_w, where)
+            check_power_limit(result.power_limit_w)
         return result
 
 
