@@ -1,0 +1,253 @@
+"""The guard under faults: two processes on one GPU, a SIGKILLed run's leftover, a recycled pid, a full
+disk, corrupted or foreign journals, and the demo stopped by a signal.
+
+Crash paths run real child processes on a simulated GPU whose settings persist in a state file inside the
+state dir (as a real GPU keeps them after the process dies); the test process is the second process.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import socket
+import stat
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wattwise.devices
+import wattwise.settings.journal
+from wattwise.cli.main import main
+from wattwise.config import load_config
+from wattwise.devices.simulated import SimulatedGPU
+from wattwise.paths import state_dir
+from wattwise.run import EnergyPluginWarning, Run
+from wattwise.settings.guard import JournalError, SettingsGuard
+from wattwise.settings.journal import journal_dir
+from wattwise.settings.recovery import recover_stale_journals
+from wattwise.workload import emulate_step
+
+MAX_W = 300.0
+TIMEOUT_S = 120.0
+CHILD = """
+import signal, sys, time
+from wattwise.devices.simulated import SimulatedGPU
+from wattwise.settings.guard import SettingsGuard
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+gpu = SimulatedGPU(0, state_file=sys.argv[1])
+guard = SettingsGuard()
+guard.install_signal_handlers()
+guard.set_power_limit(gpu, float(sys.argv[2]))
+print("limit set", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
+
+
+@pytest.fixture
+def state_file() -> Path:
+    return state_dir() / "simulated" / "gpu0.json"
+
+
+def limit_on_gpu(path: Path) -> float:
+    return SimulatedGPU(0, state_file=path).power_limit_w()
+
+
+def journals() -> list[Path]:
+    folder = journal_dir()
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+@pytest.fixture
+def child(state_file: Path) -> Iterator[Any]:
+    """Start a process that sets the limit through its guard and holds it; yields once it is set."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(limit_w: float = 150.0) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(state_file), str(limit_w)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT_S)
+        line = proc.stdout.readline() if ready else ""
+        if line.strip() != "limit set":
+            proc.kill()
+            pytest.fail(f"child did not set the limit: {line!r}\n{proc.communicate(timeout=TIMEOUT_S)[1]}")
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=TIMEOUT_S)
+
+
+def no_space(*args: Any, **kwargs: Any) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_change_that_cannot_be_journalled_is_not_made(monkeypatch: pytest.MonkeyPatch, state_file: Path) -> None:
+    gpu = SimulatedGPU(0, state_file=state_file)
+    monkeypatch.setattr(wattwise.settings.journal, "write_journal", no_space)
+    with SettingsGuard() as guard:
+        with pytest.raises(JournalError, match="No space left on device"):
+            guard.set_power_limit(gpu, 150.0)
+        assert not guard.changed
+    assert limit_on_gpu(state_file) == MAX_W
+    assert journals() == []
+
+
+def test_a_full_disk_after_a_change_still_restores_it(monkeypatch: pytest.MonkeyPatch, state_file: Path) -> None:
+    gpu = SimulatedGPU(0, state_file=state_file)
+    other = SimulatedGPU(1, state_file=state_file.with_name("gpu1.json"))
+    guard = SettingsGuard()
+    guard.set_power_limit(gpu, 150.0)
+    monkeypatch.setattr(wattwise.settings.journal, "write_journal", no_space)  # the disk fills up
+    with pytest.raises(JournalError):
+        guard.set_power_limit(other, 150.0)
+    assert other.power_limit_w() == MAX_W
+    result = guard.close()
+    assert result.failed == []
+    assert limit_on_gpu(state_file) == MAX_W
+    assert journals() == []
+
+
+def test_a_tuning_run_on_a_full_disk_warns_once_and_leaves_the_gpu_as_found(
+    monkeypatch: pytest.MonkeyPatch, state_file: Path, tmp_path: Path
+) -> None:
+    gpu = SimulatedGPU(0, state_file=state_file, base_step_time_s=0.001)
+    cfg = load_config(overrides=["power_limit.mode=tune", "power_limit.wait_steps=0", f"output_dir={tmp_path / 'r'}",
+                                 "power_limit.warmup_steps=1", "power_limit.profile_steps=1"])
+    run = Run(cfg, devices=[gpu])
+    monkeypatch.setattr(wattwise.settings.journal, "write_journal", no_space)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run.start()
+        for _ in range(5):
+            run.step_begin()
+            emulate_step([gpu], lambda: None)
+            run.step_end()
+    messages = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    assert len(messages) == 1 and "No space left on device" in messages[0]
+    assert limit_on_gpu(state_file) == MAX_W
+
+
+# -- 5. corrupted journals ------------------------------------------------------------------------------
+
+
+def journal_text(state_file: Path, **change: Any) -> str:
+    device = {"backend": "simulated", "index": 0, "state_file": str(state_file), "limit_range_w": [100.0, 300.0]}
+    entry = {"device": device, "setting": "power_limit_w", "original": MAX_W, **change}
+    return json.dumps({"pid": 4242, "host": socket.gethostname(), "created": 0.0, "changes": [entry]})
+
+
+CORRUPTED: dict[str, Any] = {
+    "original-object": lambda sf: journal_text(sf, original={"w": 300}),
+    "clocks-one-value": lambda sf: journal_text(sf, setting="locked_sm_clocks_mhz", original=[1410]),
+    "huge-pid": lambda sf: journal_text(sf).replace('"pid": 4242', f'"pid": {2**70}'),
+    "not-json": lambda sf: "this is not a journal",
+    "binary": lambda sf: b"\xff\xfe\x00\x81garbage",
+    "list": lambda sf: "[1, 2, 3]",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CORRUPTED))
+def test_a_corrupted_journal_is_skipped_with_one_line_and_kept(
+    kind: str, state_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu = SimulatedGPU(0, state_file=state_file)
+    gpu.set_power_limit_w(150.0)
+    path = journal_dir() / "bad.json"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    content = CORRUPTED[kind](state_file)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert main(["restore"]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"FAILED {path}: ") and "skipped" in out[0]
+    assert path.exists()
+    SettingsGuard().close()  # a run starting now goes on
+    assert limit_on_gpu(state_file) == 150.0
+
+
+def test_a_journal_whose_state_file_is_a_folder_is_skipped(state_file: Path) -> None:
+    state_file.mkdir(parents=True)
+    path = journal_dir() / "dir.json"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text(journal_text(state_file))
+    result = recover_stale_journals()
+    assert len(result.failed) == 1 and "not a regular file" in result.failed[0] and str(path) in result.failed[0]
+    assert path.exists() and state_file.is_dir()
+
+
+# -- 6. journals are trusted only when they are yours ---------------------------------------------------
+
+
+def test_the_journal_folder_is_created_private(state_file: Path) -> None:
+    with SettingsGuard() as guard:
+        guard.set_power_limit(SimulatedGPU(0, state_file=state_file), 150.0)
+        assert stat.S_IMODE(journal_dir().stat().st_mode) == 0o700
+        assert stat.S_IMODE(guard.journal_path.stat().st_mode) == 0o600
+
+
+def test_a_journal_others_can_write_is_refused(state_file: Path) -> None:
+    SimulatedGPU(0, state_file=state_file).set_power_limit_w(150.0)
+    path = journal_dir() / "loose.json"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text(journal_text(state_file))
+    path.chmod(0o666)
+    result = recover_stale_journals()
+    assert len(result.failed) == 1 and "writable by group or others (mode 0o666)" in result.failed[0]
+    assert limit_on_gpu(state_file) == 150.0 and path.exists()
+
+
+def test_a_journal_owned_by_someone_else_is_refused(monkeypatch: pytest.MonkeyPatch, state_file: Path) -> None:
+    SimulatedGPU(0, state_file=state_file).set_power_limit_w(150.0)
+    path = journal_dir() / "foreign.json"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text(journal_text(state_file))
+    real = os.geteuid()
+    monkeypatch.setattr(wattwise.settings.journal, "_euid", lambda: real + 1)  # as if another user ran restore
+    result = recover_stale_journals()
+    assert len(result.failed) == 1 and f"owned by uid {real}, not by you (uid {real + 1})" in result.failed[0]
+    assert limit_on_gpu(state_file) == 150.0
+
+
+@pytest.mark.parametrize("where", ["outside", "symlink", "wrong-name"])
+def test_a_journal_never_names_a_file_to_overwrite(where: str, tmp_path: Path, state_file: Path) -> None:
+    victim = tmp_path / "victim" / "gpu0.json"
+    victim.parent.mkdir()
+    victim.write_text("secret")
+    victim.chmod(0o600)
+    if where == "outside":
+        target = victim
+    elif where == "symlink":
+        state_file.parent.mkdir(parents=True)
+        state_file.symlink_to(victim)
+        target = state_file
+    else:
+        target = state_dir() / "store.json"
+    path = journal_dir() / "evil.json"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text(journal_text(target))
+    result = recover_stale_journals()
+    assert result.restored == [] and len(result.failed) == 1 and str(path) in result.failed[0]
+    assert victim.read_text() == "secret"
+    assert not (state_dir() / "store.json").exists()
+
+
+# -- 7. the demo under signals --------------------------------------------------------------------------
+
