@@ -26,7 +26,6 @@ from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
 from wattwise.errors import Unavailable, UsageError
-from wattwise.errors import Unavailable
 from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w
 from wattwise.record import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
 from wattwise.settings.guard import SettingsGuard
