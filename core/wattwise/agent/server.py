@@ -39,6 +39,7 @@ from wattwise.agent.config import AgentConfig
 from wattwise.agent.connections import ConnectionLimits, quiet_client_logs, raise_open_file_limit
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
+from wattwise.devices.agent import gpu_uuid
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
 from wattwise.settings.apply import (
@@ -273,12 +274,30 @@ class Agent:
         holder = self.leases.holder(index)
         return {
             "index": index,
+            "uuid": gpu_uuid(device.spec()),
             "name": device.name,
             "power_limit_w": _maybe(device.power_limit_w),
             "default_power_limit_w": _maybe(lambda: device.power_limit_range().default_w),
+            "allowed_power_limit_w": _maybe(lambda: list(self.allowed_power_limit_w(device))),
             "locked_sm_clocks_mhz": _maybe(lambda: read_setting(device, SM_CLOCKS)),
             "holder": holder.public() if holder else None,
         }
+
+    def allowed_power_limit_w(self, device: Device) -> tuple[float, float]:
+        """The power limits a user may set on `device`: the admin's floor and ceiling within its own range.
+
+        Args:
+            device: One of the agent's GPUs.
+
+        Returns:
+            (low, high) in W; the GPU's own range where the admin sets no bound for its model.
+
+        Raises:
+            DeviceError: The GPU's range cannot be read.
+        """
+        rng = device.power_limit_range()
+        floor, ceiling = self.config.power_bounds(device.name)
+        return max(rng.min_w, floor or rng.min_w), min(rng.max_w, ceiling or rng.max_w)
 
     def set_power_limit(self, index: int, caller: Holder, gids: set[int], watts: float) -> dict[str, Any]:
         device = self._device(index)
@@ -286,8 +305,7 @@ class Agent:
         lo, hi = rng.min_w, rng.max_w
         if not lo <= watts <= hi:
             raise AgentError(400, f"power limit {watts:g} W is outside GPU {index}'s range [{lo:g}, {hi:g}] W")
-        floor, ceiling = self.config.power_bounds(device.name)
-        alo, ahi = max(lo, floor or lo), min(hi, ceiling or hi)
+        alo, ahi = _call(lambda: self.allowed_power_limit_w(device))
         if not alo <= watts <= ahi:
             raise AgentError(403, f"power limit {watts:g} W is outside the range the admin allows on GPU {index} "
                                   f"[{alo:g}, {ahi:g}] W")

@@ -131,7 +131,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def _public(gpu: dict[str, Any]) -> dict[str, Any]:
-    keys = ("index", "name", "power_limit_w", "default_power_limit_w", "locked_sm_clocks_mhz", "holder")
+    keys = ("index", "uuid", "name", "power_limit_w", "default_power_limit_w", "allowed_power_limit_w",
+            "locked_sm_clocks_mhz", "holder")
     return {k: gpu.get(k) for k in keys}
 
 

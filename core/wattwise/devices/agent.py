@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import socket
+import uuid as uuidlib
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,10 +151,14 @@ class AgentGPU(Device):
 
     backend = "agent"
 
-    def __init__(self, local: Device, client: AgentClient, *, job: str = "") -> None:
+    def __init__(self, local: Device, client: AgentClient, *, job: str = "", uuid: str = "") -> None:
         self.local = local
         self.client = client
         self.job = job
+        #: The UUID the agent shows for this GPU (`gpu_uuid`); "" when not known (an old spec).
+        self.uuid = uuid
+        #: The admin's bounds for this GPU as the agent shows them, once asked (`power_limit_range`).
+        self._allowed_w: tuple[float, float] | None = None
         self.simulated = local.simulated
         #: The power limit this process last set through the agent (None: none, or given back).
         self.requested_limit_w: float | None = None
@@ -193,7 +198,28 @@ class AgentGPU(Device):
         return self.local.power_limit_w()
 
     def power_limit_range(self) -> PowerLimitRange:
-        return self.local.power_limit_range()
+        """The limits this job may set: the GPU's own range narrowed to the admin's bounds.
+
+        The agent refuses a limit outside the `allowed_power_limit_w` its status shows for this GPU (an
+        admin's floor and ceiling for the model), so tuning and capping see that range, not the GPU's own:
+        with a 280 W ceiling on a 300 W GPU, tuning profiles limits up to 280 W. The default stays the
+        GPU's own. Asked once; an agent that shows no bounds leaves the GPU's own range.
+        """
+        own = self.local.power_limit_range()
+        if self._allowed_w is None:
+            self._allowed_w = self._agent_allowed_w()
+        if self._allowed_w is None:
+            return own
+        low_w, high_w = self._allowed_w
+        return PowerLimitRange(min_w=max(own.min_w, low_w), max_w=min(own.max_w, high_w), default_w=own.default_w)
+
+    def _agent_allowed_w(self) -> tuple[float, float] | None:
+        for gpu in self.client.status().get("gpus", []):
+            if isinstance(gpu, dict) and gpu.get("index") == self.index:
+                bounds = gpu.get("allowed_power_limit_w")
+                if isinstance(bounds, list) and len(bounds) == 2:
+                    return float(bounds[0]), float(bounds[1])
+        return None
 
     def supported_sm_clocks_mhz(self) -> list[int]:
         return self.local.supported_sm_clocks_mhz()
@@ -266,7 +292,8 @@ class AgentGPU(Device):
         return self.local.simulation
 
     def spec(self) -> dict[str, Any]:
-        return {"backend": "agent", "index": self.index, "socket": self.client.path, "local": self.local.spec()}
+        return {"backend": "agent", "index": self.index, "uuid": self.uuid, "socket": self.client.path,
+                "local": self.local.spec()}
 
     def describe(self) -> dict[str, Any]:
         info = self.local.describe()
@@ -275,28 +302,79 @@ class AgentGPU(Device):
         return info
 
 
-def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str] | None = None,
-               job: str = "", base_step_time_s: float = 0.02) -> list[AgentGPU]:
-    """The agent's GPUs, each opened locally for reads.
+def gpu_uuid(spec: dict[str, Any]) -> str:
+    """The UUID that names an agent's GPU for every process on the node, from its `Device.spec()`.
+
+    NVML's `GPU-...` UUID where the spec has one; a simulated GPU gets a stable `GPU-...` UUID derived from
+    its state file (or its index), so `CUDA_VISIBLE_DEVICES=GPU-<uuid>` names it as it would a real one.
 
     Args:
-        indices: The GPUs to use, by the agent's index; None: all of them.
+        spec: The GPU's spec, as the agent's `GET /v1/devices` lists it.
+
+    Returns:
+        The UUID, "GPU-" and 36 characters.
+    """
+    found = spec.get("uuid")
+    if isinstance(found, str) and found:
+        return found
+    key = spec.get("state_file") or f"index {spec.get('index')}"
+    return f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, f'wattwise-simulated:{key}')}"
+
+
+def job_gpu_specs(specs: list[dict[str, Any]], cuda_visible_devices: str | None) -> list[dict[str, Any]]:
+    """The agent's GPUs this job sees, in the order CUDA numbers them for it (`torch.cuda` device k).
+
+    The same rules as the NVML backend (`wattwise.devices.nvml.visible_nvml_indices`): unset shows every
+    GPU; entries are the node's indices or (prefixes of) `GPU-<uuid>`; the list ends at the first entry
+    that names no GPU or repeats one.
+
+    Args:
+        specs: The agent's GPUs' specs, in the agent's (node) order.
+        cuda_visible_devices: `CUDA_VISIBLE_DEVICES`, or None when unset.
+
+    Returns:
+        The specs of the job's GPUs: entry k is the GPU rank k with local rank k trains on.
+
+    Raises:
+        NotSupportedError: `CUDA_VISIBLE_DEVICES` names a MIG instance.
+    """
+    from wattwise.devices.nvml import visible_nvml_indices
+
+    visible = visible_nvml_indices(cuda_visible_devices, [gpu_uuid(s) for s in specs])
+    return [specs[position] for position in visible]
+
+
+def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str] | None = None,
+               job: str = "", base_step_time_s: float = 0.02) -> list[AgentGPU]:
+    """The agent's GPUs this job sees (`CUDA_VISIBLE_DEVICES`), each opened locally for reads.
+
+    A job leases and changes only the GPUs CUDA shows it: with `CUDA_VISIBLE_DEVICES=2`, its GPU 0 is the
+    node's GPU 2, and that is the only one it may change (see `job_gpu_specs`). Each `AgentGPU` keeps the
+    node's index (`index`) and UUID (`uuid`), by which the agent knows it.
+
+    Args:
+        indices: The GPUs to use, numbered as the job sees them (after `CUDA_VISIBLE_DEVICES`, as
+            `torch.cuda` numbers them); None: every GPU the job sees.
         path: The agent's socket; None: `$WATTWISE_AGENT_SOCKET`, else the default.
         job: The job name the agent shows for the holder.
         base_step_time_s: A simulated GPU's step time at full power, for the emulated workload this
             process drives on it.
 
     Raises:
-        DeviceError: No agent answers, or it has no GPU at one of `indices`.
+        DeviceError: No agent answers, or the job sees no GPU at one of `indices`.
     """
     client = AgentClient(path)
     listing = client.devices()
-    specs = {int(s["index"]): s for s in listing.get("devices", [])}
-    wanted = indices if indices is not None else sorted(specs)
-    missing = [i for i in wanted if i not in specs]
+    specs = sorted(listing.get("devices", []), key=lambda s: int(s["index"]))
+    seen = job_gpu_specs(specs, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    wanted = indices if indices is not None else list(range(len(seen)))
+    missing = [i for i in wanted if not 0 <= i < len(seen)]
     if missing:
-        raise DeviceError(f"wattwise agent at {client.path} has no GPU {missing} (its GPUs: {sorted(specs)})")
-    return [AgentGPU(_local(specs[i], base_step_time_s), client, job=job) for i in wanted]
+        shown = [int(s["index"]) for s in seen]
+        raise DeviceError(f"this job sees no GPU {missing} through the wattwise agent at {client.path}: it sees "
+                          f"{len(seen)} GPU(s), the node's {shown} (CUDA_VISIBLE_DEVICES="
+                          f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); number GPUs as the job sees them")
+    return [AgentGPU(_local(seen[i], base_step_time_s), client, job=job, uuid=gpu_uuid(seen[i])) for i in wanted]
 
 
 def discover_gpus(wanted: Wanted) -> list[AgentGPU]:
@@ -326,7 +404,7 @@ def _local(spec: dict[str, Any], base_step_time_s: float = 0.02) -> Device:
 
 def open_agent_spec(spec: dict[str, Any]) -> AgentGPU:
     """Reopen an `AgentGPU` from its `spec()`."""
-    return AgentGPU(_local(dict(spec["local"])), AgentClient(spec.get("socket")))
+    return AgentGPU(_local(dict(spec["local"])), AgentClient(spec.get("socket")), uuid=str(spec.get("uuid") or ""))
 
 
 #: CAP_SYS_ADMIN, the capability NVML asks for to set power limits and clocks.

@@ -132,8 +132,11 @@ def test_status_has_the_documented_shape_and_the_socket_is_0660(agent: RunningAg
                          capture_output=True, text=True, check=True).stdout
     status = json.loads(out)
     assert list(status) == ["gpus"]
-    assert status["gpus"][0] == {"index": 0, "name": "Simulated GPU (built-in 300 W model)", "power_limit_w": 300.0,
-                                 "default_power_limit_w": 300.0, "locked_sm_clocks_mhz": None, "holder": None}
+    uuid = status["gpus"][0]["uuid"]
+    assert status["gpus"][0] == {"index": 0, "uuid": uuid, "name": "Simulated GPU (built-in 300 W model)",
+                                 "power_limit_w": 300.0, "default_power_limit_w": 300.0,
+                                 "allowed_power_limit_w": [100.0, 300.0], "locked_sm_clocks_mhz": None, "holder": None}
+    assert uuid.startswith("GPU-") and uuid != status["gpus"][1]["uuid"]
     assert [g["index"] for g in status["gpus"]] == [0, 1]
     assert os.stat(agent.socket).st_mode & 0o777 == 0o660
     assert os.stat(agent.socket).st_gid == os.getgid()

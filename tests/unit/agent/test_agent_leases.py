@@ -12,6 +12,7 @@ from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
 from wattwise.agent.server import Agent, AgentError, process_start_ticks
 from wattwise.devices import simulated_gpus
+from wattwise.devices.agent import gpu_uuid
 from wattwise.errors import ConfigError, UsageError
 
 ALICE = Holder(pid=101, uid=1000, job="bert", start_ticks=5)
@@ -102,8 +103,9 @@ def test_the_originals_are_journalled_before_the_change_and_restored_when_the_ho
     assert err.value.status == 409
     agent.holder_exited(ALICE)
     assert agent.status()["gpus"][0] == {
-        "index": 0, "name": agent.devices[0].name, "power_limit_w": 300.0, "default_power_limit_w": 300.0,
-        "locked_sm_clocks_mhz": None, "holder": None}
+        "index": 0, "uuid": gpu_uuid(agent.devices[0].spec()), "name": agent.devices[0].name, "power_limit_w": 300.0,
+        "default_power_limit_w": 300.0, "allowed_power_limit_w": [100.0, 300.0], "locked_sm_clocks_mhz": None,
+        "holder": None}
     assert AgentJournal(tmp_path / "state").load() == []
 
 
@@ -123,6 +125,7 @@ def test_out_of_range_and_outside_the_admin_bounds_are_refused_with_the_range(tm
         assert err.value.status == status
     assert agent.leases.items() == []
     assert agent.devices[0].power_limit_w() == 300.0
+    assert agent.status()["gpus"][0]["allowed_power_limit_w"] == [150.0, 250.0]  # what clients tune within
 
 
 def test_a_user_outside_the_allowed_ones_is_refused(tmp_path: Path) -> None:
