@@ -60,6 +60,8 @@ class Lease:
     originals: dict[str, Any] = field(default_factory=dict)
     #: Setting name -> the value the holder last set (what an agent restart re-applies while it lives).
     applied: dict[str, Any] = field(default_factory=dict)
+    #: The process that handed the lease over to `holder`, its child (`wattwise cap`): it may still release it.
+    delegator: Holder | None = None
 
 
 class LeaseConflict(Exception):
@@ -84,14 +86,24 @@ class LeaseTable:
         lease = self._leases.get(index)
         return lease.holder if lease else None
 
-    def check(self, index: int, caller: Holder) -> bool:
-        """True when `caller` already holds `index`, False when nobody does; `LeaseConflict` otherwise."""
+    def check(self, index: int, caller: Holder, *, or_delegator: bool = False) -> bool:
+        """True when `caller` already holds `index`, False when nobody does; `LeaseConflict` otherwise.
+
+        With `or_delegator`, the process that handed the lease over to its holder counts as holding it too.
+        """
         lease = self._leases.get(index)
         if lease is None:
             return False
         if _same_process(lease.holder, caller):
             return True
+        if or_delegator and lease.delegator is not None and _same_process(lease.delegator, caller):
+            return True
         raise LeaseConflict(index, lease.holder)
+
+    def hand_over(self, index: int, holder: Holder) -> None:
+        """Make `holder` the holder of the held GPU `index`; the one before is kept as its delegator."""
+        lease = self._leases[index]
+        lease.delegator, lease.holder = lease.holder, holder
 
     def take(self, index: int, caller: Holder, originals: dict[str, Any]) -> Lease:
         """Give a free GPU to `caller`, with the settings it has now (to restore later)."""

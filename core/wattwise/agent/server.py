@@ -8,6 +8,7 @@ Routes (JSON in and out; errors are `{"error": "one line"}`):
 - `POST /v1/gpus/{index}/sm_clocks` `{"min_mhz": F, "max_mhz": F, "job": "name"}`;
 - `DELETE /v1/gpus/{index}/sm_clocks`: unlock the clocks (the original stays recorded);
 - `POST /v1/gpus/{index}/release`: the holder gives the GPU back, its original settings restored.
+- `POST /v1/gpus/{index}/holder` `{"pid": P}`: the holder makes its child P the holder (`wattwise cap`).
 
 The caller is who the kernel says it is (SO_PEERCRED on the connection), never what the body claims.
 Answers: 400 malformed or out of the GPU's range, 403 not allowed (or outside the admin's bounds), 404 no
@@ -88,6 +89,22 @@ def process_start_ticks(pid: int) -> int | None:
     if not fields or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
+
+
+def parent_and_uids(pid: int) -> tuple[int, set[int]] | None:
+    """(parent pid, {real and effective uid}) of a live process, from `/proc/PID/status`; None when gone."""
+    ppid: int | None = None
+    uids: set[int] = set()
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("PPid:"):
+                    ppid = int(line.split()[1])
+                elif line.startswith("Uid:"):
+                    uids = {int(u) for u in line.split()[1:3]}
+    except (OSError, ValueError, IndexError):
+        return None
+    return (ppid, uids) if ppid is not None and uids else None
 
 
 def process_groups(pid: int, gid: int) -> set[int]:
@@ -333,11 +350,47 @@ class Agent:
         """The holder gives the GPU back: its original settings are restored now."""
         self._device(index)
         try:
-            held = self.leases.check(index, caller)
+            held = self.leases.check(index, caller, or_delegator=True)
         except LeaseConflict as err:
             raise AgentError(409, f"{err}; only its holder may release it") from None
         if held:
             self._give_back(index, "released")
+        return self.gpu_status(index)
+
+    def hand_over(self, index: int, caller: Holder, pid: int) -> dict[str, Any]:
+        """The holder makes its child process `pid` the GPU's holder (`wattwise cap` and the command it runs).
+
+        The lease then lasts as long as the child lives, whatever happens to the caller (killing the
+        `wattwise cap` wrapper leaves its command capped); the caller may still release it. The child must
+        be the caller's own (its parent) and run as the same user.
+
+        Raises:
+            AgentError: 409 when the caller does not hold the GPU, 403 when `pid` is not its child of the
+                same user (or is gone).
+        """
+        self._device(index)
+        try:
+            held = self.leases.check(index, caller)
+        except LeaseConflict as err:
+            raise AgentError(409, f"{err}; only its holder may hand it over") from None
+        lease = self.leases.get(index)
+        if not held or lease is None:
+            raise AgentError(409, f"GPU {index} is not held by pid {caller.pid}; set a limit first")
+        found = parent_and_uids(pid)
+        ticks = process_start_ticks(pid)
+        if found is None or ticks is None or found[0] != caller.pid or found[1] != {caller.uid}:
+            raise AgentError(403, f"pid {pid} is not a running child of pid {caller.pid} of the same user; a "
+                                  "GPU is handed over only to the caller's own child")
+        child = Holder(pid, caller.uid, lease.holder.job, ticks)
+        self.leases.hand_over(index, child)
+        with contextlib.suppress(OSError):  # the originals are journalled already; this names the new holder
+            self._save()
+        if self.watcher is not None:
+            self.watcher.watch(child)
+            if not self.leases.held_by(caller):
+                self.watcher.unwatch(caller)
+        log.info("wattwise agent: GPU %d handed over by pid %d to its child %s", index, caller.pid,
+                 child.describe())
         return self.gpu_status(index)
 
     # -- internals --------------------------------------------------------------------------------------
@@ -580,6 +633,15 @@ def make_app(agent: Agent) -> web.Application:
         caller, _ = _caller(request)
         return web.json_response(agent.release(index, caller))
 
+    async def hand_over(request: web.Request) -> web.Response:
+        index = _index(request)
+        data = await _body(request)
+        caller, _ = _caller(request)
+        pid = data.get("pid")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            raise AgentError(400, f"pid must be a positive integer, the caller's child (got {pid!r})")
+        return web.json_response(agent.hand_over(index, caller, pid))
+
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
     app.router.add_get("/v1/gpus", status)
     app.router.add_get("/v1/devices", devices)
@@ -587,6 +649,7 @@ def make_app(agent: Agent) -> web.Application:
     app.router.add_post("/v1/gpus/{index}/sm_clocks", lock_clocks)
     app.router.add_delete("/v1/gpus/{index}/sm_clocks", reset_clocks)
     app.router.add_post("/v1/gpus/{index}/release", release)
+    app.router.add_post("/v1/gpus/{index}/holder", hand_over)
     return app
 
 

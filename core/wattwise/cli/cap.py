@@ -3,7 +3,8 @@
 Caps the GPUs through the settings guard (which goes through the node agent with `--backend agent`,
 the holder named `--job`, by default the command's name), runs the command, restores the limits (an
 agent-backed GPU is released: the agent shows no holder), and exits with the command's code (127 if it
-is not found).
+is not found). Through the agent, the lease is handed over to the command as soon as it starts: the cap
+lasts as long as the command runs, even if this wrapper is killed.
 """
 
 from __future__ import annotations
@@ -65,6 +66,24 @@ def capped(gpus: list[Device], watts: float, job: str) -> Iterator[None]:
         yield
 
 
+def hand_over_to(gpus: list[Device], pid: int) -> None:
+    """Make the command (`pid`) the holder of the agent's leases of `gpus`, so that they outlive this wrapper.
+
+    The node agent then keeps the cap for as long as the command lives, even when this `wattwise cap` is
+    killed (SIGKILL included), and restores the GPUs when the command ends. GPUs not behind the agent are
+    skipped. An agent that refuses (an older one) leaves the cap held by this wrapper, with one warning.
+    """
+    for gpu in gpus:
+        hand_over = getattr(gpu, "hand_over", None)
+        if hand_over is None:
+            continue
+        try:
+            hand_over(pid)
+        except DeviceError as err:
+            print(f"wattwise cap: warning: GPU {gpu.index} stays capped only while this wrapper runs, not for as "
+                  f"long as the command does: {err}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run `wattwise cap` with its parsed arguments.
 
@@ -88,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         gpus = found.gpus
         with capped(gpus, args.watts, args.job or os.path.basename(cmd[0])), EnergyMonitor(gpus) as monitor:
             monitor.begin_window("command")
-            code = _run_command(cmd)
+            code = _run_command(cmd, started=lambda pid: hand_over_to(gpus, pid))
             m = monitor.end_window("command")
     except DeviceError as err:
         print(f"wattwise cap: error: {err}", file=sys.stderr)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from wattwise.config import SETTING, default_of
@@ -78,9 +79,15 @@ def run(args: argparse.Namespace) -> int:
     return code if code >= 0 else 128 - code
 
 
-def _run_command(cmd: list[str]) -> int:
-    """Run `cmd` to its end, passing SIGINT and SIGTERM on to it; its return code."""
+def _run_command(cmd: list[str], started: Callable[[int], None] | None = None) -> int:
+    """Run `cmd` to its end, passing SIGINT and SIGTERM on to it; its return code.
+
+    `started`, if given, is called with the command's pid as soon as it runs (`wattwise cap` hands its
+    GPUs' leases over to it).
+    """
     proc = subprocess.Popen(cmd)
+    if started is not None:
+        started(proc.pid)
     previous = {sig: signal.signal(sig, lambda s, f: proc.send_signal(s))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

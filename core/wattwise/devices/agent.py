@@ -140,6 +140,11 @@ class AgentClient:
         result: dict[str, Any] = self.request("DELETE", f"/v1/gpus/{index}/sm_clocks")
         return result
 
+    def hand_over(self, index: int, pid: int) -> dict[str, Any]:
+        """Make this process's child `pid` the holder of GPU `index`: capped for as long as the child lives."""
+        result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/holder", {"pid": pid})
+        return result
+
     def release(self, index: int) -> dict[str, Any]:
         """Give GPU `index` back: the agent restores its original settings and shows no holder."""
         result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/release")
@@ -230,6 +235,18 @@ class AgentGPU(Device):
     def set_power_limit_w(self, watts: float) -> None:
         self.client.set_power_limit(self.index, float(watts), self.job)
         self.requested_limit_w = float(watts)
+
+    def hand_over(self, pid: int) -> None:
+        """Make this process's child `pid` the holder of this GPU's lease (see `AgentClient.hand_over`).
+
+        The agent then keeps the settings for as long as the child lives, even when this process is killed;
+        this process may still `release` the GPU.
+
+        Raises:
+            DeviceError: The agent refused (this process holds no lease, `pid` is not its child) or is older
+                than this client.
+        """
+        self.client.hand_over(self.index, pid)
 
     def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
         self.client.lock_sm_clocks(self.index, int(min_mhz), int(max_mhz), self.job)

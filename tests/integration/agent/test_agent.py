@@ -374,7 +374,9 @@ def test_cap_through_the_agent_holds_while_the_command_runs_then_restores(agent:
     out, _ = cap.communicate(timeout=30)
     assert cap.returncode == 0
     assert seen is not None and seen["power_limit_w"] == 200.0
-    assert seen["holder"] == {"pid": cap.pid, "uid": os.getuid(), "job": "bert-nightly"}
+    # Held by the command (sleep, cap's child) once it runs, not by the wrapper.
+    assert seen["holder"]["pid"] != cap.pid and seen["holder"] == {**seen["holder"], "uid": os.getuid(),
+                                                                     "job": "bert-nightly"}
     result = json.loads(out)
     assert result["exit_code"] == 0 and result["gpus"] == [0, 1] and result["simulated"] is True
     assert set(result["energy_j"]) == {"gpu0", "gpu1"} and result["time_s"] >= 1.0
@@ -457,12 +459,14 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
                        ["-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--", "sleep", "30"],
                        start_new_session=True)
         deadline = time.monotonic() + 30
-        while running.gpu(0)["holder"] is None:
-            assert cap.poll() is None and time.monotonic() < deadline, "the cap never took GPU 0"
+        while running.gpu(0)["holder"] in (None, {"pid": cap.pid, "uid": USER_UID, "job": "sleep"}):
+            assert cap.poll() is None and time.monotonic() < deadline, "the cap never handed GPU 0 to sleep"
             time.sleep(0.05)
         gpu = running.gpu(0)
         assert gpu["power_limit_w"] == 200.0
-        assert gpu["holder"] == {"pid": cap.pid, "uid": USER_UID, "job": "sleep"}
+        command_pid = gpu["holder"]["pid"]  # the lease is the command's (sleep), not the wrapper's
+        assert gpu["holder"] == {"pid": command_pid, "uid": USER_UID, "job": "sleep"}
+        assert Path(f"/proc/{command_pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"
         second = _as_user(OTHER_UID, SOCKET_GID, running,
                           ["-c", "from wattwise.devices.agent import AgentClient; "
                                  "AgentClient().set_power_limit(0, 150.0, 'gpt')"],
@@ -470,7 +474,7 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
         _, err = second.communicate(timeout=60)
         assert second.returncode != 0
         last = err.strip().splitlines()[-1]
-        assert f"GPU 0 is held by pid {cap.pid} (uid {USER_UID}, job 'sleep')" in last
+        assert f"GPU 0 is held by pid {command_pid} (uid {USER_UID}, job 'sleep')" in last
         outsider = _as_user(OTHER_UID, OUTSIDE_GID, running,
                             ["-c", "from wattwise.devices.agent import AgentClient; AgentClient().status()"],
                             stderr=subprocess.PIPE)

@@ -7,6 +7,8 @@ user would, with `CUDA_VISIBLE_DEVICES` set as SLURM or Kubernetes sets it.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.agent.test_agent import RunningAgent, _holder, _start, _stop, _wait_free
-from wattwise.devices import DeviceError
-from wattwise.devices.agent import agent_gpus
+from wattwise.devices import DeviceError, NoPermissionError
+from wattwise.devices.agent import AgentClient, agent_gpus
 
 FLOOR_W, CEILING_W = 150.0, 280.0
 
@@ -149,3 +151,45 @@ def test_a_tune_run_on_gpu_1_profiles_and_chooses_inside_the_admins_bounds(agent
     chosen = summary["power_limit"]["chosen_power_limit_w"]
     assert chosen is not None and FLOOR_W <= chosen <= CEILING_W, (summary["power_limit"], time.monotonic() - start)
     assert "refused" not in done.stderr
+
+
+def test_killing_the_cap_wrapper_leaves_its_command_capped_until_the_command_ends(agent: RunningAgent) -> None:
+    env = {**agent.env(), "CUDA_VISIBLE_DEVICES": "3"}
+    cap = subprocess.Popen([sys.executable, "-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--job",
+                            "train", "--", "sleep", "60"], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while (holder := _status(agent)[3]["holder"]) is None or holder["pid"] == cap.pid:
+        assert cap.poll() is None and time.monotonic() < deadline, "the cap never handed GPU 3 to its command"
+        time.sleep(0.05)
+    command_pid = holder["pid"]
+    cap.kill()  # SIGKILL the wrapper only: its command runs on
+    cap.wait()
+    time.sleep(1.0)
+    gpu = _status(agent)[3]
+    assert gpu["power_limit_w"] == 200.0 and gpu["holder"] == {"pid": command_pid, "uid": os.getuid(), "job": "train"}
+    os.kill(command_pid, signal.SIGKILL)
+    assert _wait_free(agent, 3) < 2.0
+    assert _status(agent)[3]["power_limit_w"] == 300.0
+    assert cap.stderr is not None and "warning" not in cap.stderr.read()
+
+
+def test_only_the_holders_own_child_may_be_handed_the_lease(agent: RunningAgent) -> None:
+    other = subprocess.Popen(["sleep", "30"])  # this test process's child, not the holder's
+    holder = _holder(agent, 250, "mine", index=2)
+    try:
+        script = ("import sys; from wattwise.devices.agent import AgentClient\n"
+                  "AgentClient(sys.argv[1]).set_power_limit(2, 240.0, 'x')")
+        took = subprocess.run([sys.executable, "-c", script, str(agent.socket)], capture_output=True, text=True)
+        assert took.returncode != 0 and "held by pid" in took.stderr
+        with pytest.raises(NoPermissionError, match="not a running child"):
+            AgentClient(agent.socket).set_power_limit(1, 250.0, "me")
+            AgentClient(agent.socket).hand_over(1, other.pid + 10**6)
+        with pytest.raises(NoPermissionError, match="held by pid"):
+            AgentClient(agent.socket).hand_over(2, other.pid)
+    finally:
+        AgentClient(agent.socket).release(1)
+        holder.kill()
+        holder.wait()
+        other.kill()
+        other.wait()
+    _wait_free(agent, 2)
