@@ -193,3 +193,28 @@ def test_only_the_holders_own_child_may_be_handed_the_lease(agent: RunningAgent)
         other.kill()
         other.wait()
     _wait_free(agent, 2)
+
+
+#: The tuning script in cap mode (200 W) for 20 steps, its warnings shown.
+CAP = (TUNE.replace('warnings.filterwarnings("ignore")', "").replace('mode="tune"', 'mode="cap", cap_w=200')
+       .replace("max_steps=300", "max_steps=20").replace("32 * 300", "32 * 20"))
+
+
+def test_a_change_the_agent_refuses_is_one_warning_on_the_console_and_a_note_in_the_summary(
+        agent: RunningAgent, tmp_path: Path) -> None:
+    other = _holder(agent, 250, "someone-else", index=0)
+    try:
+        env = {**agent.env(), "WATTWISE_BACKEND": "", "CUDA_VISIBLE_DEVICES": "0"}
+        script = tmp_path / "train.py"
+        script.write_text(CAP.replace("OUT", repr(str(tmp_path / "run"))))
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        other.kill()
+        other.wait()
+    _wait_free(agent, 0)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if "held by pid" in line]
+    assert len(said) == 1, done.stderr[-3000:]
+    assert f"GPU 0 is held by pid {other.pid}" in said[0] and "measurement only" in said[0]
+    summary = (tmp_path / "run" / "summary.json").read_text()
+    assert f"GPU 0 is held by pid {other.pid}" in summary
