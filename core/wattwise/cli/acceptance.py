@@ -11,7 +11,8 @@ def register(sub: Any) -> None:
     from wattwise import acceptance
 
     parser: argparse.ArgumentParser = sub.add_parser(
-        "acceptance", help="check the NVML path on a real NVIDIA GPU (skips everything without one)",
+        "acceptance",
+        help="check the NVML path on a real NVIDIA GPU, else the amdsmi path on an AMD one (skips without either)",
         description=acceptance.__doc__.split("\n\n")[0] if acceptance.__doc__ else None)
     acceptance.add_arguments(parser)
     parser.set_defaults(func=acceptance.run_from_args)
