@@ -234,3 +234,20 @@ def test_an_agent_start_keeps_a_live_holders_lease_and_setting_and_restores_a_go
     assert [(c["device"]["index"], c["holder"]["pid"]) for c in journal.load()] == [(0, me.pid), (0, me.pid)]
     second.holder_exited(me)
     assert second.status()["gpus"][0]["power_limit_w"] == 300.0 and journal.load() == []
+
+
+def test_a_lease_handed_over_is_the_childs_in_the_journal_and_its_parent_may_still_release_it(
+        tmp_path: Path) -> None:
+    # This test's process plays the command, its parent the `wattwise cap` wrapper that hands it the lease.
+    wrapper = Holder(os.getppid(), os.getuid(), "cap", process_start_ticks(os.getppid()) or 0)
+    agent = _agent(tmp_path)
+    agent.set_power_limit(0, wrapper, set(), 200.0)
+    state = agent.hand_over(0, wrapper, os.getpid())
+    assert state["holder"] == {"pid": os.getpid(), "uid": os.getuid(), "job": "cap"}
+    assert {c["holder"]["pid"] for c in AgentJournal(tmp_path / "state").load()} == {os.getpid()}
+    with pytest.raises(AgentError, match="not a running child") as err:  # BOB is not this process's parent
+        agent.set_power_limit(1, BOB, set(), 200.0)
+        agent.hand_over(1, BOB, os.getpid())
+    assert err.value.status == 403
+    agent.release(0, wrapper)
+    assert agent.status()["gpus"][0]["holder"] is None and agent.devices[0].power_limit_w() == 300.0
