@@ -22,6 +22,7 @@ import os
 import socket
 import uuid as uuidlib
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -338,26 +339,28 @@ def gpu_uuid(spec: dict[str, Any]) -> str:
     return f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, f'wattwise-simulated:{key}')}"
 
 
-def job_gpu_specs(specs: list[dict[str, Any]], cuda_visible_devices: str | None) -> list[dict[str, Any]]:
+def job_gpu_specs(specs: list[dict[str, Any]], cuda_visible_devices: str | None,
+                  mig_parent: Callable[[str], str | None] | None = None) -> list[dict[str, Any]]:
     """The agent's GPUs this job sees, in the order CUDA numbers them for it (`torch.cuda` device k).
 
     The same rules as the NVML backend (`wattwise.devices.nvml.visible_nvml_indices`): unset shows every
     GPU; entries are the node's indices or (prefixes of) `GPU-<uuid>`; the list ends at the first entry
-    that names no GPU or repeats one.
+    that names no GPU or repeats one. A MIG instance (`MIG-<uuid>`) stands for the GPU it lives on (the
+    agent changes whole GPUs); two instances of one GPU are that GPU once.
 
     Args:
         specs: The agent's GPUs' specs, in the agent's (node) order.
         cuda_visible_devices: `CUDA_VISIBLE_DEVICES`, or None when unset.
+        mig_parent: Maps a MIG instance's UUID to its GPU's; None: NVML's answer (`mig_parent_uuid`).
 
     Returns:
         The specs of the job's GPUs: entry k is the GPU rank k with local rank k trains on.
 
-    Raises:
-        NotSupportedError: `CUDA_VISIBLE_DEVICES` names a MIG instance.
     """
-    from wattwise.devices.nvml import visible_nvml_indices
+    from wattwise.devices.nvml import mig_parent_uuid, visible_nvml_indices
 
-    visible = visible_nvml_indices(cuda_visible_devices, [gpu_uuid(s) for s in specs])
+    visible = visible_nvml_indices(cuda_visible_devices, [gpu_uuid(s) for s in specs],
+                                   mig_parent=mig_parent or mig_parent_uuid)
     return [specs[position] for position in visible]
 
 

@@ -21,7 +21,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pynvml
@@ -104,20 +104,33 @@ def driver_versions() -> dict[str, str]:
     return out
 
 
-def visible_nvml_indices(cuda_visible_devices: str | None, uuids: Sequence[str]) -> list[int]:
+def visible_nvml_indices(cuda_visible_devices: str | None, uuids: Sequence[str],
+                         mig_parent: Callable[[str], str | None] | None = None) -> list[int]:
     """NVML indices of the GPUs CUDA shows this process, in CUDA's order.
 
     Follows CUDA's rules: unset shows every GPU; entries are indices or (unique prefixes of)
     `GPU-<uuid>`; the list ends at the first entry that names no GPU or repeats one, so "" and "-1"
     hide every GPU. Integer entries are read in NVML's (PCI bus) order, which is CUDA's order under
     `CUDA_DEVICE_ORDER=PCI_BUS_ID` and, on machines whose GPUs are all the same model, by default too.
-    MIG instances are not supported: a `MIG-` entry raises `NotSupportedError`.
+
+    Args:
+        cuda_visible_devices: The variable's value; None when unset.
+        uuids: Every GPU's `GPU-...` UUID, in NVML's order.
+        mig_parent: Maps a `MIG-...` entry to its parent GPU's UUID (None: unknown), for callers that
+            change whole GPUs (the node agent's clients); None: a `MIG-` entry raises.
+
+    Raises:
+        NotSupportedError: A `MIG-` entry and no `mig_parent` (measuring MIG instances is not supported).
     """
     if cuda_visible_devices is None:
         return list(range(len(uuids)))
     visible: list[int] = []
     for raw in cuda_visible_devices.split(","):
         entry = raw.strip()
+        if entry.upper().startswith("MIG-") and mig_parent is not None:
+            entry = mig_parent(entry) or ""
+            if entry in uuids and uuids.index(entry) in visible:
+                continue  # a second instance of the same GPU
         if entry.upper().startswith("MIG-"):
             raise NotSupportedError(
                 f"CUDA_VISIBLE_DEVICES names a MIG instance ({entry}); MIG is not supported yet: "
@@ -128,6 +141,16 @@ def visible_nvml_indices(cuda_visible_devices: str | None, uuids: Sequence[str])
             break
         visible.append(nvml_index)
     return visible
+
+
+def mig_parent_uuid(mig_uuid: str) -> str | None:
+    """The `GPU-...` UUID of the GPU a MIG instance (`MIG-...`) lives on; None when NVML cannot tell."""
+    try:
+        _ensure_initialised()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(mig_uuid)
+        return _text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)))
+    except Exception:  # no NVML, no such instance, an old binding: the entry names no GPU
+        return None
 
 
 def _resolve_visible_entry(entry: str, uuids: Sequence[str]) -> int | None:

@@ -6,6 +6,7 @@ import pytest
 
 from wattwise.devices.agent import gpu_uuid, job_gpu_specs
 from wattwise.devices.base import NotSupportedError
+from wattwise.devices.nvml import visible_nvml_indices
 
 SPECS = [{"backend": "nvml", "index": i, "uuid": f"GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i}"} for i in range(4)]
 
@@ -24,9 +25,16 @@ def test_the_job_sees_the_node_gpus_cuda_shows_it_in_cudas_order(visible: str | 
     assert [s["index"] for s in job_gpu_specs(SPECS, visible)] == node_indices
 
 
-def test_a_mig_instance_is_refused_with_the_reason() -> None:
+def test_a_mig_instance_stands_for_the_gpu_it_lives_on() -> None:
+    parents = {"MIG-aa": SPECS[2]["uuid"], "MIG-bb": SPECS[2]["uuid"], "MIG-cc": SPECS[0]["uuid"]}
+    seen = job_gpu_specs(SPECS, "MIG-aa,MIG-bb,MIG-cc", mig_parent=parents.get)
+    assert [s["index"] for s in seen] == [2, 0]  # two instances of GPU 2 are GPU 2 once
+    assert job_gpu_specs(SPECS, "MIG-zz,1", mig_parent=parents.get) == []  # an unknown instance ends the list
+
+
+def test_without_a_parent_lookup_the_nvml_backend_still_refuses_a_mig_instance() -> None:
     with pytest.raises(NotSupportedError, match="MIG"):
-        job_gpu_specs(SPECS, "MIG-4b1c2d3e-0000-0000-0000-000000000000")
+        visible_nvml_indices("MIG-aa", [s["uuid"] for s in SPECS])
 
 
 def test_a_simulated_gpu_gets_a_stable_uuid_of_its_own_and_nvmls_is_kept() -> None:
