@@ -35,8 +35,10 @@ def _names(requirements: list[str]) -> set[str]:
 
 
 def _missing(monkeypatch: pytest.MonkeyPatch, module: str, *forget: str) -> None:
-    """`import module` fails from now on; `forget` (and their submodules) are imported afresh."""
-    monkeypatch.setitem(sys.modules, module, None)
+    """`import module` (and of any of its submodules, even one an earlier test imported) fails from now on;
+    `forget` (and their submodules) are imported afresh."""
+    for name in [module, *(n for n in sys.modules if n.startswith(f"{module}."))]:
+        monkeypatch.setitem(sys.modules, name, None)
     for name in list(sys.modules):
         if any(name == f or name.startswith(f"{f}.") for f in forget):
             monkeypatch.delitem(sys.modules, name)
