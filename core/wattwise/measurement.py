@@ -12,6 +12,13 @@ windows that end at one point) only where something is logged or decided:
   profile windows count nothing; the fit and the epoch keep counting, and the paused time and energy are
   reported apart in the summary (`non_training`).
 
+Processes of one run issue the same collectives whatever their devices do. A process of several that has
+nothing to measure at the start, or whose device fails while a window opens or closes, does not stop
+measuring alone (it would stop exchanging figures while the others wait for it): it goes on with no device
+(`lost` says why), its windows measure time only, and it tells the others at the next exchange of figures,
+where every process learns which rank lost what (one note, `notes`; `on_lost` warns). The figures are then
+the other processes'. A single process whose device fails raises, and the run stops measuring.
+
 This part keeps what a resumed run needs (energy, time, steps, epochs, the epoch in progress, the paused
 figures of the earlier segments) in its `state_dict`.
 """
@@ -20,11 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from wattwise.config import EnergyConfig
 from wattwise.devices import Device, discover
@@ -33,10 +41,15 @@ from wattwise.monitor import EnergyMonitor, Measurement, cuda_sync
 from wattwise.record import EpochEnergy, NonTrainingTime
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FIT, EPOCH, STEPS, PROFILE, PAUSE = "fit", "epoch", "steps", "power_limit_profile", "paused"
 #: Windows that count training only: paused while the run does something else.
 TRAINING_WINDOWS = (STEPS, PROFILE)
+#: Every window a run opens.
+WINDOWS = (FIT, EPOCH, STEPS, PROFILE, PAUSE)
+#: Why a process has nothing to measure (no device found).
+NOTHING_TO_MEASURE = "nothing to measure (no GPU, and the CPU package's energy counter is not readable)"
 
 
 @dataclass
@@ -80,13 +93,65 @@ class RunFigures:
     samples: list[tuple[float, dict[str, float]]]
 
 
+class _Unmeasured(Device):
+    """What the monitor of a process that lost its measurement reads: no energy. Its windows time only."""
+
+    backend = "none"
+
+    @property
+    def index(self) -> int:
+        return 0
+
+    @property
+    def name(self) -> str:
+        return "nothing measured"
+
+    @property
+    def key(self) -> str:
+        return "unmeasured"
+
+    def has_energy_counter(self) -> bool:
+        return True
+
+    def energy_j(self) -> float:
+        return 0.0
+
+    def power_w(self) -> float:
+        return 0.0
+
+    def spec(self) -> dict[str, Any]:
+        return {"backend": self.backend}
+
+
 class RunMeasurement:
-    """Devices, monitor and windows of one run. Raises on device errors: the run decides what to do."""
+    """Devices, monitor and windows of one run.
+
+    A single process raises on device errors (the run decides what to do); a process of several goes on
+    without its devices instead (see the module docstring).
+    """
 
     def __init__(self, cfg: EnergyConfig, collective: Collective, *, devices: Sequence[Device] | None = None,
-                 local_rank: int | None = None, sync: Callable[[], None] | None = None) -> None:
+                 local_rank: int | None = None, sync: Callable[[], None] | None = None,
+                 on_lost: Callable[[str], None] | None = None) -> None:
+        """See the class docstring.
+
+        Args:
+            cfg: The run's configuration (devices, monitor, output folder).
+            collective: The run's processes.
+            devices: The devices to measure (None: discover them as `cfg.devices` says).
+            local_rank: This process's GPU among the node's, when several processes share a node.
+            sync: Waits for the GPU's queued work before a window's counters are read (None: as
+                `cfg.monitor.sync_cuda` says).
+            on_lost: Told, on every process, when the processes learn that some lost their measurement
+                (the message names each rank and why), so that the run can warn once.
+        """
         self.cfg = cfg
         self.collective = collective
+        self._on_lost = on_lost
+        #: Why this process, one of several, measures nothing (its devices gave no figures); None: it measures.
+        self.lost: str | None = None
+        #: `lost`, until the other processes have been told at an exchange of figures.
+        self._untold: str | None = None
         self._given_devices = list(devices) if devices is not None else None
         self._local_rank = local_rank
         self._sync = sync
@@ -146,32 +211,79 @@ class RunMeasurement:
             self.gpus, self.cpus, self.notes = found.gpus, found.cpus, list(found.notes)
             if (found.simulated or not found.gpus) and found.notes and coll.rank == 0:
                 log.warning("wattwise: %s", found.notes[-1])
-        if not self.devices:
+        if coll.world_size > 1 and coll.any(not self.devices):  # the processes decide together
+            reasons = coll.all_gather(None if self.devices else NOTHING_TO_MEASURE)
+            if all(r is not None for r in reasons):
+                return False
+            self._tell_lost(reasons, "; the figures are the other processes'")
+        elif not self.devices:
             return False
-        out = Path(cfg.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        log_file = out / ("windows.csv" if coll.rank == 0 else f"windows-rank{coll.rank}.csv")
-        sync = self._sync if self._sync is not None else (cuda_sync if cfg.monitor.sync_cuda else None)
-        self.monitor = EnergyMonitor(self.devices, sync=sync, log_file=log_file,
-                                     sample_power=cfg.monitor.sample_power,
-                                     sample_interval_s=cfg.monitor.sample_interval_s)
+        if self.devices:
+            out = Path(cfg.output_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            log_file = out / ("windows.csv" if coll.rank == 0 else f"windows-rank{coll.rank}.csv")
+            sync = self._sync if self._sync is not None else (cuda_sync if cfg.monitor.sync_cuda else None)
+            self.monitor = EnergyMonitor(self.devices, sync=sync, log_file=log_file,
+                                         sample_power=cfg.monitor.sample_power,
+                                         sample_interval_s=cfg.monitor.sample_interval_s)
+        else:  # one of several with nothing to measure: it keeps in step with the others (module docstring)
+            self.lost = NOTHING_TO_MEASURE
+            self.monitor = self._unmeasured_monitor()
         self.active = True
-        self.monitor.begin_window(FIT)
-        self.monitor.begin_window(STEPS, sync=False)
+        self._read(lambda mon: mon.begin_window(FIT))
+        self._read(lambda mon: mon.begin_window(STEPS, sync=False))
         return True
 
     def stop(self) -> None:
         """Measurement failed: measure nothing more. `close` still closes the monitor."""
         self.active = False
 
+    # -- a process of several that lost its measurement --------------------------------------------------
+    @staticmethod
+    def _unmeasured_monitor() -> EnergyMonitor:
+        return EnergyMonitor([_Unmeasured()])
+
+    def _read(self, call: Callable[[EnergyMonitor], T]) -> T:
+        """`call` on the monitor; when it fails in a process of several, this process goes on without its
+        devices (`lost`) and `call` runs on the monitor that measures nothing, with the same windows open."""
+        monitor = self.monitor
+        assert monitor is not None
+        if self.lost is not None or self.collective.world_size == 1 or self.cfg.strict:
+            return call(monitor)
+        was_open = [n for n in WINDOWS if monitor.is_open(n)]
+        try:
+            return call(monitor)
+        except Exception as err:
+            self.lost = self._untold = f"energy measurement failed ({err})"
+            self.monitor = self._unmeasured_monitor()
+            for name in was_open:
+                self.monitor.begin_window(name, sync=False)
+            if self.paused_kind is not None:
+                self.monitor.pause_windows(list(TRAINING_WINDOWS), sync=False)
+            try:
+                monitor.close()
+            except Exception:  # its sampler or log: nothing more to lose
+                log.debug("wattwise: closing the failed monitor", exc_info=True)
+            return call(self.monitor)
+
+    def _tell_lost(self, reasons: Sequence[str | None], consequence: str) -> None:
+        """Every process learnt which ranks lost their measurement (`reasons`, in rank order): one note."""
+        lost = "; ".join(f"rank {rank}: {reason}" for rank, reason in enumerate(reasons) if reason is not None)
+        if not lost:
+            return
+        message = lost + consequence
+        self.notes.append(message)
+        if self._on_lost is not None:
+            self._on_lost(message)
+
     def is_open(self, name: str) -> bool:
         return self.monitor is not None and self.monitor.is_open(name)
 
     def begin(self, name: str) -> None:
         assert self.monitor is not None
-        self.monitor.begin_window(name)
+        self._read(lambda mon: mon.begin_window(name))
         if self.paused_kind is not None and name in TRAINING_WINDOWS:
-            self.monitor.pause_windows([name], sync=False)
+            self._read(lambda mon: mon.pause_windows([name], sync=False))
 
     def cancel(self, *names: str) -> None:
         """Drop open windows without measuring them (an abort)."""
@@ -182,11 +294,25 @@ class RunMeasurement:
     def end(self, *names: str) -> list[StepRecord]:
         """Close windows at one point; their figures combined over processes in one collective."""
         assert self.monitor is not None
-        ended = self.monitor.end_windows(list(names))
+        ended = self._read(lambda mon: mon.end_windows(list(names)))
         return [StepRecord(t, e, 0) for t, e in self.combine(ended)]
 
     def combine(self, ms: Sequence[Measurement]) -> list[tuple[float, float]]:
-        return self.collective.combine([(m.time_s, m.total_energy_j) for m in ms])
+        """(time maxed, energy summed) over processes of each of this process's measurements `ms`.
+
+        A process that lost its measurement since the last exchange sends NaN energy: every process sees
+        it in the sum, learns which ranks lost what (one gather) and exchanges the figures again, the lost
+        process's energy as 0. Otherwise this is one all-reduce.
+        """
+        figures = [(m.time_s, m.total_energy_j) for m in ms]
+        untold = self._untold
+        combined = self.collective.combine([(t, math.nan) for t, _ in figures] if untold is not None else figures)
+        if self.collective.world_size > 1 and any(math.isnan(e) for _, e in combined):
+            self._untold = None
+            self._tell_lost(self.collective.all_gather(untold), "; its energy is left out of the figures from "
+                            "then on, and the other processes go on measuring")
+            combined = self.collective.combine(figures)
+        return combined
 
     # -- steps -----------------------------------------------------------------------------------------
     def count_steps(self, steps: int = 1) -> None:
@@ -203,9 +329,9 @@ class RunMeasurement:
         reopen it; returns the interval's per-step average and the other windows' figures."""
         assert self.monitor is not None
         ended = self.end(STEPS, *also)
-        self.monitor.begin_window(STEPS, sync=False)
+        self._read(lambda mon: mon.begin_window(STEPS, sync=False))
         if self.paused_kind is not None:
-            self.monitor.pause_windows([STEPS], sync=False)
+            self._read(lambda mon: mon.pause_windows([STEPS], sync=False))
         steps = max(1, self._interval_steps)
         rec = StepRecord(ended[0].time_s / steps, ended[0].energy_j / steps, self._interval_steps)
         self._interval_steps = 0
@@ -226,22 +352,23 @@ class RunMeasurement:
         if self.paused_kind is not None:
             self._end_pause()  # the training windows stay paused
         else:
-            self.monitor.pause_windows(list(TRAINING_WINDOWS))
+            self._read(lambda mon: mon.pause_windows(list(TRAINING_WINDOWS)))
         self.paused_kind = kind
-        self.monitor.begin_window(PAUSE, sync=False)
+        self._read(lambda mon: mon.begin_window(PAUSE, sync=False))
 
     def resume(self) -> None:
         """Training goes on: the training windows count again; the pause's figures are kept apart."""
         if self.paused_kind is None or self.monitor is None:
             return
         self._end_pause()
-        self.monitor.resume_windows(list(TRAINING_WINDOWS), sync=False)
+        self._read(lambda mon: mon.resume_windows(list(TRAINING_WINDOWS), sync=False))
 
     def _end_pause(self) -> None:
         """Close the pause window and add its time and energy to its kind's."""
         assert self.monitor is not None and self.paused_kind is not None
-        kind, self.paused_kind = self.paused_kind, None
-        m = self.monitor.end_window(PAUSE)
+        kind = self.paused_kind
+        m = self._read(lambda mon: mon.end_window(PAUSE))
+        self.paused_kind = None
         figures = self.paused.setdefault(kind, [0.0, 0.0, 0])
         figures[0] += m.time_s
         figures[1] += m.total_energy_j
@@ -282,7 +409,7 @@ class RunMeasurement:
         if not self.active or not self.is_open(FIT):
             return None
         assert self.monitor is not None
-        [(time_s, energy_j)] = self.combine([self.monitor.peek_window(FIT)])
+        [(time_s, energy_j)] = self.combine([self._read(lambda mon: mon.peek_window(FIT))])
         return StepRecord(self.prior_time_s + time_s, self.prior_energy_j + energy_j, self.step_count)
 
     def close(self) -> Measurement | None:
@@ -291,7 +418,7 @@ class RunMeasurement:
             return None
         self.resume()
         self.cancel(STEPS, PROFILE, EPOCH)
-        fit = self.monitor.end_window(FIT) if self.monitor.is_open(FIT) else None
+        fit = self._read(lambda mon: mon.end_window(FIT)) if self.monitor.is_open(FIT) else None
         self.monitor.close()
         return fit
 
@@ -300,15 +427,20 @@ class RunMeasurement:
         """The run's figures over every process, from this process's `fit` window (a collective)."""
         rank = self.collective.rank
         sampler = self.monitor.sampler if self.monitor is not None else None
+        measured = self.lost is None
         per_rank = self.collective.all_gather({
-            "energy": {self.device_label(d): fit.energy_j[d.key] for d in self.gpus},
-            "cpu": sum(fit.energy_j[d.key] for d in self.cpus) if self.cpus else None,
+            "energy": {self.device_label(d): fit.energy_j[d.key] for d in self.gpus} if measured else {},
+            "cpu": sum(fit.energy_j[d.key] for d in self.cpus) if self.cpus and measured else None,
             "time_s": fit.time_s,
-            "devices": [dict(d.describe(), rank=rank) for d in self.gpus],
+            "devices": [dict(d.describe(), rank=rank) for d in self.gpus] if measured else [],
             "paused": {k: list(v) for k, v in self.paused.items()},
             "samples": ([(s.timestamp, {f"rank{rank}/{k}": w for k, w in s.power_w.items()})
                          for s in sampler.samples()] if sampler is not None else []),
+            "lost": self._untold,  # lost since the last exchange (at the end itself, say)
         })
+        self._untold = None
+        self._tell_lost([r["lost"] for r in per_rank], "; its energy is left out of the figures from then on, "
+                        "and the other processes go on measuring")
         per_device: dict[str, float] = {}
         for r in per_rank:
             per_device.update(r["energy"])
@@ -345,9 +477,9 @@ class RunMeasurement:
         """A collective under distributed training: every process calls it at the same point."""
         fit = epoch = None
         if self.active and self.monitor is not None and self.is_open(FIT):
-            windows = [self.monitor.peek_window(FIT)]
+            windows = [self._read(lambda mon: mon.peek_window(FIT))]
             if self.is_open(EPOCH):
-                windows.append(self.monitor.peek_window(EPOCH))
+                windows.append(self._read(lambda mon: mon.peek_window(EPOCH)))
             combined = self.combine(windows)
             fit = combined[0]
             if len(combined) > 1:

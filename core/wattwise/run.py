@@ -268,6 +268,8 @@ class Run:
         failed = power.suspended
         if failed is None and at_start and power.mode == "measure" and not power.gpus:
             failed = "no GPU whose power limit it could change was found"
+        if failed is None and self.measurement is not None:  # tuning needs every process's figures
+            failed = self.measurement.lost
         if not coll.any(failed is not None):
             return
         reasons = coll.all_gather(failed)
@@ -278,6 +280,12 @@ class Run:
         if self.is_main:
             self._warn(f"{message} (set strict=True to make this an error)")
         power.degrade()
+
+    def _measurement_lost(self, message: str) -> None:
+        """Every process learnt that some of them lost their measurement (`message` names each rank and
+        why; the measurement part notes it for the summary): the main process warns, once."""
+        if self.is_main:
+            self._warn(f"{message} (set strict=True to make this an error)")
 
     def _stop_measuring(self, err: BaseException) -> None:
         if self.cfg.strict:
@@ -306,7 +314,8 @@ class Run:
             return
         self.started = True
         self.measurement = RunMeasurement(self.cfg, self.collective, devices=self._devices,
-                                          local_rank=self._local_rank, sync=self._sync)
+                                          local_rank=self._local_rank, sync=self._sync,
+                                          on_lost=self._measurement_lost)
         if self._resumed is not None:
             self.measurement.load_state_dict(self._resumed)
         self._start_wall = self._wall()

@@ -6,8 +6,9 @@ are in tests/integration/{lightning_energy,accelerate_energy}/test_ranks_agree.p
 
 from __future__ import annotations
 
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests.support.clock import VirtualClock
 from wattwise.config import load_config
-from wattwise.devices import NoPermissionError, PowerModel, SimulatedGPU
+from wattwise.devices import DeviceLostError, NoPermissionError, PowerModel, SimulatedGPU
 from wattwise.distributed import Collective
 from wattwise.errors import EnergyPluginWarning
 from wattwise.run import Run
@@ -89,8 +90,9 @@ def test_a_change_that_failed_in_the_other_process_degrades_this_one_at_the_next
         run.start()
         limits = train(run, gpu, collective, 12)
         run.finish()
-    # Asked at the start and at each window's end while tuning (steps 3 and 6); not on the other steps.
-    assert collective.asked == [0, 3, 6]
+    # Asked twice at the start (anything to measure? could every process change its GPU?) and at each
+    # window's end while tuning (steps 3 and 6); not on the other steps.
+    assert collective.asked == [0, 0, 3, 6]
     assert limits == [300.0] * 3 + [200.0] * 3 + [300.0] * 6  # 200 W until every process degraded together
     assert run.power.mode == "measure" and gpu.power_limit_w() == 300.0
     [warned] = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
@@ -120,3 +122,162 @@ def test_a_change_that_failed_here_restores_at_once_and_waits_for_the_others(tmp
     assert limits == [300.0] * 4
     assert run.power.mode == "measure" and run.power.suspended is None
     assert any(n.startswith("rank 0: setting the power limit to 200 W failed") for n in run._noticed)
+
+
+class Lockstep(Collective):
+    """One of two ranks run as threads of this process, exchanging for real: each collective waits for the
+    other rank's, and both must be the same operation (else the run would mismatch or hang: `mismatch`)."""
+
+    def __init__(self, rank: int, shared: dict[str, Any]) -> None:
+        self.rank, self.world_size = rank, 2
+        self._shared = shared
+        #: Every collective this rank issued, by name.
+        self.issued: list[str] = []
+
+    def _exchange(self, op: str, value: Any) -> list[Any]:
+        self.issued.append(op)
+        slots, barrier = self._shared["slots"], self._shared["barrier"]
+        slots[self.rank] = (op, value)
+        barrier.wait(timeout=30)
+        (op0, v0), (op1, v1) = slots
+        barrier.wait(timeout=30)  # both read the slots before either writes the next
+        if op0 != op1:
+            self._shared["mismatch"] = (op0, op1)
+            raise RuntimeError(f"collective mismatch: rank 0 {op0}, rank 1 {op1}")
+        return [v0, v1]
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        return self._exchange("all_gather", obj)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return self._exchange("broadcast", obj)[src]
+
+    def combine(self, windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+        both = self._exchange(f"combine{len(windows)}", list(windows))
+        return [(max(a[0], b[0]), a[1] + b[1]) for a, b in zip(*both, strict=True)]
+
+    def any(self, flag: bool) -> bool:
+        return any(self._exchange("any", flag))
+
+
+def two_ranks(tmp_path: Path, rank_setup: Callable[[int, SimulatedGPU | None], None], *, steps: int = 12,
+              overrides: Sequence[str] = ()) -> tuple[list[Run], list[Lockstep], list[str]]:
+    """Two ranks (threads) training `steps` steps in lockstep, each with its own simulated GPU, which
+    `rank_setup` may change (a GPU it marks `absent`: that rank finds no device); the runs, their
+    collectives and the warnings."""
+    shared: dict[str, Any] = {"slots": [None, None], "barrier": threading.Barrier(2), "mismatch": None}
+    colls = [Lockstep(rank, shared) for rank in range(2)]
+    clocks = [VirtualClock(), VirtualClock()]
+    gpus: list[SimulatedGPU | None] = [SimulatedGPU(rank, PowerModel.default(), base_step_time_s=0.1,
+                                                    clock=clocks[rank], sleep=clocks[rank].sleep) for rank in range(2)]
+    for rank in range(2):
+        rank_setup(rank, gpus[rank])
+    cfg = load_config(overrides=["monitor.sample_power=false", "monitor.sync_cuda=false", "log_every_n_steps=4",
+                                 *overrides, f"output_dir={tmp_path / 'run'}"])
+    runs = [Run(cfg, devices=[] if getattr(gpus[rank], "absent", False) else [gpus[rank]], collective=colls[rank],
+                wall_clock=clocks[rank]) for rank in range(2)]
+    errors: list[BaseException] = []
+
+    def train(rank: int) -> None:
+        run, gpu = runs[rank], gpus[rank]
+        try:
+            run.start()
+            for _ in range(steps):
+                run.step_begin()
+                emulate_step([gpu] if gpu is not None else [], lambda: None)
+                run.step_end()
+            run.finish()
+        except BaseException as err:  # the test reports it
+            errors.append(err)
+            shared["barrier"].abort()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=train, args=(rank,)) for rank in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert not errors and shared["mismatch"] is None, (errors, shared["mismatch"])
+    warned = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    return runs, colls, warned
+
+
+def lose_gpu_after(reads: int) -> Callable[[int, SimulatedGPU | None], None]:
+    """Rank 1's GPU answers `reads` energy reads, then has fallen off the bus."""
+
+    def setup(rank: int, gpu: SimulatedGPU | None) -> None:
+        if rank != 1 or gpu is None:
+            return
+        original, count = gpu.energy_j, [0]
+
+        def energy_j() -> float:
+            count[0] += 1
+            if count[0] > reads:
+                raise DeviceLostError("gpu1: the GPU has fallen off the bus")
+            return original()
+
+        gpu.energy_j = energy_j  # type: ignore[method-assign]
+
+    return setup
+
+
+def healthy(rank: int, gpu: SimulatedGPU | None) -> None:
+    """Both ranks measure."""
+
+
+def test_a_device_lost_on_one_rank_at_a_window_end_keeps_both_ranks_in_step_and_measuring(tmp_path):
+    _, reference, _ = two_ranks(tmp_path / "healthy", healthy)
+    runs, colls, warned = two_ranks(tmp_path / "lost", lose_gpu_after(3))  # lost at the first logging point
+    # The same collectives on both ranks; the loss costs one gather and one repeated exchange, once.
+    assert colls[0].issued == colls[1].issued
+    extra = list(colls[0].issued)
+    for op in reference[0].issued:
+        extra.remove(op)
+    assert sorted(extra) == ["all_gather", "combine1"]
+    assert all(run.measuring for run in runs)  # nobody stopped measuring alone (rank 1's windows time only)
+    assert [w.split(" (set strict")[0] for w in warned] == [
+        "wattwise: rank 1: energy measurement failed (gpu1: the GPU has fallen off the bus); its energy is left "
+        "out of the figures from then on, and the other processes go on measuring"]
+    summary = runs[0].summary
+    assert summary is not None and summary["status"] == "completed" and summary["steps"] == 12
+    assert warned[0].removeprefix("wattwise: ").split(" (set strict")[0] in summary["notes"]
+    assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"]  # only what was measured
+    assert summary["energy_j"] == pytest.approx(summary["energy_per_device_j"]["rank0/gpu0"])
+
+
+def test_a_device_lost_on_one_rank_while_tuning_degrades_every_rank_together(tmp_path):
+    # 300, 200, 100 W with windows ending at steps 3, 6, 9; rank 1's GPU is lost at the second window's end.
+    runs, colls, warned = two_ranks(tmp_path, lose_gpu_after(5), overrides=TUNE[:5])
+    assert colls[0].issued == colls[1].issued
+    assert [run.power.mode for run in runs] == ["measure", "measure"]  # together
+    assert len(warned) == 1 and warned[0].startswith("wattwise: rank 1: energy measurement failed")
+    summary = runs[0].summary
+    assert summary is not None and summary["power_limit"] is None  # no choice made from rank 0's energy alone
+    [degraded] = [n for n in summary["notes"] if "every process continues with measurement only" in n]
+    assert degraded.startswith("rank 1: energy measurement failed")
+
+
+def test_one_rank_with_nothing_to_measure_keeps_in_step_and_the_other_measures(tmp_path):
+    def absent(rank: int, gpu: SimulatedGPU | None) -> None:
+        if rank == 1 and gpu is not None:
+            gpu.absent = True  # type: ignore[attr-defined]
+
+    runs, colls, warned = two_ranks(tmp_path, absent)
+    assert colls[0].issued == colls[1].issued and colls[0].issued[0] == "any"  # asked once at the start
+    assert len(warned) == 1 and warned[0].startswith(
+        "wattwise: rank 1: nothing to measure (no GPU, and the CPU package's energy counter is not readable); "
+        "the figures are the other processes'")
+    summary = runs[0].summary
+    assert summary is not None and summary["steps"] == 12 and summary["world_size"] == 2
+    assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"] and summary["energy_j"] > 0
+
+
+def test_no_rank_with_anything_to_measure_measures_nothing_as_one_process_would(tmp_path):
+    def absent(rank: int, gpu: SimulatedGPU | None) -> None:
+        if gpu is not None:
+            gpu.absent = True  # type: ignore[attr-defined]
+
+    runs, colls, _ = two_ranks(tmp_path, absent)
+    assert colls[0].issued == colls[1].issued == ["any", "all_gather"]  # the start's question only
+    assert [run.measuring for run in runs] == [False, False] and runs[0].summary is None
