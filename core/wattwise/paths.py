@@ -6,9 +6,11 @@ opened with O_CREAT|O_EXCL|O_NOFOLLOW, and `os.replace` then moves it over the t
 there instead of writing through it. A lock file is opened with O_NOFOLLOW and never truncated. The
 state directory is its owner's only (0700).
 
-A file wattwise reads back from there (a spooled result, a simulated GPU's state, the remembered limits of
-0.1.0) is read only when it can be trusted (`read_trusted`): a regular file of the user running wattwise,
-never followed through a link, not writable by others; a file that fails is set aside (`set_aside`).
+A file wattwise reads back from there (a settings journal, a spooled result, a simulated GPU's state, the
+remembered limits of 0.1.0) is read only when it can be trusted (`read_trusted`, `trust_problem`): a
+regular file of the user running wattwise, never followed through a link, not writable by others, with
+no other hard link; one of the user's own that fails is set aside (`set_aside_if_mine`). These checks,
+and the one on the folders such files live in (`owner_problem`, `folder_problem`), are made here only.
 """
 
 from __future__ import annotations
@@ -220,33 +222,79 @@ class UntrustedFile(WattwiseError):
         return self.owner_uid == os.geteuid()
 
 
-def trust_problem(st: os.stat_result, *, root_ok: bool = False) -> str | None:
+def owner_problem(what: str | None, st: os.stat_result, *, root_ok: bool = False,
+                  sticky_ok: bool = False) -> str | None:
+    """Why a file or folder wattwise relies on is not the reader's own to trust, as a phrase; None when it is.
+
+    The one check of who may have written it: it belongs to the user running wattwise (or to root, with
+    `root_ok` or `sticky_ok`), and neither group nor others may write it. In a shared `WATTWISE_HOME`
+    (or a shared /tmp) any user can plant a file where wattwise looks; only these are the user's own.
+
+    Args:
+        what: how the phrase names it ("the journal", "the folder"); None for a phrase that follows the
+            path ("... belongs to uid 1001, not to you (uid 1000)").
+        st: its `os.lstat`, `os.stat` or `os.fstat`.
+        root_ok: a root-owned one is trusted too (the node agent's simulated GPU state, read by its users).
+        sticky_ok: a folder like /tmp is fine too: root-owned, or writable by others with the sticky bit.
+    """
+    uid = os.geteuid()
+    if st.st_uid != uid and not ((root_ok or sticky_ok) and st.st_uid == 0):
+        if what is None:
+            return f"belongs to uid {st.st_uid}, not to you (uid {uid})"
+        return f"{what} is owned by uid {st.st_uid}, not by you (uid {uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        return f"{what + ' ' if what else ''}is writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    return None
+
+
+def folder_problem(folder: str | os.PathLike[str]) -> str | None:
+    """Why a folder wattwise keeps files in (a journal's, a socket's) cannot be trusted, as a phrase; None if it can.
+
+    It must be a folder itself (not a symbolic link to one) and pass `owner_problem`.
+    """
+    try:
+        st = os.lstat(folder)
+    except OSError as err:
+        return f"cannot read it ({err.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder (a symbolic link or a file)"
+    return owner_problem("the folder", st)
+
+
+def trust_problem(st: os.stat_result, *, root_ok: bool = False, what: str | None = None) -> str | None:
     """Why a file with the status `st` cannot be trusted, as a phrase; None when it can.
 
-    Trusted: a regular file that belongs to the user running wattwise (or to root, with `root_ok`), that
-    neither group nor others may write, with no other hard link (a link to someone else's file has its
-    owner). In a shared `WATTWISE_HOME` any user can plant a file where wattwise looks; only these are the
-    user's own.
+    Trusted: a regular file that passes `owner_problem`, with no other hard link (a link to someone
+    else's file has its owner). Every file wattwise reads back is held to this: a settings journal, a
+    spooled result, a simulated GPU's state, 0.1.0's remembered limits.
 
     Args:
         st: the file's `os.lstat` or `os.fstat`.
-        root_ok: a root-owned file is trusted too (the node agent's simulated GPU state, read by its users).
+        root_ok: a root-owned file is trusted too (see `owner_problem`).
+        what: how an owner's phrase names the file (see `owner_problem`).
     """
     if stat.S_ISLNK(st.st_mode):
         return "is a symbolic link (wattwise never follows one there)"
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
-    uid = os.geteuid()
-    if st.st_uid != uid and not (root_ok and st.st_uid == 0):
-        return f"belongs to uid {st.st_uid}, not to you (uid {uid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    problem = owner_problem(what, st, root_ok=root_ok)
+    if problem:
+        return problem
     if st.st_nlink > 1:
         return f"has {st.st_nlink - 1} other hard link(s)"
     return None
 
 
-def read_trusted(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False) -> bytes:
+def file_owner(path: str | os.PathLike[str]) -> int | None:
+    """The uid that owns `path` itself (a link's own owner); None when it is gone or cannot be read."""
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return None
+
+
+def read_trusted(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False,
+                 what: str | None = None) -> bytes:
     """The bytes of a file wattwise wrote earlier and now reads back, read only when `trust_problem` has none.
 
     Opened without following a link (O_NOFOLLOW) and without blocking on a FIFO; the checks are on the open
@@ -256,6 +304,7 @@ def read_trusted(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool 
         path: the file.
         max_bytes: the most it may hold; a larger file is not one wattwise wrote.
         root_ok: a root-owned file is trusted too (see `trust_problem`).
+        what: how an owner's phrase names the file (see `owner_problem`).
 
     Raises:
         FileNotFoundError: there is no file at `path`.
@@ -266,15 +315,13 @@ def read_trusted(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool 
     except FileNotFoundError:
         raise
     except OSError as err:
-        owner = None
-        with contextlib.suppress(OSError):
-            owner = os.lstat(path).st_uid
+        owner = file_owner(path)
         if err.errno == errno.ELOOP:
             raise UntrustedFile("is a symbolic link (wattwise never follows one there)", owner_uid=owner) from None
         raise UntrustedFile(f"cannot be read ({err.strerror or err})", owner_uid=owner) from None
     try:
         st = os.fstat(fd)
-        problem = trust_problem(st, root_ok=root_ok)
+        problem = trust_problem(st, root_ok=root_ok, what=what)
         if problem:
             raise UntrustedFile(problem, owner_uid=st.st_uid)
         chunks, size = [], 0
@@ -290,15 +337,16 @@ def read_trusted(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool 
     return b"".join(chunks)
 
 
-def read_trusted_json(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False) -> dict[str, Any]:
-    """The JSON object in a file wattwise reads back (`read_trusted`).
+def read_trusted_json(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False,
+                      what: str | None = None) -> dict[str, Any]:
+    """The JSON object in a file wattwise reads back (`read_trusted`, whose arguments it takes).
 
     Raises:
         FileNotFoundError: there is no file at `path`.
         UntrustedFile: it cannot be trusted (see `read_trusted`).
         ValueError: it is not UTF-8 text holding one JSON object (nesting too deep included).
     """
-    data = read_trusted(path, max_bytes=max_bytes, root_ok=root_ok)
+    data = read_trusted(path, max_bytes=max_bytes, root_ok=root_ok, what=what)
     try:
         content = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -336,3 +384,15 @@ def set_aside_saying(path: str | os.PathLike[str]) -> str:
         return f"kept as {set_aside(path)}"
     except OSError as err:
         return f"not set aside ({err.strerror or err}): remove it"
+
+
+def set_aside_if_mine(path: str | os.PathLike[str]) -> str:
+    """Where a file wattwise cannot use ends up, for the warning that names it.
+
+    One of the user's own is set aside (`set_aside_saying`); another user's (in a shared `WATTWISE_HOME`)
+    is theirs to keep and stays where it is.
+
+    Returns:
+        "kept as NAME.rejected", why it could not be set aside, or "left as it is".
+    """
+    return set_aside_saying(path) if file_owner(path) == os.geteuid() else "left as it is"

@@ -51,7 +51,7 @@ from typing import Any
 from wattwise.bounds import POWER_LIMIT_W, check_integer
 from wattwise.devices.base import Device, DeviceError, PowerLimitRange
 from wattwise.errors import EnergyPluginWarning, UsageError
-from wattwise.paths import UntrustedFile, private_dir, read_text, read_trusted_json, set_aside_saying, write_text
+from wattwise.paths import UntrustedFile, private_dir, read_text, read_trusted_json, set_aside_if_mine, write_text
 
 
 @dataclass(frozen=True)
@@ -330,10 +330,7 @@ class SimulatedGPU(Device):
     def _reject_state(self, why: str) -> None:
         """One warning for a state file that cannot be used; set aside when it is this user's own."""
         assert self._state_file is not None
-        where = "left as it is"
-        with contextlib.suppress(OSError):
-            if os.lstat(self._state_file).st_uid == os.geteuid():
-                where = set_aside_saying(self._state_file)
+        where = set_aside_if_mine(self._state_file)
         self._state_sig = self._signature()
         warnings.warn(f"wattwise: simulated GPU {self._index}: its state file {self._state_file} {why}; the GPU "
                       f"starts from its defaults ({self._default_limit_w:g} W, clocks unlocked) and the file is "

@@ -6,27 +6,27 @@ where SPEC is what `wattwise.devices.open_spec` opens again (a backend the guard
 `wattwise.devices.journalled_backends`, the GPU's index, ...).
 
 A journal is trusted only when it and its folder belong to the user reading it and are not writable by
-others, and it is not a symbolic link; every field is checked before anything in it is used. A journal
-that fails a check raises `JournalProblem` naming the file's problem.
+others, and it is a regular file (no symbolic link, no other hard link): the checks of every file
+wattwise reads back, `wattwise.paths.trust_problem` and `read_trusted`. Every field is checked before
+anything in it is used. A journal that fails a check raises `JournalProblem` naming the file's problem.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
 import socket
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wattwise import paths
 from wattwise.devices import journalled_backends
 from wattwise.devices.base import DeviceError
-from wattwise.paths import state_dir, write_text
+from wattwise.paths import UntrustedFile, owner_problem, read_trusted_json, state_dir, trust_problem, write_text
 from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, finite_number
 
 #: A journal is a few hundred bytes; anything far larger is not one.
@@ -51,39 +51,9 @@ class JournalProblem(Exception):
 
 
 # -- trust ----------------------------------------------------------------------------------------------
-def _euid() -> int:
-    return os.geteuid()
-
-
-def owner_problem(what: str, st: os.stat_result, *, sticky_ok: bool = False) -> str | None:
-    """Why a file or folder cannot be trusted: owned by someone else, or writable by group or others.
-
-    Args:
-        what: how the message names it ("the journal", "the folder").
-        st: its `os.stat_result`.
-        sticky_ok: a root-owned folder, or one with the sticky bit (/tmp), is fine too.
-
-    Returns:
-        The reason, or None when it can be trusted.
-    """
-    uid = _euid()
-    if st.st_uid != uid and not (sticky_ok and st.st_uid == 0):
-        return f"{what} is owned by uid {st.st_uid}, not by you (uid {uid})"
-    loose = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if loose and not (sticky_ok and st.st_mode & stat.S_ISVTX):
-        return f"{what} is writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
-    return None
-
-
 def folder_problem(folder: Path) -> str | None:
     """Why the journal folder cannot be trusted, or None. Its parent may be a sticky shared folder."""
-    try:
-        st = os.lstat(folder)
-    except OSError as err:
-        return f"cannot read it ({err.strerror})"
-    if not stat.S_ISDIR(st.st_mode):
-        return "is not a folder (a symbolic link or a file)"
-    problem = owner_problem("the folder", st)
+    problem = paths.folder_problem(folder)
     if problem:
         return problem
     with contextlib.suppress(OSError):
@@ -129,11 +99,9 @@ def _check_state_file(spec: dict[str, Any]) -> None:
         return
     except OSError as err:
         raise JournalProblem(f"simulated GPU state_file {raw}: {err.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise JournalProblem(f"simulated GPU state_file {raw} is not a regular file")
-    problem = owner_problem("its state_file", st)
+    problem = trust_problem(st)
     if problem:
-        raise JournalProblem(f"simulated GPU {problem}")
+        raise JournalProblem(f"simulated GPU state_file {raw} {problem}")
 
 
 def _check_change(change: Any, *, check_state_files: bool) -> None:
@@ -191,49 +159,21 @@ def file_problem(path: Path) -> str | None:
         return None
     except OSError as err:
         return f"cannot read it ({err.strerror})"
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symbolic link"
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
-    return owner_problem("the journal", st)
+    return trust_problem(st, what="the journal")
 
 
 def read_object(path: Path) -> dict[str, Any]:
     """The JSON object in the journal file `path`, read only when the file can be trusted.
 
     Raises:
-        JournalProblem: not a regular file of yours, a symbolic link, too large, or not a JSON object.
+        JournalProblem: it cannot be trusted (`wattwise.paths.read_trusted`: not a regular file of yours,
+            a symbolic link, too large), or it is not a JSON object.
         FileNotFoundError: it is gone (its owner finished meanwhile).
     """
-    fd = -1
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise JournalProblem("not a regular file")
-        problem = owner_problem("the journal", st)
-        if problem:
-            raise JournalProblem(problem)
-        data = os.read(fd, MAX_JOURNAL_BYTES + 1)
-    except FileNotFoundError:
-        raise
-    except OSError as err:
-        reason = "a symbolic link" if err.errno == errno.ELOOP else err.strerror
-        raise JournalProblem(f"cannot read it ({reason})") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > MAX_JOURNAL_BYTES:
-        raise JournalProblem(f"larger than {MAX_JOURNAL_BYTES} bytes")
-    try:
-        content = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise JournalProblem("not text (binary content)") from None
-    except ValueError as err:
-        raise JournalProblem(f"not JSON ({err})") from None
-    if not isinstance(content, dict):
-        raise JournalProblem("not a JSON object")
-    return content
+        return read_trusted_json(path, max_bytes=MAX_JOURNAL_BYTES, what="the journal")
+    except (UntrustedFile, ValueError) as err:
+        raise JournalProblem(str(err)) from None
 
 
 def check_changes(changes: Any, *, check_state_files: bool = True) -> list[dict[str, Any]]:

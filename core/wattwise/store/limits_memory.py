@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, TIME_S, TIMESTAMP_S
 from wattwise.errors import EnergyPluginWarning, UsageError
-from wattwise.paths import UntrustedFile, open_lock, read_trusted_json, set_aside_saying, state_dir, trust_problem
+from wattwise.paths import UntrustedFile, open_lock, read_trusted_json, set_aside_if_mine, state_dir, trust_problem
 from wattwise.power_limit import ProfileEntry, check_eta
 from wattwise.store.factory import default_store_url, store_url
 
@@ -293,7 +293,7 @@ def import_legacy_file(store: SqlJobStore, path: Path) -> int:
         return 0
     problem = trust_problem(st)
     if problem and st.st_uid != os.geteuid():
-        _untrusted(path, UntrustedFile(problem, owner_uid=st.st_uid))
+        _untrusted(path, problem)
         return 0
     kept = path.with_name(path.name + ".imported")
     with _legacy_lock(path):
@@ -302,7 +302,7 @@ def import_legacy_file(store: SqlJobStore, path: Path) -> int:
         except FileNotFoundError:  # another process imported it while we waited for the lock
             return 0
         except UntrustedFile as err:
-            _untrusted(path, err)
+            _untrusted(path, str(err))
             return 0
         except ValueError as err:
             data, why = None, str(err)
@@ -329,11 +329,11 @@ def import_legacy_file(store: SqlJobStore, path: Path) -> int:
     return len(limits)
 
 
-def _untrusted(path: Path, err: UntrustedFile) -> None:
+def _untrusted(path: Path, problem: str) -> None:
     """One warning for 0.1.0's file that cannot be trusted; set aside when it is yours (a link of yours).
 
     Another user's file is theirs: left as it is, and named again by the next process that finds it.
     """
-    where = set_aside_saying(path) if err.mine else "left as it is"
-    warnings.warn(f"wattwise: {path} {err}; the power limits remembered in it were not imported (only your own "
+    where = set_aside_if_mine(path)
+    warnings.warn(f"wattwise: {path} {problem}; the power limits remembered in it were not imported (only your own "
                   f"regular file is), and it is {where}", EnergyPluginWarning, stacklevel=4)

@@ -30,7 +30,7 @@ from typing import Any
 from wattwise.bounds import check_integer
 from wattwise.errors import Unavailable, UsageError
 from wattwise.names import check_job_name
-from wattwise.paths import private_dir, read_trusted_json, state_dir, write_text
+from wattwise.paths import file_owner, private_dir, read_trusted_json, state_dir, write_text
 from wattwise.store.base import MAX_INTEGER, check_power_limit, check_run_figures
 
 SPOOL_VERSION = 1
@@ -119,21 +119,15 @@ def spool_result(url: str, result: SpooledResult) -> Path:
 
 
 def _entries(url: str) -> list[Path]:
-    """Every spool file for the store at `url` (by name, links included), oldest first; none in a folder that
-    cannot be listed."""
+    """Every spool file for the store at `url` (links included), by name, so oldest first.
+
+    None in a folder that cannot be listed.
+    """
     try:
         names = sorted(os.listdir(spool_dir(url)))
     except OSError:
         return []
     return [spool_dir(url) / name for name in names if name.endswith(".json") and not name.startswith(".")]
-
-
-def owner_uid(path: Path) -> int | None:
-    """The owner of `path` itself (a link's own owner); None when it is gone."""
-    try:
-        return os.lstat(path).st_uid
-    except OSError:
-        return None
 
 
 def pending(url: str) -> list[Path]:
@@ -142,13 +136,13 @@ def pending(url: str) -> list[Path]:
     Another user's files in a shared state directory are theirs (`not_yours`).
     """
     uid = os.geteuid()
-    return [path for path in _entries(url) if owner_uid(path) == uid]
+    return [path for path in _entries(url) if file_owner(path) == uid]
 
 
 def not_yours(url: str) -> list[Path]:
     """The files waiting for the store at `url` that belong to other users: never delivered by you."""
     uid = os.geteuid()
-    return [path for path in _entries(url) if owner_uid(path) not in (uid, None)]
+    return [path for path in _entries(url) if file_owner(path) not in (uid, None)]
 
 
 def rejected(url: str) -> list[Path]:

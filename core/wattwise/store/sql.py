@@ -59,7 +59,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.pool import StaticPool
 
 from wattwise.errors import EnergyPluginWarning, UsageError
-from wattwise.paths import UntrustedFile, private_dir, set_aside_saying
+from wattwise.paths import UntrustedFile, file_owner, private_dir, set_aside_saying
 from wattwise.recurring.spec import JobSpec, RunRecord
 from wattwise.store import spool
 from wattwise.store.base import (
@@ -371,7 +371,7 @@ class SqlJobStore:
                       f"{why}; it is {set_aside_saying(path)}", EnergyPluginWarning, stacklevel=3)
 
     def _skip(self, paths: list[Path]) -> None:
-        owners = sorted({str(uid) for path in paths if (uid := spool.owner_uid(path)) is not None})
+        owners = sorted({str(uid) for path in paths if (uid := file_owner(path)) is not None})
         warnings.warn(f"wattwise: {len(paths)} spooled result(s) in {paths[0].parent} belong to another user "
                       f"(uid {', '.join(owners) or 'unknown'}) and were not delivered to the job store "
                       f"{self.describe()}: {', '.join(path.name for path in paths)}; only the user who spooled a "

@@ -214,14 +214,27 @@ def test_a_journal_others_can_write_is_refused(state_file: Path) -> None:
     assert limit_on_gpu(state_file) == 150.0 and path.exists()
 
 
+def test_a_journal_with_another_hard_link_is_refused(state_file: Path) -> None:
+    SimulatedGPU(0, state_file=state_file).set_power_limit_w(150.0)
+    path = journal_dir() / "linked.json"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text(journal_text(state_file))
+    path.chmod(0o600)
+    os.link(path, state_dir() / "elsewhere.json")
+    result = recover_stale_journals()
+    assert len(result.failed) == 1 and "has 1 other hard link(s)" in result.failed[0]
+    assert limit_on_gpu(state_file) == 150.0 and path.exists()
+
+
 def test_a_journal_owned_by_someone_else_is_refused(monkeypatch: pytest.MonkeyPatch, state_file: Path) -> None:
     SimulatedGPU(0, state_file=state_file).set_power_limit_w(150.0)
     path = journal_dir() / "foreign.json"
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.write_text(journal_text(state_file))
     real = os.geteuid()
-    monkeypatch.setattr(wattwise.settings.journal, "_euid", lambda: real + 1)  # as if another user ran restore
-    result = recover_stale_journals()
+    with monkeypatch.context() as another_user:
+        another_user.setattr(os, "geteuid", lambda: real + 1)  # as if another user ran restore
+        result = recover_stale_journals()
     assert len(result.failed) == 1 and f"owned by uid {real}, not by you (uid {real + 1})" in result.failed[0]
     assert limit_on_gpu(state_file) == 150.0
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-import wattwise.settings.journal
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
@@ -140,10 +139,11 @@ def test_a_journal_of_another_user_is_refused_by_the_agent_and_by_recovery(
     agent.set_power_limit(0, ALICE, set(), 150.0)
     agent.journal.close()
     real = os.geteuid()
-    monkeypatch.setattr(wattwise.settings.journal, "_euid", lambda: real + 1)  # as if another user read it
-    with pytest.raises(UsageError, match=rf"owned by uid {real}, not by you \(uid {real + 1}\)"):
-        AgentJournal(folder).prepare()
-    result = recover_stale_journals(folder)
+    with monkeypatch.context() as another_user:
+        another_user.setattr(os, "geteuid", lambda: real + 1)  # as if another user read it
+        with pytest.raises(UsageError, match=rf"owned by uid {real}, not by you \(uid {real + 1}\)"):
+            AgentJournal(folder).prepare()
+        result = recover_stale_journals(folder)
     assert result.restored == [] and len(result.failed) == 1 and f"owned by uid {real}" in result.failed[0]
     assert SimulatedGPU(0, state_file=tmp_path / "sim" / "gpu0.json").power_limit_w() == 150.0
 
