@@ -203,26 +203,20 @@ def test_the_journal_folder_is_created_private(state_file: Path) -> None:
         assert stat.S_IMODE(guard.journal_path.stat().st_mode) == 0o600
 
 
-def test_a_journal_others_can_write_is_refused(state_file: Path) -> None:
+@pytest.mark.parametrize(("how", "why"), [("others can write it", "writable by group or others (mode 0o666)"),
+                                          ("it has another hard link", "has 1 other hard link(s)")])
+def test_a_journal_that_is_not_only_yours_is_refused_and_kept(how: str, why: str, state_file: Path) -> None:
     SimulatedGPU(0, state_file=state_file).set_power_limit_w(150.0)
-    path = journal_dir() / "loose.json"
+    path = journal_dir() / "suspect.json"
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.write_text(journal_text(state_file))
-    path.chmod(0o666)
+    if how == "others can write it":
+        path.chmod(0o666)
+    else:
+        path.chmod(0o600)
+        os.link(path, state_dir() / "elsewhere.json")
     result = recover_stale_journals()
-    assert len(result.failed) == 1 and "writable by group or others (mode 0o666)" in result.failed[0]
-    assert limit_on_gpu(state_file) == 150.0 and path.exists()
-
-
-def test_a_journal_with_another_hard_link_is_refused(state_file: Path) -> None:
-    SimulatedGPU(0, state_file=state_file).set_power_limit_w(150.0)
-    path = journal_dir() / "linked.json"
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.write_text(journal_text(state_file))
-    path.chmod(0o600)
-    os.link(path, state_dir() / "elsewhere.json")
-    result = recover_stale_journals()
-    assert len(result.failed) == 1 and "has 1 other hard link(s)" in result.failed[0]
+    assert len(result.failed) == 1 and why in result.failed[0]
     assert limit_on_gpu(state_file) == 150.0 and path.exists()
 
 
