@@ -425,10 +425,19 @@ class RunMeasurement:
     # -- the run's figures -----------------------------------------------------------------------------
     def gather(self, fit: Measurement) -> RunFigures:
         """The run's figures over every process, from this process's `fit` window (a collective)."""
+        per_rank = self.collective.all_gather(self.rank_figures(fit))
+        self._untold = None
+        self._tell_lost([r["lost"] for r in per_rank], "; its energy is left out of the figures from then on, "
+                        "and the other processes go on measuring")
+        return self.figures(per_rank)
+
+    def rank_figures(self, fit: Measurement) -> dict[str, Any]:
+        """This process's share of the run's figures, from its `fit` window: what `gather` exchanges (and a
+        process ended by a signal leaves in a file), JSON-serialisable."""
         rank = self.collective.rank
         sampler = self.monitor.sampler if self.monitor is not None else None
         measured = self.lost is None
-        per_rank = self.collective.all_gather({
+        return {
             "energy": {self.device_label(d): fit.energy_j[d.key] for d in self.gpus} if measured else {},
             "cpu": sum(fit.energy_j[d.key] for d in self.cpus) if self.cpus and measured else None,
             "time_s": fit.time_s,
@@ -437,10 +446,10 @@ class RunMeasurement:
             "samples": ([(s.timestamp, {f"rank{rank}/{k}": w for k, w in s.power_w.items()})
                          for s in sampler.samples()] if sampler is not None else []),
             "lost": self._untold,  # lost since the last exchange (at the end itself, say)
-        })
-        self._untold = None
-        self._tell_lost([r["lost"] for r in per_rank], "; its energy is left out of the figures from then on, "
-                        "and the other processes go on measuring")
+        }
+
+    def figures(self, per_rank: Sequence[Mapping[str, Any]]) -> RunFigures:
+        """The run's figures from the processes' `rank_figures` (those at hand)."""
         per_device: dict[str, float] = {}
         for r in per_rank:
             per_device.update(r["energy"])
@@ -458,7 +467,7 @@ class RunMeasurement:
             devices=tuple(d for r in per_rank for d in r["devices"]),
             non_training={kind: NonTrainingTime(v["time_s"], v["energy_j"], int(v["count"]))
                           for kind, v in self._non_training([r["paused"] for r in per_rank]).items()},
-            samples=[s for r in per_rank for s in r["samples"]],
+            samples=[(s[0], s[1]) for r in per_rank for s in r["samples"]],
         )
 
     def _non_training(self, per_rank: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:

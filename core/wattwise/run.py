@@ -32,12 +32,15 @@ with one warning, unless `strict`.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import signal
 import socket
 import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from wattwise.carbon.control import CarbonControl
@@ -46,11 +49,13 @@ from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, install_warning_format
 from wattwise.measurement import EPOCH, PROFILE, RunFigures, RunMeasurement, StepRecord
+from wattwise.paths import replace_file
 from wattwise.power_control import PowerLimitControl
 from wattwise.record import (
     NEVER_APPLIED,
     RunSettings,
     RunSummary,
+    SettingEvent,
     iso_utc,
     never_applied,
     power_rows,
@@ -67,6 +72,8 @@ __all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Run", "StepRecor
 #: Step figures are combined over processes and logged every this many optimizer steps, unless the
 #: configuration (or the framework's own cadence, in the adapter) says otherwise.
 DEFAULT_LOG_EVERY_N_STEPS = 50
+#: How long the main process of several, ended by SIGTERM, waits for the others' figures (`Run.finish`).
+SIGNALLED_WAIT_S = 3.0
 
 
 Hook = Callable[Concatenate["Run", P], R | None]
@@ -332,8 +339,9 @@ class Run:
         except (Unavailable, UsageError) as err:
             self._degrade(err, "setting up the power limit")
         guard = self.power.guard
-        if guard is not None and self.collective.world_size == 1:  # no collective in a signal handler
-            guard.at_default_exit(functools.partial(self.finish, "interrupted"))
+        if guard is not None:  # a process of several makes no collective in a signal handler
+            guard.at_default_exit(functools.partial(self.finish, "interrupted") if self.collective.world_size == 1
+                                  else self._finish_signalled)
         if changes:  # every process asks, tunes only when all can, then shares the remembered limit
             self._agree(at_start=True)
             try:
@@ -470,16 +478,74 @@ class Run:
         if fit is None:  # start() itself failed
             return None
         figures = self.measurement.gather(fit)
-        record = self._record(figures, status)
+        timeline = [e for r in self.collective.all_gather(self.power.timeline) for e in r]
+        record = self._record(figures, status, timeline)
         if self.is_main:
             write_run_dir(self.cfg.output_dir, record, power_rows(figures.samples))
         self.record = record
         return record
 
-    def _record(self, figures: RunFigures, status: str) -> RunSummary:
+    def _finish_signalled(self) -> None:
+        """SIGTERM ends this process of several by its default action (a script with no handler of its own),
+        after the guard restored its settings: the run's record without a collective, which the others
+        (ended by the same signal, or in the middle of one) could not answer.
+
+        Each process leaves its figures in the output folder (`interrupted-rank<N>.json`); the main one
+        waits up to `SIGNALLED_WAIT_S` for them, writes summary.json (`interrupted`, a note naming the ranks
+        the signal reached and those that left nothing) and removes them.
+        """
+        m = self.measurement
+        if self.finished or not self.started or not self.measuring or m is None:
+            return
+        self.finished = True
+        self.power.finish_tuning(self.step_count)
+        self._take_notices()
+        self.power.close()  # puts back the handlers the guard found
+        # A launcher that saw another process end sends this one SIGTERM too: it waits for these last words
+        # (then the guard ends the process by the signal it received).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        fit = m.close()
+        if fit is None:
+            return
+        guard = self.power.guard
+        signame = signal.Signals(guard.signalled).name if guard is not None and guard.signalled else "a signal"
+        rank, size, out = self.collective.rank, self.collective.world_size, Path(self.cfg.output_dir)
+        mine = {**m.rank_figures(fit), "signal": signame,
+                "timeline": [[e.timestamp_s, e.device, e.setting, e.value] for e in self.power.timeline]}
+        if not self.is_main:
+            replace_file(out / f"interrupted-rank{rank}.json", lambda fh: json.dump(mine, fh))
+            return
+        per_rank: dict[int, dict[str, Any]] = {0: mine}
+        deadline = time.monotonic() + SIGNALLED_WAIT_S
+        while True:
+            for other in range(1, size):
+                path = out / f"interrupted-rank{other}.json"
+                if other not in per_rank and path.is_file():
+                    try:
+                        per_rank[other] = json.loads(path.read_text(encoding="utf-8"))
+                    except (OSError, ValueError):  # not one of ours: its rank counts as missing
+                        continue
+                    path.unlink(missing_ok=True)
+            if len(per_rank) == size or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        ranks = sorted(per_rank)
+        reached = ", ".join(f"rank {r}" for r in ranks)
+        self._noticed.append(f"{signame} reached {reached}: each restored its GPU settings and ended; the figures "
+                             "are theirs up to the signal")
+        missing = [r for r in range(size) if r not in per_rank]
+        if missing:
+            self._noticed.append(f"{', '.join(f'rank {r}' for r in missing)} left no figures within "
+                                 f"{SIGNALLED_WAIT_S:g} s of the signal (not reached by it, or ended first): "
+                                 "their energy is missing")
+        timeline = [SettingEvent(*e) for r in ranks for e in per_rank[r]["timeline"]]
+        figures = m.figures([per_rank[r] for r in ranks])
+        self.record = self._record(figures, "interrupted", timeline)
+        write_run_dir(self.cfg.output_dir, self.record, power_rows(figures.samples))
+
+    def _record(self, figures: RunFigures, status: str, timeline: Sequence[SettingEvent]) -> RunSummary:
         m = self.measurement
         assert m is not None
-        timeline = [e for r in self.collective.all_gather(self.power.timeline) for e in r]
         limit = self.power.summary(figures.energy_j)
         unapplied = ((f"power limit {limit.chosen_power_limit_w:g} W was chosen but never applied: {NEVER_APPLIED}",)
                      if limit is not None and never_applied(limit) else ())

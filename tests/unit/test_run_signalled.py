@@ -1,0 +1,104 @@
+"""SIGTERM ends a process of several with no handler of its own (issue 27): its run's last words make no
+collective. Each process leaves its figures in the output folder; the main one writes the summary from those
+that came, naming the ranks the signal reached and those that left nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import wattwise.run
+from tests.support.clock import VirtualClock
+from tests.unit.test_run_agree import TUNE, TwoProcesses
+from wattwise.config import load_config
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.record import read_summary
+from wattwise.run import Run
+from wattwise.settings.guard import SettingsGuard
+from wattwise.workload import emulate_step
+
+
+class Silent(TwoProcesses):
+    """A process of two that may no longer exchange anything (the other may be gone)."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+        self.closed = False
+
+    def any(self, flag: bool) -> bool:
+        assert not self.closed, "a collective after the signal"
+        return super().any(flag)
+
+    def all_gather(self, obj: object) -> list[object]:
+        assert not self.closed, "a collective after the signal"
+        return super().all_gather(obj)
+
+    def combine(self, windows):  # type: ignore[no-untyped-def]
+        assert not self.closed, "a collective after the signal"
+        return super().combine(windows)
+
+
+@pytest.fixture(autouse=True)
+def _sigterm_handler_kept() -> Iterator[None]:
+    """The last words ignore a second SIGTERM (the guard then ends the process): not this one's."""
+    found = signal.getsignal(signal.SIGTERM)
+    yield
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    signal.signal(signal.SIGTERM, found)
+
+
+def signalled_rank(tmp_path: Path, rank: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Run, SimulatedGPU]:
+    """Rank `rank` of two, tuning its simulated GPU for 4 steps; then SIGTERM reached it (its guard restored)."""
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / f"home{rank}"))
+    clock = VirtualClock()
+    gpu = SimulatedGPU(rank, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
+    gpu.set_power_limit_w(250.0)  # its own limit
+    coll = Silent(rank)
+    cfg = load_config(overrides=[*TUNE[:5], f"output_dir={tmp_path / 'run'}"])
+    run = Run(cfg, devices=[gpu], wall_clock=clock, collective=coll, settings_guard=SettingsGuard)
+    run.start()
+    for _ in range(4):
+        run.step_begin()
+        emulate_step([gpu], lambda: None)
+        run.step_end()
+    guard = run.power.guard
+    assert guard is not None and gpu.power_limit_w() == 200.0  # tuning's second limit
+    guard.signalled = signal.SIGTERM
+    guard.restore_all()
+    coll.closed = True
+    return run, gpu
+
+
+def test_the_main_process_writes_the_summary_from_every_process_that_left_its_figures(tmp_path, monkeypatch):
+    other, _ = signalled_rank(tmp_path, 1, monkeypatch)
+    other._finish_signalled()
+    assert other.record is None and (tmp_path / "run" / "interrupted-rank1.json").is_file()
+    main, gpu = signalled_rank(tmp_path, 0, monkeypatch)
+    main._finish_signalled()
+    assert gpu.power_limit_w() == 250.0
+    summary = read_summary(tmp_path / "run" / "summary.json")
+    assert (summary.status, summary.steps, summary.world_size) == ("interrupted", 4, 2)
+    assert sorted(summary.energy_per_device_j) == ["rank0/gpu0", "rank1/gpu1"]
+    assert summary.energy_j == pytest.approx(sum(summary.energy_per_device_j.values()))
+    assert [(e.device, e.value) for e in summary.settings_timeline] == [("rank0/gpu0", 300.0), ("rank0/gpu0", 200.0),
+                                                                       ("rank1/gpu1", 300.0), ("rank1/gpu1", 200.0)]
+    assert any(n.startswith("SIGTERM reached rank 0, rank 1: each restored") for n in summary.notes)
+    assert not list((tmp_path / "run").glob("interrupted-rank*"))  # taken
+
+
+def test_a_rank_that_left_nothing_is_named_and_its_energy_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(wattwise.run, "SIGNALLED_WAIT_S", 0.0)
+    main, _ = signalled_rank(tmp_path, 0, monkeypatch)
+    (tmp_path / "run" / "interrupted-rank1.json").write_text("{not json")  # not one of ours
+    main._finish_signalled()
+    raw = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert list(raw["energy_per_device_j"]) == ["rank0/gpu0"]
+    assert "SIGTERM reached rank 0: each restored its GPU settings and ended; the figures are theirs up to the " \
+           "signal" in raw["notes"]
+    assert "rank 1 left no figures within 0 s of the signal (not reached by it, or ended first): their energy is " \
+           "missing" in raw["notes"]
