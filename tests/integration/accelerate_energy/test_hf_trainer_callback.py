@@ -1,12 +1,13 @@
 """`EnergyTrainerCallback` given to a Hugging Face Trainer in `Trainer(callbacks=[...])`, without the flag:
-fits of a tiny GPT-2 on the CPU, measured on a simulated GPU, in this process (issue 27); and the callback
-the flag adds, in a script's process."""
+fits of a tiny GPT-2 on the CPU, measured on a simulated GPU, in this process (issue 27), one of them
+preempted by SIGTERM; and the callback the flag adds, in a script's process."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,48 @@ def test_under_the_flag_alone_a_40_step_run_logs_energy_at_its_logging_steps(tmp
     logged = next(line for line in done.stdout.splitlines() if line.startswith("logged ")).split()
     assert {"energy/step_j", "time/step_s", "power/avg_w"} <= set(logged)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 40
+
+
+class PreemptedAt(TrainerCallback):
+    """SIGTERM reaches the process after optimizer step `step`; the script's own handler (installed before
+    training, as a preemptible script does) asks the Trainer to stop at the end of that step."""
+
+    def __init__(self, step: int, gpu: SimulatedGPU) -> None:
+        self.step, self.gpu = step, gpu
+        self.received: int | None = None
+        #: The GPU's limit just before and just after the signal.
+        self.limits_w: list[float] = []
+
+    def handler(self, signum: int, frame: Any) -> None:
+        self.received = signum
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step:
+            self.limits_w.append(self.gpu.power_limit_w())
+            os.kill(os.getpid(), signal.SIGTERM)
+            self.limits_w.append(self.gpu.power_limit_w())
+        if self.received is not None:
+            control.should_training_stop = True
+
+
+def test_sigterm_in_a_tuned_trainer_restores_the_gpu_and_lets_the_scripts_handling_stop_it(tmp_path: Path,
+                                                                                         virtual_clock) -> None:
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.01, clock=virtual_clock, sleep=virtual_clock.sleep)
+    gpu.set_power_limit_w(250.0)  # the GPU's own limit
+    preempted = PreemptedAt(6, gpu)
+    energy = EnergyTrainerCallback(mode="tune", output_dir=str(tmp_path / "run"), overrides=f"{QUIET} {TUNE}",
+                                   devices=[gpu])
+    found = signal.signal(signal.SIGTERM, preempted.handler)
+    try:
+        t = trainer(tmp_path / "out", 40, energy, Drive(gpu), preempted)
+        t.train()
+        assert signal.getsignal(signal.SIGTERM) == preempted.handler  # the script's handler is back
+    finally:
+        signal.signal(signal.SIGTERM, found)
+    assert preempted.received == signal.SIGTERM  # the script's own handling ran ...
+    assert t.state.global_step == 6  # ... and stopped the Trainer where it stops without wattwise
+    assert preempted.limits_w == [200.0, 250.0]  # tuning's second limit, restored at the signal itself
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["status"], summary["steps"]) == ("interrupted", 6)
+    assert [e["value"] for e in summary["settings_timeline"]] == [300.0, 200.0]  # nothing changed after it
+    assert gpu.power_limit_w() == 250.0
