@@ -1,5 +1,4 @@
-"""Real-GPU acceptance: one command that checks the NVML path on a real NVIDIA GPU (or, without one, the
-amdsmi path on a real AMD GPU) and records what it saw.
+"""Real-GPU acceptance: check the NVML path on a real NVIDIA GPU, else amdsmi's on an AMD GPU; record what it saw.
 
     python -m wattwise.acceptance [--out DIR] [--quick] [--gpu INDEX]     (also: wattwise acceptance)
 
@@ -67,6 +66,7 @@ class CheckResult:
     figures: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The check as `acceptance.json` lists it."""
         return {"name": self.name, "status": self.status, "reason": self.reason, "figures": self.figures}
 
 
@@ -130,6 +130,7 @@ class MatmulLoad:
         return times
 
     def sync(self) -> None:
+        """Wait for the multiplies queued on the device (the monitor's `sync` when windows are timed)."""
         import torch
 
         torch.cuda.synchronize(self.cuda_index)
@@ -151,9 +152,15 @@ class Context:
     shared: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def seconds(self, full: float) -> float:
+        """How long to load the GPU for a check that wants `full` seconds: a fifth with `--quick`, 2 s at least."""
         return max(2.0, full / 5) if self.quick else full
 
     def require_load(self) -> MatmulLoad:
+        """The load on the GPU under test.
+
+        Raises:
+            Skip: there is no GPU under test, or no load can run on it (no torch, no CUDA, no such device).
+        """
         if self.gpu is None:
             raise Skip("no NVIDIA GPU")
         if self.load is None:
@@ -165,6 +172,11 @@ class Context:
 
 
 def check_discovery(ctx: Context) -> dict[str, Any]:
+    """Check 1: each GPU found, its power-limit range, SM clocks (count, highest, lowest) and energy counter.
+
+    Raises:
+        Skip: no GPU was found.
+    """
     if not ctx.gpus:
         raise Skip("no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi")
     gpus = []
@@ -206,14 +218,22 @@ class PowerPoller:
         self._thread.join()
 
     def energy_j(self) -> float:
+        """The energy of the samples so far (J): the trapezoid integral of power over time."""
         s = self.samples
         return sum(0.5 * (w0 + w1) * (t1 - t0) for (t0, w0), (t1, w1) in itertools.pairwise(s))
 
     def mean_power_w(self) -> float:
+        """The mean of the samples so far (W); NaN when there is none."""
         return sum(w for _, w in self.samples) / len(self.samples) if self.samples else math.nan
 
 
 def check_energy_counter(ctx: Context) -> dict[str, Any]:
+    """Check 2: the energy counter under load against 10 ms power polling, its update rate, a window's cost.
+
+    Raises:
+        Skip: no load can run, or the GPU has no energy counter.
+        Failure: the counter did not advance, or it and the polled integral disagree by more than 10%.
+    """
     load = ctx.require_load()
     gpu = ctx.gpu
     assert gpu is not None
@@ -291,8 +311,10 @@ def _at_counter_edge(gpu: Device, load: MatmulLoad, timeout_s: float = 1.0) -> t
 
 
 def _limit_run(gpu: Device, load: MatmulLoad, seconds: float) -> dict[str, float]:
-    """Load at the current limit: mean step time, and mean power from the energy counter between two of
-    its changes (or from polling), after the limit has settled under load."""
+    """Load at the current limit, once it has settled under load: the median step time and the mean power.
+
+    The power is the energy counter's between two of its changes (`_at_counter_edge`), else polled.
+    """
     load.run_for(LIMIT_SETTLE_S)
     counter = gpu.has_energy_counter()
     with PowerPoller(gpu, 0.05) as poller:
@@ -305,6 +327,15 @@ def _limit_run(gpu: Device, load: MatmulLoad, seconds: float) -> dict[str, float
 
 
 def check_power_limit(ctx: Context) -> dict[str, Any]:
+    """Check 3: set the lowest limit through the settings guard, read it back, load at both ends, restore it.
+
+    With a load that can run, the GPU must stay within `LIMIT_ALLOWANCE` of the lowest limit; a step time that did not
+    rise there is a note. The two measured points are shared for the clock check's power-limit profile.
+
+    Raises:
+        Skip: there is no GPU, or the driver refused the change (its words).
+        Failure: a limit read back, a power drawn or the restored limit is not what it should be.
+    """
     from wattwise.settings.guard import SettingsGuard
 
     if ctx.gpu is None:
@@ -398,6 +429,14 @@ def _three_clocks_mhz(gpu: Device) -> list[int]:
 
 
 def check_clocks(ctx: Context) -> dict[str, Any]:
+    """Check 4: the load at three locked SM clocks (highest, middle, lowest), written as `clock_profile.csv`.
+
+    Also writes `power_limit_profile.csv` from check 3's measurements when it ran.
+
+    Raises:
+        Skip: no load, fewer than three known SM clocks, or the driver refused to lock them.
+        Failure: the load was not slower at the lowest clock than at the highest.
+    """
     from wattwise.settings.guard import SettingsGuard
 
     load = ctx.require_load()
@@ -427,8 +466,14 @@ def check_clocks(ctx: Context) -> dict[str, Any]:
 
 
 def check_training(ctx: Context) -> dict[str, Any]:
-    """The framework's part runs from the adapters (entry-point group `wattwise.acceptance`): wattwise
-    never imports a framework."""
+    """Check 5: training under Lightning with the `EnergyCallback`, run by the adapter's own check.
+
+    The check is the entry point `lightning` of the group `wattwise.acceptance`: wattwise never imports a
+    framework.
+
+    Raises:
+        Skip: no load can run, or lightning_energy is not installed.
+    """
     ctx.require_load()
     assert ctx.gpu is not None
     from importlib.metadata import entry_points
@@ -441,6 +486,12 @@ def check_training(ctx: Context) -> dict[str, Any]:
 
 
 def check_pipeline(ctx: Context) -> dict[str, Any]:
+    """Check 6: profile two stages of a small GPT at three SM clocks, then `wattwise frontier` and `plan`.
+
+    Raises:
+        Skip: no load, fewer than three known SM clocks, or the driver refused to lock them.
+        Failure: `wattwise frontier` or `wattwise plan` failed on the measured profile.
+    """
     load = ctx.require_load()
     gpu = ctx.gpu
     assert gpu is not None
@@ -577,8 +628,11 @@ def _run_one(name: str, check: Callable[[Context], dict[str, Any]], ctx: Context
 
 
 def _cuda_index(gpu: Device) -> int:
-    """The CUDA index of an NVML GPU: its position among the visible GPUs (NVML and CUDA both honour
-    CUDA_VISIBLE_DEVICES through wattwise's discovery, which numbers them in that order)."""
+    """The CUDA index of an NVML GPU: its position among the visible GPUs.
+
+    NVML and CUDA both honour CUDA_VISIBLE_DEVICES through wattwise's discovery, which numbers them in that
+    order.
+    """
     return int(getattr(gpu, "cuda_index", gpu.index))
 
 
@@ -648,6 +702,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m wattwise.acceptance`: the same command as `wattwise acceptance`; returns its exit code."""
     from wattwise.cli.main import main as wattwise_main
 
     return wattwise_main(["acceptance", *(sys.argv[1:] if argv is None else argv)])

@@ -55,15 +55,22 @@ class Measurement:
 
     @property
     def total_energy_j(self) -> float:
+        """The energy of every device together (J)."""
         return sum(self.energy_j.values())
 
     @property
     def avg_power_w(self) -> float:
+        """The average power of every device together (W); 0 for a window that took no time."""
         return self.total_energy_j / self.time_s if self.time_s > 0 else 0.0
 
 
 @dataclass
 class PowerSample:
+    """The power of each device at one moment: `timestamp` in unix s, `power_w` by device key.
+
+    A device whose reading failed is absent from that sample.
+    """
+
     timestamp: float
     power_w: dict[str, float]
 
@@ -142,10 +149,12 @@ class PowerSampler:
             return total
 
     def samples(self) -> list[PowerSample]:
+        """A copy of the samples kept so far, oldest first (thinned evenly past `max_samples`)."""
         with self._lock:
             return list(self._samples)
 
     def start(self) -> None:
+        """Take a sample now, then one every `interval_s` in a daemon thread (once: a second call does nothing)."""
         if self._thread is not None:
             return
         self._stop.clear()
@@ -154,6 +163,7 @@ class PowerSampler:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread and take a last sample, so the integral reaches now; does nothing when stopped."""
         if self._thread is None:
             return
         self._stop.set()
@@ -202,6 +212,7 @@ class WindowHandle:
             self.measurement = self.monitor.end_window(self.name)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        """`func` measured in this window at every call (`@monitor.window("eval")`)."""
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             with self:
@@ -211,7 +222,23 @@ class WindowHandle:
 
 
 class EnergyMonitor:
-    """Named measurement windows over a set of devices. See the module docstring."""
+    """Named measurement windows over a set of devices (see the module docstring).
+
+    Args:
+        devices: What to measure, each under its own `key`.
+        sync: Called before a window begins, ends, pauses or resumes (`cuda_sync`), so that the window
+            covers the work launched in it; a call may skip it (`sync=False`) where nothing was launched.
+        log_file: `windows.csv` to append each ended window to (`wattwise.record.WindowsLog`).
+        sample_power: Sample every device's power in the background even when each has an energy
+            counter (for `power.csv`); devices without a counter, or with one that wraps, are sampled anyway.
+        sample_interval_s: The sampling period (s), shortened to half a counter's wrap period.
+        clock: Times windows; by default the simulated devices' clock if they share one (so a virtual
+            clock drives the whole measurement in tests), else `time.monotonic`.
+        wall_clock: Dates windows (unix s) and power samples.
+
+    Raises:
+        UsageError: No device, two devices with one key, or a sampling period that is not positive.
+    """
 
     def __init__(
         self,
@@ -224,8 +251,6 @@ class EnergyMonitor:
         clock: Callable[[], float] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        """`clock` times windows; by default the simulated devices' clock if they share one (so a
-        virtual clock drives the whole measurement in tests), else `time.monotonic`."""
         if not devices:
             raise UsageError("EnergyMonitor needs at least one device (see `wattwise devices`)")
         keys = [d.key for d in devices]
@@ -300,8 +325,11 @@ class EnergyMonitor:
         return out
 
     def _carry(self, window: _Open, now: float, end: dict[str, float]) -> None:
-        """Add the segment since the window (re)started to what it carries. A counter that did not tick
-        while time passed is approximated by power x time and the device marked approximate."""
+        """Add the segment since the window (re)started to what it carries.
+
+        A counter that did not tick while time passed is approximated by power x time and the device
+        marked approximate.
+        """
         time_s = max(0.0, now - window.start_mono)
         for dev, key, _ in self._readers:
             delta = end[key] - window.energy_j[key]
@@ -362,6 +390,7 @@ class EnergyMonitor:
                 raise InternalError(f"measurement window {name!r} is not open; nothing to cancel")
 
     def is_open(self, name: str) -> bool:
+        """Whether window `name` is open (begun, not yet ended or cancelled); a paused one is open."""
         with self._lock:
             return name in self._open
 

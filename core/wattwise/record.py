@@ -242,14 +242,25 @@ class RunSummary(_JsonRecord):
 
     @property
     def avg_power_w(self) -> float:
+        """The run's average power (W): its energy over its time; 0 for a run that took no time."""
         return self.energy_j / self.time_s if self.time_s > 0 else 0.0
 
     @property
     def start_s(self) -> float:
+        """`start_time` as unix seconds.
+
+        Raises:
+            UsageError: it is not an ISO 8601 time with a timezone (a summary built in code, never validated).
+        """
         return parse_timestamp_s(self.start_time, where="start_time")
 
     @property
     def end_s(self) -> float:
+        """`end_time` as unix seconds.
+
+        Raises:
+            UsageError: it is not an ISO 8601 time with a timezone (a summary built in code, never validated).
+        """
         return parse_timestamp_s(self.end_time, where="end_time")
 
     @property
@@ -336,11 +347,13 @@ class PowerRow:
 
 
 def windows_header(device_keys: Sequence[str]) -> list[str]:
+    """The columns of `windows.csv`: one energy column per device (`<key>_energy_j`) after the fixed four."""
     first, last = WINDOW_COLUMNS[:4], WINDOW_COLUMNS[4:]
     return [*first, *(f"{k}_energy_j" for k in device_keys), *last]
 
 
 def window_cells(row: WindowRow, device_keys: Sequence[str]) -> list[str]:
+    """The cells of one `windows.csv` line, in the columns of `windows_header(device_keys)`."""
     return [f"{row.start_time:.6f}", row.window_name, f"{row.time_s:.6f}", f"{row.energy_j:.6f}",
             *(f"{row.energy_per_device_j[k]:.6f}" for k in device_keys),
             ";".join(row.approximate), str(row.simulated).lower()]
@@ -412,10 +425,12 @@ class WindowsLog:
             raise
 
     def write(self, row: WindowRow) -> None:
+        """Append one window's line (nothing once the log is closed)."""
         if self._file is not None:
             self._writer.writerow(window_cells(row, self.device_keys))
 
     def close(self) -> None:
+        """Close the file; a second close, or a write after it, does nothing."""
         if self._file is not None:
             file, self._file = self._file, None
             file.close()
@@ -448,6 +463,11 @@ def read_run_dir(path: str | os.PathLike[str]) -> RunDir:
 
 
 def read_summary(path: Path) -> RunSummary:
+    """Read and validate one `summary.json` (see `parse_summary`).
+
+    Raises:
+        UsageError: it is missing, unreadable, not JSON or not a run summary, naming the file and the field.
+    """
     data = _read_text(path, missing=f"{path} not found; pass the directory a wattwise run wrote (RUN_DIR)")
     try:
         raw = json.loads(data)

@@ -75,6 +75,7 @@ class Text(Codec):
     """A string."""
 
     def load(self, f: JsonObject, key: str) -> str | None:
+        """The string at `key` (`JsonObject.opt_text`)."""
         return f.opt_text(key)
 
 
@@ -85,6 +86,7 @@ class Number(Codec):
     minimum: float | None = 0.0
 
     def load(self, f: JsonObject, key: str) -> float | None:
+        """The number at `key`, finite, within `MAX_FIGURE` and at least `minimum` (`JsonObject.opt_number`)."""
         return f.opt_number(key, minimum=self.minimum)
 
 
@@ -95,6 +97,7 @@ class Whole(Codec):
     minimum: int = 0
 
     def load(self, f: JsonObject, key: str) -> int | None:
+        """The whole number at `key`, at least `minimum` (`JsonObject.opt_int`)."""
         return f.opt_int(key, minimum=self.minimum)
 
 
@@ -103,6 +106,7 @@ class Flag(Codec):
     """true or false."""
 
     def load(self, f: JsonObject, key: str) -> bool | None:
+        """The boolean at `key`: a 0 or a "true" is refused, not read as false or true."""
         return f.opt_bool(key)
 
 
@@ -111,6 +115,7 @@ class Timestamp(Codec):
     """An ISO 8601 time with a timezone, kept as the text it is."""
 
     def load(self, f: JsonObject, key: str) -> str | None:
+        """The time at `key` as written, once it parses as ISO 8601 with a timezone."""
         return None if f.raw.get(key) is None else f.timestamp(key)[0]
 
 
@@ -119,9 +124,11 @@ class UnixTime(Codec):
     """Unix seconds, written as an ISO 8601 time in UTC."""
 
     def dump(self, value: Any) -> Any:
+        """The unix time `value` (s) as ISO 8601 in UTC (`iso_utc`)."""
         return iso_utc(value)
 
     def load(self, f: JsonObject, key: str) -> float | None:
+        """The unix time (s) of the ISO 8601 time at `key`, whatever its timezone."""
         return None if f.raw.get(key) is None else f.timestamp(key)[1]
 
 
@@ -130,6 +137,7 @@ class Scalar(Codec):
     """A JSON scalar: a finite number, a string, true, false or null."""
 
     def load(self, f: JsonObject, key: str) -> bool | int | float | str | None:
+        """The scalar at `key` (`JsonObject.scalar`); a list, an object or a non-finite number is refused."""
         return f.scalar(key)
 
 
@@ -138,9 +146,11 @@ class Texts(Codec):
     """A list of strings, kept as a tuple."""
 
     def dump(self, value: Any) -> Any:
+        """The strings of `value` as a JSON list."""
         return list(value)
 
     def load(self, f: JsonObject, key: str) -> tuple[str, ...] | None:
+        """The strings of the list at `key`, as a tuple; an item that is not a string is refused, naming its index."""
         return f.strings(key) if f.raw.get(key) is not None else None
 
 
@@ -149,9 +159,11 @@ class Numbers(Codec):
     """A list of finite numbers, kept as a tuple of floats."""
 
     def dump(self, value: Any) -> Any:
+        """The numbers of `value` as a JSON list."""
         return list(value)
 
     def load(self, f: JsonObject, key: str) -> tuple[float, ...] | None:
+        """The numbers of the list at `key`, as a tuple of floats; an item that is not a finite number is refused."""
         return tuple(f.numbers(key)) if f.raw.get(key) is not None else None
 
 
@@ -160,9 +172,11 @@ class NumberMap(Codec):
     """An object of finite numbers >= 0 by name (e.g. joules by device)."""
 
     def dump(self, value: Any) -> Any:
+        """The mapping `value` as a JSON object."""
         return dict(value)
 
     def load(self, f: JsonObject, key: str) -> dict[str, float] | None:
+        """The object at `key` as a dict of floats; an entry that is not a finite number >= 0 is refused."""
         return f.number_map(key) if f.raw.get(key) is not None else None
 
 
@@ -171,9 +185,11 @@ class OpenObjects(Codec):
     """A list of objects whose keys are open-ended (e.g. each device as its backend describes it)."""
 
     def dump(self, value: Any) -> Any:
+        """Each mapping of `value` as a JSON object, in a list."""
         return [dict(d) for d in value]
 
     def load(self, f: JsonObject, key: str) -> tuple[Mapping[str, Any], ...] | None:
+        """The objects of the list at `key` as they are, as a tuple: each must be an object, its keys are open."""
         return tuple(d.raw for d in f.objects(key)) if f.raw.get(key) is not None else None
 
 
@@ -184,9 +200,11 @@ class Record(Codec):
     of: type
 
     def dump(self, value: Any) -> Any:
+        """The nested record `value` as its JSON object (`to_json_dict`)."""
         return to_json_dict(value)
 
     def load(self, f: JsonObject, key: str) -> Any:
+        """The record of type `of` read from the object at `key`, each of its fields validated (`from_json`)."""
         nested = f.opt_object(key)
         return None if nested is None else from_json(self.of, nested)
 
@@ -198,9 +216,11 @@ class Records(Codec):
     of: type
 
     def dump(self, value: Any) -> Any:
+        """Each record of `value` as its JSON object, in a list."""
         return [to_json_dict(v) for v in value]
 
     def load(self, f: JsonObject, key: str) -> tuple[Any, ...] | None:
+        """The records of type `of` read from the list at `key`, each given its position (for `AT_INDEX`)."""
         if f.raw.get(key) is None:
             return None
         return tuple(from_json(self.of, item, index=i) for i, item in enumerate(f.objects(key)))
@@ -213,9 +233,11 @@ class RecordMap(Codec):
     of: type
 
     def dump(self, value: Any) -> Any:
+        """Each record of the mapping `value` as its JSON object, under its name."""
         return {name: to_json_dict(v) for name, v in value.items()}
 
     def load(self, f: JsonObject, key: str) -> dict[str, Any] | None:
+        """The records of type `of` read from the object at `key`, by name; a null entry is left out."""
         nested = f.opt_object(key)
         if nested is None:
             return None
@@ -370,6 +392,18 @@ class JsonObject:
         return value
 
     def number(self, key: str, *, minimum: float | None = 0.0) -> float:
+        """The number at a required `key`.
+
+        Args:
+            key: The field.
+            minimum: The least it may be; None: no lower bound.
+
+        Returns:
+            The number as a float: finite, at most `MAX_FIGURE` in size, at least `minimum`.
+
+        Raises:
+            UsageError: It is absent, null, not such a number (a bool is not one), naming the field.
+        """
         value = self._required(key)
         # An int is finite, however large (math.isfinite would overflow on 10**400).
         if isinstance(value, bool) or not isinstance(value, int | float) \
@@ -380,9 +414,15 @@ class JsonObject:
         return float(value)
 
     def opt_number(self, key: str, *, minimum: float | None = 0.0) -> float | None:
+        """`number` for a key that may be absent or null (then None)."""
         return None if self.raw.get(key) is None else self.number(key, minimum=minimum)
 
     def opt_int(self, key: str, *, minimum: int = 0) -> int | None:
+        """The whole number at `key`, at least `minimum` and at most `MAX_FIGURE`; None when absent or null.
+
+        Raises:
+            UsageError: It is not such a number (a bool or a float is not one), naming the field.
+        """
         value = self.raw.get(key)
         if value is None:
             return None
@@ -393,31 +433,49 @@ class JsonObject:
         return value
 
     def text(self, key: str) -> str:
+        """The string at a required `key`; a `UsageError` naming the field when absent, null or not a string."""
         value = self._required(key)
         if not isinstance(value, str):
             self._fail(key, "a string", value)
         return value
 
     def opt_text(self, key: str) -> str | None:
+        """`text` for a key that may be absent or null (then None)."""
         return None if self.raw.get(key) is None else self.text(key)
 
     def opt_bool(self, key: str) -> bool | None:
+        """The boolean at `key`, None when absent or null; a `UsageError` naming the field when not a boolean."""
         value = self.raw.get(key)
         if value is not None and not isinstance(value, bool):
             self._fail(key, "true or false", value)
         return value
 
     def scalar(self, key: str) -> bool | int | float | str | None:
+        """The scalar at `key`: a finite number, a string, a boolean or None (absent or null).
+
+        Raises:
+            UsageError: It is a list, an object or a non-finite number, naming the field.
+        """
         value = self.raw.get(key)
         if (isinstance(value, float) and not math.isfinite(value)) or isinstance(value, list | Mapping):
             self._fail(key, "a finite number, a string, true, false or null", value)
         return value
 
     def timestamp(self, key: str) -> tuple[str, float]:
+        """The time at a required `key`: (its text, its unix time in s).
+
+        Raises:
+            UsageError: It is absent, not a string, or not ISO 8601 with a timezone, naming the field.
+        """
         text = self.text(key)
         return text, parse_timestamp_s(text, where=f"{self.where}: {self.prefix}{key}")
 
     def opt_object(self, key: str) -> JsonObject | None:
+        """The object at `key`, whose errors name its fields under `key.`; None when absent or null.
+
+        Raises:
+            UsageError: It is not an object, naming the field.
+        """
         value = self.raw.get(key)
         if value is None:
             return None
@@ -434,6 +492,11 @@ class JsonObject:
         return value
 
     def objects(self, key: str) -> list[JsonObject]:
+        """The objects of the list at `key`, each naming its fields under `key[i].`; empty when absent or null.
+
+        Raises:
+            UsageError: It is not a list, or an item is not an object, naming the field or the item.
+        """
         items = []
         for i, value in enumerate(self._list(key)):
             if not isinstance(value, Mapping):
@@ -442,6 +505,11 @@ class JsonObject:
         return items
 
     def numbers(self, key: str) -> list[float]:
+        """The numbers of the list at `key` as floats; empty when absent or null.
+
+        Raises:
+            UsageError: It is not a list, or an item is not a finite number within `MAX_FIGURE`, naming the item.
+        """
         values = self._list(key)
         for i, value in enumerate(values):
             if isinstance(value, bool) or not isinstance(value, int | float) or abs(value) > MAX_FIGURE \
@@ -450,6 +518,11 @@ class JsonObject:
         return [float(v) for v in values]
 
     def strings(self, key: str) -> tuple[str, ...]:
+        """The strings of the list at `key`; empty when absent or null.
+
+        Raises:
+            UsageError: It is not a list, or an item is not a string, naming the item.
+        """
         values = self._list(key)
         for i, value in enumerate(values):
             if not isinstance(value, str):
@@ -457,5 +530,10 @@ class JsonObject:
         return tuple(values)
 
     def number_map(self, key: str) -> dict[str, float]:
+        """The object at `key` as a dict of finite numbers >= 0 by name; empty when absent or null.
+
+        Raises:
+            UsageError: It is not an object, or an entry is not such a number, naming the entry.
+        """
         nested = self.opt_object(key)
         return {} if nested is None else {k: nested.number(k) for k in nested.raw}

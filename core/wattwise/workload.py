@@ -31,6 +31,7 @@ def use_one_cpu_thread() -> None:
 
 
 def tiny_model(in_features: int = 16, hidden: int = 32) -> nn.Module:
+    """The small regression model the emulated workload trains (two linear layers), real work for the CPU."""
     return nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
 

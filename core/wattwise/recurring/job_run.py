@@ -94,6 +94,10 @@ class RecurringJobRun:
             ) from err
 
     def describe(self) -> str:
+        """The console line that says which batch size and power limit the history chose for this run.
+
+        Called after `begin`, on the process that logs.
+        """
         rec = self.recommendation
         assert rec is not None
         limit = f"capped at {rec.power_limit_w:g} W" if rec.power_limit_w is not None else "tuned in this run"
@@ -101,6 +105,7 @@ class RecurringJobRun:
                 f"power limit {limit}")
 
     def stop_note(self) -> str:
+        """The console line that says why this run stops after this epoch (after `epoch_end` returned a reason)."""
         rec = self.recommendation
         assert rec is not None
         return f"wattwise: run {rec.run_id} stops after {self.epochs} epochs: {self.stop_reason}"
