@@ -54,6 +54,8 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 #: Measured power may exceed a power limit by this fraction (the driver's control loop, sampling).
 LIMIT_ALLOWANCE = 0.05
 SCHEMA = "wattwise.acceptance/1"
+#: Why a check that needs a GPU is skipped.
+NO_GPU = "no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi"
 
 
 @dataclasses.dataclass
@@ -155,14 +157,23 @@ class Context:
         """How long to load the GPU for a check that wants `full` seconds: a fifth with `--quick`, 2 s at least."""
         return max(2.0, full / 5) if self.quick else full
 
+    def require_gpu(self) -> Device:
+        """The GPU under test.
+
+        Raises:
+            Skip: there is none.
+        """
+        if self.gpu is None:
+            raise Skip(NO_GPU)
+        return self.gpu
+
     def require_load(self) -> MatmulLoad:
         """The load on the GPU under test.
 
         Raises:
             Skip: there is no GPU under test, or no load can run on it (no torch, no CUDA, no such device).
         """
-        if self.gpu is None:
-            raise Skip("no NVIDIA GPU")
+        self.require_gpu()
         if self.load is None:
             raise Skip("no load for this GPU")
         reason = self.load.unavailable()
@@ -178,7 +189,7 @@ def check_discovery(ctx: Context) -> dict[str, Any]:
         Skip: no GPU was found.
     """
     if not ctx.gpus:
-        raise Skip("no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi")
+        raise Skip(NO_GPU)
     gpus = []
     for gpu in ctx.gpus:
         rng = gpu.power_limit_range()
@@ -235,8 +246,7 @@ def check_energy_counter(ctx: Context) -> dict[str, Any]:
         Failure: the counter did not advance, or it and the polled integral disagree by more than 10%.
     """
     load = ctx.require_load()
-    gpu = ctx.gpu
-    assert gpu is not None
+    gpu = ctx.require_gpu()
     if not gpu.has_energy_counter():
         raise Skip(f"{gpu.name} has no energy counter (older than Volta): wattwise integrates power samples")
     load.step()  # warm up (allocation, kernels)
@@ -338,9 +348,7 @@ def check_power_limit(ctx: Context) -> dict[str, Any]:
     """
     from wattwise.settings.guard import SettingsGuard
 
-    if ctx.gpu is None:
-        raise Skip("no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi")
-    gpu = ctx.gpu
+    gpu = ctx.require_gpu()
     rng = gpu.power_limit_range()
     original = gpu.power_limit_w()
     figures: dict[str, Any] = {"original_w": original, "min_w": rng.min_w, "max_w": rng.max_w}
@@ -383,9 +391,7 @@ def check_kill_recovery(ctx: Context) -> dict[str, Any]:
     """A child wattwise process sets a limit and is SIGKILLed: the next process's recovery restores it."""
     from wattwise.settings.recovery import recover_stale_journals
 
-    if ctx.gpu is None:
-        raise Skip("no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi")
-    gpu = ctx.gpu
+    gpu = ctx.require_gpu()
     rng = gpu.power_limit_range()
     original = gpu.power_limit_w()
     target = rng.min_w if original != rng.min_w else rng.max_w
@@ -440,8 +446,7 @@ def check_clocks(ctx: Context) -> dict[str, Any]:
     from wattwise.settings.guard import SettingsGuard
 
     load = ctx.require_load()
-    gpu = ctx.gpu
-    assert gpu is not None
+    gpu = ctx.require_gpu()
     chosen = _three_clocks_mhz(gpu)
     rows = []
     with SettingsGuard() as guard:
@@ -475,13 +480,13 @@ def check_training(ctx: Context) -> dict[str, Any]:
         Skip: no load can run, or lightning_energy is not installed.
     """
     ctx.require_load()
-    assert ctx.gpu is not None
+    gpu = ctx.require_gpu()
     from importlib.metadata import entry_points
 
     found = {ep.name: ep for ep in entry_points(group="wattwise.acceptance")}
     if "lightning" not in found:
         raise Skip("lightning_energy is not installed (its training check is an entry point)")
-    result: dict[str, Any] = found["lightning"].load()(ctx.gpu, ctx.out, quick=ctx.quick)
+    result: dict[str, Any] = found["lightning"].load()(gpu, ctx.out, quick=ctx.quick)
     return result
 
 
@@ -493,8 +498,7 @@ def check_pipeline(ctx: Context) -> dict[str, Any]:
         Failure: `wattwise frontier` or `wattwise plan` failed on the measured profile.
     """
     load = ctx.require_load()
-    gpu = ctx.gpu
-    assert gpu is not None
+    gpu = ctx.require_gpu()
     import torch
 
     from wattwise.frequency.profiler import PipelineProfiler, StageWork
