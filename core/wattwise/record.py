@@ -256,11 +256,7 @@ class RunSummary(_JsonRecord):
 
     @property
     def end_s(self) -> float:
-        """`end_time` as unix seconds.
-
-        Raises:
-            UsageError: it is not an ISO 8601 time with a timezone (a summary built in code, never validated).
-        """
+        """`end_time` as unix seconds; a `UsageError` as for `start_s`."""
         return parse_timestamp_s(self.end_time, where="end_time")
 
     @property
