@@ -58,6 +58,14 @@ class MemoryJobStore:
                 return index
         raise unknown_run(name, run_id)
 
+    def _open_run(self, name: str, run_id: int) -> tuple[int, RunRecord]:
+        """Where run `run_id` of job `name` is in its list, and the run, which must still be open."""
+        index = self._index(name, run_id)
+        run = self._runs[name][index]
+        if run.finished:
+            raise finished_run(name, run_id)
+        return index, run
+
     def start_run(self, name: str, choose: ChooseFn, now_s: float) -> RunRecord:
         runs = self._job_runs(name)
         batch_size, phase, cost_limit = choose(tuple(runs), dict(self._limits[name]))
@@ -79,10 +87,7 @@ class MemoryJobStore:
         self, name: str, run_id: int, *, epochs: int, energy_j: float, time_s: float, cost: float, now_s: float
     ) -> None:
         check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
-        index = self._index(name, run_id)
-        run = self._runs[name][index]
-        if run.finished:
-            raise finished_run(name, run_id)
+        index, run = self._open_run(name, run_id)
         self._runs[name][index] = dataclasses.replace(
             run, epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, updated_at_s=now_s
         )
@@ -100,10 +105,7 @@ class MemoryJobStore:
         now_s: float,
     ) -> RunRecord:
         check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
-        index = self._index(name, run_id)
-        run = self._runs[name][index]
-        if run.finished:
-            raise finished_run(name, run_id)
+        index, run = self._open_run(name, run_id)
         done = dataclasses.replace(
             run,
             state="reached" if reached else "failed",
