@@ -48,6 +48,8 @@ FIT, EPOCH, STEPS, PROFILE, PAUSE = "fit", "epoch", "steps", "power_limit_profil
 TRAINING_WINDOWS = (STEPS, PROFILE)
 #: Every window a run opens.
 WINDOWS = (FIT, EPOCH, STEPS, PROFILE, PAUSE)
+#: What becomes of a process's figures once it lost its measurement (after the rank and why).
+LOST = "; its energy is left out of the run's figures, and the other processes go on measuring"
 #: Why a process has nothing to measure (no device found).
 NOTHING_TO_MEASURE = "nothing to measure (no GPU, and the CPU package's energy counter is not readable)"
 
@@ -309,8 +311,7 @@ class RunMeasurement:
         combined = self.collective.combine([(t, math.nan) for t, _ in figures] if untold is not None else figures)
         if self.collective.world_size > 1 and any(math.isnan(e) for _, e in combined):
             self._untold = None
-            self._tell_lost(self.collective.all_gather(untold), "; its energy is left out of the figures from "
-                            "then on, and the other processes go on measuring")
+            self._tell_lost(self.collective.all_gather(untold), LOST)
             combined = self.collective.combine(figures)
         return combined
 
@@ -427,8 +428,7 @@ class RunMeasurement:
         """The run's figures over every process, from this process's `fit` window (a collective)."""
         per_rank = self.collective.all_gather(self.rank_figures(fit))
         self._untold = None
-        self._tell_lost([r["lost"] for r in per_rank], "; its energy is left out of the figures from then on, "
-                        "and the other processes go on measuring")
+        self._tell_lost([r["lost"] for r in per_rank], LOST)
         return self.figures(per_rank)
 
     def rank_figures(self, fit: Measurement) -> dict[str, Any]:

@@ -291,6 +291,8 @@ class Run:
     def _measurement_lost(self, message: str) -> None:
         """Every process learnt that some of them lost their measurement (`message` names each rank and
         why; the measurement part notes it for the summary): the main process warns, once."""
+        if self.power.mode != "measure":  # `_agree` degrades every process at the next decision point
+            message += "; power-limit changes stop in every process, which continues with measurement only"
         if self.is_main:
             self._warn(f"{message} (set strict=True to make this an error)")
 

@@ -6,7 +6,7 @@ this script again for it, with LOCAL_RANK=1):
 
 - `held`: nothing here; the test holds that GPU from another wattwise process;
 - `permission`: every change of its power limit is refused for lack of permission;
-- `lost`: the GPU is lost after its first change;
+- `lost`: the GPU is lost after its first change: every later change, and every read of its energy, fails;
 - `refused`: a limit under 250 W is refused by the device;
 - `state`: its state folder (the guard's journal) cannot be created.
 
@@ -29,7 +29,7 @@ from wattwise.workload import use_one_cpu_thread
 
 def make_rank_differ(fault: str, home: Path) -> None:
     """Make this process (rank 1) differ as `fault` says (see the module docstring)."""
-    original = SimulatedGPU.set_power_limit_w
+    original, energy_j = SimulatedGPU.set_power_limit_w, SimulatedGPU.energy_j
     changes = []
 
     def set_power_limit_w(gpu: SimulatedGPU, watts: float) -> None:
@@ -42,7 +42,14 @@ def make_rank_differ(fault: str, home: Path) -> None:
             raise DeviceError(f"gpu{gpu.index}: the driver refused a power limit of {watts:g} W")
         original(gpu, watts)
 
+    def lost_energy_j(gpu: SimulatedGPU) -> float:
+        if len(changes) > 1:
+            raise DeviceLostError(f"gpu{gpu.index}: the GPU has fallen off the bus")
+        return energy_j(gpu)
+
     SimulatedGPU.set_power_limit_w = set_power_limit_w  # type: ignore[method-assign]
+    if fault == "lost":
+        SimulatedGPU.energy_j = lost_energy_j  # type: ignore[method-assign]
     if fault == "state":
         blocker = home / "not-a-folder"
         blocker.write_text("a file where the state folder should be\n")

@@ -238,7 +238,7 @@ def test_a_device_lost_on_one_rank_at_a_window_end_keeps_both_ranks_in_step_and_
     assert all(run.measuring for run in runs)  # nobody stopped measuring alone (rank 1's windows time only)
     assert [w.split(" (set strict")[0] for w in warned] == [
         "wattwise: rank 1: energy measurement failed (gpu1: the GPU has fallen off the bus); its energy is left "
-        "out of the figures from then on, and the other processes go on measuring"]
+        "out of the run's figures, and the other processes go on measuring"]
     summary = runs[0].summary
     assert summary is not None and summary["status"] == "completed" and summary["steps"] == 12
     assert warned[0].removeprefix("wattwise: ").split(" (set strict")[0] in summary["notes"]
