@@ -302,7 +302,9 @@ class PowerLimitControl:
         return how + ", or lower power_limit.profile_steps / warmup_steps"
 
     def finish_tuning(self, steps_done: int) -> None:
-        """The run ends: tuning that is still profiling settles on the best limit measured so far."""
+        """The run ends: a limit someone else lifted (`Device.settings_lifted`) becomes a notice, and tuning
+        that is still profiling settles on the best limit measured so far."""
+        self._notices += [n for n in (gpu.settings_lifted() for gpu in self.gpus) if n and n not in self._notices]
         t = self.tuner
         if t is None or t.done:
             return

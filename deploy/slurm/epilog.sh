@@ -7,7 +7,10 @@
 # lease, so the GPU would stay capped or clocked for the next job. For each GPU the agent shows held by a
 # process of this job (its uid is SLURM_JOB_UID and its environment or cgroup names SLURM_JOB_ID), the
 # epilog sends that process SIGTERM (wattwise then restores its own settings), waits, then SIGKILL (the
-# agent restores at once when the holder dies), and checks that the GPU is free.
+# agent restores at once when the holder dies). Then `wattwise agent release --job SLURM_JOB_ID` has the
+# agent restore whatever the job still holds, found by the job id its clients sent with their leases, not
+# through /proc (a holder in a PID namespace this script cannot see is released too), and the epilog
+# checks that the job holds no GPU.
 #
 # Install on every node (slurm.conf, then `scontrol reconfigure`):
 #   Epilog=/etc/slurm/wattwise-epilog.sh      (this file, mode 0755, owned by root)
@@ -33,7 +36,10 @@ fi
 python="$(dirname "$(readlink -f "$wattwise")")/python"
 [ -x "$python" ] || python=python3
 
-# "GPU-INDEX PID" for each GPU held by a process of this job.
+# One line per GPU the job holds: "INDEX PID" when the holder is a process of this job that this script
+# sees (its uid is SLURM_JOB_UID and its environment or cgroup names SLURM_JOB_ID), "INDEX -" when only
+# the lease says so (its client sent this SLURM_JOB_ID; the holder may run in a PID namespace this script
+# cannot see, so its pid is not signalled: `wattwise agent release --job` gives the GPU back instead).
 held_by_job() {
     "$wattwise" agent status --json --socket "$socket" | "$python" -c '
 import json, sys
@@ -46,14 +52,27 @@ def in_job(pid):
                 return True
         with open(f"/proc/{pid}/cgroup") as fh:
             return any(part == f"job_{job}" for line in fh for part in line.strip().split("/"))
-    except OSError:  # gone already: the agent restores its GPUs itself
+    except OSError:  # gone already (the agent restores its GPUs itself), or not ours to see
         return False
 
 for gpu in json.load(sys.stdin)["gpus"]:
     holder = gpu.get("holder")
-    if holder and holder["uid"] == uid and in_job(holder["pid"]):
+    if not holder or holder["uid"] != uid:
+        continue
+    if in_job(holder["pid"]):
         print(gpu["index"], holder["pid"])
+    elif holder.get("job_id") == job:
+        print(gpu["index"], "-")
 ' "$job" "$uid"
+}
+
+# Wait up to $1 tenths of a second for the job's processes that this script sees to have given back their GPUs.
+wait_signalled() {
+    for _ in $(seq "$1"); do
+        left="$(held_by_job | awk '$2 != "-"')" && [ -z "$left" ] && return 0
+        sleep 0.1
+    done
+    return 1
 }
 
 if ! held="$(held_by_job)"; then
@@ -62,18 +81,26 @@ if ! held="$(held_by_job)"; then
 fi
 [ -z "$held" ] && exit 0
 
-pids="$(echo "$held" | awk '{print $2}' | sort -u)"
-log "GPU(s) $(echo "$held" | awk '{print $1}' | paste -sd, -) still held by the job's process(es) $(echo $pids); SIGTERM"
-kill -TERM $pids 2>/dev/null
-for _ in $(seq $((grace_s * 10))); do
-    left="$(held_by_job)" && [ -z "$left" ] && { log "released"; exit 0; }
-    sleep 0.1
-done
-log "still held after ${grace_s} s; SIGKILL"
-kill -KILL $pids 2>/dev/null
-for _ in $(seq 50); do
-    left="$(held_by_job)" && [ -z "$left" ] && { log "released"; exit 0; }
-    sleep 0.1
-done
-log "GPU(s) still held: $(held_by_job | paste -sd' ' -); the node should be drained"
-exit 1
+pids="$(echo "$held" | awk '$2 != "-" {print $2}' | sort -u)"
+if [ -n "$pids" ]; then
+    log "GPU(s) $(echo "$held" | awk '$2 != "-" {print $1}' | paste -sd, -) still held by the job's process(es) $(echo $pids); SIGTERM"
+    kill -TERM $pids 2>/dev/null
+    if ! wait_signalled $((grace_s * 10)); then
+        log "still held after ${grace_s} s; SIGKILL"
+        kill -KILL $pids 2>/dev/null
+        wait_signalled 50
+    fi
+fi
+# Whatever the job still holds, seen here or not: the agent restores it and drops the leases (audit-logged).
+left="$(held_by_job)"
+if [ -n "$left" ]; then
+    out="$("$wattwise" agent release --job "$job" --socket "$socket" 2>&1)"
+    log "wattwise agent release --job $job: ${out//wattwise agent release: job $job: /}"
+    left="$(held_by_job)"
+fi
+if [ -n "$left" ]; then
+    log "GPU(s) still held: $(echo "$left" | paste -sd' ' -); the node should be drained"
+    exit 1
+fi
+log "released"
+exit 0

@@ -258,10 +258,13 @@ def test_the_grafana_dashboard_asks_for_its_prometheus_data_source_on_import() -
 # -- SLURM: the prolog and the epilog against a running agent on simulated GPUs --------------------------
 
 #: Sets GPU argv[2]'s power limit through the agent as job argv[4], says so, and stays alive (a process that
-#: outlived its job: SLURM_JOB_ID in its environment names the job).
+#: outlived its job: SLURM_JOB_ID in its environment names the job). With argv[5], it names batch job argv[5]
+#: to the agent only, not in the environment /proc shows (as a process the epilog cannot see would).
 HOLDER = """
-import sys, time
+import os, sys, time
 from wattwise.devices.agent import AgentClient
+if len(sys.argv) > 5:
+    os.environ["SLURM_JOB_ID"] = sys.argv[5]
 AgentClient(sys.argv[1]).set_power_limit(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
 print("held", flush=True)
 time.sleep(300)
@@ -315,15 +318,18 @@ def _gpus(socket_path: Path) -> list[dict[str, Any]]:
     return list(AgentClient(socket_path).status()["gpus"])
 
 
-def _hold(node: SlurmNode, index: int, slurm_job: str) -> int:
-    """A process of job `slurm_job` (its user's, SLURM_JOB_ID in its environment) holding GPU `index` at 200 W."""
-    args = ["-c", HOLDER, str(node.socket), str(index), "200", f"job{slurm_job}"]
+def _hold(node: SlurmNode, index: int, slurm_job: str, *, seen: bool = True) -> int:
+    """A process of job `slurm_job` (its user's) holding GPU `index` at 200 W.
+
+    `seen`: SLURM_JOB_ID is in its environment (as /proc shows it); else it only tells the agent.
+    """
+    args = ["-c", HOLDER, str(node.socket), str(index), "200", f"job{slurm_job}", *([] if seen else [slurm_job])]
+    env = {"SLURM_JOB_ID": slurm_job} if seen else {}
     if node.uid == os.getuid():
-        proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "SLURM_JOB_ID": slurm_job})
+        base = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+        proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True, env={**base, **env})
     else:
-        proc = ordinary_user.popen_as(node.uid, ordinary_user.USER_GID, args, env={"SLURM_JOB_ID": slurm_job},
-                                      stdout=subprocess.PIPE)
+        proc = ordinary_user.popen_as(node.uid, ordinary_user.USER_GID, args, env=env, stdout=subprocess.PIPE)
     node.holders.append(proc)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc.pid
@@ -343,7 +349,9 @@ def test_the_epilog_releases_what_a_finished_jobs_leftover_process_holds_and_not
     default_w = _gpus(socket_path)[2]["default_power_limit_w"]
     leftover = _hold(slurm_node, 2, slurm_job="77")
     other = _hold(slurm_node, 3, slurm_job="78")  # the same user's job still running
-    assert [g["power_limit_w"] for g in _gpus(socket_path)][2:] == [200.0, 200.0]
+    unseen = _hold(slurm_node, 1, slurm_job="77", seen=False)  # one /proc does not tie to job 77
+    assert [g["power_limit_w"] for g in _gpus(socket_path)][1:] == [200.0, 200.0, 200.0]
+    assert _gpus(socket_path)[1]["holder"]["job_id"] == "77"
 
     # Job 77's user is not this one: nothing of theirs is held, nothing is touched.
     proc = _slurm_script("epilog", socket_path, SLURM_JOB_ID="77", SLURM_JOB_UID=str(uid + 1))
@@ -354,10 +362,14 @@ def test_the_epilog_releases_what_a_finished_jobs_leftover_process_holds_and_not
                          WATTWISE_EPILOG_GRACE_S="5")
     assert proc.returncode == 0, proc.stderr
     assert f"GPU(s) 2 still held by the job's process(es) {leftover}; SIGTERM" in proc.stderr
-    assert proc.stderr.rstrip().endswith("released")
+    # The holder it cannot tie to the job through /proc is not signalled; the agent releases its GPU.
+    assert "wattwise agent release --job 77: restored GPU(s) [1]" in proc.stderr, proc.stderr
+    assert proc.stderr.rstrip().endswith("released") and str(unseen) not in proc.stderr
     gpus = _gpus(socket_path)
     assert gpus[2]["holder"] is None and gpus[2]["power_limit_w"] == default_w
+    assert gpus[1]["holder"] is None and gpus[1]["power_limit_w"] == default_w
     assert holders[0].wait(timeout=10) == -signal.SIGTERM
+    assert holders[2].poll() is None
     # Job 78 goes on capped.
     assert gpus[3]["holder"]["pid"] == other and gpus[3]["power_limit_w"] == 200.0
     assert holders[1].poll() is None

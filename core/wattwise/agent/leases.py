@@ -1,50 +1,61 @@
 """Who holds which GPU, and the settings to put back when the holder goes: pure bookkeeping, no I/O.
 
 A holder is a process named by its pid and its start time (clock ticks since boot, from `/proc/PID/stat`),
-so a recycled pid is never taken for the holder. The table never touches a device or the clock: the
-agent (`wattwise.agent.server`) asks it, then acts.
+so a recycled pid is never taken for the holder. A holder handed a lease by `wattwise cap` also names the
+process group its work runs in (`pgid`): the lease lasts while any process of that group lives. The table
+never touches a device or the clock: the agent (`wattwise.agent.server`) asks it, then acts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from wattwise.agent import MAX_JOB_CHARS
 
 
 @dataclass(frozen=True)
 class Holder:
-    """The process holding a GPU, as the kernel named it (SO_PEERCRED), and its job name."""
+    """The process holding a GPU, as the kernel named it (SO_PEERCRED), its job name and batch job id."""
 
     pid: int
     uid: int
     job: str = ""
     #: Start time of the process (ticks since boot): with the pid, unique over the machine's uptime.
     start_ticks: int = 0
+    #: The batch system's id of the job the holder runs in (the client's `SLURM_JOB_ID`), "" when none.
+    job_id: str = ""
+    #: The process group the lease also follows (0: the holder's process only), and the start time of the
+    #: group's leader when the lease was handed over, which tells the group from a later one of that id.
+    pgid: int = 0
+    pgid_ticks: int = 0
 
     def public(self) -> dict[str, Any]:
-        """The holder as `wattwise agent status` shows it."""
-        return {"pid": self.pid, "uid": self.uid, "job": self.job}
+        """The holder as `wattwise agent status` shows it (`pgid` null when the lease follows its pid only)."""
+        return {"pid": self.pid, "uid": self.uid, "job": self.job, "job_id": self.job_id,
+                "pgid": self.pgid or None}
 
     def journalled(self) -> dict[str, Any]:
-        """The holder as the journal records it: with its start time, so a restarted agent can tell it."""
-        return {**self.public(), "start_ticks": self.start_ticks}
+        """The holder as the journal records it: with start times, so a restarted agent can tell it."""
+        return {**self.public(), "start_ticks": self.start_ticks, "pgid": self.pgid, "pgid_ticks": self.pgid_ticks}
 
     @classmethod
     def from_journal(cls, data: Any) -> Holder | None:
-        """The holder a journal entry names (`journalled`'s form), or None when it names none or is malformed."""
+        """The holder a journal entry names (`journalled`'s form), or None when it names none or is malformed.
+
+        A malformed job name, job id or process group is dropped (the pid and start time are what count).
+        """
         if not isinstance(data, dict):
             return None
-        numbers = [n for n in (data.get(k) for k in ("pid", "uid", "start_ticks"))
-                   if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+        numbers = [n for n in (data.get(k) for k in ("pid", "uid", "start_ticks")) if _count(n)]
         if len(numbers) != 3:
             return None
         pid, uid, ticks = numbers
-        job = data.get("job")
-        if not isinstance(job, str) or len(job) > MAX_JOB_CHARS or not job.isprintable():
-            job = ""
-        return cls(pid, uid, job, ticks)
+        job, job_id = (_printable(data.get(key)) for key in ("job", "job_id"))
+        pgid, pgid_ticks = data.get("pgid"), data.get("pgid_ticks")
+        if not (_count(pgid) and _count(pgid_ticks)):
+            pgid = pgid_ticks = 0
+        return cls(pid, uid, job, ticks, job_id, pgid, pgid_ticks)
 
     def describe(self) -> str:
         job = f", job {self.job!r}" if self.job else ""
@@ -121,8 +132,23 @@ class LeaseTable:
         """The GPUs `holder` holds, in index order."""
         return sorted(i for i, lease in self._leases.items() if _same_process(lease.holder, holder))
 
+    def held_under_job(self, job_id: str) -> list[int]:
+        """The GPUs whose holder runs in batch job `job_id` (as its client said), in index order."""
+        return sorted(i for i, lease in self._leases.items() if job_id and lease.holder.job_id == job_id)
+
     def items(self) -> list[tuple[int, Lease]]:
         return sorted(self._leases.items())
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _printable(value: Any) -> str:
+    """A journalled name as it was sent (printable, at most `MAX_JOB_CHARS`), else ""."""
+    if not isinstance(value, str) or len(value) > MAX_JOB_CHARS or not value.isprintable():
+        return ""
+    return value
 
 
 def _same_process(a: Holder, b: Holder) -> bool:

@@ -8,9 +8,11 @@ Routes (JSON in and out; errors are `{"error": "one line"}`):
 - `POST /v1/gpus/{index}/sm_clocks` `{"min_mhz": F, "max_mhz": F, "job": "name"}`;
 - `DELETE /v1/gpus/{index}/sm_clocks`: unlock the clocks (the original stays recorded);
 - `POST /v1/gpus/{index}/release`: the holder gives the GPU back, its original settings restored.
-- `POST /v1/gpus/{index}/holder` `{"pid": P}`: the holder makes its child P the holder (`wattwise cap`).
+- `POST /v1/gpus/{index}/holder` `{"pid": P}`: the holder makes its child P the holder (`wattwise cap`);
+- `POST /v1/release` `{"job_id": "J"}`: every GPU held under batch job J is restored (root or J's user).
 
-The caller is who the kernel says it is (SO_PEERCRED on the connection), never what the body claims.
+`{index}` is a GPU's index (ASCII digits) or its UUID (as the status shows it). The caller is who the
+kernel says it is (SO_PEERCRED on the connection), never what the body claims.
 Answers: 400 malformed or out of the GPU's range, 403 not allowed (or outside the admin's bounds), 404 no
 such GPU, 409 held by another process, 413 body too large.
 """
@@ -78,17 +80,47 @@ def peer_credentials(sock: Any) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of a live process (clock ticks since boot); None when it is gone or a zombie."""
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """`/proc/PID/stat` after the command name (state, ppid, pgrp, ...); None when gone or a zombie."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             text = fh.read().decode("ascii", "replace")
     except OSError:
         return None
     fields = text[text.rfind(")") + 2:].split()
-    if not fields or fields[0] in ("Z", "X"):
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
         return None
-    return int(fields[19])
+    return fields
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of a live process (clock ticks since boot); None when it is gone or a zombie."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def process_group(pid: int) -> int | None:
+    """The process group of a live process; None when it is gone or a zombie."""
+    fields = _stat_fields(pid)
+    return int(fields[2]) if fields else None
+
+
+def group_has_members(pgid: int, leader_ticks: int) -> bool:
+    """Whether a process other than its leader still runs in process group `pgid` (led at `leader_ticks`).
+
+    The kernel never gives a new process the number of a group that still has members, so a process
+    `pgid` that runs with another start time means the group ended and its number was reused: False. The
+    leader itself does not count (it is the holder, checked by its pid, or the `wattwise cap` wrapper).
+    """
+    leader = process_start_ticks(pgid)
+    if leader is not None and leader != leader_ticks:
+        return False
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and entry.name != str(pgid):
+            fields = _stat_fields(entry.name)
+            if fields is not None and fields[2] == str(pgid):
+                return True
+    return False
 
 
 def parent_and_uids(pid: int) -> tuple[int, set[int]] | None:
@@ -118,7 +150,11 @@ def process_groups(pid: int, gid: int) -> set[int]:
 
 
 class ProcessWatcher:
-    """Calls back once when a watched process ends: pidfd on the event loop, else polling /proc."""
+    """Calls back once when a watched holder ends: pidfd on the event loop, else polling /proc.
+
+    A holder that follows a process group (`Holder.pgid`) ends when its process has ended and no other
+    process of the group runs: after its pid's exit the group is polled until it is empty.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[Holder], None]) -> None:
         self._loop = loop
@@ -126,6 +162,7 @@ class ProcessWatcher:
         self._watched: dict[tuple[int, int], Callable[[], None]] = {}
 
     def watch(self, holder: Holder) -> None:
+        """Call back when `holder` ends (at once when it has ended already, via the poll)."""
         key = (holder.pid, holder.start_ticks)
         if key in self._watched:
             return
@@ -139,19 +176,16 @@ class ProcessWatcher:
 
             self._watched[key] = stop_fd
         else:
-            task = self._loop.create_task(self._poll(holder))
-
-            def stop_task() -> None:
-                task.cancel()
-
-            self._watched[key] = stop_task
+            self._watch_by_polling(holder)
 
     def unwatch(self, holder: Holder) -> None:
+        """Stop watching `holder` (its GPUs were given back)."""
         stop = self._watched.pop((holder.pid, holder.start_ticks), None)
         if stop is not None:
             stop()
 
     def close(self) -> None:
+        """Stop watching every holder (the agent stops)."""
         for stop in self._watched.values():
             stop()
         self._watched.clear()
@@ -172,10 +206,21 @@ class ProcessWatcher:
 
     def _ended(self, holder: Holder) -> None:
         self.unwatch(holder)
+        if holder_alive(holder):  # its process group lives on: poll that
+            self._watch_by_polling(holder)
+            return
         self._on_exit(holder)
 
+    def _watch_by_polling(self, holder: Holder) -> None:
+        task = self._loop.create_task(self._poll(holder))
+
+        def stop_task() -> None:
+            task.cancel()
+
+        self._watched[(holder.pid, holder.start_ticks)] = stop_task
+
     async def _poll(self, holder: Holder) -> None:
-        while process_start_ticks(holder.pid) == holder.start_ticks:
+        while holder_alive(holder):
             await asyncio.sleep(POLL_S)
         self._watched.pop((holder.pid, holder.start_ticks), None)
         self._on_exit(holder)
@@ -188,6 +233,8 @@ class Agent:
     def __init__(self, devices: list[Device], backend: str, config: AgentConfig, journal: AgentJournal,
                  audit: AuditLog | None = None) -> None:
         self.devices = {d.index: d for d in devices}
+        #: Each GPU's UUID (`gpu_uuid`), by which a URL may name it as well as by its index.
+        self.uuids = {gpu_uuid(d.spec()): d.index for d in devices}
         self.backend = backend
         self.config = config
         self.journal = journal
@@ -226,7 +273,7 @@ class Agent:
         lines = []
         for index, recorded in originals.items():
             holder = holders.get(index)
-            if holder is not None and _alive(holder) and self._resume(index, holder, recorded,
+            if holder is not None and holder_alive(holder) and self._resume(index, holder, recorded,
                                                                       applied.get(index, {})):
                 continue
             before = {setting: _reading(self.devices[index], setting) for setting in recorded}
@@ -269,7 +316,7 @@ class Agent:
         keeps it; `systemctl restart` never leaves a running job uncapped.
         """
         for index, lease in self.leases.items():
-            if _alive(lease.holder):
+            if holder_alive(lease.holder):
                 log.info("wattwise agent: stopping; GPU %d stays as %s set it (still running); the next agent "
                          "start keeps its lease", index, lease.holder.describe())
             else:
@@ -278,6 +325,7 @@ class Agent:
             self.watcher.close()
 
     def holder_exited(self, holder: Holder) -> None:
+        """`holder` ended (its process, and the process group its lease follows): restore its GPUs."""
         for index in self.leases.held_by(holder):
             log.info("wattwise agent: %s ended: restoring GPU %d", holder.describe(), index)
             self._give_back(index, "holder ended")
@@ -347,20 +395,68 @@ class Agent:
         return self._change(index, caller, gids, SM_CLOCKS, None)
 
     def release(self, index: int, caller: Holder) -> dict[str, Any]:
-        """The holder gives the GPU back: its original settings are restored now."""
+        """The holder gives the GPU back: its original settings are restored now.
+
+        The process that handed its lease over (`wattwise cap`, after its command ended) releases too,
+        unless the command has ended while other processes of its process group still run: the lease
+        follows them, and stays.
+
+        Returns:
+            The GPU's status, with `released`: "restored" (by this request), "not held" (the caller held
+            nothing: the agent restored it already, when its holder ended) or "kept" (held on by the
+            command's process group).
+
+        Raises:
+            AgentError: 409 when another process holds the GPU, 404 for no such GPU.
+        """
         self._device(index)
         try:
             held = self.leases.check(index, caller, or_delegator=True)
         except LeaseConflict as err:
             raise AgentError(409, f"{err}; only its holder may release it") from None
-        if held:
-            self._give_back(index, "released")
-        return self.gpu_status(index)
+        lease = self.leases.get(index)
+        if not held or lease is None:
+            return {**self.gpu_status(index), "released": "not held"}
+        holder = lease.holder
+        if holder.pgid and not _process_alive(holder) and holder_alive(holder):
+            log.info("wattwise agent: GPU %d stays held: %s ended, other processes of its group %d run on",
+                     index, holder.describe(), holder.pgid)
+            return {**self.gpu_status(index), "released": "kept"}
+        self._give_back(index, "released")
+        return {**self.gpu_status(index), "released": "restored"}
+
+    def release_job(self, job_id: str, caller: Holder) -> dict[str, Any]:
+        """Restore every GPU held under batch job `job_id` and drop the leases (a SLURM epilog's call).
+
+        Whatever process holds them, even one the caller cannot see (another PID namespace): the holder's
+        client named the job (`SLURM_JOB_ID`) when it leased. Root may release any job, another user only
+        their own leases.
+
+        Returns:
+            `{"job_id", "released": [indices restored], "gpus": [the status of each]}`.
+
+        Raises:
+            AgentError: 403 when a GPU of the job is held by another user than the (non-root) caller.
+        """
+        held = [(i, lease) for i, lease in self.leases.items() if i in self.leases.held_under_job(job_id)]
+        others = [i for i, lease in held if caller.uid not in (0, lease.holder.uid)]
+        if others:
+            raise AgentError(403, f"GPU(s) {others} of job {job_id!r} are held by another user; only root or "
+                                  "that user may release them")
+        indices = [i for i, _ in held]
+        for index, lease in held:
+            log.info("wattwise agent: uid %d releases job %r: restoring GPU %d of %s", caller.uid, job_id, index,
+                     lease.holder.describe())
+            self._give_back(index, f"job released by uid {caller.uid}")
+        released = [i for i in indices if self.leases.get(i) is None]
+        return {"job_id": job_id, "released": released, "gpus": [self.gpu_status(i) for i in indices]}
 
     def hand_over(self, index: int, caller: Holder, pid: int) -> dict[str, Any]:
         """The holder makes its child process `pid` the GPU's holder (`wattwise cap` and the command it runs).
 
-        The lease then lasts as long as the child lives, whatever happens to the caller (killing the
+        The lease then lasts as long as the child lives, or another process of the child's process group
+        when that group is the command's own (the child or the caller leads it): a shell script that starts
+        the work in a child and exits leaves it capped. Whatever happens to the caller (killing the
         `wattwise cap` wrapper leaves its command capped); the caller may still release it. The child must
         be the caller's own (its parent) and run as the same user.
 
@@ -381,7 +477,12 @@ class Agent:
         if found is None or ticks is None or found[0] != caller.pid or found[1] != {caller.uid}:
             raise AgentError(403, f"pid {pid} is not a running child of pid {caller.pid} of the same user; a "
                                   "GPU is handed over only to the caller's own child")
-        child = Holder(pid, caller.uid, lease.holder.job, ticks)
+        # The lease follows the child's process group when the group is the command's own: the child leads
+        # it, or the caller does (a shell's job). Not a group of others' (a batch script's).
+        pgid = process_group(pid)
+        leader_ticks = {pid: ticks, caller.pid: caller.start_ticks}.get(pgid or 0)
+        child = Holder(pid, caller.uid, lease.holder.job, ticks, lease.holder.job_id,
+                       pgid if pgid and leader_ticks else 0, leader_ticks or 0)
         self.leases.hand_over(index, child)
         with contextlib.suppress(OSError):  # the originals are journalled already; this names the new holder
             self._save()
@@ -480,9 +581,14 @@ class Agent:
             log.error("wattwise agent: cannot write the audit log (%s)", err)
 
 
-def _alive(holder: Holder) -> bool:
-    """Whether `holder` still runs: its pid names a live process that started when the holder did."""
+def _process_alive(holder: Holder) -> bool:
+    """Whether the holder's process runs: its pid names a live process that started when the holder did."""
     return holder.start_ticks > 0 and process_start_ticks(holder.pid) == holder.start_ticks
+
+
+def holder_alive(holder: Holder) -> bool:
+    """Whether `holder` still runs: its process, or another process of the group its lease follows."""
+    return _process_alive(holder) or (holder.pgid > 0 and group_has_members(holder.pgid, holder.pgid_ticks))
 
 
 def _read_originals(device: Device) -> dict[str, Any]:
@@ -570,10 +676,11 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return data
 
 
-def _job(data: dict[str, Any]) -> str:
-    job = data.get("job", "")
+def _job(data: dict[str, Any], key: str = "job") -> str:
+    """A name the body gives (`job`, `job_id`): printable, at most `MAX_JOB_CHARS`; "" when not given."""
+    job = data.get(key, "")
     if not isinstance(job, str) or len(job) > MAX_JOB_CHARS or not job.isprintable():
-        raise AgentError(400, f"job must be a printable string of at most {MAX_JOB_CHARS} characters")
+        raise AgentError(400, f"{key} must be a printable string of at most {MAX_JOB_CHARS} characters")
     return job
 
 
@@ -591,11 +698,18 @@ def _integer(data: dict[str, Any], key: str) -> int:
     return value
 
 
-def _index(request: web.Request) -> int:
+def _index(request: web.Request, agent: Agent) -> int:
+    """The index of the GPU a URL names: by its index (ASCII digits only) or by its UUID.
+
+    A client names the GPU by its UUID, so that a renumbering of the node's GPUs between its lookup and
+    its request cannot make it change another GPU.
+    """
     text = request.match_info["index"]
-    if not (text.isascii() and text.isdigit()) or len(text) > 6:  # "²" and "١" are digits to str.isdigit
-        raise AgentError(404, f"no GPU {text!r} on this node")
-    return int(text)
+    if text.isascii() and text.isdigit() and len(text) <= 6:  # "²" and "١" are digits to str.isdigit
+        return int(text)
+    if text in agent.uuids:
+        return agent.uuids[text]
+    raise AgentError(404, f"no GPU {text!r} on this node (a GPU is named by its index or its uuid)")
 
 
 def make_app(agent: Agent) -> web.Application:
@@ -609,38 +723,46 @@ def make_app(agent: Agent) -> web.Application:
         return web.json_response({"backend": agent.backend, "devices": specs})
 
     async def power_limit(request: web.Request) -> web.Response:
-        index = _index(request)
+        index = _index(request, agent)
         data = await _body(request)
         caller, gids = _caller(request)
-        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks)
+        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks, _job(data, "job_id"))
         return web.json_response(agent.set_power_limit(index, holder, gids, _number(data, "watts")))
 
     async def lock_clocks(request: web.Request) -> web.Response:
-        index = _index(request)
+        index = _index(request, agent)
         data = await _body(request)
         caller, gids = _caller(request)
-        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks)
+        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks, _job(data, "job_id"))
         return web.json_response(agent.lock_sm_clocks(index, holder, gids, _integer(data, "min_mhz"),
                                                       _integer(data, "max_mhz")))
 
     async def reset_clocks(request: web.Request) -> web.Response:
-        index = _index(request)
+        index = _index(request, agent)
         caller, gids = _caller(request)
         return web.json_response(agent.reset_sm_clocks(index, caller, gids))
 
     async def release(request: web.Request) -> web.Response:
-        index = _index(request)
+        index = _index(request, agent)
         caller, _ = _caller(request)
         return web.json_response(agent.release(index, caller))
 
     async def hand_over(request: web.Request) -> web.Response:
-        index = _index(request)
+        index = _index(request, agent)
         data = await _body(request)
         caller, _ = _caller(request)
         pid = data.get("pid")
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             raise AgentError(400, f"pid must be a positive integer, the caller's child (got {pid!r})")
         return web.json_response(agent.hand_over(index, caller, pid))
+
+    async def release_job(request: web.Request) -> web.Response:
+        data = await _body(request)
+        job_id = _job(data, "job_id")
+        if not job_id:
+            raise AgentError(400, "job_id must name the batch job whose GPUs to release (its SLURM_JOB_ID)")
+        caller, _ = _caller(request)
+        return web.json_response(agent.release_job(job_id, caller))
 
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
     app.router.add_get("/v1/gpus", status)
@@ -650,6 +772,7 @@ def make_app(agent: Agent) -> web.Application:
     app.router.add_delete("/v1/gpus/{index}/sm_clocks", reset_clocks)
     app.router.add_post("/v1/gpus/{index}/release", release)
     app.router.add_post("/v1/gpus/{index}/holder", hand_over)
+    app.router.add_post("/v1/release", release_job)
     return app
 
 

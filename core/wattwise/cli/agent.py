@@ -1,4 +1,4 @@
-"""`wattwise agent serve|status`: the node agent that lets users who are not root change GPU settings."""
+"""`wattwise agent serve|status|release`: the node agent that lets users who are not root change GPU settings."""
 
 from __future__ import annotations
 
@@ -52,9 +52,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=run_status)
 
+    release = agent_sub.add_parser("release", help="restore every GPU a batch job holds (root: a SLURM epilog)",
+                                   description="Restore every GPU held under the batch job JOBID (the SLURM_JOB_ID "
+                                               "its clients sent when they leased) and drop the leases, whatever "
+                                               "process holds them. Root may release any job, a user their own.")
+    release.add_argument("--job", required=True, metavar="JOBID", help="the batch job's id (SLURM_JOB_ID)")
+    release.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    release.add_argument("--json", action="store_true", help="print the agent's answer as JSON")
+    release.set_defaults(func=run_release)
+
 
 def _no_subcommand(args: argparse.Namespace) -> int:
-    raise UsageError("choose `wattwise agent serve` or `wattwise agent status`")
+    raise UsageError("choose `wattwise agent serve`, `wattwise agent status` or `wattwise agent release`")
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -127,6 +136,34 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"GPU {g['index']} {g['name']}: power limit {_w(g['power_limit_w'])} "
               f"(default {_w(g['default_power_limit_w'])}), SM clocks "
               f"{f'locked {clocks[0]}-{clocks[1]} MHz' if clocks else 'unlocked'}, {who}")
+    return 0
+
+
+def run_release(args: argparse.Namespace) -> int:
+    """Run `wattwise agent release --job JOBID` with its parsed arguments.
+
+    Returns:
+        0 when the job holds no GPU any more (or held none), 1 when the agent refused or a GPU stays held.
+    """
+    from wattwise.devices.agent import AgentClient
+    from wattwise.devices.base import DeviceError
+
+    try:
+        answer = AgentClient(args.socket).release_job(args.job)
+    except DeviceError as err:
+        print(f"wattwise agent release: error: {err}", file=sys.stderr)
+        return 1
+    left = [g["index"] for g in answer.get("gpus", []) if g.get("holder")]
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        released = answer.get("released", [])
+        print(f"wattwise agent release: job {args.job}: "
+              + (f"restored GPU(s) {released}" if released else "held no GPU"), file=sys.stderr)
+    if left:
+        print(f"wattwise agent release: error: GPU(s) {left} of job {args.job} could not be restored (see the "
+              "agent's log)", file=sys.stderr)
+        return 1
     return 0
 
 

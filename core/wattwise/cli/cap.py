@@ -3,8 +3,9 @@
 Caps the GPUs through the settings guard (which goes through the node agent with `--backend agent`,
 the holder named `--job`, by default the command's name), runs the command, restores the limits (an
 agent-backed GPU is released: the agent shows no holder), and exits with the command's code (127 if it
-is not found). Through the agent, the lease is handed over to the command as soon as it starts: the cap
-lasts as long as the command runs, even if this wrapper is killed.
+is not found). Through the agent, the lease is handed over to the command as soon as it starts, and the
+command leads a process group of its own: the cap lasts as long as the command, or a process it started,
+runs, even if this wrapper is killed. At the end it says what happened to each GPU's limit (`restore_outcome`).
 """
 
 from __future__ import annotations
@@ -84,6 +85,36 @@ def hand_over_to(gpus: list[Device], pid: int) -> None:
                   f"long as the command does: {err}", file=sys.stderr)
 
 
+#: What happened to a GPU's limit when the command ended (`--json`'s `restore[].outcome`).
+RESTORED = "restored"  # this wrapper restored it (gave it back to the agent, which restored it)
+RESTORED_BY_AGENT = "restored_by_agent"  # handed over: the agent restored it when the command ended
+HELD = "held"  # handed over: a process of the command's group outlived it and still holds the GPU
+FAILED = "failed"  # giving it back failed (said above)
+
+
+def restore_outcome(gpu: Device) -> dict[str, Any]:
+    """What happened to `gpu`'s limit at the end of `wattwise cap`, from what the agent answered.
+
+    Returns:
+        `{"gpu": index, "outcome": one of RESTORED, RESTORED_BY_AGENT, HELD, FAILED, "message": one line,
+        "pgid": the process group still holding the GPU, or None}`.
+    """
+    released = getattr(gpu, "release_outcome", RESTORED) if gpu.settings_lease else RESTORED
+    holder = getattr(gpu, "holder_after_release", None) or {}
+    pgid = holder.get("pgid") if released == "kept" else None
+    if released == "restored":
+        outcome, message = RESTORED, "limit restored"
+    elif released == "not held":
+        outcome, message = RESTORED_BY_AGENT, "limit restored by the node agent when the command ended"
+    elif released == "kept":
+        outcome, message = HELD, (f"still capped: process(es) of the command's process group {pgid} outlived it "
+                                  "and hold the GPU; the node agent restores it when the last of them ends "
+                                  f"(`kill -- -{pgid}` ends them now)")
+    else:
+        outcome, message = FAILED, "not restored (see the error above; `wattwise agent status` shows the GPU)"
+    return {"gpu": gpu.index, "outcome": outcome, "message": message, "pgid": pgid}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run `wattwise cap` with its parsed arguments.
 
@@ -107,20 +138,28 @@ def run(args: argparse.Namespace) -> int:
         gpus = found.gpus
         with capped(gpus, args.watts, args.job or os.path.basename(cmd[0])), EnergyMonitor(gpus) as monitor:
             monitor.begin_window("command")
-            code = _run_command(cmd, started=lambda pid: hand_over_to(gpus, pid))
+            code = _run_command(cmd, started=lambda pid: hand_over_to(gpus, pid), own_group=True)
             m = monitor.end_window("command")
+            lifted = [note for note in (g.settings_lifted() for g in gpus) if note]
     except DeviceError as err:
         print(f"wattwise cap: error: {err}", file=sys.stderr)
         return EXIT_NOT_CAPPED
+    restore = [restore_outcome(g) for g in gpus]
     result: dict[str, Any] = {
         "command": cmd, "exit_code": code, "watts": args.watts, "gpus": [g.index for g in gpus],
         "time_s": m.time_s, "energy_j": m.energy_j, "total_energy_j": m.total_energy_j,
         "approximate": list(m.approximate), "simulated": found.simulated,
+        "restore": restore, "still_held": [r["gpu"] for r in restore if r["outcome"] == HELD], "notes": lifted,
     }
+    for note in lifted:
+        print(f"wattwise cap: warning: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         tag = " [SIMULATED GPU]" if found.simulated else ""
+        said = sorted({r["message"] for r in restore})
+        ends = ("; " + said[0].replace("limit ", "limits ", 1) if len(said) == 1 else
+                "".join(f"; GPU {r['gpu']}: {r['message']}" for r in restore))
         print(f"wattwise cap{tag}: {args.watts:g} W on GPU(s) {result['gpus']}: {m.time_s:.3f} s, "
-              f"{m.total_energy_j:.2f} J in total; limits restored", file=sys.stderr)
+              f"{m.total_energy_j:.2f} J in total{ends}", file=sys.stderr)
     return code if code >= 0 else 128 - code

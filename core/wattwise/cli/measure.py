@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -79,19 +81,41 @@ def run(args: argparse.Namespace) -> int:
     return code if code >= 0 else 128 - code
 
 
-def _run_command(cmd: list[str], started: Callable[[int], None] | None = None) -> int:
+def _run_command(cmd: list[str], started: Callable[[int], None] | None = None, *, own_group: bool = False) -> int:
     """Run `cmd` to its end, passing SIGINT and SIGTERM on to it; its return code.
 
     `started`, if given, is called with the command's pid as soon as it runs (`wattwise cap` hands its
-    GPUs' leases over to it).
+    GPUs' leases over to it). With `own_group`, the command leads a process group of its own, which
+    holds whatever it starts (the node agent's lease follows that group) and gets the signals passed on;
+    not when this process runs in a terminal's foreground, where the shell gave it a group of its own
+    already and the command must keep the terminal (its input, Ctrl-C).
     """
-    proc = subprocess.Popen(cmd)
+    new_group = own_group and not _in_terminal_foreground()
+    group: dict[str, Any] = {}
+    if new_group:
+        group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    proc = subprocess.Popen(cmd, **group)
     if started is not None:
         started(proc.pid)
-    previous = {sig: signal.signal(sig, lambda s, f: proc.send_signal(s))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def pass_on(sig: int, frame: object) -> None:
+        if not new_group:
+            proc.send_signal(sig)
+            return
+        with contextlib.suppress(ProcessLookupError):  # the whole group has ended already
+            os.killpg(proc.pid, sig)
+
+    previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _in_terminal_foreground() -> bool:
+    """This process's group is its terminal's foreground group (an interactive shell's job)."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False

@@ -20,15 +20,14 @@ import http.client
 import json
 import os
 import socket
+import urllib.parse
 import uuid as uuidlib
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange
 from wattwise.devices.registry import Wanted
-from wattwise.errors import EnergyPluginWarning
 
 if TYPE_CHECKING:
     from wattwise.devices.simulated import SimulatedGPU
@@ -38,9 +37,23 @@ DEFAULT_SOCKET = "/run/wattwise/agent.sock"
 SOCKET_ENV = "WATTWISE_AGENT_SOCKET"
 #: The longest job name the agent shows for a holder.
 MAX_JOB_CHARS = 128
+#: The batch system's job id a client sends with its lease, so that `wattwise agent release --job` (a
+#: SLURM epilog) can give back what a finished job holds.
+JOB_ID_ENV = "SLURM_JOB_ID"
 
 #: Seconds to wait for the agent (it answers in milliseconds; a stuck agent must not hang training).
 TIMEOUT_S = 10.0
+
+
+def batch_job_id() -> str:
+    """This process's batch job id (`$SLURM_JOB_ID`), as the agent records it with a lease; "" when none."""
+    job_id = os.environ.get(JOB_ID_ENV, "")
+    return job_id if job_id.isprintable() and len(job_id) <= MAX_JOB_CHARS else ""
+
+
+def _gpu_url(gpu: int | str, action: str) -> str:
+    """`/v1/gpus/{gpu}/{action}`: the GPU named by its index or its UUID."""
+    return f"/v1/gpus/{urllib.parse.quote(str(gpu), safe='')}/{action}"
 
 
 def socket_path(path: str | os.PathLike[str] | None = None) -> str:
@@ -124,31 +137,55 @@ class AgentClient:
         result: dict[str, Any] = self.request("GET", "/v1/devices")
         return result
 
-    def set_power_limit(self, index: int, watts: float, job: str = "") -> dict[str, Any]:
-        """Set GPU `index`'s power limit, taking (or keeping) this process's lease under the name `job`."""
-        result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/power_limit",
-                                              {"watts": watts, "job": job})
+    # `gpu` below: the GPU's index on the node, or its UUID (what `AgentGPU` sends: a renumbering of the
+    # node's GPUs between the lookup and the request cannot make it change another GPU).
+    def set_power_limit(self, gpu: int | str, watts: float, job: str = "") -> dict[str, Any]:
+        """Set GPU `gpu`'s power limit, taking (or keeping) this process's lease under the name `job`.
+
+        The lease also carries this process's batch job id (`batch_job_id`).
+        """
+        result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "power_limit"),
+                                              {"watts": watts, "job": job, "job_id": batch_job_id()})
         return result
 
-    def lock_sm_clocks(self, index: int, min_mhz: int, max_mhz: int, job: str = "") -> dict[str, Any]:
-        """Lock GPU `index`'s SM clocks to [min_mhz, max_mhz], under this process's lease."""
-        result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/sm_clocks",
-                                              {"min_mhz": min_mhz, "max_mhz": max_mhz, "job": job})
+    def lock_sm_clocks(self, gpu: int | str, min_mhz: int, max_mhz: int, job: str = "") -> dict[str, Any]:
+        """Lock GPU `gpu`'s SM clocks to [min_mhz, max_mhz], under this process's lease."""
+        result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "sm_clocks"),
+                                              {"min_mhz": min_mhz, "max_mhz": max_mhz, "job": job,
+                                               "job_id": batch_job_id()})
         return result
 
-    def reset_sm_clocks(self, index: int) -> dict[str, Any]:
-        """Unlock GPU `index`'s SM clocks."""
-        result: dict[str, Any] = self.request("DELETE", f"/v1/gpus/{index}/sm_clocks")
+    def reset_sm_clocks(self, gpu: int | str) -> dict[str, Any]:
+        """Unlock GPU `gpu`'s SM clocks."""
+        result: dict[str, Any] = self.request("DELETE", _gpu_url(gpu, "sm_clocks"))
         return result
 
-    def hand_over(self, index: int, pid: int) -> dict[str, Any]:
-        """Make this process's child `pid` the holder of GPU `index`: capped for as long as the child lives."""
-        result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/holder", {"pid": pid})
+    def hand_over(self, gpu: int | str, pid: int) -> dict[str, Any]:
+        """Make this process's child `pid` the holder of GPU `gpu`.
+
+        The GPU stays capped for as long as the child lives, or another process of its process group when
+        the group is the command's own (see the agent's `hand_over`).
+        """
+        result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "holder"), {"pid": pid})
         return result
 
-    def release(self, index: int) -> dict[str, Any]:
-        """Give GPU `index` back: the agent restores its original settings and shows no holder."""
-        result: dict[str, Any] = self.request("POST", f"/v1/gpus/{index}/release")
+    def release(self, gpu: int | str) -> dict[str, Any]:
+        """Give GPU `gpu` back: the agent restores its original settings and shows no holder.
+
+        Returns:
+            The GPU's status, with `released`: "restored", "not held" (restored already) or "kept" (held
+            on by the process group of the command this process handed the lease to).
+        """
+        result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "release"))
+        return result
+
+    def release_job(self, job_id: str) -> dict[str, Any]:
+        """Restore every GPU held under batch job `job_id` (root, or the job's user for their own leases).
+
+        Returns:
+            `{"job_id", "released": [GPU indices restored], "gpus": [the status of each GPU the job held]}`.
+        """
+        result: dict[str, Any] = self.request("POST", "/v1/release", {"job_id": job_id})
         return result
 
 
@@ -170,6 +207,17 @@ class AgentGPU(Device):
         self.requested_limit_w: float | None = None
         #: Said once when someone else lifted that limit (see `settings_lifted`); None until then.
         self.lifted_note: str | None = None
+        #: What the last `release` did (the agent's `released`: "restored", "not held", "kept"), and the
+        #: holder the GPU had after it; None before a release, or when it failed.
+        self.release_outcome: str | None = None
+        self.holder_after_release: dict[str, Any] | None = None
+        #: The child this process handed its lease to (`hand_over`), None when it kept it.
+        self.handed_to: int | None = None
+
+    @property
+    def _ref(self) -> int | str:
+        """How this GPU is named to the agent: its UUID when known (stable whatever the numbering), else its index."""
+        return self.uuid or self.index
 
     @property
     def index(self) -> int:
@@ -220,12 +268,26 @@ class AgentGPU(Device):
         return PowerLimitRange(min_w=max(own.min_w, low_w), max_w=min(own.max_w, high_w), default_w=own.default_w)
 
     def _agent_allowed_w(self) -> tuple[float, float] | None:
-        for gpu in self.client.status().get("gpus", []):
-            if isinstance(gpu, dict) and gpu.get("index") == self.index:
-                bounds = gpu.get("allowed_power_limit_w")
-                if isinstance(bounds, list) and len(bounds) == 2:
-                    return float(bounds[0]), float(bounds[1])
+        bounds = self._agent_status().get("allowed_power_limit_w")
+        if isinstance(bounds, list) and len(bounds) == 2:
+            return float(bounds[0]), float(bounds[1])
         return None
+
+    def _agent_status(self) -> dict[str, Any]:
+        """This GPU's entry in the agent's status (found by UUID when known); {} when it shows none."""
+        key, mine = ("uuid", self.uuid) if self.uuid else ("index", self.index)
+        for gpu in self.client.status().get("gpus", []):
+            if isinstance(gpu, dict) and gpu.get(key) == mine:
+                return gpu
+        return {}
+
+    def _still_handed(self) -> bool:
+        """The child this process handed the lease to still holds this GPU (False when the agent cannot say)."""
+        try:
+            holder = self._agent_status().get("holder")
+        except DeviceError:
+            return False
+        return isinstance(holder, dict) and holder.get("pid") == self.handed_to
 
     def supported_sm_clocks_mhz(self) -> list[int]:
         return self.local.supported_sm_clocks_mhz()
@@ -234,7 +296,7 @@ class AgentGPU(Device):
         return self.local.locked_sm_clocks_mhz()
 
     def set_power_limit_w(self, watts: float) -> None:
-        self.client.set_power_limit(self.index, float(watts), self.job)
+        self.client.set_power_limit(self._ref, float(watts), self.job)
         self.requested_limit_w = float(watts)
 
     def hand_over(self, pid: int) -> None:
@@ -247,13 +309,14 @@ class AgentGPU(Device):
             DeviceError: The agent refused (this process holds no lease, `pid` is not its child) or is older
                 than this client.
         """
-        self.client.hand_over(self.index, pid)
+        self.client.hand_over(self._ref, pid)
+        self.handed_to = pid
 
     def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
-        self.client.lock_sm_clocks(self.index, int(min_mhz), int(max_mhz), self.job)
+        self.client.lock_sm_clocks(self._ref, int(min_mhz), int(max_mhz), self.job)
 
     def reset_sm_clocks(self) -> None:
-        self.client.reset_sm_clocks(self.index)
+        self.client.reset_sm_clocks(self._ref)
 
     @property
     def settings_lease(self) -> str:
@@ -263,27 +326,32 @@ class AgentGPU(Device):
     def release(self) -> None:
         """Give the GPU back now: the agent restores its original settings.
 
-        A limit someone else lifted meanwhile is said first (`settings_lifted`, once), so a run that never
-        asked says so at its end at the latest.
+        A limit someone else lifted meanwhile is noted first (`settings_lifted`), for whoever reports it.
+        What the agent did is kept in `release_outcome` (and `holder_after_release`): `wattwise cap` tells it.
         """
         self.settings_lifted()
-        self.client.release(self.index)
+        self.release_outcome = self.holder_after_release = None
+        answer = self.client.release(self._ref)
+        self.release_outcome = str(answer.get("released", "restored"))
+        self.holder_after_release = answer.get("holder")
         self.requested_limit_w = None
 
     def settings_lifted(self) -> str | None:
-        """Whether the power limit this process set through the agent is still in force; one warning if not.
+        """Whether the power limit this process set through the agent is still in force; a note if not.
 
         Someone else may lift it: the agent going away without a journal to come back to, an admin's
         `wattwise restore` or `nvidia-smi -pl` (an agent restart keeps a live holder's limit). The run then
-        goes on uncapped, and should say so: the first call that finds the GPU's limit more than 0.5 W away
-        from the one set warns (`EnergyPluginWarning`) and keeps the note in `lifted_note` for the summary;
-        later calls return the same note without warning again.
+        goes on uncapped, and says so once, in its summary's notes too (`Device.settings_lifted`; `wattwise
+        cap` prints it): the first call that finds the GPU's limit more than 0.5 W away from the one set
+        keeps the note in `lifted_note`, which later calls return.
 
         Returns:
             The note (one line naming the GPU, both limits and what to check), or None while the limit holds.
         """
         if self.lifted_note is not None or self.requested_limit_w is None:
             return self.lifted_note
+        if self.handed_to is not None and not self._still_handed():
+            return None  # the command's lease ended: the agent restored the GPU, as it should
         try:
             now_w = self.local.power_limit_w()
         except DeviceError:
@@ -294,7 +362,6 @@ class AgentGPU(Device):
                             "this job set through the node agent: someone else changed it (the agent restored it "
                             "or an admin set another limit); the rest of the run is not capped as asked "
                             "(see `wattwise agent status` and the agent's audit log)")
-        warnings.warn(self.lifted_note, EnergyPluginWarning, stacklevel=2)
         return self.lifted_note
 
     def name_job(self, job: str) -> None:

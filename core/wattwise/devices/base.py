@@ -152,6 +152,16 @@ class Device(abc.ABC):
         """
         raise NotSupportedError(f"{self.backend} device {self.index} has no settings lease to release")
 
+    def settings_lifted(self) -> str | None:
+        """Whether someone else lifted a setting this process made; a one-line note saying so, or None.
+
+        A GPU changed through someone else (the node agent) can find its power limit changed behind this
+        process's back (the agent gone, an admin's `nvidia-smi -pl`): the note names the GPU and both limits,
+        and is returned again by every later call. The run says it once and lists it in its summary's notes.
+        None (this base): nothing was lifted, or the device cannot tell.
+        """
+        return None
+
     def name_job(self, job: str) -> None:
         """Name the job changing this device's settings, where someone shows the holder.
 

@@ -147,7 +147,7 @@ def test_a_holder_is_named_to_others_and_its_sigkill_restores_the_gpu_within_2_s
     try:
         gpu = agent.gpu(0)
         assert gpu["power_limit_w"] == 200.0
-        assert gpu["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert"}
+        assert gpu["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert", "job_id": "", "pgid": None}
         with pytest.raises(NoPermissionError) as err:
             agent.client.set_power_limit(0, 150.0, "gpt")
         message = str(err.value)
@@ -198,7 +198,8 @@ def test_the_guard_names_the_job_journals_nothing_and_its_restore_releases_the_g
     try:
         limits.set_power_limit(gpu, 200.0)
         clocks.lock_sm_clocks(gpu, 900, 1200)
-        assert agent.gpu(0)["holder"] == {"pid": os.getpid(), "uid": os.getuid(), "job": "bert"}
+        assert agent.gpu(0)["holder"] == {"pid": os.getpid(), "uid": os.getuid(), "job": "bert", "job_id": "",
+                                          "pgid": None}
         assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name="bert"} 200.0' in _scrape(agent)
         assert not journal_dir().exists() or not list(journal_dir().glob("*.json"))  # the agent journals
         restored = limits.restore_all()
@@ -270,6 +271,18 @@ def test_bad_requests_are_refused_and_the_agent_keeps_serving_with_nothing_chang
     client.release(0)
     assert agent.gpu(0)["power_limit_w"] == 300.0 and agent.gpu(0)["holder"] is None
     assert agent.proc.poll() is None
+
+
+def test_a_url_names_a_gpu_by_its_uuid_as_by_its_index_and_an_unknown_uuid_is_404(agent: RunningAgent) -> None:
+    uuid = agent.gpu(1)["uuid"]
+    client = agent.client
+    state = client.set_power_limit(uuid, 250.0, "by-uuid")
+    assert (state["index"], state["power_limit_w"], state["holder"]["job"]) == (1, 250.0, "by-uuid")
+    assert agent.gpu(0)["holder"] is None
+    with pytest.raises(DeviceError, match="no GPU 'GPU-00000000-0000-0000-0000-000000000000' on this node"):
+        client.set_power_limit("GPU-00000000-0000-0000-0000-000000000000", 250.0)
+    assert client.release(uuid)["released"] == "restored"
+    assert (agent.gpu(1)["power_limit_w"], agent.gpu(1)["holder"]) == (300.0, None)
 
 
 def test_prometheus_metrics_show_each_gpus_limit_and_energy_labelled_by_the_holders_job(agent: RunningAgent) -> None:
@@ -388,6 +401,9 @@ def test_cap_exits_with_the_commands_code_and_does_not_run_it_when_refused(agent
     done = subprocess.run([*cap, "--watts", "250", "--", "sh", "-c", "exit 3"], env=agent.env(),
                           capture_output=True, text=True)
     assert done.returncode == 3
+    # The command ended: the agent restored the GPU then, or cap's release did; either is said.
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.endswith(("; limits restored", "; limits restored by the node agent when the command ended")), said
     refused = subprocess.run([*cap, "--watts", "20", "--", "sh", "-c", "echo ran"], env=agent.env(),
                              capture_output=True, text=True)
     assert refused.returncode == 1 and "ran" not in refused.stdout
@@ -459,13 +475,15 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
                        ["-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--", "sleep", "30"],
                        start_new_session=True)
         deadline = time.monotonic() + 30
-        while running.gpu(0)["holder"] in (None, {"pid": cap.pid, "uid": USER_UID, "job": "sleep"}):
+        while (holder := running.gpu(0)["holder"]) is None or holder["pid"] == cap.pid:
             assert cap.poll() is None and time.monotonic() < deadline, "the cap never handed GPU 0 to sleep"
             time.sleep(0.05)
         gpu = running.gpu(0)
         assert gpu["power_limit_w"] == 200.0
         command_pid = gpu["holder"]["pid"]  # the lease is the command's (sleep), not the wrapper's
-        assert gpu["holder"] == {"pid": command_pid, "uid": USER_UID, "job": "sleep"}
+        # ... and follows its process group, which cap made the command's own.
+        assert gpu["holder"] == {"pid": command_pid, "uid": USER_UID, "job": "sleep", "job_id": "",
+                                 "pgid": command_pid}
         assert Path(f"/proc/{command_pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"
         second = _as_user(OTHER_UID, SOCKET_GID, running,
                           ["-c", "from wattwise.devices.agent import AgentClient; "
@@ -480,8 +498,9 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
                             stderr=subprocess.PIPE)
         _, err = outsider.communicate(timeout=60)
         assert outsider.returncode != 0 and "permission denied" in err
-        os.killpg(cap.pid, signal.SIGKILL)
+        os.killpg(cap.pid, signal.SIGKILL)  # the wrapper, then the command's own group
         cap.wait()
+        os.killpg(command_pid, signal.SIGKILL)
         assert _wait_free(running) < 2.0
         assert running.gpu(0)["power_limit_w"] == 300.0
 
@@ -528,7 +547,7 @@ def test_as_an_ordinary_user_an_accelerate_run_with_the_agent_backend_holds_the_
         assert run.returncode == 0, err[-3000:]
         result = json.loads(out.strip().splitlines()[-1])
         assert result["backends"] == ["agent", "agent"]  # the agent's two simulated GPUs
-        holder = {"pid": run.pid, "uid": USER_UID, "job": "bert"}
+        holder = {"pid": run.pid, "uid": USER_UID, "job": "bert", "job_id": "", "pgid": None}
         assert [(g["power_limit_w"], g["holder"]) for g in result["during"]] == [(200.0, holder)] * 5
         # end_training() restored through the guard: released at once, before the process exits.
         assert result["after"]["holder"] is None and result["after"]["power_limit_w"] == 300.0
@@ -572,7 +591,7 @@ def test_as_an_ordinary_user_a_lightning_run_tuning_through_the_agent_sigkilled_
                 assert time.monotonic() < deadline, f"no tuning seen through the agent: {running.gpu(0)}"
                 gpu = running.gpu(0)
                 if gpu["holder"] is not None:
-                    assert gpu["holder"] == {"pid": run.pid, "uid": USER_UID, "job": "bert"}
+                    assert gpu["holder"] == {"pid": run.pid, "uid": USER_UID, "job": "bert", "job_id": "", "pgid": None}
                     limits.add(gpu["power_limit_w"])
                 time.sleep(0.02)
         finally:

@@ -54,12 +54,13 @@ def test_a_live_holder_keeps_its_lease_and_limit_over_a_sigterm_and_a_sigkill_re
         second = _start(tmp_path)
         gpu = second.gpu(1)
         assert gpu["power_limit_w"] == 150.0
-        assert gpu["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert"}
+        assert gpu["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert", "job_id": "", "pgid": None}
         second.proc.kill()  # a crash this time
         second.proc.wait()
         third = _start(tmp_path)
         try:
-            assert third.gpu(1)["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert"}
+            assert third.gpu(1)["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert", "job_id": "",
+                                               "pgid": None}
             assert third.gpu(1)["power_limit_w"] == 150.0
             with pytest.raises(NoPermissionError, match=f"GPU 1 is held by pid {holder.pid}"):
                 third.client.set_power_limit(1, 250.0, "intruder")

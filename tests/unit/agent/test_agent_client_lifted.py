@@ -1,15 +1,21 @@
-"""A client of the node agent says once, and keeps for its summary, that its power limit was lifted by another."""
+"""A limit someone else lifted: the agent-backed GPU notes it, the run says so once and in its summary."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any
 
-from wattwise.devices import simulated_gpus
+import pytest
+
+from tests.support.clock import VirtualClock
+from wattwise.config import load_config
+from wattwise.devices import PowerModel, SimulatedGPU, simulated_gpus
 from wattwise.devices.agent import AgentClient, AgentGPU
 from wattwise.devices.base import Device
 from wattwise.errors import EnergyPluginWarning
+from wattwise.run import Run
 
 
 class _DirectClient(AgentClient):
@@ -18,15 +24,29 @@ class _DirectClient(AgentClient):
     def __init__(self, gpu: Device) -> None:
         super().__init__("/nonexistent/agent.sock")
         self.gpu = gpu
+        self.released: list[int | str] = []
+        #: What the agent's status shows as the GPU's holder.
+        self.holder: dict[str, Any] | None = None
 
-    def set_power_limit(self, index: int, watts: float, job: str = "") -> dict[str, Any]:
+    def set_power_limit(self, gpu: int | str, watts: float, job: str = "") -> dict[str, Any]:
         self.gpu.set_power_limit_w(watts)
         return {}
 
+    def release(self, gpu: int | str) -> dict[str, Any]:
+        self.released.append(gpu)
+        return {"released": "restored", "holder": None}
 
-def test_a_limit_lifted_by_someone_else_is_said_once_and_kept_for_the_summary(tmp_path: Path) -> None:
+    def hand_over(self, gpu: int | str, pid: int) -> dict[str, Any]:
+        self.holder = {"pid": pid}
+        return {}
+
+    def status(self) -> dict[str, Any]:
+        return {"gpus": [{"index": 0, "uuid": "GPU-x", "holder": self.holder}]}
+
+
+def test_a_limit_lifted_by_someone_else_is_noted_once_kept_and_said_by_nobody_but_the_run(tmp_path: Path) -> None:
     local = simulated_gpus(1, persist_dir=tmp_path)[0]
-    gpu = AgentGPU(local, _DirectClient(local), job="bert")
+    gpu = AgentGPU(local, _DirectClient(local), job="bert", uuid="GPU-x")
     assert gpu.settings_lifted() is None  # nothing set yet
     gpu.set_power_limit_w(200.0)
     assert gpu.settings_lifted() is None and gpu.lifted_note is None
@@ -34,29 +54,69 @@ def test_a_limit_lifted_by_someone_else_is_said_once_and_kept_for_the_summary(tm
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first = gpu.settings_lifted()
+        gpu.release()
         again = gpu.settings_lifted()
     assert first == again == gpu.lifted_note
     assert first is not None and first.startswith("GPU 0: its power limit is 300 W, not the 200 W this job set")
-    assert [(w.category, str(w.message)) for w in caught] == [(EnergyPluginWarning, first)]
+    assert caught == []  # the run (or `wattwise cap`) says it, once
+    assert gpu.client.released == ["GPU-x"] and gpu.release_outcome == "restored"  # named by its UUID
 
 
-def test_giving_the_gpu_back_says_a_lift_nobody_asked_about_and_nothing_when_the_limit_held(tmp_path: Path) -> None:
+def test_the_end_of_a_handed_over_lease_is_no_lift_but_a_change_while_the_command_holds_it_is(tmp_path: Path) -> None:
     local = simulated_gpus(1, persist_dir=tmp_path)[0]
-    released: list[int] = []
+    client = _DirectClient(local)
+    gpu = AgentGPU(local, client, uuid="GPU-x")
+    gpu.set_power_limit_w(200.0)
+    gpu.hand_over(4242)  # `wattwise cap`'s command holds it now
+    local.set_power_limit_w(250.0)  # an admin, while the command holds the GPU
+    assert gpu.settings_lifted() is not None
+    gpu = AgentGPU(local, client, uuid="GPU-x")
+    gpu.set_power_limit_w(200.0)
+    gpu.hand_over(4242)
+    client.holder = None  # the command ended: the agent restored the GPU, as it should
+    local.set_power_limit_w(300.0)
+    assert gpu.settings_lifted() is None
 
-    class _Releasing(_DirectClient):
-        def release(self, index: int) -> dict[str, Any]:
-            released.append(index)
-            return {}
 
-    gpu = AgentGPU(local, _Releasing(local))
+class _LiftedGPU(SimulatedGPU):
+    """A GPU whose backend can tell that the limit this run set was lifted (the agent's, reduced to that)."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
+        self.set_w: float | None = None
+
+    def set_power_limit_w(self, watts: float) -> None:
+        super().set_power_limit_w(watts)
+        self.set_w = watts
+
+    def settings_lifted(self) -> str | None:
+        now_w = self.power_limit_w()
+        if self.set_w is None or now_w == self.set_w:
+            return None
+        return f"GPU 0: its power limit is {now_w:g} W, not the {self.set_w:g} W this job set"
+
+
+@pytest.mark.parametrize("lifted", [True, False], ids=["lifted", "kept"])
+def test_a_run_whose_cap_someone_else_lifted_says_so_once_and_in_its_summary(
+        lifted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+    clock = VirtualClock()
+    gpu = _LiftedGPU(clock)
+    cfg = load_config(overrides=["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.mode=cap",
+                                 "power_limit.cap_w=200", f"output_dir={tmp_path / 'run'}"])
+    run = Run(cfg, devices=[gpu], wall_clock=clock)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        gpu.set_power_limit_w(200.0)
-        gpu.release()  # the limit held: nothing to say
-        gpu.set_power_limit_w(200.0)
-        local.set_power_limit_w(250.0)
-        gpu.release()
-    assert released == [0, 0]
-    assert len(caught) == 1
-    assert str(caught[0].message).startswith("GPU 0: its power limit is 250 W, not the 200 W this job set")
+        run.start()
+        for step in range(6):
+            run.step_begin()
+            if lifted and step == 3:
+                SimulatedGPU.set_power_limit_w(gpu, 300.0)  # an admin's nvidia-smi -pl, behind the run's back
+            run.step_end()
+        run.finish()
+    said = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning) and "not the 200 W" in
+            str(w.message)]
+    notes = json.loads((tmp_path / "run" / "summary.json").read_text())["notes"]
+    expected = ["GPU 0: its power limit is 300 W, not the 200 W this job set"] if lifted else []
+    assert [n for n in notes if "not the 200 W" in n] == expected
+    assert [s.removeprefix("wattwise: ") for s in said] == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from wattwise.agent.config import AgentConfig, ModelBounds, parse_config
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
-from wattwise.agent.server import Agent, AgentError, process_start_ticks
+from wattwise.agent.server import Agent, AgentError, holder_alive, process_start_ticks
 from wattwise.devices import simulated_gpus
 from wattwise.devices.agent import gpu_uuid
 from wattwise.errors import ConfigError, UsageError
@@ -88,13 +89,15 @@ def _agent(tmp_path: Path, config: AgentConfig | None = None) -> Agent:
 def test_the_originals_are_journalled_before_the_change_and_restored_when_the_holder_ends(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     state = agent.set_power_limit(0, ALICE, {1000}, 200.0)
-    assert state["power_limit_w"] == 200.0 and state["holder"] == {"pid": 101, "uid": 1000, "job": "bert"}
+    assert state["power_limit_w"] == 200.0 and state["holder"] == {"pid": 101, "uid": 1000, "job": "bert", "job_id": "",
+                                                                  "pgid": None}
     journalled = AgentJournal(tmp_path / "state").load()
     recorded = [{k: c[k] for k in ("device", "setting", "original")} for c in journalled]
     assert {"device": agent.devices[0].spec(), "setting": "power_limit_w", "original": 300.0} in recorded
     # With its holder (pid and start time) and the value it set: what an agent restart keeps it by.
     power = next(c for c in journalled if c["setting"] == "power_limit_w")
-    assert power["holder"] == {**ALICE.public(), "start_ticks": ALICE.start_ticks} and power["applied"] == 200.0
+    assert power["holder"] == {**ALICE.public(), "start_ticks": 5, "pgid": 0, "pgid_ticks": 0}
+    assert power["applied"] == 200.0
     assert os.stat(tmp_path / "state" / "journal.json").st_mode & 0o777 == 0o600
     assert os.stat(tmp_path / "state").st_mode & 0o777 == 0o700
     agent.lock_sm_clocks(0, ALICE, {1000}, 900, 1200)
@@ -243,7 +246,9 @@ def test_a_lease_handed_over_is_the_childs_in_the_journal_and_its_parent_may_sti
     agent = _agent(tmp_path)
     agent.set_power_limit(0, wrapper, set(), 200.0)
     state = agent.hand_over(0, wrapper, os.getpid())
-    assert state["holder"] == {"pid": os.getpid(), "uid": os.getuid(), "job": "cap"}
+    # The lease follows this process's group when the group is the command's own (led by it or the wrapper).
+    group = os.getpgrp() if os.getpgrp() in (os.getpid(), os.getppid()) else None
+    assert state["holder"] == {"pid": os.getpid(), "uid": os.getuid(), "job": "cap", "job_id": "", "pgid": group}
     assert {c["holder"]["pid"] for c in AgentJournal(tmp_path / "state").load()} == {os.getpid()}
     with pytest.raises(AgentError, match="not a running child") as err:  # BOB is not this process's parent
         agent.set_power_limit(1, BOB, set(), 200.0)
@@ -251,3 +256,88 @@ def test_a_lease_handed_over_is_the_childs_in_the_journal_and_its_parent_may_sti
     assert err.value.status == 403
     agent.release(0, wrapper)
     assert agent.status()["gpus"][0]["holder"] is None and agent.devices[0].power_limit_w() == 300.0
+
+
+def _gone(pgid: int = 0, pgid_ticks: int = 0) -> Holder:
+    """A holder whose process is long gone (pid 101 started at tick 5), following process group `pgid` if given."""
+    return Holder(pid=101, uid=1000, job="bert", start_ticks=5, pgid=pgid, pgid_ticks=pgid_ticks)
+
+
+def _my_group() -> tuple[int, int]:
+    """This process's group and its leader's start time (0 when the leader has ended)."""
+    return os.getpgrp(), process_start_ticks(os.getpgrp()) or 0
+
+
+def test_a_holder_that_follows_its_process_group_lives_while_another_process_of_the_group_runs() -> None:
+    pgid, leader_ticks = _my_group()
+    member = _gone(pgid, leader_ticks)
+    if pgid == os.getpid():  # this process leads its group: only another member keeps the group "alive"
+        pytest.skip("this test process leads its own process group")
+    assert holder_alive(member)  # its pid has ended; this process, of the same group, runs on
+    assert not holder_alive(_gone())  # no group followed: its pid alone
+    if leader_ticks:  # a leader that runs with another start time: the group's number was reused
+        assert not holder_alive(_gone(pgid, leader_ticks + 1))
+    back = Holder.from_journal(member.journalled())
+    assert back == member and back.public()["pgid"] == pgid
+    assert Holder.from_journal({**member.journalled(), "pgid": -3}) == _gone()
+
+
+def test_the_wrapper_releasing_leaves_the_gpu_held_while_the_commands_group_runs_on(tmp_path: Path) -> None:
+    pgid, leader_ticks = _my_group()
+    if pgid == os.getpid():
+        pytest.skip("this test process leads its own process group")
+    agent = _agent(tmp_path)
+    agent.set_power_limit(0, ALICE, set(), 200.0)
+    # The command ALICE handed the lease to has ended; a process of its group (this one) runs on.
+    agent.leases.hand_over(0, _gone(pgid, leader_ticks))
+    kept = agent.release(0, ALICE)
+    assert kept["released"] == "kept" and kept["holder"]["pgid"] == pgid and kept["power_limit_w"] == 200.0
+    # A command whose group has no process left: the wrapper's release restores at once.
+    agent.set_power_limit(1, ALICE, set(), 200.0)
+    agent.leases.hand_over(1, _gone())
+    done = agent.release(1, ALICE)
+    assert (done["released"], done["holder"], done["power_limit_w"]) == ("restored", None, 300.0)
+    assert agent.release(1, ALICE)["released"] == "not held"
+
+
+def test_a_jobs_gpus_are_released_by_root_or_its_user_whatever_process_holds_them(tmp_path: Path) -> None:
+    from wattwise.agent.audit import AuditLog
+
+    agent = _agent(tmp_path)
+    agent.audit = AuditLog(tmp_path / "state")
+    in_job = Holder(pid=101, uid=1000, job="bert", start_ticks=5, job_id="77")
+    agent.set_power_limit(0, in_job, set(), 200.0)
+    agent.set_power_limit(1, Holder(pid=202, uid=1000, job="gpt", start_ticks=7, job_id="78"), set(), 150.0)
+    with pytest.raises(AgentError, match=r"GPU\(s\) \[0\] of job '77' are held by another user") as err:
+        agent.release_job("77", BOB)
+    assert err.value.status == 403 and agent.leases.holder(0) == in_job
+    answer = agent.release_job("77", Holder(pid=1, uid=0))
+    assert answer["released"] == [0] and [g["holder"] for g in answer["gpus"]] == [None]
+    status = agent.status()["gpus"]
+    assert [(g["power_limit_w"], g["holder"] and g["holder"]["job_id"]) for g in status] == [(300.0, None),
+                                                                                             (150.0, "78")]
+    assert agent.release_job("77", Holder(pid=1, uid=0))["released"] == []  # nothing left: nothing to do
+    assert agent.release_job("78", Holder(pid=202, uid=1000, start_ticks=99))["released"] == [1]  # its own user
+    agent.audit.close()
+    lines = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    assert [(a["gpu_index"], a["new"], a["why"]) for a in lines if a["why"].startswith("job")] == [
+        (0, 300.0, "job released by uid 0"), (1, 300.0, "job released by uid 1000")]
+
+
+def test_a_url_names_a_gpu_by_its_ascii_index_or_its_exact_uuid(tmp_path: Path) -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    from wattwise.agent.server import _index
+
+    agent = _agent(tmp_path)
+    uuid = gpu_uuid(agent.devices[1].spec())
+
+    def named(text: str) -> int:
+        return _index(make_mocked_request("POST", f"/v1/gpus/{text}/power_limit", match_info={"index": text}), agent)
+
+    assert (named("0"), named("1"), named(uuid)) == (0, 1, 1)
+    for wrong in ("GPU-00000000-0000-0000-0000-000000000000", uuid[:12], uuid.lower().replace("gpu-", ""), "\u00b2",
+                  "\u0661"):
+        with pytest.raises(AgentError, match="no GPU") as err:
+            named(wrong)
+        assert err.value.status == 404
