@@ -208,6 +208,11 @@ class Run:
         return self.cfg.job or self.recurring_job or script or "python"
 
     @property
+    def elapsed_s(self) -> float:
+        """Wall-clock seconds since the run started (0 before), measured or not."""
+        return max(0.0, self._wall() - self._start_wall) if self.started else 0.0
+
+    @property
     def applied_limit_w(self) -> float | None:
         return self.power.applied_limit_w
 

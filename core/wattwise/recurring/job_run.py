@@ -18,10 +18,8 @@ raises `StoreUnavailable` (one line: the store, the database's reason and what t
 
 from __future__ import annotations
 
-import warnings
-
 from wattwise.distributed import Collective
-from wattwise.errors import EnergyPluginWarning, UsageError
+from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.policy import StopReason
 from wattwise.recurring.spec import JobSpec, MetricMode, Recommendation, RunRecord
@@ -133,7 +131,10 @@ class RecurringJobRun:
         return self.stop_reason
 
     def record(self, run: Run, *, failed: bool) -> RunRecord | None:
-        """Close the run in the store: reached or not, with the run's energy and time. Every process calls it."""
+        """Close the run in the store: reached or not, with the run's energy and time. Every process calls it.
+
+        With nothing measured the run is recorded all the same, with its time and epochs and no energy.
+        """
         rec = self.recommendation
         if not self._open or rec is None:
             return None
@@ -147,15 +148,13 @@ class RecurringJobRun:
             if not failed:  # a run that ends before tuning finished settles on the best limit measured
                 run.power.finish_tuning(run.step_count)
             chosen = run.power.tuned_limit_w
+            energy_j: float | None
             if record is not None:
                 energy_j, time_s = record.energy_j, record.time_s
             elif totals is not None:
                 energy_j, time_s = totals.energy_j, totals.time_s
-            else:
-                warnings.warn(f"wattwise: no energy was measured, so run {rec.run_id} of job {self.spec.name!r} "
-                              f"is left open; it stops counting as running after 24 hours", EnergyPluginWarning,
-                              stacklevel=3)
-                return None
+            else:  # nothing measured (the run said so): recorded with its time, without energy nor cost
+                energy_j, time_s = None, run.elapsed_s
             self.result = optimizer.report_result(rec.run_id, energy_j=energy_j, time_s=time_s,
                                                   reached=not failed and self.spec.reached(self.metric),
                                                   epochs=self.epochs,

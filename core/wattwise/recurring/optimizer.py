@@ -161,13 +161,17 @@ class BatchSizeOptimizer:
         self,
         run_id: int,
         *,
-        energy_j: float,
+        energy_j: float | None,
         time_s: float,
         reached: bool,
         epochs: int | None = None,
         power_limit_w: float | None = None,
     ) -> RunRecord | None:
         """Close the run: whether it reached the target, and its whole energy, time and epochs.
+
+        `energy_j` None: nothing was measured. The run is recorded with what is known (time, epochs,
+        whether it reached the target) and no energy nor cost, and the batch-size policy, which learns
+        from costs, leaves it out rather than count it as free.
 
         `epochs` defaults to the last epoch given to `should_stop`. A run that reached the target
         must have done at least one epoch: the bandit learns from epochs to target. `power_limit_w`,
@@ -183,7 +187,7 @@ class BatchSizeOptimizer:
             _check_epochs(epochs, reached)
         if power_limit_w is not None:
             check_power_limit(power_limit_w)
-        cost, now_s = self.job.cost(energy_j, time_s), self._clock()
+        cost, now_s = self.job.cost(energy_j, time_s) if energy_j is not None else None, self._clock()
         try:
             run = self.store.get_run(self.job.name, run_id)
             epochs_done = run.epochs if epochs is None else epochs
@@ -224,7 +228,11 @@ def _check_epochs(epochs: int, reached: bool) -> None:
         )
 
 
-def _check_totals(energy_j: float, time_s: float) -> None:
-    """The run's totals so far, within the bounds every store accepts (`wattwise.store.base.check_run_figures`)."""
-    RUN_ENERGY_J.check_number(energy_j, "energy_j")
+def _check_totals(energy_j: float | None, time_s: float) -> None:
+    """The run's totals so far, within the bounds every store accepts (`wattwise.store.base.check_run_figures`).
+
+    `energy_j` None: nothing was measured.
+    """
+    if energy_j is not None:
+        RUN_ENERGY_J.check_number(energy_j, "energy_j")
     RUN_TIME_S.check_number(time_s, "time_s")

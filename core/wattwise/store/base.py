@@ -84,12 +84,12 @@ class JobStore(Protocol):
         *,
         reached: bool,
         epochs: int,
-        energy_j: float,
+        energy_j: float | None,
         time_s: float,
-        cost: float,
+        cost: float | None,
         now_s: float,
     ) -> RunRecord:
-        """Close an open run with its result.
+        """Close an open run with its result (`energy_j` and `cost` None: nothing was measured).
 
         Returns:
             The finished run (`reached` or `failed`), with the power limit remembered for its batch size
@@ -181,9 +181,9 @@ def check_run_figures(*, epochs: object, energy_j: object, time_s: object, cost:
 
     Args:
         epochs: epochs done (None: not given, as a spooled result may leave it).
-        energy_j: the run's energy so far (J).
+        energy_j: the run's energy so far (J); None for a result with nothing measured.
         time_s: the run's time so far (s).
-        cost: the job's cost of that energy and time (J).
+        cost: the job's cost of that energy and time (J); None when the energy is.
         now_s: when, in the caller's clock (s).
 
     Raises:
@@ -191,9 +191,10 @@ def check_run_figures(*, epochs: object, energy_j: object, time_s: object, cost:
     """
     if epochs is not None:
         check_integer(epochs, "epochs", low=0, high=MAX_INTEGER)
-    RUN_ENERGY_J.check_number(energy_j, "energy_j")
+    if energy_j is not None or cost is not None:  # both None: nothing was measured
+        RUN_ENERGY_J.check_number(energy_j, "energy_j")
+        COST_J.check_number(cost, "cost")
     RUN_TIME_S.check_number(time_s, "time_s")
-    COST_J.check_number(cost, "cost")
     TIMESTAMP_S.check_number(now_s, "now_s")
 
 

@@ -99,9 +99,9 @@ class MemoryJobStore:
         *,
         reached: bool,
         epochs: int,
-        energy_j: float,
+        energy_j: float | None,
         time_s: float,
-        cost: float,
+        cost: float | None,
         now_s: float,
     ) -> RunRecord:
         check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
@@ -119,7 +119,7 @@ class MemoryJobStore:
             else self._limits[name].get(run.batch_size),
         )
         self._runs[name][index] = done
-        if reached:
+        if reached and cost is not None:
             self._least[name] = min(self._least[name], cost)
         return done
 

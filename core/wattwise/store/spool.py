@@ -54,17 +54,17 @@ class StoreUnavailable(Unavailable):
 class SpooledResult:
     """A run's result as `BatchSizeOptimizer.report_result` was given it.
 
-    `epochs` None: the epochs the store has for the run. `power_limit_w`: the limit the run's tuning
-    chose, remembered for the run's batch size with the result.
+    `epochs` None: the epochs the store has for the run. `energy_j` and `cost` None: nothing was measured.
+    `power_limit_w`: the limit the run's tuning chose, remembered for the run's batch size with the result.
     """
 
     job: str
     run_id: int
     reached: bool
     epochs: int | None
-    energy_j: float
+    energy_j: float | None
     time_s: float
-    cost: float
+    cost: float | None
     now_s: float
     power_limit_w: float | None = None
 

@@ -507,9 +507,9 @@ class SqlJobStore:
         *,
         reached: bool,
         epochs: int,
-        energy_j: float,
+        energy_j: float | None,
         time_s: float,
-        cost: float,
+        cost: float | None,
         now_s: float,
     ) -> RunRecord:
         check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)

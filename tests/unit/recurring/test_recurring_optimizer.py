@@ -89,6 +89,20 @@ def test_a_run_that_never_reaches_stops_at_the_maximum_epochs(store: JobStore) -
     assert opt.stop_reason(first.run_id, 20, 2000.0, 20.0, 0.5) == "max_epochs"
 
 
+def test_a_run_with_nothing_measured_is_recorded_without_energy_and_the_policy_leaves_it_out(store: JobStore) -> None:
+    opt = optimizer(store)
+    first = opt.next_batch_size()
+    done = opt.report_result(first.run_id, energy_j=None, time_s=3.5, reached=True, epochs=3)
+    assert done is not None and (done.state, done.epochs, done.time_s) == ("reached", 3, 3.5)
+    assert (done.energy_j, done.cost) == (None, None)  # unknown, not zero
+    assert store.get_run(SPEC.name, first.run_id).cost is None
+    # Not a free run: no cost limit comes of it, and the default batch size is explored again.
+    again = opt.next_batch_size()
+    assert (again.batch_size, again.phase, again.cost_limit) == (64, "explore", math.inf)
+    assert train(opt, again.run_id, 4) == (True, 4)  # measured: 400 J of cost, the limit is 2 x 400
+    assert opt.cost_limit(store.get_run(SPEC.name, again.run_id)) == pytest.approx(800.0)
+
+
 def test_an_open_exploration_run_that_went_silent_stops_blocking_exploration(store: JobStore) -> None:
     clock = Clock()
     opt = BatchSizeOptimizer(SPEC, store, rng=np.random.default_rng(0), clock=clock, stale_after_s=3600.0)
