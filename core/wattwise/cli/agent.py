@@ -131,8 +131,11 @@ def run_status(args: argparse.Namespace) -> int:
     for g in gpus:
         clocks = g["locked_sm_clocks_mhz"]
         holder = g["holder"]
-        who = (f"held by pid {holder['pid']} (uid {holder['uid']}, job {holder['job']!r})" if holder
-               else "free")
+        who = "free"
+        if holder:
+            named = (("job_id", "batch job"), ("pgid", "process group"))
+            more = "".join(f", {what} {holder[key]}" for key, what in named if holder.get(key))
+            who = f"held by pid {holder['pid']} (uid {holder['uid']}, job {holder['job']!r}{more})"
         print(f"GPU {g['index']} {g['name']}: power limit {_w(g['power_limit_w'])} "
               f"(default {_w(g['default_power_limit_w'])}), SM clocks "
               f"{f'locked {clocks[0]}-{clocks[1]} MHz' if clocks else 'unlocked'}, {who}")
