@@ -67,6 +67,7 @@ class StepRecord:
 
     @property
     def avg_power_w(self) -> float:
+        """Average power over the figures (energy / time; 0 for no time)."""
         return self.energy_j / self.time_s if self.time_s > 0 else 0.0
 
 
@@ -184,13 +185,16 @@ class RunMeasurement:
 
     @property
     def simulated(self) -> bool:
+        """Whether a GPU of this process is simulated (every output must say so)."""
         return any(d.simulated for d in self.gpus)
 
     @property
     def devices(self) -> list[Device]:
+        """This process's GPUs, then its CPU packages."""
         return [*self.gpus, *self.cpus]
 
     def device_label(self, dev: Device) -> str:
+        """A device's name in the run's figures and timeline: `rank0/gpu0`."""
         return f"rank{self.collective.rank}/{dev.key}"
 
     # -- life cycle ------------------------------------------------------------------------------------
@@ -246,8 +250,11 @@ class RunMeasurement:
         return EnergyMonitor([_Unmeasured()])
 
     def _read(self, call: Callable[[EnergyMonitor], T]) -> T:
-        """`call` on the monitor; when it fails in a process of several, this process goes on without its
-        devices (`lost`) and `call` runs on the monitor that measures nothing, with the same windows open."""
+        """`call` on the monitor, and what it returns.
+
+        When it fails in a process of several, this process goes on without its devices (`lost`) and `call`
+        runs on the monitor that measures nothing, with the same windows open.
+        """
         monitor = self.monitor
         assert monitor is not None
         if self.lost is not None or self.collective.world_size == 1 or self.cfg.strict:
@@ -279,9 +286,11 @@ class RunMeasurement:
             self._on_lost(message)
 
     def is_open(self, name: str) -> bool:
+        """Whether the window `name` is open."""
         return self.monitor is not None and self.monitor.is_open(name)
 
     def begin(self, name: str) -> None:
+        """Open the window `name` (paused from the start when it counts training and the run is paused)."""
         assert self.monitor is not None
         self._read(lambda mon: mon.begin_window(name))
         if self.paused_kind is not None and name in TRAINING_WINDOWS:
@@ -326,8 +335,14 @@ class RunMeasurement:
         return every > 0 and self.step_count // every > self._logged_at // every
 
     def close_interval(self, also: Sequence[str] = ()) -> tuple[StepRecord, list[StepRecord]]:
-        """The logging point: close the `steps` window (and the windows `also`, in the same collective),
-        reopen it; returns the interval's per-step average and the other windows' figures."""
+        """The logging point: close the `steps` window and reopen it.
+
+        Args:
+            also: Windows that close at the same point, combined in the same collective.
+
+        Returns:
+            The interval's per-step average, and the figures of the windows `also`.
+        """
         assert self.monitor is not None
         ended = self.end(STEPS, *also)
         self._read(lambda mon: mon.begin_window(STEPS, sync=False))
@@ -377,6 +392,12 @@ class RunMeasurement:
 
     # -- epochs ----------------------------------------------------------------------------------------
     def epoch_begin(self, number: int | None = None) -> None:
+        """Open the epoch's window.
+
+        Args:
+            number: The framework's epoch index (None: the epoch after the last one, or the one a resumed
+                checkpoint was in).
+        """
         carried = self._resumed_epoch
         if number is None:
             number = int(carried["epoch"]) if carried is not None and "epoch" in carried else len(self.epochs)
@@ -391,6 +412,7 @@ class RunMeasurement:
         self._epoch_steps_at = self.step_count
 
     def epoch_end(self) -> StepRecord | None:
+        """Close the epoch's window (a collective); its figures over all processes, None when none was open."""
         if not self.is_open(EPOCH):
             return None
         rec = self.end(EPOCH)[0]
@@ -432,8 +454,10 @@ class RunMeasurement:
         return self.figures(per_rank)
 
     def rank_figures(self, fit: Measurement) -> dict[str, Any]:
-        """This process's share of the run's figures, from its `fit` window: what `gather` exchanges (and a
-        process ended by a signal leaves in a file), JSON-serialisable."""
+        """This process's share of the run's figures, from its `fit` window, JSON-serialisable.
+
+        What `gather` exchanges, and what a process ended by a signal leaves in a file.
+        """
         rank = self.collective.rank
         sampler = self.monitor.sampler if self.monitor is not None else None
         measured = self.lost is None
@@ -509,6 +533,7 @@ class RunMeasurement:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from a checkpoint's `state_dict`: its figures count as earlier segments."""
         self.prior_energy_j = float(state.get("energy_j", 0.0))
         self.prior_time_s = float(state.get("time_s", 0.0))
         self.step_count = int(state.get("steps", 0))

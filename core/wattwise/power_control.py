@@ -86,6 +86,7 @@ class PowerLimitControl:
 
     @property
     def memory(self) -> LimitsMemory:
+        """Where tuned limits are remembered under the job's key (the default memory unless one was given)."""
         if self._memory is None:
             self._memory = LimitsMemory()
         return self._memory
@@ -202,6 +203,11 @@ class PowerLimitControl:
         return limits.pop() if len(limits) == 1 else None
 
     def apply(self, watts: float) -> None:
+        """Set every GPU of the run to `watts` through the guard, and add the change to the timeline.
+
+        Raises:
+            Unavailable: a GPU refused the change or could not be reached.
+        """
         assert self.guard is not None
         for gpu in self.gpus:
             self.guard.set_power_limit(gpu, watts)
@@ -254,8 +260,11 @@ class PowerLimitControl:
         return ends
 
     def min_profile_s(self) -> float:
-        """The shortest profile window: `power_limit.min_profile_s`, or 20 updates of the slowest energy
-        counter among the run's GPUs (0 for counters that change at every read, as a simulated GPU's)."""
+        """The shortest profile window, in seconds.
+
+        `power_limit.min_profile_s`, or 20 updates of the slowest energy counter among the run's GPUs (0 for
+        counters that change at every read, as a simulated GPU's).
+        """
         if self.cfg.min_profile_s is not None:
             return float(self.cfg.min_profile_s)
         return MIN_PROFILE_UPDATES * max((gpu.energy_update_period_s for gpu in self.gpus), default=0.0)
@@ -286,8 +295,11 @@ class PowerLimitControl:
             t.finish_early(reason)
 
     def _how_to_fit(self, needed_steps: int) -> str:
-        """How to make tuning take at most a fifth of a run of known length: the steps the run needs for
-        that, and the `step_w` whose fewer limits fit into this run's first fifth, when two or more do."""
+        """How to make tuning take at most a fifth of a run of known length.
+
+        The steps the run needs for that, and the `step_w` whose fewer limits fit into this run's first
+        fifth, when two or more do.
+        """
         assert self.tuner is not None and self.expected_steps is not None
         t = self.tuner
         how = (f"to tune in at most a fifth of the run, give it at least {TUNING_SHARE * needed_steps} "
@@ -302,8 +314,11 @@ class PowerLimitControl:
         return how + ", or lower power_limit.profile_steps / warmup_steps"
 
     def finish_tuning(self, steps_done: int) -> None:
-        """The run ends: a limit someone else lifted (`Device.settings_lifted`) becomes a notice, and tuning
-        that is still profiling settles on the best limit measured so far."""
+        """The run ends: notices of lifted limits, and tuning that is still profiling settles.
+
+        A limit someone else lifted (`Device.settings_lifted`) becomes a notice, and tuning that is still
+        profiling settles on the best limit measured so far.
+        """
         self._notices += [n for n in (gpu.settings_lifted() for gpu in self.gpus) if n and n not in self._notices]
         t = self.tuner
         if t is None or t.done:
@@ -319,8 +334,11 @@ class PowerLimitControl:
 
     def record_profile(self, time_s: float, energy_j: float, *, memory_key: str | None, is_main: bool,
                        run_id: str | None = None) -> None:
-        """The profile window's figures (combined over processes); remember the choice once tuning ends,
-        with the run that made it (`run_id`), so a later run that reuses it can say where it came from."""
+        """The profile window's figures (combined over processes).
+
+        The choice is remembered once tuning ends, with the run that made it (`run_id`), so a later run
+        that reuses it can say where it came from.
+        """
         assert self.tuner is not None
         undriven = any(not gpu.driven for gpu in self.gpus)
         if self._collective is not None and self._collective.world_size > 1:  # every process gives up alike
@@ -338,8 +356,11 @@ class PowerLimitControl:
                              eta=self.tuner.eta, run_id=run_id)
 
     def suspend(self, reason: str) -> None:
-        """A change failed in this process of several: restore every setting now, and change none until
-        every process degrades together (`degrade`, at the run's next decision point). The first reason stays."""
+        """A change failed in this process of several: restore every setting now.
+
+        No setting changes until every process degrades together (`degrade`, at the run's next decision
+        point). The first reason stays.
+        """
         if self.suspended is None:
             self.suspended = reason
         self.restore()
@@ -353,10 +374,12 @@ class PowerLimitControl:
         self.applied_limit_w = None
 
     def restore(self) -> None:
+        """Put back every setting changed so far (the guard's originals); changes may follow."""
         if self.guard is not None:
             self.guard.restore_all()
 
     def close(self) -> None:
+        """Restore every setting and close the guard: no restoring at signals or exit from now on."""
         if self.guard is not None:
             self.guard.close()
 
@@ -396,6 +419,7 @@ class PowerLimitControl:
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The resumable state: the tuner's, the applied limit, the steps at the chosen one, the reused origin."""
         origin = self.reused_from
         return {"tuner": self.tuner.state_dict() if self.tuner is not None else None,
                 "applied_limit_w": self.applied_limit_w,
@@ -404,6 +428,7 @@ class PowerLimitControl:
                                  "chosen_at_s": origin.chosen_at_s} if origin is not None else None)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from `state_dict`: tuning goes on where it was, a chosen limit is not profiled again."""
         self._resumed_tuner = state.get("tuner")
         self.steps_at_chosen = int(state.get("steps_at_chosen", 0))
         origin = state.get("reused_from")

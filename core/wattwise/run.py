@@ -91,8 +91,17 @@ def process_guard() -> SettingsGuard:
 
 
 def _boundary(refused: tuple[type[Exception], ...]) -> Callable[[Hook[P, R]], Hook[P, R]]:
-    """A hook that never breaks training: an error of a part turns measurement off with one warning
-    (raised instead when `strict`), except the errors `refused`, which the hook raises as they are."""
+    """A hook that never breaks training, except by the errors `refused`.
+
+    An error of a part turns measurement off with one warning (raised instead when `strict`); the errors
+    `refused` are raised as they are.
+
+    Args:
+        refused: The exception types the hook raises (a user's mistake, at the start).
+
+    Returns:
+        The decorator of a `Run` method.
+    """
 
     def decorate(method: Hook[P, R]) -> Hook[P, R]:
         @functools.wraps(method)
@@ -133,8 +142,21 @@ class Run:
         wall_clock: Callable[[], float] = time.time,
         settings_guard: Callable[[], SettingsGuard] = process_guard,
     ) -> None:
-        """See the class docstring; `settings_guard` opens the guard every setting change goes through (by
-        default `process_guard`), called only when the run changes a setting."""
+        """Make the run; nothing is measured nor changed before `start`.
+
+        Args:
+            cfg: The run's configuration.
+            framework: Who drives the run, for the summary ("lightning", "accelerate", "cli").
+            collective: The run's processes (None: the default process group, else this process alone).
+            devices: The devices to measure (None: discover them as `cfg.devices` says).
+            local_rank: This process's GPU among the node's, under distributed training.
+            batch_size: The run's batch size, for the summary and the remembered limit's key.
+            sync: Waits for the GPU's queued work before counters are read (None: as the configuration says).
+            limits_memory: Where tuned limits are remembered and recalled (None: the default).
+            wall_clock: Time of day, in seconds since the epoch.
+            settings_guard: Opens the guard every setting change goes through (by default `process_guard`),
+                called only when the run changes a setting.
+        """
         self.cfg = cfg
         self.framework = framework
         self._collective = collective
@@ -166,28 +188,34 @@ class Run:
     # -- what adapters and users read ------------------------------------------------------------------
     @property
     def collective(self) -> Collective:
+        """The run's processes: the one given, else the default process group (this process alone if none)."""
         if self._collective is None:
             self._collective = default_collective()
         return self._collective
 
     @property
     def is_main(self) -> bool:
+        """Whether this is the main process (rank 0), which warns, prints and writes the record."""
         return self.collective.rank == 0
 
     @property
     def measuring(self) -> bool:
+        """Whether the run measures now (started, and measurement neither off nor failed)."""
         return self.measurement is not None and self.measurement.active
 
     @property
     def gpus(self) -> list[Device]:
+        """This process's GPUs (none before `start`)."""
         return self.measurement.gpus if self.measurement is not None else []
 
     @property
     def last_step(self) -> StepRecord | None:
+        """The last logging interval's per-step figures over all processes; None before the first."""
         return self.measurement.last_step if self.measurement is not None else None
 
     @property
     def step_count(self) -> int:
+        """Optimizer steps counted so far (resumed segments included)."""
         return self.measurement.step_count if self.measurement is not None else 0
 
     @property
@@ -202,8 +230,10 @@ class Run:
 
     @property
     def job_name(self) -> str:
-        """The run as the node agent names the holder of its GPUs: the job, else the recurring job, else
-        the script's name."""
+        """The run as the node agent names the holder of its GPUs.
+
+        The job, else the recurring job, else the script's name.
+        """
         script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
         return self.cfg.job or self.recurring_job or script or "python"
 
@@ -214,12 +244,16 @@ class Run:
 
     @property
     def applied_limit_w(self) -> float | None:
+        """The power limit wattwise applied and holds now; None when it holds none."""
         return self.power.applied_limit_w
 
     @property
     def power_limit_w(self) -> float | None:
-        """The GPUs' power limit as the loggers report it (`power/limit_w`): the one wattwise applied, else
-        (measuring only) the one they had when the run started; None when this process's GPUs differ."""
+        """The GPUs' power limit as the loggers report it (`power/limit_w`).
+
+        The one wattwise applied, else (measuring only) the one they had when the run started; None when
+        this process's GPUs differ.
+        """
         return self.power.limit_in_force_w
 
     # -- degrading -------------------------------------------------------------------------------------
@@ -294,8 +328,10 @@ class Run:
         power.degrade()
 
     def _measurement_lost(self, message: str) -> None:
-        """Every process learnt that some of them lost their measurement (`message` names each rank and
-        why; the measurement part notes it for the summary): the main process warns, once."""
+        """Every process learnt that some of them lost their measurement: the main process warns, once.
+
+        `message` names each rank and why; the measurement part notes it for the summary.
+        """
         if self.power.mode != "measure":  # `_agree` degrades every process at the next decision point
             message += "; power-limit changes stop in every process, which continues with measurement only"
         if self.is_main:
@@ -362,15 +398,20 @@ class Run:
         return CarbonControl(self.cfg.carbon, wall_clock=self._wall) if self.cfg.carbon.aware else None
 
     def expect_steps(self, total: int | None) -> None:
-        """The optimizer steps this run will make, when the framework knows: tuning that cannot finish in
-        them says so as soon as that is certain, and settles on the best limit it could measure."""
+        """The optimizer steps this run will make, when the framework knows (None: unknown).
+
+        Tuning that cannot finish in them says so as soon as that is certain, and settles on the best limit
+        it could measure.
+        """
         self.power.expect_steps(total)
 
     @_never_breaks_training
     def step_begin(self, epoch: int | None = None) -> None:
         """An optimizer step starts: training resumes after a pause; the tuner may change the limit.
 
-        `epoch`: the framework's epoch index, for an epoch whose start was not seen (a resume)."""
+        Args:
+            epoch: The framework's epoch index, for an epoch whose start was not seen (a resume).
+        """
         if not self.measuring:
             return
         m = self.measurement
@@ -390,8 +431,12 @@ class Run:
 
     @_never_breaks_training
     def step_end(self, steps: int = 1) -> StepRecord | None:
-        """`steps` optimizer steps ended. At a logging point returns the interval's figures over all
-        processes (per-step averages); otherwise None, having only counted (see the module docstring)."""
+        """`steps` optimizer steps ended.
+
+        Returns:
+            At a logging point the interval's figures over all processes (per-step averages); otherwise
+            None, having only counted (see the module docstring).
+        """
         if not self.measuring or steps <= 0:
             return None
         m = self.measurement
@@ -418,8 +463,13 @@ class Run:
 
     @_never_breaks_training
     def pause(self, kind: str = "validation") -> None:
-        """What follows is not training (`kind`: "validation", "checkpoint", ...): step and profile figures
-        stop counting until `resume` or the next `step_begin`. Local to the process: no collective."""
+        """What follows is not training: step and profile figures stop counting until it ends.
+
+        It ends at `resume` or at the next `step_begin`. Local to the process: no collective.
+
+        Args:
+            kind: What it is ("validation", "checkpoint", ...), as the summary's `non_training` reports it.
+        """
         if self.measuring and self.measurement is not None:
             self.measurement.pause(kind)
 
@@ -431,6 +481,7 @@ class Run:
 
     @property
     def paused(self) -> bool:
+        """Whether the run is in a pause (`pause` without its `resume` yet)."""
         return self.measurement is not None and self.measurement.paused_kind is not None
 
     @_never_breaks_training
@@ -493,9 +544,11 @@ class Run:
         return record
 
     def _finish_signalled(self) -> None:
-        """SIGTERM ends this process of several by its default action (a script with no handler of its own),
-        after the guard restored its settings: the run's record without a collective, which the others
-        (ended by the same signal, or in the middle of one) could not answer.
+        """SIGTERM ends this process of several: the run's record, without a collective.
+
+        The signal takes its default action (a script with no handler of its own), after the guard restored
+        the settings; a collective is out of the question, as the others (ended by the same signal, or in
+        the middle of one) could not answer.
 
         Each process leaves its figures in the output folder (`interrupted-rank<N>.json`); the main one
         waits up to `SIGNALLED_WAIT_S` for them, writes summary.json (`interrupted`, a note naming the ranks
