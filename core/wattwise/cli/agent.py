@@ -92,7 +92,9 @@ def run_serve(args: argparse.Namespace) -> int:
     journal.prepare()
     if args.backend == "simulated":
         folder = Path(args.simulated_dir or Path(args.socket).parent / "simulated")
-        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
+        if not folder.exists():  # the clients read the GPUs' state there, whatever the umask (systemd's 0077)
+            folder.mkdir(parents=True, mode=0o755)
+            folder.chmod(0o755)
         found = discover("simulated", num_simulated=args.simulated_gpus, persist_dir=folder)
         share_simulated_load(found.gpus, group_id(args.group))
     else:

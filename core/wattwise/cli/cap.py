@@ -72,7 +72,8 @@ def hand_over_to(gpus: list[Device], pid: int) -> None:
 
     The node agent then keeps the cap for as long as the command lives, even when this `wattwise cap` is
     killed (SIGKILL included), and restores the GPUs when the command ends. GPUs not behind the agent are
-    skipped. An agent that refuses (an older one) leaves the cap held by this wrapper, with one warning.
+    skipped. An agent that refuses (an older one) leaves the cap held by this wrapper, with one warning;
+    a command that has ended already needs none (this wrapper restores the GPUs now).
     """
     for gpu in gpus:
         hand_over = getattr(gpu, "hand_over", None)
@@ -81,8 +82,19 @@ def hand_over_to(gpus: list[Device], pid: int) -> None:
         try:
             hand_over(pid)
         except DeviceError as err:
+            if _ended(pid):
+                return
             print(f"wattwise cap: warning: GPU {gpu.index} stays capped only while this wrapper runs, not for as "
                   f"long as the command does: {err}", file=sys.stderr)
+
+
+def _ended(pid: int) -> bool:
+    """Whether this wrapper's child `pid` has ended (a zombie until the wrapper waits for it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 #: What happened to a GPU's limit when the command ended (`--json`'s `restore[].outcome`).
