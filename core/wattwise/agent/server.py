@@ -80,28 +80,30 @@ def peer_credentials(sock: Any) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
-def _stat_fields(pid: int | str) -> list[str] | None:
-    """`/proc/PID/stat` after the command name (state, ppid, pgrp, ...); None when gone or a zombie."""
+def _stat_fields(pid: int | str, *, ended_too: bool = False) -> list[str] | None:
+    """`/proc/PID/stat` after the command name (state, ppid, pgrp, ...); None when gone or (unless
+    `ended_too`) a zombie: ended, its parent not told yet."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             text = fh.read().decode("ascii", "replace")
     except OSError:
         return None
     fields = text[text.rfind(")") + 2:].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
+    if len(fields) < 20 or (fields[0] in ("Z", "X") and not ended_too):
         return None
     return fields
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of a live process (clock ticks since boot); None when it is gone or a zombie."""
-    fields = _stat_fields(pid)
+def process_start_ticks(pid: int, *, ended_too: bool = False) -> int | None:
+    """Start time of a live process (clock ticks since boot); None when it is gone or (unless `ended_too`)
+    a zombie."""
+    fields = _stat_fields(pid, ended_too=ended_too)
     return int(fields[19]) if fields else None
 
 
 def process_group(pid: int) -> int | None:
-    """The process group of a live process; None when it is gone or a zombie."""
-    fields = _stat_fields(pid)
+    """The process group of a process, a zombie's too (until its parent reaps it); None when it is gone."""
+    fields = _stat_fields(pid, ended_too=True)
     return int(fields[2]) if fields else None
 
 
@@ -460,9 +462,13 @@ class Agent:
         `wattwise cap` wrapper leaves its command capped); the caller may still release it. The child must
         be the caller's own (its parent) and run as the same user.
 
+        A child that has ended already (the caller has not reaped it yet) is still handed the lease when
+        other processes of its group run: a command that starts its work in the background and exits at
+        once is no race.
+
         Raises:
-            AgentError: 409 when the caller does not hold the GPU, 403 when `pid` is not its child of the
-                same user (or is gone).
+            AgentError: 409 when the caller does not hold the GPU or the child ended leaving nothing of its
+                group running, 403 when `pid` is not its child of the same user (or is gone).
         """
         self._device(index)
         try:
@@ -473,7 +479,7 @@ class Agent:
         if not held or lease is None:
             raise AgentError(409, f"GPU {index} is not held by pid {caller.pid}; set a limit first")
         found = parent_and_uids(pid)
-        ticks = process_start_ticks(pid)
+        ticks = process_start_ticks(pid, ended_too=True)
         if found is None or ticks is None or found[0] != caller.pid or found[1] != {caller.uid}:
             raise AgentError(403, f"pid {pid} is not a running child of pid {caller.pid} of the same user; a "
                                   "GPU is handed over only to the caller's own child")
@@ -483,6 +489,9 @@ class Agent:
         leader_ticks = {pid: ticks, caller.pid: caller.start_ticks}.get(pgid or 0)
         child = Holder(pid, caller.uid, lease.holder.job, ticks, lease.holder.job_id,
                        pgid if pgid and leader_ticks else 0, leader_ticks or 0)
+        if not holder_alive(child):
+            raise AgentError(409, f"pid {pid} has ended and no process of its group runs: nothing to hand GPU "
+                                  f"{index} over to; it stays held by pid {caller.pid}")
         self.leases.hand_over(index, child)
         with contextlib.suppress(OSError):  # the originals are journalled already; this names the new holder
             self._save()

@@ -91,6 +91,7 @@ def run_serve(args: argparse.Namespace) -> int:
     journal = AgentJournal(args.state_dir)
     journal.prepare()
     if args.backend == "simulated":
+        os.umask(os.umask(0) & 0o022)  # its GPUs' state files are the clients' to read (systemd's UMask=0077)
         folder = Path(args.simulated_dir or Path(args.socket).parent / "simulated")
         if not folder.exists():  # the clients read the GPUs' state there, whatever the umask (systemd's 0077)
             folder.mkdir(parents=True, mode=0o755)
