@@ -584,7 +584,9 @@ class Agent:
         if self.audit is None:
             return
         try:
-            self.audit.record(uid=holder.uid, pid=holder.pid, job=holder.job, device_spec=self.devices[index].spec(),
+            spec = self.devices[index].spec()
+            self.audit.record(uid=holder.uid, pid=holder.pid, job=holder.job,
+                              device_spec={**spec, "uuid": gpu_uuid(spec)},  # the status's, a simulated GPU's too
                               setting=setting, old=old, new=new, why=why)
         except (OSError, ValueError) as err:
             log.error("wattwise agent: cannot write the audit log (%s)", err)

@@ -322,6 +322,7 @@ def test_a_jobs_gpus_are_released_by_root_or_its_user_whatever_process_holds_the
     lines = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     assert [(a["gpu_index"], a["new"], a["why"]) for a in lines if a["why"].startswith("job")] == [
         (0, 300.0, "job released by uid 0"), (1, 300.0, "job released by uid 1000")]
+    assert {a["gpu_uuid"] for a in lines if a["gpu_index"] == 1} == {gpu_uuid(agent.devices[1].spec())}
 
 
 def test_a_url_names_a_gpu_by_its_ascii_index_or_its_exact_uuid(tmp_path: Path) -> None:
