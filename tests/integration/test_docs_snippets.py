@@ -5,63 +5,100 @@ Makefile, examples, configs and .venv linked in), so a later block may use what 
 `bash` blocks run in bash with `-e -o pipefail`, `python` blocks with this interpreter (the project's venv).
 A block preceded by `<!-- not-run: REASON -->` is skipped; it must say why (it needs a GPU, a cluster, root,
 or a script of the reader's own). Blocks of any other language (text, json, yaml, csv) are output or data.
+
+Where a block runs one of the examples, what the page says it does is checked right after it (`EXPECTED`):
+the examples are tested as the pages run them, once.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.support.docs_blocks import PAGES, RUN, Block, blocks_of, page_id
 from tests.support.paths import REPO_ROOT as ROOT
+from tests.support.summaries import assert_tuned, read_summary
 
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 #: What a page's folder links from the repository, as a clone would have it.
 LINKED = ("Makefile", "pyproject.toml", "pth_build.py", ".venv", "core", "lightning_energy", "accelerate_energy",
           "examples", "configs", "deploy")
-RUN = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python"}
-FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)[^\n]*$")
-NOT_RUN = re.compile(r"<!--\s*not-run:(.*?)-->")
 BLOCK_TIMEOUT_S = 300
 
 
+def _lightning_example_tuned(folder: Path, output: str) -> None:
+    record = read_summary(folder / "wattwise_runs" / "lightning" / "summary.json")
+    assert record["framework"] == "lightning"
+    assert_tuned(record, 120)  # the example's default --max-steps
+
+
+def _accelerate_example_tuned_with_the_flag_alone(folder: Path, output: str) -> None:
+    assert "epoch 0: loss" in output
+    record = read_summary(folder / "wattwise_runs" / "summary.json")
+    assert record["framework"] == "accelerate"
+    assert_tuned(record, 128)  # 4096 samples in batches of 32, one epoch
+
+
+def _trainer_example_tuned_with_no_line_of_its_own(steps: int) -> Callable[[Path, str], None]:
+    def check(folder: Path, output: str) -> None:
+        assert_tuned(read_summary(folder / "wattwise_runs" / "summary.json"), steps)
+    return check
+
+
+def _recurring_example_recorded_each_run(folder: Path, output: str) -> None:
+    shown = subprocess.run([sys.executable, "-m", "wattwise", "jobs", "show", "regression", "--json"],
+                           env=_environment(folder), cwd=folder, capture_output=True, text=True, check=True).stdout
+    runs = json.loads(shown)["runs"]
+    assert len(runs) == 2
+    assert all(r["energy_j"] > 0 for r in runs)
+    # The first run of a batch size tunes its limit; the job remembers it for that batch size.
+    assert runs[0]["power_limit_w"] is not None
+
+
 @dataclass(frozen=True)
-class Block:
-    """One fenced block of a page."""
+class Expected:
+    """What the block of `page` whose code holds `code` leaves behind: `check(folder, its output)` passes."""
 
-    line: int
-    language: str
+    page: str
     code: str
-    not_run: str | None
+    check: Callable[[Path, str], None]
+
+    def matches(self, page: Path, block: Block) -> bool:
+        return page_id(page) == self.page and self.code in block.code
 
 
-def blocks_of(page: Path) -> list[Block]:
-    """The fenced blocks of `page`, with the reason of a `not-run` marker on the line before each."""
-    lines = page.read_text().splitlines()
-    found: list[Block] = []
-    i = 0
-    while i < len(lines):
-        opening = FENCE.match(lines[i])
-        if not opening:
-            i += 1
-            continue
-        fence, language = opening.group(1), opening.group(2).lower()
-        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith(fence) and not lines[j].strip("`"))
-        before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
-        marker = NOT_RUN.search(before)
-        found.append(Block(i + 1, language, "\n".join(lines[i + 1:end]) + "\n",
-                           marker.group(1).strip() if marker else None))
-        i = end + 1
-    return found
+EXPECTED = (
+    Expected("docs/getting-started.md", "examples/lightning_train.py --mode tune", _lightning_example_tuned),
+    Expected("docs/getting-started.md", "examples/accelerate_train.py --epochs 1",
+             _accelerate_example_tuned_with_the_flag_alone),
+    Expected("docs/getting-started.md", "examples/trainer_train.py \\\n    --max-steps 70",
+             _trainer_example_tuned_with_no_line_of_its_own(70)),
+    Expected("docs/guides/recurring.md", "python examples/recurring_job.py --max-epochs 3\n"
+             "python examples/recurring_job.py --max-epochs 3", _recurring_example_recorded_each_run),
+)
 
 
-def page_id(page: Path) -> str:
-    return str(page.relative_to(ROOT))
+def test_each_expectation_checks_one_block_that_runs() -> None:
+    for expected in EXPECTED:
+        page = ROOT / expected.page
+        found = [b for b in blocks_of(page) if b.runs and expected.matches(page, b)]
+        assert len(found) == 1, f"{expected.page}: {len(found)} running blocks hold {expected.code!r}, not one"
+
+
+def test_every_example_is_run_and_checked() -> None:
+    """Each script of examples/ runs in a page with its result checked here, or in test_examples.py."""
+    tested_there = (ROOT / "tests" / "integration" / "test_examples.py").read_text()
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        name = f"examples/{example.name}"
+        checked_here = any(name in expected.code for expected in EXPECTED)
+        assert checked_here or f'"{example.name}"' in tested_there, f"{name} is neither checked here nor tested"
 
 
 def test_every_page_with_code_is_collected() -> None:
@@ -95,8 +132,7 @@ def _make_would_install(folder: Path, env: dict[str, str]) -> bool:
 
 
 @pytest.mark.timeout(1200)  # a page's blocks run one after the other: several trainings on a busy machine
-@pytest.mark.parametrize("page", [p for p in PAGES if any(b.language in RUN and b.not_run is None
-                                                            for b in blocks_of(p))], ids=page_id)
+@pytest.mark.parametrize("page", [p for p in PAGES if any(b.runs for b in blocks_of(p))], ids=page_id)
 def test_page_blocks_run(page: Path, tmp_path: Path) -> None:
     for name in LINKED:
         if (ROOT / name).exists():
@@ -104,7 +140,7 @@ def test_page_blocks_run(page: Path, tmp_path: Path) -> None:
     env = _environment(tmp_path)
     not_here: list[str] = []
     for block in blocks_of(page):
-        if block.not_run is not None or block.language not in RUN:
+        if not block.runs:
             continue
         where = f"{page_id(page)}:{block.line}"
         if RUN[block.language] == "python":
@@ -120,6 +156,9 @@ def test_page_blocks_run(page: Path, tmp_path: Path) -> None:
                               timeout=BLOCK_TIMEOUT_S, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, (f"{where} failed (exit {done.returncode}):\n{block.code}\n"
                                       f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}")
+        for expected in EXPECTED:
+            if expected.matches(page, block):
+                expected.check(tmp_path, done.stdout + done.stderr)
     if not_here:
         pytest.skip(f"the other blocks ran; {', '.join(not_here)} would reinstall .venv here (pyproject.toml is "
                     "newer than .venv/.installed): run `make install` first")
