@@ -39,6 +39,12 @@ class ModelBounds:
 
 @dataclass(frozen=True)
 class AgentConfig:
+    """The admin's bounds (`--config`), checked on every change a client asks for.
+
+    Who may change GPU settings, the power-limit floor and ceiling per GPU model, and the SM clock range
+    clients may lock to. The defaults allow anyone, within the GPU's own range.
+    """
+
     allowed_uids: frozenset[int] = field(default_factory=frozenset)
     allowed_gids: frozenset[int] = field(default_factory=frozenset)
     power_limits: tuple[ModelBounds, ...] = ()
@@ -73,6 +79,18 @@ def load_config(path: str | os.PathLike[str] | None) -> AgentConfig:
 
 
 def parse_config(data: Any, where: str = "agent config") -> AgentConfig:
+    """Check the config file's content key by key and turn it into an `AgentConfig`.
+
+    Args:
+        data: The parsed YAML.
+        where: How errors name the file.
+
+    Returns:
+        The bounds, user and group names resolved to ids.
+
+    Raises:
+        ConfigError: A key is unknown or a value wrong; the message names the key and what it must be.
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: must be a mapping with keys {', '.join(KEYS)}")
     unknown = sorted(set(data) - set(KEYS))

@@ -38,6 +38,7 @@ class AgentJournal:
     """The agent's journal in its state dir: prepared (and locked) at start, loaded once, saved on change."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        """The journal of the agent whose state dir is `state_dir` (nothing is touched before `prepare`)."""
         self.folder = Path(state_dir)
         self.path = self.folder / JOURNAL_NAME
         self.lock = self.path.with_suffix(".lock")

@@ -58,6 +58,7 @@ class Holder:
         return cls(pid, uid, job, ticks, job_id, pgid, pgid_ticks)
 
     def describe(self) -> str:
+        """The holder in the agent's log lines and refusals: `pid 4242 (uid 1000, job 'bert')`."""
         job = f", job {self.job!r}" if self.job else ""
         return f"pid {self.pid} (uid {self.uid}{job})"
 
@@ -79,6 +80,7 @@ class LeaseConflict(Exception):
     """Another live process holds the GPU."""
 
     def __init__(self, index: int, holder: Holder) -> None:
+        """GPU `index` is held by `holder`; the message names it."""
         super().__init__(f"GPU {index} is held by {holder.describe()}; it is released when that process "
                          "ends or releases it")
         self.index, self.holder = index, holder
@@ -88,12 +90,15 @@ class LeaseTable:
     """One lease per GPU index at most."""
 
     def __init__(self) -> None:
+        """An empty table: every GPU free."""
         self._leases: dict[int, Lease] = {}
 
     def get(self, index: int) -> Lease | None:
+        """The lease of GPU `index`, None when it is free."""
         return self._leases.get(index)
 
     def holder(self, index: int) -> Holder | None:
+        """The holder of GPU `index`, None when it is free."""
         lease = self._leases.get(index)
         return lease.holder if lease else None
 
@@ -137,6 +142,7 @@ class LeaseTable:
         return sorted(i for i, lease in self._leases.items() if job_id and lease.holder.job_id == job_id)
 
     def items(self) -> list[tuple[int, Lease]]:
+        """(index, lease) of every held GPU, in index order."""
         return sorted(self._leases.items())
 
 

@@ -23,10 +23,17 @@ LABELS = ["gpu", "job_name"]
 
 
 class AgentCollector:
+    """A Prometheus collector reading the agent's GPUs at each scrape (never between scrapes)."""
+
     def __init__(self, agent: Agent) -> None:
+        """Collect from `agent`'s GPUs and leases."""
         self.agent = agent
 
     def collect(self) -> Iterator[Metric]:
+        """Per GPU: energy, power, power limit and locked SM clock, labelled by `gpu` and the holder's `job_name`.
+
+        A GPU that cannot be read at this scrape is left out of it.
+        """
         energy = CounterMetricFamily("wattwise_gpu_energy_joules", "GPU energy since the agent started (J)",
                                      labels=LABELS)
         power = GaugeMetricFamily("wattwise_gpu_power_watts", "GPU power draw (W)", labels=LABELS)
@@ -48,6 +55,11 @@ class AgentCollector:
 
 
 def start_metrics(agent: Agent, host: str, port: int) -> None:
+    """Serve `agent`'s metrics over HTTP on `host`:`port` (a thread of prometheus_client's).
+
+    Raises:
+        OSError: The port cannot be bound.
+    """
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent))
     start_http_server(port, addr=host, registry=registry)

@@ -68,6 +68,7 @@ class AgentError(Exception):
     """A refused request: an HTTP status and a one-line reason."""
 
     def __init__(self, status: int, message: str) -> None:
+        """Refuse with HTTP `status` and the one-line `message` (the answer's `error`)."""
         super().__init__(message)
         self.status = status
 
@@ -81,8 +82,10 @@ def peer_credentials(sock: Any) -> tuple[int, int, int]:
 
 
 def _stat_fields(pid: int | str, *, ended_too: bool = False) -> list[str] | None:
-    """`/proc/PID/stat` after the command name (state, ppid, pgrp, ...); None when gone or (unless
-    `ended_too`) a zombie: ended, its parent not told yet."""
+    """`/proc/PID/stat` after the command name (state, ppid, pgrp, ...).
+
+    None when the process is gone, or (unless `ended_too`) a zombie: ended, its parent not told yet.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             text = fh.read().decode("ascii", "replace")
@@ -95,8 +98,10 @@ def _stat_fields(pid: int | str, *, ended_too: bool = False) -> list[str] | None
 
 
 def process_start_ticks(pid: int, *, ended_too: bool = False) -> int | None:
-    """Start time of a live process (clock ticks since boot); None when it is gone or (unless `ended_too`)
-    a zombie."""
+    """Start time of a live process (clock ticks since boot).
+
+    None when it is gone, or (unless `ended_too`) a zombie.
+    """
     fields = _stat_fields(pid, ended_too=ended_too)
     return int(fields[19]) if fields else None
 
@@ -159,6 +164,7 @@ class ProcessWatcher:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[Holder], None]) -> None:
+        """Watch on `loop`; `on_exit(holder)` is called once when a watched holder has ended."""
         self._loop = loop
         self._on_exit = on_exit
         self._watched: dict[tuple[int, int], Callable[[], None]] = {}
@@ -234,6 +240,15 @@ class Agent:
 
     def __init__(self, devices: list[Device], backend: str, config: AgentConfig, journal: AgentJournal,
                  audit: AuditLog | None = None) -> None:
+        """The agent of `devices` (served by `backend`), within `config`'s bounds, journalling to `journal`.
+
+        Args:
+            devices: The node's GPUs, opened by the agent itself.
+            backend: Their backend's name (`GET /v1/devices` tells the clients).
+            config: The admin's bounds.
+            journal: The agent's journal, prepared (its lock held).
+            audit: Where each change is logged; None: nowhere (tests).
+        """
         self.devices = {d.index: d for d in devices}
         #: Each GPU's UUID (`gpu_uuid`), by which a URL may name it as well as by its index.
         self.uuids = {gpu_uuid(d.spec()): d.index for d in devices}
@@ -334,9 +349,14 @@ class Agent:
 
     # -- requests ---------------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
+        """`GET /v1/gpus`: every GPU's `gpu_status`, in index order."""
         return {"gpus": [self.gpu_status(i) for i in sorted(self.devices)]}
 
     def gpu_status(self, index: int) -> dict[str, Any]:
+        """GPU `index` as the status shows it: index, uuid, name, limits, allowed range, clocks, holder.
+
+        A reading the GPU does not support is null.
+        """
         device = self.devices[index]
         holder = self.leases.holder(index)
         return {
@@ -367,6 +387,15 @@ class Agent:
         return max(rng.min_w, floor or rng.min_w), min(rng.max_w, ceiling or rng.max_w)
 
     def set_power_limit(self, index: int, caller: Holder, gids: set[int], watts: float) -> dict[str, Any]:
+        """Set GPU `index`'s power limit for `caller` (in groups `gids`), taking or keeping its lease.
+
+        Returns:
+            The GPU's status after the change.
+
+        Raises:
+            AgentError: 400 outside the GPU's range, 403 outside the admin's bounds or for a caller not
+                allowed, 404 no such GPU, 409 held by another process, 500 the journal cannot be written.
+        """
         device = self._device(index)
         rng = _call(device.power_limit_range)
         lo, hi = rng.min_w, rng.max_w
@@ -379,6 +408,14 @@ class Agent:
         return self._change(index, caller, gids, POWER_LIMIT, watts)
 
     def lock_sm_clocks(self, index: int, caller: Holder, gids: set[int], min_mhz: int, max_mhz: int) -> dict[str, Any]:
+        """Lock GPU `index`'s SM clocks to [min_mhz, max_mhz] for `caller`, taking or keeping its lease.
+
+        Returns:
+            The GPU's status after the change.
+
+        Raises:
+            AgentError: As `set_power_limit`, for a clock range outside the GPU's or the admin's.
+        """
         device = self._device(index)
         supported = _call(device.supported_sm_clocks_mhz)
         lo, hi = min(supported), max(supported)
@@ -393,6 +430,11 @@ class Agent:
         return self._change(index, caller, gids, SM_CLOCKS, [min_mhz, max_mhz])
 
     def reset_sm_clocks(self, index: int, caller: Holder, gids: set[int]) -> dict[str, Any]:
+        """Unlock GPU `index`'s SM clocks for `caller` (the original stays recorded for the restore).
+
+        Raises:
+            AgentError: As `set_power_limit`.
+        """
         self._device(index)
         return self._change(index, caller, gids, SM_CLOCKS, None)
 
@@ -790,6 +832,8 @@ def make_app(agent: Agent) -> web.Application:
 # -- serving --------------------------------------------------------------------------------------------
 @dataclass
 class ServeOptions:
+    """Where `serve` listens: the socket and its group, the state dir, the optional metrics port."""
+
     socket: str
     state_dir: str
     group: str | None = None
@@ -878,9 +922,11 @@ def group_id(group: str | None) -> int:
 
 
 def share_simulated_load(devices: list[Device], gid: int) -> None:
-    """Simulated backend: a load file beside each GPU's state file, writable by the socket's group (0660),
-    where clients add the load they drive; the agent counts it in its energy. The file is reset to 0 J at
-    each start. Only for the simulated GPU: what clients write there is trusted, as a test's figures are."""
+    """Simulated backend: a load file beside each GPU's state file, writable by the socket's group (0660).
+
+    Clients add the load they drive there; the agent counts it in its energy. The file is reset to 0 J at
+    each start. Only for the simulated GPU: what clients write there is trusted, as a test's figures are.
+    """
     from wattwise.devices.simulated import load_file_of
     from wattwise.paths import replace_file
 
