@@ -1,4 +1,7 @@
-"""EnergyCallback under DDP: two CPU processes over gloo, each with its own simulated GPU."""
+"""EnergyCallback under DDP: two CPU processes over gloo, each with its own simulated GPU.
+
+One tuned two-process fit (set up once for the module) serves every test here.
+"""
 
 from __future__ import annotations
 
@@ -25,12 +28,19 @@ def fit_window(path: Path) -> tuple[float, float]:
     raise AssertionError(f"no fit window in {path}")
 
 
-def test_two_processes_sum_energy_max_time_and_choose_the_same_limit(tmp_path):
-    out = tmp_path / "run"
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out)], env=env, capture_output=True, text=True,
-                          timeout=240, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def tuned_fit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A tuned DDP fit on two processes: its output folder and the finished process (warnings as a user sees them)."""
+    folder = tmp_path_factory.mktemp("ddp")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(folder / "run")], env=env, capture_output=True,
+                          text=True, timeout=240, cwd=folder)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return folder / "run", proc
+
+
+def test_two_processes_sum_energy_max_time_and_choose_the_same_limit(tuned_fit):
+    out, _ = tuned_fit
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2
     per_device = summary["energy_per_device_j"]
@@ -50,11 +60,8 @@ def test_two_processes_sum_energy_max_time_and_choose_the_same_limit(tmp_path):
     assert summary["power_limit"]["chosen_power_limit_w"] == by_rank["rank0"][-1]
 
 
-def test_a_measured_ddp_fit_gives_no_lightning_warning_about_wattwises_own_logging(tmp_path):
-    out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), "measure"], capture_output=True, text=True,
-                          timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_a_ddp_fit_gives_no_lightning_warning_about_wattwises_own_logging(tuned_fit):
+    out, proc = tuned_fit
     # Epoch figures are combined over the processes before they are logged: Lightning has nothing to warn of.
     assert "sync_dist" not in proc.stderr, proc.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["world_size"] == 2
