@@ -447,8 +447,8 @@ class Agent:
 
         Returns:
             The GPU's status, with `released`: "restored" (by this request), "not held" (the caller held
-            nothing: the agent restored it already, when its holder ended) or "kept" (held on by the
-            command's process group).
+            nothing: the agent restored it already, when its holder ended), "kept" (held on by the
+            command's process group) or "failed" (the GPU refused its originals; still held, see the log).
 
         Raises:
             AgentError: 409 when another process holds the GPU, 404 for no such GPU.
@@ -467,7 +467,8 @@ class Agent:
                      index, holder.describe(), holder.pgid)
             return {**self.gpu_status(index), "released": "kept"}
         self._give_back(index, "released")
-        return {**self.gpu_status(index), "released": "restored"}
+        restored = self.leases.get(index) is None  # else the device refused (the log says why); still held
+        return {**self.gpu_status(index), "released": "restored" if restored else "failed"}
 
     def release_job(self, job_id: str, caller: Holder) -> dict[str, Any]:
         """Restore every GPU held under batch job `job_id` and drop the leases (a SLURM epilog's call).

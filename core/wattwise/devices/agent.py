@@ -173,8 +173,9 @@ class AgentClient:
         """Give GPU `gpu` back: the agent restores its original settings and shows no holder.
 
         Returns:
-            The GPU's status, with `released`: "restored", "not held" (restored already) or "kept" (held
-            on by the process group of the command this process handed the lease to).
+            The GPU's status, with `released`: "restored", "not held" (restored already), "kept" (held
+            on by the process group of the command this process handed the lease to) or "failed" (the
+            GPU refused its originals; still held).
         """
         result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "release"))
         return result
@@ -328,12 +329,18 @@ class AgentGPU(Device):
 
         A limit someone else lifted meanwhile is noted first (`settings_lifted`), for whoever reports it.
         What the agent did is kept in `release_outcome` (and `holder_after_release`): `wattwise cap` tells it.
+
+        Raises:
+            DeviceError: The agent could not be reached, or the GPU refused its original settings.
         """
         self.settings_lifted()
         self.release_outcome = self.holder_after_release = None
         answer = self.client.release(self._ref)
         self.release_outcome = str(answer.get("released", "restored"))
         self.holder_after_release = answer.get("holder")
+        if self.release_outcome == "failed":
+            raise DeviceError(f"wattwise agent: GPU {self.index} refused its original settings; it stays held "
+                              "(see the agent's log)")
         self.requested_limit_w = None
 
     def settings_lifted(self) -> str | None:

@@ -342,3 +342,20 @@ def test_a_url_names_a_gpu_by_its_ascii_index_or_its_exact_uuid(tmp_path: Path) 
         with pytest.raises(AgentError, match="no GPU") as err:
             named(wrong)
         assert err.value.status == 404
+
+
+def test_a_release_the_gpu_refuses_says_failed_and_keeps_the_lease(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from wattwise.devices import DeviceError
+
+    agent = _agent(tmp_path)
+    agent.set_power_limit(0, ALICE, set(), 200.0)
+
+    def refuse(watts: float) -> None:
+        raise DeviceError("the GPU fell off the bus")
+
+    monkeypatch.setattr(agent.devices[0], "set_power_limit_w", refuse)
+    answer = agent.release(0, ALICE)
+    assert (answer["released"], answer["holder"]["pid"], answer["power_limit_w"]) == ("failed", 101, 200.0)
+    journalled = AgentJournal(tmp_path / "state").load()
+    assert [c["original"] for c in journalled if c["setting"] == "power_limit_w"] == [300.0]  # kept to restore
