@@ -134,6 +134,21 @@ def _isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path_factory.mktemp("wattwise_home")))
 
 
+@pytest.fixture
+def simulated_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """`WATTWISE_HOME` at `tmp_path/home`, and no simulated GPU this process opened for another test.
+
+    For the tests of simulated GPUs' persisted settings (the guard, the CLI, discovery): what they find is
+    what this test left, in a folder the test can name. Returns the state dir.
+    """
+    import wattwise.devices
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("WATTWISE_HOME", str(home))
+    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
+    return home
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A real PostgreSQL server for the whole test run (skips when its binaries are absent)."""

@@ -9,99 +9,36 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import wattwise.devices
-import wattwise.settings.journal
+from tests.support.guard_fixtures import CHILD_TIMEOUT_S, MAX_W, journals, limit_on_gpu
 from wattwise.cli.main import main
 from wattwise.config import load_config
 from wattwise.demo import demo_folder, private_state_dir
 from wattwise.devices.simulated import SimulatedGPU
-from wattwise.paths import state_dir
 from wattwise.run import EnergyPluginWarning, Run
 from wattwise.settings.guard import DeviceBusyError, JournalError, SettingsGuard
 from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals
 from wattwise.workload import emulate_step
 
-MAX_W = 300.0
-TIMEOUT_S = 120.0
 WATTWISE = Path(sys.executable).parent / "wattwise"
 
-CHILD = """
-import signal, sys, time
-from wattwise.devices.simulated import SimulatedGPU
-from wattwise.settings.guard import SettingsGuard
-
-signal.signal(signal.SIGINT, signal.default_int_handler)
-gpu = SimulatedGPU(0, state_file=sys.argv[1])
-guard = SettingsGuard()
-guard.install_signal_handlers()
-guard.set_power_limit(gpu, float(sys.argv[2]))
-print("limit set", flush=True)
-while True:
-    time.sleep(0.05)
-"""
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
-
-
-@pytest.fixture
-def state_file() -> Path:
-    return state_dir() / "simulated" / "gpu0.json"
-
-
-def limit_on_gpu(path: Path) -> float:
-    return SimulatedGPU(0, state_file=path).power_limit_w()
-
-
-def journals() -> list[Path]:
-    folder = journal_dir()
-    return sorted(folder.glob("*.json")) if folder.is_dir() else []
-
-
-@pytest.fixture
-def child(state_file: Path) -> Iterator[Any]:
-    """Start a process that sets the limit through its guard and holds it; yields once it is set."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(limit_w: float = 150.0) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(state_file), str(limit_w)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT_S)
-        line = proc.stdout.readline() if ready else ""
-        if line.strip() != "limit set":
-            proc.kill()
-            pytest.fail(f"child did not set the limit: {line!r}\n{proc.communicate(timeout=TIMEOUT_S)[1]}")
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=TIMEOUT_S)
+pytestmark = pytest.mark.usefixtures("simulated_home")
 
 
 def killed(child: Any, limit_w: float) -> int:
     proc = child(limit_w)
     proc.kill()
-    proc.wait(timeout=TIMEOUT_S)
+    proc.wait(timeout=CHILD_TIMEOUT_S)
     return int(proc.pid)
 
 
@@ -119,7 +56,7 @@ def test_a_second_process_refuses_a_gpu_another_live_process_holds(child: Any, s
     assert [json.loads(p.read_text())["pid"] for p in journals()] == [holder.pid]
     guard.close()
     holder.send_signal(signal.SIGTERM)
-    holder.wait(timeout=TIMEOUT_S)
+    holder.wait(timeout=CHILD_TIMEOUT_S)
     assert limit_on_gpu(state_file) == MAX_W  # the holder restored the true original
     assert journals() == []
     with SettingsGuard() as free:  # the GPU is free again once its holder is gone
@@ -148,7 +85,7 @@ def test_a_tuning_run_on_a_held_gpu_warns_once_and_only_measures(child: Any, sta
     assert "measurement only" in messages[0]
     assert limit_on_gpu(state_file) == 150.0  # left to its holder
     holder.send_signal(signal.SIGTERM)
-    holder.wait(timeout=TIMEOUT_S)
+    holder.wait(timeout=CHILD_TIMEOUT_S)
     assert limit_on_gpu(state_file) == MAX_W
 
 
@@ -226,10 +163,10 @@ def start_demo(tmp_path: Path) -> subprocess.Popen[str]:
 
 
 def wait_for(predicate: Any, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
     while not predicate():
         if proc.poll() is not None or time.monotonic() > deadline:
-            out, err = proc.communicate(timeout=TIMEOUT_S)
+            out, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
             pytest.fail(f"the demo ended (or hung) first: {proc.returncode}\n{out}\n{err}")
         time.sleep(0.05)
 
@@ -242,7 +179,7 @@ def test_sigterm_during_the_baseline_exits_143_says_so_and_leaves_nothing(tmp_pa
     proc = start_demo(tmp_path)
     wait_for(lambda: (tmp_path / "out" / "summary.json").exists(), proc)  # the tuned run is over
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=TIMEOUT_S)
+    _, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
     assert proc.returncode == 143, err
     assert "interrupted by SIGTERM" in err and "restored" in err
     assert demo_dirs() == [] and list(demo_folder().glob("*.lock")) == []
@@ -253,7 +190,7 @@ def test_sigint_during_tuning_exits_130_and_leaves_nothing(tmp_path: Path) -> No
     proc = start_demo(tmp_path)
     wait_for(lambda: bool(journals()), proc)  # tuning changed the limit
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=TIMEOUT_S)
+    _, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
     assert proc.returncode == 130, err
     assert "interrupted by SIGINT" in err
     assert demo_dirs() == [] and journals() == []
@@ -263,7 +200,7 @@ def test_a_killed_demos_leftover_is_cleaned_by_the_next_one(tmp_path: Path) -> N
     proc = start_demo(tmp_path)
     wait_for(lambda: bool(journals()), proc)
     proc.kill()
-    proc.communicate(timeout=TIMEOUT_S)
+    proc.communicate(timeout=CHILD_TIMEOUT_S)
     (left,) = demo_dirs()
     assert journals()
     with private_state_dir() as mine:

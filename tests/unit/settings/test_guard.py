@@ -8,87 +8,18 @@ process would find on the GPU.
 from __future__ import annotations
 
 import json
-import select
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import wattwise.devices
+from tests.support.guard_fixtures import MAX_W, journals, limit_on_gpu
 from wattwise.devices.base import DeviceError
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals
 
-MAX_W = 300.0  # the built-in model's maximum (and default) limit
-CHILD_TIMEOUT_S = 60.0
-
-CHILD = """
-import signal, sys, time
-from wattwise.devices.simulated import SimulatedGPU
-from wattwise.settings.guard import SettingsGuard
-
-# As an interactive Python has it, even when the test runner was started with SIGINT ignored.
-signal.signal(signal.SIGINT, signal.default_int_handler)
-gpu = SimulatedGPU(0, state_file=sys.argv[1])
-guard = SettingsGuard()
-guard.install_signal_handlers()
-guard.set_power_limit(gpu, float(sys.argv[2]))
-print("limit set", flush=True)
-while True:
-    time.sleep(0.05)
-"""
-
-
-@pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
-
-
-@pytest.fixture
-def state_file(tmp_path: Path) -> Path:
-    """Where simulated GPUs keep their settings: inside the state dir, the only place a journal may name."""
-    return tmp_path / "home" / "simulated" / "gpu0.json"
-
-
-def limit_on_gpu(state_file: Path) -> float:
-    """The power limit the next process finds on the GPU."""
-    return SimulatedGPU(0, state_file=state_file).power_limit_w()
-
-
-def journals() -> list[Path]:
-    folder = journal_dir()
-    return sorted(folder.glob("*.json")) if folder.is_dir() else []
-
-
-@pytest.fixture
-def child(state_file: Path) -> Iterator[Any]:
-    """Start the child that sets the limit to 150 W; yields it once the limit is set."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(limit_w: float = 150.0) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(state_file), str(limit_w)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], CHILD_TIMEOUT_S)
-        line = proc.stdout.readline() if ready else ""
-        if line.strip() != "limit set":
-            proc.kill()
-            _, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
-            pytest.fail(f"child did not set the limit: {line!r}\n{err}")
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=CHILD_TIMEOUT_S)
+pytestmark = pytest.mark.usefixtures("simulated_home")
 
 
 def test_close_restores_the_original_limit_and_removes_the_journal(state_file: Path) -> None:

@@ -10,13 +10,9 @@ from __future__ import annotations
 import errno
 import json
 import os
-import select
 import socket
 import stat
-import subprocess
-import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +20,7 @@ import pytest
 
 import wattwise.devices
 import wattwise.settings.journal
+from tests.support.guard_fixtures import MAX_W, journals, limit_on_gpu
 from wattwise.cli.main import main
 from wattwise.config import load_config
 from wattwise.devices.simulated import SimulatedGPU
@@ -34,66 +31,7 @@ from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals
 from wattwise.workload import emulate_step
 
-MAX_W = 300.0
-TIMEOUT_S = 120.0
-CHILD = """
-import signal, sys, time
-from wattwise.devices.simulated import SimulatedGPU
-from wattwise.settings.guard import SettingsGuard
-
-signal.signal(signal.SIGINT, signal.default_int_handler)
-gpu = SimulatedGPU(0, state_file=sys.argv[1])
-guard = SettingsGuard()
-guard.install_signal_handlers()
-guard.set_power_limit(gpu, float(sys.argv[2]))
-print("limit set", flush=True)
-while True:
-    time.sleep(0.05)
-"""
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
-
-
-@pytest.fixture
-def state_file() -> Path:
-    return state_dir() / "simulated" / "gpu0.json"
-
-
-def limit_on_gpu(path: Path) -> float:
-    return SimulatedGPU(0, state_file=path).power_limit_w()
-
-
-def journals() -> list[Path]:
-    folder = journal_dir()
-    return sorted(folder.glob("*.json")) if folder.is_dir() else []
-
-
-@pytest.fixture
-def child(state_file: Path) -> Iterator[Any]:
-    """Start a process that sets the limit through its guard and holds it; yields once it is set."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(limit_w: float = 150.0) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(state_file), str(limit_w)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT_S)
-        line = proc.stdout.readline() if ready else ""
-        if line.strip() != "limit set":
-            proc.kill()
-            pytest.fail(f"child did not set the limit: {line!r}\n{proc.communicate(timeout=TIMEOUT_S)[1]}")
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=TIMEOUT_S)
+pytestmark = pytest.mark.usefixtures("simulated_home")
 
 
 def no_space(*args: Any, **kwargs: Any) -> None:

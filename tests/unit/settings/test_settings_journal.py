@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.guard_fixtures import MAX_W
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
@@ -29,7 +30,6 @@ from wattwise.settings.journal import JournalProblem, read_journal, save_changes
 from wattwise.settings.locks import probe, release_lock, take_lock
 from wattwise.settings.recovery import recover_stale_journals
 
-MAX_W = 300.0
 ALICE = Holder(pid=101, uid=1000, job="bert", start_ticks=5)
 
 
