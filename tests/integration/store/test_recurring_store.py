@@ -6,32 +6,16 @@ test_store_migrations.py."""
 from __future__ import annotations
 
 import multiprocessing
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.stores import SHARED_JOB
 from wattwise.recurring.optimizer import BatchSizeOptimizer
-from wattwise.recurring.spec import JobSpec
-from wattwise.store import store_url
 from wattwise.store.sql import SqlJobStore
 
 PROCESSES = 8
 RESULTS_PER_PROCESS = 50
-
-SPEC = JobSpec(
-    name="shared/job",
-    batch_sizes=(16, 32, 64, 128),
-    default_batch_size=64,
-    target_metric=0.8,
-    max_epochs=5,
-    max_power_w=300.0,
-)
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return store_url(str(tmp_path / "state" / "jobs.sqlite"))
 
 
 def _worker(url: str, index: int, results: int, start: Any) -> list[int]:
@@ -41,7 +25,7 @@ def _worker(url: str, index: int, results: int, start: Any) -> list[int]:
     """
     start.wait(timeout=120)
     store = SqlJobStore(url)
-    optimizer = BatchSizeOptimizer(SPEC, store)
+    optimizer = BatchSizeOptimizer(SHARED_JOB, store)
     ids = []
     for step in range(results):
         recommendation = optimizer.next_batch_size()
@@ -64,7 +48,7 @@ def _concurrent_writers_lose_nothing(url: str) -> None:
     ids = [run_id for chunk in returned for run_id in chunk]
     assert len(ids) == len(set(ids)) == PROCESSES * RESULTS_PER_PROCESS
     store = SqlJobStore(url)
-    runs = store.runs(SPEC.name)
+    runs = store.runs(SHARED_JOB.name)
     store.close()
     assert len(runs) == PROCESSES * RESULTS_PER_PROCESS
     assert {r.run_id for r in runs} == set(ids)

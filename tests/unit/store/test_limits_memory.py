@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import DATA_DIR
+from tests.support.store_checks import KEY, PROFILE, check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run
 from wattwise.paths import state_dir
 from wattwise.power_limit import ProfileEntry
 from wattwise.recurring.spec import JobSpec
@@ -22,27 +23,10 @@ from wattwise.store.limits_memory import LEGACY_FILE, LimitsMemory, RememberedLi
 from wattwise.store.sql import SqlJobStore
 
 LEGACY_JSON = DATA_DIR / "power_limits_v1.json"
-PROFILE = [ProfileEntry(300.0, 0.5, 150.0), ProfileEntry(250.0, 0.52, 130.0), ProfileEntry(200.0, 0.6, 120.0)]
-KEY = memory_key("bert/squad", "NVIDIA A40", 4, 32)
-
-
-def _check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(location: str) -> None:
-    memory = LimitsMemory(location)
-    assert memory.load(KEY) is None and memory.recall(KEY) is None
-    memory.save(KEY, PROFILE[1], PROFILE, selector="cost", eta=0.5, run_id="run-7", chosen_at_s=1000.0)
-    assert memory.load(KEY) == (PROFILE[1], PROFILE)
-    assert LimitsMemory(location).recall(KEY) == RememberedLimit(PROFILE[1], PROFILE, "cost", 0.5, 1000.0, "run-7")
-    # A later tuning of the same key replaces it; other keys are apart.
-    memory.save(KEY, PROFILE[2], PROFILE[1:], selector="energy", eta=1.0, chosen_at_s=2000.0)
-    memory.save(memory_key("bert/squad", "NVIDIA A40", 4, 64), PROFILE[0], PROFILE)
-    assert memory.recall(KEY) == RememberedLimit(PROFILE[2], PROFILE[1:], "energy", 1.0, 2000.0, None)
-    assert memory.forget(KEY) is True and memory.forget(KEY) is False
-    assert memory.load(KEY) is None
-    assert memory.load(memory_key("bert/squad", "NVIDIA A40", 4, 64)) == (PROFILE[0], PROFILE)
 
 
 def test_sqlite_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(tmp_path: Path) -> None:
-    _check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(str(tmp_path / "store.sqlite"))
+    check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(str(tmp_path / "store.sqlite"))
 
 
 def test_limits_share_the_jobs_store_by_default_and_follow_the_store_environment(

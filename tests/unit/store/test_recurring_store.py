@@ -14,11 +14,6 @@ from wattwise.store import store_url
 from wattwise.store.sql import SqlJobStore
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return store_url(str(tmp_path / "state" / "jobs.sqlite"))
-
-
 def test_sqlite_store_uses_wal(sqlite_url: str) -> None:
     store = SqlJobStore(sqlite_url)
     with store.connection() as conn:
