@@ -128,6 +128,17 @@ def real_auto_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WATTWISE_BACKEND", raising=False)
 
 
+@pytest.fixture
+def bare_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No NVIDIA driver and no RAPL powercap tree, whatever this machine has."""
+    import wattwise.devices.rapl
+    from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
+
+    FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
+    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
+                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test gets its own wattwise state dir (guard journal, simulated GPU settings, stores)."""

@@ -5,39 +5,21 @@ Most calls run `main([...])` in-process; a few run the installed console script,
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-import wattwise.devices
-import wattwise.devices.rapl
-from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
+from tests.support.cli_fixtures import IDLE_W
 from wattwise.cli.main import main
-from wattwise.devices import PowerModel
 
-IDLE_W = PowerModel.default().idle_power_w
 SUBPROCESS_TIMEOUT_S = 60.0
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
-
-
-@pytest.fixture
-def bare_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No NVIDIA driver and no RAPL powercap tree, whatever this machine has."""
-    FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
-    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
-                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
+pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 
 def wattwise_script() -> str:

@@ -16,6 +16,7 @@ import pytest
 
 import wattwise.devices
 import wattwise.devices.rapl
+from tests.support.cli_fixtures import IDLE_W
 from tests.support.config_samples import COMPANIONS, SAMPLES, text, value_at
 from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 from tests.support.powercap import FakePowercap
@@ -24,24 +25,10 @@ from wattwise.cli.main import build_parser, main
 from wattwise.cli.simulate import SETTING_FLAGS
 from wattwise.config import EnergyConfig, config_keys, default_of, rename_settings
 from wattwise.demo import FIXED_KEYS, DemoOptions
-from wattwise.devices import PowerModel
 from wattwise.errors import UsageError
 from wattwise.recurring.spec import JobSpec
 
-IDLE_W = PowerModel.default().idle_power_w
-@pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
-
-
-@pytest.fixture
-def bare_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No NVIDIA driver and no RAPL powercap tree, whatever this machine has."""
-    FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
-    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
-                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
+pytestmark = pytest.mark.usefixtures("cli_workdir")
 
 
 def assert_one_line_error(err: str, *needles: str) -> None:
