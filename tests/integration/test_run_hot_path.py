@@ -1,5 +1,5 @@
-"""The run's hot path, framework-neutral: free steps, combining at the logging cadence, pauses, tuning that
-cannot finish, resume figures, bounded power samples, and the one-tensor combine over real processes."""
+"""The run's hot path over real processes: the one-tensor combine. (The rest of the hot path, in one process:
+tests/unit/test_run_hot_path.py.)"""
 
 from __future__ import annotations
 
@@ -10,19 +10,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from wattwise.devices import SimulatedGPU
 from wattwise.distributed import TorchCollective
-from wattwise.run import Run
-from wattwise.workload import emulate_step
-
-
-def steps(run: Run, gpu: SimulatedGPU, n: int) -> list[Any]:
-    out = []
-    for _ in range(n):
-        run.step_begin()
-        emulate_step([gpu], lambda: None)
-        out.append(run.step_end())
-    return out
 
 
 def _combine_worker(rank: int, world: int, port: int, out: Any) -> None:
