@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-import wattwise.devices
 from tests.support.fake_pynvml import FakeClock
 from wattwise.devices.base import Device, DeviceError
 from wattwise.devices.simulated import PowerModel, SimulatedGPU
@@ -30,10 +29,7 @@ HAND = PowerModel(
 )
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
+pytestmark = pytest.mark.usefixtures("simulated_home")
 
 
 @pytest.fixture

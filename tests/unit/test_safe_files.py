@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-import wattwise.devices
 from tests.support.fake_pynvml import FakeClock
 from tests.support.pipeline import synthetic_profile
 from wattwise.carbon.example import sampled_run
@@ -40,10 +39,7 @@ MODEL = PowerModel(power_limits_w=(100.0, 200.0, 300.0), time_factors=(2.0, 1.2,
                    busy_power_w=(90.0, 170.0, 280.0), idle_power_w=50.0)
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
+pytestmark = pytest.mark.usefixtures("simulated_home")
 
 
 def plant(directory: Path, *names: str) -> list[Path]:

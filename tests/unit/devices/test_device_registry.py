@@ -17,7 +17,7 @@ import pytest
 import wattwise.devices
 import wattwise.devices.rapl
 from tests.support.clock import VirtualClock
-from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from tests.support.fake_pynvml import FakeGpu, FakeNvml
 from tests.support.paths import REPO_ROOT
 from tests.support.powercap import FakePowercap
 from wattwise.cli.main import build_parser
@@ -109,11 +109,7 @@ def _open_fake_tpu(spec: dict[str, Any]) -> Device:
     return FakeTpu(int(spec["index"]))
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, real_auto_backend: None) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
+pytestmark = pytest.mark.usefixtures("discovery_as_a_user_runs_it")
 
 
 @contextlib.contextmanager
@@ -131,14 +127,6 @@ def fake_tpu() -> Iterator[Backend]:
     """A backend registered by the test, by name only (as "simulated" is)."""
     with registered(Backend("faketpu", _fake_tpus, _open_fake_tpu)) as backend:
         yield backend
-
-
-@pytest.fixture
-def no_nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No NVIDIA driver and no RAPL, whatever this machine has."""
-    FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
-    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
-                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
 
 
 # -- the registry ---------------------------------------------------------------------------------------
@@ -177,7 +165,7 @@ def test_a_registered_backend_is_discovered_by_name_and_reopened_from_its_spec(f
     assert isinstance(reopened, FakeTpu) and reopened.index == 3
 
 
-def test_auto_probes_a_registered_backend_after_nvml(no_nvml: None) -> None:
+def test_auto_probes_a_registered_backend_after_nvml(bare_machine: None) -> None:
     with registered(Backend("faketpu", _fake_tpus, _open_fake_tpu, probe=True)):
         found = discover("auto")
         assert [g.backend for g in found.gpus] == ["faketpu", "faketpu"]
@@ -185,7 +173,7 @@ def test_auto_probes_a_registered_backend_after_nvml(no_nvml: None) -> None:
         assert not any(n.startswith("faketpu") for n in found.notes)
 
 
-def test_auto_notes_each_unavailable_probed_backend_and_goes_on(no_nvml: None) -> None:
+def test_auto_notes_each_unavailable_probed_backend_and_goes_on(bare_machine: None) -> None:
     def unavailable(wanted: Wanted) -> list[Device]:
         raise NotSupportedError("no TPU driver")
 

@@ -27,12 +27,7 @@ from wattwise.devices import (
 )
 from wattwise.errors import ConfigError, UsageError
 
-
-@pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, real_auto_backend: None) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
+pytestmark = pytest.mark.usefixtures("discovery_as_a_user_runs_it")
 
 
 @pytest.fixture

@@ -27,10 +27,7 @@ HAND = PowerModel(
 )
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
+pytestmark = pytest.mark.usefixtures("simulated_home")
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-import wattwise.devices
 from tests.support.fake_pynvml import FakeClock
 from tests.support.ordinary_user import IS_ROOT, OTHER_UID, USER_GID, USER_UID
 from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
@@ -27,10 +26,7 @@ MODEL = PowerModel(power_limits_w=(100.0, 200.0, 300.0), time_factors=(2.0, 1.2,
                    clock=ClockModel(max_mhz=1800, min_mhz=300, step_mhz=100))
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(wattwise.devices, "_SIMULATED", {})
+pytestmark = pytest.mark.usefixtures("simulated_home")
 
 
 @pytest.fixture

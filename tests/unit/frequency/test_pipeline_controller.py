@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from types import SimpleNamespace
 
 import pytest
 
-import wattwise.devices.rapl
-from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 from wattwise.devices import NotSupportedError, SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.frequency.controller import FrequencyController, follow_plan, stage_plan
@@ -52,10 +49,7 @@ def test_controller_locks_only_on_change_and_guard_resets(tmp_path):
     assert gpu.locked_sm_clocks_mhz() is None
 
 
-def test_following_a_plan_without_a_gpu_says_it_needs_one(real_auto_backend, monkeypatch, tmp_path):
-    FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
-    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
-                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
+def test_following_a_plan_without_a_gpu_says_it_needs_one(real_auto_backend, bare_machine, tmp_path):
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps({"plan": plan_for(lambda *_: MAX_MHZ)}))
     with pytest.raises(NotSupportedError, match="locks GPU clocks; no NVIDIA GPU found"):
