@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -18,16 +17,14 @@ from torch import nn
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin, RecurringRun
-from wattwise.devices import PowerModel, SimulatedGPU
+from tests.support.recurring_jobs import MAX_EPOCHS, recurring_job_gpu, stored, tuned_choice
+from wattwise.devices import SimulatedGPU
 from wattwise.errors import UsageError
-from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
-from wattwise.recurring import RunRecord, open_store
+from wattwise.recurring import open_store
 from wattwise.workload import emulate_step, tiny_dataset, tiny_model
 
-BASE_S = 0.01
 #: 192 samples: 12 optimizer steps an epoch at batch size 16, 24 at 8; tuning takes the first 16 steps.
 DATASET = 192
-MAX_EPOCHS = 6
 OVERRIDES = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.wait_steps=1",
              "power_limit.warmup_steps=1", "power_limit.profile_steps=2", "power_limit.step_w=50"]
 
@@ -40,10 +37,6 @@ def _fresh_accelerate(monkeypatch: pytest.MonkeyPatch):
     yield
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-
-
-def make_gpu(clock: Any) -> SimulatedGPU:
-    return SimulatedGPU(0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep)
 
 
 def attached(tmp_path: Path, gpu: SimulatedGPU, name: str) -> Accelerator:
@@ -89,28 +82,8 @@ class Job:
         return MAX_EPOCHS
 
 
-def stored(job: str) -> tuple[list[RunRecord], dict[int, float]]:
-    """The job's runs and remembered power limits in the default store (the test's own WATTWISE_HOME)."""
-    store = open_store()
-    try:
-        return store.runs(job), store.power_limits(job)
-    finally:
-        store.close()
-
-
-def tuned_choice() -> float:
-    """The limit the tuning picks on the default power model (selector cost, eta 0.5), computed directly."""
-    model = PowerModel.default()
-    lo, hi = model.limit_range_w
-    entries = []
-    for w in profile_limits_w(lo, hi, 50.0):
-        t, p = model.at_limit(w)
-        entries.append(ProfileEntry(w, t * BASE_S, p * t * BASE_S))
-    return select_power_limit(entries, "cost", eta=0.5, max_power_w=hi).power_limit_w
-
-
 def test_the_decorator_passes_the_batch_size_and_stops_when_the_target_is_reached(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     acc = attached(tmp_path, gpu, "run1")
     job = Job(acc, gpu, {16: 2}, batch_sizes=[8, 16, 32], default=16)
     assert job.train(lr=0.01) == 2  # the function's own arguments pass through, its result comes back
@@ -131,7 +104,7 @@ def test_the_decorator_passes_the_batch_size_and_stops_when_the_target_is_reache
 
 
 def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profiling(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     first = attached(tmp_path, gpu, "run1")
     Job(first, gpu, {16: 2}, batch_sizes=[16], default=16).train(lr=0.01)
     first.end_training()
@@ -153,7 +126,7 @@ def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profil
 
 
 def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     first = attached(tmp_path, gpu, "run1")
     Job(first, gpu, {16: 2}, batch_sizes=[8, 16], default=16, beta=3.5).train(lr=0.01)
     first.end_training()
@@ -172,7 +145,7 @@ def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path
 
 
 def test_a_function_that_raises_records_a_failed_run_and_the_error_propagates(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     acc = attached(tmp_path, gpu, "run1")
     job = Job(acc, gpu, {16: 3}, batch_sizes=[16], default=16, fail_in_epoch=2)
     with pytest.raises(RuntimeError, match="out of memory"):
@@ -187,7 +160,7 @@ def test_a_function_that_raises_records_a_failed_run_and_the_error_propagates(tm
 
 
 def test_misuse_fails_before_a_run_starts_with_the_fix(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     plain = Accelerator(cpu=True)
     with pytest.raises(UsageError, match="needs wattwise's energy measurement"):
         Job(plain, gpu, {}, batch_sizes=[16], default=16).train(lr=0.01)
@@ -214,7 +187,7 @@ def test_the_flag_alone_runs_a_recurring_job_without_an_attach_line(tmp_path, mo
     monkeypatch.setenv("ACCELERATE_ENERGY_OUTPUT_DIR", str(tmp_path / "run"))
     monkeypatch.setenv("ACCELERATE_ENERGY_OVERRIDES", " ".join(OVERRIDES))
     acc = Accelerator(cpu=True)
-    epochs = Job(acc, make_gpu(virtual_clock), {16: 2}, batch_sizes=[16], default=16).train(lr=0.01)
+    epochs = Job(acc, recurring_job_gpu(virtual_clock), {16: 2}, batch_sizes=[16], default=16).train(lr=0.01)
     acc.end_training()
     runs, _ = stored("nightly")
     assert epochs == 2 and len(runs) == 1

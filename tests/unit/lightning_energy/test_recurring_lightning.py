@@ -16,19 +16,16 @@ from lightning.pytorch.utilities.parsing import lightning_getattr
 
 from lightning_energy import EnergyCallback, RecurringBatchSizeCallback
 from lightning_energy.demo import EmulatedModule
-from wattwise.devices import PowerModel, SimulatedGPU
+from tests.support.recurring_jobs import MAX_EPOCHS, recurring_job_gpu, stored, tuned_choice
+from wattwise.devices import SimulatedGPU
 from wattwise.errors import UsageError
-from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
-from wattwise.recurring import RunRecord, open_store
 from wattwise.run import EnergyPluginWarning
 from wattwise.workload import tiny_dataset
 
-BASE_S = 0.01
 #: 192 samples: 12 steps an epoch at batch size 16, 24 at 8; tuning (1 + 5 x 3 steps) ends in epoch 2.
 DATASET = 192
 TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
         "power_limit.step_w=50", "monitor.sample_power=false"]
-MAX_EPOCHS = 6
 
 
 class ScheduledModule(EmulatedModule):
@@ -53,10 +50,6 @@ class ScheduledModule(EmulatedModule):
         self.log("val_acc", 1.0 if reach is not None and self.current_epoch + 1 >= reach else 0.0)
 
 
-def make_gpu(clock: Any) -> SimulatedGPU:
-    return SimulatedGPU(0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep)
-
-
 def recurring(batch_sizes: list[int], default: int, beta: float = 2.0) -> RecurringBatchSizeCallback:
     return RecurringBatchSizeCallback(job="nightly", batch_sizes=batch_sizes, default_batch_size=default,
                                       target_metric=0.9, max_epochs=MAX_EPOCHS, max_power_w=300.0,
@@ -76,36 +69,8 @@ def fit(module: pl.LightningModule, callbacks: list[pl.Callback], tmp_path: Path
     return trainer
 
 
-def stored_runs(job: str) -> list[RunRecord]:
-    """The job's runs in the default store (in the test's own WATTWISE_HOME)."""
-    store = open_store()
-    try:
-        return store.runs(job)
-    finally:
-        store.close()
-
-
-def stored_power_limits(job: str) -> dict[int, float]:
-    store = open_store()
-    try:
-        return store.power_limits(job)
-    finally:
-        store.close()
-
-
-def tuned_choice() -> float:
-    """The limit the tuning picks on the default power model (selector cost, eta 0.5), computed directly."""
-    model = PowerModel.default()
-    lo, hi = model.limit_range_w
-    entries = []
-    for w in profile_limits_w(lo, hi, 50.0):
-        t, p = model.at_limit(w)
-        entries.append(ProfileEntry(w, t * BASE_S, p * t * BASE_S))
-    return select_power_limit(entries, "cost", eta=0.5, max_power_w=hi).power_limit_w
-
-
 def test_the_first_run_trains_at_the_default_batch_size_tunes_and_records_its_result(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     module = ScheduledModule(gpu, reach_epoch={16: 2})
     rec_cb, energy_cb = recurring([8, 16, 32], default=16), energy(tmp_path, gpu, "run1")
     trainer = fit(module, [rec_cb, energy_cb], tmp_path)
@@ -116,17 +81,17 @@ def test_the_first_run_trains_at_the_default_batch_size_tunes_and_records_its_re
     summary = energy_cb.summary
     assert summary is not None and summary["power_limit"]["mode"] == "tune"
     assert energy_cb.run is not None and energy_cb.run.job_name == "nightly"  # the holder's name at the agent
-    (run,) = stored_runs("nightly")
+    (run,) = stored("nightly").runs
     assert (run.batch_size, run.state, run.epochs, run.phase) == (16, "reached", 2, "explore")
     assert (run.energy_j, run.time_s) == (summary["energy_j"], summary["time_s"])
     assert rec_cb.result == run
     assert summary["power_limit"]["chosen_power_limit_w"] == tuned_choice()
-    assert stored_power_limits("nightly") == {16: tuned_choice()}
+    assert stored("nightly").power_limits == {16: tuned_choice()}
     assert summary["settings"]["batch_size"] == 16
 
 
 def test_tuning_uses_the_jobs_eta_not_the_energy_callbacks(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     energy_cb = EnergyCallback(eta=1.0, selector="energy", devices=[gpu], output_dir=str(tmp_path / "r"),
                                overrides=TUNE)
     fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([8, 16, 32], default=16), energy_cb], tmp_path)
@@ -138,7 +103,7 @@ def test_tuning_uses_the_jobs_eta_not_the_energy_callbacks(tmp_path, virtual_clo
 @pytest.mark.parametrize("energy_first", [False, True], ids=["recurring-first", "energy-first"])
 def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profiling(tmp_path, virtual_clock,
                                                                                      energy_first):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([16], 16), energy(tmp_path, gpu, "run1")], tmp_path)
     limit_w = tuned_choice()
     assert limit_w < 300.0
@@ -158,13 +123,13 @@ def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profil
     assert energy_cb.summary["power_limit"] == {"mode": "cap", "chosen_power_limit_w": limit_w}
     assert seen_w == [limit_w] * 24  # two epochs of 12 steps, all at the limit: nothing profiled
     assert gpu.power_limit_w() == 300.0  # restored after fit
-    second = stored_runs("nightly")[1]
+    second = stored("nightly").runs[1]
     assert (second.phase, second.power_limit_w, second.state) == ("exploit", limit_w, "reached")
     assert second.energy_j == energy_cb.summary["energy_j"]
 
 
 def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     beta = 3.5
     fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([8, 16], 16, beta), energy(tmp_path, gpu, "run1")],
         tmp_path)
@@ -174,7 +139,7 @@ def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path
 
     assert module.trained_batch_sizes == {8}  # exploration walks down from the default
     assert trainer.should_stop and trainer.current_epoch < MAX_EPOCHS
-    best, stopped = stored_runs("nightly")
+    best, stopped = stored("nightly").runs
     assert stopped.state == "failed" and stopped.epochs == trainer.current_epoch
     assert best.cost is not None and stopped.cost is not None and energy_cb.summary is not None
     last = energy_cb.summary["epochs"][-1]
@@ -185,13 +150,13 @@ def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path
 
 @pytest.mark.parametrize("energy_first", [False, True], ids=["recurring-first", "energy-first"])
 def test_a_run_that_raises_is_recorded_as_failed_with_its_energy(tmp_path, virtual_clock, energy_first):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     rec_cb, energy_cb = recurring([16], 16), energy(tmp_path, gpu, "run1")
     with pytest.raises(RuntimeError, match="out of memory"):
         fit(ScheduledModule(gpu, reach_epoch={16: 3}, fail_in_epoch=2),
             [energy_cb, rec_cb] if energy_first else [rec_cb, energy_cb], tmp_path)
 
-    (run,) = stored_runs("nightly")
+    (run,) = stored("nightly").runs
     # Failed in its second epoch: recorded as failed, with the energy spent until then.
     assert (run.state, run.epochs) == ("failed", 1)
     assert energy_cb.summary is not None and energy_cb.summary["status"] == "failed"
@@ -199,7 +164,7 @@ def test_a_run_that_raises_is_recorded_as_failed_with_its_energy(tmp_path, virtu
 
 
 def test_the_batch_size_is_set_on_the_datamodule(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
 
     class Data(pl.LightningDataModule):
         def __init__(self) -> None:
@@ -218,11 +183,11 @@ def test_the_batch_size_is_set_on_the_datamodule(tmp_path, virtual_clock):
                                         max_epochs=2, max_power_w=300.0, monitor="val_acc", mode="max")
     fit(module, [rec_cb, energy(tmp_path, gpu, "run")], tmp_path, datamodule=data)
     assert data.batch_size == 8 and module.trained_batch_sizes == {8}
-    assert [r.state for r in stored_runs("dm")] == ["reached"]
+    assert [r.state for r in stored("dm").runs] == ["reached"]
 
 
 def test_misconfigurations_fail_at_setup_with_the_fix(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     with pytest.raises(UsageError, match="needs exactly one EnergyCallback"):
         fit(ScheduledModule(gpu, {}), [recurring([16], 16)], tmp_path)
     module = ScheduledModule(gpu, {})
@@ -250,7 +215,7 @@ def test_bad_arguments_fail_when_the_callback_is_built():
 
 def test_a_run_that_stops_before_tuning_finished_records_the_best_limit_it_measured(tmp_path, virtual_clock):
     # The target is reached after epoch 1 (12 steps): tuning 5 limits needs 16; 300, 250, 200 and 150 W fit.
-    gpu = make_gpu(virtual_clock)
+    gpu = recurring_job_gpu(virtual_clock)
     rec_cb, energy_cb = recurring([16], 16), energy(tmp_path, gpu, "run1")
     with pytest.warns(EnergyPluginWarning, match="tuning did not finish"):
         fit(ScheduledModule(gpu, reach_epoch={16: 1}), [rec_cb, energy_cb], tmp_path)
@@ -261,7 +226,7 @@ def test_a_run_that_stops_before_tuning_finished_records_the_best_limit_it_measu
     chosen = summary["power_limit"]["chosen_power_limit_w"]
     assert chosen in tuning["profiled"]
     # Recorded for the batch size: the next run caps there instead of tuning again.
-    assert stored_power_limits("nightly") == {16: chosen}
+    assert stored("nightly").power_limits == {16: chosen}
     rec_cb2 = recurring([16], 16)
     fit(ScheduledModule(gpu, reach_epoch={16: 1}), [rec_cb2, energy(tmp_path, gpu, "run2")], tmp_path)
     assert rec_cb2.recommendation is not None and rec_cb2.recommendation.power_limit_w == chosen
