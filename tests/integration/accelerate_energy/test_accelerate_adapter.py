@@ -7,45 +7,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
-from typing import Any
 
 import pytest
-from accelerate.state import AcceleratorState, GradientState
 
+from tests.support.accelerate_fixtures import summary
 
-class Clock:
-    """A clock that moves only when something sleeps: simulated GPUs timed by it give exact figures."""
-
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    def sleep(self, seconds: float) -> None:
-        self.now_s += max(0.0, seconds)
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    for var in list(os.environ):
-        if var.startswith("ACCELERATE_ENERGY"):
-            monkeypatch.delenv(var)
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def summary(tmp_path: Path, name: str = "run") -> dict[str, Any]:
-    return json.loads((tmp_path / name / "summary.json").read_text())
-
+pytestmark = pytest.mark.usefixtures("fresh_accelerate")
 
 SCRIPT = textwrap.dedent("""
     import torch

@@ -2,97 +2,32 @@
 
 from __future__ import annotations
 
-import json
-import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
-from accelerate.tracking import GeneralTracker
 from torch import nn
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
+from tests.support.accelerate_fixtures import QUIET, TUNE, TUNING_STEPS, Recorder, plugin, summary
+from tests.support.tuned_gpu import BASE_S, clocked_gpu, tuned_choice
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.devices.base import NoPermissionError
-from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
 from wattwise.run import EnergyPluginWarning
 from wattwise.workload import emulate_step, tiny_dataset, tiny_model
 
-BASE_S = 0.01
 BATCH = 8
-QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
-TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-        "power_limit.step_w=50"]
-#: Steps the tuner needs with TUNE on the default model (300, 250, 200, 150, 100 W).
-TUNING_STEPS = 1 + 5 * (1 + 2)
 
 
-class Clock:
-    """A clock that moves only when something sleeps: simulated GPUs timed by it give exact figures."""
-
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    def sleep(self, seconds: float) -> None:
-        self.now_s += max(0.0, seconds)
+pytestmark = pytest.mark.usefixtures("fresh_accelerate")
 
 
 class DeniedGPU(SimulatedGPU):
     def set_power_limit_w(self, watts: float) -> None:
         raise NoPermissionError("setting the power limit needs root or CAP_SYS_ADMIN")
-
-
-class Recorder(GeneralTracker):
-    """A tracker that keeps what `accelerator.log` sends it."""
-
-    name = "recorder"
-    requires_logging_directory = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.logged: list[tuple[int | None, dict[str, Any]]] = []
-
-    @property
-    def tracker(self) -> Recorder:
-        return self
-
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        pass
-
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        self.logged.append((step, dict(values)))
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    for var in list(os.environ):
-        if var.startswith("ACCELERATE_ENERGY"):
-            monkeypatch.delenv(var)
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def make_gpu(clock: Clock, cls: type[SimulatedGPU] = SimulatedGPU) -> SimulatedGPU:
-    return cls(0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep)
-
-
-def plugin(tmp_path: Path, *overrides: str, **fields: Any) -> EnergyPlugin:
-    return EnergyPlugin(enabled=True, output_dir=str(tmp_path / "run"), overrides=[*QUIET, *overrides], **fields)
 
 
 def train(accelerator: Accelerator, batches: int, *, epochs: int = 1, mark_epochs: bool = False,
@@ -117,23 +52,8 @@ def train(accelerator: Accelerator, batches: int, *, epochs: int = 1, mark_epoch
             accelerate_energy.epoch_end(accelerator)
 
 
-def summary(tmp_path: Path, name: str = "run") -> dict[str, Any]:
-    return json.loads((tmp_path / name / "summary.json").read_text())
-
-
-def expected_choice(selector: str, eta: float) -> float:
-    """The choice computed straight from the power model, independently of the adapter."""
-    model = PowerModel.default()
-    lo, hi = model.limit_range_w
-    entries = []
-    for w in profile_limits_w(lo, hi, 50.0):
-        t, p = model.at_limit(w)
-        entries.append(ProfileEntry(w, t * BASE_S, p * t * BASE_S))
-    return select_power_limit(entries, selector, eta=eta, max_power_w=hi).power_limit_w
-
-
 def test_a_step_is_an_optimizer_step_that_really_happened(tmp_path, clock):
-    gpu = make_gpu(clock)
+    gpu = clocked_gpu(clock)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True, gradient_accumulation_steps=4),
                                            plugin(tmp_path, log_every_n_steps=1), devices=[gpu])
     train(accelerator, batches=20)
@@ -154,7 +74,7 @@ def test_a_step_is_an_optimizer_step_that_really_happened(tmp_path, clock):
 
 @pytest.mark.parametrize(("selector", "eta"), [("cost", 0.5), ("energy", 0.5), ("time", 0.5)])
 def test_tuning_picks_what_the_power_model_says_and_restores_the_limit(tmp_path, clock, selector, eta):
-    gpu = make_gpu(clock)
+    gpu = clocked_gpu(clock)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True),
                                            plugin(tmp_path, *TUNE, mode="tune", selector=selector, eta=eta),
                                            devices=[gpu])
@@ -162,14 +82,14 @@ def test_tuning_picks_what_the_power_model_says_and_restores_the_limit(tmp_path,
     train(accelerator, batches=TUNING_STEPS + 4, during=lambda: seen_w.append(gpu.power_limit_w()))
     accelerator.end_training()
 
-    chosen = expected_choice(selector, eta)
+    chosen = tuned_choice(selector, eta)
     assert summary(tmp_path)["power_limit"]["chosen_power_limit_w"] == chosen
     assert seen_w[-1] == chosen  # applied after tuning
     assert gpu.power_limit_w() == 300.0  # restored at end_training
 
 
 def test_cap_applies_during_training_and_is_restored_after(tmp_path, clock):
-    gpu = make_gpu(clock)
+    gpu = clocked_gpu(clock)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, mode="cap", cap_fraction=0.5),
                                            devices=[gpu])
     seen_w: list[float] = []
@@ -182,7 +102,7 @@ def test_cap_applies_during_training_and_is_restored_after(tmp_path, clock):
 
 
 def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path, clock):
-    gpu = make_gpu(clock, DeniedGPU)
+    gpu = clocked_gpu(clock, DeniedGPU)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"),
                                            devices=[gpu])
     with warnings.catch_warnings(record=True) as caught:
@@ -200,7 +120,7 @@ def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path
 
 
 def test_strict_mode_raises_without_permission(tmp_path, clock):
-    gpu = make_gpu(clock, DeniedGPU)
+    gpu = clocked_gpu(clock, DeniedGPU)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True),
                                            plugin(tmp_path, mode="cap", cap_w=200.0, strict=True), devices=[gpu])
     with pytest.raises(NoPermissionError):
@@ -209,7 +129,7 @@ def test_strict_mode_raises_without_permission(tmp_path, clock):
 
 def test_metrics_reach_the_trackers_combined_and_numbered_by_optimizer_step(tmp_path, clock):
     recorder = Recorder()
-    gpu = make_gpu(clock)
+    gpu = clocked_gpu(clock)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True, log_with=[recorder]),
                                            plugin(tmp_path, "log_every_n_steps=2", mode="cap", cap_w=200.0),
                                            devices=[gpu])
@@ -228,7 +148,7 @@ def test_metrics_reach_the_trackers_combined_and_numbered_by_optimizer_step(tmp_
 
 
 def test_epochs_are_measured_where_the_script_marks_them(tmp_path, clock):
-    gpu = make_gpu(clock)
+    gpu = clocked_gpu(clock)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path), devices=[gpu])
     train(accelerator, batches=3, epochs=2, mark_epochs=True)
     accelerator.end_training()
@@ -241,7 +161,7 @@ def test_epochs_are_measured_where_the_script_marks_them(tmp_path, clock):
 
 
 def test_resumed_run_keeps_energy_and_choice_without_profiling_again(tmp_path, clock):
-    gpu = make_gpu(clock)
+    gpu = clocked_gpu(clock)
     first = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"), devices=[gpu])
     train(first, batches=TUNING_STEPS + 2)
     first.save_state(str(tmp_path / "checkpoint"))

@@ -7,8 +7,6 @@ tuning cut short says so; checkpoints load whether wattwise was on or off when t
 
 from __future__ import annotations
 
-import json
-import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,36 +15,22 @@ from typing import Any
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 from accelerate.test_utils.training import RegressionDataset, RegressionModel
-from accelerate.tracking import GeneralTracker
 from torch import nn
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
+from tests.support.accelerate_fixtures import TUNE, TUNING_STEPS, Recorder, plugin, reset_accelerate, summary
+from tests.support.clock import VirtualClock
+from tests.support.tuned_gpu import BASE_S, clocked_gpu
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.run import EnergyPluginWarning
 from wattwise.workload import emulate_step
 
-BASE_S = 0.01
 BATCH = 4
-QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
-TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-        "power_limit.step_w=50"]
-#: Steps the tuner needs with TUNE on the default power model (300, 250, 200, 150, 100 W).
-TUNING_STEPS = 1 + 5 * (1 + 2)
 BUSY_W = PowerModel.default().at_limit(300.0)[1]
-class Clock:
-    """A clock that moves only when something sleeps: simulated GPUs timed by it give exact figures."""
 
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    def sleep(self, seconds: float) -> None:
-        self.now_s += max(0.0, seconds)
+pytestmark = pytest.mark.usefixtures("fresh_accelerate")
 
 
 class CountingGPU(SimulatedGPU):
@@ -57,60 +41,6 @@ class CountingGPU(SimulatedGPU):
     def energy_j(self) -> float:
         self.reads += 1
         return super().energy_j()
-
-
-class Recorder(GeneralTracker):
-    """A tracker that keeps what `accelerator.log` sends it."""
-
-    name = "recorder"
-    requires_logging_directory = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.logged: list[tuple[int | None, dict[str, Any]]] = []
-
-    @property
-    def tracker(self) -> Recorder:
-        return self
-
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        pass
-
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        self.logged.append((step, dict(values)))
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    for var in list(os.environ):
-        if var.startswith("ACCELERATE_ENERGY"):
-            monkeypatch.delenv(var)
-    yield
-    reset_accelerate()
-
-
-def reset_accelerate() -> None:
-    """Forget Accelerate's process-wide state, as a new script would start with."""
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def make_gpu(clock: Clock, cls: type[SimulatedGPU] = SimulatedGPU) -> SimulatedGPU:
-    return cls(0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep)
-
-
-def plugin(tmp_path: Path, *overrides: str, name: str = "run", **fields: Any) -> EnergyPlugin:
-    return EnergyPlugin(enabled=True, output_dir=str(tmp_path / name), overrides=[*QUIET, *overrides], **fields)
-
-
-def summary(tmp_path: Path, name: str = "run") -> dict[str, Any]:
-    return json.loads((tmp_path / name / "summary.json").read_text())
 
 
 def window_rows(tmp_path: Path, name: str = "run") -> list[tuple[str, float]]:
@@ -168,7 +98,7 @@ def train(accelerator: Accelerator, batches: int, *, optimizers: int = 1,
 # -- 1. a step is an optimizer step ------------------------------------------------------------------
 def test_gradient_accumulation_counts_one_step_per_optimizer_step(tmp_path, clock):
     accelerator = accelerate_energy.attach(Accelerator(cpu=True, gradient_accumulation_steps=4),
-                                           plugin(tmp_path), devices=[make_gpu(clock)])
+                                           plugin(tmp_path), devices=[clocked_gpu(clock)])
     train(accelerator, batches=12)
     accelerator.end_training()
 
@@ -178,7 +108,7 @@ def test_gradient_accumulation_counts_one_step_per_optimizer_step(tmp_path, cloc
 
 
 def test_two_optimizers_count_each_ones_step(tmp_path, clock):
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path), devices=[make_gpu(clock)])
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path), devices=[clocked_gpu(clock)])
     train(accelerator, batches=7, optimizers=2)
     accelerator.end_training()
 
@@ -190,7 +120,7 @@ def test_steps_between_logging_points_read_nothing_sync_nothing_and_log_nothing(
     syncs: list[int] = []
     monkeypatch.setattr("wattwise.measurement.cuda_sync", lambda: syncs.append(1))
     recorder = Recorder()
-    gpu = make_gpu(clock, CountingGPU)
+    gpu = clocked_gpu(clock, CountingGPU)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True, log_with=[recorder]),
                                            plugin(tmp_path, "monitor.sync_cuda=true", log_every_n_steps=50),
                                            devices=[gpu])
@@ -217,7 +147,7 @@ EVAL_BATCHES = 2
 EVAL_BATCH_S = 0.05
 
 
-def evaluate_every(n: int, accelerator: Accelerator, clock: Clock, done: list[int]) -> Callable[..., None]:
+def evaluate_every(n: int, accelerator: Accelerator, clock: VirtualClock, done: list[int]) -> Callable[..., None]:
     """An evaluation every `n` steps: eval mode, a slow pass gathering its predictions, train mode."""
 
     def after_step(i: int, model: nn.Module, loader: Any) -> None:
@@ -236,7 +166,7 @@ def evaluate_every(n: int, accelerator: Accelerator, clock: Clock, done: list[in
 
 def test_evaluation_is_reported_apart_and_left_out_of_step_figures(tmp_path, clock):
     accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, log_every_n_steps=10),
-                                           devices=[make_gpu(clock)])
+                                           devices=[clocked_gpu(clock)])
     evaluations: list[int] = []
     train(accelerator, batches=20, after_step=evaluate_every(EVAL_EVERY, accelerator, clock, evaluations))
     accelerator.end_training()
@@ -253,7 +183,7 @@ def test_evaluation_is_reported_apart_and_left_out_of_step_figures(tmp_path, clo
 
 def test_tuning_profiles_are_not_inflated_by_evaluation(tmp_path, clock):
     accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"),
-                                           devices=[make_gpu(clock)])
+                                           devices=[clocked_gpu(clock)])
     evaluations: list[int] = []
     train(accelerator, batches=TUNING_STEPS + 2, after_step=evaluate_every(2, accelerator, clock, evaluations))
     accelerator.end_training()
@@ -270,7 +200,7 @@ def test_tuning_profiles_are_not_inflated_by_evaluation(tmp_path, clock):
 
 def test_a_stretch_marked_not_training_is_reported_under_its_kind(tmp_path, clock):
     accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, log_every_n_steps=4),
-                                           devices=[make_gpu(clock)])
+                                           devices=[clocked_gpu(clock)])
 
     def after_step(i: int, model: nn.Module, loader: Any) -> None:
         if i == 2:
@@ -298,7 +228,7 @@ def test_gathering_metrics_while_training_does_not_pause(tmp_path, clock, frozen
     """`gather_for_metrics` in the training step (loss logging), also beside a prepared model kept in
     eval mode (a frozen teacher), is training: the step's time stays in the step figures."""
     accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, log_every_n_steps=3),
-                                           devices=[make_gpu(clock)])
+                                           devices=[clocked_gpu(clock)])
     if frozen_teacher:
         accelerator.prepare(RegressionModel()).eval()
     train(accelerator, batches=6, during_step=lambda loss: accelerator.gather_for_metrics(loss.detach()))
@@ -312,7 +242,7 @@ def test_gathering_metrics_while_training_does_not_pause(tmp_path, clock, frozen
 # -- 4. tuning cut short -----------------------------------------------------------------------------
 @pytest.mark.parametrize(("batches", "profiled"), [(8, [300.0, 250.0]), (2, [])])
 def test_a_run_too_short_for_tuning_says_so_once_and_keeps_a_profiled_limit(tmp_path, clock, batches, profiled):
-    gpu = make_gpu(clock)
+    gpu = clocked_gpu(clock)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"),
                                            devices=[gpu])
     with warnings.catch_warnings(record=True) as caught:
@@ -354,7 +284,7 @@ def test_a_checkpoint_saved_with_wattwise_off_loads_with_it_on(tmp_path, clock):
     reset_accelerate()
     assert not (tmp_path / "ckpt" / "wattwise_energy.json").exists()
 
-    on = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path), devices=[make_gpu(clock)])
+    on = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path), devices=[clocked_gpu(clock)])
     resume_and_train(on, tmp_path / "ckpt", steps=4)
     on.end_training()
 
@@ -364,7 +294,7 @@ def test_a_checkpoint_saved_with_wattwise_off_loads_with_it_on(tmp_path, clock):
 
 
 def test_a_checkpoint_saved_with_wattwise_on_loads_with_it_off(tmp_path, clock):
-    on = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path), devices=[make_gpu(clock)])
+    on = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path), devices=[clocked_gpu(clock)])
     saved = save_after(on, 3, tmp_path / "ckpt")
     on.end_training()
     reset_accelerate()
@@ -379,14 +309,14 @@ def test_a_checkpoint_saved_with_wattwise_on_loads_with_it_off(tmp_path, clock):
 
 def test_a_run_resumed_with_wattwise_on_both_times_keeps_energy_and_steps(tmp_path, clock):
     first = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, name="run1"),
-                                     devices=[make_gpu(clock)])
+                                     devices=[clocked_gpu(clock)])
     first.register_save_state_pre_hook(lambda models, weights, folder: clock.sleep(0.2))  # a slow write
     save_after(first, 6, tmp_path / "ckpt")
     first.end_training()
     reset_accelerate()
 
     second = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, name="run2"),
-                                      devices=[make_gpu(clock)])
+                                      devices=[clocked_gpu(clock)])
     resume_and_train(second, tmp_path / "ckpt", steps=4)
     second.end_training()
 

@@ -4,29 +4,18 @@ the run's energy record names the plan it followed."""
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
 from wattwise.devices import SimulatedGPU
 from wattwise.record import read_run_dir
 
-
-@pytest.fixture(autouse=True)
-def _fresh_accelerate(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for var in list(os.environ):
-        if var.startswith("ACCELERATE_ENERGY"):
-            monkeypatch.delenv(var)
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate")
 
 
 class FakeStage:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
@@ -16,16 +14,7 @@ from tests.support.config_samples import COMPANIONS, SAMPLES, text, value_at
 from wattwise.config import SETTINGS, config_keys
 from wattwise.errors import ConfigError
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path):
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    for var in list(os.environ):
-        if var.startswith("ACCELERATE_ENERGY"):
-            monkeypatch.delenv(var)
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate")
 
 
 def test_off_unless_the_flag_is_set():

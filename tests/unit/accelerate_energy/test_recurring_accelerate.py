@@ -6,18 +6,17 @@ follows a schedule per batch size (`reach_epoch`), so when a run reaches the tar
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 from torch import nn
 
 import accelerate_energy
 from accelerate_energy import EnergyPlugin, RecurringRun
-from tests.support.recurring_jobs import MAX_EPOCHS, recurring_job_gpu, stored, tuned_choice
+from tests.support.recurring_jobs import MAX_EPOCHS, stored
+from tests.support.tuned_gpu import clocked_gpu, tuned_choice
 from wattwise.devices import SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.recurring import open_store
@@ -29,14 +28,7 @@ OVERRIDES = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_lim
              "power_limit.warmup_steps=1", "power_limit.profile_steps=2", "power_limit.step_w=50"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_accelerate(monkeypatch: pytest.MonkeyPatch):
-    for var in list(os.environ):
-        if var.startswith("ACCELERATE_ENERGY"):
-            monkeypatch.delenv(var)
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate")
 
 
 def attached(tmp_path: Path, gpu: SimulatedGPU, name: str) -> Accelerator:
@@ -83,7 +75,7 @@ class Job:
 
 
 def test_the_decorator_passes_the_batch_size_and_stops_when_the_target_is_reached(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     acc = attached(tmp_path, gpu, "run1")
     job = Job(acc, gpu, {16: 2}, batch_sizes=[8, 16, 32], default=16)
     assert job.train(lr=0.01) == 2  # the function's own arguments pass through, its result comes back
@@ -104,7 +96,7 @@ def test_the_decorator_passes_the_batch_size_and_stops_when_the_target_is_reache
 
 
 def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profiling(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     first = attached(tmp_path, gpu, "run1")
     Job(first, gpu, {16: 2}, batch_sizes=[16], default=16).train(lr=0.01)
     first.end_training()
@@ -126,7 +118,7 @@ def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profil
 
 
 def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     first = attached(tmp_path, gpu, "run1")
     Job(first, gpu, {16: 2}, batch_sizes=[8, 16], default=16, beta=3.5).train(lr=0.01)
     first.end_training()
@@ -145,7 +137,7 @@ def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path
 
 
 def test_a_function_that_raises_records_a_failed_run_and_the_error_propagates(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     acc = attached(tmp_path, gpu, "run1")
     job = Job(acc, gpu, {16: 3}, batch_sizes=[16], default=16, fail_in_epoch=2)
     with pytest.raises(RuntimeError, match="out of memory"):
@@ -160,7 +152,7 @@ def test_a_function_that_raises_records_a_failed_run_and_the_error_propagates(tm
 
 
 def test_misuse_fails_before_a_run_starts_with_the_fix(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     plain = Accelerator(cpu=True)
     with pytest.raises(UsageError, match="needs wattwise's energy measurement"):
         Job(plain, gpu, {}, batch_sizes=[16], default=16).train(lr=0.01)
@@ -187,7 +179,7 @@ def test_the_flag_alone_runs_a_recurring_job_without_an_attach_line(tmp_path, mo
     monkeypatch.setenv("ACCELERATE_ENERGY_OUTPUT_DIR", str(tmp_path / "run"))
     monkeypatch.setenv("ACCELERATE_ENERGY_OVERRIDES", " ".join(OVERRIDES))
     acc = Accelerator(cpu=True)
-    epochs = Job(acc, recurring_job_gpu(virtual_clock), {16: 2}, batch_sizes=[16], default=16).train(lr=0.01)
+    epochs = Job(acc, clocked_gpu(virtual_clock), {16: 2}, batch_sizes=[16], default=16).train(lr=0.01)
     acc.end_training()
     runs, _ = stored("nightly")
     assert epochs == 2 and len(runs) == 1

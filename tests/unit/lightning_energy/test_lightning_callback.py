@@ -12,19 +12,13 @@ from lightning.pytorch.loggers import Logger
 
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
+from tests.support.tuned_gpu import BASE_S, clocked_gpu, tuned_choice
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.devices.base import NoPermissionError
-from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
 from wattwise.run import EnergyPluginWarning
 
-BASE_S = 0.01
 TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
         "power_limit.step_w=50", "monitor.sample_power=false"]
-
-
-def make_gpu(clock, model: PowerModel | None = None, index: int = 0) -> SimulatedGPU:
-    return SimulatedGPU(index, model or PowerModel.default(), base_step_time_s=BASE_S, clock=clock,
-                        sleep=clock.sleep)
 
 
 def fit(callback: EnergyCallback, gpus, steps: int, tmp_path: Path, **trainer_kw) -> pl.Trainer:
@@ -35,16 +29,6 @@ def fit(callback: EnergyCallback, gpus, steps: int, tmp_path: Path, **trainer_kw
     trainer = pl.Trainer(**kw)
     trainer.fit(EmulatedModule(gpus=gpus, dataset_size=trainer_kw.pop("dataset_size", 4096)))
     return trainer
-
-
-def expected_choice(model: PowerModel, selector: str = "cost", eta: float = 0.5, step_w: float = 50.0) -> float:
-    """The choice computed straight from the power model, independently of the callback."""
-    lo, hi = model.limit_range_w
-    entries = []
-    for w in profile_limits_w(lo, hi, step_w):
-        t, p = model.at_limit(w)
-        entries.append(ProfileEntry(w, t * BASE_S, p * t * BASE_S))
-    return select_power_limit(entries, selector, eta=eta, max_power_w=hi).power_limit_w
 
 
 class RecordingLogger(Logger):
@@ -70,7 +54,7 @@ class RecordingLogger(Logger):
 
 
 def test_measures_every_step_and_writes_the_summary(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     cb = EnergyCallback(output_dir=str(tmp_path / "run"), devices=[gpu], overrides=["monitor.sample_power=false"])
     logger = RecordingLogger()
     fit(cb, [gpu], 20, tmp_path, logger=logger, log_every_n_steps=5)
@@ -94,19 +78,19 @@ def test_measures_every_step_and_writes_the_summary(tmp_path, virtual_clock):
 
 @pytest.mark.parametrize(("selector", "eta"), [("cost", 0.5), ("energy", 0.5), ("time", 0.5), ("cost", 0.9)])
 def test_tuning_picks_what_the_power_model_says_and_restores_the_limit(tmp_path, virtual_clock, selector, eta):
-    gpu = make_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     cb = EnergyCallback(mode="tune", selector=selector, eta=eta, output_dir=str(tmp_path / "run"),
                         devices=[gpu], overrides=TUNE)
     fit(cb, [gpu], 1 + 5 * 3 + 10, tmp_path)
     assert cb.summary is not None
     chosen = cb.summary["power_limit"]["chosen_power_limit_w"]
-    assert chosen == expected_choice(PowerModel.default(), selector, eta)
+    assert chosen == tuned_choice(selector, eta)
     assert [e["power_limit_w"] for e in cb.summary["power_limit"]["profile"]] == [300, 250, 200, 150, 100]
     assert gpu.power_limit_w() == 300.0  # restored at the end of fit
 
 
 def test_cap_mode_applies_the_cap_during_fit_and_restores_after(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     seen = []
 
     class Spy(pl.Callback):
@@ -144,7 +128,7 @@ def test_strict_mode_raises_without_permission(tmp_path, virtual_clock):
 
 
 def test_exception_in_training_restores_the_limit(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
 
     class Boom(EmulatedModule):
         def training_step(self, batch, batch_idx):
@@ -162,7 +146,7 @@ def test_exception_in_training_restores_the_limit(tmp_path, virtual_clock):
 
 
 def test_resumed_fit_keeps_energy_and_choice_without_profiling_again(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     ckpt_dir = tmp_path / "ckpt"
     cb1 = EnergyCallback(mode="tune", devices=[gpu], output_dir=str(tmp_path / "run1"), overrides=TUNE)
     steps1 = 1 + 5 * 3 + 4
@@ -199,7 +183,7 @@ def test_resumed_fit_keeps_energy_and_choice_without_profiling_again(tmp_path, v
 
 
 def test_tuned_limit_is_reused_by_the_next_run_of_the_same_job(tmp_path, virtual_clock):
-    gpu = make_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     cb1 = EnergyCallback(mode="tune", job="nightly", devices=[gpu], output_dir=str(tmp_path / "a"), overrides=TUNE)
     fit(cb1, [gpu], 25, tmp_path)
     cb2 = EnergyCallback(mode="tune", job="nightly", devices=[gpu], output_dir=str(tmp_path / "b"), overrides=TUNE)

@@ -16,7 +16,8 @@ from lightning.pytorch.utilities.parsing import lightning_getattr
 
 from lightning_energy import EnergyCallback, RecurringBatchSizeCallback
 from lightning_energy.demo import EmulatedModule
-from tests.support.recurring_jobs import MAX_EPOCHS, recurring_job_gpu, stored, tuned_choice
+from tests.support.recurring_jobs import MAX_EPOCHS, stored
+from tests.support.tuned_gpu import clocked_gpu, tuned_choice
 from wattwise.devices import SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.run import EnergyPluginWarning
@@ -70,7 +71,7 @@ def fit(module: pl.LightningModule, callbacks: list[pl.Callback], tmp_path: Path
 
 
 def test_the_first_run_trains_at_the_default_batch_size_tunes_and_records_its_result(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     module = ScheduledModule(gpu, reach_epoch={16: 2})
     rec_cb, energy_cb = recurring([8, 16, 32], default=16), energy(tmp_path, gpu, "run1")
     trainer = fit(module, [rec_cb, energy_cb], tmp_path)
@@ -91,7 +92,7 @@ def test_the_first_run_trains_at_the_default_batch_size_tunes_and_records_its_re
 
 
 def test_tuning_uses_the_jobs_eta_not_the_energy_callbacks(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     energy_cb = EnergyCallback(eta=1.0, selector="energy", devices=[gpu], output_dir=str(tmp_path / "r"),
                                overrides=TUNE)
     fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([8, 16, 32], default=16), energy_cb], tmp_path)
@@ -103,7 +104,7 @@ def test_tuning_uses_the_jobs_eta_not_the_energy_callbacks(tmp_path, virtual_clo
 @pytest.mark.parametrize("energy_first", [False, True], ids=["recurring-first", "energy-first"])
 def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profiling(tmp_path, virtual_clock,
                                                                                      energy_first):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([16], 16), energy(tmp_path, gpu, "run1")], tmp_path)
     limit_w = tuned_choice()
     assert limit_w < 300.0
@@ -129,7 +130,7 @@ def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profil
 
 
 def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     beta = 3.5
     fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([8, 16], 16, beta), energy(tmp_path, gpu, "run1")],
         tmp_path)
@@ -150,7 +151,7 @@ def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path
 
 @pytest.mark.parametrize("energy_first", [False, True], ids=["recurring-first", "energy-first"])
 def test_a_run_that_raises_is_recorded_as_failed_with_its_energy(tmp_path, virtual_clock, energy_first):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     rec_cb, energy_cb = recurring([16], 16), energy(tmp_path, gpu, "run1")
     with pytest.raises(RuntimeError, match="out of memory"):
         fit(ScheduledModule(gpu, reach_epoch={16: 3}, fail_in_epoch=2),
@@ -164,7 +165,7 @@ def test_a_run_that_raises_is_recorded_as_failed_with_its_energy(tmp_path, virtu
 
 
 def test_the_batch_size_is_set_on_the_datamodule(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
 
     class Data(pl.LightningDataModule):
         def __init__(self) -> None:
@@ -187,7 +188,7 @@ def test_the_batch_size_is_set_on_the_datamodule(tmp_path, virtual_clock):
 
 
 def test_misconfigurations_fail_at_setup_with_the_fix(tmp_path, virtual_clock):
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     with pytest.raises(UsageError, match="needs exactly one EnergyCallback"):
         fit(ScheduledModule(gpu, {}), [recurring([16], 16)], tmp_path)
     module = ScheduledModule(gpu, {})
@@ -215,7 +216,7 @@ def test_bad_arguments_fail_when_the_callback_is_built():
 
 def test_a_run_that_stops_before_tuning_finished_records_the_best_limit_it_measured(tmp_path, virtual_clock):
     # The target is reached after epoch 1 (12 steps): tuning 5 limits needs 16; 300, 250, 200 and 150 W fit.
-    gpu = recurring_job_gpu(virtual_clock)
+    gpu = clocked_gpu(virtual_clock)
     rec_cb, energy_cb = recurring([16], 16), energy(tmp_path, gpu, "run1")
     with pytest.warns(EnergyPluginWarning, match="tuning did not finish"):
         fit(ScheduledModule(gpu, reach_epoch={16: 1}), [rec_cb, energy_cb], tmp_path)
