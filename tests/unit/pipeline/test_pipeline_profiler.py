@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.clock import VirtualClock
 from wattwise.devices import SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.frequency.profiler import PipelineProfiler, StageWork
@@ -16,19 +17,8 @@ from wattwise.settings.guard import SettingsGuard
 FORWARD_S, BACKWARD_S = 0.010, 0.020
 
 
-class VirtualClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def simulated_stages(tmp_path, count: int) -> list[StageWork]:
-    clock = VirtualClock()
+    clock = VirtualClock(start=0.0)
     stages = []
     for index in range(count):
         gpu = SimulatedGPU(index, state_file=tmp_path / f"gpu{index}.json", clock=clock, sleep=clock.sleep)

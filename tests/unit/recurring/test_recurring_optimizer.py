@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.clock import VirtualClock
 from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.spec import JobSpec
@@ -26,14 +27,6 @@ SPEC = JobSpec(
 )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
 @pytest.fixture(params=["memory", "sqlite"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> JobStore:
     if request.param == "memory":
@@ -41,8 +34,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> JobStore:
     return SqlJobStore(store_url(str(tmp_path / "jobs.sqlite")))
 
 
-def optimizer(store: JobStore, clock: Clock | None = None, seed: int = 0) -> BatchSizeOptimizer:
-    return BatchSizeOptimizer(SPEC, store, rng=np.random.default_rng(seed), clock=clock or Clock())
+def optimizer(store: JobStore, clock: VirtualClock | None = None, seed: int = 0) -> BatchSizeOptimizer:
+    return BatchSizeOptimizer(SPEC, store, rng=np.random.default_rng(seed), clock=clock or VirtualClock())
 
 
 def train(opt: BatchSizeOptimizer, run_id: int, epochs_to_target: int | None) -> tuple[bool, int]:
@@ -104,7 +97,7 @@ def test_a_run_with_nothing_measured_is_recorded_without_energy_and_the_policy_l
 
 
 def test_an_open_exploration_run_that_went_silent_stops_blocking_exploration(store: JobStore) -> None:
-    clock = Clock()
+    clock = VirtualClock()
     opt = BatchSizeOptimizer(SPEC, store, rng=np.random.default_rng(0), clock=clock, stale_after_s=3600.0)
     first = opt.next_batch_size()
     train(opt, first.run_id, 3)
