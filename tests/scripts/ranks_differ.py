@@ -1,8 +1,9 @@
-"""A two-process DDP fit (CPU, gloo) tuning simulated GPUs, where one process cannot change its GPU.
+"""Two-process DDP fits (CPU, gloo) tuning simulated GPUs, where one process cannot change its GPU.
 
-`python ranks_differ.py HOME FAULT OUTPUT_DIR`, HOME being the WATTWISE_HOME (the simulated GPUs keep their
-settings in HOME/simulated). FAULT is what differs in the process of rank 1 (Lightning's DDP launcher runs
-this script again for it, with LOCAL_RANK=1):
+`python ranks_differ.py HOME OUTPUT_DIR FAULT [FAULT ...]`, HOME being the WATTWISE_HOME. One fit per FAULT,
+one after the other in the same two processes (Lightning's DDP launcher runs this script again for rank 1,
+with LOCAL_RANK=1; the later fits reuse the process group), each with its own simulated GPUs
+(HOME/FAULT/simulated) and output folder (OUTPUT_DIR/FAULT). FAULT is what differs in the process of rank 1:
 
 - `held`: nothing here; the test holds that GPU from another wattwise process;
 - `permission`: every change of its power limit is refused for lack of permission;
@@ -10,11 +11,13 @@ this script again for it, with LOCAL_RANK=1):
 - `refused`: a limit under 250 W is refused by the device;
 - `state`: its state folder (the guard's journal) cannot be created.
 
-Run by tests/integration/lightning_energy/test_ranks_agree.py: training must go on, exit 0, with one warning.
+Rank 0 writes `--- FAULT` to stderr before each fit, so the test can tell whose warnings are whose. Run by
+tests/integration/lightning_energy/test_ranks_agree.py: training must go on, exit 0, with one warning each.
 """
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -27,9 +30,10 @@ from wattwise.devices.simulated import SimulatedGPU
 from wattwise.workload import use_one_cpu_thread
 
 
-def make_rank_differ(fault: str, home: Path) -> None:
-    """Make this process (rank 1) differ as `fault` says (see the module docstring)."""
+def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
+    """Make this process (rank 1) differ as `fault` says (see the module docstring); returns the undo."""
     original, energy_j = SimulatedGPU.set_power_limit_w, SimulatedGPU.energy_j
+    wattwise_home = os.environ.get("WATTWISE_HOME")
     changes = []
 
     def set_power_limit_w(gpu: SimulatedGPU, watts: float) -> None:
@@ -55,22 +59,42 @@ def make_rank_differ(fault: str, home: Path) -> None:
         blocker.write_text("a file where the state folder should be\n")
         os.environ["WATTWISE_HOME"] = str(blocker / "wattwise")
 
+    def undo() -> None:
+        SimulatedGPU.set_power_limit_w = original  # type: ignore[method-assign]
+        SimulatedGPU.energy_j = energy_j  # type: ignore[method-assign]
+        if wattwise_home is not None:
+            os.environ["WATTWISE_HOME"] = wattwise_home
 
-if __name__ == "__main__":
-    home, fault, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-    if os.environ.get("LOCAL_RANK") == "1":
-        make_rank_differ(fault, home)
-    use_one_cpu_thread()
+    return undo
+
+
+def fit(home: Path, out: Path, fault: str) -> None:
+    """One tuned DDP fit with `fault` on rank 1; prints `FAULT rank R global_step N` on each rank."""
+    rank1 = os.environ.get("LOCAL_RANK") == "1"
+    if not rank1:
+        print(f"--- {fault}", file=sys.stderr, flush=True)
+    undo = make_rank_differ(fault, home / fault) if rank1 else (lambda: None)
     callback = EnergyCallback(
-        mode="tune", backend="simulated", output_dir=out,
-        overrides=["devices.simulated.base_step_time_s=0.01", f"devices.simulated.state_dir={home / 'simulated'}",
+        mode="tune", backend="simulated", output_dir=str(out / fault),
+        overrides=["devices.simulated.base_step_time_s=0.01",
+                   f"devices.simulated.state_dir={home / fault / 'simulated'}",
                    "power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
                    "power_limit.step_w=100", "monitor.sync_cuda=false"])
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=16, max_epochs=-1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          limit_val_batches=0, callbacks=[callback])
-    trainer.fit(EmulatedModule(dataset_size=1024))
-    print(f"rank {trainer.global_rank} global_step {trainer.global_step}")
+    try:
+        trainer.fit(EmulatedModule(dataset_size=1024))
+    finally:
+        undo()
+    print(f"{fault} rank {trainer.global_rank} global_step {trainer.global_step}", flush=True)
+
+
+if __name__ == "__main__":
+    home, out, faults = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+    use_one_cpu_thread()
+    for fault in faults:
+        fit(home, out, fault)
     # Tear gloo down before interpreter exit: left to the C++ destructors it can abort the process.
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

@@ -1,10 +1,11 @@
-"""Ranks must agree (issue 27): a DDP fit where one process cannot change its GPU and the other can.
+"""Ranks must agree: a DDP fit where one process cannot change its GPU and the other can.
 
 A process that degraded to measurement only on its own while the other tuned issued other collectives: the
 run crashed (a collective mismatch, SIGABRT) or hung. Now a failed change only suspends that process's
 changes, and every process degrades together at the next point where they already exchange figures. For
 each way one rank can differ: training goes on to its last step, exit 0, one warning, the summary names the
-rank and what failed there, and every GPU is back at its own limit.
+rank and what failed there, and every GPU is back at its own limit. The faults' fits run one after the other
+in one two-process launch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -53,29 +56,55 @@ def assert_warned_once(fault: str, note: str, warned: str, summary: dict) -> Non
         assert note in warned
 
 
-@pytest.mark.parametrize("fault", sorted(FAILED))
-def test_one_rank_that_cannot_change_its_gpu_degrades_every_rank_together(tmp_path, fault):
-    home = tmp_path / "home"
-    (home / "simulated").mkdir(parents=True)
+@dataclass(frozen=True)
+class Fits:
+    """The two-process run of every fault: where it kept its state and output, and what it printed."""
+
+    home: Path
+    out: Path
+    proc: subprocess.CompletedProcess[str]
+
+    def stderr_of(self, fault: str) -> list[str]:
+        """The stderr lines between rank 0's `--- FAULT` marker and the next one."""
+        section: list[str] = []
+        current = None
+        for line in self.proc.stderr.splitlines():
+            if line.startswith("--- "):
+                current = line.removeprefix("--- ")
+            elif current == fault:
+                section.append(line)
+        return section
+
+
+@pytest.fixture(scope="module")
+def fits(tmp_path_factory: pytest.TempPathFactory) -> Fits:
+    """One fit per fault, one after the other in the same two DDP processes (a launch costs more than a fit)."""
+    folder = tmp_path_factory.mktemp("ranks_differ")
+    home = folder / "home"
+    for fault in FAILED:
+        (home / fault / "simulated").mkdir(parents=True)
     env = dict(os.environ, WATTWISE_HOME=str(home))
     env.pop("PYTHONWARNINGS", None)
-    holder = None
-    if fault == "held":
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "simulated" / "gpu1.json")], env=env,
-                                  stdout=subprocess.PIPE, text=True)
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "held" / "simulated" / "gpu1.json")],
+                              env=env, stdout=subprocess.PIPE, text=True)
     try:
-        proc = subprocess.run([sys.executable, str(SCRIPT), str(home), fault, str(tmp_path / "run")], env=env,
-                              capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        proc = subprocess.run([sys.executable, str(SCRIPT), str(home), str(folder / "run"), *sorted(FAILED)],
+                              env=env, capture_output=True, text=True, timeout=480, cwd=folder)
     finally:
-        if holder is not None:
-            holder.terminate()  # its guard restores its own change
-            holder.wait(timeout=60)
+        holder.terminate()  # its guard restores its own change
+        holder.wait(timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "rank 0 global_step 16" in proc.stdout and "rank 1 global_step 16" in proc.stdout
-    warned = [line for line in proc.stderr.splitlines() if "EnergyPluginWarning: wattwise:" in line]
-    assert len(warned) == 1, proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    return Fits(home, folder / "run", proc)
+
+
+@pytest.mark.parametrize("fault", sorted(FAILED))
+def test_one_rank_that_cannot_change_its_gpu_degrades_every_rank_together(fits, fault):
+    for rank in (0, 1):
+        assert f"{fault} rank {rank} global_step 16" in fits.proc.stdout, fits.proc.stdout
+    warned = [line for line in fits.stderr_of(fault) if "EnergyPluginWarning: wattwise:" in line]
+    assert len(warned) == 1, fits.proc.stderr[-3000:]
+    summary = json.loads((fits.out / fault / "summary.json").read_text())
     assert (summary["status"], summary["steps"], summary["world_size"]) == ("completed", 16, 2)
     [note] = [n for n in summary["notes"] if "every process continues with measurement only" in n]
     assert note.startswith("rank 1: ") and FAILED[fault] in note and "rank 0" not in note
@@ -83,5 +112,5 @@ def test_one_rank_that_cannot_change_its_gpu_degrades_every_rank_together(tmp_pa
     assert_warned_once(fault, note, warned[0], summary)
     assert summary["power_limit"] is None  # no process tuned to the end: no choice is reported
     for gpu in ("gpu0", "gpu1"):  # every GPU is back at its own limit (the simulated GPU's top, 300 W)
-        state = home / "simulated" / f"{gpu}.json"
+        state = fits.home / fault / "simulated" / f"{gpu}.json"
         assert not state.exists() or json.loads(state.read_text())["power_limit_w"] == 300.0
