@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from wattwise.config import load_config
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.paths import state_dir
+from wattwise.run import Run
 from wattwise.settings.journal import journal_dir
+from wattwise.workload import emulate_step
 
 #: The built-in simulated GPU model's maximum (and default) power limit.
 MAX_W = 300.0
@@ -28,6 +31,7 @@ CHILD_TIMEOUT_S = 120.0
 #: signalled. argv: the simulated GPU's state file, the limit in W. Prints "limit set" once it is set.
 LIMIT_HOLDER = """
 import signal, sys, time
+from wattwise.config import load_config
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.settings.guard import SettingsGuard
 
@@ -86,3 +90,20 @@ def child(state_file: Path) -> Iterator[StartHolder]:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=CHILD_TIMEOUT_S)
+
+
+def short_tuning_run(state_file: Path, output_dir: Path) -> tuple[Run, SimulatedGPU]:
+    """A tuning run (not started) on simulated GPU 0 of `state_file`: no wait, one warm-up and one profiled
+    step per limit, 1 ms steps, its record written to `output_dir`."""
+    gpu = SimulatedGPU(0, state_file=state_file, base_step_time_s=0.001)
+    cfg = load_config(overrides=["power_limit.mode=tune", "power_limit.wait_steps=0", f"output_dir={output_dir}",
+                                 "power_limit.warmup_steps=1", "power_limit.profile_steps=1"])
+    return Run(cfg, devices=[gpu]), gpu
+
+
+def train_steps(run: Run, gpu: SimulatedGPU, steps: int) -> None:
+    """`steps` emulated training steps of `run` on `gpu`."""
+    for _ in range(steps):
+        run.step_begin()
+        emulate_step([gpu], lambda: None)
+        run.step_end()

@@ -19,16 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.guard_fixtures import CHILD_TIMEOUT_S, MAX_W, journals, limit_on_gpu
+from tests.support.guard_fixtures import CHILD_TIMEOUT_S, MAX_W, journals, limit_on_gpu, short_tuning_run, train_steps
 from wattwise.cli.main import main
-from wattwise.config import load_config
 from wattwise.demo import demo_folder, private_state_dir
 from wattwise.devices.simulated import SimulatedGPU
-from wattwise.run import EnergyPluginWarning, Run
+from wattwise.run import EnergyPluginWarning
 from wattwise.settings.guard import DeviceBusyError, JournalError, SettingsGuard
 from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals
-from wattwise.workload import emulate_step
 
 WATTWISE = Path(sys.executable).parent / "wattwise"
 
@@ -67,17 +65,11 @@ def test_a_second_process_refuses_a_gpu_another_live_process_holds(child: Any, s
 def test_a_tuning_run_on_a_held_gpu_warns_once_and_only_measures(child: Any, state_file: Path,
                                                                   tmp_path: Path) -> None:
     holder = child(150.0)
-    gpu = SimulatedGPU(0, state_file=state_file, base_step_time_s=0.001)
-    cfg = load_config(overrides=["power_limit.mode=tune", "power_limit.wait_steps=0", f"output_dir={tmp_path / 'r'}",
-                                 "power_limit.warmup_steps=1", "power_limit.profile_steps=1"])
-    run = Run(cfg, devices=[gpu])
+    run, gpu = short_tuning_run(state_file, tmp_path / "r")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run.start()
-        for _ in range(5):
-            run.step_begin()
-            emulate_step([gpu], lambda: None)
-            run.step_end()
+        train_steps(run, gpu, 5)
         run.finish()
     messages = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
     assert len(messages) == 1

@@ -20,16 +20,14 @@ import pytest
 
 import wattwise.devices
 import wattwise.settings.journal
-from tests.support.guard_fixtures import MAX_W, journals, limit_on_gpu
+from tests.support.guard_fixtures import MAX_W, journals, limit_on_gpu, short_tuning_run, train_steps
 from wattwise.cli.main import main
-from wattwise.config import load_config
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.paths import state_dir
-from wattwise.run import EnergyPluginWarning, Run
+from wattwise.run import EnergyPluginWarning
 from wattwise.settings.guard import JournalError, SettingsGuard
 from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals
-from wattwise.workload import emulate_step
 
 pytestmark = pytest.mark.usefixtures("simulated_home")
 
@@ -67,18 +65,12 @@ def test_a_full_disk_after_a_change_still_restores_it(monkeypatch: pytest.Monkey
 def test_a_tuning_run_on_a_full_disk_warns_once_and_leaves_the_gpu_as_found(
     monkeypatch: pytest.MonkeyPatch, state_file: Path, tmp_path: Path
 ) -> None:
-    gpu = SimulatedGPU(0, state_file=state_file, base_step_time_s=0.001)
-    cfg = load_config(overrides=["power_limit.mode=tune", "power_limit.wait_steps=0", f"output_dir={tmp_path / 'r'}",
-                                 "power_limit.warmup_steps=1", "power_limit.profile_steps=1"])
-    run = Run(cfg, devices=[gpu])
+    run, gpu = short_tuning_run(state_file, tmp_path / "r")
     monkeypatch.setattr(wattwise.settings.journal, "write_journal", no_space)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run.start()
-        for _ in range(5):
-            run.step_begin()
-            emulate_step([gpu], lambda: None)
-            run.step_end()
+        train_steps(run, gpu, 5)
     messages = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
     assert len(messages) == 1 and "No space left on device" in messages[0]
     assert limit_on_gpu(state_file) == MAX_W
