@@ -43,9 +43,9 @@ def load_v1_store(url: str) -> None:
     if url.startswith("sqlite"):
         path = url.removeprefix("sqlite:///")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(path) as conn:
-            conn.executescript((DATA_DIR / "store_v1.sqlite.sql").read_text())
-        conn.close()
+        with sqlite3.connect(path) as database:
+            database.executescript((DATA_DIR / "store_v1.sqlite.sql").read_text())
+        database.close()
         return
     engine = create_engine(url)
     with engine.connect() as conn:
