@@ -1,9 +1,10 @@
-"""Ranks must agree (issue 27), under `accelerate launch` (multi-CPU, gloo) with `ACCELERATE_ENERGY=1`.
+"""Ranks must agree, under `accelerate launch` (multi-CPU, gloo) with `ACCELERATE_ENERGY=1`.
 
 The run of the issue: one process's GPU was held by another wattwise process, that process degraded to
 measurement only while the other tuned, and the run crashed with a collective mismatch (SIGABRT). For each
 way one rank can differ: both processes train to the end, exit 0, one warning, the summary names the rank
-and what failed there, and every GPU is back at its own limit.
+and what failed there, and every GPU is back at its own limit. The example runs once per fault, one after the
+other in the two processes of one launch.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import sys
 
 import pytest
 
-from tests.integration.lightning_energy.test_ranks_agree import FAILED, HOLDER, assert_warned_once
 from tests.support.paths import SCRIPTS_DIR
+from tests.support.ranks_differ import FAILED, HOLDER, Runs, assert_warned_once, make_homes
 
 SCRIPT = SCRIPTS_DIR / "ranks_differ_accelerate.py"
 TUNE = ("power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100 "
@@ -32,38 +33,42 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("fault", sorted(FAILED))
-def test_one_process_that_cannot_change_its_gpu_degrades_every_process_together(tmp_path, fault):
-    home = tmp_path / "home"
-    (home / "simulated").mkdir(parents=True)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    """The example once per fault, one after the other in the same two processes of one `accelerate launch`."""
+    folder = tmp_path_factory.mktemp("ranks_differ_accelerate")
+    home = folder / "home"
+    make_homes(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE") and k != "PYTHONWARNINGS"}
-    env.update(HF_HOME=str(tmp_path / "hf"), WATTWISE_HOME=str(home), ACCELERATE_ENERGY="1",
-               ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_BACKEND="simulated",
-               ACCELERATE_ENERGY_OUTPUT_DIR=str(tmp_path / "run"),
-               ACCELERATE_ENERGY_OVERRIDES=f"{TUNE} devices.simulated.state_dir={home / 'simulated'}")
-    holder = None
-    if fault == "held":
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "simulated" / "gpu1.json")], env=env,
-                                  stdout=subprocess.PIPE, text=True)
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    env.update(HF_HOME=str(folder / "hf"), WATTWISE_HOME=str(home), ACCELERATE_ENERGY="1",
+               ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_BACKEND="simulated", ACCELERATE_ENERGY_OVERRIDES=TUNE)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "held" / "simulated" / "gpu1.json")],
+                              env=env, stdout=subprocess.PIPE, text=True)
     cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
-           "--num_processes", "2", "--main_process_port", str(_free_port()), str(SCRIPT), str(home), fault,
-           "--epochs", "1", "--dataset-size", "1024"]
+           "--num_processes", "2", "--main_process_port", str(_free_port()), str(SCRIPT), str(home),
+           str(folder / "run"), ",".join(sorted(FAILED)), "--epochs", "1", "--dataset-size", "1024"]
     try:
-        proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        proc = subprocess.run(cmd, env=env, cwd=folder, capture_output=True, text=True, timeout=480)
     finally:
-        if holder is not None:
-            holder.terminate()  # its guard restores its own change
-            holder.wait(timeout=60)
+        holder.terminate()  # its guard restores its own change
+        holder.wait(timeout=60)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    warned = [line for line in (proc.stdout + proc.stderr).splitlines() if "EnergyPluginWarning: wattwise:" in line]
-    assert len(warned) == 1, proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    return Runs(home, folder / "run", proc)
+
+
+@pytest.mark.parametrize("fault", sorted(FAILED))
+def test_one_process_that_cannot_change_its_gpu_degrades_every_process_together(runs, fault):
+    for rank in (0, 1):
+        assert f"{fault} rank {rank} done" in runs.proc.stdout, runs.proc.stdout
+    warned = runs.warnings_of(fault)
+    assert len(warned) == 1, runs.proc.stderr[-3000:]
+    summary = json.loads((runs.out / fault / "summary.json").read_text())
     assert (summary["status"], summary["steps"], summary["world_size"]) == ("completed", STEPS, 2)
     [note] = [n for n in summary["notes"] if "every process continues with measurement only" in n]
     assert note.startswith("rank 1: ") and FAILED[fault] in note and "rank 0" not in note
     assert_warned_once(fault, note, warned[0], summary)
     assert summary["power_limit"] is None  # no process tuned to the end: no choice is reported
     for gpu in ("gpu0", "gpu1"):  # every GPU is back at its own limit (the simulated GPU's top, 300 W)
-        state = home / "simulated" / f"{gpu}.json"
+        state = runs.home / fault / "simulated" / f"{gpu}.json"
         assert not state.exists() or json.loads(state.read_text())["power_limit_w"] == 300.0

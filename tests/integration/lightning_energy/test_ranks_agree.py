@@ -14,75 +14,20 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from tests.support.paths import SCRIPTS_DIR
+from tests.support.ranks_differ import FAILED, HOLDER, Runs, assert_warned_once, make_homes
 
 SCRIPT = SCRIPTS_DIR / "ranks_differ.py"
 
-#: Holds the simulated GPU 1 as another wattwise process would (its guard changed the limit), until killed.
-HOLDER = """
-import sys, time
-from wattwise.devices.simulated import SimulatedGPU
-from wattwise.settings.guard import SettingsGuard
-guard = SettingsGuard()
-guard.install_signal_handlers()
-guard.set_power_limit(SimulatedGPU(1, state_file=sys.argv[1]), 200.0)
-print("held", flush=True)
-time.sleep(600)
-"""
-
-#: What the summary's note says failed on rank 1, for each fault.
-FAILED = {
-    "held": "is held by",
-    "permission": "insufficient permissions",
-    "lost": "fallen off the bus",
-    "refused": "refused a power limit",
-    "state": "cannot create the journal folder",
-}
-
-
-def assert_warned_once(fault: str, note: str, warned: str, summary: dict) -> None:
-    """The one warning says what failed on rank 1: that every process only measures, or, when the GPU was lost
-    (its energy unreadable too, a window's end told every process first), that its energy is left out."""
-    if fault == "lost":
-        [lost] = [n for n in summary["notes"] if n.startswith("rank 1: energy measurement failed (")]
-        assert FAILED[fault] in lost and lost in warned
-        assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"]
-    else:
-        assert note in warned
-
-
-@dataclass(frozen=True)
-class Fits:
-    """The two-process run of every fault: where it kept its state and output, and what it printed."""
-
-    home: Path
-    out: Path
-    proc: subprocess.CompletedProcess[str]
-
-    def stderr_of(self, fault: str) -> list[str]:
-        """The stderr lines between rank 0's `--- FAULT` marker and the next one."""
-        section: list[str] = []
-        current = None
-        for line in self.proc.stderr.splitlines():
-            if line.startswith("--- "):
-                current = line.removeprefix("--- ")
-            elif current == fault:
-                section.append(line)
-        return section
-
-
 @pytest.fixture(scope="module")
-def fits(tmp_path_factory: pytest.TempPathFactory) -> Fits:
+def fits(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     """One fit per fault, one after the other in the same two DDP processes (a launch costs more than a fit)."""
     folder = tmp_path_factory.mktemp("ranks_differ")
     home = folder / "home"
-    for fault in FAILED:
-        (home / fault / "simulated").mkdir(parents=True)
+    make_homes(home)
     env = dict(os.environ, WATTWISE_HOME=str(home))
     env.pop("PYTHONWARNINGS", None)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "held" / "simulated" / "gpu1.json")],
@@ -95,14 +40,14 @@ def fits(tmp_path_factory: pytest.TempPathFactory) -> Fits:
         holder.terminate()  # its guard restores its own change
         holder.wait(timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return Fits(home, folder / "run", proc)
+    return Runs(home, folder / "run", proc)
 
 
 @pytest.mark.parametrize("fault", sorted(FAILED))
 def test_one_rank_that_cannot_change_its_gpu_degrades_every_rank_together(fits, fault):
     for rank in (0, 1):
         assert f"{fault} rank {rank} global_step 16" in fits.proc.stdout, fits.proc.stdout
-    warned = [line for line in fits.stderr_of(fault) if "EnergyPluginWarning: wattwise:" in line]
+    warned = fits.warnings_of(fault)
     assert len(warned) == 1, fits.proc.stderr[-3000:]
     summary = json.loads((fits.out / fault / "summary.json").read_text())
     assert (summary["status"], summary["steps"], summary["world_size"]) == ("completed", 16, 2)
