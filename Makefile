@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # On a GPU machine, install the torch build you want first, then: make install TORCH_SPEC=
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test test-fast lint docs docs-serve bench acceptance clean
+.PHONY: install demo test test-durations test-fast lint docs docs-serve bench acceptance clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,6 +28,11 @@ TEST_WORKERS ?= auto
 # Everything, both tiers: tests/unit/ and tests/integration/ (CI's command).
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# `make test`, keeping each test's duration in tests/durations.json: a clone with no pytest cache yet (CI's)
+# starts the longest tests first by it. Run it after adding or changing slow tests, and commit the file.
+test-durations: install
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --store-durations
 
 # The unit tier alone: in-process tests, no process, server or training run started.
 test-fast: install

@@ -5,8 +5,10 @@ The shared fakes and helpers are in tests/support/; the unit tier's own rule is 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,19 +28,48 @@ POSTGRES_FIXTURES = ("postgres_url", "fresh_postgres")
 
 #: Where the last run's test durations are kept (pytest's cache, .pytest_cache/): the next run orders by them.
 DURATIONS_KEY = "wattwise/durations_s"
+#: The durations of a whole run kept in the repository (`make test-durations`), for a clone with no cache yet
+#: (CI's): without them the longest tests may start last and leave one worker running them alone.
+DURATIONS_FILE = REPO_ROOT / "tests" / "durations.json"
 #: This run's durations so far, by test.
 _durations_s: dict[str, float] = {}
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--store-durations`: write this run's test durations to tests/durations.json (`make test-durations`)."""
+    parser.addoption("--store-durations", action="store_true",
+                     help="write this run's test durations to tests/durations.json (the order of a run with no cache)")
+
+
+def _last_durations_s(config: pytest.Config) -> dict[str, float]:
+    """Each test's last known duration: pytest's cache over the repository's file."""
+    known: dict[str, float] = {}
+    with contextlib.suppress(OSError, ValueError):  # none yet, or a half-written one: order without it
+        known.update(json.loads(DURATIONS_FILE.read_text()))
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        known.update(cache.get(DURATIONS_KEY, {}))
+    return known
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest first: integration before unit, then by the last run's durations where pytest's cache has them.
+    """Longest first: integration before unit, then the work units (`work_unit`) that took longest last time.
 
     Under xdist the long tests start early and the many short ones fill the workers' last minutes. Every
-    worker reads the same cache, so all collect the same order (xdist requires it).
+    worker reads the same cache and file, so all collect the same order (xdist requires it).
     """
-    cache = getattr(config, "cache", None)
-    last_s: dict[str, float] = cache.get(DURATIONS_KEY, {}) if cache is not None else {}
-    items.sort(key=lambda item: (not item.nodeid.startswith("tests/integration/"), -last_s.get(item.nodeid, 0.0)))
+    last_s = _last_durations_s(config)
+    unit_s: dict[str, float] = {}
+    for item in items:
+        unit = _unit_of(item.nodeid)
+        unit_s[unit] = unit_s.get(unit, 0.0) + last_s.get(item.nodeid, 0.0)
+    items.sort(key=lambda item: (not item.nodeid.startswith("tests/integration/"), -unit_s[_unit_of(item.nodeid)],
+                                 -last_s.get(item.nodeid, 0.0)))
+
+
+def _unit_of(nodeid: str) -> str:
+    """The work unit a test runs in: its module's, or the test alone."""
+    return work_unit(nodeid.split("::")[0]) or nodeid
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -48,9 +79,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Keep this run's durations for the next run's order (not from an xdist worker: its controller does)."""
+    if not _durations_s or hasattr(session.config, "workerinput"):
+        return
     cache = getattr(session.config, "cache", None)
-    if cache is not None and _durations_s and not hasattr(session.config, "workerinput"):
+    if cache is not None:
         cache.set(DURATIONS_KEY, {**cache.get(DURATIONS_KEY, {}), **_durations_s})
+    if session.config.getoption("--store-durations"):
+        # The tests under half a second change no order worth keeping: they fill the gaps, whatever their order.
+        rounded = {nodeid: round(seconds, 1) for nodeid, seconds in sorted(_durations_s.items()) if seconds >= 0.5}
+        DURATIONS_FILE.write_text(json.dumps(rounded, indent=0) + "\n")
 
 
 @functools.cache
@@ -78,7 +115,7 @@ if importlib.util.find_spec("xdist") is not None:
         """
 
         def _split_scope(self, nodeid: str) -> str:
-            return work_unit(nodeid.split("::")[0]) or nodeid
+            return _unit_of(nodeid)
 
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SharedFixtureScheduling:
         """With `-n`, schedule by `work_unit` (the Makefile's `make test` and `make test-fast`)."""
