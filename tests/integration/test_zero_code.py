@@ -115,10 +115,8 @@ def test_an_unmodified_lightning_script_is_measured_and_tuned_with_the_flag(tmp_
     tuning = found["power_limit"]["tuning"]
     assert tuning["finished"] is False and "no emulated work drove the simulated GPU" in tuning["reason"]
     assert found["power_limit"]["chosen_power_limit_w"] is None
-    off = run([sys.executable, str(SCRIPTS / "zero_code_lightning.py")], tmp_path, LIGHTNING_ENERGY_OUTPUT_DIR="off")
-    assert off.returncode == 0, off.stderr
-    assert off.stdout == proc.stdout == "global_step 12\n"
-    assert not (tmp_path / "off").exists()
+    # The script's own output, as without the flag (which adds no callback: the factory test above).
+    assert proc.stdout == "global_step 12\n"
 
 
 def test_lightning_cli_is_measured_with_the_flag(tmp_path):
