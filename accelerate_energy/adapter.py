@@ -182,19 +182,21 @@ class AccelerateEnergy:
         return self.summary
 
     def _at_exit(self) -> None:
-        """The script ended without `end_training`: finish, or restore only if it died of an exception."""
+        """The script ended without `end_training`: finish the run.
+
+        Apart from the other processes (`Run.finish_alone`) when they may not meet: an exception, or the
+        process group gone.
+        """
         exc = getattr(sys, "last_value", None)  # set by the interpreter for an uncaught exception
         if exc is None and self._processes_can_meet():
             self.finish("completed")
             return
         self.run.abort(exc)
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         if self.run.collective.world_size == 1:
-            self.finish("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
-        else:
-            # The other processes may have died or be stuck in a collective: meeting them could hang.
-            log.warning("wattwise: the run ended %s; GPU settings restored, no summary written "
-                        "(call accelerator.end_training() at the end of training for one)",
-                        f"with {type(exc).__name__}" if exc is not None else "after the process group was destroyed")
+            self.finish(status)
+        else:  # the other processes may have died or be stuck in a collective: meeting them could hang
+            self.run.finish_alone(status if exc is not None else "completed", exc)
 
     def _processes_can_meet(self) -> bool:
         if self.run.collective.world_size == 1:

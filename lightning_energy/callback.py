@@ -220,11 +220,15 @@ class EnergyCallback(Callback):
         """Restore every GPU setting and write the summary of a failed fit.
 
         The status is `interrupted` for Ctrl-C and for the `SIGTERMException` Lightning raises after a
-        SIGTERM (a preemption), `failed` otherwise.
+        SIGTERM (a preemption), `failed` otherwise. Under distributed training the processes may no longer
+        meet (one died, or another is inside a collective of Lightning's own signal handling): the run
+        ends without a collective (`Run.finish_alone`).
         """
         if self.run is not None:
             self.run.abort(exception)
             stopped = isinstance(exception, KeyboardInterrupt | SIGTERMException)
+            if self.run.collective.world_size > 1:
+                self.run.finish_alone("interrupted" if stopped else "failed", exception)
             self._finish(trainer, "interrupted" if stopped else "failed")
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -50,6 +50,8 @@ TRAINING_WINDOWS = (STEPS, PROFILE)
 WINDOWS = (FIT, EPOCH, STEPS, PROFILE, PAUSE)
 #: What becomes of a process's figures once it lost its measurement (after the rank and why).
 LOST = "; its energy is left out of the run's figures, and the other processes go on measuring"
+#: Where a process of several that ends apart leaves its figures in the output folder (`Run.finish_alone`).
+FIGURES_LEFT = "interrupted-rank{rank}.json"
 #: Why a process has nothing to measure (no device found).
 NOTHING_TO_MEASURE = "nothing to measure (no GPU, and the CPU package's energy counter is not readable)"
 
@@ -227,6 +229,9 @@ class RunMeasurement:
         if self.devices:
             out = Path(cfg.output_dir)
             out.mkdir(parents=True, exist_ok=True)
+            if coll.rank == 0:  # figures an earlier run's processes left after its main one stopped waiting
+                for rank in range(1, coll.world_size):
+                    (out / FIGURES_LEFT.format(rank=rank)).unlink(missing_ok=True)
             log_file = out / ("windows.csv" if coll.rank == 0 else f"windows-rank{coll.rank}.csv")
             sync = self._sync if self._sync is not None else (cuda_sync if cfg.monitor.sync_cuda else None)
             self.monitor = EnergyMonitor(self.devices, sync=sync, log_file=log_file,

@@ -48,7 +48,7 @@ from wattwise.config import EnergyConfig
 from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, install_warning_format
-from wattwise.measurement import EPOCH, PROFILE, RunFigures, RunMeasurement, StepRecord
+from wattwise.measurement import EPOCH, FIGURES_LEFT, PROFILE, RunFigures, RunMeasurement, StepRecord
 from wattwise.paths import replace_file
 from wattwise.power_control import PowerLimitControl
 from wattwise.record import (
@@ -72,7 +72,7 @@ __all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Run", "StepRecor
 #: Step figures are combined over processes and logged every this many optimizer steps, unless the
 #: configuration (or the framework's own cadence, in the adapter) says otherwise.
 DEFAULT_LOG_EVERY_N_STEPS = 50
-#: How long the main process of several, ended by SIGTERM, waits for the others' figures (`Run.finish`).
+#: How long the main process of several that end apart waits for the others' figures (`Run.finish_alone`).
 SIGNALLED_WAIT_S = 3.0
 
 
@@ -384,7 +384,7 @@ class Run:
         guard = self.power.guard
         if guard is not None:  # a process of several makes no collective in a signal handler
             guard.at_default_exit(functools.partial(self.finish, "interrupted") if self.collective.world_size == 1
-                                  else self._finish_signalled)
+                                  else self._last_words)
         if changes:  # every process asks, tunes only when all can, then shares the remembered limit
             self._agree(at_start=True)
             try:
@@ -543,65 +543,93 @@ class Run:
         self.record = record
         return record
 
-    def _finish_signalled(self) -> None:
-        """SIGTERM ends this process of several: the run's record, without a collective.
+    def _last_words(self) -> None:
+        """SIGTERM ends this process of several by its default action: `finish_alone`, from the guard's handler.
 
-        The signal takes its default action (a script with no handler of its own), after the guard restored
-        the settings; a collective is out of the question, as the others (ended by the same signal, or in
-        the middle of one) could not answer.
+        The script has no handler of its own; the guard restored the settings, and ends the process after.
+        """
+        self.finish_alone("interrupted", at_signal=True)
 
-        Each process leaves its figures in the output folder (`interrupted-rank<N>.json`); the main one
-        waits up to `SIGNALLED_WAIT_S` for them, writes summary.json (`interrupted`, a note naming the ranks
-        the signal reached and those that left nothing) and removes them.
+    def finish_alone(self, status: str = "interrupted", exc: BaseException | None = None, *,
+                     at_signal: bool = False) -> RunSummary | None:
+        """End a run of several processes without a collective: the others may be gone, or in the middle of one.
+
+        For a run that ends apart: a signal (SIGTERM, a preemption), or an exception in some processes. Each
+        process restores its settings and leaves its figures in the output folder
+        (`interrupted-rank<N>.json`); the main one waits up to `SIGNALLED_WAIT_S` for the others', writes
+        summary.json with a note naming how each rank ended and the ranks that left nothing, and removes
+        the files. A single process finishes as `finish` does.
+
+        Args:
+            status: The summary's status (`interrupted` whenever a signal reached this process).
+            exc: What ended the run in this process, if it raised.
+            at_signal: Called from the guard's signal handler: a second SIGTERM (a launcher that saw another
+                process end sends one) is ignored until the guard ends the process.
+
+        Returns:
+            The run's record on the main process; None elsewhere, or when nothing was measured.
         """
         m = self.measurement
+        if self.collective.world_size == 1:
+            return self.finish(status)
         if self.finished or not self.started or not self.measuring or m is None:
-            return
+            return None
         self.finished = True
         self.power.finish_tuning(self.step_count)
         self._take_notices()
-        self.power.close()  # puts back the handlers the guard found
-        # A launcher that saw another process end sends this one SIGTERM too: it waits for these last words
-        # (then the guard ends the process by the signal it received).
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self.power.close()  # restores, and puts back the signal handlers the guard found
+        if at_signal:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         fit = m.close()
         if fit is None:
-            return
+            return None
         guard = self.power.guard
-        signame = signal.Signals(guard.signalled).name if guard is not None and guard.signalled else "a signal"
+        if guard is not None and guard.signalled:
+            ended, status = f"{signal.Signals(guard.signalled).name} reached {{ranks}}", "interrupted"
+        else:
+            ended = "{ranks} raised " + type(exc).__name__ if exc is not None else "{ranks} ended"
         rank, size, out = self.collective.rank, self.collective.world_size, Path(self.cfg.output_dir)
-        mine = {**m.rank_figures(fit), "signal": signame,
+        mine = {**m.rank_figures(fit), "ended": ended,
                 "timeline": [[e.timestamp_s, e.device, e.setting, e.value] for e in self.power.timeline]}
         if not self.is_main:
-            replace_file(out / f"interrupted-rank{rank}.json", lambda fh: json.dump(mine, fh))
-            return
-        per_rank: dict[int, dict[str, Any]] = {0: mine}
-        deadline = time.monotonic() + SIGNALLED_WAIT_S
-        while True:
-            for other in range(1, size):
-                path = out / f"interrupted-rank{other}.json"
-                if other not in per_rank and path.is_file():
-                    try:
-                        per_rank[other] = json.loads(path.read_text(encoding="utf-8"))
-                    except (OSError, ValueError):  # not one of ours: its rank counts as missing
-                        continue
-                    path.unlink(missing_ok=True)
-            if len(per_rank) == size or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
+            replace_file(out / FIGURES_LEFT.format(rank=rank), lambda fh: json.dump(mine, fh))
+            return None
+        per_rank = {0: mine, **self._figures_left(out, size)}
         ranks = sorted(per_rank)
-        reached = ", ".join(f"rank {r}" for r in ranks)
-        self._noticed.append(f"{signame} reached {reached}: each restored its GPU settings and ended; the figures "
-                             "are theirs up to the signal")
+        by_end: dict[str, list[int]] = {}
+        for r in ranks:
+            by_end.setdefault(str(per_rank[r].get("ended", "{ranks} ended")), []).append(r)
+        self._noticed.append("; ".join(how.replace("{ranks}", ", ".join(f"rank {r}" for r in rs))
+                                       for how, rs in by_end.items())
+                             + ": each restored its GPU settings and ended on its own; the figures are theirs up "
+                               "to then")
         missing = [r for r in range(size) if r not in per_rank]
         if missing:
             self._noticed.append(f"{', '.join(f'rank {r}' for r in missing)} left no figures within "
-                                 f"{SIGNALLED_WAIT_S:g} s of the signal (not reached by it, or ended first): "
-                                 "their energy is missing")
+                                 f"{SIGNALLED_WAIT_S:g} s of the main process's end: their energy is missing")
         timeline = [SettingEvent(*e) for r in ranks for e in per_rank[r]["timeline"]]
         figures = m.figures([per_rank[r] for r in ranks])
-        self.record = self._record(figures, "interrupted", timeline)
+        self.record = self._record(figures, status, timeline)
         write_run_dir(self.cfg.output_dir, self.record, power_rows(figures.samples))
+        return self.record
+
+    @staticmethod
+    def _figures_left(out: Path, size: int) -> dict[int, dict[str, Any]]:
+        """The figures the other processes left in `out` within `SIGNALLED_WAIT_S`, by rank (files removed)."""
+        found: dict[int, dict[str, Any]] = {}
+        deadline = time.monotonic() + SIGNALLED_WAIT_S
+        while True:
+            for other in range(1, size):
+                path = out / FIGURES_LEFT.format(rank=other)
+                if other not in found and path.is_file():
+                    try:
+                        found[other] = json.loads(path.read_text(encoding="utf-8"))
+                    except (OSError, ValueError):  # not one of ours: its rank counts as missing
+                        continue
+                    path.unlink(missing_ok=True)
+            if len(found) == size - 1 or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.05)
 
     def _record(self, figures: RunFigures, status: str, timeline: Sequence[SettingEvent]) -> RunSummary:
         m = self.measurement

@@ -9,13 +9,17 @@ with LOCAL_RANK=1; the later fits reuse the process group), each with its own si
 - `permission`: every change of its power limit is refused for lack of permission;
 - `lost`: the GPU is lost after its first change: every later change, and every read of its energy, fails;
 - `refused`: a limit under 250 W is refused by the device;
-- `state`: its state folder (the guard's journal) cannot be created.
+- `state`: its state folder (the guard's journal) cannot be created;
+- `sigterm`: no difference, but SIGTERM reaches every process after optimizer step 6, as a SLURM or
+  Kubernetes preemption sends it (tests/integration/lightning_energy/test_preemption.py; Lightning ends
+  the processes there, so it is the last fit).
 
 Rank 0 writes `--- FAULT` to stderr before each fit, so the test can tell whose warnings are whose. Run by
 tests/integration/lightning_energy/test_ranks_agree.py: training must go on, exit 0, with one warning each.
 """
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +72,15 @@ def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
     return undo
 
 
+class Preempted(pl.Callback):
+    """SIGTERM reaches this process after optimizer step 6."""
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
+        if trainer.global_step == 6 and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def fit(home: Path, out: Path, fault: str) -> None:
     """One tuned DDP fit with `fault` on rank 1; prints `FAULT rank R global_step N` on each rank."""
     rank1 = os.environ.get("LOCAL_RANK") == "1"
@@ -82,7 +95,7 @@ def fit(home: Path, out: Path, fault: str) -> None:
                    "power_limit.step_w=100", "monitor.sync_cuda=false"])
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=16, max_epochs=-1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, callbacks=[callback])
+                         limit_val_batches=0, callbacks=[callback, *([Preempted()] if fault == "sigterm" else [])])
     try:
         trainer.fit(EmulatedModule(dataset_size=1024))
     finally:

@@ -1,6 +1,7 @@
-"""SIGTERM ends a process of several with no handler of its own (issue 27): its run's last words make no
-collective. Each process leaves its figures in the output folder; the main one writes the summary from those
-that came, naming the ranks the signal reached and those that left nothing."""
+"""A run of several processes that end apart (issue 27): SIGTERM in a script with no handler of its own, or
+an exception (Lightning's `on_exception` under DDP). The run's last words make no collective: each process
+leaves its figures in the output folder; the main one writes the summary from those that came, naming how
+each rank ended and the ranks that left nothing."""
 
 from __future__ import annotations
 
@@ -44,16 +45,18 @@ class Silent(TwoProcesses):
 
 
 @pytest.fixture(autouse=True)
-def _sigterm_handler_kept() -> Iterator[None]:
-    """The last words ignore a second SIGTERM (the guard then ends the process): not this one's."""
+def sigterm_handler() -> Iterator[object]:
+    """This process's SIGTERM handler, put back after the test: the last words at a signal ignore a second
+    SIGTERM (the guard then ends the process)."""
     found = signal.getsignal(signal.SIGTERM)
-    yield
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    yield found
     signal.signal(signal.SIGTERM, found)
 
 
-def signalled_rank(tmp_path: Path, rank: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Run, SimulatedGPU]:
-    """Rank `rank` of two, tuning its simulated GPU for 4 steps; then SIGTERM reached it (its guard restored)."""
+def signalled_rank(tmp_path: Path, rank: int, monkeypatch: pytest.MonkeyPatch, *,
+                   signalled: bool = True) -> tuple[Run, SimulatedGPU]:
+    """Rank `rank` of two, tuning its simulated GPU for 4 steps; then SIGTERM reached it (its guard restored),
+    unless not `signalled`."""
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / f"home{rank}"))
     clock = VirtualClock()
     gpu = SimulatedGPU(rank, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
@@ -68,18 +71,19 @@ def signalled_rank(tmp_path: Path, rank: int, monkeypatch: pytest.MonkeyPatch) -
         run.step_end()
     guard = run.power.guard
     assert guard is not None and gpu.power_limit_w() == 200.0  # tuning's second limit
-    guard.signalled = signal.SIGTERM
-    guard.restore_all()
+    if signalled:
+        guard.signalled = signal.SIGTERM
+        guard.restore_all()
     coll.closed = True
     return run, gpu
 
 
 def test_the_main_process_writes_the_summary_from_every_process_that_left_its_figures(tmp_path, monkeypatch):
     other, _ = signalled_rank(tmp_path, 1, monkeypatch)
-    other._finish_signalled()
-    assert other.record is None and (tmp_path / "run" / "interrupted-rank1.json").is_file()
     main, gpu = signalled_rank(tmp_path, 0, monkeypatch)
-    main._finish_signalled()
+    other._last_words()
+    assert other.record is None and (tmp_path / "run" / "interrupted-rank1.json").is_file()
+    main._last_words()
     assert gpu.power_limit_w() == 250.0
     summary = read_summary(tmp_path / "run" / "summary.json")
     assert (summary.status, summary.steps, summary.world_size) == ("interrupted", 4, 2)
@@ -89,16 +93,37 @@ def test_the_main_process_writes_the_summary_from_every_process_that_left_its_fi
                                                                        ("rank1/gpu1", 300.0), ("rank1/gpu1", 200.0)]
     assert any(n.startswith("SIGTERM reached rank 0, rank 1: each restored") for n in summary.notes)
     assert not list((tmp_path / "run").glob("interrupted-rank*"))  # taken
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # until the guard ends the process
+
+
+def test_ranks_that_raised_end_apart_with_a_summary_and_their_gpus_restored(tmp_path, monkeypatch, sigterm_handler):
+    ranks = [signalled_rank(tmp_path, rank, monkeypatch, signalled=False) for rank in (1, 0)]
+    records = [run.finish_alone("failed", RuntimeError("Connection closed by peer")) for run, _ in ranks]
+    assert records[0] is None and records[1] is not None  # rank 1 left its figures; rank 0 wrote the summary
+    assert [gpu.power_limit_w() for _, gpu in ranks] == [250.0, 250.0]
+    summary = ranks[1][0].summary
+    assert summary is not None and (summary["status"], summary["steps"]) == ("failed", 4)
+    assert sorted(summary["energy_per_device_j"]) == ["rank0/gpu0", "rank1/gpu1"]
+    assert "rank 0, rank 1 raised RuntimeError: each restored its GPU settings and ended on its own; the figures " \
+           "are theirs up to then" in summary["notes"]
+    assert signal.getsignal(signal.SIGTERM) == sigterm_handler  # not at a signal: SIGTERM is left alone
 
 
 def test_a_rank_that_left_nothing_is_named_and_its_energy_is_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(wattwise.run, "SIGNALLED_WAIT_S", 0.0)
     main, _ = signalled_rank(tmp_path, 0, monkeypatch)
     (tmp_path / "run" / "interrupted-rank1.json").write_text("{not json")  # not one of ours
-    main._finish_signalled()
+    main._last_words()
     raw = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert list(raw["energy_per_device_j"]) == ["rank0/gpu0"]
-    assert "SIGTERM reached rank 0: each restored its GPU settings and ended; the figures are theirs up to the " \
-           "signal" in raw["notes"]
-    assert "rank 1 left no figures within 0 s of the signal (not reached by it, or ended first): their energy is " \
-           "missing" in raw["notes"]
+    assert "SIGTERM reached rank 0: each restored its GPU settings and ended on its own; the figures are theirs " \
+           "up to then" in raw["notes"]
+    assert "rank 1 left no figures within 0 s of the main process's end: their energy is missing" in raw["notes"]
+
+
+def test_figures_an_earlier_run_left_behind_are_removed_when_the_next_run_starts(tmp_path, monkeypatch):
+    stale = tmp_path / "run" / "interrupted-rank1.json"
+    stale.parent.mkdir()
+    stale.write_text("{}")
+    signalled_rank(tmp_path, 0, monkeypatch, signalled=False)
+    assert not stale.exists()

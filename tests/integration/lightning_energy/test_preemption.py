@@ -1,4 +1,5 @@
-"""Preemption (issue 27): SIGTERM in the middle of a Lightning fit that wattwise tunes through the flag.
+"""Preemption (issue 27): SIGTERM in the middle of a Lightning fit that wattwise tunes through the flag, and
+in every process of a tuned DDP fit.
 
 Lightning handles SIGTERM itself: its handler notes the signal and the fit raises `SIGTERMException` at the
 next batch, so that callbacks can checkpoint, and the script exits 0. wattwise restores the GPU's settings
@@ -51,3 +52,23 @@ def test_sigterm_in_a_tuned_fit_lets_lightning_handle_it_and_restores_the_limit(
     assert summary["steps"] == 6
     assert [e["value"] for e in summary["settings_timeline"]] == [300.0]  # tuning had set 300 W ...
     assert json.loads(state.read_text())["power_limit_w"] == 250.0  # ... and the GPU's own limit is back
+
+
+def test_sigterm_in_both_processes_of_a_ddp_fit_restores_each_gpu_and_writes_the_summary(tmp_path):
+    # Lightning's own handling under DDP: rank 0 raises SIGTERMException, rank 1's handler fails in the
+    # collective it makes (the peer left), and the script exits 0. wattwise used to hang there, meeting the
+    # other process in on_exception to combine figures; now each process ends on its own.
+    home = tmp_path / "home"
+    states = [home / "sigterm" / "simulated" / f"gpu{i}.json" for i in range(2)]
+    states[0].parent.mkdir(parents=True)
+    for state in states:
+        state.write_text(json.dumps({"power_limit_w": 250.0, "locked_sm_clocks_mhz": None}))  # their own limit
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY"))}
+    env.update(WATTWISE_HOME=str(home))
+    proc = subprocess.run([sys.executable, str(SCRIPTS_DIR / "ranks_differ.py"), str(home), str(tmp_path / "run"),
+                           "sigterm"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # as without wattwise
+    summary = json.loads((tmp_path / "run" / "sigterm" / "summary.json").read_text())
+    assert (summary["status"], summary["steps"], summary["world_size"]) == ("interrupted", 6, 2)
+    assert any(n.startswith("SIGTERM reached rank 0") for n in summary["notes"])
+    assert [json.loads(s.read_text())["power_limit_w"] for s in states] == [250.0, 250.0]  # restored in each
