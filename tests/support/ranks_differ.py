@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,21 @@ class Runs:
         return [line for line in self.stderr_of(fault) if "EnergyPluginWarning: wattwise:" in line]
 
 
-def make_homes(home: Path) -> None:
-    """A folder of simulated GPUs for each fault's run, under `home`."""
+def run_every_fault(cmd: list[str], home: Path, out: Path, env: dict[str, str]) -> Runs:
+    """Run `cmd` (one launch running every fault in turn) while another process holds the "held" fault's GPU 1.
+
+    `home` gets a folder of simulated GPUs for each fault's run; `out` is where the command writes each fault's
+    output. The launch must exit 0.
+    """
     for fault in FAILED:
         (home / fault / "simulated").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "held" / "simulated" / "gpu1.json")],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        proc = subprocess.run(cmd, env=env, cwd=home.parent, capture_output=True, text=True, timeout=480)
+    finally:
+        holder.terminate()  # its guard restores its own change
+        holder.wait(timeout=60)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return Runs(home, out, proc)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import pytest
 
 from tests.support.paths import SCRIPTS_DIR
-from tests.support.ranks_differ import FAILED, HOLDER, Runs, assert_warned_once, make_homes
+from tests.support.ranks_differ import FAILED, Runs, assert_warned_once, run_every_fault
 
 SCRIPT = SCRIPTS_DIR / "ranks_differ_accelerate.py"
 TUNE = ("power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100 "
@@ -38,23 +37,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     """The example once per fault, one after the other in the same two processes of one `accelerate launch`."""
     folder = tmp_path_factory.mktemp("ranks_differ_accelerate")
     home = folder / "home"
-    make_homes(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE") and k != "PYTHONWARNINGS"}
     env.update(HF_HOME=str(folder / "hf"), WATTWISE_HOME=str(home), ACCELERATE_ENERGY="1",
                ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_BACKEND="simulated", ACCELERATE_ENERGY_OVERRIDES=TUNE)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "held" / "simulated" / "gpu1.json")],
-                              env=env, stdout=subprocess.PIPE, text=True)
     cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
            "--num_processes", "2", "--main_process_port", str(_free_port()), str(SCRIPT), str(home),
            str(folder / "run"), ",".join(sorted(FAILED)), "--epochs", "1", "--dataset-size", "1024"]
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        proc = subprocess.run(cmd, env=env, cwd=folder, capture_output=True, text=True, timeout=480)
-    finally:
-        holder.terminate()  # its guard restores its own change
-        holder.wait(timeout=60)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    return Runs(home, folder / "run", proc)
+    return run_every_fault(cmd, home, folder / "run", env)
 
 
 @pytest.mark.parametrize("fault", sorted(FAILED))

@@ -12,35 +12,25 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from tests.support.paths import SCRIPTS_DIR
-from tests.support.ranks_differ import FAILED, HOLDER, Runs, assert_warned_once, make_homes
+from tests.support.ranks_differ import FAILED, Runs, assert_warned_once, run_every_fault
 
 SCRIPT = SCRIPTS_DIR / "ranks_differ.py"
+
 
 @pytest.fixture(scope="module")
 def fits(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     """One fit per fault, one after the other in the same two DDP processes (a launch costs more than a fit)."""
     folder = tmp_path_factory.mktemp("ranks_differ")
     home = folder / "home"
-    make_homes(home)
     env = dict(os.environ, WATTWISE_HOME=str(home))
     env.pop("PYTHONWARNINGS", None)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "held" / "simulated" / "gpu1.json")],
-                              env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        proc = subprocess.run([sys.executable, str(SCRIPT), str(home), str(folder / "run"), *sorted(FAILED)],
-                              env=env, capture_output=True, text=True, timeout=480, cwd=folder)
-    finally:
-        holder.terminate()  # its guard restores its own change
-        holder.wait(timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return Runs(home, folder / "run", proc)
+    cmd = [sys.executable, str(SCRIPT), str(home), str(folder / "run"), *sorted(FAILED)]
+    return run_every_fault(cmd, home, folder / "run", env)
 
 
 @pytest.mark.parametrize("fault", sorted(FAILED))
