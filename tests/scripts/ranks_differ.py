@@ -10,6 +10,7 @@ with LOCAL_RANK=1; the later fits reuse the process group), each with its own si
 - `lost`: the GPU is lost after its first change: every later change, and every read of its energy, fails;
 - `refused`: a limit under 250 W is refused by the device;
 - `state`: its state folder (the guard's journal) cannot be created;
+- `nodevice`: it finds no device to measure (no GPU, no readable CPU counter);
 - `sigterm`: no difference, but SIGTERM reaches every process after optimizer step 6, as a SLURM or
   Kubernetes preemption sends it (tests/integration/lightning_energy/test_preemption.py; Lightning ends
   the processes there, so it is the last fit).
@@ -27,8 +28,10 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch.distributed
 
+import wattwise.measurement
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
+from wattwise.devices import Discovery
 from wattwise.devices.base import DeviceError, DeviceLostError, NoPermissionError
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.workload import use_one_cpu_thread
@@ -37,6 +40,7 @@ from wattwise.workload import use_one_cpu_thread
 def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
     """Make this process (rank 1) differ as `fault` says (see the module docstring); returns the undo."""
     original, energy_j = SimulatedGPU.set_power_limit_w, SimulatedGPU.energy_j
+    discover = wattwise.measurement.discover
     wattwise_home = os.environ.get("WATTWISE_HOME")
     changes = []
 
@@ -58,6 +62,8 @@ def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
     SimulatedGPU.set_power_limit_w = set_power_limit_w  # type: ignore[method-assign]
     if fault == "lost":
         SimulatedGPU.energy_j = lost_energy_j  # type: ignore[method-assign]
+    if fault == "nodevice":
+        wattwise.measurement.discover = lambda *args, **kwargs: Discovery(notes=["no GPU found"])
     if fault == "state":
         blocker = home / "not-a-folder"
         blocker.write_text("a file where the state folder should be\n")
@@ -66,6 +72,7 @@ def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
     def undo() -> None:
         SimulatedGPU.set_power_limit_w = original  # type: ignore[method-assign]
         SimulatedGPU.energy_j = energy_j  # type: ignore[method-assign]
+        wattwise.measurement.discover = discover
         if wattwise_home is not None:
             os.environ["WATTWISE_HOME"] = wattwise_home
 

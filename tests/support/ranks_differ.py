@@ -27,6 +27,7 @@ FAILED = {
     "lost": "fallen off the bus",
     "refused": "refused a power limit",
     "state": "cannot create the journal folder",
+    "nodevice": "no GPU whose power limit it could change was found",
 }
 
 
@@ -36,6 +37,10 @@ def assert_warned_once(fault: str, note: str, warned: str, summary: dict[str, An
     if fault == "lost":
         [lost] = [n for n in summary["notes"] if n.startswith("rank 1: energy measurement failed (")]
         assert FAILED[fault] in lost and lost in warned
+        assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"]
+    elif fault == "nodevice":  # told at the start, before the processes agree on tuning
+        assert ("wattwise: rank 1: nothing to measure (no GPU, and the CPU package's energy counter is not "
+                "readable); the figures are the other processes'") in warned
         assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"]
     else:
         assert note in warned
