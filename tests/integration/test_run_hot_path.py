@@ -4,12 +4,12 @@ tests/unit/test_run_hot_path.py.)"""
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.support.network import free_port
 from wattwise.distributed import TorchCollective
 
 
@@ -36,9 +36,7 @@ def _combine_worker(rank: int, world: int, port: int, out: Any) -> None:
 
 
 def test_combine_is_one_all_reduce_that_maxes_time_and_sums_energy_over_processes():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_combine_worker, args=(r, 2, port, out)) for r in range(2)]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -22,6 +21,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 
 from lightning_energy import EnergyCallback
 from lightning_energy.flag import FlagEnergyCallback, from_env
+from tests.support.network import free_port
 from tests.support.paths import REPO_ROOT, SCRIPTS_DIR
 from wattwise import flags
 from wattwise.errors import ConfigError
@@ -32,11 +32,6 @@ BIN = Path(sys.executable).parent
 TUNE = ("power_limit.wait_steps=0 power_limit.warmup_steps=1 power_limit.profile_steps=2 "
         "power_limit.step_w=100")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(cmd: list[str], tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -190,7 +185,7 @@ def test_accelerates_own_test_script_is_measured_with_the_flag_alone(tmp_path):
 
 def test_accelerates_own_test_script_on_two_processes_writes_one_summary_of_both(tmp_path):
     cmd = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port",
-           str(_free_port()), str(TEST_SYNC)]
+           str(free_port()), str(TEST_SYNC)]
     proc = run(cmd, tmp_path, ACCELERATE_USE_CPU="1", ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR="on")
     assert proc.returncode == 0, proc.stderr
     found = summary(tmp_path / "on")

@@ -6,7 +6,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine
+
+from tests.support.network import free_port
 
 
 def _pg_binaries() -> tuple[str, str] | None:
@@ -41,11 +42,6 @@ def _server_user() -> str | None:
     pytest.skip("running as root and no 'postgres' or 'nobody' user to run a PostgreSQL server as")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 @contextmanager
 def postgres_server() -> Iterator[str]:
@@ -65,7 +61,7 @@ def postgres_server() -> Iterator[str]:
     if user is not None:
         entry = pwd.getpwnam(user)
         os.chown(root, entry.pw_uid, entry.pw_gid)
-    data, port = root / "data", _free_port()
+    data, port = root / "data", free_port()
 
     def run(command: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(command, user=user, capture_output=True, text=True, timeout=120, check=False)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from tests.support.accelerate_fixtures import QUIET, summary
+from tests.support.network import free_port
 from tests.support.paths import SCRIPTS_DIR
 
 SCRIPT = SCRIPTS_DIR / "accelerate_hot_path.py"
@@ -24,11 +24,6 @@ pytestmark = pytest.mark.usefixtures("fresh_accelerate")
 
 
 # -- 6. two processes ---------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_two_processes_make_collectives_only_at_logging_points(tmp_path):
     """Both processes of a gloo run, started as a launcher starts them, count what they call."""
@@ -37,7 +32,7 @@ def test_two_processes_make_collectives_only_at_logging_points(tmp_path):
     env.update(HF_HOME=str(tmp_path / "hf"), WATTWISE_HOME=str(tmp_path / "home"), ACCELERATE_ENERGY="1",
                ACCELERATE_ENERGY_BACKEND="simulated", ACCELERATE_ENERGY_OUTPUT_DIR=str(tmp_path / "run"),
                ACCELERATE_ENERGY_LOG_EVERY_N_STEPS="50", ACCELERATE_ENERGY_OVERRIDES=" ".join(QUIET),
-               WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1")
+               WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, str(SCRIPT), str(steps)], cwd=tmp_path, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}) for rank in (0, 1)]

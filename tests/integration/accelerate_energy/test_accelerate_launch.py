@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.network import free_port
 from tests.support.paths import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "accelerate_train.py"
@@ -23,18 +23,13 @@ TUNE_YAML = "power_limit:\n  wait_steps: 1\n  warmup_steps: 1\n  profile_steps: 
 STEPS = 16
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def launch(tmp: Path, energy_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE")}
     # No user `accelerate config` and no wattwise state from outside the test.
     env.update(HF_HOME=str(tmp / "hf"), WATTWISE_HOME=str(tmp / "home"), **energy_env)
     cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
-           "--num_processes", "2", "--main_process_port", str(_free_port()), str(EXAMPLE), "--epochs", "1",
+           "--num_processes", "2", "--main_process_port", str(free_port()), str(EXAMPLE), "--epochs", "1",
            "--dataset-size", "1024"]
     proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

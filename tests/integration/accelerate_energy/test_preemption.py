@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.accelerate_energy.test_ranks_agree import _free_port
+from tests.support.network import free_port
 from tests.support.paths import SCRIPTS_DIR
 
 SCRIPT = SCRIPTS_DIR / "preempted_accelerate.py"
@@ -35,7 +35,7 @@ def preempted(tmp: Path, name: str, handling: str, *, processes: int = 1,
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE") and k != "PYTHONWARNINGS"}
     clean.update(HF_HOME=str(tmp / "hf"), WATTWISE_HOME=str(tmp / "home"), **env)
     launch = ([sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu", "--num_processes",
-               str(processes), "--main_process_port", str(_free_port())] if processes > 1 else [sys.executable])
+               str(processes), "--main_process_port", str(free_port())] if processes > 1 else [sys.executable])
     proc = subprocess.run([*launch, str(SCRIPT), str(marker), handling], env=clean, cwd=tmp,
                           capture_output=True, text=True, timeout=120)
     return proc, marker

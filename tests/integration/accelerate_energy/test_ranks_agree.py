@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 
 import pytest
 
+from tests.support.network import free_port
 from tests.support.paths import SCRIPTS_DIR
 from tests.support.ranks_differ import FAILED, Runs, assert_warned_once, run_every_fault
 
@@ -25,11 +25,6 @@ TUNE = ("power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile
 #: 1024 samples over 2 processes in batches of 32.
 STEPS = 16
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     env.update(HF_HOME=str(folder / "hf"), WATTWISE_HOME=str(home), ACCELERATE_ENERGY="1",
                ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_BACKEND="simulated", ACCELERATE_ENERGY_OVERRIDES=TUNE)
     cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
-           "--num_processes", "2", "--main_process_port", str(_free_port()), str(SCRIPT), str(home),
+           "--num_processes", "2", "--main_process_port", str(free_port()), str(SCRIPT), str(home),
            str(folder / "run"), ",".join(sorted(FAILED)), "--epochs", "1", "--dataset-size", "1024"]
     return run_every_fault(cmd, home, folder / "run", env)
 

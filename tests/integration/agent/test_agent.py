@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ordinary_user
+from tests.support.network import free_port
 from tests.support.paths import REPO_ROOT
 from wattwise.agent.journal import AgentJournal
 from wattwise.devices import DeviceError, NoPermissionError, discover, name_job
@@ -698,17 +699,12 @@ def _dashboard_answers(port: int) -> dict[str, tuple[dict, str]]:
     return answers
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
 
 @pytest.mark.skipif(shutil.which("prometheus") is None,
                     reason="no `prometheus` binary (Debian: apt-get install prometheus)")
 def test_a_real_prometheus_scrapes_the_agent_and_sees_the_energy_counter_rise(agent: RunningAgent,
                                                                              tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text("global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: wattwise-agent\n"
                       f"    static_configs: [{{targets: ['127.0.0.1:{agent.metrics_port}']}}]\n")

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from tests.support.network import free_port
 from tests.support.paths import SCRIPTS_DIR
 
 BASE_S = 0.01
@@ -26,12 +26,6 @@ def read_summary(out: Path) -> dict[str, Any]:
 
 
 # -- 9. two processes --------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_two_processes_make_collectives_only_at_logging_points(tmp_path):
     out = tmp_path / "run"
     # Both processes started at once, as torchrun would (LOCAL_RANK set: Lightning launches none itself),
