@@ -10,24 +10,45 @@ after the call returned. If that reference is the last one, the work's tensors a
 which then needs the GIL; a process at exit (where the summary is gathered) no longer grants it, and the
 thread is torn down inside a C++ destructor: the process aborts ("terminate called without an active
 exception", SIGABRT) after the run finished. torch's own object collectives drop their work on return, so
-the exchanges here run `async_op=True`, wait, and keep the work and its tensors referenced from Python until
-the next exchange (`_hold`): the worker's reference is then never the last, and the Python side frees them
-later, holding the GIL.
+the exchanges here run `async_op=True`, wait, and keep the works and their tensors referenced from Python
+(`_hold`, the last few exchanges', not only the last one's: an exchange right after another must not let go
+of a work the worker still holds). At exit they are let go of only once the worker had time to drop its
+references while the GIL could be had (`_let_go`): the Python side is then the last to hold them.
 """
 
 from __future__ import annotations
 
+import atexit
 import pickle
+import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-#: The works and tensors of this process's last exchange (see the module docstring).
-_HELD: list[Any] = []
+#: The works and tensors of this process's last few exchanges, one tuple each (see the module docstring).
+_HELD: deque[tuple[Any, ...]] = deque(maxlen=4)
+#: How long after an exchange returned the backend's worker may still hold its work, at the most.
+WORKER_GRACE_S = 0.25
+#: When this process's last exchange returned (`time.monotonic()`), None before the first.
+_last_exchange_s: float | None = None
 
 
 def _hold(*objects: Any) -> None:
-    """Keep `objects` (the works and tensors of the exchange just done) referenced until the next one."""
-    _HELD[:] = objects
+    """Keep `objects` (the works and tensors of the exchange just done) referenced for the next few exchanges."""
+    global _last_exchange_s
+    if _last_exchange_s is None:
+        atexit.register(_let_go)
+    _HELD.append(objects)
+    _last_exchange_s = time.monotonic()
+
+
+def _let_go() -> None:
+    """At exit: wait out the worker's grace after the last exchange (the GIL free meanwhile), then let go."""
+    if _last_exchange_s is not None:
+        left_s = _last_exchange_s + WORKER_GRACE_S - time.monotonic()
+        if left_s > 0:
+            time.sleep(left_s)
+    _HELD.clear()
 
 
 def _done(work: Any) -> Any:

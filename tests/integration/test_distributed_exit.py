@@ -22,7 +22,7 @@ coll = TorchCollective()
 combined = coll.combine([(1.0 + rank, 10.0 * (rank + 1))])
 gathered = coll.all_gather({"rank": rank, "pad": "x" * (5000 * rank)})
 sent = coll.broadcast({"from": rank, "nested": [rank, (1.5, None)]} if rank == 1 else None, src=1)
-held = sorted({type(o).__name__ for o in _HELD})
+held = sorted({type(o).__name__ for exchange in _HELD for o in exchange})
 with open(out, "w") as f:
     json.dump({"combined": combined, "gathered": [[g["rank"], len(g["pad"])] for g in gathered],
                "sent": [sent["from"], sent["nested"][0], list(sent["nested"][1])], "held": held}, f)
