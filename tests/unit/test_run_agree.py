@@ -281,3 +281,19 @@ def test_no_rank_with_anything_to_measure_measures_nothing_as_one_process_would(
     runs, colls, _ = two_ranks(tmp_path, absent)
     assert colls[0].issued == colls[1].issued == ["any", "all_gather"]  # the start's question only
     assert [run.measuring for run in runs] == [False, False] and runs[0].summary is None
+
+
+def test_a_limit_lifted_on_one_rank_only_is_said_once_and_in_the_summary(tmp_path):
+    lifted = "GPU 1: its power limit is 300 W, not the 200 W this run set: someone else changed it"
+
+    def lift_on_rank_1(rank: int, gpu: SimulatedGPU | None) -> None:
+        if rank == 1 and gpu is not None:
+            gpu.settings_lifted = lambda: lifted  # type: ignore[method-assign]
+
+    _, reference, _ = two_ranks(tmp_path / "healthy", healthy)
+    runs, colls, warned = two_ranks(tmp_path / "lifted", lift_on_rank_1)
+    # Said through the exchange the run's end makes anyway: no collective more than a healthy run's.
+    assert colls[0].issued == colls[1].issued == reference[0].issued
+    assert warned == [f"wattwise: rank 1: {lifted}"]  # once, by the main process
+    summary = runs[0].summary
+    assert summary is not None and f"rank 1: {lifted}" in summary["notes"]
