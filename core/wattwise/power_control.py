@@ -76,6 +76,8 @@ class PowerLimitControl:
         self.expected_steps: int | None = None
         #: Messages the run must warn about once (tuning that cannot finish), until it takes them.
         self._notices: list[str] = []
+        #: What `Device.settings_lifted` said of this process's GPUs at the run's end (also among the notices).
+        self.lifted_notes: list[str] = []
         self._warned_short = False
         #: Monotonic clock timing the profile windows (no device sync: the steps' wall time is enough).
         self._clock = clock
@@ -319,7 +321,8 @@ class PowerLimitControl:
         A limit someone else lifted (`Device.settings_lifted`) becomes a notice, and tuning that is still
         profiling settles on the best limit measured so far.
         """
-        self._notices += [n for n in (gpu.settings_lifted() for gpu in self.gpus) if n and n not in self._notices]
+        self.lifted_notes = [n for n in (gpu.settings_lifted() for gpu in self.gpus) if n]
+        self._notices += [n for n in self.lifted_notes if n not in self._notices]
         t = self.tuner
         if t is None or t.done:
             return

@@ -536,14 +536,13 @@ class Run:
         if fit is None:  # start() itself failed
             return None
         figures = self.measurement.gather(fit)
-        # Each process's settings timeline, and what it alone noticed (a limit someone lifted on its GPU), in
-        # the exchange the end makes anyway: the main process says the others' once and lists them.
-        ranks = self.collective.all_gather((self.power.timeline, self._noticed))
+        # Each process's settings timeline, and the limits someone lifted on its GPUs (only that process can
+        # tell), in the exchange the end makes anyway: the main process says the others' once and lists them.
+        ranks = self.collective.all_gather((self.power.timeline, self.power.lifted_notes))
         timeline = [e for events, _ in ranks for e in events]
-        for rank, (_, noticed) in enumerate(ranks):
-            for message in noticed if rank != self.collective.rank else ():
-                if message not in self._noticed and f"rank {rank}: {message}" not in self._noticed:
-                    self._notice(f"rank {rank}: {message}")
+        for rank, (_, lifted) in enumerate(ranks):
+            for message in lifted if rank != self.collective.rank else ():
+                self._notice(f"rank {rank}: {message}")
         record = self._record(figures, status, timeline)
         if self.is_main:
             write_run_dir(self.cfg.output_dir, record, power_rows(figures.samples))
