@@ -45,6 +45,7 @@ from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
 from wattwise.devices.agent import gpu_uuid
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
+from wattwise.paths import folder_problem
 from wattwise.settings.apply import (
     POWER_LIMIT,
     SM_CLOCKS,
@@ -54,7 +55,6 @@ from wattwise.settings.apply import (
     restore_originals,
     setting_words,
 )
-from wattwise.settings.journal import owner_problem
 
 log = logging.getLogger(__name__)
 
@@ -847,15 +847,9 @@ def socket_folder_problem(folder: Path) -> str | None:
 
     Whoever may write in it could swap the socket for a link between bind and chmod, or plant a file of
     their own there: it must be a real folder (no symbolic link), owned by the agent's user (root when
-    deployed), writable by nobody else (a sticky /tmp is refused too).
+    deployed), writable by nobody else (a sticky /tmp is refused too): `wattwise.paths.folder_problem`.
     """
-    try:
-        st = os.lstat(folder)
-    except OSError as err:
-        return f"cannot read it ({err.strerror})"
-    if not stat.S_ISDIR(st.st_mode):
-        return "is not a folder (a symbolic link or a file)"
-    return owner_problem("the folder", st)
+    return folder_problem(folder)
 
 
 def prepare_socket(path: Path) -> None:
