@@ -541,8 +541,9 @@ class Run:
         ranks = self.collective.all_gather((self.power.timeline, self.power.lifted_notes))
         timeline = [e for events, _ in ranks for e in events]
         for rank, (_, lifted) in enumerate(ranks):
-            for message in lifted if rank != self.collective.rank else ():
-                self._notice(f"rank {rank}: {message}")
+            if rank != self.collective.rank:  # its own are among its notices already
+                for message in lifted:
+                    self._notice(f"rank {rank}: {message}")
         record = self._record(figures, status, timeline)
         if self.is_main:
             write_run_dir(self.cfg.output_dir, record, power_rows(figures.samples))

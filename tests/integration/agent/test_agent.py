@@ -91,9 +91,7 @@ def _stop(agent: RunningAgent) -> str:
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
     """One agent for the tests that leave every GPU free when they end (those that kill it start their own)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     running = _start(tmp_path_factory.mktemp("agent"), "--metrics-port", str(port),
                      "--group", grp.getgrgid(os.getgid()).gr_name)
     running.metrics_port = port
