@@ -9,6 +9,7 @@ import contextlib
 import functools
 import importlib.util
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,11 @@ import torch
 from tests.support.clock import VirtualClock
 from tests.support.paths import REPO_ROOT, shared_data_dir
 
-# The tests train tiny models: intra-op threads only add spin-waits on a shared 2-core machine.
+# The tests train tiny models: intra-op threads only add spin-waits on a machine whose cores the test
+# workers already fill. One thread here, and in every process a test starts (they inherit the environment;
+# a caller's own setting stays). Measured on the 2-core machine: 1.3-1.8 CPU-seconds less per training process.
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: The fixtures that reach the session's one PostgreSQL server.
 POSTGRES_FIXTURES = ("postgres_url", "fresh_postgres")

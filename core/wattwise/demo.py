@@ -180,7 +180,7 @@ def tuned_and_baseline(options: DemoOptions, framework: str,
     `train(overrides, steps)` with tuning, then the same steps at the maximum limit, each returning its run's
     summary; the comparison of the two.
     """
-    model = PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
+    model = power_model_of(options)
     lo, hi = model.limit_range_w
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
     from wattwise.workload import use_one_cpu_thread  # torch: imported only when a demo runs
@@ -193,6 +193,15 @@ def tuned_and_baseline(options: DemoOptions, framework: str,
         baseline = train([*common, "power_limit.mode=measure", f"output_dir={Path(options.output_dir) / 'baseline'}"],
                          steps)
     return demo_result(options, framework, tuned, baseline, model)
+
+
+def power_model_of(options: DemoOptions) -> PowerModel:
+    """The simulated GPU's power model: `options.power_model`'s file, else the built-in one.
+
+    Raises:
+        UsageError: the file cannot be read or does not hold a power model (it names the file and the fix).
+    """
+    return PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
 
 
 def demo_folder() -> Path:
@@ -248,6 +257,7 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
         UsageError: an option is invalid, or no runner is registered for the framework.
     """
     options.validate()
+    power_model_of(options)  # a bad file is one line at once, not after the framework's imports (seconds)
     if options.backend == "agent":
         _check_agent_is_simulated()
     found = frameworks()

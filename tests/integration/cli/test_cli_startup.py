@@ -113,6 +113,12 @@ def test_frontier_help_imports_neither_cp_sat_nor_the_store() -> None:
                                  "omegaconf", "wattwise.config", "wattwise.devices", "wattwise.demo")) == []
 
 
+def test_a_demo_with_a_bad_power_model_says_so_before_loading_a_framework(tmp_path: Path) -> None:
+    (tmp_path / "model.csv").write_text("not,a,power model\n")
+    modules = imported_by(["demo", "--power-model", str(tmp_path / "model.csv"), "--output-dir", str(tmp_path)])
+    assert heavy_among(modules, ("torch", "lightning", "accelerate")) == []
+
+
 def test_a_bad_command_is_still_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["plam"])
