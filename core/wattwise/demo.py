@@ -97,6 +97,7 @@ class DemoOptions:
         if self.backend == "agent" and self.power_model is not None:
             raise UsageError("power_model: the agent's simulated GPU follows the agent's power model; leave "
                              "power_model out with backend agent")
+        power_model_of(self)  # read here, so a bad file is one line before any framework loads (seconds)
         if self.steps_after_tuning < 1:
             raise UsageError(f"steps_after_tuning must be at least 1 (got {self.steps_after_tuning})")
         for name in ("output_dir", "state_dir"):
@@ -257,7 +258,6 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
         UsageError: an option is invalid, or no runner is registered for the framework.
     """
     options.validate()
-    power_model_of(options)  # a bad file is one line at once, not after the framework's imports (seconds)
     if options.backend == "agent":
         _check_agent_is_simulated()
     found = frameworks()
