@@ -97,7 +97,7 @@ class DemoOptions:
         if self.backend == "agent" and self.power_model is not None:
             raise UsageError("power_model: the agent's simulated GPU follows the agent's power model; leave "
                              "power_model out with backend agent")
-        power_model_of(self)  # read here, so a bad file is one line before any framework loads (seconds)
+        PowerModel.of(self.power_model)  # read here, so a bad file is one line before any framework loads
         if self.steps_after_tuning < 1:
             raise UsageError(f"steps_after_tuning must be at least 1 (got {self.steps_after_tuning})")
         for name in ("output_dir", "state_dir"):
@@ -181,7 +181,7 @@ def tuned_and_baseline(options: DemoOptions, framework: str,
     `train(overrides, steps)` with tuning, then the same steps at the maximum limit, each returning its run's
     summary; the comparison of the two.
     """
-    model = power_model_of(options)
+    model = PowerModel.of(options.power_model)
     lo, hi = model.limit_range_w
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
     from wattwise.workload import use_one_cpu_thread  # torch: imported only when a demo runs
@@ -194,15 +194,6 @@ def tuned_and_baseline(options: DemoOptions, framework: str,
         baseline = train([*common, "power_limit.mode=measure", f"output_dir={Path(options.output_dir) / 'baseline'}"],
                          steps)
     return demo_result(options, framework, tuned, baseline, model)
-
-
-def power_model_of(options: DemoOptions) -> PowerModel:
-    """The simulated GPU's power model: `options.power_model`'s file, else the built-in one.
-
-    Raises:
-        UsageError: the file cannot be read or does not hold a power model (it names the file and the fix).
-    """
-    return PowerModel.from_csv(options.power_model) if options.power_model else PowerModel.default()
 
 
 def demo_folder() -> Path:

@@ -15,9 +15,9 @@ Its clients reach it through the `agent` device backend, `wattwise.devices.agent
 calls, `AgentClient`): the agent sits on top of `wattwise.devices`, which never imports it.
 """
 
-from wattwise.devices.agent import DEFAULT_SOCKET, MAX_JOB_CHARS, SOCKET_ENV
+from wattwise.devices.agent import DEFAULT_SOCKET, MAX_JOB_CHARS, SOCKET_ENV, is_job_name
 
-__all__ = ["DEFAULT_SOCKET", "DEFAULT_STATE_DIR", "MAX_JOB_CHARS", "SOCKET_ENV"]
+__all__ = ["DEFAULT_SOCKET", "DEFAULT_STATE_DIR", "MAX_JOB_CHARS", "SOCKET_ENV", "is_job_name"]
 
 #: The agent's own state (its journal): root-owned, 0700.
 DEFAULT_STATE_DIR = "/var/lib/wattwise-agent"

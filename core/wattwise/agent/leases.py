@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from wattwise.agent import MAX_JOB_CHARS
+from wattwise.agent import is_job_name
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,7 @@ def _count(value: Any) -> TypeGuard[int]:
 
 def _printable(value: Any) -> str:
     """A journalled name as it was sent (printable, at most `MAX_JOB_CHARS`), else ""."""
-    if not isinstance(value, str) or len(value) > MAX_JOB_CHARS or not value.isprintable():
-        return ""
-    return value
+    return value if is_job_name(value) else ""
 
 
 def _same_process(a: Holder, b: Holder) -> bool:

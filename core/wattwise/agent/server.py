@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from aiohttp import web
 
-from wattwise.agent import MAX_JOB_CHARS
+from wattwise.agent import MAX_JOB_CHARS, is_job_name
 from wattwise.agent.audit import AuditLog
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.connections import ConnectionLimits, quiet_client_logs, raise_open_file_limit
@@ -104,12 +104,6 @@ def process_start_ticks(pid: int, *, ended_too: bool = False) -> int | None:
     """
     fields = _stat_fields(pid, ended_too=ended_too)
     return int(fields[19]) if fields else None
-
-
-def process_group(pid: int) -> int | None:
-    """The process group of a process, a zombie's too (until its parent reaps it); None when it is gone."""
-    fields = _stat_fields(pid, ended_too=True)
-    return int(fields[2]) if fields else None
 
 
 def group_has_members(pgid: int, leader_ticks: int) -> bool:
@@ -462,7 +456,7 @@ class Agent:
         if not held or lease is None:
             return {**self.gpu_status(index), "released": "not held"}
         holder = lease.holder
-        if holder.pgid and not _process_alive(holder) and holder_alive(holder):
+        if not _process_alive(holder) and holder.pgid and group_has_members(holder.pgid, holder.pgid_ticks):
             log.info("wattwise agent: GPU %d stays held: %s ended, other processes of its group %d run on",
                      index, holder.describe(), holder.pgid)
             return {**self.gpu_status(index), "released": "kept"}
@@ -483,7 +477,8 @@ class Agent:
         Raises:
             AgentError: 403 when a GPU of the job is held by another user than the (non-root) caller.
         """
-        held = [(i, lease) for i, lease in self.leases.items() if i in self.leases.held_under_job(job_id)]
+        of_job = set(self.leases.held_under_job(job_id))
+        held = [(i, lease) for i, lease in self.leases.items() if i in of_job]
         others = [i for i, lease in held if caller.uid not in (0, lease.holder.uid)]
         if others:
             raise AgentError(403, f"GPU(s) {others} of job {job_id!r} are held by another user; only root or "
@@ -522,13 +517,13 @@ class Agent:
         if not held or lease is None:
             raise AgentError(409, f"GPU {index} is not held by pid {caller.pid}; set a limit first")
         found = parent_and_uids(pid)
-        ticks = process_start_ticks(pid, ended_too=True)
+        fields = _stat_fields(pid, ended_too=True)  # start time and group from one read: the same process
+        ticks, pgid = (int(fields[19]), int(fields[2])) if fields else (None, None)
         if found is None or ticks is None or found[0] != caller.pid or found[1] != {caller.uid}:
             raise AgentError(403, f"pid {pid} is not a running child of pid {caller.pid} of the same user; a "
                                   "GPU is handed over only to the caller's own child")
         # The lease follows the child's process group when the group is the command's own: the child leads
         # it, or the caller does (a shell's job). Not a group of others' (a batch script's).
-        pgid = process_group(pid)
         leader_ticks = {pid: ticks, caller.pid: caller.start_ticks}.get(pgid or 0)
         child = Holder(pid, caller.uid, lease.holder.job, ticks, lease.holder.job_id,
                        pgid if pgid and leader_ticks else 0, leader_ticks or 0)
@@ -733,7 +728,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
 def _job(data: dict[str, Any], key: str = "job") -> str:
     """A name the body gives (`job`, `job_id`): printable, at most `MAX_JOB_CHARS`; "" when not given."""
     job = data.get(key, "")
-    if not isinstance(job, str) or len(job) > MAX_JOB_CHARS or not job.isprintable():
+    if not is_job_name(job):
         raise AgentError(400, f"{key} must be a printable string of at most {MAX_JOB_CHARS} characters")
     return job
 

@@ -93,9 +93,8 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.backend == "simulated":
         os.umask(os.umask(0) & 0o022)  # its GPUs' state files are the clients' to read (systemd's UMask=0077)
         folder = Path(args.simulated_dir or Path(args.socket).parent / "simulated")
-        if not folder.exists():  # the clients read the GPUs' state there, whatever the umask (systemd's 0077)
+        if not folder.exists():  # the clients read the GPUs' state there
             folder.mkdir(parents=True, mode=0o755)
-            folder.chmod(0o755)
         found = discover("simulated", num_simulated=args.simulated_gpus, persist_dir=folder)
         share_simulated_load(found.gpus, group_id(args.group))
     else:

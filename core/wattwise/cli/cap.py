@@ -89,11 +89,10 @@ def hand_over_to(gpus: list[Device], pid: int) -> None:
 
 
 def _ended(pid: int) -> bool:
-    """Whether this wrapper's child `pid` has ended (a zombie until the wrapper waits for it)."""
+    """Whether this wrapper's child `pid` has ended, asked without reaping it (the wrapper waits for it later)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
-    except (OSError, IndexError):
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already
         return True
 
 

@@ -110,12 +110,7 @@ def simulated_gpus(
     """
     if count < 1:
         raise UsageError(f"devices.simulated.num_gpus must be at least 1 (got {count})")
-    if isinstance(power_model, PowerModel):
-        model = power_model
-    elif power_model is not None:
-        model = PowerModel.from_csv(power_model)
-    else:
-        model = PowerModel.default()
+    model = PowerModel.of(power_model)
     folder = (Path(persist_dir) if persist_dir is not None else state_dir() / "simulated").resolve()
     wanted = indices if indices is not None else list(range(count))
     gpus = []

@@ -24,7 +24,7 @@ import urllib.parse
 import uuid as uuidlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange
 from wattwise.devices.registry import Wanted
@@ -45,10 +45,15 @@ JOB_ID_ENV = "SLURM_JOB_ID"
 TIMEOUT_S = 10.0
 
 
+def is_job_name(value: object) -> TypeGuard[str]:
+    """Whether `value` may name a lease's job or batch job: a printable string of at most `MAX_JOB_CHARS`."""
+    return isinstance(value, str) and len(value) <= MAX_JOB_CHARS and value.isprintable()
+
+
 def batch_job_id() -> str:
     """This process's batch job id (`$SLURM_JOB_ID`), as the agent records it with a lease; "" when none."""
     job_id = os.environ.get(JOB_ID_ENV, "")
-    return job_id if job_id.isprintable() and len(job_id) <= MAX_JOB_CHARS else ""
+    return job_id if is_job_name(job_id) else ""
 
 
 def _gpu_url(gpu: int | str, action: str) -> str:

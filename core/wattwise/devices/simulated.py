@@ -199,6 +199,17 @@ class PowerModel:
                    **kwargs)
 
     @classmethod
+    def of(cls, source: PowerModel | str | os.PathLike[str] | None) -> PowerModel:
+        """`source` itself when a model, the model of that CSV file when a path, else the built-in model.
+
+        Raises:
+            UsageError: the file cannot be read or does not hold a power model (it names the file and the fix).
+        """
+        if isinstance(source, PowerModel):
+            return source
+        return cls.from_csv(source) if source is not None else cls.default()
+
+    @classmethod
     def default(cls) -> PowerModel:
         """A made-up model shaped like a 300 W data-centre GPU training a compute-bound model.
 
