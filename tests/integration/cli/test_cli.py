@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -109,3 +110,19 @@ def test_console_script_without_sub_command_exits_2() -> None:
     assert "Traceback" not in proc.stderr
 
 
+
+
+def test_cap_tells_its_ended_command_without_taking_its_exit_status() -> None:
+    from wattwise.cli.cap import _ended
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    try:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
+        while not _ended(child.pid):
+            assert time.monotonic() < deadline, "the command never ended"
+            time.sleep(0.01)
+        assert _ended(child.pid)  # asked again: still there to be waited for
+    finally:
+        code = child.wait(timeout=SUBPROCESS_TIMEOUT_S)
+    assert code == 3  # the wrapper still gets the command's exit status
+    assert _ended(child.pid)  # reaped now: ended all the same
