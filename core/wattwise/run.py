@@ -579,7 +579,7 @@ class Run:
         m = self.measurement
         if self.collective.world_size == 1:
             return self.finish(status)
-        if self.finished or not self.started or not self.measuring or m is None:
+        if self.finished or not self.started:
             return None
         self.finished = True
         self.power.finish_tuning(self.step_count)
@@ -587,6 +587,10 @@ class Run:
         self.power.close()  # restores, and puts back the signal handlers the guard found
         if at_signal:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if not self.measuring or m is None:  # nothing to leave or gather; the settings are restored all the same
+            if m is not None:
+                m.close()
+            return None
         fit = m.close()
         if fit is None:
             return None

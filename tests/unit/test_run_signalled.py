@@ -14,7 +14,7 @@ import pytest
 
 import wattwise.run
 from tests.support.clock import VirtualClock
-from tests.unit.test_run_agree import TUNE, TwoProcesses
+from tests.support.two_processes import TUNE, TwoProcesses
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.record import read_summary
@@ -127,3 +127,14 @@ def test_figures_an_earlier_run_left_behind_are_removed_when_the_next_run_starts
     stale.write_text("{}")
     signalled_rank(tmp_path, 0, monkeypatch, signalled=False)
     assert not stale.exists()
+
+
+def test_a_rank_whose_measurement_failed_still_ends_its_settings_guard_and_leaves_no_figures(
+        tmp_path, monkeypatch, sigterm_handler):
+    run, gpu = signalled_rank(tmp_path, 1, monkeypatch, signalled=False)
+    with pytest.warns(wattwise.run.EnergyPluginWarning, match="energy measurement failed"):
+        run._stop_measuring(RuntimeError("the sampler died"))
+    assert run.finish_alone("failed", RuntimeError("Connection closed by peer")) is None
+    assert run.finished and gpu.power_limit_w() == 250.0
+    assert signal.getsignal(signal.SIGTERM) == sigterm_handler  # the guard's handler is gone with the guard
+    assert not list((tmp_path / "run").glob("interrupted-rank*"))  # nothing measured: nothing to leave

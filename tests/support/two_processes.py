@@ -1,0 +1,44 @@
+"""One process of two, the other scripted: the collective of the run-level unit tests (tests/unit/test_run_*.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from wattwise.distributed import Collective
+
+#: A short tuning of the simulated GPU, measured without sampling or CUDA synchronisation.
+TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
+        "power_limit.profile_steps=2", "power_limit.step_w=100", "monitor.sample_power=false",
+        "monitor.sync_cuda=false", "log_every_n_steps=50"]  # 300, 200, 100 W: windows end at steps 3, 6, 9
+
+
+class TwoProcesses(Collective):
+    """Rank 0 of two; rank 1 mirrors this process's figures, and fails from its step `fails_at` on."""
+
+    rank, world_size = 0, 2
+
+    def __init__(self, fails_at: int | None = None) -> None:
+        self.fails_at = fails_at
+        self.step = 0
+        #: The step of each `any` asked (a decision point).
+        self.asked: list[int] = []
+        self._reasons_next = False
+
+    def _other_reason(self) -> str | None:
+        failed = self.fails_at is not None and self.step >= self.fails_at
+        return "setting the power limit to 200 W failed (gpu1: the GPU has fallen off the bus)" if failed else None
+
+    def any(self, flag: bool) -> bool:
+        self.asked.append(self.step)
+        self._reasons_next = flag or self._other_reason() is not None
+        return self._reasons_next
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        if self._reasons_next:
+            self._reasons_next = False
+            return [obj, self._other_reason()]
+        return [obj, obj] if not isinstance(obj, dict) else [obj]
+
+    def combine(self, windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+        return [(float(t), 2 * float(e)) for t, e in windows]
