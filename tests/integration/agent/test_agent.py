@@ -8,122 +8,51 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support import ordinary_user
+from tests.support.agent_server import (
+    OTHER_UID,
+    OUTSIDE_GID,
+    SOCKET_GID,
+    USER_UID,
+    RunningAgent,
+    agent_for_users,
+    as_user,
+    needs_root,
+    needs_user_python,
+    raw_request,
+    start_agent,
+    start_holder,
+    stop_agent,
+    wait_free,
+)
 from tests.support.network import free_port
 from tests.support.paths import REPO_ROOT
 from wattwise.agent.journal import AgentJournal
 from wattwise.devices import DeviceError, NoPermissionError, discover, name_job
-from wattwise.devices.agent import AgentClient, AgentGPU
+from wattwise.devices.agent import AgentGPU
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import journal_dir
-
-START_TIMEOUT_S = 60.0
-HOLDER = """
-import sys, time
-from wattwise.devices.agent import AgentClient
-AgentClient(sys.argv[1]).set_power_limit(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
-print("held", flush=True)
-time.sleep(120)
-"""
-
-
-@dataclass
-class RunningAgent:
-    proc: subprocess.Popen[bytes]
-    socket: Path
-    state_dir: Path
-    sim_dir: Path
-    metrics_port: int = 0
-
-    @property
-    def client(self) -> AgentClient:
-        return AgentClient(self.socket)
-
-    def gpu(self, index: int = 0) -> dict:
-        return dict(self.client.status()["gpus"][index])
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "WATTWISE_AGENT_SOCKET": str(self.socket)}
-
-
-def _start(tmp_path: Path, *extra: str) -> RunningAgent:
-    sock = tmp_path / "run" / "agent.sock"
-    state, sim = tmp_path / "state", tmp_path / "sim"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "wattwise", "agent", "serve", "--socket", str(sock), "--backend", "simulated",
-         "--state-dir", str(state), "--simulated-dir", str(sim), "--simulated-gpus", "2", *extra],
-        stderr=subprocess.PIPE)
-    agent = RunningAgent(proc, sock, state, sim)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the agent exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-        try:
-            agent.client.status()
-            return agent
-        except DeviceError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("the agent did not start in time")
-
-
-def _stop(agent: RunningAgent) -> str:
-    if agent.proc.poll() is None:
-        agent.proc.send_signal(signal.SIGTERM)
-    _, err = agent.proc.communicate(timeout=30)
-    return err.decode()
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
     """One agent for the tests that leave every GPU free when they end (those that kill it start their own)."""
     port = free_port()
-    running = _start(tmp_path_factory.mktemp("agent"), "--metrics-port", str(port),
+    running = start_agent(tmp_path_factory.mktemp("agent"), "--metrics-port", str(port),
                      "--group", grp.getgrgid(os.getgid()).gr_name)
     running.metrics_port = port
     yield running
-    _stop(running)
-
-
-def _holder(agent: RunningAgent, watts: float, job: str, index: int = 0) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(agent.socket), str(index), str(watts), job],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-    return proc
-
-
-def _wait_free(agent: RunningAgent, index: int = 0, timeout_s: float = 2.0) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if agent.gpu(index)["holder"] is None:
-            return time.monotonic() - start
-        time.sleep(0.02)
-    raise AssertionError(f"GPU {index} still held after {timeout_s} s: {agent.gpu(index)}")
-
-
-def _raw(agent: RunningAgent, data: bytes) -> bytes:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
-        s.connect(str(agent.socket))
-        s.sendall(data)
-        chunks = []
-        while chunk := s.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
+    stop_agent(running)
 
 
 def test_status_has_the_documented_shape_and_the_socket_is_0660(agent: RunningAgent) -> None:
@@ -142,7 +71,7 @@ def test_status_has_the_documented_shape_and_the_socket_is_0660(agent: RunningAg
 
 
 def test_a_holder_is_named_to_others_and_its_sigkill_restores_the_gpu_within_2_s(agent: RunningAgent) -> None:
-    holder = _holder(agent, 200, "bert")
+    holder = start_holder(agent, 200, "bert")
     try:
         gpu = agent.gpu(0)
         assert gpu["power_limit_w"] == 200.0
@@ -157,7 +86,7 @@ def test_a_holder_is_named_to_others_and_its_sigkill_restores_the_gpu_within_2_s
     finally:
         holder.kill()
         holder.wait()
-    assert _wait_free(agent) < 2.0
+    assert wait_free(agent) < 2.0
     assert agent.gpu(0)["power_limit_w"] == 300.0
 
 
@@ -235,7 +164,7 @@ def test_a_sigkilled_agent_backed_run_leaves_nothing_for_wattwise_restore(agent:
     finally:
         run.kill()
         run.wait()
-    assert _wait_free(agent) < 2.0 and agent.gpu(0)["power_limit_w"] == 300.0
+    assert wait_free(agent) < 2.0 and agent.gpu(0)["power_limit_w"] == 300.0
     done = subprocess.run([sys.executable, "-m", "wattwise", "restore"], env=agent.env(), capture_output=True,
                           text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, "nothing to restore"), done.stdout + done.stderr
@@ -258,14 +187,14 @@ def test_bad_requests_are_refused_and_the_agent_keeps_serving_with_nothing_chang
     for method, path, body, status, message in cases:
         head = (f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        answer = _raw(agent, head + body).decode(errors="replace")
+        answer = raw_request(agent, head + body).decode(errors="replace")
         assert answer.startswith(f"HTTP/1.1 {status}"), (path, body[:40], answer[:200])
         assert message in answer, answer
-    assert _raw(agent, b"NOT HTTP AT ALL\r\n\r\n").split(b"\r\n")[0].endswith(b" 400 Bad Request")
+    assert raw_request(agent, b"NOT HTTP AT ALL\r\n\r\n").split(b"\r\n")[0].endswith(b" 400 Bad Request")
     # A client that claims another pid is still named by the kernel.
     head = b"POST /v1/gpus/0/power_limit HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: "
     body = b'{"watts": 250, "pid": 1, "uid": 0, "job": "liar"}'
-    answer = _raw(agent, head + str(len(body)).encode() + b"\r\n\r\n" + body)
+    answer = raw_request(agent, head + str(len(body)).encode() + b"\r\n\r\n" + body)
     assert b'"pid": 1,' not in answer and f'"pid": {os.getpid()}'.encode() in answer
     client.release(0)
     assert agent.gpu(0)["power_limit_w"] == 300.0 and agent.gpu(0)["holder"] is None
@@ -333,8 +262,8 @@ def test_a_flood_of_1000_status_requests_is_served(agent: RunningAgent) -> None:
 
 
 def test_a_sigkilled_agents_journal_is_applied_at_its_next_start(tmp_path: Path) -> None:
-    first = _start(tmp_path)
-    holder = _holder(first, 150, "bert", index=1)
+    first = start_agent(tmp_path)
+    holder = start_holder(first, 150, "bert", index=1)
     try:
         first.proc.kill()
         first.proc.wait()
@@ -343,12 +272,12 @@ def test_a_sigkilled_agents_journal_is_applied_at_its_next_start(tmp_path: Path)
         assert originals[(1, "power_limit_w")] == 300.0
         holder.kill()  # the holder ends while no agent runs: the next start restores its GPU
         holder.wait()
-        second = _start(tmp_path)
+        second = start_agent(tmp_path)
         try:
             assert second.gpu(1)["power_limit_w"] == 300.0 and second.gpu(1)["holder"] is None
             assert AgentJournal(first.state_dir).load() == []
         finally:
-            log = _stop(second)
+            log = stop_agent(second)
         assert "restored after a crash: GPU 1: power limit 300 W" in log
     finally:
         holder.kill()
@@ -356,14 +285,14 @@ def test_a_sigkilled_agents_journal_is_applied_at_its_next_start(tmp_path: Path)
 
 
 def test_sigterm_restores_the_gpus_of_ended_holders_and_removes_the_socket(tmp_path: Path) -> None:
-    running = _start(tmp_path)
-    holder = _holder(running, 200, "bert")
+    running = start_agent(tmp_path)
+    holder = start_holder(running, 200, "bert")
     try:
         running.proc.send_signal(signal.SIGSTOP)  # the holder ends while the agent cannot notice it
         holder.kill()
         holder.wait()
         running.proc.send_signal(signal.SIGCONT)
-        _stop(running)
+        stop_agent(running)
         assert json.loads((running.sim_dir / "gpu0.json").read_text())["power_limit_w"] == 300.0
         assert not running.socket.exists()
         assert AgentJournal(running.state_dir).load() == []
@@ -427,52 +356,11 @@ def test_auto_uses_the_agent_when_this_process_may_not_change_settings(agent: Ru
 
 
 # -- as ordinary users ----------------------------------------------------------------------------------
-#: Numeric ids no account uses: the kernel needs no passwd entry to run a process as them.
-USER_UID, OTHER_UID = ordinary_user.USER_UID, ordinary_user.OTHER_UID
-SOCKET_GID, OUTSIDE_GID = ordinary_user.USER_GID, 54329
-
-
-def _as_user(uid: int, gid: int, agent: RunningAgent, args: list[str], *, home: Path | None = None,
-             env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
-    env = {**agent.env(), "HOME": str(home or agent.socket.parent), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
-    env.pop("WATTWISE_HOME", None)
-    return ordinary_user.popen_as(uid, gid, args, env=env, **kwargs)
-
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to start the agent and run clients as other users")
-needs_user_python = pytest.mark.skipif(
-    ordinary_user.user_python() is None,
-    reason=f"this Python ({os.path.realpath(sys.executable)}) lies under "
-           f"{ordinary_user.unreachable_by_others(sys.executable)}, which other users may not enter, and no system "
-           "Python of the same version exists: an ordinary user could not run wattwise")
-
-
-@contextlib.contextmanager
-def _agent_for_users() -> Iterator[tuple[RunningAgent, Path]]:
-    """An agent whose socket group may change settings, and a home folder owned by the ordinary user."""
-    base = Path(tempfile.mkdtemp(prefix="wattwise-agent-"))  # traversable by others, unlike pytest's tmp dirs
-    try:
-        os.chmod(base, 0o755)
-        config = base / "agent.yaml"
-        config.write_text(f"allowed_groups: [{SOCKET_GID}]\n")
-        home = base / "home"
-        home.mkdir(mode=0o700)
-        os.chown(home, USER_UID, SOCKET_GID)
-        running = _start(base, "--config", str(config), "--group", str(SOCKET_GID))
-        try:
-            yield running, home
-        finally:
-            _stop(running)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
 @needs_root
 @needs_user_python
 def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outsiders_cannot_connect() -> None:
-    with _agent_for_users() as (running, _):
-        cap = _as_user(USER_UID, SOCKET_GID, running,
+    with agent_for_users() as (running, _):
+        cap = as_user(USER_UID, SOCKET_GID, running,
                        ["-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--", "sleep", "30"],
                        start_new_session=True)
         deadline = time.monotonic() + 30
@@ -486,7 +374,7 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
         assert gpu["holder"] == {"pid": command_pid, "uid": USER_UID, "job": "sleep", "job_id": "",
                                  "pgid": command_pid}
         assert Path(f"/proc/{command_pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"
-        second = _as_user(OTHER_UID, SOCKET_GID, running,
+        second = as_user(OTHER_UID, SOCKET_GID, running,
                           ["-c", "from wattwise.devices.agent import AgentClient; "
                                  "AgentClient().set_power_limit(0, 150.0, 'gpt')"],
                           stderr=subprocess.PIPE)
@@ -494,7 +382,7 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
         assert second.returncode != 0
         last = err.strip().splitlines()[-1]
         assert f"GPU 0 is held by pid {command_pid} (uid {USER_UID}, job 'sleep')" in last
-        outsider = _as_user(OTHER_UID, OUTSIDE_GID, running,
+        outsider = as_user(OTHER_UID, OUTSIDE_GID, running,
                             ["-c", "from wattwise.devices.agent import AgentClient; AgentClient().status()"],
                             stderr=subprocess.PIPE)
         _, err = outsider.communicate(timeout=60)
@@ -502,7 +390,7 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
         os.killpg(cap.pid, signal.SIGKILL)  # the wrapper, then the command's own group
         cap.wait()
         os.killpg(command_pid, signal.SIGKILL)
-        assert _wait_free(running) < 2.0
+        assert wait_free(running) < 2.0
         assert running.gpu(0)["power_limit_w"] == 300.0
 
 
@@ -538,11 +426,11 @@ print(json.dumps({"backends": [g.backend for g in gpus], "during": during,
 @needs_root
 @needs_user_python
 def test_as_an_ordinary_user_an_accelerate_run_with_the_agent_backend_holds_the_gpu_and_gives_it_back() -> None:
-    with _agent_for_users() as (running, home):
+    with agent_for_users() as (running, home):
         env = {"ACCELERATE_ENERGY": "1", "ACCELERATE_ENERGY_BACKEND": "agent", "ACCELERATE_ENERGY_MODE": "cap",
                "ACCELERATE_ENERGY_CAP_W": "200", "ACCELERATE_ENERGY_JOB": "bert",
                "ACCELERATE_ENERGY_OUTPUT_DIR": str(home / "run"), "WATTWISE_BACKEND": ""}
-        run = _as_user(USER_UID, SOCKET_GID, running, ["-c", ACCELERATE_RUN], home=home, env=env,
+        run = as_user(USER_UID, SOCKET_GID, running, ["-c", ACCELERATE_RUN], home=home, env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = run.communicate(timeout=300)
         assert run.returncode == 0, err[-3000:]
@@ -580,9 +468,9 @@ trainer.fit(EmulatedModule(dataset_size=32 * 5000))
 @needs_user_python
 def test_as_an_ordinary_user_a_lightning_run_tuning_through_the_agent_sigkilled_mid_tuning_is_restored_at_once(
         ) -> None:
-    with _agent_for_users() as (running, home):
+    with agent_for_users() as (running, home):
         code = LIGHTNING_TUNE.replace("OUT", repr(str(home / "run")))
-        run = _as_user(USER_UID, SOCKET_GID, running, ["-c", code], home=home, env={"WATTWISE_BACKEND": ""},
+        run = as_user(USER_UID, SOCKET_GID, running, ["-c", code], home=home, env={"WATTWISE_BACKEND": ""},
                        stderr=subprocess.PIPE, start_new_session=True)
         try:
             deadline = time.monotonic() + 120
@@ -599,11 +487,11 @@ def test_as_an_ordinary_user_a_lightning_run_tuning_through_the_agent_sigkilled_
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(run.pid, signal.SIGKILL)
             run.communicate()
-        assert _wait_free(running) < 2.0
+        assert wait_free(running) < 2.0
         assert running.gpu(0)["power_limit_w"] == 300.0
         summary = home / "run" / "summary.json"
         assert not summary.exists()  # killed: it never got to write its summary
-        restore = _as_user(USER_UID, SOCKET_GID, running, ["-m", "wattwise", "restore"], home=home,
+        restore = as_user(USER_UID, SOCKET_GID, running, ["-m", "wattwise", "restore"], home=home,
                            stdout=subprocess.PIPE)
         out, _ = restore.communicate(timeout=60)
         assert (restore.returncode, out.strip()) == (0, "nothing to restore")
@@ -720,7 +608,7 @@ def test_a_real_prometheus_scrapes_the_agent_and_sees_the_energy_counter_rise(ag
         return [float(r["value"][1]) for r in result]
 
     try:
-        holder = _holder(agent, 200, "load")
+        holder = start_holder(agent, 200, "load")
         try:
             values: list[float] = []
             deadline = time.monotonic() + 60
@@ -742,4 +630,4 @@ def test_a_real_prometheus_scrapes_the_agent_and_sees_the_energy_counter_rise(ag
     finally:
         prom.terminate()
         prom.wait(timeout=30)
-    assert _wait_free(agent) < 2.0
+    assert wait_free(agent) < 2.0

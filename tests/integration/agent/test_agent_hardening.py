@@ -18,19 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.agent.test_agent import (
+from tests.support.agent_server import (
     SOCKET_GID,
     USER_UID,
     RunningAgent,
-    _agent_for_users,
-    _as_user,
-    _holder,
-    _raw,
-    _start,
-    _stop,
-    _wait_free,
+    agent_for_users,
+    as_user,
     needs_root,
     needs_user_python,
+    raw_request,
+    start_agent,
+    start_holder,
+    stop_agent,
+    wait_free,
 )
 from wattwise.agent.audit import AUDIT_NAME
 from wattwise.agent.connections import CONNECTION_DEADLINE_S, MAX_CONNECTIONS_PER_UID
@@ -46,18 +46,18 @@ def _audit(agent: RunningAgent) -> list[dict]:
 
 
 def test_a_live_holder_keeps_its_lease_and_limit_over_a_sigterm_and_a_sigkill_restart(tmp_path: Path) -> None:
-    first = _start(tmp_path)
-    holder = _holder(first, 150, "bert", index=1)
+    first = start_agent(tmp_path)
+    holder = start_holder(first, 150, "bert", index=1)
     try:
-        log = _stop(first)  # systemctl restart: SIGTERM, then a new agent
+        log = stop_agent(first)  # systemctl restart: SIGTERM, then a new agent
         assert _limit_on_disk(first, 1) == 150.0, log
-        second = _start(tmp_path)
+        second = start_agent(tmp_path)
         gpu = second.gpu(1)
         assert gpu["power_limit_w"] == 150.0
         assert gpu["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert", "job_id": "", "pgid": None}
         second.proc.kill()  # a crash this time
         second.proc.wait()
-        third = _start(tmp_path)
+        third = start_agent(tmp_path)
         try:
             assert third.gpu(1)["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert", "job_id": "",
                                                "pgid": None}
@@ -66,10 +66,10 @@ def test_a_live_holder_keeps_its_lease_and_limit_over_a_sigterm_and_a_sigkill_re
                 third.client.set_power_limit(1, 250.0, "intruder")
             holder.kill()  # the kept lease is watched like any other: its end restores the GPU at once
             holder.wait()
-            _wait_free(third, 1)
+            wait_free(third, 1)
             assert third.gpu(1)["power_limit_w"] == 300.0
         finally:
-            _stop(third)
+            stop_agent(third)
         lines = _audit(third)
         assert [(a["setting"], a["old"], a["new"], a["why"]) for a in lines] == [
             ("power_limit_w", 300.0, 150.0, "requested"),
@@ -86,20 +86,20 @@ def test_a_live_holder_keeps_its_lease_and_limit_over_a_sigterm_and_a_sigkill_re
 
 
 def test_a_journalled_holder_whose_pid_now_names_another_process_is_not_trusted(tmp_path: Path) -> None:
-    first = _start(tmp_path)
-    holder = _holder(first, 150, "bert")
+    first = start_agent(tmp_path)
+    holder = start_holder(first, 150, "bert")
     try:
-        _stop(first)
+        stop_agent(first)
         journal = first.state_dir / "journal.json"
         content = json.loads(journal.read_text())
         for change in content["changes"]:
             change["holder"]["start_ticks"] += 1  # same pid, another start: a reused pid
         journal.write_text(json.dumps(content))
-        second = _start(tmp_path)
+        second = start_agent(tmp_path)
         try:
             assert second.gpu(0)["holder"] is None and second.gpu(0)["power_limit_w"] == 300.0
         finally:
-            log = _stop(second)
+            log = stop_agent(second)
         assert "restored after a crash: GPU 0: power limit 300 W" in log
     finally:
         holder.kill()
@@ -143,7 +143,7 @@ def _request(path: str, body: bytes) -> bytes:
 
 
 def test_nested_and_non_ascii_input_is_refused_with_400_or_404_and_changes_nothing(tmp_path: Path) -> None:
-    running = _start(tmp_path)
+    running = start_agent(tmp_path)
     try:
         cases = [
             ("/v1/gpus/0/power_limit", b"[" * 60_000, 400, "nested too deeply"),
@@ -153,13 +153,13 @@ def test_nested_and_non_ascii_input_is_refused_with_400_or_404_and_changes_nothi
             ("/v1/gpus/%EF%BC%91/release", b"", 404, "no GPU"),  # fullwidth one
         ]
         for path, body, status, message in cases:
-            answer = _raw(running, _request(path, body)).decode(errors="replace")
+            answer = raw_request(running, _request(path, body)).decode(errors="replace")
             assert answer.startswith(f"HTTP/1.1 {status}"), (path, answer[:300])
             assert message in answer, answer[:300]
         assert [g["power_limit_w"] for g in running.client.status()["gpus"]] == [300.0, 300.0]
         assert [g["holder"] for g in running.client.status()["gpus"]] == [None, None]
     finally:
-        log = _stop(running)
+        log = stop_agent(running)
     assert "Traceback" not in log and "RecursionError" not in log
 
 
@@ -204,8 +204,8 @@ print(round(time.monotonic() - start + 1.0, 1), flush=True)
 @needs_root
 @needs_user_python
 def test_a_flood_of_half_sent_requests_from_one_user_is_bounded_and_root_is_still_served() -> None:
-    with _agent_for_users() as (running, _):
-        flood = _as_user(USER_UID, SOCKET_GID, running, ["-c", FLOOD, str(running.socket), "400"],
+    with agent_for_users() as (running, _):
+        flood = as_user(USER_UID, SOCKET_GID, running, ["-c", FLOOD, str(running.socket), "400"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert flood.stdout is not None
         kept = int(flood.stdout.readline())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.agent.test_agent import RunningAgent, _holder, _start, _stop, _wait_free
+from tests.support.agent_server import RunningAgent, start_agent, start_holder, stop_agent, wait_free
 from wattwise.devices import DeviceError, NoPermissionError
 from wattwise.devices.agent import AgentClient, agent_gpus
 
@@ -29,9 +29,9 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
     base = tmp_path_factory.mktemp("agent4")
     config = base / "agent.yaml"
     config.write_text(f"power_limits:\n  - {{model: simulated, floor_w: {FLOOR_W:g}, ceiling_w: {CEILING_W:g}}}\n")
-    running = _start(base, "--simulated-gpus", "4", "--config", str(config))
+    running = start_agent(base, "--simulated-gpus", "4", "--config", str(config))
     yield running
-    _stop(running)
+    stop_agent(running)
 
 
 def _status(agent: RunningAgent) -> list[dict]:
@@ -83,7 +83,7 @@ def test_a_job_sees_gpus_by_uuid_in_cudas_order_and_its_gpu_0_is_the_first_it_se
 
 
 def test_cap_runs_when_another_job_holds_a_gpu_this_job_does_not_see(agent: RunningAgent) -> None:
-    other = _holder(agent, 250, "someone-else", index=0)
+    other = start_holder(agent, 250, "someone-else", index=0)
     try:
         done, during = _cap(agent, "1")
         assert done.returncode == 0, done.stderr
@@ -91,7 +91,7 @@ def test_cap_runs_when_another_job_holds_a_gpu_this_job_does_not_see(agent: Runn
     finally:
         other.kill()
         other.wait()
-    _wait_free(agent, 0)
+    wait_free(agent, 0)
 
 
 def test_a_gpu_the_job_does_not_see_is_refused_naming_what_it_sees(agent: RunningAgent,
@@ -181,7 +181,7 @@ def test_killing_the_cap_wrapper_leaves_its_command_capped_until_the_command_end
     assert gpu["power_limit_w"] == 200.0
     assert gpu["holder"] == {"pid": command_pid, "uid": os.getuid(), "job": "train", "job_id": "", "pgid": command_pid}
     os.kill(command_pid, signal.SIGKILL)
-    assert _wait_free(agent, 3) < 2.0
+    assert wait_free(agent, 3) < 2.0
     assert _status(agent)[3]["power_limit_w"] == 300.0
     assert cap.stderr is not None and "warning" not in cap.stderr.read()
 
@@ -206,13 +206,13 @@ def test_a_shell_command_whose_child_outlives_it_keeps_the_gpu_capped_and_cap_sa
         assert f"`kill -- -{group}`" in outcome["message"]
     finally:
         os.killpg(group, signal.SIGKILL)  # the sleep, all that is left of the group
-    assert _wait_free(agent, 2) < 2.0  # the group's last process ended: the agent restores
+    assert wait_free(agent, 2) < 2.0  # the group's last process ended: the agent restores
     assert _status(agent)[2]["power_limit_w"] == 300.0
 
 
 def test_only_the_holders_own_child_may_be_handed_the_lease(agent: RunningAgent) -> None:
     other = subprocess.Popen(["sleep", "30"])  # this test process's child, not the holder's
-    holder = _holder(agent, 250, "mine", index=2)
+    holder = start_holder(agent, 250, "mine", index=2)
     try:
         script = ("import sys; from wattwise.devices.agent import AgentClient\n"
                   "AgentClient(sys.argv[1]).set_power_limit(2, 240.0, 'x')")
@@ -229,7 +229,7 @@ def test_only_the_holders_own_child_may_be_handed_the_lease(agent: RunningAgent)
         holder.wait()
         other.kill()
         other.wait()
-    _wait_free(agent, 2)
+    wait_free(agent, 2)
 
 
 #: The tuning script in cap mode (200 W) for 20 steps, its warnings shown.
@@ -239,7 +239,7 @@ CAP = (TUNE.replace('warnings.filterwarnings("ignore")', "").replace('mode="tune
 
 def test_a_change_the_agent_refuses_is_one_warning_on_the_console_and_a_note_in_the_summary(
         agent: RunningAgent, tmp_path: Path) -> None:
-    other = _holder(agent, 250, "someone-else", index=0)
+    other = start_holder(agent, 250, "someone-else", index=0)
     try:
         env = {**agent.env(), "WATTWISE_BACKEND": "", "CUDA_VISIBLE_DEVICES": "0"}
         script = tmp_path / "train.py"
@@ -248,7 +248,7 @@ def test_a_change_the_agent_refuses_is_one_warning_on_the_console_and_a_note_in_
     finally:
         other.kill()
         other.wait()
-    _wait_free(agent, 0)
+    wait_free(agent, 0)
     assert done.returncode == 0, done.stderr[-2000:]
     said = [line for line in done.stderr.splitlines() if "held by pid" in line]
     assert len(said) == 1, done.stderr[-3000:]

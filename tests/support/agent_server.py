@@ -1,0 +1,147 @@
+"""A node agent served in a subprocess on a temp Unix socket with simulated GPUs, and its clients: the
+agent tests' shared set-up (tests/integration/agent/)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import ordinary_user
+from wattwise.devices import DeviceError
+from wattwise.devices.agent import AgentClient
+
+START_TIMEOUT_S = 60.0
+HOLDER = """
+import sys, time
+from wattwise.devices.agent import AgentClient
+AgentClient(sys.argv[1]).set_power_limit(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@dataclass
+class RunningAgent:
+    proc: subprocess.Popen[bytes]
+    socket: Path
+    state_dir: Path
+    sim_dir: Path
+    metrics_port: int = 0
+
+    @property
+    def client(self) -> AgentClient:
+        return AgentClient(self.socket)
+
+    def gpu(self, index: int = 0) -> dict:
+        return dict(self.client.status()["gpus"][index])
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "WATTWISE_AGENT_SOCKET": str(self.socket)}
+
+
+def start_agent(tmp_path: Path, *extra: str) -> RunningAgent:
+    sock = tmp_path / "run" / "agent.sock"
+    state, sim = tmp_path / "state", tmp_path / "sim"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wattwise", "agent", "serve", "--socket", str(sock), "--backend", "simulated",
+         "--state-dir", str(state), "--simulated-dir", str(sim), "--simulated-gpus", "2", *extra],
+        stderr=subprocess.PIPE)
+    agent = RunningAgent(proc, sock, state, sim)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the agent exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+        try:
+            agent.client.status()
+            return agent
+        except DeviceError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the agent did not start in time")
+
+
+def stop_agent(agent: RunningAgent) -> str:
+    if agent.proc.poll() is None:
+        agent.proc.send_signal(signal.SIGTERM)
+    _, err = agent.proc.communicate(timeout=30)
+    return err.decode()
+
+
+def start_holder(agent: RunningAgent, watts: float, job: str, index: int = 0) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(agent.socket), str(index), str(watts), job],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def wait_free(agent: RunningAgent, index: int = 0, timeout_s: float = 2.0) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if agent.gpu(index)["holder"] is None:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"GPU {index} still held after {timeout_s} s: {agent.gpu(index)}")
+
+
+def raw_request(agent: RunningAgent, data: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(agent.socket))
+        s.sendall(data)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+#: Numeric ids no account uses: the kernel needs no passwd entry to run a process as them.
+USER_UID, OTHER_UID = ordinary_user.USER_UID, ordinary_user.OTHER_UID
+SOCKET_GID, OUTSIDE_GID = ordinary_user.USER_GID, 54329
+
+
+def as_user(uid: int, gid: int, agent: RunningAgent, args: list[str], *, home: Path | None = None,
+             env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
+    env = {**agent.env(), "HOME": str(home or agent.socket.parent), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    env.pop("WATTWISE_HOME", None)
+    return ordinary_user.popen_as(uid, gid, args, env=env, **kwargs)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="needs root to start the agent and run clients as other users")
+needs_user_python = pytest.mark.skipif(
+    ordinary_user.user_python() is None,
+    reason=f"this Python ({os.path.realpath(sys.executable)}) lies under "
+           f"{ordinary_user.unreachable_by_others(sys.executable)}, which other users may not enter, and no system "
+           "Python of the same version exists: an ordinary user could not run wattwise")
+
+
+@contextlib.contextmanager
+def agent_for_users() -> Iterator[tuple[RunningAgent, Path]]:
+    """An agent whose socket group may change settings, and a home folder owned by the ordinary user."""
+    base = Path(tempfile.mkdtemp(prefix="wattwise-agent-"))  # traversable by others, unlike pytest's tmp dirs
+    try:
+        os.chmod(base, 0o755)
+        config = base / "agent.yaml"
+        config.write_text(f"allowed_groups: [{SOCKET_GID}]\n")
+        home = base / "home"
+        home.mkdir(mode=0o700)
+        os.chown(home, USER_UID, SOCKET_GID)
+        running = start_agent(base, "--config", str(config), "--group", str(SOCKET_GID))
+        try:
+            yield running, home
+        finally:
+            stop_agent(running)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
