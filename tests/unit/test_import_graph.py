@@ -198,6 +198,15 @@ def test_no_function_level_import_hides_a_circle(repository_graph: tuple[Graph, 
     assert not cycles, f"import circles through function-level imports:\n{_named(cycles)}"
 
 
+def test_no_test_module_imports_another(repository_graph: tuple[Graph, Graph]) -> None:
+    """Shared fakes, helpers and set-ups live in tests/support/ (CONTRIBUTING.md), not in a test module."""
+    eager, deferred = repository_graph
+    graph = _union(eager, deferred)
+    test_modules = {name for name in graph if name.startswith(("tests.unit.", "tests.integration."))}
+    reaching = sorted(f"{name} imports {target}" for name in graph for target in graph[name] & test_modules)
+    assert not reaching, "\n".join(reaching)
+
+
 def _union(first: Graph, second: Graph) -> Graph:
     return {name: first.get(name, set()) | second.get(name, set()) for name in first.keys() | second.keys()}
 
