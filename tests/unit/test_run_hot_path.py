@@ -183,10 +183,12 @@ def test_an_idle_simulated_gpu_never_reports_a_saving(tmp_path):
     run, gpu = make_run(tmp_path, *TUNE)
     run.start()
     run.epoch_begin()
-    for _ in range(20):  # the user's own training code: nothing emulated drives the simulated GPU
-        run.step_begin()
-        gpu.clock.sleep(BASE_S)  # type: ignore[union-attr]
-        run.step_end()
+    # Said at the step after tuning ends.
+    with pytest.warns(EnergyPluginWarning, match="tuning chose no limit: no emulated work drove the simulated GPU"):
+        for _ in range(20):  # the user's own training code: nothing emulated drives the simulated GPU
+            run.step_begin()
+            gpu.clock.sleep(BASE_S)  # type: ignore[union-attr]
+            run.step_end()
     run.finish()
     s = run.summary
     assert s is not None and s["simulated"] is True

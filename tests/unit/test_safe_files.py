@@ -22,7 +22,7 @@ from wattwise.carbon.example import sampled_run
 from wattwise.cli.main import main
 from wattwise.config import load_config
 from wattwise.devices.simulated import PowerModel, SimulatedGPU
-from wattwise.errors import ConfigError, UsageError
+from wattwise.errors import ConfigError, EnergyPluginWarning, UsageError
 from wattwise.monitor import EnergyMonitor, PowerSampler
 from wattwise.names import MAX_JOB_NAME, check_job_name
 from wattwise.paths import open_lock, private_dir, replace_file, state_dir, write_text
@@ -166,7 +166,8 @@ def test_profile_writer_replaces_a_planted_link(tmp_path: Path) -> None:
 # -- state: simulated GPU settings, lock files ---------------------------------------------------------
 def test_simulated_gpu_state_file_replaces_a_planted_link(tmp_path: Path) -> None:
     victims = plant(tmp_path / "sim", "gpu0.json", "gpu0.tmp")
-    gpu = SimulatedGPU(0, MODEL, state_file=tmp_path / "sim" / "gpu0.json")
+    with pytest.warns(EnergyPluginWarning, match="gpu0.json is a symbolic link"):
+        gpu = SimulatedGPU(0, MODEL, state_file=tmp_path / "sim" / "gpu0.json")
     gpu.set_power_limit_w(200.0)
     assert_untouched(victims)
     assert_regular(tmp_path / "sim" / "gpu0.json")

@@ -14,7 +14,7 @@ import pytest
 import wattwise.devices
 from tests.support.fake_pynvml import FakeClock
 from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
-from wattwise.errors import UsageError
+from wattwise.errors import EnergyPluginWarning, UsageError
 
 #: A model small enough to check by hand: limits 100/200/300 W, relative step time 2.0/1.2/1.0,
 #: busy power 90/170/240 W, idle 50 W. Halfway between 200 and 300 W: time 1.1, power 205 W.
@@ -260,7 +260,8 @@ def test_without_a_state_file_a_new_gpu_starts_at_the_maximum_limit(clock: FakeC
 def test_a_torn_state_file_falls_back_to_the_defaults(clock: FakeClock, tmp_path: Path) -> None:
     state = tmp_path / "gpu0.json"
     state.write_text('{"power_limit_w": 15')
-    gpu = gpu_on(clock, state_file=state)
+    with pytest.warns(EnergyPluginWarning, match="holds no settings of a simulated GPU: not JSON"):
+        gpu = gpu_on(clock, state_file=state)
     assert gpu.power_limit_w() == 300.0
     assert gpu.locked_sm_clocks_mhz() is None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 
 import pytest
 import yaml
@@ -17,7 +18,8 @@ from wattwise.config import SETTINGS, config_keys, load_config, to_yaml
 REPO = REPO_ROOT
 
 
-def test_lightning_cli_yaml_builds_and_runs_the_callback(tmp_path):
+def test_lightning_cli_yaml_builds_and_runs_the_callback(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", sys.argv[:1])  # `args` only: pytest's own arguments are not the CLI's
     energy_yaml = tmp_path / "energy.yaml"
     energy_yaml.write_text("power_limit:\n  profile_steps: 3\n  warmup_steps: 1\ndevices:\n  backend: simulated\n"
                            "  simulated:\n    base_step_time_s: 0.002\nmonitor:\n  sample_power: false\n")
@@ -33,7 +35,8 @@ def test_lightning_cli_yaml_builds_and_runs_the_callback(tmp_path):
         },
         "model": {"dataset_size": 512},
     }))
-    cli = LightningCLI(EmulatedModule, args=["fit", "--config", str(cli_yaml)], save_config_callback=None)
+    cli = LightningCLI(EmulatedModule, args=["fit", "--config", str(cli_yaml)], save_config_callback=None,
+                       seed_everything_default=0)  # the seed it chose unasked, without its notice
     callbacks = [c for c in cli.trainer.callbacks if isinstance(c, EnergyCallback)]
     assert len(callbacks) == 1
     cfg = callbacks[0].config
@@ -44,7 +47,8 @@ def test_lightning_cli_yaml_builds_and_runs_the_callback(tmp_path):
     assert (tmp_path / "run" / "summary.json").exists()
 
 
-def test_lightning_cli_rejects_a_bad_init_arg(tmp_path):
+def test_lightning_cli_rejects_a_bad_init_arg(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", sys.argv[:1])
     cli_yaml = tmp_path / "cli.yaml"
     cli_yaml.write_text(yaml.safe_dump({"trainer": {"callbacks": [
         {"class_path": "lightning_energy.EnergyCallback", "init_args": {"etaa": 0.5}}]}}))

@@ -153,7 +153,8 @@ def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path
 def test_a_run_that_raises_is_recorded_as_failed_with_its_energy(tmp_path, virtual_clock, energy_first):
     gpu = clocked_gpu(virtual_clock)
     rec_cb, energy_cb = recurring([16], 16), energy(tmp_path, gpu, "run1")
-    with pytest.raises(RuntimeError, match="out of memory"):
+    with (pytest.warns(EnergyPluginWarning, match="tuning did not finish"),
+          pytest.raises(RuntimeError, match="out of memory")):
         fit(ScheduledModule(gpu, reach_epoch={16: 3}, fail_in_epoch=2),
             [energy_cb, rec_cb] if energy_first else [rec_cb, energy_cb], tmp_path)
 
@@ -199,7 +200,9 @@ def test_misconfigurations_fail_at_setup_with_the_fix(tmp_path, virtual_clock):
         fit(ScheduledModule(gpu, {}), [RecurringBatchSizeCallback(
             job="x", batch_sizes=[16], default_batch_size=16, target_metric=1.0, max_epochs=1, max_power_w=300.0,
             monitor="val_acc", batch_size_attr="bs"), energy(tmp_path, gpu, "b")], tmp_path)
-    with pytest.raises(UsageError, match="'val_loss', which validation did not log"):
+    # Refused after its first epoch: the run it ends is too short to tune.
+    with (pytest.warns(EnergyPluginWarning, match="tuning did not finish"),
+          pytest.raises(UsageError, match="'val_loss', which validation did not log")):
         fit(ScheduledModule(gpu, {}), [RecurringBatchSizeCallback(
             job="y", batch_sizes=[16], default_batch_size=16, target_metric=1.0, max_epochs=1, max_power_w=300.0,
             monitor="val_loss"), energy(tmp_path, gpu, "c")], tmp_path)
