@@ -99,21 +99,6 @@ def test_the_factory_imports_nothing_heavy_and_adds_nothing_when_the_flag_is_off
 # -- Lightning, no code ------------------------------------------------------------------------------------
 
 
-def test_an_unmodified_lightning_script_is_measured_and_tuned_with_the_flag(tmp_path):
-    proc = run([sys.executable, str(SCRIPTS / "zero_code_lightning.py")], tmp_path, LIGHTNING_ENERGY="1",
-               LIGHTNING_ENERGY_MODE="tune", LIGHTNING_ENERGY_OUTPUT_DIR="out", LIGHTNING_ENERGY_OVERRIDES=TUNE)
-    assert proc.returncode == 0, proc.stderr
-    found = summary(tmp_path / "out")
-    assert (found["status"], found["framework"], found["steps"]) == ("completed", "lightning", 12)
-    # BoringModel does not drive the simulated GPU (no emulate_step), so every limit measures the same idle
-    # power: tuning chooses none and says why (issue 27), rather than presenting noise as a choice.
-    tuning = found["power_limit"]["tuning"]
-    assert tuning["finished"] is False and "no emulated work drove the simulated GPU" in tuning["reason"]
-    assert found["power_limit"]["chosen_power_limit_w"] is None
-    # The script's own output, as without the flag (which adds no callback: the factory test above).
-    assert proc.stdout == "global_step 12\n"
-
-
 def test_lightning_cli_is_measured_with_the_flag(tmp_path):
     cmd = [sys.executable, str(SCRIPTS / "zero_code_lightning_cli.py"), "fit", "--trainer.max_steps=6",
            "--trainer.accelerator=cpu", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
@@ -170,14 +155,15 @@ def test_the_start_up_finder_hands_over_when_the_script_imports_accelerate(tmp_p
 
 
 def test_accelerates_own_test_script_is_measured_with_the_flag_alone(tmp_path):
-    cmd = [str(BIN / "accelerate"), "launch", "--cpu", str(TEST_SYNC)]
-    on = run(cmd, tmp_path, ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR="on")
+    # One process, as `accelerate launch --cpu` runs it (that launcher is run on two processes below).
+    cmd = [sys.executable, str(TEST_SYNC)]
+    on = run(cmd, tmp_path, ACCELERATE_USE_CPU="true", ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR="on")
     assert on.returncode == 0, on.stderr
     found = summary(tmp_path / "on")
     # Its one prepared optimizer, 5 batches accumulated by 2: steps after batches 2, 4 and the last.
     assert (found["status"], found["framework"], found["steps"], found["world_size"]) == (
         "completed", "accelerate", 3, 1)
-    off = run(cmd, tmp_path, ACCELERATE_ENERGY_OUTPUT_DIR="off")
+    off = run(cmd, tmp_path, ACCELERATE_USE_CPU="true", ACCELERATE_ENERGY_OUTPUT_DIR="off")
     assert off.returncode == 0, off.stderr
     assert not (tmp_path / "off").exists()
     assert off.stdout == on.stdout
@@ -207,15 +193,23 @@ def test_an_explicit_attach_keeps_its_settings_and_attaches_once(tmp_path):
 # -- wattwise run ------------------------------------------------------------------------------------------
 
 
-def test_wattwise_run_turns_both_flags_on_and_tells_where_the_summary_went(tmp_path):
-    cmd = [str(BIN / "wattwise"), "run", "--mode", "tune", "--output-dir", "runs", "--override",
-           "power_limit.wait_steps=0", "--override", "power_limit.profile_steps=2", "--",
+def test_wattwise_run_tunes_an_unmodified_lightning_script_and_tells_where_the_summary_went(tmp_path):
+    # `wattwise run` turns both flags on (LIGHTNING_ENERGY=1 here) for a script with no wattwise line.
+    cmd = [str(BIN / "wattwise"), "run", "--mode", "tune", "--output-dir", "runs", *(
+        arg for item in TUNE.split() for arg in ("--override", item)), "--",
            sys.executable, str(SCRIPTS / "zero_code_lightning.py")]
     proc = run(cmd, tmp_path)
     assert proc.returncode == 0, proc.stderr
+    # The script's own output, as without the flag (which adds no callback: the factory test above).
     assert proc.stdout == "global_step 12\n"
     found = summary(tmp_path / "runs")
-    assert found["steps"] == 12 and found["power_limit"]["mode"] == "tune"
+    assert (found["status"], found["framework"], found["steps"]) == ("completed", "lightning", 12)
+    assert found["power_limit"]["mode"] == "tune"
+    # BoringModel does not drive the simulated GPU (no emulate_step), so every limit measures the same idle
+    # power: tuning chooses none and says why, rather than presenting noise as a choice.
+    tuning = found["power_limit"]["tuning"]
+    assert tuning["finished"] is False and "no emulated work drove the simulated GPU" in tuning["reason"]
+    assert found["power_limit"]["chosen_power_limit_w"] is None
     assert proc.stderr.splitlines()[-1].startswith(f"wattwise run: summary: {Path('runs', 'summary.json')} "
                                                    "(completed, 12 steps, ")
 

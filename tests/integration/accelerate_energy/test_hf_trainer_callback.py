@@ -8,8 +8,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,7 +20,6 @@ from accelerate.state import AcceleratorState, GradientState
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 from accelerate_energy import EnergyTrainerCallback
-from tests.support.paths import SCRIPTS_DIR
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, EnergyPluginWarning
 from wattwise.workload import emulate_step
@@ -128,19 +125,6 @@ def test_two_energy_callbacks_are_refused_when_the_trainer_is_built(tmp_path: Pa
         trainer(tmp_path / "out", 2, EnergyTrainerCallback(), EnergyTrainerCallback())
 
 
-def test_under_the_flag_alone_a_40_step_run_logs_energy_at_its_logging_steps(tmp_path: Path) -> None:
-    # The issue's case: ACCELERATE_ENERGY=1, no log_every_n_steps, the script's logging_steps=5 (its
-    # accelerator's own cadence, 50 steps, is longer than the run).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_ENERGY")}
-    env.update(ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR=str(tmp_path / "run"))
-    done = subprocess.run([sys.executable, str(SCRIPTS_DIR / "zero_code_hf_trainer.py"), str(tmp_path / "out"), "40"],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    logged = next(line for line in done.stdout.splitlines() if line.startswith("logged ")).split()
-    assert {"energy/step_j", "time/step_s", "power/avg_w"} <= set(logged)
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 40
-
-
 class PreemptedAt(TrainerCallback):
     """SIGTERM reaches the process after optimizer step `step`; the script's own handler (installed before
     training, as a preemptible script does) asks the Trainer to stop at the end of that step."""
@@ -173,7 +157,8 @@ def test_sigterm_in_a_tuned_trainer_restores_the_gpu_and_lets_the_scripts_handli
     found = signal.signal(signal.SIGTERM, preempted.handler)
     try:
         t = trainer(tmp_path / "out", 40, energy, Drive(gpu), preempted)
-        t.train()
+        with pytest.warns(EnergyPluginWarning, match="tuning did not finish: the run ended after 6 optimizer steps"):
+            t.train()
         assert signal.getsignal(signal.SIGTERM) == preempted.handler  # the script's handler is back
     finally:
         signal.signal(signal.SIGTERM, found)

@@ -1,6 +1,7 @@
 """EnergyCallback under DDP: two CPU processes over gloo, each with its own simulated GPU.
 
-One tuned two-process fit (set up once for the module) serves every test here.
+One tuned two-process fit (set up once for the module) serves every test here: 200 steps, figures logged
+every 50, tuning over the first 10.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import pytest
 from tests.support.paths import SCRIPTS_DIR
 
 SCRIPT = SCRIPTS_DIR / "ddp_fit.py"
+STEPS, LOG_EVERY_N_STEPS = 200, 50
+#: ddp_fit.py's tuning: 1 step waited, then 3 limits (300, 200, 100 W) of 1 warm-up and 2 profiled steps each.
+TUNING_STEPS = 1 + 3 * (1 + 2)
 
 
 def fit_window(path: Path) -> tuple[float, float]:
@@ -33,8 +37,8 @@ def tuned_fit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
     """A tuned DDP fit on two processes: its output folder and the finished process (warnings as a user sees them)."""
     folder = tmp_path_factory.mktemp("ddp")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(folder / "run")], env=env, capture_output=True,
-                          text=True, timeout=240, cwd=folder)
+    cmd = [sys.executable, str(SCRIPT), str(folder / "run"), str(STEPS), str(LOG_EVERY_N_STEPS)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=folder)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return folder / "run", proc
 
@@ -65,3 +69,18 @@ def test_a_ddp_fit_gives_no_lightning_warning_about_wattwises_own_logging(tuned_
     # Epoch figures are combined over the processes before they are logged: Lightning has nothing to warn of.
     assert "sync_dist" not in proc.stderr, proc.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["world_size"] == 2
+
+
+def test_two_processes_make_collectives_only_at_logging_points_and_tuning_decisions(tuned_fit):
+    out, _ = tuned_fit
+    assert json.loads((out / "summary.json").read_text())["steps"] == STEPS
+    # Tuning takes the first 1 + 3 * (1 + 2) steps; after it, wattwise exchanges figures and synchronises
+    # only at the logging points and at the end of the run: no other step makes a collective.
+    allowed = set(range(TUNING_STEPS + 1)) | set(range(0, STEPS + 1, LOG_EVERY_N_STEPS)) | {-1}
+    for rank in (0, 1):
+        counts = json.loads((out / f"collectives-rank{rank}.json").read_text())
+        assert counts["steps"] == STEPS
+        assert counts["wattwise"] and counts["syncs"] > 0, counts
+        assert set(counts["at_steps"]) <= allowed, counts
+        assert set(counts["sync_steps"]) <= allowed, counts
+        assert sum(counts["wattwise"].values()) <= 30, counts  # a collective on every step would make 200
