@@ -539,6 +539,14 @@ def _binding() -> Any:
                 "amd-smi-lib package of your ROCm release, or set ROCM_PATH to the ROCm folder"
             )
             raise _import_failure from err
+        missing = [name for name in ("amdsmi_init", "AmdSmiException", "AmdSmiInitFlags") if not hasattr(binding, name)]
+        if missing:  # e.g. a folder named amdsmi on the path (a clone of the amdsmi sources) shadows the package
+            where = getattr(binding, "__file__", None) or ", ".join(getattr(binding, "__path__", [])) or "?"
+            _import_failure = NotSupportedError(
+                f"the module amdsmi found at {where} is not ROCm's amdsmi binding (it has no {missing[0]}): "
+                f"rename what shadows it, or {INSTALL_HINT}"
+            )
+            raise _import_failure
         amdsmi = binding
         return amdsmi
 

@@ -233,6 +233,20 @@ def test_a_binding_whose_library_is_missing_names_the_rocm_package(
     assert capsys.readouterr().out == ""  # the binding's own print does not reach the user twice
 
 
+def test_a_folder_named_amdsmi_that_shadows_the_binding_is_named_instead_of_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A folder called amdsmi on the path (the amdsmi sources, unpacked) imports as an empty namespace package.
+    (tmp_path / "amdsmi").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "amdsmi", raising=False)
+    monkeypatch.setattr(backend, "amdsmi", None)
+    monkeypatch.setattr(backend, "_import_failure", None)
+    with pytest.raises(NotSupportedError, match=r"amdsmi found at .*amdsmi is not ROCm's amdsmi binding \(it has no "
+                                                 r"amdsmi_init\)"):
+        amdsmi_gpus()
+
+
 def test_amdsmi_is_initialised_once(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeAmdSmi(four_gpus()).install(monkeypatch)
     gpus = amdsmi_gpus()
