@@ -29,7 +29,7 @@ import signal
 import socket
 import stat
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -106,22 +106,35 @@ def process_start_ticks(pid: int, *, ended_too: bool = False) -> int | None:
     return int(fields[19]) if fields else None
 
 
-def group_has_members(pgid: int, leader_ticks: int) -> bool:
+def groups_with_members(pgids: Collection[int]) -> set[int]:
+    """Of the process groups `pgids`, those in which a process other than the group's leader runs.
+
+    One pass over /proc, however many groups are asked about.
+    """
+    wanted = {str(pgid) for pgid in pgids if pgid > 0}
+    found: set[int] = set()
+    if not wanted:
+        return found
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(entry.name)
+            if fields is not None and fields[2] in wanted and fields[2] != entry.name:
+                found.add(int(fields[2]))
+    return found
+
+
+def group_has_members(pgid: int, leader_ticks: int, members: Collection[int] | None = None) -> bool:
     """Whether a process other than its leader still runs in process group `pgid` (led at `leader_ticks`).
 
     The kernel never gives a new process the number of a group that still has members, so a process
     `pgid` that runs with another start time means the group ended and its number was reused: False. The
     leader itself does not count (it is the holder, checked by its pid, or the `wattwise cap` wrapper).
+    `members`: what `groups_with_members` found for several groups at once; None: look now.
     """
     leader = process_start_ticks(pgid)
     if leader is not None and leader != leader_ticks:
         return False
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and entry.name != str(pgid):
-            fields = _stat_fields(entry.name)
-            if fields is not None and fields[2] == str(pgid):
-                return True
-    return False
+    return pgid in (groups_with_members([pgid]) if members is None else members)
 
 
 def parent_and_uids(pid: int) -> tuple[int, set[int]] | None:
@@ -162,6 +175,9 @@ class ProcessWatcher:
         self._loop = loop
         self._on_exit = on_exit
         self._watched: dict[tuple[int, int], Callable[[], None]] = {}
+        #: The holders watched by polling /proc (no pidfd, or a process group that outlives the pid).
+        self._polled: dict[tuple[int, int], Holder] = {}
+        self._poller: asyncio.Task[None] | None = None
 
     def watch(self, holder: Holder) -> None:
         """Call back when `holder` ends (at once when it has ended already, via the poll)."""
@@ -188,9 +204,12 @@ class ProcessWatcher:
 
     def close(self) -> None:
         """Stop watching every holder (the agent stops)."""
-        for stop in self._watched.values():
+        for stop in list(self._watched.values()):
             stop()
         self._watched.clear()
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
 
     @staticmethod
     def _pidfd(holder: Holder) -> int | None:
@@ -214,18 +233,27 @@ class ProcessWatcher:
         self._on_exit(holder)
 
     def _watch_by_polling(self, holder: Holder) -> None:
-        task = self._loop.create_task(self._poll(holder))
+        key = (holder.pid, holder.start_ticks)
+        self._polled[key] = holder
 
-        def stop_task() -> None:
-            task.cancel()
+        def stop_polling() -> None:
+            self._polled.pop(key, None)
 
-        self._watched[(holder.pid, holder.start_ticks)] = stop_task
+        self._watched[key] = stop_polling
+        if self._poller is None or self._poller.done():
+            self._poller = self._loop.create_task(self._poll())
 
-    async def _poll(self, holder: Holder) -> None:
-        while holder_alive(holder):
-            await asyncio.sleep(POLL_S)
-        self._watched.pop((holder.pid, holder.start_ticks), None)
-        self._on_exit(holder)
+    async def _poll(self) -> None:
+        """Every `POLL_S` while any holder is polled: one pass over /proc answers for all their groups."""
+        while self._polled:
+            members = groups_with_members({h.pgid for h in self._polled.values()})
+            for key, holder in list(self._polled.items()):
+                if key in self._polled and not holder_alive(holder, members):
+                    del self._polled[key]
+                    self._watched.pop(key, None)
+                    self._on_exit(holder)
+            if self._polled:
+                await asyncio.sleep(POLL_S)
 
 
 # -- the agent ------------------------------------------------------------------------------------------
@@ -635,9 +663,13 @@ def _process_alive(holder: Holder) -> bool:
     return holder.start_ticks > 0 and process_start_ticks(holder.pid) == holder.start_ticks
 
 
-def holder_alive(holder: Holder) -> bool:
-    """Whether `holder` still runs: its process, or another process of the group its lease follows."""
-    return _process_alive(holder) or (holder.pgid > 0 and group_has_members(holder.pgid, holder.pgid_ticks))
+def holder_alive(holder: Holder, members: Collection[int] | None = None) -> bool:
+    """Whether `holder` still runs: its process, or another process of the group its lease follows.
+
+    `members`: the groups `groups_with_members` found with members (several holders checked in one pass).
+    """
+    return _process_alive(holder) or (holder.pgid > 0 and group_has_members(holder.pgid, holder.pgid_ticks,
+                                                                            members))
 
 
 def _read_originals(device: Device) -> dict[str, Any]:
