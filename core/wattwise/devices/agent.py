@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import socket
+import time
 import urllib.parse
 import uuid as uuidlib
 from collections.abc import Callable
@@ -43,6 +44,8 @@ JOB_ID_ENV = "SLURM_JOB_ID"
 
 #: Seconds to wait for the agent (it answers in milliseconds; a stuck agent must not hang training).
 TIMEOUT_S = 10.0
+#: A release this soon after `settings_lifted` found the limit in force does not ask again (seconds).
+LIFT_CHECK_FRESH_S = 1.0
 
 
 def is_job_name(value: object) -> TypeGuard[str]:
@@ -213,6 +216,10 @@ class AgentGPU(Device):
         self.requested_limit_w: float | None = None
         #: Said once when someone else lifted that limit (see `settings_lifted`); None until then.
         self.lifted_note: str | None = None
+        #: When `settings_lifted` last found the requested limit in force (monotonic s; None: not since it was
+        #: set). A release within `LIFT_CHECK_FRESH_S` of it skips its own check: a run and `wattwise cap`
+        #: check at their end, just before they release.
+        self._limit_checked_at: float | None = None
         #: What the last `release` did (the agent's `released`: "restored", "not held", "kept"), and the
         #: holder the GPU had after it; None before a release, or when it failed.
         self.release_outcome: str | None = None
@@ -304,6 +311,7 @@ class AgentGPU(Device):
     def set_power_limit_w(self, watts: float) -> None:
         self.client.set_power_limit(self._ref, float(watts), self.job)
         self.requested_limit_w = float(watts)
+        self._limit_checked_at = None
 
     def hand_over(self, pid: int) -> None:
         """Make this process's child `pid` the holder of this GPU's lease (see `AgentClient.hand_over`).
@@ -332,13 +340,16 @@ class AgentGPU(Device):
     def release(self) -> None:
         """Give the GPU back now: the agent restores its original settings.
 
-        A limit someone else lifted meanwhile is noted first (`settings_lifted`), for whoever reports it.
+        A limit someone else lifted meanwhile is noted first (`settings_lifted`), for whoever reports it,
+        unless a check found it in force just before (the run's or `wattwise cap`'s own, at its end).
         What the agent did is kept in `release_outcome` (and `holder_after_release`): `wattwise cap` tells it.
 
         Raises:
             DeviceError: The agent could not be reached, or the GPU refused its original settings.
         """
-        self.settings_lifted()
+        checked_at = self._limit_checked_at
+        if checked_at is None or time.monotonic() - checked_at > LIFT_CHECK_FRESH_S:
+            self.settings_lifted()
         self.release_outcome = self.holder_after_release = None
         answer = self.client.release(self._ref)
         self.release_outcome = str(answer.get("released", "restored"))
@@ -363,12 +374,14 @@ class AgentGPU(Device):
         if self.lifted_note is not None or self.requested_limit_w is None:
             return self.lifted_note
         if self.handed_to is not None and not self._still_handed():
+            self._limit_checked_at = time.monotonic()
             return None  # the command's lease ended: the agent restored the GPU, as it should
         try:
             now_w = self.local.power_limit_w()
         except DeviceError:
             return None
         if abs(now_w - self.requested_limit_w) <= 0.5:
+            self._limit_checked_at = time.monotonic()
             return None
         self.lifted_note = (f"GPU {self.index}: its power limit is {now_w:g} W, not the {self.requested_limit_w:g} W "
                             "this job set through the node agent: someone else changed it (the agent restored it "

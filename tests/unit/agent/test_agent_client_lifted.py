@@ -78,6 +78,30 @@ def test_the_end_of_a_handed_over_lease_is_no_lift_but_a_change_while_the_comman
     assert gpu.settings_lifted() is None
 
 
+def test_a_release_right_after_the_runs_own_check_does_not_ask_the_agent_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import wattwise.devices.agent as agent_module
+
+    local = simulated_gpus(1, persist_dir=tmp_path)[0]
+    client = _DirectClient(local)
+    asked: list[str] = []
+    monkeypatch.setattr(client, "status", lambda: asked.append("status") or _DirectClient.status(client))
+    gpu = AgentGPU(local, client, uuid="GPU-x")
+    gpu.set_power_limit_w(200.0)
+    gpu.hand_over(4242)  # `wattwise cap`'s command holds it: a check asks the agent who holds the GPU
+    assert gpu.settings_lifted() is None and asked == ["status"]  # the cap's (or the run's) check at its end
+    gpu.release()
+    assert asked == ["status"] and client.released == ["GPU-x"]  # not asked twice
+    # A release long after the last check (here: any time after it) checks again, and notes a lift.
+    monkeypatch.setattr(agent_module, "LIFT_CHECK_FRESH_S", -1.0)
+    gpu.set_power_limit_w(200.0)
+    gpu.hand_over(4242)
+    assert gpu.settings_lifted() is None
+    local.set_power_limit_w(300.0)
+    gpu.release()
+    assert asked == ["status"] * 3 and gpu.lifted_note is not None and "not the 200 W" in gpu.lifted_note
+
+
 class _LiftedGPU(SimulatedGPU):
     """A GPU whose backend can tell that the limit this run set was lifted (the agent's, reduced to that)."""
 
