@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,9 +243,12 @@ def test_a_folder_named_amdsmi_that_shadows_the_binding_is_named_instead_of_a_tr
     monkeypatch.delitem(__import__("sys").modules, "amdsmi", raising=False)
     monkeypatch.setattr(backend, "amdsmi", None)
     monkeypatch.setattr(backend, "_import_failure", None)
-    with pytest.raises(NotSupportedError, match=r"amdsmi found at .*amdsmi is not ROCm's amdsmi binding \(it has no "
-                                                 r"amdsmi_init\)"):
-        amdsmi_gpus()
+    try:
+        with pytest.raises(NotSupportedError, match=r"amdsmi found at .*amdsmi is not ROCm's amdsmi binding \(it has "
+                                                     r"no amdsmi_init\)"):
+            amdsmi_gpus()
+    finally:
+        sys.modules.pop("amdsmi", None)  # imported (an empty namespace package): monkeypatch would leave it
 
 
 def test_amdsmi_is_initialised_once(monkeypatch: pytest.MonkeyPatch) -> None:
