@@ -451,9 +451,12 @@ class RunMeasurement:
         return fit
 
     # -- the run's figures -----------------------------------------------------------------------------
-    def gather(self, fit: Measurement) -> RunFigures:
-        """The run's figures over every process, from this process's `fit` window (a collective)."""
-        per_rank = self.collective.all_gather(self.rank_figures(fit))
+    def end_figures(self, per_rank: Sequence[Mapping[str, Any]]) -> RunFigures:
+        """The run's figures from every process's `rank_figures`, exchanged at the end.
+
+        `Run.finish` gathers them with what else the end exchanges; a loss of measurement on another process
+        is said here.
+        """
         self._untold = None
         self._tell_lost([r["lost"] for r in per_rank], LOST)
         return self.figures(per_rank)

@@ -39,7 +39,7 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -49,6 +49,7 @@ from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, install_warning_format
 from wattwise.measurement import EPOCH, FIGURES_LEFT, PROFILE, RunFigures, RunMeasurement, StepRecord
+from wattwise.monitor import Measurement
 from wattwise.paths import replace_file
 from wattwise.power_control import PowerLimitControl
 from wattwise.record import (
@@ -535,16 +536,11 @@ class Run:
         fit = self.measurement.close()
         if fit is None:  # start() itself failed
             return None
-        figures = self.measurement.gather(fit)
-        # Each process's settings timeline, and the limits someone lifted on its GPUs (only that process can
-        # tell), in the exchange the end makes anyway: the main process says the others' once and lists them.
-        ranks = self.collective.all_gather((self.power.timeline, self.power.lifted_notes))
-        timeline = [e for events, _ in ranks for e in events]
-        for rank, (_, lifted) in enumerate(ranks):
-            if rank != self.collective.rank:  # its own are among its notices already
-                for message in lifted:
-                    self._notice(f"rank {rank}: {message}")
-        record = self._record(figures, status, timeline)
+        # One exchange at the end: each process's figures, settings timeline and the limits someone lifted on
+        # its GPUs (only that process can tell).
+        per_rank = self.collective.all_gather(self._rank_end(fit))
+        figures = self.measurement.end_figures(per_rank)
+        record = self._record(figures, status, self._timeline_and_lifted(per_rank))
         if self.is_main:
             write_run_dir(self.cfg.output_dir, record, power_rows(figures.samples))
         self.record = record
@@ -600,8 +596,7 @@ class Run:
         else:
             ended = "{ranks} raised " + type(exc).__name__ if exc is not None else "{ranks} ended"
         rank, size, out = self.collective.rank, self.collective.world_size, Path(self.cfg.output_dir)
-        mine = {**m.rank_figures(fit), "ended": ended,
-                "timeline": [[e.timestamp_s, e.device, e.setting, e.value] for e in self.power.timeline]}
+        mine = {**self._rank_end(fit), "ended": ended}
         if not self.is_main:
             replace_file(out / FIGURES_LEFT.format(rank=rank), lambda fh: json.dump(mine, fh))
             return None
@@ -618,11 +613,34 @@ class Run:
         if missing:
             self._noticed.append(f"{', '.join(f'rank {r}' for r in missing)} left no figures within "
                                  f"{SIGNALLED_WAIT_S:g} s of the main process's end: their energy is missing")
-        timeline = [SettingEvent(*e) for r in ranks for e in per_rank[r]["timeline"]]
-        figures = m.figures([per_rank[r] for r in ranks])
-        self.record = self._record(figures, status, timeline)
+        at_hand = [per_rank[r] for r in ranks]
+        figures = m.figures(at_hand)
+        self.record = self._record(figures, status, self._timeline_and_lifted(at_hand))
         write_run_dir(self.cfg.output_dir, self.record, power_rows(figures.samples))
         return self.record
+
+    def _rank_end(self, fit: Measurement) -> dict[str, Any]:
+        """What this process hands over at the end, JSON-serialisable.
+
+        Its figures (`rank_figures`), its settings timeline, and the limits someone else lifted on its GPUs;
+        exchanged by `finish`, or left in a file by `finish_alone`.
+        """
+        assert self.measurement is not None
+        return {**self.measurement.rank_figures(fit), "rank": self.collective.rank,
+                "timeline": [[e.timestamp_s, e.device, e.setting, e.value] for e in self.power.timeline],
+                "lifted": list(self.power.lifted_notes)}
+
+    def _timeline_and_lifted(self, per_rank: Sequence[Mapping[str, Any]]) -> list[SettingEvent]:
+        """Every process's settings timeline, from their `_rank_end`.
+
+        The limits lifted on other processes' GPUs become notices of this one (its own are among its notices
+        already).
+        """
+        for r in per_rank:
+            if r.get("rank") != self.collective.rank:
+                for message in r.get("lifted", ()):
+                    self._notice(f"rank {r.get('rank')}: {message}")
+        return [SettingEvent(*e) for r in per_rank for e in r["timeline"]]
 
     @staticmethod
     def _figures_left(out: Path, size: int) -> dict[int, dict[str, Any]]:

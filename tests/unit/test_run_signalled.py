@@ -97,6 +97,19 @@ def test_the_main_process_writes_the_summary_from_every_process_that_left_its_fi
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # until the guard ends the process
 
 
+def test_a_limit_lifted_on_another_ranks_gpu_reaches_the_summary_written_alone(tmp_path, monkeypatch):
+    lifted = "GPU 1: its power limit is 300 W, not the 200 W this job set through the node agent"
+    other, other_gpu = signalled_rank(tmp_path, 1, monkeypatch)
+    other_gpu.settings_lifted = lambda: lifted  # type: ignore[method-assign]
+    main, _ = signalled_rank(tmp_path, 0, monkeypatch)
+    other._last_words()
+    with pytest.warns(wattwise.run.EnergyPluginWarning) as said:
+        main._last_words()
+    summary = read_summary(tmp_path / "run" / "summary.json")
+    assert [n for n in summary.notes if lifted in n] == [f"rank 1: {lifted}"]
+    assert [str(w.message) for w in said if lifted in str(w.message)] == [f"wattwise: rank 1: {lifted}"]
+
+
 def test_ranks_that_raised_end_apart_with_a_summary_and_their_gpus_restored(tmp_path, monkeypatch, sigterm_handler):
     ranks = [signalled_rank(tmp_path, rank, monkeypatch, signalled=False) for rank in (1, 0)]
     with pytest.warns(wattwise.run.EnergyPluginWarning, match="tuning did not finish"):
