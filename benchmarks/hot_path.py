@@ -5,9 +5,11 @@
                                   [--step-ms 5 20] [--steps N] [--time-hooks] [--json PATH]
 
 Each configuration (framework, processes, step time) trains a tiny model whose step busy-waits for 5 or
-20 ms, without wattwise and with it in mode "measure" and in mode "tune". Tuning runs on a small profile
-(3 limits, a few steps each) during the warm-up steps; only the steps after it are timed, so "tune"
-shows the steady state once a limit is chosen. Two processes form a gloo process group on the CPU
+20 ms with the simulated GPU busy meanwhile (the run's own GPU with wattwise, one of the process's own
+without: every mode pays the same for it), without wattwise and with it in mode "measure" and in mode
+"tune". Tuning runs on a small profile (3 limits, a few steps each) during the warm-up steps and, the GPU
+being driven, chooses a limit; the step lasts as long at any limit, so only the hooks' cost is timed. Only
+the steps after tuning are timed, so "tune" shows the steady state once a limit is chosen. Two processes form a gloo process group on the CPU
 (Lightning: `strategy="ddp"`; Accelerate: multi-CPU), launched here with RANK/WORLD_SIZE/MASTER_* set.
 wattwise uses the simulated GPU, with its output and WATTWISE_HOME in a temporary folder; step metrics
 go to a logger (Lightning) or tracker (Accelerate) that discards them, at the default cadence of 50 steps.
@@ -33,6 +35,7 @@ Measured on a 2-core machine shared with other jobs: default run 11.5 minutes, -
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -224,6 +227,36 @@ def busy_wait(seconds: float) -> None:
         pass
 
 
+class GPUWork:
+    """The step's work: busy-wait `work_s` while keeping this process's simulated GPU busy.
+
+    With wattwise (`gpus_of_run` gives its GPUs) the run's own simulated GPU is driven, so tuning measures
+    busy power at each limit and chooses one; without it, a simulated GPU of this process's own is driven the
+    same way, so every mode pays the same for the emulated work. The step lasts `work_s` whatever the limit:
+    the figures are the hooks' cost, not the modelled slowdown of a lower limit.
+    """
+
+    def __init__(self, work_s: float, rank: int, state_dir: Path, gpus_of_run: Callable[[], list[Any]]) -> None:
+        self.work_s, self.rank, self.state_dir, self.gpus_of_run = work_s, rank, state_dir, gpus_of_run
+        self._gpus: list[Any] | None = None
+
+    def _simulations(self) -> list[Any]:
+        if self._gpus is None:
+            gpus = self.gpus_of_run()
+            if not gpus:
+                from wattwise.devices import simulated_gpus
+
+                gpus = simulated_gpus(indices=[self.rank], persist_dir=self.state_dir)
+            self._gpus = [g.simulation for g in gpus if g.simulation is not None]
+        return self._gpus
+
+    def __call__(self) -> None:
+        with contextlib.ExitStack() as stack:
+            for gpu in self._simulations():
+                stack.enter_context(gpu.busy())
+            busy_wait(self.work_s)
+
+
 def _energy_settings(trial: Trial, out_dir: Path) -> dict[str, Any]:
     overrides = [f"devices.simulated.state_dir={out_dir.parent / 'simulated'}"]
     if trial.mode == "tune":
@@ -248,13 +281,15 @@ def run_lightning(trial: Trial, world_size: int, out_dir: Path,
     from lightning_energy import EnergyCallback
 
     timeline = Timeline(WARM_STEPS, trial.steps)
-    work_s = trial.step_ms / 1000
+    callback: pl.Callback | None = None
+    work = GPUWork(trial.step_ms / 1000, int(os.environ.get("LOCAL_RANK", "0")), out_dir.parent / "simulated-own",
+                   lambda: list(getattr(getattr(callback, "run", None), "gpus", None) or []))
 
     class TimedModel(BoringModel):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             timeline.step_started()
             out = super().training_step(batch, batch_idx)
-            busy_wait(work_s)
+            work()
             return out
 
         def train_dataloader(self) -> DataLoader[Any]:
@@ -282,7 +317,6 @@ def run_lightning(trial: Trial, world_size: int, out_dir: Path,
     class NoopCallback(pl.Callback):
         """Every hook Lightning's base class has, doing nothing: the cost of one more callback."""
 
-    callback: pl.Callback | None = None
     if trial.mode == "noop":
         callback = NoopCallback()
     elif _uses_wattwise(trial.mode):
@@ -317,7 +351,6 @@ def run_accelerate(trial: Trial, world_size: int, out_dir: Path) -> tuple[Timeli
         RegressionModel, RegressionDataset = _regression_model(), _regression_dataset()
 
     timeline = Timeline(WARM_STEPS, trial.steps)
-    work_s = trial.step_ms / 1000
 
     class DiscardTracker(GeneralTracker):
         """Takes the metrics and drops them: the adapter's logging path runs, at no I/O cost."""
@@ -349,13 +382,15 @@ def run_accelerate(trial: Trial, world_size: int, out_dir: Path) -> tuple[Timeli
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = DataLoader(RegressionDataset(length=2 * world_size * (timeline.total_steps + 5), seed=0), batch_size=2)
     model, optimizer, data = accelerator.prepare(model, optimizer, data)
+    work = GPUWork(trial.step_ms / 1000, accelerator.local_process_index, out_dir.parent / "simulated-own",
+                   lambda: list(getattr(energy_run(accelerator), "gpus", None) or []))
     for i, batch in enumerate(data):
         if i == timeline.total_steps:
             break
         timeline.step_started()
         loss = torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
         accelerator.backward(loss)
-        busy_wait(work_s)
+        work()
         optimizer.step()
         optimizer.zero_grad()
     run = energy_run(accelerator)
