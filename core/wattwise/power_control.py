@@ -84,6 +84,9 @@ class PowerLimitControl:
         self._window_start = 0.0
         self._collective: Collective | None = None
         self._resumed_tuner: dict[str, Any] | None = None
+        #: The tuner whose choice is in force with nothing left to move it (no carbon steering, no hold): a
+        #: step then asks nothing of it.
+        self._settled: PowerLimitTuner | None = None
         self._label: Callable[[Device], str] = lambda dev: dev.key
 
     @property
@@ -230,7 +233,7 @@ class PowerLimitControl:
         or waits for the others to degrade with it), but tuning goes on counting: windows open and close on
         the same steps in every process.
         """
-        if self.tuner is None:
+        if self.tuner is None or self._settled is self.tuner:
             return False
         if self.expected_steps is not None and not self.tuner.done:
             self._check_time_left(steps_done)
@@ -242,6 +245,8 @@ class PowerLimitControl:
         if target is not None and target != self.applied_limit_w and not holding:
             self.target_w = target
             self.apply(target)
+        if self.tuner.done and self.carbon is None and not holding and action.set_limit_w is None:
+            self._settled = self.tuner  # its choice is in force and nothing else moves it: steps cost nothing
         if action.begin_window:
             self._window_start = self._clock()
         return action.begin_window

@@ -94,3 +94,35 @@ def test_min_profile_s_must_not_be_negative() -> None:
 
     with pytest.raises(ConfigError, match=r"power_limit\.min_profile_s must be >= 0"):
         load_config(overrides=["power_limit.min_profile_s=-1"])
+
+
+def test_once_its_choice_is_in_force_a_step_asks_nothing_of_the_tuner(tmp_path: Path) -> None:
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=STEP_S)
+    power, clock = tuning(tmp_path, gpu)
+    assert power.tuner is not None
+    steps = 0
+    while not power.tuner.done:
+        power.step_begin(Collective(), steps)
+        with gpu.busy():  # emulated work drives the simulated GPU
+            clock.sleep(STEP_S)
+        steps += 1
+        if power.step_end(1):  # each window: the same time, less energy at a lower limit
+            power.record_profile(5 * STEP_S, gpu.power_limit_w() * 5 * STEP_S, memory_key=None, is_main=True,
+                                 run_id=None)
+    asked = 0
+    real = power.tuner.on_step_begin
+
+    def counted() -> Any:
+        nonlocal asked
+        asked += 1
+        return real()
+
+    power.tuner.on_step_begin = counted  # type: ignore[method-assign]
+    for _ in range(20):
+        power.step_begin(Collective(), steps)
+        power.step_end(1)
+    chosen = power.tuner.chosen
+    assert chosen is not None and gpu.power_limit_w() == chosen.power_limit_w == power.applied_limit_w
+    assert asked <= 2  # the step that applies the choice, and the one that finds it in force
+    assert power.steps_at_chosen == 20
+    power.restore()
