@@ -137,7 +137,7 @@ class RunMeasurement:
 
     def __init__(self, cfg: EnergyConfig, collective: Collective, *, devices: Sequence[Device] | None = None,
                  local_rank: int | None = None, sync: Callable[[], None] | None = None,
-                 on_lost: Callable[[str], None] | None = None) -> None:
+                 on_lost: Callable[[list[int], str], str] | None = None) -> None:
         """See the class docstring.
 
         Args:
@@ -147,8 +147,9 @@ class RunMeasurement:
             local_rank: This process's GPU among the node's, when several processes share a node.
             sync: Waits for the GPU's queued work before a window's counters are read (None: as
                 `cfg.monitor.sync_cuda` says).
-            on_lost: Told, on every process, when the processes learn that some lost their measurement
-                (the message names each rank and why), so that the run can warn once.
+            on_lost: Told, on every process, when the processes learn that some lost their measurement:
+                `on_lost(ranks, message)` (the ranks, and the note naming each and why) returns the note to
+                keep, so that the run can warn once and add what else follows.
         """
         self.cfg = cfg
         self.collective = collective
@@ -282,13 +283,13 @@ class RunMeasurement:
 
     def _tell_lost(self, reasons: Sequence[str | None], consequence: str) -> None:
         """Every process learnt which ranks lost their measurement (`reasons`, in rank order): one note."""
-        lost = "; ".join(f"rank {rank}: {reason}" for rank, reason in enumerate(reasons) if reason is not None)
-        if not lost:
+        ranks = [rank for rank, reason in enumerate(reasons) if reason is not None]
+        if not ranks:
             return
-        message = lost + consequence
-        self.notes.append(message)
+        message = "; ".join(f"rank {rank}: {reasons[rank]}" for rank in ranks) + consequence
         if self._on_lost is not None:
-            self._on_lost(message)
+            message = self._on_lost(ranks, message)
+        self.notes.append(message)
 
     def is_open(self, name: str) -> bool:
         """Whether the window `name` is open."""

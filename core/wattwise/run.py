@@ -75,6 +75,8 @@ __all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Run", "StepRecor
 DEFAULT_LOG_EVERY_N_STEPS = 50
 #: How long the main process of several that end apart waits for the others' figures (`Run.finish_alone`).
 SIGNALLED_WAIT_S = 3.0
+#: What a note adds when a failure in some processes makes every process only measure from then on.
+DEGRADED = "; every process continues with measurement only, so that the processes stay in step"
 
 
 Hook = Callable[Concatenate["Run", P], R | None]
@@ -183,6 +185,8 @@ class Run:
         self.log_every_n_steps = cfg.log_every_n_steps or DEFAULT_LOG_EVERY_N_STEPS
         #: Notices given (each once), also listed in the summary's notes.
         self._noticed: list[str] = []
+        #: The ranks whose lost measurement the processes were told of (its note is in the summary).
+        self._told_lost: set[int] = set()
         #: The recurring job this run belongs to, when an adapter runs it as one (names it to the node agent).
         self.recurring_job: str | None = None
 
@@ -313,30 +317,37 @@ class Run:
         if coll.world_size == 1 or (power.mode == "measure" and not at_start):
             return
         failed = power.suspended
-        if failed is None and at_start and power.mode == "measure" and not power.gpus:
-            failed = "no GPU whose power limit it could change was found"
         if failed is None and self.measurement is not None:  # tuning needs every process's figures
             failed = self.measurement.lost
+        if failed is None and at_start and power.mode == "measure" and not power.gpus:
+            failed = "no GPU whose power limit it could change was found"
         if not coll.any(failed is not None):
             return
         reasons = coll.all_gather(failed)
-        ranks = "; ".join(f"rank {rank}: {reason}" for rank, reason in enumerate(reasons) if reason is not None)
-        message = f"{ranks}; every process continues with measurement only, so that the processes stay in step"
-        if message not in self._noticed:  # the summary says which rank failed, and why
-            self._noticed.append(message)
-        if self.is_main:
-            self._warn(f"{message} (set strict=True to make this an error)")
+        failing = [rank for rank, reason in enumerate(reasons) if reason is not None]
+        if not set(failing) <= self._told_lost:  # a rank's lost measurement: its note says this already
+            message = "; ".join(f"rank {rank}: {reasons[rank]}" for rank in failing) + DEGRADED
+            if message not in self._noticed:  # the summary says which rank failed, and why
+                self._noticed.append(message)
+            if self.is_main:
+                self._warn(f"{message} (set strict=True to make this an error)")
         power.degrade()
 
-    def _measurement_lost(self, message: str) -> None:
-        """Every process learnt that some of them lost their measurement: the main process warns, once.
+    def _measurement_lost(self, ranks: list[int], message: str) -> str:
+        """Every process learnt that some of them (`ranks`) lost their measurement; `message` names each and why.
 
-        `message` names each rank and why; the measurement part notes it for the summary.
+        The main process warns, once. While tuning, the note says too that every process will only measure
+        (`_agree` degrades them at the next decision point, without a second note).
+
+        Returns:
+            The note for the summary.
         """
-        if self.power.mode != "measure":  # `_agree` degrades every process at the next decision point
-            message += "; power-limit changes stop in every process, which continues with measurement only"
+        self._told_lost.update(ranks)
+        if self.power.mode != "measure":
+            message += DEGRADED
         if self.is_main:
             self._warn(f"{message} (set strict=True to make this an error)")
+        return message
 
     def _stop_measuring(self, err: BaseException) -> None:
         if self.cfg.strict:
