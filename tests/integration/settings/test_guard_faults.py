@@ -149,8 +149,10 @@ DEMO_ARGS = ["demo", "--wait-steps", "0", "--warmup-steps", "1", "--profile-step
              "--base-step-time", "0.01", "--steps-after-tuning", "300"]
 
 
-def start_demo(tmp_path: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([str(WATTWISE), *DEMO_ARGS, "--output-dir", str(tmp_path / "out")],
+def start_demo(tmp_path: Path, framework: str = "lightning") -> subprocess.Popen[str]:
+    """The demo (Lightning's, the default, or Accelerate's: both end through the same guard)."""
+    return subprocess.Popen([str(WATTWISE), *DEMO_ARGS, "--framework", framework, "--output-dir",
+                             str(tmp_path / "out")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
 
 
@@ -179,7 +181,7 @@ def test_sigterm_during_the_baseline_exits_143_says_so_and_leaves_nothing(tmp_pa
 
 
 def test_sigint_during_tuning_exits_130_and_leaves_nothing(tmp_path: Path) -> None:
-    proc = start_demo(tmp_path)
+    proc = start_demo(tmp_path, "accelerate")
     wait_for(lambda: bool(journals()), proc)  # tuning changed the limit
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
@@ -189,7 +191,7 @@ def test_sigint_during_tuning_exits_130_and_leaves_nothing(tmp_path: Path) -> No
 
 
 def test_a_killed_demos_leftover_is_cleaned_by_the_next_one(tmp_path: Path) -> None:
-    proc = start_demo(tmp_path)
+    proc = start_demo(tmp_path, "accelerate")
     wait_for(lambda: bool(journals()), proc)
     proc.kill()
     proc.communicate(timeout=CHILD_TIMEOUT_S)
