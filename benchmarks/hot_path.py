@@ -9,8 +9,9 @@ Each configuration (framework, processes, step time) trains a tiny model whose s
 without: every mode pays the same for it), without wattwise and with it in mode "measure" and in mode
 "tune". Tuning runs on a small profile (3 limits, a few steps each) during the warm-up steps and, the GPU
 being driven, chooses a limit; the step lasts as long at any limit, so only the hooks' cost is timed. Only
-the steps after tuning are timed, so "tune" shows the steady state once a limit is chosen. Two processes form a gloo process group on the CPU
-(Lightning: `strategy="ddp"`; Accelerate: multi-CPU), launched here with RANK/WORLD_SIZE/MASTER_* set.
+the steps after tuning are timed, so "tune" shows the steady state once a limit is chosen. Two processes
+form a gloo process group on the CPU (Lightning: `strategy="ddp"`; Accelerate: multi-CPU), launched here
+with RANK/WORLD_SIZE/MASTER_* set.
 wattwise uses the simulated GPU, with its output and WATTWISE_HOME in a temporary folder; step metrics
 go to a logger (Lightning) or tracker (Accelerate) that discards them, at the default cadence of 50 steps.
 
