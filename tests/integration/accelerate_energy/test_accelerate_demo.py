@@ -13,7 +13,7 @@ from wattwise.power_limit import ProfileEntry, select_power_limit
 #: Three limits whose Zeus costs (eta 0.5) are far apart, so wall-clock noise on a busy machine cannot
 #: change the choice: per step at base time b, 100 W costs 400 b, 200 W 210 b, 300 W 300 b.
 POWER_MODEL = "power_limit,time,power\n100,2.0,100\n200,1.0,120\n300,1.0,300\n"
-BASE_S = 0.05
+BASE_S = 0.2
 
 
 def options(tmp_path: Path, framework: str) -> DemoOptions:

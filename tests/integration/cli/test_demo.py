@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from wattwise.power_limit import zeus_cost
 
 
-def test_demo_json_contract_and_choice_follow_the_measured_profile(tmp_path, monkeypatch, capsys):
-    from wattwise.cli.main import main
-
+def test_demo_json_contract_and_choice_follow_the_measured_profile(tmp_path):
     model = tmp_path / "model.csv"
     # Energy per step is lowest at 150 W by a wide margin; at eta=1 the choice must follow energy.
     model.write_text("power_limit,time,power\n100,3.0,100\n150,1.1,140\n200,1.02,190\n250,1.0,240\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
-    code = main(["demo", "--power-model", str(model), "--eta", "1.0", "--json", "--base-step-time", "0.02",
-                 "--steps-after-tuning", "10", "--profile-steps", "3", "--step-w", "50",
-                 "--output-dir", str(tmp_path / "demo")])
-    printed = capsys.readouterr()
-    assert code == 0, printed.err[-3000:]
-    out = json.loads(printed.out)
+    cmd = [sys.executable, "-m", "wattwise.cli.main", "demo", "--power-model", str(model), "--eta", "1.0", "--json",
+           "--base-step-time", "0.02", "--steps-after-tuning", "10", "--profile-steps", "3", "--step-w", "50",
+           "--output-dir", str(tmp_path / "demo")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
     for key in ("chosen_power_limit_w", "profile", "energy_j", "baseline_energy_j"):
         assert key in out
     assert out["simulated"] is True
