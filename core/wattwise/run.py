@@ -324,9 +324,10 @@ class Run:
         if not coll.any(failed is not None):
             return
         reasons = coll.all_gather(failed)
-        failing = [rank for rank, reason in enumerate(reasons) if reason is not None]
-        if not set(failing) <= self._told_lost:  # a rank's lost measurement: its note says this already
-            message = "; ".join(f"rank {rank}: {reasons[rank]}" for rank in failing) + DEGRADED
+        # A rank whose lost measurement every process was told of has its note already (saying this too).
+        untold = [rank for rank, reason in enumerate(reasons) if reason is not None and rank not in self._told_lost]
+        if untold:
+            message = "; ".join(f"rank {rank}: {reasons[rank]}" for rank in untold) + DEGRADED
             if message not in self._noticed:  # the summary says which rank failed, and why
                 self._noticed.append(message)
             if self.is_main:
