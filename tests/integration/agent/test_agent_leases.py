@@ -61,6 +61,10 @@ def test_holders_that_follow_process_groups_are_polled_with_one_pass_over_proc_f
     for w in wrappers:
         w.wait()
     groups = [subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True) for _ in range(2)]
+    deadline = time.monotonic() + 10
+    while real({g.pid for g in groups}) != {g.pid for g in groups}:  # each shell has started its sleep
+        assert time.monotonic() < deadline, "the shells did not start their sleep"
+        time.sleep(0.02)
 
     async def scenario() -> list[int]:
         ended: list[int] = []
