@@ -41,10 +41,10 @@ from torch.utils.hooks import RemovableHandle
 from accelerate_energy.plugin import EnergyPlugin
 from wattwise.config import EnergyConfig
 from wattwise.devices.base import Device
-from wattwise.metrics import epoch_metrics, fit_metrics, step_metrics
-from wattwise.paths import write_text
-from wattwise.record import format_summary
+from wattwise.record.summary import format_summary
 from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Run, StepRecord
+from wattwise.run.logged import epoch_metrics, fit_metrics, step_metrics
+from wattwise.safe_files import write_text
 
 log = logging.getLogger(__name__)
 

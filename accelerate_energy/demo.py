@@ -11,8 +11,8 @@ from torch import nn
 
 from accelerate_energy.adapter import AccelerateEnergy
 from wattwise.config import load_config
-from wattwise.demo import DemoOptions, tuned_and_baseline
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.tools.demo import DemoOptions, tuned_and_baseline
+from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 
 def _batches(loader: torch.utils.data.DataLoader[Any]) -> Iterator[Any]:

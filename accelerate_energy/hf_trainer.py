@@ -39,8 +39,8 @@ from wattwise import flags
 from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
 from wattwise.errors import ConfigError, EnergyPluginWarning, UsageError
-from wattwise.metrics import step_metrics
 from wattwise.run import StepRecord
+from wattwise.run.logged import step_metrics
 
 
 class EnergyTrainerCallback(TrainerCallback):

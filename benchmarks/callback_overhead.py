@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
 from wattwise.devices import simulated_gpus
-from wattwise.workload import use_one_cpu_thread
+from wattwise.tools.workload import use_one_cpu_thread
 
 
 def one_fit(steps: int, step_time_s: float, with_callback: bool, tmp: str) -> float:

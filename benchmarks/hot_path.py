@@ -21,7 +21,7 @@ against no wattwise (paired per repeat, then the median of the repeats), and per
   first caller outside torch, Lightning and Accelerate is a `wattwise`, `lightning_energy` or
   `accelerate_energy` module (DDP's gradient all-reduces run in C++ and are not seen);
 - all Python-level collectives, minus those of the same run without wattwise (a cross-check);
-- `cuda_sync` calls wattwise makes (`wattwise.measurement.cuda_sync` / `wattwise.monitor.cuda_sync`
+- `cuda_sync` calls wattwise makes (`wattwise.run.measurement.cuda_sync` / `wattwise.monitor.cuda_sync`
   replaced by a counter; on the CPU they do nothing anyway) and `torch.cuda.synchronize` calls.
 Repeats rotate the order of the modes (each mode in each position equally often over as many repeats as
 there are modes) and each run is paired with the same repeat's run without wattwise, against drift; each
@@ -80,7 +80,7 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
                "broadcast_object_list", "gather_object", "barrier", "reduce")
 WATTWISE_MODULES = ("wattwise", "lightning_energy", "accelerate_energy")
 LIBRARY_MODULES = ("torch", "lightning", "lightning_fabric", "pytorch_lightning", "accelerate")
-SYNC_MODULES = ("wattwise.measurement", "wattwise.monitor")
+SYNC_MODULES = ("wattwise.run.measurement", "wattwise.monitor")
 
 
 # -- counters (installed in each worker process) ----------------------------------------------------------

@@ -21,7 +21,7 @@ from accelerate.utils import set_seed
 from torch import nn
 
 import accelerate_energy
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 
 def main() -> None:

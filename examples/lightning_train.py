@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from lightning_energy import EnergyCallback
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 
 class Regression(pl.LightningModule):

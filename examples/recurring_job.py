@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from lightning_energy import EnergyCallback, RecurringBatchSizeCallback
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 #: One regression problem: the first 1024 samples train, the last 256 validate.
 DATA = tiny_dataset(1280)

@@ -19,7 +19,7 @@ from torch import nn
 from transformers import Trainer, TrainingArguments
 
 import accelerate_energy
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 
 class Regression(nn.Module):

@@ -1,6 +1,6 @@
 """`RecurringBatchSizeCallback`: each fit is one run of a recurring job, on the batch size the history chose.
 
-A thin adapter over the run's recurring-job part (`wattwise.recurring.job_run.RecurringJobRun`). At
+A thin adapter over the run's recurring-job part (`wattwise.run.recurring.RecurringJobRun`). At
 `setup("fit")` it asks the store for the run's batch size and sets it where Lightning's `BatchSizeFinder`
 would (the module, its `hparams`, the datamodule); it steers the trainer's `EnergyCallback` to cap at the
 power limit remembered for that batch size, or to tune one when there is none. After every training epoch
@@ -20,8 +20,8 @@ from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_set
 from lightning_energy.callback import EnergyCallback
 from wattwise.errors import UsageError
 from wattwise.recurring import Recommendation, RunRecord
-from wattwise.recurring.job_run import RecurringJobRun, job_spec
 from wattwise.recurring.spec import MetricMode
+from wattwise.run.recurring import RecurringJobRun, job_spec
 
 
 class RecurringBatchSizeCallback(Callback):

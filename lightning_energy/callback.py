@@ -31,9 +31,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
-from wattwise.metrics import epoch_metrics, fit_metrics, step_metrics
-from wattwise.record import format_summary
+from wattwise.record.summary import format_summary
 from wattwise.run import Run
+from wattwise.run.logged import epoch_metrics, fit_metrics, step_metrics
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from lightning_energy.callback import EnergyCallback
-from wattwise.demo import DemoOptions, tuned_and_baseline
 from wattwise.devices.base import Device
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.tools.demo import DemoOptions, tuned_and_baseline
+from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 
 class EmulatedModule(pl.LightningModule):

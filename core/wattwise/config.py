@@ -33,8 +33,8 @@ from wattwise import bounds
 from wattwise.devices import BACKEND_ENV, backend_choices
 from wattwise.errors import ConfigError
 from wattwise.names import check_job_name
-from wattwise.paths import read_text
 from wattwise.power_limit import SELECTORS
+from wattwise.safe_files import read_text
 
 MODES = ("measure", "tune", "cap")
 #: Upper bound of every step count (wait, warm-up, profile steps, logging interval).
@@ -435,7 +435,7 @@ def _load_yaml(path: str | os.PathLike[str]) -> Any:
 
 def _installed(path: str, name: str) -> str:
     """A bare file name that is no file here names a configuration installed with wattwise (`tune.yaml`)."""
-    from wattwise.example_data import config_names, installed_config
+    from wattwise.tools.example_data import config_names, installed_config
 
     if os.sep not in path and os.path.splitext(path)[1] in ("", ".yaml") and (
             f"{path.removesuffix('.yaml')}.yaml" in config_names()):

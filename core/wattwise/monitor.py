@@ -34,7 +34,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from wattwise.devices.base import Device, DeviceError
 from wattwise.errors import InternalError, UsageError
-from wattwise.record import WindowRow, WindowsLog, power_rows, write_power_csv
+from wattwise.record.files import WindowRow, WindowsLog, power_rows, write_power_csv
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -228,7 +228,7 @@ class EnergyMonitor:
         devices: What to measure, each under its own `key`.
         sync: Called before a window begins, ends, pauses or resumes (`cuda_sync`), so that the window
             covers the work launched in it; a call may skip it (`sync=False`) where nothing was launched.
-        log_file: `windows.csv` to append each ended window to (`wattwise.record.WindowsLog`).
+        log_file: `windows.csv` to append each ended window to (`wattwise.record.files.WindowsLog`).
         sample_power: Sample every device's power in the background even when each has an energy
             counter (for `power.csv`); devices without a counter, or with one that wraps, are sampled anyway.
         sample_interval_s: The sampling period (s), shortened to half a counter's wrap period.

@@ -3,8 +3,8 @@ and the honest no-GPU run CI makes (every check skipped with its reason, exit 0)
 
 from __future__ import annotations
 
-from wattwise.acceptance import PASSED, run_checks, spawn_limit_holder
 from wattwise.devices import open_spec, simulated_gpus
+from wattwise.tools.acceptance import PASSED, run_checks, spawn_limit_holder
 
 
 def test_a_sigkilled_process_that_set_a_limit_is_restored_by_the_recovery_path(tmp_path):

@@ -38,7 +38,7 @@ def heavy_in(modules: set[str]) -> list[str]:
         "wattwise.store",  # the store's interface and factory, before a store is opened
         "wattwise.store.limits_memory",
         "wattwise.recurring",
-        "wattwise.recurring.job_run",
+        "wattwise.run.recurring",
     ],
 )
 def test_importing_loads_no_store_solver_or_pipeline_package(module: str) -> None:

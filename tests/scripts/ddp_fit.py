@@ -18,10 +18,10 @@ from typing import Any
 import lightning.pytorch as pl
 import torch.distributed
 
-import wattwise.measurement
+import wattwise.run.measurement
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
-from wattwise.workload import use_one_cpu_thread
+from wattwise.tools.workload import use_one_cpu_thread
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "barrier",
                "reduce", "gather_object", "scatter_object_list")
@@ -58,7 +58,7 @@ if __name__ == "__main__":
     use_one_cpu_thread()
     for name in COLLECTIVES:
         setattr(torch.distributed, name, counting(name, getattr(torch.distributed, name)))
-    wattwise.measurement.cuda_sync = count_sync  # type: ignore[assignment]
+    wattwise.run.measurement.cuda_sync = count_sync  # type: ignore[assignment]
     callback = EnergyCallback(
         mode="tune", backend="simulated", output_dir=str(out),
         overrides=["devices.simulated.base_step_time_s=0.01", "power_limit.wait_steps=1",

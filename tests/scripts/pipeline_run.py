@@ -22,7 +22,7 @@ from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.frequency.controller import FrequencyController, stage_plan
 from wattwise.monitor import EnergyMonitor
 from wattwise.settings.guard import SettingsGuard
-from wattwise.workload import emulate_stage
+from wattwise.tools.workload import emulate_stage
 
 MICROBATCHES, ITERATIONS = 4, 3
 

@@ -28,19 +28,19 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch.distributed
 
-import wattwise.measurement
+import wattwise.run.measurement
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
 from wattwise.devices import Discovery
 from wattwise.devices.base import DeviceError, DeviceLostError, NoPermissionError
 from wattwise.devices.simulated import SimulatedGPU
-from wattwise.workload import use_one_cpu_thread
+from wattwise.tools.workload import use_one_cpu_thread
 
 
 def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
     """Make this process (rank 1) differ as `fault` says (see the module docstring); returns the undo."""
     original, energy_j = SimulatedGPU.set_power_limit_w, SimulatedGPU.energy_j
-    discover = wattwise.measurement.discover
+    discover = wattwise.run.measurement.discover
     wattwise_home = os.environ.get("WATTWISE_HOME")
     changes = []
 
@@ -63,7 +63,7 @@ def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
     if fault == "lost":
         SimulatedGPU.energy_j = lost_energy_j  # type: ignore[method-assign]
     if fault == "nodevice":
-        wattwise.measurement.discover = lambda *args, **kwargs: Discovery(notes=["no GPU found"])
+        wattwise.run.measurement.discover = lambda *args, **kwargs: Discovery(notes=["no GPU found"])
     if fault == "state":
         blocker = home / "not-a-folder"
         blocker.write_text("a file where the state folder should be\n")
@@ -72,7 +72,7 @@ def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
     def undo() -> None:
         SimulatedGPU.set_power_limit_w = original  # type: ignore[method-assign]
         SimulatedGPU.energy_j = energy_j  # type: ignore[method-assign]
-        wattwise.measurement.discover = discover
+        wattwise.run.measurement.discover = discover
         if wattwise_home is not None:
             os.environ["WATTWISE_HOME"] = wattwise_home
 

@@ -28,7 +28,7 @@ class DriveSimulatedGPU(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         from accelerate_energy.adapter import energy
-        from wattwise.workload import emulate_step
+        from wattwise.tools.workload import emulate_step
 
         found = energy(self.trainer.accelerator) if self.trainer is not None else None
         if found is not None and found.run.started:

@@ -17,10 +17,10 @@ import pytest
 
 from wattwise.config import load_config
 from wattwise.devices.simulated import SimulatedGPU
-from wattwise.paths import state_dir
 from wattwise.run import Run
+from wattwise.safe_files import state_dir
 from wattwise.settings.journal import journal_dir
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 #: The built-in simulated GPU model's maximum (and default) power limit.
 MAX_W = 300.0

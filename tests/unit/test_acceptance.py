@@ -7,9 +7,9 @@ import json
 
 from tests.support.fake_pynvml import FakeClock, FakeGpu, FakeNvml
 from tests.support.paths import REPO_ROOT
-from wattwise import acceptance
-from wattwise.acceptance import FAILED, PASSED, SKIPPED, run_checks
 from wattwise.cli.main import main
+from wattwise.tools import acceptance
+from wattwise.tools.acceptance import FAILED, PASSED, SKIPPED, run_checks
 
 
 def statuses(report: dict) -> dict[str, tuple[str, str | None]]:

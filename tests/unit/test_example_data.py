@@ -14,7 +14,7 @@ from wattwise.cli.main import main
 from wattwise.config import load_config
 from wattwise.errors import ConfigError
 from wattwise.pipeline.profiles import load_profile
-from wattwise.record import read_run_dir
+from wattwise.record.files import read_run_dir
 
 SHIPPED = ("gpt3-175b+a100_sxm_bf16.csv", "power-model-a40-resnet50.csv", "power-model-a40-bert-base-uncased.csv",
            "summary_train.csv", "summary_power_a40.csv", "README.md")

@@ -14,12 +14,13 @@ from tests.support.clock import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import EnergyPluginWarning
-from wattwise.metrics import step_metrics
-from wattwise.record import format_summary, read_run_dir
-from wattwise.report import FacilityInputs, build_report, energy_statement
+from wattwise.record.files import read_run_dir
+from wattwise.record.report import FacilityInputs, build_report, energy_statement
+from wattwise.record.summary import format_summary
 from wattwise.run import Run
+from wattwise.run.logged import step_metrics
 from wattwise.settings.guard import SettingsGuard
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 # 300 W down to 100 W by 50 W: 5 limits, 1 wait step, 1 warm-up step and 2 profile steps each.
 TUNE = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.mode=tune",

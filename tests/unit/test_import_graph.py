@@ -215,7 +215,7 @@ def test_the_graph_sees_the_repositorys_imports(
     repository_graph: tuple[Graph, Graph],
 ) -> None:
     eager, deferred = repository_graph
-    assert "wattwise.store.limits_memory" in eager["wattwise.run"]
+    assert "wattwise.store.limits_memory" in eager["wattwise.run.run"]
     assert "wattwise.recurring" in eager["wattwise.store.base"]  # through wattwise.recurring.spec
     assert "wattwise.store.sql" in deferred["wattwise.store.factory"]  # open_store imports it when called
     assert "wattwise.store.sql" not in eager["wattwise.store.limits_memory"]  # only under TYPE_CHECKING

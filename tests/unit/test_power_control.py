@@ -13,7 +13,7 @@ from tests.support.clock import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.distributed import Collective
-from wattwise.power_control import PowerLimitControl
+from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
 
 STEP_S = 0.01

@@ -16,23 +16,25 @@ import pytest
 from wattwise.cli import main as cli
 from wattwise.errors import UsageError
 from wattwise.power_limit import ProfileEntry
-from wattwise.record import (
-    CarbonAwareSummary,
-    EpochEnergy,
-    NonTrainingTime,
-    PowerLimitSummary,
+from wattwise.record.files import (
     PowerRow,
-    RunSettings,
-    RunSummary,
-    SettingEvent,
-    TuningSummary,
     WindowRow,
     WindowsLog,
-    format_summary,
     power_rows,
     read_run_dir,
     read_windows_csv,
     write_run_dir,
+)
+from wattwise.record.summary import (
+    CarbonAwareSummary,
+    EpochEnergy,
+    NonTrainingTime,
+    PowerLimitSummary,
+    RunSettings,
+    RunSummary,
+    SettingEvent,
+    TuningSummary,
+    format_summary,
 )
 
 #: The keys of summary.json (`wattwise.run/1`): a contract, extended but never renamed or dropped.

@@ -16,7 +16,7 @@ from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.power_limit import ProfileEntry
-from wattwise.record import (
+from wattwise.record.summary import (
     CarbonAwareSummary,
     EpochEnergy,
     NonTrainingTime,
@@ -28,7 +28,7 @@ from wattwise.record import (
     parse_summary,
 )
 from wattwise.run import Run
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 #: summary.json of `every_field()`, as wattwise wrote it before the record's fields were defined once.
 GOLDEN = DATA_DIR / "summary_every_field.json"

@@ -21,7 +21,7 @@ from wattwise.devices import DeviceLostError, NoPermissionError, PowerModel, Sim
 from wattwise.distributed import Collective
 from wattwise.errors import EnergyPluginWarning
 from wattwise.run import Run
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 
 @pytest.fixture(autouse=True)

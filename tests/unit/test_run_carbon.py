@@ -11,7 +11,7 @@ from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.power_limit import select_power_limit
 from wattwise.run import Run
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 START = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc).timestamp()
 TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=0",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wattwise.record import WindowsLog
+from wattwise.record.files import WindowsLog
 
 
 def test_a_temporary_left_by_an_earlier_run_is_removed_at_the_next_start(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_a_log_that_cannot_be_started_on_a_full_disk_leaves_no_temporary(tmp_pat
             self.fh.close()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("wattwise.record.os.fdopen", lambda fd, *a, **k: FullDisk(fd))
+    monkeypatch.setattr("wattwise.record.files.os.fdopen", lambda fd, *a, **k: FullDisk(fd))
     with pytest.raises(OSError, match="No space left"):
         WindowsLog(tmp_path / "windows.csv", ["rank0/gpu0"])
     assert list(tmp_path.iterdir()) == []

@@ -20,7 +20,7 @@ from wattwise.run import EnergyPluginWarning as ReExportedWarning
 from wattwise.run import Run
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
 from wattwise.store.spool import StoreUnavailable
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false", "log_every_n_steps=2"]
 TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",

@@ -15,7 +15,7 @@ from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.distributed import Collective
 from wattwise.monitor import PowerSampler
 from wattwise.run import EnergyPluginWarning, Run
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 BASE_S = 0.1
 QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]

@@ -13,10 +13,10 @@ from tests.support.clock import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.distributed import Collective
-from wattwise.power_control import PowerLimitControl
 from wattwise.run import Run
+from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
 

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-import wattwise.run
+import wattwise.run.run
 from tests.support.clock import VirtualClock
 from tests.support.two_processes import TUNE, TwoProcesses
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
-from wattwise.record import read_summary
+from wattwise.record.files import read_summary
 from wattwise.run import Run
 from wattwise.settings.guard import SettingsGuard
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 
 class Silent(TwoProcesses):
@@ -125,7 +125,7 @@ def test_ranks_that_raised_end_apart_with_a_summary_and_their_gpus_restored(tmp_
 
 
 def test_a_rank_that_left_nothing_is_named_and_its_energy_is_missing(tmp_path, monkeypatch):
-    monkeypatch.setattr(wattwise.run, "SIGNALLED_WAIT_S", 0.0)
+    monkeypatch.setattr(wattwise.run.run, "SIGNALLED_WAIT_S", 0.0)
     main, _ = signalled_rank(tmp_path, 0, monkeypatch)
     (tmp_path / "run" / "interrupted-rank1.json").write_text("{not json")  # not one of ours
     with pytest.warns(wattwise.run.EnergyPluginWarning, match="tuning did not finish"):

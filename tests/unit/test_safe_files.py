@@ -25,10 +25,10 @@ from wattwise.devices.simulated import PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, EnergyPluginWarning, UsageError
 from wattwise.monitor import EnergyMonitor, PowerSampler
 from wattwise.names import MAX_JOB_NAME, check_job_name
-from wattwise.paths import open_lock, private_dir, replace_file, state_dir, write_text
 from wattwise.pipeline.profiles import write_profile
-from wattwise.record import read_power_csv, read_run_dir, write_run_dir
+from wattwise.record.files import read_power_csv, read_run_dir, write_run_dir
 from wattwise.recurring.spec import JobSpec
+from wattwise.safe_files import open_lock, private_dir, replace_file, state_dir, write_text
 from wattwise.store import store_url
 from wattwise.store.limits_memory import LEGACY_FILE, LimitsMemory
 from wattwise.store.sql import SqlJobStore
@@ -269,8 +269,8 @@ def test_write_text_creates_a_new_file_with_the_requested_mode(tmp_path: Path) -
 
 
 def test_plots_replace_planted_links(tmp_path: Path) -> None:
-    from wattwise.record import read_run_dir
-    from wattwise.report_plot import POWER_PNG, plot_run
+    from wattwise.record.files import read_run_dir
+    from wattwise.record.plot import POWER_PNG, plot_run
 
     run = write_two_hour_run(tmp_path / "run")
     out = tmp_path / "plots"
@@ -283,7 +283,7 @@ def test_plots_replace_planted_links(tmp_path: Path) -> None:
 
 
 def test_cli_json_never_holds_infinity_or_nan() -> None:
-    from wattwise.paths import json_text
+    from wattwise.safe_files import json_text
 
     text = json_text({"ratio": float("inf"), "rows": [float("nan"), 1.5]})
     assert json.loads(text) == {"ratio": None, "rows": [None, 1.5]}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from wattwise.errors import UsageError
-from wattwise.paths import private_dir
+from wattwise.safe_files import private_dir
 from wattwise.settings.journal import (
     JournalProblem,
     check_changes,

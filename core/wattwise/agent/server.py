@@ -45,7 +45,7 @@ from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
 from wattwise.devices.agent import gpu_uuid
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
-from wattwise.paths import folder_problem
+from wattwise.safe_files import folder_problem
 from wattwise.settings.apply import (
     POWER_LIMIT,
     SM_CLOCKS,
@@ -874,7 +874,7 @@ def socket_folder_problem(folder: Path) -> str | None:
 
     Whoever may write in it could swap the socket for a link between bind and chmod, or plant a file of
     their own there: it must be a real folder (no symbolic link), owned by the agent's user (root when
-    deployed), writable by nobody else (a sticky /tmp is refused too): `wattwise.paths.folder_problem`.
+    deployed), writable by nobody else (a sticky /tmp is refused too): `wattwise.safe_files.folder_problem`.
     """
     return folder_problem(folder)
 
@@ -950,7 +950,7 @@ def share_simulated_load(devices: list[Device], gid: int) -> None:
     each start. Only for the simulated GPU: what clients write there is trusted, as a test's figures are.
     """
     from wattwise.devices.simulated import load_file_of
-    from wattwise.paths import replace_file
+    from wattwise.safe_files import replace_file
 
     def write(fh: TextIO) -> None:
         fh.write(json.dumps({"load_j": 0.0}))

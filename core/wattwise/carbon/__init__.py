@@ -4,7 +4,7 @@
 - `integrate`: facility energy, emissions and cost of energy spread over time.
 - `advisor`: the start time within a window that minimises emissions, facility energy or cost.
 - `policy`: the carbon-aware power limit (time-optimal when the grid is clean, energy-optimal when not).
-- `example`: a run directory in the run record's format (`wattwise.record`), for tests and the README.
+- `example`: a run directory in the run record's format (`wattwise.record.summary`), for tests and the README.
 """
 
 from wattwise.carbon.advisor import Advice, StartOption, advise_start, default_objective

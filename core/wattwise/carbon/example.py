@@ -1,4 +1,4 @@
-"""Build run directories in the run record's format (`wattwise.record`), for tests and the README's example.
+"""Build run directories in the run record's format (`wattwise.record.summary`), for tests and the README's example.
 
 `sampled_run` samples per-device power functions into a `power.csv` timeline and a matching summary
 (energy by trapezoids over the samples, times `counter_scale` to mimic an exact energy counter that
@@ -21,15 +21,14 @@ import numpy as np
 
 from wattwise.carbon.integrate import DeviceTrace
 from wattwise.power_limit import ProfileEntry
-from wattwise.record import (
+from wattwise.record.files import PowerRow, write_run_dir
+from wattwise.record.summary import (
     EpochEnergy,
     PowerLimitSummary,
-    PowerRow,
     RunSettings,
     RunSummary,
     SettingEvent,
     iso_utc,
-    write_run_dir,
 )
 
 

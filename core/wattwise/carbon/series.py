@@ -21,7 +21,7 @@ from pathlib import Path
 
 from wattwise import bounds
 from wattwise.errors import UsageError
-from wattwise.paths import read_text
+from wattwise.safe_files import read_text
 
 #: Two timestamps closer than this (seconds) count as the same instant when checking the step.
 _STEP_TOLERANCE_S = 1e-6

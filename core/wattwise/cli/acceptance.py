@@ -1,4 +1,4 @@
-"""`wattwise acceptance`: the real-GPU acceptance checks (`wattwise.acceptance`)."""
+"""`wattwise acceptance`: the real-GPU acceptance checks (`wattwise.tools.acceptance`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 def register(sub: Any) -> None:
     """Add the `wattwise acceptance` command to the `wattwise` parser."""
-    from wattwise import acceptance
+    from wattwise.tools import acceptance
 
     parser: argparse.ArgumentParser = sub.add_parser(
         "acceptance",

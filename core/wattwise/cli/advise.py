@@ -22,7 +22,7 @@ from wattwise.carbon.series import (
     parse_series,
     parse_timestamp_s,
 )
-from wattwise.paths import json_text
+from wattwise.safe_files import json_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

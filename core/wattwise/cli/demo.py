@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import MISSING, Field, fields
 from typing import Any
 
-from wattwise.demo import DemoOptions, format_demo, run_demo
-from wattwise.paths import json_text
+from wattwise.safe_files import json_text
+from wattwise.tools.demo import DemoOptions, format_demo, run_demo
 
 
 def flag_of(f: Field[Any]) -> str:

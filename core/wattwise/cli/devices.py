@@ -10,7 +10,7 @@ import argparse
 
 from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
-from wattwise.paths import json_text
+from wattwise.safe_files import json_text
 from wattwise.settings.recovery import leftover_lines
 
 #: The energy setting `--backend` gives (`devices.backend`).

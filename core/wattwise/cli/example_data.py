@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the files and list them."""
-    from wattwise.example_data import write_example_data
+    from wattwise.tools.example_data import write_example_data
 
     for path in write_example_data(args.directory):
         print(path)

@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from wattwise.names import check_job_name
-from wattwise.paths import json_text
 from wattwise.recurring.spec import JobSpec, RunRecord
 from wattwise.recurring.summary import JobSummary, summarize
+from wattwise.safe_files import json_text
 from wattwise.store import spool
 from wattwise.store.base import unknown_job
 from wattwise.store.factory import default_store_url, open_store, store_url

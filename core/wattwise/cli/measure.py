@@ -17,7 +17,7 @@ from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
-from wattwise.paths import json_text
+from wattwise.safe_files import json_text
 
 EXIT_NOT_FOUND = 127
 #: The energy setting `--backend` gives (`devices.backend`).

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from wattwise.carbon.series import INTENSITY, PRICE, PUE, parse_series
-from wattwise.record import read_run_dir
-from wattwise.report import FacilityInputs, build_report, energy_statement, report_json, write_report
+from wattwise.record.files import read_run_dir
+from wattwise.record.report import FacilityInputs, build_report, energy_statement, report_json, write_report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(run_dir, inputs)
     written = write_report(report, args.out or args.run_dir)
     if args.plot:
-        from wattwise.report_plot import plot_run
+        from wattwise.record.plot import plot_run
 
         written += plot_run(run_dir, args.plot)
     print(report_json(report) if args.json else energy_statement(report), end="")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from wattwise.paths import json_text
+from wattwise.safe_files import json_text
 from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from wattwise.errors import UsageError
-from wattwise.paths import json_text
 from wattwise.recurring.simulator import SimulationResult, job_for_trace, simulate
 from wattwise.recurring.spec import JobSpec
 from wattwise.recurring.trace import WorkloadTrace, load_trace
+from wattwise.safe_files import json_text
 
 #: `JobSpec` fields -> the flags that set them, for error messages.
 SETTING_FLAGS: dict[str, str] = {

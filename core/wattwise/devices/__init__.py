@@ -35,7 +35,7 @@ from wattwise.devices.registry import AUTO, Backend, Wanted, lazy, register
 from wattwise.devices.registry import choices as backend_choices
 from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, UsageError
-from wattwise.paths import state_dir
+from wattwise.safe_files import state_dir
 
 __all__ = [
     "BACKEND_ENV",

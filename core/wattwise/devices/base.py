@@ -172,7 +172,7 @@ class Device(abc.ABC):
 
     @property
     def simulation(self) -> SimulatedGPU | None:
-        """The simulated GPU behind this device, which emulated work drives (`wattwise.workload`).
+        """The simulated GPU behind this device, which emulated work drives (`wattwise.tools.workload`).
 
         None for hardware, where real work draws the power.
         """

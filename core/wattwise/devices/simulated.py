@@ -19,7 +19,7 @@ Settings can persist in a small JSON state file, so that a process killed with S
 changed power limit behind exactly as a real GPU would, and the guard's recovery can be tested. The file
 is the GPU's state: reading a setting re-reads it when another process changed it, it is never read or
 written through a symbolic link, and a setting that cannot be saved is not changed (a `DeviceError`).
-It is read only when it can be trusted (the user's own or root's, the node agent's: `wattwise.paths.
+It is read only when it can be trusted (the user's own or root's, the node agent's: `wattwise.safe_files.
 read_trusted`) and holds valid settings (`parse_state`); one that fails leaves the GPU at its defaults,
 with one warning, and is set aside as `gpuN.json.rejected` when it is the user's own.
 
@@ -51,7 +51,14 @@ from typing import Any
 from wattwise.bounds import POWER_LIMIT_W, check_integer
 from wattwise.devices.base import Device, DeviceError, PowerLimitRange
 from wattwise.errors import EnergyPluginWarning, UsageError
-from wattwise.paths import UntrustedFile, private_dir, read_text, read_trusted_json, set_aside_if_mine, write_text
+from wattwise.safe_files import (
+    UntrustedFile,
+    private_dir,
+    read_text,
+    read_trusted_json,
+    set_aside_if_mine,
+    write_text,
+)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,6 @@ import numpy as np
 
 from wattwise.bounds import BY_SUFFIX, check_field
 from wattwise.errors import UsageError
-from wattwise.paths import json_text, replace_file
 from wattwise.pipeline.plan import (
     Choice,
     Frontier,
@@ -48,6 +47,7 @@ from wattwise.pipeline.plan import (
     plan_to_json,
 )
 from wattwise.pipeline.schedule import INSTRUCTIONS, SCHEDULES
+from wattwise.safe_files import json_text, replace_file
 
 #: The one encoding of `plan_matrix.data` (see the module docstring).
 PLAN_MATRIX_ENCODING = "delta-zlib-base64"

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from wattwise.errors import UsageError
-from wattwise.paths import replace_binary
 from wattwise.pipeline.dag import IntArray
 from wattwise.pipeline.plan import Frontier, choice_from_plan, choose_intrinsic
 from wattwise.pipeline.problem import PlanningProblem
+from wattwise.safe_files import replace_binary
 
 
 def _pyplot() -> Any:

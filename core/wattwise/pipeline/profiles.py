@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TextIO
 
 from wattwise.errors import UsageError
-from wattwise.paths import replace_file
 from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
+from wattwise.safe_files import replace_file
 
 COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy")
 

@@ -7,7 +7,7 @@ where SPEC is what `wattwise.devices.open_spec` opens again (a backend the guard
 
 A journal is trusted only when it and its folder belong to the user reading it and are not writable by
 others, and it is a regular file (no symbolic link, no other hard link): the checks of every file
-wattwise reads back, `wattwise.paths.trust_problem` and `read_trusted`. Every field is checked before
+wattwise reads back, `wattwise.safe_files.trust_problem` and `read_trusted`. Every field is checked before
 anything in it is used. A journal that fails a check raises `JournalProblem` naming the file's problem.
 """
 
@@ -23,10 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wattwise import paths
+from wattwise import safe_files as paths
 from wattwise.devices import journalled_backends
 from wattwise.devices.base import DeviceError
-from wattwise.paths import UntrustedFile, owner_problem, read_trusted_json, state_dir, trust_problem, write_text
+from wattwise.safe_files import (
+    UntrustedFile,
+    owner_problem,
+    read_trusted_json,
+    state_dir,
+    trust_problem,
+    write_text,
+)
 from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, finite_number
 
 #: A journal is a few hundred bytes; anything far larger is not one.
@@ -38,7 +45,7 @@ JOURNAL_NAME = re.compile(r"^[^/\x00]+\.json$")
 
 
 def journal_dir() -> Path:
-    """The folder of this user's journals: `journal` in the state dir (`wattwise.paths.state_dir`)."""
+    """The folder of this user's journals: `journal` in the state dir (`wattwise.safe_files.state_dir`)."""
     return state_dir() / "journal"
 
 
@@ -166,7 +173,7 @@ def read_object(path: Path) -> dict[str, Any]:
     """The JSON object in the journal file `path`, read only when the file can be trusted.
 
     Raises:
-        JournalProblem: it cannot be trusted (`wattwise.paths.read_trusted`: not a regular file of yours,
+        JournalProblem: it cannot be trusted (`wattwise.safe_files.read_trusted`: not a regular file of yours,
             a symbolic link, too large), or it is not a JSON object.
         FileNotFoundError: it is gone (its owner finished meanwhile).
     """

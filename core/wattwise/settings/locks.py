@@ -18,7 +18,7 @@ from typing import Any
 
 from wattwise.devices import settings_identity
 from wattwise.devices.base import DeviceError
-from wattwise.paths import lock_descriptor
+from wattwise.safe_files import lock_descriptor
 
 #: Prefix of the per-device lock files in the journal folder.
 DEVICE_LOCK_PREFIX = "device-"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wattwise.paths import lock_descriptor
+from wattwise.safe_files import lock_descriptor
 from wattwise.settings import journal as journal_file
 from wattwise.settings.apply import RESTORE_ERRORS, apply_setting, describe, read_setting, setting_words
 from wattwise.settings.journal import Journal, JournalProblem, folder_problem, journal_dir, journal_files, read_journal

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wattwise.errors import UsageError
-from wattwise.paths import state_dir
+from wattwise.safe_files import state_dir
 
 if TYPE_CHECKING:
     from wattwise.store.sql import SqlJobStore

@@ -11,7 +11,7 @@ wattwise 0.1.0 kept them in `<state dir>/power_limits.json`. The first use of th
 that has that file imports it (an entry replaces the store's only when it was chosen later) and
 renames it `power_limits.json.imported`, under the file lock 0.1.0 writes it under, so nothing is lost
 even while an old version runs beside a new one. The file is imported only when it is the user's own
-regular file (`wattwise.paths.read_trusted`: never followed through a link; another user's file in a
+regular file (`wattwise.safe_files.read_trusted`: never followed through a link; another user's file in a
 shared state directory is left alone), and each entry only when every field is a plausible tuning result
 (`wattwise.bounds`); what fails is named in one warning.
 
@@ -35,8 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, TIME_S, TIMESTAMP_S
 from wattwise.errors import EnergyPluginWarning, UsageError
-from wattwise.paths import UntrustedFile, open_lock, read_trusted_json, set_aside_if_mine, state_dir, trust_problem
 from wattwise.power_limit import ProfileEntry, check_eta
+from wattwise.safe_files import (
+    UntrustedFile,
+    open_lock,
+    read_trusted_json,
+    set_aside_if_mine,
+    state_dir,
+    trust_problem,
+)
 from wattwise.store.factory import default_store_url, store_url
 
 if TYPE_CHECKING:

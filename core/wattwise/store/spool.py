@@ -10,7 +10,7 @@ and removes a file only once the write is committed. Delivery is keyed by run id
 has its result is left as it is, so a result delivered twice is recorded once.
 
 The folder's name is a hash anyone can compute, so in a shared `WATTWISE_HOME` another user can put files
-there. A file is delivered only when it is the running user's own regular file (`wattwise.paths.read_trusted`:
+there. A file is delivered only when it is the running user's own regular file (`wattwise.safe_files.read_trusted`:
 never followed through a link) and every field is what a run gives the store (`SpooledResult.from_dict`,
 the bounds of `wattwise.store.base.check_run_figures`). Another user's file is left where it is (it is
 theirs to deliver); one of the user's own that fails is set aside as `NAME.rejected`.
@@ -30,7 +30,7 @@ from typing import Any
 from wattwise.bounds import check_integer
 from wattwise.errors import Unavailable, UsageError
 from wattwise.names import check_job_name
-from wattwise.paths import file_owner, private_dir, read_trusted_json, state_dir, write_text
+from wattwise.safe_files import file_owner, private_dir, read_trusted_json, state_dir, write_text
 from wattwise.store.base import MAX_INTEGER, check_power_limit, check_run_figures
 
 SPOOL_VERSION = 1
@@ -146,7 +146,7 @@ def not_yours(url: str) -> list[Path]:
 
 
 def rejected(url: str) -> list[Path]:
-    """The files set aside for the store at `url` (`wattwise.paths.set_aside`)."""
+    """The files set aside for the store at `url` (`wattwise.safe_files.set_aside`)."""
     directory = spool_dir(url)
     return sorted(directory.glob("*.rejected")) if directory.is_dir() else []
 

@@ -59,8 +59,8 @@ from sqlalchemy.exc import (
 from sqlalchemy.pool import StaticPool
 
 from wattwise.errors import EnergyPluginWarning, UsageError
-from wattwise.paths import UntrustedFile, file_owner, private_dir, set_aside_saying
 from wattwise.recurring.spec import JobSpec, RunRecord
+from wattwise.safe_files import UntrustedFile, file_owner, private_dir, set_aside_saying
 from wattwise.store import spool
 from wattwise.store.base import (
     ChooseFn,

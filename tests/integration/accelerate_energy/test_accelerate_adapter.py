@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent("""
     from torch import nn
     from accelerate import Accelerator
     import accelerate_energy
-    from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+    from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
     accelerator = accelerate_energy.attach(Accelerator(cpu=True))
     model = tiny_model()

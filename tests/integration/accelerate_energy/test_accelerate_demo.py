@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from wattwise.cli.main import main
-from wattwise.demo import DemoOptions, run_demo
 from wattwise.devices import PowerModel
 from wattwise.power_limit import ProfileEntry, select_power_limit
+from wattwise.tools.demo import DemoOptions, run_demo
 
 #: Three limits whose Zeus costs (eta 0.5) are far apart, so wall-clock noise on a busy machine cannot
 #: change the choice: per step at base time b, 100 W costs 400 b, 200 W 210 b, 300 W 300 b.

@@ -22,7 +22,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, 
 from accelerate_energy import EnergyTrainerCallback
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, EnergyPluginWarning
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 QUIET = "devices.backend=simulated monitor.sample_power=false monitor.sync_cuda=false"
 TUNE = "power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100"

@@ -242,7 +242,7 @@ def _energy_rate_w(agent: RunningAgent, seconds: float, load: Callable[[], objec
 
 def test_the_agents_energy_counter_rises_with_the_load_clients_drive_on_its_simulated_gpu(
         agent: RunningAgent, monkeypatch: pytest.MonkeyPatch) -> None:
-    from wattwise.workload import emulate_step
+    from wattwise.tools.workload import emulate_step
 
     monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
     gpus = discover("agent", gpu_indices=[0]).gpus
@@ -403,7 +403,7 @@ from accelerate import Accelerator
 from torch import nn
 import accelerate_energy
 from wattwise.devices.agent import AgentClient
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 accelerator = Accelerator(cpu=True)
 model = tiny_model()
@@ -551,7 +551,7 @@ def test_lightning_tunes_through_the_agent_named_after_its_script_and_releases_t
 
 def test_the_demo_runs_through_the_agent_on_its_simulated_gpus_and_says_so(agent: RunningAgent,
                                                                           tmp_path: Path) -> None:
-    from wattwise.demo import format_demo
+    from wattwise.tools.demo import format_demo
 
     done = subprocess.run([sys.executable, "-m", "wattwise", "demo", "--backend", "agent", "--json",
                            "--base-step-time", "0.02", "--steps-after-tuning", "10", "--profile-steps", "3",

@@ -24,7 +24,7 @@ from wattwise.pipeline.profiles import write_profile
 SUBPROCESS_TIMEOUT_S = 120.0
 #: Imported by no light command: the solvers' CP-SAT, the store, the frameworks, the configuration.
 HEAVY = ("ortools", "scipy", "pandas", "sqlalchemy", "torch", "lightning", "accelerate", "omegaconf", "yaml",
-         "wattwise.config", "wattwise.devices", "wattwise.demo")
+         "wattwise.config", "wattwise.devices", "wattwise.tools.demo")
 
 
 def sub_commands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
@@ -110,7 +110,7 @@ def test_plan_imports_neither_the_solvers_nor_the_store(frontier_file: Path, tmp
 def test_frontier_help_imports_neither_cp_sat_nor_the_store() -> None:
     modules = imported_by(["frontier", "--help"])  # the fast solver's max flow and scipy: yes
     assert heavy_among(modules, ("ortools.sat", "pandas", "sqlalchemy", "torch", "lightning", "accelerate",
-                                 "omegaconf", "wattwise.config", "wattwise.devices", "wattwise.demo")) == []
+                                 "omegaconf", "wattwise.config", "wattwise.devices", "wattwise.tools.demo")) == []
 
 
 def test_a_demo_with_a_bad_power_model_says_so_before_loading_a_framework(tmp_path: Path) -> None:

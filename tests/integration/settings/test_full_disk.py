@@ -20,7 +20,7 @@ TUNE_THEN_FILL = """
 import os, sys
 from wattwise.config import load_config
 from wattwise.run import Run
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 cfg = load_config(overrides=["devices.backend=simulated", "power_limit.mode=tune", "power_limit.wait_steps=1",
     "power_limit.warmup_steps=1", "power_limit.profile_steps=2", "power_limit.step_w=25",
     "monitor.sample_power=false", "monitor.sync_cuda=false", "devices.simulated.base_step_time_s=0.001",

@@ -21,12 +21,12 @@ import pytest
 
 from tests.support.guard_fixtures import CHILD_TIMEOUT_S, MAX_W, journals, limit_on_gpu, short_tuning_run, train_steps
 from wattwise.cli.main import main
-from wattwise.demo import demo_folder, private_state_dir
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.run import EnergyPluginWarning
 from wattwise.settings.guard import DeviceBusyError, JournalError, SettingsGuard
 from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals
+from wattwise.tools.demo import demo_folder, private_state_dir
 
 WATTWISE = Path(sys.executable).parent / "wattwise"
 

@@ -23,10 +23,10 @@ import pytest
 
 from tests.support.postgres_server import _pg_binaries, _server_user, empty_database, postgres_server
 from wattwise.distributed import Collective
-from wattwise.recurring.job_run import RecurringJobRun
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.spec import JobSpec
 from wattwise.run import EnergyPluginWarning, Run
+from wattwise.run.recurring import RecurringJobRun
 from wattwise.store import spool, store_url
 from wattwise.store.spool import StoreUnavailable
 from wattwise.store.sql import SqlJobStore

@@ -17,7 +17,7 @@ from tests.support.tuned_gpu import BASE_S, clocked_gpu, tuned_choice
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.devices.base import NoPermissionError
 from wattwise.run import EnergyPluginWarning
-from wattwise.workload import emulate_step, tiny_dataset, tiny_model
+from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 BATCH = 8
 

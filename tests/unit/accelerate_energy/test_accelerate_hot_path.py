@@ -25,7 +25,7 @@ from tests.support.clock import VirtualClock
 from tests.support.tuned_gpu import BASE_S, clocked_gpu
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.run import EnergyPluginWarning
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 BATCH = 4
 BUSY_W = PowerModel.default().at_limit(300.0)[1]
@@ -118,7 +118,7 @@ def test_two_optimizers_count_each_ones_step(tmp_path, clock):
 # -- 2. steps that do not log are free ---------------------------------------------------------------
 def test_steps_between_logging_points_read_nothing_sync_nothing_and_log_nothing(tmp_path, clock, monkeypatch):
     syncs: list[int] = []
-    monkeypatch.setattr("wattwise.measurement.cuda_sync", lambda: syncs.append(1))
+    monkeypatch.setattr("wattwise.run.measurement.cuda_sync", lambda: syncs.append(1))
     recorder = Recorder()
     gpu = clocked_gpu(clock, CountingGPU)
     accelerator = accelerate_energy.attach(Accelerator(cpu=True, log_with=[recorder]),

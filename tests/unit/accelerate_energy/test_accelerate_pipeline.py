@@ -13,7 +13,7 @@ from accelerate import Accelerator
 import accelerate_energy
 from accelerate_energy import EnergyPlugin
 from wattwise.devices import SimulatedGPU
-from wattwise.record import read_run_dir
+from wattwise.record.files import read_run_dir
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate")
 

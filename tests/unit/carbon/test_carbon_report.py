@@ -14,8 +14,9 @@ import pytest
 from wattwise.carbon.example import sampled_run, write_example, write_series_csv
 from wattwise.carbon.series import INTENSITY, PRICE, PUE, Constant, parse_series
 from wattwise.errors import UsageError
-from wattwise.record import PowerLimitSummary, read_run_dir, write_run_dir
-from wattwise.report import FacilityInputs, RunReport, build_report, energy_statement, write_report
+from wattwise.record.files import read_run_dir, write_run_dir
+from wattwise.record.report import FacilityInputs, RunReport, build_report, energy_statement, write_report
+from wattwise.record.summary import PowerLimitSummary
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
 HOUR = 3600.0

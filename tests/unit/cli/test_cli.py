@@ -24,9 +24,9 @@ from wattwise.cli.demo import FLAGS, flag_of, options_of
 from wattwise.cli.main import build_parser, main
 from wattwise.cli.simulate import SETTING_FLAGS
 from wattwise.config import EnergyConfig, config_keys, default_of, rename_settings
-from wattwise.demo import FIXED_KEYS, DemoOptions
 from wattwise.errors import UsageError
 from wattwise.recurring.spec import JobSpec
+from wattwise.tools.demo import FIXED_KEYS, DemoOptions
 
 pytestmark = pytest.mark.usefixtures("cli_workdir")
 

@@ -22,7 +22,6 @@ from lightning_energy import EnergyCallback
 from tests.support.clock import VirtualClock
 from tests.support.fake_amdsmi import AmdSmiDevPerfLevel, FakeAmdSmi, forget_process_state, mi300
 from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
-from wattwise.acceptance import PASSED, SKIPPED, run_checks
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
@@ -31,6 +30,7 @@ from wattwise.cli.main import main
 from wattwise.devices import discover, open_spec
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import journal_dir
+from wattwise.tools.acceptance import PASSED, SKIPPED, run_checks
 
 STEP_S = 0.01
 #: Tuning over 500, 400 and 300 W: one step untouched, then per limit one warm-up and two measured steps.

@@ -45,7 +45,7 @@ from wattwise.errors import ConfigError, UsageError
 from wattwise.monitor import EnergyMonitor
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import JournalProblem, read_journal
-from wattwise.workload import emulate_step
+from wattwise.tools.workload import emulate_step
 
 PACKAGE = REPO_ROOT / "core" / "wattwise"
 #: Where code above the device layer lives: none of it may test a device's class.

@@ -335,8 +335,8 @@ def test_fake_binding_matches_the_installed_binding() -> None:
 
 
 def test_driver_versions_are_what_nvml_says_and_none_it_cannot_give(monkeypatch: pytest.MonkeyPatch) -> None:
-    from wattwise.acceptance import versions
     from wattwise.devices.nvml import driver_versions
+    from wattwise.tools.acceptance import versions
 
     fake = FakeNvml([FakeGpu()]).install(monkeypatch)
     assert versions() == {"driver": None, "nvml": None, "cuda_driver": None}  # a binding without the calls

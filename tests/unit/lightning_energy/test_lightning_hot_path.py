@@ -21,11 +21,12 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
 from torch.utils.data import DataLoader
 
-import wattwise.measurement
+import wattwise.run.measurement
 from lightning_energy import EnergyCallback
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
-from wattwise.record import format_summary, read_run_dir
+from wattwise.record.files import read_run_dir
+from wattwise.record.summary import format_summary
 from wattwise.run import EnergyPluginWarning
 
 BASE_S = 0.01
@@ -179,7 +180,7 @@ def test_manual_optimization_with_two_optimizers_counts_every_optimizer_step(tmp
 # -- 2. a step that neither logs nor profiles is free ------------------------------------------------------
 def test_steps_between_logging_points_read_no_counter_and_sync_nothing(tmp_path, virtual_clock, monkeypatch):
     syncs: list[None] = []
-    monkeypatch.setattr(wattwise.measurement, "cuda_sync", lambda: syncs.append(None))
+    monkeypatch.setattr(wattwise.run.measurement, "cuda_sync", lambda: syncs.append(None))
     gpu = make_gpu(virtual_clock)
     cb = energy_callback(gpu, tmp_path / "run", ["monitor.sync_cuda=true"])
     trainer = make_trainer(tmp_path, [cb], max_steps=200, log_every_n_steps=50)

@@ -13,7 +13,7 @@ from torch import nn
 
 from lightning_energy import EnergyCallback, PipelineFrequencyCallback
 from wattwise.devices import SimulatedGPU
-from wattwise.record import read_run_dir
+from wattwise.record.files import read_run_dir
 
 
 class FakeStage:

@@ -21,7 +21,7 @@ from tests.support.tuned_gpu import clocked_gpu, tuned_choice
 from wattwise.devices import SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.run import EnergyPluginWarning
-from wattwise.workload import tiny_dataset
+from wattwise.tools.workload import tiny_dataset
 
 #: 192 samples: 12 steps an epoch at batch size 16, 24 at 8; tuning (1 + 5 x 3 steps) ends in epoch 2.
 DATASET = 192

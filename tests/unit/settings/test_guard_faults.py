@@ -23,8 +23,8 @@ import wattwise.settings.journal
 from tests.support.guard_fixtures import MAX_W, journals, limit_on_gpu, short_tuning_run, train_steps
 from wattwise.cli.main import main
 from wattwise.devices.simulated import SimulatedGPU
-from wattwise.paths import state_dir
 from wattwise.run import EnergyPluginWarning
+from wattwise.safe_files import state_dir
 from wattwise.settings.guard import JournalError, SettingsGuard
 from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals

@@ -24,7 +24,7 @@ from wattwise.agent.server import Agent
 from wattwise.devices import simulated_gpus
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.errors import UsageError
-from wattwise.paths import lock_descriptor, state_dir
+from wattwise.safe_files import lock_descriptor, state_dir
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import JournalProblem, read_journal, save_changes
 from wattwise.settings.locks import probe, release_lock, take_lock

@@ -18,8 +18,8 @@ import pytest
 
 from tests.support.ordinary_user import IS_ROOT, OTHER_UID, USER_GID
 from wattwise.errors import EnergyPluginWarning
-from wattwise.paths import state_dir
 from wattwise.power_limit import ProfileEntry
+from wattwise.safe_files import state_dir
 from wattwise.store.limits_memory import LEGACY_FILE, LimitsMemory
 
 GOOD = {"chosen": {"power_limit_w": 200.0, "time_s": 1.0, "energy_j": 150.0},

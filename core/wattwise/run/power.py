@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wattwise.carbon.control import CarbonControl
 from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
 from wattwise.errors import Unavailable, UsageError
 from wattwise.power_limit import PowerLimitTuner, ProfileEntry, cap_limit_w, profile_limits_w
-from wattwise.record import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
+from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
+from wattwise.run.carbon import CarbonControl
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
 
@@ -39,7 +39,7 @@ TUNING_SHARE = 5
 
 #: Why tuning chooses nothing on a simulated GPU that no emulated work drives (a user's own model).
 UNDRIVEN_REASON = ("no emulated work drove the simulated GPU, so it measured its idle power at every limit "
-                   "(wattwise.workload.emulate_step drives it; the demo does)")
+                   "(wattwise.tools.workload.emulate_step drives it; the demo does)")
 
 
 class PowerLimitControl:

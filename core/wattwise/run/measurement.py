@@ -38,7 +38,7 @@ from wattwise.config import EnergyConfig
 from wattwise.devices import Device, discover
 from wattwise.distributed import Collective
 from wattwise.monitor import EnergyMonitor, Measurement, cuda_sync
-from wattwise.record import EpochEnergy, NonTrainingTime
+from wattwise.record.summary import EpochEnergy, NonTrainingTime
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wattwise.errors import UsageError
-from wattwise.paths import replace_binary
-from wattwise.record import RunDir
+from wattwise.record.files import RunDir
+from wattwise.safe_files import replace_binary
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

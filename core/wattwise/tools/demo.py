@@ -1,7 +1,7 @@
 """`wattwise demo`: the emulated workload trained on the simulated GPU with power-limit tuning.
 
 The framework loops live in the adapters (`lightning_energy.demo`, `accelerate_energy.demo`), registered
-as entry points of the group `wattwise.demo`, so `core` never imports a framework. Each returns the same
+as entry points of the group `wattwise.tools.demo`, so `core` never imports a framework. Each returns the same
 JSON-ready result: the measured profile, the chosen limit, the run's energy and the energy of the same
 steps at the maximum limit (measured by a second run, not estimated).
 
@@ -26,7 +26,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from wattwise import paths
+from wattwise import safe_files as paths
 from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config, rename_settings
 from wattwise.devices import PowerModel
 from wattwise.errors import ConfigError, UsageError
@@ -184,9 +184,9 @@ def tuned_and_baseline(options: DemoOptions, framework: str,
     model = PowerModel.of(options.power_model)
     lo, hi = model.limit_range_w
     steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
-    from wattwise.workload import use_one_cpu_thread  # torch: imported only when a demo runs
+    from wattwise.tools.workload import use_one_cpu_thread  # torch: imported only when a demo runs
 
-    logging.getLogger("wattwise.measurement").setLevel(logging.ERROR)  # the demo's own report says "simulated"
+    logging.getLogger("wattwise.run.measurement").setLevel(logging.ERROR)  # the demo's own report says "simulated"
     use_one_cpu_thread()
     with private_state_dir() as tmp:
         common = demo_overrides(options, options.state_dir or str(tmp))
@@ -235,8 +235,8 @@ def _entry(e: dict[str, float]) -> ProfileEntry:
 
 
 def frameworks() -> dict[str, Any]:
-    """The demo runners the adapters registered (entry point group `wattwise.demo`), by framework name."""
-    return {ep.name: ep for ep in entry_points(group="wattwise.demo")}
+    """The demo runners the adapters registered (entry point group `wattwise.tools.demo`), by framework name."""
+    return {ep.name: ep for ep in entry_points(group="wattwise.tools.demo")}
 
 
 def run_demo(options: DemoOptions) -> dict[str, Any]:

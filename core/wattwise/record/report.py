@@ -1,6 +1,6 @@
 """The energy report of a run: device and facility energy, emissions, cost, settings and savings.
 
-`build_report` turns a run directory (as `wattwise.record.read_run_dir` reads it) and the facility
+`build_report` turns a run directory (as `wattwise.record.files.read_run_dir` reads it) and the facility
 inputs (PUE, carbon intensity, price) into a `RunReport`, written as JSON (everything), CSV (one row of
 scalars, so the reports of many runs concatenate into one table) and an energy statement in Markdown,
 ready to paste into a paper as McDonald et al. recommend: energy used, where, when, PUE, emissions, and
@@ -45,8 +45,9 @@ from wattwise.carbon.series import (
     format_utc,
 )
 from wattwise.errors import UsageError
-from wattwise.paths import json_text, replace_file, write_text
-from wattwise.record import NEVER_APPLIED, PowerLimitSummary, RunDir, never_applied
+from wattwise.record.files import RunDir
+from wattwise.record.summary import NEVER_APPLIED, PowerLimitSummary, never_applied
+from wattwise.safe_files import json_text, replace_file, write_text
 
 REPORT_SCHEMA = "wattwise.report/1"
 REPORT_JSON = "report.json"

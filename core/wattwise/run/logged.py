@@ -5,8 +5,8 @@ Figures are already combined over processes (energy summed, time maxed), so they
 
 from __future__ import annotations
 
-from wattwise.measurement import StepRecord
-from wattwise.record import RunSummary
+from wattwise.record.summary import RunSummary
+from wattwise.run.measurement import StepRecord
 
 
 def step_metrics(rec: StepRecord, power_limit_w: float | None) -> dict[str, float]:

@@ -14,12 +14,12 @@ processes (one tensor all-reduce) and `step_end` returns them (per-step averages
 None. Power-limit changes happen only in `step_begin`, at an optimizer-step boundary.
 
 The parts, each beside its decision code and each owning its state:
-- `measurement` (`wattwise.measurement.RunMeasurement`): devices, the energy monitor, the run's windows;
-- `power` (`wattwise.power_control.PowerLimitControl`): cap, tune or reuse a limit through the guard;
-- the carbon part (`wattwise.carbon.control.CarbonControl`), which the power part consults after tuning;
-- `recurring` (`wattwise.recurring.job_run.RecurringJobRun`), when the run is one run of a recurring job;
+- `measurement` (`wattwise.run.measurement.RunMeasurement`): devices, the energy monitor, the run's windows;
+- `power` (`wattwise.run.power.PowerLimitControl`): cap, tune or reuse a limit through the guard;
+- the carbon part (`wattwise.run.carbon.CarbonControl`), which the power part consults after tuning;
+- `recurring` (`wattwise.run.recurring.RecurringJobRun`), when the run is one run of a recurring job;
 - `frequency_plan`: the PLAN.json a pipeline stage follows in this run (`wattwise.frequency`).
-The record of the run (summary.json, windows.csv, power.csv) is written by `wattwise.record`.
+The record of the run (summary.json, windows.csv, power.csv) is written by `wattwise.record.summary`.
 
 This object is the boundary between a framework and wattwise: the parts raise, and the public hooks here
 never break training. Only a user's mistake (`UsageError`: a setting, an argument) may stop it, and only
@@ -43,25 +43,24 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from wattwise.carbon.control import CarbonControl
 from wattwise.config import EnergyConfig
 from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, install_warning_format
-from wattwise.measurement import EPOCH, FIGURES_LEFT, PROFILE, RunFigures, RunMeasurement, StepRecord
 from wattwise.monitor import Measurement
-from wattwise.paths import replace_file
-from wattwise.power_control import PowerLimitControl
-from wattwise.record import (
+from wattwise.record.files import power_rows, write_run_dir
+from wattwise.record.summary import (
     NEVER_APPLIED,
     RunSettings,
     RunSummary,
     SettingEvent,
     iso_utc,
     never_applied,
-    power_rows,
-    write_run_dir,
 )
+from wattwise.run.carbon import CarbonControl
+from wattwise.run.measurement import EPOCH, FIGURES_LEFT, PROFILE, RunFigures, RunMeasurement, StepRecord
+from wattwise.run.power import PowerLimitControl
+from wattwise.safe_files import replace_file
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 
@@ -708,7 +707,7 @@ class Run:
     def _idle_simulation_note(self) -> tuple[str, ...]:
         if any(g.simulated and not g.driven for g in self.gpus):
             return ("no emulated work drove the simulated GPU: its figures are its idle power only, and no "
-                    "saving is reported (wattwise.workload.emulate_step drives it; the demo does)",)
+                    "saving is reported (wattwise.tools.workload.emulate_step drives it; the demo does)",)
         return ()
 
     # -- checkpoints -----------------------------------------------------------------------------------

@@ -1,0 +1,716 @@
+"""Real-GPU acceptance: check the NVML path on a real NVIDIA GPU, else amdsmi's on an AMD GPU; record what it saw.
+
+    python -m wattwise.acceptance [--out DIR] [--quick] [--gpu INDEX]     (also: wattwise acceptance)
+
+Checks, each recorded as passed / failed / skipped with its reason, in `DIR/acceptance.json` and
+`DIR/acceptance.md` with the GPU's name, the driver and NVML versions and the time:
+
+1. `discovery`: every GPU, its power-limit range, supported SM clocks, energy-counter support.
+2. `energy_counter`: a matrix-multiply load; energy from the counter against the integral of 10 ms power
+   samples (agreement in %), the counter's update rate (distinct values per second), and the cost of a
+   measurement window with and without CUDA synchronize.
+3. `power_limit`: set the minimum, read it back, run the load (power must stay under the limit + 5%, the
+   step time must rise), restore; then a child process that set a limit is SIGKILLed and the recovery
+   path must restore it (`kill_recovery`). Where the driver refuses (a container without CAP_SYS_ADMIN),
+   NVML's own words.
+4. `clocks`: lock the SM clock to three supported frequencies, time and energy of the load at each,
+   reset; written as `DIR/clock_profile.csv` (`frequency,time,energy`) and, with check 3,
+   `DIR/power_limit_profile.csv` (`power_limit,time,power`, the simulated GPU's power-model format).
+5. `training`: a small transformer (synthetic tokens, CUDA, bf16) under Lightning with `EnergyCallback`
+   in tune mode: chosen limit, profile, saving against the maximum limit measured in the same run, and
+   the hot-path overhead of measure mode against no callback.
+6. `pipeline`: two halves of a small GPT as two stages on one GPU, `PipelineProfiler` over three
+   supported clocks, then `wattwise frontier` and `wattwise plan` on the measured profile.
+
+Without a GPU every check is skipped with its reason and the command exits 0; with a GPU a failed check
+exits 1. Nothing here is simulated: the simulated GPU is never used, and a check that cannot run on real
+hardware is skipped, never passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import itertools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wattwise.devices import probe_gpus
+from wattwise.devices.base import Device, DeviceError, NoPermissionError
+from wattwise.safe_files import json_text
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+#: Measured power may exceed a power limit by this fraction (the driver's control loop, sampling).
+LIMIT_ALLOWANCE = 0.05
+SCHEMA = "wattwise.acceptance/1"
+#: Why a check that needs a GPU is skipped.
+NO_GPU = "no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi"
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """One check: its status, why (for a skip or a failure), and what it measured (SI units)."""
+
+    name: str
+    status: str
+    reason: str | None = None
+    figures: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check as `acceptance.json` lists it."""
+        return {"name": self.name, "status": self.status, "reason": self.reason, "figures": self.figures}
+
+
+class Skip(Exception):
+    """A check cannot run here; the message says why."""
+
+
+class Failure(Exception):
+    """A check ran and found something wrong; the message says what."""
+
+
+# -- the load ------------------------------------------------------------------------------------------
+class MatmulLoad:
+    """Square bf16 matrix multiplies on one CUDA device: `step()` runs a batch of them and waits for it."""
+
+    def __init__(self, cuda_index: int, size: int = 8192, per_step: int = 8) -> None:
+        self.cuda_index, self.size, self.per_step = cuda_index, size, per_step
+        self._a: Any = None
+
+    def unavailable(self) -> str | None:
+        """Why no load can run here, or None."""
+        try:
+            import torch
+        except ImportError:
+            return "torch is not installed"
+        if not torch.cuda.is_available():
+            return f"torch {torch.__version__} sees no CUDA device (a CPU build, or no driver)"
+        if self.cuda_index >= torch.cuda.device_count():
+            return f"CUDA device {self.cuda_index} does not exist (CUDA_VISIBLE_DEVICES?)"
+        return None
+
+    def step(self) -> float:
+        """One batch of multiplies, synchronised; its wall time in seconds."""
+        import torch
+
+        if self._a is None:
+            device = torch.device("cuda", self.cuda_index)
+            self._a = torch.randn(self.size, self.size, device=device, dtype=torch.bfloat16)
+        start = time.perf_counter()
+        out = self._a
+        for _ in range(self.per_step):
+            out = torch.mm(self._a, self._a)
+        torch.cuda.synchronize(self.cuda_index)
+        del out
+        return time.perf_counter() - start
+
+    def enqueue(self, count: int) -> None:
+        """Queue `count` multiplies without waiting for them: the GPU stays busy while the host polls."""
+        import torch
+
+        if self._a is None:
+            self.step()
+        for _ in range(count):
+            torch.mm(self._a, self._a)
+
+    def run_for(self, seconds: float) -> list[float]:
+        """Steps until `seconds` have passed; each step's time."""
+        times, end = [], time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            times.append(self.step())
+        return times
+
+    def sync(self) -> None:
+        """Wait for the multiplies queued on the device (the monitor's `sync` when windows are timed)."""
+        import torch
+
+        torch.cuda.synchronize(self.cuda_index)
+
+
+# -- checks --------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Context:
+    """What the checks share: the GPUs found, the one under test, its load, the output folder, options."""
+
+    gpus: list[Device]
+    gpu: Device | None
+    load: MatmulLoad | None
+    out: Path
+    quick: bool
+    #: Starts a process that sets `watts` on the GPU of `spec` through the guard and waits to be killed.
+    spawn_holder: Callable[[dict[str, Any], float], subprocess.Popen[bytes]]
+    #: Figures one check leaves for another (the power-limit profile for the clock check's CSV).
+    shared: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def seconds(self, full: float) -> float:
+        """How long to load the GPU for a check that wants `full` seconds: a fifth with `--quick`, 2 s at least."""
+        return max(2.0, full / 5) if self.quick else full
+
+    def require_gpu(self) -> Device:
+        """The GPU under test.
+
+        Raises:
+            Skip: there is none.
+        """
+        if self.gpu is None:
+            raise Skip(NO_GPU)
+        return self.gpu
+
+    def require_load(self) -> MatmulLoad:
+        """The load on the GPU under test.
+
+        Raises:
+            Skip: there is no GPU under test, or no load can run on it (no torch, no CUDA, no such device).
+        """
+        self.require_gpu()
+        if self.load is None:
+            raise Skip("no load for this GPU")
+        reason = self.load.unavailable()
+        if reason is not None:
+            raise Skip(reason)
+        return self.load
+
+
+def check_discovery(ctx: Context) -> dict[str, Any]:
+    """Check 1: each GPU found, its power-limit range, SM clocks (count, highest, lowest) and energy counter.
+
+    Raises:
+        Skip: no GPU was found.
+    """
+    if not ctx.gpus:
+        raise Skip(NO_GPU)
+    gpus = []
+    for gpu in ctx.gpus:
+        rng = gpu.power_limit_range()
+        clock_note: str | None = None
+        try:
+            clocks = gpu.supported_sm_clocks_mhz()
+        except DeviceError as err:
+            clocks, clock_note = [], str(err)
+        gpus.append({"index": gpu.index, "name": gpu.name, "power_limit_w": gpu.power_limit_w(),
+                     "power_limit_min_w": rng.min_w, "power_limit_max_w": rng.max_w,
+                     "sm_clocks_mhz": {"count": len(clocks), "max": max(clocks, default=None),
+                                       "min": min(clocks, default=None)},
+                     "sm_clocks_note": clock_note, "energy_counter": gpu.has_energy_counter()})
+    return {"gpus": gpus}
+
+
+class PowerPoller:
+    """Polls one GPU's power every `interval_s` in a thread; the trapezoid integral of the samples."""
+
+    def __init__(self, gpu: Device, interval_s: float = 0.01) -> None:
+        self.gpu, self.interval_s = gpu, interval_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wattwise-acceptance-poller", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), self.gpu.power_w()))
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> PowerPoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def energy_j(self) -> float:
+        """The energy of the samples so far (J): the trapezoid integral of power over time."""
+        s = self.samples
+        return sum(0.5 * (w0 + w1) * (t1 - t0) for (t0, w0), (t1, w1) in itertools.pairwise(s))
+
+    def mean_power_w(self) -> float:
+        """The mean of the samples so far (W); NaN when there is none."""
+        return sum(w for _, w in self.samples) / len(self.samples) if self.samples else math.nan
+
+
+def check_energy_counter(ctx: Context) -> dict[str, Any]:
+    """Check 2: the energy counter under load against 10 ms power polling, its update rate, a window's cost.
+
+    Raises:
+        Skip: no load can run, or the GPU has no energy counter.
+        Failure: the counter did not advance, or it and the polled integral disagree by more than 10%.
+    """
+    load = ctx.require_load()
+    gpu = ctx.require_gpu()
+    if not gpu.has_energy_counter():
+        raise Skip(f"{gpu.name} has no energy counter (older than Volta): wattwise integrates power samples")
+    load.step()  # warm up (allocation, kernels)
+    seconds = ctx.seconds(20.0)
+    with PowerPoller(gpu) as poller:
+        e0 = gpu.energy_j()
+        load.run_for(seconds)
+        e1 = gpu.energy_j()
+    counter_j, polled_j = e1 - e0, poller.energy_j()
+    agreement = abs(counter_j - polled_j) / counter_j * 100 if counter_j > 0 else math.inf
+    # Update rate: distinct counter values per second while loaded.
+    values, end = set(), time.perf_counter() + min(2.0, seconds)
+    thread = threading.Thread(target=load.run_for, args=(min(2.0, seconds),), daemon=True)
+    thread.start()
+    reads = 0
+    while time.perf_counter() < end:
+        values.add(gpu.energy_j())
+        reads += 1
+        time.sleep(0.001)
+    thread.join()
+    updates_per_s = len(values) / min(2.0, seconds)
+    overhead = _window_overhead_s(gpu, load)
+    figures = {"load_s": seconds, "counter_energy_j": counter_j, "polled_energy_j": polled_j,
+               "disagreement_pct": agreement, "poll_samples": len(poller.samples),
+               "mean_power_w": poller.mean_power_w(), "counter_updates_per_s": updates_per_s,
+               "counter_reads": reads, **overhead}
+    if not counter_j > 0:
+        raise Failure(f"the energy counter did not advance under load ({counter_j:g} J)")
+    if agreement > 10.0:
+        raise Failure(f"the counter ({counter_j:.1f} J) and 10 ms power polling ({polled_j:.1f} J) disagree by "
+                      f"{agreement:.1f}% (> 10%)", figures)
+    return figures
+
+
+def _window_overhead_s(gpu: Device, load: MatmulLoad, pairs: int = 200) -> dict[str, float]:
+    from wattwise.monitor import EnergyMonitor
+
+    out = {}
+    for label, sync in (("window_overhead_no_sync_s", None), ("window_overhead_sync_s", load.sync)):
+        monitor = EnergyMonitor([gpu], sync=sync)
+        try:
+            start = time.perf_counter()
+            for _ in range(pairs):
+                monitor.begin_window("w")
+                monitor.end_window("w")
+            out[label] = (time.perf_counter() - start) / pairs
+        finally:
+            monitor.close()
+    return out
+
+
+#: Seconds of load at a new limit before it is measured: the driver's power controller settles meanwhile.
+LIMIT_SETTLE_S = 1.0
+
+
+def _at_counter_edge(gpu: Device, load: MatmulLoad, timeout_s: float = 1.0) -> tuple[float, float]:
+    """(energy, time) just after the energy counter changes value, the GPU busy all the while.
+
+    The counter changes only about 10 times a second on an H100: a window that starts and ends on its
+    changes measures the energy of exactly that interval, where a window of arbitrary ends would be off by
+    up to one update's energy at each end (5% of a 2 s window).
+    """
+    load.enqueue(64)
+    first = gpu.energy_j()
+    deadline = time.perf_counter() + timeout_s
+    value = first
+    while value == first and time.perf_counter() < deadline:
+        value = gpu.energy_j()
+    now = time.perf_counter()
+    load.sync()
+    return value, now
+
+
+def _limit_run(gpu: Device, load: MatmulLoad, seconds: float) -> dict[str, float]:
+    """Load at the current limit, once it has settled under load: the median step time and the mean power.
+
+    The power is the energy counter's between two of its changes (`_at_counter_edge`), else polled.
+    """
+    load.run_for(LIMIT_SETTLE_S)
+    counter = gpu.has_energy_counter()
+    with PowerPoller(gpu, 0.05) as poller:
+        e0, t0 = _at_counter_edge(gpu, load) if counter else (None, time.perf_counter())
+        times = load.run_for(seconds)
+        e1, t1 = _at_counter_edge(gpu, load) if counter else (None, time.perf_counter())
+    elapsed = t1 - t0
+    power = (e1 - e0) / elapsed if e0 is not None and e1 is not None else poller.mean_power_w()
+    return {"step_time_s": sorted(times)[len(times) // 2], "power_w": power, "steps": len(times)}
+
+
+def check_power_limit(ctx: Context) -> dict[str, Any]:
+    """Check 3: set the lowest limit through the settings guard, read it back, load at both ends, restore it.
+
+    With a load that can run, the GPU must stay within `LIMIT_ALLOWANCE` of the lowest limit; a step time that did not
+    rise there is a note. The two measured points are shared for the clock check's power-limit profile.
+
+    Raises:
+        Skip: there is no GPU, or the driver refused the change (its words).
+        Failure: a limit read back, a power drawn or the restored limit is not what it should be.
+    """
+    from wattwise.settings.guard import SettingsGuard
+
+    gpu = ctx.require_gpu()
+    rng = gpu.power_limit_range()
+    original = gpu.power_limit_w()
+    figures: dict[str, Any] = {"original_w": original, "min_w": rng.min_w, "max_w": rng.max_w}
+    load_reason = ctx.load.unavailable() if ctx.load is not None else "no load"
+    with SettingsGuard() as guard:
+        try:
+            guard.set_power_limit(gpu, rng.min_w)
+        except NoPermissionError as err:
+            said = "NVML" if gpu.backend == "nvml" else gpu.backend
+            raise Skip(f"setting the power limit was refused; {said} said: {err}") from None
+        figures["read_back_w"] = gpu.power_limit_w()
+        if abs(figures["read_back_w"] - rng.min_w) > 1.0:
+            raise Failure(f"set {rng.min_w:g} W, read back {figures['read_back_w']:g} W", figures)
+        if load_reason is None:
+            assert ctx.load is not None
+            seconds = ctx.seconds(10.0)
+            at_min = _limit_run(gpu, ctx.load, seconds)
+            guard.set_power_limit(gpu, rng.max_w)
+            at_max = _limit_run(gpu, ctx.load, seconds)
+            figures.update(at_min=at_min, at_max=at_max)
+            ctx.shared["power_limit_profile"] = [(rng.max_w, at_max["step_time_s"], at_max["power_w"]),
+                                                 (rng.min_w, at_min["step_time_s"], at_min["power_w"])]
+        guard.restore_all()
+    figures["restored_w"] = gpu.power_limit_w()
+    if abs(figures["restored_w"] - original) > 1.0:
+        raise Failure(f"restored to {figures['restored_w']:g} W, not the original {original:g} W", figures)
+    if load_reason is None:
+        at_min, at_max = figures["at_min"], figures["at_max"]
+        if at_min["power_w"] > rng.min_w * (1 + LIMIT_ALLOWANCE):
+            raise Failure(f"under a {rng.min_w:g} W limit the GPU drew {at_min['power_w']:.1f} W "
+                          f"(> {LIMIT_ALLOWANCE:.0%} over)", figures)
+        if not at_min["step_time_s"] > at_max["step_time_s"]:
+            figures["note"] = "the step time did not rise at the minimum limit (a load below the limit?)"
+    else:
+        figures["load"] = f"skipped: {load_reason}"
+    return figures
+
+
+def check_kill_recovery(ctx: Context) -> dict[str, Any]:
+    """A child wattwise process sets a limit and is SIGKILLed: the next process's recovery restores it."""
+    from wattwise.settings.recovery import recover_stale_journals
+
+    gpu = ctx.require_gpu()
+    rng = gpu.power_limit_range()
+    original = gpu.power_limit_w()
+    target = rng.min_w if original != rng.min_w else rng.max_w
+    figures: dict[str, Any] = {"original_w": original, "child_target_w": target}
+    child = ctx.spawn_holder(gpu.spec(), target)
+    try:
+        line = child.stdout.readline().decode().strip() if child.stdout is not None else ""
+        if line != "ready":
+            err = child.stderr.read().decode().strip().splitlines() if child.stderr is not None else []
+            why = err[-1] if err else (line or "no output")
+            if "NoPermission" in why or "permission" in why.lower():
+                raise Skip(f"the child could not set the limit; it said: {why}")
+            raise Failure(f"the child process that holds a limit did not start ({why})", figures)
+        figures["child_set_w"] = gpu.power_limit_w()
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+    recovered = recover_stale_journals()
+    figures["recovered"] = len(recovered) if isinstance(recovered, list | tuple) else str(recovered)
+    figures["after_recovery_w"] = gpu.power_limit_w()
+    if abs(figures["child_set_w"] - target) > 1.0:
+        raise Failure(f"the child set {target:g} W but the GPU read {figures['child_set_w']:g} W", figures)
+    if abs(figures["after_recovery_w"] - original) > 1.0:
+        raise Failure(f"after SIGKILL the limit stayed at {figures['after_recovery_w']:g} W; recovery did not "
+                      f"restore {original:g} W", figures)
+    return figures
+
+
+def _three_clocks_mhz(gpu: Device) -> list[int]:
+    """The highest, a middle and the lowest supported SM clock; a skip when they are unknown or too few."""
+    try:
+        supported = sorted(gpu.supported_sm_clocks_mhz(), reverse=True)
+    except DeviceError as err:
+        raise Skip(f"supported SM clocks unknown; NVML said: {err}") from None
+    if len(supported) < 3:
+        raise Skip(f"fewer than three supported SM clocks ({supported})")
+    return [supported[0], supported[len(supported) // 2], supported[-1]]
+
+
+def check_clocks(ctx: Context) -> dict[str, Any]:
+    """Check 4: the load at three locked SM clocks (highest, middle, lowest), written as `clock_profile.csv`.
+
+    Also writes `power_limit_profile.csv` from check 3's measurements when it ran.
+
+    Raises:
+        Skip: no load, fewer than three known SM clocks, or the driver refused to lock them.
+        Failure: the load was not slower at the lowest clock than at the highest.
+    """
+    from wattwise.settings.guard import SettingsGuard
+
+    load = ctx.require_load()
+    gpu = ctx.require_gpu()
+    chosen = _three_clocks_mhz(gpu)
+    rows = []
+    with SettingsGuard() as guard:
+        for mhz in chosen:
+            try:
+                guard.lock_sm_clocks(gpu, mhz, mhz)
+            except NoPermissionError as err:
+                raise Skip(f"locking SM clocks was refused; NVML said: {err}") from None
+            run = _limit_run(gpu, load, ctx.seconds(5.0))
+            rows.append({"frequency_mhz": mhz, "time_s": run["step_time_s"],
+                         "energy_j": run["power_w"] * run["step_time_s"]})
+        guard.reset_sm_clocks(gpu)
+    _write_csv(ctx.out / "clock_profile.csv", ["frequency", "time", "energy"],
+               [(r["frequency_mhz"], r["time_s"], r["energy_j"]) for r in rows])
+    profile = ctx.shared.get("power_limit_profile")
+    if profile:
+        _write_csv(ctx.out / "power_limit_profile.csv", ["power_limit", "time", "power"],
+                   [(w, t / profile[0][1], p) for w, t, p in sorted(profile)])
+    if not rows[-1]["time_s"] > rows[0]["time_s"]:
+        raise Failure(f"the load was not slower at {chosen[-1]} MHz than at {chosen[0]} MHz", {"rows": rows})
+    return {"rows": rows}
+
+
+def check_training(ctx: Context) -> dict[str, Any]:
+    """Check 5: training under Lightning with the `EnergyCallback`, run by the adapter's own check.
+
+    The check is the entry point `lightning` of the group `wattwise.tools.acceptance`: wattwise never imports a
+    framework.
+
+    Raises:
+        Skip: no load can run, or lightning_energy is not installed.
+    """
+    ctx.require_load()
+    gpu = ctx.require_gpu()
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep for ep in entry_points(group="wattwise.tools.acceptance")}
+    if "lightning" not in found:
+        raise Skip("lightning_energy is not installed (its training check is an entry point)")
+    result: dict[str, Any] = found["lightning"].load()(gpu, ctx.out, quick=ctx.quick)
+    return result
+
+
+def check_pipeline(ctx: Context) -> dict[str, Any]:
+    """Check 6: profile two stages of a small GPT at three SM clocks, then `wattwise frontier` and `plan`.
+
+    Raises:
+        Skip: no load, fewer than three known SM clocks, or the driver refused to lock them.
+        Failure: `wattwise frontier` or `wattwise plan` failed on the measured profile.
+    """
+    load = ctx.require_load()
+    gpu = ctx.require_gpu()
+    import torch
+
+    from wattwise.frequency.profiler import PipelineProfiler, StageWork
+    from wattwise.pipeline.profiles import write_profile
+    from wattwise.settings.guard import SettingsGuard
+
+    freqs = _three_clocks_mhz(gpu)
+    device = torch.device("cuda", load.cuda_index)
+    torch.manual_seed(0)
+    width, tokens = 1024, 4096  # two halves of a small GPT-like stack: 4 layers each
+    halves = [torch.nn.Sequential(*[torch.nn.TransformerEncoderLayer(width, 16, 4 * width, batch_first=True)
+                                    for _ in range(4)]).to(device, torch.bfloat16) for _ in range(2)]
+    x = torch.randn(tokens // 512, 512, width, device=device, dtype=torch.bfloat16)
+
+    def stage(half: torch.nn.Module) -> StageWork:
+        state: dict[str, Any] = {}
+
+        def forward() -> None:
+            state["out"] = half(x.requires_grad_(True))
+
+        def backward() -> None:
+            if "out" not in state:
+                forward()
+            state.pop("out").float().sum().backward()
+
+        return StageWork(gpu, forward, backward)
+
+    with SettingsGuard() as guard:
+        try:
+            profile = PipelineProfiler([stage(h) for h in halves], guard, frequencies_mhz=freqs,
+                                       iterations=3 if ctx.quick else 10, warmup=2, sync=load.sync).measure()
+        except NoPermissionError as err:
+            raise Skip(f"locking SM clocks was refused; NVML said: {err}") from None
+    profile_csv = ctx.out / "pipeline_profile.csv"
+    write_profile(profile, profile_csv)
+    from wattwise.cli.main import main as wattwise_main
+
+    frontier, plan = ctx.out / "frontier.json", ctx.out / "plan.json"
+    code = wattwise_main(["frontier", str(profile_csv), "--microbatches", "4", "--unit-time", "0.001",
+                          "--p-blocking", str(round(gpu.power_w(), 1)), "--out", str(frontier), "--quiet"])
+    if code:
+        raise Failure(f"wattwise frontier exited {code} on the measured profile")
+    code = wattwise_main(["plan", str(frontier), "--out", str(plan)])
+    if code:
+        raise Failure(f"wattwise plan exited {code} on the frontier")
+    points = json.loads(frontier.read_text())
+    return {"frequencies_mhz": freqs, "profile_csv": str(profile_csv), "frontier": str(frontier),
+            "plan": str(plan), "frontier_points": len(points.get("points", [])) if isinstance(points, dict) else None}
+
+
+CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
+    ("discovery", check_discovery),
+    ("energy_counter", check_energy_counter),
+    ("power_limit", check_power_limit),
+    ("kill_recovery", check_kill_recovery),
+    ("clocks", check_clocks),
+    ("training", check_training),
+    ("pipeline", check_pipeline),
+]
+
+
+def _write_text(path: Path, text: str) -> None:
+    from wattwise.safe_files import replace_file
+
+    replace_file(path, lambda fh: fh.write(text))
+
+
+def _write_csv(path: Path, header: list[str], rows: list[tuple[Any, ...]]) -> None:
+    cells = (",".join(repr(float(v)) if isinstance(v, float) else str(v) for v in row) for row in rows)
+    _write_text(path, ",".join(header) + "\n" + "".join(line + "\n" for line in cells))
+
+
+# -- running and reporting -----------------------------------------------------------------------------
+def versions() -> dict[str, str | None]:
+    """Driver and NVML versions, when NVML answers (None for each it does not give)."""
+    out: dict[str, str | None] = dict.fromkeys(("driver", "nvml", "cuda_driver"))
+    with contextlib.suppress(ImportError):  # no NVML binding installed
+        from wattwise.devices.nvml import driver_versions
+
+        out.update(driver_versions())
+    return out
+
+
+def run_checks(out: Path, *, quick: bool = False, gpu_index: int = 0, gpus: list[Device] | None = None,
+               load: MatmulLoad | None = None,
+               spawn_holder: Callable[[dict[str, Any], float], subprocess.Popen[bytes]] | None = None,
+               only: list[str] | None = None) -> dict[str, Any]:
+    """Run every check (or `only` those); return the report's object and write acceptance.json and .md."""
+    out.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    if gpus is None:
+        gpus = probe_gpus(notes)
+    gpu = next((g for g in gpus if g.index == gpu_index), None)
+    if gpu is None and gpus:
+        notes.append(f"GPU {gpu_index} not found; GPUs: {[g.index for g in gpus]}")
+    if load is None and gpu is not None:
+        load = MatmulLoad(_cuda_index(gpu))
+    ctx = Context(gpus=gpus, gpu=gpu, load=load, out=out, quick=quick,
+                  spawn_holder=spawn_holder or spawn_limit_holder)
+    results = []
+    for name, check in CHECKS:
+        if only is not None and name not in only:
+            continue
+        results.append(_run_one(name, check, ctx))
+    report = {
+        "schema": SCHEMA,
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": os.uname().nodename,
+        "gpu": ({"index": gpu.index, "name": gpu.name, "describe": gpu.describe()} if gpu is not None else None),
+        "versions": versions(),
+        "quick": quick,
+        "notes": notes,
+        "checks": [r.to_dict() for r in results],
+        "summary": {s: sum(r.status == s for r in results) for s in (PASSED, FAILED, SKIPPED)},
+    }
+    _write_text(out / "acceptance.json", json_text(report) + "\n")
+    _write_text(out / "acceptance.md", markdown(report))
+    return report
+
+
+def _run_one(name: str, check: Callable[[Context], dict[str, Any]], ctx: Context) -> CheckResult:
+    try:
+        return CheckResult(name, PASSED, figures=check(ctx))
+    except Skip as why:
+        return CheckResult(name, SKIPPED, str(why))
+    except Failure as err:
+        figures = err.args[1] if len(err.args) > 1 and isinstance(err.args[1], dict) else {}
+        return CheckResult(name, FAILED, str(err.args[0]), figures)
+    except DeviceError as err:
+        return CheckResult(name, FAILED, f"{type(err).__name__}: {err}")
+
+
+def _cuda_index(gpu: Device) -> int:
+    """The CUDA index of an NVML GPU: its position among the visible GPUs.
+
+    NVML and CUDA both honour CUDA_VISIBLE_DEVICES through wattwise's discovery, which numbers them in that
+    order.
+    """
+    return int(getattr(gpu, "cuda_index", gpu.index))
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown, for docs/acceptance/<gpu>-<date>.md."""
+    gpu = report["gpu"]["name"] if report["gpu"] else "no NVIDIA GPU"
+    v = report["versions"]
+    lines = [f"# wattwise acceptance: {gpu}", "",
+             f"- time: {report['time']}, host: {report['host']}{' (quick)' if report['quick'] else ''}",
+             f"- driver: {v['driver'] or 'unknown'}, NVML: {v['nvml'] or 'unknown'}",
+             f"- result: {report['summary'][PASSED]} passed, {report['summary'][FAILED]} failed, "
+             f"{report['summary'][SKIPPED]} skipped", ""]
+    lines += [f"- note: {n}" for n in report["notes"]]
+    lines += ["", "| check | status | reason |", "|---|---|---|"]
+    for c in report["checks"]:
+        lines.append(f"| {c['name']} | {c['status']} | {c['reason'] or ''} |")
+    for c in report["checks"]:
+        if c["figures"]:
+            lines += ["", f"## {c['name']}", "", "```json", json_text(c["figures"], indent=1), "```"]
+    return "\n".join(lines) + "\n"
+
+
+# -- the SIGKILLed child -------------------------------------------------------------------------------
+def spawn_limit_holder(spec: dict[str, Any], watts: float) -> subprocess.Popen[bytes]:
+    """A wattwise process that sets `watts` on the GPU of `spec` through the guard, says "ready", and waits."""
+    return subprocess.Popen([sys.executable, "-m", "wattwise.tools.acceptance", "--hold-limit", json.dumps(spec),
+                             str(watts)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _hold_limit(spec_json: str, watts: float) -> int:
+    from wattwise.devices import open_spec
+    from wattwise.settings.guard import SettingsGuard
+
+    gpu = open_spec(json.loads(spec_json))
+    guard = SettingsGuard()
+    guard.set_power_limit(gpu, watts)
+    print("ready", flush=True)
+    while True:  # until killed
+        time.sleep(1.0)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `python -m wattwise.acceptance` and `wattwise acceptance`."""
+    parser.add_argument("--out", metavar="DIR", default="wattwise_acceptance",
+                        help="where acceptance.json and acceptance.md go (wattwise_acceptance)")
+    parser.add_argument("--quick", action="store_true", help="shorter loads (about a fifth)")
+    parser.add_argument("--gpu", type=int, default=0, metavar="INDEX", help="the GPU to test (0)")
+    parser.add_argument("--only", nargs="+", choices=[n for n, _ in CHECKS], help="run only these checks")
+    parser.add_argument("--hold-limit", nargs=2, metavar=("SPEC", "WATTS"), help=argparse.SUPPRESS)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run the checks the options ask for; print one line per check. Exit 1 when a check failed on a GPU."""
+    from wattwise.errors import UsageError
+
+    if args.hold_limit:
+        return _hold_limit(args.hold_limit[0], float(args.hold_limit[1]))
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder for acceptance.json and acceptance.md")
+    report = run_checks(out, quick=args.quick, gpu_index=args.gpu, only=args.only)
+    for c in report["checks"]:
+        print(f"{c['name']:15s} {c['status']:8s} {c['reason'] or ''}")
+    print(f"report: {out / 'acceptance.json'}, {out / 'acceptance.md'}")
+    has_gpu = report["gpu"] is not None
+    return 1 if has_gpu and report["summary"][FAILED] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m wattwise.acceptance`: the same command as `wattwise acceptance`; returns its exit code."""
+    from wattwise.cli.main import main as wattwise_main
+
+    return wattwise_main(["acceptance", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
