@@ -75,13 +75,6 @@ class Collective:
         """(time_s, energy_j) of each window of this process -> (time maxed, energy summed) over processes."""
         return [(float(t), float(e)) for t, e in windows]
 
-    def any(self, flag: bool) -> bool:
-        """Whether `flag` is true in any process (here, one process: `flag`).
-
-        The cheap question before a decision every process must take together (one all-reduce of one number).
-        """
-        return flag
-
 
 class TorchCollective(Collective):
     """Collectives over the default `torch.distributed` process group."""
@@ -147,16 +140,6 @@ class TorchCollective(Collective):
         _hold(_done(self._dist.all_reduce(values, async_op=True)), values)
         out = values.cpu().view(n, size + 1)
         return [(float(row[:size].max()), float(row[size])) for row in out]
-
-    def any(self, flag: bool) -> bool:
-        """Whether `flag` is true in any process: one all-reduce (max) of one number."""
-        import torch
-
-        value = torch.tensor([1 if flag else 0], dtype=torch.int32)
-        if self._device is not None:
-            value = value.to(self._device)
-        _hold(_done(self._dist.all_reduce(value, op=self._dist.ReduceOp.MAX, async_op=True)), value)
-        return bool(value.item())
 
     @property
     def _device(self) -> Any:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from wattwise.errors import UsageError
+from wattwise.record.summary import ProfileEntry
 
 Selector = Literal["energy", "time", "cost", "slowdown"]
 SELECTORS: tuple[str, ...] = ("energy", "time", "cost", "slowdown")
@@ -23,20 +24,6 @@ SELECTORS: tuple[str, ...] = ("energy", "time", "cost", "slowdown")
 MAX_PROFILED_LIMITS = 1000
 #: Most steps a profile window is sized to (`PowerLimitTuner.size_windows`), whatever the step time.
 MAX_PROFILE_STEPS = 100_000
-
-
-@dataclass(frozen=True)
-class ProfileEntry:
-    """What one power limit cost: time and energy (all GPUs of this job) of one training step."""
-
-    power_limit_w: float
-    time_s: float
-    energy_j: float
-
-    @property
-    def avg_power_w(self) -> float:
-        """Average power over the step, in watts (0 for a step of no time)."""
-        return self.energy_j / self.time_s if self.time_s > 0 else 0.0
 
 
 def zeus_cost(energy_j: float, time_s: float, *, eta: float, max_power_w: float) -> float:

@@ -91,7 +91,7 @@ USER_SCRIPT = textwrap.dedent("""
     import accelerate_energy
     import lightning_energy
     import wattwise
-    from wattwise.recurring import BatchSizeOptimizer
+    from wattwise.recurring.optimizer import BatchSizeOptimizer
 
     assert "core" not in sys.modules, "importing the adapters imported a top-level `core`"
     import core

@@ -11,6 +11,8 @@ with LOCAL_RANK=1; the later fits reuse the process group), each with its own si
 - `refused`: a limit under 250 W is refused by the device;
 - `state`: its state folder (the guard's journal) cannot be created;
 - `nodevice`: it finds no device to measure (no GPU, no readable CPU counter);
+- `nobackend`: its devices cannot be opened, as when the backend is named (`devices.backend: nvml`) and
+  its node's driver is missing;
 - `sigterm`: no difference, but SIGTERM reaches every process after optimizer step 6, as a SLURM or
   Kubernetes preemption sends it (tests/integration/lightning_energy/test_preemption.py; Lightning ends
   the processes there, so it is the last fit).
@@ -32,7 +34,7 @@ import wattwise.run.measurement
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
 from wattwise.devices import Discovery
-from wattwise.devices.base import DeviceError, DeviceLostError, NoPermissionError
+from wattwise.devices.base import DeviceError, DeviceLostError, NoPermissionError, NotSupportedError
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.tools.workload import use_one_cpu_thread
 
@@ -64,6 +66,8 @@ def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
         SimulatedGPU.energy_j = lost_energy_j  # type: ignore[method-assign]
     if fault == "nodevice":
         wattwise.run.measurement.discover = lambda *args, **kwargs: Discovery(notes=["no GPU found"])
+    if fault == "nobackend":
+        wattwise.run.measurement.discover = no_driver
     if fault == "state":
         blocker = home / "not-a-folder"
         blocker.write_text("a file where the state folder should be\n")
@@ -77,6 +81,12 @@ def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
             os.environ["WATTWISE_HOME"] = wattwise_home
 
     return undo
+
+
+def no_driver(*args: object, **kwargs: object) -> Discovery:
+    """`discover` on a node whose NVIDIA driver is missing, with `devices.backend: nvml`."""
+    raise NotSupportedError("NVML unavailable: NVML Shared Library Not Found; devices.backend is nvml, which needs "
+                            "an NVIDIA driver (use auto, or simulated to try wattwise without one)")
 
 
 class Preempted(pl.Callback):

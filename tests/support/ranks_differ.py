@@ -28,6 +28,7 @@ FAILED = {
     "refused": "refused a power limit",
     "state": "cannot create the journal folder",
     "nodevice": "nothing to measure (no GPU, and the CPU package's energy counter is not readable)",
+    "nobackend": "opening its devices failed (NVML unavailable: NVML Shared Library Not Found",
 }
 
 

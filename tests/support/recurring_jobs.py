@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from wattwise.recurring import RunRecord, open_store
+from wattwise.recurring import RunRecord
+from wattwise.store import open_store
 
 #: The recurring job's epoch budget (max_epochs).
 MAX_EPOCHS = 6

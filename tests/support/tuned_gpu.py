@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from wattwise.devices import PowerModel, SimulatedGPU
-from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from wattwise.power_limit import profile_limits_w, select_power_limit
+from wattwise.record.summary import ProfileEntry
 
 #: The simulated GPU's step time at its highest limit, in s.
 BASE_S = 0.01

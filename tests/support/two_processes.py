@@ -21,22 +21,16 @@ class TwoProcesses(Collective):
     def __init__(self, fails_at: int | None = None) -> None:
         self.fails_at = fails_at
         self.step = 0
-        #: The step of each `any` asked (a decision point).
+        #: The step of each decision point (an agreement on which processes failed).
         self.asked: list[int] = []
-        self._reasons_next = False
 
     def _other_reason(self) -> str | None:
         failed = self.fails_at is not None and self.step >= self.fails_at
         return "setting the power limit to 200 W failed (gpu1: the GPU has fallen off the bus)" if failed else None
 
-    def any(self, flag: bool) -> bool:
-        self.asked.append(self.step)
-        self._reasons_next = flag or self._other_reason() is not None
-        return self._reasons_next
-
     def all_gather(self, obj: Any) -> list[Any]:
-        if self._reasons_next:
-            self._reasons_next = False
+        if obj is None or isinstance(obj, str):  # a decision point: each process's reason (wattwise.run.agreement)
+            self.asked.append(self.step)
             return [obj, self._other_reason()]
         return [obj, obj] if not isinstance(obj, dict) else [obj]
 

@@ -2,7 +2,8 @@
 
 The graph is built with `ast`, without importing anything. An import is module-level when it runs while
 its module is being imported (at the top, in a class body, under `try` or `if`), function-level when it
-runs inside a function; one under `if TYPE_CHECKING:` never runs and is not counted. Importing `a.b.c`
+runs inside a function; one under `if TYPE_CHECKING:` never runs, but ties the modules for the type checker
+and the reader all the same, so it counts with the function-level ones where circles are looked for. Importing `a.b.c`
 runs the `__init__` of `a` and `a.b` first, so the edge goes to those packages too (except the packages
 the importing module is itself inside: they are already being imported).
 
@@ -69,13 +70,15 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def _imports(tree: ast.AST, in_function: bool = False) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """Each import statement that runs, with whether it runs in a function (not under `if TYPE_CHECKING`)."""
+    """Each import statement, with whether it is deferred: it runs in a function, or only for the type checker."""
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node, in_function
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             yield from _imports(node, True)
         elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                yield from _imports(ast.Module(body=[child], type_ignores=[]), True)
             for child in node.orelse:
                 yield from _imports(ast.Module(body=[child], type_ignores=[]), in_function)
         else:
@@ -218,9 +221,45 @@ def test_the_graph_sees_the_repositorys_imports(
     assert "wattwise.store.limits_memory" in eager["wattwise.run.run"]
     assert "wattwise.recurring" in eager["wattwise.store.base"]  # through wattwise.recurring.spec
     assert "wattwise.store.sql" in deferred["wattwise.store.factory"]  # open_store imports it when called
-    assert "wattwise.store.sql" not in eager["wattwise.store.limits_memory"]  # only under TYPE_CHECKING
+    assert "wattwise.store.sql" not in eager["wattwise.store.limits_memory"]  # only under TYPE_CHECKING,
+    assert "wattwise.store.sql" in deferred["wattwise.store.limits_memory"]  # which counts as deferred
     assert "wattwise.run" in eager["lightning_energy.callback"]
     assert "benchmarks.recurring_workloads" in eager["benchmarks.recurring_validation"]  # a script's sibling
+
+
+#: Decision code (pure logic): the record, which writes and reads what a run decided, imports none of it.
+DECISIONS = ("wattwise.power_limit", "wattwise.recurring.bandit", "wattwise.recurring.optimizer",
+             "wattwise.recurring.policy", "wattwise.pipeline", "wattwise.carbon.policy", "wattwise.carbon.advisor")
+
+
+def _reached(graph: Graph, start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for succ in graph.get(todo.pop(), ()):
+            if succ not in seen:
+                seen.add(succ)
+                todo.append(succ)
+    return seen
+
+
+def test_the_record_imports_no_decision_code(repository_graph: tuple[Graph, Graph]) -> None:
+    graph = _union(*repository_graph)
+    reaching = sorted(f"{name} reaches {target}" for name in graph if name.startswith("wattwise.record")
+                      for target in _reached(graph, name) if target.startswith(DECISIONS))
+    assert not reaching, "\n".join(reaching)
+
+
+def test_the_runs_agreement_is_the_one_place_processes_decide_together() -> None:
+    """Outside `wattwise.run.agreement`, no part of the run gathers reasons of its own to decide on."""
+    offenders = []
+    for path in sorted((REPO_ROOT / "core" / "wattwise" / "run").glob("*.py")):
+        if path.name == "agreement.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "any" and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr in ("collective", "_collective"):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert not offenders, offenders
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -243,7 +282,7 @@ def test_a_circle_through_a_package_init_is_found_and_named(tmp_path: Path) -> N
     assert find_cycles(eager) == [["pkg.jobs", "pkg.jobs.optimizer", "pkg.run", "pkg.memory", "pkg.jobs"]]
 
 
-def test_function_level_imports_are_apart_and_type_checking_imports_do_not_count(tmp_path: Path) -> None:
+def test_function_level_and_type_checking_imports_are_deferred_and_can_close_a_circle(tmp_path: Path) -> None:
     _write(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/a.py": "from pkg import b\n",
@@ -257,8 +296,19 @@ def test_function_level_imports_are_apart_and_type_checking_imports_do_not_count
     eager, deferred = import_graph(find_modules(tmp_path, {"pkg": "pkg"}, ()))
     assert find_cycles(eager) == []
     assert deferred["pkg.b"] == {"pkg.a"}
-    assert eager["pkg.c"] == deferred["pkg.c"] == set()
+    assert eager["pkg.c"] == set() and deferred["pkg.c"] == {"pkg.a"}
     assert find_cycles(_union(eager, deferred)) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_a_circle_closed_only_for_the_type_checker_is_found(tmp_path: Path) -> None:
+    _write(tmp_path, {  # devices/base.py named the simulated GPU for its types; the simulator imports base
+        "pkg/__init__.py": "",
+        "pkg/base.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.simulated import Sim\n",
+        "pkg/simulated.py": "from pkg.base import Device\n",
+    })
+    eager, deferred = import_graph(find_modules(tmp_path, {"pkg": "pkg"}, ()))
+    assert find_cycles(eager) == []
+    assert find_cycles(_union(eager, deferred)) == [["pkg.base", "pkg.simulated", "pkg.base"]]
 
 
 def test_a_package_importing_its_own_modules_is_no_circle(tmp_path: Path) -> None:

@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 
 from wattwise.errors import UsageError
-from wattwise.power_limit import (
-    PowerLimitTuner,
-    ProfileEntry,
-    cap_limit_w,
-    profile_limits_w,
-    select_power_limit,
-    zeus_cost,
-)
+from wattwise.power_limit import PowerLimitTuner, cap_limit_w, profile_limits_w, select_power_limit, zeus_cost
+from wattwise.record.summary import ProfileEntry
 
 # time_s and energy_j per step at each limit, chosen so every selector has a different answer.
 PROFILE = [

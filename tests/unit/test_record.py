@@ -15,7 +15,6 @@ import pytest
 
 from wattwise.cli import main as cli
 from wattwise.errors import UsageError
-from wattwise.power_limit import ProfileEntry
 from wattwise.record.files import (
     PowerRow,
     WindowRow,
@@ -30,6 +29,7 @@ from wattwise.record.summary import (
     EpochEnergy,
     NonTrainingTime,
     PowerLimitSummary,
+    ProfileEntry,
     RunSettings,
     RunSummary,
     SettingEvent,

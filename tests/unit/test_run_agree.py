@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+import wattwise.run.measurement
 from tests.support.clock import VirtualClock
 from tests.support.two_processes import TUNE, TwoProcesses
 from wattwise.config import load_config
-from wattwise.devices import DeviceLostError, NoPermissionError, PowerModel, SimulatedGPU
+from wattwise.devices import DeviceLostError, Discovery, NoPermissionError, NotSupportedError, PowerModel, SimulatedGPU
 from wattwise.distributed import Collective
 from wattwise.errors import EnergyPluginWarning
 from wattwise.run import Run
@@ -122,15 +123,14 @@ class Lockstep(Collective):
         both = self._exchange(f"combine{len(windows)}", list(windows))
         return [(max(a[0], b[0]), a[1] + b[1]) for a, b in zip(*both, strict=True)]
 
-    def any(self, flag: bool) -> bool:
-        return any(self._exchange("any", flag))
 
 
 def two_ranks(tmp_path: Path, rank_setup: Callable[[int, SimulatedGPU | None], None], *, steps: int = 12,
               overrides: Sequence[str] = ()) -> tuple[list[Run], list[Lockstep], list[str]]:
     """Two ranks (threads) training `steps` steps in lockstep, each with its own simulated GPU, which
-    `rank_setup` may change (a GPU it marks `absent`: that rank finds no device); the runs, their
-    collectives and the warnings."""
+    `rank_setup` may change (a GPU it marks `absent`: that rank finds no device; `unopenable = why`: that
+    rank's devices cannot be opened, as a backend named in the configuration that its node lacks); the runs,
+    their collectives and the warnings."""
     shared: dict[str, Any] = {"slots": [None, None], "barrier": threading.Barrier(2), "mismatch": None}
     colls = [Lockstep(rank, shared) for rank in range(2)]
     clocks = [VirtualClock(), VirtualClock()]
@@ -140,12 +140,19 @@ def two_ranks(tmp_path: Path, rank_setup: Callable[[int, SimulatedGPU | None], N
         rank_setup(rank, gpus[rank])
     cfg = load_config(overrides=["monitor.sample_power=false", "monitor.sync_cuda=false", "log_every_n_steps=4",
                                  *overrides, f"output_dir={tmp_path / 'run'}"])
-    runs = [Run(cfg, devices=[] if getattr(gpus[rank], "absent", False) else [gpus[rank]], collective=colls[rank],
-                wall_clock=clocks[rank]) for rank in range(2)]
+    unopenable = [getattr(gpu, "unopenable", None) for gpu in gpus]
+    runs = [Run(cfg, devices=None if unopenable[rank] else [] if getattr(gpus[rank], "absent", False)
+                else [gpus[rank]], collective=colls[rank], wall_clock=clocks[rank]) for rank in range(2)]
     errors: list[BaseException] = []
+    discover = wattwise.run.measurement.discover
+
+    def cannot_open(*args: Any, **kwargs: Any) -> Discovery:
+        raise NotSupportedError(next(why for why in unopenable if why))
+
+    wattwise.run.measurement.discover = cannot_open  # only a rank given no devices discovers them
 
     def train(rank: int) -> None:
-        run, gpu = runs[rank], gpus[rank]
+        run, gpu = runs[rank], gpus[rank] if not unopenable[rank] else None
         try:
             run.start()
             for _ in range(steps):
@@ -164,6 +171,7 @@ def two_ranks(tmp_path: Path, rank_setup: Callable[[int, SimulatedGPU | None], N
             t.start()
         for t in threads:
             t.join(timeout=60)
+    wattwise.run.measurement.discover = discover
     assert not errors and shared["mismatch"] is None, (errors, shared["mismatch"])
     warned = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
     return runs, colls, warned
@@ -200,7 +208,7 @@ def test_a_device_lost_on_one_rank_at_a_window_end_keeps_both_ranks_in_step_and_
     extra = list(colls[0].issued)
     for op in reference[0].issued:
         extra.remove(op)
-    assert sorted(extra) == ["all_gather", "combine1"]
+    assert sorted(extra) == ["all_gather"]
     assert all(run.measuring for run in runs)  # nobody stopped measuring alone (rank 1's windows time only)
     assert [w.split(" (set strict")[0] for w in warned] == [
         "wattwise: rank 1: energy measurement failed (gpu1: the GPU has fallen off the bus); its energy is left "
@@ -233,7 +241,7 @@ def test_one_rank_with_nothing_to_measure_keeps_in_step_and_the_other_measures(t
             gpu.absent = True  # type: ignore[attr-defined]
 
     runs, colls, warned = two_ranks(tmp_path, absent)
-    assert colls[0].issued == colls[1].issued and colls[0].issued[0] == "any"  # asked once at the start
+    assert colls[0].issued == colls[1].issued and colls[0].issued[0] == "all_gather"  # asked once at the start
     assert len(warned) == 1 and warned[0].startswith(
         "wattwise: rank 1: nothing to measure (no GPU, and the CPU package's energy counter is not readable); "
         "the figures are the other processes'")
@@ -242,13 +250,46 @@ def test_one_rank_with_nothing_to_measure_keeps_in_step_and_the_other_measures(t
     assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"] and summary["energy_j"] > 0
 
 
+NVML_MISSING = ("NVML unavailable: libnvidia-ml.so.1: cannot open shared object file; devices.backend is nvml, which "
+                "needs an NVIDIA driver (use auto, or simulated to try wattwise without one)")
+
+
+@pytest.mark.parametrize("mode", ["measure", "tune"])
+def test_one_rank_whose_named_backend_cannot_open_keeps_in_step_and_the_other_measures(tmp_path, mode):
+    def unopenable(rank: int, gpu: SimulatedGPU | None) -> None:
+        if rank == 1 and gpu is not None:
+            gpu.unopenable = NVML_MISSING  # type: ignore[attr-defined]
+
+    overrides = TUNE if mode == "tune" else []
+    runs, colls, warned = two_ranks(tmp_path, unopenable, overrides=overrides)  # it hung: rank 0 waited for ever
+    assert colls[0].issued == colls[1].issued
+    assert len(warned) == 1 and warned[0].startswith(f"wattwise: rank 1: opening its devices failed ({NVML_MISSING}); "
+                                                     "the figures are the other processes'")
+    summary = runs[0].summary
+    assert summary is not None and (summary["status"], summary["steps"], summary["world_size"]) == ("completed", 12, 2)
+    assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"] and summary["energy_j"] > 0
+    assert warned[0].removeprefix("wattwise: ").split(" (set strict")[0] in summary["notes"]
+    assert runs[1].finished and runs[1].summary is not None  # rank 1 ended the run with the others
+
+
+def test_a_named_backend_that_opens_on_no_rank_is_said_by_each_as_one_process_would(tmp_path):
+    def unopenable(rank: int, gpu: SimulatedGPU | None) -> None:
+        if gpu is not None:
+            gpu.unopenable = NVML_MISSING  # type: ignore[attr-defined]
+
+    runs, colls, warned = two_ranks(tmp_path, unopenable)
+    assert colls[0].issued == colls[1].issued == ["all_gather"]  # the start's question only
+    assert [run.measuring for run in runs] == [False, False] and runs[0].summary is None
+    assert warned == [f"wattwise: energy measurement failed ({NVML_MISSING}); training goes on without it"] * 2
+
+
 def test_no_rank_with_anything_to_measure_measures_nothing_as_one_process_would(tmp_path):
     def absent(rank: int, gpu: SimulatedGPU | None) -> None:
         if gpu is not None:
             gpu.absent = True  # type: ignore[attr-defined]
 
     runs, colls, _ = two_ranks(tmp_path, absent)
-    assert colls[0].issued == colls[1].issued == ["any", "all_gather"]  # the start's question only
+    assert colls[0].issued == colls[1].issued == ["all_gather"]  # the start's question only
     assert [run.measuring for run in runs] == [False, False] and runs[0].summary is None
 
 

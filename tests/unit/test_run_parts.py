@@ -107,3 +107,21 @@ def test_tuning_reports_the_limit_it_chose_through_the_power_part(tmp_path: Path
     assert run.power.tuned_limit_w in (100.0, 200.0, 300.0)
     assert run.power.tuned_limit_w == run.applied_limit_w
     run.finish()
+
+
+def test_a_checkpoint_saved_after_the_run_ended_carries_the_runs_energy(tmp_path: Path) -> None:
+    """`trainer.save_checkpoint()` after fit: the state holds what the run measured, not 0 J."""
+    run, gpus = make_run(tmp_path)
+    run.start()
+    for _ in range(5):
+        run.step_begin()
+        emulate_step(gpus, lambda: None)
+        run.step_end()
+    summary = run.finish()
+    assert summary is not None and summary.energy_j > 0
+    state = run.state_dict()
+    assert (state["energy_j"], state["time_s"], state["steps"]) == (summary.energy_j, summary.time_s, 5)
+    resumed, _ = make_run(tmp_path / "resumed")
+    resumed.load_state_dict(state)
+    resumed.start()
+    assert resumed.finish().energy_j >= summary.energy_j  # type: ignore[union-attr]

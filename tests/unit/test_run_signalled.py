@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import wattwise.run.run
+import wattwise.run.agreement
 from tests.support.clock import VirtualClock
 from tests.support.two_processes import TUNE, TwoProcesses
 from wattwise.config import load_config
@@ -30,10 +30,6 @@ class Silent(TwoProcesses):
         super().__init__()
         self.rank = rank
         self.closed = False
-
-    def any(self, flag: bool) -> bool:
-        assert not self.closed, "a collective after the signal"
-        return super().any(flag)
 
     def all_gather(self, obj: object) -> list[object]:
         assert not self.closed, "a collective after the signal"
@@ -125,7 +121,7 @@ def test_ranks_that_raised_end_apart_with_a_summary_and_their_gpus_restored(tmp_
 
 
 def test_a_rank_that_left_nothing_is_named_and_its_energy_is_missing(tmp_path, monkeypatch):
-    monkeypatch.setattr(wattwise.run.run, "SIGNALLED_WAIT_S", 0.0)
+    monkeypatch.setattr(wattwise.run.agreement, "SIGNALLED_WAIT_S", 0.0)
     main, _ = signalled_rank(tmp_path, 0, monkeypatch)
     (tmp_path / "run" / "interrupted-rank1.json").write_text("{not json")  # not one of ours
     with pytest.warns(wattwise.run.EnergyPluginWarning, match="tuning did not finish"):
@@ -134,7 +130,8 @@ def test_a_rank_that_left_nothing_is_named_and_its_energy_is_missing(tmp_path, m
     assert list(raw["energy_per_device_j"]) == ["rank0/gpu0"]
     assert "SIGTERM reached rank 0: each restored its GPU settings and ended on its own; the figures are theirs " \
            "up to then" in raw["notes"]
-    assert "rank 1 left no figures within 0 s of the main process's end: their energy is missing" in raw["notes"]
+    assert "rank 1: its interrupted-rank1.json is not one wattwise wrote (not JSON (Expecting property name " \
+           "enclosed in double quotes: line 1 column 2 (char 1))): its energy is missing" in raw["notes"]
 
 
 def test_figures_an_earlier_run_left_behind_are_removed_when_the_next_run_starts(tmp_path, monkeypatch):

@@ -19,7 +19,8 @@ from wattwise.pipeline.plan import Choice, Frontier, FrontierEntry, check_plan
 from wattwise.pipeline.problem import PlanningProblem
 from wattwise.pipeline.profiles import parse_profile
 from wattwise.pipeline.schedule import Step, one_f_one_b
-from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from wattwise.power_limit import profile_limits_w, select_power_limit
+from wattwise.record.summary import ProfileEntry
 from wattwise.recurring.trace import load_trace
 
 PROFILE = """stage,instruction,frequency,time,energy

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from wattwise.carbon.integrate import DeviceTrace
-from wattwise.power_limit import ProfileEntry
 from wattwise.record.files import PowerRow, write_run_dir
 from wattwise.record.summary import (
     EpochEnergy,
     PowerLimitSummary,
+    ProfileEntry,
     RunSettings,
     RunSummary,
     SettingEvent,

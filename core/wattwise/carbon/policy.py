@@ -20,7 +20,8 @@ from typing import Literal
 
 from wattwise.carbon.series import Series
 from wattwise.errors import UsageError
-from wattwise.power_limit import ProfileEntry, select_power_limit
+from wattwise.power_limit import select_power_limit
+from wattwise.record.summary import ProfileEntry
 
 Mode = Literal["time", "energy"]
 

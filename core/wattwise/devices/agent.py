@@ -25,13 +25,10 @@ import urllib.parse
 import uuid as uuidlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
-from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange
+from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange, Simulation
 from wattwise.devices.registry import Wanted
-
-if TYPE_CHECKING:
-    from wattwise.devices.simulated import SimulatedGPU
 
 #: Where the agent listens unless told otherwise, and the variable that tells clients where it is.
 DEFAULT_SOCKET = "/run/wattwise/agent.sock"
@@ -397,7 +394,7 @@ class AgentGPU(Device):
         self.job = "".join(c if c.isprintable() else "?" for c in job)[:MAX_JOB_CHARS]
 
     @property
-    def simulation(self) -> SimulatedGPU | None:
+    def simulation(self) -> Simulation | None:
         """The local simulated GPU, which shares the agent's settings; None for a real GPU."""
         return self.local.simulation
 

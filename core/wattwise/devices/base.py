@@ -9,12 +9,36 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wattwise.errors import Unavailable
 
 if TYPE_CHECKING:
-    from wattwise.devices.simulated import SimulatedGPU
+    import contextlib
+    import os
+    from collections.abc import Callable
+
+
+class Simulation(Protocol):
+    """What emulated work and the monitor use of a simulated GPU (`wattwise.devices.simulated.SimulatedGPU`).
+
+    A protocol, so that this interface does not import the simulator that implements it.
+    """
+
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+
+    def step_time_s(self, base_time_s: float | None = None) -> float:
+        """How long a training step lasts at the GPU's current settings."""
+        ...
+
+    def busy(self) -> contextlib.AbstractContextManager[None]:
+        """The GPU is busy (draws its busy power) while the context is open."""
+        ...
+
+    def count_load(self, path: str | os.PathLike[str]) -> None:
+        """Count the load other processes publish in `path` (the node agent's view of a shared GPU)."""
+        ...
 
 
 class DeviceError(Unavailable):
@@ -171,7 +195,7 @@ class Device(abc.ABC):
         return None
 
     @property
-    def simulation(self) -> SimulatedGPU | None:
+    def simulation(self) -> Simulation | None:
         """The simulated GPU behind this device, which emulated work drives (`wattwise.tools.workload`).
 
         None for hardware, where real work draws the power.

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from wattwise.errors import UsageError
-from wattwise.power_limit import ProfileEntry, select_power_limit
+from wattwise.power_limit import select_power_limit
+from wattwise.record.summary import ProfileEntry
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.policy import WATTWISE_POLICY, PolicyConfig
 from wattwise.recurring.spec import JobSpec, Phase

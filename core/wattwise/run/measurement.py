@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,8 +36,10 @@ from typing import Any, TypeVar
 from wattwise.config import EnergyConfig
 from wattwise.devices import Device, discover
 from wattwise.distributed import Collective
+from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor, Measurement, cuda_sync
 from wattwise.record.summary import EpochEnergy, NonTrainingTime
+from wattwise.run.agreement import FIGURES_LEFT, Agreement, Failure, RankEnd, agree, combine_telling
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,8 +51,6 @@ TRAINING_WINDOWS = (STEPS, PROFILE)
 WINDOWS = (FIT, EPOCH, STEPS, PROFILE, PAUSE)
 #: What becomes of a process's figures once it lost its measurement (after the rank and why).
 LOST = "; its energy is left out of the run's figures, and the other processes go on measuring"
-#: Where a process of several that ends apart leaves its figures in the output folder (`Run.finish_alone`).
-FIGURES_LEFT = "interrupted-rank{rank}.json"
 #: Why a process has nothing to measure (no device found).
 NOTHING_TO_MEASURE = "nothing to measure (no GPU, and the CPU package's energy counter is not readable)"
 
@@ -202,29 +201,35 @@ class RunMeasurement:
 
     # -- life cycle ------------------------------------------------------------------------------------
     def open(self) -> bool:
-        """Find the devices, open the monitor and the fit window. False: nothing to measure here."""
+        """Find the devices, open the monitor and the fit window. False: nothing to measure here.
+
+        A process of several whose devices cannot be opened (a backend named in the configuration that is
+        unavailable on its node, say) does not raise alone: the processes agree, and it goes on measuring
+        nothing while the others measure (`lost` says why). When no process has anything to measure, each
+        raises what it met (or returns False when it found nothing).
+        """
         cfg, coll = self.cfg, self.collective
+        failed: Exception | None = None
         if self._given_devices is not None:
             self.gpus = self._given_devices
         else:
-            indices = cfg.devices.gpus
-            if indices is None and coll.world_size > 1:
-                local = self._local_rank
-                if local is None:
-                    local = int(os.environ.get("LOCAL_RANK", coll.rank))
-                indices = [local]
-            sim = cfg.devices.simulated
-            found = discover(cfg.devices.backend, gpu_indices=indices, include_cpu=cfg.devices.cpu,
-                             num_simulated=sim.num_gpus, power_model=sim.power_model,
-                             base_step_time_s=sim.base_step_time_s, persist_dir=sim.state_dir)
-            self.gpus, self.cpus, self.notes = found.gpus, found.cpus, list(found.notes)
-            if (found.simulated or not found.gpus) and found.notes and coll.rank == 0:
-                log.warning("wattwise: %s", found.notes[-1])
-        if coll.world_size > 1 and coll.any(not self.devices):  # the processes decide together
-            reasons = coll.all_gather(None if self.devices else NOTHING_TO_MEASURE)
-            if all(r is not None for r in reasons):
+            try:
+                self._discover()
+            except UsageError:
+                raise
+            except Exception as err:
+                if coll.world_size == 1 or cfg.strict:
+                    raise
+                failed = err
+        if coll.world_size > 1:  # the processes decide together
+            reason = None if self.devices else NOTHING_TO_MEASURE if failed is None else \
+                f"opening its devices failed ({failed})"
+            agreement = agree(coll, reason)
+            if agreement.everyone:
+                if failed is not None:
+                    raise failed
                 return False
-            self._tell_lost(reasons, "; the figures are the other processes'")
+            self._tell_lost(agreement, "; the figures are the other processes'")
         elif not self.devices:
             return False
         if self.devices:
@@ -239,12 +244,29 @@ class RunMeasurement:
                                          sample_power=cfg.monitor.sample_power,
                                          sample_interval_s=cfg.monitor.sample_interval_s)
         else:  # one of several with nothing to measure: it keeps in step with the others (module docstring)
-            self.lost = NOTHING_TO_MEASURE
+            self.lost = NOTHING_TO_MEASURE if failed is None else f"opening its devices failed ({failed})"
             self.monitor = self._unmeasured_monitor()
         self.active = True
         self._read(lambda mon: mon.begin_window(FIT))
         self._read(lambda mon: mon.begin_window(STEPS, sync=False))
         return True
+
+    def _discover(self) -> None:
+        """This process's devices, as the configuration says (its own GPU when several share a node)."""
+        cfg, coll = self.cfg, self.collective
+        indices = cfg.devices.gpus
+        if indices is None and coll.world_size > 1:
+            local = self._local_rank
+            if local is None:
+                local = int(os.environ.get("LOCAL_RANK", coll.rank))
+            indices = [local]
+        sim = cfg.devices.simulated
+        found = discover(cfg.devices.backend, gpu_indices=indices, include_cpu=cfg.devices.cpu,
+                         num_simulated=sim.num_gpus, power_model=sim.power_model,
+                         base_step_time_s=sim.base_step_time_s, persist_dir=sim.state_dir)
+        self.gpus, self.cpus, self.notes = found.gpus, found.cpus, list(found.notes)
+        if (found.simulated or not found.gpus) and found.notes and coll.rank == 0:
+            log.warning("wattwise: %s", found.notes[-1])
 
     def stop(self) -> None:
         """Measurement failed: measure nothing more. `close` still closes the monitor."""
@@ -281,14 +303,13 @@ class RunMeasurement:
                 log.debug("wattwise: closing the failed monitor", exc_info=True)
             return call(self.monitor)
 
-    def _tell_lost(self, reasons: Sequence[str | None], consequence: str) -> None:
-        """Every process learnt which ranks lost their measurement (`reasons`, in rank order): one note."""
-        ranks = [rank for rank, reason in enumerate(reasons) if reason is not None]
-        if not ranks:
+    def _tell_lost(self, agreement: Agreement, consequence: str) -> None:
+        """Every process learnt which ranks lost their measurement (`agreement`): one note."""
+        if not agreement.failed:
             return
-        message = "; ".join(f"rank {rank}: {reasons[rank]}" for rank in ranks) + consequence
+        message = agreement.note() + consequence
         if self._on_lost is not None:
-            message = self._on_lost(ranks, message)
+            message = self._on_lost(agreement.ranks, message)
         self.notes.append(message)
 
     def is_open(self, name: str) -> bool:
@@ -317,17 +338,15 @@ class RunMeasurement:
     def combine(self, ms: Sequence[Measurement]) -> list[tuple[float, float]]:
         """(time maxed, energy summed) over processes of each of this process's measurements `ms`.
 
-        A process that lost its measurement since the last exchange sends NaN energy: every process sees
-        it in the sum, learns which ranks lost what (one gather) and exchanges the figures again, the lost
-        process's energy as 0. Otherwise this is one all-reduce.
+        One all-reduce; a process that lost its measurement since the last exchange is counted in it, and
+        then every process learns which ranks lost what (`wattwise.run.agreement.combine_telling`).
         """
         figures = [(m.time_s, m.total_energy_j) for m in ms]
         untold = self._untold
-        combined = self.collective.combine([(t, math.nan) for t, _ in figures] if untold is not None else figures)
-        if self.collective.world_size > 1 and any(math.isnan(e) for _, e in combined):
+        if self.collective.world_size > 1:
             self._untold = None
-            self._tell_lost(self.collective.all_gather(untold), LOST)
-            combined = self.collective.combine(figures)
+        combined, lost = combine_telling(self.collective, figures, untold)
+        self._tell_lost(lost, LOST)
         return combined
 
     # -- steps -----------------------------------------------------------------------------------------
@@ -452,14 +471,15 @@ class RunMeasurement:
         return fit
 
     # -- the run's figures -----------------------------------------------------------------------------
-    def end_figures(self, per_rank: Sequence[Mapping[str, Any]]) -> RunFigures:
+    def end_figures(self, per_rank: Sequence[RankEnd]) -> RunFigures:
         """The run's figures from every process's `rank_figures`, exchanged at the end.
 
         `Run.finish` gathers them with what else the end exchanges; a loss of measurement on another process
         is said here.
         """
         self._untold = None
-        self._tell_lost([r["lost"] for r in per_rank], LOST)
+        self._tell_lost(Agreement(tuple(Failure(r["rank"], r["lost"]) for r in per_rank if r["lost"] is not None),
+                                  processes=len(per_rank)), LOST)
         return self.figures(per_rank)
 
     def rank_figures(self, fit: Measurement) -> dict[str, Any]:

@@ -32,14 +32,13 @@ with one warning, unless `strict`.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
 import socket
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -57,10 +56,10 @@ from wattwise.record.summary import (
     iso_utc,
     never_applied,
 )
+from wattwise.run.agreement import RankEnd, agree, collect_rank_ends, leave_rank_end
 from wattwise.run.carbon import CarbonControl
-from wattwise.run.measurement import EPOCH, FIGURES_LEFT, PROFILE, RunFigures, RunMeasurement, StepRecord
+from wattwise.run.measurement import EPOCH, PROFILE, RunFigures, RunMeasurement, StepRecord
 from wattwise.run.power import PowerLimitControl
-from wattwise.safe_files import replace_file
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 
@@ -72,8 +71,6 @@ __all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Run", "StepRecor
 #: Step figures are combined over processes and logged every this many optimizer steps, unless the
 #: configuration (or the framework's own cadence, in the adapter) says otherwise.
 DEFAULT_LOG_EVERY_N_STEPS = 50
-#: How long the main process of several that end apart waits for the others' figures (`Run.finish_alone`).
-SIGNALLED_WAIT_S = 3.0
 #: What a note adds when a failure in some processes makes every process only measure from then on.
 DEGRADED = "; every process continues with measurement only, so that the processes stay in step"
 
@@ -320,13 +317,13 @@ class Run:
             failed = self.measurement.lost
         if failed is None and at_start and power.mode == "measure" and not power.gpus:
             failed = "no GPU whose power limit it could change was found"
-        if not coll.any(failed is not None):
+        agreement = agree(coll, failed)
+        if not agreement.failed:
             return
-        reasons = coll.all_gather(failed)
         # A rank whose lost measurement every process was told of has its note already (saying this too).
-        untold = [rank for rank, reason in enumerate(reasons) if reason is not None and rank not in self._told_lost]
+        untold = agreement.note(leaving_out=sorted(self._told_lost))
         if untold:
-            message = "; ".join(f"rank {rank}: {reasons[rank]}" for rank in untold) + DEGRADED
+            message = untold + DEGRADED
             if message not in self._noticed:  # the summary says which rank failed, and why
                 self._noticed.append(message)
             if self.is_main:
@@ -570,8 +567,8 @@ class Run:
 
         For a run that ends apart: a signal (SIGTERM, a preemption), or an exception in some processes. Each
         process restores its settings and leaves its figures in the output folder
-        (`interrupted-rank<N>.json`); the main one waits up to `SIGNALLED_WAIT_S` for the others', writes
-        summary.json with a note naming how each rank ended and the ranks that left nothing, and removes
+        (`interrupted-rank<N>.json`); the main one waits up to `agreement.SIGNALLED_WAIT_S` for the others',
+        writes summary.json with a note naming how each rank ended and the ranks that left nothing, and removes
         the files. A single process finishes as `finish` does.
 
         Args:
@@ -606,70 +603,58 @@ class Run:
             ended, status = f"{signal.Signals(guard.signalled).name} reached {{ranks}}", "interrupted"
         else:
             ended = "{ranks} raised " + type(exc).__name__ if exc is not None else "{ranks} ended"
-        rank, size, out = self.collective.rank, self.collective.world_size, Path(self.cfg.output_dir)
-        mine = {**self._rank_end(fit), "ended": ended}
+        size, out = self.collective.world_size, Path(self.cfg.output_dir)
+        mine = self._rank_end(fit, ended=ended)
         if not self.is_main:
-            replace_file(out / FIGURES_LEFT.format(rank=rank), lambda fh: json.dump(mine, fh))
+            leave_rank_end(out, mine)
             return None
-        per_rank = {0: mine, **self._figures_left(out, size)}
+        left = collect_rank_ends(out, size)
+        per_rank: dict[int, RankEnd] = {0: mine, **left.found}
         ranks = sorted(per_rank)
         by_end: dict[str, list[int]] = {}
         for r in ranks:
-            by_end.setdefault(str(per_rank[r].get("ended", "{ranks} ended")), []).append(r)
+            by_end.setdefault(per_rank[r]["ended"] or "{ranks} ended", []).append(r)
         self._noticed.append("; ".join(how.replace("{ranks}", ", ".join(f"rank {r}" for r in rs))
                                        for how, rs in by_end.items())
                              + ": each restored its GPU settings and ended on its own; the figures are theirs up "
                                "to then")
-        missing = [r for r in range(size) if r not in per_rank]
+        for r, why in sorted(left.refused.items()):
+            self._noticed.append(f"rank {r}: {why}: its energy is missing")
+        missing = [r for r in range(size) if r not in per_rank and r not in left.refused]
         if missing:
             self._noticed.append(f"{', '.join(f'rank {r}' for r in missing)} left no figures within "
-                                 f"{SIGNALLED_WAIT_S:g} s of the main process's end: their energy is missing")
+                                 f"{left.waited_s:g} s of the main process's end: their energy is missing")
         at_hand = [per_rank[r] for r in ranks]
         figures = m.figures(at_hand)
         self.record = self._record(figures, status, self._timeline_and_lifted(at_hand))
         write_run_dir(self.cfg.output_dir, self.record, power_rows(figures.samples))
         return self.record
 
-    def _rank_end(self, fit: Measurement) -> dict[str, Any]:
-        """What this process hands over at the end, JSON-serialisable.
+    def _rank_end(self, fit: Measurement, *, ended: str | None = None) -> RankEnd:
+        """What this process hands over at the end (`wattwise.run.agreement.RankEnd`).
 
         Its figures (`rank_figures`), its settings timeline, and the limits someone else lifted on its GPUs;
-        exchanged by `finish`, or left in a file by `finish_alone`.
+        exchanged by `finish`, or left in a file by `finish_alone` (with how it `ended`).
         """
         assert self.measurement is not None
-        return {**self.measurement.rank_figures(fit), "rank": self.collective.rank,
-                "timeline": [[e.timestamp_s, e.device, e.setting, e.value] for e in self.power.timeline],
-                "lifted": list(self.power.lifted_notes)}
+        share = self.measurement.rank_figures(fit)
+        return RankEnd(energy=share["energy"], cpu=share["cpu"], time_s=share["time_s"], devices=share["devices"],
+                       paused=share["paused"], samples=share["samples"], lost=share["lost"],
+                       rank=self.collective.rank,
+                       timeline=[[e.timestamp_s, e.device, e.setting, e.value] for e in self.power.timeline],
+                       lifted=list(self.power.lifted_notes), ended=ended)
 
-    def _timeline_and_lifted(self, per_rank: Sequence[Mapping[str, Any]]) -> list[SettingEvent]:
+    def _timeline_and_lifted(self, per_rank: Sequence[RankEnd]) -> list[SettingEvent]:
         """Every process's settings timeline, from their `_rank_end`.
 
         The limits lifted on other processes' GPUs become notices of this one (its own are among its notices
         already).
         """
         for r in per_rank:
-            if r.get("rank") != self.collective.rank:
-                for message in r.get("lifted", ()):
-                    self._notice(f"rank {r.get('rank')}: {message}")
+            if r["rank"] != self.collective.rank:
+                for message in r["lifted"]:
+                    self._notice(f"rank {r['rank']}: {message}")
         return [SettingEvent(*e) for r in per_rank for e in r["timeline"]]
-
-    @staticmethod
-    def _figures_left(out: Path, size: int) -> dict[int, dict[str, Any]]:
-        """The figures the other processes left in `out` within `SIGNALLED_WAIT_S`, by rank (files removed)."""
-        found: dict[int, dict[str, Any]] = {}
-        deadline = time.monotonic() + SIGNALLED_WAIT_S
-        while True:
-            for other in range(1, size):
-                path = out / FIGURES_LEFT.format(rank=other)
-                if other not in found and path.is_file():
-                    try:
-                        found[other] = json.loads(path.read_text(encoding="utf-8"))
-                    except (OSError, ValueError):  # not one of ours: its rank counts as missing
-                        continue
-                    path.unlink(missing_ok=True)
-            if len(found) == size - 1 or time.monotonic() >= deadline:
-                return found
-            time.sleep(0.05)
 
     def _record(self, figures: RunFigures, status: str, timeline: Sequence[SettingEvent]) -> RunSummary:
         m = self.measurement
@@ -715,6 +700,8 @@ class Run:
         """Resumable state. Called on every process at the same point (it combines figures over them)."""
         measured = (self.measurement.state_dict() if self.measurement is not None
                     else {"energy_j": 0.0, "time_s": 0.0, "steps": 0, "epochs": []})
+        if self.record is not None:  # saved after the run ended (`trainer.save_checkpoint` after fit): its totals
+            measured.update(energy_j=self.record.energy_j, time_s=self.record.time_s)
         return {"version": 1, **measured, **self.power.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

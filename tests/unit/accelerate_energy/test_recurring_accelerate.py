@@ -19,7 +19,7 @@ from tests.support.recurring_jobs import MAX_EPOCHS, stored
 from tests.support.tuned_gpu import clocked_gpu, tuned_choice
 from wattwise.devices import SimulatedGPU
 from wattwise.errors import EnergyPluginWarning, UsageError
-from wattwise.recurring import open_store
+from wattwise.store import open_store
 from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 #: 192 samples: 12 optimizer steps an epoch at batch size 16, 24 at 8; tuning takes the first 16 steps.

@@ -24,9 +24,9 @@ from torch.utils.data import DataLoader
 import wattwise.run.measurement
 from lightning_energy import EnergyCallback
 from wattwise.devices import PowerModel, SimulatedGPU
-from wattwise.power_limit import ProfileEntry, profile_limits_w, select_power_limit
+from wattwise.power_limit import profile_limits_w, select_power_limit
 from wattwise.record.files import read_run_dir
-from wattwise.record.summary import format_summary
+from wattwise.record.summary import ProfileEntry, format_summary
 from wattwise.run import EnergyPluginWarning
 
 BASE_S = 0.01

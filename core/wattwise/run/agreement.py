@@ -1,0 +1,281 @@
+"""How the processes of one run agree on what they do, and what each hands over when the run ends.
+
+Processes of one run must issue the same collectives, so a decision that changes what a process does
+(degrade to measurement only, skip tuning, measure nothing) is taken by every process together, here:
+
+- `agree`: at a decision point every process says whether it failed and why (`None`: it did not); one
+  collective, and every process learns the same `Agreement` (which ranks failed, and why), as Lightning's
+  `reduce_boolean_decision` agrees a decision and this adds its reason.
+- `combine_telling`: figures combined over processes (time maxed, energy summed) in the one all-reduce a
+  logging or decision point makes anyway, with one more slot that counts the processes that lost their
+  measurement since the last exchange; only when it is not zero do the processes `agree` on who and why.
+- `RankEnd`: what each process hands over at the end of the run: its figures, its settings timeline, the
+  limits someone else lifted on its GPUs, and, when the processes end apart, how it ended. Exchanged in one
+  collective by `Run.finish`; left in a file by a process that ends apart (`leave_rank_end`) and read back
+  by the main one (`collect_rank_ends`) with the trust and validation of every file wattwise reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
+
+from wattwise.distributed import Collective
+from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
+
+__all__ = [
+    "FIGURES_LEFT",
+    "SIGNALLED_WAIT_S",
+    "Agreement",
+    "Failure",
+    "LeftBehind",
+    "RankEnd",
+    "agree",
+    "collect_rank_ends",
+    "combine_telling",
+    "leave_rank_end",
+    "parse_rank_end",
+]
+
+#: Where a process of several that ends apart leaves its `RankEnd` in the output folder.
+FIGURES_LEFT = "interrupted-rank{rank}.json"
+#: How long the main process of several that end apart waits for the others' `RankEnd` files.
+SIGNALLED_WAIT_S = 3.0
+#: A `RankEnd` file is a few kilobytes, its power samples included; anything far larger is not one.
+MAX_RANK_END_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One process that failed at a decision point, and why (one line)."""
+
+    rank: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """What every process learnt at one decision point: the processes that failed, in rank order."""
+
+    failures: tuple[Failure, ...] = ()
+    #: How many processes agreed.
+    processes: int = 1
+
+    @property
+    def failed(self) -> bool:
+        """Whether any process failed (then every process acts on it together)."""
+        return bool(self.failures)
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks that failed."""
+        return [f.rank for f in self.failures]
+
+    @property
+    def everyone(self) -> bool:
+        """Whether every process failed."""
+        return len(self.failures) == self.processes
+
+    def note(self, *, leaving_out: Sequence[int] = ()) -> str:
+        """`rank R: why` for each process that failed, but those `leaving_out` (already said); "" for none."""
+        return "; ".join(f"rank {f.rank}: {f.reason}" for f in self.failures if f.rank not in leaving_out)
+
+
+def agree(collective: Collective, reason: str | None) -> Agreement:
+    """A decision point: every process says why it failed (None: it did not); all learn the same, in one collective.
+
+    Called by every process of the run at the same point. A single process needs no collective.
+
+    Args:
+        collective: The run's processes.
+        reason: Why this process failed, in one line; None when it did not.
+
+    Returns:
+        The processes that failed, and why, the same on every process.
+    """
+    if collective.world_size == 1:
+        reasons: list[Any] = [reason]
+    else:
+        reasons = collective.all_gather(reason)
+    failures = tuple(Failure(rank, str(why)) for rank, why in enumerate(reasons) if why is not None)
+    return Agreement(failures, processes=len(reasons))
+
+
+def combine_telling(collective: Collective, figures: Sequence[tuple[float, float]],
+                    lost: str | None) -> tuple[list[tuple[float, float]], Agreement]:
+    """Figures combined over processes, and which processes lost their measurement since the last exchange.
+
+    One all-reduce holds the figures (time maxed, energy summed) and a count of the processes that lost their
+    measurement (`lost` not None here); only when that count is not zero do the processes `agree` on who and
+    why (a second collective, once per loss). A process that lost its measurement sends its time and no
+    energy.
+
+    Args:
+        collective: The run's processes.
+        figures: This process's `(time_s, energy_j)` of each window.
+        lost: Why this process lost its measurement since the last exchange; None when it did not.
+
+    Returns:
+        The combined `(time_s, energy_j)` of each window, and the processes that lost their measurement.
+    """
+    if collective.world_size == 1:
+        return list(collective.combine(figures)), Agreement(processes=1)
+    combined = collective.combine([*figures, (0.0, 0.0 if lost is None else 1.0)])
+    *windows, (_, losses) = combined
+    if not math.isfinite(losses) or losses < 0.5:
+        return windows, Agreement(processes=collective.world_size)
+    return windows, agree(collective, lost)
+
+
+class RankEnd(TypedDict):
+    """What one process hands over at the end of the run (JSON-serialisable; see the module docstring)."""
+
+    #: Joules by device label (`rank0/gpu0`); empty when the process lost its measurement.
+    energy: dict[str, float]
+    #: Its CPU packages' joules, None without one.
+    cpu: float | None
+    time_s: float
+    #: Each GPU as `Device.describe()` reports it, plus its `rank`.
+    devices: list[dict[str, Any]]
+    #: Its paused figures by kind: `[time_s, energy_j, count]`.
+    paused: dict[str, list[float]]
+    #: Power samples: `[unix time, {device label: watts}]`.
+    samples: list[tuple[float, dict[str, float]]]
+    #: Why it lost its measurement since the last exchange, None when it did not.
+    lost: str | None
+    rank: int
+    #: Its settings timeline: `[timestamp_s, device, setting, value]`.
+    timeline: list[list[Any]]
+    #: The limits someone else lifted on its GPUs, one note each.
+    lifted: list[str]
+    #: How it ended, with `{ranks}` for the ranks that ended so, when the processes ended apart; else None.
+    ended: str | None
+
+
+def _number(raw: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
+    value = raw.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{key} must be a finite number (got {value!r})")
+    return float(value)
+
+
+def _text(raw: Mapping[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} must be text or null (got {type(value).__name__})")
+    return value
+
+
+def _joules(value: Any, key: str) -> dict[str, float]:
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+            for k, v in value.items()):
+        raise ValueError(f"{key} must map device labels to finite numbers")
+    return {k: float(v) for k, v in value.items()}
+
+
+def parse_rank_end(raw: Any, *, rank: int) -> RankEnd:
+    """A `RankEnd` read back from a file, every field checked; the file must be rank `rank`'s.
+
+    Raises:
+        ValueError: A field is missing or of the wrong type, or the record is another rank's (names it).
+    """
+    if not isinstance(raw, Mapping):
+        raise ValueError("must hold a JSON object")
+    if raw.get("rank") != rank or isinstance(raw.get("rank"), bool):
+        raise ValueError(f"rank must be {rank} (got {raw.get('rank')!r})")
+    paused = raw.get("paused", {})
+    if not isinstance(paused, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, (list, tuple)) and len(v) == 3
+            and all(not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in v)
+            for k, v in paused.items()):
+        raise ValueError("paused must map kinds to [time_s, energy_j, count]")
+    samples = raw.get("samples", [])
+    if not isinstance(samples, list) or not all(
+            isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], (int, float)) for s in samples):
+        raise ValueError("samples must be a list of [unix time, {device: watts}]")
+    devices, timeline, lifted = raw.get("devices", []), raw.get("timeline", []), raw.get("lifted", [])
+    if not isinstance(devices, list) or not all(isinstance(d, Mapping) for d in devices):
+        raise ValueError("devices must be a list of objects")
+    if not isinstance(timeline, list) or not all(
+            isinstance(e, (list, tuple)) and len(e) == 4 and isinstance(e[0], (int, float)) and isinstance(e[1], str)
+            and isinstance(e[2], str) and (e[3] is None or isinstance(e[3], (bool, int, float, str)))
+            for e in timeline):
+        raise ValueError("timeline must be a list of [timestamp_s, device, setting, value]")
+    if not isinstance(lifted, list) or not all(isinstance(n, str) for n in lifted):
+        raise ValueError("lifted must be a list of text")
+    time_s = _number(raw, "time_s")
+    assert time_s is not None
+    return RankEnd(
+        energy=_joules(raw.get("energy", {}), "energy"),
+        cpu=_number(raw, "cpu", optional=True),
+        time_s=time_s,
+        devices=[dict(d) for d in devices],
+        paused={k: [float(x) for x in v] for k, v in paused.items()},
+        samples=[(float(s[0]), _joules(s[1], "samples")) for s in samples],
+        lost=_text(raw, "lost"),
+        rank=rank,
+        timeline=[list(e) for e in timeline],
+        lifted=list(lifted),
+        ended=_text(raw, "ended"),
+    )
+
+
+def leave_rank_end(out: Path, record: RankEnd) -> None:
+    """A process that ends apart leaves its `RankEnd` in the output folder, for the main one to read."""
+    replace_file(out / FIGURES_LEFT.format(rank=record["rank"]), lambda fh: json.dump(record, fh))
+
+
+@dataclass(frozen=True)
+class LeftBehind:
+    """What the other processes of a run that ended apart left for the main one (`collect_rank_ends`)."""
+
+    #: The records found, by rank.
+    found: dict[int, RankEnd]
+    #: Why a file found could not be read, by rank (its figures are left out).
+    refused: dict[int, str]
+    #: How long the main process waited for them.
+    waited_s: float
+
+
+def collect_rank_ends(out: Path, size: int, *, wait_s: float | None = None) -> LeftBehind:
+    """The `RankEnd`s the other processes left in `out` within `wait_s`, by rank; each file read is removed.
+
+    A file that cannot be trusted (a link, another user's) or does not hold a valid record counts as no
+    record, and says why.
+
+    Args:
+        out: The run's output folder.
+        size: How many processes the run has.
+        wait_s: How long to wait for them (None: `SIGNALLED_WAIT_S`).
+    """
+    wait_s = SIGNALLED_WAIT_S if wait_s is None else wait_s
+    found: dict[int, RankEnd] = {}
+    refused: dict[int, str] = {}
+    deadline = time.monotonic() + wait_s
+    while True:
+        for other in range(1, size):
+            path = out / FIGURES_LEFT.format(rank=other)
+            if other in found or other in refused:
+                continue
+            try:
+                raw = read_trusted_json(path, max_bytes=MAX_RANK_END_BYTES)
+                found[other] = parse_rank_end(raw, rank=other)
+            except FileNotFoundError:  # not yet (it is written whole, under another name, then moved here)
+                continue
+            except UntrustedFile as err:  # left where it is: it is not this run's to remove
+                refused[other] = f"its {path.name} {err}"
+                continue
+            except ValueError as err:
+                refused[other] = f"its {path.name} is not one wattwise wrote ({err})"
+            path.unlink(missing_ok=True)
+        if len(found) + len(refused) == size - 1 or time.monotonic() >= deadline:
+            return LeftBehind(found, refused, wait_s)
+        time.sleep(0.05)
