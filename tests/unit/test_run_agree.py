@@ -227,7 +227,11 @@ def test_a_device_lost_on_one_rank_while_tuning_degrades_every_rank_together(tmp
     assert [run.power.mode for run in runs] == ["measure", "measure"]  # together
     assert len(warned) == 1 and warned[0].startswith("wattwise: rank 1: energy measurement failed")
     summary = runs[0].summary
-    assert summary is not None and summary["power_limit"] is None  # no choice made from rank 0's energy alone
+    assert summary is not None  # no choice made from rank 0's energy alone, and the record says why
+    pl = summary["power_limit"]
+    assert pl["chosen_power_limit_w"] is None and pl["tuning"]["finished"] is False
+    assert pl["tuning"]["reason"].startswith("abandoned: rank 1: energy measurement failed")
+    assert [p["power_limit_w"] for p in pl["profile"]] == [300.0]  # what was profiled before
     # One note on the one cause, as warned: its energy is left out, and every process only measures.
     [degraded] = [n for n in summary["notes"] if n.startswith("rank 1: ")]
     assert degraded.startswith("rank 1: energy measurement failed") and "its energy is left out" in degraded

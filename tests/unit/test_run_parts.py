@@ -13,6 +13,7 @@ from tests.support.clock import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.distributed import Collective
+from wattwise.errors import EnergyPluginWarning
 from wattwise.run import Run
 from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
@@ -125,3 +126,36 @@ def test_a_checkpoint_saved_after_the_run_ended_carries_the_runs_energy(tmp_path
     resumed.load_state_dict(state)
     resumed.start()
     assert resumed.finish().energy_j >= summary.energy_j  # type: ignore[union-attr]
+
+
+def test_tuning_on_an_undriven_simulated_gpu_says_its_reason_once(tmp_path: Path) -> None:
+    run, _ = make_run(tmp_path, "power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
+                      "power_limit.profile_steps=2", "power_limit.step_w=100")
+    with pytest.warns(EnergyPluginWarning) as said:
+        run.start()
+        for _ in range(12):  # no emulated work drives the GPU
+            run.step_begin()
+            run.step_end()
+        run.finish()
+    assert len([w for w in said if issubclass(w.category, EnergyPluginWarning)]) == 1
+    assert run.summary is not None
+    assert [n for n in run.summary["notes"] if "no emulated work drove the simulated GPU" in n] == [
+        "power-limit tuning chose no limit: no emulated work drove the simulated GPU, so it measured its idle power "
+        "at every limit (wattwise.tools.workload.emulate_step drives it; the demo does); the GPU stays at 300 W and "
+        "no saving is reported"]
+
+
+def test_a_run_ended_mid_tuning_gives_one_reason_not_a_limit_never_applied(tmp_path: Path) -> None:
+    run, gpus = make_run(tmp_path, "power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
+                         "power_limit.profile_steps=2", "power_limit.step_w=100")
+    with pytest.warns(EnergyPluginWarning, match="tuning did not finish"):
+        run.start()
+        for _ in range(4):  # the 300 W window ends at step 3; the run ends in the 200 W one
+            run.step_begin()
+            emulate_step(gpus, lambda: None)
+            run.step_end()
+        run.finish("interrupted")
+    assert run.summary is not None
+    pl = run.summary["power_limit"]
+    assert pl["tuning"]["finished"] is False and pl["tuning"]["reason"].startswith("the run ended after 4 ")
+    assert not [n for n in run.summary["notes"] if "never applied" in n]

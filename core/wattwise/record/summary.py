@@ -282,9 +282,12 @@ NEVER_APPLIED = "the run ended as tuning finished, so no step ran at it (give th
 
 
 def never_applied(limit: PowerLimitSummary) -> bool:
-    """Tuning chose a limit in this run, but no optimizer step ran at it (`tuning.steps_at_chosen` 0)."""
+    """Tuning finished and chose a limit in this run, but no optimizer step ran at it (`tuning.steps_at_chosen` 0).
+
+    Tuning that did not finish says so, and why, instead (`tuning.reason`): one reason, said once.
+    """
     return (limit.mode != "cap" and not limit.reused and limit.chosen_power_limit_w is not None
-            and limit.tuning is not None and limit.tuning.steps_at_chosen == 0)
+            and limit.tuning is not None and limit.tuning.finished and limit.tuning.steps_at_chosen == 0)
 
 
 def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | None = None) -> str:

@@ -68,6 +68,10 @@ class PowerLimitControl:
         #: Where a reused limit came from (selector, eta, run and time of the run that chose it).
         self.reused_from: RememberedLimit | None = None
         self.steps_at_chosen = 0
+        #: Why tuning was abandoned (every process degraded to measuring), with what it had profiled; else None.
+        self.abandoned: tuple[str, tuple[ProfileEntry, ...]] | None = None
+        #: Whether tuning gave up because no emulated work drove a simulated GPU (its note says why).
+        self.gave_up_undriven = False
         #: Why a change failed in this process of several, until every process degrades together (the run's
         #: next decision point): meanwhile the settings stay restored and tuning only counts, so that every
         #: process still issues the same collectives.
@@ -355,6 +359,7 @@ class PowerLimitControl:
             # An idle simulated GPU draws its idle power whatever the limit: its figures cannot rank limits.
             top_w = max(self.tuner.limits_w)
             self.tuner.give_up(UNDRIVEN_REASON)
+            self.gave_up_undriven = True
             self._notices.append(f"power-limit tuning chose no limit: {UNDRIVEN_REASON}; the GPU stays at "
                                  f"{top_w:g} W and no saving is reported")
             return
@@ -373,8 +378,14 @@ class PowerLimitControl:
             self.suspended = reason
         self.restore()
 
-    def degrade(self) -> None:
-        """A change failed: restore every setting and only measure from now on."""
+    def degrade(self, reason: str | None = None) -> None:
+        """A change failed: restore every setting and only measure from now on.
+
+        Args:
+            reason: Why, for the summary's `power_limit.tuning.reason` when tuning is abandoned.
+        """
+        if self.mode == "tune" and self.tuner is not None and reason is not None:
+            self.abandoned = (reason, tuple(self.tuner.profile))
         self.mode = "measure"
         self.suspended = None
         self.tuner = None
@@ -396,7 +407,14 @@ class PowerLimitControl:
         if self.mode == "cap":
             return PowerLimitSummary(mode="cap", chosen_power_limit_w=self.applied_limit_w)
         if self.tuner is None:
-            return None
+            if self.abandoned is None:
+                return None
+            reason, profile = self.abandoned  # the record says that tuning was abandoned, and why
+            return PowerLimitSummary(
+                mode="tune", max_slowdown=self.cfg.max_slowdown, selector=self.cfg.selector, eta=self.cfg.eta,
+                chosen_power_limit_w=None, profile=profile,
+                tuning=TuningSummary(finished=False, profiled=tuple(e.power_limit_w for e in profile),
+                                     reason=f"abandoned: {reason}", steps_at_chosen=0))
         t = self.tuner
         top = max(t.profile, key=lambda e: e.power_limit_w) if t.profile else None
         # An idle simulated GPU measures its idle power only: what it "saves" is timing noise, not a saving.

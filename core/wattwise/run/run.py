@@ -289,7 +289,7 @@ class Run:
         self._warn(f"{message} (set strict=True to make this an error)")
         if message not in self._noticed:  # the summary says why no setting was changed
             self._noticed.append(message)
-        self.power.degrade()
+        self.power.degrade(f"{what} failed ({err})")
 
     def _agree(self, *, at_start: bool = False) -> None:
         """A decision point of a run of several processes: a change that failed in one degrades them all.
@@ -328,7 +328,7 @@ class Run:
                 self._noticed.append(message)
             if self.is_main:
                 self._warn(f"{message} (set strict=True to make this an error)")
-        power.degrade()
+        power.degrade(agreement.note() + "; every process continues with measurement only")
 
     def _measurement_lost(self, ranks: list[int], message: str) -> str:
         """Every process learnt that some of them (`ranks`) lost their measurement; `message` names each and why.
@@ -690,6 +690,8 @@ class Run:
         )
 
     def _idle_simulation_note(self) -> tuple[str, ...]:
+        if self.power.gave_up_undriven:  # its note says it already
+            return ()
         if any(g.simulated and not g.driven for g in self.gpus):
             return ("no emulated work drove the simulated GPU: its figures are its idle power only, and no "
                     "saving is reported (wattwise.tools.workload.emulate_step drives it; the demo does)",)

@@ -52,7 +52,9 @@ def test_one_process_that_cannot_change_its_gpu_degrades_every_process_together(
     [note] = [n for n in summary["notes"] if "every process continues with measurement only" in n]
     assert note.startswith("rank 1: ") and FAILED[fault] in note and "rank 0" not in note
     assert_warned_once(fault, note, warned[0], summary)
-    assert summary["power_limit"] is None  # no process tuned to the end: no choice is reported
+    pl = summary["power_limit"]  # no process tuned to the end: no choice, and why tuning was abandoned
+    assert pl["chosen_power_limit_w"] is None and pl["tuning"]["finished"] is False
+    assert pl["tuning"]["reason"].startswith("abandoned: rank 1: ") and FAILED[fault] in pl["tuning"]["reason"]
     for gpu in ("gpu0", "gpu1"):  # every GPU is back at its own limit (the simulated GPU's top, 300 W)
         state = runs.home / fault / "simulated" / f"{gpu}.json"
         assert not state.exists() or json.loads(state.read_text())["power_limit_w"] == 300.0

@@ -114,7 +114,8 @@ def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path
     assert len(ours) == 1 and "measurement only" in str(ours[0].message)
     s = summary(tmp_path)
     assert s["steps"] == TUNING_STEPS and s["energy_j"] > 0
-    assert s["power_limit"] is None
+    pl = s["power_limit"]  # no choice, and why tuning was abandoned
+    assert pl["chosen_power_limit_w"] is None and pl["tuning"]["reason"].startswith("abandoned: ")
     notes = [n for n in s["notes"] if "measurement only" in n]  # the summary says why nothing was tuned
     assert len(notes) == 1 and notes[0] in str(ours[0].message)
 

@@ -117,7 +117,9 @@ def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path
     ours = [w for w in caught if issubclass(w.category, EnergyPluginWarning)]
     assert len(ours) == 1 and "CAP_SYS_ADMIN" in str(ours[0].message)
     assert cb.summary is not None and cb.summary["steps"] == 30 and cb.summary["energy_j"] > 0
-    assert cb.summary["power_limit"] is None
+    pl = cb.summary["power_limit"]  # no choice, and why tuning was abandoned
+    assert pl["chosen_power_limit_w"] is None and pl["tuning"]["reason"].startswith("abandoned: ")
+    assert "CAP_SYS_ADMIN" in pl["tuning"]["reason"]
 
 
 def test_strict_mode_raises_without_permission(tmp_path, virtual_clock):
