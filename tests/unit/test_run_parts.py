@@ -159,3 +159,16 @@ def test_a_run_ended_mid_tuning_gives_one_reason_not_a_limit_never_applied(tmp_p
     pl = run.summary["power_limit"]
     assert pl["tuning"]["finished"] is False and pl["tuning"]["reason"].startswith("the run ended after 4 ")
     assert not [n for n in run.summary["notes"] if "never applied" in n]
+
+
+def test_nothing_to_measure_is_said_once(real_auto_backend: None, bare_machine: None, tmp_path: Path,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    cfg = load_config(overrides=[*QUIET, f"output_dir={tmp_path / 'run'}"])
+    run = Run(cfg)
+    with pytest.warns(EnergyPluginWarning) as said, caplog.at_level("WARNING", logger="wattwise"):
+        run.start()
+        run.finish()
+    told = [str(w.message) for w in said] + [r.getMessage() for r in caplog.records]
+    assert [t for t in told if "nothing to measure" in t] == [
+        "wattwise: nothing to measure on this machine (no GPU, and the CPU package's energy counter is not "
+        "readable): training goes on unmeasured; backend='simulated' tries wattwise on the simulated GPU"]

@@ -265,7 +265,9 @@ class RunMeasurement:
                          num_simulated=sim.num_gpus, power_model=sim.power_model,
                          base_step_time_s=sim.base_step_time_s, persist_dir=sim.state_dir)
         self.gpus, self.cpus, self.notes = found.gpus, found.cpus, list(found.notes)
-        if (found.simulated or not found.gpus) and found.notes and coll.rank == 0:
+        # Why the GPUs are simulated, or why only the CPU is measured; with nothing at all to measure, the run
+        # says so itself (once).
+        if (found.simulated or (not found.gpus and found.cpus)) and found.notes and coll.rank == 0:
             log.warning("wattwise: %s", found.notes[-1])
 
     def stop(self) -> None:
