@@ -131,7 +131,6 @@ def recurring_batch_size(
             handle = _energy_handle(accelerator)
             job_run = RecurringJobRun(spec, store=store, collective=handle.run.collective)
             rec = job_run.begin(handle.run)
-            handle.run.recurring_job = spec.name
             run = RecurringRun(job_run, handle)
             try:
                 result = function(rec.batch_size, run, *args, **kwargs)

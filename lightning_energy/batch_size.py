@@ -96,7 +96,6 @@ class RecurringBatchSizeCallback(Callback):
         run = self._energy.run_for_fit(trainer)
         self._job_run = RecurringJobRun(self.spec, store=self.store, collective=run.collective)
         rec = self._job_run.begin(run)
-        run.recurring_job = self.spec.name
         lightning_setattr(pl_module, self.batch_size_attr, rec.batch_size)
         rank_zero_info(self._job_run.describe())
 

@@ -76,7 +76,8 @@ def test_a_run_that_only_measures_opens_no_guard_and_installs_no_signal_handler(
 def test_steering_a_recurring_run_leaves_the_users_configuration_as_it_was(tmp_path: Path) -> None:
     opener = GuardOpener(tmp_path / "journal")
     run, [gpu] = make_run(tmp_path, "power_limit.eta=0.9", opener=opener)
-    run.steer_recurring(power_limit_w=150.0, batch_size=64, eta=0.3)
+    run.steer_recurring("nightly", power_limit_w=150.0, batch_size=64, eta=0.3)
+    assert run.job_name == "nightly"  # the recurring job names the run to the node agent
     assert (run.cfg.power_limit.mode, run.cfg.power_limit.cap_w, run.cfg.power_limit.eta) == ("measure", None, 0.9)
     run.start()
     assert gpu.power_limit_w() == 150.0 and run.batch_size == 64

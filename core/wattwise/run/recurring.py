@@ -71,7 +71,8 @@ class RecurringJobRun:
         rec = self.collective.broadcast(first)
         assert rec is not None
         self.recommendation, self._open = rec, True
-        run.steer_recurring(power_limit_w=rec.power_limit_w, batch_size=rec.batch_size, eta=self.spec.eta)
+        run.steer_recurring(self.spec.name, power_limit_w=rec.power_limit_w, batch_size=rec.batch_size,
+                            eta=self.spec.eta)
         return rec
 
     def _start(self) -> tuple[BatchSizeOptimizer, Recommendation]:
@@ -145,9 +146,8 @@ class RecurringJobRun:
         if optimizer is None:
             return None
         try:
-            if not failed:  # a run that ends before tuning finished settles on the best limit measured
-                run.power.finish_tuning(run.step_count)
-            chosen = run.power.tuned_limit_w
+            # A run that ends before tuning finished settles on the best limit measured; a failed one does not.
+            chosen = run.tuned_limit_w(settle=not failed)
             energy_j: float | None
             if record is not None:
                 energy_j, time_s = record.energy_j, record.time_s

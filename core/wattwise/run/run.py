@@ -183,7 +183,7 @@ class Run:
         self._noticed: list[str] = []
         #: The ranks whose lost measurement the processes were told of (its note is in the summary).
         self._told_lost: set[int] = set()
-        #: The recurring job this run belongs to, when an adapter runs it as one (names it to the node agent).
+        #: The recurring job this run belongs to, when it runs as one (`steer_recurring`; names it to the agent).
         self.recurring_job: str | None = None
 
     # -- what adapters and users read ------------------------------------------------------------------
@@ -355,10 +355,23 @@ class Run:
         self.power.restore()
 
     # -- life cycle ------------------------------------------------------------------------------------
-    def steer_recurring(self, *, power_limit_w: float | None, batch_size: int, eta: float) -> None:
-        """Before a recurring job's run starts: its batch size, and a cap at its remembered limit or tuning."""
+    def steer_recurring(self, job: str, *, power_limit_w: float | None, batch_size: int, eta: float) -> None:
+        """Before a recurring job's run starts: the job it is a run of, its batch size, and a cap at its
+        remembered limit or tuning.
+        """
         self.power.steer(power_limit_w=power_limit_w, eta=eta)
         self.batch_size = batch_size
+        self.recurring_job = job
+
+    def tuned_limit_w(self, *, settle: bool = True) -> float | None:
+        """The limit tuning chose (or reused) in this run; None when it did not tune or chose none.
+
+        Args:
+            settle: Tuning that is still profiling settles first on the best limit measured (the run ends).
+        """
+        if settle:
+            self.power.finish_tuning(self.step_count)
+        return self.power.tuned_limit_w
 
     def _memory_key(self) -> str | None:
         if not self.cfg.job or not self.gpus:

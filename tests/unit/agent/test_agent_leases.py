@@ -199,7 +199,7 @@ def test_a_run_names_itself_to_the_agent_by_its_job_else_its_recurring_job_else_
     monkeypatch.setattr(sys, "argv", ["/home/ada/train_bert.py", "--lr", "3e-4"])
     run = Run(EnergyConfig())
     assert run.job_name == "train_bert.py"
-    run.recurring_job = "nightly"
+    run.steer_recurring("nightly", power_limit_w=None, batch_size=32, eta=0.5)
     assert run.job_name == "nightly"
     run.cfg.job = "bert"
     assert run.job_name == "bert"
