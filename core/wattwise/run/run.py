@@ -356,9 +356,7 @@ class Run:
 
     # -- life cycle ------------------------------------------------------------------------------------
     def steer_recurring(self, job: str, *, power_limit_w: float | None, batch_size: int, eta: float) -> None:
-        """Before a recurring job's run starts: the job it is a run of, its batch size, and a cap at its
-        remembered limit or tuning.
-        """
+        """Before a recurring job's run starts: the job, its batch size, and its remembered limit or tuning."""
         self.power.steer(power_limit_w=power_limit_w, eta=eta)
         self.batch_size = batch_size
         self.recurring_job = job
