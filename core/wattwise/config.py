@@ -23,6 +23,8 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,7 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from wattwise import bounds
 from wattwise.devices import BACKEND_ENV, backend_choices
-from wattwise.errors import ConfigError
+from wattwise.errors import ConfigError, UsageError
 from wattwise.names import check_job_name
 from wattwise.power_limit import SELECTORS
 from wattwise.safe_files import read_text
@@ -433,10 +435,36 @@ def _load_yaml(path: str | os.PathLike[str]) -> Any:
     return layer
 
 
+#: The package folder holding the configuration files that ship with wattwise (`tune.yaml`, ...).
+INSTALLED_CONFIGS = "configs"
+
+
+def config_names() -> list[str]:
+    """The names of the configuration files installed with wattwise, sorted."""
+    return sorted(p.name for p in Path(str(resources.files("wattwise").joinpath(INSTALLED_CONFIGS))).glob("*.yaml"))
+
+
+def installed_config(name: str) -> Path:
+    """The path of an installed configuration file.
+
+    Args:
+        name: its file name, e.g. "tune.yaml" (".yaml" may be left out).
+
+    Returns:
+        The file's path inside the installed package.
+
+    Raises:
+        UsageError: no configuration of that name ships with wattwise; the message lists those that do.
+    """
+    file = name if name.endswith(".yaml") else f"{name}.yaml"
+    path = Path(str(resources.files("wattwise").joinpath(INSTALLED_CONFIGS))) / file
+    if "/" in name or not path.is_file():
+        raise UsageError(f"no installed configuration named {name!r}; installed: {', '.join(config_names())}")
+    return path
+
+
 def _installed(path: str, name: str) -> str:
     """A bare file name that is no file here names a configuration installed with wattwise (`tune.yaml`)."""
-    from wattwise.tools.example_data import config_names, installed_config
-
     if os.sep not in path and os.path.splitext(path)[1] in ("", ".yaml") and (
             f"{path.removesuffix('.yaml')}.yaml" in config_names()):
         return str(installed_config(path))

@@ -24,17 +24,15 @@ Bad arguments (no device, two devices with one key, a sampling interval that is 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from wattwise.devices.base import Device, DeviceError
 from wattwise.errors import InternalError, UsageError
-from wattwise.record.files import WindowRow, WindowsLog, power_rows, write_power_csv
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -175,9 +173,17 @@ class PowerSampler:
         while not self._stop.wait(self.interval_s):
             self.sample_once()
 
-    def write_csv(self, path: str | os.PathLike[str]) -> None:
-        """Write the samples as a run's `power.csv` (`timestamp,device,power_w`, unix seconds)."""
-        write_power_csv(path, power_rows((s.timestamp, s.power_w) for s in self.samples()))
+
+class WindowSink(Protocol):
+    """Where a monitor's ended windows go as they end (a run's `windows.csv`)."""
+
+    def window_ended(self, m: Measurement) -> None:
+        """One window ended (called under the monitor's lock: one at a time)."""
+        ...
+
+    def close(self) -> None:
+        """The monitor closed: no window follows."""
+        ...
 
 
 @dataclass
@@ -228,7 +234,8 @@ class EnergyMonitor:
         devices: What to measure, each under its own `key`.
         sync: Called before a window begins, ends, pauses or resumes (`cuda_sync`), so that the window
             covers the work launched in it; a call may skip it (`sync=False`) where nothing was launched.
-        log_file: `windows.csv` to append each ended window to (`wattwise.record.files.WindowsLog`).
+        sink: Told of each window that ended, as it ends, and closed with the monitor (the run gives its
+            `windows.csv`, `wattwise.record.files.WindowsLog`; the monitor knows no file format).
         sample_power: Sample every device's power in the background even when each has an energy
             counter (for `power.csv`); devices without a counter, or with one that wraps, are sampled anyway.
         sample_interval_s: The sampling period (s), shortened to half a counter's wrap period.
@@ -245,7 +252,7 @@ class EnergyMonitor:
         devices: Sequence[Device],
         *,
         sync: Callable[[], None] | None = None,
-        log_file: str | os.PathLike[str] | None = None,
+        sink: WindowSink | None = None,
         sample_power: bool = False,
         sample_interval_s: float = 0.1,
         clock: Callable[[], float] | None = None,
@@ -278,7 +285,7 @@ class EnergyMonitor:
             self.sampler = PowerSampler(self.devices, interval, clock=wall_clock)
             self.sampler.start()
         self._log_lock = threading.Lock()
-        self._log = WindowsLog(log_file, keys) if log_file is not None else None
+        self._log = sink
 
     def _read_energy(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -402,8 +409,7 @@ class EnergyMonitor:
         if self._log is None:
             return
         with self._log_lock:
-            self._log.write(WindowRow(m.start_time, m.name, m.time_s, m.total_energy_j, m.energy_j,
-                                      m.approximate, m.simulated))
+            self._log.window_ended(m)
 
     def close(self) -> None:
         """Stop the background sampler, if any, and close the window log."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from wattwise.errors import UsageError
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 
 Selector = Literal["energy", "time", "cost", "slowdown"]
 SELECTORS: tuple[str, ...] = ("energy", "time", "cost", "slowdown")

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, inspect
 
 from tests.support.paths import DATA_DIR
 from tests.support.stores import SHARED_JOB
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit, memory_key
 from wattwise.store.migrations import VERSION_TABLE, head_revision
 from wattwise.store.schema import metadata

@@ -8,7 +8,7 @@ from typing import Any
 
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.power_limit import profile_limits_w, select_power_limit
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 
 #: The simulated GPU's step time at its highest limit, in s.
 BASE_S = 0.01

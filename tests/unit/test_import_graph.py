@@ -108,8 +108,12 @@ def _resolve(name: str, module: SourceModule, modules: dict[str, SourceModule]) 
 Graph = dict[str, set[str]]
 
 
-def import_graph(modules: dict[str, SourceModule]) -> tuple[Graph, Graph]:
-    """(module-level edges, function-level edges): importer -> the repository modules its imports run."""
+def import_graph(modules: dict[str, SourceModule], *, parents: bool = True) -> tuple[Graph, Graph]:
+    """(module-level edges, function-level edges): importer -> the repository modules its imports run.
+
+    With `parents` False, an import reaches the module it names only, not the packages above it whose
+    `__init__` Python runs first: the code a module depends on, as the layer rules read it.
+    """
     eager: Graph = {name: set() for name in modules}
     deferred: Graph = {name: set() for name in modules}
     for module in modules.values():
@@ -117,8 +121,10 @@ def import_graph(modules: dict[str, SourceModule]) -> tuple[Graph, Graph]:
         for node, is_deferred in _imports(tree):
             for dotted in _imported_names(node, module):
                 parts = dotted.split(".")
-                for depth in range(1, len(parts) + 1):
+                for depth in range(1 if parents else len(parts), len(parts) + 1):
                     target = _resolve(".".join(parts[:depth]), module, modules)
+                    if not parents and target is None and depth > 1:  # `from m import name`: m itself
+                        target = _resolve(".".join(parts[:depth - 1]), module, modules)
                     inside = target is not None and (module.name + ".").startswith(target + ".")
                     if target is None or inside or target == module.name:
                         continue
@@ -185,6 +191,13 @@ def repository_graph() -> tuple[Graph, Graph]:
     return import_graph(modules)
 
 
+@pytest.fixture(scope="module")
+def dependency_graph() -> Graph:
+    """What each module's own imports name (package `__init__`s run on the way not counted), all kinds."""
+    modules = find_modules(REPO_ROOT, dict(PACKAGE_ROOTS), ())
+    return _union(*import_graph(modules, parents=False))
+
+
 def _named(cycles: list[list[str]]) -> str:
     return "\n".join(" -> ".join(cycle) for cycle in cycles)
 
@@ -242,10 +255,19 @@ def _reached(graph: Graph, start: str) -> set[str]:
     return seen
 
 
-def test_the_record_imports_no_decision_code(repository_graph: tuple[Graph, Graph]) -> None:
-    graph = _union(*repository_graph)
+def test_the_record_imports_no_decision_code(dependency_graph: Graph) -> None:
+    graph = dependency_graph
     reaching = sorted(f"{name} reaches {target}" for name in graph if name.startswith("wattwise.record")
                       for target in _reached(graph, name) if target.startswith(DECISIONS))
+    assert not reaching, "\n".join(reaching)
+
+
+def test_measurement_writes_through_a_sink_and_imports_no_record(dependency_graph: Graph) -> None:
+    """The monitor and the run's measurement part know no file format: the run gives them `windows.csv`."""
+    graph = dependency_graph
+    measuring = ("wattwise.monitor", "wattwise.run.measurement", "wattwise.run.agreement")
+    reaching = sorted(f"{name} reaches {target}" for name in measuring for target in _reached(graph, name)
+                      if target.startswith("wattwise.record"))
     assert not reaching, "\n".join(reaching)
 
 

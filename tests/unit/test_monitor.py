@@ -18,6 +18,7 @@ from wattwise.devices.base import Device, DeviceError
 from wattwise.devices.simulated import PowerModel, SimulatedGPU
 from wattwise.errors import InternalError, UsageError
 from wattwise.monitor import EnergyMonitor, PowerSampler
+from wattwise.record.files import WindowsLog, power_rows, write_power_csv
 
 IDLE_W = 50.0
 BUSY_W = 240.0
@@ -263,7 +264,7 @@ def test_the_log_has_a_header_and_one_row_per_ended_window(
 ) -> None:
     gpus = [SimulatedGPU(i, HAND, clock=clock, sleep=clock.advance) for i in range(2)]
     log = tmp_path / "logs" / "windows.csv"
-    monitor = EnergyMonitor(gpus, log_file=log, wall_clock=lambda: 1_700_000_000.0)
+    monitor = EnergyMonitor(gpus, sink=WindowsLog(log, [g.key for g in gpus]), wall_clock=lambda: 1_700_000_000.0)
     monitor.begin_window("a")
     busy_for(gpus[0], clock, 1.0)
     monitor.end_window("a")
@@ -294,10 +295,10 @@ def test_the_log_has_a_header_and_one_row_per_ended_window(
 
 def test_a_new_monitor_starts_a_fresh_log(tmp_path: Path, gpu: SimulatedGPU) -> None:
     log = tmp_path / "windows.csv"
-    first = EnergyMonitor([gpu], log_file=log)
+    first = EnergyMonitor([gpu], sink=WindowsLog(log, [gpu.key]))
     first.begin_window("old")
     first.end_window("old")
-    EnergyMonitor([gpu], log_file=log)
+    EnergyMonitor([gpu], sink=WindowsLog(log, [gpu.key]))
     with open(log, newline="") as fh:
         assert len(list(csv.reader(fh))) == 1
 
@@ -310,7 +311,7 @@ def test_a_counter_that_does_not_tick_is_approximated_by_power_times_time(
 ) -> None:
     stuck = FakeDevice(1, power_w=80.0)
     log = tmp_path / "w.csv"
-    monitor = EnergyMonitor([gpu, stuck], clock=clock, log_file=log)
+    monitor = EnergyMonitor([gpu, stuck], clock=clock, sink=WindowsLog(log, [gpu.key, stuck.key]))
     monitor.begin_window("short")
     clock.advance(0.25)
     m = monitor.end_window("short")
@@ -380,7 +381,7 @@ def test_the_sampler_skips_a_device_that_fails_and_writes_its_samples(clock: Fak
     assert sampler.samples()[-1].power_w == {"gpu0": 100.0}
     assert sampler.integrated_energy_j("gpu0") == pytest.approx(100.0)
     out = tmp_path / "power.csv"
-    sampler.write_csv(out)
+    write_power_csv(out, power_rows((s.timestamp, s.power_w) for s in sampler.samples()))
     with open(out, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["device"], float(r["power_w"])) for r in rows] == [("gpu0", 100.0), ("gpu1", 50.0), ("gpu0", 100.0)]

@@ -6,7 +6,7 @@ import pytest
 
 from wattwise.errors import UsageError
 from wattwise.power_limit import PowerLimitTuner, cap_limit_w, profile_limits_w, select_power_limit, zeus_cost
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 
 # time_s and energy_j per step at each limit, chosen so every selector has a different answer.
 PROFILE = [

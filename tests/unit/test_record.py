@@ -15,6 +15,7 @@ import pytest
 
 from wattwise.cli import main as cli
 from wattwise.errors import UsageError
+from wattwise.profile import ProfileEntry
 from wattwise.record.files import (
     PowerRow,
     WindowRow,
@@ -29,7 +30,6 @@ from wattwise.record.summary import (
     EpochEnergy,
     NonTrainingTime,
     PowerLimitSummary,
-    ProfileEntry,
     RunSettings,
     RunSummary,
     SettingEvent,

@@ -15,12 +15,12 @@ from tests.support.paths import DATA_DIR
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import UsageError
+from wattwise.profile import ProfileEntry
 from wattwise.record.summary import (
     CarbonAwareSummary,
     EpochEnergy,
     NonTrainingTime,
     PowerLimitSummary,
-    ProfileEntry,
     RunSettings,
     RunSummary,
     SettingEvent,

@@ -15,7 +15,7 @@ from wattwise.cli.main import main
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import EnergyPluginWarning, InternalError, Unavailable, UsageError
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 from wattwise.run import EnergyPluginWarning as ReExportedWarning
 from wattwise.run import Run
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit

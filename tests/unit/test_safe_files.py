@@ -26,7 +26,7 @@ from wattwise.errors import ConfigError, EnergyPluginWarning, UsageError
 from wattwise.monitor import EnergyMonitor, PowerSampler
 from wattwise.names import MAX_JOB_NAME, check_job_name
 from wattwise.pipeline.profiles import write_profile
-from wattwise.record.files import read_power_csv, read_run_dir, write_run_dir
+from wattwise.record.files import WindowsLog, power_rows, read_power_csv, read_run_dir, write_power_csv, write_run_dir
 from wattwise.recurring.spec import JobSpec
 from wattwise.safe_files import open_lock, private_dir, replace_file, state_dir, write_text
 from wattwise.store import store_url
@@ -90,7 +90,7 @@ def test_windows_log_replaces_a_planted_link_and_writes_its_rows_beside_it(tmp_p
     gpu = SimulatedGPU(0, MODEL, clock=clock, sleep=clock.advance)
     victims = plant(tmp_path / "out", "windows.csv")
     log = tmp_path / "out" / "windows.csv"
-    monitor = EnergyMonitor([gpu], log_file=log, wall_clock=lambda: T0)
+    monitor = EnergyMonitor([gpu], sink=WindowsLog(log, [gpu.key]), wall_clock=lambda: T0)
     monitor.begin_window("step")
     clock.advance(1.0)
     monitor.end_window("step")
@@ -110,7 +110,7 @@ def test_power_samples_csv_replaces_a_planted_link(tmp_path: Path) -> None:
     clock.advance(1.0)
     sampler.sample_once()
     victims = plant(tmp_path / "out", "power.csv")
-    sampler.write_csv(tmp_path / "out" / "power.csv")
+    write_power_csv(tmp_path / "out" / "power.csv", power_rows((s.timestamp, s.power_w) for s in sampler.samples()))
     assert_untouched(victims)
     assert_regular(tmp_path / "out" / "power.csv")
     assert len(read_power_csv(tmp_path / "out" / "power.csv")[0].power_w) == 2

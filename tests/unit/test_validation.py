@@ -20,7 +20,7 @@ from wattwise.pipeline.problem import PlanningProblem
 from wattwise.pipeline.profiles import parse_profile
 from wattwise.pipeline.schedule import Step, one_f_one_b
 from wattwise.power_limit import profile_limits_w, select_power_limit
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 from wattwise.recurring.trace import load_trace
 
 PROFILE = """stage,instruction,frequency,time,energy

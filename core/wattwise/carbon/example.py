@@ -20,16 +20,9 @@ from typing import Any
 import numpy as np
 
 from wattwise.carbon.integrate import DeviceTrace
+from wattwise.profile import ProfileEntry
 from wattwise.record.files import PowerRow, write_run_dir
-from wattwise.record.summary import (
-    EpochEnergy,
-    PowerLimitSummary,
-    ProfileEntry,
-    RunSettings,
-    RunSummary,
-    SettingEvent,
-    iso_utc,
-)
+from wattwise.record.summary import EpochEnergy, PowerLimitSummary, RunSettings, RunSummary, SettingEvent, iso_utc
 
 
 @dataclass(frozen=True)

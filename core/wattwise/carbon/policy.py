@@ -21,7 +21,7 @@ from typing import Literal
 from wattwise.carbon.series import Series
 from wattwise.errors import UsageError
 from wattwise.power_limit import select_power_limit
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 
 Mode = Literal["time", "energy"]
 

@@ -11,7 +11,7 @@ import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 import numpy as np
 
@@ -109,6 +109,45 @@ def write_power_csv(path: str | os.PathLike[str], rows: Iterable[PowerRow]) -> N
     replace_file(path, write)
 
 
+class EndedWindow(Protocol):
+    """What a window log writes of an ended measurement window (`wattwise.monitor.Measurement` has it)."""
+
+    @property
+    def start_time(self) -> float:
+        """When the window began (unix s)."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The window's name."""
+        ...
+
+    @property
+    def time_s(self) -> float:
+        """How long it lasted."""
+        ...
+
+    @property
+    def energy_j(self) -> Mapping[str, float]:
+        """Joules by device key."""
+        ...
+
+    @property
+    def approximate(self) -> tuple[str, ...]:
+        """Device keys whose energy is power x time."""
+        ...
+
+    @property
+    def simulated(self) -> bool:
+        """Whether a device is simulated."""
+        ...
+
+    @property
+    def total_energy_j(self) -> float:
+        """Energy of every device together."""
+        ...
+
+
 class WindowsLog:
     """`windows.csv` as the run goes: the header at once, then one line per ended window.
 
@@ -141,6 +180,11 @@ class WindowsLog:
         """Append one window's line (nothing once the log is closed)."""
         if self._file is not None:
             self._writer.writerow(window_cells(row, self.device_keys))
+
+    def window_ended(self, m: EndedWindow) -> None:
+        """A monitor's window ended (`wattwise.monitor.WindowSink`): its line."""
+        self.write(WindowRow(m.start_time, m.name, m.time_s, m.total_energy_j, m.energy_j, m.approximate,
+                             m.simulated))
 
     def close(self) -> None:
         """Close the file; a second close, or a write after it, does nothing."""

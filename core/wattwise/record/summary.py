@@ -28,6 +28,7 @@ from wattwise import __version__
 from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.carbon.series import parse_timestamp_s
 from wattwise.errors import UsageError
+from wattwise.profile import ProfileEntry
 from wattwise.record.fields import (
     AT_INDEX,
     FIX,
@@ -76,20 +77,6 @@ class _JsonRecord:
     def to_dict(self) -> dict[str, Any]:
         """The record's JSON object, keys in the order a reader expects them."""
         return to_json_dict(self)
-
-
-@dataclass(frozen=True)
-class ProfileEntry:
-    """What one power limit cost: time and energy (all GPUs of this job) of one training step."""
-
-    power_limit_w: float
-    time_s: float
-    energy_j: float
-
-    @property
-    def avg_power_w(self) -> float:
-        """Average power over the step, in watts (0 for a step of no time)."""
-        return self.energy_j / self.time_s if self.time_s > 0 else 0.0
 
 
 define_foreign(ProfileEntry, power_limit_w=FieldSpec(Number(), required=True),

@@ -22,7 +22,7 @@ import numpy as np
 
 from wattwise.errors import UsageError
 from wattwise.power_limit import select_power_limit
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.policy import WATTWISE_POLICY, PolicyConfig
 from wattwise.recurring.spec import JobSpec, Phase

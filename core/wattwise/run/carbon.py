@@ -15,7 +15,7 @@ from wattwise.carbon.policy import CarbonAwarePowerLimit
 from wattwise.carbon.series import INTENSITY, Constant, Series, load_series_csv
 from wattwise.config import CarbonConfig
 from wattwise.distributed import Collective
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 
 
 class CarbonControl:

@@ -37,8 +37,7 @@ from wattwise.config import EnergyConfig
 from wattwise.devices import Device, discover
 from wattwise.distributed import Collective
 from wattwise.errors import UsageError
-from wattwise.monitor import EnergyMonitor, Measurement, cuda_sync
-from wattwise.record.summary import EpochEnergy, NonTrainingTime
+from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync
 from wattwise.run.agreement import FIGURES_LEFT, Agreement, Failure, RankEnd, agree, combine_telling
 
 log = logging.getLogger(__name__)
@@ -53,6 +52,24 @@ WINDOWS = (FIT, EPOCH, STEPS, PROFILE, PAUSE)
 LOST = "; its energy is left out of the run's figures, and the other processes go on measuring"
 #: Why a process has nothing to measure (no device found).
 NOTHING_TO_MEASURE = "nothing to measure (no GPU, and the CPU package's energy counter is not readable)"
+
+
+@dataclass(frozen=True)
+class EpochFigures:
+    """Time and energy of one epoch, combined over processes."""
+
+    epoch: int
+    time_s: float
+    energy_j: float
+
+
+@dataclass(frozen=True)
+class PausedFigures:
+    """Time that was not training, of one kind (validation, checkpoint, ...): time maxed, energy summed."""
+
+    time_s: float
+    energy_j: float
+    count: int
 
 
 @dataclass
@@ -86,13 +103,13 @@ class RunFigures:
     energy_per_device_j: dict[str, float]
     cpu_energy_j: float | None
     steps: int
-    epochs: tuple[EpochEnergy, ...]
+    epochs: tuple[EpochFigures, ...]
     #: Energy of the segments before a resume from a checkpoint (included in `energy_j`).
     resumed_energy_j: float
     #: Each GPU as `Device.describe()` reports it, plus its `rank`.
     devices: tuple[Mapping[str, Any], ...]
     #: Time that was not training, by kind: time maxed and energy summed over processes.
-    non_training: dict[str, NonTrainingTime]
+    non_training: dict[str, PausedFigures]
     #: Power samples `(unix time, {device label: watts})` of every process.
     samples: list[tuple[float, dict[str, float]]]
 
@@ -136,7 +153,8 @@ class RunMeasurement:
 
     def __init__(self, cfg: EnergyConfig, collective: Collective, *, devices: Sequence[Device] | None = None,
                  local_rank: int | None = None, sync: Callable[[], None] | None = None,
-                 on_lost: Callable[[list[int], str], str] | None = None) -> None:
+                 on_lost: Callable[[list[int], str], str] | None = None,
+                 window_log: Callable[[Path, Sequence[str]], WindowSink] | None = None) -> None:
         """See the class docstring.
 
         Args:
@@ -149,10 +167,13 @@ class RunMeasurement:
             on_lost: Told, on every process, when the processes learn that some lost their measurement:
                 `on_lost(ranks, message)` (the ranks, and the note naming each and why) returns the note to
                 keep, so that the run can warn once and add what else follows.
+            window_log: Opens the log of ended windows (`windows.csv`) at a path for the devices' keys; the
+                run gives the record's (`wattwise.record.files.WindowsLog`). None: no log.
         """
         self.cfg = cfg
         self.collective = collective
         self._on_lost = on_lost
+        self._window_log = window_log
         #: Why this process, one of several, measures nothing (its devices gave no figures); None: it measures.
         self.lost: str | None = None
         #: `lost`, until the other processes have been told at an exchange of figures.
@@ -170,7 +191,7 @@ class RunMeasurement:
         #: Steps at the last logging point, and the steps counted in the open `steps` window.
         self._logged_at = 0
         self._interval_steps = 0
-        self.epochs: list[EpochEnergy] = []
+        self.epochs: list[EpochFigures] = []
         self._epoch_number: int | None = None
         self._epoch_steps_at = 0
         self.last_step: StepRecord | None = None
@@ -240,7 +261,8 @@ class RunMeasurement:
                     (out / FIGURES_LEFT.format(rank=rank)).unlink(missing_ok=True)
             log_file = out / ("windows.csv" if coll.rank == 0 else f"windows-rank{coll.rank}.csv")
             sync = self._sync if self._sync is not None else (cuda_sync if cfg.monitor.sync_cuda else None)
-            self.monitor = EnergyMonitor(self.devices, sync=sync, log_file=log_file,
+            sink = self._window_log(log_file, [d.key for d in self.devices]) if self._window_log else None
+            self.monitor = EnergyMonitor(self.devices, sync=sync, sink=sink,
                                          sample_power=cfg.monitor.sample_power,
                                          sample_interval_s=cfg.monitor.sample_interval_s)
         else:  # one of several with nothing to measure: it keeps in step with the others (module docstring)
@@ -430,7 +452,7 @@ class RunMeasurement:
             number = int(carried["epoch"]) if carried is not None and "epoch" in carried else len(self.epochs)
         if carried is not None and int(carried.get("epoch", number)) != number:
             # The checkpoint was saved at the end of that epoch, before its end was seen: it ended there.
-            self.epochs.append(EpochEnergy(int(carried["epoch"]), float(carried["time_s"]),
+            self.epochs.append(EpochFigures(int(carried["epoch"]), float(carried["time_s"]),
                                            float(carried["energy_j"])))
             self._resumed_epoch = None
         self.cancel(EPOCH)
@@ -450,7 +472,7 @@ class RunMeasurement:
             rec = StepRecord(rec.time_s + float(carried["time_s"]), rec.energy_j + float(carried["energy_j"]),
                              rec.steps + int(carried.get("steps", 0)))
         self._resumed_epoch = None
-        self.epochs.append(EpochEnergy(number, rec.time_s, rec.energy_j))
+        self.epochs.append(EpochFigures(number, rec.time_s, rec.energy_j))
         self._epoch_number = None
         return rec
 
@@ -520,7 +542,7 @@ class RunMeasurement:
             epochs=tuple(self.epochs),
             resumed_energy_j=self.prior_energy_j,
             devices=tuple(d for r in per_rank for d in r["devices"]),
-            non_training={kind: NonTrainingTime(v["time_s"], v["energy_j"], int(v["count"]))
+            non_training={kind: PausedFigures(v["time_s"], v["energy_j"], int(v["count"]))
                           for kind, v in self._non_training([r["paused"] for r in per_rank]).items()},
             samples=[(s[0], s[1]) for r in per_rank for s in r["samples"]],
         )
@@ -569,7 +591,7 @@ class RunMeasurement:
         self.prior_time_s = float(state.get("time_s", 0.0))
         self.step_count = int(state.get("steps", 0))
         self._logged_at = self.step_count
-        self.epochs = [EpochEnergy(int(e["epoch"]), float(e["time_s"]), float(e["energy_j"]))
+        self.epochs = [EpochFigures(int(e["epoch"]), float(e["time_s"]), float(e["energy_j"]))
                        for e in state.get("epochs", [])]
         self._resumed_epoch = state.get("epoch_in_progress")
         self.prior_paused = {k: dict(v) for k, v in (state.get("non_training") or {}).items()}

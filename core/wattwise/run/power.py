@@ -26,7 +26,8 @@ from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
 from wattwise.errors import Unavailable, UsageError
 from wattwise.power_limit import PowerLimitTuner, cap_limit_w, profile_limits_w
-from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, ProfileEntry, SettingEvent, TuningSummary
+from wattwise.profile import ProfileEntry
+from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
 from wattwise.run.carbon import CarbonControl
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit

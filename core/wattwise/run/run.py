@@ -47,9 +47,11 @@ from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, install_warning_format
 from wattwise.monitor import Measurement
-from wattwise.record.files import power_rows, write_run_dir
+from wattwise.record.files import WindowsLog, power_rows, write_run_dir
 from wattwise.record.summary import (
     NEVER_APPLIED,
+    EpochEnergy,
+    NonTrainingTime,
     RunSettings,
     RunSummary,
     SettingEvent,
@@ -385,7 +387,7 @@ class Run:
         self.started = True
         self.measurement = RunMeasurement(self.cfg, self.collective, devices=self._devices,
                                           local_rank=self._local_rank, sync=self._sync,
-                                          on_lost=self._measurement_lost)
+                                          on_lost=self._measurement_lost, window_log=WindowsLog)
         if self._resumed is not None:
             self.measurement.load_state_dict(self._resumed)
         self._start_wall = self._wall()
@@ -688,7 +690,7 @@ class Run:
             energy_per_device_j=figures.energy_per_device_j,
             cpu_energy_j=figures.cpu_energy_j,
             steps=figures.steps,
-            epochs=figures.epochs,
+            epochs=tuple(EpochEnergy(e.epoch, e.time_s, e.energy_j) for e in figures.epochs),
             resumed_energy_j=figures.resumed_energy_j,
             devices=figures.devices,
             notes=(*m.notes, *self._noticed, *self._idle_simulation_note(), *unapplied),
@@ -697,7 +699,8 @@ class Run:
                                  frequency_plan=self.frequency_plan),
             settings_timeline=tuple(timeline),
             carbon_aware=self.power.carbon_summary(),
-            non_training=figures.non_training,
+            non_training={kind: NonTrainingTime(p.time_s, p.energy_j, p.count)
+                          for kind, p in figures.non_training.items()},
         )
 
     def _idle_simulation_note(self) -> tuple[str, ...]:

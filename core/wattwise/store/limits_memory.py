@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, TIME_S, TIMESTAMP_S
 from wattwise.errors import EnergyPluginWarning, UsageError
 from wattwise.power_limit import check_eta
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 from wattwise.safe_files import (
     UntrustedFile,
     open_lock,

@@ -32,7 +32,7 @@ from wattwise.devices import PowerModel
 from wattwise.errors import ConfigError, UsageError
 from wattwise.extras import missing_extra
 from wattwise.power_limit import profile_limits_w, profile_table
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 
 #: Keys each of the demo's two runs sets itself (tuned, then the baseline): not for `overrides`.
 PER_RUN_KEYS: tuple[str, ...] = ("power_limit.mode", "output_dir")

@@ -8,7 +8,7 @@ from pathlib import Path
 from wattwise.cli.main import main
 from wattwise.devices import PowerModel
 from wattwise.power_limit import select_power_limit
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 from wattwise.tools.demo import DemoOptions, run_demo
 
 #: Three limits whose Zeus costs (eta 0.5) are far apart, so wall-clock noise on a busy machine cannot

@@ -9,7 +9,7 @@ import pytest
 from wattwise.carbon.policy import CarbonAwarePowerLimit, LimitChange, limit_schedule
 from wattwise.carbon.series import Constant, StepSeries
 from wattwise.errors import UsageError
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 
 T0 = datetime(2026, 5, 1, tzinfo=timezone.utc).timestamp()
 HOUR = 3600.0

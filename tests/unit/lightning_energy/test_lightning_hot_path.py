@@ -25,8 +25,9 @@ import wattwise.run.measurement
 from lightning_energy import EnergyCallback
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.power_limit import profile_limits_w, select_power_limit
+from wattwise.profile import ProfileEntry
 from wattwise.record.files import read_run_dir
-from wattwise.record.summary import ProfileEntry, format_summary
+from wattwise.record.summary import format_summary
 from wattwise.run import EnergyPluginWarning
 
 BASE_S = 0.01

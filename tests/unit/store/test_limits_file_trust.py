@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.ordinary_user import IS_ROOT, OTHER_UID, USER_GID
 from wattwise.errors import EnergyPluginWarning
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 from wattwise.safe_files import state_dir
 from wattwise.store.limits_memory import LEGACY_FILE, LimitsMemory
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.paths import DATA_DIR
 from tests.support.store_checks import KEY, PROFILE, check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run
-from wattwise.record.summary import ProfileEntry
+from wattwise.profile import ProfileEntry
 from wattwise.recurring.spec import JobSpec
 from wattwise.safe_files import state_dir
 from wattwise.store import STORE_ENV, store_url
