@@ -80,7 +80,7 @@ def test_a_missing_module_that_no_extra_brings_keeps_its_own_error() -> None:
 
 def test_agent_serve_without_aiohttp_is_one_line_naming_the_agent_extra(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _missing(monkeypatch, "aiohttp", "wattwise.agent.server")
+    _missing(monkeypatch, "aiohttp", "wattwise.agent.serve", "wattwise.agent.http")
     code = main(["agent", "serve", "--backend", "simulated", "--socket", str(tmp_path / "a.sock"),
                  "--state-dir", str(tmp_path / "state")])
     err = capsys.readouterr().err

@@ -351,3 +351,45 @@ def test_a_circle_between_scripts_is_found(tmp_path: Path) -> None:
     })
     eager, _ = import_graph(find_modules(tmp_path, {}, ("bench",)))
     assert find_cycles(eager) == [["bench.one", "bench.two", "bench.one"]]
+
+
+def every_import(module: SourceModule) -> set[str]:
+    """Every dotted name `module` imports anywhere: at module level, in a function, under `if TYPE_CHECKING:`."""
+    tree = ast.parse(module.path.read_text(encoding="utf-8"), filename=str(module.path))
+    return {name for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
+            for name in _imported_names(node, module)}
+
+
+#: The node agent's layers (serve -> http -> agent -> processes, metrics on agent): what each never imports.
+AGENT_LAYER_RULES = {
+    "wattwise.agent.processes": ("aiohttp", "wattwise.agent.agent", "wattwise.agent.http", "wattwise.agent.serve",
+                                 "wattwise.agent.metrics"),
+    "wattwise.agent.agent": ("aiohttp", "wattwise.agent.http", "wattwise.agent.serve", "wattwise.agent.metrics"),
+    "wattwise.agent.metrics": ("aiohttp", "wattwise.agent.http", "wattwise.agent.serve"),
+    "wattwise.agent.http": ("wattwise.agent.serve", "wattwise.agent.metrics"),
+}
+
+
+@pytest.fixture(scope="module")
+def agent_modules() -> dict[str, SourceModule]:
+    modules = find_modules(REPO_ROOT, PACKAGE_ROOTS, ())
+    return {name: module for name, module in modules.items() if name.split(".")[:2] == ["wattwise", "agent"]}
+
+
+def test_the_agents_modules_have_no_circle_even_through_type_checking_imports(
+        agent_modules: dict[str, SourceModule]) -> None:
+    graph = {name: {target for dotted in every_import(module) if (target := _resolve(dotted, module, agent_modules))
+                    and target not in (name, "wattwise.agent")}
+             for name, module in agent_modules.items()}
+    assert "wattwise.agent.agent" in graph["wattwise.agent.metrics"]  # under TYPE_CHECKING: seen
+    cycles = find_cycles(graph)
+    assert not cycles, f"import circles among the agent's modules:\n{_named(cycles)}"
+
+
+def test_no_agent_layer_imports_one_above_it_and_its_logic_knows_no_aiohttp(
+        agent_modules: dict[str, SourceModule]) -> None:
+    upward = [f"{name} imports {dotted}" for name, forbidden in AGENT_LAYER_RULES.items()
+              for dotted in sorted(every_import(agent_modules[name]))
+              if any(dotted == other or dotted.startswith(f"{other}.") for other in forbidden)]
+    assert not upward, "\n".join(upward)
+    assert "aiohttp" in every_import(agent_modules["wattwise.agent.http"])  # the rule reads real imports

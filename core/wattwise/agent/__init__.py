@@ -9,7 +9,14 @@ and at the agent's next start after a crash (from its own journal).
 - `config`: the admin's bounds (who may change settings, power-limit floors and ceilings, clock range);
 - `journal`: where the agent keeps its settings journal (`wattwise.settings`: the guard's format, checks
   and writing), applied at its next start after a crash;
-- `server`: the HTTP API over a Unix socket (aiohttp) and the process watchers.
+- `processes`: the processes it serves as the kernel shows them (peer credentials, /proc) and the
+  watchers that tell when a holder has ended;
+- `agent`: its logic (`Agent`: the GPUs, leases, journal and audit log), which knows no HTTP: a request it
+  refuses raises an `AgentRefusal` of one kind (invalid, not allowed, no such GPU, conflict, fault);
+- `http`: the HTTP API (aiohttp): routes, request parsing, and each refusal's status;
+- `serve`: the Unix socket (checked, bound, shared with a group) and serving until SIGTERM;
+- `metrics`: per-GPU energy and power for Prometheus; `audit`: one JSON line per change;
+  `connections`: limits on the clients' connections.
 
 Its clients reach it through the `agent` device backend, `wattwise.devices.agent` (the socket, the HTTP
 calls, `AgentClient`): the agent sits on top of `wattwise.devices`, which never imports it.

@@ -3,7 +3,7 @@
 A holder is a process named by its pid and its start time (clock ticks since boot, from `/proc/PID/stat`),
 so a recycled pid is never taken for the holder. A holder handed a lease by `wattwise cap` also names the
 process group its work runs in (`pgid`): the lease lasts while any process of that group lives. The table
-never touches a device or the clock: the agent (`wattwise.agent.server`) asks it, then acts.
+never touches a device or the clock: the agent (`wattwise.agent.agent`) asks it, then acts.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from wattwise.devices.base import DeviceError
 
 if TYPE_CHECKING:
-    from wattwise.agent.server import Agent
+    from wattwise.agent.agent import Agent
 
 #: `job_name`, not `job`: Prometheus gives every scraped series its own `job` label (the scrape job).
 LABELS = ["gpu", "job_name"]

@@ -78,10 +78,11 @@ def run_serve(args: argparse.Namespace) -> int:
     require("aiohttp", "`wattwise agent serve`")
     if args.metrics_port is not None:
         require("prometheus_client", "`wattwise agent serve --metrics-port`")
+    from wattwise.agent.agent import Agent
     from wattwise.agent.audit import AuditLog
     from wattwise.agent.config import load_config
     from wattwise.agent.journal import AgentJournal
-    from wattwise.agent.server import Agent, ServeOptions, group_id, serve, share_simulated_load
+    from wattwise.agent.serve import ServeOptions, group_id, serve, share_simulated_load
     from wattwise.devices import discover
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from wattwise.agent.leases import Holder
-from wattwise.agent.server import ProcessWatcher, process_start_ticks
+from wattwise.agent.processes import ProcessWatcher, process_start_ticks
 
 
 @pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling /proc"])
@@ -45,17 +45,17 @@ def test_holders_that_follow_process_groups_are_polled_with_one_pass_over_proc_f
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Two commands whose wrappers have ended: each lease follows its command's process group, where a
     # shell (the group's leader) waits for a sleep.
-    import wattwise.agent.server as server
+    import wattwise.agent.processes as processes
 
     monkeypatch.setattr(ProcessWatcher, "_pidfd", staticmethod(lambda holder: None))
     asked: list[set[int]] = []
-    real = server.groups_with_members
+    real = processes.groups_with_members
 
     def counting(pgids):  # type: ignore[no-untyped-def]
         asked.append(set(pgids))
         return real(pgids)
 
-    monkeypatch.setattr(server, "groups_with_members", counting)
+    monkeypatch.setattr(processes, "groups_with_members", counting)
     wrappers = [subprocess.Popen(["true"]) for _ in range(2)]
     gone = [(w.pid, process_start_ticks(w.pid, ended_too=True)) for w in wrappers]
     for w in wrappers:

@@ -14,7 +14,7 @@ import pytest
 
 from wattwise.agent.connections import ConnectionLimits, QuietLog
 from wattwise.agent.leases import Holder
-from wattwise.agent.server import share_socket, socket_folder_problem
+from wattwise.agent.serve import share_socket, socket_folder_problem
 from wattwise.errors import UsageError
 
 

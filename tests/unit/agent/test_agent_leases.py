@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from wattwise.agent.agent import Agent, AgentRefusal
 from wattwise.agent.config import AgentConfig, ModelBounds, parse_config
+from wattwise.agent.http import status_of
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
-from wattwise.agent.server import Agent, AgentError, holder_alive, process_start_ticks
+from wattwise.agent.processes import holder_alive, process_start_ticks
 from wattwise.devices import simulated_gpus
 from wattwise.devices.agent import gpu_uuid
 from wattwise.errors import ConfigError, UsageError
@@ -101,9 +103,9 @@ def test_the_originals_are_journalled_before_the_change_and_restored_when_the_ho
     assert os.stat(tmp_path / "state" / "journal.json").st_mode & 0o777 == 0o600
     assert os.stat(tmp_path / "state").st_mode & 0o777 == 0o700
     agent.lock_sm_clocks(0, ALICE, {1000}, 900, 1200)
-    with pytest.raises(AgentError, match="held by pid 101") as err:
+    with pytest.raises(AgentRefusal, match="held by pid 101") as err:
         agent.set_power_limit(0, BOB, {1001}, 150.0)
-    assert err.value.status == 409
+    assert status_of(err.value) == 409
     agent.holder_exited(ALICE)
     assert agent.status()["gpus"][0] == {
         "index": 0, "uuid": gpu_uuid(agent.devices[0].spec()), "name": agent.devices[0].name, "power_limit_w": 300.0,
@@ -123,9 +125,9 @@ def test_out_of_range_and_outside_the_admin_bounds_are_refused_with_the_range(tm
         (lambda: agent.set_power_limit(5, ALICE, set(), 200.0), 404, r"no GPU 5"),
     ]
     for call, status, message in cases:
-        with pytest.raises(AgentError, match=message) as err:
+        with pytest.raises(AgentRefusal, match=message) as err:
             call()
-        assert err.value.status == status
+        assert status_of(err.value) == status
     assert agent.leases.items() == []
     assert agent.devices[0].power_limit_w() == 300.0
     assert agent.status()["gpus"][0]["allowed_power_limit_w"] == [150.0, 250.0]  # what clients tune within
@@ -133,16 +135,16 @@ def test_out_of_range_and_outside_the_admin_bounds_are_refused_with_the_range(tm
 
 def test_a_user_outside_the_allowed_ones_is_refused(tmp_path: Path) -> None:
     agent = _agent(tmp_path, AgentConfig(allowed_uids=frozenset({1000})))
-    with pytest.raises(AgentError, match="uid 1001 may not change") as err:
+    with pytest.raises(AgentRefusal, match="uid 1001 may not change") as err:
         agent.set_power_limit(0, BOB, {1001}, 200.0)
-    assert err.value.status == 403
+    assert status_of(err.value) == 403
     agent.set_power_limit(0, ALICE, {1000}, 200.0)
 
 
 def test_only_the_holder_releases_and_release_restores(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     agent.set_power_limit(1, ALICE, set(), 175.0)
-    with pytest.raises(AgentError, match="only its holder may release it"):
+    with pytest.raises(AgentRefusal, match="only its holder may release it"):
         agent.release(1, BOB)
     assert agent.release(1, ALICE)["power_limit_w"] == 300.0
     assert agent.leases.holder(1) is None
@@ -183,9 +185,9 @@ def test_a_change_that_cannot_be_journalled_first_is_not_made(tmp_path: Path, mo
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(agent.journal, "save", full_disk)
-    with pytest.raises(AgentError, match="cannot write the agent's journal") as err:
+    with pytest.raises(AgentRefusal, match="cannot write the agent's journal") as err:
         agent.set_power_limit(0, ALICE, set(), 200.0)
-    assert err.value.status == 500
+    assert status_of(err.value) == 500
     assert agent.leases.holder(0) is None and agent.devices[0].power_limit_w() == 300.0
 
 
@@ -250,10 +252,10 @@ def test_a_lease_handed_over_is_the_childs_in_the_journal_and_its_parent_may_sti
     group = os.getpgrp() if os.getpgrp() in (os.getpid(), os.getppid()) else None
     assert state["holder"] == {"pid": os.getpid(), "uid": os.getuid(), "job": "cap", "job_id": "", "pgid": group}
     assert {c["holder"]["pid"] for c in AgentJournal(tmp_path / "state").load()} == {os.getpid()}
-    with pytest.raises(AgentError, match="not a running child") as err:  # BOB is not this process's parent
+    with pytest.raises(AgentRefusal, match="not a running child") as err:  # BOB is not this process's parent
         agent.set_power_limit(1, BOB, set(), 200.0)
         agent.hand_over(1, BOB, os.getpid())
-    assert err.value.status == 403
+    assert status_of(err.value) == 403
     agent.release(0, wrapper)
     assert agent.status()["gpus"][0]["holder"] is None and agent.devices[0].power_limit_w() == 300.0
 
@@ -308,9 +310,9 @@ def test_a_jobs_gpus_are_released_by_root_or_its_user_whatever_process_holds_the
     in_job = Holder(pid=101, uid=1000, job="bert", start_ticks=5, job_id="77")
     agent.set_power_limit(0, in_job, set(), 200.0)
     agent.set_power_limit(1, Holder(pid=202, uid=1000, job="gpt", start_ticks=7, job_id="78"), set(), 150.0)
-    with pytest.raises(AgentError, match=r"GPU\(s\) \[0\] of job '77' are held by another user") as err:
+    with pytest.raises(AgentRefusal, match=r"GPU\(s\) \[0\] of job '77' are held by another user") as err:
         agent.release_job("77", BOB)
-    assert err.value.status == 403 and agent.leases.holder(0) == in_job
+    assert status_of(err.value) == 403 and agent.leases.holder(0) == in_job
     answer = agent.release_job("77", Holder(pid=1, uid=0))
     assert answer["released"] == [0] and [g["holder"] for g in answer["gpus"]] == [None]
     status = agent.status()["gpus"]
@@ -328,7 +330,7 @@ def test_a_jobs_gpus_are_released_by_root_or_its_user_whatever_process_holds_the
 def test_a_url_names_a_gpu_by_its_ascii_index_or_its_exact_uuid(tmp_path: Path) -> None:
     from aiohttp.test_utils import make_mocked_request
 
-    from wattwise.agent.server import _index
+    from wattwise.agent.http import _index
 
     agent = _agent(tmp_path)
     uuid = gpu_uuid(agent.devices[1].spec())
@@ -339,9 +341,14 @@ def test_a_url_names_a_gpu_by_its_ascii_index_or_its_exact_uuid(tmp_path: Path) 
     assert (named("0"), named("1"), named(uuid)) == (0, 1, 1)
     for wrong in ("GPU-00000000-0000-0000-0000-000000000000", uuid[:12], uuid.lower().replace("gpu-", ""), "\u00b2",
                   "\u0661"):
-        with pytest.raises(AgentError, match="no GPU") as err:
+        with pytest.raises(AgentRefusal, match="no GPU") as err:
             named(wrong)
-        assert err.value.status == 404
+        assert status_of(err.value) == 404
+
+
+def test_each_kind_of_refusal_is_answered_with_its_own_status() -> None:
+    statuses = {kind.__name__: status_of(kind("refused")) for kind in AgentRefusal.__subclasses__()}
+    assert statuses == {"InvalidRequest": 400, "NotAllowed": 403, "NoSuchGPU": 404, "Conflict": 409, "AgentFault": 500}
 
 
 def test_a_release_the_gpu_refuses_says_failed_and_keeps_the_lease(tmp_path: Path,

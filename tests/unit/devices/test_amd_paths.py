@@ -22,10 +22,10 @@ from lightning_energy import EnergyCallback
 from tests.support.clock import VirtualClock
 from tests.support.fake_amdsmi import AmdSmiDevPerfLevel, FakeAmdSmi, forget_process_state, mi300
 from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from wattwise.agent.agent import Agent
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
-from wattwise.agent.server import Agent
 from wattwise.cli.main import main
 from wattwise.devices import discover, open_spec
 from wattwise.settings.guard import SettingsGuard

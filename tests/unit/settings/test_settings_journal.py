@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.guard_fixtures import MAX_W
+from wattwise.agent.agent import Agent
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
-from wattwise.agent.server import Agent
 from wattwise.devices import simulated_gpus
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.errors import UsageError

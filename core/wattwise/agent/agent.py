@@ -1,0 +1,511 @@
+"""The agent's logic: the GPUs, their leases, the journal and the audit log, with no HTTP in it.
+
+Each request is a method of `Agent` that answers a JSON-shaped dict or raises an `AgentRefusal` naming
+why (`InvalidRequest`, `NotAllowed`, `NoSuchGPU`, `Conflict`, `AgentFault`), with a one-line message.
+`wattwise.agent.http` serves it over the agent's socket and maps each refusal to its status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from wattwise.agent.audit import AuditLog
+from wattwise.agent.config import AgentConfig
+from wattwise.agent.journal import AgentJournal
+from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
+from wattwise.agent.processes import (
+    ProcessWatcher,
+    group_has_members,
+    holder_alive,
+    parent_and_uids,
+    process_alive,
+    process_start_and_group,
+)
+from wattwise.devices.agent import gpu_uuid
+from wattwise.devices.base import Device, DeviceError, NotSupportedError
+from wattwise.errors import UsageError
+from wattwise.settings.apply import (
+    POWER_LIMIT,
+    SM_CLOCKS,
+    apply_setting,
+    originals_words,
+    read_setting,
+    restore_originals,
+    setting_words,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AgentRefusal(Exception):
+    """A request the agent refuses; its message is one line, for the caller. Raised as one of its kinds."""
+
+
+class InvalidRequest(AgentRefusal):
+    """The request is malformed, or asks for a value outside the GPU's own range or capabilities."""
+
+
+class NotAllowed(AgentRefusal):
+    """The caller may not do this: not an allowed user, outside the admin's bounds, not its child or job."""
+
+
+class NoSuchGPU(AgentRefusal):
+    """The request names a GPU this agent does not have."""
+
+
+class Conflict(AgentRefusal):
+    """The GPU's lease does not allow it now: held by another process, or not held by the caller."""
+
+
+class AgentFault(AgentRefusal):
+    """The agent could not do it: the device failed, or its journal cannot be written."""
+
+
+class Agent:
+    """The GPUs, their leases and the journal: each request a method, each refusal an `AgentRefusal`."""
+
+    def __init__(self, devices: list[Device], backend: str, config: AgentConfig, journal: AgentJournal,
+                 audit: AuditLog | None = None) -> None:
+        """The agent of `devices` (served by `backend`), within `config`'s bounds, journalling to `journal`.
+
+        Args:
+            devices: The node's GPUs, opened by the agent itself.
+            backend: Their backend's name (`device_list` tells the clients).
+            config: The admin's bounds.
+            journal: The agent's journal, prepared (its lock held).
+            audit: Where each change is logged; None: nowhere (tests).
+        """
+        self.devices = {d.index: d for d in devices}
+        #: Each GPU's UUID (`gpu_uuid`), by which a URL may name it as well as by its index.
+        self.uuids = {gpu_uuid(d.spec()): d.index for d in devices}
+        self.backend = backend
+        self.config = config
+        self.journal = journal
+        #: One JSON line per change (`wattwise.agent.audit`); None in tests that need none.
+        self.audit = audit
+        self.leases = LeaseTable()
+        self.watcher: ProcessWatcher | None = None
+        #: Journalled changes of GPUs this agent does not see: kept in the journal, never dropped.
+        self.unseen: list[dict[str, Any]] = []
+
+    # -- life cycle -------------------------------------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Take over what the last agent journalled (it stopped, or crashed).
+
+        A GPU whose holder still runs (the same pid and start time: a reused pid is not the holder) keeps
+        its lease, and the holder's settings are applied again; every other GPU gets its originals back.
+
+        Returns:
+            One line per GPU restored.
+        """
+        originals: dict[int, dict[str, Any]] = {}
+        applied: dict[int, dict[str, Any]] = {}
+        holders: dict[int, Holder] = {}
+        for change in self.journal.load():
+            index = change["device"]["index"]
+            if index not in self.devices:
+                log.error("wattwise agent: journal names GPU %s, which this agent does not see; kept", index)
+                self.unseen.append(change)
+                continue
+            originals.setdefault(index, {})[change["setting"]] = change["original"]
+            holder = Holder.from_journal(change.get("holder"))
+            if holder is not None:
+                holders[index] = holder
+            if "applied" in change:
+                applied.setdefault(index, {})[change["setting"]] = change["applied"]
+        lines = []
+        for index, recorded in originals.items():
+            holder = holders.get(index)
+            if holder is not None and holder_alive(holder) and self._resume(index, holder, recorded,
+                                                                      applied.get(index, {})):
+                continue
+            before = {setting: _reading(self.devices[index], setting) for setting in recorded}
+            restore_originals(self.devices[index], recorded)
+            for setting, value in recorded.items():
+                self._audit(holder or Holder(0, 0), index, setting, before[setting], value, "holder gone at start")
+            lines.append(f"GPU {index}: {originals_words(recorded)}")
+        self._save()
+        return lines
+
+    def _resume(self, index: int, holder: Holder, originals: dict[str, Any], applied: dict[str, Any]) -> bool:
+        """Give GPU `index` back to its live `holder` with the settings it had set; False when they fail."""
+        device = self.devices[index]
+        lease = self.leases.take(index, holder, originals)
+        try:
+            for setting, value in applied.items():
+                before = _reading(device, setting)
+                apply_setting(device, setting, value)
+                lease.applied[setting] = value
+                self._audit(holder, index, setting, before, value, "restart: holder alive")
+        except (DeviceError, UsageError, TypeError, ValueError, IndexError) as err:
+            log.error("wattwise agent: GPU %d: cannot apply %s's settings again (%s); restoring it", index,
+                      holder.describe(), err)
+            self.leases.release(index)
+            return False
+        log.info("wattwise agent: GPU %d stays held by %s, still running (%s)", index, holder.describe(),
+                 ", ".join(setting_words(s, v) for s, v in applied.items()) or "nothing set yet")
+        return True
+
+    def start_watching(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch every holder (those kept over a restart too) so that its GPUs are restored when it ends."""
+        self.watcher = ProcessWatcher(loop, self.holder_exited)
+        for _, lease in self.leases.items():
+            self.watcher.watch(lease.holder)
+
+    def restore_all(self) -> None:
+        """The agent stops: GPUs whose holder has ended get their originals back; live holders keep theirs.
+
+        A live holder's lease stays in the journal (with its pid and start time), so the next agent start
+        keeps it; `systemctl restart` never leaves a running job uncapped.
+        """
+        for index, lease in self.leases.items():
+            if holder_alive(lease.holder):
+                log.info("wattwise agent: stopping; GPU %d stays as %s set it (still running); the next agent "
+                         "start keeps its lease", index, lease.holder.describe())
+            else:
+                self._give_back(index, "holder ended")
+        if self.watcher is not None:
+            self.watcher.close()
+
+    def holder_exited(self, holder: Holder) -> None:
+        """`holder` ended (its process, and the process group its lease follows): restore its GPUs."""
+        for index in self.leases.held_by(holder):
+            log.info("wattwise agent: %s ended: restoring GPU %d", holder.describe(), index)
+            self._give_back(index, "holder ended")
+
+    # -- requests ---------------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Every GPU's `gpu_status`, in index order."""
+        return {"gpus": [self.gpu_status(i) for i in sorted(self.devices)]}
+
+    def device_list(self) -> dict[str, Any]:
+        """The backend and each GPU's `spec`, in index order: clients open the same GPUs locally for reads."""
+        return {"backend": self.backend, "devices": [self.devices[i].spec() for i in sorted(self.devices)]}
+
+    def gpu_status(self, index: int) -> dict[str, Any]:
+        """GPU `index` as the status shows it: index, uuid, name, limits, allowed range, clocks, holder.
+
+        A reading the GPU does not support is null.
+        """
+        device = self.devices[index]
+        holder = self.leases.holder(index)
+        return {
+            "index": index,
+            "uuid": gpu_uuid(device.spec()),
+            "name": device.name,
+            "power_limit_w": _maybe(device.power_limit_w),
+            "default_power_limit_w": _maybe(lambda: device.power_limit_range().default_w),
+            "allowed_power_limit_w": _maybe(lambda: list(self.allowed_power_limit_w(device))),
+            "locked_sm_clocks_mhz": _maybe(lambda: read_setting(device, SM_CLOCKS)),
+            "holder": holder.public() if holder else None,
+        }
+
+    def allowed_power_limit_w(self, device: Device) -> tuple[float, float]:
+        """The power limits a user may set on `device`: the admin's floor and ceiling within its own range.
+
+        Args:
+            device: One of the agent's GPUs.
+
+        Returns:
+            (low, high) in W; the GPU's own range where the admin sets no bound for its model.
+
+        Raises:
+            DeviceError: The GPU's range cannot be read.
+        """
+        rng = device.power_limit_range()
+        floor, ceiling = self.config.power_bounds(device.name)
+        return max(rng.min_w, floor or rng.min_w), min(rng.max_w, ceiling or rng.max_w)
+
+    def set_power_limit(self, index: int, caller: Holder, gids: set[int], watts: float) -> dict[str, Any]:
+        """Set GPU `index`'s power limit for `caller` (in groups `gids`), taking or keeping its lease.
+
+        Returns:
+            The GPU's status after the change.
+
+        Raises:
+            InvalidRequest: Outside the GPU's range (or the GPU refuses the value).
+            NotAllowed: Outside the admin's bounds, or a caller not allowed.
+            NoSuchGPU: No GPU `index`.
+            Conflict: Held by another process.
+            AgentFault: The GPU fails, or the journal cannot be written.
+        """
+        device = self._device(index)
+        rng = _call(device.power_limit_range)
+        lo, hi = rng.min_w, rng.max_w
+        if not lo <= watts <= hi:
+            raise InvalidRequest(f"power limit {watts:g} W is outside GPU {index}'s range [{lo:g}, {hi:g}] W")
+        alo, ahi = _call(lambda: self.allowed_power_limit_w(device))
+        if not alo <= watts <= ahi:
+            raise NotAllowed(f"power limit {watts:g} W is outside the range the admin allows on GPU {index} "
+                             f"[{alo:g}, {ahi:g}] W")
+        return self._change(index, caller, gids, POWER_LIMIT, watts)
+
+    def lock_sm_clocks(self, index: int, caller: Holder, gids: set[int], min_mhz: int, max_mhz: int) -> dict[str, Any]:
+        """Lock GPU `index`'s SM clocks to [min_mhz, max_mhz] for `caller`, taking or keeping its lease.
+
+        Returns:
+            The GPU's status after the change.
+
+        Raises:
+            AgentRefusal: As `set_power_limit`, for a clock range outside the GPU's or the admin's.
+        """
+        device = self._device(index)
+        supported = _call(device.supported_sm_clocks_mhz)
+        lo, hi = min(supported), max(supported)
+        if not lo <= min_mhz <= max_mhz <= hi:
+            raise InvalidRequest(f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside GPU {index}'s "
+                                 f"[{lo}, {hi}] MHz (min first)")
+        if self.config.sm_clock_mhz is not None:
+            alo, ahi = max(lo, self.config.sm_clock_mhz[0]), min(hi, self.config.sm_clock_mhz[1])
+            if not alo <= min_mhz <= max_mhz <= ahi:
+                raise NotAllowed(f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside the range the admin "
+                                 f"allows [{alo}, {ahi}] MHz")
+        return self._change(index, caller, gids, SM_CLOCKS, [min_mhz, max_mhz])
+
+    def reset_sm_clocks(self, index: int, caller: Holder, gids: set[int]) -> dict[str, Any]:
+        """Unlock GPU `index`'s SM clocks for `caller` (the original stays recorded for the restore).
+
+        Raises:
+            AgentRefusal: As `set_power_limit`.
+        """
+        self._device(index)
+        return self._change(index, caller, gids, SM_CLOCKS, None)
+
+    def release(self, index: int, caller: Holder) -> dict[str, Any]:
+        """The holder gives the GPU back: its original settings are restored now.
+
+        The process that handed its lease over (`wattwise cap`, after its command ended) releases too,
+        unless the command has ended while other processes of its process group still run: the lease
+        follows them, and stays.
+
+        Returns:
+            The GPU's status, with `released`: "restored" (by this request), "not held" (the caller held
+            nothing: the agent restored it already, when its holder ended), "kept" (held on by the
+            command's process group) or "failed" (the GPU refused its originals; still held, see the log).
+
+        Raises:
+            Conflict: Another process holds the GPU.
+            NoSuchGPU: No GPU `index`.
+        """
+        self._device(index)
+        try:
+            held = self.leases.check(index, caller, or_delegator=True)
+        except LeaseConflict as err:
+            raise Conflict(f"{err}; only its holder may release it") from None
+        lease = self.leases.get(index)
+        if not held or lease is None:
+            return {**self.gpu_status(index), "released": "not held"}
+        holder = lease.holder
+        if not process_alive(holder) and holder.pgid and group_has_members(holder.pgid, holder.pgid_ticks):
+            log.info("wattwise agent: GPU %d stays held: %s ended, other processes of its group %d run on",
+                     index, holder.describe(), holder.pgid)
+            return {**self.gpu_status(index), "released": "kept"}
+        self._give_back(index, "released")
+        restored = self.leases.get(index) is None  # else the device refused (the log says why); still held
+        return {**self.gpu_status(index), "released": "restored" if restored else "failed"}
+
+    def release_job(self, job_id: str, caller: Holder) -> dict[str, Any]:
+        """Restore every GPU held under batch job `job_id` and drop the leases (a SLURM epilog's call).
+
+        Whatever process holds them, even one the caller cannot see (another PID namespace): the holder's
+        client named the job (`SLURM_JOB_ID`) when it leased. Root may release any job, another user only
+        their own leases.
+
+        Returns:
+            `{"job_id", "released": [indices restored], "gpus": [the status of each]}`.
+
+        Raises:
+            NotAllowed: A GPU of the job is held by another user than the (non-root) caller.
+        """
+        of_job = set(self.leases.held_under_job(job_id))
+        held = [(i, lease) for i, lease in self.leases.items() if i in of_job]
+        others = [i for i, lease in held if caller.uid not in (0, lease.holder.uid)]
+        if others:
+            raise NotAllowed(f"GPU(s) {others} of job {job_id!r} are held by another user; only root or "
+                             "that user may release them")
+        indices = [i for i, _ in held]
+        for index, lease in held:
+            log.info("wattwise agent: uid %d releases job %r: restoring GPU %d of %s", caller.uid, job_id, index,
+                     lease.holder.describe())
+            self._give_back(index, f"job released by uid {caller.uid}")
+        released = [i for i in indices if self.leases.get(i) is None]
+        return {"job_id": job_id, "released": released, "gpus": [self.gpu_status(i) for i in indices]}
+
+    def hand_over(self, index: int, caller: Holder, pid: int) -> dict[str, Any]:
+        """The holder makes its child process `pid` the GPU's holder (`wattwise cap` and the command it runs).
+
+        The lease then lasts as long as the child lives, or another process of the child's process group
+        when that group is the command's own (the child or the caller leads it): a shell script that starts
+        the work in a child and exits leaves it capped. Whatever happens to the caller (killing the
+        `wattwise cap` wrapper leaves its command capped); the caller may still release it. The child must
+        be the caller's own (its parent) and run as the same user.
+
+        A child that has ended already (the caller has not reaped it yet) is still handed the lease when
+        other processes of its group run: a command that starts its work in the background and exits at
+        once is no race.
+
+        Raises:
+            Conflict: The caller does not hold the GPU, or the child ended leaving nothing of its group
+                running.
+            NotAllowed: `pid` is not the caller's child of the same user (or is gone).
+            NoSuchGPU: No GPU `index`.
+        """
+        self._device(index)
+        try:
+            held = self.leases.check(index, caller)
+        except LeaseConflict as err:
+            raise Conflict(f"{err}; only its holder may hand it over") from None
+        lease = self.leases.get(index)
+        if not held or lease is None:
+            raise Conflict(f"GPU {index} is not held by pid {caller.pid}; set a limit first")
+        found = parent_and_uids(pid)
+        started = process_start_and_group(pid, ended_too=True)
+        ticks, pgid = started if started else (None, None)
+        if found is None or ticks is None or found[0] != caller.pid or found[1] != {caller.uid}:
+            raise NotAllowed(f"pid {pid} is not a running child of pid {caller.pid} of the same user; a "
+                             "GPU is handed over only to the caller's own child")
+        # The lease follows the child's process group when the group is the command's own: the child leads
+        # it, or the caller does (a shell's job). Not a group of others' (a batch script's).
+        leader_ticks = {pid: ticks, caller.pid: caller.start_ticks}.get(pgid or 0)
+        child = Holder(pid, caller.uid, lease.holder.job, ticks, lease.holder.job_id,
+                       pgid if pgid and leader_ticks else 0, leader_ticks or 0)
+        if not holder_alive(child):
+            raise Conflict(f"pid {pid} has ended and no process of its group runs: nothing to hand GPU "
+                           f"{index} over to; it stays held by pid {caller.pid}")
+        self.leases.hand_over(index, child)
+        with contextlib.suppress(OSError):  # the originals are journalled already; this names the new holder
+            self._save()
+        if self.watcher is not None:
+            self.watcher.watch(child)
+            if not self.leases.held_by(caller):
+                self.watcher.unwatch(caller)
+        log.info("wattwise agent: GPU %d handed over by pid %d to its child %s", index, caller.pid,
+                 child.describe())
+        return self.gpu_status(index)
+
+    # -- internals --------------------------------------------------------------------------------------
+    def _device(self, index: int) -> Device:
+        device = self.devices.get(index)
+        if device is None:
+            raise NoSuchGPU(f"no GPU {index} on this node (GPUs: {sorted(self.devices)})")
+        return device
+
+    def _change(self, index: int, caller: Holder, gids: set[int], setting: str, value: Any) -> dict[str, Any]:
+        if not self.config.allows(caller.uid, gids):
+            raise NotAllowed(f"uid {caller.uid} may not change GPU settings on this node "
+                             "(the agent's config lists the allowed users and groups)")
+        try:
+            held = self.leases.check(index, caller)
+        except LeaseConflict as err:
+            raise Conflict(str(err)) from None
+        if not held:
+            self.leases.take(index, caller, _read_originals(self.devices[index]))
+            try:
+                self._save()  # the originals are on disk before the first change
+            except OSError as err:
+                self.leases.release(index)
+                raise AgentFault(f"cannot write the agent's journal ({err.strerror or err}); nothing "
+                                 "changed") from None
+            if self.watcher is not None:
+                self.watcher.watch(caller)
+            log.info("wattwise agent: GPU %d now held by %s", index, caller.describe())
+        device = self.devices[index]
+        before = _reading(device, setting)
+        try:
+            _call(lambda: apply_setting(device, setting, value))
+        except AgentRefusal:
+            if not held:
+                self._give_back(index, "refused")
+            raise
+        self._audit(caller, index, setting, before, value, "requested")
+        lease = self.leases.get(index)
+        if lease is not None:
+            lease.applied[setting] = value
+            with contextlib.suppress(OSError):  # the originals are journalled already; this adds the re-apply
+                self._save()
+        return self.gpu_status(index)
+
+    def _give_back(self, index: int, why: str) -> None:
+        lease = self.leases.get(index)
+        if lease is None:
+            return
+        device = self.devices[index]
+        before = {setting: _reading(device, setting) for setting in lease.originals}
+        try:
+            restore_originals(device, lease.originals)
+        except DeviceError as err:
+            log.error("wattwise agent: could not restore GPU %d (%s); kept in the journal", index, err)
+            return
+        for setting, value in lease.originals.items():
+            if before[setting] != value:
+                self._audit(lease.holder, index, setting, before[setting], value, why)
+        self.leases.release(index)
+        self._save()
+        if self.watcher is not None and not self.leases.held_by(lease.holder):
+            self.watcher.unwatch(lease.holder)
+
+    def _save(self) -> None:
+        """Journal the originals of every held GPU (and those of GPUs not seen): the settings journal's format.
+
+        Each change also names its holder (pid, uid, job, start time) and the value the holder set, if any:
+        what the next agent start needs to keep a live holder's lease (other readers ignore both).
+        """
+        changes = []
+        for index, lease in self.leases.items():
+            for setting, value in lease.originals.items():
+                change = {"device": self.devices[index].spec(), "setting": setting, "original": value,
+                          "holder": lease.holder.journalled()}
+                if setting in lease.applied:
+                    change["applied"] = lease.applied[setting]
+                changes.append(change)
+        self.journal.save(changes + self.unseen)
+
+    def _audit(self, holder: Holder, index: int, setting: str, old: Any, new: Any, why: str) -> None:
+        if self.audit is None:
+            return
+        try:
+            spec = self.devices[index].spec()
+            self.audit.record(uid=holder.uid, pid=holder.pid, job=holder.job,
+                              device_spec={**spec, "uuid": gpu_uuid(spec)},  # the status's, a simulated GPU's too
+                              setting=setting, old=old, new=new, why=why)
+        except (OSError, ValueError) as err:
+            log.error("wattwise agent: cannot write the audit log (%s)", err)
+
+
+def _read_originals(device: Device) -> dict[str, Any]:
+    originals: dict[str, Any] = {}
+    for setting in (POWER_LIMIT, SM_CLOCKS):
+        with contextlib.suppress(NotSupportedError):
+            originals[setting] = read_setting(device, setting)
+    return originals
+
+
+def _reading(device: Device, setting: str) -> Any:
+    """`setting`'s value on `device` now, for the audit log; None when it cannot be read."""
+    try:
+        return read_setting(device, setting)
+    except DeviceError:
+        return None
+
+
+def _maybe(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except NotSupportedError:
+        return None
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    """A device call; its refusal becomes a one-line `InvalidRequest` (bad value) or `AgentFault` (device failure)."""
+    try:
+        return fn()
+    except NotSupportedError as err:
+        raise InvalidRequest(str(err)) from None
+    except UsageError as err:
+        raise InvalidRequest(str(err)) from None
+    except DeviceError as err:
+        raise AgentFault(f"device error: {err}") from None

@@ -1,0 +1,211 @@
+"""The agent's HTTP API (aiohttp): its routes, the parsing of each request, and the statuses of refusals.
+
+Routes (JSON in and out; errors are `{"error": "one line"}`):
+
+- `GET  /v1/gpus`: per GPU, the index, name, current and default power limit, locked clocks, holder;
+- `GET  /v1/devices`: the backend and each GPU's `spec` (clients open the same GPU locally for reads);
+- `POST /v1/gpus/{index}/power_limit` `{"watts": W, "job": "name"}`;
+- `POST /v1/gpus/{index}/sm_clocks` `{"min_mhz": F, "max_mhz": F, "job": "name"}`;
+- `DELETE /v1/gpus/{index}/sm_clocks`: unlock the clocks (the original stays recorded);
+- `POST /v1/gpus/{index}/release`: the holder gives the GPU back, its original settings restored.
+- `POST /v1/gpus/{index}/holder` `{"pid": P}`: the holder makes its child P the holder (`wattwise cap`);
+- `POST /v1/release` `{"job_id": "J"}`: every GPU held under batch job J is restored (root or J's user).
+
+`{index}` is a GPU's index (ASCII digits) or its UUID (as the status shows it). The caller is who the
+kernel says it is (SO_PEERCRED on the connection), never what the body claims.
+Answers: 400 malformed or out of the GPU's range, 403 not allowed (or outside the admin's bounds), 404 no
+such GPU, 409 held by another process, 413 body too large, 500 the device or the agent failed: each
+refusal of `wattwise.agent.agent` has its status in `STATUS_OF`, the one place that maps them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from wattwise.agent import MAX_JOB_CHARS, is_job_name
+from wattwise.agent.agent import (
+    Agent,
+    AgentFault,
+    AgentRefusal,
+    Conflict,
+    InvalidRequest,
+    NoSuchGPU,
+    NotAllowed,
+)
+from wattwise.agent.leases import Holder
+from wattwise.agent.processes import peer_credentials, process_groups, process_start_ticks
+
+log = logging.getLogger(__name__)
+
+#: Requests are a few dozen bytes: anything larger is refused before it is read.
+MAX_BODY_BYTES = 64 * 1024
+
+#: The HTTP status of each kind of refusal.
+STATUS_OF: dict[type[AgentRefusal], int] = {
+    InvalidRequest: 400,
+    NotAllowed: 403,
+    NoSuchGPU: 404,
+    Conflict: 409,
+    AgentFault: 500,
+}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def status_of(refusal: AgentRefusal) -> int:
+    """The HTTP status answering `refusal`: its kind's in `STATUS_OF` (the nearest one's for a subclass).
+
+    A refusal of no kind there is the agent's own fault: 500.
+    """
+    return next((STATUS_OF[kind] for kind in type(refusal).__mro__ if kind in STATUS_OF), 500)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except AgentRefusal as err:
+        return _error(status_of(err), str(err))
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"request body too large (at most {MAX_BODY_BYTES} bytes)")
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        return _error(err.status, err.reason)
+    except Exception:
+        log.exception("wattwise agent: request %s %s failed", request.method, request.path)
+        return _error(500, "internal error (see the agent's log)")
+
+
+def _caller(request: web.Request) -> tuple[Holder, set[int]]:
+    """The calling process as the kernel names it, and its groups; the job name is the body's."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is None:
+        raise InvalidRequest("connection closed")
+    pid, uid, gid = peer_credentials(sock)
+    ticks = process_start_ticks(pid)
+    if pid <= 0 or ticks is None:
+        raise InvalidRequest("the calling process is gone (or is in another PID namespace)")
+    return Holder(pid, uid, "", ticks), process_groups(pid, gid)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        data = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest("the request body is not valid JSON") from None
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply (a flat JSON object is expected)") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return data
+
+
+def _job(data: dict[str, Any], key: str = "job") -> str:
+    """A name the body gives (`job`, `job_id`): printable, at most `MAX_JOB_CHARS`; "" when not given."""
+    job = data.get(key, "")
+    if not is_job_name(job):
+        raise InvalidRequest(f"{key} must be a printable string of at most {MAX_JOB_CHARS} characters")
+    return job
+
+
+def _number(data: dict[str, Any], key: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidRequest(f"{key} must be a finite number (got {value!r})")
+    return float(value)
+
+
+def _integer(data: dict[str, Any], key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{key} must be an integer number of MHz (got {value!r})")
+    return value
+
+
+def _index(request: web.Request, agent: Agent) -> int:
+    """The index of the GPU a URL names: by its index (ASCII digits only) or by its UUID.
+
+    A client names the GPU by its UUID, so that a renumbering of the node's GPUs between its lookup and
+    its request cannot make it change another GPU.
+    """
+    text = request.match_info["index"]
+    if text.isascii() and text.isdigit() and len(text) <= 6:  # "²" and "١" are digits to str.isdigit
+        return int(text)
+    if text in agent.uuids:
+        return agent.uuids[text]
+    raise NoSuchGPU(f"no GPU {text!r} on this node (a GPU is named by its index or its uuid)")
+
+
+def make_app(agent: Agent) -> web.Application:
+    """The aiohttp application serving `agent`."""
+
+    async def status(request: web.Request) -> web.Response:
+        return web.json_response(agent.status())
+
+    async def devices(request: web.Request) -> web.Response:
+        return web.json_response(agent.device_list())
+
+    async def power_limit(request: web.Request) -> web.Response:
+        index = _index(request, agent)
+        data = await _body(request)
+        caller, gids = _caller(request)
+        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks, _job(data, "job_id"))
+        return web.json_response(agent.set_power_limit(index, holder, gids, _number(data, "watts")))
+
+    async def lock_clocks(request: web.Request) -> web.Response:
+        index = _index(request, agent)
+        data = await _body(request)
+        caller, gids = _caller(request)
+        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks, _job(data, "job_id"))
+        return web.json_response(agent.lock_sm_clocks(index, holder, gids, _integer(data, "min_mhz"),
+                                                      _integer(data, "max_mhz")))
+
+    async def reset_clocks(request: web.Request) -> web.Response:
+        index = _index(request, agent)
+        caller, gids = _caller(request)
+        return web.json_response(agent.reset_sm_clocks(index, caller, gids))
+
+    async def release(request: web.Request) -> web.Response:
+        index = _index(request, agent)
+        caller, _ = _caller(request)
+        return web.json_response(agent.release(index, caller))
+
+    async def hand_over(request: web.Request) -> web.Response:
+        index = _index(request, agent)
+        data = await _body(request)
+        caller, _ = _caller(request)
+        pid = data.get("pid")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            raise InvalidRequest(f"pid must be a positive integer, the caller's child (got {pid!r})")
+        return web.json_response(agent.hand_over(index, caller, pid))
+
+    async def release_job(request: web.Request) -> web.Response:
+        data = await _body(request)
+        job_id = _job(data, "job_id")
+        if not job_id:
+            raise InvalidRequest("job_id must name the batch job whose GPUs to release (its SLURM_JOB_ID)")
+        caller, _ = _caller(request)
+        return web.json_response(agent.release_job(job_id, caller))
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
+    app.router.add_get("/v1/gpus", status)
+    app.router.add_get("/v1/devices", devices)
+    app.router.add_post("/v1/gpus/{index}/power_limit", power_limit)
+    app.router.add_post("/v1/gpus/{index}/sm_clocks", lock_clocks)
+    app.router.add_delete("/v1/gpus/{index}/sm_clocks", reset_clocks)
+    app.router.add_post("/v1/gpus/{index}/release", release)
+    app.router.add_post("/v1/gpus/{index}/holder", hand_over)
+    app.router.add_post("/v1/release", release_job)
+    return app

@@ -1,0 +1,227 @@
+"""The processes the agent serves, as the kernel shows them: peer credentials, /proc, and their watchers.
+
+A caller is who the kernel says it is (SO_PEERCRED on the connection); a holder is a process named by its
+pid and start time (a reused pid is another process), whose lease may follow its process group. The
+`ProcessWatcher` calls back when a holder has ended: by pidfd on the event loop, else by polling /proc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import struct
+from collections.abc import Callable, Collection
+from typing import Any
+
+from wattwise.agent.leases import Holder
+
+#: How often a holder is checked when pidfd is unavailable (Linux before 5.3).
+POLL_S = 0.2
+
+
+def peer_credentials(sock: Any) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a Unix socket, from the kernel."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+def _stat_fields(pid: int | str, *, ended_too: bool = False) -> list[str] | None:
+    """`/proc/PID/stat` after the command name (state, ppid, pgrp, ...).
+
+    None when the process is gone, or (unless `ended_too`) a zombie: ended, its parent not told yet.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    if len(fields) < 20 or (fields[0] in ("Z", "X") and not ended_too):
+        return None
+    return fields
+
+
+def process_start_ticks(pid: int, *, ended_too: bool = False) -> int | None:
+    """Start time of a live process (clock ticks since boot).
+
+    None when it is gone, or (unless `ended_too`) a zombie.
+    """
+    fields = _stat_fields(pid, ended_too=ended_too)
+    return int(fields[19]) if fields else None
+
+
+def process_start_and_group(pid: int, *, ended_too: bool = False) -> tuple[int, int] | None:
+    """(start time in clock ticks since boot, process group) of a live process, from one read: the same process.
+
+    None when it is gone, or (unless `ended_too`) a zombie.
+    """
+    fields = _stat_fields(pid, ended_too=ended_too)
+    return (int(fields[19]), int(fields[2])) if fields else None
+
+
+def groups_with_members(pgids: Collection[int]) -> set[int]:
+    """Of the process groups `pgids`, those in which a process other than the group's leader runs.
+
+    One pass over /proc, however many groups are asked about.
+    """
+    wanted = {str(pgid) for pgid in pgids if pgid > 0}
+    found: set[int] = set()
+    if not wanted:
+        return found
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(entry.name)
+            if fields is not None and fields[2] in wanted and fields[2] != entry.name:
+                found.add(int(fields[2]))
+    return found
+
+
+def group_has_members(pgid: int, leader_ticks: int, members: Collection[int] | None = None) -> bool:
+    """Whether a process other than its leader still runs in process group `pgid` (led at `leader_ticks`).
+
+    The kernel never gives a new process the number of a group that still has members, so a process
+    `pgid` that runs with another start time means the group ended and its number was reused: False. The
+    leader itself does not count (it is the holder, checked by its pid, or the `wattwise cap` wrapper).
+    `members`: what `groups_with_members` found for several groups at once; None: look now.
+    """
+    leader = process_start_ticks(pgid)
+    if leader is not None and leader != leader_ticks:
+        return False
+    return pgid in (groups_with_members([pgid]) if members is None else members)
+
+
+def parent_and_uids(pid: int) -> tuple[int, set[int]] | None:
+    """(parent pid, {real and effective uid}) of a live process, from `/proc/PID/status`; None when gone."""
+    ppid: int | None = None
+    uids: set[int] = set()
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("PPid:"):
+                    ppid = int(line.split()[1])
+                elif line.startswith("Uid:"):
+                    uids = {int(u) for u in line.split()[1:3]}
+    except (OSError, ValueError, IndexError):
+        return None
+    return (ppid, uids) if ppid is not None and uids else None
+
+
+def process_groups(pid: int, gid: int) -> set[int]:
+    """The primary and supplementary groups of a process."""
+    groups = {gid}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("Groups:"):
+                groups.update(int(g) for g in line.split()[1:] if g.isdigit())
+    return groups
+
+
+class ProcessWatcher:
+    """Calls back once when a watched holder ends: pidfd on the event loop, else polling /proc.
+
+    A holder that follows a process group (`Holder.pgid`) ends when its process has ended and no other
+    process of the group runs: after its pid's exit the group is polled until it is empty.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[Holder], None]) -> None:
+        """Watch on `loop`; `on_exit(holder)` is called once when a watched holder has ended."""
+        self._loop = loop
+        self._on_exit = on_exit
+        self._watched: dict[tuple[int, int], Callable[[], None]] = {}
+        #: The holders watched by polling /proc (no pidfd, or a process group that outlives the pid).
+        self._polled: dict[tuple[int, int], Holder] = {}
+        self._poller: asyncio.Task[None] | None = None
+
+    def watch(self, holder: Holder) -> None:
+        """Call back when `holder` ends (at once when it has ended already, via the poll)."""
+        key = (holder.pid, holder.start_ticks)
+        if key in self._watched:
+            return
+        fd = self._pidfd(holder)
+        if fd is not None:
+            self._loop.add_reader(fd, self._ended, holder)
+
+            def stop_fd() -> None:
+                self._loop.remove_reader(fd)
+                os.close(fd)
+
+            self._watched[key] = stop_fd
+        else:
+            self._watch_by_polling(holder)
+
+    def unwatch(self, holder: Holder) -> None:
+        """Stop watching `holder` (its GPUs were given back)."""
+        stop = self._watched.pop((holder.pid, holder.start_ticks), None)
+        if stop is not None:
+            stop()
+
+    def close(self) -> None:
+        """Stop watching every holder (the agent stops)."""
+        for stop in list(self._watched.values()):
+            stop()
+        self._watched.clear()
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
+
+    @staticmethod
+    def _pidfd(holder: Holder) -> int | None:
+        if not hasattr(os, "pidfd_open"):
+            return None
+        try:
+            fd = os.pidfd_open(holder.pid)
+        except OSError:
+            return None
+        if process_start_ticks(holder.pid) != holder.start_ticks:
+            # The pid was recycled between the request and pidfd_open: this fd names another process.
+            os.close(fd)
+            return None
+        return fd
+
+    def _ended(self, holder: Holder) -> None:
+        self.unwatch(holder)
+        if holder_alive(holder):  # its process group lives on: poll that
+            self._watch_by_polling(holder)
+            return
+        self._on_exit(holder)
+
+    def _watch_by_polling(self, holder: Holder) -> None:
+        key = (holder.pid, holder.start_ticks)
+        self._polled[key] = holder
+
+        def stop_polling() -> None:
+            self._polled.pop(key, None)
+
+        self._watched[key] = stop_polling
+        if self._poller is None or self._poller.done():
+            self._poller = self._loop.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        """Every `POLL_S` while any holder is polled: one pass over /proc answers for all their groups."""
+        while self._polled:
+            members = groups_with_members({h.pgid for h in self._polled.values()})
+            for key, holder in list(self._polled.items()):
+                if key in self._polled and not holder_alive(holder, members):
+                    del self._polled[key]
+                    self._watched.pop(key, None)
+                    self._on_exit(holder)
+            if self._polled:
+                await asyncio.sleep(POLL_S)
+
+
+
+def process_alive(holder: Holder) -> bool:
+    """Whether the holder's process runs: its pid names a live process that started when the holder did."""
+    return holder.start_ticks > 0 and process_start_ticks(holder.pid) == holder.start_ticks
+
+
+def holder_alive(holder: Holder, members: Collection[int] | None = None) -> bool:
+    """Whether `holder` still runs: its process, or another process of the group its lease follows.
+
+    `members`: the groups `groups_with_members` found with members (several holders checked in one pass).
+    """
+    return process_alive(holder) or (holder.pgid > 0 and group_has_members(holder.pgid, holder.pgid_ticks,
+                                                                            members))

@@ -1,0 +1,178 @@
+"""`wattwise agent serve`: the agent's Unix socket made, checked and shared, and the agent served on it.
+
+The socket's folder must be trusted (`socket_folder_problem`), the socket is bound with no moment where
+others could connect, then given to the `--group` (0660) through the very node that was bound; the agent
+serves until SIGTERM or SIGINT, then restores the GPUs whose holders ended and removes its socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from aiohttp import web
+
+from wattwise.agent.agent import Agent
+from wattwise.agent.connections import ConnectionLimits, quiet_client_logs, raise_open_file_limit
+from wattwise.agent.http import make_app
+from wattwise.devices.base import Device
+from wattwise.errors import UsageError
+from wattwise.safe_files import folder_problem
+
+
+@dataclass
+class ServeOptions:
+    """Where `serve` listens: the socket and its group, the state dir, the optional metrics port."""
+
+    socket: str
+    state_dir: str
+    group: str | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+
+
+def socket_folder_problem(folder: Path) -> str | None:
+    """Why the socket's folder cannot be trusted, or None.
+
+    Whoever may write in it could swap the socket for a link between bind and chmod, or plant a file of
+    their own there: it must be a real folder (no symbolic link), owned by the agent's user (root when
+    deployed), writable by nobody else (a sticky /tmp is refused too): `wattwise.safe_files.folder_problem`.
+    """
+    return folder_problem(folder)
+
+
+def prepare_socket(path: Path) -> None:
+    """Make the socket's folder (0755), check it, and clear a stale socket.
+
+    Raises:
+        UsageError: the folder cannot be trusted (see `socket_folder_problem`), the path is not a socket,
+            or an agent already listens there.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    problem = socket_folder_problem(path.parent)
+    if problem:
+        raise UsageError(f"--socket {path}: its folder {path.parent} {problem.removeprefix('the folder ')}; "
+                         "use a folder only root may write, such as /run/wattwise")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UsageError(f"--socket {path}: exists and is not a socket; remove it or choose another path")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()  # nobody listens: left behind by an agent that died
+        return
+    finally:
+        probe.close()
+    raise UsageError(f"--socket {path}: another agent already listens there")
+
+
+def share_socket(path: Path, gid: int) -> None:
+    """Give the socket bound at `path` to group `gid`, mode 0660, never through a symbolic link.
+
+    The node is opened with O_PATH|O_NOFOLLOW and checked to be a socket; owner and mode are then set on
+    that very node (through /proc/self/fd), so nothing swapped in at `path` is changed.
+
+    Raises:
+        UsageError: `path` is no longer the socket (something replaced it).
+    """
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise UsageError(f"--socket {path}: replaced by something that is not the agent's socket; "
+                             "use a folder only root may write")
+        node = f"/proc/self/fd/{fd}"
+        os.chown(node, -1, gid)
+        os.chmod(node, 0o660)
+    finally:
+        os.close(fd)
+
+
+def group_id(group: str | None) -> int:
+    """The gid of `--group` (a name or a number); -1 (the agent's own group) when not given."""
+    import grp
+
+    if group is None:
+        return -1
+    if group.isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise UsageError(f"--group {group}: no such group on this node (a name or a number)") from None
+
+
+def share_simulated_load(devices: list[Device], gid: int) -> None:
+    """Simulated backend: a load file beside each GPU's state file, writable by the socket's group (0660).
+
+    Clients add the load they drive there; the agent counts it in its energy. The file is reset to 0 J at
+    each start. Only for the simulated GPU: what clients write there is trusted, as a test's figures are.
+    """
+    from wattwise.devices.simulated import load_file_of
+    from wattwise.safe_files import replace_file
+
+    def write(fh: TextIO) -> None:
+        fh.write(json.dumps({"load_j": 0.0}))
+        os.fchown(fh.fileno(), -1, gid)
+        os.fchmod(fh.fileno(), 0o660)
+
+    for device in devices:
+        simulation, state_file = device.simulation, device.spec().get("state_file")
+        if simulation is None or not state_file:
+            continue
+        path = load_file_of(state_file)
+        replace_file(path, write)  # a new file moved in place: whatever was at `path` is never written through
+        simulation.count_load(path)
+
+
+async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then restore every held GPU and remove the socket."""
+    gid = group_id(options.group)
+    path = Path(options.socket)
+    prepare_socket(path)
+    loop = asyncio.get_running_loop()
+    quiet_client_logs()
+    raise_open_file_limit()
+    agent.start_watching(loop)
+    runner = web.AppRunner(make_app(agent), access_log=None, handle_signals=False, keepalive_timeout=2.0)
+    await runner.setup()
+    limits = ConnectionLimits(loop)
+    assert runner.server is not None  # set by setup()
+    previous = os.umask(0o177)  # no moment where others could connect before the chmod below
+    try:
+        server = await loop.create_unix_server(limits.factory(runner.server), str(path), backlog=128)
+    finally:
+        os.umask(previous)
+    share_socket(path, gid)
+    if options.metrics_port is not None:
+        from wattwise.agent.metrics import start_metrics
+
+        start_metrics(agent, options.metrics_host, options.metrics_port)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready()
+    try:
+        await stop.wait()
+    finally:
+        agent.restore_all()
+        agent.journal.close()
+        if agent.audit is not None:
+            agent.audit.close()
+        server.close()
+        await runner.cleanup()
+        with contextlib.suppress(OSError):
+            path.unlink()
