@@ -1,4 +1,4 @@
-"""The training check of `wattwise acceptance` (entry point `wattwise.tools.acceptance:lightning`).
+"""The training check of `wattwise acceptance` (entry point `wattwise.acceptance:lightning`).
 
 A small transformer language model on synthetic tokens, CUDA and bf16, trained under Lightning with
 `EnergyCallback` on a real GPU. wattwise itself never imports Lightning, so this part lives here.

@@ -473,7 +473,7 @@ def check_clocks(ctx: Context) -> dict[str, Any]:
 def check_training(ctx: Context) -> dict[str, Any]:
     """Check 5: training under Lightning with the `EnergyCallback`, run by the adapter's own check.
 
-    The check is the entry point `lightning` of the group `wattwise.tools.acceptance`: wattwise never imports a
+    The check is the entry point `lightning` of the group `wattwise.acceptance`: wattwise never imports a
     framework.
 
     Raises:
@@ -483,7 +483,7 @@ def check_training(ctx: Context) -> dict[str, Any]:
     gpu = ctx.require_gpu()
     from importlib.metadata import entry_points
 
-    found = {ep.name: ep for ep in entry_points(group="wattwise.tools.acceptance")}
+    found = {ep.name: ep for ep in entry_points(group="wattwise.acceptance")}
     if "lightning" not in found:
         raise Skip("lightning_energy is not installed (its training check is an entry point)")
     result: dict[str, Any] = found["lightning"].load()(gpu, ctx.out, quick=ctx.quick)

@@ -1,7 +1,7 @@
 """`wattwise demo`: the emulated workload trained on the simulated GPU with power-limit tuning.
 
 The framework loops live in the adapters (`lightning_energy.demo`, `accelerate_energy.demo`), registered
-as entry points of the group `wattwise.tools.demo`, so `core` never imports a framework. Each returns the same
+as entry points of the group `wattwise.demo`, so `core` never imports a framework. Each returns the same
 JSON-ready result: the measured profile, the chosen limit, the run's energy and the energy of the same
 steps at the maximum limit (measured by a second run, not estimated).
 
@@ -236,8 +236,8 @@ def _entry(e: dict[str, float]) -> ProfileEntry:
 
 
 def frameworks() -> dict[str, Any]:
-    """The demo runners the adapters registered (entry point group `wattwise.tools.demo`), by framework name."""
-    return {ep.name: ep for ep in entry_points(group="wattwise.tools.demo")}
+    """The demo runners the adapters registered (entry point group `wattwise.demo`), by framework name."""
+    return {ep.name: ep for ep in entry_points(group="wattwise.demo")}
 
 
 def run_demo(options: DemoOptions) -> dict[str, Any]:
