@@ -42,7 +42,7 @@ from accelerate_energy.plugin import EnergyPlugin
 from wattwise.config import EnergyConfig
 from wattwise.devices.base import Device
 from wattwise.record.summary import format_summary
-from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Run, StepRecord
+from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Run, Figures
 from wattwise.run.logged import epoch_metrics, fit_metrics, step_metrics
 from wattwise.safe_files import write_text
 
@@ -147,7 +147,7 @@ class AccelerateEnergy:
             self.accelerator.log(step_metrics(rec, run.power_limit_w), step=run.step_count)
         run.step_begin()
 
-    def epoch_end(self) -> StepRecord | None:
+    def epoch_end(self) -> Figures | None:
         """Close the epoch (time and energy over all processes) and open the next one."""
         run = self.run
         if not run.started or run.finished:
@@ -156,7 +156,7 @@ class AccelerateEnergy:
         run.epoch_begin()
         return rec
 
-    def _close_epoch(self) -> StepRecord | None:
+    def _close_epoch(self) -> Figures | None:
         rec = self.run.epoch_end()
         self._epoch_first_step = self.run.step_count
         if rec is not None:
@@ -293,7 +293,7 @@ def energy_run(accelerator: Accelerator) -> Run | None:
     return found.run if found is not None else None
 
 
-def epoch_end(accelerator: Accelerator) -> StepRecord | None:
+def epoch_end(accelerator: Accelerator) -> Figures | None:
     """Optional: mark the end of an epoch (per-epoch energy in the summary; tuning never profiles across it).
 
     Without it the run is one epoch. Does nothing when wattwise is off.

@@ -39,7 +39,7 @@ from wattwise import flags
 from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
 from wattwise.errors import ConfigError, EnergyPluginWarning, UsageError
-from wattwise.run import StepRecord
+from wattwise.run import Figures
 from wattwise.run.logged import step_metrics
 
 
@@ -90,7 +90,7 @@ class EnergyTrainerCallback(TrainerCallback):
         self.trainer: Any = None
         #: The checkpoint folder the Trainer's `train` was asked to resume from (None: a fresh start).
         self.resume_from: Path | None = None
-        self._logged: StepRecord | None = None
+        self._logged: Figures | None = None
 
     @classmethod
     def for_flag(cls) -> EnergyTrainerCallback:

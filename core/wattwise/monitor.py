@@ -303,7 +303,7 @@ class EnergyMonitor:
             self.sync()
         with self._lock:
             if name in self._open:
-                raise InternalError(f"measurement window {name!r} is already open; end or cancel it first")
+                raise InternalError(f"measurement window {str(name)!r} is already open; end or cancel it first")
             self._open[name] = _Open(self._clock(), self._wall(), self._read_energy())
 
     def end_window(self, name: str, *, sync: bool = True) -> Measurement:
@@ -317,7 +317,7 @@ class EnergyMonitor:
         with self._lock:
             missing = [n for n in names if n not in self._open]
             if missing:
-                raise InternalError(f"measurement window {missing[0]!r} is not open; call begin_window first")
+                raise InternalError(f"measurement window {str(missing[0])!r} is not open; call begin_window first")
             started = [self._open.pop(n) for n in names]
             now = self._clock()
             end = self._read_energy()
@@ -380,7 +380,7 @@ class EnergyMonitor:
         with self._lock:
             started = self._open.get(name)
             if started is None:
-                raise InternalError(f"measurement window {name!r} is not open; call begin_window first")
+                raise InternalError(f"measurement window {str(name)!r} is not open; call begin_window first")
             time_s, energy = started.carried_time_s, dict(started.carried_energy_j)
             if not started.paused:
                 now = self._clock()
@@ -394,7 +394,7 @@ class EnergyMonitor:
         """Forget window `name` without measuring it (e.g. the step raised)."""
         with self._lock:
             if self._open.pop(name, None) is None:
-                raise InternalError(f"measurement window {name!r} is not open; nothing to cancel")
+                raise InternalError(f"measurement window {str(name)!r} is not open; nothing to cancel")
 
     def is_open(self, name: str) -> bool:
         """Whether window `name` is open (begun, not yet ended or cancelled); a paused one is open."""

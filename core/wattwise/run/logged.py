@@ -6,10 +6,10 @@ Figures are already combined over processes (energy summed, time maxed), so they
 from __future__ import annotations
 
 from wattwise.record.summary import RunSummary
-from wattwise.run.measurement import StepRecord
+from wattwise.run.measurement import Figures
 
 
-def step_metrics(rec: StepRecord, power_limit_w: float | None) -> dict[str, float]:
+def step_metrics(rec: Figures, power_limit_w: float | None) -> dict[str, float]:
     """The step figures a logger receives: energy, time and average power per step, and the power limit."""
     metrics = {"energy/step_j": rec.energy_j, "time/step_s": rec.time_s, "power/avg_w": rec.avg_power_w}
     if power_limit_w is not None:
@@ -17,7 +17,7 @@ def step_metrics(rec: StepRecord, power_limit_w: float | None) -> dict[str, floa
     return metrics
 
 
-def epoch_metrics(rec: StepRecord) -> dict[str, float]:
+def epoch_metrics(rec: Figures) -> dict[str, float]:
     """The epoch figures a logger receives: energy, time and average power of the epoch."""
     return {"energy/epoch_j": rec.energy_j, "time/epoch_s": rec.time_s, "power/epoch_avg_w": rec.avg_power_w}
 

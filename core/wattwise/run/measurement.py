@@ -30,6 +30,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,11 +44,27 @@ from wattwise.run.agreement import FIGURES_LEFT, Agreement, Failure, RankEnd, ag
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-FIT, EPOCH, STEPS, PROFILE, PAUSE = "fit", "epoch", "steps", "power_limit_profile", "paused"
+
+
+class Window(StrEnum):
+    """The windows a run opens (their names in windows.csv)."""
+
+    #: The whole run.
+    FIT = "fit"
+    #: Each epoch.
+    EPOCH = "epoch"
+    #: The steps since the last logging point.
+    STEPS = "steps"
+    #: The power-limit tuner's profiling window.
+    PROFILE = "power_limit_profile"
+    #: Time that is not training (validation, a checkpoint).
+    PAUSE = "paused"
+
+
 #: Windows that count training only: paused while the run does something else.
-TRAINING_WINDOWS = (STEPS, PROFILE)
+TRAINING_WINDOWS = (Window.STEPS, Window.PROFILE)
 #: Every window a run opens.
-WINDOWS = (FIT, EPOCH, STEPS, PROFILE, PAUSE)
+WINDOWS = (Window.FIT, Window.EPOCH, Window.STEPS, Window.PROFILE, Window.PAUSE)
 #: What becomes of a process's figures once it lost its measurement (after the rank and why).
 LOST = "; its energy is left out of the run's figures, and the other processes go on measuring"
 #: Why a process has nothing to measure (no device found).
@@ -73,7 +90,7 @@ class PausedFigures:
 
 
 @dataclass
-class StepRecord:
+class Figures:
     """Time and energy combined over processes: per step (a logging interval's average), an epoch or a run.
 
     `steps` is the number of optimizer steps the figures cover (0 when unknown).
@@ -194,7 +211,7 @@ class RunMeasurement:
         self.epochs: list[EpochFigures] = []
         self._epoch_number: int | None = None
         self._epoch_steps_at = 0
-        self.last_step: StepRecord | None = None
+        self.last_step: Figures | None = None
         #: Energy and time of the segments before a resume.
         self.prior_energy_j = 0.0
         self.prior_time_s = 0.0
@@ -269,8 +286,8 @@ class RunMeasurement:
             self.lost = NOTHING_TO_MEASURE if failed is None else f"opening its devices failed ({failed})"
             self.monitor = self._unmeasured_monitor()
         self.active = True
-        self._read(lambda mon: mon.begin_window(FIT))
-        self._read(lambda mon: mon.begin_window(STEPS, sync=False))
+        self._read(lambda mon: mon.begin_window(Window.FIT))
+        self._read(lambda mon: mon.begin_window(Window.STEPS, sync=False))
         return True
 
     def _discover(self) -> None:
@@ -353,11 +370,11 @@ class RunMeasurement:
             if self.monitor is not None and self.monitor.is_open(name):
                 self.monitor.cancel_window(name)
 
-    def end(self, *names: str) -> list[StepRecord]:
+    def end(self, *names: str) -> list[Figures]:
         """Close windows at one point; their figures combined over processes in one collective."""
         assert self.monitor is not None
         ended = self._read(lambda mon: mon.end_windows(list(names)))
-        return [StepRecord(t, e, 0) for t, e in self.combine(ended)]
+        return [Figures(t, e, 0) for t, e in self.combine(ended)]
 
     def combine(self, ms: Sequence[Measurement]) -> list[tuple[float, float]]:
         """(time maxed, energy summed) over processes of each of this process's measurements `ms`.
@@ -383,7 +400,7 @@ class RunMeasurement:
         """True when the steps counted since the last logging point reach a multiple of `every`."""
         return every > 0 and self.step_count // every > self._logged_at // every
 
-    def close_interval(self, also: Sequence[str] = ()) -> tuple[StepRecord, list[StepRecord]]:
+    def close_interval(self, also: Sequence[str] = ()) -> tuple[Figures, list[Figures]]:
         """The logging point: close the `steps` window and reopen it.
 
         Args:
@@ -393,12 +410,12 @@ class RunMeasurement:
             The interval's per-step average, and the figures of the windows `also`.
         """
         assert self.monitor is not None
-        ended = self.end(STEPS, *also)
-        self._read(lambda mon: mon.begin_window(STEPS, sync=False))
+        ended = self.end(Window.STEPS, *also)
+        self._read(lambda mon: mon.begin_window(Window.STEPS, sync=False))
         if self.paused_kind is not None:
-            self._read(lambda mon: mon.pause_windows([STEPS], sync=False))
+            self._read(lambda mon: mon.pause_windows([Window.STEPS], sync=False))
         steps = max(1, self._interval_steps)
-        rec = StepRecord(ended[0].time_s / steps, ended[0].energy_j / steps, self._interval_steps)
+        rec = Figures(ended[0].time_s / steps, ended[0].energy_j / steps, self._interval_steps)
         self._interval_steps = 0
         self._logged_at = self.step_count
         self.last_step = rec
@@ -419,7 +436,7 @@ class RunMeasurement:
         else:
             self._read(lambda mon: mon.pause_windows(list(TRAINING_WINDOWS)))
         self.paused_kind = kind
-        self._read(lambda mon: mon.begin_window(PAUSE, sync=False))
+        self._read(lambda mon: mon.begin_window(Window.PAUSE, sync=False))
 
     def resume(self) -> None:
         """Training goes on: the training windows count again; the pause's figures are kept apart."""
@@ -432,7 +449,7 @@ class RunMeasurement:
         """Close the pause window and add its time and energy to its kind's."""
         assert self.monitor is not None and self.paused_kind is not None
         kind = self.paused_kind
-        m = self._read(lambda mon: mon.end_window(PAUSE))
+        m = self._read(lambda mon: mon.end_window(Window.PAUSE))
         self.paused_kind = None
         figures = self.paused.setdefault(kind, [0.0, 0.0, 0])
         figures[0] += m.time_s
@@ -455,42 +472,42 @@ class RunMeasurement:
             self.epochs.append(EpochFigures(int(carried["epoch"]), float(carried["time_s"]),
                                            float(carried["energy_j"])))
             self._resumed_epoch = None
-        self.cancel(EPOCH)
-        self.begin(EPOCH)
+        self.cancel(Window.EPOCH)
+        self.begin(Window.EPOCH)
         self._epoch_number = number
         self._epoch_steps_at = self.step_count
 
-    def epoch_end(self) -> StepRecord | None:
+    def epoch_end(self) -> Figures | None:
         """Close the epoch's window (a collective); its figures over all processes, None when none was open."""
-        if not self.is_open(EPOCH):
+        if not self.is_open(Window.EPOCH):
             return None
-        rec = self.end(EPOCH)[0]
+        rec = self.end(Window.EPOCH)[0]
         number = self._epoch_number if self._epoch_number is not None else len(self.epochs)
         rec.steps = self.step_count - self._epoch_steps_at
         carried = self._resumed_epoch
         if carried is not None and int(carried.get("epoch", number)) == number:
-            rec = StepRecord(rec.time_s + float(carried["time_s"]), rec.energy_j + float(carried["energy_j"]),
+            rec = Figures(rec.time_s + float(carried["time_s"]), rec.energy_j + float(carried["energy_j"]),
                              rec.steps + int(carried.get("steps", 0)))
         self._resumed_epoch = None
         self.epochs.append(EpochFigures(number, rec.time_s, rec.energy_j))
         self._epoch_number = None
         return rec
 
-    def totals(self) -> StepRecord | None:
+    def totals(self) -> Figures | None:
         """The run so far, earlier segments included. A collective: every process calls it at one point."""
-        if not self.active or not self.is_open(FIT):
+        if not self.active or not self.is_open(Window.FIT):
             return None
         assert self.monitor is not None
-        [(time_s, energy_j)] = self.combine([self._read(lambda mon: mon.peek_window(FIT))])
-        return StepRecord(self.prior_time_s + time_s, self.prior_energy_j + energy_j, self.step_count)
+        [(time_s, energy_j)] = self.combine([self._read(lambda mon: mon.peek_window(Window.FIT))])
+        return Figures(self.prior_time_s + time_s, self.prior_energy_j + energy_j, self.step_count)
 
     def close(self) -> Measurement | None:
         """Close every window and the monitor; the fit's own measurement (this process), if it was open."""
         if self.monitor is None:
             return None
         self.resume()
-        self.cancel(STEPS, PROFILE, EPOCH)
-        fit = self._read(lambda mon: mon.end_window(FIT)) if self.monitor.is_open(FIT) else None
+        self.cancel(Window.STEPS, Window.PROFILE, Window.EPOCH)
+        fit = self._read(lambda mon: mon.end_window(Window.FIT)) if self.monitor.is_open(Window.FIT) else None
         self.monitor.close()
         return fit
 
@@ -562,10 +579,10 @@ class RunMeasurement:
     def state_dict(self) -> dict[str, Any]:
         """A collective under distributed training: every process calls it at the same point."""
         fit = epoch = None
-        if self.active and self.monitor is not None and self.is_open(FIT):
-            windows = [self._read(lambda mon: mon.peek_window(FIT))]
-            if self.is_open(EPOCH):
-                windows.append(self._read(lambda mon: mon.peek_window(EPOCH)))
+        if self.active and self.monitor is not None and self.is_open(Window.FIT):
+            windows = [self._read(lambda mon: mon.peek_window(Window.FIT))]
+            if self.is_open(Window.EPOCH):
+                windows.append(self._read(lambda mon: mon.peek_window(Window.EPOCH)))
             combined = self.combine(windows)
             fit = combined[0]
             if len(combined) > 1:

@@ -19,6 +19,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from enum import StrEnum
 from typing import Any
 
 from wattwise.config import PowerLimitConfig
@@ -38,6 +39,17 @@ MIN_PROFILE_UPDATES = 20
 #: The "cannot finish" warning says how to make tuning take at most 1/TUNING_SHARE of a run of known length.
 TUNING_SHARE = 5
 
+class PowerMode(StrEnum):
+    """What the power-limit part does in a run (`power_limit.mode`)."""
+
+    #: Change nothing; measure only.
+    MEASURE = "measure"
+    #: Profile limits during the first steps and keep the best (`power_limit.selector`).
+    TUNE = "tune"
+    #: Hold a fixed cap (`power_limit.cap_w` or `cap_fraction`).
+    CAP = "cap"
+
+
 #: Why tuning chooses nothing on a simulated GPU that no emulated work drives (a user's own model).
 UNDRIVEN_REASON = ("no emulated work drove the simulated GPU, so it measured its idle power at every limit "
                    "(wattwise.tools.workload.emulate_step drives it; the demo does)")
@@ -49,8 +61,8 @@ class PowerLimitControl:
     def __init__(self, cfg: PowerLimitConfig, *, memory: LimitsMemory | None = None,
                  wall_clock: Callable[[], float], clock: Callable[[], float] = time.perf_counter) -> None:
         self.cfg = cfg
-        #: "measure", "tune" or "cap"; "measure" again once a change failed.
-        self.mode = cfg.mode
+        #: What this part does; `PowerMode.MEASURE` again once a change failed.
+        self.mode = PowerMode(cfg.mode)
         self._memory = memory
         self._wall = wall_clock
         self.gpus: list[Device] = []
@@ -111,7 +123,7 @@ class PowerLimitControl:
             self.cfg = dataclasses.replace(self.cfg, mode="cap", cap_w=power_limit_w, cap_fraction=None)
         else:
             self.cfg = dataclasses.replace(self.cfg, mode="tune", reuse=False, selector="cost", eta=eta)
-        self.mode = self.cfg.mode
+        self.mode = PowerMode(self.cfg.mode)
 
     def expect_steps(self, total: int | None) -> None:
         """The optimizer steps the run will make (None or 0: unknown), for tuning that cannot finish in them."""
@@ -148,18 +160,19 @@ class PowerLimitControl:
         """
         self.gpus, self._label = list(gpus), label
         self.found_limit_w = self._common_limit_w()
-        if self.mode != "measure" and not self.gpus:
-            self._notices.append(f"power-limit {'tuning' if self.mode == 'tune' else 'capping'} needs an NVIDIA "
+        if self.mode != PowerMode.MEASURE and not self.gpus:
+            what = "tuning" if self.mode == PowerMode.TUNE else "capping"
+            self._notices.append(f"power-limit {what} needs an NVIDIA "
                                  "or AMD GPU and none was found: measuring only (backend='simulated' tries it on the "
                                  "simulated GPU)")
-            self.mode = "measure"
-        if self.mode == "measure":
+            self.mode = PowerMode.MEASURE
+        if self.mode == PowerMode.MEASURE:
             return
         name_job(self.gpus, job)
         cfg = self.cfg
         self.guard = guard()
         rng = self.gpus[0].power_limit_range()
-        if self.mode == "cap":
+        if self.mode == PowerMode.CAP:
             self.apply(cap_limit_w(rng.max_w, rng.min_w, cap_w=cfg.cap_w, cap_fraction=cfg.cap_fraction))
             return
         self.carbon = carbon()
@@ -385,9 +398,9 @@ class PowerLimitControl:
         Args:
             reason: Why, for the summary's `power_limit.tuning.reason` when tuning is abandoned.
         """
-        if self.mode == "tune" and self.tuner is not None and reason is not None:
+        if self.mode == PowerMode.TUNE and self.tuner is not None and reason is not None:
             self.abandoned = (reason, tuple(self.tuner.profile))
-        self.mode = "measure"
+        self.mode = PowerMode.MEASURE
         self.suspended = None
         self.tuner = None
         self.restore()
@@ -405,7 +418,7 @@ class PowerLimitControl:
 
     def summary(self, energy_j: float) -> PowerLimitSummary | None:
         """What this part did, for the run's record; the saving is estimated against the highest limit."""
-        if self.mode == "cap":
+        if self.mode == PowerMode.CAP:
             return PowerLimitSummary(mode="cap", chosen_power_limit_w=self.applied_limit_w)
         if self.tuner is None:
             if self.abandoned is None:

@@ -60,15 +60,15 @@ from wattwise.record.summary import (
 )
 from wattwise.run.agreement import RankEnd, agree, collect_rank_ends, leave_rank_end
 from wattwise.run.carbon import CarbonControl
-from wattwise.run.measurement import EPOCH, PROFILE, RunFigures, RunMeasurement, StepRecord
-from wattwise.run.power import PowerLimitControl
+from wattwise.run.measurement import Figures, RunFigures, RunMeasurement, Window
+from wattwise.run.power import PowerLimitControl, PowerMode
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Run", "StepRecord", "process_guard"]
+__all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Figures", "Run", "process_guard"]
 
 #: Step figures are combined over processes and logged every this many optimizer steps, unless the
 #: configuration (or the framework's own cadence, in the adapter) says otherwise.
@@ -212,7 +212,7 @@ class Run:
         return self.measurement.gpus if self.measurement is not None else []
 
     @property
-    def last_step(self) -> StepRecord | None:
+    def last_step(self) -> Figures | None:
         """The last logging interval's per-step figures over all processes; None before the first."""
         return self.measurement.last_step if self.measurement is not None else None
 
@@ -283,7 +283,7 @@ class Run:
         """A setting could not be changed: restore and go on measuring. Raised instead in strict mode."""
         if self.cfg.strict:
             raise err
-        if self.collective.world_size > 1 and self.power.mode != "measure":
+        if self.collective.world_size > 1 and self.power.mode != PowerMode.MEASURE:
             # Not alone: degrading here alone would change this process's collectives (see `_agree`).
             self.power.suspend(f"{what} failed ({err})")
             return
@@ -312,12 +312,12 @@ class Run:
                 measures) counts as one that failed.
         """
         coll, power = self.collective, self.power
-        if coll.world_size == 1 or (power.mode == "measure" and not at_start):
+        if coll.world_size == 1 or (power.mode == PowerMode.MEASURE and not at_start):
             return
         failed = power.suspended
         if failed is None and self.measurement is not None:  # tuning needs every process's figures
             failed = self.measurement.lost
-        if failed is None and at_start and power.mode == "measure" and not power.gpus:
+        if failed is None and at_start and power.mode == PowerMode.MEASURE and not power.gpus:
             failed = "no GPU whose power limit it could change was found"
         agreement = agree(coll, failed)
         if not agreement.failed:
@@ -342,7 +342,7 @@ class Run:
             The note for the summary.
         """
         self._told_lost.update(ranks)
-        if self.power.mode != "measure":
+        if self.power.mode != PowerMode.MEASURE:
             message += DEGRADED
         if self.is_main:
             self._warn(f"{message} (set strict=True to make this an error)")
@@ -396,7 +396,7 @@ class Run:
                          "is not readable): training goes on unmeasured; backend='simulated' tries wattwise "
                          "on the simulated GPU")
             return
-        changes = self.power.mode != "measure"
+        changes = self.power.mode != PowerMode.MEASURE
         try:
             self.power.setup(self.gpus, self.collective, memory_key=self._memory_key(),
                              label=self.measurement.device_label, guard=self._open_guard, carbon=self._carbon_part,
@@ -440,7 +440,7 @@ class Run:
         assert m is not None
         if m.paused_kind is not None:
             m.resume()
-        if not m.is_open(EPOCH):  # e.g. a resume in the middle of an epoch: no epoch start was seen
+        if not m.is_open(Window.EPOCH):  # e.g. a resume in the middle of an epoch: no epoch start was seen
             m.epoch_begin(epoch)
         try:
             begin_profile = self.power.step_begin(self.collective, m.step_count)
@@ -449,10 +449,10 @@ class Run:
             begin_profile = False
         self._take_notices()
         if begin_profile:
-            m.begin(PROFILE)
+            m.begin(Window.PROFILE)
 
     @_never_breaks_training
-    def step_end(self, steps: int = 1) -> StepRecord | None:
+    def step_end(self, steps: int = 1) -> Figures | None:
         """`steps` optimizer steps ended.
 
         Returns:
@@ -470,9 +470,9 @@ class Run:
             return None
         rec = None
         if log_due:
-            rec, ended = m.close_interval(also=(PROFILE,) if profile_done else ())
+            rec, ended = m.close_interval(also=(Window.PROFILE,) if profile_done else ())
         else:
-            ended = m.end(PROFILE)
+            ended = m.end(Window.PROFILE)
         if profile_done:  # a decision point: a change that failed in one process degrades all of them here
             self._agree()
         if profile_done and self.power.tuner is not None:
@@ -514,7 +514,7 @@ class Run:
             self.measurement.epoch_begin(number)
 
     @_never_breaks_training
-    def epoch_end(self) -> StepRecord | None:
+    def epoch_end(self) -> Figures | None:
         """Close the epoch; returns its time and energy over all processes (None when off)."""
         if not self.measuring:
             return None
@@ -525,9 +525,9 @@ class Run:
         """Training raised: restore every setting now (the summary is still written by `finish`)."""
         self.power.restore()
         if self.measurement is not None:
-            self.measurement.cancel(PROFILE)
+            self.measurement.cancel(Window.PROFILE)
 
-    def totals(self) -> StepRecord | None:
+    def totals(self) -> Figures | None:
         """Energy and time of the run so far (resumed segments included), combined over processes.
 
         A collective under distributed training: every process must call it at the same point.
