@@ -42,7 +42,7 @@ from accelerate_energy.plugin import EnergyPlugin
 from wattwise.config import EnergyConfig
 from wattwise.devices.base import Device
 from wattwise.record.summary import format_summary
-from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Run, Figures
+from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Figures, Run
 from wattwise.run.logged import epoch_metrics, fit_metrics, step_metrics
 from wattwise.safe_files import write_text
 

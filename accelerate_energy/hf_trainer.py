@@ -26,7 +26,6 @@ settings to every Trainer that has none; a Trainer with its own keeps only its o
 from __future__ import annotations
 
 import functools
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from accelerate_energy.wrapping import after_init
 from wattwise import flags
 from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
-from wattwise.errors import ConfigError, EnergyPluginWarning, UsageError
+from wattwise.errors import ConfigError, UsageError, plugin_warning
 from wattwise.run import Figures
 from wattwise.run.logged import step_metrics
 
@@ -121,10 +120,9 @@ class EnergyTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Take the Trainer's logging cadence; on a resume, read the run's state saved in the checkpoint."""
         if self.trainer is None:
-            warnings.warn("wattwise: EnergyTrainerCallback was added after the Trainer was built, so it measures "
+            plugin_warning("wattwise: EnergyTrainerCallback was added after the Trainer was built, so it measures "
                           "nothing; pass it when building the Trainer: "
-                          "Trainer(..., callbacks=[EnergyTrainerCallback()])",
-                          EnergyPluginWarning, stacklevel=2)
+                          "Trainer(..., callbacks=[EnergyTrainerCallback()])", stacklevel=2)
             return
         found = self._energy()
         if found is None:
@@ -207,8 +205,8 @@ def _install_or_warn(trainer: Any) -> None:
     except UsageError:  # a user's mistake (two callbacks, a bad setting) is refused before training
         raise
     except Exception as err:  # an energy plugin never breaks training
-        warnings.warn(f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
-                      "across checkpoints nor logged through report_to", EnergyPluginWarning, stacklevel=3)
+        plugin_warning(f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
+                      "across checkpoints nor logged through report_to", stacklevel=3)
 
 
 # Every Trainer built from now on binds its callback (the flag's start-up hook calls the same).

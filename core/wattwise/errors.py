@@ -84,4 +84,15 @@ def install_warning_format() -> None:
     warnings.formatwarning = format_warning
 
 
-install_warning_format()
+def plugin_warning(message: str, *, stacklevel: int = 1) -> None:
+    """Warn with an `EnergyPluginWarning`, printed as one line (`install_warning_format`).
+
+    The format is installed the first time wattwise has something to say, not when it is imported: a
+    process that imports wattwise and never hears from it keeps Python's formatter as it was.
+
+    Args:
+        message: What happened and the fix, starting with "wattwise: ".
+        stacklevel: As `warnings.warn`'s, counted from the caller of this function.
+    """
+    install_warning_format()
+    warnings.warn(message, EnergyPluginWarning, stacklevel=stacklevel + 1)

@@ -42,7 +42,6 @@ import math
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +49,7 @@ from typing import Any
 
 from wattwise.bounds import POWER_LIMIT_W, check_integer
 from wattwise.devices.base import Device, DeviceError, PowerLimitRange
-from wattwise.errors import EnergyPluginWarning, UsageError
+from wattwise.errors import UsageError, plugin_warning
 from wattwise.safe_files import (
     UntrustedFile,
     private_dir,
@@ -350,9 +349,9 @@ class SimulatedGPU(Device):
         assert self._state_file is not None
         where = set_aside_if_mine(self._state_file)
         self._state_sig = self._signature()
-        warnings.warn(f"wattwise: simulated GPU {self._index}: its state file {self._state_file} {why}; the GPU "
+        plugin_warning(f"wattwise: simulated GPU {self._index}: its state file {self._state_file} {why}; the GPU "
                       f"starts from its defaults ({self._default_limit_w:g} W, clocks unlocked) and the file is "
-                      f"{where}", EnergyPluginWarning, stacklevel=2)
+                      f"{where}", stacklevel=2)
 
     def _signature(self) -> tuple[int, int, int] | None:
         """What identifies the state file's current content (None: no file, or no state file at all)."""

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from wattwise.bounds import RUN_ENERGY_J, RUN_TIME_S
-from wattwise.errors import EnergyPluginWarning, UsageError
+from wattwise.errors import UsageError, plugin_warning
 from wattwise.recurring.policy import (
     WATTWISE_POLICY,
     PolicyConfig,
@@ -217,7 +216,7 @@ class BatchSizeOptimizer:
 
 def _warn(message: str, *, stacklevel: int) -> None:
     """An `EnergyPluginWarning`: wattwise went on without the store instead of breaking training."""
-    warnings.warn(message, EnergyPluginWarning, stacklevel=stacklevel)
+    plugin_warning(message, stacklevel=stacklevel)
 
 
 def _check_epochs(epochs: int, reached: bool) -> None:

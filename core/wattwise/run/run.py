@@ -37,7 +37,6 @@ import signal
 import socket
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -45,7 +44,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from wattwise.config import EnergyConfig
 from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
-from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, install_warning_format
+from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, plugin_warning
 from wattwise.monitor import Measurement
 from wattwise.record.files import WindowsLog, power_rows, write_run_dir
 from wattwise.record.summary import (
@@ -263,8 +262,7 @@ class Run:
     def _warn(self, message: str) -> None:
         if not self._warned:
             self._warned = True
-            install_warning_format()  # outermost again, should a framework have wrapped the formatter since
-            warnings.warn(f"wattwise: {message}", EnergyPluginWarning, stacklevel=4)
+            plugin_warning(f"wattwise: {message}", stacklevel=4)
 
     def _notice(self, message: str) -> None:
         """A feature that cannot do its job says so once (main process), beside the one degrade warning."""
@@ -272,8 +270,7 @@ class Run:
             return
         self._noticed.append(message)
         if self.is_main:
-            install_warning_format()
-            warnings.warn(f"wattwise: {message}", EnergyPluginWarning, stacklevel=4)
+            plugin_warning(f"wattwise: {message}", stacklevel=4)
 
     def _take_notices(self) -> None:
         for message in self.power.take_notices():

@@ -27,14 +27,13 @@ import json
 import logging
 import os
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, TIME_S, TIMESTAMP_S
-from wattwise.errors import EnergyPluginWarning, UsageError
+from wattwise.errors import UsageError, plugin_warning
 from wattwise.power_limit import check_eta
 from wattwise.profile import ProfileEntry
 from wattwise.safe_files import (
@@ -343,5 +342,5 @@ def _untrusted(path: Path, problem: str) -> None:
     Another user's file is theirs: left as it is, and named again by the next process that finds it.
     """
     where = set_aside_if_mine(path)
-    warnings.warn(f"wattwise: {path} {problem}; the power limits remembered in it were not imported (only your own "
-                  f"regular file is), and it is {where}", EnergyPluginWarning, stacklevel=4)
+    plugin_warning(f"wattwise: {path} {problem}; the power limits remembered in it were not imported (only your own "
+                  f"regular file is), and it is {where}", stacklevel=4)

@@ -28,7 +28,6 @@ import os
 import random
 import sqlite3
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -58,7 +57,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.pool import StaticPool
 
-from wattwise.errors import EnergyPluginWarning, UsageError
+from wattwise.errors import UsageError, plugin_warning
 from wattwise.recurring.spec import JobSpec, RunRecord
 from wattwise.safe_files import UntrustedFile, file_owner, private_dir, set_aside_saying
 from wattwise.store import spool
@@ -367,15 +366,15 @@ class SqlJobStore:
         return delivered, len(spool.pending(self.url))
 
     def _reject(self, path: Path, why: str) -> None:
-        warnings.warn(f"wattwise: the spooled result {path} was not delivered to the job store {self.describe()}: "
-                      f"{why}; it is {set_aside_saying(path)}", EnergyPluginWarning, stacklevel=3)
+        plugin_warning(f"wattwise: the spooled result {path} was not delivered to the job store {self.describe()}: "
+                      f"{why}; it is {set_aside_saying(path)}", stacklevel=3)
 
     def _skip(self, paths: list[Path]) -> None:
         owners = sorted({str(uid) for path in paths if (uid := file_owner(path)) is not None})
-        warnings.warn(f"wattwise: {len(paths)} spooled result(s) in {paths[0].parent} belong to another user "
+        plugin_warning(f"wattwise: {len(paths)} spooled result(s) in {paths[0].parent} belong to another user "
                       f"(uid {', '.join(owners) or 'unknown'}) and were not delivered to the job store "
                       f"{self.describe()}: {', '.join(path.name for path in paths)}; only the user who spooled a "
-                      "result delivers it (`wattwise jobs sync` as that user)", EnergyPluginWarning, stacklevel=3)
+                      "result delivers it (`wattwise jobs sync` as that user)", stacklevel=3)
 
     def _deliver(self, conn: Connection, *, result: SpooledResult) -> None:
         self._lock_job(conn, result.job)
