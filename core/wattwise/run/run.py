@@ -633,7 +633,9 @@ class Run:
         missing = [r for r in range(size) if r not in per_rank and r not in left.refused]
         if missing:
             self._noticed.append(f"{', '.join(f'rank {r}' for r in missing)} left no figures within "
-                                 f"{left.waited_s:g} s of the main process's end: their energy is missing")
+                                 f"{left.waited_s:g} s of the main process's end (a process still waiting in a "
+                                 "collective for this one leaves them only once that collective fails): their "
+                                 "energy is missing; each process restores its own GPU settings as it ends")
         at_hand = [per_rank[r] for r in ranks]
         figures = m.figures(at_hand)
         self.record = self._record(figures, status, self._timeline_and_lifted(at_hand))
