@@ -25,6 +25,7 @@ from wattwise.agent.processes import (
     process_alive,
     process_start_and_group,
 )
+from wattwise.agent.wire import AgentStatus, DeviceList, GpuRelease, GpuStatus, JobRelease
 from wattwise.devices.agent import gpu_uuid
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
@@ -178,31 +179,31 @@ class Agent:
             self._give_back(index, "holder ended")
 
     # -- requests ---------------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> AgentStatus:
         """Every GPU's `gpu_status`, in index order."""
-        return {"gpus": [self.gpu_status(i) for i in sorted(self.devices)]}
+        return AgentStatus(gpus=[self.gpu_status(i) for i in sorted(self.devices)])
 
-    def device_list(self) -> dict[str, Any]:
+    def device_list(self) -> DeviceList:
         """The backend and each GPU's `spec`, in index order: clients open the same GPUs locally for reads."""
-        return {"backend": self.backend, "devices": [self.devices[i].spec() for i in sorted(self.devices)]}
+        return DeviceList(backend=self.backend, devices=[self.devices[i].spec() for i in sorted(self.devices)])
 
-    def gpu_status(self, index: int) -> dict[str, Any]:
+    def gpu_status(self, index: int) -> GpuStatus:
         """GPU `index` as the status shows it: index, uuid, name, limits, allowed range, clocks, holder.
 
         A reading the GPU does not support is null.
         """
         device = self.devices[index]
         holder = self.leases.holder(index)
-        return {
-            "index": index,
-            "uuid": gpu_uuid(device.spec()),
-            "name": device.name,
-            "power_limit_w": _maybe(device.power_limit_w),
-            "default_power_limit_w": _maybe(lambda: device.power_limit_range().default_w),
-            "allowed_power_limit_w": _maybe(lambda: list(self.allowed_power_limit_w(device))),
-            "locked_sm_clocks_mhz": _maybe(lambda: read_setting(device, SM_CLOCKS)),
-            "holder": holder.public() if holder else None,
-        }
+        return GpuStatus(
+            index=index,
+            uuid=gpu_uuid(device.spec()),
+            name=device.name,
+            power_limit_w=_maybe(device.power_limit_w),
+            default_power_limit_w=_maybe(lambda: device.power_limit_range().default_w),
+            allowed_power_limit_w=_maybe(lambda: list(self.allowed_power_limit_w(device))),
+            locked_sm_clocks_mhz=_maybe(lambda: read_setting(device, SM_CLOCKS)),
+            holder=holder.public() if holder else None,
+        )
 
     def allowed_power_limit_w(self, device: Device) -> tuple[float, float]:
         """The power limits a user may set on `device`: the admin's floor and ceiling within its own range.
@@ -220,7 +221,7 @@ class Agent:
         floor, ceiling = self.config.power_bounds(device.name)
         return max(rng.min_w, floor or rng.min_w), min(rng.max_w, ceiling or rng.max_w)
 
-    def set_power_limit(self, index: int, caller: Holder, gids: set[int], watts: float) -> dict[str, Any]:
+    def set_power_limit(self, index: int, caller: Holder, gids: set[int], watts: float) -> GpuStatus:
         """Set GPU `index`'s power limit for `caller` (in groups `gids`), taking or keeping its lease.
 
         Returns:
@@ -244,7 +245,7 @@ class Agent:
                              f"[{alo:g}, {ahi:g}] W")
         return self._change(index, caller, gids, POWER_LIMIT, watts)
 
-    def lock_sm_clocks(self, index: int, caller: Holder, gids: set[int], min_mhz: int, max_mhz: int) -> dict[str, Any]:
+    def lock_sm_clocks(self, index: int, caller: Holder, gids: set[int], min_mhz: int, max_mhz: int) -> GpuStatus:
         """Lock GPU `index`'s SM clocks to [min_mhz, max_mhz] for `caller`, taking or keeping its lease.
 
         Returns:
@@ -266,7 +267,7 @@ class Agent:
                                  f"allows [{alo}, {ahi}] MHz")
         return self._change(index, caller, gids, SM_CLOCKS, [min_mhz, max_mhz])
 
-    def reset_sm_clocks(self, index: int, caller: Holder, gids: set[int]) -> dict[str, Any]:
+    def reset_sm_clocks(self, index: int, caller: Holder, gids: set[int]) -> GpuStatus:
         """Unlock GPU `index`'s SM clocks for `caller` (the original stays recorded for the restore).
 
         Raises:
@@ -275,7 +276,7 @@ class Agent:
         self._device(index)
         return self._change(index, caller, gids, SM_CLOCKS, None)
 
-    def release(self, index: int, caller: Holder) -> dict[str, Any]:
+    def release(self, index: int, caller: Holder) -> GpuRelease:
         """The holder gives the GPU back: its original settings are restored now.
 
         The process that handed its lease over (`wattwise cap`, after its command ended) releases too,
@@ -298,17 +299,17 @@ class Agent:
             raise Conflict(f"{err}; only its holder may release it") from None
         lease = self.leases.get(index)
         if not held or lease is None:
-            return {**self.gpu_status(index), "released": "not held"}
+            return GpuRelease(**self.gpu_status(index), released="not held")
         holder = lease.holder
         if not process_alive(holder) and holder.pgid and group_has_members(holder.pgid, holder.pgid_ticks):
             log.info("wattwise agent: GPU %d stays held: %s ended, other processes of its group %d run on",
                      index, holder.describe(), holder.pgid)
-            return {**self.gpu_status(index), "released": "kept"}
+            return GpuRelease(**self.gpu_status(index), released="kept")
         self._give_back(index, "released")
         restored = self.leases.get(index) is None  # else the device refused (the log says why); still held
-        return {**self.gpu_status(index), "released": "restored" if restored else "failed"}
+        return GpuRelease(**self.gpu_status(index), released="restored" if restored else "failed")
 
-    def release_job(self, job_id: str, caller: Holder) -> dict[str, Any]:
+    def release_job(self, job_id: str, caller: Holder) -> JobRelease:
         """Restore every GPU held under batch job `job_id` and drop the leases (a SLURM epilog's call).
 
         Whatever process holds them, even one the caller cannot see (another PID namespace): the holder's
@@ -333,9 +334,9 @@ class Agent:
                      lease.holder.describe())
             self._give_back(index, f"job released by uid {caller.uid}")
         released = [i for i in indices if self.leases.get(i) is None]
-        return {"job_id": job_id, "released": released, "gpus": [self.gpu_status(i) for i in indices]}
+        return JobRelease(job_id=job_id, released=released, gpus=[self.gpu_status(i) for i in indices])
 
-    def hand_over(self, index: int, caller: Holder, pid: int) -> dict[str, Any]:
+    def hand_over(self, index: int, caller: Holder, pid: int) -> GpuStatus:
         """The holder makes its child process `pid` the GPU's holder (`wattwise cap` and the command it runs).
 
         The lease then lasts as long as the child lives, or another process of the child's process group
@@ -394,7 +395,7 @@ class Agent:
             raise NoSuchGPU(f"no GPU {index} on this node (GPUs: {sorted(self.devices)})")
         return device
 
-    def _change(self, index: int, caller: Holder, gids: set[int], setting: str, value: Any) -> dict[str, Any]:
+    def _change(self, index: int, caller: Holder, gids: set[int], setting: str, value: Any) -> GpuStatus:
         if not self.config.allows(caller.uid, gids):
             raise NotAllowed(f"uid {caller.uid} may not change GPU settings on this node "
                              "(the agent's config lists the allowed users and groups)")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from wattwise.agent import is_job_name
+from wattwise.agent.wire import HolderInfo
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,9 @@ class Holder:
     pgid: int = 0
     pgid_ticks: int = 0
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> HolderInfo:
         """The holder as `wattwise agent status` shows it (`pgid` null when the lease follows its pid only)."""
-        return {"pid": self.pid, "uid": self.uid, "job": self.job, "job_id": self.job_id,
-                "pgid": self.pgid or None}
+        return HolderInfo(pid=self.pid, uid=self.uid, job=self.job, job_id=self.job_id, pgid=self.pgid or None)
 
     def journalled(self) -> dict[str, Any]:
         """The holder as the journal records it: with start times, so a restarted agent can tell it."""

@@ -1,0 +1,60 @@
+"""The node agent's answers on the wire, typed: what `wattwise agent status`, clients and scripts read.
+
+Each is a JSON object; a field is never renamed or dropped (scripts check the agent through them), new
+fields may be added. `wattwise.agent.agent.Agent` builds them, `wattwise.agent.http` sends them as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+
+class HolderInfo(TypedDict):
+    """Who holds a GPU: its process, user, job name, batch job and process group (null: its pid only)."""
+
+    pid: int
+    uid: int
+    job: str
+    job_id: str
+    pgid: int | None
+
+
+class GpuStatus(TypedDict):
+    """One GPU as the status shows it; a reading the GPU does not support is null."""
+
+    index: int
+    uuid: str
+    name: str
+    power_limit_w: float | None
+    default_power_limit_w: float | None
+    #: `[floor, ceiling]` a user may set: the admin's bounds within the GPU's own range.
+    allowed_power_limit_w: list[float] | None
+    locked_sm_clocks_mhz: Any
+    holder: HolderInfo | None
+
+
+class GpuRelease(GpuStatus):
+    """A GPU after its holder's release: restored, kept (its group runs on), not held, or failed."""
+
+    released: Literal["restored", "kept", "not held", "failed"]
+
+
+class AgentStatus(TypedDict):
+    """`GET /v1/gpus`: every GPU, in index order."""
+
+    gpus: list[GpuStatus]
+
+
+class DeviceList(TypedDict):
+    """`GET /v1/devices`: the backend and each GPU's `Device.spec()`, so clients open the same GPUs to read."""
+
+    backend: str
+    devices: list[dict[str, Any]]
+
+
+class JobRelease(TypedDict):
+    """`POST /v1/release`: the GPUs a batch job held, restored."""
+
+    job_id: str
+    released: list[int]
+    gpus: list[GpuStatus]
