@@ -31,6 +31,7 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
+from typing_extensions import override
 
 from accelerate_energy.adapter import AccelerateEnergy, energy, write_state_file
 from accelerate_energy.wrapping import after_init
@@ -117,6 +118,7 @@ class EnergyTrainerCallback(TrainerCallback):
         accelerator = getattr(self.trainer, "accelerator", None)
         return energy(accelerator) if accelerator is not None else None
 
+    @override
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Take the Trainer's logging cadence; on a resume, read the run's state saved in the checkpoint."""
         if self.trainer is None:
@@ -134,12 +136,14 @@ class EnergyTrainerCallback(TrainerCallback):
         folder = self.resume_from or Path(args.output_dir) / f"checkpoint-{state.global_step}"
         found.load_state_file(folder)
 
+    @override
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Finish the run (every process): settings restored, summary written when `train` returns."""
         found = self._energy()
         if found is not None:
             found.finish("completed")
 
+    @override
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Write the run's state beside the checkpoint the Trainer just saved."""
         found = self._energy()
@@ -150,6 +154,7 @@ class EnergyTrainerCallback(TrainerCallback):
         if self.trainer.accelerator.is_main_process and folder.is_dir():
             write_state_file(folder, saved)
 
+    @override
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:
         """Add the last logging interval's energy, time and power figures to the Trainer's logs (once each)."""

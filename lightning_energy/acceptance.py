@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from wattwise.devices.base import Device
 
 #: A model that keeps an H100 busy (about 30-40 ms a step in bf16), so the power limit matters to it.
@@ -45,14 +47,17 @@ def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
             self.body = torch.nn.TransformerEncoder(layer, LAYERS)
             self.head = torch.nn.Linear(WIDTH, VOCAB)
 
+        @override
         def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
             tokens = batch[0]  # the one tensor of a TensorDataset
             logits = self.head(self.body(self.embed(tokens[:, :-1])))
             return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
 
+        @override
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
+        @override
         def train_dataloader(self) -> Any:
             tokens = torch.randint(0, VOCAB, (BATCH * 64, SEQ + 1), generator=torch.Generator().manual_seed(0))
             return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(tokens), batch_size=BATCH,
@@ -77,6 +82,7 @@ def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
                                      f"power_limit.step_w={step_w}", "power_limit.reuse=false"])
 
     class StopAfterTuning(pl.Callback):
+        @override
         def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
             run = tune.run
             if run is not None and run.power.tuner is not None and run.power.steps_at_chosen >= STEPS_AFTER_TUNING:

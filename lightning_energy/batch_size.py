@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
+from typing_extensions import override
 
 from lightning_energy.callback import EnergyCallback
 from wattwise.errors import UsageError
@@ -83,6 +84,7 @@ class RecurringBatchSizeCallback(Callback):
         """The run as recorded at the end of fit (global rank 0 only)."""
         return self._job_run.result if self._job_run is not None else None
 
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Choose this run's batch size and power limit from the job's history, and set them.
 
@@ -109,6 +111,7 @@ class RecurringBatchSizeCallback(Callback):
             raise UsageError(f"field {self.batch_size_attr!r} not found in the model, the datamodule, nor their "
                              f"`hparams`; add it, or name the field with batch_size_attr=")
 
+    @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Keep the monitored metric of this validation for the epoch's report.
 
@@ -123,6 +126,7 @@ class RecurringBatchSizeCallback(Callback):
                              f"log; logged metrics: {sorted(trainer.callback_metrics)}")
         self._job_run.report(float(value))
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Validation at the end of an epoch runs before this hook, so the metric is the epoch's own."""
         if self._job_run is None or self._energy is None or self._energy.run is None:
@@ -132,11 +136,13 @@ class RecurringBatchSizeCallback(Callback):
             rank_zero_info(self._job_run.stop_note())
             trainer.should_stop = True
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """After every callback's `on_fit_end`, so the EnergyCallback's summary is there."""
         if stage == "fit":
             self._record(failed=False)
 
+    @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Record the run as failed."""
         self._record(failed=True)

@@ -28,6 +28,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from typing_extensions import override
 
 from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
@@ -105,6 +106,7 @@ class EnergyCallback(Callback):
         self._state_key: tuple[str | None, str] | None = None
 
     @property
+    @override
     def state_key(self) -> str:
         """The key of this callback's state in a checkpoint, one per job name (built once per job name)."""
         # Lightning reads it on every hook call (six per training step, for its profiler's labels): built
@@ -138,11 +140,13 @@ class EnergyCallback(Callback):
             self.runs.append(self.run)
         return self.run
 
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """At `setup("fit")`: make the fit's `Run` (see `run_for_fit`)."""
         if stage == "fit":
             self.run_for_fit(trainer)
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Start the run: its logging cadence, the steps the fit is expected to last, devices and settings."""
         run = self.run
@@ -154,16 +158,19 @@ class EnergyCallback(Callback):
             run.expect_steps(int(total) if isinstance(total, int | float) and math.isfinite(total) else None)
         run.start()
 
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Take Lightning's step counter as it is after a resume."""
         # After a resume, Lightning restores `global_step` between `on_fit_start` and here.
         self._global_step, self._in_step = trainer.global_step, False
 
+    @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Begin measuring the epoch."""
         if self.run is not None:
             self.run.epoch_begin(trainer.current_epoch)
 
+    @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         """Begin an optimizer step at its first batch; resume measuring after a validation or checkpoint pause."""
@@ -175,6 +182,7 @@ class EnergyCallback(Callback):
         elif self.run.paused:  # training goes on inside a step, after a validation or a checkpoint
             self.run.resume()
 
+    @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         """End the optimizer step once `global_step` moves; log the step figures at the logging cadence."""
@@ -194,17 +202,20 @@ class EnergyCallback(Callback):
         for logger in trainer.loggers:
             logger.log_metrics(step_metrics(rec, run.power_limit_w), step=global_step)
 
+    @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Pause step figures and profiles: validation is not training."""
         if self.run is not None and trainer.state.fn == "fit":
             self.run.pause("validation")
 
+    @override
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         """Pause step figures and profiles: saving a checkpoint is not training."""
         if self.run is not None and self.run.started:
             self.run.pause("checkpoint")
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """End the epoch and log its energy, time and average power."""
         if self.run is None:
@@ -215,6 +226,7 @@ class EnergyCallback(Callback):
             # and spares the user Lightning's warning that epoch figures are not synchronised.
             pl_module.log_dict(epoch_metrics(rec), on_step=False, on_epoch=True, sync_dist=True)
 
+    @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
         """Restore every GPU setting and write the summary of a failed fit.
@@ -231,10 +243,12 @@ class EnergyCallback(Callback):
                 self.run.finish_alone("interrupted" if stopped else "failed", exception)
             self._finish(trainer, "interrupted" if stopped else "failed")
 
+    @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Restore every GPU setting, write the summary and print the report."""
         self._finish(trainer, "completed")
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Finish a fit that ended without `on_fit_end` (interrupted) the same way."""
         if stage == "fit":
@@ -250,10 +264,12 @@ class EnergyCallback(Callback):
             logger.log_metrics(fit_metrics(record), step=trainer.global_step)
         rank_zero_info(format_summary(record, output_dir=self.config.output_dir))
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """The run's state for the checkpoint (energy and time so far, steps, the tuning state and choice)."""
         return self.run.state_dict() if self.run is not None else {}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume the run from a checkpoint's state: counting goes on, tuning is not repeated."""
         if state_dict:

@@ -9,6 +9,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch import nn
+from typing_extensions import override
 
 from lightning_energy.callback import EnergyCallback
 from wattwise.devices.base import Device
@@ -40,6 +41,7 @@ class EmulatedModule(pl.LightningModule):
                     break
         return self._gpus or []
 
+    @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         """Mean squared error of one batch."""
         x, y = batch
@@ -47,25 +49,30 @@ class EmulatedModule(pl.LightningModule):
         self.log("train_loss", loss, prog_bar=False)
         return loss
 
+    @override
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         """Log the validation loss of one batch."""
         x, y = batch
         self.log("val_loss", nn.functional.mse_loss(self.model(x), y), sync_dist=True)
 
+    @override
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         """Forward, backward and update as one emulated GPU step."""
         # Forward, backward and update run inside one emulated GPU step.
         emulate_step(self.gpus(), lambda: optimizer.step(closure=optimizer_closure))
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """Plain SGD."""
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
+    @override
     def train_dataloader(self) -> torch.utils.data.DataLoader[Any]:
         """The fixed regression problem, shuffled."""
         return torch.utils.data.DataLoader(tiny_dataset(self.dataset_size), batch_size=self.batch_size,
                                            shuffle=True)
 
+    @override
     def val_dataloader(self) -> torch.utils.data.DataLoader[Any]:
         """A second sample of the problem's inputs."""
         return torch.utils.data.DataLoader(tiny_dataset(256, seed=1), batch_size=self.batch_size)

@@ -12,6 +12,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
 
 from lightning_energy.callback import EnergyCallback
 from wattwise import flags
@@ -28,10 +29,12 @@ class FlagEnergyCallback(EnergyCallback):
         self.inert = False
 
     @property
+    @override
     def state_key(self) -> str:
         """The checkpoint key of the flag's callback, apart from a script's own `EnergyCallback`."""
         return self._generate_state_key(flag=flags.LIGHTNING, job=self.config.job)
 
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Measure the fit unless the Trainer has its own `EnergyCallback` (then this one stays inert)."""
         if stage != "fit":
@@ -47,6 +50,7 @@ class FlagEnergyCallback(EnergyCallback):
         else:
             super().setup(trainer, pl_module, stage)
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from a checkpoint's state, unless inert."""
         if not self.inert:

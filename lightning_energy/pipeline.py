@@ -6,6 +6,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from lightning_energy.callback import EnergyCallback
 from wattwise.devices.base import Device
@@ -32,6 +33,7 @@ class PipelineFrequencyCallback(Callback):
         self.controller: FrequencyController | None = None
         self._detach: Any = None
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Start following the plan on the module's pipeline stage; refused before training if it cannot be.
 
@@ -54,10 +56,12 @@ class PipelineFrequencyCallback(Callback):
         if self.controller is not None:
             self.controller.close()
 
+    @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Stop following the plan; the settings guard resets the clocks."""
         self._close()
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Stop following the plan at the end of fit; the settings guard resets the clocks."""
         if stage == "fit":
