@@ -38,8 +38,19 @@ _MODULES = {
     "recurring_batch_size": "accelerate_energy.batch_size",
 }
 
-__all__ = ["AccelerateEnergy", "EnergyPlugin", "EnergyTrainerCallback", "RecurringRun", "attach", "energy",
-           "energy_run", "epoch_end", "follow_frequency_plan", "not_training", "recurring_batch_size"]
+__all__ = [
+    "AccelerateEnergy",
+    "EnergyPlugin",
+    "EnergyTrainerCallback",
+    "RecurringRun",
+    "attach",
+    "energy",
+    "energy_run",
+    "epoch_end",
+    "follow_frequency_plan",
+    "not_training",
+    "recurring_batch_size",
+]
 
 
 def __getattr__(name: str) -> Any:

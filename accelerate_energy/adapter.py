@@ -59,8 +59,14 @@ STATE_FILE = "wattwise_energy.json"
 class AccelerateEnergy:
     """The energy run of one `Accelerator`. Made by `attach`; see the module docstring."""
 
-    def __init__(self, accelerator: Accelerator, config: EnergyConfig, *,
-                 devices: list[Device] | None = None, print_summary: bool = True) -> None:
+    def __init__(
+        self,
+        accelerator: Accelerator,
+        config: EnergyConfig,
+        *,
+        devices: list[Device] | None = None,
+        print_summary: bool = True,
+    ) -> None:
         self.accelerator = accelerator
         self.config = config
         #: Print the few-line summary on stderr (main process) when the run finishes.
@@ -109,8 +115,10 @@ class AccelerateEnergy:
         acc.backward = backward_measured
         acc.gather_for_metrics = gather_for_metrics_measured
         acc.save_state = save_state_measured
-        self._state_hooks = [acc.register_save_state_pre_hook(self._save_hook),
-                             acc.register_load_state_pre_hook(self._load_hook)]
+        self._state_hooks = [
+            acc.register_save_state_pre_hook(self._save_hook),
+            acc.register_load_state_pre_hook(self._load_hook),
+        ]
 
     def _evaluating(self) -> bool:
         models = getattr(self.accelerator, "_models", [])
@@ -232,8 +240,9 @@ class AccelerateEnergy:
         """
         path = folder / STATE_FILE
         if not path.is_file():
-            log.info("wattwise: %s has no %s (saved with wattwise off?): energy counts from this resume",
-                     folder, STATE_FILE)
+            log.info(
+                "wattwise: %s has no %s (saved with wattwise off?): energy counts from this resume", folder, STATE_FILE
+            )
             return
         try:
             state = json.loads(path.read_text(encoding="utf-8"))
@@ -262,8 +271,9 @@ def not_training(accelerator: Accelerator, kind: str = "validation") -> Iterator
         found.run.resume()
 
 
-def attach(accelerator: Accelerator, plugin: EnergyPlugin | None = None, *,
-           devices: list[Device] | None = None) -> Accelerator:
+def attach(
+    accelerator: Accelerator, plugin: EnergyPlugin | None = None, *, devices: list[Device] | None = None
+) -> Accelerator:
     """Turn wattwise on for `accelerator` when the plugin is enabled; returns the same accelerator.
 
     `plugin` defaults to `EnergyPlugin()`, which reads the `ACCELERATE_ENERGY_*` environment variables;

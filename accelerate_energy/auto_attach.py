@@ -34,8 +34,9 @@ _ARMED: weakref.WeakSet[Any] = weakref.WeakSet()
 class _AccelerateFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: when a module of `_PATCHES` is imported, patches it once executed."""
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _PATCHES or fullname in _SEEN:
             return None
         _SEEN.add(fullname)
@@ -55,8 +56,9 @@ class _AccelerateFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def take_over(fullname: str, path: Sequence[str] | None,
-              target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+def take_over(
+    fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+) -> importlib.machinery.ModuleSpec | None:
     """Install, from the start-up finder, as the script first imports `fullname` (a module of `_PATCHES`).
 
     Returns:

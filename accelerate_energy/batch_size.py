@@ -117,17 +117,27 @@ def recurring_batch_size(
     `$WATTWISE_STORE`, else the state directory). Prepare the optimizer inside the function, as with
     `find_executable_batch_size`: measurement starts there, after the power limit is set.
     """
-    spec = job_spec(job=job, batch_sizes=list(batch_sizes), default_batch_size=default_batch_size,
-                    target_metric=target_metric, max_epochs=max_epochs, max_power_w=max_power_w, mode=mode, eta=eta,
-                    beta=beta)
+    spec = job_spec(
+        job=job,
+        batch_sizes=list(batch_sizes),
+        default_batch_size=default_batch_size,
+        target_metric=target_metric,
+        max_epochs=max_epochs,
+        max_power_w=max_power_w,
+        mode=mode,
+        eta=eta,
+        beta=beta,
+    )
 
     def decorate(function: Callable[Concatenate[int, RecurringRun, P], T]) -> Callable[P, T]:
         def run_once(*args: P.args, **kwargs: P.kwargs) -> T:
             try:
                 inspect.signature(function).bind(0, None, *args, **kwargs)
             except TypeError as err:
-                raise TypeError(f"{function.__name__}() gets its batch size and run from recurring_batch_size; "
-                                f"call it with its other arguments only ({err})") from None
+                raise TypeError(
+                    f"{function.__name__}() gets its batch size and run from recurring_batch_size; "
+                    f"call it with its other arguments only ({err})"
+                ) from None
             handle = _energy_handle(accelerator)
             job_run = RecurringJobRun(spec, store=store, collective=handle.run.collective)
             rec = job_run.begin(handle.run)
@@ -152,13 +162,15 @@ def _energy_handle(accelerator: Accelerator) -> AccelerateEnergy:
         attach(accelerator)  # the flag alone: no `attach` line needed
         handle = energy(accelerator)
     if handle is None:
-        raise UsageError("recurring_batch_size needs wattwise's energy measurement on the accelerator: "
-                         "accelerate_energy.attach(accelerator) with ACCELERATE_ENERGY=1 set, or "
-                         "attach(accelerator, EnergyPlugin(enabled=True))")
+        raise UsageError(
+            "recurring_batch_size needs wattwise's energy measurement on the accelerator: "
+            "accelerate_energy.attach(accelerator) with ACCELERATE_ENERGY=1 set, or "
+            "attach(accelerator, EnergyPlugin(enabled=True))"
+        )
     if handle.run.started:
-        raise UsageError("the energy measurement already started (the optimizer was prepared before the "
-                         "decorated function ran); prepare it inside the function, so that the run's power "
-                         "limit is set first")
+        raise UsageError(
+            "the energy measurement already started (the optimizer was prepared before the "
+            "decorated function ran); prepare it inside the function, so that the run's power "
+            "limit is set first"
+        )
     return handle
-
-

@@ -29,8 +29,9 @@ class StartupFinder:
     def __init__(self) -> None:
         self.waiting = True
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         """None for every module but the first `WATCHED` one, whose spec `auto_attach.take_over` gives."""
         if fullname not in WATCHED or not self.waiting:
             return None

@@ -79,13 +79,22 @@ class EnergyTrainerCallback(TrainerCallback):
     ) -> None:
         refuse_positional(type(self).__name__, args)
         given = {
-            "mode": mode, "selector": selector, "eta": eta, "max_slowdown": max_slowdown, "cap_w": cap_w,
-            "cap_fraction": cap_fraction, "job": job, "output_dir": output_dir, "strict": strict,
-            "backend": backend, "log_every_n_steps": log_every_n_steps,
+            "mode": mode,
+            "selector": selector,
+            "eta": eta,
+            "max_slowdown": max_slowdown,
+            "cap_w": cap_w,
+            "cap_fraction": cap_fraction,
+            "job": job,
+            "output_dir": output_dir,
+            "strict": strict,
+            "backend": backend,
+            "log_every_n_steps": log_every_n_steps,
         }
         #: The callback's settings; None for the flag's callback, whose accelerator the flag attaches.
-        self.config: EnergyConfig | None = arguments_config(type(self).__name__, given, config=config,
-                                                            overrides=overrides)
+        self.config: EnergyConfig | None = arguments_config(
+            type(self).__name__, given, config=config, overrides=overrides
+        )
         self._devices = devices
         self.trainer: Any = None
         #: The checkpoint folder the Trainer's `train` was asked to resume from (None: a fresh start).
@@ -122,9 +131,12 @@ class EnergyTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Take the Trainer's logging cadence; on a resume, read the run's state saved in the checkpoint."""
         if self.trainer is None:
-            plugin_warning("wattwise: EnergyTrainerCallback was added after the Trainer was built, so it measures "
-                          "nothing; pass it when building the Trainer: "
-                          "Trainer(..., callbacks=[EnergyTrainerCallback()])", stacklevel=2)
+            plugin_warning(
+                "wattwise: EnergyTrainerCallback was added after the Trainer was built, so it measures "
+                "nothing; pass it when building the Trainer: "
+                "Trainer(..., callbacks=[EnergyTrainerCallback()])",
+                stacklevel=2,
+            )
             return
         found = self._energy()
         if found is None:
@@ -155,8 +167,7 @@ class EnergyTrainerCallback(TrainerCallback):
             write_state_file(folder, saved)
 
     @override
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
-               **kwargs: Any) -> None:
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """Add the last logging interval's energy, time and power figures to the Trainer's logs (once each)."""
         found = self._energy()
         if found is None or logs is None:
@@ -210,8 +221,11 @@ def _install_or_warn(trainer: Any) -> None:
     except UsageError:  # a user's mistake (two callbacks, a bad setting) is refused before training
         raise
     except Exception as err:  # an energy plugin never breaks training
-        plugin_warning(f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
-                      "across checkpoints nor logged through report_to", stacklevel=3)
+        plugin_warning(
+            f"wattwise: could not equip the Trainer ({err}); its run is measured, but not kept "
+            "across checkpoints nor logged through report_to",
+            stacklevel=3,
+        )
 
 
 # Every Trainer built from now on binds its callback (the flag's start-up hook calls the same).

@@ -42,8 +42,9 @@ class EnergyPlugin:
     is refused by `to_config` naming the field or the variable that set it.
     """
 
-    enabled: bool | None = field(default=None, metadata={
-        "help": "Turn wattwise on. Env: ACCELERATE_ENERGY (1/true/yes/on). Off by default."})
+    enabled: bool | None = field(
+        default=None, metadata={"help": "Turn wattwise on. Env: ACCELERATE_ENERGY (1/true/yes/on). Off by default."}
+    )
     mode: str | None = field(default=None, metadata=_help("mode"))
     selector: str | None = field(default=None, metadata=_help("selector"))
     eta: float | None = field(default=None, metadata=_help("eta"))

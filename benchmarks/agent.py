@@ -28,9 +28,24 @@ from wattwise.devices.agent import AgentClient
 
 def start_agent(folder: Path) -> tuple[subprocess.Popen[bytes], AgentClient]:
     sock = folder / "agent.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "wattwise", "agent", "serve", "--backend", "simulated",
-                             "--socket", str(sock), "--state-dir", str(folder / "state"),
-                             "--simulated-dir", str(folder / "sim")], stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "agent",
+            "serve",
+            "--backend",
+            "simulated",
+            "--socket",
+            str(sock),
+            "--state-dir",
+            str(folder / "state"),
+            "--simulated-dir",
+            str(folder / "sim"),
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     client = AgentClient(sock)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -77,13 +92,18 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-    print(json.dumps({
-        "first_set_limit_ms (lease + journal)": first * 1e3,
-        "set_limit": percentiles_ms(set_limit),
-        "status": percentiles_ms(status),
-        f"status_requests_per_s ({args.workers} threads)": rate,
-        "cpus": os.cpu_count(),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "first_set_limit_ms (lease + journal)": first * 1e3,
+                "set_limit": percentiles_ms(set_limit),
+                "status": percentiles_ms(status),
+                f"status_requests_per_s ({args.workers} threads)": rate,
+                "cpus": os.cpu_count(),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

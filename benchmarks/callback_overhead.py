@@ -28,11 +28,21 @@ def one_fit(steps: int, step_time_s: float, with_callback: bool, tmp: str) -> fl
     gpus = simulated_gpus(1, base_step_time_s=step_time_s, persist_dir=f"{tmp}/state")
     callbacks = []
     if with_callback:
-        callbacks.append(EnergyCallback(devices=list(gpus), output_dir=f"{tmp}/run",
-                                        overrides=["monitor.sync_cuda=false"]))
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=-1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, callbacks=callbacks)
+        callbacks.append(
+            EnergyCallback(devices=list(gpus), output_dir=f"{tmp}/run", overrides=["monitor.sync_cuda=false"])
+        )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=callbacks,
+    )
     module = EmulatedModule(gpus=list(gpus), dataset_size=32 * steps)
     start = time.perf_counter()
     trainer.fit(module)

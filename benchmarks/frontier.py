@@ -151,8 +151,14 @@ def measured(command: list[str], timeout_s: float = math.inf) -> tuple[int, str,
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return (process.returncode, out.read(), err.read(), wall_s, usage.ru_utime + usage.ru_stime,
-                usage.ru_maxrss / 1024)
+        return (
+            process.returncode,
+            out.read(),
+            err.read(),
+            wall_s,
+            usage.ru_utime + usage.ru_stime,
+            usage.ru_maxrss / 1024,
+        )
 
 
 def compile_bytecode() -> None:
@@ -168,13 +174,31 @@ def compile_bytecode() -> None:
     compileall.compile_dir(Path(wattwise.__file__).parent, quiet=1)
 
 
-def run_ours(profile_path: Path, problem: PlanningProblem, model: str, microbatches: int, unit_s: float,
-             reference: np.ndarray | None, out: Path) -> tuple[Row, np.ndarray]:
+def run_ours(
+    profile_path: Path,
+    problem: PlanningProblem,
+    model: str,
+    microbatches: int,
+    unit_s: float,
+    reference: np.ndarray | None,
+    out: Path,
+) -> tuple[Row, np.ndarray]:
     """The whole `wattwise frontier` command for one case, in its own process."""
     frontier_path = out / f"{model}_mb{microbatches}.json"
     wattwise = Path(sys.executable).with_name("wattwise")
-    command = [str(wattwise), "frontier", str(profile_path), "--microbatches", str(microbatches),
-               "--unit-time", str(unit_s), "--p-blocking", str(problem.p_blocking_w), "--out", str(frontier_path)]
+    command = [
+        str(wattwise),
+        "frontier",
+        str(profile_path),
+        "--microbatches",
+        str(microbatches),
+        "--unit-time",
+        str(unit_s),
+        "--p-blocking",
+        str(problem.p_blocking_w),
+        "--out",
+        str(frontier_path),
+    ]
     code, _, stderr, wall_s, cpu_s, peak_mb = measured(command)
     if code != 0:
         raise RuntimeError(f"wattwise frontier failed ({code}): {stderr.strip()}")
@@ -183,8 +207,18 @@ def run_ours(profile_path: Path, problem: PlanningProblem, model: str, microbatc
     data = json.loads(frontier_path.read_text())
     points = np.asarray([(p["time_s"], p["energy_j"]) for p in data["points"]])
     times, energies = points[:, 0], points[:, 1]
-    row = Row("wattwise", model, microbatches, wall_s, cpu_s, peak_mb, rounded, deadlines,
-              non_dominated(problem, times, energies), **savings(problem, times, energies))
+    row = Row(
+        "wattwise",
+        model,
+        microbatches,
+        wall_s,
+        cpu_s,
+        peak_mb,
+        rounded,
+        deadlines,
+        non_dominated(problem, times, energies),
+        **savings(problem, times, energies),
+    )
     # The fastest plan: the least energy among the points as fast as the first within the time tolerance (the
     # maximum-frequency plan and a polished plan of the same time can differ in the last bits of their sums).
     fastest = np.flatnonzero(times <= times[0] * (1 + TIME_TOLERANCE))
@@ -198,12 +232,21 @@ def run_ours(profile_path: Path, problem: PlanningProblem, model: str, microbatc
     return row, points
 
 
-def run_lowtime(data: Path, problem: PlanningProblem, model: str, microbatches: int, out: Path,
-                timeout_s: float) -> tuple[Row, np.ndarray] | str:
+def run_lowtime(
+    data: Path, problem: PlanningProblem, model: str, microbatches: int, out: Path, timeout_s: float
+) -> tuple[Row, np.ndarray] | str:
     """lowtime on one case, in its own process (this script with --lowtime-child); why not, if it did not run."""
     result_path = out / f"lowtime_{model}_mb{microbatches}.json"
-    command = [sys.executable, __file__, "--data", str(data), "--lowtime-child", f"{model}:{microbatches}",
-               "--out", str(result_path)]
+    command = [
+        sys.executable,
+        __file__,
+        "--data",
+        str(data),
+        "--lowtime-child",
+        f"{model}:{microbatches}",
+        "--out",
+        str(result_path),
+    ]
     code, _, stderr, wall_s, cpu_s, peak_mb = measured(command, timeout_s)
     if code == _NO_LOWTIME:
         return "not importable (pip install lowtime)"
@@ -213,8 +256,18 @@ def run_lowtime(data: Path, problem: PlanningProblem, model: str, microbatches: 
         raise RuntimeError(f"lowtime failed ({code}): {stderr.strip()}")
     result = json.loads(result_path.read_text())
     times, energies = np.asarray(result["times"]), np.asarray(result["energies"])
-    row = Row("lowtime 0.3.0", model, microbatches, wall_s, cpu_s, peak_mb, len(times), len(times),
-              non_dominated(problem, times, energies), **savings(problem, times, energies))
+    row = Row(
+        "lowtime 0.3.0",
+        model,
+        microbatches,
+        wall_s,
+        cpu_s,
+        peak_mb,
+        len(times),
+        len(times),
+        non_dominated(problem, times, energies),
+        **savings(problem, times, energies),
+    )
     # Its own headline: the fastest plan (last step), whatever its slowdown.
     row.intrinsic_time_s, row.intrinsic_energy_j = float(times[-1]), float(energies[-1])
     row.intrinsic_saving = 1 - row.intrinsic_energy_j / row.max_frequency_energy_j
@@ -246,8 +299,10 @@ def lowtime_plans(problem: PlanningProblem, unit_s: float) -> tuple[np.ndarray, 
     specs = {}
     for stage in range(dag.num_stages):
         for instruction in ("forward", "backward"):
-            options = [ExecutionOption[int](real_time=m.time_s, unit_time=unit_s, cost=m.energy_j, knob=m.frequency_mhz)
-                       for m in profile.options(stage, instruction)]
+            options = [
+                ExecutionOption[int](real_time=m.time_s, unit_time=unit_s, cost=m.energy_j, knob=m.frequency_mhz)
+                for m in profile.options(stage, instruction)
+            ]
             candidates = CandidateExecutionOptions[int](options=options)
             for option in candidates.options:  # effective energy, as in the Perseus example
                 option.cost -= problem.p_blocking_w * option.quant_time * option.unit_time
@@ -258,8 +313,9 @@ def lowtime_plans(problem: PlanningProblem, unit_s: float) -> tuple[np.ndarray, 
     for node in range(dag.num_nodes):
         stage, microbatch = int(dag.stage_of[node]), int(dag.microbatch_of[node])
         kind = Forward if dag.instruction_of[node] == 0 else Backward
-        op = kind(spec=specs[(stage, "forward" if kind is Forward else "backward")], stage_id=stage,
-                  micro_batch_id=microbatch)
+        op = kind(
+            spec=specs[(stage, "forward" if kind is Forward else "backward")], stage_id=stage, micro_batch_id=microbatch
+        )
         ops.append(op)
         graph.add_node(node + 2, op=op)
     graph.add_edges_from((int(t) + 2, int(h) + 2) for t, h in zip(dag.edge_tails, dag.edge_heads, strict=True))
@@ -276,8 +332,9 @@ def lowtime_plans(problem: PlanningProblem, unit_s: float) -> tuple[np.ndarray, 
     return np.asarray(times), np.asarray(energies), solve_s
 
 
-def plot(path: Path, title: str, ours: np.ndarray, reference: np.ndarray | None,
-         lowtime_curve: np.ndarray | None) -> None:
+def plot(
+    path: Path, title: str, ours: np.ndarray, reference: np.ndarray | None, lowtime_curve: np.ndarray | None
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -327,12 +384,24 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     parser.add_argument("--models", default="gpt3,bloom")
     parser.add_argument("--microbatches", default="12,24,48,96")
-    parser.add_argument("--lowtime", default="gpt3:12,bloom:12",
-                        help="model:M pairs to also run lowtime on (if importable); empty for none")
-    parser.add_argument("--lowtime-timeout", type=float, default=900.0, metavar="S",
-                        help="stop lowtime after S seconds of one case (default 900)")
-    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "wattwise-benchmark-frontier",
-                        help="where results.json, the frontiers and the plots go")
+    parser.add_argument(
+        "--lowtime",
+        default="gpt3:12,bloom:12",
+        help="model:M pairs to also run lowtime on (if importable); empty for none",
+    )
+    parser.add_argument(
+        "--lowtime-timeout",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="stop lowtime after S seconds of one case (default 900)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "wattwise-benchmark-frontier",
+        help="where results.json, the frontiers and the plots go",
+    )
     parser.add_argument("--plot", action="store_true", help="write one PNG per run into --out")
     parser.add_argument("--lowtime-child", metavar="MODEL:M", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -353,8 +422,11 @@ def main() -> int:
             reference = read_reference(ref_path) if ref_path.exists() else None
             row, ours = run_ours(profile_path, problem, model, microbatches, unit_s, reference, args.out)
             rows.append(row)
-            print(f"{model} x{microbatches}: {row.wall_s:.2f} s, {row.cpu_s:.2f} CPU s, {row.peak_mb:.0f} MB, "
-                  f"{row.non_dominated} points", flush=True)
+            print(
+                f"{model} x{microbatches}: {row.wall_s:.2f} s, {row.cpu_s:.2f} CPU s, {row.peak_mb:.0f} MB, "
+                f"{row.non_dominated} points",
+                flush=True,
+            )
             low = None
             if (model, str(microbatches)) in lowtime_runs:
                 result = run_lowtime(args.data, problem, model, microbatches, args.out, args.lowtime_timeout)
@@ -364,48 +436,64 @@ def main() -> int:
                     low = result
             if low is not None:
                 rows.append(low[0])
-                print(f"  lowtime: {low[0].wall_s:.2f} s, {low[0].cpu_s:.2f} CPU s, {low[0].rounded} steps",
-                      flush=True)
+                print(f"  lowtime: {low[0].wall_s:.2f} s, {low[0].cpu_s:.2f} CPU s, {low[0].rounded} steps", flush=True)
             pairs.append((row, low[0] if low is not None else None))
             if args.plot:
-                plot(args.out / f"{model}_mb{microbatches}.png", f"{name}, 8 x {microbatches}", ours, reference,
-                     low[1] if low is not None else None)
+                plot(
+                    args.out / f"{model}_mb{microbatches}.png",
+                    f"{name}, 8 x {microbatches}",
+                    ours,
+                    reference,
+                    low[1] if low is not None else None,
+                )
     (args.out / "results.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
     print()
-    print("| solver | model | M | wall s (target) | CPU s | peak MB (target) | deadlines rounded | "
-          "non-dominated points | no-slowdown saving (slowdown) | straggler 1.2x saving |")
+    print(
+        "| solver | model | M | wall s (target) | CPU s | peak MB (target) | deadlines rounded | "
+        "non-dominated points | no-slowdown saving (slowdown) | straggler 1.2x saving |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         wall_target, peak_target = targets(r) if r.solver == "wattwise" else ("", "")
         wall = f"{r.wall_s:.2f}" + (f" ({wall_target})" if wall_target else "")
         wall += f" ({r.solve_s:.2f} solving)" if r.solve_s == r.solve_s else ""
         rounded = f"{r.rounded}/{r.deadlines}" if r.solver == "wattwise" else f"{r.rounded} steps"
-        print(f"| {r.solver} | {r.model} | {r.microbatches} | {wall} | {r.cpu_s:.2f} | {r.peak_mb:.0f}"
-              f"{f' ({peak_target})' if peak_target else ''} | {rounded} | {r.non_dominated} | "
-              f"{r.intrinsic_saving:.2%} ({r.intrinsic_slowdown:+.2%}) | {r.straggler_saving:.2%} |")
+        print(
+            f"| {r.solver} | {r.model} | {r.microbatches} | {wall} | {r.cpu_s:.2f} | {r.peak_mb:.0f}"
+            f"{f' ({peak_target})' if peak_target else ''} | {rounded} | {r.non_dominated} | "
+            f"{r.intrinsic_saving:.2%} ({r.intrinsic_slowdown:+.2%}) | {r.straggler_saving:.2%} |"
+        )
     compared = [(ours, low) for ours, low in pairs if low is not None]
     if compared:
         print()
-        print(f"| model | M | speed-up over lowtime (wall; target >= {TARGET_SPEEDUP:g}x) | no-slowdown saving, "
-              "ours vs lowtime's fastest plan | straggler 1.2x saving, ours vs lowtime |")
+        print(
+            f"| model | M | speed-up over lowtime (wall; target >= {TARGET_SPEEDUP:g}x) | no-slowdown saving, "
+            "ours vs lowtime's fastest plan | straggler 1.2x saving, ours vs lowtime |"
+        )
         print("|---|---|---|---|---|")
         for ours, low in compared:
             speedup = low.wall_s / ours.wall_s
-            print(f"| {ours.model} | {ours.microbatches} | {speedup:.1f}x "
-                  f"{'yes' if speedup >= TARGET_SPEEDUP else 'NO'} | {ours.intrinsic_saving:.2%} vs "
-                  f"{low.intrinsic_saving:.2%} {'yes' if ours.intrinsic_saving >= low.intrinsic_saving else 'NO'} | "
-                  f"{ours.straggler_saving:.2%} vs {low.straggler_saving:.2%} "
-                  f"{'yes' if ours.straggler_saving >= low.straggler_saving else 'NO'} |")
+            print(
+                f"| {ours.model} | {ours.microbatches} | {speedup:.1f}x "
+                f"{'yes' if speedup >= TARGET_SPEEDUP else 'NO'} | {ours.intrinsic_saving:.2%} vs "
+                f"{low.intrinsic_saving:.2%} {'yes' if ours.intrinsic_saving >= low.intrinsic_saving else 'NO'} | "
+                f"{ours.straggler_saving:.2%} vs {low.straggler_saving:.2%} "
+                f"{'yes' if ours.straggler_saving >= low.straggler_saving else 'NO'} |"
+            )
     print()
-    print("| model | M | max frequency (s, J) | reference: points, fastest (s, J), least J | "
-          "ours: fastest (s, J), least J |")
+    print(
+        "| model | M | max frequency (s, J) | reference: points, fastest (s, J), least J | "
+        "ours: fastest (s, J), least J |"
+    )
     print("|---|---|---|---|---|")
     for r in rows:
         if r.solver == "wattwise":
-            print(f"| {r.model} | {r.microbatches} | {r.max_frequency_time_s:.3f}, {r.max_frequency_energy_j:.0f} | "
-                  f"{r.reference_points}, {r.reference_fastest_time_s:.3f}, {r.reference_fastest_energy_j:.0f}, "
-                  f"{r.reference_least_energy_j:.0f} | {r.fastest_time_s:.3f}, {r.fastest_energy_j:.0f}, "
-                  f"{r.least_energy_j:.0f} |")
+            print(
+                f"| {r.model} | {r.microbatches} | {r.max_frequency_time_s:.3f}, {r.max_frequency_energy_j:.0f} | "
+                f"{r.reference_points}, {r.reference_fastest_time_s:.3f}, {r.reference_fastest_energy_j:.0f}, "
+                f"{r.reference_least_energy_j:.0f} | {r.fastest_time_s:.3f}, {r.fastest_energy_j:.0f}, "
+                f"{r.least_energy_j:.0f} |"
+            )
     return 0
 
 

@@ -62,9 +62,18 @@ def one_fit(steps: int, step_time_s: float) -> tuple[float, float]:
     tmp = tempfile.mkdtemp(prefix="wattwise-hook-cost-")
     gpus = simulated_gpus(1, base_step_time_s=step_time_s, persist_dir=f"{tmp}/state")
     callback = TimedCallback(devices=list(gpus), output_dir=f"{tmp}/run", overrides=["monitor.sync_cuda=false"])
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=-1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, callbacks=[callback])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[callback],
+    )
     callback.spent_s = 0.0  # the Trainer read state_key while it was built
     trainer.fit(EmulatedModule(gpus=list(gpus), dataset_size=32 * steps))
     return statistics.median(callback.per_step_s) * 1e6, callback.spent_s / len(callback.per_step_s) * 1e6
@@ -80,8 +89,10 @@ def main() -> None:
     logging.disable(logging.WARNING)
     for repeat in range(args.repeats):
         median_us, mean_us = one_fit(args.steps, args.step_time)
-        print(f"repeat {repeat + 1}: {median_us:.1f} us per step that does not log (median), "
-              f"{mean_us:.1f} us per step on average over {args.steps} steps, logging steps included")
+        print(
+            f"repeat {repeat + 1}: {median_us:.1f} us per step that does not log (median), "
+            f"{mean_us:.1f} us per step on average over {args.steps} steps, logging steps included"
+        )
 
 
 if __name__ == "__main__":

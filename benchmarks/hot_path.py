@@ -68,16 +68,29 @@ ALL_MODES = ("none", "noop", "measure", "measure-nosampler", "tune")
 DIAGNOSTIC_MODES = tuple(m for m in ALL_MODES if m not in MODES)
 LOG_EVERY = 50
 #: A small tuning profile (limits 300, 200, 100 W on the simulated 300 W GPU): 2 + 3 * (1 + 2) = 11 steps.
-TUNE_OVERRIDES = ["power_limit.wait_steps=2", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-                  "power_limit.step_w=100"]
+TUNE_OVERRIDES = [
+    "power_limit.wait_steps=2",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=100",
+]
 #: Untimed steps before the timed ones, in every mode (tuning is over by then).
 WARM_STEPS = 40
 #: Timed steps per step time (ms): default and --quick.
 DEFAULT_STEPS = {5: 600, 20: 200}
 QUICK_STEPS = {5: 200, 20: 100}
 #: The Python-level collectives counted (each wrapped in `torch.distributed` and its `distributed_c10d`).
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
-               "broadcast_object_list", "gather_object", "barrier", "reduce")
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "broadcast",
+    "broadcast_object_list",
+    "gather_object",
+    "barrier",
+    "reduce",
+)
 WATTWISE_MODULES = ("wattwise", "lightning_energy", "accelerate_energy")
 LIBRARY_MODULES = ("torch", "lightning", "lightning_fabric", "pytorch_lightning", "accelerate")
 SYNC_MODULES = ("wattwise.run.measurement", "wattwise.monitor")
@@ -103,8 +116,9 @@ class Counts:
             "wattwise_collectives": self.wattwise_collectives - earlier.wattwise_collectives,
             "syncs": self.syncs - earlier.syncs,
             "cuda_synchronize": self.cuda_synchronize - earlier.cuda_synchronize,
-            "wattwise_by_name": {k: v - earlier.by_name.get(k, 0) for k, v in self.by_name.items()
-                                 if v != earlier.by_name.get(k, 0)},
+            "wattwise_by_name": {
+                k: v - earlier.by_name.get(k, 0) for k, v in self.by_name.items() if v != earlier.by_name.get(k, 0)
+            },
         }
 
 
@@ -272,8 +286,9 @@ def _uses_wattwise(mode: str) -> bool:
     return mode not in ("none", "noop")
 
 
-def run_lightning(trial: Trial, world_size: int, out_dir: Path,
-                  time_hooks: bool = False) -> tuple[Timeline, dict[str, Any] | None, int]:
+def run_lightning(
+    trial: Trial, world_size: int, out_dir: Path, time_hooks: bool = False
+) -> tuple[Timeline, dict[str, Any] | None, int]:
     import lightning.pytorch as pl
     from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
     from lightning.pytorch.loggers import Logger
@@ -283,8 +298,12 @@ def run_lightning(trial: Trial, world_size: int, out_dir: Path,
 
     timeline = Timeline(WARM_STEPS, trial.steps)
     callback: pl.Callback | None = None
-    work = GPUWork(trial.step_ms / 1000, int(os.environ.get("LOCAL_RANK", "0")), out_dir.parent / "simulated-own",
-                   lambda: list(getattr(getattr(callback, "run", None), "gpus", None) or []))
+    work = GPUWork(
+        trial.step_ms / 1000,
+        int(os.environ.get("LOCAL_RANK", "0")),
+        out_dir.parent / "simulated-own",
+        lambda: list(getattr(getattr(callback, "run", None), "gpus", None) or []),
+    )
 
     class TimedModel(BoringModel):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -329,10 +348,20 @@ def run_lightning(trial: Trial, world_size: int, out_dir: Path,
         else:
             callback = EnergyCallback(**_energy_settings(trial, out_dir))
     trainer = pl.Trainer(
-        accelerator="cpu", devices=world_size, strategy="ddp" if world_size > 1 else "auto",
-        max_steps=timeline.total_steps, max_epochs=1, logger=DiscardLogger(), log_every_n_steps=LOG_EVERY,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        limit_val_batches=0, num_sanity_val_steps=0, callbacks=[callback] if callback is not None else [])
+        accelerator="cpu",
+        devices=world_size,
+        strategy="ddp" if world_size > 1 else "auto",
+        max_steps=timeline.total_steps,
+        max_epochs=1,
+        logger=DiscardLogger(),
+        log_every_n_steps=LOG_EVERY,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=[callback] if callback is not None else [],
+    )
     trainer.fit(TimedModel())
     summary = callback.summary if isinstance(callback, EnergyCallback) else None
     return timeline, summary, DiscardLogger.calls
@@ -383,8 +412,12 @@ def run_accelerate(trial: Trial, world_size: int, out_dir: Path) -> tuple[Timeli
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = DataLoader(RegressionDataset(length=2 * world_size * (timeline.total_steps + 5), seed=0), batch_size=2)
     model, optimizer, data = accelerator.prepare(model, optimizer, data)
-    work = GPUWork(trial.step_ms / 1000, accelerator.local_process_index, out_dir.parent / "simulated-own",
-                   lambda: list(getattr(energy_run(accelerator), "gpus", None) or []))
+    work = GPUWork(
+        trial.step_ms / 1000,
+        accelerator.local_process_index,
+        out_dir.parent / "simulated-own",
+        lambda: list(getattr(energy_run(accelerator), "gpus", None) or []),
+    )
     for i, batch in enumerate(data):
         if i == timeline.total_steps:
             break
@@ -462,7 +495,7 @@ def run_trial(trial: Trial, world_size: int, out_dir: Path, time_hooks: bool = F
     hooks = timeline.hook_times_s
     if timeline.at_start is None or timeline.at_end is None or len(timeline.starts) < timeline.total_steps:
         raise RuntimeError(f"{trial}: ran {len(timeline.starts)} of {timeline.total_steps} steps")
-    timed = timeline.starts[timeline.warm:timeline.warm + trial.steps + 1]
+    timed = timeline.starts[timeline.warm : timeline.warm + trial.steps + 1]
     periods = [b - a for a, b in itertools.pairwise(timed)]
     return {
         "trial": dataclasses.asdict(trial),
@@ -473,8 +506,11 @@ def run_trial(trial: Trial, world_size: int, out_dir: Path, time_hooks: bool = F
         "tuned_before_window": _tuned_before(summary, timeline.window_start_wall) if trial.mode == "tune" else None,
         "wattwise_steps": summary.get("wattwise_steps", summary.get("steps")) if summary else None,
         "log_calls": logged,
-        "hook_us": ({"median": 1e6 * statistics.median(hooks), "mean": 1e6 * statistics.fmean(hooks),
-                     "steps": len(hooks)} if hooks else None),
+        "hook_us": (
+            {"median": 1e6 * statistics.median(hooks), "mean": 1e6 * statistics.fmean(hooks), "steps": len(hooks)}
+            if hooks
+            else None
+        ),
     }
 
 
@@ -498,16 +534,21 @@ def worker(spec_path: str) -> None:
         result = run_trial(trial, world_size, Path(spec["tmp"]) / f"run-{i}", bool(spec.get("time_hooks")))
         results.append(result)
         if rank == 0:
-            print(f"[{i + 1}/{len(spec['trials'])}] {trial.framework} {trial.step_ms} ms {trial.mode}: "
-                  f"{result['mean_s'] * 1000:.3f} ms/step", file=sys.stderr, flush=True)
+            print(
+                f"[{i + 1}/{len(spec['trials'])}] {trial.framework} {trial.step_ms} ms {trial.mode}: "
+                f"{result['mean_s'] * 1000:.3f} ms/step",
+                file=sys.stderr,
+                flush=True,
+            )
     Path(spec["out"].format(rank=rank)).write_text(json.dumps({"wrapped": wrapped, "results": results}))
     if world_size > 1:
         dist.destroy_process_group()
 
 
 # -- coordinator -------------------------------------------------------------------------------------------
-def plan_trials(frameworks: Sequence[str], step_ms: Sequence[int], steps: dict[int, int], repeats: int,
-                modes: Sequence[str] = MODES) -> list[Trial]:
+def plan_trials(
+    frameworks: Sequence[str], step_ms: Sequence[int], steps: dict[int, int], repeats: int, modes: Sequence[str] = MODES
+) -> list[Trial]:
     """One short warm-up run per framework, then each repeat with the modes in rotated order.
 
     Repeat r of each configuration starts at its r-th mode, so over n repeats every mode runs in every
@@ -519,7 +560,7 @@ def plan_trials(frameworks: Sequence[str], step_ms: Sequence[int], steps: dict[i
         for fw in frameworks:
             # no hooks to dispatch outside Lightning: "noop" would be "none" again
             mine = [m for m in modes if not (m == "noop" and fw != "lightning")]
-            order = mine[r % len(mine):] + mine[:r % len(mine)]
+            order = mine[r % len(mine) :] + mine[: r % len(mine)]
             trials += [Trial(fw, ms, mode, steps[ms], r) for ms in step_ms for mode in order]
     return trials
 
@@ -530,29 +571,45 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(world_size: int, trials: list[Trial], tmp: Path, timeout_s: float,
-           time_hooks: bool = False) -> list[dict[str, Any]]:
+def launch(
+    world_size: int, trials: list[Trial], tmp: Path, timeout_s: float, time_hooks: bool = False
+) -> list[dict[str, Any]]:
     """Run `trials` in `world_size` fresh worker processes; every rank's results."""
     group = tmp / f"procs{world_size}"
     group.mkdir()
     spec = group / "spec.json"
     out = str(group / "results-rank{rank}.json")
-    spec.write_text(json.dumps({"trials": [dataclasses.asdict(t) for t in trials], "tmp": str(group), "out": out,
-                                "time_hooks": time_hooks}))
+    spec.write_text(
+        json.dumps(
+            {"trials": [dataclasses.asdict(t) for t in trials], "tmp": str(group), "out": out, "time_hooks": time_hooks}
+        )
+    )
     port = free_port()
     procs, logs = [], []
     for rank in range(world_size):
-        env = {**os.environ, "WATTWISE_HOME": str(tmp / "home"), "OMP_NUM_THREADS": "1",
-               "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "WATTWISE_HOME": str(tmp / "home"), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         env.pop("ACCELERATE_ENERGY", None)
         if world_size > 1:
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                       WORLD_SIZE=str(world_size), NODE_RANK="0", LOCAL_WORLD_SIZE=str(world_size))
+            env.update(
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(world_size),
+                NODE_RANK="0",
+                LOCAL_WORLD_SIZE=str(world_size),
+            )
         log_path = group / f"rank{rank}.log"
         logs.append(log_path)
         with open(log_path, "w") as log_file:
-            procs.append(subprocess.Popen([sys.executable, __file__, "--worker", str(spec)], env=env,
-                                          stdout=log_file, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--worker", str(spec)],
+                    env=env,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                )
+            )
     deadline = time.monotonic() + timeout_s
     failed = False
     for proc in procs:
@@ -564,8 +621,9 @@ def launch(world_size: int, trials: list[Trial], tmp: Path, timeout_s: float,
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        tail = "\n".join(f"--- rank {r} ---\n" + "\n".join(p.read_text().splitlines()[-30:])
-                         for r, p in enumerate(logs))
+        tail = "\n".join(
+            f"--- rank {r} ---\n" + "\n".join(p.read_text().splitlines()[-30:]) for r, p in enumerate(logs)
+        )
         raise RuntimeError(f"{world_size}-process workers failed or timed out:\n{tail}")
     return [json.loads(Path(out.format(rank=r)).read_text()) for r in range(world_size)]
 
@@ -590,9 +648,16 @@ def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str,
         if result["trial"]["warm_up"]:
             continue
         counts = [r["results"][i]["window"] for r in per_rank]
-        trials.append({**result, "counts": {k: max(c[k] for c in counts) for k in
-                                            ("collectives", "wattwise_collectives", "syncs", "cuda_synchronize")},
-                       "hooks_per_rank": [r["results"][i].get("hook_us") for r in per_rank]})
+        trials.append(
+            {
+                **result,
+                "counts": {
+                    k: max(c[k] for c in counts)
+                    for k in ("collectives", "wattwise_collectives", "syncs", "cuda_synchronize")
+                },
+                "hooks_per_rank": [r["results"][i].get("hook_us") for r in per_rank],
+            }
+        )
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for t in trials:
         groups.setdefault(Trial(**t["trial"]).key, []).append(t)
@@ -607,27 +672,38 @@ def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str,
         paired = [(t, base[t["trial"]["repeat"]]) for t in runs if t["trial"]["repeat"] in base]
         tuned = [t["tuned_before_window"] for t in runs]
         diffs = [100 * (t["mean_s"] / b["mean_s"] - 1) for t, b in paired] if mode != "none" else []
-        rows.append({
-            "framework": fw, "processes": world_size, "step_ms": ms, "mode": mode, "timed_steps": steps,
-            "repeats": len(runs),
-            "mean_ms": 1000 * statistics.median(t["mean_s"] for t in runs),
-            "median_ms": 1000 * statistics.median(t["median_s"] for t in runs),
-            "overhead_pct": statistics.median(diffs) if diffs else None,
-            "overhead_median_pct": (statistics.median(100 * (t["median_s"] / b["median_s"] - 1) for t, b in paired)
-                                    if mode != "none" and paired else None),
-            "overhead_per_repeat_pct": diffs,
-            "overhead_ci95_pct": ci95(diffs),
-            "wattwise_collectives_per_1000": median_per_1000("wattwise_collectives"),
-            "collectives_minus_none_per_1000": (
-                median_per_1000("collectives") - per_1000(statistics.median(b["counts"]["collectives"]
-                                                                            for _, b in paired), steps)
-                if paired else None),
-            "syncs_per_1000": median_per_1000("syncs"),
-            "cuda_synchronize_per_1000": median_per_1000("cuda_synchronize"),
-            "tuned_before_timed_steps": None if mode != "tune" else all(x is True for x in tuned),
-            "log_calls": [t["log_calls"] for t in runs],
-            **hook_figures(runs),
-        })
+        rows.append(
+            {
+                "framework": fw,
+                "processes": world_size,
+                "step_ms": ms,
+                "mode": mode,
+                "timed_steps": steps,
+                "repeats": len(runs),
+                "mean_ms": 1000 * statistics.median(t["mean_s"] for t in runs),
+                "median_ms": 1000 * statistics.median(t["median_s"] for t in runs),
+                "overhead_pct": statistics.median(diffs) if diffs else None,
+                "overhead_median_pct": (
+                    statistics.median(100 * (t["median_s"] / b["median_s"] - 1) for t, b in paired)
+                    if mode != "none" and paired
+                    else None
+                ),
+                "overhead_per_repeat_pct": diffs,
+                "overhead_ci95_pct": ci95(diffs),
+                "wattwise_collectives_per_1000": median_per_1000("wattwise_collectives"),
+                "collectives_minus_none_per_1000": (
+                    median_per_1000("collectives")
+                    - per_1000(statistics.median(b["counts"]["collectives"] for _, b in paired), steps)
+                    if paired
+                    else None
+                ),
+                "syncs_per_1000": median_per_1000("syncs"),
+                "cuda_synchronize_per_1000": median_per_1000("cuda_synchronize"),
+                "tuned_before_timed_steps": None if mode != "tune" else all(x is True for x in tuned),
+                "log_calls": [t["log_calls"] for t in runs],
+                **hook_figures(runs),
+            }
+        )
     order = {m: i for i, m in enumerate(ALL_MODES)}
     rows.sort(key=lambda r: (FRAMEWORKS.index(r["framework"]), r["step_ms"], order[r["mode"]]))
     return rows
@@ -680,39 +756,56 @@ def _fmt_ci(ci: list[float] | None) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'framework':<10} {'procs':>5} {'step':>5} {'mode':<17} {'mean ms':>8} {'med ms':>8} {'ovh mean':>9} "
-          f"{'ovh med':>8} {'95% CI (mean)':>16} {'coll/1k':>8} {'Δall/1k':>8} {'sync/1k':>8} {'cuda/1k':>8}  targets")
+    print(
+        f"{'framework':<10} {'procs':>5} {'step':>5} {'mode':<17} {'mean ms':>8} {'med ms':>8} {'ovh mean':>9} "
+        f"{'ovh med':>8} {'95% CI (mean)':>16} {'coll/1k':>8} {'Δall/1k':>8} {'sync/1k':>8} {'cuda/1k':>8}  targets"
+    )
     for r in rows:
         watt = _uses_wattwise(r["mode"])
-        print(f"{r['framework']:<10} {r['processes']:>5} {r['step_ms']:>3}ms {r['mode']:<17} {r['mean_ms']:>8.3f} "
-              f"{r['median_ms']:>8.3f} {_fmt(r['overhead_pct'], '+.2f', '%'):>9} "
-              f"{_fmt(r['overhead_median_pct'], '+.2f', '%'):>8} {_fmt_ci(r.get('overhead_ci95_pct')):>16} "
-              f"{_fmt(r['wattwise_collectives_per_1000'] if watt else None, '8.1f'):>8} "
-              f"{_fmt(r['collectives_minus_none_per_1000'] if watt else None, '8.1f'):>8} "
-              f"{_fmt(r['syncs_per_1000'] if watt else None, '8.1f'):>8} "
-              f"{_fmt(r['cuda_synchronize_per_1000'] if watt else None, '8.1f'):>8}  {targets(r)}")
+        print(
+            f"{r['framework']:<10} {r['processes']:>5} {r['step_ms']:>3}ms {r['mode']:<17} {r['mean_ms']:>8.3f} "
+            f"{r['median_ms']:>8.3f} {_fmt(r['overhead_pct'], '+.2f', '%'):>9} "
+            f"{_fmt(r['overhead_median_pct'], '+.2f', '%'):>8} {_fmt_ci(r.get('overhead_ci95_pct')):>16} "
+            f"{_fmt(r['wattwise_collectives_per_1000'] if watt else None, '8.1f'):>8} "
+            f"{_fmt(r['collectives_minus_none_per_1000'] if watt else None, '8.1f'):>8} "
+            f"{_fmt(r['syncs_per_1000'] if watt else None, '8.1f'):>8} "
+            f"{_fmt(r['cuda_synchronize_per_1000'] if watt else None, '8.1f'):>8}  {targets(r)}"
+        )
     for r in rows:
         if "hook_median_us" in r:
-            print(f"{r['framework']} {r['processes']} process(es) {r['step_ms']} ms {r['mode']}: EnergyCallback's "
-                  f"per-step hooks {r['hook_median_us']:.1f} µs per step (median), {r['hook_mean_us']:.1f} µs "
-                  "per step on average with the logging steps (slowest process, median over repeats)")
+            print(
+                f"{r['framework']} {r['processes']} process(es) {r['step_ms']} ms {r['mode']}: EnergyCallback's "
+                f"per-step hooks {r['hook_median_us']:.1f} µs per step (median), {r['hook_mean_us']:.1f} µs "
+                "per step on average with the logging steps (slowest process, median over repeats)"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 repeat, few steps (~2-3 min)")
     parser.add_argument("--repeats", type=int, default=None, help="runs per configuration (default 3; --quick 1)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="timed steps per run (default 600 at 5 ms, 200 at 20 ms; --quick 200 and 100)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed steps per run (default 600 at 5 ms, 200 at 20 ms; --quick 200 and 100)",
+    )
     parser.add_argument("--step-ms", type=int, nargs="+", default=[5, 20], help="step times in ms (default 5 20)")
     parser.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
-    parser.add_argument("--modes", nargs="+", choices=ALL_MODES, default=list(MODES),
-                        help="modes to run besides 'none' (default: measure tune; diagnostic: "
-                             f"{' '.join(DIAGNOSTIC_MODES)})")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=ALL_MODES,
+        default=list(MODES),
+        help=f"modes to run besides 'none' (default: measure tune; diagnostic: {' '.join(DIAGNOSTIC_MODES)})",
+    )
     parser.add_argument("--processes", type=int, nargs="+", choices=(1, 2), default=[1, 2])
-    parser.add_argument("--time-hooks", action="store_true",
-                        help="also time EnergyCallback's per-step hooks in each process (Lightning; the callback "
-                             "of benchmarks/hook_cost.py, which adds timer calls to its hooks and state_key)")
+    parser.add_argument(
+        "--time-hooks",
+        action="store_true",
+        help="also time EnergyCallback's per-step hooks in each process (Lightning; the callback "
+        "of benchmarks/hook_cost.py, which adds timer calls to its hooks and state_key)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every run and the table as JSON")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process count (default 1800)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -738,21 +831,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows += summarise(world_size, per_rank)
     elapsed = time.perf_counter() - start
 
-    print(f"wattwise hot path (simulated GPU, CPU, gloo): repeats={repeats}, timed steps "
-          f"{', '.join(f'{n} at {ms} ms' for ms, n in steps.items())}, {WARM_STEPS} untimed steps first "
-          f"(tuning: {' '.join(TUNE_OVERRIDES)}), logging every {LOG_EVERY} steps")
-    print("ovh: overhead against no wattwise (paired per repeat; median over repeats of the mean and of the "
-          "median step time); 95% CI: confidence interval of the mean paired overhead of the mean step time "
-          "(a target is 'met' when the interval lies under it, 'unresolved' when it straddles it); "
-          "coll/1k: collectives started by wattwise code per 1000 steps; Δall/1k: all Python-level "
-          "collectives minus those without wattwise; sync/1k: wattwise cuda_sync calls; cuda/1k: "
-          "torch.cuda.synchronize calls")
+    print(
+        f"wattwise hot path (simulated GPU, CPU, gloo): repeats={repeats}, timed steps "
+        f"{', '.join(f'{n} at {ms} ms' for ms, n in steps.items())}, {WARM_STEPS} untimed steps first "
+        f"(tuning: {' '.join(TUNE_OVERRIDES)}), logging every {LOG_EVERY} steps"
+    )
+    print(
+        "ovh: overhead against no wattwise (paired per repeat; median over repeats of the mean and of the "
+        "median step time); 95% CI: confidence interval of the mean paired overhead of the mean step time "
+        "(a target is 'met' when the interval lies under it, 'unresolved' when it straddles it); "
+        "coll/1k: collectives started by wattwise code per 1000 steps; Δall/1k: all Python-level "
+        "collectives minus those without wattwise; sync/1k: wattwise cuda_sync calls; cuda/1k: "
+        "torch.cuda.synchronize calls"
+    )
     print_table(rows)
     print(f"total time {elapsed:.0f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "repeats": repeats, "steps": steps, "warm_steps": WARM_STEPS, "tune_overrides": TUNE_OVERRIDES,
-            "log_every_n_steps": LOG_EVERY, "elapsed_s": elapsed, "rows": rows, "runs": raw}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "repeats": repeats,
+                    "steps": steps,
+                    "warm_steps": WARM_STEPS,
+                    "tune_overrides": TUNE_OVERRIDES,
+                    "log_every_n_steps": LOG_EVERY,
+                    "elapsed_s": elapsed,
+                    "rows": rows,
+                    "runs": raw,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -64,10 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.number < 1 or args.repeat < 1 or min(args.devices) < 1:
         parser.error("--number, --repeat and --devices must be at least 1")
 
-    print(f"EnergyMonitor begin_window + end_window on simulated GPUs "
-          f"({args.repeat} runs x {args.number} pairs; microseconds per pair)")
-    print(f"{'devices':>8} {'clock':>5} {'median':>9} {'mean':>9} {'best':>9}   "
-          f"target {args.target_us:g} us (CPU median)")
+    print(
+        f"EnergyMonitor begin_window + end_window on simulated GPUs "
+        f"({args.repeat} runs x {args.number} pairs; microseconds per pair)"
+    )
+    print(
+        f"{'devices':>8} {'clock':>5} {'median':>9} {'mean':>9} {'best':>9}   target {args.target_us:g} us (CPU median)"
+    )
     missed = False
     for n in args.devices:
         r = time_pairs(n, args.number, args.repeat)
@@ -75,8 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         missed |= not ok
         for label, us in (("wall", r.wall_us), ("cpu", r.cpu_us)):
             verdict = ("met" if ok else "MISSED") if label == "cpu" else ""
-            print(f"{n:>8} {label:>5} {statistics.median(us):>9.2f} {statistics.fmean(us):>9.2f} "
-                  f"{min(us):>9.2f}   {verdict}")
+            print(
+                f"{n:>8} {label:>5} {statistics.median(us):>9.2f} {statistics.fmean(us):>9.2f} "
+                f"{min(us):>9.2f}   {verdict}"
+            )
     return 1 if missed and args.strict else 0
 
 

@@ -29,8 +29,12 @@ def time_calls(fn: Callable[[], object], calls: int) -> dict[str, float]:
         fn()
         times.append((time.perf_counter() - start) * 1e3)
     times.sort()
-    return {"median_ms": statistics.median(times), "p90_ms": times[int(0.9 * (len(times) - 1))],
-            "best_ms": times[0], "calls": calls}
+    return {
+        "median_ms": statistics.median(times),
+        "p90_ms": times[int(0.9 * (len(times) - 1))],
+        "best_ms": times[0],
+        "calls": calls,
+    }
 
 
 def counter_updates_per_s(read: Callable[[], float], seconds: float = 3.0) -> float:
@@ -69,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         "driver": pynvml.nvmlSystemGetDriverVersion(),
         "reads": {name: time_calls(fn, args.calls) for name, fn in reads.items()},
         "energy_counter_updates_per_s": counter_updates_per_s(
-            lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
+            lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        ),
     }
     gpu = next(d for d in discover("nvml").gpus if d.index == args.gpu)
     monitor = EnergyMonitor([gpu])
@@ -83,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         monitor.close()
     for name, row in {**figures["reads"], "EnergyMonitor window pair": figures["window_pair"]}.items():  # type: ignore[dict-item]
-        print(f"{name:40s} median {row['median_ms']:8.3f} ms  p90 {row['p90_ms']:8.3f} ms  "
-              f"best {row['best_ms']:8.3f} ms  ({row['calls']} calls)")
+        print(
+            f"{name:40s} median {row['median_ms']:8.3f} ms  p90 {row['p90_ms']:8.3f} ms  "
+            f"best {row['best_ms']:8.3f} ms  ({row['calls']} calls)"
+        )
     print(f"energy counter: {figures['energy_counter_updates_per_s']:.1f} distinct values per second")
     if args.json:
         with open(args.json, "w") as fh:

@@ -75,7 +75,8 @@ def describe(config: PolicyConfig) -> str:
     short = {"prune_margin": "margin", "epochs_noise_prior": "noise", "epochs_spread_prior": "spread"}
     searched = ", ".join(f"{short.get(name, 'weight')} {getattr(config, name):g}" for name in KNOBS)
     others = [
-        f.name for f in fields(config)
+        f.name
+        for f in fields(config)
         if f.name not in KNOBS and getattr(config, f.name) != getattr(WATTWISE_POLICY, f.name)
     ]
     return searched + (f" ({', '.join(others)} changed)" if others else "")
@@ -328,8 +329,11 @@ def text_report(v: Validation, workloads: Sequence[Workload] = WORKLOADS) -> str
         ]
         lines.append(f"{w.name:<32}" + "".join(f"{c:>24}" for c in cells))
     lines += ["", f"Leave one workload out: knobs chosen on the other five ({seeds}), held-out workload ({report})"]
-    lines.append(f"{'held out':<32}{'tuned on':<10}{'chosen knobs':<50}" + "".join(f"{g:>8}" for g in GPUS)
-                 + "".join(f"{'Zeus ' + g:>11}" for g in GPUS))
+    lines.append(
+        f"{'held out':<32}{'tuned on':<10}{'chosen knobs':<50}"
+        + "".join(f"{g:>8}" for g in GPUS)
+        + "".join(f"{'Zeus ' + g:>11}" for g in GPUS)
+    )
     for h in v.held_out:
         lines.append(
             f"{h.workload.name:<32}{h.tune_gpu:<10}{describe(h.chosen):<50}"
@@ -340,15 +344,19 @@ def text_report(v: Validation, workloads: Sequence[Workload] = WORKLOADS) -> str
         for test in GPUS:
             values = [h.ratios[test] for h in v.held_out if h.tune_gpu == gpu]
             flag = "" if max(values) <= TARGET_MAX else f"  (worst above {TARGET_MAX})"
-            lines.append(f"tuned on {gpu}, held-out workloads on {test}: mean {math.fsum(values) / len(values):.3f}, "
-                         f"worst {max(values):.3f} (Zeus {_pair(v.zeus[test])}){flag}")
+            lines.append(
+                f"tuned on {gpu}, held-out workloads on {test}: mean {math.fsum(values) / len(values):.3f}, "
+                f"worst {max(values):.3f} (Zeus {_pair(v.zeus[test])}){flag}"
+            )
     lines += ["", *_decision(v)]
     return "\n".join(lines)
 
 
 def _decision(v: Validation) -> list[str]:
-    lines = [f"pooled choice (both GPUs, {len(TUNE_SEEDS)} tuning seeds): {describe(v.pooled)}, "
-             f"in sample {_pair(v.pooled_score)}"]
+    lines = [
+        f"pooled choice (both GPUs, {len(TUNE_SEEDS)} tuning seeds): {describe(v.pooled)}, "
+        f"in sample {_pair(v.pooled_score)}"
+    ]
     if v.pooled == WATTWISE_POLICY:
         lines.append("it is the current default: the defaults stay")
     elif v.adopt:
@@ -385,8 +393,11 @@ def markdown_report(v: Validation, workloads: Sequence[Workload] = WORKLOADS) ->
         "",
         f"Per workload on the test GPU ({report}): cost / oracle of the chosen knobs (Zeus's policy).",
         "",
-        "| workload | " + " | ".join(heads) + " | "
-        + " | ".join(f"left out of tuning on {a.upper()}, on {b.upper()}" for a, b in (GPUS, GPUS[::-1])) + " |",
+        "| workload | "
+        + " | ".join(heads)
+        + " | "
+        + " | ".join(f"left out of tuning on {a.upper()}, on {b.upper()}" for a, b in (GPUS, GPUS[::-1]))
+        + " |",
         "|---|" + "---:|" * (len(heads) + 2),
     ]
     for w in workloads:

@@ -48,14 +48,31 @@ class Row:
 
 def cases(data: Path, work: Path) -> dict[str, list[str]]:
     """Case name -> the arguments of `wattwise`."""
-    frontier = ["frontier", str(data / PROFILE), "--microbatches", "12", "--unit-time", "0.001",
-                "--p-blocking", "83.64", "--out", str(work / "f.json"), "--quiet"]
+    frontier = [
+        "frontier",
+        str(data / PROFILE),
+        "--microbatches",
+        "12",
+        "--unit-time",
+        "0.001",
+        "--p-blocking",
+        "83.64",
+        "--out",
+        str(work / "f.json"),
+        "--quiet",
+    ]
     return {
         "wattwise --help": ["--help"],
         "wattwise frontier --help": ["frontier", "--help"],
         "wattwise plan": ["plan", str(work / "f.json"), "--out", str(work / "plan.json")],
-        "wattwise plan --straggler-time": ["plan", str(work / "f.json"), "--straggler-time", "3.4",
-                                           "--out", str(work / "plan.json")],
+        "wattwise plan --straggler-time": [
+            "plan",
+            str(work / "f.json"),
+            "--straggler-time",
+            "3.4",
+            "--out",
+            str(work / "plan.json"),
+        ],
         "wattwise frontier (GPT-3 8x12)": frontier,
     }
 
@@ -75,13 +92,19 @@ def timed(argv: list[str]) -> tuple[float, float]:
 
 def top_imports(launcher: list[str], argv: list[str], count: int) -> dict[str, float]:
     """Import self time (ms) summed per top-level package, the `count` largest (`PYTHONPROFILEIMPORTTIME`)."""
-    done = subprocess.run([*launcher, *argv], env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    done = subprocess.run(
+        [*launcher, *argv],
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
     per_package: dict[str, float] = defaultdict(float)
     for line in done.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
             continue
-        self_us, _, name = (part.strip() for part in line[len("import time:"):].split("|"))
+        self_us, _, name = (part.strip() for part in line[len("import time:") :].split("|"))
         if self_us.isdigit():
             per_package[name.split(".")[0]] += int(self_us) / 1000
     ranked = sorted(per_package.items(), key=lambda item: -item[1])[:count]
@@ -111,15 +134,28 @@ def main() -> None:
     rows: list[Row] = []
     for name, argv in all_cases.items():
         walls, cpus = zip(*(timed([*launcher, *argv]) for _ in range(args.repeats)), strict=True)
-        rows.append(Row(name, args.repeats, statistics.median(walls), min(walls), statistics.median(cpus),
-                        min(cpus), top_imports(launcher, argv, args.importtime)))
-    print(f"launcher: {shlex.join(launcher)}; {args.repeats} runs per case; {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.2f}\n")
+        rows.append(
+            Row(
+                name,
+                args.repeats,
+                statistics.median(walls),
+                min(walls),
+                statistics.median(cpus),
+                min(cpus),
+                top_imports(launcher, argv, args.importtime),
+            )
+        )
+    print(
+        f"launcher: {shlex.join(launcher)}; {args.repeats} runs per case; {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.2f}\n"
+    )
     print("| case | wall median (s) | wall min (s) | CPU median (s) | CPU min (s) |")
     print("|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row.case} | {row.wall_median_s:.3f} | {row.wall_min_s:.3f} | {row.cpu_median_s:.3f} | "
-              f"{row.cpu_min_s:.3f} |")
+        print(
+            f"| {row.case} | {row.wall_median_s:.3f} | {row.wall_min_s:.3f} | {row.cpu_median_s:.3f} | "
+            f"{row.cpu_min_s:.3f} |"
+        )
     print("\nimport self time per top-level package (ms, one run under -X importtime):\n")
     for row in rows:
         print(f"- {row.case}: " + ", ".join(f"{k} {v:g}" for k, v in row.top_imports_ms.items()))

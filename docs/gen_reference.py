@@ -37,7 +37,7 @@ ENVIRONMENT: dict[str, str] = {
     "ACCELERATE_ENERGY_CONFIG, LIGHTNING_ENERGY_CONFIG": "an OmegaConf YAML with any configuration key "
     "(a path, or the name of an installed configuration such as `tune.yaml`)",
     "ACCELERATE_ENERGY_OVERRIDES, LIGHTNING_ENERGY_OVERRIDES": "space-separated dotlist applied last, e.g. "
-    "`\"power_limit.profile_steps=10 devices.gpus=[0]\"`",
+    '`"power_limit.profile_steps=10 devices.gpus=[0]"`',
     "WATTWISE_BACKEND": "`auto`, `nvml`, `simulated` or `agent`: the device backend `auto` stands for, for the "
     "callback, the Accelerate plugin and the CLI at once (a backend given explicitly wins)",
     "WATTWISE_HOME": "the state directory: settings journals, the default job store, the simulated GPUs' "
@@ -73,8 +73,7 @@ def modules_of(package: str, source_root: str) -> dict[str, list[str]]:
 
 def api_pages() -> Iterator[tuple[str, str]]:
     """(path, markdown) of each API page and of the API index."""
-    index = ["# API reference", "",
-             "Generated from the docstrings of the code, one page per package.", ""]
+    index = ["# API reference", "", "Generated from the docstrings of the code, one page per package.", ""]
     for source_root, package in PACKAGES:
         for group, modules in sorted(modules_of(package, source_root).items()):
             page = f"reference/api/{group}.md"
@@ -105,9 +104,17 @@ def cli_page() -> str:
 
     os.environ["COLUMNS"] = "100"
     parser = build_parser()
-    lines = ["# Command-line reference", "",
-             "Every `wattwise` command, its help exactly as `wattwise COMMAND --help` prints it "
-             "(generated from the parser).", "", "```text", _help_of(parser), "```", ""]
+    lines = [
+        "# Command-line reference",
+        "",
+        "Every `wattwise` command, its help exactly as `wattwise COMMAND --help` prints it "
+        "(generated from the parser).",
+        "",
+        "```text",
+        _help_of(parser),
+        "```",
+        "",
+    ]
 
     def walk(prefix: str, p: argparse.ArgumentParser, depth: int) -> None:
         for name, sub in _subcommands(p):
@@ -151,20 +158,33 @@ def configuration_page() -> str:
     """Every configuration key, the settings given by name, and the environment variables."""
     from wattwise.config import SETTINGS, EnergyConfig
 
-    lines = ["# Configuration reference", "",
-             "Generated from the code: the configuration dataclasses of `wattwise.config` (defaults and their "
-             "comments) and its `SETTINGS` table.", "",
-             "## Every key", "",
-             "Reach any key with a YAML file (`config=` of `EnergyCallback`, `ACCELERATE_ENERGY_CONFIG`, "
-             "`wattwise run --config`) or a dotlist override (`overrides=[\"power_limit.eta=0.3\"]`, "
-             "`ACCELERATE_ENERGY_OVERRIDES`, `wattwise run --override KEY=VALUE`). An unknown key, a wrong "
-             "type or a bad value is an error naming the key.", "",
-             "| key | default | meaning |", "|---|---|---|"]
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from the code: the configuration dataclasses of `wattwise.config` (defaults and their "
+        "comments) and its `SETTINGS` table.",
+        "",
+        "## Every key",
+        "",
+        "Reach any key with a YAML file (`config=` of `EnergyCallback`, `ACCELERATE_ENERGY_CONFIG`, "
+        '`wattwise run --config`) or a dotlist override (`overrides=["power_limit.eta=0.3"]`, '
+        "`ACCELERATE_ENERGY_OVERRIDES`, `wattwise run --override KEY=VALUE`). An unknown key, a wrong "
+        "type or a bad value is an error naming the key.",
+        "",
+        "| key | default | meaning |",
+        "|---|---|---|",
+    ]
     lines += [f"| `{key}` | {default} | {note} |" for key, default, note in _rows(EnergyConfig)]
-    lines += ["", "## Settings given by name", "",
-              "Each is a keyword of `EnergyCallback`, a field of `EnergyPlugin`, an environment variable "
-              "under both prefixes, and an option of `wattwise run`.", "",
-              "| name | key | environment variables | `wattwise run` | meaning |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Settings given by name",
+        "",
+        "Each is a keyword of `EnergyCallback`, a field of `EnergyPlugin`, an environment variable "
+        "under both prefixes, and an option of `wattwise run`.",
+        "",
+        "| name | key | environment variables | `wattwise run` | meaning |",
+        "|---|---|---|---|---|",
+    ]
     for s in SETTINGS:
         env = f"`ACCELERATE_ENERGY_{s.name.upper()}`, `LIGHTNING_ENERGY_{s.name.upper()}`"
         flag = "--" + s.name.replace("_", "-")

@@ -34,12 +34,12 @@ def main() -> None:
     args = parser.parse_args()
 
     set_seed(0)
-    accelerator = accelerate_energy.attach(Accelerator(
-        cpu=not torch.cuda.is_available(), gradient_accumulation_steps=args.gradient_accumulation_steps))
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=not torch.cuda.is_available(), gradient_accumulation_steps=args.gradient_accumulation_steps)
+    )
     model = tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    loader = torch.utils.data.DataLoader(tiny_dataset(args.dataset_size), batch_size=args.batch_size,
-                                         shuffle=True)
+    loader = torch.utils.data.DataLoader(tiny_dataset(args.dataset_size), batch_size=args.batch_size, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     # The devices a step runs on, for the emulation only: simulated GPUs when wattwise is asked for them.
     energy = accelerate_energy.energy_run(accelerator)

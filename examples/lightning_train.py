@@ -53,8 +53,15 @@ def main() -> None:
     args = parser.parse_args()
 
     energy = EnergyCallback(mode=args.mode, output_dir=args.output_dir)
-    trainer = pl.Trainer(max_steps=args.max_steps, accelerator="cpu", devices=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, callbacks=[energy])
+    trainer = pl.Trainer(
+        max_steps=args.max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        callbacks=[energy],
+    )
     trainer.fit(Regression(energy))
 
 

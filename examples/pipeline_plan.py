@@ -28,13 +28,16 @@ def main() -> None:
     args = parser.parse_args()
 
     profile = load_profile(args.profile)
-    problem = PlanningProblem.build(profile, pipeline_dag("1f1b", profile.num_stages, args.microbatches),
-                                    p_blocking_w=args.p_blocking)
+    problem = PlanningProblem.build(
+        profile, pipeline_dag("1f1b", profile.num_stages, args.microbatches), p_blocking_w=args.p_blocking
+    )
     points = list(FrontierSolver(problem, unit_time_s=args.unit_time).run())
     frontier = assemble_frontier(problem, points, unit_time_s=args.unit_time, solver="fast", plans="some")
     fastest = choose_intrinsic(frontier)
-    print(f"frontier: {len(frontier.points)} plans, {frontier.points[0].time_s:.3f} s to "
-          f"{frontier.points[-1].time_s:.3f} s per iteration")
+    print(
+        f"frontier: {len(frontier.points)} plans, {frontier.points[0].time_s:.3f} s to "
+        f"{frontier.points[-1].time_s:.3f} s per iteration"
+    )
     print(f"no slowdown: {fastest.energy_j:.0f} J per iteration, saving {fastest.saving:.1%}")
     straggler = choose_for_straggler(frontier, 1.2 * frontier.max_frequency_time_s)
     print(f"straggler at 1.2x: {straggler.energy_j:.0f} J per iteration, saving {straggler.saving:.1%}")

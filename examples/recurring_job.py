@@ -64,16 +64,29 @@ def main() -> None:
     args = parser.parse_args()
 
     energy = EnergyCallback(output_dir=f"wattwise_runs/{args.job}")
-    recurring = RecurringBatchSizeCallback(job=args.job, batch_sizes=[16, 32, 64], default_batch_size=32,
-                                           target_metric=0.05, monitor="val_loss", mode="min",
-                                           max_epochs=args.max_epochs, max_power_w=300.0)
-    trainer = pl.Trainer(max_epochs=args.max_epochs, accelerator="cpu", devices=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, callbacks=[energy, recurring])
+    recurring = RecurringBatchSizeCallback(
+        job=args.job,
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=0.05,
+        monitor="val_loss",
+        mode="min",
+        max_epochs=args.max_epochs,
+        max_power_w=300.0,
+    )
+    trainer = pl.Trainer(
+        max_epochs=args.max_epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        callbacks=[energy, recurring],
+    )
     trainer.fit(Regression(energy))
     result = recurring.result
     if result is not None:
-        print(f"run {result.run_id}: batch size {result.batch_size}, reached {result.reached}, "
-              f"{result.energy_j:.1f} J")
+        print(f"run {result.run_id}: batch size {result.batch_size}, reached {result.reached}, {result.energy_j:.1f} J")
 
 
 if __name__ == "__main__":

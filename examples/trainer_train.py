@@ -52,17 +52,26 @@ class EmulatedTrainer(Trainer):
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         run = accelerate_energy.energy_run(self.accelerator)
-        return emulate_step(run.gpus if run is not None else [], lambda: super(EmulatedTrainer, self).training_step(
-            *args, **kwargs))
+        return emulate_step(
+            run.gpus if run is not None else [], lambda: super(EmulatedTrainer, self).training_step(*args, **kwargs)
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-steps", type=int, default=120)
     steps = parser.parse_args().max_steps
-    args = TrainingArguments(output_dir="trainer_out", max_steps=steps, per_device_train_batch_size=32,
-                             learning_rate=0.05, report_to=[], save_strategy="no", logging_steps=40,
-                             use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir="trainer_out",
+        max_steps=steps,
+        per_device_train_batch_size=32,
+        learning_rate=0.05,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=40,
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=True,
+    )
     EmulatedTrainer(model=Regression(), args=args, train_dataset=Samples(2048)).train()
 
 

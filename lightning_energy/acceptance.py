@@ -60,14 +60,22 @@ def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
         @override
         def train_dataloader(self) -> Any:
             tokens = torch.randint(0, VOCAB, (BATCH * 64, SEQ + 1), generator=torch.Generator().manual_seed(0))
-            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(tokens), batch_size=BATCH,
-                                               shuffle=True)
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(tokens), batch_size=BATCH, shuffle=True)
 
     def fit(steps: int, callbacks: list[pl.Callback]) -> float:
         torch.manual_seed(0)
-        trainer = pl.Trainer(accelerator="gpu", devices=[cuda_index], precision="bf16-mixed", max_steps=steps,
-                             max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, callbacks=callbacks)
+        trainer = pl.Trainer(
+            accelerator="gpu",
+            devices=[cuda_index],
+            precision="bf16-mixed",
+            max_steps=steps,
+            max_epochs=-1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=callbacks,
+        )
         start = time.perf_counter()
         trainer.fit(TinyLM())
         return time.perf_counter() - start
@@ -76,10 +84,19 @@ def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
     step_w = max(1.0, round((rng.max_w - rng.min_w) / 4))
     # Each profile window lasts at least 20 updates of the energy counter (`power_limit.min_profile_s` left
     # to its default), so the tune fit runs until tuning is done and then STEPS_AFTER_TUNING more steps.
-    tune = EnergyCallback(mode="tune", backend=gpu.backend, output_dir=str(out / "training_tune"), devices=[gpu],
-                          overrides=["power_limit.wait_steps=5", "power_limit.warmup_steps=3",
-                                     f"power_limit.profile_steps={5 if quick else 15}",
-                                     f"power_limit.step_w={step_w}", "power_limit.reuse=false"])
+    tune = EnergyCallback(
+        mode="tune",
+        backend=gpu.backend,
+        output_dir=str(out / "training_tune"),
+        devices=[gpu],
+        overrides=[
+            "power_limit.wait_steps=5",
+            "power_limit.warmup_steps=3",
+            f"power_limit.profile_steps={5 if quick else 15}",
+            f"power_limit.step_w={step_w}",
+            "power_limit.reuse=false",
+        ],
+    )
 
     class StopAfterTuning(pl.Callback):
         @override
@@ -93,13 +110,18 @@ def training_check(gpu: Device, out: Path, *, quick: bool) -> dict[str, Any]:
     limit = summary.get("power_limit") or {}
     overhead_steps = 100 if quick else 300
     plain_s = fit(overhead_steps, [])
-    measured = EnergyCallback(mode="measure", backend=gpu.backend, output_dir=str(out / "training_measure"),
-                              devices=[gpu])
+    measured = EnergyCallback(
+        mode="measure", backend=gpu.backend, output_dir=str(out / "training_measure"), devices=[gpu]
+    )
     measured_s = fit(overhead_steps, [measured])
     return {
-        "steps": summary.get("steps"), "energy_j": summary.get("energy_j"), "time_s": summary.get("time_s"),
-        "chosen_power_limit_w": limit.get("chosen_power_limit_w"), "profile": limit.get("profile"),
-        "tuning": limit.get("tuning"), "energy_saved_j": limit.get("energy_saved_j"),
+        "steps": summary.get("steps"),
+        "energy_j": summary.get("energy_j"),
+        "time_s": summary.get("time_s"),
+        "chosen_power_limit_w": limit.get("chosen_power_limit_w"),
+        "profile": limit.get("profile"),
+        "tuning": limit.get("tuning"),
+        "energy_saved_j": limit.get("energy_saved_j"),
         "profile_window_steps": tune.run.power.tuner.profile_steps if tune.run and tune.run.power.tuner else None,
         "measure_overhead_pct": (measured_s / plain_s - 1) * 100 if plain_s > 0 else None,
         "overhead_fits_s": {"without": plain_s, "measure": measured_s, "steps": overhead_steps},

@@ -65,9 +65,17 @@ class RecurringBatchSizeCallback(Callback):
         batch_size_attr: str = "batch_size",
     ) -> None:
         super().__init__()
-        self.spec = job_spec(job=job, batch_sizes=batch_sizes, default_batch_size=default_batch_size,
-                             target_metric=target_metric, max_epochs=max_epochs, max_power_w=max_power_w, mode=mode,
-                             eta=eta, beta=beta)
+        self.spec = job_spec(
+            job=job,
+            batch_sizes=batch_sizes,
+            default_batch_size=default_batch_size,
+            target_metric=target_metric,
+            max_epochs=max_epochs,
+            max_power_w=max_power_w,
+            mode=mode,
+            eta=eta,
+            beta=beta,
+        )
         self.monitor = monitor
         self.store = store
         self.batch_size_attr = batch_size_attr
@@ -104,12 +112,16 @@ class RecurringBatchSizeCallback(Callback):
     def _check_batch_size_attr(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # As BatchSizeFinder: a batch size set on the module never reaches dataloaders given to `fit`.
         if not trainer.fit_loop._data_source.is_module():
-            raise UsageError("RecurringBatchSizeCallback sets the batch size on the LightningModule or "
-                             "LightningDataModule; dataloaders passed to `fit()` ignore it. Build them in "
-                             "`train_dataloader()` from the module's or datamodule's batch size.")
+            raise UsageError(
+                "RecurringBatchSizeCallback sets the batch size on the LightningModule or "
+                "LightningDataModule; dataloaders passed to `fit()` ignore it. Build them in "
+                "`train_dataloader()` from the module's or datamodule's batch size."
+            )
         if not lightning_hasattr(pl_module, self.batch_size_attr):
-            raise UsageError(f"field {self.batch_size_attr!r} not found in the model, the datamodule, nor their "
-                             f"`hparams`; add it, or name the field with batch_size_attr=")
+            raise UsageError(
+                f"field {self.batch_size_attr!r} not found in the model, the datamodule, nor their "
+                f"`hparams`; add it, or name the field with batch_size_attr="
+            )
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -122,8 +134,10 @@ class RecurringBatchSizeCallback(Callback):
             return
         value = trainer.callback_metrics.get(self.monitor)
         if value is None:
-            raise UsageError(f"RecurringBatchSizeCallback monitors {self.monitor!r}, which validation did not "
-                             f"log; logged metrics: {sorted(trainer.callback_metrics)}")
+            raise UsageError(
+                f"RecurringBatchSizeCallback monitors {self.monitor!r}, which validation did not "
+                f"log; logged metrics: {sorted(trainer.callback_metrics)}"
+            )
         self._job_run.report(float(value))
 
     @override

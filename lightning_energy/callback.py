@@ -90,9 +90,17 @@ class EnergyCallback(Callback):
         super().__init__()
         refuse_positional(type(self).__name__, args)
         given = {
-            "mode": mode, "selector": selector, "eta": eta, "max_slowdown": max_slowdown, "cap_w": cap_w,
-            "cap_fraction": cap_fraction, "job": job, "output_dir": output_dir, "strict": strict,
-            "backend": backend, "log_every_n_steps": log_every_n_steps,
+            "mode": mode,
+            "selector": selector,
+            "eta": eta,
+            "max_slowdown": max_slowdown,
+            "cap_w": cap_w,
+            "cap_fraction": cap_fraction,
+            "job": job,
+            "output_dir": output_dir,
+            "strict": strict,
+            "backend": backend,
+            "log_every_n_steps": log_every_n_steps,
         }
         # Validated here, so a bad argument fails when the Trainer is built, not hours later.
         self.config: EnergyConfig = arguments_config(type(self).__name__, given, config=config, overrides=overrides)
@@ -135,8 +143,12 @@ class EnergyCallback(Callback):
             cfg = copy.deepcopy(self.config)  # a run may steer its own settings (a recurring job's limit)
             if self.runs:
                 cfg = dataclasses.replace(cfg, output_dir=os.path.join(cfg.output_dir, f"fit-{len(self.runs) + 1}"))
-            self.run = Run(cfg, framework="lightning", devices=self._devices,
-                           local_rank=trainer.local_rank if trainer is not None else None)
+            self.run = Run(
+                cfg,
+                framework="lightning",
+                devices=self._devices,
+                local_rank=trainer.local_rank if trainer is not None else None,
+            )
             self.runs.append(self.run)
         return self.run
 
@@ -171,8 +183,9 @@ class EnergyCallback(Callback):
             self.run.epoch_begin(trainer.current_epoch)
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         """Begin an optimizer step at its first batch; resume measuring after a validation or checkpoint pause."""
         if self.run is None:
             return
@@ -183,8 +196,9 @@ class EnergyCallback(Callback):
             self.run.resume()
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
-                           batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         """End the optimizer step once `global_step` moves; log the step figures at the logging cadence."""
         run = self.run
         if run is None:
@@ -209,8 +223,9 @@ class EnergyCallback(Callback):
             self.run.pause("validation")
 
     @override
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         """Pause step figures and profiles: saving a checkpoint is not training."""
         if self.run is not None and self.run.started:
             self.run.pause("checkpoint")
@@ -227,8 +242,7 @@ class EnergyCallback(Callback):
             pl_module.log_dict(epoch_metrics(rec), on_step=False, on_epoch=True, sync_dist=True)
 
     @override
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                     exception: BaseException) -> None:
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Restore every GPU setting and write the summary of a failed fit.
 
         The status is `interrupted` for Ctrl-C and for the `SIGTERMException` Lightning raises after a

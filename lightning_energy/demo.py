@@ -23,8 +23,9 @@ class EmulatedModule(pl.LightningModule):
     The GPUs come from `gpus`, or from the trainer's `EnergyCallback` (so both share one simulated GPU).
     """
 
-    def __init__(self, gpus: list[Device] | None = None, batch_size: int = 32, lr: float = 0.05,
-                 dataset_size: int = 4096) -> None:
+    def __init__(
+        self, gpus: list[Device] | None = None, batch_size: int = 32, lr: float = 0.05, dataset_size: int = 4096
+    ) -> None:
         super().__init__()
         self.model = tiny_model()
         self.batch_size = batch_size
@@ -69,8 +70,7 @@ class EmulatedModule(pl.LightningModule):
     @override
     def train_dataloader(self) -> torch.utils.data.DataLoader[Any]:
         """The fixed regression problem, shuffled."""
-        return torch.utils.data.DataLoader(tiny_dataset(self.dataset_size), batch_size=self.batch_size,
-                                           shuffle=True)
+        return torch.utils.data.DataLoader(tiny_dataset(self.dataset_size), batch_size=self.batch_size, shuffle=True)
 
     @override
     def val_dataloader(self) -> torch.utils.data.DataLoader[Any]:
@@ -80,9 +80,18 @@ class EmulatedModule(pl.LightningModule):
 
 def _fit(options: DemoOptions, overrides: list[str], steps: int) -> dict[str, Any]:
     callback = EnergyCallback(overrides=overrides)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=-1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, callbacks=[callback])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[callback],
+    )
     trainer.fit(EmulatedModule())
     if callback.summary is None:
         raise RuntimeError("the energy callback produced no summary; see the warnings above")

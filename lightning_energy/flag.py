@@ -39,11 +39,15 @@ class FlagEnergyCallback(EnergyCallback):
         """Measure the fit unless the Trainer has its own `EnergyCallback` (then this one stays inert)."""
         if stage != "fit":
             return
-        others = [cb for cb in trainer.callbacks  # type: ignore[attr-defined]
-                  if isinstance(cb, EnergyCallback) and cb is not self]
+        others = [
+            cb
+            for cb in trainer.callbacks  # type: ignore[attr-defined]
+            if isinstance(cb, EnergyCallback) and cb is not self
+        ]
         if others and not self.inert:
-            rank_zero_info(f"wattwise: {flags.LIGHTNING} is set, but the Trainer has its own EnergyCallback: "
-                           "the flag adds nothing")
+            rank_zero_info(
+                f"wattwise: {flags.LIGHTNING} is set, but the Trainer has its own EnergyCallback: the flag adds nothing"
+            )
         self.inert = bool(others)
         if self.inert:
             self.run = None

@@ -22,8 +22,14 @@ class PipelineFrequencyCallback(Callback):
     the process is signalled.
     """
 
-    def __init__(self, plan: str, stage_attr: str = "pipeline_stage", backend: str = "auto",
-                 strict: bool = False, device: Device | None = None) -> None:
+    def __init__(
+        self,
+        plan: str,
+        stage_attr: str = "pipeline_stage",
+        backend: str = "auto",
+        strict: bool = False,
+        device: Device | None = None,
+    ) -> None:
         super().__init__()
         self.plan_path = plan
         self.stage_attr = stage_attr
@@ -42,12 +48,20 @@ class PipelineFrequencyCallback(Callback):
         """
         stage = getattr(pl_module, self.stage_attr, None)
         if stage is None:
-            raise AttributeError(f"PipelineFrequencyCallback: the LightningModule has no `{self.stage_attr}` "
-                                 "attribute holding its torch.distributed.pipelining stage")
+            raise AttributeError(
+                f"PipelineFrequencyCallback: the LightningModule has no `{self.stage_attr}` "
+                "attribute holding its torch.distributed.pipelining stage"
+            )
         runs = [cb.run for cb in trainer.callbacks if isinstance(cb, EnergyCallback)]  # type: ignore[attr-defined]
-        self.controller, self._detach = follow_plan(stage, self.plan_path, local_rank=trainer.local_rank,
-                                                    backend=self.backend, strict=self.strict, device=self._device,
-                                                    run=runs[0] if runs else None)
+        self.controller, self._detach = follow_plan(
+            stage,
+            self.plan_path,
+            local_rank=trainer.local_rank,
+            backend=self.backend,
+            strict=self.strict,
+            device=self._device,
+            run=runs[0] if runs else None,
+        )
 
     def _close(self) -> None:
         if self._detach is not None:

@@ -43,8 +43,11 @@ _durations_s: dict[str, float] = {}
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """`--store-durations`: write this run's test durations to tests/durations.json (`make test-durations`)."""
-    parser.addoption("--store-durations", action="store_true",
-                     help="write this run's test durations to tests/durations.json (the order of a run with no cache)")
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help="write this run's test durations to tests/durations.json (the order of a run with no cache)",
+    )
 
 
 def _last_durations_s(config: pytest.Config) -> dict[str, float]:
@@ -69,8 +72,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         unit = _unit_of(item.nodeid)
         unit_s[unit] = unit_s.get(unit, 0.0) + last_s.get(item.nodeid, 0.0)
-    items.sort(key=lambda item: (not item.nodeid.startswith("tests/integration/"), -unit_s[_unit_of(item.nodeid)],
-                                 -last_s.get(item.nodeid, 0.0)))
+    items.sort(
+        key=lambda item: (
+            not item.nodeid.startswith("tests/integration/"),
+            -unit_s[_unit_of(item.nodeid)],
+            -last_s.get(item.nodeid, 0.0),
+        )
+    )
 
 
 def _unit_of(nodeid: str) -> str:
@@ -178,8 +186,11 @@ def bare_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from tests.support.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 
     FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
-    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
-                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
+    monkeypatch.setattr(
+        wattwise.devices.rapl,
+        "rapl_domains",
+        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"),
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -148,6 +148,23 @@ def check_integer(value: object, field: str, *, low: int, high: int) -> int:
     return int(value)
 
 
-__all__ = ["BY_SUFFIX", "COST_J", "ENERGY_J", "ENERGY_KWH", "FREQUENCY_MHZ", "INTENSITY_G_PER_KWH",
-           "POWER_LIMIT_W", "POWER_W", "PRICE_PER_KWH", "PUE", "RUN_ENERGY_J", "RUN_TIME_S", "TIMESTAMP_S",
-           "TIME_S", "Bound", "check_field", "check_integer", "for_field"]
+__all__ = [
+    "BY_SUFFIX",
+    "COST_J",
+    "ENERGY_J",
+    "ENERGY_KWH",
+    "FREQUENCY_MHZ",
+    "INTENSITY_G_PER_KWH",
+    "POWER_LIMIT_W",
+    "POWER_W",
+    "PRICE_PER_KWH",
+    "PUE",
+    "RUN_ENERGY_J",
+    "RUN_TIME_S",
+    "TIMESTAMP_S",
+    "TIME_S",
+    "Bound",
+    "check_field",
+    "check_integer",
+    "for_field",
+]

@@ -172,23 +172,39 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("mode", "power_limit.mode", f"{', '.join(MODES)}: change nothing, profile power limits and keep "
-            "the best, or a fixed cap"),
-    Setting("selector", "power_limit.selector", f"tuning objective: {', '.join(SELECTORS)} "
-            "(cost = eta*E + (1-eta)*MaxPower*T; slowdown: least energy within max_slowdown)"),
+    Setting(
+        "mode",
+        "power_limit.mode",
+        f"{', '.join(MODES)}: change nothing, profile power limits and keep the best, or a fixed cap",
+    ),
+    Setting(
+        "selector",
+        "power_limit.selector",
+        f"tuning objective: {', '.join(SELECTORS)} "
+        "(cost = eta*E + (1-eta)*MaxPower*T; slowdown: least energy within max_slowdown)",
+    ),
     Setting("eta", "power_limit.eta", "weight of energy against time in the cost, 0..1 (1: energy only)"),
-    Setting("max_slowdown", "power_limit.max_slowdown",
-            "selector slowdown: the largest step-time increase accepted, e.g. 0.1 for 10%"),
+    Setting(
+        "max_slowdown",
+        "power_limit.max_slowdown",
+        "selector slowdown: the largest step-time increase accepted, e.g. 0.1 for 10%",
+    ),
     Setting("cap_w", "power_limit.cap_w", "mode cap: the cap in watts"),
     Setting("cap_fraction", "power_limit.cap_fraction", "mode cap: the cap as a fraction of the maximum limit"),
     Setting("job", "job", "a name for this training job: a tuned limit is saved and reused under it"),
     Setting("output_dir", "output_dir", "where summary.json, windows.csv and power.csv are written"),
     Setting("strict", "strict", "raise instead of degrading to measurement only"),
-    Setting("backend", "devices.backend",
-            f"devices: {', '.join(backend_choices())} (auto: ${BACKEND_ENV} if set, else NVML, else amdsmi, "
-            "else the CPU through RAPL)"),
-    Setting("log_every_n_steps", "log_every_n_steps",
-            "log step metrics every N steps (default: the Lightning Trainer's; 50 under Accelerate)"),
+    Setting(
+        "backend",
+        "devices.backend",
+        f"devices: {', '.join(backend_choices())} (auto: ${BACKEND_ENV} if set, else NVML, else amdsmi, "
+        "else the CPU through RAPL)",
+    ),
+    Setting(
+        "log_every_n_steps",
+        "log_every_n_steps",
+        "log step metrics every N steps (default: the Lightning Trainer's; 50 under Accelerate)",
+    ),
 )
 SETTING: dict[str, Setting] = {s.name: s for s in SETTINGS}
 #: The two ways to reach every other key, beside the settings above.
@@ -227,8 +243,10 @@ def refuse_positional(owner: str, args: tuple[Any, ...]) -> None:
         ConfigError: `args` is not empty; the message names the first one and how to pass it.
     """
     if args:
-        raise ConfigError(f"{owner} takes keyword arguments only (got {args[0]!r} in position 1); name each "
-                          f"setting, e.g. {owner}(mode='tune', output_dir='wattwise_runs')")
+        raise ConfigError(
+            f"{owner} takes keyword arguments only (got {args[0]!r} in position 1); name each "
+            f"setting, e.g. {owner}(mode='tune', output_dir='wattwise_runs')"
+        )
 
 
 def overrides_list(owner: str, value: object, names: Mapping[str, str] | None = None) -> list[str]:
@@ -247,13 +265,17 @@ def overrides_list(owner: str, value: object, names: Mapping[str, str] | None = 
         try:
             return shlex.split(value)
         except ValueError as err:
-            raise ConfigError(f"{_spelled(owner, names, 'overrides', value)}: overrides must be key=value items "
-                              f"separated by spaces ({err})") from None
+            raise ConfigError(
+                f"{_spelled(owner, names, 'overrides', value)}: overrides must be key=value items "
+                f"separated by spaces ({err})"
+            ) from None
     if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
         return list(value)
-    raise ConfigError(f"{_spelled(owner, names, 'overrides', value)}: overrides must be a list of key=value "
-                      "strings or one string, e.g. overrides=['power_limit.profile_steps=3'] or "
-                      "overrides='power_limit.profile_steps=3 power_limit.step_w=50'")
+    raise ConfigError(
+        f"{_spelled(owner, names, 'overrides', value)}: overrides must be a list of key=value "
+        "strings or one string, e.g. overrides=['power_limit.profile_steps=3'] or "
+        "overrides='power_limit.profile_steps=3 power_limit.step_w=50'"
+    )
 
 
 def check_setting_types(owner: str, given: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -283,14 +305,17 @@ def check_setting_types(owner: str, given: Mapping[str, Any], names: Mapping[str
             if not ok:
                 default = default_of(SETTING[name].key)
                 example = f", e.g. {name}={default!r}" if default is not None else ""
-                raise ConfigError(f"{_spelled(owner, names, name, value)}: {name} must be {_KINDS[kind]} "
-                                  f"({SETTING[name].help}){example}")
+                raise ConfigError(
+                    f"{_spelled(owner, names, name, value)}: {name} must be {_KINDS[kind]} "
+                    f"({SETTING[name].help}){example}"
+                )
         checked[name] = value
     return checked
 
 
-def check_cap_given(owner: str, cfg: EnergyConfig, given: Mapping[str, Any],
-                    names: Mapping[str, str] | None = None) -> None:
+def check_cap_given(
+    owner: str, cfg: EnergyConfig, given: Mapping[str, Any], names: Mapping[str, str] | None = None
+) -> None:
     """Refuse a cap (`cap_w`, `cap_fraction`) given by name to a run whose mode is not "cap": it would be ignored.
 
     Raises:
@@ -302,13 +327,16 @@ def check_cap_given(owner: str, cfg: EnergyConfig, given: Mapping[str, Any],
         value = given.get(name)
         if value is not None and mode != "cap":
             set_mode = names["mode"] + "=cap" if "mode" in names else "mode='cap'"
-            raise ConfigError(f"{_spelled(owner, names, name, value)} is a cap, which applies only in mode 'cap' "
-                              f"(the mode is {mode!r}); set {set_mode} to cap the power, "
-                              f"or leave {names.get(name, name)} out")
+            raise ConfigError(
+                f"{_spelled(owner, names, name, value)} is a cap, which applies only in mode 'cap' "
+                f"(the mode is {mode!r}); set {set_mode} to cap the power, "
+                f"or leave {names.get(name, name)} out"
+            )
 
 
-def arguments_config(owner: str, given: Mapping[str, Any], *, config: object = None,
-                     overrides: object = None) -> EnergyConfig:
+def arguments_config(
+    owner: str, given: Mapping[str, Any], *, config: object = None, overrides: object = None
+) -> EnergyConfig:
     """The validated `EnergyConfig` of a callback's keyword arguments (the Lightning and HF Trainer callbacks).
 
     Args:
@@ -323,8 +351,9 @@ def arguments_config(owner: str, given: Mapping[str, Any], *, config: object = N
     settings = check_setting_types(owner, given)
     items = overrides_list(owner, overrides)
     if config is not None and not isinstance(config, str | os.PathLike):
-        raise ConfigError(f"{owner}(config={config!r}): config must be the path of a YAML file, "
-                          "e.g. config='configs/energy.yaml'")
+        raise ConfigError(
+            f"{owner}(config={config!r}): config must be the path of a YAML file, e.g. config='configs/energy.yaml'"
+        )
     cfg = load_config([config] if config else [], items, setting_values(settings))
     check_cap_given(owner, cfg, settings)
     return cfg
@@ -398,8 +427,10 @@ def load_config(
                 OmegaConf.from_dotlist([item])
             except yaml.YAMLError as err:
                 first = str(err).splitlines()[0]
-                raise ConfigError(f"override {item!r}: the value is not valid YAML ({first}); quote it or close "
-                                  "its brackets, e.g. devices.gpus=[0,1]") from None
+                raise ConfigError(
+                    f"override {item!r}: the value is not valid YAML ({first}); quote it or close "
+                    "its brackets, e.g. devices.gpus=[0,1]"
+                ) from None
         if overrides:
             layers.append(OmegaConf.from_dotlist(overrides))
         for layer in layers:
@@ -420,8 +451,7 @@ def _load_yaml(path: str | os.PathLike[str]) -> Any:
     name = repr(os.fspath(path))
     if not os.path.isfile(path):
         path = _installed(os.fspath(path), name)
-    text = read_text(path, what=f"config file {name}", expected="YAML", fix="save it as UTF-8 YAML",
-                     error=ConfigError)
+    text = read_text(path, what=f"config file {name}", expected="YAML", fix="save it as UTF-8 YAML", error=ConfigError)
     try:
         layer = OmegaConf.load(io.StringIO(text))
     except yaml.YAMLError as err:
@@ -430,8 +460,10 @@ def _load_yaml(path: str | os.PathLike[str]) -> Any:
     except OSError:  # OmegaConf's answer to a top level that is neither a mapping nor a list
         layer = None
     if not OmegaConf.is_dict(layer):
-        raise ConfigError(f"config file {name} must hold a mapping of keys at its top level, e.g. "
-                          "`power_limit: {eta: 0.5}` (see configs/energy.yaml)")
+        raise ConfigError(
+            f"config file {name} must hold a mapping of keys at its top level, e.g. "
+            "`power_limit: {eta: 0.5}` (see configs/energy.yaml)"
+        )
     return layer
 
 
@@ -465,11 +497,16 @@ def installed_config(name: str) -> Path:
 
 def _installed(path: str, name: str) -> str:
     """A bare file name that is no file here names a configuration installed with wattwise (`tune.yaml`)."""
-    if os.sep not in path and os.path.splitext(path)[1] in ("", ".yaml") and (
-            f"{path.removesuffix('.yaml')}.yaml" in config_names()):
+    if (
+        os.sep not in path
+        and os.path.splitext(path)[1] in ("", ".yaml")
+        and (f"{path.removesuffix('.yaml')}.yaml" in config_names())
+    ):
         return str(installed_config(path))
-    raise ConfigError(f"config file {name} not found (or not a file); give a path, or the name of an installed "
-                      f"configuration: {', '.join(config_names())}")
+    raise ConfigError(
+        f"config file {name} not found (or not a file); give a path, or the name of an installed "
+        f"configuration: {', '.join(config_names())}"
+    )
 
 
 def _check_sections(schema: Any, layer: Any, prefix: str) -> None:
@@ -483,8 +520,10 @@ def _check_sections(schema: Any, layer: Any, prefix: str) -> None:
         if OmegaConf.is_dict(schema[key]):
             value = layer[key]
             if value is not None and not OmegaConf.is_dict(value):
-                raise ConfigError(f"config key {path!r} is a section; set its fields instead, "
-                                  f"e.g. {path}.<field>=<value> (see configs/energy.yaml)")
+                raise ConfigError(
+                    f"config key {path!r} is a section; set its fields instead, "
+                    f"e.g. {path}.<field>=<value> (see configs/energy.yaml)"
+                )
             _check_sections(schema[key], value, f"{path}.")
 
 
@@ -537,15 +576,20 @@ def _check_gpus(devices: DevicesConfig) -> None:
         return
     gpus = list(devices.gpus)
     if len(set(gpus)) != len(gpus) or any(isinstance(i, bool) or i < 0 for i in gpus):
-        raise ConfigError(f"devices.gpus must list distinct GPU indices from 0, as numbered after "
-                          f"CUDA_VISIBLE_DEVICES, e.g. devices.gpus=[0,1] (got {gpus})")
+        raise ConfigError(
+            f"devices.gpus must list distinct GPU indices from 0, as numbered after "
+            f"CUDA_VISIBLE_DEVICES, e.g. devices.gpus=[0,1] (got {gpus})"
+        )
     simulated = devices.backend == "simulated" or (
-        devices.backend == "auto" and os.environ.get(BACKEND_ENV, "").strip() == "simulated")
+        devices.backend == "auto" and os.environ.get(BACKEND_ENV, "").strip() == "simulated"
+    )
     count = devices.simulated.num_gpus
     if simulated and gpus and max(gpus) >= count:
-        raise ConfigError(f"devices.gpus asks for GPU {max(gpus)}, but the simulated GPUs are 0 to {count - 1} "
-                          f"(devices.simulated.num_gpus={count}); pick among them or raise "
-                          "devices.simulated.num_gpus")
+        raise ConfigError(
+            f"devices.gpus asks for GPU {max(gpus)}, but the simulated GPUs are 0 to {count - 1} "
+            f"(devices.simulated.num_gpus={count}); pick among them or raise "
+            "devices.simulated.num_gpus"
+        )
 
 
 def validate(cfg: EnergyConfig) -> None:
@@ -563,8 +607,9 @@ def validate(cfg: EnergyConfig) -> None:
     _choice("power_limit.mode", pl.mode, MODES)
     _choice("power_limit.selector", pl.selector, SELECTORS)
     if not (0.0 <= pl.eta <= 1.0):
-        raise ConfigError(f"power_limit.eta must be between 0 and 1 (got {pl.eta}); "
-                          "1 minimises energy, 0 minimises time")
+        raise ConfigError(
+            f"power_limit.eta must be between 0 and 1 (got {pl.eta}); 1 minimises energy, 0 minimises time"
+        )
     _positive("power_limit.max_slowdown", pl.max_slowdown, allow_zero=True)
     _count("power_limit.wait_steps", pl.wait_steps, minimum=0)
     _count("power_limit.warmup_steps", pl.warmup_steps, minimum=0)
@@ -576,8 +621,10 @@ def validate(cfg: EnergyConfig) -> None:
     _within("power_limit.step_w", pl.step_w, MIN_STEP_W, MAX_POWER_W, "watts")
     if pl.mode == "cap":
         if (pl.cap_w is None) == (pl.cap_fraction is None):
-            raise ConfigError("power_limit.mode=cap needs exactly one of power_limit.cap_w (watts) or "
-                              "power_limit.cap_fraction (of the maximum limit, e.g. 0.7)")
+            raise ConfigError(
+                "power_limit.mode=cap needs exactly one of power_limit.cap_w (watts) or "
+                "power_limit.cap_fraction (of the maximum limit, e.g. 0.7)"
+            )
         if pl.cap_w is not None:
             _within("power_limit.cap_w", pl.cap_w, 1.0, MAX_POWER_W, "watts")
         if pl.cap_fraction is not None and not (0.0 < pl.cap_fraction <= 1.0):
@@ -586,11 +633,14 @@ def validate(cfg: EnergyConfig) -> None:
     _positive("carbon.threshold_g_per_kwh", c.threshold_g_per_kwh, allow_zero=True)
     if c.aware:
         if pl.mode != "tune":
-            raise ConfigError("carbon.aware=true needs power_limit.mode=tune (it switches between the "
-                              "time- and energy-optimal limits of the tuning profile)")
+            raise ConfigError(
+                "carbon.aware=true needs power_limit.mode=tune (it switches between the "
+                "time- and energy-optimal limits of the tuning profile)"
+            )
         if (c.intensity_csv is None) == (c.intensity_g_per_kwh is None):
-            raise ConfigError("carbon.aware=true needs exactly one of carbon.intensity_csv or "
-                              "carbon.intensity_g_per_kwh")
+            raise ConfigError(
+                "carbon.aware=true needs exactly one of carbon.intensity_csv or carbon.intensity_g_per_kwh"
+            )
         _positive("carbon.interval_s", c.interval_s)
 
 

@@ -74,8 +74,9 @@ def install_warning_format() -> None:
     if current in _OURS:
         return
 
-    def format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                       line: str | None = None) -> str:
+    def format_warning(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
+    ) -> str:
         if isinstance(category, type) and issubclass(category, EnergyPluginWarning):
             return one_line_warning(message)
         return current(message, category, filename, lineno, line)

@@ -67,8 +67,7 @@ def missing_extra(err: ModuleNotFoundError, what: str, extra: str | None = None)
         return err
     package, default_extra = EXTRA_OF[top]
     chosen = extra or default_extra
-    return MissingExtra(f"{what} needs {package}, which is not installed: {install_hint(chosen)}",
-                        name=err.name)
+    return MissingExtra(f"{what} needs {package}, which is not installed: {install_hint(chosen)}", name=err.name)
 
 
 def require(module: str, what: str, extra: str | None = None) -> ModuleType:

@@ -47,8 +47,9 @@ def parse_bool(var: str, raw: str) -> bool:
         return True
     if value in FALSE:
         return False
-    raise ConfigError(f"{var} must be one of {', '.join(TRUE)} (on) or {', '.join(v for v in FALSE if v)} "
-                      f"(off) (got {raw!r})")
+    raise ConfigError(
+        f"{var} must be one of {', '.join(TRUE)} (on) or {', '.join(v for v in FALSE if v)} (off) (got {raw!r})"
+    )
 
 
 def _parse_float(var: str, raw: str) -> float:
@@ -73,12 +74,18 @@ def _parse_dotlist(var: str, raw: str) -> list[str]:
     try:
         return shlex.split(raw)
     except ValueError as err:
-        raise ConfigError(f"{var} must be space-separated key=value items, e.g. "
-                          f"{var}='power_limit.profile_steps=10 devices.gpus=[0,1]' ({err})") from None
+        raise ConfigError(
+            f"{var} must be space-separated key=value items, e.g. "
+            f"{var}='power_limit.profile_steps=10 devices.gpus=[0,1]' ({err})"
+        ) from None
 
 
-_PARSERS: dict[type, Callable[[str, str], Any]] = {bool: parse_bool, float: _parse_float, int: _parse_int,
-                                                    str: _parse_str}
+_PARSERS: dict[type, Callable[[str, str], Any]] = {
+    bool: parse_bool,
+    float: _parse_float,
+    int: _parse_int,
+    str: _parse_str,
+}
 
 #: How each field is read from its variable: the settings by their config key's type, then the two sources.
 READERS: dict[str, Callable[[str, str], Any]] = {
@@ -138,8 +145,11 @@ def to_config(prefix: str, values: Mapping[str, Any], from_env: Collection[str])
     except ConfigError as err:
         # A key an override sets keeps its name: the override, not the variable, gave the value.
         overridden = {item.split("=", 1)[0].strip() for item in overrides}
-        names = {s.key: env_var(prefix, s.name) for s in SETTINGS
-                 if (values.get(s.name) is None or s.name in from_env) and s.key not in overridden}
+        names = {
+            s.key: env_var(prefix, s.name)
+            for s in SETTINGS
+            if (values.get(s.name) is None or s.name in from_env) and s.key not in overridden
+        }
         if config is None or "config" in from_env:
             names["config file"] = env_var(prefix, "config")
         raise ConfigError(rename_settings(str(err), names)) from None
@@ -153,5 +163,19 @@ def config_from_env(prefix: str, environ: Mapping[str, str] | None = None) -> En
     return to_config(prefix, values, values)
 
 
-__all__ = ["ACCELERATE", "FALSE", "FIELDS", "LIGHTNING", "PREFIXES", "READERS", "TRUE", "config_from_env",
-           "enabled", "env_var", "env_vars", "parse_bool", "read_env", "to_config"]
+__all__ = [
+    "ACCELERATE",
+    "FALSE",
+    "FIELDS",
+    "LIGHTNING",
+    "PREFIXES",
+    "READERS",
+    "TRUE",
+    "config_from_env",
+    "enabled",
+    "env_var",
+    "env_vars",
+    "parse_bool",
+    "read_env",
+    "to_config",
+]

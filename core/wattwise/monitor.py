@@ -85,8 +85,15 @@ class PowerSampler:
     #: a week-long run keeps an evenly thinned trace in bounded memory (the energy integral is unaffected).
     MAX_SAMPLES = 100_000
 
-    def __init__(self, devices: Sequence[Device], interval_s: float = 0.1, *, keep_samples: bool = True,
-                 clock: Callable[[], float] = time.time, max_samples: int | None = None) -> None:
+    def __init__(
+        self,
+        devices: Sequence[Device],
+        interval_s: float = 0.1,
+        *,
+        keep_samples: bool = True,
+        clock: Callable[[], float] = time.time,
+        max_samples: int | None = None,
+    ) -> None:
         if interval_s <= 0:
             raise UsageError(f"monitor.sample_interval_s must be > 0 (got {interval_s})")
         self.devices = list(devices)
@@ -210,8 +217,9 @@ class WindowHandle:
         self.monitor.begin_window(self.name)
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is not None:
             self.monitor.cancel_window(self.name)
         else:
@@ -219,6 +227,7 @@ class WindowHandle:
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """`func` measured in this window at every call (`@monitor.window("eval")`)."""
+
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             with self:
@@ -325,8 +334,14 @@ class EnergyMonitor:
         for name, window in zip(names, started, strict=True):
             if not window.paused:
                 self._carry(window, now, end)
-            m = Measurement(name, window.start_time, window.carried_time_s, dict(window.carried_energy_j),
-                            tuple(k for _, k, _ in self._readers if k in window.approximate), self.simulated)
+            m = Measurement(
+                name,
+                window.start_time,
+                window.carried_time_s,
+                dict(window.carried_energy_j),
+                tuple(k for _, k, _ in self._readers if k in window.approximate),
+                self.simulated,
+            )
             self._write_log(m)
             out.append(m)
         return out

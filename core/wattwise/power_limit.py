@@ -88,12 +88,20 @@ def check_profile(profile: Sequence[ProfileEntry]) -> None:
     A step of zero time or zero energy is no measurement: choosing it would report a 100% saving.
     """
     for row, entry in enumerate(profile, start=1):
-        for name, value in (("power_limit_w", entry.power_limit_w), ("time_s", entry.time_s),
-                            ("energy_j", entry.energy_j)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value)
-                                                                                    and value > 0):
-                raise UsageError(f"power-limit profile row {row} (power_limit_w {entry.power_limit_w!r}): {name} "
-                                 f"must be a positive number (got {value!r}); re-measure that limit")
+        for name, value in (
+            ("power_limit_w", entry.power_limit_w),
+            ("time_s", entry.time_s),
+            ("energy_j", entry.energy_j),
+        ):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value > 0)
+            ):
+                raise UsageError(
+                    f"power-limit profile row {row} (power_limit_w {entry.power_limit_w!r}): {name} "
+                    f"must be a positive number (got {value!r}); re-measure that limit"
+                )
 
 
 def profile_limits_w(min_w: float, max_w: float, step_w: float) -> list[float]:
@@ -103,8 +111,10 @@ def profile_limits_w(min_w: float, max_w: float, step_w: float) -> list[float]:
     count = math.ceil((max_w - min_w) / step_w - 1e-9) + 1
     if count > MAX_PROFILED_LIMITS:
         least_w = math.ceil((max_w - min_w) / (MAX_PROFILED_LIMITS - 1))
-        raise UsageError(f"step_w {step_w:g} W would profile {count} power limits between {min_w:g} and "
-                         f"{max_w:g} W (at most {MAX_PROFILED_LIMITS}); raise step_w to at least {least_w} W")
+        raise UsageError(
+            f"step_w {step_w:g} W would profile {count} power limits between {min_w:g} and "
+            f"{max_w:g} W (at most {MAX_PROFILED_LIMITS}); raise step_w to at least {least_w} W"
+        )
     limits: list[float] = []
     w = max_w
     while w > min_w + 1e-9:
@@ -118,8 +128,10 @@ def cap_limit_w(max_w: float, min_w: float, *, cap_w: float | None, cap_fraction
     """The power limit of mode "cap": a fixed cap or a fraction of the maximum, within the allowed range."""
     target = cap_w if cap_w is not None else (cap_fraction or 1.0) * max_w
     if not (min_w <= target <= max_w):
-        raise UsageError(f"power cap {target:g} W is outside the GPU's allowed range "
-                         f"[{min_w:g}, {max_w:g}] W; set cap_w or cap_fraction inside it")
+        raise UsageError(
+            f"power cap {target:g} W is outside the GPU's allowed range "
+            f"[{min_w:g}, {max_w:g}] W; set cap_w or cap_fraction inside it"
+        )
     return target
 
 
@@ -230,8 +242,13 @@ class PowerLimitTuner:
             return
         self.window_open = False
         self.unfinished_reason = reason
-        self.chosen = (select_power_limit(self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w,
-                                          max_slowdown=self.max_slowdown) if self.profile else None)
+        self.chosen = (
+            select_power_limit(
+                self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w, max_slowdown=self.max_slowdown
+            )
+            if self.profile
+            else None
+        )
         self._enter("done")
 
     def give_up(self, reason: str) -> None:
@@ -290,8 +307,12 @@ class PowerLimitTuner:
     @property
     def sizing_due(self) -> bool:
         """The open window holds `profile_steps` steps and the windows are not sized yet."""
-        return (not self.windows_sized and self.phase == "profile" and self.window_open
-                and self.steps_in_phase >= self.profile_steps)
+        return (
+            not self.windows_sized
+            and self.phase == "profile"
+            and self.window_open
+            and self.steps_in_phase >= self.profile_steps
+        )
 
     def size_windows(self, window_s: float) -> bool:
         """Size the windows from the open one, which lasted `window_s` seconds so far.
@@ -320,8 +341,9 @@ class PowerLimitTuner:
         self.profile.append(ProfileEntry(self.limits_w[self.limit_index], time_s / steps, energy_j / steps))
         self.limit_index += 1
         if self.limit_index >= len(self.limits_w):
-            self.chosen = select_power_limit(self.profile, self.selector, eta=self.eta,
-                                             max_power_w=self.max_power_w, max_slowdown=self.max_slowdown)
+            self.chosen = select_power_limit(
+                self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w, max_slowdown=self.max_slowdown
+            )
             self._enter("done")
         else:
             self._enter("warmup" if self.warmup_steps > 0 else "profile")
@@ -382,6 +404,13 @@ class PowerLimitTuner:
 def profile_table(profile: Sequence[ProfileEntry], *, eta: float, max_power_w: float) -> list[dict[str, float]]:
     """Rows of the profile with the Zeus cost of each limit, for reports."""
     check_profile(profile)
-    return [{"power_limit_w": e.power_limit_w, "time_s": e.time_s, "energy_j": e.energy_j,
-             "avg_power_w": e.avg_power_w,
-             "cost": zeus_cost(e.energy_j, e.time_s, eta=eta, max_power_w=max_power_w)} for e in profile]
+    return [
+        {
+            "power_limit_w": e.power_limit_w,
+            "time_s": e.time_s,
+            "energy_j": e.energy_j,
+            "avg_power_w": e.avg_power_w,
+            "cost": zeus_cost(e.energy_j, e.time_s, eta=eta, max_power_w=max_power_w),
+        }
+        for e in profile
+    ]

@@ -78,14 +78,14 @@ def create_beside(target: Path, *, mode: int = 0o666) -> tuple[int, Path]:
             continue
 
 
-def replace_binary(target: str | os.PathLike[str], write: Callable[[BinaryIO], object], *,
-                   mode: int = 0o666) -> None:
+def replace_binary(target: str | os.PathLike[str], write: Callable[[BinaryIO], object], *, mode: int = 0o666) -> None:
     """`replace_file` for a binary file (a plot)."""
     _replace(target, write, mode=mode, text=False)
 
 
-def replace_file(target: str | os.PathLike[str], write: Callable[[TextIO], object], *, mode: int = 0o666,
-                 sync_folder: bool = False) -> None:
+def replace_file(
+    target: str | os.PathLike[str], write: Callable[[TextIO], object], *, mode: int = 0o666, sync_folder: bool = False
+) -> None:
     """Write a UTF-8 text file through a temporary beside `target`, synced, then move it over `target`.
 
     A symlink at `target` is replaced, never followed: the file it points to is left untouched.
@@ -103,8 +103,9 @@ def replace_file(target: str | os.PathLike[str], write: Callable[[TextIO], objec
     _replace(target, write, mode=mode, text=True, sync_folder=sync_folder)
 
 
-def _replace(target: str | os.PathLike[str], write: Callable[[Any], object], *, mode: int, text: bool,
-             sync_folder: bool = False) -> None:
+def _replace(
+    target: str | os.PathLike[str], write: Callable[[Any], object], *, mode: int, text: bool, sync_folder: bool = False
+) -> None:
     path = Path(target)
     fd, tmp = create_beside(path, mode=mode)
     try:
@@ -148,8 +149,9 @@ def json_text(value: Any, *, indent: int | None = 2, separators: tuple[str, str]
         return json.dumps(finite_or_null(value), indent=indent, separators=separators, allow_nan=False)
 
 
-def read_text(path: str | os.PathLike[str], *, what: str, expected: str, fix: str,
-              error: type[UsageError] = UsageError) -> str:
+def read_text(
+    path: str | os.PathLike[str], *, what: str, expected: str, fix: str, error: type[UsageError] = UsageError
+) -> str:
     """The UTF-8 text of a file the user gave (a BOM dropped).
 
     An unreadable, binary or non-UTF-8 file is one `error` line naming `what`, what was `expected` and the
@@ -199,8 +201,10 @@ def open_lock(path: str | os.PathLike[str]) -> int:
     except OSError as err:
         if err.errno != errno.ELOOP:
             raise
-        raise UsageError(f"{os.fspath(path)} is a symbolic link where wattwise keeps a lock file; wattwise "
-                         "does not follow links there: remove the link and run again") from None
+        raise UsageError(
+            f"{os.fspath(path)} is a symbolic link where wattwise keeps a lock file; wattwise "
+            "does not follow links there: remove the link and run again"
+        ) from None
 
 
 class UntrustedFile(WattwiseError):
@@ -222,8 +226,9 @@ class UntrustedFile(WattwiseError):
         return self.owner_uid == os.geteuid()
 
 
-def owner_problem(what: str | None, st: os.stat_result, *, root_ok: bool = False,
-                  sticky_ok: bool = False) -> str | None:
+def owner_problem(
+    what: str | None, st: os.stat_result, *, root_ok: bool = False, sticky_ok: bool = False
+) -> str | None:
     """Why a file or folder wattwise relies on is not the reader's own to trust, as a phrase; None when it is.
 
     The one check of who may have written it: it belongs to the user running wattwise (or to root, with
@@ -293,8 +298,9 @@ def file_owner(path: str | os.PathLike[str]) -> int | None:
         return None
 
 
-def read_trusted(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False,
-                 what: str | None = None) -> bytes:
+def read_trusted(
+    path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False, what: str | None = None
+) -> bytes:
     """The bytes of a file wattwise wrote earlier and now reads back, read only when `trust_problem` has none.
 
     Opened without following a link (O_NOFOLLOW) and without blocking on a FIFO; the checks are on the open
@@ -337,8 +343,9 @@ def read_trusted(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool 
     return b"".join(chunks)
 
 
-def read_trusted_json(path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False,
-                      what: str | None = None) -> dict[str, Any]:
+def read_trusted_json(
+    path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False, what: str | None = None
+) -> dict[str, Any]:
     """The JSON object in a file wattwise reads back (`read_trusted`, whose arguments it takes).
 
     Raises:

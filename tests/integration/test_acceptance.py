@@ -16,5 +16,3 @@ def test_a_sigkilled_process_that_set_a_limit_is_restored_by_the_recovery_path(t
     assert check["status"] == PASSED, check
     assert check["figures"]["child_set_w"] == 100.0 and check["figures"]["after_recovery_w"] == 300.0
     assert open_spec(gpu.spec()).power_limit_w() == 300.0  # what a fresh process reads
-
-

@@ -88,9 +88,12 @@ def test_the_demo_with_an_output_folder_it_may_not_write_stops_with_one_line(sha
     os.chmod(shared / "ro", 0o555)
     done = ordinary_user.run_unprivileged(
         ["-m", "wattwise", "demo", "--output-dir", str(shared / "ro" / "runs"), "--steps-after-tuning", "5"],
-        env={"HOME": str(shared / "home"), "MPLCONFIGDIR": str(shared / "mpl")}, cwd=shared)
+        env={"HOME": str(shared / "home"), "MPLCONFIGDIR": str(shared / "mpl")},
+        cwd=shared,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"wattwise demo: error: --output-dir {shared / 'ro' / 'runs'}: the demo cannot write there (Permission "
-        "denied); choose a folder you may write"]
+        "denied); choose a folder you may write"
+    ]
     assert "Traceback" not in done.stderr and done.stdout == ""

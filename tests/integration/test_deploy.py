@@ -83,12 +83,14 @@ def _expanded_exec_start() -> list[str]:
     (exec_start,) = _unit()["ExecStart"]
     defaults = _defaults()
     words = [w.replace("${WATTWISE_AGENT_GROUP}", defaults["WATTWISE_AGENT_GROUP"]) for w in shlex.split(exec_start)]
-    return [x for w in words for x in (shlex.split(defaults["WATTWISE_AGENT_OPTS"]) if w == "$WATTWISE_AGENT_OPTS"
-                                      else [w])]
+    return [
+        x for w in words for x in (shlex.split(defaults["WATTWISE_AGENT_OPTS"]) if w == "$WATTWISE_AGENT_OPTS" else [w])
+    ]
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
-                    reason="no `systemd-analyze` (Debian: apt-get install systemd)")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="no `systemd-analyze` (Debian: apt-get install systemd)"
+)
 def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     # The unit as the admin page installs it, with the command line the page says it runs; verify checks
     # that ExecStart's program exists: point it at this checkout's `wattwise`.
@@ -153,14 +155,15 @@ def test_the_daemonset_runs_the_agent_on_the_hosts_socket_folder_privileged_with
         (name,) = [n for n, mount in mounts.items() if mount == path]
         assert host[name] == path
     assert args.metrics_port in [p["containerPort"] for p in container["ports"]]
-    assert manifest["spec"]["selector"]["matchLabels"].items() <= manifest["spec"]["template"]["metadata"][
-        "labels"].items()
+    assert (
+        manifest["spec"]["selector"]["matchLabels"].items()
+        <= manifest["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def test_the_containerfile_copies_what_a_wheel_is_built_from_and_starts_the_agent() -> None:
     lines = (DEPLOY / "Containerfile").read_text().replace("\\\n", " ").splitlines()
-    copied = {src.rstrip("/") for line in lines if line.startswith("COPY ")
-              for src in shlex.split(line)[1:-1]}
+    copied = {src.rstrip("/") for line in lines if line.startswith("COPY ") for src in shlex.split(line)[1:-1]}
     assert copied >= BUILD_FILES
     for root in PACKAGE_ROOTS:  # each package's folder is copied, itself or a folder above it (core/)
         assert any(root == name or root.startswith(f"{name}/") for name in copied), root
@@ -207,11 +210,15 @@ def test_the_admin_pages_install_steps_make_the_group_install_the_config_and_run
 
 def test_one_metrics_port_throughout_the_docs_and_deploy_files() -> None:
     ports: dict[str, set[str]] = {}
-    texts = {p: p.read_text() for p in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md")),
-                                        *sorted(DEPLOY.iterdir())] if p.is_file()}
+    texts = {
+        p: p.read_text()
+        for p in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md")), *sorted(DEPLOY.iterdir())]
+        if p.is_file()
+    }
     for path, text in texts.items():
-        for port in re.findall(r"--metrics-port[\s\",]+(\d+)|prometheus\.io/port: \"(\d+)\"|127\.0\.0\.1:(\d+)\"\]",
-                               text):
+        for port in re.findall(
+            r"--metrics-port[\s\",]+(\d+)|prometheus\.io/port: \"(\d+)\"|127\.0\.0\.1:(\d+)\"\]", text
+        ):
             ports.setdefault(next(p for p in port if p), set()).add(str(path.relative_to(REPO_ROOT)))
     assert list(ports) == ["9402"], ports
 
@@ -288,9 +295,24 @@ def slurm_node() -> Iterator[SlurmNode]:
         socket_path = folder / "run" / "agent.sock"
         group = ["--group", str(ordinary_user.USER_GID)] if as_user else []
         agent = subprocess.Popen(
-            [sys.executable, "-m", "wattwise", "agent", "serve", "--backend", "simulated", "--simulated-gpus", "4",
-             "--socket", str(socket_path), "--state-dir", str(folder / "state"), *group],
-            stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "wattwise",
+                "agent",
+                "serve",
+                "--backend",
+                "simulated",
+                "--simulated-gpus",
+                "4",
+                "--socket",
+                str(socket_path),
+                "--state-dir",
+                str(folder / "state"),
+                *group,
+            ],
+            stderr=subprocess.DEVNULL,
+        )
         node = SlurmNode(socket_path, [], ordinary_user.USER_UID if as_user else os.getuid())
         try:
             deadline = time.monotonic() + 60
@@ -339,12 +361,18 @@ def _slurm_script(name: str, socket_path: Path, **env: str) -> subprocess.Comple
     """deploy/slurm/NAME.sh as slurmd runs it (root, SLURM_* set), with this checkout's `wattwise`."""
     wattwise = shutil.which("wattwise") or str(REPO_ROOT / ".venv" / "bin" / "wattwise")
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "WATTWISE"))}
-    return subprocess.run(["bash", str(DEPLOY / "slurm" / f"{name}.sh")], capture_output=True, text=True, timeout=120,
-                          env={**base, "WATTWISE": wattwise, "WATTWISE_AGENT_SOCKET": str(socket_path), **env})
+    return subprocess.run(
+        ["bash", str(DEPLOY / "slurm" / f"{name}.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, "WATTWISE": wattwise, "WATTWISE_AGENT_SOCKET": str(socket_path), **env},
+    )
 
 
 def test_the_epilog_releases_what_a_finished_jobs_leftover_process_holds_and_nothing_of_another_job(
-        slurm_node: SlurmNode) -> None:
+    slurm_node: SlurmNode,
+) -> None:
     socket_path, holders, uid = slurm_node.socket, slurm_node.holders, slurm_node.uid
     default_w = _gpus(socket_path)[2]["default_power_limit_w"]
     leftover = _hold(slurm_node, 2, slurm_job="77")
@@ -358,8 +386,7 @@ def test_the_epilog_releases_what_a_finished_jobs_leftover_process_holds_and_not
     assert proc.returncode == 0 and proc.stderr == ""
     assert _gpus(socket_path)[2]["holder"]["pid"] == leftover
 
-    proc = _slurm_script("epilog", socket_path, SLURM_JOB_ID="77", SLURM_JOB_UID=str(uid),
-                         WATTWISE_EPILOG_GRACE_S="5")
+    proc = _slurm_script("epilog", socket_path, SLURM_JOB_ID="77", SLURM_JOB_UID=str(uid), WATTWISE_EPILOG_GRACE_S="5")
     assert proc.returncode == 0, proc.stderr
     assert f"GPU(s) 2 still held by the job's process(es) {leftover}; SIGTERM" in proc.stderr
     # The holder it cannot tie to the job through /proc is not signalled; the agent releases its GPU.
@@ -376,7 +403,8 @@ def test_the_epilog_releases_what_a_finished_jobs_leftover_process_holds_and_not
 
 
 def test_the_prolog_names_the_jobs_gpus_that_are_held_and_fails_only_when_strict(
-        slurm_node: SlurmNode, tmp_path: Path) -> None:
+    slurm_node: SlurmNode, tmp_path: Path
+) -> None:
     socket_path = slurm_node.socket
     holder = _hold(slurm_node, 1, slurm_job="77")
 

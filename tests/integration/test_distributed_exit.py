@@ -37,9 +37,15 @@ def command(rank: int, store: Path, out: Path) -> list[str]:
 
 def launch(tmp_path: Path, attempt: int) -> list[dict]:
     store = tmp_path / f"store{attempt}"
-    procs = [subprocess.Popen(command(rank, store, tmp_path / f"{attempt}-{rank}"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for rank in range(2)]
+    procs = [
+        subprocess.Popen(
+            command(rank, store, tmp_path / f"{attempt}-{rank}"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
     results = [p.communicate(timeout=120) for p in procs]
     for p, (_, err) in zip(procs, results, strict=True):
         assert p.returncode == 0, err[-2000:]

@@ -28,8 +28,18 @@ from tests.support.paths import REPO_ROOT as ROOT
 from tests.support.summaries import assert_tuned, read_summary
 
 #: What a page's folder links from the repository, as a clone would have it.
-LINKED = ("Makefile", "pyproject.toml", "pth_build.py", ".venv", "core", "lightning_energy", "accelerate_energy",
-          "examples", "configs", "deploy")
+LINKED = (
+    "Makefile",
+    "pyproject.toml",
+    "pth_build.py",
+    ".venv",
+    "core",
+    "lightning_energy",
+    "accelerate_energy",
+    "examples",
+    "configs",
+    "deploy",
+)
 BLOCK_TIMEOUT_S = 300
 
 
@@ -49,12 +59,19 @@ def _accelerate_example_tuned_with_the_flag_alone(folder: Path, output: str) -> 
 def _trainer_example_tuned_with_no_line_of_its_own(steps: int) -> Callable[[Path, str], None]:
     def check(folder: Path, output: str) -> None:
         assert_tuned(read_summary(folder / "wattwise_runs" / "summary.json"), steps)
+
     return check
 
 
 def _recurring_example_recorded_each_run(folder: Path, output: str) -> None:
-    shown = subprocess.run([sys.executable, "-m", "wattwise", "jobs", "show", "regression", "--json"],
-                           env=_environment(folder), cwd=folder, capture_output=True, text=True, check=True).stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "wattwise", "jobs", "show", "regression", "--json"],
+        env=_environment(folder),
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     runs = json.loads(shown)["runs"]
     assert len(runs) == 2
     assert all(r["energy_j"] > 0 for r in runs)
@@ -76,12 +93,21 @@ class Expected:
 
 EXPECTED = (
     Expected("docs/getting-started.md", "examples/lightning_train.py --mode tune", _lightning_example_tuned),
-    Expected("docs/getting-started.md", "examples/accelerate_train.py --epochs 1",
-             _accelerate_example_tuned_with_the_flag_alone),
-    Expected("docs/getting-started.md", "examples/trainer_train.py \\\n    --max-steps 70",
-             _trainer_example_tuned_with_no_line_of_its_own(70)),
-    Expected("docs/guides/recurring.md", "python examples/recurring_job.py --max-epochs 3\n"
-             "python examples/recurring_job.py --max-epochs 3", _recurring_example_recorded_each_run),
+    Expected(
+        "docs/getting-started.md",
+        "examples/accelerate_train.py --epochs 1",
+        _accelerate_example_tuned_with_the_flag_alone,
+    ),
+    Expected(
+        "docs/getting-started.md",
+        "examples/trainer_train.py \\\n    --max-steps 70",
+        _trainer_example_tuned_with_no_line_of_its_own(70),
+    ),
+    Expected(
+        "docs/guides/recurring.md",
+        "python examples/recurring_job.py --max-epochs 3\npython examples/recurring_job.py --max-epochs 3",
+        _recurring_example_recorded_each_run,
+    ),
 )
 
 
@@ -117,8 +143,9 @@ def test_blocks_are_marked_honestly(page: Path) -> None:
 
 
 def _environment(folder: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WATTWISE_", "ACCELERATE_ENERGY",
-                                                                     "LIGHTNING_ENERGY"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("WATTWISE_", "ACCELERATE_ENERGY", "LIGHTNING_ENERGY"))
+    }
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["WATTWISE_HOME"] = str(folder / "home")
     env["MPLBACKEND"] = "Agg"
@@ -152,13 +179,24 @@ def test_page_blocks_run(page: Path, tmp_path: Path) -> None:
                 not_here.append(where)
                 continue
             command = ["bash", "-e", "-o", "pipefail", "-c", block.code]
-        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=BLOCK_TIMEOUT_S, stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, (f"{where} failed (exit {done.returncode}):\n{block.code}\n"
-                                      f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}")
+        done = subprocess.run(
+            command,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0, (
+            f"{where} failed (exit {done.returncode}):\n{block.code}\n"
+            f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+        )
         for expected in EXPECTED:
             if expected.matches(page, block):
                 expected.check(tmp_path, done.stdout + done.stderr)
     if not_here:
-        pytest.skip(f"the other blocks ran; {', '.join(not_here)} would reinstall .venv here (pyproject.toml is "
-                    "newer than .venv/.installed): run `make install` first")
+        pytest.skip(
+            f"the other blocks ran; {', '.join(not_here)} would reinstall .venv here (pyproject.toml is "
+            "newer than .venv/.installed): run `make install` first"
+        )

@@ -20,15 +20,22 @@ def run_example(tmp_path: Path, *args: str, **env: str) -> str:
     """Run `python examples/<args>` in `tmp_path` on the simulated GPU; its output, or fail with it."""
     environ = {**os.environ, "WATTWISE_BACKEND": "simulated", "WATTWISE_HOME": str(tmp_path / "home"), **env}
     environ.pop("WATTWISE_STORE", None)
-    done = subprocess.run([sys.executable, str(EXAMPLES / args[0]), *args[1:]], cwd=tmp_path, env=environ,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / args[0]), *args[1:]],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout + done.stderr
 
 
 def test_pipeline_example_plans_from_the_shipped_profile(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "wattwise", "example-data", str(tmp_path / "data")], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "wattwise", "example-data", str(tmp_path / "data")], check=True, capture_output=True
+    )
     out = run_example(tmp_path, "pipeline_plan.py", str(tmp_path / "data" / "gpt3-175b+a100_sxm_bf16.csv"))
     # The Perseus GPT-3 profile at 8 stages x 12 microbatches (the benchmarks' figures).
     assert "no slowdown: 6169 J per iteration, saving 15.9%" in out

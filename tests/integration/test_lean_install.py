@@ -39,8 +39,21 @@ def _run(argv: list[str], timeout_s: float = 240, **kwargs: object) -> subproces
 
 def _pip_into(bin_dir: Path, house: Path, requirement: str) -> subprocess.CompletedProcess[str]:
     """`pip install REQUIREMENT` into the venv of `bin_dir`, from the wheelhouse alone."""
-    return _run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "--quiet",
-                 "--no-index", "--find-links", str(house), requirement])
+    return _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(bin_dir / "python"),
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(house),
+            requirement,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +65,27 @@ def lean_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     for name in ("pyproject.toml", "README.md", "pth_build.py"):
         shutil.copy2(REPO_ROOT / name, clone / name)
     for folder in PACKAGE_ROOTS:
-        shutil.copytree(REPO_ROOT / folder, clone / folder,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
+        shutil.copytree(
+            REPO_ROOT / folder, clone / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
+        )
     build = f"from setuptools import build_meta; print(build_meta.build_wheel({str(dist)!r}))"
     proc = _run([sys.executable, "-c", build], cwd=clone)
     assert proc.returncode == 0, proc.stderr
     wheel = dist / proc.stdout.strip().splitlines()[-1]
 
-    proc = _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(house),
-                 f"wattwise[agent] @ {wheel.as_uri()}"], timeout_s=300)
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--wheel-dir",
+            str(house),
+            f"wattwise[agent] @ {wheel.as_uri()}",
+        ],
+        timeout_s=300,
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot gather the agent's dependencies (no package index reachable?): {proc.stderr[-400:]}")
 
@@ -76,13 +101,30 @@ def lean_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
 def _serve(bin_dir: Path, folder: Path) -> subprocess.Popen[str]:
     socket = folder / "agent.sock"
     return subprocess.Popen(
-        [str(bin_dir / "wattwise"), "agent", "serve", "--backend", "simulated", "--simulated-gpus", "2",
-         "--socket", str(socket), "--state-dir", str(folder / "state")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=folder)
+        [
+            str(bin_dir / "wattwise"),
+            "agent",
+            "serve",
+            "--backend",
+            "simulated",
+            "--simulated-gpus",
+            "2",
+            "--socket",
+            str(socket),
+            "--state-dir",
+            str(folder / "state"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=folder,
+    )
 
 
-def test_the_base_install_has_no_framework_and_names_the_extra_each_part_needs(lean_venv: tuple[Path, Path],
-                                                                            tmp_path: Path) -> None:
+def test_the_base_install_has_no_framework_and_names_the_extra_each_part_needs(
+    lean_venv: tuple[Path, Path], tmp_path: Path
+) -> None:
     bin_dir, _ = lean_venv
     python = str(bin_dir / "python")
     for name in (*HEAVY, "aiohttp", "prometheus_client"):
@@ -90,8 +132,9 @@ def test_the_base_install_has_no_framework_and_names_the_extra_each_part_needs(l
         assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr, name
 
     # Measuring needs no extra.
-    proc = _run([str(bin_dir / "wattwise"), "measure", "--backend", "simulated", "--", python, "-c", "pass"],
-                cwd=tmp_path)
+    proc = _run(
+        [str(bin_dir / "wattwise"), "measure", "--backend", "simulated", "--", python, "-c", "pass"], cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
 
     # Each part that needs an extra says which, in one line.
@@ -99,7 +142,8 @@ def test_the_base_install_has_no_framework_and_names_the_extra_each_part_needs(l
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and err.strip().splitlines() == [
         "wattwise agent: error: `wattwise agent serve` needs aiohttp, which is not installed: "
-        "pip install 'wattwise[agent]' (in a clone of wattwise: pip install '.[agent]')"]
+        "pip install 'wattwise[agent]' (in a clone of wattwise: pip install '.[agent]')"
+    ]
     proc = _run([str(bin_dir / "wattwise"), "frontier", "--help"])
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "pip install 'wattwise[pipeline]'" in proc.stderr
@@ -111,8 +155,9 @@ def test_the_base_install_has_no_framework_and_names_the_extra_each_part_needs(l
         assert "During handling" not in proc.stderr  # no second traceback of the ModuleNotFoundError
 
 
-def test_the_agent_extra_serves_status_on_a_unix_socket_without_torch(lean_venv: tuple[Path, Path],
-                                                                      tmp_path: Path) -> None:
+def test_the_agent_extra_serves_status_on_a_unix_socket_without_torch(
+    lean_venv: tuple[Path, Path], tmp_path: Path
+) -> None:
     bin_dir, house = lean_venv
     proc = _pip_into(bin_dir, house, "wattwise[agent]")
     assert proc.returncode == 0, proc.stderr

@@ -46,8 +46,14 @@ def source_files(folder: Path) -> list[Path]:
     """Files of a package folder as a clone has them: no bytecode, no extension built in place, no C source
     of an extension module."""
     compiled = extension_sources()
-    return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and p.suffix not in (".pyc", ".pyo", ".so", ".pyd") and p.resolve() not in compiled)
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and p.suffix not in (".pyc", ".pyo", ".so", ".pyd")
+        and p.resolve() not in compiled
+    )
 
 
 def import_name(folder: Path) -> str:
@@ -60,9 +66,12 @@ def import_name(folder: Path) -> str:
 
 def package_folders() -> dict[str, Path]:
     """Every folder holding an `__init__.py`, by its import name."""
-    return {import_name(init.parent): init.parent
-            for root in PACKAGE_ROOTS for init in (REPO_ROOT / root).rglob("__init__.py")
-            if "__pycache__" not in init.parts}
+    return {
+        import_name(init.parent): init.parent
+        for root in PACKAGE_ROOTS
+        for init in (REPO_ROOT / root).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
 
 
 def our_modules() -> list[str]:
@@ -109,8 +118,9 @@ def test_a_project_with_its_own_core_package_imports_both_adapters_and_keeps_its
     (project / "core" / "__init__.py").write_text('OWNER = "the user"\n\n\ndef helper():\n    return 42\n')
     (project / "train.py").write_text(USER_SCRIPT)
 
-    proc = subprocess.run([sys.executable, "train.py"], cwd=project, env=clean_env(), capture_output=True,
-                          text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "train.py"], cwd=project, env=clean_env(), capture_output=True, text=True, timeout=180
+    )
 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"ok {project / 'core' / '__init__.py'}"
@@ -130,7 +140,8 @@ def test_every_package_folder_is_named_as_it_is_imported() -> None:
     import setuptools
 
     found = set(setuptools.find_packages(str(REPO_ROOT / "core"))) | {
-        p for p in setuptools.find_packages(str(REPO_ROOT)) if p.split(".")[0] in PACKAGE_ROOTS.values()}
+        p for p in setuptools.find_packages(str(REPO_ROOT)) if p.split(".")[0] in PACKAGE_ROOTS.values()
+    }
     assert found == set(package_folders())
     for name in found:
         assert importlib.import_module(name).__file__ == str(package_folders()[name] / "__init__.py")
@@ -168,8 +179,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     for root in PACKAGE_ROOTS:
         shutil.copytree(REPO_ROOT / root, clone / root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
     build = "from setuptools import build_meta; print(build_meta.build_wheel('dist'))"
-    proc = subprocess.run([sys.executable, "-c", build], cwd=clone, env=clean_env(), capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", build], cwd=clone, env=clean_env(), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     return zipfile.ZipFile(clone / "dist" / proc.stdout.strip().splitlines()[-1])
 
@@ -178,8 +190,11 @@ def test_the_wheel_installs_wattwise_and_the_adapters_and_no_top_level_core(whee
     names = wheel.namelist()
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top_level == {"wattwise", "lightning_energy", "accelerate_energy", "wattwise-accelerate.pth"}
-    expected = {f"{import_name(p.parent).replace('.', '/')}/{p.name}"
-                for root in PACKAGE_ROOTS for p in source_files(REPO_ROOT / root)}
+    expected = {
+        f"{import_name(p.parent).replace('.', '/')}/{p.name}"
+        for root in PACKAGE_ROOTS
+        for p in source_files(REPO_ROOT / root)
+    }
     assert "wattwise/py.typed" in expected
     assert "wattwise/__main__.py" in expected
     assert sorted(expected - set(names)) == []
@@ -207,8 +222,14 @@ def test_the_wheel_declares_the_wattwise_script_and_the_demo_entry_points(wheel:
 
 
 def test_python_dash_m_wattwise_runs_the_command_line(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "wattwise", "--help"], cwd=tmp_path, env=clean_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "wattwise", "--help"],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: wattwise ")
 
@@ -239,9 +260,13 @@ def test_loggers_named_in_the_source_exist() -> None:
     for root in PACKAGE_ROOTS:
         for path in (REPO_ROOT / root).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if not (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "getLogger"
-                        and node.args and isinstance(node.args[0], ast.Constant)
-                        and isinstance(node.args[0].value, str)):
+                if not (
+                    isinstance(node, ast.Call)
+                    and getattr(node.func, "attr", None) == "getLogger"
+                    and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)
+                ):
                     continue
                 logger = node.args[0].value
                 where = f"{path.relative_to(REPO_ROOT)}:{node.lineno}"

@@ -29,15 +29,16 @@ from wattwise.errors import ConfigError
 SCRIPTS = SCRIPTS_DIR
 TEST_SYNC = Path(accelerate.__file__).parent / "test_utils" / "scripts" / "test_sync.py"
 BIN = Path(sys.executable).parent
-TUNE = ("power_limit.wait_steps=0 power_limit.warmup_steps=1 power_limit.profile_steps=2 "
-        "power_limit.step_w=100")
-
+TUNE = "power_limit.wait_steps=0 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100"
 
 
 def run(cmd: list[str], tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """`cmd` in `tmp` with only the flags in `env` (none from outside the test), no user config."""
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY")) and k != "PYTHONPATH"}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY")) and k != "PYTHONPATH"
+    }
     clean.update(HF_HOME=str(tmp / "hf"), PYTHONWARNINGS="ignore", **env)
     return subprocess.run(cmd, env=clean, cwd=tmp, capture_output=True, text=True, timeout=240)
 
@@ -52,8 +53,21 @@ def summary(folder: Path) -> dict[str, Any]:
 def test_both_prefixes_read_the_same_variables():
     acc = [v.removeprefix(flags.ACCELERATE) for v in flags.env_vars(flags.ACCELERATE)]
     assert acc == [v.removeprefix(flags.LIGHTNING) for v in flags.env_vars(flags.LIGHTNING)]
-    for name in ("_MODE", "_SELECTOR", "_ETA", "_MAX_SLOWDOWN", "_CAP_W", "_CAP_FRACTION", "_JOB", "_OUTPUT_DIR",
-                 "_CONFIG", "_STRICT", "_BACKEND", "_LOG_EVERY_N_STEPS", "_OVERRIDES"):
+    for name in (
+        "_MODE",
+        "_SELECTOR",
+        "_ETA",
+        "_MAX_SLOWDOWN",
+        "_CAP_W",
+        "_CAP_FRACTION",
+        "_JOB",
+        "_OUTPUT_DIR",
+        "_CONFIG",
+        "_STRICT",
+        "_BACKEND",
+        "_LOG_EVERY_N_STEPS",
+        "_OVERRIDES",
+    ):
         assert name in acc
 
 
@@ -71,12 +85,15 @@ def test_the_lightning_flag_builds_its_callback_from_its_variables(monkeypatch, 
     assert callback.state_key != EnergyCallback().state_key
 
 
-@pytest.mark.parametrize(("var", "value", "message"), [
-    ("LIGHTNING_ENERGY_ETA", "2", "LIGHTNING_ENERGY_ETA must be between 0 and 1"),
-    ("LIGHTNING_ENERGY_ETA", "x", "LIGHTNING_ENERGY_ETA must be a number"),
-    ("LIGHTNING_ENERGY_MODE", "cap", "LIGHTNING_ENERGY_MODE=cap needs exactly one of LIGHTNING_ENERGY_CAP_W"),
-    ("LIGHTNING_ENERGY_MODEE", "tune", "unknown variable LIGHTNING_ENERGY_MODEE"),
-])
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("LIGHTNING_ENERGY_ETA", "2", "LIGHTNING_ENERGY_ETA must be between 0 and 1"),
+        ("LIGHTNING_ENERGY_ETA", "x", "LIGHTNING_ENERGY_ETA must be a number"),
+        ("LIGHTNING_ENERGY_MODE", "cap", "LIGHTNING_ENERGY_MODE=cap needs exactly one of LIGHTNING_ENERGY_CAP_W"),
+        ("LIGHTNING_ENERGY_MODEE", "tune", "unknown variable LIGHTNING_ENERGY_MODEE"),
+    ],
+)
 def test_a_bad_lightning_variable_fails_when_the_trainer_is_built_and_is_named(monkeypatch, var, value, message):
     monkeypatch.setenv("LIGHTNING_ENERGY", "1")
     monkeypatch.setenv(var, value)
@@ -85,24 +102,36 @@ def test_a_bad_lightning_variable_fails_when_the_trainer_is_built_and_is_named(m
 
 
 def test_the_factory_imports_nothing_heavy_and_adds_nothing_when_the_flag_is_off(tmp_path):
-    code = ("import sys; from importlib.metadata import entry_points; "
-            "(ep,) = [e for e in entry_points(group='lightning.pytorch.callbacks_factory') if e.name == 'wattwise']; "
-            "print(ep.value, ep.load()()); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('wattwise', 'lightning', 'torch', 'accelerate', 'lightning_energy', 'omegaconf')))")
+    code = (
+        "import sys; from importlib.metadata import entry_points; "
+        "(ep,) = [e for e in entry_points(group='lightning.pytorch.callbacks_factory') if e.name == 'wattwise']; "
+        "print(ep.value, ep.load()()); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('wattwise', 'lightning', 'torch', 'accelerate', 'lightning_energy', 'omegaconf')))"
+    )
     proc = run([sys.executable, "-c", code], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["lightning_energy.flag_factory:callbacks []",
-                                        "['lightning_energy', 'lightning_energy.flag_factory']"]
+    assert proc.stdout.splitlines() == [
+        "lightning_energy.flag_factory:callbacks []",
+        "['lightning_energy', 'lightning_energy.flag_factory']",
+    ]
 
 
 # -- Lightning, no code ------------------------------------------------------------------------------------
 
 
 def test_lightning_cli_is_measured_with_the_flag(tmp_path):
-    cmd = [sys.executable, str(SCRIPTS / "zero_code_lightning_cli.py"), "fit", "--trainer.max_steps=6",
-           "--trainer.accelerator=cpu", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
-           "--trainer.enable_progress_bar=false", "--trainer.limit_val_batches=1"]
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "zero_code_lightning_cli.py"),
+        "fit",
+        "--trainer.max_steps=6",
+        "--trainer.accelerator=cpu",
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.limit_val_batches=1",
+    ]
     proc = run(cmd, tmp_path, LIGHTNING_ENERGY="on", LIGHTNING_ENERGY_OUTPUT_DIR="cli")
     assert proc.returncode == 0, proc.stderr
     assert summary(tmp_path / "cli")["steps"] == 6
@@ -112,9 +141,16 @@ def test_a_trainer_with_its_own_energy_callback_gets_one_summary(monkeypatch, tm
     monkeypatch.setenv("LIGHTNING_ENERGY", "1")
     monkeypatch.setenv("LIGHTNING_ENERGY_OUTPUT_DIR", str(tmp_path / "flag"))
     own = EnergyCallback(output_dir=str(tmp_path / "own"))
-    trainer = pl.Trainer(max_steps=4, accelerator="cpu", logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                         callbacks=[own])
+    trainer = pl.Trainer(
+        max_steps=4,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[own],
+    )
     (flag,) = [cb for cb in trainer.callbacks if isinstance(cb, FlagEnergyCallback)]
     trainer.fit(BoringModel())
     assert flag.inert and flag.summaries == []
@@ -148,8 +184,10 @@ def test_with_the_flag_a_process_that_imports_no_accelerate_loads_one_tiny_finde
 
 
 def test_the_start_up_finder_hands_over_when_the_script_imports_accelerate(tmp_path):
-    code = ("import sys; import accelerate; from accelerate import Accelerator; "
-            "print('accelerate_energy.auto_attach' in sys.modules, hasattr(Accelerator.__init__, '_wattwise_flag'))")
+    code = (
+        "import sys; import accelerate; from accelerate import Accelerator; "
+        "print('accelerate_energy.auto_attach' in sys.modules, hasattr(Accelerator.__init__, '_wattwise_flag'))"
+    )
     assert run([sys.executable, "-c", code], tmp_path, ACCELERATE_ENERGY="1").stdout == "True True\n"
     assert run([sys.executable, "-c", code], tmp_path).stdout == "False False\n"
 
@@ -162,7 +200,11 @@ def test_accelerates_own_test_script_is_measured_with_the_flag_alone(tmp_path):
     found = summary(tmp_path / "on")
     # Its one prepared optimizer, 5 batches accumulated by 2: steps after batches 2, 4 and the last.
     assert (found["status"], found["framework"], found["steps"], found["world_size"]) == (
-        "completed", "accelerate", 3, 1)
+        "completed",
+        "accelerate",
+        3,
+        1,
+    )
     off = run(cmd, tmp_path, ACCELERATE_USE_CPU="true", ACCELERATE_ENERGY_OUTPUT_DIR="off")
     assert off.returncode == 0, off.stderr
     assert not (tmp_path / "off").exists()
@@ -170,8 +212,16 @@ def test_accelerates_own_test_script_is_measured_with_the_flag_alone(tmp_path):
 
 
 def test_accelerates_own_test_script_on_two_processes_writes_one_summary_of_both(tmp_path):
-    cmd = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port",
-           str(free_port()), str(TEST_SYNC)]
+    cmd = [
+        str(BIN / "accelerate"),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(free_port()),
+        str(TEST_SYNC),
+    ]
     proc = run(cmd, tmp_path, ACCELERATE_USE_CPU="1", ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR="on")
     assert proc.returncode == 0, proc.stderr
     found = summary(tmp_path / "on")
@@ -182,8 +232,12 @@ def test_accelerates_own_test_script_on_two_processes_writes_one_summary_of_both
 
 
 def test_an_explicit_attach_keeps_its_settings_and_attaches_once(tmp_path):
-    proc = run([sys.executable, str(SCRIPTS / "zero_code_accelerate_attach.py"), "own"], tmp_path,
-               ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR="flag")
+    proc = run(
+        [sys.executable, str(SCRIPTS / "zero_code_accelerate_attach.py"), "own"],
+        tmp_path,
+        ACCELERATE_ENERGY="1",
+        ACCELERATE_ENERGY_OUTPUT_DIR="flag",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "output_dir own\n"
     assert summary(tmp_path / "own")["steps"] == 5
@@ -195,9 +249,18 @@ def test_an_explicit_attach_keeps_its_settings_and_attaches_once(tmp_path):
 
 def test_wattwise_run_tunes_an_unmodified_lightning_script_and_tells_where_the_summary_went(tmp_path):
     # `wattwise run` turns both flags on (LIGHTNING_ENERGY=1 here) for a script with no wattwise line.
-    cmd = [str(BIN / "wattwise"), "run", "--mode", "tune", "--output-dir", "runs", *(
-        arg for item in TUNE.split() for arg in ("--override", item)), "--",
-           sys.executable, str(SCRIPTS / "zero_code_lightning.py")]
+    cmd = [
+        str(BIN / "wattwise"),
+        "run",
+        "--mode",
+        "tune",
+        "--output-dir",
+        "runs",
+        *(arg for item in TUNE.split() for arg in ("--override", item)),
+        "--",
+        sys.executable,
+        str(SCRIPTS / "zero_code_lightning.py"),
+    ]
     proc = run(cmd, tmp_path)
     assert proc.returncode == 0, proc.stderr
     # The script's own output, as without the flag (which adds no callback: the factory test above).
@@ -210,26 +273,39 @@ def test_wattwise_run_tunes_an_unmodified_lightning_script_and_tells_where_the_s
     tuning = found["power_limit"]["tuning"]
     assert tuning["finished"] is False and "no emulated work drove the simulated GPU" in tuning["reason"]
     assert found["power_limit"]["chosen_power_limit_w"] is None
-    assert proc.stderr.splitlines()[-1].startswith(f"wattwise run: summary: {Path('runs', 'summary.json')} "
-                                                   "(completed, 12 steps, ")
+    assert proc.stderr.splitlines()[-1].startswith(
+        f"wattwise run: summary: {Path('runs', 'summary.json')} (completed, 12 steps, "
+    )
 
 
 def test_wattwise_run_exits_with_the_commands_code(tmp_path):
-    proc = run([str(BIN / "wattwise"), "run", "--", sys.executable, "-c",
-                "import os, sys; print(os.environ['LIGHTNING_ENERGY'], os.environ['ACCELERATE_ENERGY_JOB']); "
-                "sys.exit(3)"], tmp_path, ACCELERATE_ENERGY_JOB="nightly")
+    proc = run(
+        [
+            str(BIN / "wattwise"),
+            "run",
+            "--",
+            sys.executable,
+            "-c",
+            "import os, sys; print(os.environ['LIGHTNING_ENERGY'], os.environ['ACCELERATE_ENERGY_JOB']); sys.exit(3)",
+        ],
+        tmp_path,
+        ACCELERATE_ENERGY_JOB="nightly",
+    )
     assert proc.returncode == 3
     assert proc.stdout == "1 nightly\n"
     assert proc.stderr.startswith("wattwise run: no summary written to ")
 
 
-@pytest.mark.parametrize(("args", "code", "message"), [
-    (["--", "no-such-command-here"], 127, "wattwise run: error: command not found: no-such-command-here"),
-    ([], 2, "wattwise run: error: no command given"),
-    (["--eta", "2", "--", "true"], 2, "wattwise run: error: --eta must be between 0 and 1"),
-    (["--mode", "cap", "--", "true"], 2, "wattwise run: error: --mode=cap needs exactly one of --cap-w"),
-    (["--eta", "x", "--", "true"], 2, "wattwise run: error: argument --eta: invalid float value"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--", "no-such-command-here"], 127, "wattwise run: error: command not found: no-such-command-here"),
+        ([], 2, "wattwise run: error: no command given"),
+        (["--eta", "2", "--", "true"], 2, "wattwise run: error: --eta must be between 0 and 1"),
+        (["--mode", "cap", "--", "true"], 2, "wattwise run: error: --mode=cap needs exactly one of --cap-w"),
+        (["--eta", "x", "--", "true"], 2, "wattwise run: error: argument --eta: invalid float value"),
+    ],
+)
 def test_wattwise_run_refuses_bad_input_with_one_line(tmp_path, args, code, message):
     proc = run([str(BIN / "wattwise"), "run", *args], tmp_path)
     assert proc.returncode == code
@@ -243,10 +319,14 @@ def test_wattwise_run_on_a_machine_with_nothing_to_measure_says_so(tmp_path, mon
     found = discover("auto")
     if found.gpus or found.cpus:
         pytest.skip("this machine has something to measure")
-    proc = run([str(BIN / "wattwise"), "run", "--", sys.executable, str(SCRIPTS / "zero_code_lightning.py")],
-               tmp_path, WATTWISE_BACKEND="")
+    proc = run(
+        [str(BIN / "wattwise"), "run", "--", sys.executable, str(SCRIPTS / "zero_code_lightning.py")],
+        tmp_path,
+        WATTWISE_BACKEND="",
+    )
     assert proc.returncode == 0 and proc.stdout == "global_step 12\n", proc.stderr
     assert proc.stderr.splitlines()[-1] == (
         f"wattwise run: no summary written to {Path('wattwise_runs', 'summary.json')} (nothing to measure on "
         "this machine: no GPU, and the CPU package's energy counter is not readable; --backend simulated "
-        "tries wattwise on the simulated GPU)")
+        "tries wattwise on the simulated GPU)"
+    )

@@ -23,8 +23,17 @@ from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
 from wattwise.tools.workload import use_one_cpu_thread
 
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "barrier",
-               "reduce", "gather_object", "scatter_object_list")
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_object",
+    "broadcast",
+    "broadcast_object_list",
+    "barrier",
+    "reduce",
+    "gather_object",
+    "scatter_object_list",
+)
 counts: Counter[str] = Counter()
 syncs = 0
 at_steps: set[int] = set()
@@ -60,19 +69,46 @@ if __name__ == "__main__":
         setattr(torch.distributed, name, counting(name, getattr(torch.distributed, name)))
     wattwise.run.measurement.cuda_sync = count_sync  # type: ignore[assignment]
     callback = EnergyCallback(
-        mode="tune", backend="simulated", output_dir=str(out),
-        overrides=["devices.simulated.base_step_time_s=0.01", "power_limit.wait_steps=1",
-                   "power_limit.warmup_steps=1", "power_limit.profile_steps=2", "power_limit.step_w=100",
-                   "monitor.sync_cuda=true"])
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=steps, max_epochs=-1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, log_every_n_steps=every, callbacks=[callback])
+        mode="tune",
+        backend="simulated",
+        output_dir=str(out),
+        overrides=[
+            "devices.simulated.base_step_time_s=0.01",
+            "power_limit.wait_steps=1",
+            "power_limit.warmup_steps=1",
+            "power_limit.profile_steps=2",
+            "power_limit.step_w=100",
+            "monitor.sync_cuda=true",
+        ],
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=steps,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        log_every_n_steps=every,
+        callbacks=[callback],
+    )
     # One epoch holds every step (32 samples a batch, on each of the two processes): the counts are those of
     # the steps, not of epoch ends.
     trainer.fit(EmulatedModule(dataset_size=2 * 32 * steps))
-    (out / f"collectives-rank{trainer.global_rank}.json").write_text(json.dumps(
-        {"steps": trainer.global_step, "wattwise": dict(counts), "syncs": syncs, "at_steps": sorted(at_steps),
-         "sync_steps": sorted(sync_steps)}))
+    (out / f"collectives-rank{trainer.global_rank}.json").write_text(
+        json.dumps(
+            {
+                "steps": trainer.global_step,
+                "wattwise": dict(counts),
+                "syncs": syncs,
+                "at_steps": sorted(at_steps),
+                "sync_steps": sorted(sync_steps),
+            }
+        )
+    )
     # Tear gloo down before interpreter exit: left to the C++ destructors it can abort the process.
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

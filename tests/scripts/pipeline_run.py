@@ -29,8 +29,7 @@ MICROBATCHES, ITERATIONS = 4, 3
 
 def run(rank: int, world: int, plan_paths: list[str]) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{Path(plan_paths[0]).parent}/pg", rank=rank,
-                            world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{Path(plan_paths[0]).parent}/pg", rank=rank, world_size=world)
     for plan_path in plan_paths:
         follow(rank, world, Path(plan_path).parent, plan_path)
     dist.destroy_process_group()
@@ -58,9 +57,15 @@ def follow(rank: int, world: int, out: Path, plan_path: str) -> None:
             dist.barrier()
         m = monitor.end_window("iterations")
         locked_during = gpu.locked_sm_clocks_mhz()
-    result = {"applied": controller.applied, "plan": [[p.instruction, p.microbatch, p.frequency_mhz] for p in plan],
-              "clock_changes": controller.clock_changes, "energy_j": m.total_energy_j, "time_s": m.time_s,
-              "locked_during": locked_during, "locked_after": gpu.locked_sm_clocks_mhz()}
+    result = {
+        "applied": controller.applied,
+        "plan": [[p.instruction, p.microbatch, p.frequency_mhz] for p in plan],
+        "clock_changes": controller.clock_changes,
+        "energy_j": m.total_energy_j,
+        "time_s": m.time_s,
+        "locked_during": locked_during,
+        "locked_after": gpu.locked_sm_clocks_mhz(),
+    }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
 
 

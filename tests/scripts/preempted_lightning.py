@@ -30,8 +30,16 @@ class Preempted(pl.Callback):
         (self.marker_dir / "on_exception").write_text(type(exception).__name__)
 
 
-trainer = pl.Trainer(max_steps=200, limit_val_batches=0, accelerator="cpu", devices=1, logger=False,
-                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                     callbacks=[Preempted(sys.argv[1])])
+trainer = pl.Trainer(
+    max_steps=200,
+    limit_val_batches=0,
+    accelerator="cpu",
+    devices=1,
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    callbacks=[Preempted(sys.argv[1])],
+)
 trainer.fit(BoringModel())
 print(f"global_step {trainer.global_step}")

@@ -85,8 +85,10 @@ def make_rank_differ(fault: str, home: Path) -> Callable[[], None]:
 
 def no_driver(*args: object, **kwargs: object) -> Discovery:
     """`discover` on a node whose NVIDIA driver is missing, with `devices.backend: nvml`."""
-    raise NotSupportedError("NVML unavailable: NVML Shared Library Not Found; devices.backend is nvml, which needs "
-                            "an NVIDIA driver (use auto, or simulated to try wattwise without one)")
+    raise NotSupportedError(
+        "NVML unavailable: NVML Shared Library Not Found; devices.backend is nvml, which needs "
+        "an NVIDIA driver (use auto, or simulated to try wattwise without one)"
+    )
 
 
 class Preempted(pl.Callback):
@@ -105,14 +107,32 @@ def fit(home: Path, out: Path, fault: str) -> None:
         print(f"--- {fault}", file=sys.stderr, flush=True)
     undo = make_rank_differ(fault, home / fault) if rank1 else (lambda: None)
     callback = EnergyCallback(
-        mode="tune", backend="simulated", output_dir=str(out / fault),
-        overrides=["devices.simulated.base_step_time_s=0.01",
-                   f"devices.simulated.state_dir={home / fault / 'simulated'}",
-                   "power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-                   "power_limit.step_w=100", "monitor.sync_cuda=false"])
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=16, max_epochs=-1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, callbacks=[callback, *([Preempted()] if fault == "sigterm" else [])])
+        mode="tune",
+        backend="simulated",
+        output_dir=str(out / fault),
+        overrides=[
+            "devices.simulated.base_step_time_s=0.01",
+            f"devices.simulated.state_dir={home / fault / 'simulated'}",
+            "power_limit.wait_steps=1",
+            "power_limit.warmup_steps=1",
+            "power_limit.profile_steps=2",
+            "power_limit.step_w=100",
+            "monitor.sync_cuda=false",
+        ],
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=16,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[callback, *([Preempted()] if fault == "sigterm" else [])],
+    )
     try:
         trainer.fit(EmulatedModule(dataset_size=1024))
     finally:

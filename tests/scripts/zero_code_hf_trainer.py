@@ -50,9 +50,19 @@ def main() -> None:
     resume = len(sys.argv) > 3 and sys.argv[3] == "resume"
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2))
-    args = TrainingArguments(output_dir=out, max_steps=max_steps, per_device_train_batch_size=4,
-                             gradient_accumulation_steps=2, save_steps=10, save_strategy="steps",
-                             logging_steps=5, report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
+    args = TrainingArguments(
+        output_dir=out,
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        save_steps=10,
+        save_strategy="steps",
+        logging_steps=5,
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
     driver = DriveSimulatedGPU()
     trainer = Trainer(model=model, args=args, train_dataset=RandomTokens(), callbacks=[Tracker(), driver])
     driver.trainer = trainer

@@ -15,8 +15,16 @@ if len(sys.argv) > 2 and sys.argv[1] == "--own-callback":
 
     callbacks.append(EnergyCallback(output_dir=sys.argv[2]))
 
-trainer = pl.Trainer(max_steps=12, limit_val_batches=2, accelerator="cpu", devices=1, logger=False,
-                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                     callbacks=callbacks)
+trainer = pl.Trainer(
+    max_steps=12,
+    limit_val_batches=2,
+    accelerator="cpu",
+    devices=1,
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    callbacks=callbacks,
+)
 trainer.fit(BoringModel())
 print(f"global_step {trainer.global_step}")

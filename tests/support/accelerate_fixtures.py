@@ -22,8 +22,12 @@ from tests.support.summaries import read_summary
 #: No power sampling thread and no CUDA synchronize: the figures come from the simulated GPU's counters.
 QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
 #: A short tuning: one step's wait, then per limit (300 to 100 W in 50 W steps) one warm-up and two profiled.
-TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-        "power_limit.step_w=50"]
+TUNE = [
+    "power_limit.wait_steps=1",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=50",
+]
 #: Steps the tuner needs with TUNE on the default power model (300, 250, 200, 150, 100 W).
 TUNING_STEPS = 1 + 5 * (1 + 2)
 

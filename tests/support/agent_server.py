@@ -55,9 +55,26 @@ def start_agent(tmp_path: Path, *extra: str) -> RunningAgent:
     sock = tmp_path / "run" / "agent.sock"
     state, sim = tmp_path / "state", tmp_path / "sim"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wattwise", "agent", "serve", "--socket", str(sock), "--backend", "simulated",
-         "--state-dir", str(state), "--simulated-dir", str(sim), "--simulated-gpus", "2", *extra],
-        stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "agent",
+            "serve",
+            "--socket",
+            str(sock),
+            "--backend",
+            "simulated",
+            "--state-dir",
+            str(state),
+            "--simulated-dir",
+            str(sim),
+            "--simulated-gpus",
+            "2",
+            *extra,
+        ],
+        stderr=subprocess.PIPE,
+    )
     agent = RunningAgent(proc, sock, state, sim)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -80,8 +97,11 @@ def stop_agent(agent: RunningAgent) -> str:
 
 
 def start_holder(agent: RunningAgent, watts: float, job: str, index: int = 0) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(agent.socket), str(index), str(watts), job],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(agent.socket), str(index), str(watts), job],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
@@ -111,20 +131,30 @@ USER_UID, OTHER_UID = ordinary_user.USER_UID, ordinary_user.OTHER_UID
 SOCKET_GID, OUTSIDE_GID = ordinary_user.USER_GID, 54329
 
 
-def as_user(uid: int, gid: int, agent: RunningAgent, args: list[str], *, home: Path | None = None,
-             env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
+def as_user(
+    uid: int,
+    gid: int,
+    agent: RunningAgent,
+    args: list[str],
+    *,
+    home: Path | None = None,
+    env: dict[str, str] | None = None,
+    **kwargs: object,
+) -> subprocess.Popen[str]:
     env = {**agent.env(), "HOME": str(home or agent.socket.parent), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
     env.pop("WATTWISE_HOME", None)
     return ordinary_user.popen_as(uid, gid, args, env=env, **kwargs)
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to start the agent and run clients as other users")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root to start the agent and run clients as other users"
+)
 needs_user_python = pytest.mark.skipif(
     ordinary_user.user_python() is None,
     reason=f"this Python ({os.path.realpath(sys.executable)}) lies under "
-           f"{ordinary_user.unreachable_by_others(sys.executable)}, which other users may not enter, and no system "
-           "Python of the same version exists: an ordinary user could not run wattwise")
+    f"{ordinary_user.unreachable_by_others(sys.executable)}, which other users may not enter, and no system "
+    "Python of the same version exists: an ordinary user could not run wattwise",
+)
 
 
 @contextlib.contextmanager

@@ -19,16 +19,32 @@ from typing import Any
 
 #: The binding's functions wattwise calls or the fake defines: their parameter names are compared.
 FUNCTIONS = (
-    "amdsmi_init", "amdsmi_shut_down", "amdsmi_get_processor_handles", "amdsmi_get_gpu_device_uuid",
-    "amdsmi_get_gpu_device_bdf", "amdsmi_get_gpu_enumeration_info", "amdsmi_get_gpu_asic_info",
-    "amdsmi_get_energy_count", "amdsmi_get_power_info",
-    "amdsmi_get_power_cap_info", "amdsmi_set_power_cap", "amdsmi_get_clk_freq", "amdsmi_get_clock_info",
-    "amdsmi_set_gpu_clk_range", "amdsmi_set_gpu_perf_level", "amdsmi_get_gpu_perf_level",
+    "amdsmi_init",
+    "amdsmi_shut_down",
+    "amdsmi_get_processor_handles",
+    "amdsmi_get_gpu_device_uuid",
+    "amdsmi_get_gpu_device_bdf",
+    "amdsmi_get_gpu_enumeration_info",
+    "amdsmi_get_gpu_asic_info",
+    "amdsmi_get_energy_count",
+    "amdsmi_get_power_info",
+    "amdsmi_get_power_cap_info",
+    "amdsmi_set_power_cap",
+    "amdsmi_get_clk_freq",
+    "amdsmi_get_clock_info",
+    "amdsmi_set_gpu_clk_range",
+    "amdsmi_set_gpu_perf_level",
+    "amdsmi_get_gpu_perf_level",
 )
 #: Enumerations whose member names the fake defines (their values come from the wrapper's constants).
 ENUMS = ("AmdSmiInitFlags", "AmdSmiClkType", "AmdSmiDevPerfLevel")
-EXCEPTIONS = ("AmdSmiException", "AmdSmiLibraryException", "AmdSmiRetryException", "AmdSmiTimeoutException",
-              "AmdSmiParameterException")
+EXCEPTIONS = (
+    "AmdSmiException",
+    "AmdSmiLibraryException",
+    "AmdSmiRetryException",
+    "AmdSmiTimeoutException",
+    "AmdSmiParameterException",
+)
 
 
 def signature_table(package_dir: Path, version: str) -> dict[str, Any]:
@@ -47,8 +63,10 @@ def signature_table(package_dir: Path, version: str) -> dict[str, Any]:
     constants = {
         node.targets[0].id: node.value.value
         for node in wrapper.body
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-        and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, int)
     }
     functions = {
         node.name: [a.arg for a in node.args.args]
@@ -61,8 +79,10 @@ def signature_table(package_dir: Path, version: str) -> dict[str, Any]:
             enums[node.name] = {
                 item.targets[0].id: constants[item.value.attr]
                 for item in node.body
-                if isinstance(item, ast.Assign) and isinstance(item.targets[0], ast.Name)
-                and isinstance(item.value, ast.Attribute) and item.value.attr in constants
+                if isinstance(item, ast.Assign)
+                and isinstance(item.targets[0], ast.Name)
+                and isinstance(item.value, ast.Attribute)
+                and item.value.attr in constants
             }
     return {
         "version": version,

@@ -50,8 +50,9 @@ def blocks_of(page: Path) -> list[Block]:
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith(fence) and not lines[j].strip("`"))
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         marker = NOT_RUN.search(before)
-        found.append(Block(i + 1, language, "\n".join(lines[i + 1:end]) + "\n",
-                           marker.group(1).strip() if marker else None))
+        found.append(
+            Block(i + 1, language, "\n".join(lines[i + 1 : end]) + "\n", marker.group(1).strip() if marker else None)
+        )
         i = end + 1
     return found
 

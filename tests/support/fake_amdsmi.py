@@ -277,8 +277,14 @@ class FakeAmdSmi:
     `fake.AMDSMI_STATUS_NO_PERM` and `fake.AmdSmiLibraryException` work as on the binding.
     """
 
-    def __init__(self, gpus: list[FakeAmdGpu] | None = None, *, clock: VirtualClock | None = None,
-                 privileged: bool = True, init_error: int | None = None) -> None:
+    def __init__(
+        self,
+        gpus: list[FakeAmdGpu] | None = None,
+        *,
+        clock: VirtualClock | None = None,
+        privileged: bool = True,
+        init_error: int | None = None,
+    ) -> None:
         """`init_error`: the status `amdsmi_init` fails with (AMDSMI_STATUS_DRIVER_NOT_LOADED: no amdgpu)."""
         self.gpus = gpus if gpus is not None else [FakeAmdGpu()]
         self.clock = clock if clock is not None else VirtualClock()
@@ -348,15 +354,26 @@ class FakeAmdSmi:
 
     def amdsmi_get_gpu_asic_info(self, processor_handle: _Handle) -> dict[str, Any]:
         gpu = self._gpu(processor_handle)
-        return {"market_name": gpu.name, "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
-                "device_id": "0x74a1", "asic_serial": gpu.serial, "target_graphics_version": "gfx942"}
+        return {
+            "market_name": gpu.name,
+            "vendor_id": "0x1002",
+            "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
+            "device_id": "0x74a1",
+            "asic_serial": gpu.serial,
+            "target_graphics_version": "gfx942",
+        }
 
     def amdsmi_get_gpu_enumeration_info(self, processor_handle: _Handle) -> dict[str, Any]:
         gpu = self._gpu(processor_handle)
         if gpu.hip_id is None:
             raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
-        return {"drm_render": 128 + gpu.number, "drm_card": gpu.number, "hsa_id": gpu.hip_id + 1,
-                "hip_id": gpu.hip_id, "hip_uuid": "GPU-" + gpu.serial.removeprefix("0x").lower()}
+        return {
+            "drm_render": 128 + gpu.number,
+            "drm_card": gpu.number,
+            "hsa_id": gpu.hip_id + 1,
+            "hip_id": gpu.hip_id,
+            "hip_uuid": "GPU-" + gpu.serial.removeprefix("0x").lower(),
+        }
 
     # -- energy and power ------------------------------------------------------------------------
 
@@ -365,15 +382,24 @@ class FakeAmdSmi:
         if not gpu.has_energy_counter:
             raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
         ticks = gpu.ticks
-        return {"energy_accumulator": ticks, "counter_resolution": gpu.counter_resolution_uj,
-                "timestamp": int(self.clock() * 1e9)}
+        return {
+            "energy_accumulator": ticks,
+            "counter_resolution": gpu.counter_resolution_uj,
+            "timestamp": int(self.clock() * 1e9),
+        }
 
     def amdsmi_get_power_info(self, processor_handle: _Handle) -> dict[str, Any]:
         gpu = self._gpu(processor_handle)
         watts = round(gpu.draw_w)
-        info: dict[str, Any] = {"socket_power": watts, "current_socket_power": "N/A", "average_socket_power": "N/A",
-                                "gfx_voltage": "N/A", "soc_voltage": "N/A", "mem_voltage": "N/A",
-                                "power_limit": round(gpu.cap_uw / 1e6)}
+        info: dict[str, Any] = {
+            "socket_power": watts,
+            "current_socket_power": "N/A",
+            "average_socket_power": "N/A",
+            "gfx_voltage": "N/A",
+            "soc_voltage": "N/A",
+            "mem_voltage": "N/A",
+            "power_limit": round(gpu.cap_uw / 1e6),
+        }
         info[gpu.power_sensor] = watts
         return info
 
@@ -381,8 +407,13 @@ class FakeAmdSmi:
 
     def amdsmi_get_power_cap_info(self, processor_handle: _Handle) -> dict[str, Any]:
         gpu = self._gpu(processor_handle)
-        return {"power_cap": gpu.cap_uw, "default_power_cap": round(gpu.default_cap_w * 1e6), "dpm_cap": 2100,
-                "min_power_cap": round(gpu.min_cap_w * 1e6), "max_power_cap": round(gpu.max_cap_w * 1e6)}
+        return {
+            "power_cap": gpu.cap_uw,
+            "default_power_cap": round(gpu.default_cap_w * 1e6),
+            "dpm_cap": 2100,
+            "min_power_cap": round(gpu.min_cap_w * 1e6),
+            "max_power_cap": round(gpu.max_cap_w * 1e6),
+        }
 
     def amdsmi_set_power_cap(self, processor_handle: _Handle, sensor_ind: int, cap: int) -> None:
         gpu = self._gpu(processor_handle)
@@ -410,11 +441,17 @@ class FakeAmdSmi:
         if not isinstance(clock_type, AmdSmiClkType):
             raise AmdSmiParameterException(clock_type, AmdSmiClkType)
         lo, hi = gpu.hardware_gfx_range_mhz
-        return {"clk": hi, "min_clk": lo, "max_clk": hi, "clk_locked": gpu.gfx_range_mhz != (lo, hi),
-                "clk_deep_sleep": 0}
+        return {
+            "clk": hi,
+            "min_clk": lo,
+            "max_clk": hi,
+            "clk_locked": gpu.gfx_range_mhz != (lo, hi),
+            "clk_deep_sleep": 0,
+        }
 
-    def amdsmi_set_gpu_clk_range(self, processor_handle: _Handle, min_clk_value: int, max_clk_value: int,
-                                 clk_type: AmdSmiClkType) -> None:
+    def amdsmi_set_gpu_clk_range(
+        self, processor_handle: _Handle, min_clk_value: int, max_clk_value: int, clk_type: AmdSmiClkType
+    ) -> None:
         gpu = self._gpu(processor_handle)
         if not isinstance(clk_type, AmdSmiClkType):
             raise AmdSmiParameterException(clk_type, AmdSmiClkType)
@@ -440,8 +477,13 @@ class FakeAmdSmi:
 
 def mi300(**fields: Any) -> FakeAmdGpu:
     """An MI300X-like GPU with a 300-500 W cap range, drawing 450 W, whose 64-bit counter needs no sampler."""
-    settings: dict[str, Any] = {"demand_w": 450.0, "min_cap_w": 300.0, "max_cap_w": 500.0, "default_cap_w": 500.0,
-                                "counter_start_ticks": 2**40}
+    settings: dict[str, Any] = {
+        "demand_w": 450.0,
+        "min_cap_w": 300.0,
+        "max_cap_w": 500.0,
+        "default_cap_w": 500.0,
+        "counter_start_ticks": 2**40,
+    }
     return FakeAmdGpu(**{**settings, **fields})
 
 

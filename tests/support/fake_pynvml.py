@@ -296,6 +296,7 @@ class FakeNvml:
 
     def __getattribute__(self, attr: str) -> Any:
         if attr.startswith("nvml") and attr in object.__getattribute__(self, "missing_functions"):
+
             def missing(*_args: Any, **_kwargs: Any) -> Any:
                 raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
 

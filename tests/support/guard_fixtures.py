@@ -73,8 +73,12 @@ def child(state_file: Path) -> Iterator[StartHolder]:
     procs: list[subprocess.Popen[str]] = []
 
     def start(limit_w: float = 150.0) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-c", LIMIT_HOLDER, str(state_file), str(limit_w)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LIMIT_HOLDER, str(state_file), str(limit_w)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], CHILD_TIMEOUT_S)
@@ -96,8 +100,15 @@ def short_tuning_run(state_file: Path, output_dir: Path) -> tuple[Run, Simulated
     """A tuning run (not started) on simulated GPU 0 of `state_file`: no wait, one warm-up and one profiled
     step per limit, 1 ms steps, its record written to `output_dir`."""
     gpu = SimulatedGPU(0, state_file=state_file, base_step_time_s=0.001)
-    cfg = load_config(overrides=["power_limit.mode=tune", "power_limit.wait_steps=0", f"output_dir={output_dir}",
-                                 "power_limit.warmup_steps=1", "power_limit.profile_steps=1"])
+    cfg = load_config(
+        overrides=[
+            "power_limit.mode=tune",
+            "power_limit.wait_steps=0",
+            f"output_dir={output_dir}",
+            "power_limit.warmup_steps=1",
+            "power_limit.profile_steps=1",
+        ]
+    )
     return Run(cfg, devices=[gpu]), gpu
 
 

@@ -58,26 +58,29 @@ def why_not() -> str | None:
     if not IS_ROOT:
         return "needs root to run a command as another user"
     if user_python() is None:
-        return (f"this Python ({os.path.realpath(sys.executable)}) lies under "
-                f"{unreachable_by_others(sys.executable)}, which other users may not enter, and no system Python "
-                "of the same version exists: an ordinary user could not run wattwise")
+        return (
+            f"this Python ({os.path.realpath(sys.executable)}) lies under "
+            f"{unreachable_by_others(sys.executable)}, which other users may not enter, and no system Python "
+            "of the same version exists: an ordinary user could not run wattwise"
+        )
     return None
 
 
-def popen_as(uid: int, gid: int, args: list[str], *, env: dict[str, str], cwd: str | Path = "/",
-             **kwargs: Any) -> subprocess.Popen[str]:
+def popen_as(
+    uid: int, gid: int, args: list[str], *, env: dict[str, str], cwd: str | Path = "/", **kwargs: Any
+) -> subprocess.Popen[str]:
     """Start `python -m wattwise ...` or `python -c CODE ...` (`args`) as `uid`:`gid`, with no other group,
     in `env` (HOME and the like are the caller's to give) and this environment's packages."""
     python = user_python()
     assert python is not None, why_not()
     cmd = [python, "-c", LAUNCH, sysconfig.get_paths()["purelib"], *args]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1", **env}
-    return subprocess.Popen(cmd, env=env, user=uid, group=gid, extra_groups=[], cwd=cwd, text=True,
-                            **kwargs)
+    return subprocess.Popen(cmd, env=env, user=uid, group=gid, extra_groups=[], cwd=cwd, text=True, **kwargs)
 
 
-def run_as(uid: int, gid: int, args: list[str], *, env: dict[str, str], cwd: str | Path = "/",
-           timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+def run_as(
+    uid: int, gid: int, args: list[str], *, env: dict[str, str], cwd: str | Path = "/", timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
     """`popen_as` to the end: its exit code, stdout and stderr."""
     proc = popen_as(uid, gid, args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -108,8 +111,9 @@ def give_to(path: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(root, name), uid, gid)
 
 
-def run_unprivileged(args: list[str], *, env: dict[str, str], cwd: Path, owned: Path | None = None,
-                     timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+def run_unprivileged(
+    args: list[str], *, env: dict[str, str], cwd: Path, owned: Path | None = None, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
     """`args` as an ordinary user: the test's own user when it is one, else (root) USER_UID, to whom
     everything under `owned` (default `cwd`) is given first. Skips where no ordinary user can run wattwise."""
     import pytest
@@ -121,5 +125,4 @@ def run_unprivileged(args: list[str], *, env: dict[str, str], cwd: Path, owned: 
         return run_as(USER_UID, USER_GID, args, env=env, cwd=cwd, timeout_s=timeout_s)
     cmd = [sys.executable, "-c", LAUNCH, sysconfig.get_paths()["purelib"], *args]
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1", **env}
-    return subprocess.run(cmd, env=full_env, cwd=cwd, text=True, capture_output=True, timeout=timeout_s,
-                          check=False)
+    return subprocess.run(cmd, env=full_env, cwd=cwd, text=True, capture_output=True, timeout=timeout_s, check=False)

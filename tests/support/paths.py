@@ -12,8 +12,11 @@ DATA_DIR = REPO_ROOT / "tests" / "data"
 #: Training scripts the integration tests start as processes.
 SCRIPTS_DIR = REPO_ROOT / "tests" / "scripts"
 #: Source folder (relative to the root) -> import name, for every top-level package the distribution installs.
-PACKAGE_ROOTS = {"core/wattwise": "wattwise", "lightning_energy": "lightning_energy",
-                 "accelerate_energy": "accelerate_energy"}
+PACKAGE_ROOTS = {
+    "core/wattwise": "wattwise",
+    "lightning_energy": "lightning_energy",
+    "accelerate_energy": "accelerate_energy",
+}
 
 
 def shared_data_dir() -> Path:

@@ -24,8 +24,9 @@ def can_build_extensions() -> bool:
     return bool((shutil.which("cc") or shutil.which("gcc")) and include and (Path(include) / "Python.h").exists())
 
 
-def synthetic_profile(stages: int, frequencies: int, unit_s: float, seed: int,
-                      units: tuple[float, float] = (100.0, 200.0)) -> PipelineProfile:
+def synthetic_profile(
+    stages: int, frequencies: int, unit_s: float, seed: int, units: tuple[float, float] = (100.0, 200.0)
+) -> PipelineProfile:
     """A GPU-like profile: time ~ memory-bound share + compute share / f, busy power ~ idle + k f^2.
 
     Times are whole multiples of `unit_s` (about `units` of them for forward and backward at the
@@ -56,8 +57,9 @@ def real_subset(shared_data: Path, name: str, stages: list[int], frequencies: in
             options = profile.options(stage, instruction)
             picked = np.unique(np.linspace(0, len(options) - 1, frequencies).round().astype(int))
             measurements[(new, instruction)] = tuple(
-                FrequencyOption(options[i].frequency_mhz, math.ceil(options[i].time_s / unit_s - 1e-9) * unit_s,
-                            options[i].energy_j)
+                FrequencyOption(
+                    options[i].frequency_mhz, math.ceil(options[i].time_s / unit_s - 1e-9) * unit_s, options[i].energy_j
+                )
                 for i in picked
             )
     return PipelineProfile(measurements)

@@ -42,7 +42,6 @@ def _server_user() -> str | None:
     pytest.skip("running as root and no 'postgres' or 'nobody' user to run a PostgreSQL server as")
 
 
-
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """A server on a unix socket in a temporary directory, stopped at the end; yields its URL.

@@ -23,9 +23,7 @@ class FakePowercap:
         (self.devices / control / "enabled").write_text("1\n")
         (self.root / control).symlink_to(self.devices / control)
 
-    def add_zone(
-        self, zone: str, name: str, energy_uj: int = 0, max_energy_range_uj: int = INTEL_RANGE_UJ
-    ) -> None:
+    def add_zone(self, zone: str, name: str, energy_uj: int = 0, max_energy_range_uj: int = INTEL_RANGE_UJ) -> None:
         control, *numbers = zone.split(":")
         path = self.devices / control  # e.g. .../intel-rapl/intel-rapl:0/intel-rapl:0:1
         for depth in range(1, len(numbers) + 1):

@@ -40,9 +40,10 @@ def assert_warned_once(fault: str, note: str, warned: str, summary: dict[str, An
         assert FAILED[fault] in lost and lost in warned
         assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"]
     elif fault == "nodevice":  # told at the start, as the processes agree on tuning: one note says both
-        assert ("wattwise: rank 1: nothing to measure (no GPU, and the CPU package's energy counter is not "
-                "readable); the figures are the other processes'; every process continues with measurement only")\
-            in warned
+        assert (
+            "wattwise: rank 1: nothing to measure (no GPU, and the CPU package's energy counter is not "
+            "readable); the figures are the other processes'; every process continues with measurement only"
+        ) in warned
         assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"]
     else:
         assert note in warned
@@ -80,8 +81,12 @@ def run_every_fault(cmd: list[str], home: Path, out: Path, env: dict[str, str]) 
     """
     for fault in FAILED:
         (home / fault / "simulated").mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "held" / "simulated" / "gpu1.json")],
-                              env=env, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(home / "held" / "simulated" / "gpu1.json")],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         proc = subprocess.run(cmd, env=env, cwd=home.parent, capture_output=True, text=True, timeout=480)

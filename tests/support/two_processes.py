@@ -8,9 +8,16 @@ from typing import Any
 from wattwise.distributed import Collective
 
 #: A short tuning of the simulated GPU, measured without sampling or CUDA synchronisation.
-TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
-        "power_limit.profile_steps=2", "power_limit.step_w=100", "monitor.sample_power=false",
-        "monitor.sync_cuda=false", "log_every_n_steps=50"]  # 300, 200, 100 W: windows end at steps 3, 6, 9
+TUNE = [
+    "power_limit.mode=tune",
+    "power_limit.wait_steps=0",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=100",
+    "monitor.sample_power=false",
+    "monitor.sync_cuda=false",
+    "log_every_n_steps=50",
+]  # 300, 200, 100 W: windows end at steps 3, 6, 9
 
 
 class TwoProcesses(Collective):

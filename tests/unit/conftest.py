@@ -14,8 +14,9 @@ import pytest
 
 
 def _refuse(*args: Any, **kwargs: Any) -> NoReturn:
-    raise AssertionError("a unit test started a process: move the test to tests/integration/ "
-                         "(tests/unit/ holds in-process tests only)")
+    raise AssertionError(
+        "a unit test started a process: move the test to tests/integration/ (tests/unit/ holds in-process tests only)"
+    )
 
 
 @pytest.fixture(autouse=True)

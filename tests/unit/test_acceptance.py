@@ -16,8 +16,7 @@ def statuses(report: dict) -> dict[str, tuple[str, str | None]]:
     return {c["name"]: (c["status"], c["reason"]) for c in report["checks"]}
 
 
-def test_without_a_gpu_every_check_is_skipped_with_its_reason_and_the_command_exits_0(tmp_path, monkeypatch,
-                                                                                     capsys):
+def test_without_a_gpu_every_check_is_skipped_with_its_reason_and_the_command_exits_0(tmp_path, monkeypatch, capsys):
     FakeNvml([], clock=FakeClock()).install(monkeypatch)  # a driver, no GPU
     assert main(["acceptance", "--out", str(tmp_path / "acc")]) == 0
     report = json.loads((tmp_path / "acc" / "acceptance.json").read_text())
@@ -32,7 +31,8 @@ def test_without_a_gpu_every_check_is_skipped_with_its_reason_and_the_command_ex
 
 
 def test_on_a_gpu_discovery_and_the_power_limit_are_checked_and_the_load_checks_say_why_they_skip(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     fake = FakeNvml([FakeGpu(demand_w=250.0)], clock=FakeClock()).install(monkeypatch)
     report = run_checks(tmp_path, only=["discovery", "power_limit", "energy_counter", "clocks"])
     got = statuses(report)

@@ -34,8 +34,10 @@ def adapter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return request.param, ADAPTERS[request.param]
 
 
-@pytest.mark.parametrize("overrides", ["power_limit.profile_steps=3 power_limit.step_w=50",
-                                       ["power_limit.profile_steps=3", "power_limit.step_w=50"]])
+@pytest.mark.parametrize(
+    "overrides",
+    ["power_limit.profile_steps=3 power_limit.step_w=50", ["power_limit.profile_steps=3", "power_limit.step_w=50"]],
+)
 def test_overrides_are_a_list_or_one_string_as_the_variable_takes_them(adapter, overrides) -> None:
     _, make = adapter
     cfg = make(overrides=overrides)
@@ -47,16 +49,22 @@ def test_one_override_as_a_string_is_one_override(adapter) -> None:
     assert make(overrides="power_limit.profile_steps=3").power_limit.profile_steps == 3
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"mode": "tune", "cap_w": 200}, r"\(cap_w=200\) is a cap, which applies only in mode 'cap' \(the mode is "
-                                     r"'tune'\); set mode='cap'"),
-    ({"cap_fraction": 0.7}, r"\(cap_fraction=0.7\) is a cap.*the mode is 'measure'"),
-    ({"output_dir": 3}, r"\(output_dir=3\): output_dir must be a string"),
-    ({"eta": "0.5"}, r"\(eta='0.5'\): eta must be a number"),
-    ({"strict": 1}, r"\(strict=1\): strict must be True or False"),
-    ({"log_every_n_steps": 2.5}, r"\(log_every_n_steps=2.5\): log_every_n_steps must be a whole number"),
-    ({"overrides": 3}, r"\(overrides=3\): overrides must be a list of key=value strings or one string"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"mode": "tune", "cap_w": 200},
+            r"\(cap_w=200\) is a cap, which applies only in mode 'cap' \(the mode is "
+            r"'tune'\); set mode='cap'",
+        ),
+        ({"cap_fraction": 0.7}, r"\(cap_fraction=0.7\) is a cap.*the mode is 'measure'"),
+        ({"output_dir": 3}, r"\(output_dir=3\): output_dir must be a string"),
+        ({"eta": "0.5"}, r"\(eta='0.5'\): eta must be a number"),
+        ({"strict": 1}, r"\(strict=1\): strict must be True or False"),
+        ({"log_every_n_steps": 2.5}, r"\(log_every_n_steps=2.5\): log_every_n_steps must be a whole number"),
+        ({"overrides": 3}, r"\(overrides=3\): overrides must be a list of key=value strings or one string"),
+    ],
+)
 def test_a_silently_ignored_or_converted_argument_is_refused_naming_it(adapter, kwargs, message) -> None:
     owner, make = adapter
     with pytest.raises(ConfigError, match=rf"^{owner}{message}"):
@@ -79,6 +87,9 @@ def test_a_cap_variable_outside_mode_cap_names_the_variables(monkeypatch: pytest
     monkeypatch.setenv("ACCELERATE_ENERGY", "1")
     monkeypatch.setenv("ACCELERATE_ENERGY_MODE", "tune")
     monkeypatch.setenv("ACCELERATE_ENERGY_CAP_W", "200")
-    with pytest.raises(ConfigError, match=r"^ACCELERATE_ENERGY_CAP_W=200.0 is a cap.*set ACCELERATE_ENERGY_MODE=cap "
-                                          r"to cap the power, or leave ACCELERATE_ENERGY_CAP_W out"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^ACCELERATE_ENERGY_CAP_W=200.0 is a cap.*set ACCELERATE_ENERGY_MODE=cap "
+        r"to cap the power, or leave ACCELERATE_ENERGY_CAP_W out",
+    ):
         EnergyPlugin().to_config()

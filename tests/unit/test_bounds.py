@@ -30,11 +30,14 @@ def test_the_bound_of_a_field_is_the_bound_of_its_unit() -> None:
         bounds.for_field("energy")
 
 
-@pytest.mark.parametrize(("text", "quantity", "message"), [
-    ("1.7e308", PUE, r"--pue: PUE must be at most 10 \(got 1.7e\+308\)"),
-    ("1e308", INTENSITY, r"--intensity: carbon intensity must be at most 5000 gCO2e/kWh"),
-    ("-1e300", PRICE, r"--price: electricity price must be at most 1e\+06 per kWh"),
-])
+@pytest.mark.parametrize(
+    ("text", "quantity", "message"),
+    [
+        ("1.7e308", PUE, r"--pue: PUE must be at most 10 \(got 1.7e\+308\)"),
+        ("1e308", INTENSITY, r"--intensity: carbon intensity must be at most 5000 gCO2e/kWh"),
+        ("-1e300", PRICE, r"--price: electricity price must be at most 1e\+06 per kWh"),
+    ],
+)
 def test_a_facility_input_beyond_any_real_one_is_refused(text: str, quantity, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_series(text, quantity)
@@ -48,25 +51,44 @@ def test_real_facility_inputs_pass() -> None:
 
 def frontier(tmp_path: Path, energy_j: float) -> Path:
     path = tmp_path / "FRONTIER.json"
-    path.write_text(json.dumps({
-        "schedule": "1f1b", "stages": 1, "microbatches": 1, "unit_time_s": 0.001, "p_blocking_w": 60.0,
-        "max_frequency": {"time_s": 1.0, "energy_j": 100.0},
-        "points": [{"time_s": 1.0, "energy_j": energy_j, "plan": [[["forward", 0, 1410], ["backward", 0, 1410]]]}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "schedule": "1f1b",
+                "stages": 1,
+                "microbatches": 1,
+                "unit_time_s": 0.001,
+                "p_blocking_w": 60.0,
+                "max_frequency": {"time_s": 1.0, "energy_j": 100.0},
+                "points": [
+                    {"time_s": 1.0, "energy_j": energy_j, "plan": [[["forward", 0, 1410], ["backward", 0, 1410]]]}
+                ],
+            }
+        )
+    )
     return path
 
 
 def test_a_frontier_point_with_an_absurd_energy_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"points\[0\]: energy_j must be above 0 and at most 1e\+15 J "
-                                         r"\(got 1.7e\+308\); check the unit"):
+    with pytest.raises(
+        UsageError,
+        match=r"points\[0\]: energy_j must be above 0 and at most 1e\+15 J "
+        r"\(got 1.7e\+308\); check the unit",
+    ):
         read_frontier_json(frontier(tmp_path, 1.7e308))
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (["devices.gpus=[-1]"], r"devices.gpus must list distinct GPU indices from 0"),
-    (["devices.gpus=[0,0]"], r"devices.gpus must list distinct GPU indices from 0"),
-    (["devices.backend=simulated", "devices.gpus=[5]"],
-     r"devices.gpus asks for GPU 5, but the simulated GPUs are 0 to 0 \(devices.simulated.num_gpus=1\)"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["devices.gpus=[-1]"], r"devices.gpus must list distinct GPU indices from 0"),
+        (["devices.gpus=[0,0]"], r"devices.gpus must list distinct GPU indices from 0"),
+        (
+            ["devices.backend=simulated", "devices.gpus=[5]"],
+            r"devices.gpus asks for GPU 5, but the simulated GPUs are 0 to 0 \(devices.simulated.num_gpus=1\)",
+        ),
+    ],
+)
 def test_gpu_indices_that_name_no_gpu_are_refused(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(overrides=overrides)

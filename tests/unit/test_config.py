@@ -50,11 +50,14 @@ def test_config_error_is_a_usage_error() -> None:
     assert issubclass(ConfigError, ValueError)
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("power_limit.etaa=0.3", "power_limit.etaa"),
-    ("nonsense=1", "nonsense"),
-    ("devices.simulated.gpus=2", "devices.simulated.gpus"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("power_limit.etaa=0.3", "power_limit.etaa"),
+        ("nonsense=1", "nonsense"),
+        ("devices.simulated.gpus=2", "devices.simulated.gpus"),
+    ],
+)
 def test_an_unknown_key_names_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"unknown config key '{key}'"):
         load_config(overrides=[override])
@@ -66,13 +69,16 @@ def test_an_unknown_key_in_yaml_names_the_key(tmp_path: Path) -> None:
         load_config([path])
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("power_limit.eta=abc", "power_limit.eta"),
-    ("power_limit.wait_steps=1.5", "power_limit.wait_steps"),
-    ("strict=maybe", "strict"),
-    ("devices.gpus=[0,x]", "devices.gpus"),
-    ("monitor.sample_interval_s=fast", "monitor.sample_interval_s"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("power_limit.eta=abc", "power_limit.eta"),
+        ("power_limit.wait_steps=1.5", "power_limit.wait_steps"),
+        ("strict=maybe", "strict"),
+        ("devices.gpus=[0,x]", "devices.gpus"),
+        ("monitor.sample_interval_s=fast", "monitor.sample_interval_s"),
+    ],
+)
 def test_a_wrong_type_names_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"config key '{key}"):
         load_config(overrides=[override])
@@ -89,11 +95,14 @@ def test_a_scalar_given_for_a_section_names_the_section(tmp_path: Path) -> None:
         load_config([path])
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("power_limit.mode=turbo", "power_limit.mode"),
-    ("power_limit.selector=fastest", "power_limit.selector"),
-    ("devices.backend=cuda", "devices.backend"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("power_limit.mode=turbo", "power_limit.mode"),
+        ("power_limit.selector=fastest", "power_limit.selector"),
+        ("devices.backend=cuda", "devices.backend"),
+    ],
+)
 def test_an_invalid_choice_names_the_key_and_the_choices(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"{key} must be one of .*got"):
         load_config(overrides=[override])
@@ -122,22 +131,28 @@ def test_cap_mode_with_watts_or_fraction_is_accepted() -> None:
     assert cfg.power_limit.cap_fraction == 0.7
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("power_limit.cap_fraction=1.5", "power_limit.cap_fraction"),
-    ("power_limit.cap_w=-10", "power_limit.cap_w"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("power_limit.cap_fraction=1.5", "power_limit.cap_fraction"),
+        ("power_limit.cap_w=-10", "power_limit.cap_w"),
+    ],
+)
 def test_a_cap_out_of_range_names_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         load_config(overrides=["power_limit.mode=cap", override])
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("devices.simulated.num_gpus=0", "devices.simulated.num_gpus"),
-    ("monitor.sample_interval_s=0", "monitor.sample_interval_s"),
-    ("power_limit.profile_steps=0", "power_limit.profile_steps"),
-    ("power_limit.wait_steps=-1", "power_limit.wait_steps"),
-    ("power_limit.step_w=0", "power_limit.step_w"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("devices.simulated.num_gpus=0", "devices.simulated.num_gpus"),
+        ("monitor.sample_interval_s=0", "monitor.sample_interval_s"),
+        ("power_limit.profile_steps=0", "power_limit.profile_steps"),
+        ("power_limit.wait_steps=-1", "power_limit.wait_steps"),
+        ("power_limit.step_w=0", "power_limit.step_w"),
+    ],
+)
 def test_a_value_out_of_range_names_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         load_config(overrides=[override])
@@ -167,17 +182,17 @@ def test_a_malformed_yaml_file_is_a_config_error_naming_the_file(tmp_path: Path)
 
 
 def test_later_layers_win_yaml_then_values_then_dotlist(tmp_path: Path) -> None:
-    base = yaml_file(tmp_path, "base.yaml",
-                     "job: resnet\npower_limit:\n  mode: tune\n  eta: 0.2\n  step_w: 50\n")
+    base = yaml_file(tmp_path, "base.yaml", "job: resnet\npower_limit:\n  mode: tune\n  eta: 0.2\n  step_w: 50\n")
     site = yaml_file(tmp_path, "site.yaml", "power_limit:\n  eta: 0.4\n  selector: energy\n")
-    cfg = load_config([base, site], overrides=["power_limit.eta=0.9"],
-                      values={"power_limit": {"selector": "time", "eta": 0.6}})
-    assert cfg.job == "resnet"                       # only in base
-    assert cfg.power_limit.mode == "tune"            # only in base
-    assert cfg.power_limit.step_w == 50.0            # only in base
-    assert cfg.power_limit.selector == "time"        # site said energy, values said time
-    assert cfg.power_limit.eta == 0.9                # dotlist beats everything
-    assert cfg.power_limit.warmup_steps == 2         # default untouched
+    cfg = load_config(
+        [base, site], overrides=["power_limit.eta=0.9"], values={"power_limit": {"selector": "time", "eta": 0.6}}
+    )
+    assert cfg.job == "resnet"  # only in base
+    assert cfg.power_limit.mode == "tune"  # only in base
+    assert cfg.power_limit.step_w == 50.0  # only in base
+    assert cfg.power_limit.selector == "time"  # site said energy, values said time
+    assert cfg.power_limit.eta == 0.9  # dotlist beats everything
+    assert cfg.power_limit.warmup_steps == 2  # default untouched
 
 
 def test_a_second_yaml_overrides_the_first(tmp_path: Path) -> None:
@@ -208,8 +223,11 @@ def test_every_yaml_in_configs_loads(path: Path) -> None:
     raw = OmegaConf.to_container(OmegaConf.load(path))
     if isinstance(raw, dict) and "trainer" in raw:
         # A LightningCLI file: our callbacks must accept their init_args, as LightningCLI will pass them.
-        callbacks = [c for c in raw["trainer"].get("callbacks") or []
-                     if str(c.get("class_path", "")).startswith(("lightning_energy", "accelerate_energy"))]
+        callbacks = [
+            c
+            for c in raw["trainer"].get("callbacks") or []
+            if str(c.get("class_path", "")).startswith(("lightning_energy", "accelerate_energy"))
+        ]
         assert callbacks, f"{path.name} is a LightningCLI file without a wattwise callback"
         pytest.importorskip("lightning")
         for entry in callbacks:
@@ -221,6 +239,7 @@ def test_every_yaml_in_configs_loads(path: Path) -> None:
 
 
 # -- one configuration source: the settings table, configs/energy.yaml, and a value for every key ------
+
 
 def test_there_is_a_sample_for_every_config_key_and_none_is_the_default() -> None:
     assert list(SAMPLES) == config_keys()  # a new field needs a sample, so the reach tests cover it
@@ -254,8 +273,10 @@ def test_setting_values_nest_by_config_key_and_skip_none() -> None:
 
 def test_rename_settings_replaces_whole_names_only() -> None:
     names = {"power_limit.eta": "ACCELERATE_ENERGY_ETA", "eta": "--eta", "power_limit.mode": "--mode"}
-    assert rename_settings("power_limit.eta must be between 0 and 1", names) == \
-        "ACCELERATE_ENERGY_ETA must be between 0 and 1"
+    assert (
+        rename_settings("power_limit.eta must be between 0 and 1", names)
+        == "ACCELERATE_ENERGY_ETA must be between 0 and 1"
+    )
     assert rename_settings("eta and beta; --eta; x.eta; etas", names) == "--eta and beta; --eta; x.eta; etas"
     assert rename_settings("power_limit.mode=cap needs", names) == "--mode=cap needs"
 

@@ -16,8 +16,14 @@ from wattwise.errors import ConfigError
 from wattwise.pipeline.profiles import load_profile
 from wattwise.record.files import read_run_dir
 
-SHIPPED = ("gpt3-175b+a100_sxm_bf16.csv", "power-model-a40-resnet50.csv", "power-model-a40-bert-base-uncased.csv",
-           "summary_train.csv", "summary_power_a40.csv", "README.md")
+SHIPPED = (
+    "gpt3-175b+a100_sxm_bf16.csv",
+    "power-model-a40-resnet50.csv",
+    "power-model-a40-bert-base-uncased.csv",
+    "summary_train.csv",
+    "summary_power_a40.csv",
+    "README.md",
+)
 
 
 def test_example_data_writes_every_input_the_docs_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,8 +71,12 @@ def test_a_file_in_the_folder_wins_over_an_installed_configuration(tmp_path: Pat
 
 
 def test_every_link_in_the_package_points_at_a_folder_the_container_build_copies() -> None:
-    copied = {src.rstrip("/") for line in (REPO_ROOT / "deploy" / "Containerfile").read_text().splitlines()
-              if line.startswith("COPY ") for src in line.split()[1:-1]}
+    copied = {
+        src.rstrip("/")
+        for line in (REPO_ROOT / "deploy" / "Containerfile").read_text().splitlines()
+        if line.startswith("COPY ")
+        for src in line.split()[1:-1]
+    }
     links = [p for p in (REPO_ROOT / "core").rglob("*") if p.is_symlink()]
     assert links, "core/wattwise/configs links the configuration files"
     for link in links:

@@ -55,20 +55,23 @@ def test_the_base_install_has_no_framework_solver_or_agent_server_and_each_extra
     # `all` names every extra but amd (its binding must match the ROCm release) and the tools; `make install`
     # installs `.[dev]`, which includes `all`.
     (everything,) = extras["all"]
-    assert set(everything[len("wattwise["):-1].split(",")) == set(extras) - {"all", "amd", "dev", "docs"}
+    assert set(everything[len("wattwise[") : -1].split(",")) == set(extras) - {"all", "amd", "dev", "docs"}
     assert "wattwise[all]" in extras["dev"]
     # Every extra `wattwise.extras` names exists.
     assert {extra for _, extra in EXTRA_OF.values()} <= set(extras)
 
 
 def test_a_missing_optional_module_is_one_line_naming_its_extra_and_still_an_import_error(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _missing(monkeypatch, "ortools")
     with pytest.raises(ImportError) as caught:
         require("ortools.sat.python.cp_model", "the solver")
     assert isinstance(caught.value, MissingExtra) and isinstance(caught.value, Unavailable)
-    assert str(caught.value) == ("the solver needs ortools, which is not installed: pip install 'wattwise[pipeline]' "
-                                 "(in a clone of wattwise: pip install '.[pipeline]')")
+    assert str(caught.value) == (
+        "the solver needs ortools, which is not installed: pip install 'wattwise[pipeline]' "
+        "(in a clone of wattwise: pip install '.[pipeline]')"
+    )
     assert caught.value.__suppress_context__  # no second traceback of the ModuleNotFoundError
 
 
@@ -79,10 +82,21 @@ def test_a_missing_module_that_no_extra_brings_keeps_its_own_error() -> None:
 
 
 def test_agent_serve_without_aiohttp_is_one_line_naming_the_agent_extra(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _missing(monkeypatch, "aiohttp", "wattwise.agent.serve", "wattwise.agent.http")
-    code = main(["agent", "serve", "--backend", "simulated", "--socket", str(tmp_path / "a.sock"),
-                 "--state-dir", str(tmp_path / "state")])
+    code = main(
+        [
+            "agent",
+            "serve",
+            "--backend",
+            "simulated",
+            "--socket",
+            str(tmp_path / "a.sock"),
+            "--state-dir",
+            str(tmp_path / "state"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("wattwise agent: error: `wattwise agent serve` needs aiohttp")
@@ -91,9 +105,16 @@ def test_agent_serve_without_aiohttp_is_one_line_naming_the_agent_extra(
 
 
 def test_frontier_without_ortools_is_one_line_naming_the_pipeline_extra(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    _missing(monkeypatch, "ortools", "wattwise.cli.frontier", "wattwise.pipeline.frontier",
-             "wattwise.pipeline.relaxation", "wattwise.pipeline.exact")
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _missing(
+        monkeypatch,
+        "ortools",
+        "wattwise.cli.frontier",
+        "wattwise.pipeline.frontier",
+        "wattwise.pipeline.relaxation",
+        "wattwise.pipeline.exact",
+    )
     assert main(["frontier", "--help"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -101,12 +122,16 @@ def test_frontier_without_ortools_is_one_line_naming_the_pipeline_extra(
     assert "pip install 'wattwise[pipeline]'" in err
 
 
-@pytest.mark.parametrize(("package", "framework", "name"), [
-    ("lightning_energy", "lightning", "EnergyCallback"),
-    ("accelerate_energy", "accelerate", "AccelerateEnergy"),
-])
+@pytest.mark.parametrize(
+    ("package", "framework", "name"),
+    [
+        ("lightning_energy", "lightning", "EnergyCallback"),
+        ("accelerate_energy", "accelerate", "AccelerateEnergy"),
+    ],
+)
 def test_an_adapters_names_without_its_framework_name_the_adapters_extra(
-        monkeypatch: pytest.MonkeyPatch, package: str, framework: str, name: str) -> None:
+    monkeypatch: pytest.MonkeyPatch, package: str, framework: str, name: str
+) -> None:
     adapter = __import__(package)
     _missing(monkeypatch, framework, *[m for m in sys.modules if m.startswith(f"{package}.")])
     monkeypatch.delitem(vars(adapter), name, raising=False)

@@ -23,9 +23,15 @@ from wattwise.settings.guard import SettingsGuard
 from wattwise.tools.workload import emulate_step
 
 # 300 W down to 100 W by 50 W: 5 limits, 1 wait step, 1 warm-up step and 2 profile steps each.
-TUNE = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.mode=tune",
-        "power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-        "power_limit.step_w=50"]
+TUNE = [
+    "monitor.sample_power=false",
+    "monitor.sync_cuda=false",
+    "power_limit.mode=tune",
+    "power_limit.wait_steps=1",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=50",
+]
 TUNING_STEPS = 1 + 5 * (1 + 2)
 
 
@@ -40,8 +46,9 @@ def train(tmp_path: Path, steps: int, *, drive: bool) -> tuple[Run, SimulatedGPU
     clock = VirtualClock()
     gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
     cfg = load_config(overrides=[*TUNE, f"output_dir={tmp_path / 'run'}"])
-    run = Run(cfg, devices=[gpu], wall_clock=clock,
-              settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False))
+    run = Run(
+        cfg, devices=[gpu], wall_clock=clock, settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False)
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run.start()
@@ -121,8 +128,14 @@ def test_measure_mode_reports_the_limit_the_gpus_run_at_for_power_limit_w(tmp_pa
     clock = VirtualClock()
     gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
     gpu.set_power_limit_w(250.0)  # set by the cluster's admin, not by wattwise
-    cfg = load_config(overrides=["monitor.sample_power=false", "monitor.sync_cuda=false",
-                                 f"output_dir={tmp_path / 'run'}", "log_every_n_steps=2"])
+    cfg = load_config(
+        overrides=[
+            "monitor.sample_power=false",
+            "monitor.sync_cuda=false",
+            f"output_dir={tmp_path / 'run'}",
+            "log_every_n_steps=2",
+        ]
+    )
     run = Run(cfg, devices=[gpu], wall_clock=clock)
     run.start()
     logged = []
@@ -137,21 +150,35 @@ def test_measure_mode_reports_the_limit_the_gpus_run_at_for_power_limit_w(tmp_pa
     assert [m["power/limit_w"] for m in logged] == [250.0, 250.0]
 
 
-@pytest.mark.parametrize(("step_w", "steps", "advice"), [
-    # 5 limits, 1 + 5 x 2 = 11 steps of tuning; a fifth of 10 steps holds no two limits.
-    (50, 10, "give it at least 55 optimizer steps"),
-    # 21 limits, 1 + 21 x 2 = 43 steps; a fifth of 40 steps holds 3 limits 100 W apart.
-    (10, 40, "give it at least 215 optimizer steps, or set power_limit.step_w=100 to profile 3 limits (now 10 W "
-             "apart)"),
-])
-def test_tuning_that_cannot_finish_says_once_how_to_fit_into_a_fifth_of_the_run(tmp_path: Path, step_w: int,
-                                                                                steps: int, advice: str) -> None:
+@pytest.mark.parametrize(
+    ("step_w", "steps", "advice"),
+    [
+        # 5 limits, 1 + 5 x 2 = 11 steps of tuning; a fifth of 10 steps holds no two limits.
+        (50, 10, "give it at least 55 optimizer steps"),
+        # 21 limits, 1 + 21 x 2 = 43 steps; a fifth of 40 steps holds 3 limits 100 W apart.
+        (
+            10,
+            40,
+            "give it at least 215 optimizer steps, or set power_limit.step_w=100 to profile 3 limits (now 10 W apart)",
+        ),
+    ],
+)
+def test_tuning_that_cannot_finish_says_once_how_to_fit_into_a_fifth_of_the_run(
+    tmp_path: Path, step_w: int, steps: int, advice: str
+) -> None:
     clock = VirtualClock()
     gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
-    cfg = load_config(overrides=[*TUNE, "power_limit.profile_steps=1", f"power_limit.step_w={step_w}",
-                                 f"output_dir={tmp_path / 'run'}"])
-    run = Run(cfg, devices=[gpu], wall_clock=clock,
-              settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False))
+    cfg = load_config(
+        overrides=[
+            *TUNE,
+            "power_limit.profile_steps=1",
+            f"power_limit.step_w={step_w}",
+            f"output_dir={tmp_path / 'run'}",
+        ]
+    )
+    run = Run(
+        cfg, devices=[gpu], wall_clock=clock, settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False)
+    )
     run.expect_steps(steps)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -163,5 +190,6 @@ def test_tuning_that_cannot_finish_says_once_how_to_fit_into_a_fifth_of_the_run(
         run.finish()
     said = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
     assert len(said) == 1 and "tuning cannot finish" in said[0]
-    assert said[0].endswith(f"; to tune in at most a fifth of the run, {advice}, or lower "
-                            "power_limit.profile_steps / warmup_steps")
+    assert said[0].endswith(
+        f"; to tune in at most a fifth of the run, {advice}, or lower power_limit.profile_steps / warmup_steps"
+    )

@@ -19,19 +19,35 @@ import lightning_energy.flag
 import lightning_energy.pipeline
 
 BASES = (pl.Callback, pl.LightningModule, TrainerCallback)
-MODULES = (lightning_energy.callback, lightning_energy.flag, lightning_energy.batch_size, lightning_energy.pipeline,
-           lightning_energy.demo, accelerate_energy.hf_trainer)
+MODULES = (
+    lightning_energy.callback,
+    lightning_energy.flag,
+    lightning_energy.batch_size,
+    lightning_energy.pipeline,
+    lightning_energy.demo,
+    accelerate_energy.hf_trainer,
+)
 
 
 def adapter_classes() -> list[type]:
-    return [cls for module in MODULES for _, cls in inspect.getmembers(module, inspect.isclass)
-            if cls.__module__ == module.__name__ and issubclass(cls, BASES)]
+    return [
+        cls
+        for module in MODULES
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if cls.__module__ == module.__name__ and issubclass(cls, BASES)
+    ]
 
 
 def test_the_adapters_have_framework_classes_to_check() -> None:
     names = {cls.__name__ for cls in adapter_classes()}
-    assert {"EnergyCallback", "FlagEnergyCallback", "RecurringBatchSizeCallback", "PipelineFrequencyCallback",
-            "EmulatedModule", "EnergyTrainerCallback"} <= names
+    assert {
+        "EnergyCallback",
+        "FlagEnergyCallback",
+        "RecurringBatchSizeCallback",
+        "PipelineFrequencyCallback",
+        "EmulatedModule",
+        "EnergyTrainerCallback",
+    } <= names
 
 
 @pytest.mark.parametrize("cls", adapter_classes(), ids=lambda cls: cls.__name__)
@@ -45,4 +61,3 @@ def test_every_hook_an_adapter_implements_is_marked_override(cls: type) -> None:
         if not getattr(function, "__override__", False):
             unmarked.append(name)
     assert not unmarked, f"{cls.__name__}: hooks without @override: {unmarked}"
-

@@ -124,7 +124,7 @@ def import_graph(modules: dict[str, SourceModule], *, parents: bool = True) -> t
                 for depth in range(1 if parents else len(parts), len(parts) + 1):
                     target = _resolve(".".join(parts[:depth]), module, modules)
                     if not parents and target is None and depth > 1:  # `from m import name`: m itself
-                        target = _resolve(".".join(parts[:depth - 1]), module, modules)
+                        target = _resolve(".".join(parts[: depth - 1]), module, modules)
                     inside = target is not None and (module.name + ".").startswith(target + ".")
                     if target is None or inside or target == module.name:
                         continue
@@ -241,8 +241,15 @@ def test_the_graph_sees_the_repositorys_imports(
 
 
 #: Decision code (pure logic): the record, which writes and reads what a run decided, imports none of it.
-DECISIONS = ("wattwise.power_limit", "wattwise.recurring.bandit", "wattwise.recurring.optimizer",
-             "wattwise.recurring.policy", "wattwise.pipeline", "wattwise.carbon.policy", "wattwise.carbon.advisor")
+DECISIONS = (
+    "wattwise.power_limit",
+    "wattwise.recurring.bandit",
+    "wattwise.recurring.optimizer",
+    "wattwise.recurring.policy",
+    "wattwise.pipeline",
+    "wattwise.carbon.policy",
+    "wattwise.carbon.advisor",
+)
 
 
 def _reached(graph: Graph, start: str) -> set[str]:
@@ -257,8 +264,13 @@ def _reached(graph: Graph, start: str) -> set[str]:
 
 def test_the_record_imports_no_decision_code(dependency_graph: Graph) -> None:
     graph = dependency_graph
-    reaching = sorted(f"{name} reaches {target}" for name in graph if name.startswith("wattwise.record")
-                      for target in _reached(graph, name) if target.startswith(DECISIONS))
+    reaching = sorted(
+        f"{name} reaches {target}"
+        for name in graph
+        if name.startswith("wattwise.record")
+        for target in _reached(graph, name)
+        if target.startswith(DECISIONS)
+    )
     assert not reaching, "\n".join(reaching)
 
 
@@ -266,8 +278,12 @@ def test_measurement_writes_through_a_sink_and_imports_no_record(dependency_grap
     """The monitor and the run's measurement part know no file format: the run gives them `windows.csv`."""
     graph = dependency_graph
     measuring = ("wattwise.monitor", "wattwise.run.measurement", "wattwise.run.agreement")
-    reaching = sorted(f"{name} reaches {target}" for name in measuring for target in _reached(graph, name)
-                      if target.startswith("wattwise.record"))
+    reaching = sorted(
+        f"{name} reaches {target}"
+        for name in measuring
+        for target in _reached(graph, name)
+        if target.startswith("wattwise.record")
+    )
     assert not reaching, "\n".join(reaching)
 
 
@@ -278,8 +294,12 @@ def test_the_runs_agreement_is_the_one_place_processes_decide_together() -> None
         if path.name == "agreement.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Attribute) and node.attr == "any" and isinstance(node.value, ast.Attribute) \
-                    and node.value.attr in ("collective", "_collective"):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "any"
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr in ("collective", "_collective")
+            ):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert not offenders, offenders
 
@@ -292,29 +312,35 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_a_circle_through_a_package_init_is_found_and_named(tmp_path: Path) -> None:
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/run.py": "from pkg.memory import remember\n",
-        "pkg/memory.py": "from pkg.jobs.store import Store\n",
-        "pkg/jobs/__init__.py": "from pkg.jobs.optimizer import Optimizer\n",
-        "pkg/jobs/optimizer.py": "import pkg.run\n",
-        "pkg/jobs/store.py": "import os\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/run.py": "from pkg.memory import remember\n",
+            "pkg/memory.py": "from pkg.jobs.store import Store\n",
+            "pkg/jobs/__init__.py": "from pkg.jobs.optimizer import Optimizer\n",
+            "pkg/jobs/optimizer.py": "import pkg.run\n",
+            "pkg/jobs/store.py": "import os\n",
+        },
+    )
     eager, _ = import_graph(find_modules(tmp_path, {"pkg": "pkg"}, ()))
     assert find_cycles(eager) == [["pkg.jobs", "pkg.jobs.optimizer", "pkg.run", "pkg.memory", "pkg.jobs"]]
 
 
 def test_function_level_and_type_checking_imports_are_deferred_and_can_close_a_circle(tmp_path: Path) -> None:
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/a.py": "from pkg import b\n",
-        "pkg/b.py": (
-            "from typing import TYPE_CHECKING\n"
-            "if TYPE_CHECKING:\n    from pkg.a import A\n"
-            "def f():\n    from . import a\n"
-        ),
-        "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from pkg import b\n",
+            "pkg/b.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from pkg.a import A\n"
+                "def f():\n    from . import a\n"
+            ),
+            "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n",
+        },
+    )
     eager, deferred = import_graph(find_modules(tmp_path, {"pkg": "pkg"}, ()))
     assert find_cycles(eager) == []
     assert deferred["pkg.b"] == {"pkg.a"}
@@ -323,32 +349,41 @@ def test_function_level_and_type_checking_imports_are_deferred_and_can_close_a_c
 
 
 def test_a_circle_closed_only_for_the_type_checker_is_found(tmp_path: Path) -> None:
-    _write(tmp_path, {  # devices/base.py named the simulated GPU for its types; the simulator imports base
-        "pkg/__init__.py": "",
-        "pkg/base.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.simulated import Sim\n",
-        "pkg/simulated.py": "from pkg.base import Device\n",
-    })
+    _write(
+        tmp_path,
+        {  # devices/base.py named the simulated GPU for its types; the simulator imports base
+            "pkg/__init__.py": "",
+            "pkg/base.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.simulated import Sim\n",
+            "pkg/simulated.py": "from pkg.base import Device\n",
+        },
+    )
     eager, deferred = import_graph(find_modules(tmp_path, {"pkg": "pkg"}, ()))
     assert find_cycles(eager) == []
     assert find_cycles(_union(eager, deferred)) == [["pkg.base", "pkg.simulated", "pkg.base"]]
 
 
 def test_a_package_importing_its_own_modules_is_no_circle(tmp_path: Path) -> None:
-    _write(tmp_path, {
-        "pkg/__init__.py": "from pkg.a import A\nfrom pkg.b import B\n",
-        "pkg/a.py": "A = 1\n",
-        "pkg/b.py": "from pkg.a import A\nfrom .a import A as A2\nB = A\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.a import A\nfrom pkg.b import B\n",
+            "pkg/a.py": "A = 1\n",
+            "pkg/b.py": "from pkg.a import A\nfrom .a import A as A2\nB = A\n",
+        },
+    )
     eager, _ = import_graph(find_modules(tmp_path, {"pkg": "pkg"}, ()))
     assert eager["pkg.b"] == {"pkg.a"}
     assert find_cycles(eager) == []
 
 
 def test_a_circle_between_scripts_is_found(tmp_path: Path) -> None:
-    _write(tmp_path, {
-        "bench/one.py": "import two\n",
-        "bench/two.py": "from one import helper\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "bench/one.py": "import two\n",
+            "bench/two.py": "from one import helper\n",
+        },
+    )
     eager, _ = import_graph(find_modules(tmp_path, {}, ("bench",)))
     assert find_cycles(eager) == [["bench.one", "bench.two", "bench.one"]]
 
@@ -356,14 +391,23 @@ def test_a_circle_between_scripts_is_found(tmp_path: Path) -> None:
 def every_import(module: SourceModule) -> set[str]:
     """Every dotted name `module` imports anywhere: at module level, in a function, under `if TYPE_CHECKING:`."""
     tree = ast.parse(module.path.read_text(encoding="utf-8"), filename=str(module.path))
-    return {name for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
-            for name in _imported_names(node, module)}
+    return {
+        name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in _imported_names(node, module)
+    }
 
 
 #: The node agent's layers (serve -> http -> agent -> processes, metrics on agent): what each never imports.
 AGENT_LAYER_RULES = {
-    "wattwise.agent.processes": ("aiohttp", "wattwise.agent.agent", "wattwise.agent.http", "wattwise.agent.serve",
-                                 "wattwise.agent.metrics"),
+    "wattwise.agent.processes": (
+        "aiohttp",
+        "wattwise.agent.agent",
+        "wattwise.agent.http",
+        "wattwise.agent.serve",
+        "wattwise.agent.metrics",
+    ),
     "wattwise.agent.agent": ("aiohttp", "wattwise.agent.http", "wattwise.agent.serve", "wattwise.agent.metrics"),
     "wattwise.agent.metrics": ("aiohttp", "wattwise.agent.http", "wattwise.agent.serve"),
     "wattwise.agent.http": ("wattwise.agent.serve", "wattwise.agent.metrics"),
@@ -377,19 +421,29 @@ def agent_modules() -> dict[str, SourceModule]:
 
 
 def test_the_agents_modules_have_no_circle_even_through_type_checking_imports(
-        agent_modules: dict[str, SourceModule]) -> None:
-    graph = {name: {target for dotted in every_import(module) if (target := _resolve(dotted, module, agent_modules))
-                    and target not in (name, "wattwise.agent")}
-             for name, module in agent_modules.items()}
+    agent_modules: dict[str, SourceModule],
+) -> None:
+    graph = {
+        name: {
+            target
+            for dotted in every_import(module)
+            if (target := _resolve(dotted, module, agent_modules)) and target not in (name, "wattwise.agent")
+        }
+        for name, module in agent_modules.items()
+    }
     assert "wattwise.agent.agent" in graph["wattwise.agent.metrics"]  # under TYPE_CHECKING: seen
     cycles = find_cycles(graph)
     assert not cycles, f"import circles among the agent's modules:\n{_named(cycles)}"
 
 
 def test_no_agent_layer_imports_one_above_it_and_its_logic_knows_no_aiohttp(
-        agent_modules: dict[str, SourceModule]) -> None:
-    upward = [f"{name} imports {dotted}" for name, forbidden in AGENT_LAYER_RULES.items()
-              for dotted in sorted(every_import(agent_modules[name]))
-              if any(dotted == other or dotted.startswith(f"{other}.") for other in forbidden)]
+    agent_modules: dict[str, SourceModule],
+) -> None:
+    upward = [
+        f"{name} imports {dotted}"
+        for name, forbidden in AGENT_LAYER_RULES.items()
+        for dotted in sorted(every_import(agent_modules[name]))
+        if any(dotted == other or dotted.startswith(f"{other}.") for other in forbidden)
+    ]
     assert not upward, "\n".join(upward)
     assert "aiohttp" in every_import(agent_modules["wattwise.agent.http"])  # the rule reads real imports

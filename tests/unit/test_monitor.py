@@ -210,9 +210,7 @@ def test_window_context_manager_cancels_on_exception(monitor: EnergyMonitor, clo
     assert w.measurement is None
 
 
-def test_window_as_decorator_measures_each_call(
-    monitor: EnergyMonitor, gpu: SimulatedGPU, clock: FakeClock
-) -> None:
+def test_window_as_decorator_measures_each_call(monitor: EnergyMonitor, gpu: SimulatedGPU, clock: FakeClock) -> None:
     handle = monitor.window("infer")
 
     @handle
@@ -244,8 +242,11 @@ def test_several_devices_are_measured_separately_and_summed(clock: FakeClock) ->
     monitor.begin_window("step")
     busy_for(gpus[1], clock, 2.0)
     m = monitor.end_window("step")
-    assert m.energy_j == {"gpu0": pytest.approx(2 * IDLE_W), "gpu1": pytest.approx(2 * BUSY_W),
-                          "gpu2": pytest.approx(2 * IDLE_W)}
+    assert m.energy_j == {
+        "gpu0": pytest.approx(2 * IDLE_W),
+        "gpu1": pytest.approx(2 * BUSY_W),
+        "gpu2": pytest.approx(2 * IDLE_W),
+    }
     assert m.total_energy_j == pytest.approx(4 * IDLE_W + 2 * BUSY_W)
 
 
@@ -259,9 +260,7 @@ def test_a_monitor_needs_devices_with_distinct_keys(gpu: SimulatedGPU) -> None:
 # -- CSV log ------------------------------------------------------------------------------------------
 
 
-def test_the_log_has_a_header_and_one_row_per_ended_window(
-    tmp_path: Path, clock: FakeClock
-) -> None:
+def test_the_log_has_a_header_and_one_row_per_ended_window(tmp_path: Path, clock: FakeClock) -> None:
     gpus = [SimulatedGPU(i, HAND, clock=clock, sleep=clock.advance) for i in range(2)]
     log = tmp_path / "logs" / "windows.csv"
     monitor = EnergyMonitor(gpus, sink=WindowsLog(log, [g.key for g in gpus]), wall_clock=lambda: 1_700_000_000.0)
@@ -279,8 +278,16 @@ def test_the_log_has_a_header_and_one_row_per_ended_window(
 
     with open(log, newline="") as fh:
         rows = list(csv.reader(fh))
-    assert rows[0] == ["start_time", "window_name", "time_s", "energy_j", "gpu0_energy_j", "gpu1_energy_j",
-                       "approximate", "simulated"]
+    assert rows[0] == [
+        "start_time",
+        "window_name",
+        "time_s",
+        "energy_j",
+        "gpu0_energy_j",
+        "gpu1_energy_j",
+        "approximate",
+        "simulated",
+    ]
     body = [dict(zip(rows[0], r, strict=True)) for r in rows[1:]]
     assert [r["window_name"] for r in body] == ["a", "b"]
     a, b = body
@@ -359,14 +366,14 @@ def test_an_unreadable_power_during_the_approximation_gives_zero_not_a_crash(clo
 def test_the_sampler_integrates_power_with_trapezoids(clock: FakeClock) -> None:
     dev = FakeDevice(power_w=100.0, counter=False)
     sampler = PowerSampler([dev], interval_s=1.0, clock=clock)
-    sampler.sample_once()           # t=0: 100 W
+    sampler.sample_once()  # t=0: 100 W
     clock.advance(1.0)
-    sampler.sample_once()           # t=1: 100 W   -> 100 J
+    sampler.sample_once()  # t=1: 100 W   -> 100 J
     dev.power = 200.0
     clock.advance(2.0)
-    sampler.sample_once()           # t=3: 200 W   -> (100 + 200) / 2 * 2 = 300 J
+    sampler.sample_once()  # t=3: 200 W   -> (100 + 200) / 2 * 2 = 300 J
     assert sampler.integrated_energy_j("gpu0") == pytest.approx(400.0)
-    clock.advance(0.5)              # no sample yet: the last power carries on
+    clock.advance(0.5)  # no sample yet: the last power carries on
     assert sampler.integrated_energy_j("gpu0") == pytest.approx(400.0 + 200.0 * 0.5)
     assert [s.power_w["gpu0"] for s in sampler.samples()] == [100.0, 100.0, 200.0]
 

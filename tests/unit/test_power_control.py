@@ -17,8 +17,14 @@ from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
 
 STEP_S = 0.01
-TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
-        "power_limit.profile_steps=5", "power_limit.step_w=100", "power_limit.reuse=false"]
+TUNE = [
+    "power_limit.mode=tune",
+    "power_limit.wait_steps=0",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=5",
+    "power_limit.step_w=100",
+    "power_limit.reuse=false",
+]
 
 
 class CoarseCounterGPU(SimulatedGPU):
@@ -40,12 +46,18 @@ class RankZeroSays(Collective):
         return self.value
 
 
-def tuning(tmp_path: Path, gpu: SimulatedGPU, *overrides: str,
-           collective: Collective | None = None) -> tuple[PowerLimitControl, VirtualClock]:
+def tuning(
+    tmp_path: Path, gpu: SimulatedGPU, *overrides: str, collective: Collective | None = None
+) -> tuple[PowerLimitControl, VirtualClock]:
     clock = VirtualClock()
     power = PowerLimitControl(load_config(overrides=[*TUNE, *overrides]).power_limit, wall_clock=clock, clock=clock)
-    power.setup([gpu], collective or Collective(), memory_key=None, label=lambda dev: dev.key,
-                guard=lambda: SettingsGuard(tmp_path / "journal", recover=False))
+    power.setup(
+        [gpu],
+        collective or Collective(),
+        memory_key=None,
+        label=lambda dev: dev.key,
+        guard=lambda: SettingsGuard(tmp_path / "journal", recover=False),
+    )
     return power, clock
 
 
@@ -107,8 +119,9 @@ def test_once_its_choice_is_in_force_a_step_asks_nothing_of_the_tuner(tmp_path: 
             clock.sleep(STEP_S)
         steps += 1
         if power.step_end(1):  # each window: the same time, less energy at a lower limit
-            power.record_profile(5 * STEP_S, gpu.power_limit_w() * 5 * STEP_S, memory_key=None, is_main=True,
-                                 run_id=None)
+            power.record_profile(
+                5 * STEP_S, gpu.power_limit_w() * 5 * STEP_S, memory_key=None, is_main=True, run_id=None
+            )
     asked = 0
     real = power.tuner.on_step_begin
 

@@ -39,13 +39,46 @@ from wattwise.record.summary import (
 
 #: The keys of summary.json (`wattwise.run/1`): a contract, extended but never renamed or dropped.
 SUMMARY_KEYS = [
-    "schema", "wattwise_version", "status", "simulated", "backend", "framework", "job", "hostname", "world_size",
-    "start_time", "end_time", "time_s", "energy_j", "energy_per_device_j", "cpu_energy_j", "avg_power_w",
-    "steps", "epochs", "resumed_energy_j", "devices", "notes", "power_limit", "settings", "settings_timeline",
-    "carbon_aware", "non_training",
+    "schema",
+    "wattwise_version",
+    "status",
+    "simulated",
+    "backend",
+    "framework",
+    "job",
+    "hostname",
+    "world_size",
+    "start_time",
+    "end_time",
+    "time_s",
+    "energy_j",
+    "energy_per_device_j",
+    "cpu_energy_j",
+    "avg_power_w",
+    "steps",
+    "epochs",
+    "resumed_energy_j",
+    "devices",
+    "notes",
+    "power_limit",
+    "settings",
+    "settings_timeline",
+    "carbon_aware",
+    "non_training",
 ]
-TUNE_KEYS = ["mode", "selector", "eta", "max_slowdown", "reused", "chosen_power_limit_w", "profile",
-             "baseline_energy_j", "energy_saved_j", "baseline_estimated", "tuning"]
+TUNE_KEYS = [
+    "mode",
+    "selector",
+    "eta",
+    "max_slowdown",
+    "reused",
+    "chosen_power_limit_w",
+    "profile",
+    "baseline_energy_j",
+    "energy_saved_j",
+    "baseline_estimated",
+    "tuning",
+]
 
 
 def full_summary(**overrides: Any) -> RunSummary:
@@ -70,14 +103,23 @@ def full_summary(**overrides: Any) -> RunSummary:
         devices=({"key": "gpu0", "name": "NVIDIA A100", "rank": 0}, {"key": "gpu0", "name": "NVIDIA A100", "rank": 1}),
         notes=("simulated GPU",),
         power_limit=PowerLimitSummary(
-            mode="tune", selector="cost", eta=0.5, max_slowdown=0.1, reused=False, chosen_power_limit_w=175.0,
+            mode="tune",
+            selector="cost",
+            eta=0.5,
+            max_slowdown=0.1,
+            reused=False,
+            chosen_power_limit_w=175.0,
             profile=(ProfileEntry(300.0, 0.05, 14.0), ProfileEntry(175.0, 0.06, 10.2)),
-            baseline_energy_j=30_000.0, energy_saved_j=4_999.5, baseline_estimated=True,
+            baseline_energy_j=30_000.0,
+            energy_saved_j=4_999.5,
+            baseline_estimated=True,
             tuning=TuningSummary(finished=True, profiled=(300.0, 175.0), steps_at_chosen=380),
         ),
         settings=RunSettings(power_limit_w=175.0, batch_size=64, frequency_plan="plans/stage0.json"),
-        settings_timeline=(SettingEvent(1_767_225_600.5, "rank0/gpu0", "power_limit_w", 175.0),
-                           SettingEvent(1_767_225_601.5, "rank0/gpu0", "batch_size", 64)),
+        settings_timeline=(
+            SettingEvent(1_767_225_600.5, "rank0/gpu0", "power_limit_w", 175.0),
+            SettingEvent(1_767_225_601.5, "rank0/gpu0", "batch_size", 64),
+        ),
         carbon_aware=CarbonAwareSummary(300.0, 900.0, "grid.csv"),
         non_training={"validation": NonTrainingTime(12.5, 2_500.0, 4), "checkpoint": NonTrainingTime(1.0, 150.0, 2)},
     )
@@ -85,8 +127,12 @@ def full_summary(**overrides: Any) -> RunSummary:
 
 
 def power() -> list[PowerRow]:
-    return power_rows([(1_767_225_600.5, {"rank0/gpu0": 120.0, "rank1/gpu0": 130.0}),
-                       (1_767_225_601.5, {"rank0/gpu0": 125.5, "rank1/gpu0": 135.25})])
+    return power_rows(
+        [
+            (1_767_225_600.5, {"rank0/gpu0": 120.0, "rank1/gpu0": 130.0}),
+            (1_767_225_601.5, {"rank0/gpu0": 125.5, "rank1/gpu0": 135.25}),
+        ]
+    )
 
 
 @pytest.fixture
@@ -116,8 +162,12 @@ def test_summary_json_keys_are_the_run_schema(run_dir: Path) -> None:
     assert list(data["power_limit"]) == TUNE_KEYS
     assert list(data["power_limit"]["profile"][0]) == ["power_limit_w", "time_s", "energy_j"]
     assert list(data["carbon_aware"]) == ["threshold_g_per_kwh", "interval_s", "intensity_source"]
-    assert data["settings_timeline"][0] == {"timestamp": 1_767_225_600.5, "device": "rank0/gpu0",
-                                            "setting": "power_limit_w", "value": 175.0}
+    assert data["settings_timeline"][0] == {
+        "timestamp": 1_767_225_600.5,
+        "device": "rank0/gpu0",
+        "setting": "power_limit_w",
+        "value": 175.0,
+    }
 
 
 def test_a_cap_records_only_its_mode_and_limit() -> None:
@@ -129,13 +179,24 @@ def test_a_cap_records_only_its_mode_and_limit() -> None:
 
 def test_unfinished_tuning_and_a_reused_limit_read_back_with_their_origin(tmp_path: Path) -> None:
     limit = PowerLimitSummary(
-        mode="tune", selector="energy", eta=0.5, reused=True, chosen_power_limit_w=200.0,
-        profile=(ProfileEntry(300.0, 0.05, 14.0),), reused_run_id="run-7", reused_chosen_at_s=1_767_225_600.0,
-        tuning=TuningSummary(finished=False, profiled=(300.0,), reason="the run ended after 20 optimizer steps"))
+        mode="tune",
+        selector="energy",
+        eta=0.5,
+        reused=True,
+        chosen_power_limit_w=200.0,
+        profile=(ProfileEntry(300.0, 0.05, 14.0),),
+        reused_run_id="run-7",
+        reused_chosen_at_s=1_767_225_600.0,
+        tuning=TuningSummary(finished=False, profiled=(300.0,), reason="the run ended after 20 optimizer steps"),
+    )
     write_run_dir(tmp_path, full_summary(power_limit=limit), None)
     data = json.loads((tmp_path / "summary.json").read_text())["power_limit"]
-    assert data["tuning"] == {"finished": False, "profiled": [300.0], "steps_at_chosen": None,
-                              "reason": "the run ended after 20 optimizer steps"}
+    assert data["tuning"] == {
+        "finished": False,
+        "profiled": [300.0],
+        "steps_at_chosen": None,
+        "reason": "the run ended after 20 optimizer steps",
+    }
     assert data["reused_from"] == {"run_id": "run-7", "chosen_at": "2026-01-01T00:00:00+00:00"}
     assert read_run_dir(tmp_path).summary.power_limit == limit
 
@@ -173,8 +234,10 @@ def test_power_rows_keep_each_samples_devices_in_time_order() -> None:
 
 
 def test_the_window_log_reads_back(tmp_path: Path) -> None:
-    rows = [WindowRow(1_767_225_600.5, "step", 0.25, 30.5, {"gpu0": 10.25, "gpu1": 20.25}, ("gpu1",), True),
-            WindowRow(1_767_225_601.5, "fit", 1.5, 60.0, {"gpu0": 30.0, "gpu1": 30.0})]
+    rows = [
+        WindowRow(1_767_225_600.5, "step", 0.25, 30.5, {"gpu0": 10.25, "gpu1": 20.25}, ("gpu1",), True),
+        WindowRow(1_767_225_601.5, "fit", 1.5, 60.0, {"gpu0": 30.0, "gpu1": 30.0}),
+    ]
     log = WindowsLog(tmp_path / "logs" / "windows.csv", ["gpu0", "gpu1"])
     for row in rows:
         log.write(row)
@@ -285,8 +348,10 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "summary is a directory": (replace_with_directory("summary.json"), r"summary\.json is a directory"),
     "summary is binary": (write("summary.json", b"\x00\x01\x02{}"), r"summary\.json: holds binary data"),
     "summary not UTF-8": (write("summary.json", b'{"energy_j": "\xff"}'), r"summary\.json: not UTF-8 text"),
-    "summary cut short": (write("summary.json", b'{"schema": "wattwise.run/1", "energy_j": 1'),
-                          r"summary\.json: not valid JSON \(Expecting"),
+    "summary cut short": (
+        write("summary.json", b'{"schema": "wattwise.run/1", "energy_j": 1'),
+        r"summary\.json: not valid JSON \(Expecting",
+    ),
     "summary not an object": (write("summary.json", b"[1, 2]"), r"summary\.json: must hold a JSON object"),
     "other schema": (set_key("schema", "zeus/1"), r"summary\.json: schema 'zeus/1' is not a wattwise run"),
     "energy NaN": (set_key("energy_j", math.nan), r"summary\.json: energy_j must be a finite number >= 0 \(got nan\)"),
@@ -296,39 +361,63 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "time infinite": (set_key("time_s", math.inf), r"summary\.json: time_s must be a finite number"),
     "start without timezone": (set_key("start_time", "2026-01-01T00:00:00"), r"summary\.json: start_time: .*timezone"),
     "end before start": (set_key("end_time", "2025-01-01T00:00:00+00:00"), r"summary\.json: end_time .* before"),
-    "device energy negative": (set_key("energy_per_device_j.rank0/gpu0", -5.0),
-                               r"summary\.json: energy_per_device_j\.rank0/gpu0 must be a finite number >= 0"),
+    "device energy negative": (
+        set_key("energy_per_device_j.rank0/gpu0", -5.0),
+        r"summary\.json: energy_per_device_j\.rank0/gpu0 must be a finite number >= 0",
+    ),
     "epoch energy negative": (set_key("epochs[1].energy_j", -2.0), r"summary\.json: epochs\[1\]\.energy_j must be"),
     "steps fractional": (set_key("steps", 1.5), r"summary\.json: steps must be a whole number"),
     "simulated a string": (set_key("simulated", "yes"), r"summary\.json: simulated must be true or false"),
-    "profile entry missing time": (set_key("power_limit.profile[0].time_s", None),
-                                   r"summary\.json: key 'power_limit\.profile\[0\]\.time_s' is missing"),
+    "profile entry missing time": (
+        set_key("power_limit.profile[0].time_s", None),
+        r"summary\.json: key 'power_limit\.profile\[0\]\.time_s' is missing",
+    ),
     "power limit mode missing": (set_key("power_limit.mode", None), r"key 'power_limit\.mode' is missing"),
-    "frequency plan a number": (set_key("settings.frequency_plan", 3),
-                                r"summary\.json: settings\.frequency_plan must be a string"),
+    "frequency plan a number": (
+        set_key("settings.frequency_plan", 3),
+        r"summary\.json: settings\.frequency_plan must be a string",
+    ),
     "batch size zero": (set_key("settings.batch_size", 0), r"summary\.json: settings\.batch_size must be a whole"),
     "settings a list": (set_key("settings", [1]), r"summary\.json: settings must be an object"),
-    "timeline value a list": (set_key("settings_timeline[0].value", [1]),
-                              r"summary\.json: settings_timeline\[0\]\.value must be a finite number, a string"),
-    "carbon threshold missing": (set_key("carbon_aware.threshold_g_per_kwh", None),
-                                 r"key 'carbon_aware\.threshold_g_per_kwh' is missing"),
+    "timeline value a list": (
+        set_key("settings_timeline[0].value", [1]),
+        r"summary\.json: settings_timeline\[0\]\.value must be a finite number, a string",
+    ),
+    "carbon threshold missing": (
+        set_key("carbon_aware.threshold_g_per_kwh", None),
+        r"key 'carbon_aware\.threshold_g_per_kwh' is missing",
+    ),
     "notes not strings": (set_key("notes", ["ok", 5]), r"summary\.json: notes\[1\] must be a string"),
     "power is a directory": (replace_with_directory("power.csv"), r"power\.csv is a directory"),
     "power empty": (write("power.csv", b""), r"power\.csv: empty; the header must include timestamp,device,power_w"),
-    "power column missing": (write("power.csv", b"timestamp,device\n1,gpu0\n"),
-                             r"power\.csv: the header lacks column\(s\) power_w"),
-    "power row cut short": (write("power.csv", POWER_HEAD + b"1767225601.5,rank0/gpu0\n"),
-                            r"power\.csv line 3: 2 fields where the header has 3 \(the row is cut short\)"),
-    "power row too long": (write("power.csv", POWER_HEAD + b"1767225601.5,rank0/gpu0,1,2\n"),
-                           r"power\.csv line 3: 4 fields .*too long"),
-    "power NaN": (write("power.csv", POWER_HEAD + b"1767225601.5,rank0/gpu0,nan\n"),
-                  r"power\.csv line 3: power_w must be a finite number >= 0 \(got 'nan'\)"),
-    "power negative": (write("power.csv", POWER_HEAD + b"1767225601.5,rank0/gpu0,-3\n"),
-                       r"power\.csv line 3: power_w must be a finite number >= 0"),
-    "power time not a number": (write("power.csv", POWER_HEAD + b"soon,rank0/gpu0,3\n"),
-                                r"power\.csv line 3: timestamp must be a finite number"),
-    "power device empty": (write("power.csv", POWER_HEAD + b"1767225601.5,,3\n"),
-                           r"power\.csv line 3: device is empty"),
+    "power column missing": (
+        write("power.csv", b"timestamp,device\n1,gpu0\n"),
+        r"power\.csv: the header lacks column\(s\) power_w",
+    ),
+    "power row cut short": (
+        write("power.csv", POWER_HEAD + b"1767225601.5,rank0/gpu0\n"),
+        r"power\.csv line 3: 2 fields where the header has 3 \(the row is cut short\)",
+    ),
+    "power row too long": (
+        write("power.csv", POWER_HEAD + b"1767225601.5,rank0/gpu0,1,2\n"),
+        r"power\.csv line 3: 4 fields .*too long",
+    ),
+    "power NaN": (
+        write("power.csv", POWER_HEAD + b"1767225601.5,rank0/gpu0,nan\n"),
+        r"power\.csv line 3: power_w must be a finite number >= 0 \(got 'nan'\)",
+    ),
+    "power negative": (
+        write("power.csv", POWER_HEAD + b"1767225601.5,rank0/gpu0,-3\n"),
+        r"power\.csv line 3: power_w must be a finite number >= 0",
+    ),
+    "power time not a number": (
+        write("power.csv", POWER_HEAD + b"soon,rank0/gpu0,3\n"),
+        r"power\.csv line 3: timestamp must be a finite number",
+    ),
+    "power device empty": (
+        write("power.csv", POWER_HEAD + b"1767225601.5,,3\n"),
+        r"power\.csv line 3: device is empty",
+    ),
     "power binary": (write("power.csv", POWER_HEAD + b"1767225601.5,gpu\x000,3\n"), r"power\.csv line 3: holds binary"),
     "power not UTF-8": (write("power.csv", POWER_HEAD + b"1767225601.5,gpu\xff,3\n"), r"power\.csv: not UTF-8 text"),
 }
@@ -379,12 +468,18 @@ def test_a_run_directory_that_is_not_a_directory_is_a_usage_error(tmp_path: Path
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"start_time,window_name,time_s,energy_j,gpu0_energy_j,approximate,simulated\n1,fit,2,3\n",
-         r"windows\.csv line 2: 4 fields where the header has 7"),
-        (b"start_time,window_name,time_s,energy_j,gpu0_energy_j,approximate,simulated\n1,fit,2,3,-1,,true\n",
-         r"windows\.csv line 2: gpu0_energy_j must be a finite number >= 0"),
-        (b"start_time,window_name,time_s,energy_j,gpu0_energy_j,approximate,simulated\n1,fit,2,3,1,,maybe\n",
-         r"windows\.csv line 2: simulated must be true or false"),
+        (
+            b"start_time,window_name,time_s,energy_j,gpu0_energy_j,approximate,simulated\n1,fit,2,3\n",
+            r"windows\.csv line 2: 4 fields where the header has 7",
+        ),
+        (
+            b"start_time,window_name,time_s,energy_j,gpu0_energy_j,approximate,simulated\n1,fit,2,3,-1,,true\n",
+            r"windows\.csv line 2: gpu0_energy_j must be a finite number >= 0",
+        ),
+        (
+            b"start_time,window_name,time_s,energy_j,gpu0_energy_j,approximate,simulated\n1,fit,2,3,1,,maybe\n",
+            r"windows\.csv line 2: simulated must be true or false",
+        ),
         (b"start_time,window_name,energy_j\n", r"windows\.csv: the header lacks column\(s\) time_s,approximate"),
     ],
 )

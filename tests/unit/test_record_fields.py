@@ -32,29 +32,60 @@ from wattwise.tools.workload import emulate_step
 
 #: summary.json of `every_field()`, as wattwise wrote it before the record's fields were defined once.
 GOLDEN = DATA_DIR / "summary_every_field.json"
-RECORDS = (RunSummary, PowerLimitSummary, TuningSummary, EpochEnergy, SettingEvent, NonTrainingTime, RunSettings,
-           CarbonAwareSummary, ProfileEntry)
+RECORDS = (
+    RunSummary,
+    PowerLimitSummary,
+    TuningSummary,
+    EpochEnergy,
+    SettingEvent,
+    NonTrainingTime,
+    RunSettings,
+    CarbonAwareSummary,
+    ProfileEntry,
+)
 
 
 def every_field() -> RunSummary:
     """A summary in which every field of every record holds a value other than its default."""
     return RunSummary(
-        status="completed", simulated=True, backend="simulated", framework="lightning", job="bert", hostname="node1",
-        world_size=2, start_time="2026-01-01T00:00:00.250000+00:00", end_time="2026-01-01T00:01:40.250000+00:00",
-        time_s=100.0, energy_j=25_000.5, energy_per_device_j={"rank0/gpu0": 12_000.25, "rank1/gpu0": 13_000.25},
-        cpu_energy_j=800.0, steps=400,
-        epochs=(EpochEnergy(0, 50.0, 12_500.0), EpochEnergy(1, 50.0, 12_500.5)), resumed_energy_j=1_000.0,
+        status="completed",
+        simulated=True,
+        backend="simulated",
+        framework="lightning",
+        job="bert",
+        hostname="node1",
+        world_size=2,
+        start_time="2026-01-01T00:00:00.250000+00:00",
+        end_time="2026-01-01T00:01:40.250000+00:00",
+        time_s=100.0,
+        energy_j=25_000.5,
+        energy_per_device_j={"rank0/gpu0": 12_000.25, "rank1/gpu0": 13_000.25},
+        cpu_energy_j=800.0,
+        steps=400,
+        epochs=(EpochEnergy(0, 50.0, 12_500.0), EpochEnergy(1, 50.0, 12_500.5)),
+        resumed_energy_j=1_000.0,
         devices=({"key": "gpu0", "name": "NVIDIA A100", "rank": 0}, {"key": "gpu0", "name": "NVIDIA A100", "rank": 1}),
         notes=("simulated GPU",),
         power_limit=PowerLimitSummary(
-            mode="tune", selector="energy", eta=0.5, max_slowdown=0.1, reused=True, chosen_power_limit_w=175.0,
+            mode="tune",
+            selector="energy",
+            eta=0.5,
+            max_slowdown=0.1,
+            reused=True,
+            chosen_power_limit_w=175.0,
             profile=(ProfileEntry(300.0, 0.05, 14.0), ProfileEntry(175.0, 0.06, 10.2)),
-            baseline_energy_j=30_000.0, energy_saved_j=-4.5, baseline_estimated=True,
-            reused_run_id="runs/a on node1 at 2025-12-31T00:00:00+00:00", reused_chosen_at_s=1_767_139_200.5,
-            tuning=TuningSummary(finished=False, profiled=(300.0, 175.0), reason="the run ended", steps_at_chosen=380)),
+            baseline_energy_j=30_000.0,
+            energy_saved_j=-4.5,
+            baseline_estimated=True,
+            reused_run_id="runs/a on node1 at 2025-12-31T00:00:00+00:00",
+            reused_chosen_at_s=1_767_139_200.5,
+            tuning=TuningSummary(finished=False, profiled=(300.0, 175.0), reason="the run ended", steps_at_chosen=380),
+        ),
         settings=RunSettings(power_limit_w=175.0, batch_size=64, frequency_plan="plans/stage0.json"),
-        settings_timeline=(SettingEvent(1_767_225_600.5, "rank0/gpu0", "power_limit_w", 175.0),
-                           SettingEvent(1_767_225_601.5, "rank0/gpu0", "locked", None)),
+        settings_timeline=(
+            SettingEvent(1_767_225_600.5, "rank0/gpu0", "power_limit_w", 175.0),
+            SettingEvent(1_767_225_601.5, "rank0/gpu0", "locked", None),
+        ),
         carbon_aware=CarbonAwareSummary(300.0, 900.0, "grid.csv"),
         non_training={"validation": NonTrainingTime(12.5, 2_500.0, 4), "checkpoint": NonTrainingTime(1.0, 150.0, 2)},
         wattwise_version="1.2.3",
@@ -95,10 +126,15 @@ def test_the_round_trip_covers_every_field_of_every_record() -> None:
 
 
 def test_keys_a_summary_leaves_out_read_as_their_definition_says() -> None:
-    minimal = {"start_time": "2026-01-01T00:00:00+00:00", "end_time": "2026-01-01T00:00:10+00:00", "energy_j": 5,
-               "backend": "simulated", "epochs": [{"time_s": 1, "energy_j": 2}],
-               "power_limit": {"mode": "tune", "reused_from": {"run_id": "r"}, "tuning": {}},
-               "non_training": {"validation": {"time_s": 1, "energy_j": 2}, "checkpoint": None}}
+    minimal = {
+        "start_time": "2026-01-01T00:00:00+00:00",
+        "end_time": "2026-01-01T00:00:10+00:00",
+        "energy_j": 5,
+        "backend": "simulated",
+        "epochs": [{"time_s": 1, "energy_j": 2}],
+        "power_limit": {"mode": "tune", "reused_from": {"run_id": "r"}, "tuning": {}},
+        "non_training": {"validation": {"time_s": 1, "energy_j": 2}, "checkpoint": None},
+    }
     read = parse_summary(minimal, where="summary.json")
     assert (read.wattwise_version, read.simulated, read.time_s) == (None, True, 10.0)
     assert read.epochs == (EpochEnergy(0, 1.0, 2.0),)  # an epoch without its number: its position
@@ -119,9 +155,18 @@ def test_a_key_nested_in_a_grouped_field_is_named_in_full_when_damaged() -> None
 def test_a_runs_record_holds_every_part_the_measurement_handed_over(tmp_path: Path) -> None:
     clock = VirtualClock()
     gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
-    cfg = load_config(overrides=["monitor.sample_power=true", "monitor.sync_cuda=false", f"output_dir={tmp_path}",
-                                 "power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
-                                 "power_limit.profile_steps=2", "power_limit.step_w=100"])
+    cfg = load_config(
+        overrides=[
+            "monitor.sample_power=true",
+            "monitor.sync_cuda=false",
+            f"output_dir={tmp_path}",
+            "power_limit.mode=tune",
+            "power_limit.wait_steps=0",
+            "power_limit.warmup_steps=1",
+            "power_limit.profile_steps=2",
+            "power_limit.step_w=100",
+        ]
+    )
     run = Run(cfg, devices=[gpu], wall_clock=clock, batch_size=32)
     run.start()
     run.epoch_begin()

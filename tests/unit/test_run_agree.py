@@ -124,9 +124,13 @@ class Lockstep(Collective):
         return [(max(a[0], b[0]), a[1] + b[1]) for a, b in zip(*both, strict=True)]
 
 
-
-def two_ranks(tmp_path: Path, rank_setup: Callable[[int, SimulatedGPU | None], None], *, steps: int = 12,
-              overrides: Sequence[str] = ()) -> tuple[list[Run], list[Lockstep], list[str]]:
+def two_ranks(
+    tmp_path: Path,
+    rank_setup: Callable[[int, SimulatedGPU | None], None],
+    *,
+    steps: int = 12,
+    overrides: Sequence[str] = (),
+) -> tuple[list[Run], list[Lockstep], list[str]]:
     """Two ranks (threads) training `steps` steps in lockstep, each with its own simulated GPU, which
     `rank_setup` may change (a GPU it marks `absent`: that rank finds no device; `unopenable = why`: that
     rank's devices cannot be opened, as a backend named in the configuration that its node lacks); the runs,
@@ -134,15 +138,31 @@ def two_ranks(tmp_path: Path, rank_setup: Callable[[int, SimulatedGPU | None], N
     shared: dict[str, Any] = {"slots": [None, None], "barrier": threading.Barrier(2), "mismatch": None}
     colls = [Lockstep(rank, shared) for rank in range(2)]
     clocks = [VirtualClock(), VirtualClock()]
-    gpus: list[SimulatedGPU | None] = [SimulatedGPU(rank, PowerModel.default(), base_step_time_s=0.1,
-                                                    clock=clocks[rank], sleep=clocks[rank].sleep) for rank in range(2)]
+    gpus: list[SimulatedGPU | None] = [
+        SimulatedGPU(rank, PowerModel.default(), base_step_time_s=0.1, clock=clocks[rank], sleep=clocks[rank].sleep)
+        for rank in range(2)
+    ]
     for rank in range(2):
         rank_setup(rank, gpus[rank])
-    cfg = load_config(overrides=["monitor.sample_power=false", "monitor.sync_cuda=false", "log_every_n_steps=4",
-                                 *overrides, f"output_dir={tmp_path / 'run'}"])
+    cfg = load_config(
+        overrides=[
+            "monitor.sample_power=false",
+            "monitor.sync_cuda=false",
+            "log_every_n_steps=4",
+            *overrides,
+            f"output_dir={tmp_path / 'run'}",
+        ]
+    )
     unopenable = [getattr(gpu, "unopenable", None) for gpu in gpus]
-    runs = [Run(cfg, devices=None if unopenable[rank] else [] if getattr(gpus[rank], "absent", False)
-                else [gpus[rank]], collective=colls[rank], wall_clock=clocks[rank]) for rank in range(2)]
+    runs = [
+        Run(
+            cfg,
+            devices=None if unopenable[rank] else [] if getattr(gpus[rank], "absent", False) else [gpus[rank]],
+            collective=colls[rank],
+            wall_clock=clocks[rank],
+        )
+        for rank in range(2)
+    ]
     errors: list[BaseException] = []
     discover = wattwise.run.measurement.discover
 
@@ -212,7 +232,8 @@ def test_a_device_lost_on_one_rank_at_a_window_end_keeps_both_ranks_in_step_and_
     assert all(run.measuring for run in runs)  # nobody stopped measuring alone (rank 1's windows time only)
     assert [w.split(" (set strict")[0] for w in warned] == [
         "wattwise: rank 1: energy measurement failed (gpu1: the GPU has fallen off the bus); its energy is left "
-        "out of the run's figures, and the other processes go on measuring"]
+        "out of the run's figures, and the other processes go on measuring"
+    ]
     summary = runs[0].summary
     assert summary is not None and summary["status"] == "completed" and summary["steps"] == 12
     assert warned[0].removeprefix("wattwise: ").split(" (set strict")[0] in summary["notes"]
@@ -248,14 +269,17 @@ def test_one_rank_with_nothing_to_measure_keeps_in_step_and_the_other_measures(t
     assert colls[0].issued == colls[1].issued and colls[0].issued[0] == "all_gather"  # asked once at the start
     assert len(warned) == 1 and warned[0].startswith(
         "wattwise: rank 1: nothing to measure (no GPU, and the CPU package's energy counter is not readable); "
-        "the figures are the other processes'")
+        "the figures are the other processes'"
+    )
     summary = runs[0].summary
     assert summary is not None and summary["steps"] == 12 and summary["world_size"] == 2
     assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"] and summary["energy_j"] > 0
 
 
-NVML_MISSING = ("NVML unavailable: libnvidia-ml.so.1: cannot open shared object file; devices.backend is nvml, which "
-                "needs an NVIDIA driver (use auto, or simulated to try wattwise without one)")
+NVML_MISSING = (
+    "NVML unavailable: libnvidia-ml.so.1: cannot open shared object file; devices.backend is nvml, which "
+    "needs an NVIDIA driver (use auto, or simulated to try wattwise without one)"
+)
 
 
 @pytest.mark.parametrize("mode", ["measure", "tune"])
@@ -267,8 +291,9 @@ def test_one_rank_whose_named_backend_cannot_open_keeps_in_step_and_the_other_me
     overrides = TUNE if mode == "tune" else []
     runs, colls, warned = two_ranks(tmp_path, unopenable, overrides=overrides)  # it hung: rank 0 waited for ever
     assert colls[0].issued == colls[1].issued
-    assert len(warned) == 1 and warned[0].startswith(f"wattwise: rank 1: opening its devices failed ({NVML_MISSING}); "
-                                                     "the figures are the other processes'")
+    assert len(warned) == 1 and warned[0].startswith(
+        f"wattwise: rank 1: opening its devices failed ({NVML_MISSING}); the figures are the other processes'"
+    )
     summary = runs[0].summary
     assert summary is not None and (summary["status"], summary["steps"], summary["world_size"]) == ("completed", 12, 2)
     assert list(summary["energy_per_device_j"]) == ["rank0/gpu0"] and summary["energy_j"] > 0

@@ -22,11 +22,19 @@ from wattwise.run.agreement import (
 
 
 def rank_end(rank: int) -> RankEnd:
-    return RankEnd(energy={f"rank{rank}/gpu0": 12.5}, cpu=None, time_s=3.0,
-                   devices=[{"name": "Simulated", "rank": rank}],
-                   paused={"validation": [0.5, 2.0, 1]}, samples=[(1700000000.0, {f"rank{rank}/gpu0": 250.0})],
-                   lost=None, rank=rank, timeline=[[1700000000.0, f"rank{rank}/gpu0", "power_limit_w", 200.0]],
-                   lifted=[], ended="SIGTERM reached {ranks}")
+    return RankEnd(
+        energy={f"rank{rank}/gpu0": 12.5},
+        cpu=None,
+        time_s=3.0,
+        devices=[{"name": "Simulated", "rank": rank}],
+        paused={"validation": [0.5, 2.0, 1]},
+        samples=[(1700000000.0, {f"rank{rank}/gpu0": 250.0})],
+        lost=None,
+        rank=rank,
+        timeline=[[1700000000.0, f"rank{rank}/gpu0", "power_limit_w", 200.0]],
+        lifted=[],
+        ended="SIGTERM reached {ranks}",
+    )
 
 
 def test_a_single_process_agrees_alone_without_a_collective() -> None:
@@ -64,15 +72,19 @@ def test_a_rank_end_left_in_a_file_is_read_back_validated_and_removed(tmp_path: 
     assert not (tmp_path / FIGURES_LEFT.format(rank=1)).exists()
 
 
-@pytest.mark.parametrize(("change", "why"), [
-    ({"rank": 2}, "rank must be 1 (got 2)"),
-    ({"time_s": "3"}, "time_s must be a finite number (got '3')"),
-    ({"energy": {"rank1/gpu0": True}}, "energy must map device labels to finite numbers"),
-    ({"timeline": [[0.0, "gpu0"]]}, "timeline must be a list of [timestamp_s, device, setting, value]"),
-    ({"paused": {"validation": [1.0]}}, "paused must map kinds to [time_s, energy_j, count]"),
-])
-def test_a_rank_end_that_is_not_one_wattwise_wrote_is_refused_naming_the_field(change: dict[str, object],
-                                                                               why: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"rank": 2}, "rank must be 1 (got 2)"),
+        ({"time_s": "3"}, "time_s must be a finite number (got '3')"),
+        ({"energy": {"rank1/gpu0": True}}, "energy must map device labels to finite numbers"),
+        ({"timeline": [[0.0, "gpu0"]]}, "timeline must be a list of [timestamp_s, device, setting, value]"),
+        ({"paused": {"validation": [1.0]}}, "paused must map kinds to [time_s, energy_j, count]"),
+    ],
+)
+def test_a_rank_end_that_is_not_one_wattwise_wrote_is_refused_naming_the_field(
+    change: dict[str, object], why: str
+) -> None:
     with pytest.raises(ValueError) as refused:
         parse_rank_end({**rank_end(1), **change}, rank=1)
     assert str(refused.value) == why

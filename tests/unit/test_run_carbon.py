@@ -14,9 +14,15 @@ from wattwise.run import Run
 from wattwise.tools.workload import emulate_step
 
 START = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc).timestamp()
-TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=0",
-        "power_limit.profile_steps=2", "power_limit.step_w=50", "monitor.sample_power=false",
-        "monitor.sync_cuda=false"]
+TUNE = [
+    "power_limit.mode=tune",
+    "power_limit.wait_steps=0",
+    "power_limit.warmup_steps=0",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=50",
+    "monitor.sample_power=false",
+    "monitor.sync_cuda=false",
+]
 
 
 def run(tmp_path, overrides, steps: int, step_s: float = 1.0):
@@ -51,8 +57,7 @@ def test_limit_switches_when_the_intensity_crosses_the_threshold(tmp_path):
         ts = dt.datetime.fromtimestamp(START + k, tz=dt.timezone.utc).isoformat()
         rows.append(f"{ts},{100 if k < 60 else 600}")
     csv.write_text("\n".join(rows) + "\n")
-    run_, summary = run(tmp_path, ["carbon.aware=true", f"carbon.intensity_csv={csv}", "carbon.interval_s=5"],
-                           80)
+    run_, summary = run(tmp_path, ["carbon.aware=true", f"carbon.intensity_csv={csv}", "carbon.interval_s=5"], 80)
     assert run_.power.tuner is not None
     time_opt = select_power_limit(run_.power.tuner.profile, "time").power_limit_w
     energy_opt = select_power_limit(run_.power.tuner.profile, "energy").power_limit_w

@@ -24,8 +24,9 @@ def test_a_temporary_left_by_an_earlier_run_is_removed_at_the_next_start(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "windows.csv"]
 
 
-def test_a_log_that_cannot_be_started_on_a_full_disk_leaves_no_temporary(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_log_that_cannot_be_started_on_a_full_disk_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_fdopen = os.fdopen
 
     class FullDisk:

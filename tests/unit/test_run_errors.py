@@ -23,10 +23,19 @@ from wattwise.store.spool import StoreUnavailable
 from wattwise.tools.workload import emulate_step
 
 QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false", "log_every_n_steps=2"]
-TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
-        "power_limit.profile_steps=2", "power_limit.step_w=100", "job=bert"]  # 300, 200, 100 W: 9 steps
-OUTAGE = StoreUnavailable("cannot reach the job store sqlite:///jobs.sqlite: database is locked (retried for 5 s)",
-                          url="sqlite:///jobs.sqlite", reason="database is locked")
+TUNE = [
+    "power_limit.mode=tune",
+    "power_limit.wait_steps=0",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=100",
+    "job=bert",
+]  # 300, 200, 100 W: 9 steps
+OUTAGE = StoreUnavailable(
+    "cannot reach the job store sqlite:///jobs.sqlite: database is locked (retried for 5 s)",
+    url="sqlite:///jobs.sqlite",
+    reason="database is locked",
+)
 
 
 class UnreachableMemory(LimitsMemory):
@@ -121,8 +130,9 @@ def test_a_fault_in_the_window_bookkeeping_during_training_is_one_warning_and_tr
     assert not run.measuring
 
 
-def test_a_users_mistake_once_training_started_no_longer_stops_it(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_users_mistake_once_training_started_no_longer_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run, gpu = make_run(tmp_path)
     run.start()
 
@@ -148,8 +158,14 @@ def test_an_internal_fault_is_raised_when_strict(tmp_path: Path) -> None:
 
 
 def test_a_users_mistake_at_the_start_is_refused_in_one_line_before_training(tmp_path: Path) -> None:
-    cfg = load_config(overrides=[*QUIET, f"output_dir={tmp_path / 'run'}", "devices.backend=simulated",
-                                 f"devices.simulated.power_model={tmp_path / 'missing.csv'}"])
+    cfg = load_config(
+        overrides=[
+            *QUIET,
+            f"output_dir={tmp_path / 'run'}",
+            "devices.backend=simulated",
+            f"devices.simulated.power_model={tmp_path / 'missing.csv'}",
+        ]
+    )
     run = Run(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # refused, not degraded with a warning

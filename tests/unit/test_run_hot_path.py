@@ -19,8 +19,13 @@ from wattwise.tools.workload import emulate_step
 
 BASE_S = 0.1
 QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
-TUNE = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
-        "power_limit.profile_steps=2", "power_limit.step_w=100"]  # 300, 200, 100 W: 9 steps to finish
+TUNE = [
+    "power_limit.mode=tune",
+    "power_limit.wait_steps=0",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=100",
+]  # 300, 200, 100 W: 9 steps to finish
 
 
 class CountingGPU(SimulatedGPU):
@@ -55,8 +60,14 @@ class CountingCollective(Collective):
         return obj
 
 
-def make_run(tmp_path, *overrides: str, clock: VirtualClock | None = None, gpu: SimulatedGPU | None = None,
-             collective: Collective | None = None, syncs: list[int] | None = None) -> tuple[Run, SimulatedGPU]:
+def make_run(
+    tmp_path,
+    *overrides: str,
+    clock: VirtualClock | None = None,
+    gpu: SimulatedGPU | None = None,
+    collective: Collective | None = None,
+    syncs: list[int] | None = None,
+) -> tuple[Run, SimulatedGPU]:
     clock = clock or VirtualClock()
     gpu = gpu or CountingGPU(clock)
     cfg = load_config(overrides=[*QUIET, f"output_dir={tmp_path / 'run'}", *overrides])
@@ -251,5 +262,3 @@ def test_the_power_sampler_keeps_a_thinned_trace_in_bounded_memory(tmp_path):
     times = [s.timestamp for s in kept]
     assert times == sorted(times) and times[-1] - times[0] > 0.9 * 100_000 * 0.1  # still spans the whole run
     assert sampler.integrated_energy_j(gpu.key) == pytest.approx(100_000 * 0.1 * gpu.model.idle_power_w, rel=1e-3)
-
-

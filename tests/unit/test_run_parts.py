@@ -40,11 +40,13 @@ def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
 
 
-def make_run(tmp_path: Path, *overrides: str, opener: GuardOpener | None = None,
-             gpus: int = 1) -> tuple[Run, list[SimulatedGPU]]:
+def make_run(
+    tmp_path: Path, *overrides: str, opener: GuardOpener | None = None, gpus: int = 1
+) -> tuple[Run, list[SimulatedGPU]]:
     clock = VirtualClock()
-    devices = [SimulatedGPU(i, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
-               for i in range(gpus)]
+    devices = [
+        SimulatedGPU(i, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep) for i in range(gpus)
+    ]
     cfg = load_config(overrides=[*QUIET, f"output_dir={tmp_path / 'run'}", *overrides])
     if opener is None:
         return Run(cfg, devices=devices, wall_clock=clock), devices
@@ -97,9 +99,15 @@ def test_a_cap_without_a_gpu_turns_into_measuring_with_one_notice_handed_over_on
 
 
 def test_tuning_reports_the_limit_it_chose_through_the_power_part(tmp_path: Path) -> None:
-    run, [gpu] = make_run(tmp_path, "power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
-                          "power_limit.profile_steps=2", "power_limit.step_w=100",
-                          opener=GuardOpener(tmp_path / "journal"))
+    run, [gpu] = make_run(
+        tmp_path,
+        "power_limit.mode=tune",
+        "power_limit.wait_steps=0",
+        "power_limit.warmup_steps=1",
+        "power_limit.profile_steps=2",
+        "power_limit.step_w=100",
+        opener=GuardOpener(tmp_path / "journal"),
+    )
     run.start()
     assert run.power.tuned_limit_w is None
     for _ in range(10):
@@ -130,8 +138,14 @@ def test_a_checkpoint_saved_after_the_run_ended_carries_the_runs_energy(tmp_path
 
 
 def test_tuning_on_an_undriven_simulated_gpu_says_its_reason_once(tmp_path: Path) -> None:
-    run, _ = make_run(tmp_path, "power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
-                      "power_limit.profile_steps=2", "power_limit.step_w=100")
+    run, _ = make_run(
+        tmp_path,
+        "power_limit.mode=tune",
+        "power_limit.wait_steps=0",
+        "power_limit.warmup_steps=1",
+        "power_limit.profile_steps=2",
+        "power_limit.step_w=100",
+    )
     with pytest.warns(EnergyPluginWarning) as said:
         run.start()
         for _ in range(12):  # no emulated work drives the GPU
@@ -143,12 +157,19 @@ def test_tuning_on_an_undriven_simulated_gpu_says_its_reason_once(tmp_path: Path
     assert [n for n in run.summary["notes"] if "no emulated work drove the simulated GPU" in n] == [
         "power-limit tuning chose no limit: no emulated work drove the simulated GPU, so it measured its idle power "
         "at every limit (wattwise.tools.workload.emulate_step drives it; the demo does); the GPU stays at 300 W and "
-        "no saving is reported"]
+        "no saving is reported"
+    ]
 
 
 def test_a_run_ended_mid_tuning_gives_one_reason_not_a_limit_never_applied(tmp_path: Path) -> None:
-    run, gpus = make_run(tmp_path, "power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=1",
-                         "power_limit.profile_steps=2", "power_limit.step_w=100")
+    run, gpus = make_run(
+        tmp_path,
+        "power_limit.mode=tune",
+        "power_limit.wait_steps=0",
+        "power_limit.warmup_steps=1",
+        "power_limit.profile_steps=2",
+        "power_limit.step_w=100",
+    )
     with pytest.warns(EnergyPluginWarning, match="tuning did not finish"):
         run.start()
         for _ in range(4):  # the 300 W window ends at step 3; the run ends in the 200 W one
@@ -162,8 +183,9 @@ def test_a_run_ended_mid_tuning_gives_one_reason_not_a_limit_never_applied(tmp_p
     assert not [n for n in run.summary["notes"] if "never applied" in n]
 
 
-def test_nothing_to_measure_is_said_once(real_auto_backend: None, bare_machine: None, tmp_path: Path,
-                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_nothing_to_measure_is_said_once(
+    real_auto_backend: None, bare_machine: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = load_config(overrides=[*QUIET, f"output_dir={tmp_path / 'run'}"])
     run = Run(cfg)
     with pytest.warns(EnergyPluginWarning) as said, caplog.at_level("WARNING", logger="wattwise"):
@@ -172,4 +194,5 @@ def test_nothing_to_measure_is_said_once(real_auto_backend: None, bare_machine: 
     told = [str(w.message) for w in said] + [r.getMessage() for r in caplog.records]
     assert [t for t in told if "nothing to measure" in t] == [
         "wattwise: nothing to measure on this machine (no GPU, and the CPU package's energy counter is not "
-        "readable): training goes on unmeasured; backend='simulated' tries wattwise on the simulated GPU"]
+        "readable): training goes on unmeasured; backend='simulated' tries wattwise on the simulated GPU"
+    ]

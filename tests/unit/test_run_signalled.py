@@ -49,8 +49,9 @@ def sigterm_handler() -> Iterator[object]:
     signal.signal(signal.SIGTERM, found)
 
 
-def signalled_rank(tmp_path: Path, rank: int, monkeypatch: pytest.MonkeyPatch, *,
-                   signalled: bool = True) -> tuple[Run, SimulatedGPU]:
+def signalled_rank(
+    tmp_path: Path, rank: int, monkeypatch: pytest.MonkeyPatch, *, signalled: bool = True
+) -> tuple[Run, SimulatedGPU]:
     """Rank `rank` of two, tuning its simulated GPU for 4 steps; then SIGTERM reached it (its guard restored),
     unless not `signalled`."""
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / f"home{rank}"))
@@ -86,8 +87,12 @@ def test_the_main_process_writes_the_summary_from_every_process_that_left_its_fi
     assert (summary.status, summary.steps, summary.world_size) == ("interrupted", 4, 2)
     assert sorted(summary.energy_per_device_j) == ["rank0/gpu0", "rank1/gpu1"]
     assert summary.energy_j == pytest.approx(sum(summary.energy_per_device_j.values()))
-    assert [(e.device, e.value) for e in summary.settings_timeline] == [("rank0/gpu0", 300.0), ("rank0/gpu0", 200.0),
-                                                                       ("rank1/gpu1", 300.0), ("rank1/gpu1", 200.0)]
+    assert [(e.device, e.value) for e in summary.settings_timeline] == [
+        ("rank0/gpu0", 300.0),
+        ("rank0/gpu0", 200.0),
+        ("rank1/gpu1", 300.0),
+        ("rank1/gpu1", 200.0),
+    ]
     assert any(n.startswith("SIGTERM reached rank 0, rank 1: each restored") for n in summary.notes)
     assert not list((tmp_path / "run").glob("interrupted-rank*"))  # taken
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # until the guard ends the process
@@ -115,8 +120,10 @@ def test_ranks_that_raised_end_apart_with_a_summary_and_their_gpus_restored(tmp_
     summary = ranks[1][0].summary
     assert summary is not None and (summary["status"], summary["steps"]) == ("failed", 4)
     assert sorted(summary["energy_per_device_j"]) == ["rank0/gpu0", "rank1/gpu1"]
-    assert "rank 0, rank 1 raised RuntimeError: each restored its GPU settings and ended on its own; the figures " \
-           "are theirs up to then" in summary["notes"]
+    assert (
+        "rank 0, rank 1 raised RuntimeError: each restored its GPU settings and ended on its own; the figures "
+        "are theirs up to then" in summary["notes"]
+    )
     assert signal.getsignal(signal.SIGTERM) == sigterm_handler  # not at a signal: SIGTERM is left alone
 
 
@@ -132,12 +139,16 @@ def test_a_rank_that_left_nothing_readable_is_named_and_its_energy_is_missing(tm
     assert list(raw["energy_per_device_j"]) == ["rank0/gpu0"]
     said = [n for n in raw["notes"] if n.startswith("rank 1")]
     if left is None:
-        assert said == ["rank 1 left no figures within 0 s of the main process's end (a process still waiting in a "
-                        "collective for this one leaves them only once that collective fails): their energy is "
-                        "missing; each process restores its own GPU settings as it ends"]
+        assert said == [
+            "rank 1 left no figures within 0 s of the main process's end (a process still waiting in a "
+            "collective for this one leaves them only once that collective fails): their energy is "
+            "missing; each process restores its own GPU settings as it ends"
+        ]
     else:
-        assert said == ["rank 1: its interrupted-rank1.json is not one wattwise wrote (not JSON (Expecting property "
-                        "name enclosed in double quotes: line 1 column 2 (char 1))): its energy is missing"]
+        assert said == [
+            "rank 1: its interrupted-rank1.json is not one wattwise wrote (not JSON (Expecting property "
+            "name enclosed in double quotes: line 1 column 2 (char 1))): its energy is missing"
+        ]
 
 
 def test_figures_an_earlier_run_left_behind_are_removed_when_the_next_run_starts(tmp_path, monkeypatch):
@@ -149,7 +160,8 @@ def test_figures_an_earlier_run_left_behind_are_removed_when_the_next_run_starts
 
 
 def test_a_rank_whose_measurement_failed_still_ends_its_settings_guard_and_leaves_no_figures(
-        tmp_path, monkeypatch, sigterm_handler):
+    tmp_path, monkeypatch, sigterm_handler
+):
     run, gpu = signalled_rank(tmp_path, 1, monkeypatch, signalled=False)
     with pytest.warns(wattwise.run.EnergyPluginWarning, match="energy measurement failed"):
         run._stop_measuring(RuntimeError("the sampler died"))

@@ -35,8 +35,12 @@ from wattwise.store.sql import SqlJobStore
 
 SECRET = b"root-owned: must survive\n"
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-MODEL = PowerModel(power_limits_w=(100.0, 200.0, 300.0), time_factors=(2.0, 1.2, 1.0),
-                   busy_power_w=(90.0, 170.0, 280.0), idle_power_w=50.0)
+MODEL = PowerModel(
+    power_limits_w=(100.0, 200.0, 300.0),
+    time_factors=(2.0, 1.2, 1.0),
+    busy_power_w=(90.0, 170.0, 280.0),
+    idle_power_w=50.0,
+)
 
 
 pytestmark = pytest.mark.usefixtures("simulated_home")
@@ -147,8 +151,26 @@ def test_frontier_and_plan_cli_replace_planted_links(tmp_path: Path, capsys: pyt
     write_profile(synthetic_profile(2, 3, 0.001, seed=3), profile)
     out = tmp_path / "out"
     victims = plant(out, "frontier.json", "frontier.csv", "plan.json")
-    assert main(["frontier", str(profile), "--microbatches", "3", "--unit-time", "0.001", "--p-blocking", "80",
-                 "--out", str(out / "frontier.json"), "--csv", str(out / "frontier.csv"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "frontier",
+                str(profile),
+                "--microbatches",
+                "3",
+                "--unit-time",
+                "0.001",
+                "--p-blocking",
+                "80",
+                "--out",
+                str(out / "frontier.json"),
+                "--csv",
+                str(out / "frontier.csv"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert main(["plan", str(out / "frontier.json"), "--out", str(out / "plan.json")]) == 0
     capsys.readouterr()
     assert_untouched(victims)
@@ -195,22 +217,48 @@ def test_legacy_limits_lock_through_a_planted_link_is_refused_and_its_target_kep
 
 
 # -- job names ------------------------------------------------------------------------------------------
-BAD_NAMES = ["", "ok\n", "a\tb", "a\x00b", "\x1b[31mred", "../etc", "a/../b", "..", "a..b", "/abs", "a/", "a//b",
-             "a\\b", " lead", "trail ", "a /b", "tab\tin", "-dash-first", "x" * (MAX_JOB_NAME + 1), "ünïcode"]
-GOOD_NAMES = ["bert-nightly", "bert/squad", "cifar10/resnet-50", "llama_3.1:8b@a100+fp8", "bert nightly",
-              "x" * MAX_JOB_NAME]
+BAD_NAMES = [
+    "",
+    "ok\n",
+    "a\tb",
+    "a\x00b",
+    "\x1b[31mred",
+    "../etc",
+    "a/../b",
+    "..",
+    "a..b",
+    "/abs",
+    "a/",
+    "a//b",
+    "a\\b",
+    " lead",
+    "trail ",
+    "a /b",
+    "tab\tin",
+    "-dash-first",
+    "x" * (MAX_JOB_NAME + 1),
+    "ünïcode",
+]
+GOOD_NAMES = [
+    "bert-nightly",
+    "bert/squad",
+    "cifar10/resnet-50",
+    "llama_3.1:8b@a100+fp8",
+    "bert nightly",
+    "x" * MAX_JOB_NAME,
+]
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
-def test_bad_job_names_are_refused_wherever_they_enter(name: str, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_job_names_are_refused_wherever_they_enter(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(UsageError, match=r"^job: .* is not a valid name; use 1-128 characters"):
         check_job_name(name)
     with pytest.raises(ConfigError, match=r"^job: "):
         load_config(values={"job": name})
     with pytest.raises(UsageError, match=r"^job: "):
-        JobSpec(name=name, batch_sizes=(32,), default_batch_size=32, target_metric=0.9, max_epochs=3,
-                max_power_w=300.0)
+        JobSpec(name=name, batch_sizes=(32,), default_batch_size=32, target_metric=0.9, max_epochs=3, max_power_w=300.0)
     if name and "\x00" not in name and not name.startswith("-"):  # argparse reads "-..." as an option
         assert main(["jobs", "show", name]) == 2
         err = capsys.readouterr().err

@@ -68,27 +68,34 @@ def test_a_power_model_row_at_a_terawatt_names_the_row_and_column(tmp_path: Path
         PowerModel.from_csv(path)
 
 
-@pytest.mark.parametrize(("times", "powers", "column"), [
-    ((1.0, 1e9), (100.0, 200.0), "time"),
-    ((1.0, 0.01), (100.0, 200.0), "time"),
-    ((1.0, 1.0), (100.0, 1e7), "power"),
-])
-def test_a_power_model_out_of_range_names_the_row(times: tuple[float, float], powers: tuple[float, float],
-                                                  column: str) -> None:
+@pytest.mark.parametrize(
+    ("times", "powers", "column"),
+    [
+        ((1.0, 1e9), (100.0, 200.0), "time"),
+        ((1.0, 0.01), (100.0, 200.0), "time"),
+        ((1.0, 1.0), (100.0, 1e7), "power"),
+    ],
+)
+def test_a_power_model_out_of_range_names_the_row(
+    times: tuple[float, float], powers: tuple[float, float], column: str
+) -> None:
     with pytest.raises(UsageError, match=rf"row \d \(power_limit \d+ W\): {column} must be"):
         PowerModel((100.0, 200.0), times, powers)
 
 
 # -- configuration ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("override", "key"), [
-    ("power_limit.profile_steps=100000000000000000000000000000", "power_limit.profile_steps"),
-    ("power_limit.warmup_steps=10000000", "power_limit.warmup_steps"),
-    ("power_limit.wait_steps=10000000", "power_limit.wait_steps"),
-    ("log_every_n_steps=10000000", "log_every_n_steps"),
-    ("power_limit.step_w=1e-9", "power_limit.step_w"),
-    ("power_limit.step_w=1e9", "power_limit.step_w"),
-    ("devices.simulated.num_gpus=100000", "devices.simulated.num_gpus"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("power_limit.profile_steps=100000000000000000000000000000", "power_limit.profile_steps"),
+        ("power_limit.warmup_steps=10000000", "power_limit.warmup_steps"),
+        ("power_limit.wait_steps=10000000", "power_limit.wait_steps"),
+        ("log_every_n_steps=10000000", "log_every_n_steps"),
+        ("power_limit.step_w=1e-9", "power_limit.step_w"),
+        ("power_limit.step_w=1e9", "power_limit.step_w"),
+        ("devices.simulated.num_gpus=100000", "devices.simulated.num_gpus"),
+    ],
+)
 def test_a_setting_outside_its_range_names_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(overrides=[override])
@@ -114,8 +121,9 @@ def test_demo_with_a_tiny_step_exits_2_naming_the_flag(capsys: pytest.CaptureFix
 
 
 # -- power-limit profiles -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("bad", [ProfileEntry(200.0, 1.0, 0.0), ProfileEntry(200.0, 0.0, 10.0),
-                                 ProfileEntry(200.0, math.inf, 10.0)])
+@pytest.mark.parametrize(
+    "bad", [ProfileEntry(200.0, 1.0, 0.0), ProfileEntry(200.0, 0.0, 10.0), ProfileEntry(200.0, math.inf, 10.0)]
+)
 def test_a_profile_row_of_zero_time_or_energy_is_refused(bad: ProfileEntry) -> None:
     with pytest.raises(UsageError, match=r"profile row 2 \(power_limit_w 200\.0\)"):
         select_power_limit([ProfileEntry(300.0, 1.0, 250.0), bad], "energy")
@@ -132,15 +140,21 @@ def test_a_picosecond_unit_time_is_refused_with_the_size() -> None:
         FrontierSolver(problem(), 1e-12)
 
 
-@pytest.mark.parametrize(("flags", "named"), [
-    (["--microbatches", "10000000", "--unit-time", "0.001"], "--microbatches"),
-    (["--microbatches", "4", "--unit-time", "1e-12"], "--unit-time"),
-    (["--microbatches", "4", "--unit-time", "1e-8"], "--unit-time"),
-])
-def test_frontier_too_large_exits_2_naming_the_option(tmp_path: Path, profile_csv: Path, flags: list[str], named: str,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    err = main_exit(["frontier", str(profile_csv), *flags, "--p-blocking", "80", "--out", str(tmp_path / "f.json"),
-                     "--quiet"], capsys)
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--microbatches", "10000000", "--unit-time", "0.001"], "--microbatches"),
+        (["--microbatches", "4", "--unit-time", "1e-12"], "--unit-time"),
+        (["--microbatches", "4", "--unit-time", "1e-8"], "--unit-time"),
+    ],
+)
+def test_frontier_too_large_exits_2_naming_the_option(
+    tmp_path: Path, profile_csv: Path, flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = main_exit(
+        ["frontier", str(profile_csv), *flags, "--p-blocking", "80", "--out", str(tmp_path / "f.json"), "--quiet"],
+        capsys,
+    )
     assert named in err and "at most" in err
     assert not (tmp_path / "f.json").exists()
 
@@ -152,8 +166,16 @@ def planned(stages: int, microbatches: int) -> tuple[tuple[Step, ...], ...]:
 
 def frontier_with(plan: tuple[tuple[Step, ...], ...], microbatches: int = 4) -> tuple[Frontier, Choice]:
     entry = FrontierEntry(1.0, 10.0, plan)
-    frontier = Frontier(stages=len(plan), microbatches=microbatches, schedule="1f1b", unit_time_s=0.001,
-                        p_blocking_w=80.0, points=(entry,), max_frequency_time_s=1.0, max_frequency_energy_j=10.0)
+    frontier = Frontier(
+        stages=len(plan),
+        microbatches=microbatches,
+        schedule="1f1b",
+        unit_time_s=0.001,
+        p_blocking_w=80.0,
+        points=(entry,),
+        max_frequency_time_s=1.0,
+        max_frequency_energy_j=10.0,
+    )
     return frontier, Choice(entry, "intrinsic", 1.0, 10.0, 1.0, 10.0)
 
 
@@ -197,9 +219,15 @@ def test_following_a_short_plan_is_refused(tmp_path: Path) -> None:
 
 def test_a_frontier_whose_plan_breaks_the_schedule_is_refused(tmp_path: Path) -> None:
     plan = [[[s.instruction, s.microbatch, 1410] for s in steps] for steps in one_f_one_b(2, 4)]
-    doc = {"stages": 2, "microbatches": 4, "schedule": "1f1b", "unit_time_s": 0.001, "p_blocking_w": 80,
-           "max_frequency": {"time_s": 1, "energy_j": 10},
-           "points": [{"time_s": 1, "energy_j": 10, "plan": [plan[0][:7], plan[1]]}]}
+    doc = {
+        "stages": 2,
+        "microbatches": 4,
+        "schedule": "1f1b",
+        "unit_time_s": 0.001,
+        "p_blocking_w": 80,
+        "max_frequency": {"time_s": 1, "energy_j": 10},
+        "points": [{"time_s": 1, "energy_j": 10, "plan": [plan[0][:7], plan[1]]}],
+    }
     path = tmp_path / "FRONTIER.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(UsageError, match=r"points\[0\]: plan stage 0 has 7 instructions"):
@@ -255,24 +283,46 @@ def test_identical_duplicate_rows_are_dropped_with_a_warning(tmp_path: Path) -> 
 
 def test_simulate_on_a_conflicting_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     train, power = traces(tmp_path, TRAIN, POWER + "toy,net,8,sgd,100,12,70\n")
-    err = main_exit(["simulate", "--train", str(train), "--power", str(power), "--workload", "toy/net",
-                     "--target-metric", "0.5", "--max-epochs", "5", "--default-batch-size", "8"], capsys)
+    err = main_exit(
+        [
+            "simulate",
+            "--train",
+            str(train),
+            "--power",
+            str(power),
+            "--workload",
+            "toy/net",
+            "--target-metric",
+            "0.5",
+            "--max-epochs",
+            "5",
+            "--default-batch-size",
+            "8",
+        ],
+        capsys,
+    )
     assert "repeats line 2" in err
 
 
 # -- reports ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("series", "quantity"), [(Constant(-1.0, "code"), PUE), (Constant(-5.0, "code"), INTENSITY),
-                                                  (Constant(math.nan, "code"), PUE)])
+@pytest.mark.parametrize(
+    ("series", "quantity"),
+    [(Constant(-1.0, "code"), PUE), (Constant(-5.0, "code"), INTENSITY), (Constant(math.nan, "code"), PUE)],
+)
 def test_a_negative_pue_or_intensity_is_refused(series: Constant, quantity: object) -> None:
     with pytest.raises(UsageError, match="must be"):
         check_series_values(series, quantity)  # type: ignore[arg-type]
 
 
-def test_a_report_whose_energy_would_be_negative_is_refused(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    summary = {"schema": "wattwise.run/1", "start_time": "2026-01-01T00:00:00+00:00",
-               "end_time": "2026-01-01T01:00:00+00:00", "energy_j": 1000.0, "energy_per_device_j": {"gpu0": 1000.0},
-               "power_limit": {"mode": "tune", "baseline_energy_j": 500.0, "energy_saved_j": 1500.0}}
+def test_a_report_whose_energy_would_be_negative_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = {
+        "schema": "wattwise.run/1",
+        "start_time": "2026-01-01T00:00:00+00:00",
+        "end_time": "2026-01-01T01:00:00+00:00",
+        "energy_j": 1000.0,
+        "energy_per_device_j": {"gpu0": 1000.0},
+        "power_limit": {"mode": "tune", "baseline_energy_j": 500.0, "energy_saved_j": 1500.0},
+    }
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     err = main_exit(["report", str(tmp_path), "--out", str(tmp_path / "out")], capsys)
     assert "energy_saved_j" in err and "negative" in err

@@ -13,8 +13,9 @@ MESSAGE = "wattwise: setting the power limit failed (no permission); continuing 
 
 
 def shown(message: str, category: type[Warning]) -> str:
-    return warnings.formatwarning(message, category, "/site-packages/wattwise/run.py", 94,
-                                  "    return method(self, *args, **kwargs)")
+    return warnings.formatwarning(
+        message, category, "/site-packages/wattwise/run.py", 94, "    return method(self, *args, **kwargs)"
+    )
 
 
 def test_wattwise_warning_is_one_line_without_internal_path_or_source() -> None:
@@ -25,7 +26,8 @@ def test_wattwise_warning_is_one_line_without_internal_path_or_source() -> None:
 
 def test_a_message_without_the_prefix_still_names_wattwise_on_one_line() -> None:
     assert shown("the store is down;\nresults are spooled", EnergyPluginWarning) == (
-        "EnergyPluginWarning: wattwise: the store is down; results are spooled\n")
+        "EnergyPluginWarning: wattwise: the store is down; results are spooled\n"
+    )
 
 
 def test_other_warnings_keep_pythons_format() -> None:

@@ -69,8 +69,14 @@ class AgentFault(AgentRefusal):
 class Agent:
     """The GPUs, their leases and the journal: each request a method, each refusal an `AgentRefusal`."""
 
-    def __init__(self, devices: list[Device], backend: str, config: AgentConfig, journal: AgentJournal,
-                 audit: AuditLog | None = None) -> None:
+    def __init__(
+        self,
+        devices: list[Device],
+        backend: str,
+        config: AgentConfig,
+        journal: AgentJournal,
+        audit: AuditLog | None = None,
+    ) -> None:
         """The agent of `devices` (served by `backend`), within `config`'s bounds, journalling to `journal`.
 
         Args:
@@ -121,8 +127,11 @@ class Agent:
         lines = []
         for index, recorded in originals.items():
             holder = holders.get(index)
-            if holder is not None and holder_alive(holder) and self._resume(index, holder, recorded,
-                                                                      applied.get(index, {})):
+            if (
+                holder is not None
+                and holder_alive(holder)
+                and self._resume(index, holder, recorded, applied.get(index, {}))
+            ):
                 continue
             before = {setting: _reading(self.devices[index], setting) for setting in recorded}
             restore_originals(self.devices[index], recorded)
@@ -143,12 +152,20 @@ class Agent:
                 lease.applied[setting] = value
                 self._audit(holder, index, setting, before, value, "restart: holder alive")
         except (DeviceError, UsageError, TypeError, ValueError, IndexError) as err:
-            log.error("wattwise agent: GPU %d: cannot apply %s's settings again (%s); restoring it", index,
-                      holder.describe(), err)
+            log.error(
+                "wattwise agent: GPU %d: cannot apply %s's settings again (%s); restoring it",
+                index,
+                holder.describe(),
+                err,
+            )
             self.leases.release(index)
             return False
-        log.info("wattwise agent: GPU %d stays held by %s, still running (%s)", index, holder.describe(),
-                 ", ".join(setting_words(s, v) for s, v in applied.items()) or "nothing set yet")
+        log.info(
+            "wattwise agent: GPU %d stays held by %s, still running (%s)",
+            index,
+            holder.describe(),
+            ", ".join(setting_words(s, v) for s, v in applied.items()) or "nothing set yet",
+        )
         return True
 
     def start_watching(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -165,8 +182,12 @@ class Agent:
         """
         for index, lease in self.leases.items():
             if holder_alive(lease.holder):
-                log.info("wattwise agent: stopping; GPU %d stays as %s set it (still running); the next agent "
-                         "start keeps its lease", index, lease.holder.describe())
+                log.info(
+                    "wattwise agent: stopping; GPU %d stays as %s set it (still running); the next agent "
+                    "start keeps its lease",
+                    index,
+                    lease.holder.describe(),
+                )
             else:
                 self._give_back(index, "holder ended")
         if self.watcher is not None:
@@ -241,8 +262,9 @@ class Agent:
             raise InvalidRequest(f"power limit {watts:g} W is outside GPU {index}'s range [{lo:g}, {hi:g}] W")
         alo, ahi = _call(lambda: self.allowed_power_limit_w(device))
         if not alo <= watts <= ahi:
-            raise NotAllowed(f"power limit {watts:g} W is outside the range the admin allows on GPU {index} "
-                             f"[{alo:g}, {ahi:g}] W")
+            raise NotAllowed(
+                f"power limit {watts:g} W is outside the range the admin allows on GPU {index} [{alo:g}, {ahi:g}] W"
+            )
         return self._change(index, caller, gids, POWER_LIMIT, watts)
 
     def lock_sm_clocks(self, index: int, caller: Holder, gids: set[int], min_mhz: int, max_mhz: int) -> GpuStatus:
@@ -258,13 +280,16 @@ class Agent:
         supported = _call(device.supported_sm_clocks_mhz)
         lo, hi = min(supported), max(supported)
         if not lo <= min_mhz <= max_mhz <= hi:
-            raise InvalidRequest(f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside GPU {index}'s "
-                                 f"[{lo}, {hi}] MHz (min first)")
+            raise InvalidRequest(
+                f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside GPU {index}'s [{lo}, {hi}] MHz (min first)"
+            )
         if self.config.sm_clock_mhz is not None:
             alo, ahi = max(lo, self.config.sm_clock_mhz[0]), min(hi, self.config.sm_clock_mhz[1])
             if not alo <= min_mhz <= max_mhz <= ahi:
-                raise NotAllowed(f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside the range the admin "
-                                 f"allows [{alo}, {ahi}] MHz")
+                raise NotAllowed(
+                    f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside the range the admin "
+                    f"allows [{alo}, {ahi}] MHz"
+                )
         return self._change(index, caller, gids, SM_CLOCKS, [min_mhz, max_mhz])
 
     def reset_sm_clocks(self, index: int, caller: Holder, gids: set[int]) -> GpuStatus:
@@ -302,8 +327,12 @@ class Agent:
             return GpuRelease(**self.gpu_status(index), released="not held")
         holder = lease.holder
         if not process_alive(holder) and holder.pgid and group_has_members(holder.pgid, holder.pgid_ticks):
-            log.info("wattwise agent: GPU %d stays held: %s ended, other processes of its group %d run on",
-                     index, holder.describe(), holder.pgid)
+            log.info(
+                "wattwise agent: GPU %d stays held: %s ended, other processes of its group %d run on",
+                index,
+                holder.describe(),
+                holder.pgid,
+            )
             return GpuRelease(**self.gpu_status(index), released="kept")
         self._give_back(index, "released")
         restored = self.leases.get(index) is None  # else the device refused (the log says why); still held
@@ -326,12 +355,18 @@ class Agent:
         held = [(i, lease) for i, lease in self.leases.items() if i in of_job]
         others = [i for i, lease in held if caller.uid not in (0, lease.holder.uid)]
         if others:
-            raise NotAllowed(f"GPU(s) {others} of job {job_id!r} are held by another user; only root or "
-                             "that user may release them")
+            raise NotAllowed(
+                f"GPU(s) {others} of job {job_id!r} are held by another user; only root or that user may release them"
+            )
         indices = [i for i, _ in held]
         for index, lease in held:
-            log.info("wattwise agent: uid %d releases job %r: restoring GPU %d of %s", caller.uid, job_id, index,
-                     lease.holder.describe())
+            log.info(
+                "wattwise agent: uid %d releases job %r: restoring GPU %d of %s",
+                caller.uid,
+                job_id,
+                index,
+                lease.holder.describe(),
+            )
             self._give_back(index, f"job released by uid {caller.uid}")
         released = [i for i in indices if self.leases.get(i) is None]
         return JobRelease(job_id=job_id, released=released, gpus=[self.gpu_status(i) for i in indices])
@@ -367,16 +402,27 @@ class Agent:
         started = process_start_and_group(pid, ended_too=True)
         ticks, pgid = started if started else (None, None)
         if found is None or ticks is None or found[0] != caller.pid or found[1] != {caller.uid}:
-            raise NotAllowed(f"pid {pid} is not a running child of pid {caller.pid} of the same user; a "
-                             "GPU is handed over only to the caller's own child")
+            raise NotAllowed(
+                f"pid {pid} is not a running child of pid {caller.pid} of the same user; a "
+                "GPU is handed over only to the caller's own child"
+            )
         # The lease follows the child's process group when the group is the command's own: the child leads
         # it, or the caller does (a shell's job). Not a group of others' (a batch script's).
         leader_ticks = {pid: ticks, caller.pid: caller.start_ticks}.get(pgid or 0)
-        child = Holder(pid, caller.uid, lease.holder.job, ticks, lease.holder.job_id,
-                       pgid if pgid and leader_ticks else 0, leader_ticks or 0)
+        child = Holder(
+            pid,
+            caller.uid,
+            lease.holder.job,
+            ticks,
+            lease.holder.job_id,
+            pgid if pgid and leader_ticks else 0,
+            leader_ticks or 0,
+        )
         if not holder_alive(child):
-            raise Conflict(f"pid {pid} has ended and no process of its group runs: nothing to hand GPU "
-                           f"{index} over to; it stays held by pid {caller.pid}")
+            raise Conflict(
+                f"pid {pid} has ended and no process of its group runs: nothing to hand GPU "
+                f"{index} over to; it stays held by pid {caller.pid}"
+            )
         self.leases.hand_over(index, child)
         with contextlib.suppress(OSError):  # the originals are journalled already; this names the new holder
             self._save()
@@ -384,8 +430,7 @@ class Agent:
             self.watcher.watch(child)
             if not self.leases.held_by(caller):
                 self.watcher.unwatch(caller)
-        log.info("wattwise agent: GPU %d handed over by pid %d to its child %s", index, caller.pid,
-                 child.describe())
+        log.info("wattwise agent: GPU %d handed over by pid %d to its child %s", index, caller.pid, child.describe())
         return self.gpu_status(index)
 
     # -- internals --------------------------------------------------------------------------------------
@@ -397,8 +442,10 @@ class Agent:
 
     def _change(self, index: int, caller: Holder, gids: set[int], setting: str, value: Any) -> GpuStatus:
         if not self.config.allows(caller.uid, gids):
-            raise NotAllowed(f"uid {caller.uid} may not change GPU settings on this node "
-                             "(the agent's config lists the allowed users and groups)")
+            raise NotAllowed(
+                f"uid {caller.uid} may not change GPU settings on this node "
+                "(the agent's config lists the allowed users and groups)"
+            )
         try:
             held = self.leases.check(index, caller)
         except LeaseConflict as err:
@@ -409,8 +456,7 @@ class Agent:
                 self._save()  # the originals are on disk before the first change
             except OSError as err:
                 self.leases.release(index)
-                raise AgentFault(f"cannot write the agent's journal ({err.strerror or err}); nothing "
-                                 "changed") from None
+                raise AgentFault(f"cannot write the agent's journal ({err.strerror or err}); nothing changed") from None
             if self.watcher is not None:
                 self.watcher.watch(caller)
             log.info("wattwise agent: GPU %d now held by %s", index, caller.describe())
@@ -458,8 +504,12 @@ class Agent:
         changes = []
         for index, lease in self.leases.items():
             for setting, value in lease.originals.items():
-                change = {"device": self.devices[index].spec(), "setting": setting, "original": value,
-                          "holder": lease.holder.journalled()}
+                change = {
+                    "device": self.devices[index].spec(),
+                    "setting": setting,
+                    "original": value,
+                    "holder": lease.holder.journalled(),
+                }
                 if setting in lease.applied:
                     change["applied"] = lease.applied[setting]
                 changes.append(change)
@@ -470,9 +520,16 @@ class Agent:
             return
         try:
             spec = self.devices[index].spec()
-            self.audit.record(uid=holder.uid, pid=holder.pid, job=holder.job,
-                              device_spec={**spec, "uuid": gpu_uuid(spec)},  # the status's, a simulated GPU's too
-                              setting=setting, old=old, new=new, why=why)
+            self.audit.record(
+                uid=holder.uid,
+                pid=holder.pid,
+                job=holder.job,
+                device_spec={**spec, "uuid": gpu_uuid(spec)},  # the status's, a simulated GPU's too
+                setting=setting,
+                old=old,
+                new=new,
+                why=why,
+            )
         except (OSError, ValueError) as err:
             log.error("wattwise agent: cannot write the audit log (%s)", err)
 

@@ -32,8 +32,9 @@ AUDIT_BACKUPS = 5
 class AuditLog:
     """Appends one JSON line per change to `audit.jsonl` in the agent's state dir."""
 
-    def __init__(self, state_dir: str | os.PathLike[str], *, max_bytes: int = MAX_AUDIT_BYTES,
-                 backups: int = AUDIT_BACKUPS) -> None:
+    def __init__(
+        self, state_dir: str | os.PathLike[str], *, max_bytes: int = MAX_AUDIT_BYTES, backups: int = AUDIT_BACKUPS
+    ) -> None:
         """Open (or create, 0600) the audit log in `state_dir`.
 
         Args:
@@ -44,8 +45,9 @@ class AuditLog:
         self.path = Path(state_dir) / AUDIT_NAME
         previous = os.umask(0o177)  # the file and its rotated copies are created 0600
         try:
-            self._handler = logging.handlers.RotatingFileHandler(self.path, maxBytes=max_bytes,
-                                                                 backupCount=backups, encoding="utf-8")
+            self._handler = logging.handlers.RotatingFileHandler(
+                self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+            )
         finally:
             os.umask(previous)
         self._handler.setFormatter(logging.Formatter("%(message)s"))
@@ -53,8 +55,9 @@ class AuditLog:
         self._logger.setLevel(logging.INFO)
         self._logger.addHandler(self._handler)
 
-    def record(self, *, uid: int, pid: int, job: str, device_spec: dict[str, Any], setting: str, old: Any,
-               new: Any, why: str) -> None:
+    def record(
+        self, *, uid: int, pid: int, job: str, device_spec: dict[str, Any], setting: str, old: Any, new: Any, why: str
+    ) -> None:
         """Append one change.
 
         Args:
@@ -68,9 +71,18 @@ class AuditLog:
             why: the reason (see the module's docstring).
         """
         now = time.time()
-        line = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 100):02d}Z",
-                "uid": uid, "pid": pid, "job": job, "gpu_index": device_spec.get("index"),
-                "gpu_uuid": device_spec.get("uuid"), "setting": setting, "old": old, "new": new, "why": why}
+        line = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 100):02d}Z",
+            "uid": uid,
+            "pid": pid,
+            "job": job,
+            "gpu_index": device_spec.get("index"),
+            "gpu_uuid": device_spec.get("uuid"),
+            "setting": setting,
+            "old": old,
+            "new": new,
+            "why": why,
+        }
         previous = os.umask(0o177)
         try:
             self._logger.info(json.dumps(line, allow_nan=False, default=str))

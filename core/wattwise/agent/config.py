@@ -98,13 +98,19 @@ def parse_config(data: Any, where: str = "agent config") -> AgentConfig:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(KEYS)}")
     uids = frozenset(_ids(data.get("allowed_users"), pwd.getpwnam, "pw_uid", f"{where}: allowed_users"))
     gids = frozenset(_ids(data.get("allowed_groups"), grp.getgrnam, "gr_gid", f"{where}: allowed_groups"))
-    limits = tuple(_model_bounds(item, f"{where}: power_limits[{i}]")
-                   for i, item in enumerate(_list(data.get("power_limits"), f"{where}: power_limits")))
+    limits = tuple(
+        _model_bounds(item, f"{where}: power_limits[{i}]")
+        for i, item in enumerate(_list(data.get("power_limits"), f"{where}: power_limits"))
+    )
     clocks = data.get("sm_clock_mhz")
     clock_range = None
     if clocks is not None:
-        if not (isinstance(clocks, list) and len(clocks) == 2 and all(_is_int(c) and c > 0 for c in clocks)
-                and clocks[0] <= clocks[1]):
+        if not (
+            isinstance(clocks, list)
+            and len(clocks) == 2
+            and all(_is_int(c) and c > 0 for c in clocks)
+            and clocks[0] <= clocks[1]
+        ):
             raise ConfigError(f"{where}: sm_clock_mhz must be [min, max] in MHz, min <= max (got {clocks!r})")
         clock_range = (int(clocks[0]), int(clocks[1]))
     return AgentConfig(uids, gids, limits, clock_range)

@@ -68,8 +68,14 @@ def raise_open_file_limit(wanted: int = WANTED_OPEN_FILES) -> int:
 class ConnectionLimits:
     """Counts open connections per uid and wraps each accepted connection's protocol with the limits."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, *, per_uid: int = MAX_CONNECTIONS_PER_UID,
-                 total: int = MAX_CONNECTIONS, deadline_s: float = CONNECTION_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        per_uid: int = MAX_CONNECTIONS_PER_UID,
+        total: int = MAX_CONNECTIONS,
+        deadline_s: float = CONNECTION_DEADLINE_S,
+    ) -> None:
         """Limits for one listening socket.
 
         Args:
@@ -96,8 +102,14 @@ class ConnectionLimits:
         count = self.open.get(uid, 0)
         if count >= self.per_uid or (uid != 0 and self.others() >= self.total):
             self.refused += 1
-            log.warning("wattwise agent: uid %d has %d connections open (at most %d per user, %d for all "
-                        "users); closing its new ones until some end", uid, count, self.per_uid, self.total)
+            log.warning(
+                "wattwise agent: uid %d has %d connections open (at most %d per user, %d for all "
+                "users); closing its new ones until some end",
+                uid,
+                count,
+                self.per_uid,
+                self.total,
+            )
             return False
         self.open[uid] = count + 1
         return True
@@ -160,8 +172,9 @@ class QuietLog(logging.Filter):
     traceback: the exception's type and text are appended to its one line instead.
     """
 
-    def __init__(self, burst: int = LOG_BURST, window_s: float = LOG_WINDOW_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, burst: int = LOG_BURST, window_s: float = LOG_WINDOW_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """A filter allowing `burst` records of one message per `window_s` seconds of `clock`."""
         super().__init__()
         self.burst, self.window_s, self.clock = burst, window_s, clock

@@ -169,8 +169,9 @@ def make_app(agent: Agent) -> web.Application:
         data = await _body(request)
         caller, gids = _caller(request)
         holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks, _job(data, "job_id"))
-        return web.json_response(agent.lock_sm_clocks(index, holder, gids, _integer(data, "min_mhz"),
-                                                      _integer(data, "max_mhz")))
+        return web.json_response(
+            agent.lock_sm_clocks(index, holder, gids, _integer(data, "min_mhz"), _integer(data, "max_mhz"))
+        )
 
     async def reset_clocks(request: web.Request) -> web.Response:
         index = _index(request, agent)

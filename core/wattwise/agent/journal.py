@@ -50,19 +50,24 @@ class AgentJournal:
             UsageError: the folder or journal cannot be trusted, or another live agent uses this state dir.
         """
         private_dir(self.folder)
-        for what, path, problem in (("state dir", self.folder, folder_problem(self.folder)),
-                                    ("journal", self.path, file_problem(self.path))):
+        for what, path, problem in (
+            ("state dir", self.folder, folder_problem(self.folder)),
+            ("journal", self.path, file_problem(self.path)),
+        ):
             if problem:
                 raise UsageError(f"agent {what} {path}: {problem}; fix it or choose another --state-dir")
         try:
             taken = take_lock(self.lock)
         except OSError as err:
-            raise UsageError(f"agent journal lock {self.lock}: cannot open it ({err.strerror}); fix it or "
-                             "choose another --state-dir") from None
+            raise UsageError(
+                f"agent journal lock {self.lock}: cannot open it ({err.strerror}); fix it or choose another --state-dir"
+            ) from None
         if not taken:
             pid = lock_holder(self.lock)
-            raise UsageError(f"--state-dir {self.folder}: another agent{f' (PID {pid})' if pid else ''} uses it; "
-                             "stop it or choose another --state-dir")
+            raise UsageError(
+                f"--state-dir {self.folder}: another agent{f' (PID {pid})' if pid else ''} uses it; "
+                "stop it or choose another --state-dir"
+            )
 
     def close(self) -> None:
         """Let go of the state dir's lock (the agent stops; its process ending does the same)."""
@@ -82,8 +87,10 @@ class AgentJournal:
         except FileNotFoundError:
             return []
         except JournalProblem as err:
-            raise UsageError(f"agent journal {self.path}: unreadable ({err}); restore the GPUs by hand "
-                             "(nvidia-smi -rgc; nvidia-smi -pl) and delete it") from None
+            raise UsageError(
+                f"agent journal {self.path}: unreadable ({err}); restore the GPUs by hand "
+                "(nvidia-smi -rgc; nvidia-smi -pl) and delete it"
+            ) from None
 
     def save(self, changes: list[dict[str, Any]]) -> None:
         """Journal `changes` (atomically, fsynced, 0600) before the change they cover is made.

@@ -81,8 +81,9 @@ class LeaseConflict(Exception):
 
     def __init__(self, index: int, holder: Holder) -> None:
         """GPU `index` is held by `holder`; the message names it."""
-        super().__init__(f"GPU {index} is held by {holder.describe()}; it is released when that process "
-                         "ends or releases it")
+        super().__init__(
+            f"GPU {index} is held by {holder.describe()}; it is released when that process ends or releases it"
+        )
         self.index, self.holder = index, holder
 
 

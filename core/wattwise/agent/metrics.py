@@ -34,12 +34,16 @@ class AgentCollector:
 
         A GPU that cannot be read at this scrape is left out of it.
         """
-        energy = CounterMetricFamily("wattwise_gpu_energy_joules", "GPU energy since the agent started (J)",
-                                     labels=LABELS)
+        energy = CounterMetricFamily(
+            "wattwise_gpu_energy_joules", "GPU energy since the agent started (J)", labels=LABELS
+        )
         power = GaugeMetricFamily("wattwise_gpu_power_watts", "GPU power draw (W)", labels=LABELS)
         limit = GaugeMetricFamily("wattwise_gpu_power_limit_watts", "GPU power limit (W)", labels=LABELS)
-        clock = GaugeMetricFamily("wattwise_gpu_locked_sm_clock_mhz",
-                                  "Upper end of the locked SM clock range (MHz); 0 when not locked", labels=LABELS)
+        clock = GaugeMetricFamily(
+            "wattwise_gpu_locked_sm_clock_mhz",
+            "Upper end of the locked SM clock range (MHz); 0 when not locked",
+            labels=LABELS,
+        )
         for index, device in sorted(dict(self.agent.devices).items()):
             holder = self.agent.leases.holder(index)
             labels = [str(index), holder.job if holder else ""]

@@ -38,7 +38,7 @@ def _stat_fields(pid: int | str, *, ended_too: bool = False) -> list[str] | None
             text = fh.read().decode("ascii", "replace")
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2:].split()
+    fields = text[text.rfind(")") + 2 :].split()
     if len(fields) < 20 or (fields[0] in ("Z", "X") and not ended_too):
         return None
     return fields
@@ -212,7 +212,6 @@ class ProcessWatcher:
                 await asyncio.sleep(POLL_S)
 
 
-
 def process_alive(holder: Holder) -> bool:
     """Whether the holder's process runs: its pid names a live process that started when the holder did."""
     return holder.start_ticks > 0 and process_start_ticks(holder.pid) == holder.start_ticks
@@ -223,5 +222,4 @@ def holder_alive(holder: Holder, members: Collection[int] | None = None) -> bool
 
     `members`: the groups `groups_with_members` found with members (several holders checked in one pass).
     """
-    return process_alive(holder) or (holder.pgid > 0 and group_has_members(holder.pgid, holder.pgid_ticks,
-                                                                            members))
+    return process_alive(holder) or (holder.pgid > 0 and group_has_members(holder.pgid, holder.pgid_ticks, members))

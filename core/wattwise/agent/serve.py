@@ -60,8 +60,10 @@ def prepare_socket(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     problem = socket_folder_problem(path.parent)
     if problem:
-        raise UsageError(f"--socket {path}: its folder {path.parent} {problem.removeprefix('the folder ')}; "
-                         "use a folder only root may write, such as /run/wattwise")
+        raise UsageError(
+            f"--socket {path}: its folder {path.parent} {problem.removeprefix('the folder ')}; "
+            "use a folder only root may write, such as /run/wattwise"
+        )
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -91,8 +93,10 @@ def share_socket(path: Path, gid: int) -> None:
     fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-            raise UsageError(f"--socket {path}: replaced by something that is not the agent's socket; "
-                             "use a folder only root may write")
+            raise UsageError(
+                f"--socket {path}: replaced by something that is not the agent's socket; "
+                "use a folder only root may write"
+            )
         node = f"/proc/self/fd/{fd}"
         os.chown(node, -1, gid)
         os.chmod(node, 0o660)

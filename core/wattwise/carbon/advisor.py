@@ -58,9 +58,7 @@ class Advice:
     @property
     def saving(self) -> float:
         """Objective units saved by the best start (g CO2e, J or currency)."""
-        return objective_value(self.now.totals, self.objective) - objective_value(
-            self.best.totals, self.objective
-        )
+        return objective_value(self.now.totals, self.objective) - objective_value(self.best.totals, self.objective)
 
     @property
     def saving_fraction(self) -> float:
@@ -141,9 +139,7 @@ def advise_start(
     return Advice(chosen, best, options[0], len(options))
 
 
-def _check_window_covered(
-    series: Series, quantity: Quantity, now_s: float, window_s: float, duration_s: float
-) -> None:
+def _check_window_covered(series: Series, quantity: Quantity, now_s: float, window_s: float, duration_s: float) -> None:
     """Every start in the window must have data for the whole job: else say what the data allows."""
     need_end_s = now_s + window_s + duration_s
     if series.start_s <= now_s and need_end_s <= series.end_s:

@@ -145,15 +145,18 @@ def write_example(directory: Path) -> ExampleFiles:
     )
     # What the same run would have used at the default (highest) limit, from the profile's ratio.
     baseline_j = summary.energy_j * 14.0 / 10.2
-    summary = dataclasses.replace(summary, power_limit=PowerLimitSummary(
-        mode="tune",
-        selector="cost",
-        eta=0.5,
-        chosen_power_limit_w=EXAMPLE_CHOSEN_W,
-        profile=profile,
-        baseline_energy_j=baseline_j,
-        energy_saved_j=baseline_j - summary.energy_j,
-    ))
+    summary = dataclasses.replace(
+        summary,
+        power_limit=PowerLimitSummary(
+            mode="tune",
+            selector="cost",
+            eta=0.5,
+            chosen_power_limit_w=EXAMPLE_CHOSEN_W,
+            profile=profile,
+            baseline_energy_j=baseline_j,
+            energy_saved_j=baseline_j - summary.energy_j,
+        ),
+    )
     run_dir = write_run_dir(directory / "run", summary, samples)
     series_start_s = EXAMPLE_START_S - 3 * 3600.0
     paths = [

@@ -144,9 +144,7 @@ def facility_totals(
     it_j = energy.energy_between_j(edges_s)
     facility_j = it_j * _values_at(pue, edges_s[:-1])
     emissions_g = (
-        None
-        if intensity is None
-        else float(np.sum(facility_j * _values_at(intensity, edges_s[:-1]))) / J_PER_KWH
+        None if intensity is None else float(np.sum(facility_j * _values_at(intensity, edges_s[:-1]))) / J_PER_KWH
     )
     cost = None if price is None else float(np.sum(facility_j * _values_at(price, edges_s[:-1]))) / J_PER_KWH
     return FacilityTotals(float(np.sum(it_j)), float(np.sum(facility_j)), emissions_g, cost)

@@ -40,8 +40,9 @@ class Quantity:
 
 
 PUE = Quantity("PUE", "--pue", "", bounds.PUE.low, bounds.PUE.high)
-INTENSITY = Quantity("carbon intensity", "--intensity", "gCO2e/kWh", bounds.INTENSITY_G_PER_KWH.low,
-                     bounds.INTENSITY_G_PER_KWH.high)
+INTENSITY = Quantity(
+    "carbon intensity", "--intensity", "gCO2e/kWh", bounds.INTENSITY_G_PER_KWH.low, bounds.INTENSITY_G_PER_KWH.high
+)
 #: Prices may be negative (wholesale markets with surplus renewables), so no lower bound.
 PRICE = Quantity("electricity price", "--price", "per kWh", None, bounds.PRICE_PER_KWH.high)
 
@@ -156,8 +157,12 @@ def load_series_csv(path: Path, quantity: Quantity, source: str | None = None) -
     """Read a `timestamp,value` CSV (header first) into an evenly spaced step series."""
     if not path.is_file():
         raise UsageError(f"{quantity.flag}: {path} is neither a number nor a readable CSV file")
-    text = read_text(path, what=f"{quantity.flag}: {path}", expected="a `timestamp,value` CSV",
-                     fix="give a UTF-8 `timestamp,value` CSV file")
+    text = read_text(
+        path,
+        what=f"{quantity.flag}: {path}",
+        expected="a `timestamp,value` CSV",
+        fix="give a UTF-8 `timestamp,value` CSV file",
+    )
     reader = csv.reader(text.splitlines())
     try:
         rows = list(reader)
@@ -243,13 +248,13 @@ def parse_duration_s(text: str, *, flag: str) -> float:
     cleaned = text.strip().lower()
     parts = _DURATION_PART.findall(cleaned)
     if not parts or "".join(number + unit for number, unit in parts) != cleaned:
-        raise UsageError(
-            f"{flag}: {_shown(text)} is not a duration; use a number and a unit d, h, m or s (e.g. 6h)"
-        )
+        raise UsageError(f"{flag}: {_shown(text)} is not a duration; use a number and a unit d, h, m or s (e.g. 6h)")
     seconds = sum(float(number) * _UNIT_S[unit] for number, unit in parts)
     if seconds > MAX_DURATION_S:
-        raise UsageError(f"{flag}: {_shown(text)} is longer than {MAX_DURATION_S / 86400:g} days (100 years); "
-                         "give a shorter duration")
+        raise UsageError(
+            f"{flag}: {_shown(text)} is longer than {MAX_DURATION_S / 86400:g} days (100 years); "
+            "give a shorter duration"
+        )
     return seconds
 
 
@@ -269,8 +274,9 @@ def _check_value(value: float, quantity: Quantity, *, where: str) -> None:
         raise UsageError(f"{where}: {quantity.name} must be at least {quantity.minimum:g} (got {value:g})")
     if abs(value) > quantity.maximum:
         unit = f" {quantity.unit}" if quantity.unit else ""
-        raise UsageError(f"{where}: {quantity.name} must be at most {quantity.maximum:g}{unit} (got {value:g}); "
-                         "check the unit")
+        raise UsageError(
+            f"{where}: {quantity.name} must be at most {quantity.maximum:g}{unit} (got {value:g}); check the unit"
+        )
 
 
 def _shown(text: str) -> str:

@@ -13,6 +13,7 @@ def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "acceptance",
         help="check the NVML path on a real NVIDIA GPU, else the amdsmi path on an AMD one (skips without either)",
-        description=acceptance.__doc__.split("\n\n")[0] if acceptance.__doc__ else None)
+        description=acceptance.__doc__.split("\n\n")[0] if acceptance.__doc__ else None,
+    )
     acceptance.add_arguments(parser)
     parser.set_defaults(func=acceptance.run_from_args)

@@ -48,8 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--objective",
         choices=OBJECTIVES,
-        help="what to minimise (default: emissions with --intensity, else cost with --price, "
-        "else facility-energy)",
+        help="what to minimise (default: emissions with --intensity, else cost with --price, else facility-energy)",
     )
     parser.add_argument("--now", help="the current time, ISO 8601 with timezone (default: the clock)")
     parser.add_argument("--json", action="store_true", help="print the advice as JSON")

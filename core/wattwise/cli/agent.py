@@ -18,44 +18,62 @@ from wattwise.errors import UsageError
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise agent` command to the `wattwise` parser."""
-    p = sub.add_parser("agent", help="the node agent: GPU settings for users who are not root",
-                       description="A privileged agent (one per node) owns every GPU setting change; a client "
-                                   "process holds a lease and the agent restores the GPU when it ends.")
+    p = sub.add_parser(
+        "agent",
+        help="the node agent: GPU settings for users who are not root",
+        description="A privileged agent (one per node) owns every GPU setting change; a client "
+        "process holds a lease and the agent restores the GPU when it ends.",
+    )
     p.set_defaults(func=_no_subcommand)
     agent_sub = p.add_subparsers(dest="agent_command", metavar="SUBCOMMAND")
 
-    serve = agent_sub.add_parser("serve", help="serve the agent's API on a Unix socket (as root)",
-                                 description="Serve the agent's HTTP API on a Unix socket until SIGTERM or "
-                                             "SIGINT, then restore every held GPU.")
+    serve = agent_sub.add_parser(
+        "serve",
+        help="serve the agent's API on a Unix socket (as root)",
+        description="Serve the agent's HTTP API on a Unix socket until SIGTERM or SIGINT, then restore every held GPU.",
+    )
     serve.add_argument("--socket", default=DEFAULT_SOCKET, help="the Unix socket (default %(default)s)")
     # The backends whose settings are changed in the process itself, and journalled: the agent is that process.
-    serve.add_argument("--backend", choices=journalled_backends(), default="nvml",
-                       help=f"GPUs to serve: {', '.join(journalled_backends())} (simulated: for tests and the "
-                            "demo) (default %(default)s)")
-    serve.add_argument("--group", help="the socket is mode 0660 and owned by this group, a name or a gid "
-                                       "(default: the agent's group)")
+    serve.add_argument(
+        "--backend",
+        choices=journalled_backends(),
+        default="nvml",
+        help=f"GPUs to serve: {', '.join(journalled_backends())} (simulated: for tests and the "
+        "demo) (default %(default)s)",
+    )
+    serve.add_argument(
+        "--group", help="the socket is mode 0660 and owned by this group, a name or a gid (default: the agent's group)"
+    )
     serve.add_argument("--config", help="YAML: allowed users/groups, power-limit floors and ceilings, clock range")
-    serve.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
-                       help="the agent's journal folder, 0700 (default %(default)s)")
+    serve.add_argument(
+        "--state-dir", default=DEFAULT_STATE_DIR, help="the agent's journal folder, 0700 (default %(default)s)"
+    )
     serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     serve.add_argument("--metrics-host", default="127.0.0.1", help="address of the metrics port (default %(default)s)")
     serve.add_argument("--simulated-gpus", type=int, default=1, help="backend simulated: how many GPUs (default 1)")
-    serve.add_argument("--simulated-dir",
-                       help="backend simulated: the GPUs' shared state folder, readable by clients "
-                            "(default: `simulated` beside the socket)")
+    serve.add_argument(
+        "--simulated-dir",
+        help="backend simulated: the GPUs' shared state folder, readable by clients "
+        "(default: `simulated` beside the socket)",
+    )
     serve.set_defaults(func=run_serve)
 
-    status = agent_sub.add_parser("status", help="show each GPU's limits and holder",
-                                  description="Per GPU: index, name, current and default power limit, locked "
-                                              "clocks and the holder.")
+    status = agent_sub.add_parser(
+        "status",
+        help="show each GPU's limits and holder",
+        description="Per GPU: index, name, current and default power limit, locked clocks and the holder.",
+    )
     status.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=run_status)
 
-    release = agent_sub.add_parser("release", help="restore every GPU a batch job holds (root: a SLURM epilog)",
-                                   description="Restore every GPU held under the batch job JOBID (the SLURM_JOB_ID "
-                                               "its clients sent when they leased) and drop the leases, whatever "
-                                               "process holds them. Root may release any job, a user their own.")
+    release = agent_sub.add_parser(
+        "release",
+        help="restore every GPU a batch job holds (root: a SLURM epilog)",
+        description="Restore every GPU held under the batch job JOBID (the SLURM_JOB_ID "
+        "its clients sent when they leased) and drop the leases, whatever "
+        "process holds them. Root may release any job, a user their own.",
+    )
     release.add_argument("--job", required=True, metavar="JOBID", help="the batch job's id (SLURM_JOB_ID)")
     release.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
     release.add_argument("--json", action="store_true", help="print the agent's answer as JSON")
@@ -106,8 +124,12 @@ def run_serve(args: argparse.Namespace) -> int:
     options = ServeOptions(args.socket, args.state_dir, args.group, args.metrics_port, args.metrics_host)
 
     def ready() -> None:
-        print(f"wattwise agent: serving {len(agent.devices)} GPU(s) ({args.backend}) on {args.socket} "
-              f"(pid {os.getpid()})", file=sys.stderr, flush=True)
+        print(
+            f"wattwise agent: serving {len(agent.devices)} GPU(s) ({args.backend}) on {args.socket} "
+            f"(pid {os.getpid()})",
+            file=sys.stderr,
+            flush=True,
+        )
 
     asyncio.run(serve(agent, options, ready))
     return 0
@@ -139,9 +161,11 @@ def run_status(args: argparse.Namespace) -> int:
             named = (("job_id", "batch job"), ("pgid", "process group"))
             more = "".join(f", {what} {holder[key]}" for key, what in named if holder.get(key))
             who = f"held by pid {holder['pid']} (uid {holder['uid']}, job {holder['job']!r}{more})"
-        print(f"GPU {g['index']} {g['name']}: power limit {_w(g['power_limit_w'])} "
-              f"(default {_w(g['default_power_limit_w'])}), SM clocks "
-              f"{f'locked {clocks[0]}-{clocks[1]} MHz' if clocks else 'unlocked'}, {who}")
+        print(
+            f"GPU {g['index']} {g['name']}: power limit {_w(g['power_limit_w'])} "
+            f"(default {_w(g['default_power_limit_w'])}), SM clocks "
+            f"{f'locked {clocks[0]}-{clocks[1]} MHz' if clocks else 'unlocked'}, {who}"
+        )
     return 0
 
 
@@ -164,18 +188,32 @@ def run_release(args: argparse.Namespace) -> int:
         print(json.dumps(answer, indent=2))
     else:
         released = answer.get("released", [])
-        print(f"wattwise agent release: job {args.job}: "
-              + (f"restored GPU(s) {released}" if released else "held no GPU"), file=sys.stderr)
+        print(
+            f"wattwise agent release: job {args.job}: "
+            + (f"restored GPU(s) {released}" if released else "held no GPU"),
+            file=sys.stderr,
+        )
     if left:
-        print(f"wattwise agent release: error: GPU(s) {left} of job {args.job} could not be restored (see the "
-              "agent's log)", file=sys.stderr)
+        print(
+            f"wattwise agent release: error: GPU(s) {left} of job {args.job} could not be restored (see the "
+            "agent's log)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
 def _public(gpu: dict[str, Any]) -> dict[str, Any]:
-    keys = ("index", "uuid", "name", "power_limit_w", "default_power_limit_w", "allowed_power_limit_w",
-            "locked_sm_clocks_mhz", "holder")
+    keys = (
+        "index",
+        "uuid",
+        "name",
+        "power_limit_w",
+        "default_power_limit_w",
+        "allowed_power_limit_w",
+        "locked_sm_clocks_mhz",
+        "holder",
+    )
     return {k: gpu.get(k) for k in keys}
 
 

@@ -32,9 +32,12 @@ EXIT_NOT_CAPPED = 1
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise cap` command to the `wattwise` parser."""
-    p = sub.add_parser("cap", help="run a command under a GPU power cap",
-                       description="Cap the GPUs' power limit at W watts, run CMD, restore the limits, and exit "
-                                   "with CMD's exit code. Through the node agent with --backend agent.")
+    p = sub.add_parser(
+        "cap",
+        help="run a command under a GPU power cap",
+        description="Cap the GPUs' power limit at W watts, run CMD, restore the limits, and exit "
+        "with CMD's exit code. Through the node agent with --backend agent.",
+    )
     p.add_argument("--watts", type=float, required=True, help="the power limit, in watts")
     p.add_argument("--gpus", help="comma-separated GPU indices (default: every GPU)")
     p.add_argument("--backend", choices=backend_choices(), default="auto", help="devices (default %(default)s)")
@@ -84,8 +87,11 @@ def hand_over_to(gpus: list[Device], pid: int) -> None:
         except DeviceError as err:
             if _ended(pid):
                 return
-            print(f"wattwise cap: warning: GPU {gpu.index} stays capped only while this wrapper runs, not for as "
-                  f"long as the command does: {err}", file=sys.stderr)
+            print(
+                f"wattwise cap: warning: GPU {gpu.index} stays capped only while this wrapper runs, not for as "
+                f"long as the command does: {err}",
+                file=sys.stderr,
+            )
 
 
 def _ended(pid: int) -> bool:
@@ -118,9 +124,14 @@ def restore_outcome(gpu: Device) -> dict[str, Any]:
     elif released == "not held":
         outcome, message = RESTORED_BY_AGENT, "limit restored by the node agent when the command ended"
     elif released == "kept":
-        outcome, message = HELD, (f"still capped: process(es) of the command's process group {pgid} outlived it "
-                                  "and hold the GPU; the node agent restores it when the last of them ends "
-                                  f"(`kill -- -{pgid}` ends them now)")
+        outcome, message = (
+            HELD,
+            (
+                f"still capped: process(es) of the command's process group {pgid} outlived it "
+                "and hold the GPU; the node agent restores it when the last of them ends "
+                f"(`kill -- -{pgid}` ends them now)"
+            ),
+        )
     else:
         outcome, message = FAILED, "not restored (see the error above; `wattwise agent status` shows the GPU)"
     return {"gpu": gpu.index, "outcome": outcome, "message": message, "pgid": pgid}
@@ -157,10 +168,18 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NOT_CAPPED
     restore = [restore_outcome(g) for g in gpus]
     result: dict[str, Any] = {
-        "command": cmd, "exit_code": code, "watts": args.watts, "gpus": [g.index for g in gpus],
-        "time_s": m.time_s, "energy_j": m.energy_j, "total_energy_j": m.total_energy_j,
-        "approximate": list(m.approximate), "simulated": found.simulated,
-        "restore": restore, "still_held": [r["gpu"] for r in restore if r["outcome"] == HELD], "notes": lifted,
+        "command": cmd,
+        "exit_code": code,
+        "watts": args.watts,
+        "gpus": [g.index for g in gpus],
+        "time_s": m.time_s,
+        "energy_j": m.energy_j,
+        "total_energy_j": m.total_energy_j,
+        "approximate": list(m.approximate),
+        "simulated": found.simulated,
+        "restore": restore,
+        "still_held": [r["gpu"] for r in restore if r["outcome"] == HELD],
+        "notes": lifted,
     }
     for note in lifted:
         print(f"wattwise cap: warning: {note}", file=sys.stderr)
@@ -169,8 +188,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         tag = " [SIMULATED GPU]" if found.simulated else ""
         said = sorted({r["message"] for r in restore})
-        ends = ("; " + said[0].replace("limit ", "limits ", 1) if len(said) == 1 else
-                "".join(f"; GPU {r['gpu']}: {r['message']}" for r in restore))
-        print(f"wattwise cap{tag}: {args.watts:g} W on GPU(s) {result['gpus']}: {m.time_s:.3f} s, "
-              f"{m.total_energy_j:.2f} J in total{ends}", file=sys.stderr)
+        ends = (
+            "; " + said[0].replace("limit ", "limits ", 1)
+            if len(said) == 1
+            else "".join(f"; GPU {r['gpu']}: {r['message']}" for r in restore)
+        )
+        print(
+            f"wattwise cap{tag}: {args.watts:g} W on GPU(s) {result['gpus']}: {m.time_s:.3f} s, "
+            f"{m.total_energy_j:.2f} J in total{ends}",
+            file=sys.stderr,
+        )
     return code if code >= 0 else 128 - code

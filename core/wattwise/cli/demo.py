@@ -35,20 +35,30 @@ FLAGS: dict[str, str] = {f.name: flag_of(f) for f in fields(DemoOptions)}
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise demo` command to the `wattwise` parser."""
-    p = sub.add_parser("demo", help="train a tiny model on the simulated GPU with power-limit tuning",
-                       description="Train the emulated workload with the energy plugin tuning the power limit "
-                                   "of a simulated GPU, then the same steps at the maximum limit, and compare.")
+    p = sub.add_parser(
+        "demo",
+        help="train a tiny model on the simulated GPU with power-limit tuning",
+        description="Train the emulated workload with the energy plugin tuning the power limit "
+        "of a simulated GPU, then the same steps at the maximum limit, and compare.",
+    )
     hints = typing.get_type_hints(DemoOptions)
     for f in fields(DemoOptions):
         help_text = str(f.metadata.get("help", "")).replace("%", "%%")
         if f.default_factory is not MISSING:  # the dotlist `overrides`
-            p.add_argument(flag_of(f), dest=f.name, action="append", default=[], metavar=f.metadata.get("metavar"),
-                           help=help_text)
+            p.add_argument(
+                flag_of(f), dest=f.name, action="append", default=[], metavar=f.metadata.get("metavar"), help=help_text
+            )
             continue
         kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
         shown = f" (default {f.default})" if f.default is not None else ""
-        p.add_argument(flag_of(f), dest=f.name, type=kind, default=f.default, metavar=f.metadata.get("metavar"),
-                       help=f"{help_text}{shown}")
+        p.add_argument(
+            flag_of(f),
+            dest=f.name,
+            type=kind,
+            default=f.default,
+            metavar=f.metadata.get("metavar"),
+            help=f"{help_text}{shown}",
+        )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run, setting_flags=FLAGS)
 
@@ -121,8 +131,11 @@ def run(args: argparse.Namespace) -> int:
         fired = fired or [signal.SIGTERM]
     if fired:
         stop = signal.Signals(fired[0])
-        print(f"wattwise demo: interrupted by {stop.name}; the simulated GPU's settings were restored and the "
-              "demo's state folder removed", file=sys.stderr)
+        print(
+            f"wattwise demo: interrupted by {stop.name}; the simulated GPU's settings were restored and the "
+            "demo's state folder removed",
+            file=sys.stderr,
+        )
         return 128 + stop.value
     print(json_text(result) if args.json else format_demo(result))
     return 0

@@ -8,11 +8,14 @@ from typing import Any
 
 def register(sub: Any) -> None:
     """Add the `example-data` command to the `wattwise` parser."""
-    p = sub.add_parser("example-data", help="write the example inputs the documentation uses into a folder",
-                       description="Write the example inputs the documentation uses into DIR: a Perseus stage "
-                       "profile, power models measured on real A40s, Zeus recurring-job traces (with their "
-                       "licence notice), the installed configuration files, and example PUE, intensity and "
-                       "price series with a simulated run directory.")
+    p = sub.add_parser(
+        "example-data",
+        help="write the example inputs the documentation uses into a folder",
+        description="Write the example inputs the documentation uses into DIR: a Perseus stage "
+        "profile, power models measured on real A40s, Zeus recurring-job traces (with their "
+        "licence notice), the installed configuration files, and example PUE, intensity and "
+        "price series with a simulated run directory.",
+    )
     p.add_argument("directory", metavar="DIR", help="folder to write into (created if needed)")
     p.set_defaults(func=run)
 

@@ -46,21 +46,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("profile", metavar="PROFILE.csv", help="stage,instruction,frequency,time,energy CSV")
     parser.add_argument("--microbatches", type=int, required=True, metavar="M", help="microbatches per iteration")
     parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b", help="pipeline schedule (1f1b)")
-    parser.add_argument("--unit-time", type=float, required=True, metavar="U",
-                        help="seconds between two deadlines of the frontier (e.g. 0.001)")
-    parser.add_argument("--p-blocking", type=float, required=True, metavar="W",
-                        help="power (W) of a GPU blocked on communication")
-    parser.add_argument("--solver", choices=("fast", "exact"), default="fast",
-                        help="fast (default) or exact (CP-SAT, small pipelines)")
+    parser.add_argument(
+        "--unit-time",
+        type=float,
+        required=True,
+        metavar="U",
+        help="seconds between two deadlines of the frontier (e.g. 0.001)",
+    )
+    parser.add_argument(
+        "--p-blocking", type=float, required=True, metavar="W", help="power (W) of a GPU blocked on communication"
+    )
+    parser.add_argument(
+        "--solver", choices=("fast", "exact"), default="fast", help="fast (default) or exact (CP-SAT, small pipelines)"
+    )
     parser.add_argument("--out", required=True, metavar="FRONTIER.json", help="where to write the frontier")
     parser.add_argument("--csv", metavar="FRONTIER.csv", help="also write time_s,energy_j,has_plan rows")
     parser.add_argument("--plot", metavar="FRONTIER.png", help="also plot the frontier and two timelines")
-    parser.add_argument("--plans", choices=("some", "all"), default="some",
-                        help="which points also write their plan out as readable lists: some (default: "
-                             "about 35, incl. the intrinsic choice) or all; every plan is in plan_matrix "
-                             "either way")
-    parser.add_argument("--time-limit", type=float, default=10.0, metavar="S",
-                        help="exact solver: seconds per deadline (default 10)")
+    parser.add_argument(
+        "--plans",
+        choices=("some", "all"),
+        default="some",
+        help="which points also write their plan out as readable lists: some (default: "
+        "about 35, incl. the intrinsic choice) or all; every plan is in plan_matrix "
+        "either way",
+    )
+    parser.add_argument(
+        "--time-limit", type=float, default=10.0, metavar="S", help="exact solver: seconds per deadline (default 10)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(func=run)
 
@@ -79,8 +91,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--p-blocking must be a finite number of watts >= 0 (got {args.p_blocking})")
     if not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit})")
-    for flag, path, name in (("--out", args.out, "frontier.json"), ("--csv", args.csv, "frontier.csv"),
-                             ("--plot", args.plot, "frontier.png")):
+    for flag, path, name in (
+        ("--out", args.out, "frontier.json"),
+        ("--csv", args.csv, "frontier.csv"),
+        ("--plot", args.plot, "frontier.png"),
+    ):
         if path is not None and os.path.isdir(path):  # checked before solving, which may take minutes
             raise UsageError(f"{flag} {path} is a directory; name the file to write, e.g. {os.path.join(path, name)}")
     profile = load_profile(args.profile)
@@ -107,10 +122,14 @@ def run(args: argparse.Namespace) -> int:
             if result.has_plan:
                 kept.add(result)
         if not_proven and not args.quiet:
-            print(f"wattwise frontier: {not_proven} of {solved} deadlines not proven optimal within "
-                  f"--time-limit {args.time_limit} s", file=sys.stderr)
-    frontier = assemble_frontier(problem, kept.points(), unit_time_s=args.unit_time, solver=args.solver,
-                                 plans=args.plans)
+            print(
+                f"wattwise frontier: {not_proven} of {solved} deadlines not proven optimal within "
+                f"--time-limit {args.time_limit} s",
+                file=sys.stderr,
+            )
+    frontier = assemble_frontier(
+        problem, kept.points(), unit_time_s=args.unit_time, solver=args.solver, plans=args.plans
+    )
     elapsed_s = time.monotonic() - started
     write_frontier_json(frontier, args.out)
     if args.csv:
@@ -137,8 +156,9 @@ def summary(frontier: Frontier, elapsed_s: float) -> str:
         f"maximum frequency: {frontier.max_frequency_time_s:.6g} s, {frontier.max_frequency_energy_j:.6g} J",
     ]
     choice = choose_intrinsic(frontier)
-    lines.append(f"no slowdown: {choice.energy_j:.6g} J at {choice.entry.time_s:.6g} s "
-                 f"({choice.saving:.2%} less energy)")
+    lines.append(
+        f"no slowdown: {choice.energy_j:.6g} J at {choice.entry.time_s:.6g} s ({choice.saving:.2%} less energy)"
+    )
     return "\n".join(lines)
 
 
@@ -157,5 +177,8 @@ def _progress(items: Iterable[T], done: Callable[[int], str], quiet: bool, start
             print(f"wattwise frontier: {done(count)} deadlines, {now - started:.1f} s", file=sys.stderr, flush=True)
         yield item
     if not quiet:
-        print(f"wattwise frontier: {done(count)} deadlines solved in {time.monotonic() - started:.1f} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"wattwise frontier: {done(count)} deadlines solved in {time.monotonic() - started:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -116,9 +116,7 @@ def run_list(args: argparse.Namespace) -> int:
         finally:
             store.close()
     if args.json:
-        print(
-            json_text({"store": make_url(url).render_as_string(), "jobs": [s.to_dict() for s in summaries]})
-        )
+        print(json_text({"store": make_url(url).render_as_string(), "jobs": [s.to_dict() for s in summaries]}))
         return 0
     if not summaries:
         print(f"no recurring jobs in {make_url(url).render_as_string()}")

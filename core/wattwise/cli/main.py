@@ -104,8 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        print(f"wattwise: error: no command given; choose one of {', '.join(COMMANDS)} "
-              "(see `wattwise --help`)", file=sys.stderr)
+        print(
+            f"wattwise: error: no command given; choose one of {', '.join(COMMANDS)} (see `wattwise --help`)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         return int(args.func(args))

@@ -26,9 +26,12 @@ BACKEND = SETTING["backend"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise measure` command to the `wattwise` parser."""
-    p = sub.add_parser("measure", help="run a command and report its time and energy",
-                       description="Run CMD, then print its wall time and the energy of every device over that "
-                                   "time. Exits with CMD's exit code (127 if CMD is not found).")
+    p = sub.add_parser(
+        "measure",
+        help="run a command and report its time and energy",
+        description="Run CMD, then print its wall time and the energy of every device over that "
+        "time. Exits with CMD's exit code (127 if CMD is not found).",
+    )
     p.add_argument("--backend", default=default_of(BACKEND.key), help=f"{BACKEND.help} (default %(default)s)")
     p.add_argument("--cpu", action="store_true", help="also measure CPU packages and DRAM (RAPL)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout (the command's own output is kept)")
@@ -65,8 +68,13 @@ def run(args: argparse.Namespace) -> int:
         code = _run_command(cmd)
         time_s, energy_j, total_j, approximate = time.monotonic() - start_s, {}, None, []
     result: dict[str, Any] = {
-        "command": cmd, "exit_code": code, "time_s": time_s, "energy_j": energy_j, "total_energy_j": total_j,
-        "approximate": approximate, "simulated": found.simulated,
+        "command": cmd,
+        "exit_code": code,
+        "time_s": time_s,
+        "energy_j": energy_j,
+        "total_energy_j": total_j,
+        "approximate": approximate,
+        "simulated": found.simulated,
     }
     if args.json:
         print(json_text(result))

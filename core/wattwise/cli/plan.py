@@ -28,8 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("frontier", metavar="FRONTIER.json", help="a frontier written by wattwise frontier")
-    parser.add_argument("--straggler-time", type=float, metavar="T",
-                        help="iteration time (s) imposed by a straggler")
+    parser.add_argument("--straggler-time", type=float, metavar="T", help="iteration time (s) imposed by a straggler")
     parser.add_argument("--out", required=True, metavar="PLAN.json", help="where to write the chosen plan")
     parser.set_defaults(func=run)
 
@@ -49,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         choice = choose_for_straggler(frontier, args.straggler_time)
         what = f"straggler at {args.straggler_time:.6g} s (plan takes {choice.entry.time_s:.6g} s)"
     write_plan_json(frontier, choice, args.out)
-    print(f"{what}: {choice.energy_j:.6g} J per iteration, {choice.saving:.2%} less than maximum frequency "
-          f"({choice.max_frequency_energy_j:.6g} J)")
+    print(
+        f"{what}: {choice.energy_j:.6g} J per iteration, {choice.saving:.2%} less than maximum frequency "
+        f"({choice.max_frequency_energy_j:.6g} J)"
+    )
     return 0

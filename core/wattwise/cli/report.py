@@ -25,9 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "'not supplied'. Prints the statement (or, with --json, the report)."
         ),
     )
-    parser.add_argument(
-        "run_dir", metavar="RUN_DIR", type=Path, help="directory the callback or plugin wrote"
-    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="directory the callback or plugin wrote")
     parser.add_argument("--pue", help="PUE: a number (e.g. 1.1) or a CSV series; default: not supplied (1.0)")
     parser.add_argument("--pue-source", help="where the PUE comes from, for the statement")
     parser.add_argument("--intensity", help="grid carbon intensity in gCO2e/kWh: a number or a CSV series")
@@ -35,16 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--price", help="electricity price per kWh: a number or a CSV series")
     parser.add_argument("--price-source", help="where the price comes from, for the statement")
     parser.add_argument("--currency", help="currency of --price (e.g. EUR)")
-    parser.add_argument(
-        "--region", help="where the run took place (e.g. 'eu-west-1, Ireland'), for the statement"
-    )
-    parser.add_argument(
-        "--hardware", help="GPU model and count (e.g. '8x NVIDIA A100 80GB'), for the statement"
-    )
+    parser.add_argument("--region", help="where the run took place (e.g. 'eu-west-1, Ireland'), for the statement")
+    parser.add_argument("--hardware", help="GPU model and count (e.g. '8x NVIDIA A100 80GB'), for the statement")
     parser.add_argument("--out", type=Path, help="where to write the report files (default: RUN_DIR)")
-    parser.add_argument(
-        "--plot", type=Path, metavar="DIR", help="also write power and per-epoch plots (PNG) here"
-    )
+    parser.add_argument("--plot", type=Path, metavar="DIR", help="also write power and per-epoch plots (PNG) here")
     parser.add_argument("--json", action="store_true", help="print the report JSON instead of the statement")
     parser.set_defaults(func=run)
 

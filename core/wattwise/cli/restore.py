@@ -16,13 +16,19 @@ from wattwise.settings.recovery import recover_stale_journals
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise restore` command to the `wattwise` parser."""
-    p = sub.add_parser("restore", help="restore GPU settings left changed by a crashed run",
-                       description="Restore the power limits and clocks recorded in the guard's journal by "
-                                   "processes that ended without restoring them (e.g. killed with SIGKILL). "
-                                   "Settings held by a running wattwise process are left to it.")
-    p.add_argument("--force", action="store_true",
-                   help="also fail (exit 1) on settings still held by a running wattwise process, naming it; "
-                        "they are never restored under it (stop it: it restores them itself)")
+    p = sub.add_parser(
+        "restore",
+        help="restore GPU settings left changed by a crashed run",
+        description="Restore the power limits and clocks recorded in the guard's journal by "
+        "processes that ended without restoring them (e.g. killed with SIGKILL). "
+        "Settings held by a running wattwise process are left to it.",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="also fail (exit 1) on settings still held by a running wattwise process, naming it; "
+        "they are never restored under it (stop it: it restores them itself)",
+    )
     p.add_argument("--journal-dir", default=None, help=f"journal folder (default {journal_dir()})")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)

@@ -38,11 +38,14 @@ def _flag(name: str) -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise run` command to the `wattwise` parser."""
-    p = sub.add_parser("run", help="run a training command with wattwise on, no code changes",
-                       description="Run CMD with LIGHTNING_ENERGY=1 and ACCELERATE_ENERGY=1 and the settings "
-                                   "below, so every Lightning Trainer and Accelerator it builds (in every process) "
-                                   "is measured, tuned or capped. Prints where the summary went; exits with CMD's "
-                                   "exit code (127 if CMD is not found).")
+    p = sub.add_parser(
+        "run",
+        help="run a training command with wattwise on, no code changes",
+        description="Run CMD with LIGHTNING_ENERGY=1 and ACCELERATE_ENERGY=1 and the settings "
+        "below, so every Lightning Trainer and Accelerator it builds (in every process) "
+        "is measured, tuned or capped. Prints where the summary went; exits with CMD's "
+        "exit code (127 if CMD is not found).",
+    )
     for s in SETTINGS:
         kind = key_type(s.key)
         text = s.help.replace("%", "%%")  # argparse formats help with %: "10%" must stay literal
@@ -51,8 +54,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         else:
             p.add_argument(_flag(s.name), dest=s.name, type=kind, metavar=s.name.upper(), help=text)
     p.add_argument("--config", metavar="YAML", help=CONFIG_HELP)
-    p.add_argument("--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"{OVERRIDES_HELP} (repeatable)")
+    p.add_argument(
+        "--override",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"{OVERRIDES_HELP} (repeatable)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=run, setting_flags={s.key: _flag(s.name) for s in SETTINGS})
 
@@ -121,10 +130,14 @@ def _why_no_summary(cfg: EnergyConfig) -> str:
         except WattwiseError:
             found = None
         if found is not None and not found.gpus and not found.cpus:
-            return ("nothing to measure on this machine: no GPU, and the CPU package's energy counter is not "
-                    "readable; --backend simulated tries wattwise on the simulated GPU")
-    return ("the command trained no Lightning Trainer or Accelerator to its end, or wattwise stopped measuring: "
-            "its warning above says why")
+            return (
+                "nothing to measure on this machine: no GPU, and the CPU package's energy counter is not "
+                "readable; --backend simulated tries wattwise on the simulated GPU"
+            )
+    return (
+        "the command trained no Lightning Trainer or Accelerator to its end, or wattwise stopped measuring: "
+        "its warning above says why"
+    )
 
 
 def _mtime(path: Path) -> float | None:

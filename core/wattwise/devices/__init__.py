@@ -65,14 +65,15 @@ __all__ = [
 
 #: The environment variable that replaces the backend "auto" (see the module docstring).
 BACKEND_ENV = "WATTWISE_BACKEND"
-_GPU_ONLY = ("power-limit tuning and capping need a GPU (backend 'simulated', or "
-             f"{BACKEND_ENV}=simulated, tries them on the simulated GPU)")
+_GPU_ONLY = (
+    "power-limit tuning and capping need a GPU (backend 'simulated', or "
+    f"{BACKEND_ENV}=simulated, tries them on the simulated GPU)"
+)
 #: The last note of an "auto" discovery that found no GPU, by whether RAPL could be read.
 NO_GPU_CPU_NOTE = f"no NVIDIA GPU found: measuring the CPU (RAPL) only; {_GPU_ONLY}"
 NO_GPU_NOTHING_NOTE = f"no NVIDIA GPU found and RAPL unreadable: nothing to measure on this machine; {_GPU_ONLY}"
 #: The last note when `WATTWISE_BACKEND=simulated` turned "auto" into the simulated GPU.
-SIMULATED_BY_ENV_NOTE = (f"{BACKEND_ENV}=simulated: using the simulated GPU (energy figures are modelled, not "
-                         "measured)")
+SIMULATED_BY_ENV_NOTE = f"{BACKEND_ENV}=simulated: using the simulated GPU (energy figures are modelled, not measured)"
 
 
 @dataclass
@@ -118,8 +119,7 @@ def simulated_gpus(
         key = (folder, i)
         gpu = _SIMULATED.get(key)
         if gpu is None or gpu.model != model or gpu.base_step_time_s != base_step_time_s:
-            gpu = SimulatedGPU(i, model, state_file=folder / f"gpu{i}.json",
-                               base_step_time_s=base_step_time_s)
+            gpu = SimulatedGPU(i, model, state_file=folder / f"gpu{i}.json", base_step_time_s=base_step_time_s)
             _SIMULATED[key] = gpu
         gpus.append(gpu)
     return gpus
@@ -136,9 +136,15 @@ def _discover_simulated(wanted: Wanted) -> list[Device]:
     A simulated GPU exists at any index asked for: under distributed training each process takes the one
     at its local rank, as on a real multi-GPU node.
     """
-    return list(simulated_gpus(wanted.num_simulated, power_model=wanted.power_model,
-                               base_step_time_s=wanted.base_step_time_s, persist_dir=wanted.persist_dir,
-                               indices=wanted.gpu_indices))
+    return list(
+        simulated_gpus(
+            wanted.num_simulated,
+            power_model=wanted.power_model,
+            base_step_time_s=wanted.base_step_time_s,
+            persist_dir=wanted.persist_dir,
+            indices=wanted.gpu_indices,
+        )
+    )
 
 
 def _uuid_identity(spec: dict[str, Any]) -> str:
@@ -152,22 +158,54 @@ def _state_file_identity(spec: dict[str, Any]) -> str | None:
 
 
 # The backends wattwise ships, in the order "auto" probes them and `backend_choices()` lists them.
-register(Backend("nvml", lazy("wattwise.devices.nvml", "discover_gpus"),
-                 lazy("wattwise.devices.nvml", "open_nvml_spec"),
-                 probe=True, title="NVML", needs="an NVIDIA GPU and its driver", identity=_uuid_identity))
-register(Backend("simulated", _discover_simulated, lazy("wattwise.devices.simulated", "open_simulated_spec"),
-                 identity=_state_file_identity))
+register(
+    Backend(
+        "nvml",
+        lazy("wattwise.devices.nvml", "discover_gpus"),
+        lazy("wattwise.devices.nvml", "open_nvml_spec"),
+        probe=True,
+        title="NVML",
+        needs="an NVIDIA GPU and its driver",
+        identity=_uuid_identity,
+    )
+)
+register(
+    Backend(
+        "simulated",
+        _discover_simulated,
+        lazy("wattwise.devices.simulated", "open_simulated_spec"),
+        identity=_state_file_identity,
+    )
+)
 # Reads stay local, setting changes go to the node agent (`wattwise agent serve`).
-register(Backend("agent", lazy("wattwise.devices.agent", "discover_gpus"),
-                 lazy("wattwise.devices.agent", "open_agent_spec"),
-                 claim=lazy("wattwise.devices.agent", "claim_auto")))
+register(
+    Backend(
+        "agent",
+        lazy("wattwise.devices.agent", "discover_gpus"),
+        lazy("wattwise.devices.agent", "open_agent_spec"),
+        claim=lazy("wattwise.devices.agent", "claim_auto"),
+    )
+)
 # After NVML among the probed backends: "auto" takes NVIDIA GPUs first, then AMD ones, then the CPU.
-register(Backend("amdsmi", lazy("wattwise.devices.amdsmi", "discover_gpus"),
-                 lazy("wattwise.devices.amdsmi", "open_amdsmi_spec"),
-                 probe=True, needs="an AMD GPU, its amdgpu driver and the amdsmi package",
-                 identity=_uuid_identity))
-register(Backend("rapl", lazy("wattwise.devices.rapl", "discover_domains"),
-                 lazy("wattwise.devices.rapl", "open_rapl_spec"), kind="cpu", title="RAPL"))
+register(
+    Backend(
+        "amdsmi",
+        lazy("wattwise.devices.amdsmi", "discover_gpus"),
+        lazy("wattwise.devices.amdsmi", "open_amdsmi_spec"),
+        probe=True,
+        needs="an AMD GPU, its amdgpu driver and the amdsmi package",
+        identity=_uuid_identity,
+    )
+)
+register(
+    Backend(
+        "rapl",
+        lazy("wattwise.devices.rapl", "discover_domains"),
+        lazy("wattwise.devices.rapl", "open_rapl_spec"),
+        kind="cpu",
+        title="RAPL",
+    )
+)
 
 
 def discover(
@@ -225,8 +263,10 @@ def backend_from_env() -> str:
         return AUTO
     choices = backend_choices()
     if value not in choices:
-        raise ConfigError(f"{BACKEND_ENV} must be one of {', '.join(choices)} (got {value!r}); "
-                          f"unset it to find the devices automatically")
+        raise ConfigError(
+            f"{BACKEND_ENV} must be one of {', '.join(choices)} (got {value!r}); "
+            f"unset it to find the devices automatically"
+        )
     return value
 
 
@@ -276,8 +316,10 @@ def _named(name: str, wanted: Wanted, *, asked: str) -> list[Device]:
     except (DeviceError, ImportError) as err:
         if not backend.needs:
             raise
-        raise NotSupportedError(f"{backend.label} unavailable: {err}; {asked} is {name}, which needs "
-                                f"{backend.needs} (use auto, or simulated to try wattwise without one)") from err
+        raise NotSupportedError(
+            f"{backend.label} unavailable: {err}; {asked} is {name}, which needs "
+            f"{backend.needs} (use auto, or simulated to try wattwise without one)"
+        ) from err
 
 
 def _cpu_devices(wanted: Wanted, notes: list[str]) -> list[Device]:
@@ -303,8 +345,9 @@ def open_spec(spec: dict[str, Any]) -> Device:
     name = spec.get("backend")
     backend = registry.lookup(name) if isinstance(name, str) else None
     if backend is None:
-        raise DeviceError(f"cannot reopen a device of unknown backend {name!r} (known backends: "
-                          f"{', '.join(registry.names())})")
+        raise DeviceError(
+            f"cannot reopen a device of unknown backend {name!r} (known backends: {', '.join(registry.names())})"
+        )
     return backend.open(spec)
 
 

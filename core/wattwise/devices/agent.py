@@ -113,11 +113,15 @@ class AgentClient:
             response = conn.getresponse()
             raw = response.read()
         except PermissionError:
-            raise NoPermissionError(f"wattwise agent: cannot open its socket {self.path}: permission denied "
-                                    "(the admin adds you to the socket's group)") from None
+            raise NoPermissionError(
+                f"wattwise agent: cannot open its socket {self.path}: permission denied "
+                "(the admin adds you to the socket's group)"
+            ) from None
         except (FileNotFoundError, ConnectionRefusedError) as err:
-            raise DeviceError(f"wattwise agent: none answers at {self.path} ({err.strerror}); start one with "
-                              f"`wattwise agent serve` or set {SOCKET_ENV}") from None
+            raise DeviceError(
+                f"wattwise agent: none answers at {self.path} ({err.strerror}); start one with "
+                f"`wattwise agent serve` or set {SOCKET_ENV}"
+            ) from None
         except (OSError, http.client.HTTPException) as err:
             raise DeviceError(f"wattwise agent at {self.path}: {err}") from None
         finally:
@@ -149,15 +153,18 @@ class AgentClient:
 
         The lease also carries this process's batch job id (`batch_job_id`).
         """
-        result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "power_limit"),
-                                              {"watts": watts, "job": job, "job_id": batch_job_id()})
+        result: dict[str, Any] = self.request(
+            "POST", _gpu_url(gpu, "power_limit"), {"watts": watts, "job": job, "job_id": batch_job_id()}
+        )
         return result
 
     def lock_sm_clocks(self, gpu: int | str, min_mhz: int, max_mhz: int, job: str = "") -> dict[str, Any]:
         """Lock GPU `gpu`'s SM clocks to [min_mhz, max_mhz], under this process's lease."""
-        result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "sm_clocks"),
-                                              {"min_mhz": min_mhz, "max_mhz": max_mhz, "job": job,
-                                               "job_id": batch_job_id()})
+        result: dict[str, Any] = self.request(
+            "POST",
+            _gpu_url(gpu, "sm_clocks"),
+            {"min_mhz": min_mhz, "max_mhz": max_mhz, "job": job, "job_id": batch_job_id()},
+        )
         return result
 
     def reset_sm_clocks(self, gpu: int | str) -> dict[str, Any]:
@@ -352,8 +359,9 @@ class AgentGPU(Device):
         self.release_outcome = str(answer.get("released", "restored"))
         self.holder_after_release = answer.get("holder")
         if self.release_outcome == "failed":
-            raise DeviceError(f"wattwise agent: GPU {self.index} refused its original settings; it stays held "
-                              "(see the agent's log)")
+            raise DeviceError(
+                f"wattwise agent: GPU {self.index} refused its original settings; it stays held (see the agent's log)"
+            )
         self.requested_limit_w = None
 
     def settings_lifted(self) -> str | None:
@@ -380,10 +388,12 @@ class AgentGPU(Device):
         if abs(now_w - self.requested_limit_w) <= 0.5:
             self._limit_checked_at = time.monotonic()
             return None
-        self.lifted_note = (f"GPU {self.index}: its power limit is {now_w:g} W, not the {self.requested_limit_w:g} W "
-                            "this job set through the node agent: someone else changed it (the agent restored it "
-                            "or an admin set another limit); the rest of the run is not capped as asked "
-                            "(see `wattwise agent status` and the agent's audit log)")
+        self.lifted_note = (
+            f"GPU {self.index}: its power limit is {now_w:g} W, not the {self.requested_limit_w:g} W "
+            "this job set through the node agent: someone else changed it (the agent restored it "
+            "or an admin set another limit); the rest of the run is not capped as asked "
+            "(see `wattwise agent status` and the agent's audit log)"
+        )
         return self.lifted_note
 
     def name_job(self, job: str) -> None:
@@ -399,8 +409,13 @@ class AgentGPU(Device):
         return self.local.simulation
 
     def spec(self) -> dict[str, Any]:
-        return {"backend": "agent", "index": self.index, "uuid": self.uuid, "socket": self.client.path,
-                "local": self.local.spec()}
+        return {
+            "backend": "agent",
+            "index": self.index,
+            "uuid": self.uuid,
+            "socket": self.client.path,
+            "local": self.local.spec(),
+        }
 
     def describe(self) -> dict[str, Any]:
         info = self.local.describe()
@@ -428,8 +443,9 @@ def gpu_uuid(spec: dict[str, Any]) -> str:
     return f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, f'wattwise-simulated:{key}')}"
 
 
-def job_gpu_specs(specs: list[dict[str, Any]], cuda_visible_devices: str | None,
-                  mig_parent: Callable[[str], str | None] | None = None) -> list[dict[str, Any]]:
+def job_gpu_specs(
+    specs: list[dict[str, Any]], cuda_visible_devices: str | None, mig_parent: Callable[[str], str | None] | None = None
+) -> list[dict[str, Any]]:
     """The agent's GPUs this job sees, in the order CUDA numbers them for it (`torch.cuda` device k).
 
     The same rules as the NVML backend (`wattwise.devices.nvml.visible_nvml_indices`): unset shows every
@@ -448,13 +464,19 @@ def job_gpu_specs(specs: list[dict[str, Any]], cuda_visible_devices: str | None,
     """
     from wattwise.devices.nvml import mig_parent_uuid, visible_nvml_indices
 
-    visible = visible_nvml_indices(cuda_visible_devices, [gpu_uuid(s) for s in specs],
-                                   mig_parent=mig_parent or mig_parent_uuid)
+    visible = visible_nvml_indices(
+        cuda_visible_devices, [gpu_uuid(s) for s in specs], mig_parent=mig_parent or mig_parent_uuid
+    )
     return [specs[position] for position in visible]
 
 
-def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str] | None = None,
-               job: str = "", base_step_time_s: float = 0.02) -> list[AgentGPU]:
+def agent_gpus(
+    indices: list[int] | None = None,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    job: str = "",
+    base_step_time_s: float = 0.02,
+) -> list[AgentGPU]:
     """The agent's GPUs this job sees (`CUDA_VISIBLE_DEVICES`), each opened locally for reads.
 
     A job leases and changes only the GPUs CUDA shows it: with `CUDA_VISIBLE_DEVICES=2`, its GPU 0 is the
@@ -480,9 +502,11 @@ def agent_gpus(indices: list[int] | None = None, *, path: str | os.PathLike[str]
     missing = [i for i in wanted if not 0 <= i < len(seen)]
     if missing:
         shown = [int(s["index"]) for s in seen]
-        raise DeviceError(f"this job sees no GPU {missing} through the wattwise agent at {client.path}: it sees "
-                          f"{len(seen)} GPU(s), the node's {shown} (CUDA_VISIBLE_DEVICES="
-                          f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); number GPUs as the job sees them")
+        raise DeviceError(
+            f"this job sees no GPU {missing} through the wattwise agent at {client.path}: it sees "
+            f"{len(seen)} GPU(s), the node's {shown} (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); number GPUs as the job sees them"
+        )
     return [AgentGPU(_local(seen[i], base_step_time_s), client, job=job, uuid=gpu_uuid(seen[i])) for i in wanted]
 
 
@@ -504,8 +528,9 @@ def _local(spec: dict[str, Any], base_step_time_s: float = 0.02) -> Device:
         state_file = Path(str(spec["state_file"]))
         index = int(spec["index"])
         if state_file.name == f"gpu{index}.json":
-            gpu = simulated_gpus(1, persist_dir=state_file.parent, indices=[index],
-                                 base_step_time_s=base_step_time_s)[0]
+            gpu = simulated_gpus(1, persist_dir=state_file.parent, indices=[index], base_step_time_s=base_step_time_s)[
+                0
+            ]
             gpu.publish_load(load_file_of(state_file))  # the agent counts the load this process drives
             return gpu
     return open_spec(spec)
@@ -524,8 +549,7 @@ def claim_auto() -> str | None:
     """Backend "auto" takes the agent, with this note, when `agent_preferred()`; else None."""
     if not agent_preferred():
         return None
-    return (f"using the node agent at {socket_path()}: this process may not change GPU settings itself "
-            "(backend agent)")
+    return f"using the node agent at {socket_path()}: this process may not change GPU settings itself (backend agent)"
 
 
 def agent_preferred(path: str | os.PathLike[str] | None = None) -> bool:

@@ -377,8 +377,10 @@ class AmdsmiGPU(Device):
             value = info.get(sensor)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return float(value)
-        raise NotSupportedError(f"GPU {self._index} ({self._id.uuid}): amdsmi reports no power reading "
-                                "(all of current_socket_power, average_socket_power and socket_power are N/A)")
+        raise NotSupportedError(
+            f"GPU {self._index} ({self._id.uuid}): amdsmi reports no power reading "
+            "(all of current_socket_power, average_socket_power and socket_power are N/A)"
+        )
 
     def _cap_info_uw(self) -> dict[str, int]:
         with self._amdsmi("read the power cap"):
@@ -390,8 +392,11 @@ class AmdsmiGPU(Device):
 
     def power_limit_range(self) -> PowerLimitRange:
         info = self._cap_info_uw()
-        return PowerLimitRange(min_w=info["min_power_cap"] / 1e6, max_w=info["max_power_cap"] / 1e6,
-                               default_w=info["default_power_cap"] / 1e6)
+        return PowerLimitRange(
+            min_w=info["min_power_cap"] / 1e6,
+            max_w=info["max_power_cap"] / 1e6,
+            default_w=info["default_power_cap"] / 1e6,
+        )
 
     def set_power_limit_w(self, watts: float) -> None:
         """Set the power cap (rounded to the µW), then read it back: a driver can ignore a set silently.
@@ -403,8 +408,9 @@ class AmdsmiGPU(Device):
         """
         rng = self.power_limit_range()
         if not (math.isfinite(watts) and rng.min_w <= watts <= rng.max_w):
-            raise UsageError(f"power limit {watts} W is outside GPU {self._index}'s allowed range "
-                             f"{rng.min_w:g}-{rng.max_w:g} W")
+            raise UsageError(
+                f"power limit {watts} W is outside GPU {self._index}'s allowed range {rng.min_w:g}-{rng.max_w:g} W"
+            )
         cap_uw = round(watts * 1e6)
         with self._amdsmi(f"set the power cap to {cap_uw / 1e6:g} W"):
             _binding().amdsmi_set_power_cap(self._handle, 0, cap_uw)
@@ -437,13 +443,13 @@ class AmdsmiGPU(Device):
     def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
         """Hold the graphics clock within [min_mhz, max_mhz] (amdsmi_set_gpu_clk_range; see the module)."""
         if not 0 < min_mhz <= max_mhz:
-            raise UsageError(f"SM clock range for GPU {self._index} must satisfy 0 < min <= max "
-                             f"(got {min_mhz}-{max_mhz} MHz)")
+            raise UsageError(
+                f"SM clock range for GPU {self._index} must satisfy 0 < min <= max (got {min_mhz}-{max_mhz} MHz)"
+            )
         binding = _binding()
         with _state_lock:
             with self._amdsmi(f"set the graphics clock range to {min_mhz}-{max_mhz} MHz"):
-                binding.amdsmi_set_gpu_clk_range(self._handle, int(min_mhz), int(max_mhz),
-                                                 binding.AmdSmiClkType.GFX)
+                binding.amdsmi_set_gpu_clk_range(self._handle, int(min_mhz), int(max_mhz), binding.AmdSmiClkType.GFX)
             _locked_sm_clocks_mhz[self._id.uuid] = (int(min_mhz), int(max_mhz))
 
     def reset_sm_clocks(self) -> None:
@@ -452,8 +458,9 @@ class AmdsmiGPU(Device):
         with _state_lock:
             with self._amdsmi("reset the graphics clock range"):
                 info = binding.amdsmi_get_clock_info(self._handle, binding.AmdSmiClkType.GFX)
-                binding.amdsmi_set_gpu_clk_range(self._handle, int(info["min_clk"]), int(info["max_clk"]),
-                                                 binding.AmdSmiClkType.GFX)
+                binding.amdsmi_set_gpu_clk_range(
+                    self._handle, int(info["min_clk"]), int(info["max_clk"]), binding.AmdSmiClkType.GFX
+                )
                 binding.amdsmi_set_gpu_perf_level(self._handle, binding.AmdSmiDevPerfLevel.AUTO)
             _locked_sm_clocks_mhz.pop(self._id.uuid, None)
 
@@ -473,8 +480,14 @@ def _identity(binding: Any, handle: object) -> AmdIdentity:
     serial = str(asic.get("asic_serial", "")).lower().removeprefix("0x")
     name = str(asic.get("market_name") or "AMD GPU")
     hip_id, hip_uuid = _hip_enumeration(binding, handle)
-    return AmdIdentity(uuid=str(binding.amdsmi_get_gpu_device_uuid(handle)), serial=serial, name=name,
-                       bdf=str(binding.amdsmi_get_gpu_device_bdf(handle)), hip_id=hip_id, hip_uuid=hip_uuid)
+    return AmdIdentity(
+        uuid=str(binding.amdsmi_get_gpu_device_uuid(handle)),
+        serial=serial,
+        name=name,
+        bdf=str(binding.amdsmi_get_gpu_device_bdf(handle)),
+        hip_id=hip_id,
+        hip_uuid=hip_uuid,
+    )
 
 
 def _hip_enumeration(binding: Any, handle: object) -> tuple[int | None, str]:
@@ -512,8 +525,9 @@ def _mapped_error(err: Exception, action: str) -> DeviceError:
     if code in (_STATUS_NOT_SUPPORTED, _STATUS_NOT_YET_IMPLEMENTED, _STATUS_SETTING_UNAVAILABLE):
         return NotSupportedError(f"{detail}; this GPU or its driver does not offer it")
     if code in (_STATUS_NOT_FOUND, _STATUS_IO, _STATUS_DRIVER_NOT_LOADED, _STATUS_AMDGPU_RESTART_ERR):
-        return DeviceLostError(f"{detail}; the GPU fell off the bus or the amdgpu driver was reloaded "
-                               "(see `amd-smi list` and `dmesg`)")
+        return DeviceLostError(
+            f"{detail}; the GPU fell off the bus or the amdgpu driver was reloaded (see `amd-smi list` and `dmesg`)"
+        )
     return DeviceError(detail)
 
 
@@ -573,6 +587,8 @@ def _init_failure_reason(err: Exception) -> str:
     if code == _STATUS_NO_PERM:
         return "no permission to open the AMD GPUs (/dev/kfd, /dev/dri/*): add the user to the render and video groups"
     if code in (_STATUS_FAIL_LOAD_MODULE, _STATUS_INIT_ERROR, _STATUS_NOT_INIT):
-        return (f"amdsmi_init failed ({' '.join(str(err).split())}): the amdsmi package and ROCm's "
-                "libamd_smi.so must come from the same ROCm release")
+        return (
+            f"amdsmi_init failed ({' '.join(str(err).split())}): the amdsmi package and ROCm's "
+            "libamd_smi.so must come from the same ROCm release"
+        )
     return f"amdsmi_init failed: {' '.join(str(err).split())} (amdsmi status {code})"

@@ -104,8 +104,9 @@ def driver_versions() -> dict[str, str]:
     return out
 
 
-def visible_nvml_indices(cuda_visible_devices: str | None, uuids: Sequence[str],
-                         mig_parent: Callable[[str], str | None] | None = None) -> list[int]:
+def visible_nvml_indices(
+    cuda_visible_devices: str | None, uuids: Sequence[str], mig_parent: Callable[[str], str | None] | None = None
+) -> list[int]:
     """NVML indices of the GPUs CUDA shows this process, in CUDA's order.
 
     Follows CUDA's rules: unset shows every GPU; entries are indices or (unique prefixes of)
@@ -270,9 +271,7 @@ class NvmlGPU(Device):
                     raise
                 # A driver without the v1 entry point. The binding's _v2 wrapper discards the
                 # driver's return code, so only the read-back below can tell whether it worked.
-                pynvml.nvmlDeviceSetPowerManagementLimit_v2(
-                    self._handle, pynvml.NVML_POWER_SCOPE_GPU, limit_mw
-                )
+                pynvml.nvmlDeviceSetPowerManagementLimit_v2(self._handle, pynvml.NVML_POWER_SCOPE_GPU, limit_mw)
             readback_mw = int(pynvml.nvmlDeviceGetPowerManagementLimit(self._handle))
         if abs(readback_mw - limit_mw) > READBACK_TOLERANCE_MW:
             raise DeviceError(
@@ -302,8 +301,7 @@ class NvmlGPU(Device):
     def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
         if not 0 < min_mhz <= max_mhz:
             raise UsageError(
-                f"SM clock range for GPU {self._index} must satisfy 0 < min <= max "
-                f"(got {min_mhz}-{max_mhz} MHz)"
+                f"SM clock range for GPU {self._index} must satisfy 0 < min <= max (got {min_mhz}-{max_mhz} MHz)"
             )
         with _locked_lock:
             with self._nvml(f"lock the SM clocks to {min_mhz}-{max_mhz} MHz"):
@@ -342,8 +340,7 @@ def _mapped_error(err: Exception, action: str) -> DeviceError:
         )
     if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
         return NotSupportedError(detail)
-    if code in (pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_GPU_NOT_FOUND,
-                pynvml.NVML_ERROR_RESET_REQUIRED):
+    if code in (pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_GPU_NOT_FOUND, pynvml.NVML_ERROR_RESET_REQUIRED):
         return DeviceLostError(f"{detail}; the GPU fell off the bus or needs a reset (see `nvidia-smi`)")
     return DeviceError(detail)
 

@@ -48,8 +48,7 @@ def rapl_domains(
     """
     if not root.is_dir():
         raise NotSupportedError(
-            f"{root} not found: not Linux, or the RAPL powercap driver is not loaded "
-            "(`sudo modprobe intel_rapl_msr`)"
+            f"{root} not found: not Linux, or the RAPL powercap driver is not loaded (`sudo modprobe intel_rapl_msr`)"
         )
     try:
         zones = sorted((p for p in root.iterdir() if _ZONE_NAME.fullmatch(p.name)), key=_zone_sort_key)

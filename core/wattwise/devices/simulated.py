@@ -123,13 +123,17 @@ class PowerModel:
             raise UsageError("power model: the power_limit, time and power columns need one value per row")
         if list(self.power_limits_w) != sorted(set(self.power_limits_w)):
             raise UsageError("power model: power_limit values must be distinct (they are sorted on load)")
-        for col, values in (("power_limit", self.power_limits_w), ("time", self.time_factors),
-                            ("power", self.busy_power_w)):
+        for col, values in (
+            ("power_limit", self.power_limits_w),
+            ("time", self.time_factors),
+            ("power", self.busy_power_w),
+        ):
             for row, v in enumerate(values, start=1):
                 check_model_value(col, v, f"power model, row {row} (power_limit {self.power_limits_w[row - 1]:g} W)")
         if not (math.isfinite(self.idle_power_w) and 0 <= self.idle_power_w <= MAX_POWER_W):
-            raise UsageError(f"power model: idle_power_w must be between 0 and {MAX_POWER_W:g} W "
-                             f"(got {self.idle_power_w})")
+            raise UsageError(
+                f"power model: idle_power_w must be between 0 and {MAX_POWER_W:g} W (got {self.idle_power_w})"
+            )
         for name, limit in (("min_limit_w", self.min_limit_w), ("max_limit_w", self.max_limit_w)):
             if limit is not None:
                 check_model_value("power_limit", limit, f"power model: {name}")
@@ -171,8 +175,9 @@ class PowerModel:
     def from_csv(cls, path: str | os.PathLike[str], **kwargs: Any) -> PowerModel:
         """Read a `power_limit,time,power` table (watts, relative step time, average watts)."""
         p = Path(path)
-        text = read_text(p, what=f"power model {p}", expected="a CSV power_limit,time,power table",
-                         fix="save it as a UTF-8 CSV")
+        text = read_text(
+            p, what=f"power model {p}", expected="a CSV power_limit,time,power table", fix="save it as a UTF-8 CSV"
+        )
         try:
             return cls._from_rows(p, csv.DictReader(text.splitlines()), **kwargs)
         except csv.Error as err:
@@ -201,8 +206,7 @@ class PowerModel:
             raise UsageError(f"power model {p}: no rows after the header")
         parsed.sort()
         kwargs.setdefault("name", f"Simulated GPU ({p.name})")
-        return cls(tuple(r[0] for r in parsed), tuple(r[1] for r in parsed), tuple(r[2] for r in parsed),
-                   **kwargs)
+        return cls(tuple(r[0] for r in parsed), tuple(r[1] for r in parsed), tuple(r[2] for r in parsed), **kwargs)
 
     @classmethod
     def of(cls, source: PowerModel | str | os.PathLike[str] | None) -> PowerModel:
@@ -349,9 +353,12 @@ class SimulatedGPU(Device):
         assert self._state_file is not None
         where = set_aside_if_mine(self._state_file)
         self._state_sig = self._signature()
-        plugin_warning(f"wattwise: simulated GPU {self._index}: its state file {self._state_file} {why}; the GPU "
-                      f"starts from its defaults ({self._default_limit_w:g} W, clocks unlocked) and the file is "
-                      f"{where}", stacklevel=2)
+        plugin_warning(
+            f"wattwise: simulated GPU {self._index}: its state file {self._state_file} {why}; the GPU "
+            f"starts from its defaults ({self._default_limit_w:g} W, clocks unlocked) and the file is "
+            f"{where}",
+            stacklevel=2,
+        )
 
     def _signature(self) -> tuple[int, int, int] | None:
         """What identifies the state file's current content (None: no file, or no state file at all)."""
@@ -390,8 +397,10 @@ class SimulatedGPU(Device):
                         raise
                     _overwrite_in_place(self._state_file, json.dumps(payload))  # a restore on a full disk
             except OSError as err:
-                raise DeviceError(f"simulated GPU {self._index}: cannot save its settings to {self._state_file} "
-                                  f"({err.strerror or err})") from None
+                raise DeviceError(
+                    f"simulated GPU {self._index}: cannot save its settings to {self._state_file} "
+                    f"({err.strerror or err})"
+                ) from None
             self._state_sig = self._signature()
         self._limit_w, self._locked = limit_w, locked
 
@@ -547,8 +556,9 @@ class SimulatedGPU(Device):
     def set_power_limit_w(self, watts: float) -> None:
         lo, hi = self.model.limit_range_w
         if not (lo <= watts <= hi):
-            raise UsageError(f"power limit {watts} W is outside the allowed range [{lo}, {hi}] W "
-                             f"of simulated GPU {self._index}")
+            raise UsageError(
+                f"power limit {watts} W is outside the allowed range [{lo}, {hi}] W of simulated GPU {self._index}"
+            )
         with self._lock:
             self._refresh()
             self._advance()
@@ -564,8 +574,10 @@ class SimulatedGPU(Device):
     def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
         clocks = self.model.clock
         if not (clocks.min_mhz <= min_mhz <= max_mhz <= clocks.max_mhz):
-            raise UsageError(f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside "
-                             f"[{clocks.min_mhz}, {clocks.max_mhz}] MHz of simulated GPU {self._index}")
+            raise UsageError(
+                f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside "
+                f"[{clocks.min_mhz}, {clocks.max_mhz}] MHz of simulated GPU {self._index}"
+            )
         with self._lock:
             self._refresh()
             self._advance()

@@ -36,8 +36,9 @@ def stage_plan(entries: Sequence[Sequence[Any]]) -> list[Step]:
         try:
             instruction, microbatch, freq = str(row[0]), int(row[1]), int(row[2])
         except (IndexError, TypeError, ValueError):
-            raise UsageError(f"plan entry {i}: expected [instruction, microbatch, frequency_mhz], "
-                             f"got {row!r}") from None
+            raise UsageError(
+                f"plan entry {i}: expected [instruction, microbatch, frequency_mhz], got {row!r}"
+            ) from None
         if instruction not in INSTRUCTIONS:
             raise UsageError(f"plan entry {i}: instruction must be forward or backward (got {instruction!r})")
         if microbatch < 0 or freq <= 0:
@@ -74,22 +75,28 @@ class FrequencyController:
         supported = set(self.gpu.supported_sm_clocks_mhz())
         missing = sorted({p.planned_mhz() for p in self.plan} - supported, reverse=True)
         if missing:
-            raise UsageError(f"plan frequencies {missing} MHz are not supported SM clocks of {self.gpu.name} "
-                             f"(it supports {max(supported)}..{min(supported)} MHz); plan with this GPU's profile")
+            raise UsageError(
+                f"plan frequencies {missing} MHz are not supported SM clocks of {self.gpu.name} "
+                f"(it supports {max(supported)}..{min(supported)} MHz); plan with this GPU's profile"
+            )
 
     def before(self, instruction: str, microbatch: int) -> None:
         """Called just before an instruction runs: lock the clock it is planned at."""
         expected = self.plan[self._position % len(self.plan)]
         if (expected.instruction, expected.microbatch) != (instruction, microbatch) and not self._warned_order:
             self._warned_order = True
-            warnings.warn(f"wattwise: the pipeline ran {instruction} of microbatch {microbatch} where the plan "
-                          f"has {expected.instruction} of microbatch {expected.microbatch}; following the plan's "
-                          "frequency for each instruction anyway (was the plan made for this schedule?)",
-                          stacklevel=2)
+            warnings.warn(
+                f"wattwise: the pipeline ran {instruction} of microbatch {microbatch} where the plan "
+                f"has {expected.instruction} of microbatch {expected.microbatch}; following the plan's "
+                "frequency for each instruction anyway (was the plan made for this schedule?)",
+                stacklevel=2,
+            )
         freq = self._by_key.get((instruction, microbatch))
         if freq is None:
-            raise UsageError(f"the plan has no {instruction} for microbatch {microbatch}; it was made for fewer "
-                             "microbatches than the schedule runs")
+            raise UsageError(
+                f"the plan has no {instruction} for microbatch {microbatch}; it was made for fewer "
+                "microbatches than the schedule runs"
+            )
         if self._enabled and freq != self._current_mhz:
             try:
                 self.guard.lock_sm_clocks(self.gpu, freq, freq)
@@ -99,8 +106,11 @@ class FrequencyController:
                 if self.strict:
                     raise
                 self._enabled = False
-                warnings.warn(f"wattwise: cannot lock the SM clock ({err}); the pipeline runs at default "
-                              "clocks (set strict to make this an error)", stacklevel=2)
+                warnings.warn(
+                    f"wattwise: cannot lock the SM clock ({err}); the pipeline runs at default "
+                    "clocks (set strict to make this an error)",
+                    stacklevel=2,
+                )
         self.applied.append((instruction, microbatch, freq))
         self._position += 1
 
@@ -151,8 +161,16 @@ def load_stage_plan(path: str, stage: int) -> list[Step]:
     return stage_plan(plans[stage])
 
 
-def follow_plan(stage: Any, plan_path: str, *, local_rank: int, backend: str = "auto", strict: bool = False,
-                device: Device | None = None, run: Run | None = None) -> tuple[FrequencyController, Callable[[], None]]:
+def follow_plan(
+    stage: Any,
+    plan_path: str,
+    *,
+    local_rank: int,
+    backend: str = "auto",
+    strict: bool = False,
+    device: Device | None = None,
+    run: Run | None = None,
+) -> tuple[FrequencyController, Callable[[], None]]:
     """Hook a controller onto `stage` for its row of PLAN.json; returns it and the function that unhooks.
 
     The GPU is the process's own (`local_rank`) unless `device` is given. The controller's guard restores

@@ -74,8 +74,10 @@ class PipelineProfiler:
         else:
             unsupported = sorted(set(wanted) - set(supported))
             if unsupported:
-                raise UsageError(f"{device.key} does not support SM clocks {unsupported} MHz; pick from "
-                                 f"{supported[-1]}..{supported[0]} MHz (see wattwise devices)")
+                raise UsageError(
+                    f"{device.key} does not support SM clocks {unsupported} MHz; pick from "
+                    f"{supported[-1]}..{supported[0]} MHz (see wattwise devices)"
+                )
             chosen = sorted(set(wanted), reverse=True)
         if len(chosen) < 2:
             raise UsageError(f"{device.key}: profile at least two frequencies to plan (got {chosen})")
@@ -104,7 +106,11 @@ class PipelineProfiler:
         return PipelineProfile(measurements, source=source)
 
     def _measure_one(
-        self, monitor: EnergyMonitor, stage: StageWork, instruction: Instruction, freq: int,
+        self,
+        monitor: EnergyMonitor,
+        stage: StageWork,
+        instruction: Instruction,
+        freq: int,
     ) -> FrequencyOption:
         for _ in range(self.warmup):
             stage.run(instruction)

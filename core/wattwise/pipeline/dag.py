@@ -173,9 +173,11 @@ def check_dag_size(num_stages: int, num_microbatches: int, *, option: str = "mic
     """Refuse, before building it, a DAG of more than `MAX_NODES` instructions; `option` names the fix."""
     nodes = 2 * num_stages * num_microbatches
     if nodes > MAX_NODES:
-        raise UsageError(f"{option} {num_microbatches} with {num_stages} stages makes {nodes} instructions per "
-                         f"iteration to plan (at most {MAX_NODES}); lower {option} to at most "
-                         f"{max(1, MAX_NODES // (2 * num_stages))}")
+        raise UsageError(
+            f"{option} {num_microbatches} with {num_stages} stages makes {nodes} instructions per "
+            f"iteration to plan (at most {MAX_NODES}); lower {option} to at most "
+            f"{max(1, MAX_NODES // (2 * num_stages))}"
+        )
 
 
 def pipeline_dag(schedule_name: str, num_stages: int, num_microbatches: int) -> PipelineDag:

@@ -101,7 +101,10 @@ def solve_exact(
 
 
 def _build_model(
-    problem: PlanningProblem, deadline_units: int, unit_time_s: float, scale: float,
+    problem: PlanningProblem,
+    deadline_units: int,
+    unit_time_s: float,
+    scale: float,
 ) -> tuple[cp_model.CpModel, list[list[tuple[int, cp_model.IntVar]]], cp_model.IntVar]:
     """One Boolean per (node, useful option), start times, longest path <= deadline, least energy."""
     dag = problem.dag
@@ -149,8 +152,9 @@ def _pareto_options(problem: PlanningProblem, units: IntArray, costs: IntArray) 
 def quantised_range(problem: PlanningProblem, unit_time_s: float) -> tuple[int, int]:
     """Longest paths (units) of the fastest and of the slowest sensible useful options, as CP-SAT sees them."""
     units = np.ceil(problem.option_time_s / unit_time_s - 1e-9).astype(np.int64)
-    costs = np.rint((problem.option_energy_j - problem.p_blocking_w * problem.option_time_s)
-                    * ENERGY_SCALE_PER_J).astype(np.int64)
+    costs = np.rint(
+        (problem.option_energy_j - problem.p_blocking_w * problem.option_time_s) * ENERGY_SCALE_PER_J
+    ).astype(np.int64)
     useful = _pareto_options(problem, units, costs)
     fastest = np.asarray([units[o[0]] for o in useful], dtype=np.float64)[problem.node_type]
     slowest = np.asarray([units[o[-1]] for o in useful], dtype=np.float64)[problem.node_type]
@@ -159,7 +163,11 @@ def quantised_range(problem: PlanningProblem, unit_time_s: float) -> tuple[int, 
 
 
 def exact_frontier(
-    problem: PlanningProblem, unit_time_s: float, *, time_limit_s: float = 10.0, workers: int = 2,
+    problem: PlanningProblem,
+    unit_time_s: float,
+    *,
+    time_limit_s: float = 10.0,
+    workers: int = 2,
 ) -> Iterator[ExactResult]:
     """CP-SAT at every deadline from the fastest to the slowest sensible one, `unit_time_s` apart.
 
@@ -169,8 +177,9 @@ def exact_frontier(
     low, high = quantised_range(problem, unit_time_s)
     hint: IntArray | None = None
     for units in range(low, high + 1):
-        result = solve_exact(problem, units * unit_time_s, unit_time_s, time_limit_s=time_limit_s,
-                             workers=workers, hint=hint)
+        result = solve_exact(
+            problem, units * unit_time_s, unit_time_s, time_limit_s=time_limit_s, workers=workers, hint=hint
+        )
         if result.choice is not None:
             hint = result.choice
         yield result

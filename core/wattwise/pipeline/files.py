@@ -55,8 +55,10 @@ PLAN_MATRIX_ENCODING = "delta-zlib-base64"
 #: (`MAX_FRONTIER_BYTES`: 8 GiB of int64 choices) as uint8. GPT-3 175B on 8 x 96 stages takes 8 MB.
 MAX_PLAN_MATRIX_BYTES = 2**30
 _DTYPES: dict[str, np.dtype[Any]] = {"uint8": np.dtype("<u1"), "uint16": np.dtype("<u2")}
-_MATRIX_FIX = ("recompute the file with wattwise frontier, or delete plan_matrix to choose among the points "
-               "that spell out their plan")
+_MATRIX_FIX = (
+    "recompute the file with wattwise frontier, or delete plan_matrix to choose among the points "
+    "that spell out their plan"
+)
 
 
 def frontier_json(frontier: Frontier) -> dict[str, Any]:
@@ -102,28 +104,40 @@ def plan_matrix_from_json(raw: object, shape: tuple[int, int], where: str) -> Pl
     """Decode and check a `plan_matrix` field of `shape` (points, instructions); errors name the field."""
     field = f"{where}: plan_matrix"
     if not isinstance(raw, dict):
-        raise UsageError(f"{field} must be an object with encoding, dtype, shape, frequencies_mhz and data; "
-                         f"{_MATRIX_FIX}")
+        raise UsageError(
+            f"{field} must be an object with encoding, dtype, shape, frequencies_mhz and data; {_MATRIX_FIX}"
+        )
     if raw.get("encoding") != PLAN_MATRIX_ENCODING:
-        raise UsageError(f"{field}.encoding must be {PLAN_MATRIX_ENCODING!r} (got {raw.get('encoding')!r}); "
-                         f"{_MATRIX_FIX}")
+        raise UsageError(
+            f"{field}.encoding must be {PLAN_MATRIX_ENCODING!r} (got {raw.get('encoding')!r}); {_MATRIX_FIX}"
+        )
     dtype_name = raw.get("dtype")
     dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     if dtype is None:
         raise UsageError(f"{field}.dtype must be uint8 or uint16 (got {raw.get('dtype')!r}); {_MATRIX_FIX}")
     if raw.get("shape") != list(shape):
-        raise UsageError(f"{field}.shape must be [points, 2 x stages x microbatches] = {list(shape)} "
-                         f"(got {raw.get('shape')!r}); {_MATRIX_FIX}")
+        raise UsageError(
+            f"{field}.shape must be [points, 2 x stages x microbatches] = {list(shape)} "
+            f"(got {raw.get('shape')!r}); {_MATRIX_FIX}"
+        )
     frequencies = raw.get("frequencies_mhz")
-    if (not isinstance(frequencies, list) or not 0 < len(frequencies) <= 2 ** (8 * dtype.itemsize)
-            or not all(_is_int(f) and f > 0 for f in frequencies) or frequencies != sorted(set(frequencies))):
-        raise UsageError(f"{field}.frequencies_mhz must be ascending distinct positive integers, at most "
-                         f"{2 ** (8 * dtype.itemsize)} for {dtype_name}; {_MATRIX_FIX}")
+    if (
+        not isinstance(frequencies, list)
+        or not 0 < len(frequencies) <= 2 ** (8 * dtype.itemsize)
+        or not all(_is_int(f) and f > 0 for f in frequencies)
+        or frequencies != sorted(set(frequencies))
+    ):
+        raise UsageError(
+            f"{field}.frequencies_mhz must be ascending distinct positive integers, at most "
+            f"{2 ** (8 * dtype.itemsize)} for {dtype_name}; {_MATRIX_FIX}"
+        )
     size = shape[0] * shape[1] * dtype.itemsize
     if size > MAX_PLAN_MATRIX_BYTES:
-        raise UsageError(f"{field} would inflate to {size} bytes ({shape[0]} points x {shape[1]} instructions), "
-                         f"more than the {MAX_PLAN_MATRIX_BYTES} bytes allowed; recompute the frontier with a "
-                         "larger --unit-time or fewer --microbatches, or delete plan_matrix")
+        raise UsageError(
+            f"{field} would inflate to {size} bytes ({shape[0]} points x {shape[1]} instructions), "
+            f"more than the {MAX_PLAN_MATRIX_BYTES} bytes allowed; recompute the frontier with a "
+            "larger --unit-time or fewer --microbatches, or delete plan_matrix"
+        )
     data = raw.get("data")
     if not isinstance(data, str):
         raise UsageError(f"{field}.data must be a base64 string; {_MATRIX_FIX}")
@@ -133,16 +147,19 @@ def plan_matrix_from_json(raw: object, shape: tuple[int, int], where: str) -> Pl
     except (binascii.Error, ValueError, zlib.error) as err:
         raise UsageError(f"{field}.data is corrupted ({err}); {_MATRIX_FIX}") from None
     if inflater.unconsumed_tail or inflater.unused_data:
-        raise UsageError(f"{field}.data holds more than its shape {list(shape)} of {dtype_name} ({size} bytes); "
-                         f"{_MATRIX_FIX}")
+        raise UsageError(
+            f"{field}.data holds more than its shape {list(shape)} of {dtype_name} ({size} bytes); {_MATRIX_FIX}"
+        )
     if not inflater.eof or len(content) != size:
         raise UsageError(f"{field}.data is truncated ({len(content)} of {size} bytes); {_MATRIX_FIX}")
     indices = np.frombuffer(content, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
     for row in range(1, shape[0]):  # row by row: 10 x faster than np.cumsum(axis=0) on small integers
         np.add(indices[row], indices[row - 1], out=indices[row])
     if indices.size and int(indices.max()) >= len(frequencies):
-        raise UsageError(f"{field}.data indexes frequency {int(indices.max())} of {len(frequencies)} "
-                         f"(frequencies_mhz); {_MATRIX_FIX}")
+        raise UsageError(
+            f"{field}.data indexes frequency {int(indices.max())} of {len(frequencies)} "
+            f"(frequencies_mhz); {_MATRIX_FIX}"
+        )
     return PlanMatrix(tuple(int(f) for f in frequencies), indices)
 
 
@@ -168,8 +185,10 @@ def read_frontier_json(path: str | Path) -> Frontier:
     where = str(path)
     data = _read_json(path)
     if "points" not in data and "plan" in data:
-        raise UsageError(f"{where}: this is a PLAN.json (written by wattwise plan), not a frontier; pass the "
-                         "FRONTIER.json written by wattwise frontier")
+        raise UsageError(
+            f"{where}: this is a PLAN.json (written by wattwise plan), not a frontier; pass the "
+            "FRONTIER.json written by wattwise frontier"
+        )
     stages = _positive_int(data, "stages", where)
     microbatches = _positive_int(data, "microbatches", where)
     schedule = data.get("schedule")
@@ -179,8 +198,10 @@ def read_frontier_json(path: str | Path) -> Frontier:
     p_blocking_w = _number(data, "p_blocking_w", where, minimum=0.0)
     baseline = data.get("max_frequency")
     if not isinstance(baseline, dict):
-        raise UsageError(f"{where}: max_frequency must be an object with time_s and energy_j; "
-                         "recompute the file with wattwise frontier")
+        raise UsageError(
+            f"{where}: max_frequency must be an object with time_s and energy_j; "
+            "recompute the file with wattwise frontier"
+        )
     max_time = _positive_number(baseline, "time_s", f"{where}: max_frequency")
     max_energy = _positive_number(baseline, "energy_j", f"{where}: max_frequency")
     raw_points = data.get("points")
@@ -203,8 +224,9 @@ def read_frontier_json(path: str | Path) -> Frontier:
     if data.get("plan_matrix") is not None:
         matrix = plan_matrix_from_json(data["plan_matrix"], (len(points), 2 * stages * microbatches), where)
         for k, entry in enumerate(points):
-            if entry.plan is not None and [s.frequency_mhz for steps in entry.plan for s in steps] != \
-                    matrix.frequencies_of(k):
+            if entry.plan is not None and [
+                s.frequency_mhz for steps in entry.plan for s in steps
+            ] != matrix.frequencies_of(k):
                 raise UsageError(f"{where}: points[{k}].plan is not row {k} of plan_matrix; {_MATRIX_FIX}")
     order = sorted(range(len(points)), key=lambda k: points[k].time_s)
     if matrix is not None and order != list(range(len(points))):
@@ -275,9 +297,11 @@ def check_plan_document(data: object, where: str) -> Plan:
     want = {(instruction, m) for instruction in INSTRUCTIONS for m in range(microbatches)}
     for stage, steps in enumerate(plan):
         if len(steps) != len(want) or {(s.instruction, s.microbatch) for s in steps} != want:
-            raise UsageError(f"{where}: plan stage {stage} has {len(steps)} instructions; it must run the forward "
-                             f"and the backward of each of {microbatches} microbatches once ({len(want)}, "
-                             "2 x microbatches); recompute the plan with wattwise plan")
+            raise UsageError(
+                f"{where}: plan stage {stage} has {len(steps)} instructions; it must run the forward "
+                f"and the backward of each of {microbatches} microbatches once ({len(want)}, "
+                "2 x microbatches); recompute the plan with wattwise plan"
+            )
     return plan
 
 
@@ -301,15 +325,18 @@ def _read_json(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file; pass a FRONTIER.json written by wattwise frontier") from None
     except OSError as err:
-        raise UsageError(f"{path}: cannot be read ({err.strerror or err}); pass a FRONTIER.json written by "
-                         "wattwise frontier") from None
+        raise UsageError(
+            f"{path}: cannot be read ({err.strerror or err}); pass a FRONTIER.json written by wattwise frontier"
+        ) from None
     except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not UTF-8 text (byte {err.start}); pass a FRONTIER.json written by "
-                         "wattwise frontier") from None
+        raise UsageError(
+            f"{path}: not UTF-8 text (byte {err.start}); pass a FRONTIER.json written by wattwise frontier"
+        ) from None
     except (ValueError, RecursionError) as err:  # json.JSONDecodeError, too many digits, nesting too deep
         reason = str(err).splitlines()[0] if isinstance(err, ValueError) else "nested too deeply"
-        raise UsageError(f"{path}: not valid JSON ({reason}); pass a FRONTIER.json written by wattwise frontier") \
-            from None
+        raise UsageError(
+            f"{path}: not valid JSON ({reason}); pass a FRONTIER.json written by wattwise frontier"
+        ) from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: the top level must be a JSON object")
     return data

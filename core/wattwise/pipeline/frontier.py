@@ -98,23 +98,34 @@ def frontier_size(problem: PlanningProblem, unit_time_s: float) -> FrontierSize:
     return FrontierSize(nodes, fastest_s, slowest_s, deadlines, memory)
 
 
-def check_frontier_size(problem: PlanningProblem, unit_time_s: float, *, option: str = "unit_time_s",
-                        microbatches_option: str = "microbatches") -> FrontierSize:
+def check_frontier_size(
+    problem: PlanningProblem,
+    unit_time_s: float,
+    *,
+    option: str = "unit_time_s",
+    microbatches_option: str = "microbatches",
+) -> FrontierSize:
     """`frontier_size`, or a `UsageError` naming the size, the limit and the option to change."""
     size = frontier_size(problem, unit_time_s)
     span_s = size.slowest_time_s - size.fastest_time_s
     if size.slowest_time_s / unit_time_s > MAX_TIME_UNITS:
-        raise UsageError(f"{option} {unit_time_s:g} s is {size.slowest_time_s / unit_time_s:.3g} times shorter than "
-                         f"the slowest iteration ({size.slowest_time_s:.6g} s; at most {MAX_TIME_UNITS:.0e} times); "
-                         f"raise {option} to at least {size.slowest_time_s / MAX_TIME_UNITS:.3g} s")
+        raise UsageError(
+            f"{option} {unit_time_s:g} s is {size.slowest_time_s / unit_time_s:.3g} times shorter than "
+            f"the slowest iteration ({size.slowest_time_s:.6g} s; at most {MAX_TIME_UNITS:.0e} times); "
+            f"raise {option} to at least {size.slowest_time_s / MAX_TIME_UNITS:.3g} s"
+        )
     if size.deadlines > MAX_DEADLINES:
-        raise UsageError(f"{option} {unit_time_s:g} s gives {size.deadlines} deadlines between "
-                         f"{size.fastest_time_s:.6g} s and {size.slowest_time_s:.6g} s (at most {MAX_DEADLINES}); "
-                         f"raise {option} to at least {span_s / (MAX_DEADLINES - 2):.3g} s")
+        raise UsageError(
+            f"{option} {unit_time_s:g} s gives {size.deadlines} deadlines between "
+            f"{size.fastest_time_s:.6g} s and {size.slowest_time_s:.6g} s (at most {MAX_DEADLINES}); "
+            f"raise {option} to at least {span_s / (MAX_DEADLINES - 2):.3g} s"
+        )
     if size.memory_bytes > MAX_FRONTIER_BYTES:
-        raise UsageError(f"the frontier would take about {size.memory_bytes / 2**30:.1f} GiB ({size.deadlines} "
-                         f"deadlines x {size.nodes} instructions; at most {MAX_FRONTIER_BYTES / 2**30:g} GiB); "
-                         f"raise {option} or lower {microbatches_option}")
+        raise UsageError(
+            f"the frontier would take about {size.memory_bytes / 2**30:.1f} GiB ({size.deadlines} "
+            f"deadlines x {size.nodes} instructions; at most {MAX_FRONTIER_BYTES / 2**30:g} GiB); "
+            f"raise {option} or lower {microbatches_option}"
+        )
     return size
 
 
@@ -161,8 +172,9 @@ class _RelaxedEnergies:
     @functools.cached_property
     def _values(self) -> list[float]:
         unique, where = np.unique(self._units, return_inverse=True)
-        return np.concatenate([self._relaxed.energy_j(unique[k : k + self._batch])
-                               for k in range(0, len(unique), self._batch)])[where].tolist()
+        return np.concatenate(
+            [self._relaxed.energy_j(unique[k : k + self._batch]) for k in range(0, len(unique), self._batch)]
+        )[where].tolist()
 
 
 class FrontierSolver:
@@ -175,8 +187,9 @@ class FrontierSolver:
     `run` solves the relaxation first, then `relaxed` and `knee_time_s` are set.
     """
 
-    def __init__(self, problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000,
-                 stride: int | None = None) -> None:
+    def __init__(
+        self, problem: PlanningProblem, unit_time_s: float, subdivisions: int = 1000, stride: int | None = None
+    ) -> None:
         if not (isinstance(unit_time_s, int | float) and math.isfinite(unit_time_s) and unit_time_s > 0):
             raise UsageError(f"unit time must be a positive number of seconds, e.g. 0.001 (got {unit_time_s!r})")
         for name, value in (("subdivisions", subdivisions), ("stride", 1 if stride is None else stride)):
@@ -194,11 +207,15 @@ class FrontierSolver:
         times = problem.option_time_s
         per_type_real = [pareto_order(problem, k, times, costs) for k in range(problem.num_types)]
         self._options = LevelPicker(OptionMap.build([(times[o], o) for o in per_type_real]), problem)
-        self._vertices = LevelPicker(OptionMap.build([(times[h.options], h.options) for h in self.relaxation.hulls]),
-                                     problem)
+        self._vertices = LevelPicker(
+            OptionMap.build([(times[h.options], h.options) for h in self.relaxation.hulls]), problem
+        )
         #: The same lookups for the compiled kernels, when they are built.
-        self._compiled = (kernels.CompiledPicker(self._options), kernels.CompiledPicker(self._vertices)) \
-            if kernels.AVAILABLE else None
+        self._compiled = (
+            (kernels.CompiledPicker(self._options), kernels.CompiledPicker(self._vertices))
+            if kernels.AVAILABLE
+            else None
+        )
         self._buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         #: The plan of fastest real options and its real iteration time: the first deadline.
         self._fastest_choice = np.asarray([o[0] for o in per_type_real], dtype=np.int64)[problem.node_type]
@@ -255,7 +272,11 @@ class FrontierSolver:
             yield from points
 
     def _window(
-        self, grid: IntArray, ends: IntArray, relaxed: RelaxedFrontier, previous: FloatArray | None,
+        self,
+        grid: IntArray,
+        ends: IntArray,
+        relaxed: RelaxedFrontier,
+        previous: FloatArray | None,
     ) -> tuple[list[FrontierPoint], FloatArray]:
         """Round the deadlines `grid[ends]` and, where needed, those between; the window's non-dominated points.
 
@@ -300,8 +321,9 @@ class FrontierSolver:
         energies = _RelaxedEnergies(relaxed, kept.units, self._batch)
         return [
             FrontierPoint(deadline_s=d, time_s=t, energy_j=e, choice=choice, _relaxed=energies, _row=k)
-            for k, (d, t, e, choice) in enumerate(zip(kept.deadline_s.tolist(), kept.time_s.tolist(),
-                                                      kept.energy_j.tolist(), kept.choice, strict=True))
+            for k, (d, t, e, choice) in enumerate(
+                zip(kept.deadline_s.tolist(), kept.time_s.tolist(), kept.energy_j.tolist(), kept.choice, strict=True)
+            )
         ]
 
     def _work(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -313,12 +335,17 @@ class FrontierSolver:
         nodes = self.problem.dag.num_nodes
         if self._buffers is None or len(self._buffers[1]) < rows:
             rows = max(rows, 2 * self._batch + 1)
-            self._buffers = (np.empty((rows, nodes)), np.empty((rows, nodes), dtype=kernels.PLAN_DTYPE),
-                             np.empty((rows, nodes), dtype=kernels.PLAN_DTYPE))
+            self._buffers = (
+                np.empty((rows, nodes)),
+                np.empty((rows, nodes), dtype=kernels.PLAN_DTYPE),
+                np.empty((rows, nodes), dtype=kernels.PLAN_DTYPE),
+            )
         return self._buffers
 
     def _round(
-        self, deadlines: IntArray, relaxed: RelaxedFrontier,
+        self,
+        deadlines: IntArray,
+        relaxed: RelaxedFrontier,
     ) -> tuple[_Candidates, FloatArray | None]:
         """Round, polish and evaluate a batch of relaxed solutions.
 
@@ -348,8 +375,9 @@ class FrontierSolver:
             rounded, rounded_s = kernels.track(options, finish_s, out=start[:count], totals=totals[1])
             tracked, tracked_s = kernels.track(vertices, finish_s, out=start[count : 2 * count], totals=totals[2])
             start[2 * count :] = fastest
-            polished, polished_s = kernels.polish(options, problem.option_time_s, start, deadline_s[owners],
-                                                  out=polished_out, totals=totals[0])
+            polished, polished_s = kernels.polish(
+                options, problem.option_time_s, start, deadline_s[owners], out=polished_out, totals=totals[0]
+            )
             groups = (polished, rounded, tracked)
             sums = [(t.energy_j, t.time_s) for t in totals]
         else:
@@ -361,15 +389,19 @@ class FrontierSolver:
             start = np.concatenate([rounded, tracked, fastest.T], axis=1)
             polished, polished_s = polish(problem, self._options, start, deadline_s[owners])
             del start
-            sums = [(_node_sum(problem.option_energy_j, group), _node_sum(problem.option_time_s, group))
-                    for group in (polished, rounded, tracked)]
+            sums = [
+                (_node_sum(problem.option_energy_j, group), _node_sum(problem.option_time_s, group))
+                for group in (polished, rounded, tracked)
+            ]
             groups = (polished.T, rounded.T, tracked.T)
         times = np.concatenate([polished_s, rounded_s, tracked_s])
         owners = np.concatenate([owners, np.arange(count), np.arange(count)])
-        energies = np.concatenate([
-            iteration_energy_j(energy_j, time_s, group_s, problem.dag.num_stages, problem.p_blocking_w)
-            for (energy_j, time_s), group_s in zip(sums, (polished_s, rounded_s, tracked_s), strict=True)
-        ])
+        energies = np.concatenate(
+            [
+                iteration_energy_j(energy_j, time_s, group_s, problem.dag.num_stages, problem.p_blocking_w)
+                for (energy_j, time_s), group_s in zip(sums, (polished_s, rounded_s, tracked_s), strict=True)
+            ]
+        )
         energies = np.where(times <= deadline_s[owners] * (1 + 1e-12), energies, np.inf)
 
         # Where the frontier changes, per deadline: the least-energy polished plan (ties: the first column)
@@ -383,8 +415,9 @@ class FrontierSolver:
 
         # The batch's non-dominated candidates on time, in (time, sum(e - P_b * t)).
         on_time = np.flatnonzero(np.isfinite(energies))
-        order = on_time[_non_dominated_order(times[on_time], energies[on_time], problem.p_blocking_w
-                                             * problem.dag.num_stages)]
+        order = on_time[
+            _non_dominated_order(times[on_time], energies[on_time], problem.p_blocking_w * problem.dag.num_stages)
+        ]
         # Compact choices (option indices are small).
         compact = np.min_scalar_type(len(problem.option_time_s))
         bounds = np.cumsum([0] + [g.shape[0] for g in groups])
@@ -392,8 +425,7 @@ class FrontierSolver:
         for g, group in enumerate(groups):
             mine = (order >= bounds[g]) & (order < bounds[g + 1])
             chosen[mine] = group[order[mine] - bounds[g]]
-        found = _Candidates(deadline_s[owners[order]], deadlines[owners[order]], times[order], energies[order],
-                            chosen)
+        found = _Candidates(deadline_s[owners[order]], deadlines[owners[order]], times[order], energies[order], chosen)
         return found, keys
 
 
@@ -408,13 +440,18 @@ class _Candidates:
     choice: np.ndarray
 
     def take(self, rows: IntArray) -> _Candidates:
-        return _Candidates(self.deadline_s[rows], self.units[rows], self.time_s[rows], self.energy_j[rows],
-                           self.choice[rows])
+        return _Candidates(
+            self.deadline_s[rows], self.units[rows], self.time_s[rows], self.energy_j[rows], self.choice[rows]
+        )
 
     @staticmethod
     def concatenate(parts: list[_Candidates]) -> _Candidates:
-        return _Candidates(*(np.concatenate([getattr(p, f) for p in parts]) for f in
-                             ("deadline_s", "units", "time_s", "energy_j", "choice")))
+        return _Candidates(
+            *(
+                np.concatenate([getattr(p, f) for p in parts])
+                for f in ("deadline_s", "units", "time_s", "energy_j", "choice")
+            )
+        )
 
 
 def _non_dominated_order(time_s: FloatArray, energy_j: FloatArray, blocking_w: float) -> IntArray:

@@ -53,8 +53,10 @@ def threads() -> int:
         except ValueError:
             cap = 0
         if cap < 1:
-            raise UsageError(f"WATTWISE_THREADS must be a positive integer (got {limit!r}); unset it to use every "
-                             "CPU this process may run on")
+            raise UsageError(
+                f"WATTWISE_THREADS must be a positive integer (got {limit!r}); unset it to use every "
+                "CPU this process may run on"
+            )
         cpus = min(cpus, cap)
     return max(1, min(cpus, 64))
 
@@ -112,20 +114,38 @@ class Totals:
         return self.option_energy_j, self.option_time_s, self.energy_j, self.time_s
 
 
-def track(picker: CompiledPicker, target_finish_s: FloatArray, out: IntArray | None = None,
-          totals: Totals | None = None) -> tuple[IntArray, FloatArray]:
+def track(
+    picker: CompiledPicker, target_finish_s: FloatArray, out: IntArray | None = None, totals: Totals | None = None
+) -> tuple[IntArray, FloatArray]:
     """`rounding.track` for plans laid out (plans, nodes): choices and iteration times (and `totals` filled)."""
     target = np.ascontiguousarray(target_finish_s, dtype=np.float64)
     plans = target.shape[0]
     choice = _out(out, (plans, picker.n), PLAN_DTYPE)
     time_s = np.empty(plans)
-    _kernels().track(picker.picker_args, picker.n, picker.preds.shape[1], plans, picker.threads, picker.order,
-                     picker.preds, target, choice, time_s, *(totals.args(plans) if totals is not None else ()))
+    _kernels().track(
+        picker.picker_args,
+        picker.n,
+        picker.preds.shape[1],
+        plans,
+        picker.threads,
+        picker.order,
+        picker.preds,
+        target,
+        choice,
+        time_s,
+        *(totals.args(plans) if totals is not None else ()),
+    )
     return choice, time_s
 
 
-def polish(picker: CompiledPicker, option_time_s: FloatArray, choice: IntArray, deadline_s: FloatArray,
-           out: IntArray | None = None, totals: Totals | None = None) -> tuple[IntArray, FloatArray]:
+def polish(
+    picker: CompiledPicker,
+    option_time_s: FloatArray,
+    choice: IntArray,
+    deadline_s: FloatArray,
+    out: IntArray | None = None,
+    totals: Totals | None = None,
+) -> tuple[IntArray, FloatArray]:
     """`rounding.polish` for plans laid out (plans, nodes).
 
     New choices and iteration times (and `totals` filled).
@@ -134,28 +154,57 @@ def polish(picker: CompiledPicker, option_time_s: FloatArray, choice: IntArray, 
     plans = start.shape[0]
     out = _out(out, (plans, picker.n), PLAN_DTYPE)
     time_s = np.empty(plans)
-    _kernels().polish(picker.picker_args, picker.n, picker.preds.shape[1], picker.succs.shape[1], plans,
-                      picker.threads, picker.order, picker.preds, picker.succs,
-                      np.ascontiguousarray(option_time_s, dtype=np.float64), start,
-                      np.ascontiguousarray(deadline_s, dtype=np.float64), out, time_s,
-                      *(totals.args(plans) if totals is not None else ()))
+    _kernels().polish(
+        picker.picker_args,
+        picker.n,
+        picker.preds.shape[1],
+        picker.succs.shape[1],
+        plans,
+        picker.threads,
+        picker.order,
+        picker.preds,
+        picker.succs,
+        np.ascontiguousarray(option_time_s, dtype=np.float64),
+        start,
+        np.ascontiguousarray(deadline_s, dtype=np.float64),
+        out,
+        time_s,
+        *(totals.args(plans) if totals is not None else ()),
+    )
     return out, time_s
 
 
-def node_finish_s(potentials: IntArray, nodes: int, slower: IntArray, faster: IntArray, shift: IntArray,
-                  resolution_s: float, out: FloatArray | None = None) -> FloatArray:
+def node_finish_s(
+    potentials: IntArray,
+    nodes: int,
+    slower: IntArray,
+    faster: IntArray,
+    shift: IntArray,
+    resolution_s: float,
+    out: FloatArray | None = None,
+) -> FloatArray:
     """Relaxed finish time (s) of every node between two breakpoints' potentials, shape (plans, nodes)."""
     potentials = np.ascontiguousarray(potentials, dtype=np.int64)
     plans = len(slower)
     out = _out(out, (plans, nodes), np.float64)
-    _kernels().node_finish(potentials.shape[0], potentials.shape[1], nodes, plans, float(resolution_s), potentials,
-                           np.ascontiguousarray(slower, dtype=np.int64), np.ascontiguousarray(faster, dtype=np.int64),
-                           np.ascontiguousarray(shift, dtype=np.int64), out)
+    _kernels().node_finish(
+        potentials.shape[0],
+        potentials.shape[1],
+        nodes,
+        plans,
+        float(resolution_s),
+        potentials,
+        np.ascontiguousarray(slower, dtype=np.int64),
+        np.ascontiguousarray(faster, dtype=np.int64),
+        np.ascontiguousarray(shift, dtype=np.int64),
+        out,
+    )
     return out
 
 
-def node_durations(potentials: IntArray, slower: IntArray, faster: IntArray, shift: IntArray,
-                   hi: IntArray, columns: IntArray) -> FloatArray:
+def node_durations(
+    potentials: IntArray, slower: IntArray, faster: IntArray, shift: IntArray, hi: IntArray, columns: IntArray
+) -> FloatArray:
     """Relaxed duration of the nodes `columns` between two breakpoints' potentials, capped at `hi`.
 
     In units, exact in float64; shape (plans, len(columns)).
@@ -164,11 +213,19 @@ def node_durations(potentials: IntArray, slower: IntArray, faster: IntArray, shi
     columns = np.ascontiguousarray(columns, dtype=np.int64)
     nodes, plans = len(hi), len(slower)
     out = np.empty((plans, len(columns)))
-    _kernels().node_durations(potentials.shape[0], potentials.shape[1], nodes, plans, potentials,
-                              np.ascontiguousarray(slower, dtype=np.int64),
-                              np.ascontiguousarray(faster, dtype=np.int64),
-                              np.ascontiguousarray(shift, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64),
-                              columns, out)
+    _kernels().node_durations(
+        potentials.shape[0],
+        potentials.shape[1],
+        nodes,
+        plans,
+        potentials,
+        np.ascontiguousarray(slower, dtype=np.int64),
+        np.ascontiguousarray(faster, dtype=np.int64),
+        np.ascontiguousarray(shift, dtype=np.int64),
+        np.ascontiguousarray(hi, dtype=np.int64),
+        columns,
+        out,
+    )
     return out
 
 
@@ -176,7 +233,12 @@ def dijkstra(indptr: IntArray, indices: IntArray, weights: FloatArray, source: i
     """Shortest distances from `source` over a CSR graph of non-negative weights (infinite: no arc)."""
     nodes = len(indptr) - 1
     out = np.empty(nodes)
-    _kernels().dijkstra(nodes, source, np.ascontiguousarray(indptr, dtype=np.int64),
-                        np.ascontiguousarray(indices, dtype=np.int64),
-                        np.ascontiguousarray(weights, dtype=np.float64), out)
+    _kernels().dijkstra(
+        nodes,
+        source,
+        np.ascontiguousarray(indptr, dtype=np.int64),
+        np.ascontiguousarray(indices, dtype=np.int64),
+        np.ascontiguousarray(weights, dtype=np.float64),
+        out,
+    )
     return out

@@ -39,8 +39,9 @@ _ROWS_AT_ONCE = 1024
 Plan = tuple[tuple[Step, ...], ...]
 
 
-def plan_from_choice(problem: PlanningProblem, choice: IntArray,
-                     steps: dict[tuple[int, int], Step] | None = None) -> Plan:
+def plan_from_choice(
+    problem: PlanningProblem, choice: IntArray, steps: dict[tuple[int, int], Step] | None = None
+) -> Plan:
     """The plan of a choice vector (one global option per DAG node).
 
     `steps` (node, frequency) -> planned step, if given, is filled and reused: plans of one problem share
@@ -74,8 +75,10 @@ def choice_from_plan(problem: PlanningProblem, plan: Plan) -> IntArray:
             raise UsageError(f"stage {stage} of the plan has {len(steps)} steps; the schedule has {len(expected)}")
         for node, step, want in zip(dag.stage_nodes(stage), steps, expected, strict=True):
             if (step.instruction, step.microbatch) != (want.instruction, want.microbatch):
-                raise UsageError(f"stage {stage} of the plan runs {step.instruction} {step.microbatch} where the "
-                                 f"{dag.schedule_name} schedule runs {want.instruction} {want.microbatch}")
+                raise UsageError(
+                    f"stage {stage} of the plan runs {step.instruction} {step.microbatch} where the "
+                    f"{dag.schedule_name} schedule runs {want.instruction} {want.microbatch}"
+                )
             frequencies[node] = step.planned_mhz()
     return problem.choice_for_frequencies(frequencies)
 
@@ -95,11 +98,20 @@ def plan_from_json(data: object, where: str) -> Plan:
             raise UsageError(f"{where}: plan[{s}] must be a list of [instruction, microbatch, frequency_mhz]")
         parsed: list[Step] = []
         for k, item in enumerate(steps):
-            ok = (isinstance(item, list) and len(item) == 3 and item[0] in INSTRUCTIONS
-                  and _is_int(item[1]) and item[1] >= 0 and _is_int(item[2]) and item[2] > 0)
+            ok = (
+                isinstance(item, list)
+                and len(item) == 3
+                and item[0] in INSTRUCTIONS
+                and _is_int(item[1])
+                and item[1] >= 0
+                and _is_int(item[2])
+                and item[2] > 0
+            )
             if not ok:
-                raise UsageError(f"{where}: plan[{s}][{k}] must be [\"forward\"|\"backward\", microbatch >= 0, "
-                                 f"frequency_mhz > 0] (got {item!r})")
+                raise UsageError(
+                    f'{where}: plan[{s}][{k}] must be ["forward"|"backward", microbatch >= 0, '
+                    f"frequency_mhz > 0] (got {item!r})"
+                )
             parsed.append(Step(item[0], int(item[1]), int(item[2])))
         stages.append(tuple(parsed))
     return tuple(stages)
@@ -118,12 +130,16 @@ def check_plan(plan: Plan, schedule: str, microbatches: int, where: str) -> None
     expected = build_schedule(schedule, len(plan), microbatches)
     for stage, (steps, want) in enumerate(zip(plan, expected, strict=True)):
         if len(steps) != len(want):
-            raise UsageError(f"{where}: plan stage {stage} has {len(steps)} instructions; the {schedule} schedule of "
-                             f"{microbatches} microbatches runs {len(want)} (2 x microbatches); recompute the plan")
+            raise UsageError(
+                f"{where}: plan stage {stage} has {len(steps)} instructions; the {schedule} schedule of "
+                f"{microbatches} microbatches runs {len(want)} (2 x microbatches); recompute the plan"
+            )
         for k, (step, ref) in enumerate(zip(steps, want, strict=True)):
             if (step.instruction, step.microbatch) != (ref.instruction, ref.microbatch):
-                raise UsageError(f"{where}: plan[{stage}][{k}] is {step.instruction} {step.microbatch} where the "
-                                 f"{schedule} schedule runs {ref.instruction} {ref.microbatch}; recompute the plan")
+                raise UsageError(
+                    f"{where}: plan[{stage}][{k}] is {step.instruction} {step.microbatch} where the "
+                    f"{schedule} schedule runs {ref.instruction} {ref.microbatch}; recompute the plan"
+                )
 
 
 def _is_int(value: object) -> bool:
@@ -171,8 +187,10 @@ class PlanMatrix:
     def plan(self, row: int, schedule: str, stages: int, microbatches: int) -> Plan:
         """The plan of one row, for the frontier's schedule, stages and microbatches."""
         frequencies = iter(self.frequencies_of(row))
-        return tuple(tuple(step.at(next(frequencies)) for step in steps)
-                     for steps in build_schedule(schedule, stages, microbatches))
+        return tuple(
+            tuple(step.at(next(frequencies)) for step in steps)
+            for steps in build_schedule(schedule, stages, microbatches)
+        )
 
 
 @dataclass(frozen=True)
@@ -251,11 +269,14 @@ def choose_intrinsic(frontier: Frontier) -> Choice:
     limit = frontier.max_frequency_time_s * (1.0 + TIME_TOLERANCE)
     candidates = [k for k, p in enumerate(frontier.points) if frontier.has_plan(k) and p.time_s <= limit]
     if not candidates:
-        raise UsageError("no stored plan is as fast as the maximum frequency; recompute the frontier "
-                         "(wattwise frontier writes that plan)")
+        raise UsageError(
+            "no stored plan is as fast as the maximum frequency; recompute the frontier "
+            "(wattwise frontier writes that plan)"
+        )
     best = frontier.with_plan(min(candidates, key=lambda k: frontier.points[k].energy_j))
-    return Choice(best, "intrinsic", best.time_s, best.energy_j, frontier.max_frequency_time_s,
-                  frontier.max_frequency_energy_j)
+    return Choice(
+        best, "intrinsic", best.time_s, best.energy_j, frontier.max_frequency_time_s, frontier.max_frequency_energy_j
+    )
 
 
 def choose_for_straggler(frontier: Frontier, straggler_time_s: float) -> Choice:
@@ -269,13 +290,22 @@ def choose_for_straggler(frontier: Frontier, straggler_time_s: float) -> Choice:
     candidates = [k for k, p in enumerate(points) if frontier.has_plan(k) and p.time_s <= straggler_time_s]
     if not candidates:
         fastest = min(p.time_s for p in points)
-        raise UsageError(f"no plan finishes by the straggler time {straggler_time_s} s (the fastest takes "
-                         f"{fastest:.6g} s); the straggler time must be at least that")
+        raise UsageError(
+            f"no plan finishes by the straggler time {straggler_time_s} s (the fastest takes "
+            f"{fastest:.6g} s); the straggler time must be at least that"
+        )
     best = frontier.with_plan(min(candidates, key=lambda k: frontier.energy_at_j(points[k], straggler_time_s)))
     baseline_j = frontier.max_frequency_energy_j + frontier.p_blocking_w * frontier.stages * max(
-        0.0, straggler_time_s - frontier.max_frequency_time_s)
-    return Choice(best, "straggler", straggler_time_s, frontier.energy_at_j(best, straggler_time_s),
-                  frontier.max_frequency_time_s, baseline_j)
+        0.0, straggler_time_s - frontier.max_frequency_time_s
+    )
+    return Choice(
+        best,
+        "straggler",
+        straggler_time_s,
+        frontier.energy_at_j(best, straggler_time_s),
+        frontier.max_frequency_time_s,
+        baseline_j,
+    )
 
 
 class Timed(Protocol):
@@ -324,7 +354,12 @@ SPREAD_PLANS = 32
 
 
 def assemble_frontier(
-    problem: PlanningProblem, points: Sequence[_Point], *, unit_time_s: float, solver: str, plans: str = "some",
+    problem: PlanningProblem,
+    points: Sequence[_Point],
+    *,
+    unit_time_s: float,
+    solver: str,
+    plans: str = "some",
 ) -> Frontier:
     """A frontier from solver points: keep the useful ones, attach plans, record the baseline.
 
@@ -347,8 +382,9 @@ def assemble_frontier(
     with_plan = set(range(len(kept))) if plans == "all" else _spread(kept, float(max_time))
     steps: dict[tuple[int, int], Step] = {}
     entries = tuple(
-        FrontierEntry(float(p.time_s), float(p.energy_j),
-                      plan_from_choice(problem, p.choice, steps) if k in with_plan else None)
+        FrontierEntry(
+            float(p.time_s), float(p.energy_j), plan_from_choice(problem, p.choice, steps) if k in with_plan else None
+        )
         for k, p in enumerate(kept)
     )
     return Frontier(

@@ -26,8 +26,9 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("plots need matplotlib: pip install matplotlib (or, in a clone of wattwise, "
-                         "pip install '.[plots]')") from None
+        raise UsageError(
+            "plots need matplotlib: pip install matplotlib (or, in a clone of wattwise, pip install '.[plots]')"
+        ) from None
     return plt
 
 
@@ -68,8 +69,9 @@ def plot_frontier(
     energies = [p.energy_j for p in frontier.points]
     ax.plot(times, energies, ".-", ms=2, lw=0.8, label=f"wattwise ({frontier.solver}), real plans")
     if reference:
-        ax.plot([t for t, _ in reference], [e for _, e in reference], "-", lw=0.8, alpha=0.7,
-                label="reference frontier")
+        ax.plot(
+            [t for t, _ in reference], [e for _, e in reference], "-", lw=0.8, alpha=0.7, label="reference frontier"
+        )
     ax.plot([frontier.max_frequency_time_s], [frontier.max_frequency_energy_j], "k^", label="all maximum frequency")
     if chosen is not None:
         ax.plot([chosen.entry.time_s], [chosen.entry.energy_j], "r*", ms=10, label="intrinsic choice")
@@ -91,8 +93,13 @@ def plot_frontier(
             # The GPU is powered all iteration long: background at the blocking power.
             ax.broken_barh([(0.0, iteration_s)], (stage - 0.4, 0.8), facecolors=cmap(norm(problem.p_blocking_w)))
             mine = stage_of == stage
-            ax.broken_barh(list(zip(starts[mine], durations[mine], strict=True)), (stage - 0.4, 0.8),
-                           facecolors=cmap(norm(power[mine])), edgecolors="black", linewidth=0.2)
+            ax.broken_barh(
+                list(zip(starts[mine], durations[mine], strict=True)),
+                (stage - 0.4, 0.8),
+                facecolors=cmap(norm(power[mine])),
+                edgecolors="black",
+                linewidth=0.2,
+            )
         ax.set_xlim(0, end_s * 1.01)
         ax.set_ylim(problem.dag.num_stages - 0.5, -0.5)
         ax.set_ylabel("stage")

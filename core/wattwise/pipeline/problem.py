@@ -28,7 +28,10 @@ Number = TypeVar("Number", float, FloatArray)
 
 
 def iteration_energy_j(
-    instruction_energy_j: Number, instruction_time_s: Number, iteration_time_s: Number, num_stages: int,
+    instruction_energy_j: Number,
+    instruction_time_s: Number,
+    iteration_time_s: Number,
+    num_stages: int,
     p_blocking_w: float,
 ) -> Number:
     """Energy of one iteration: what the instructions burn plus what blocked GPUs burn.
@@ -60,11 +63,15 @@ class PlanningProblem:
     def build(cls, profile: PipelineProfile, dag: PipelineDag, p_blocking_w: float) -> PlanningProblem:
         """Lay `profile` over `dag`; the profile must have exactly the DAG's stages."""
         if not (isinstance(p_blocking_w, int | float) and math.isfinite(p_blocking_w) and p_blocking_w >= 0):
-            raise UsageError(f"p_blocking_w (the power of a GPU waiting on a peer) must be a finite number of "
-                             f"watts >= 0 (got {p_blocking_w!r})")
+            raise UsageError(
+                f"p_blocking_w (the power of a GPU waiting on a peer) must be a finite number of "
+                f"watts >= 0 (got {p_blocking_w!r})"
+            )
         if profile.num_stages != dag.num_stages:
-            raise UsageError(f"the profile has {profile.num_stages} stages but the pipeline has {dag.num_stages}; "
-                             "profile every stage of this pipeline")
+            raise UsageError(
+                f"the profile has {profile.num_stages} stages but the pipeline has {dag.num_stages}; "
+                "profile every stage of this pipeline"
+            )
         freqs: list[int] = []
         times: list[float] = []
         energies: list[float] = []
@@ -112,8 +119,9 @@ class PlanningProblem:
                 freq = int(frequencies[node])
                 if freq not in lookup:
                     stage, ins = divmod(kind, len(INSTRUCTIONS))
-                    raise UsageError(f"stage {stage} {INSTRUCTIONS[ins]} was not profiled at {freq} MHz; "
-                                     "use a profiled frequency")
+                    raise UsageError(
+                        f"stage {stage} {INSTRUCTIONS[ins]} was not profiled at {freq} MHz; use a profiled frequency"
+                    )
                 choice[node] = lookup[freq]
         return choice
 
@@ -129,7 +137,10 @@ class PlanningProblem:
         times = self.option_time_s[choice]
         iteration_s = self.dag.finish_times_by_node(times).max(axis=0)
         energy_j = iteration_energy_j(
-            self.option_energy_j[choice].sum(axis=0), times.sum(axis=0), iteration_s,
-            self.dag.num_stages, self.p_blocking_w,
+            self.option_energy_j[choice].sum(axis=0),
+            times.sum(axis=0),
+            iteration_s,
+            self.dag.num_stages,
+            self.p_blocking_w,
         )
         return iteration_s, np.asarray(energy_j)

@@ -54,24 +54,31 @@ class PipelineProfile:
         stages = sorted({stage for stage, _ in self.measurements})
         for expected, stage in enumerate(stages):
             if stage != expected:
-                raise UsageError(f"{self.source}: stage {expected} is missing (stages found: {stages}); "
-                                 "profile every stage from 0")
+                raise UsageError(
+                    f"{self.source}: stage {expected} is missing (stages found: {stages}); profile every stage from 0"
+                )
         ordered: dict[tuple[int, Instruction], tuple[FrequencyOption, ...]] = {}
         for stage in stages:
             for instruction in INSTRUCTIONS:
                 options = self.measurements.get((stage, instruction))
                 if not options:
-                    raise UsageError(f"{self.source}: stage {stage} has no {instruction} rows; "
-                                     f"profile {instruction} at every frequency")
+                    raise UsageError(
+                        f"{self.source}: stage {stage} has no {instruction} rows; "
+                        f"profile {instruction} at every frequency"
+                    )
                 for option in options:
                     _check_option(option, f"{self.source}: stage {stage} {instruction}")
                 freqs = [o.frequency_mhz for o in options]
                 if len(set(freqs)) != len(freqs):
-                    raise UsageError(f"{self.source}: stage {stage} {instruction} lists a frequency twice; "
-                                     "keep one row per frequency")
+                    raise UsageError(
+                        f"{self.source}: stage {stage} {instruction} lists a frequency twice; "
+                        "keep one row per frequency"
+                    )
                 if len(freqs) < 2:
-                    raise UsageError(f"{self.source}: stage {stage} {instruction} has a single frequency "
-                                     f"({freqs[0]} MHz); profile at least two frequencies to plan")
+                    raise UsageError(
+                        f"{self.source}: stage {stage} {instruction} has a single frequency "
+                        f"({freqs[0]} MHz); profile at least two frequencies to plan"
+                    )
                 ordered[(stage, instruction)] = tuple(sorted(options, key=lambda o: -o.frequency_mhz))
         unknown = set(self.measurements) - set(ordered)
         if unknown:
@@ -124,8 +131,10 @@ def parse_profile(rows: Iterable[Mapping[str, str | None]], source: str = "<memo
         energy_j = _parse_positive(row.get("energy"), "energy", where, "joules", maximum=MAX_INSTRUCTION_ENERGY_J)
         key = (stage, instruction, frequency)
         if key in seen:
-            raise UsageError(f"{where}: stage {stage} {instruction} at {frequency} MHz repeats line {seen[key]}; "
-                             "keep one row per frequency")
+            raise UsageError(
+                f"{where}: stage {stage} {instruction} at {frequency} MHz repeats line {seen[key]}; "
+                "keep one row per frequency"
+            )
         seen[key] = line
         grouped.setdefault((stage, instruction), []).append(FrequencyOption(frequency, time_s, energy_j))
     return PipelineProfile({k: tuple(v) for k, v in grouped.items()}, source=source)
@@ -140,15 +149,17 @@ def load_profile(path: str | Path) -> PipelineProfile:
             header = [h.strip() for h in (reader.fieldnames or [])]
             missing = [c for c in COLUMNS if c not in header]
             if missing:
-                raise UsageError(f"{path}: missing column(s) {', '.join(missing)}; "
-                                 f"the header must be {','.join(COLUMNS)}")
+                raise UsageError(
+                    f"{path}: missing column(s) {', '.join(missing)}; the header must be {','.join(COLUMNS)}"
+                )
             reader.fieldnames = header
             return parse_profile(reader, source=str(path))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such profile file; pass the path of a {','.join(COLUMNS)} CSV") from None
     except OSError as err:
-        raise UsageError(f"{path}: cannot read the profile ({err.strerror or err}); pass the path of a "
-                         f"{','.join(COLUMNS)} CSV") from None
+        raise UsageError(
+            f"{path}: cannot read the profile ({err.strerror or err}); pass the path of a {','.join(COLUMNS)} CSV"
+        ) from None
     except (UnicodeDecodeError, csv.Error) as err:
         raise UsageError(f"{path}: not a readable CSV file ({err})") from None
 
@@ -192,6 +203,8 @@ def _parse_positive(text: str | None, name: str, where: str, unit: str, *, maxim
     if value <= 0:
         raise UsageError(f"{where}: {name} must be positive in {unit} (got {raw})")
     if value > maximum:
-        raise UsageError(f"{where}: {name} {raw} {unit} is beyond any real instruction (at most {maximum:g}); "
-                         "check the column's unit")
+        raise UsageError(
+            f"{where}: {name} {raw} {unit} is beyond any real instruction (at most {maximum:g}); "
+            "check the column's unit"
+        )
     return value

@@ -238,10 +238,14 @@ class ConvexRelaxation:
             # 2. Longest distances in the new residual network: Dijkstra on reduced costs (all >= 0).
             fwd_profit = flat_profit[np.searchsorted(cum_keys, type_key + act_flow, side="right")]
             bwd_profit = flat_profit[np.searchsorted(cum_keys, type_key + act_flow, side="left")]
-            weights = np.concatenate([
-                span - fwd_profit, np.where(act_flow > 0, bwd_profit - span, np.inf),
-                p_slack, np.where(p_flow > 0, -p_slack, np.inf),
-            ])
+            weights = np.concatenate(
+                [
+                    span - fwd_profit,
+                    np.where(act_flow > 0, bwd_profit - span, np.inf),
+                    p_slack,
+                    np.where(p_flow > 0, -p_slack, np.inf),
+                ]
+            )
             pot = pot - np.rint(paths.from_source(weights[arc_order])).astype(np.int64)
             breakpoints.append(pot)
         return RelaxedFrontier(self, np.stack(breakpoints))
@@ -299,8 +303,9 @@ class RelaxedFrontier:
         """
         relaxation = self.relaxation
         slower, faster, shift = self._phases(deadlines)
-        return kernels.node_finish_s(self.potentials, relaxation.problem.dag.num_nodes, slower, faster, shift,
-                                     relaxation.resolution_s, out=out)
+        return kernels.node_finish_s(
+            self.potentials, relaxation.problem.dag.num_nodes, slower, faster, shift, relaxation.resolution_s, out=out
+        )
 
     def _phases(self, deadlines: IntArray) -> tuple[IntArray, IntArray, IntArray]:
         """Per deadline, the two breakpoints' rows of `potentials` around it and its shift past the faster."""
@@ -328,8 +333,9 @@ class RelaxedFrontier:
             by_type, bounds = relaxation.type_groups
 
             def durations_of(kind: int) -> FloatArray:
-                return kernels.node_durations(self.potentials, slower, faster, shift, relaxation.hi,
-                                              by_type[bounds[kind] : bounds[kind + 1]])
+                return kernels.node_durations(
+                    self.potentials, slower, faster, shift, relaxation.hi, by_type[bounds[kind] : bounds[kind + 1]]
+                )
 
             cost_j = relaxation.relaxed_cost_by_type_j(durations_of, len(slower))
         else:

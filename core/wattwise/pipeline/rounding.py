@@ -65,10 +65,12 @@ class OptionMap:
         step = max(sum(spans) / _TABLE_SIZE, 1e-12)
         sizes = [int(span // step) + 1 for span in spans]
         first = np.cumsum([0] + [len(t) for t in times])[:-1]
-        table = np.concatenate([
-            f + np.searchsorted(t, t[0] + np.arange(size) * step, side="right") - 1
-            for f, t, size in zip(first, times, sizes, strict=True)
-        ])
+        table = np.concatenate(
+            [
+                f + np.searchsorted(t, t[0] + np.arange(size) * step, side="right") - 1
+                for f, t, size in zip(first, times, sizes, strict=True)
+            ]
+        )
         # Looking up cell k - 1 (to stay conservative under rounding), the answer lies within 2 steps.
         steps = max(int(np.max(np.searchsorted(t, t + 2 * step, side="right") - np.arange(len(t)))) for t in times)
         return cls(
@@ -212,7 +214,10 @@ def track(problem: PlanningProblem, options: LevelPicker, target_finish_s: Float
 
 
 def polish(
-    problem: PlanningProblem, options: LevelPicker, choice: IntArray, deadline_s: FloatArray,
+    problem: PlanningProblem,
+    options: LevelPicker,
+    choice: IntArray,
+    deadline_s: FloatArray,
 ) -> tuple[IntArray, FloatArray]:
     """Spend slack: a forward pass, then a backward pass (see the module docstring).
 

@@ -44,8 +44,10 @@ class Step:
     def planned_mhz(self) -> int:
         """The frequency this step is planned at; a schedule's step (no frequency) is refused."""
         if self.frequency_mhz is None:
-            raise UsageError(f"{self.instruction} of microbatch {self.microbatch} has no frequency_mhz; "
-                             "a plan needs one on every step")
+            raise UsageError(
+                f"{self.instruction} of microbatch {self.microbatch} has no frequency_mhz; "
+                "a plan needs one on every step"
+            )
         return self.frequency_mhz
 
     def label(self) -> str:

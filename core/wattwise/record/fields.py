@@ -266,8 +266,14 @@ class FieldSpec:
     written: Callable[[Any], bool] | None = None
 
 
-def as_json(codec: Codec, *, key: str | None = None, required: bool = False, if_missing: Any = _FIELD_DEFAULT,
-            written: Callable[[Any], bool] | None = None) -> dict[str, FieldSpec]:
+def as_json(
+    codec: Codec,
+    *,
+    key: str | None = None,
+    required: bool = False,
+    if_missing: Any = _FIELD_DEFAULT,
+    written: Callable[[Any], bool] | None = None,
+) -> dict[str, FieldSpec]:
     """A dataclass field's JSON definition, as its metadata: `field(default=None, metadata=as_json(Text()))`.
 
     Args:
@@ -406,8 +412,12 @@ class JsonObject:
         """
         value = self._required(key)
         # An int is finite, however large (math.isfinite would overflow on 10**400).
-        if isinstance(value, bool) or not isinstance(value, int | float) \
-                or not (isinstance(value, int) or math.isfinite(value)) or (minimum is not None and value < minimum):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (isinstance(value, int) or math.isfinite(value))
+            or (minimum is not None and value < minimum)
+        ):
             self._fail(key, "a finite number" + (f" >= {minimum:g}" if minimum is not None else ""), value)
         if abs(value) > MAX_FIGURE:
             self._fail(key, f"at most {MAX_FIGURE:g} in size", value)
@@ -512,8 +522,12 @@ class JsonObject:
         """
         values = self._list(key)
         for i, value in enumerate(values):
-            if isinstance(value, bool) or not isinstance(value, int | float) or abs(value) > MAX_FIGURE \
-                    or not math.isfinite(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or abs(value) > MAX_FIGURE
+                or not math.isfinite(value)
+            ):
                 self._fail(f"{key}[{i}]", f"a finite number of at most {MAX_FIGURE:g} in size", value)
         return [float(v) for v in values]
 

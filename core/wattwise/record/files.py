@@ -67,9 +67,15 @@ def windows_header(device_keys: Sequence[str]) -> list[str]:
 
 def window_cells(row: WindowRow, device_keys: Sequence[str]) -> list[str]:
     """The cells of one `windows.csv` line, in the columns of `windows_header(device_keys)`."""
-    return [f"{row.start_time:.6f}", row.window_name, f"{row.time_s:.6f}", f"{row.energy_j:.6f}",
-            *(f"{row.energy_per_device_j[k]:.6f}" for k in device_keys),
-            ";".join(row.approximate), str(row.simulated).lower()]
+    return [
+        f"{row.start_time:.6f}",
+        row.window_name,
+        f"{row.time_s:.6f}",
+        f"{row.energy_j:.6f}",
+        *(f"{row.energy_per_device_j[k]:.6f}" for k in device_keys),
+        ";".join(row.approximate),
+        str(row.simulated).lower(),
+    ]
 
 
 def power_rows(samples: Iterable[tuple[float, Mapping[str, float]]]) -> list[PowerRow]:
@@ -79,8 +85,9 @@ def power_rows(samples: Iterable[tuple[float, Mapping[str, float]]]) -> list[Pow
 
 
 # -- writing -------------------------------------------------------------------------------------------
-def write_run_dir(out_dir: str | os.PathLike[str], summary: RunSummary,
-                  power: Iterable[PowerRow] | None = None) -> Path:
+def write_run_dir(
+    out_dir: str | os.PathLike[str], summary: RunSummary, power: Iterable[PowerRow] | None = None
+) -> Path:
     """Write `power.csv` (unless `power` is None), then `summary.json`, into `out_dir`; returns it.
 
     The summary comes last: a run directory with a summary holds everything the run wrote.
@@ -103,8 +110,11 @@ def write_power_csv(path: str | os.PathLike[str], rows: Iterable[PowerRow]) -> N
     def write(fh: TextIO) -> None:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(POWER_COLUMNS)
-        writer.writerows((f"{r.timestamp_s:.3f}", r.device, f"{r.power_w:.3f}") for r in rows
-                         if math.isfinite(r.timestamp_s) and math.isfinite(r.power_w))
+        writer.writerows(
+            (f"{r.timestamp_s:.3f}", r.device, f"{r.power_w:.3f}")
+            for r in rows
+            if math.isfinite(r.timestamp_s) and math.isfinite(r.power_w)
+        )
 
     replace_file(path, write)
 
@@ -183,8 +193,7 @@ class WindowsLog:
 
     def window_ended(self, m: EndedWindow) -> None:
         """A monitor's window ended (`wattwise.monitor.WindowSink`): its line."""
-        self.write(WindowRow(m.start_time, m.name, m.time_s, m.total_energy_j, m.energy_j, m.approximate,
-                             m.simulated))
+        self.write(WindowRow(m.start_time, m.name, m.time_s, m.total_energy_j, m.energy_j, m.approximate, m.simulated))
 
     def close(self) -> None:
         """Close the file; a second close, or a write after it, does nothing."""
@@ -229,8 +238,7 @@ def read_summary(path: Path) -> RunSummary:
     try:
         raw = json.loads(data)
     except json.JSONDecodeError as err:
-        raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); {FIX}") \
-            from None
+        raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); {FIX}") from None
     except (ValueError, RecursionError) as err:
         raise UsageError(f"{path}: not valid JSON ({type(err).__name__}); {FIX}") from None
     return parse_summary(raw, where=str(path))
@@ -259,8 +267,11 @@ def read_power_csv(path: Path) -> tuple[DeviceTrace, ...]:
 def read_windows_csv(path: Path) -> Iterator[WindowRow]:
     """The rows of a window log (`windows.csv` or `windows-rankN.csv`), validated one by one."""
     for line, row in _csv_rows(path, WINDOW_COLUMNS):
-        per_device = {name[: -len("_energy_j")]: _cell(path, line, name, value)
-                      for name, value in row.items() if name.endswith("_energy_j") and name != "energy_j"}
+        per_device = {
+            name[: -len("_energy_j")]: _cell(path, line, name, value)
+            for name, value in row.items()
+            if name.endswith("_energy_j") and name != "energy_j"
+        }
         simulated = row["simulated"]
         if simulated not in ("true", "false"):
             raise UsageError(f"{path} line {line}: simulated must be true or false (got {show(simulated)}); {FIX}")
@@ -281,8 +292,9 @@ def _cell(path: Path, line: int, column: str, text: str, *, minimum: float | Non
     except ValueError:
         value = math.nan
     if math.isfinite(value) and abs(value) > MAX_FIGURE:
-        raise UsageError(f"{path} line {line}: {column} must be at most {MAX_FIGURE:g} in size (got {show(text)}); "
-                         f"{FIX}")
+        raise UsageError(
+            f"{path} line {line}: {column} must be at most {MAX_FIGURE:g} in size (got {show(text)}); {FIX}"
+        )
     if not math.isfinite(value) or (minimum is not None and value < minimum):
         bound = f" >= {minimum:g}" if minimum is not None else ""
         raise UsageError(f"{path} line {line}: {column} must be a finite number{bound} (got {show(text)}); {FIX}")
@@ -324,16 +336,20 @@ def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[st
             _no_nul(path, reader.line_num, header)
             missing = [c for c in columns if c not in header]
             if missing:
-                raise UsageError(f"{path}: the header lacks column(s) {','.join(missing)} "
-                                 f"(it must include {','.join(columns)}); {FIX}")
+                raise UsageError(
+                    f"{path}: the header lacks column(s) {','.join(missing)} "
+                    f"(it must include {','.join(columns)}); {FIX}"
+                )
             for row in reader:
                 if not row:
                     continue
                 _no_nul(path, reader.line_num, row)
                 if len(row) != len(header):
                     cut = "the row is cut short" if len(row) < len(header) else "the row is too long"
-                    raise UsageError(f"{path} line {reader.line_num}: {len(row)} fields where the header has "
-                                     f"{len(header)} ({cut}); {FIX}")
+                    raise UsageError(
+                        f"{path} line {reader.line_num}: {len(row)} fields where the header has "
+                        f"{len(header)} ({cut}); {FIX}"
+                    )
                 yield reader.line_num, dict(zip(header, row, strict=True))
         except UnicodeDecodeError:
             raise UsageError(f"{path}: not UTF-8 text; {FIX}") from None

@@ -63,9 +63,7 @@ def _mark_power_limits(ax: Axes, run: RunDir) -> None:
     by_device: dict[str, list[tuple[float, float]]] = {}
     for event in s.settings_timeline:
         if event.setting == "power_limit_w" and isinstance(event.value, int | float):
-            by_device.setdefault(event.device, []).append(
-                ((event.timestamp_s - s.start_s) / 60.0, event.value)
-            )
+            by_device.setdefault(event.device, []).append(((event.timestamp_s - s.start_s) / 60.0, event.value))
     end_min = (s.end_s - s.start_s) / 60.0
     drawn: set[tuple[tuple[float, float], ...]] = set()
     for changes in by_device.values():
@@ -115,8 +113,9 @@ def _figure_class() -> type[Figure]:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install matplotlib (or, in a clone of wattwise, "
-                         "pip install '.[plots]')") from None
+        raise UsageError(
+            "--plot needs matplotlib: pip install matplotlib (or, in a clone of wattwise, pip install '.[plots]')"
+        ) from None
     return Figure
 
 

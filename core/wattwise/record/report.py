@@ -235,9 +235,11 @@ def _check_energies(run: RunDir) -> None:
     if limit is None or limit.energy_saved_j is None or limit.baseline_energy_j is None:
         return
     if not (math.isfinite(limit.energy_saved_j) and limit.energy_saved_j <= limit.baseline_energy_j):
-        raise UsageError(f"{where}: power_limit.energy_saved_j {limit.energy_saved_j:g} J exceeds "
-                         f"power_limit.baseline_energy_j {limit.baseline_energy_j:g} J (the energy used would be "
-                         "negative); the summary is inconsistent")
+        raise UsageError(
+            f"{where}: power_limit.energy_saved_j {limit.energy_saved_j:g} J exceeds "
+            f"power_limit.baseline_energy_j {limit.baseline_energy_j:g} J (the energy used would be "
+            "negative); the summary is inconsistent"
+        )
 
 
 def _hardware(names: tuple[str, ...]) -> str | None:

@@ -68,6 +68,7 @@ WINDOW_COLUMNS = ("start_time", "window_name", "time_s", "energy_j", "approximat
 #: A value in the settings timeline: a JSON scalar.
 SettingValue = bool | int | float | str | None
 
+
 # -- summary.json --------------------------------------------------------------------------------------
 # Each field is defined once, with its JSON key and codec (`wattwise.record.fields`): `to_dict` and
 # `parse_summary` follow from the definitions, in the fields' order (the order `summary.json` holds them).
@@ -79,8 +80,12 @@ class _JsonRecord:
         return to_json_dict(self)
 
 
-define_foreign(ProfileEntry, power_limit_w=FieldSpec(Number(), required=True),
-               time_s=FieldSpec(Number(), required=True), energy_j=FieldSpec(Number(), required=True))
+define_foreign(
+    ProfileEntry,
+    power_limit_w=FieldSpec(Number(), required=True),
+    time_s=FieldSpec(Number(), required=True),
+    energy_j=FieldSpec(Number(), required=True),
+)
 
 
 @dataclass(frozen=True)
@@ -161,10 +166,10 @@ class PowerLimitSummary(_JsonRecord):
     energy_saved_j: float | None = field(default=None, metadata=as_json(Number(minimum=None), written=_tuned))
     baseline_estimated: bool = field(default=False, metadata=as_json(Flag(), written=_estimated))
     #: A reused limit: the run that chose it and when (unix seconds); `selector` and `eta` are that run's.
-    reused_run_id: str | None = field(default=None,
-                                      metadata=as_json(Text(), key="reused_from.run_id", written=_reused))
-    reused_chosen_at_s: float | None = field(default=None,
-                                             metadata=as_json(UnixTime(), key="reused_from.chosen_at", written=_reused))
+    reused_run_id: str | None = field(default=None, metadata=as_json(Text(), key="reused_from.run_id", written=_reused))
+    reused_chosen_at_s: float | None = field(
+        default=None, metadata=as_json(UnixTime(), key="reused_from.chosen_at", written=_reused)
+    )
     #: Whether tuning finished (None in summaries of earlier wattwise versions, which did not say).
     tuning: TuningSummary | None = field(default=None, metadata=as_json(Record(TuningSummary), written=_has_tuning))
 
@@ -228,8 +233,9 @@ class RunSummary(_JsonRecord):
     settings_timeline: tuple[SettingEvent, ...] = field(default=(), metadata=as_json(Records(SettingEvent)))
     carbon_aware: CarbonAwareSummary | None = field(default=None, metadata=as_json(Record(CarbonAwareSummary)))
     #: Time that was not training (validation, checkpoints), by kind; included in `time_s`/`energy_j`.
-    non_training: Mapping[str, NonTrainingTime] = field(default_factory=dict,
-                                                        metadata=as_json(RecordMap(NonTrainingTime)))
+    non_training: Mapping[str, NonTrainingTime] = field(
+        default_factory=dict, metadata=as_json(RecordMap(NonTrainingTime))
+    )
 
     @property
     def avg_power_w(self) -> float:
@@ -273,8 +279,14 @@ def never_applied(limit: PowerLimitSummary) -> bool:
 
     Tuning that did not finish says so, and why, instead (`tuning.reason`): one reason, said once.
     """
-    return (limit.mode != "cap" and not limit.reused and limit.chosen_power_limit_w is not None
-            and limit.tuning is not None and limit.tuning.finished and limit.tuning.steps_at_chosen == 0)
+    return (
+        limit.mode != "cap"
+        and not limit.reused
+        and limit.chosen_power_limit_w is not None
+        and limit.tuning is not None
+        and limit.tuning.finished
+        and limit.tuning.steps_at_chosen == 0
+    )
 
 
 def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | None = None) -> str:
@@ -312,8 +324,6 @@ def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | 
     return "\n".join(lines)
 
 
-
-
 def parse_summary(raw: Any, *, where: str) -> RunSummary:
     """Validate a summary's JSON object; `where` (the file) starts every error message.
 
@@ -329,14 +339,15 @@ def parse_summary(raw: Any, *, where: str) -> RunSummary:
     f = JsonObject(raw, where)
     schema = f.opt_text("schema")
     if schema is not None and not schema.startswith(SCHEMA_PREFIX):
-        raise UsageError(f"{where}: schema {schema!r} is not a wattwise run summary ({SCHEMA_PREFIX}N); "
-                         "pass the summary.json of a wattwise run")
+        raise UsageError(
+            f"{where}: schema {schema!r} is not a wattwise run summary ({SCHEMA_PREFIX}N); "
+            "pass the summary.json of a wattwise run"
+        )
     f.opt_number("avg_power_w")  # derived from energy and time; checked, not kept
     summary = from_json(RunSummary, f)
     start_s, end_s = summary.start_s, summary.end_s
     if end_s < start_s:
-        raise UsageError(f"{where}: end_time {summary.end_time!r} is before start_time {summary.start_time!r}; "
-                         f"{FIX}")
+        raise UsageError(f"{where}: end_time {summary.end_time!r} is before start_time {summary.start_time!r}; {FIX}")
     return dataclasses.replace(
         summary,
         simulated=summary.simulated if summary.simulated is not None else summary.backend == "simulated",

@@ -134,8 +134,13 @@ class BatchSizeOptimizer:
         if not offline:
             try:
                 self.store.progress_run(
-                    self.job.name, run_id, epochs=epoch, energy_j=energy_j, time_s=time_s, cost=cost,
-                    now_s=self._clock()
+                    self.job.name,
+                    run_id,
+                    epochs=epoch,
+                    energy_j=energy_j,
+                    time_s=time_s,
+                    cost=cost,
+                    now_s=self._clock(),
                 )
             except StoreUnavailable as err:
                 self._offline(run_id, err)
@@ -148,8 +153,11 @@ class BatchSizeOptimizer:
             raise err
         if run_id not in self._warned:
             self._warned.add(run_id)
-            _warn(f"wattwise: {err}; run {run_id} of job {self.job.name!r} goes on without it, stopping at the "
-                  f"target, the maximum epochs or its cost limit from the start", stacklevel=5)
+            _warn(
+                f"wattwise: {err}; run {run_id} of job {self.job.name!r} goes on without it, stopping at the "
+                f"target, the maximum epochs or its cost limit from the start",
+                stacklevel=5,
+            )
         return run
 
     def should_stop(self, run_id: int, epoch: int, energy_j: float, time_s: float, metric: float | None = None) -> bool:
@@ -193,24 +201,46 @@ class BatchSizeOptimizer:
             _check_epochs(epochs_done, reached)
             if power_limit_w is not None:
                 self.store.set_power_limit(self.job.name, run.batch_size, power_limit_w)
-            return self.store.finish_run(self.job.name, run_id, reached=reached, epochs=epochs_done,
-                                         energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
+            return self.store.finish_run(
+                self.job.name,
+                run_id,
+                reached=reached,
+                epochs=epochs_done,
+                energy_j=energy_j,
+                time_s=time_s,
+                cost=cost,
+                now_s=now_s,
+            )
         except StoreUnavailable as err:
             if epochs is None and run_id in self._known:
                 epochs = self._known[run_id].epochs
-            result = SpooledResult(job=self.job.name, run_id=run_id, reached=reached, epochs=epochs,
-                                   energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s,
-                                   power_limit_w=power_limit_w)
+            result = SpooledResult(
+                job=self.job.name,
+                run_id=run_id,
+                reached=reached,
+                epochs=epochs,
+                energy_j=energy_j,
+                time_s=time_s,
+                cost=cost,
+                now_s=now_s,
+                power_limit_w=power_limit_w,
+            )
             try:
                 path = spool_result(err.url, result)
             except OSError as spool_err:  # e.g. a spool folder another user made in a shared WATTWISE_HOME
-                _warn(f"wattwise: {err}; the result of run {run_id} of job {self.job.name!r} could not be spooled "
-                      f"either ({spool_err.strerror or spool_err}: {spool_dir(err.url)}), so it is lost and the run "
-                      f"stays open; check that folder is yours", stacklevel=3)
+                _warn(
+                    f"wattwise: {err}; the result of run {run_id} of job {self.job.name!r} could not be spooled "
+                    f"either ({spool_err.strerror or spool_err}: {spool_dir(err.url)}), so it is lost and the run "
+                    f"stays open; check that folder is yours",
+                    stacklevel=3,
+                )
                 return None
-            _warn(f"wattwise: {err}; the result of run {run_id} of job {self.job.name!r} was spooled to {path} and "
-                  f"will be delivered at the next contact with the store, or by `wattwise jobs sync` (with the same "
-                  f"--store)", stacklevel=3)
+            _warn(
+                f"wattwise: {err}; the result of run {run_id} of job {self.job.name!r} was spooled to {path} and "
+                f"will be delivered at the next contact with the store, or by `wattwise jobs sync` (with the same "
+                f"--store)",
+                stacklevel=3,
+            )
             return None
 
 

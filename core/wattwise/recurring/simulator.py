@@ -68,6 +68,7 @@ class Setting:
 @dataclass(frozen=True)
 class SimulationResult:
     """The totals of each policy over the recurrences, the oracle's setting, and every run of wattwise's policy."""
+
     default: Totals
     wattwise: Totals
     oracle: Totals

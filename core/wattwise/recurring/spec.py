@@ -28,6 +28,7 @@ Phase = Literal["explore", "exploit", "concurrent"]
 #: (early-stopped, maximum epochs, or crashed and reported as failed).
 RunState = Literal["open", "reached", "failed"]
 
+
 @dataclass(frozen=True)
 class JobSpec:
     """One recurring job and the knobs of its optimizer.

@@ -90,8 +90,10 @@ def _read(path: Path, columns: tuple[str, ...], flag: str) -> list[dict[str, str
             for row in reader:
                 if None in row or None in row.values():
                     cut = "more" if None in row else "fewer"
-                    raise UsageError(f"{flag} {path}:{reader.line_num}: {cut} fields than the header; "
-                                     "each row needs one value per column")
+                    raise UsageError(
+                        f"{flag} {path}:{reader.line_num}: {cut} fields than the header; "
+                        "each row needs one value per column"
+                    )
                 if any("\x00" in value for value in row.values()):
                     raise UsageError(f"{flag} {path}:{reader.line_num}: holds binary data, not CSV text")
                 rows.append(row)
@@ -120,11 +122,13 @@ def _int(row: dict[str, str], column: str, path: Path, line: int) -> int:
 
 def _duplicate(path: Path, line: int, first: int, what: str, fields: str, earlier: object, later: object) -> None:
     """A row that repeats an earlier one: identical, it is dropped with a warning; else a `UsageError`."""
-    same = earlier == later or (isinstance(earlier, float) and isinstance(later, float)
-                                and math.isnan(earlier) and math.isnan(later))
+    same = earlier == later or (
+        isinstance(earlier, float) and isinstance(later, float) and math.isnan(earlier) and math.isnan(later)
+    )
     if not same:
-        raise UsageError(f"{path}:{line}: {what} repeats line {first} with a different {fields}; "
-                         "keep one row of the two")
+        raise UsageError(
+            f"{path}:{line}: {what} repeats line {first} with a different {fields}; keep one row of the two"
+        )
     warnings.warn(f"wattwise: {path}:{line} repeats line {first} ({what}); the repeat is ignored", stacklevel=3)
 
 
@@ -193,16 +197,26 @@ def load_trace(
             average_power_w=_number(row, "average_power", power_path, line),
         )
         if not all(math.isfinite(v) and v > 0 for v in (point.time_per_epoch_s, point.average_power_w, limit)):
-            raise UsageError(f"{power_path}:{line}: power_limit, time_per_epoch and average_power must be "
-                             "finite numbers > 0")
-        for column, value, bound in (("power_limit", limit, POWER_W), ("time_per_epoch", point.time_per_epoch_s,
-                                     TIME_S), ("average_power", point.average_power_w, POWER_W)):
+            raise UsageError(
+                f"{power_path}:{line}: power_limit, time_per_epoch and average_power must be finite numbers > 0"
+            )
+        for column, value, bound in (
+            ("power_limit", limit, POWER_W),
+            ("time_per_epoch", point.time_per_epoch_s, TIME_S),
+            ("average_power", point.average_power_w, POWER_W),
+        ):
             bound.check(value, f"{power_path}:{line}: column {column}")
         batch_size = _int(row, "batch_size", power_path, line)
         if limit in points[batch_size]:
-            _duplicate(power_path, line, point_lines[(batch_size, limit)],
-                       f"batch_size {batch_size} at power_limit {limit:g} W", "time_per_epoch and average_power",
-                       points[batch_size][limit], point)
+            _duplicate(
+                power_path,
+                line,
+                point_lines[(batch_size, limit)],
+                f"batch_size {batch_size} at power_limit {limit:g} W",
+                "time_per_epoch and average_power",
+                points[batch_size][limit],
+                point,
+            )
             continue
         point_lines[(batch_size, limit)] = line
         points[batch_size][limit] = point

@@ -106,8 +106,9 @@ def agree(collective: Collective, reason: str | None) -> Agreement:
     return Agreement(failures, processes=len(reasons))
 
 
-def combine_telling(collective: Collective, figures: Sequence[tuple[float, float]],
-                    lost: str | None) -> tuple[list[tuple[float, float]], Agreement]:
+def combine_telling(
+    collective: Collective, figures: Sequence[tuple[float, float]], lost: str | None
+) -> tuple[list[tuple[float, float]], Agreement]:
     """Figures combined over processes, and which processes lost their measurement since the last exchange.
 
     One all-reduce holds the figures (time maxed, energy summed) and a count of the processes that lost their
@@ -175,8 +176,9 @@ def _text(raw: Mapping[str, Any], key: str) -> str | None:
 
 def _joules(value: Any, key: str) -> dict[str, float]:
     if not isinstance(value, Mapping) or not all(
-            isinstance(k, str) and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-            for k, v in value.items()):
+        isinstance(k, str) and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+        for k, v in value.items()
+    ):
         raise ValueError(f"{key} must map device labels to finite numbers")
     return {k: float(v) for k, v in value.items()}
 
@@ -193,21 +195,30 @@ def parse_rank_end(raw: Any, *, rank: int) -> RankEnd:
         raise ValueError(f"rank must be {rank} (got {raw.get('rank')!r})")
     paused = raw.get("paused", {})
     if not isinstance(paused, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, (list, tuple)) and len(v) == 3
-            and all(not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in v)
-            for k, v in paused.items()):
+        isinstance(k, str)
+        and isinstance(v, (list, tuple))
+        and len(v) == 3
+        and all(not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in v)
+        for k, v in paused.items()
+    ):
         raise ValueError("paused must map kinds to [time_s, energy_j, count]")
     samples = raw.get("samples", [])
     if not isinstance(samples, list) or not all(
-            isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], (int, float)) for s in samples):
+        isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], (int, float)) for s in samples
+    ):
         raise ValueError("samples must be a list of [unix time, {device: watts}]")
     devices, timeline, lifted = raw.get("devices", []), raw.get("timeline", []), raw.get("lifted", [])
     if not isinstance(devices, list) or not all(isinstance(d, Mapping) for d in devices):
         raise ValueError("devices must be a list of objects")
     if not isinstance(timeline, list) or not all(
-            isinstance(e, (list, tuple)) and len(e) == 4 and isinstance(e[0], (int, float)) and isinstance(e[1], str)
-            and isinstance(e[2], str) and (e[3] is None or isinstance(e[3], (bool, int, float, str)))
-            for e in timeline):
+        isinstance(e, (list, tuple))
+        and len(e) == 4
+        and isinstance(e[0], (int, float))
+        and isinstance(e[1], str)
+        and isinstance(e[2], str)
+        and (e[3] is None or isinstance(e[3], (bool, int, float, str)))
+        for e in timeline
+    ):
         raise ValueError("timeline must be a list of [timestamp_s, device, setting, value]")
     if not isinstance(lifted, list) or not all(isinstance(n, str) for n in lifted):
         raise ValueError("lifted must be a list of text")

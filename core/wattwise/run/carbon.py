@@ -24,15 +24,18 @@ class CarbonControl:
     def __init__(self, cfg: CarbonConfig, *, wall_clock: Callable[[], float]) -> None:
         self.cfg = cfg
         self._wall = wall_clock
-        self.intensity: Series = (Constant(float(cfg.intensity_g_per_kwh), "carbon.intensity_g_per_kwh")
-                                  if cfg.intensity_g_per_kwh is not None
-                                  else load_series_csv(Path(str(cfg.intensity_csv)), INTENSITY))
+        self.intensity: Series = (
+            Constant(float(cfg.intensity_g_per_kwh), "carbon.intensity_g_per_kwh")
+            if cfg.intensity_g_per_kwh is not None
+            else load_series_csv(Path(str(cfg.intensity_csv)), INTENSITY)
+        )
         self.policy: CarbonAwarePowerLimit | None = None
 
     def target_w(self, profile: Sequence[ProfileEntry], collective: Collective) -> float | None:
         """The limit to switch to now, or None to keep the current one."""
         if self.policy is None:
-            self.policy = CarbonAwarePowerLimit(list(profile), threshold_g_per_kwh=self.cfg.threshold_g_per_kwh,
-                                                interval_s=self.cfg.interval_s)
+            self.policy = CarbonAwarePowerLimit(
+                list(profile), threshold_g_per_kwh=self.cfg.threshold_g_per_kwh, interval_s=self.cfg.interval_s
+            )
         change = self.policy.check(collective.broadcast(self._wall()), self.intensity)
         return change.power_limit_w if change is not None else None

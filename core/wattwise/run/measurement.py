@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-
 class Window(StrEnum):
     """The windows a run opens (their names in windows.csv)."""
 
@@ -168,10 +167,17 @@ class RunMeasurement:
     without its devices instead (see the module docstring).
     """
 
-    def __init__(self, cfg: EnergyConfig, collective: Collective, *, devices: Sequence[Device] | None = None,
-                 local_rank: int | None = None, sync: Callable[[], None] | None = None,
-                 on_lost: Callable[[list[int], str], str] | None = None,
-                 window_log: Callable[[Path, Sequence[str]], WindowSink] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: EnergyConfig,
+        collective: Collective,
+        *,
+        devices: Sequence[Device] | None = None,
+        local_rank: int | None = None,
+        sync: Callable[[], None] | None = None,
+        on_lost: Callable[[list[int], str], str] | None = None,
+        window_log: Callable[[Path, Sequence[str]], WindowSink] | None = None,
+    ) -> None:
         """See the class docstring.
 
         Args:
@@ -260,8 +266,13 @@ class RunMeasurement:
                     raise
                 failed = err
         if coll.world_size > 1:  # the processes decide together
-            reason = None if self.devices else NOTHING_TO_MEASURE if failed is None else \
-                f"opening its devices failed ({failed})"
+            reason = (
+                None
+                if self.devices
+                else NOTHING_TO_MEASURE
+                if failed is None
+                else f"opening its devices failed ({failed})"
+            )
             agreement = agree(coll, reason)
             if agreement.everyone:
                 if failed is not None:
@@ -279,9 +290,13 @@ class RunMeasurement:
             log_file = out / ("windows.csv" if coll.rank == 0 else f"windows-rank{coll.rank}.csv")
             sync = self._sync if self._sync is not None else (cuda_sync if cfg.monitor.sync_cuda else None)
             sink = self._window_log(log_file, [d.key for d in self.devices]) if self._window_log else None
-            self.monitor = EnergyMonitor(self.devices, sync=sync, sink=sink,
-                                         sample_power=cfg.monitor.sample_power,
-                                         sample_interval_s=cfg.monitor.sample_interval_s)
+            self.monitor = EnergyMonitor(
+                self.devices,
+                sync=sync,
+                sink=sink,
+                sample_power=cfg.monitor.sample_power,
+                sample_interval_s=cfg.monitor.sample_interval_s,
+            )
         else:  # one of several with nothing to measure: it keeps in step with the others (module docstring)
             self.lost = NOTHING_TO_MEASURE if failed is None else f"opening its devices failed ({failed})"
             self.monitor = self._unmeasured_monitor()
@@ -300,9 +315,15 @@ class RunMeasurement:
                 local = int(os.environ.get("LOCAL_RANK", coll.rank))
             indices = [local]
         sim = cfg.devices.simulated
-        found = discover(cfg.devices.backend, gpu_indices=indices, include_cpu=cfg.devices.cpu,
-                         num_simulated=sim.num_gpus, power_model=sim.power_model,
-                         base_step_time_s=sim.base_step_time_s, persist_dir=sim.state_dir)
+        found = discover(
+            cfg.devices.backend,
+            gpu_indices=indices,
+            include_cpu=cfg.devices.cpu,
+            num_simulated=sim.num_gpus,
+            power_model=sim.power_model,
+            base_step_time_s=sim.base_step_time_s,
+            persist_dir=sim.state_dir,
+        )
         self.gpus, self.cpus, self.notes = found.gpus, found.cpus, list(found.notes)
         # Why the GPUs are simulated, or why only the CPU is measured; with nothing at all to measure, the run
         # says so itself (once).
@@ -469,8 +490,9 @@ class RunMeasurement:
             number = int(carried["epoch"]) if carried is not None and "epoch" in carried else len(self.epochs)
         if carried is not None and int(carried.get("epoch", number)) != number:
             # The checkpoint was saved at the end of that epoch, before its end was seen: it ended there.
-            self.epochs.append(EpochFigures(int(carried["epoch"]), float(carried["time_s"]),
-                                           float(carried["energy_j"])))
+            self.epochs.append(
+                EpochFigures(int(carried["epoch"]), float(carried["time_s"]), float(carried["energy_j"]))
+            )
             self._resumed_epoch = None
         self.cancel(Window.EPOCH)
         self.begin(Window.EPOCH)
@@ -486,8 +508,11 @@ class RunMeasurement:
         rec.steps = self.step_count - self._epoch_steps_at
         carried = self._resumed_epoch
         if carried is not None and int(carried.get("epoch", number)) == number:
-            rec = Figures(rec.time_s + float(carried["time_s"]), rec.energy_j + float(carried["energy_j"]),
-                             rec.steps + int(carried.get("steps", 0)))
+            rec = Figures(
+                rec.time_s + float(carried["time_s"]),
+                rec.energy_j + float(carried["energy_j"]),
+                rec.steps + int(carried.get("steps", 0)),
+            )
         self._resumed_epoch = None
         self.epochs.append(EpochFigures(number, rec.time_s, rec.energy_j))
         self._epoch_number = None
@@ -519,8 +544,12 @@ class RunMeasurement:
         is said here.
         """
         self._untold = None
-        self._tell_lost(Agreement(tuple(Failure(r["rank"], r["lost"]) for r in per_rank if r["lost"] is not None),
-                                  processes=len(per_rank)), LOST)
+        self._tell_lost(
+            Agreement(
+                tuple(Failure(r["rank"], r["lost"]) for r in per_rank if r["lost"] is not None), processes=len(per_rank)
+            ),
+            LOST,
+        )
         return self.figures(per_rank)
 
     def rank_figures(self, fit: Measurement) -> dict[str, Any]:
@@ -537,8 +566,11 @@ class RunMeasurement:
             "time_s": fit.time_s,
             "devices": [dict(d.describe(), rank=rank) for d in self.gpus] if measured else [],
             "paused": {k: list(v) for k, v in self.paused.items()},
-            "samples": ([(s.timestamp, {f"rank{rank}/{k}": w for k, w in s.power_w.items()})
-                         for s in sampler.samples()] if sampler is not None else []),
+            "samples": (
+                [(s.timestamp, {f"rank{rank}/{k}": w for k, w in s.power_w.items()}) for s in sampler.samples()]
+                if sampler is not None
+                else []
+            ),
             "lost": self._untold,  # lost since the last exchange (at the end itself, say)
         }
 
@@ -559,8 +591,10 @@ class RunMeasurement:
             epochs=tuple(self.epochs),
             resumed_energy_j=self.prior_energy_j,
             devices=tuple(d for r in per_rank for d in r["devices"]),
-            non_training={kind: PausedFigures(v["time_s"], v["energy_j"], int(v["count"]))
-                          for kind, v in self._non_training([r["paused"] for r in per_rank]).items()},
+            non_training={
+                kind: PausedFigures(v["time_s"], v["energy_j"], int(v["count"]))
+                for kind, v in self._non_training([r["paused"] for r in per_rank]).items()
+            },
             samples=[(s[0], s[1]) for r in per_rank for s in r["samples"]],
         )
 
@@ -570,9 +604,11 @@ class RunMeasurement:
         for kind in sorted({k for r in per_rank for k in r}):
             parts = [r[kind] for r in per_rank if kind in r]
             prior = out.get(kind, {"time_s": 0.0, "energy_j": 0.0, "count": 0})
-            out[kind] = {"time_s": prior["time_s"] + max(p[0] for p in parts),
-                         "energy_j": prior["energy_j"] + sum(p[1] for p in parts),
-                         "count": int(prior["count"] + max(p[2] for p in parts))}
+            out[kind] = {
+                "time_s": prior["time_s"] + max(p[0] for p in parts),
+                "energy_j": prior["energy_j"] + sum(p[1] for p in parts),
+                "count": int(prior["count"] + max(p[2] for p in parts)),
+            }
         return out
 
     # -- checkpoints -----------------------------------------------------------------------------------
@@ -588,10 +624,12 @@ class RunMeasurement:
             if len(combined) > 1:
                 t, e = combined[1]
                 carried = self._resumed_epoch or {}
-                epoch = {"epoch": self._epoch_number if self._epoch_number is not None else len(self.epochs),
-                         "time_s": t + float(carried.get("time_s", 0.0)),
-                         "energy_j": e + float(carried.get("energy_j", 0.0)),
-                         "steps": self.step_count - self._epoch_steps_at + int(carried.get("steps", 0))}
+                epoch = {
+                    "epoch": self._epoch_number if self._epoch_number is not None else len(self.epochs),
+                    "time_s": t + float(carried.get("time_s", 0.0)),
+                    "energy_j": e + float(carried.get("energy_j", 0.0)),
+                    "steps": self.step_count - self._epoch_steps_at + int(carried.get("steps", 0)),
+                }
         return {
             "energy_j": self.prior_energy_j + (fit[1] if fit is not None else 0.0),
             "time_s": self.prior_time_s + (fit[0] if fit is not None else 0.0),
@@ -608,7 +646,8 @@ class RunMeasurement:
         self.prior_time_s = float(state.get("time_s", 0.0))
         self.step_count = int(state.get("steps", 0))
         self._logged_at = self.step_count
-        self.epochs = [EpochFigures(int(e["epoch"]), float(e["time_s"]), float(e["energy_j"]))
-                       for e in state.get("epochs", [])]
+        self.epochs = [
+            EpochFigures(int(e["epoch"]), float(e["time_s"]), float(e["energy_j"])) for e in state.get("epochs", [])
+        ]
         self._resumed_epoch = state.get("epoch_in_progress")
         self.prior_paused = {k: dict(v) for k, v in (state.get("non_training") or {}).items()}

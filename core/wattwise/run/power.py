@@ -39,6 +39,7 @@ MIN_PROFILE_UPDATES = 20
 #: The "cannot finish" warning says how to make tuning take at most 1/TUNING_SHARE of a run of known length.
 TUNING_SHARE = 5
 
+
 class PowerMode(StrEnum):
     """What the power-limit part does in a run (`power_limit.mode`)."""
 
@@ -51,15 +52,23 @@ class PowerMode(StrEnum):
 
 
 #: Why tuning chooses nothing on a simulated GPU that no emulated work drives (a user's own model).
-UNDRIVEN_REASON = ("no emulated work drove the simulated GPU, so it measured its idle power at every limit "
-                   "(wattwise.tools.workload.emulate_step drives it; the demo does)")
+UNDRIVEN_REASON = (
+    "no emulated work drove the simulated GPU, so it measured its idle power at every limit "
+    "(wattwise.tools.workload.emulate_step drives it; the demo does)"
+)
 
 
 class PowerLimitControl:
     """The power limit of one run's GPUs. Device errors propagate: the run degrades to measurement."""
 
-    def __init__(self, cfg: PowerLimitConfig, *, memory: LimitsMemory | None = None,
-                 wall_clock: Callable[[], float], clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        cfg: PowerLimitConfig,
+        *,
+        memory: LimitsMemory | None = None,
+        wall_clock: Callable[[], float],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.cfg = cfg
         #: What this part does; `PowerMode.MEASURE` again once a change failed.
         self.mode = PowerMode(cfg.mode)
@@ -142,9 +151,17 @@ class PowerLimitControl:
         """The limit tuning chose (or reused) in this run; None when it did not tune or chose none yet."""
         return self.tuner.chosen.power_limit_w if self.tuner is not None and self.tuner.chosen is not None else None
 
-    def setup(self, gpus: Sequence[Device], collective: Collective, *, memory_key: str | None,
-              label: Callable[[Device], str], guard: Callable[[], SettingsGuard],
-              carbon: Callable[[], CarbonControl | None] = lambda: None, job: str = "") -> None:
+    def setup(
+        self,
+        gpus: Sequence[Device],
+        collective: Collective,
+        *,
+        memory_key: str | None,
+        label: Callable[[Device], str],
+        guard: Callable[[], SettingsGuard],
+        carbon: Callable[[], CarbonControl | None] = lambda: None,
+        job: str = "",
+    ) -> None:
         """Open the guard and apply the starting limit: the cap, or the start of tuning or a reused limit.
 
         Args:
@@ -162,9 +179,11 @@ class PowerLimitControl:
         self.found_limit_w = self._common_limit_w()
         if self.mode != PowerMode.MEASURE and not self.gpus:
             what = "tuning" if self.mode == PowerMode.TUNE else "capping"
-            self._notices.append(f"power-limit {what} needs an NVIDIA "
-                                 "or AMD GPU and none was found: measuring only (backend='simulated' tries it on the "
-                                 "simulated GPU)")
+            self._notices.append(
+                f"power-limit {what} needs an NVIDIA "
+                "or AMD GPU and none was found: measuring only (backend='simulated' tries it on the "
+                "simulated GPU)"
+            )
             self.mode = PowerMode.MEASURE
         if self.mode == PowerMode.MEASURE:
             return
@@ -177,10 +196,16 @@ class PowerLimitControl:
             return
         self.carbon = carbon()
         self.tuner = PowerLimitTuner(
-            profile_limits_w(rng.min_w, rng.max_w, cfg.step_w), selector=cfg.selector, eta=cfg.eta,
-            max_slowdown=cfg.max_slowdown, max_power_w=rng.max_w * len(self.gpus) * collective.world_size,
-            wait_steps=cfg.wait_steps, warmup_steps=cfg.warmup_steps, profile_steps=cfg.profile_steps,
-            min_window_s=self.min_profile_s())
+            profile_limits_w(rng.min_w, rng.max_w, cfg.step_w),
+            selector=cfg.selector,
+            eta=cfg.eta,
+            max_slowdown=cfg.max_slowdown,
+            max_power_w=rng.max_w * len(self.gpus) * collective.world_size,
+            wait_steps=cfg.wait_steps,
+            warmup_steps=cfg.warmup_steps,
+            profile_steps=cfg.profile_steps,
+            min_window_s=self.min_profile_s(),
+        )
         self._collective = collective
         if self._resumed_tuner is not None:
             self.tuner.load_state_dict(self._resumed_tuner)
@@ -309,13 +334,16 @@ class PowerLimitControl:
         else:  # the current limit completes first
             current = needed - (len(t.limits_w) - t.limit_index - 1) * per_limit
             can = len(t.profile) + (1 + (left - current) // per_limit if current <= left else 0)
-        reason = (f"the run makes {self.expected_steps} optimizer steps; profiling every limit needs "
-                  f"{steps_done + needed}")
+        reason = (
+            f"the run makes {self.expected_steps} optimizer steps; profiling every limit needs {steps_done + needed}"
+        )
         if not self._warned_short:
             self._warned_short = True
-            self._notices.append(f"power-limit tuning cannot finish: {reason}. It profiles {min(can, len(t.limits_w))} "
-                                f"of {len(t.limits_w)} limits and keeps the best of them (the summary says "
-                                f"tuning.finished = false); {self._how_to_fit(steps_done + needed)}")
+            self._notices.append(
+                f"power-limit tuning cannot finish: {reason}. It profiles {min(can, len(t.limits_w))} "
+                f"of {len(t.limits_w)} limits and keeps the best of them (the summary says "
+                f"tuning.finished = false); {self._how_to_fit(steps_done + needed)}"
+            )
         if t.at_limit_boundary() and left < per_limit:
             t.finish_early(reason)
 
@@ -327,8 +355,7 @@ class PowerLimitControl:
         """
         assert self.tuner is not None and self.expected_steps is not None
         t = self.tuner
-        how = (f"to tune in at most a fifth of the run, give it at least {TUNING_SHARE * needed_steps} "
-               "optimizer steps")
+        how = f"to tune in at most a fifth of the run, give it at least {TUNING_SHARE * needed_steps} optimizer steps"
         per_limit = t.warmup_steps + t.profile_steps
         fits = (self.expected_steps // TUNING_SHARE - t.wait_steps) // per_limit if per_limit > 0 else 0
         low_w, high_w = min(t.limits_w), max(t.limits_w)
@@ -349,17 +376,21 @@ class PowerLimitControl:
         t = self.tuner
         if t is None or t.done:
             return
-        reason = (f"the run ended after {steps_done} optimizer steps, {t.steps_to_finish()} before every "
-                  "limit was profiled")
+        reason = (
+            f"the run ended after {steps_done} optimizer steps, {t.steps_to_finish()} before every limit was profiled"
+        )
         t.finish_early(reason)
         if not self._warned_short:
             self._warned_short = True
-            self._notices.append(f"power-limit tuning did not finish: {reason}; "
-                                f"{len(t.profile)} of {len(t.limits_w)} limits profiled (the summary says "
-                                "tuning.finished = false)")
+            self._notices.append(
+                f"power-limit tuning did not finish: {reason}; "
+                f"{len(t.profile)} of {len(t.limits_w)} limits profiled (the summary says "
+                "tuning.finished = false)"
+            )
 
-    def record_profile(self, time_s: float, energy_j: float, *, memory_key: str | None, is_main: bool,
-                       run_id: str | None = None) -> None:
+    def record_profile(
+        self, time_s: float, energy_j: float, *, memory_key: str | None, is_main: bool, run_id: str | None = None
+    ) -> None:
         """The profile window's figures (combined over processes).
 
         The choice is remembered once tuning ends, with the run that made it (`run_id`), so a later run
@@ -374,13 +405,21 @@ class PowerLimitControl:
             top_w = max(self.tuner.limits_w)
             self.tuner.give_up(UNDRIVEN_REASON)
             self.gave_up_undriven = True
-            self._notices.append(f"power-limit tuning chose no limit: {UNDRIVEN_REASON}; the GPU stays at "
-                                 f"{top_w:g} W and no saving is reported")
+            self._notices.append(
+                f"power-limit tuning chose no limit: {UNDRIVEN_REASON}; the GPU stays at "
+                f"{top_w:g} W and no saving is reported"
+            )
             return
         self.tuner.record(time_s, energy_j)
         if self.tuner.done and self.tuner.chosen is not None and memory_key is not None and is_main:
-            self.memory.save(memory_key, self.tuner.chosen, self.tuner.profile, selector=self.tuner.selector,
-                             eta=self.tuner.eta, run_id=run_id)
+            self.memory.save(
+                memory_key,
+                self.tuner.chosen,
+                self.tuner.profile,
+                selector=self.tuner.selector,
+                eta=self.tuner.eta,
+                run_id=run_id,
+            )
 
     def suspend(self, reason: str) -> None:
         """A change failed in this process of several: restore every setting now.
@@ -425,47 +464,78 @@ class PowerLimitControl:
                 return None
             reason, profile = self.abandoned  # the record says that tuning was abandoned, and why
             return PowerLimitSummary(
-                mode="tune", max_slowdown=self.cfg.max_slowdown, selector=self.cfg.selector, eta=self.cfg.eta,
-                chosen_power_limit_w=None, profile=profile,
-                tuning=TuningSummary(finished=False, profiled=tuple(e.power_limit_w for e in profile),
-                                     reason=f"abandoned: {reason}", steps_at_chosen=0))
+                mode="tune",
+                max_slowdown=self.cfg.max_slowdown,
+                selector=self.cfg.selector,
+                eta=self.cfg.eta,
+                chosen_power_limit_w=None,
+                profile=profile,
+                tuning=TuningSummary(
+                    finished=False,
+                    profiled=tuple(e.power_limit_w for e in profile),
+                    reason=f"abandoned: {reason}",
+                    steps_at_chosen=0,
+                ),
+            )
         t = self.tuner
         top = max(t.profile, key=lambda e: e.power_limit_w) if t.profile else None
         # An idle simulated GPU measures its idle power only: what it "saves" is timing noise, not a saving.
         honest = all(gpu.driven for gpu in self.gpus)
-        saved = (self.steps_at_chosen * (top.energy_j - t.chosen.energy_j)
-                 if t.chosen is not None and top is not None and honest else None)
+        saved = (
+            self.steps_at_chosen * (top.energy_j - t.chosen.energy_j)
+            if t.chosen is not None and top is not None and honest
+            else None
+        )
         origin = self.reused_from
         return PowerLimitSummary(
-            mode="tune", max_slowdown=self.cfg.max_slowdown, reused=self.reused,
+            mode="tune",
+            max_slowdown=self.cfg.max_slowdown,
+            reused=self.reused,
             selector=origin.selector if origin is not None else t.selector,
             eta=origin.eta if origin is not None else t.eta,
             reused_run_id=origin.run_id if origin is not None else None,
             reused_chosen_at_s=origin.chosen_at_s if origin is not None else None,
-            chosen_power_limit_w=t.chosen.power_limit_w if t.chosen else None, profile=tuple(t.profile),
-            baseline_energy_j=energy_j + saved if saved is not None else None, energy_saved_j=saved,
+            chosen_power_limit_w=t.chosen.power_limit_w if t.chosen else None,
+            profile=tuple(t.profile),
+            baseline_energy_j=energy_j + saved if saved is not None else None,
+            energy_saved_j=saved,
             baseline_estimated=saved is not None,
-            tuning=TuningSummary(finished=t.finished, profiled=tuple(e.power_limit_w for e in t.profile),
-                                 reason=t.unfinished_reason if not t.finished else None,
-                                 steps_at_chosen=self.steps_at_chosen))
+            tuning=TuningSummary(
+                finished=t.finished,
+                profiled=tuple(e.power_limit_w for e in t.profile),
+                reason=t.unfinished_reason if not t.finished else None,
+                steps_at_chosen=self.steps_at_chosen,
+            ),
+        )
 
     def carbon_summary(self) -> CarbonAwareSummary | None:
         """The carbon part's inputs, for the run's record; None when the run was not carbon-aware."""
         carbon = self.carbon
         if carbon is None:
             return None
-        return CarbonAwareSummary(carbon.cfg.threshold_g_per_kwh, carbon.cfg.interval_s,
-                                  getattr(carbon.intensity, "source", None))
+        return CarbonAwareSummary(
+            carbon.cfg.threshold_g_per_kwh, carbon.cfg.interval_s, getattr(carbon.intensity, "source", None)
+        )
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The resumable state: the tuner's, the applied limit, the steps at the chosen one, the reused origin."""
         origin = self.reused_from
-        return {"tuner": self.tuner.state_dict() if self.tuner is not None else None,
-                "applied_limit_w": self.applied_limit_w,
-                "steps_at_chosen": self.steps_at_chosen,
-                "reused_from": ({"selector": origin.selector, "eta": origin.eta, "run_id": origin.run_id,
-                                 "chosen_at_s": origin.chosen_at_s} if origin is not None else None)}
+        return {
+            "tuner": self.tuner.state_dict() if self.tuner is not None else None,
+            "applied_limit_w": self.applied_limit_w,
+            "steps_at_chosen": self.steps_at_chosen,
+            "reused_from": (
+                {
+                    "selector": origin.selector,
+                    "eta": origin.eta,
+                    "run_id": origin.run_id,
+                    "chosen_at_s": origin.chosen_at_s,
+                }
+                if origin is not None
+                else None
+            ),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict`: tuning goes on where it was, a chosen limit is not profiled again."""
@@ -475,8 +545,13 @@ class PowerLimitControl:
         if origin is not None and self._resumed_tuner is not None and self._resumed_tuner.get("chosen"):
             chosen = ProfileEntry(**self._resumed_tuner["chosen"])
             self.reused = True
-            self.reused_from = RememberedLimit(chosen, [ProfileEntry(**e) for e in self._resumed_tuner["profile"]],
-                                               origin.get("selector"), origin.get("eta"),
-                                               origin.get("chosen_at_s"), origin.get("run_id"))
+            self.reused_from = RememberedLimit(
+                chosen,
+                [ProfileEntry(**e) for e in self._resumed_tuner["profile"]],
+                origin.get("selector"),
+                origin.get("eta"),
+                origin.get("chosen_at_s"),
+                origin.get("run_id"),
+            )
         if self.tuner is not None and self._resumed_tuner is not None:
             self.tuner.load_state_dict(self._resumed_tuner)

@@ -28,14 +28,32 @@ from wattwise.store.factory import open_store
 from wattwise.store.spool import StoreUnavailable
 
 
-def job_spec(*, job: str, batch_sizes: tuple[int, ...] | list[int], default_batch_size: int, target_metric: float,
-             max_epochs: int, max_power_w: float, mode: MetricMode, eta: float, beta: float) -> JobSpec:
+def job_spec(
+    *,
+    job: str,
+    batch_sizes: tuple[int, ...] | list[int],
+    default_batch_size: int,
+    target_metric: float,
+    max_epochs: int,
+    max_power_w: float,
+    mode: MetricMode,
+    eta: float,
+    beta: float,
+) -> JobSpec:
     """The `JobSpec` of the adapters' arguments (checked; `mode` named as the adapters name it)."""
     if mode not in ("min", "max"):
         raise UsageError(f"mode must be 'min' (e.g. a loss) or 'max' (e.g. accuracy), got {mode!r}")
-    return JobSpec(name=job, batch_sizes=tuple(batch_sizes), default_batch_size=default_batch_size,
-                   target_metric=target_metric, max_epochs=max_epochs, max_power_w=max_power_w,
-                   metric_mode=mode, eta=eta, beta=beta)
+    return JobSpec(
+        name=job,
+        batch_sizes=tuple(batch_sizes),
+        default_batch_size=default_batch_size,
+        target_metric=target_metric,
+        max_epochs=max_epochs,
+        max_power_w=max_power_w,
+        metric_mode=mode,
+        eta=eta,
+        beta=beta,
+    )
 
 
 class RecurringJobRun:
@@ -71,8 +89,9 @@ class RecurringJobRun:
         rec = self.collective.broadcast(first)
         assert rec is not None
         self.recommendation, self._open = rec, True
-        run.steer_recurring(self.spec.name, power_limit_w=rec.power_limit_w, batch_size=rec.batch_size,
-                            eta=self.spec.eta)
+        run.steer_recurring(
+            self.spec.name, power_limit_w=rec.power_limit_w, batch_size=rec.batch_size, eta=self.spec.eta
+        )
         return rec
 
     def _start(self) -> tuple[BatchSizeOptimizer, Recommendation]:
@@ -89,7 +108,8 @@ class RecurringJobRun:
             raise StoreUnavailable(
                 f"{err}; job {self.spec.name!r} needs its store to choose this run's batch size: start the "
                 f"store (or point store=/$WATTWISE_STORE at a reachable one) and run again",
-                url=err.url, reason=err.reason,
+                url=err.url,
+                reason=err.reason,
             ) from err
 
     def describe(self) -> str:
@@ -100,8 +120,10 @@ class RecurringJobRun:
         rec = self.recommendation
         assert rec is not None
         limit = f"capped at {rec.power_limit_w:g} W" if rec.power_limit_w is not None else "tuned in this run"
-        return (f"wattwise: job {self.spec.name!r} run {rec.run_id}: batch size {rec.batch_size} ({rec.phase}), "
-                f"power limit {limit}")
+        return (
+            f"wattwise: job {self.spec.name!r} run {rec.run_id}: batch size {rec.batch_size} ({rec.phase}), "
+            f"power limit {limit}"
+        )
 
     def stop_note(self) -> str:
         """The console line that says why this run stops after this epoch (after `epoch_end` returned a reason)."""
@@ -123,11 +145,17 @@ class RecurringJobRun:
         if totals is None:
             # Measurement is off (the run warned): nothing to price the run with, but the target and the
             # most epochs still end it, as they would a measured run.
-            reason = ("reached" if self.spec.reached(self.metric)
-                      else "max_epochs" if self.epochs >= self.spec.max_epochs else None)
+            reason = (
+                "reached"
+                if self.spec.reached(self.metric)
+                else "max_epochs"
+                if self.epochs >= self.spec.max_epochs
+                else None
+            )
         elif self._optimizer is not None:
-            reason = self._optimizer.stop_reason(self.recommendation.run_id, self.epochs, totals.energy_j,
-                                                 totals.time_s, self.metric)
+            reason = self._optimizer.stop_reason(
+                self.recommendation.run_id, self.epochs, totals.energy_j, totals.time_s, self.metric
+            )
         self.stop_reason = self.collective.broadcast(reason)
         return self.stop_reason
 
@@ -155,10 +183,14 @@ class RecurringJobRun:
                 energy_j, time_s = totals.energy_j, totals.time_s
             else:  # nothing measured (the run said so): recorded with its time, without energy nor cost
                 energy_j, time_s = None, run.elapsed_s
-            self.result = optimizer.report_result(rec.run_id, energy_j=energy_j, time_s=time_s,
-                                                  reached=not failed and self.spec.reached(self.metric),
-                                                  epochs=self.epochs,
-                                                  power_limit_w=chosen if rec.power_limit_w is None else None)
+            self.result = optimizer.report_result(
+                rec.run_id,
+                energy_j=energy_j,
+                time_s=time_s,
+                reached=not failed and self.spec.reached(self.metric),
+                epochs=self.epochs,
+                power_limit_w=chosen if rec.power_limit_w is None else None,
+            )
             return self.result
         finally:
             optimizer.store.close()

@@ -373,8 +373,7 @@ class Run:
     def _memory_key(self) -> str | None:
         if not self.cfg.job or not self.gpus:
             return None
-        return memory_key(self.cfg.job, self.gpus[0].name, len(self.gpus) * self.collective.world_size,
-                          self.batch_size)
+        return memory_key(self.cfg.job, self.gpus[0].name, len(self.gpus) * self.collective.world_size, self.batch_size)
 
     @_refuses_mistakes
     def start(self) -> None:
@@ -382,28 +381,43 @@ class Run:
         if self.started:
             return
         self.started = True
-        self.measurement = RunMeasurement(self.cfg, self.collective, devices=self._devices,
-                                          local_rank=self._local_rank, sync=self._sync,
-                                          on_lost=self._measurement_lost, window_log=WindowsLog)
+        self.measurement = RunMeasurement(
+            self.cfg,
+            self.collective,
+            devices=self._devices,
+            local_rank=self._local_rank,
+            sync=self._sync,
+            on_lost=self._measurement_lost,
+            window_log=WindowsLog,
+        )
         if self._resumed is not None:
             self.measurement.load_state_dict(self._resumed)
         self._start_wall = self._wall()
         if not self.measurement.open():
-            self._notice("nothing to measure on this machine (no GPU, and the CPU package's energy counter "
-                         "is not readable): training goes on unmeasured; backend='simulated' tries wattwise "
-                         "on the simulated GPU")
+            self._notice(
+                "nothing to measure on this machine (no GPU, and the CPU package's energy counter "
+                "is not readable): training goes on unmeasured; backend='simulated' tries wattwise "
+                "on the simulated GPU"
+            )
             return
         changes = self.power.mode != PowerMode.MEASURE
         try:
-            self.power.setup(self.gpus, self.collective, memory_key=self._memory_key(),
-                             label=self.measurement.device_label, guard=self._open_guard, carbon=self._carbon_part,
-                             job=self.job_name)
+            self.power.setup(
+                self.gpus,
+                self.collective,
+                memory_key=self._memory_key(),
+                label=self.measurement.device_label,
+                guard=self._open_guard,
+                carbon=self._carbon_part,
+                job=self.job_name,
+            )
         except (Unavailable, UsageError) as err:
             self._degrade(err, "setting up the power limit")
         guard = self.power.guard
         if guard is not None:  # a process of several makes no collective in a signal handler
-            guard.at_default_exit(functools.partial(self.finish, "interrupted") if self.collective.world_size == 1
-                                  else self._last_words)
+            guard.at_default_exit(
+                functools.partial(self.finish, "interrupted") if self.collective.world_size == 1 else self._last_words
+            )
         if changes:  # every process asks, tunes only when all can, then shares the remembered limit
             self._agree(at_start=True)
             try:
@@ -474,8 +488,13 @@ class Run:
             self._agree()
         if profile_done and self.power.tuner is not None:
             try:
-                self.power.record_profile(ended[0].time_s, ended[0].energy_j, memory_key=self._memory_key(),
-                                          is_main=self.is_main, run_id=self.run_id)
+                self.power.record_profile(
+                    ended[0].time_s,
+                    ended[0].energy_j,
+                    memory_key=self._memory_key(),
+                    is_main=self.is_main,
+                    run_id=self.run_id,
+                )
             except (Unavailable, UsageError) as err:  # e.g. a window that measured no energy
                 self._degrade(err, "choosing the power limit")
         return rec
@@ -571,8 +590,9 @@ class Run:
         """
         self.finish_alone("interrupted", at_signal=True)
 
-    def finish_alone(self, status: str = "interrupted", exc: BaseException | None = None, *,
-                     at_signal: bool = False) -> RunSummary | None:
+    def finish_alone(
+        self, status: str = "interrupted", exc: BaseException | None = None, *, at_signal: bool = False
+    ) -> RunSummary | None:
         """End a run of several processes without a collective: the others may be gone, or in the middle of one.
 
         For a run that ends apart: a signal (SIGTERM, a preemption), or an exception in some processes. Each
@@ -624,18 +644,21 @@ class Run:
         by_end: dict[str, list[int]] = {}
         for r in ranks:
             by_end.setdefault(per_rank[r]["ended"] or "{ranks} ended", []).append(r)
-        self._noticed.append("; ".join(how.replace("{ranks}", ", ".join(f"rank {r}" for r in rs))
-                                       for how, rs in by_end.items())
-                             + ": each restored its GPU settings and ended on its own; the figures are theirs up "
-                               "to then")
+        self._noticed.append(
+            "; ".join(how.replace("{ranks}", ", ".join(f"rank {r}" for r in rs)) for how, rs in by_end.items())
+            + ": each restored its GPU settings and ended on its own; the figures are theirs up "
+            "to then"
+        )
         for r, why in sorted(left.refused.items()):
             self._noticed.append(f"rank {r}: {why}: its energy is missing")
         missing = [r for r in range(size) if r not in per_rank and r not in left.refused]
         if missing:
-            self._noticed.append(f"{', '.join(f'rank {r}' for r in missing)} left no figures within "
-                                 f"{left.waited_s:g} s of the main process's end (a process still waiting in a "
-                                 "collective for this one leaves them only once that collective fails): their "
-                                 "energy is missing; each process restores its own GPU settings as it ends")
+            self._noticed.append(
+                f"{', '.join(f'rank {r}' for r in missing)} left no figures within "
+                f"{left.waited_s:g} s of the main process's end (a process still waiting in a "
+                "collective for this one leaves them only once that collective fails): their "
+                "energy is missing; each process restores its own GPU settings as it ends"
+            )
         at_hand = [per_rank[r] for r in ranks]
         figures = m.figures(at_hand)
         self.record = self._record(figures, status, self._timeline_and_lifted(at_hand))
@@ -650,11 +673,19 @@ class Run:
         """
         assert self.measurement is not None
         share = self.measurement.rank_figures(fit)
-        return RankEnd(energy=share["energy"], cpu=share["cpu"], time_s=share["time_s"], devices=share["devices"],
-                       paused=share["paused"], samples=share["samples"], lost=share["lost"],
-                       rank=self.collective.rank,
-                       timeline=[[e.timestamp_s, e.device, e.setting, e.value] for e in self.power.timeline],
-                       lifted=list(self.power.lifted_notes), ended=ended)
+        return RankEnd(
+            energy=share["energy"],
+            cpu=share["cpu"],
+            time_s=share["time_s"],
+            devices=share["devices"],
+            paused=share["paused"],
+            samples=share["samples"],
+            lost=share["lost"],
+            rank=self.collective.rank,
+            timeline=[[e.timestamp_s, e.device, e.setting, e.value] for e in self.power.timeline],
+            lifted=list(self.power.lifted_notes),
+            ended=ended,
+        )
 
     def _timeline_and_lifted(self, per_rank: Sequence[RankEnd]) -> list[SettingEvent]:
         """Every process's settings timeline, from their `_rank_end`.
@@ -672,8 +703,11 @@ class Run:
         m = self.measurement
         assert m is not None
         limit = self.power.summary(figures.energy_j)
-        unapplied = ((f"power limit {limit.chosen_power_limit_w:g} W was chosen but never applied: {NEVER_APPLIED}",)
-                     if limit is not None and never_applied(limit) else ())
+        unapplied = (
+            (f"power limit {limit.chosen_power_limit_w:g} W was chosen but never applied: {NEVER_APPLIED}",)
+            if limit is not None and never_applied(limit)
+            else ()
+        )
         return RunSummary(
             status=status,
             simulated=m.simulated,
@@ -694,27 +728,34 @@ class Run:
             devices=figures.devices,
             notes=(*m.notes, *self._noticed, *self._idle_simulation_note(), *unapplied),
             power_limit=limit,
-            settings=RunSettings(power_limit_w=self.power.applied_limit_w, batch_size=self.batch_size,
-                                 frequency_plan=self.frequency_plan),
+            settings=RunSettings(
+                power_limit_w=self.power.applied_limit_w, batch_size=self.batch_size, frequency_plan=self.frequency_plan
+            ),
             settings_timeline=tuple(timeline),
             carbon_aware=self.power.carbon_summary(),
-            non_training={kind: NonTrainingTime(p.time_s, p.energy_j, p.count)
-                          for kind, p in figures.non_training.items()},
+            non_training={
+                kind: NonTrainingTime(p.time_s, p.energy_j, p.count) for kind, p in figures.non_training.items()
+            },
         )
 
     def _idle_simulation_note(self) -> tuple[str, ...]:
         if self.power.gave_up_undriven:  # its note says it already
             return ()
         if any(g.simulated and not g.driven for g in self.gpus):
-            return ("no emulated work drove the simulated GPU: its figures are its idle power only, and no "
-                    "saving is reported (wattwise.tools.workload.emulate_step drives it; the demo does)",)
+            return (
+                "no emulated work drove the simulated GPU: its figures are its idle power only, and no "
+                "saving is reported (wattwise.tools.workload.emulate_step drives it; the demo does)",
+            )
         return ()
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Resumable state. Called on every process at the same point (it combines figures over them)."""
-        measured = (self.measurement.state_dict() if self.measurement is not None
-                    else {"energy_j": 0.0, "time_s": 0.0, "steps": 0, "epochs": []})
+        measured = (
+            self.measurement.state_dict()
+            if self.measurement is not None
+            else {"energy_j": 0.0, "time_s": 0.0, "steps": 0, "epochs": []}
+        )
         if self.record is not None:  # saved after the run ended (`trainer.save_checkpoint` after fit): its totals
             measured.update(energy_j=self.record.energy_j, time_s=self.record.time_s)
         return {"version": 1, **measured, **self.power.state_dict()}
@@ -725,4 +766,3 @@ class Run:
         if self.measurement is not None:
             self.measurement.load_state_dict(state)
         self.power.load_state_dict(state)
-

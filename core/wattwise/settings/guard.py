@@ -66,8 +66,10 @@ class SignalledError(DeviceError):
     """
 
     def __init__(self, signum: int) -> None:
-        super().__init__(f"{signal.Signals(signum).name} was received: the GPU settings were restored and are "
-                         "not changed again in this process")
+        super().__init__(
+            f"{signal.Signals(signum).name} was received: the GPU settings were restored and are "
+            "not changed again in this process"
+        )
         self.signum = signum
 
 
@@ -82,8 +84,7 @@ class SettingsGuard:
 
     def __init__(self, journal_directory: str | os.PathLike[str] | None = None, *, recover: bool = True):
         self.journal_dir = Path(journal_directory) if journal_directory is not None else journal_dir()
-        self.journal_path = self.journal_dir / (
-            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
+        self.journal_path = self.journal_dir / (f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
         self._journal_lock = self.journal_path.with_suffix(".lock")
         self._journal_locked = False
         self._lock = threading.RLock()
@@ -190,8 +191,7 @@ class SettingsGuard:
             try:
                 taken = take_lock(path)
             except OSError as err:
-                raise JournalError(f"cannot create the lock {path} ({err.strerror}): the change is not "
-                                   "made") from None
+                raise JournalError(f"cannot create the lock {path} ({err.strerror}): the change is not made") from None
             if not taken:
                 raise DeviceBusyError(device_key(spec), lock_holder(path))
         self._device_locks[dev_id] = path
@@ -223,15 +223,17 @@ class SettingsGuard:
         """Journal the settings to restore (not those of agent-backed GPUs: see the module docstring)."""
         changes = [
             {"device": self._specs[dev_id], "setting": setting, "original": value}
-            for (dev_id, setting), value in self._originals.items() if dev_id not in self._leases
+            for (dev_id, setting), value in self._originals.items()
+            if dev_id not in self._leases
         ]
         try:
             if changes and not self._journal_locked:
                 self._journal_locked = take_lock(self._journal_lock)
             save_changes(self.journal_path, changes)
         except OSError as err:
-            raise JournalError(f"cannot write the journal {self.journal_path} ({err.strerror or err}): the "
-                               "change is not made") from None
+            raise JournalError(
+                f"cannot write the journal {self.journal_path} ({err.strerror or err}): the change is not made"
+            ) from None
         if not changes and self._journal_locked:  # the journal is gone: so is the lock beside it
             self._journal_locked = False
             release_lock(self._journal_lock, unlink=True)
@@ -357,6 +359,7 @@ class SettingsGuard:
     def __enter__(self) -> SettingsGuard:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

@@ -79,12 +79,14 @@ def ensure_folder(folder: Path) -> None:
         with contextlib.suppress(FileExistsError):
             folder.mkdir(mode=0o700)
     except OSError as err:
-        raise JournalError(f"cannot create the journal folder {folder} ({err.strerror}): no GPU setting is "
-                           "changed") from None
+        raise JournalError(
+            f"cannot create the journal folder {folder} ({err.strerror}): no GPU setting is changed"
+        ) from None
     problem = folder_problem(folder)
     if problem:
-        raise JournalError(f"journal folder {folder}: {problem}; refusing to record GPU settings there "
-                           f"(chmod 700 it, as its owner)")
+        raise JournalError(
+            f"journal folder {folder}: {problem}; refusing to record GPU settings there (chmod 700 it, as its owner)"
+        )
 
 
 # -- checking -------------------------------------------------------------------------------------------
@@ -98,8 +100,9 @@ def _check_state_file(spec: dict[str, Any]) -> None:
         raise JournalProblem(f"simulated GPU state_file {raw} is not named gpu{spec['index']}.json")
     root = Path(os.path.realpath(state_dir()))
     if os.path.realpath(path.parent) != str(path.parent) or root not in path.parents:
-        raise JournalProblem(f"simulated GPU state_file {raw} is not inside your state dir {root} (or its "
-                             "path has a symbolic link)")
+        raise JournalProblem(
+            f"simulated GPU state_file {raw} is not inside your state dir {root} (or its path has a symbolic link)"
+        )
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -124,17 +127,21 @@ def _check_change(change: Any, *, check_state_files: bool) -> None:
         if not (finite_number(value) and value > 0):
             raise JournalProblem(f"original power limit {value!r} is not a positive number of watts")
     elif setting == SM_CLOCKS:
-        ok = value is None or (isinstance(value, list) and len(value) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 < v < 100_000 for v in value)
-            and value[0] <= value[1])
+        ok = value is None or (
+            isinstance(value, list)
+            and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 100_000 for v in value)
+            and value[0] <= value[1]
+        )
         if not ok:
             raise JournalProblem(f"original locked clocks {value!r} are neither null nor [min, max] MHz")
     else:
         raise JournalProblem(f"unknown setting {setting!r}" if value is not ... else "a change has no original")
     if spec["backend"] == "simulated":
         rng = spec.get("limit_range_w")
-        if rng is not None and not (isinstance(rng, list) and len(rng) == 2 and all(finite_number(v) for v in rng)
-                                    and 0 < rng[0] < rng[1]):
+        if rng is not None and not (
+            isinstance(rng, list) and len(rng) == 2 and all(finite_number(v) for v in rng) and 0 < rng[0] < rng[1]
+        ):
             raise JournalProblem(f"simulated GPU limit_range_w {rng!r} is not [min, max] watts")
         if check_state_files:
             _check_state_file(spec)

@@ -33,8 +33,7 @@ class DeviceBusyError(DeviceError):
 
     def __init__(self, key: str, pid: int | None) -> None:
         who = f"wattwise process PID {pid}" if pid is not None else "another wattwise process"
-        super().__init__(f"GPU {key} is held by {who}: this process leaves its settings alone and measures "
-                         "only")
+        super().__init__(f"GPU {key} is held by {who}: this process leaves its settings alone and measures only")
         self.key, self.pid = key, pid
 
 

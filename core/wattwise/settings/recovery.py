@@ -73,8 +73,9 @@ def journal_statuses(directory: str | os.PathLike[str] | None = None) -> tuple[l
     return out, None
 
 
-def recover_stale_journals(directory: str | os.PathLike[str] | None = None, *,
-                           include_live: bool = False) -> RestoreResult:
+def recover_stale_journals(
+    directory: str | os.PathLike[str] | None = None, *, include_live: bool = False
+) -> RestoreResult:
     """Restore the settings recorded by processes on this host that died without restoring them.
 
     A journal is stale when its lock can be taken, whatever its pid. A journal still held by a live
@@ -124,9 +125,11 @@ def _live(result: RestoreResult, path: Path, lock: Path, include_live: bool) -> 
     pid = lock_holder(lock)
     who = f"wattwise process PID {pid}" if pid else "a live wattwise process"
     if include_live:
-        result.failed.append(f"{path}: held by {who}, still running: not restored (--force never takes a GPU "
-                             f"from a running wattwise process; stop it{f' (kill {pid})' if pid else ''} and it "
-                             "restores its settings itself)")
+        result.failed.append(
+            f"{path}: held by {who}, still running: not restored (--force never takes a GPU "
+            f"from a running wattwise process; stop it{f' (kill {pid})' if pid else ''} and it "
+            "restores its settings itself)"
+        )
     else:
         result.held.append(f"{path}: held by {who}, still running (it restores its settings when it ends)")
 
@@ -149,8 +152,9 @@ def _recover_one(path: Path, result: RestoreResult) -> None:
         spec, setting, value = change["device"], change["setting"], change["original"]
         state_file = spec.get("state_file") if spec["backend"] == "simulated" else None
         if state_file is not None and not Path(state_file).parent.is_dir():
-            result.restored.append(f"{describe(spec, setting, value)} (nothing to do: the simulated GPU's "
-                                   "state folder is gone)")
+            result.restored.append(
+                f"{describe(spec, setting, value)} (nothing to do: the simulated GPU's state folder is gone)"
+            )
             continue
         try:
             apply_setting(open_spec(spec), setting, value)
@@ -197,13 +201,17 @@ def leftover_lines(directory: str | os.PathLike[str] | None = None) -> list[str]
             where = f"{spec['backend']} {device_key(spec)}"
             if status.holder is not None:
                 pid = status.holder or status.journal.pid
-                lines.append(f"in use: {where} changed by running wattwise process PID {pid}, original "
-                             f"{setting_words(setting, original)}")
+                lines.append(
+                    f"in use: {where} changed by running wattwise process PID {pid}, original "
+                    f"{setting_words(setting, original)}"
+                )
                 continue
             try:
                 now = setting_words(setting, _current(spec, setting))
             except Exception:  # a device that cannot be opened still has a leftover to report
                 now = f"{setting_words(setting, original).split(' ')[0]} setting (current value unreadable)"
-            lines.append(f"leftover: {where} {now} from dead process PID {status.journal.pid}, original "
-                         f"{setting_words(setting, original)}; run `wattwise restore`")
+            lines.append(
+                f"leftover: {where} {now} from dead process PID {status.journal.pid}, original "
+                f"{setting_words(setting, original)}; run `wattwise restore`"
+            )
     return lines

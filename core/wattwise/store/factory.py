@@ -58,8 +58,10 @@ def store_url(location: str) -> str:
     if "://" not in location:
         path = Path(location).expanduser().resolve()
         if path.is_dir():
-            raise UsageError(f"the store {location} is a directory; give a SQLite file path (e.g. "
-                             f"{Path(location) / 'jobs.sqlite'}) or a database URL")
+            raise UsageError(
+                f"the store {location} is a directory; give a SQLite file path (e.g. "
+                f"{Path(location) / 'jobs.sqlite'}) or a database URL"
+            )
         return f"sqlite:///{path}"
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
@@ -70,8 +72,10 @@ def store_url(location: str) -> str:
         make_url(url)
     except (ArgumentError, ValueError) as err:
         shown = re.sub(r"://([^:/@]*):[^@/]*@", r"://\1:***@", location)
-        raise UsageError(f"the store {shown!r} is not a database URL ({' '.join(str(err).split())}); give a "
-                         "SQLite file path or a URL such as postgresql://user@host/db") from None
+        raise UsageError(
+            f"the store {shown!r} is not a database URL ({' '.join(str(err).split())}); give a "
+            "SQLite file path or a URL such as postgresql://user@host/db"
+        ) from None
     return url
 
 

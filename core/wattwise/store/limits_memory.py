@@ -222,9 +222,11 @@ def _profile_entry(value: Any, field: str) -> ProfileEntry:
     """
     if not isinstance(value, dict) or set(value) != {"power_limit_w", "time_s", "energy_j"}:
         raise UsageError(f"{field} must be an object of power_limit_w, time_s and energy_j (got {value!r})")
-    return ProfileEntry(POWER_LIMIT_W.check_number(value["power_limit_w"], f"{field}.power_limit_w"),
-                        TIME_S.check_number(value["time_s"], f"{field}.time_s"),
-                        ENERGY_J.check_number(value["energy_j"], f"{field}.energy_j"))
+    return ProfileEntry(
+        POWER_LIMIT_W.check_number(value["power_limit_w"], f"{field}.power_limit_w"),
+        TIME_S.check_number(value["time_s"], f"{field}.time_s"),
+        ENERGY_J.check_number(value["energy_j"], f"{field}.energy_j"),
+    )
 
 
 def _short_text(value: Any, field: str, limit: int) -> str:
@@ -329,10 +331,20 @@ def import_legacy_file(store: SqlJobStore, path: Path) -> int:
     if data is None:
         log.warning("wattwise: %s is %s, not remembered power limits; it is left in %s", path, why, kept)
     elif bad:
-        log.warning("wattwise: %s held %d entries that are not remembered power limits (%s); they are left in %s",
-                    path, len(bad), "; ".join(bad[:3]) + ("; ..." if len(bad) > 3 else ""), kept)
-    log.info("imported %d remembered power limits from %s into %s (the file is now %s)",
-             len(limits), path, store.describe(), kept)
+        log.warning(
+            "wattwise: %s held %d entries that are not remembered power limits (%s); they are left in %s",
+            path,
+            len(bad),
+            "; ".join(bad[:3]) + ("; ..." if len(bad) > 3 else ""),
+            kept,
+        )
+    log.info(
+        "imported %d remembered power limits from %s into %s (the file is now %s)",
+        len(limits),
+        path,
+        store.describe(),
+        kept,
+    )
     return len(limits)
 
 
@@ -342,5 +354,8 @@ def _untrusted(path: Path, problem: str) -> None:
     Another user's file is theirs: left as it is, and named again by the next process that finds it.
     """
     where = set_aside_if_mine(path)
-    plugin_warning(f"wattwise: {path} {problem}; the power limits remembered in it were not imported (only your own "
-                  f"regular file is), and it is {where}", stacklevel=4)
+    plugin_warning(
+        f"wattwise: {path} {problem}; the power limits remembered in it were not imported (only your own "
+        f"regular file is), and it is {where}",
+        stacklevel=4,
+    )

@@ -82,8 +82,9 @@ class SpooledResult:
         """
         version = data.get("version")
         if type(version) is not int or version != SPOOL_VERSION:
-            raise UsageError(f"version must be {SPOOL_VERSION} (got {version!r}): not a spooled result this "
-                             "wattwise reads")
+            raise UsageError(
+                f"version must be {SPOOL_VERSION} (got {version!r}): not a spooled result this wattwise reads"
+            )
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(fields) - {"version"})
         if unknown:
@@ -96,8 +97,9 @@ class SpooledResult:
         check_integer(result.run_id, "run_id", low=1, high=MAX_INTEGER)
         if not isinstance(result.reached, bool):
             raise UsageError(f"reached must be true or false (got {result.reached!r})")
-        check_run_figures(epochs=result.epochs, energy_j=result.energy_j, time_s=result.time_s, cost=result.cost,
-                          now_s=result.now_s)
+        check_run_figures(
+            epochs=result.epochs, energy_j=result.energy_j, time_s=result.time_s, cost=result.cost, now_s=result.now_s
+        )
         if result.reached and result.epochs == 0:
             raise UsageError("epochs must be at least 1 for a run that reached the target (got 0)")
         if result.power_limit_w is not None:

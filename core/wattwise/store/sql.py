@@ -191,8 +191,10 @@ def _check_access(path: Path) -> None:
     SQLite would only say "unable to open database file", which the store retries as an outage.
     """
     if not os.access(path, os.R_OK | os.W_OK):
-        raise UsageError(f"store {path}: cannot be read and written by this user (Permission denied); check its "
-                         "permissions (every process using a store needs read and write access to its file)")
+        raise UsageError(
+            f"store {path}: cannot be read and written by this user (Permission denied); check its "
+            "permissions (every process using a store needs read and write access to its file)"
+        )
 
 
 def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
@@ -270,8 +272,10 @@ class SqlJobStore:
         except OperationalError as err:
             raise UsageError(f"cannot open the job store {self.describe()}: {_reason(err)}") from err
         except DatabaseError as err:  # a file that is not a database, or a database that is not a store
-            raise UsageError(f"cannot open the job store {self.describe()}: {_reason(err)}; give the path of a "
-                             "wattwise store (a SQLite file) or a database URL") from err
+            raise UsageError(
+                f"cannot open the job store {self.describe()}: {_reason(err)}; give the path of a "
+                "wattwise store (a SQLite file) or a database URL"
+            ) from err
         self.deliver_spooled()
 
     def describe(self) -> str:
@@ -280,8 +284,7 @@ class SqlJobStore:
 
     def _unavailable(self, err: DBAPIError, waited: str) -> StoreUnavailable:
         reason = f"{_reason(err)} ({waited})"
-        return StoreUnavailable(f"cannot reach the job store {self.describe()}: {reason}", url=self.url,
-                                reason=reason)
+        return StoreUnavailable(f"cannot reach the job store {self.describe()}: {reason}", url=self.url, reason=reason)
 
     def _retrying(self, engine: Engine, work: Callable[[Connection], T]) -> T:
         start = time.monotonic()
@@ -366,15 +369,21 @@ class SqlJobStore:
         return delivered, len(spool.pending(self.url))
 
     def _reject(self, path: Path, why: str) -> None:
-        plugin_warning(f"wattwise: the spooled result {path} was not delivered to the job store {self.describe()}: "
-                      f"{why}; it is {set_aside_saying(path)}", stacklevel=3)
+        plugin_warning(
+            f"wattwise: the spooled result {path} was not delivered to the job store {self.describe()}: "
+            f"{why}; it is {set_aside_saying(path)}",
+            stacklevel=3,
+        )
 
     def _skip(self, paths: list[Path]) -> None:
         owners = sorted({str(uid) for path in paths if (uid := file_owner(path)) is not None})
-        plugin_warning(f"wattwise: {len(paths)} spooled result(s) in {paths[0].parent} belong to another user "
-                      f"(uid {', '.join(owners) or 'unknown'}) and were not delivered to the job store "
-                      f"{self.describe()}: {', '.join(path.name for path in paths)}; only the user who spooled a "
-                      "result delivers it (`wattwise jobs sync` as that user)", stacklevel=3)
+        plugin_warning(
+            f"wattwise: {len(paths)} spooled result(s) in {paths[0].parent} belong to another user "
+            f"(uid {', '.join(owners) or 'unknown'}) and were not delivered to the job store "
+            f"{self.describe()}: {', '.join(path.name for path in paths)}; only the user who spooled a "
+            "result delivers it (`wattwise jobs sync` as that user)",
+            stacklevel=3,
+        )
 
     def _deliver(self, conn: Connection, *, result: SpooledResult) -> None:
         self._lock_job(conn, result.job)

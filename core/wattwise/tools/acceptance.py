@@ -198,11 +198,22 @@ def check_discovery(ctx: Context) -> dict[str, Any]:
             clocks = gpu.supported_sm_clocks_mhz()
         except DeviceError as err:
             clocks, clock_note = [], str(err)
-        gpus.append({"index": gpu.index, "name": gpu.name, "power_limit_w": gpu.power_limit_w(),
-                     "power_limit_min_w": rng.min_w, "power_limit_max_w": rng.max_w,
-                     "sm_clocks_mhz": {"count": len(clocks), "max": max(clocks, default=None),
-                                       "min": min(clocks, default=None)},
-                     "sm_clocks_note": clock_note, "energy_counter": gpu.has_energy_counter()})
+        gpus.append(
+            {
+                "index": gpu.index,
+                "name": gpu.name,
+                "power_limit_w": gpu.power_limit_w(),
+                "power_limit_min_w": rng.min_w,
+                "power_limit_max_w": rng.max_w,
+                "sm_clocks_mhz": {
+                    "count": len(clocks),
+                    "max": max(clocks, default=None),
+                    "min": min(clocks, default=None),
+                },
+                "sm_clocks_note": clock_note,
+                "energy_counter": gpu.has_energy_counter(),
+            }
+        )
     return {"gpus": gpus}
 
 
@@ -269,15 +280,25 @@ def check_energy_counter(ctx: Context) -> dict[str, Any]:
     thread.join()
     updates_per_s = len(values) / min(2.0, seconds)
     overhead = _window_overhead_s(gpu, load)
-    figures = {"load_s": seconds, "counter_energy_j": counter_j, "polled_energy_j": polled_j,
-               "disagreement_pct": agreement, "poll_samples": len(poller.samples),
-               "mean_power_w": poller.mean_power_w(), "counter_updates_per_s": updates_per_s,
-               "counter_reads": reads, **overhead}
+    figures = {
+        "load_s": seconds,
+        "counter_energy_j": counter_j,
+        "polled_energy_j": polled_j,
+        "disagreement_pct": agreement,
+        "poll_samples": len(poller.samples),
+        "mean_power_w": poller.mean_power_w(),
+        "counter_updates_per_s": updates_per_s,
+        "counter_reads": reads,
+        **overhead,
+    }
     if not counter_j > 0:
         raise Failure(f"the energy counter did not advance under load ({counter_j:g} J)")
     if agreement > 10.0:
-        raise Failure(f"the counter ({counter_j:.1f} J) and 10 ms power polling ({polled_j:.1f} J) disagree by "
-                      f"{agreement:.1f}% (> 10%)", figures)
+        raise Failure(
+            f"the counter ({counter_j:.1f} J) and 10 ms power polling ({polled_j:.1f} J) disagree by "
+            f"{agreement:.1f}% (> 10%)",
+            figures,
+        )
     return figures
 
 
@@ -369,8 +390,10 @@ def check_power_limit(ctx: Context) -> dict[str, Any]:
             guard.set_power_limit(gpu, rng.max_w)
             at_max = _limit_run(gpu, ctx.load, seconds)
             figures.update(at_min=at_min, at_max=at_max)
-            ctx.shared["power_limit_profile"] = [(rng.max_w, at_max["step_time_s"], at_max["power_w"]),
-                                                 (rng.min_w, at_min["step_time_s"], at_min["power_w"])]
+            ctx.shared["power_limit_profile"] = [
+                (rng.max_w, at_max["step_time_s"], at_max["power_w"]),
+                (rng.min_w, at_min["step_time_s"], at_min["power_w"]),
+            ]
         guard.restore_all()
     figures["restored_w"] = gpu.power_limit_w()
     if abs(figures["restored_w"] - original) > 1.0:
@@ -378,8 +401,10 @@ def check_power_limit(ctx: Context) -> dict[str, Any]:
     if load_reason is None:
         at_min, at_max = figures["at_min"], figures["at_max"]
         if at_min["power_w"] > rng.min_w * (1 + LIMIT_ALLOWANCE):
-            raise Failure(f"under a {rng.min_w:g} W limit the GPU drew {at_min['power_w']:.1f} W "
-                          f"(> {LIMIT_ALLOWANCE:.0%} over)", figures)
+            raise Failure(
+                f"under a {rng.min_w:g} W limit the GPU drew {at_min['power_w']:.1f} W (> {LIMIT_ALLOWANCE:.0%} over)",
+                figures,
+            )
         if not at_min["step_time_s"] > at_max["step_time_s"]:
             figures["note"] = "the step time did not rise at the minimum limit (a load below the limit?)"
     else:
@@ -418,8 +443,11 @@ def check_kill_recovery(ctx: Context) -> dict[str, Any]:
     if abs(figures["child_set_w"] - target) > 1.0:
         raise Failure(f"the child set {target:g} W but the GPU read {figures['child_set_w']:g} W", figures)
     if abs(figures["after_recovery_w"] - original) > 1.0:
-        raise Failure(f"after SIGKILL the limit stayed at {figures['after_recovery_w']:g} W; recovery did not "
-                      f"restore {original:g} W", figures)
+        raise Failure(
+            f"after SIGKILL the limit stayed at {figures['after_recovery_w']:g} W; recovery did not "
+            f"restore {original:g} W",
+            figures,
+        )
     return figures
 
 
@@ -456,15 +484,22 @@ def check_clocks(ctx: Context) -> dict[str, Any]:
             except NoPermissionError as err:
                 raise Skip(f"locking SM clocks was refused; NVML said: {err}") from None
             run = _limit_run(gpu, load, ctx.seconds(5.0))
-            rows.append({"frequency_mhz": mhz, "time_s": run["step_time_s"],
-                         "energy_j": run["power_w"] * run["step_time_s"]})
+            rows.append(
+                {"frequency_mhz": mhz, "time_s": run["step_time_s"], "energy_j": run["power_w"] * run["step_time_s"]}
+            )
         guard.reset_sm_clocks(gpu)
-    _write_csv(ctx.out / "clock_profile.csv", ["frequency", "time", "energy"],
-               [(r["frequency_mhz"], r["time_s"], r["energy_j"]) for r in rows])
+    _write_csv(
+        ctx.out / "clock_profile.csv",
+        ["frequency", "time", "energy"],
+        [(r["frequency_mhz"], r["time_s"], r["energy_j"]) for r in rows],
+    )
     profile = ctx.shared.get("power_limit_profile")
     if profile:
-        _write_csv(ctx.out / "power_limit_profile.csv", ["power_limit", "time", "power"],
-                   [(w, t / profile[0][1], p) for w, t, p in sorted(profile)])
+        _write_csv(
+            ctx.out / "power_limit_profile.csv",
+            ["power_limit", "time", "power"],
+            [(w, t / profile[0][1], p) for w, t, p in sorted(profile)],
+        )
     if not rows[-1]["time_s"] > rows[0]["time_s"]:
         raise Failure(f"the load was not slower at {chosen[-1]} MHz than at {chosen[0]} MHz", {"rows": rows})
     return {"rows": rows}
@@ -509,8 +544,12 @@ def check_pipeline(ctx: Context) -> dict[str, Any]:
     device = torch.device("cuda", load.cuda_index)
     torch.manual_seed(0)
     width, tokens = 1024, 4096  # two halves of a small GPT-like stack: 4 layers each
-    halves = [torch.nn.Sequential(*[torch.nn.TransformerEncoderLayer(width, 16, 4 * width, batch_first=True)
-                                    for _ in range(4)]).to(device, torch.bfloat16) for _ in range(2)]
+    halves = [
+        torch.nn.Sequential(
+            *[torch.nn.TransformerEncoderLayer(width, 16, 4 * width, batch_first=True) for _ in range(4)]
+        ).to(device, torch.bfloat16)
+        for _ in range(2)
+    ]
     x = torch.randn(tokens // 512, 512, width, device=device, dtype=torch.bfloat16)
 
     def stage(half: torch.nn.Module) -> StageWork:
@@ -528,8 +567,14 @@ def check_pipeline(ctx: Context) -> dict[str, Any]:
 
     with SettingsGuard() as guard:
         try:
-            profile = PipelineProfiler([stage(h) for h in halves], guard, frequencies_mhz=freqs,
-                                       iterations=3 if ctx.quick else 10, warmup=2, sync=load.sync).measure()
+            profile = PipelineProfiler(
+                [stage(h) for h in halves],
+                guard,
+                frequencies_mhz=freqs,
+                iterations=3 if ctx.quick else 10,
+                warmup=2,
+                sync=load.sync,
+            ).measure()
         except NoPermissionError as err:
             raise Skip(f"locking SM clocks was refused; NVML said: {err}") from None
     profile_csv = ctx.out / "pipeline_profile.csv"
@@ -537,16 +582,34 @@ def check_pipeline(ctx: Context) -> dict[str, Any]:
     from wattwise.cli.main import main as wattwise_main
 
     frontier, plan = ctx.out / "frontier.json", ctx.out / "plan.json"
-    code = wattwise_main(["frontier", str(profile_csv), "--microbatches", "4", "--unit-time", "0.001",
-                          "--p-blocking", str(round(gpu.power_w(), 1)), "--out", str(frontier), "--quiet"])
+    code = wattwise_main(
+        [
+            "frontier",
+            str(profile_csv),
+            "--microbatches",
+            "4",
+            "--unit-time",
+            "0.001",
+            "--p-blocking",
+            str(round(gpu.power_w(), 1)),
+            "--out",
+            str(frontier),
+            "--quiet",
+        ]
+    )
     if code:
         raise Failure(f"wattwise frontier exited {code} on the measured profile")
     code = wattwise_main(["plan", str(frontier), "--out", str(plan)])
     if code:
         raise Failure(f"wattwise plan exited {code} on the frontier")
     points = json.loads(frontier.read_text())
-    return {"frequencies_mhz": freqs, "profile_csv": str(profile_csv), "frontier": str(frontier),
-            "plan": str(plan), "frontier_points": len(points.get("points", [])) if isinstance(points, dict) else None}
+    return {
+        "frequencies_mhz": freqs,
+        "profile_csv": str(profile_csv),
+        "frontier": str(frontier),
+        "plan": str(plan),
+        "frontier_points": len(points.get("points", [])) if isinstance(points, dict) else None,
+    }
 
 
 CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
@@ -582,10 +645,16 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def run_checks(out: Path, *, quick: bool = False, gpu_index: int = 0, gpus: list[Device] | None = None,
-               load: MatmulLoad | None = None,
-               spawn_holder: Callable[[dict[str, Any], float], subprocess.Popen[bytes]] | None = None,
-               only: list[str] | None = None) -> dict[str, Any]:
+def run_checks(
+    out: Path,
+    *,
+    quick: bool = False,
+    gpu_index: int = 0,
+    gpus: list[Device] | None = None,
+    load: MatmulLoad | None = None,
+    spawn_holder: Callable[[dict[str, Any], float], subprocess.Popen[bytes]] | None = None,
+    only: list[str] | None = None,
+) -> dict[str, Any]:
     """Run every check (or `only` those); return the report's object and write acceptance.json and .md."""
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
@@ -596,8 +665,7 @@ def run_checks(out: Path, *, quick: bool = False, gpu_index: int = 0, gpus: list
         notes.append(f"GPU {gpu_index} not found; GPUs: {[g.index for g in gpus]}")
     if load is None and gpu is not None:
         load = MatmulLoad(_cuda_index(gpu))
-    ctx = Context(gpus=gpus, gpu=gpu, load=load, out=out, quick=quick,
-                  spawn_holder=spawn_holder or spawn_limit_holder)
+    ctx = Context(gpus=gpus, gpu=gpu, load=load, out=out, quick=quick, spawn_holder=spawn_holder or spawn_limit_holder)
     results = []
     for name, check in CHECKS:
         if only is not None and name not in only:
@@ -644,11 +712,15 @@ def markdown(report: dict[str, Any]) -> str:
     """The report as Markdown, for docs/acceptance/<gpu>-<date>.md."""
     gpu = report["gpu"]["name"] if report["gpu"] else "no NVIDIA GPU"
     v = report["versions"]
-    lines = [f"# wattwise acceptance: {gpu}", "",
-             f"- time: {report['time']}, host: {report['host']}{' (quick)' if report['quick'] else ''}",
-             f"- driver: {v['driver'] or 'unknown'}, NVML: {v['nvml'] or 'unknown'}",
-             f"- result: {report['summary'][PASSED]} passed, {report['summary'][FAILED]} failed, "
-             f"{report['summary'][SKIPPED]} skipped", ""]
+    lines = [
+        f"# wattwise acceptance: {gpu}",
+        "",
+        f"- time: {report['time']}, host: {report['host']}{' (quick)' if report['quick'] else ''}",
+        f"- driver: {v['driver'] or 'unknown'}, NVML: {v['nvml'] or 'unknown'}",
+        f"- result: {report['summary'][PASSED]} passed, {report['summary'][FAILED]} failed, "
+        f"{report['summary'][SKIPPED]} skipped",
+        "",
+    ]
     lines += [f"- note: {n}" for n in report["notes"]]
     lines += ["", "| check | status | reason |", "|---|---|---|"]
     for c in report["checks"]:
@@ -662,8 +734,11 @@ def markdown(report: dict[str, Any]) -> str:
 # -- the SIGKILLed child -------------------------------------------------------------------------------
 def spawn_limit_holder(spec: dict[str, Any], watts: float) -> subprocess.Popen[bytes]:
     """A wattwise process that sets `watts` on the GPU of `spec` through the guard, says "ready", and waits."""
-    return subprocess.Popen([sys.executable, "-m", "wattwise.tools.acceptance", "--hold-limit", json.dumps(spec),
-                             str(watts)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "wattwise.tools.acceptance", "--hold-limit", json.dumps(spec), str(watts)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _hold_limit(spec_json: str, watts: float) -> int:
@@ -680,8 +755,12 @@ def _hold_limit(spec_json: str, watts: float) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `python -m wattwise.acceptance` and `wattwise acceptance`."""
-    parser.add_argument("--out", metavar="DIR", default="wattwise_acceptance",
-                        help="where acceptance.json and acceptance.md go (wattwise_acceptance)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default="wattwise_acceptance",
+        help="where acceptance.json and acceptance.md go (wattwise_acceptance)",
+    )
     parser.add_argument("--quick", action="store_true", help="shorter loads (about a fifth)")
     parser.add_argument("--gpu", type=int, default=0, metavar="INDEX", help="the GPU to test (0)")
     parser.add_argument("--only", nargs="+", choices=[n for n, _ in CHECKS], help="run only these checks")

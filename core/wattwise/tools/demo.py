@@ -63,12 +63,18 @@ class DemoOptions:
     """
 
     framework: str = field(default="lightning", metadata={"help": "lightning or accelerate"})
-    backend: str = field(default="simulated", metadata={
-        "help": "simulated, or agent: the simulated GPU of a node agent (`wattwise agent serve --backend "
-                "simulated`) at $WATTWISE_AGENT_SOCKET, which holds it for the demo"})
+    backend: str = field(
+        default="simulated",
+        metadata={
+            "help": "simulated, or agent: the simulated GPU of a node agent (`wattwise agent serve --backend "
+            "simulated`) at $WATTWISE_AGENT_SOCKET, which holds it for the demo"
+        },
+    )
     power_model: str | None = _option(
-        "devices.simulated.power_model", metavar="FILE.csv",
-        help="CSV power_limit,time,power (W, relative step time, average W); default: built-in")
+        "devices.simulated.power_model",
+        metavar="FILE.csv",
+        help="CSV power_limit,time,power (W, relative step time, average W); default: built-in",
+    )
     selector: str = _option("power_limit.selector")
     eta: float = _option("power_limit.eta")
     max_slowdown: float = _option("power_limit.max_slowdown")
@@ -78,26 +84,39 @@ class DemoOptions:
     warmup_steps: int = _option("power_limit.warmup_steps", help="steps run at each limit before measuring")
     profile_steps: int = _option("power_limit.profile_steps", help="steps measured at each limit")
     step_w: float = _option("power_limit.step_w", help="distance between profiled limits (W)")
-    base_step_time_s: float = _option("devices.simulated.base_step_time_s", 0.05, flag="--base-step-time",
-                                      help="seconds of one emulated step at the maximum limit")
+    base_step_time_s: float = _option(
+        "devices.simulated.base_step_time_s",
+        0.05,
+        flag="--base-step-time",
+        help="seconds of one emulated step at the maximum limit",
+    )
     output_dir: str = _option("output_dir", "wattwise_runs/demo")
     #: Where simulated GPUs keep their settings; None: the demo's own folder under the state dir, removed at exit.
-    state_dir: str | None = _option("devices.simulated.state_dir",
-                                    help="where the simulated GPU keeps its settings; default: a folder of the "
-                                         "demo's own under the state dir, removed when the demo ends")
+    state_dir: str | None = _option(
+        "devices.simulated.state_dir",
+        help="where the simulated GPU keeps its settings; default: a folder of the "
+        "demo's own under the state dir, removed when the demo ends",
+    )
     #: Any other key, as dotlist items (`power_limit.cap_w=200`).
-    overrides: list[str] = field(default_factory=list, metadata={
-        "flag": "--set", "metavar": "KEY=VALUE",
-        "help": "any other key of configs/energy.yaml, applied last, e.g. monitor.sample_interval_s=0.05 "
-                "(repeatable; the options above have their own flags)"})
+    overrides: list[str] = field(
+        default_factory=list,
+        metadata={
+            "flag": "--set",
+            "metavar": "KEY=VALUE",
+            "help": "any other key of configs/energy.yaml, applied last, e.g. monitor.sample_interval_s=0.05 "
+            "(repeatable; the options above have their own flags)",
+        },
+    )
 
     def validate(self) -> None:
         """Check every option; the energy settings are checked by the configuration, as a run checks them."""
         if self.backend not in DEMO_BACKENDS:
             raise UsageError(f"backend must be one of {', '.join(DEMO_BACKENDS)} (got {self.backend!r})")
         if self.backend == "agent" and self.power_model is not None:
-            raise UsageError("power_model: the agent's simulated GPU follows the agent's power model; leave "
-                             "power_model out with backend agent")
+            raise UsageError(
+                "power_model: the agent's simulated GPU follows the agent's power model; leave "
+                "power_model out with backend agent"
+            )
         PowerModel.of(self.power_model)  # read here, so a bad file is one line before any framework loads
         if self.steps_after_tuning < 1:
             raise UsageError(f"steps_after_tuning must be at least 1 (got {self.steps_after_tuning})")
@@ -111,8 +130,10 @@ class DemoOptions:
             if key in own:
                 raise UsageError(f"overrides: {key} is the demo's option {own[key]}; set it there")
             if key in FIXED_KEYS:
-                raise UsageError(f"overrides: the demo sets {key} itself (it tunes on the simulated GPU, then "
-                                 "measures the same steps at the maximum limit)")
+                raise UsageError(
+                    f"overrides: the demo sets {key} itself (it tunes on the simulated GPU, then "
+                    "measures the same steps at the maximum limit)"
+                )
         try:
             self.energy_config()
         except ConfigError as err:
@@ -120,8 +141,9 @@ class DemoOptions:
 
     def energy_config(self) -> EnergyConfig:
         """The configuration of the demo's tuned run (the baseline differs in mode and output folder)."""
-        return load_config(overrides=[*demo_overrides(self, self.state_dir), "power_limit.mode=tune",
-                                      f"output_dir={self.output_dir}"])
+        return load_config(
+            overrides=[*demo_overrides(self, self.state_dir), "power_limit.mode=tune", f"output_dir={self.output_dir}"]
+        )
 
     def total_steps(self, num_limits: int) -> int:
         """Steps the tuned run lasts: waiting, warm-up and profiling of `num_limits` limits, then the steps after."""
@@ -147,13 +169,17 @@ def demo_overrides(options: DemoOptions, state_dir: str | None) -> list[str]:
     return [*out, *options.overrides]
 
 
-def demo_result(options: DemoOptions, framework: str, tuned: dict[str, Any], baseline: dict[str, Any],
-                model: PowerModel) -> dict[str, Any]:
+def demo_result(
+    options: DemoOptions, framework: str, tuned: dict[str, Any], baseline: dict[str, Any], model: PowerModel
+) -> dict[str, Any]:
     """The JSON of `wattwise demo --json` from the two runs' summaries."""
     pl_info = tuned["power_limit"] or {}
     max_w = model.limit_range_w[1]
-    rows = profile_table([_entry(e) for e in pl_info.get("profile", [])], eta=options.eta,
-                         max_power_w=max_w * len(tuned["energy_per_device_j"]))
+    rows = profile_table(
+        [_entry(e) for e in pl_info.get("profile", [])],
+        eta=options.eta,
+        max_power_w=max_w * len(tuned["energy_per_device_j"]),
+    )
     return {
         "simulated": True,
         "backend": options.backend,
@@ -175,8 +201,9 @@ def demo_result(options: DemoOptions, framework: str, tuned: dict[str, Any], bas
     }
 
 
-def tuned_and_baseline(options: DemoOptions, framework: str,
-                       train: Callable[[list[str], int], dict[str, Any]]) -> dict[str, Any]:
+def tuned_and_baseline(
+    options: DemoOptions, framework: str, train: Callable[[list[str], int], dict[str, Any]]
+) -> dict[str, Any]:
     """The demo of one framework.
 
     `train(overrides, steps)` with tuning, then the same steps at the maximum limit, each returning its run's
@@ -192,8 +219,9 @@ def tuned_and_baseline(options: DemoOptions, framework: str,
     with private_state_dir() as tmp:
         common = demo_overrides(options, options.state_dir or str(tmp))
         tuned = train([*common, "power_limit.mode=tune", f"output_dir={options.output_dir}"], steps)
-        baseline = train([*common, "power_limit.mode=measure", f"output_dir={Path(options.output_dir) / 'baseline'}"],
-                         steps)
+        baseline = train(
+            [*common, "power_limit.mode=measure", f"output_dir={Path(options.output_dir) / 'baseline'}"], steps
+        )
     return demo_result(options, framework, tuned, baseline, model)
 
 
@@ -254,8 +282,10 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
         _check_agent_is_simulated()
     found = frameworks()
     if options.framework not in found:
-        raise UsageError(f"framework must be one of {', '.join(sorted(found)) or '(none installed)'} "
-                         f"(got {options.framework!r}); is wattwise installed (pip install -e .)?")
+        raise UsageError(
+            f"framework must be one of {', '.join(sorted(found)) or '(none installed)'} "
+            f"(got {options.framework!r}); is wattwise installed (pip install -e .)?"
+        )
     _make_output_dir(options.output_dir)
     try:
         runner = found[options.framework].load()
@@ -279,8 +309,9 @@ def _make_output_dir(folder: str) -> None:
         with tempfile.TemporaryFile(dir=folder, prefix=".wattwise-demo-"):
             pass
     except OSError as err:
-        raise UsageError(f"output_dir {folder}: the demo cannot write there ({err.strerror or err}); choose a "
-                         "folder you may write") from None
+        raise UsageError(
+            f"output_dir {folder}: the demo cannot write there ({err.strerror or err}); choose a folder you may write"
+        ) from None
 
 
 def _check_agent_is_simulated() -> None:
@@ -290,8 +321,10 @@ def _check_agent_is_simulated() -> None:
     client = AgentClient()
     served = client.devices().get("backend")
     if served != "simulated":
-        raise UsageError(f"backend agent: the agent at {client.path} serves {served} GPUs; the demo runs on a "
-                         "simulated GPU only (start one with `wattwise agent serve --backend simulated`)")
+        raise UsageError(
+            f"backend agent: the agent at {client.path} serves {served} GPUs; the demo runs on a "
+            "simulated GPU only (start one with `wattwise agent serve --backend simulated`)"
+        )
 
 
 def format_demo(result: dict[str, Any]) -> str:
@@ -305,15 +338,16 @@ def format_demo(result: dict[str, Any]) -> str:
     ]
     for row in result["profile"]:
         mark = "  <- chosen" if row["power_limit_w"] == result["chosen_power_limit_w"] else ""
-        lines.append(f"{row['power_limit_w']:>10g} {row['time_s']:>14.4f} {row['energy_j']:>16.3f} "
-                     f"{row['avg_power_w']:>14.1f} {row['cost']:>10.3f}{mark}")
+        lines.append(
+            f"{row['power_limit_w']:>10g} {row['time_s']:>14.4f} {row['energy_j']:>16.3f} "
+            f"{row['avg_power_w']:>14.1f} {row['cost']:>10.3f}{mark}"
+        )
     saved = result["baseline_energy_j"] - result["energy_j"]
     pct = 100.0 * saved / result["baseline_energy_j"] if result["baseline_energy_j"] else 0.0
     lines += [
         "",
         f"chosen power limit: {result['chosen_power_limit_w']:g} W",
-        f"energy: {result['energy_j']:.1f} J in {result['time_s']:.2f} s "
-        f"({result['steps']} steps, tuning included)",
+        f"energy: {result['energy_j']:.1f} J in {result['time_s']:.2f} s ({result['steps']} steps, tuning included)",
         f"same steps at the maximum limit ({result['max_power_limit_w']:g} W): "
         f"{result['baseline_energy_j']:.1f} J in {result['baseline_time_s']:.2f} s",
         f"energy saved: {saved:.1f} J ({pct:.1f}%)",

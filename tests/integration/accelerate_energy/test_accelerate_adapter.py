@@ -35,16 +35,29 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize(("ending", "status"), [("raise RuntimeError('training broke')", "failed"),
-                                                ("pass  # no end_training()", "completed")])
-def test_a_script_that_ends_without_end_training_restores_the_limit_and_writes_the_summary(tmp_path, ending,
-                                                                                           status):
+@pytest.mark.parametrize(
+    ("ending", "status"),
+    [("raise RuntimeError('training broke')", "failed"), ("pass  # no end_training()", "completed")],
+)
+def test_a_script_that_ends_without_end_training_restores_the_limit_and_writes_the_summary(tmp_path, ending, status):
     home = tmp_path / "home"
-    env = {**os.environ, "WATTWISE_HOME": str(home), "ACCELERATE_ENERGY": "1", "ACCELERATE_ENERGY_MODE": "cap",
-           "ACCELERATE_ENERGY_CAP_W": "150", "ACCELERATE_ENERGY_BACKEND": "simulated",
-           "ACCELERATE_ENERGY_OUTPUT_DIR": str(tmp_path / "run")}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(ending=ending)], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "WATTWISE_HOME": str(home),
+        "ACCELERATE_ENERGY": "1",
+        "ACCELERATE_ENERGY_MODE": "cap",
+        "ACCELERATE_ENERGY_CAP_W": "150",
+        "ACCELERATE_ENERGY_BACKEND": "simulated",
+        "ACCELERATE_ENERGY_OUTPUT_DIR": str(tmp_path / "run"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(ending=ending)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     assert (proc.returncode != 0) == (status == "failed"), proc.stderr
     s = summary(tmp_path)

@@ -20,9 +20,18 @@ BASE_S = 0.2
 def options(tmp_path: Path, framework: str) -> DemoOptions:
     model = tmp_path / "model.csv"
     model.write_text(POWER_MODEL)
-    return DemoOptions(framework=framework, power_model=str(model), step_w=100.0, wait_steps=1, warmup_steps=1,
-                       profile_steps=3, steps_after_tuning=1, base_step_time_s=BASE_S,
-                       output_dir=str(tmp_path / framework), state_dir=str(tmp_path / f"{framework}-state"))
+    return DemoOptions(
+        framework=framework,
+        power_model=str(model),
+        step_w=100.0,
+        wait_steps=1,
+        warmup_steps=1,
+        profile_steps=3,
+        steps_after_tuning=1,
+        base_step_time_s=BASE_S,
+        output_dir=str(tmp_path / framework),
+        state_dir=str(tmp_path / f"{framework}-state"),
+    )
 
 
 def model_choice(path: str) -> float:
@@ -57,9 +66,28 @@ def test_the_cli_runs_the_accelerate_demo(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
     model = tmp_path / "model.csv"
     model.write_text(POWER_MODEL)
-    code = main(["demo", "--framework", "accelerate", "--json", "--power-model", str(model), "--step-w", "100",
-                 "--profile-steps", "1", "--warmup-steps", "0", "--steps-after-tuning", "1",
-                 "--base-step-time", "0.01", "--output-dir", str(tmp_path / "demo")])
+    code = main(
+        [
+            "demo",
+            "--framework",
+            "accelerate",
+            "--json",
+            "--power-model",
+            str(model),
+            "--step-w",
+            "100",
+            "--profile-steps",
+            "1",
+            "--warmup-steps",
+            "0",
+            "--steps-after-tuning",
+            "1",
+            "--base-step-time",
+            "0.01",
+            "--output-dir",
+            str(tmp_path / "demo"),
+        ]
+    )
     result = json.loads(capsys.readouterr().out)
     assert code == 0
     assert result["framework"] == "accelerate" and result["simulated"] is True

@@ -23,14 +23,26 @@ TUNE_YAML = "power_limit:\n  wait_steps: 1\n  warmup_steps: 1\n  profile_steps: 
 STEPS = 16
 
 
-
 def launch(tmp: Path, energy_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE")}
     # No user `accelerate config` and no wattwise state from outside the test.
     env.update(HF_HOME=str(tmp / "hf"), WATTWISE_HOME=str(tmp / "home"), **energy_env)
-    cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
-           "--num_processes", "2", "--main_process_port", str(free_port()), str(EXAMPLE), "--epochs", "1",
-           "--dataset-size", "1024"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.accelerate_cli",
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(free_port()),
+        str(EXAMPLE),
+        "--epochs",
+        "1",
+        "--dataset-size",
+        "1024",
+    ]
     proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -40,11 +52,13 @@ def launch(tmp: Path, energy_env: dict[str, str]) -> subprocess.CompletedProcess
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
     on, off = tmp_path_factory.mktemp("flag_on"), tmp_path_factory.mktemp("flag_off")
     (on / "tune.yaml").write_text(TUNE_YAML)
-    settings = {"ACCELERATE_ENERGY_MODE": "tune", "ACCELERATE_ENERGY_BACKEND": "simulated",
-                "ACCELERATE_ENERGY_CONFIG": str(on / "tune.yaml")}
+    settings = {
+        "ACCELERATE_ENERGY_MODE": "tune",
+        "ACCELERATE_ENERGY_BACKEND": "simulated",
+        "ACCELERATE_ENERGY_CONFIG": str(on / "tune.yaml"),
+    }
     return {
-        "on": (on, launch(on, {"ACCELERATE_ENERGY": "1", "ACCELERATE_ENERGY_OUTPUT_DIR": str(on / "run"),
-                               **settings})),
+        "on": (on, launch(on, {"ACCELERATE_ENERGY": "1", "ACCELERATE_ENERGY_OUTPUT_DIR": str(on / "run"), **settings})),
         # Every other variable set, only the flag missing.
         "off": (off, launch(off, {"ACCELERATE_ENERGY_OUTPUT_DIR": str(off / "run"), **settings})),
     }

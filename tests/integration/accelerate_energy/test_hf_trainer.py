@@ -20,8 +20,9 @@ SCRIPT = SCRIPTS_DIR / "zero_code_hf_trainer.py"
 TUNE = "power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100"
 
 
-def train(tmp_path: Path, *args: str, flag: bool = True, processes: int = 1,
-          **env: str) -> subprocess.CompletedProcess[str]:
+def train(
+    tmp_path: Path, *args: str, flag: bool = True, processes: int = 1, **env: str
+) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_ENERGY")}
     if flag:
         environ.update(ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_OUTPUT_DIR=str(tmp_path / "run"), **env)
@@ -31,8 +32,9 @@ def train(tmp_path: Path, *args: str, flag: bool = True, processes: int = 1,
         torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
         assert torchrun is not None
         cmd = [torchrun, "--standalone", "--nproc_per_node", str(processes), str(SCRIPT)]
-    done = subprocess.run([*cmd, str(tmp_path / "out"), *args], env=environ, capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        [*cmd, str(tmp_path / "out"), *args], env=environ, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -57,8 +59,14 @@ def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]
     """Two processes over gloo, tuning, gradient accumulation 2, to a checkpoint at step 20: its folder and
     summary. Started once for the tests that read it (the resume test then resumes it to step 30)."""
     tmp_path = tmp_path_factory.mktemp("two_processes")
-    train(tmp_path, "20", processes=2, ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_OVERRIDES=TUNE,
-          WATTWISE_HOME=str(tmp_path / "home"))
+    train(
+        tmp_path,
+        "20",
+        processes=2,
+        ACCELERATE_ENERGY_MODE="tune",
+        ACCELERATE_ENERGY_OVERRIDES=TUNE,
+        WATTWISE_HOME=str(tmp_path / "home"),
+    )
     return tmp_path, summary(tmp_path)
 
 
@@ -67,8 +75,15 @@ def test_a_resumed_trainer_keeps_its_energy_and_does_not_tune_again(two_processe
     tmp_path, first = two_processes
     assert first["power_limit"]["tuning"]["finished"] is True
     assert (tmp_path / "out" / "checkpoint-20" / "wattwise_energy.json").is_file()
-    train(tmp_path, "30", "resume", processes=2, ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_OVERRIDES=TUNE,
-          WATTWISE_HOME=str(tmp_path / "home"))
+    train(
+        tmp_path,
+        "30",
+        "resume",
+        processes=2,
+        ACCELERATE_ENERGY_MODE="tune",
+        ACCELERATE_ENERGY_OVERRIDES=TUNE,
+        WATTWISE_HOME=str(tmp_path / "home"),
+    )
     second = summary(tmp_path)
     assert second["steps"] == 30 and second["world_size"] == 2
     saved = json.loads((tmp_path / "out" / "checkpoint-20" / "wattwise_energy.json").read_text())

@@ -59,9 +59,19 @@ def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def trainer(out: Path, max_steps: int, *callbacks: Any, logging_steps: int = 5) -> Trainer:
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2))
-    args = TrainingArguments(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=4,
-                             gradient_accumulation_steps=2, save_steps=10, save_strategy="steps",
-                             logging_steps=logging_steps, report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
+    args = TrainingArguments(
+        output_dir=str(out),
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        save_steps=10,
+        save_strategy="steps",
+        logging_steps=logging_steps,
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
     return Trainer(model=model, args=args, train_dataset=RandomTokens(), callbacks=[Tracker(), *callbacks])
 
 
@@ -89,10 +99,15 @@ class Drive(TrainerCallback):
 
 def test_a_copied_checkpoint_resumes_its_energy_state_without_tuning_again(tmp_path: Path, virtual_clock) -> None:
     def callbacks(name: str) -> tuple[EnergyTrainerCallback, Drive]:
-        gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.01, clock=virtual_clock,
-                           sleep=virtual_clock.sleep)
-        return (EnergyTrainerCallback(mode="tune", output_dir=str(tmp_path / name), overrides=f"{QUIET} {TUNE}",
-                                      devices=[gpu]), Drive(gpu))
+        gpu = SimulatedGPU(
+            0, PowerModel.default(), base_step_time_s=0.01, clock=virtual_clock, sleep=virtual_clock.sleep
+        )
+        return (
+            EnergyTrainerCallback(
+                mode="tune", output_dir=str(tmp_path / name), overrides=f"{QUIET} {TUNE}", devices=[gpu]
+            ),
+            Drive(gpu),
+        )
 
     trainer(tmp_path / "out", 20, *callbacks("first")).train()
     first = json.loads((tmp_path / "first" / "summary.json").read_text())
@@ -147,13 +162,15 @@ class PreemptedAt(TrainerCallback):
             control.should_training_stop = True
 
 
-def test_sigterm_in_a_tuned_trainer_restores_the_gpu_and_lets_the_scripts_handling_stop_it(tmp_path: Path,
-                                                                                         virtual_clock) -> None:
+def test_sigterm_in_a_tuned_trainer_restores_the_gpu_and_lets_the_scripts_handling_stop_it(
+    tmp_path: Path, virtual_clock
+) -> None:
     gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.01, clock=virtual_clock, sleep=virtual_clock.sleep)
     gpu.set_power_limit_w(250.0)  # the GPU's own limit
     preempted = PreemptedAt(6, gpu)
-    energy = EnergyTrainerCallback(mode="tune", output_dir=str(tmp_path / "run"), overrides=f"{QUIET} {TUNE}",
-                                   devices=[gpu])
+    energy = EnergyTrainerCallback(
+        mode="tune", output_dir=str(tmp_path / "run"), overrides=f"{QUIET} {TUNE}", devices=[gpu]
+    )
     found = signal.signal(signal.SIGTERM, preempted.handler)
     try:
         t = trainer(tmp_path / "out", 40, energy, Drive(gpu), preempted)

@@ -26,18 +26,33 @@ SCRIPT = SCRIPTS_DIR / "preempted_accelerate.py"
 TUNE = "power_limit.wait_steps=0 power_limit.warmup_steps=1 power_limit.profile_steps=20"
 
 
-def preempted(tmp: Path, name: str, handling: str, *, processes: int = 1,
-              **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+def preempted(
+    tmp: Path, name: str, handling: str, *, processes: int = 1, **env: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     """The script, preempted at step 6, with only `env`'s flags (under `accelerate launch` when `processes`
     is more than 1); its marker folder."""
     marker = tmp / name
     marker.mkdir()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE") and k != "PYTHONWARNINGS"}
     clean.update(HF_HOME=str(tmp / "hf"), WATTWISE_HOME=str(tmp / "home"), **env)
-    launch = ([sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu", "--num_processes",
-               str(processes), "--main_process_port", str(free_port())] if processes > 1 else [sys.executable])
-    proc = subprocess.run([*launch, str(SCRIPT), str(marker), handling], env=clean, cwd=tmp,
-                          capture_output=True, text=True, timeout=120)
+    launch = (
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.accelerate_cli",
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            str(processes),
+            "--main_process_port",
+            str(free_port()),
+        ]
+        if processes > 1
+        else [sys.executable]
+    )
+    proc = subprocess.run(
+        [*launch, str(SCRIPT), str(marker), handling], env=clean, cwd=tmp, capture_output=True, text=True, timeout=120
+    )
     return proc, marker
 
 
@@ -58,9 +73,16 @@ def test_sigterm_goes_on_to_the_scripts_own_handling_and_restores_the_limit(tmp_
 
     [state] = gpus_at_their_own_limit(tmp_path, 1)
     out = tmp_path / "out"
-    tuned, marker = preempted(tmp_path, "tuned", handling, ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_MODE="tune",
-                              ACCELERATE_ENERGY_BACKEND="simulated", ACCELERATE_ENERGY_OUTPUT_DIR=str(out),
-                              ACCELERATE_ENERGY_OVERRIDES=TUNE)
+    tuned, marker = preempted(
+        tmp_path,
+        "tuned",
+        handling,
+        ACCELERATE_ENERGY="1",
+        ACCELERATE_ENERGY_MODE="tune",
+        ACCELERATE_ENERGY_BACKEND="simulated",
+        ACCELERATE_ENERGY_OUTPUT_DIR=str(out),
+        ACCELERATE_ENERGY_OVERRIDES=TUNE,
+    )
     assert tuned.returncode == returncode, tuned.stderr[-2000:]  # as without wattwise
     if handling == "own":  # the script's handler ran, and its loop stopped where it stops without wattwise
         assert (marker / "handler").read_text() == "SIGTERM"
@@ -75,9 +97,17 @@ def test_sigterm_in_both_processes_of_a_launch_with_no_handler_restores_each_gpu
     # What a SLURM or Kubernetes preemption of `accelerate launch` does: SIGTERM reaches every process.
     states = gpus_at_their_own_limit(tmp_path, 2)
     out = tmp_path / "out"
-    tuned, _ = preempted(tmp_path, "tuned", "none", processes=2, ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_MODE="tune",
-                         ACCELERATE_ENERGY_BACKEND="simulated", ACCELERATE_ENERGY_OUTPUT_DIR=str(out),
-                         ACCELERATE_ENERGY_OVERRIDES=f"{TUNE} devices.simulated.state_dir={states[0].parent}")
+    tuned, _ = preempted(
+        tmp_path,
+        "tuned",
+        "none",
+        processes=2,
+        ACCELERATE_ENERGY="1",
+        ACCELERATE_ENERGY_MODE="tune",
+        ACCELERATE_ENERGY_BACKEND="simulated",
+        ACCELERATE_ENERGY_OUTPUT_DIR=str(out),
+        ACCELERATE_ENERGY_OVERRIDES=f"{TUNE} devices.simulated.state_dir={states[0].parent}",
+    )
     # As without wattwise: each process ends by the signal, and the launcher reports it.
     assert tuned.returncode == 1 and tuned.stderr.count("exitcode  : -15") == 2, tuned.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())

@@ -20,11 +20,12 @@ from tests.support.paths import SCRIPTS_DIR
 from tests.support.ranks_differ import FAILED, Runs, assert_warned_once, run_every_fault
 
 SCRIPT = SCRIPTS_DIR / "ranks_differ_accelerate.py"
-TUNE = ("power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100 "
-        "devices.simulated.base_step_time_s=0.01")
+TUNE = (
+    "power_limit.wait_steps=1 power_limit.warmup_steps=1 power_limit.profile_steps=2 power_limit.step_w=100 "
+    "devices.simulated.base_step_time_s=0.01"
+)
 #: 1024 samples over 2 processes in batches of 32.
 STEPS = 16
-
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +34,33 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     folder = tmp_path_factory.mktemp("ranks_differ_accelerate")
     home = folder / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE") and k != "PYTHONWARNINGS"}
-    env.update(HF_HOME=str(folder / "hf"), WATTWISE_HOME=str(home), ACCELERATE_ENERGY="1",
-               ACCELERATE_ENERGY_MODE="tune", ACCELERATE_ENERGY_BACKEND="simulated", ACCELERATE_ENERGY_OVERRIDES=TUNE)
-    cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
-           "--num_processes", "2", "--main_process_port", str(free_port()), str(SCRIPT), str(home),
-           str(folder / "run"), ",".join(sorted(FAILED)), "--epochs", "1", "--dataset-size", "1024"]
+    env.update(
+        HF_HOME=str(folder / "hf"),
+        WATTWISE_HOME=str(home),
+        ACCELERATE_ENERGY="1",
+        ACCELERATE_ENERGY_MODE="tune",
+        ACCELERATE_ENERGY_BACKEND="simulated",
+        ACCELERATE_ENERGY_OVERRIDES=TUNE,
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.accelerate_cli",
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(free_port()),
+        str(SCRIPT),
+        str(home),
+        str(folder / "run"),
+        ",".join(sorted(FAILED)),
+        "--epochs",
+        "1",
+        "--dataset-size",
+        "1024",
+    ]
     return run_every_fault(cmd, home, folder / "run", env)
 
 

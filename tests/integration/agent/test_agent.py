@@ -48,22 +48,35 @@ from wattwise.settings.journal import journal_dir
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
     """One agent for the tests that leave every GPU free when they end (those that kill it start their own)."""
     port = free_port()
-    running = start_agent(tmp_path_factory.mktemp("agent"), "--metrics-port", str(port),
-                     "--group", grp.getgrgid(os.getgid()).gr_name)
+    running = start_agent(
+        tmp_path_factory.mktemp("agent"), "--metrics-port", str(port), "--group", grp.getgrgid(os.getgid()).gr_name
+    )
     running.metrics_port = port
     yield running
     stop_agent(running)
 
 
 def test_status_has_the_documented_shape_and_the_socket_is_0660(agent: RunningAgent) -> None:
-    out = subprocess.run([sys.executable, "-m", "wattwise", "agent", "status", "--json"], env=agent.env(),
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "wattwise", "agent", "status", "--json"],
+        env=agent.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     status = json.loads(out)
     assert list(status) == ["gpus"]
     uuid = status["gpus"][0]["uuid"]
-    assert status["gpus"][0] == {"index": 0, "uuid": uuid, "name": "Simulated GPU (built-in 300 W model)",
-                                 "power_limit_w": 300.0, "default_power_limit_w": 300.0,
-                                 "allowed_power_limit_w": [100.0, 300.0], "locked_sm_clocks_mhz": None, "holder": None}
+    assert status["gpus"][0] == {
+        "index": 0,
+        "uuid": uuid,
+        "name": "Simulated GPU (built-in 300 W model)",
+        "power_limit_w": 300.0,
+        "default_power_limit_w": 300.0,
+        "allowed_power_limit_w": [100.0, 300.0],
+        "locked_sm_clocks_mhz": None,
+        "holder": None,
+    }
     assert uuid.startswith("GPU-") and uuid != status["gpus"][1]["uuid"]
     assert [g["index"] for g in status["gpus"]] == [0, 1]
     assert os.stat(agent.socket).st_mode & 0o777 == 0o660
@@ -80,8 +93,13 @@ def test_a_holder_is_named_to_others_and_its_sigkill_restores_the_gpu_within_2_s
             agent.client.set_power_limit(0, 150.0, "gpt")
         message = str(err.value)
         assert "\n" not in message and f"held by pid {holder.pid}" in message and "'bert'" in message
-        text = subprocess.run([sys.executable, "-m", "wattwise", "agent", "status"], env=agent.env(),
-                              capture_output=True, text=True, check=True).stdout
+        text = subprocess.run(
+            [sys.executable, "-m", "wattwise", "agent", "status"],
+            env=agent.env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert f"held by pid {holder.pid}" in text and "power limit 200 W" in text
     finally:
         holder.kill()
@@ -98,8 +116,9 @@ def test_the_holder_releases_and_the_original_limit_is_back(agent: RunningAgent)
     assert agent.gpu(1)["power_limit_w"] == 300.0 and agent.gpu(1)["locked_sm_clocks_mhz"] is None
 
 
-def test_the_agent_backend_reads_locally_and_changes_through_the_agent(agent: RunningAgent,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_agent_backend_reads_locally_and_changes_through_the_agent(
+    agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
     found = discover("agent", gpu_indices=[1])
     gpu = found.gpus[0]
@@ -118,7 +137,8 @@ def _scrape(agent: RunningAgent) -> str:
 
 
 def test_the_guard_names_the_job_journals_nothing_and_its_restore_releases_the_gpu_at_once(
-        agent: RunningAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
     gpu = discover("agent", gpu_indices=[0]).gpus[0]
     name_job([gpu], "bert")
@@ -126,8 +146,13 @@ def test_the_guard_names_the_job_journals_nothing_and_its_restore_releases_the_g
     try:
         limits.set_power_limit(gpu, 200.0)
         clocks.lock_sm_clocks(gpu, 900, 1200)
-        assert agent.gpu(0)["holder"] == {"pid": os.getpid(), "uid": os.getuid(), "job": "bert", "job_id": "",
-                                          "pgid": None}
+        assert agent.gpu(0)["holder"] == {
+            "pid": os.getpid(),
+            "uid": os.getuid(),
+            "job": "bert",
+            "job_id": "",
+            "pgid": None,
+        }
         assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name="bert"} 200.0' in _scrape(agent)
         assert not journal_dir().exists() or not list(journal_dir().glob("*.json"))  # the agent journals
         restored = limits.restore_all()
@@ -165,8 +190,9 @@ def test_a_sigkilled_agent_backed_run_leaves_nothing_for_wattwise_restore(agent:
         run.kill()
         run.wait()
     assert wait_free(agent) < 2.0 and agent.gpu(0)["power_limit_w"] == 300.0
-    done = subprocess.run([sys.executable, "-m", "wattwise", "restore"], env=agent.env(), capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "wattwise", "restore"], env=agent.env(), capture_output=True, text=True, timeout=60
+    )
     assert (done.returncode, done.stdout.strip()) == (0, "nothing to restore"), done.stdout + done.stderr
 
 
@@ -175,7 +201,7 @@ def test_bad_requests_are_refused_and_the_agent_keeps_serving_with_nothing_chang
     cases = [
         ("POST", "/v1/gpus/0/power_limit", b'{"watts": 2', 400, "not valid JSON"),
         ("POST", "/v1/gpus/0/power_limit", b'{"watts": "200"}', 400, "finite number"),
-        ("POST", "/v1/gpus/0/power_limit", b'[200]', 400, "JSON object"),
+        ("POST", "/v1/gpus/0/power_limit", b"[200]", 400, "JSON object"),
         ("POST", "/v1/gpus/0/power_limit", b'{"watts": 1e999}', 400, "finite number"),
         ("POST", "/v1/gpus/0/power_limit", b'{"watts": 5000}', 400, "outside GPU 0's range [100, 300] W"),
         ("POST", "/v1/gpus/0/power_limit", b'{"watts": 200, "job": "' + b"x" * 500 + b'"}', 400, "job must be"),
@@ -185,8 +211,10 @@ def test_bad_requests_are_refused_and_the_agent_keeps_serving_with_nothing_chang
         ("POST", "/v1/gpus/0/power_limit", b"x" * 200_000, 413, "too large"),
     ]
     for method, path, body, status, message in cases:
-        head = (f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
         answer = raw_request(agent, head + body).decode(errors="replace")
         assert answer.startswith(f"HTTP/1.1 {status}"), (path, body[:40], answer[:200])
         assert message in answer, answer
@@ -226,6 +254,7 @@ def test_prometheus_metrics_show_each_gpus_limit_and_energy_labelled_by_the_hold
 
 def _energy_rate_w(agent: RunningAgent, seconds: float, load: Callable[[], object] | None = None) -> float:
     """How fast GPU 0's Prometheus energy counter rises (J/s) over `seconds`, `load` run meanwhile."""
+
     def energy() -> float:
         line = next(x for x in _scrape(agent).splitlines() if x.startswith('wattwise_gpu_energy_joules_total{gpu="0"'))
         return float(line.split()[-1])
@@ -241,7 +270,8 @@ def _energy_rate_w(agent: RunningAgent, seconds: float, load: Callable[[], objec
 
 
 def test_the_agents_energy_counter_rises_with_the_load_clients_drive_on_its_simulated_gpu(
-        agent: RunningAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from wattwise.tools.workload import emulate_step
 
     monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
@@ -302,9 +332,29 @@ def test_sigterm_restores_the_gpus_of_ended_holders_and_removes_the_socket(tmp_p
 
 
 def test_cap_through_the_agent_holds_while_the_command_runs_then_restores(agent: RunningAgent) -> None:
-    cap = subprocess.Popen([sys.executable, "-m", "wattwise", "cap", "--watts", "200", "--gpus", "0,1",
-                            "--backend", "agent", "--job", "bert-nightly", "--json", "--", "sleep", "1"],
-                           env=agent.env(), stdout=subprocess.PIPE, text=True)
+    cap = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "cap",
+            "--watts",
+            "200",
+            "--gpus",
+            "0,1",
+            "--backend",
+            "agent",
+            "--job",
+            "bert-nightly",
+            "--json",
+            "--",
+            "sleep",
+            "1",
+        ],
+        env=agent.env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     seen = None
     deadline = time.monotonic() + 30
     while cap.poll() is None and time.monotonic() < deadline:
@@ -316,8 +366,11 @@ def test_cap_through_the_agent_holds_while_the_command_runs_then_restores(agent:
     assert cap.returncode == 0
     assert seen is not None and seen["power_limit_w"] == 200.0
     # Held by the command (sleep, cap's child) once it runs, not by the wrapper.
-    assert seen["holder"]["pid"] != cap.pid and seen["holder"] == {**seen["holder"], "uid": os.getuid(),
-                                                                     "job": "bert-nightly"}
+    assert seen["holder"]["pid"] != cap.pid and seen["holder"] == {
+        **seen["holder"],
+        "uid": os.getuid(),
+        "job": "bert-nightly",
+    }
     result = json.loads(out)
     assert result["exit_code"] == 0 and result["gpus"] == [0, 1] and result["simulated"] is True
     assert set(result["energy_j"]) == {"gpu0", "gpu1"} and result["time_s"] >= 1.0
@@ -326,23 +379,26 @@ def test_cap_through_the_agent_holds_while_the_command_runs_then_restores(agent:
 
 def test_cap_exits_with_the_commands_code_and_does_not_run_it_when_refused(agent: RunningAgent) -> None:
     cap = [sys.executable, "-m", "wattwise", "cap", "--backend", "agent"]
-    done = subprocess.run([*cap, "--watts", "250", "--", "sh", "-c", "exit 3"], env=agent.env(),
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [*cap, "--watts", "250", "--", "sh", "-c", "exit 3"], env=agent.env(), capture_output=True, text=True
+    )
     assert done.returncode == 3
     # The command ended: the agent restored the GPU then, or cap's release did; either is said. A command
     # that ends before cap hands it the lease is no reason for a warning.
     said = done.stderr.strip().splitlines()
     assert said[-1].endswith(("restored", "restored by the node agent when the command ended")), said
     assert len(said) == 1, said
-    refused = subprocess.run([*cap, "--watts", "20", "--", "sh", "-c", "echo ran"], env=agent.env(),
-                             capture_output=True, text=True)
+    refused = subprocess.run(
+        [*cap, "--watts", "20", "--", "sh", "-c", "echo ran"], env=agent.env(), capture_output=True, text=True
+    )
     assert refused.returncode == 1 and "ran" not in refused.stdout
     assert "outside GPU 0's range [100, 300] W" in refused.stderr and len(refused.stderr.splitlines()) == 1
     assert agent.gpu(0)["power_limit_w"] == 300.0 and agent.gpu(0)["holder"] is None
 
 
-def test_auto_uses_the_agent_when_this_process_may_not_change_settings(agent: RunningAgent,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_uses_the_agent_when_this_process_may_not_change_settings(
+    agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import wattwise.devices.agent as client
 
     monkeypatch.setenv("WATTWISE_AGENT_SOCKET", str(agent.socket))
@@ -360,9 +416,13 @@ def test_auto_uses_the_agent_when_this_process_may_not_change_settings(agent: Ru
 @needs_user_python
 def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outsiders_cannot_connect() -> None:
     with agent_for_users() as (running, _):
-        cap = as_user(USER_UID, SOCKET_GID, running,
-                       ["-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--", "sleep", "30"],
-                       start_new_session=True)
+        cap = as_user(
+            USER_UID,
+            SOCKET_GID,
+            running,
+            ["-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--", "sleep", "30"],
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 30
         while (holder := running.gpu(0)["holder"]) is None or holder["pid"] == cap.pid:
             assert cap.poll() is None and time.monotonic() < deadline, "the cap never handed GPU 0 to sleep"
@@ -371,20 +431,26 @@ def test_as_ordinary_users_cap_holds_sigkill_restores_others_are_refused_outside
         assert gpu["power_limit_w"] == 200.0
         command_pid = gpu["holder"]["pid"]  # the lease is the command's (sleep), not the wrapper's
         # ... and follows its process group, which cap made the command's own.
-        assert gpu["holder"] == {"pid": command_pid, "uid": USER_UID, "job": "sleep", "job_id": "",
-                                 "pgid": command_pid}
+        assert gpu["holder"] == {"pid": command_pid, "uid": USER_UID, "job": "sleep", "job_id": "", "pgid": command_pid}
         assert Path(f"/proc/{command_pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"
-        second = as_user(OTHER_UID, SOCKET_GID, running,
-                          ["-c", "from wattwise.devices.agent import AgentClient; "
-                                 "AgentClient().set_power_limit(0, 150.0, 'gpt')"],
-                          stderr=subprocess.PIPE)
+        second = as_user(
+            OTHER_UID,
+            SOCKET_GID,
+            running,
+            ["-c", "from wattwise.devices.agent import AgentClient; AgentClient().set_power_limit(0, 150.0, 'gpt')"],
+            stderr=subprocess.PIPE,
+        )
         _, err = second.communicate(timeout=60)
         assert second.returncode != 0
         last = err.strip().splitlines()[-1]
         assert f"GPU 0 is held by pid {command_pid} (uid {USER_UID}, job 'sleep')" in last
-        outsider = as_user(OTHER_UID, OUTSIDE_GID, running,
-                            ["-c", "from wattwise.devices.agent import AgentClient; AgentClient().status()"],
-                            stderr=subprocess.PIPE)
+        outsider = as_user(
+            OTHER_UID,
+            OUTSIDE_GID,
+            running,
+            ["-c", "from wattwise.devices.agent import AgentClient; AgentClient().status()"],
+            stderr=subprocess.PIPE,
+        )
         _, err = outsider.communicate(timeout=60)
         assert outsider.returncode != 0 and "permission denied" in err
         os.killpg(cap.pid, signal.SIGKILL)  # the wrapper, then the command's own group
@@ -427,11 +493,25 @@ print(json.dumps({"backends": [g.backend for g in gpus], "during": during,
 @needs_user_python
 def test_as_an_ordinary_user_an_accelerate_run_with_the_agent_backend_holds_the_gpu_and_gives_it_back() -> None:
     with agent_for_users() as (running, home):
-        env = {"ACCELERATE_ENERGY": "1", "ACCELERATE_ENERGY_BACKEND": "agent", "ACCELERATE_ENERGY_MODE": "cap",
-               "ACCELERATE_ENERGY_CAP_W": "200", "ACCELERATE_ENERGY_JOB": "bert",
-               "ACCELERATE_ENERGY_OUTPUT_DIR": str(home / "run"), "WATTWISE_BACKEND": ""}
-        run = as_user(USER_UID, SOCKET_GID, running, ["-c", ACCELERATE_RUN], home=home, env=env,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        env = {
+            "ACCELERATE_ENERGY": "1",
+            "ACCELERATE_ENERGY_BACKEND": "agent",
+            "ACCELERATE_ENERGY_MODE": "cap",
+            "ACCELERATE_ENERGY_CAP_W": "200",
+            "ACCELERATE_ENERGY_JOB": "bert",
+            "ACCELERATE_ENERGY_OUTPUT_DIR": str(home / "run"),
+            "WATTWISE_BACKEND": "",
+        }
+        run = as_user(
+            USER_UID,
+            SOCKET_GID,
+            running,
+            ["-c", ACCELERATE_RUN],
+            home=home,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         out, err = run.communicate(timeout=300)
         assert run.returncode == 0, err[-3000:]
         result = json.loads(out.strip().splitlines()[-1])
@@ -466,12 +546,21 @@ trainer.fit(EmulatedModule(dataset_size=32 * 5000))
 
 @needs_root
 @needs_user_python
-def test_as_an_ordinary_user_a_lightning_run_tuning_through_the_agent_sigkilled_mid_tuning_is_restored_at_once(
-        ) -> None:
+def test_as_an_ordinary_user_a_lightning_run_tuning_through_the_agent_sigkilled_mid_tuning_is_restored_at_once() -> (
+    None
+):
     with agent_for_users() as (running, home):
         code = LIGHTNING_TUNE.replace("OUT", repr(str(home / "run")))
-        run = as_user(USER_UID, SOCKET_GID, running, ["-c", code], home=home, env={"WATTWISE_BACKEND": ""},
-                       stderr=subprocess.PIPE, start_new_session=True)
+        run = as_user(
+            USER_UID,
+            SOCKET_GID,
+            running,
+            ["-c", code],
+            home=home,
+            env={"WATTWISE_BACKEND": ""},
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 120
             limits = set()
@@ -491,8 +580,9 @@ def test_as_an_ordinary_user_a_lightning_run_tuning_through_the_agent_sigkilled_
         assert running.gpu(0)["power_limit_w"] == 300.0
         summary = home / "run" / "summary.json"
         assert not summary.exists()  # killed: it never got to write its summary
-        restore = as_user(USER_UID, SOCKET_GID, running, ["-m", "wattwise", "restore"], home=home,
-                           stdout=subprocess.PIPE)
+        restore = as_user(
+            USER_UID, SOCKET_GID, running, ["-m", "wattwise", "restore"], home=home, stdout=subprocess.PIPE
+        )
         out, _ = restore.communicate(timeout=60)
         assert (restore.returncode, out.strip()) == (0, "nothing to restore")
 
@@ -500,8 +590,25 @@ def test_as_an_ordinary_user_a_lightning_run_tuning_through_the_agent_sigkilled_
 def test_cap_without_the_agent_goes_through_the_settings_guard(tmp_path: Path) -> None:
     state = tmp_path / "home" / "simulated" / "gpu0.json"
     env = {**os.environ, "WATTWISE_HOME": str(tmp_path / "home")}
-    done = subprocess.run([sys.executable, "-m", "wattwise", "cap", "--watts", "180", "--backend", "simulated",
-                           "--", "sh", "-c", f"cat {state}; exit 4"], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "cap",
+            "--watts",
+            "180",
+            "--backend",
+            "simulated",
+            "--",
+            "sh",
+            "-c",
+            f"cat {state}; exit 4",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 4
     assert json.loads(done.stdout)["power_limit_w"] == 180.0
     assert json.loads(state.read_text())["power_limit_w"] == 300.0
@@ -533,7 +640,8 @@ print(json.dumps({"seen": seen, "after": after}))
 
 
 def test_lightning_tunes_through_the_agent_named_after_its_script_and_releases_the_gpu_when_fit_ends(
-        agent: RunningAgent, tmp_path: Path) -> None:
+    agent: RunningAgent, tmp_path: Path
+) -> None:
     env = {**agent.env(), "WATTWISE_BACKEND": ""}
     script = tmp_path / "train_bert.py"
     script.write_text(TUNE.replace("OUT", repr(str(tmp_path / "run"))))
@@ -549,14 +657,35 @@ def test_lightning_tunes_through_the_agent_named_after_its_script_and_releases_t
     assert summary["power_limit"]["chosen_power_limit_w"] is not None
 
 
-def test_the_demo_runs_through_the_agent_on_its_simulated_gpus_and_says_so(agent: RunningAgent,
-                                                                          tmp_path: Path) -> None:
+def test_the_demo_runs_through_the_agent_on_its_simulated_gpus_and_says_so(agent: RunningAgent, tmp_path: Path) -> None:
     from wattwise.tools.demo import format_demo
 
-    done = subprocess.run([sys.executable, "-m", "wattwise", "demo", "--backend", "agent", "--json",
-                           "--base-step-time", "0.02", "--steps-after-tuning", "10", "--profile-steps", "3",
-                           "--step-w", "100", "--output-dir", str(tmp_path / "demo")],
-                          env=agent.env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "demo",
+            "--backend",
+            "agent",
+            "--json",
+            "--base-step-time",
+            "0.02",
+            "--steps-after-tuning",
+            "10",
+            "--profile-steps",
+            "3",
+            "--step-w",
+            "100",
+            "--output-dir",
+            str(tmp_path / "demo"),
+        ],
+        env=agent.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["simulated"] is True and result["backend"] == "agent"
@@ -574,7 +703,7 @@ def _dashboard_answers(port: int) -> dict[str, tuple[dict, str]]:
     queries = [(f"{p['title']} #{k}", t["expr"]) for p in board["panels"] for k, t in enumerate(p.get("targets", []))]
     for variable in board["templating"]["list"]:
         if variable["type"] == "query":  # label_values(METRIC, LABEL): the metric must carry the label
-            metric, label = (part.strip() for part in variable["query"][len("label_values("):-1].split(","))
+            metric, label = (part.strip() for part in variable["query"][len("label_values(") : -1].split(","))
             queries.append((f"variable {variable['name']}", f"count by ({label}) ({metric})"))
     answers = {}
     for title, expr in queries:
@@ -585,18 +714,28 @@ def _dashboard_answers(port: int) -> dict[str, tuple[dict, str]]:
     return answers
 
 
-
-@pytest.mark.skipif(shutil.which("prometheus") is None,
-                    reason="no `prometheus` binary (Debian: apt-get install prometheus)")
-def test_a_real_prometheus_scrapes_the_agent_and_sees_the_energy_counter_rise(agent: RunningAgent,
-                                                                             tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="no `prometheus` binary (Debian: apt-get install prometheus)"
+)
+def test_a_real_prometheus_scrapes_the_agent_and_sees_the_energy_counter_rise(
+    agent: RunningAgent, tmp_path: Path
+) -> None:
     port = free_port()
     config = tmp_path / "prometheus.yml"
-    config.write_text("global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: wattwise-agent\n"
-                      f"    static_configs: [{{targets: ['127.0.0.1:{agent.metrics_port}']}}]\n")
-    prom = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config.write_text(
+        "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: wattwise-agent\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{agent.metrics_port}']}}]\n"
+    )
+    prom = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def energy() -> list[float]:
         url = f"http://127.0.0.1:{port}/api/v1/query?query=wattwise_gpu_energy_joules_total%7Bgpu%3D%220%22%7D"

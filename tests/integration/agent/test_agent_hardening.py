@@ -59,8 +59,13 @@ def test_a_live_holder_keeps_its_lease_and_limit_over_a_sigterm_and_a_sigkill_re
         second.proc.wait()
         third = start_agent(tmp_path)
         try:
-            assert third.gpu(1)["holder"] == {"pid": holder.pid, "uid": os.getuid(), "job": "bert", "job_id": "",
-                                               "pgid": None}
+            assert third.gpu(1)["holder"] == {
+                "pid": holder.pid,
+                "uid": os.getuid(),
+                "job": "bert",
+                "job_id": "",
+                "pgid": None,
+            }
             assert third.gpu(1)["power_limit_w"] == 150.0
             with pytest.raises(NoPermissionError, match=f"GPU 1 is held by pid {holder.pid}"):
                 third.client.set_power_limit(1, 250.0, "intruder")
@@ -77,8 +82,10 @@ def test_a_live_holder_keeps_its_lease_and_limit_over_a_sigterm_and_a_sigkill_re
             ("power_limit_w", 150.0, 150.0, "restart: holder alive"),
             ("power_limit_w", 150.0, 300.0, "holder ended"),
         ]
-        assert all(a["pid"] == holder.pid and a["uid"] == os.getuid() and a["job"] == "bert"
-                   and a["gpu_index"] == 1 for a in lines)
+        assert all(
+            a["pid"] == holder.pid and a["uid"] == os.getuid() and a["job"] == "bert" and a["gpu_index"] == 1
+            for a in lines
+        )
         assert (third.state_dir / AUDIT_NAME).stat().st_mode & 0o777 == 0o600
     finally:
         holder.kill()
@@ -108,9 +115,25 @@ def test_a_journalled_holder_whose_pid_now_names_another_process_is_not_trusted(
 
 def _serve_fails(tmp_path: Path, sock: Path) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "wattwise", "agent", "serve", "--socket", str(sock), "--backend", "simulated",
-         "--state-dir", str(tmp_path / "state"), "--simulated-dir", str(tmp_path / "sim")],
-        capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "agent",
+            "serve",
+            "--socket",
+            str(sock),
+            "--backend",
+            "simulated",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--simulated-dir",
+            str(tmp_path / "sim"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0, proc.stderr
     assert not sock.exists()
     return proc.stderr
@@ -138,8 +161,10 @@ def test_a_socket_folder_owned_by_an_ordinary_user_is_refused(tmp_path: Path) ->
 
 
 def _request(path: str, body: bytes) -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-            "\r\nConnection: close\r\n\r\n").encode() + body
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+        "\r\nConnection: close\r\n\r\n"
+    ).encode() + body
 
 
 def test_nested_and_non_ascii_input_is_refused_with_400_or_404_and_changes_nothing(tmp_path: Path) -> None:
@@ -205,8 +230,14 @@ print(round(time.monotonic() - start + 1.0, 1), flush=True)
 @needs_user_python
 def test_a_flood_of_half_sent_requests_from_one_user_is_bounded_and_root_is_still_served() -> None:
     with agent_for_users() as (running, _):
-        flood = as_user(USER_UID, SOCKET_GID, running, ["-c", FLOOD, str(running.socket), "400"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        flood = as_user(
+            USER_UID,
+            SOCKET_GID,
+            running,
+            ["-c", FLOOD, str(running.socket), "400"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         assert flood.stdout is not None
         kept = int(flood.stdout.readline())
         assert 0 < kept <= MAX_CONNECTIONS_PER_UID  # the rest were closed at once

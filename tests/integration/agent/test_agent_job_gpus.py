@@ -35,8 +35,13 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
 
 
 def _status(agent: RunningAgent) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "wattwise", "agent", "status", "--json"], env=agent.env(),
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "wattwise", "agent", "status", "--json"],
+        env=agent.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return list(json.loads(out)["gpus"])
 
 
@@ -46,11 +51,31 @@ def _cap(agent: RunningAgent, visible: str | None, *extra: str) -> tuple[subproc
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    peek = ("import json; from wattwise.devices.agent import AgentClient; "
-            "print(json.dumps(AgentClient().status()['gpus']))")
-    done = subprocess.run([sys.executable, "-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", *extra,
-                           "--json", "--", sys.executable, "-c", peek], env=env, capture_output=True, text=True,
-                          timeout=120)
+    peek = (
+        "import json; from wattwise.devices.agent import AgentClient; print(json.dumps(AgentClient().status()['gpus']))"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "cap",
+            "--watts",
+            "200",
+            "--backend",
+            "agent",
+            *extra,
+            "--json",
+            "--",
+            sys.executable,
+            "-c",
+            peek,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = done.stdout.splitlines()
     during = json.loads(lines[0]) if lines and lines[0].startswith("[") else []
     return done, during
@@ -94,8 +119,9 @@ def test_cap_runs_when_another_job_holds_a_gpu_this_job_does_not_see(agent: Runn
     wait_free(agent, 0)
 
 
-def test_a_gpu_the_job_does_not_see_is_refused_naming_what_it_sees(agent: RunningAgent,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gpu_the_job_does_not_see_is_refused_naming_what_it_sees(
+    agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     with pytest.raises(DeviceError, match=r"sees no GPU \[1\].*the node's \[2\]"):
         agent_gpus([1], path=agent.socket)
@@ -103,8 +129,9 @@ def test_a_gpu_the_job_does_not_see_is_refused_naming_what_it_sees(agent: Runnin
     assert agent_gpus(path=agent.socket) == []
 
 
-def test_the_agent_backed_gpu_offers_only_the_limits_the_admin_allows(agent: RunningAgent,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_agent_backed_gpu_offers_only_the_limits_the_admin_allows(
+    agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     (gpu,) = agent_gpus(path=agent.socket)
     assert gpu.index == 3 and gpu.uuid == _status(agent)[3]["uuid"]
@@ -141,10 +168,14 @@ print(json.dumps(seen))
 """
 
 
-def test_a_tune_run_on_gpu_1_profiles_and_chooses_inside_the_admins_bounds(agent: RunningAgent,
-                                                                            tmp_path: Path) -> None:
-    env = {**agent.env(), "WATTWISE_BACKEND": "", "CUDA_VISIBLE_DEVICES": "1", "LIFT_GPU": "1",
-           "SIM_DIR": str(agent.sim_dir)}
+def test_a_tune_run_on_gpu_1_profiles_and_chooses_inside_the_admins_bounds(agent: RunningAgent, tmp_path: Path) -> None:
+    env = {
+        **agent.env(),
+        "WATTWISE_BACKEND": "",
+        "CUDA_VISIBLE_DEVICES": "1",
+        "LIFT_GPU": "1",
+        "SIM_DIR": str(agent.sim_dir),
+    }
     script = tmp_path / "train.py"
     script.write_text(TUNE.replace("OUT", repr(str(tmp_path / "run"))))
     start = time.monotonic()
@@ -166,9 +197,27 @@ def test_a_tune_run_on_gpu_1_profiles_and_chooses_inside_the_admins_bounds(agent
 
 def test_killing_the_cap_wrapper_leaves_its_command_capped_until_the_command_ends(agent: RunningAgent) -> None:
     env = {**agent.env(), "CUDA_VISIBLE_DEVICES": "3"}
-    cap = subprocess.Popen([sys.executable, "-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--job",
-                            "train", "--", "sleep", "60"], env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           text=True)
+    cap = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "cap",
+            "--watts",
+            "200",
+            "--backend",
+            "agent",
+            "--job",
+            "train",
+            "--",
+            "sleep",
+            "60",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while (holder := _status(agent)[3]["holder"]) is None or holder["pid"] == cap.pid:
         assert cap.poll() is None and time.monotonic() < deadline, "the cap never handed GPU 3 to its command"
@@ -190,9 +239,28 @@ def test_a_shell_command_whose_child_outlives_it_keeps_the_gpu_capped_and_cap_sa
     env = {**agent.env(), "CUDA_VISIBLE_DEVICES": "2"}
     # The command starts its work in the background and exits at once (often before cap hands it the lease):
     # the lease follows the command's process group.
-    done = subprocess.run([sys.executable, "-m", "wattwise", "cap", "--watts", "200", "--backend", "agent", "--json",
-                           "--", "sh", "-c", "sleep 60 >/dev/null 2>&1 &"], env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "cap",
+            "--watts",
+            "200",
+            "--backend",
+            "agent",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "sleep 60 >/dev/null 2>&1 &",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and "warning" not in done.stderr, done.stderr
     result = json.loads(done.stdout)
     gpu = _status(agent)[2]
@@ -214,8 +282,10 @@ def test_only_the_holders_own_child_may_be_handed_the_lease(agent: RunningAgent)
     other = subprocess.Popen(["sleep", "30"])  # this test process's child, not the holder's
     holder = start_holder(agent, 250, "mine", index=2)
     try:
-        script = ("import sys; from wattwise.devices.agent import AgentClient\n"
-                  "AgentClient(sys.argv[1]).set_power_limit(2, 240.0, 'x')")
+        script = (
+            "import sys; from wattwise.devices.agent import AgentClient\n"
+            "AgentClient(sys.argv[1]).set_power_limit(2, 240.0, 'x')"
+        )
         took = subprocess.run([sys.executable, "-c", script, str(agent.socket)], capture_output=True, text=True)
         assert took.returncode != 0 and "held by pid" in took.stderr
         with pytest.raises(NoPermissionError, match="not a running child"):
@@ -233,12 +303,17 @@ def test_only_the_holders_own_child_may_be_handed_the_lease(agent: RunningAgent)
 
 
 #: The tuning script in cap mode (200 W) for 20 steps, its warnings shown.
-CAP = (TUNE.replace('warnings.filterwarnings("ignore")', "").replace('mode="tune"', 'mode="cap", cap_w=200')
-       .replace("max_steps=300", "max_steps=20").replace("32 * 300", "32 * 20"))
+CAP = (
+    TUNE.replace('warnings.filterwarnings("ignore")', "")
+    .replace('mode="tune"', 'mode="cap", cap_w=200')
+    .replace("max_steps=300", "max_steps=20")
+    .replace("32 * 300", "32 * 20")
+)
 
 
 def test_a_change_the_agent_refuses_is_one_warning_on_the_console_and_a_note_in_the_summary(
-        agent: RunningAgent, tmp_path: Path) -> None:
+    agent: RunningAgent, tmp_path: Path
+) -> None:
     other = start_holder(agent, 250, "someone-else", index=0)
     try:
         env = {**agent.env(), "WATTWISE_BACKEND": "", "CUDA_VISIBLE_DEVICES": "0"}

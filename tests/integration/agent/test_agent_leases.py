@@ -39,10 +39,9 @@ def test_the_watcher_notices_a_holders_sigkill(pidfd: bool, monkeypatch: pytest.
     assert asyncio.run(scenario()) < 1.0
 
 
-
-
 def test_holders_that_follow_process_groups_are_polled_with_one_pass_over_proc_for_all(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Two commands whose wrappers have ended: each lease follows its command's process group, where a
     # shell (the group's leader) waits for a sleep.
     import wattwise.agent.processes as processes

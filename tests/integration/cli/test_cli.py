@@ -31,8 +31,9 @@ def wattwise_script() -> str:
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([wattwise_script(), *args], capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S, env=os.environ.copy())
+    return subprocess.run(
+        [wattwise_script(), *args], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, env=os.environ.copy()
+    )
 
 
 def test_devices_console_script_on_this_machine(real_auto_backend: None) -> None:
@@ -54,8 +55,9 @@ def test_devices_console_script_on_this_machine(real_auto_backend: None) -> None
 
 
 def test_measure_reports_the_commands_time_and_the_idle_energy(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["measure", "--json", "--backend", "simulated", "--",
-                 sys.executable, "-c", "import time; time.sleep(1)"])
+    code = main(
+        ["measure", "--json", "--backend", "simulated", "--", sys.executable, "-c", "import time; time.sleep(1)"]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["exit_code"] == 0 and data["simulated"] is True
@@ -108,8 +110,6 @@ def test_console_script_without_sub_command_exits_2() -> None:
     proc = run_script()
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-
-
 
 
 def test_cap_tells_its_ended_command_without_taking_its_exit_status() -> None:

@@ -23,8 +23,20 @@ from wattwise.pipeline.profiles import write_profile
 
 SUBPROCESS_TIMEOUT_S = 120.0
 #: Imported by no light command: the solvers' CP-SAT, the store, the frameworks, the configuration.
-HEAVY = ("ortools", "scipy", "pandas", "sqlalchemy", "torch", "lightning", "accelerate", "omegaconf", "yaml",
-         "wattwise.config", "wattwise.devices", "wattwise.tools.demo")
+HEAVY = (
+    "ortools",
+    "scipy",
+    "pandas",
+    "sqlalchemy",
+    "torch",
+    "lightning",
+    "accelerate",
+    "omegaconf",
+    "yaml",
+    "wattwise.config",
+    "wattwise.devices",
+    "wattwise.tools.demo",
+)
 
 
 def sub_commands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
@@ -70,11 +82,18 @@ def test_the_command_is_the_first_word_that_is_not_an_option(argv: list[str], co
 
 def imported_by(argv: list[str]) -> set[str]:
     """The modules loaded by `wattwise ARGV`, run in a fresh interpreter."""
-    code = ("import json, sys\nfrom wattwise.cli.main import main\n"
-            "try:\n    main(json.loads(sys.argv[1]))\nexcept SystemExit:\n    pass\n"
-            "print(json.dumps(sorted(sys.modules)), file=sys.stderr)")
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S, check=True)
+    code = (
+        "import json, sys\nfrom wattwise.cli.main import main\n"
+        "try:\n    main(json.loads(sys.argv[1]))\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        check=True,
+    )
     return set(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
@@ -86,8 +105,24 @@ def heavy_among(modules: set[str], heavy: tuple[str, ...]) -> list[str]:
 def frontier_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("startup")
     write_profile(synthetic_profile(2, 3, 0.001, seed=3), tmp / "profile.csv")
-    assert main(["frontier", str(tmp / "profile.csv"), "--microbatches", "4", "--unit-time", "0.001",
-                 "--p-blocking", "80", "--out", str(tmp / "frontier.json"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "frontier",
+                str(tmp / "profile.csv"),
+                "--microbatches",
+                "4",
+                "--unit-time",
+                "0.001",
+                "--p-blocking",
+                "80",
+                "--out",
+                str(tmp / "frontier.json"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return tmp / "frontier.json"
 
 
@@ -109,8 +144,24 @@ def test_plan_imports_neither_the_solvers_nor_the_store(frontier_file: Path, tmp
 
 def test_frontier_help_imports_neither_cp_sat_nor_the_store() -> None:
     modules = imported_by(["frontier", "--help"])  # the fast solver's max flow and scipy: yes
-    assert heavy_among(modules, ("ortools.sat", "pandas", "sqlalchemy", "torch", "lightning", "accelerate",
-                                 "omegaconf", "wattwise.config", "wattwise.devices", "wattwise.tools.demo")) == []
+    assert (
+        heavy_among(
+            modules,
+            (
+                "ortools.sat",
+                "pandas",
+                "sqlalchemy",
+                "torch",
+                "lightning",
+                "accelerate",
+                "omegaconf",
+                "wattwise.config",
+                "wattwise.devices",
+                "wattwise.tools.demo",
+            ),
+        )
+        == []
+    )
 
 
 def test_a_demo_with_a_bad_power_model_says_so_before_loading_a_framework(tmp_path: Path) -> None:
@@ -129,11 +180,19 @@ def test_a_bad_command_is_still_one_line_and_exit_2(capsys: pytest.CaptureFixtur
 
 def blas_threads_after(argv: list[str], env: dict[str, str]) -> str | None:
     """OPENBLAS_NUM_THREADS as `wattwise ARGV` leaves it, in a fresh interpreter started with `env`."""
-    code = ("import json, os, sys\nfrom wattwise.cli.main import main\n"
-            "try:\n    main(json.loads(sys.argv[1]))\nexcept SystemExit:\n    pass\n"
-            "print(json.dumps(os.environ.get('OPENBLAS_NUM_THREADS')), file=sys.stderr)")
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True,
-                          env=env, timeout=SUBPROCESS_TIMEOUT_S, check=True)
+    code = (
+        "import json, os, sys\nfrom wattwise.cli.main import main\n"
+        "try:\n    main(json.loads(sys.argv[1]))\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(os.environ.get('OPENBLAS_NUM_THREADS')), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        check=True,
+    )
     return json.loads(done.stderr.strip().splitlines()[-1])
 
 

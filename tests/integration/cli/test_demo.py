@@ -15,9 +15,27 @@ def test_demo_json_contract_and_choice_follow_the_measured_profile(tmp_path):
     model = tmp_path / "model.csv"
     # Energy per step is lowest at 150 W by a wide margin; at eta=1 the choice must follow energy.
     model.write_text("power_limit,time,power\n100,3.0,100\n150,1.1,140\n200,1.02,190\n250,1.0,240\n")
-    cmd = [sys.executable, "-m", "wattwise.cli.main", "demo", "--power-model", str(model), "--eta", "1.0", "--json",
-           "--base-step-time", "0.02", "--steps-after-tuning", "10", "--profile-steps", "3", "--step-w", "50",
-           "--output-dir", str(tmp_path / "demo")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "wattwise.cli.main",
+        "demo",
+        "--power-model",
+        str(model),
+        "--eta",
+        "1.0",
+        "--json",
+        "--base-step-time",
+        "0.02",
+        "--steps-after-tuning",
+        "10",
+        "--profile-steps",
+        "3",
+        "--step-w",
+        "50",
+        "--output-dir",
+        str(tmp_path / "demo"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
@@ -28,8 +46,10 @@ def test_demo_json_contract_and_choice_follow_the_measured_profile(tmp_path):
     for row in out["profile"]:
         assert {"power_limit_w", "time_s", "energy_j"} <= set(row) and row["time_s"] > 0 and row["energy_j"] > 0
     # The choice is the least cost of the profile the demo printed (eta=1: least energy).
-    best = min(out["profile"], key=lambda r: (zeus_cost(r["energy_j"], r["time_s"], eta=1.0, max_power_w=250),
-                                              -r["power_limit_w"]))
+    best = min(
+        out["profile"],
+        key=lambda r: (zeus_cost(r["energy_j"], r["time_s"], eta=1.0, max_power_w=250), -r["power_limit_w"]),
+    )
     assert out["chosen_power_limit_w"] == best["power_limit_w"]
     # Modelled energy per step is 3x lower at 150 W than at 100 W, 1.3x lower than at 250 W.
     assert out["chosen_power_limit_w"] == 150

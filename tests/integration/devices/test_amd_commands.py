@@ -32,8 +32,13 @@ def _fresh_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, real_auto_ba
 def test_devices_backend_amdsmi_without_the_library_is_one_line_and_exits_non_zero() -> None:
     if importlib.util.find_spec("amdsmi") is not None:
         pytest.skip("the amdsmi package is installed here")
-    proc = subprocess.run([sys.executable, "-m", "wattwise", "devices", "--backend", "amdsmi"],
-                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    proc = subprocess.run(
+        [sys.executable, "-m", "wattwise", "devices", "--backend", "amdsmi"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ.copy(),
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     assert "pip install 'wattwise[amd]'" in line and "Traceback" not in proc.stderr
@@ -62,12 +67,21 @@ def test_a_dead_processs_amd_cap_is_restored_from_its_journal(monkeypatch: pytes
     FakeAmdSmi([fake_gpu]).install(monkeypatch)
     (gpu,) = discover("amdsmi").gpus
     gpu.set_power_limit_w(320.0)  # what a process killed with SIGKILL left behind
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, timeout=120, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, timeout=120, check=True
+    )
     path = journal_dir() / "dead.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(), "created": 0.0,
-                                "changes": [{"device": gpu.spec(), "setting": "power_limit_w", "original": 500.0}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "pid": int(dead.stdout),
+                "host": socket.gethostname(),
+                "created": 0.0,
+                "changes": [{"device": gpu.spec(), "setting": "power_limit_w", "original": 500.0}],
+            }
+        )
+    )
     result = recover_stale_journals()
     assert len(result.restored) == 1 and result.failed == []
     assert fake_gpu.cap_uw == 500_000_000

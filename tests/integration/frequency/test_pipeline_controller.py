@@ -18,8 +18,10 @@ MAX_MHZ = 1740
 
 def plan_for(freq_of) -> list[list[list[object]]]:
     """Per stage, the 1F1B order of our own schedule with a frequency per instruction."""
-    return [[[s.instruction, s.microbatch, freq_of(stage, s.instruction, s.microbatch)] for s in steps]
-            for stage, steps in enumerate(one_f_one_b(2, 4))]
+    return [
+        [[s.instruction, s.microbatch, freq_of(stage, s.instruction, s.microbatch)] for s in steps]
+        for stage, steps in enumerate(one_f_one_b(2, 4))
+    ]
 
 
 def run_pipelines(tmp_path: Path, **plans) -> dict[str, list[dict]]:
@@ -30,8 +32,9 @@ def run_pipelines(tmp_path: Path, **plans) -> dict[str, list[dict]]:
         files.append(tmp_path / name / "plan.json")
         files[-1].write_text(json.dumps({"plan": plan}))
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, str(SCRIPT), *map(str, files)], env=env, capture_output=True,
-                          text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, files)], env=env, capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {name: [json.loads((tmp_path / name / f"rank{r}.json").read_text()) for r in range(2)] for name in plans}
 
@@ -51,5 +54,3 @@ def test_pipeline_follows_the_plan_and_saves_energy_against_maximum_frequency(tm
     planned_j = sum(r["energy_j"] for r in planned)
     fastest_j = sum(r["energy_j"] for r in fastest)
     assert planned_j < fastest_j
-
-

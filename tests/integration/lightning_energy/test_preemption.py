@@ -28,8 +28,9 @@ def preempted(tmp: Path, name: str, **env: str) -> tuple[subprocess.CompletedPro
     marker.mkdir()
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY"))}
     clean.update(PYTHONWARNINGS="ignore", WATTWISE_HOME=str(tmp / "home"), **env)
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(marker)], env=clean, cwd=tmp, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(marker)], env=clean, cwd=tmp, capture_output=True, text=True, timeout=120
+    )
     return proc, marker
 
 
@@ -42,8 +43,14 @@ def test_sigterm_in_a_tuned_fit_lets_lightning_handle_it_and_restores_the_limit(
     state.parent.mkdir(parents=True)
     state.write_text(json.dumps({"power_limit_w": 250.0, "locked_sm_clocks_mhz": None}))  # the GPU's own limit
     out = tmp_path / "out"
-    tuned, marker = preempted(tmp_path, "tuned", LIGHTNING_ENERGY="1", LIGHTNING_ENERGY_MODE="tune",
-                              LIGHTNING_ENERGY_OUTPUT_DIR=str(out), LIGHTNING_ENERGY_OVERRIDES=TUNE)
+    tuned, marker = preempted(
+        tmp_path,
+        "tuned",
+        LIGHTNING_ENERGY="1",
+        LIGHTNING_ENERGY_MODE="tune",
+        LIGHTNING_ENERGY_OUTPUT_DIR=str(out),
+        LIGHTNING_ENERGY_OVERRIDES=TUNE,
+    )
     # As without wattwise: Lightning's own handling ran the user's callback, and the script ended normally.
     assert tuned.returncode == 0, tuned.stderr[-2000:]
     assert (marker / "on_exception").read_text() == "SIGTERMException"
@@ -65,8 +72,14 @@ def test_sigterm_in_both_processes_of_a_ddp_fit_restores_each_gpu_and_writes_the
         state.write_text(json.dumps({"power_limit_w": 250.0, "locked_sm_clocks_mhz": None}))  # their own limit
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY"))}
     env.update(WATTWISE_HOME=str(home))
-    proc = subprocess.run([sys.executable, str(SCRIPTS_DIR / "ranks_differ.py"), str(home), str(tmp_path / "run"),
-                           "sigterm"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS_DIR / "ranks_differ.py"), str(home), str(tmp_path / "run"), "sigterm"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]  # as without wattwise
     summary = json.loads((tmp_path / "run" / "sigterm" / "summary.json").read_text())
     assert (summary["status"], summary["steps"], summary["world_size"]) == ("interrupted", 6, 2)

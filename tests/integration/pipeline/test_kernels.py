@@ -39,10 +39,22 @@ def problems() -> list[PlanningProblem]:
 def test_a_bad_thread_cap_is_one_line_and_exit_2(tmp_path: Path) -> None:
     profile = tmp_path / "profile.csv"
     write_profile(synthetic_profile(2, 3, UNIT_S, 0), profile)
-    command = [sys.executable, "-m", "wattwise", "frontier", str(profile), "--microbatches", "2",
-               "--unit-time", "0.001", "--p-blocking", "80", "--out", str(tmp_path / "f.json")]
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ,
-                                                                         "WATTWISE_THREADS": "many"})
+    command = [
+        sys.executable,
+        "-m",
+        "wattwise",
+        "frontier",
+        str(profile),
+        "--microbatches",
+        "2",
+        "--unit-time",
+        "0.001",
+        "--p-blocking",
+        "80",
+        "--out",
+        str(tmp_path / "f.json"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "WATTWISE_THREADS": "many"})
     assert done.returncode == 2, done.stderr
     assert "WATTWISE_THREADS must be a positive integer" in done.stderr and "Traceback" not in done.stderr
 
@@ -53,13 +65,16 @@ def test_frontier_runs_without_scipy_when_the_kernels_are_built(tmp_path: Path) 
         pytest.skip("the C extension is not built: scipy does the shortest paths")
     profile = tmp_path / "profile.csv"
     write_profile(synthetic_profile(2, 3, UNIT_S, 0), profile)
-    code = ("import sys, runpy; sys.argv = ['wattwise', 'frontier', sys.argv[1], '--microbatches', '3', "
-            "'--unit-time', '0.001', '--p-blocking', '80', '--out', sys.argv[2], '--quiet']\n"
-            "from wattwise.cli.main import main\n"
-            "code = main(sys.argv[1:])\n"
-            "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))\n"
-            "sys.exit(code)")
-    done = subprocess.run([sys.executable, "-c", code, str(profile), str(tmp_path / "f.json")],
-                          capture_output=True, text=True)
+    code = (
+        "import sys, runpy; sys.argv = ['wattwise', 'frontier', sys.argv[1], '--microbatches', '3', "
+        "'--unit-time', '0.001', '--p-blocking', '80', '--out', sys.argv[2], '--quiet']\n"
+        "from wattwise.cli.main import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))\n"
+        "sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(profile), str(tmp_path / "f.json")], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -47,8 +47,9 @@ run.finish()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mount)], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mount)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip() or done.returncode}")
     try:
@@ -61,8 +62,14 @@ def test_a_full_disk_under_wattwise_home_still_restores_the_gpu(tmp_path: Path, 
     home = small_disk / "home"
     home.mkdir()
     env = {"PATH": "/usr/bin:/bin", "WATTWISE_HOME": str(home), "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "-c", TUNE_THEN_FILL, str(tmp_path / "run")], env=env,
-                          capture_output=True, text=True, timeout=240, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", TUNE_THEN_FILL, str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert float(proc.stdout.split()[0]) < 300.0  # tuning had changed the limit before the disk filled
     assert "could not restore" not in proc.stderr, proc.stderr[-3000:]

@@ -30,8 +30,13 @@ pytestmark = pytest.mark.usefixtures("simulated_home")
 
 
 def dead_pid() -> int:
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, timeout=CHILD_TIMEOUT_S, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+        check=True,
+    )
     return int(proc.stdout)
 
 
@@ -128,8 +133,7 @@ def write_journal(name: str, pid: int, changes: list[dict[str, Any]]) -> Path:
 
     path = journal_dir() / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "created": 0.0,
-                                "changes": changes}))
+    path.write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "created": 0.0, "changes": changes}))
     return path
 
 
@@ -142,10 +146,14 @@ def test_a_journal_whose_restore_fails_is_kept_with_only_what_failed(
     sim = SimulatedGPU(0, state_file=state_file)
     sim.set_power_limit_w(150.0)
     fake_gpu.limit_mw = 250_000
-    path = write_journal("dead.json", dead_pid(), [
-        {"device": sim.spec(), "setting": "power_limit_w", "original": MAX_W},
-        {"device": nvml_gpu.spec(), "setting": "power_limit_w", "original": 400.0},
-    ])
+    path = write_journal(
+        "dead.json",
+        dead_pid(),
+        [
+            {"device": sim.spec(), "setting": "power_limit_w", "original": MAX_W},
+            {"device": nvml_gpu.spec(), "setting": "power_limit_w", "original": 400.0},
+        ],
+    )
     fake_gpu.lost = True
 
     assert main(["restore"]) == 1
@@ -167,10 +175,16 @@ def test_a_journal_from_another_host_is_left_alone(state_file: Path) -> None:
     sim.set_power_limit_w(150.0)
     path = journal_dir() / "other.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"pid": dead_pid(), "host": "some-other-host-" + os.urandom(4).hex(),
-                                "created": 0.0,
-                                "changes": [{"device": sim.spec(), "setting": "power_limit_w",
-                                             "original": MAX_W}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "pid": dead_pid(),
+                "host": "some-other-host-" + os.urandom(4).hex(),
+                "created": 0.0,
+                "changes": [{"device": sim.spec(), "setting": "power_limit_w", "original": MAX_W}],
+            }
+        )
+    )
     assert recover_stale_journals(include_live=True).restored == []
     assert limit_on_gpu(state_file) == 150.0
     assert path.exists()

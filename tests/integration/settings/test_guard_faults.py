@@ -62,8 +62,7 @@ def test_a_second_process_refuses_a_gpu_another_live_process_holds(child: Any, s
     assert limit_on_gpu(state_file) == MAX_W
 
 
-def test_a_tuning_run_on_a_held_gpu_warns_once_and_only_measures(child: Any, state_file: Path,
-                                                                  tmp_path: Path) -> None:
+def test_a_tuning_run_on_a_held_gpu_warns_once_and_only_measures(child: Any, state_file: Path, tmp_path: Path) -> None:
     holder = child(150.0)
     run, gpu = short_tuning_run(state_file, tmp_path / "r")
     with warnings.catch_warnings(record=True) as caught:
@@ -84,9 +83,7 @@ def test_a_tuning_run_on_a_held_gpu_warns_once_and_only_measures(child: Any, sta
 # -- 2. a SIGKILLed run's leftover is recovered before anything reads the GPU ---------------------------
 
 
-def test_the_next_run_recovers_a_killed_runs_limit_before_recording_the_original(
-    child: Any, state_file: Path
-) -> None:
+def test_the_next_run_recovers_a_killed_runs_limit_before_recording_the_original(child: Any, state_file: Path) -> None:
     gpu = SimulatedGPU(0, state_file=state_file)  # this process looked at the GPU first
     killed(child, 275.0)
     assert gpu.power_limit_w() == 275.0  # the leftover, as a real GPU shows it
@@ -99,13 +96,16 @@ def test_the_next_run_recovers_a_killed_runs_limit_before_recording_the_original
     assert limit_on_gpu(state_file) == MAX_W
 
 
-def test_devices_shows_a_leftover_without_restoring_it(child: Any, state_file: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_devices_shows_a_leftover_without_restoring_it(
+    child: Any, state_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pid = killed(child, 275.0)
     assert main(["devices", "--backend", "simulated"]) == 0
     out = capsys.readouterr().out
-    assert (f"leftover: simulated gpu0 power limit 275 W from dead process PID {pid}, original power limit "
-            "300 W; run `wattwise restore`") in out
+    assert (
+        f"leftover: simulated gpu0 power limit 275 W from dead process PID {pid}, original power limit "
+        "300 W; run `wattwise restore`"
+    ) in out
     assert limit_on_gpu(state_file) == 275.0  # listing changes nothing
     assert main(["restore"]) == 0
     capsys.readouterr()
@@ -145,15 +145,32 @@ def test_a_folder_others_can_write_is_refused(state_file: Path, child: Any) -> N
     assert limit_on_gpu(state_file) == 150.0
 
 
-DEMO_ARGS = ["demo", "--wait-steps", "0", "--warmup-steps", "1", "--profile-steps", "1", "--step-w", "100",
-             "--base-step-time", "0.01", "--steps-after-tuning", "300"]
+DEMO_ARGS = [
+    "demo",
+    "--wait-steps",
+    "0",
+    "--warmup-steps",
+    "1",
+    "--profile-steps",
+    "1",
+    "--step-w",
+    "100",
+    "--base-step-time",
+    "0.01",
+    "--steps-after-tuning",
+    "300",
+]
 
 
 def start_demo(tmp_path: Path, framework: str = "lightning") -> subprocess.Popen[str]:
     """The demo (Lightning's, the default, or Accelerate's: both end through the same guard)."""
-    return subprocess.Popen([str(WATTWISE), *DEMO_ARGS, "--framework", framework, "--output-dir",
-                             str(tmp_path / "out")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    return subprocess.Popen(
+        [str(WATTWISE), *DEMO_ARGS, "--framework", framework, "--output-dir", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
 
 
 def wait_for(predicate: Any, proc: subprocess.Popen[str]) -> None:

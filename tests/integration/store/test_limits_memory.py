@@ -14,5 +14,3 @@ from wattwise.store import store_url
 def test_postgresql_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(postgres_url: str) -> None:
     empty_database(store_url(postgres_url))
     check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run(postgres_url)
-
-

@@ -70,5 +70,3 @@ def test_sqlite_8_processes_x_50_results_all_kept(sqlite_url: str) -> None:
 @pytest.mark.timeout(300)
 def test_postgresql_8_processes_x_50_results_all_kept(fresh_postgres: str) -> None:
     _concurrent_writers_lose_nothing(fresh_postgres)
-
-

@@ -17,17 +17,25 @@ from wattwise.recurring.spec import JobSpec
 from wattwise.store import spool, store_url
 from wattwise.store.sql import SqlJobStore
 
-SPEC = JobSpec(name="bert/squad", batch_sizes=(16, 32), default_batch_size=32, target_metric=0.8, max_epochs=5,
-               max_power_w=300.0)
+SPEC = JobSpec(
+    name="bert/squad", batch_sizes=(16, 32), default_batch_size=32, target_metric=0.8, max_epochs=5, max_power_w=300.0
+)
 
 
 def wattwise(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wattwise", *args], capture_output=True, text=True, timeout=120,
-                          check=False, env=os.environ.copy())
+    return subprocess.run(
+        [sys.executable, "-m", "wattwise", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=os.environ.copy(),
+    )
 
 
 def test_jobs_sync_and_show_exit_0_with_one_warning_line_after_a_spool_file_with_wrong_types(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home, path = tmp_path / "home", tmp_path / "jobs.sqlite"
     monkeypatch.setenv("WATTWISE_HOME", str(home))  # the spool folder the commands read
     url = store_url(str(path))
@@ -35,9 +43,22 @@ def test_jobs_sync_and_show_exit_0_with_one_warning_line_after_a_spool_file_with
     optimizer = BatchSizeOptimizer(SPEC, store)
     bad_run, good_run = optimizer.next_batch_size(), optimizer.next_batch_size()
     store.close()
-    files = [spool.spool_result(url, spool.SpooledResult(
-        job=SPEC.name, run_id=run.run_id, reached=False, epochs=1, energy_j=100.0, time_s=1.0, cost=200.0,
-        now_s=time.time())) for run in (bad_run, good_run)]
+    files = [
+        spool.spool_result(
+            url,
+            spool.SpooledResult(
+                job=SPEC.name,
+                run_id=run.run_id,
+                reached=False,
+                epochs=1,
+                energy_j=100.0,
+                time_s=1.0,
+                cost=200.0,
+                now_s=time.time(),
+            ),
+        )
+        for run in (bad_run, good_run)
+    ]
     data = json.loads(files[0].read_text())
     data.update(energy_j="1e3", cost=[])
     files[0].write_text(json.dumps(data))

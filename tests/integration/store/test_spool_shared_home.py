@@ -22,8 +22,9 @@ from wattwise.store.sql import SqlJobStore
 
 pytestmark = pytest.mark.skipif(why_not() is not None, reason=f"runs a command as another user: {why_not()}")
 
-SPEC = JobSpec(name="nightly", batch_sizes=(16, 32), default_batch_size=32, target_metric=0.8, max_epochs=5,
-               max_power_w=300.0)
+SPEC = JobSpec(
+    name="nightly", batch_sizes=(16, 32), default_batch_size=32, target_metric=0.8, max_epochs=5, max_power_w=300.0
+)
 
 #: What the other user runs: spool a result for run argv[2] of root's store argv[1] (100 W remembered), and link
 #: argv[3] (a root-only file) into the same spool folder.
@@ -50,20 +51,36 @@ def test_another_users_spool_files_never_reach_roots_store(monkeypatch: pytest.M
         store.set_power_limit(SPEC.name, run.batch_size, 250.0)
         store.close()
         secret = base / "root-only.json"
-        secret.write_text(spool.SpooledResult(job=SPEC.name, run_id=run.run_id, reached=True, epochs=1, energy_j=2.0,
-                                              time_s=1.0, cost=2.0, now_s=time.time()).to_json())
+        secret.write_text(
+            spool.SpooledResult(
+                job=SPEC.name,
+                run_id=run.run_id,
+                reached=True,
+                epochs=1,
+                energy_j=2.0,
+                time_s=1.0,
+                cost=2.0,
+                now_s=time.time(),
+            ).to_json()
+        )
         secret.chmod(0o600)
 
-        forged = run_as(USER_UID, USER_GID, ["-c", FORGE, url, str(run.run_id), str(secret)],
-                        env={"WATTWISE_HOME": str(home)})
+        forged = run_as(
+            USER_UID, USER_GID, ["-c", FORGE, url, str(run.run_id), str(secret)], env={"WATTWISE_HOME": str(home)}
+        )
         assert forged.returncode == 0, forged.stderr
         assert len(spool.not_yours(url)) == 2 and spool.pending(url) == []
 
-        sync = subprocess.run([sys.executable, "-m", "wattwise", "jobs", "sync", "--store", url, "--json"],
-                              capture_output=True, text=True, timeout=120, check=False, env=os.environ.copy())
+        sync = subprocess.run(
+            [sys.executable, "-m", "wattwise", "jobs", "sync", "--store", url, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=os.environ.copy(),
+        )
         assert sync.returncode == 0, sync.stderr
-        assert json.loads(sync.stdout) | {"store": None} == {"store": None, "delivered": 0, "rejected": 0,
-                                                              "pending": 0}
+        assert json.loads(sync.stdout) | {"store": None} == {"store": None, "delivered": 0, "rejected": 0, "pending": 0}
         [line] = sync.stderr.splitlines()
         assert f"2 spooled result(s) in {spool.spool_dir(url)} belong to another user (uid {USER_UID})" in line
 

@@ -57,9 +57,7 @@ def finish(
     store: JobStore, run: RunRecord, *, job: str = SHARED_JOB.name, reached: bool = True, cost: float = 310.0
 ) -> RunRecord:
     """Finish `run` of `job` after 2 epochs, 20 J and 2 s, at 7 s."""
-    return store.finish_run(
-        job, run.run_id, reached=reached, epochs=2, energy_j=20.0, time_s=2.0, cost=cost, now_s=7.0
-    )
+    return store.finish_run(job, run.run_id, reached=reached, epochs=2, energy_j=20.0, time_s=2.0, cost=cost, now_s=7.0)
 
 
 def test_a_registered_job_is_found_with_every_setting_as_given(store: JobStore) -> None:
@@ -112,8 +110,18 @@ def test_a_started_run_is_open_with_what_was_chosen(store: JobStore) -> None:
     store.register_job(SHARED_JOB, 0.0)
     run = store.start_run(SHARED_JOB.name, Chooser(64, "exploit", 1234.5), 5.0)
     assert run == RunRecord(
-        run_id=run.run_id, batch_size=64, phase="exploit", state="open", started_at_s=5.0, updated_at_s=5.0,
-        power_limit_w=None, cost_limit=1234.5, epochs=0, energy_j=None, time_s=None, cost=None,
+        run_id=run.run_id,
+        batch_size=64,
+        phase="exploit",
+        state="open",
+        started_at_s=5.0,
+        updated_at_s=5.0,
+        power_limit_w=None,
+        cost_limit=1234.5,
+        epochs=0,
+        energy_j=None,
+        time_s=None,
+        cost=None,
     )
     assert store.get_run(SHARED_JOB.name, run.run_id) == run
     assert store.runs(SHARED_JOB.name) == [run]

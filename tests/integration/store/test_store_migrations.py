@@ -17,5 +17,3 @@ def test_postgresql_migrations_build_the_current_schema(fresh_postgres: str) -> 
 
 def test_postgresql_store_of_wattwise_0_1_is_upgraded_without_losing_a_row(fresh_postgres: str) -> None:
     check_a_v1_store_is_upgraded_without_losing_a_row(fresh_postgres)
-
-

@@ -31,8 +31,14 @@ from wattwise.store import spool, store_url
 from wattwise.store.spool import StoreUnavailable
 from wattwise.store.sql import SqlJobStore
 
-SPEC = JobSpec(name="outage/job", batch_sizes=(16, 32, 64), default_batch_size=32, target_metric=0.8,
-               max_epochs=5, max_power_w=300.0)
+SPEC = JobSpec(
+    name="outage/job",
+    batch_sizes=(16, 32, 64),
+    default_batch_size=32,
+    target_metric=0.8,
+    max_epochs=5,
+    max_power_w=300.0,
+)
 WATTWISE = Path(sys.executable).with_name("wattwise")
 
 
@@ -48,8 +54,14 @@ class Server:
         self.pg_ctl = binaries[1]
 
     def _pg_ctl(self, *args: str) -> None:
-        done = subprocess.run([self.pg_ctl, "-D", str(self.root / "data"), *args], user=_server_user(),
-                              capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [self.pg_ctl, "-D", str(self.root / "data"), *args],
+            user=_server_user(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
 
     def stop(self) -> None:
@@ -76,8 +88,14 @@ def pg(server: Server) -> Iterator[Server]:
 
 
 def _sync(url: str) -> dict[str, Any]:
-    done = subprocess.run([str(WATTWISE), "jobs", "sync", "--store", url, "--json"], capture_output=True, text=True,
-                          timeout=120, check=False, env=os.environ.copy())
+    done = subprocess.run(
+        [str(WATTWISE), "jobs", "sync", "--store", url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=os.environ.copy(),
+    )
     assert done.returncode == 0, done.stderr
     return cast(dict[str, Any], json.loads(done.stdout))
 
@@ -97,8 +115,9 @@ def test_result_recorded_while_postgresql_is_stopped_is_spooled_then_synced_once
         # Training goes on without the store (one warning), and its result is spooled (one warning).
         assert optimizer.should_stop(rec.run_id, 2, 2000.0, 20.0, metric=0.9) is True
         assert optimizer.should_stop(rec.run_id, 3, 3000.0, 30.0, metric=0.9) is True
-        result = optimizer.report_result(rec.run_id, energy_j=2000.0, time_s=20.0, reached=True, epochs=2,
-                                         power_limit_w=210.0)
+        result = optimizer.report_result(
+            rec.run_id, energy_j=2000.0, time_s=20.0, reached=True, epochs=2, power_limit_w=210.0
+        )
     assert result is None
     assert all(issubclass(w.category, EnergyPluginWarning) for w in caught)
     assert len(caught) == 2
@@ -131,8 +150,16 @@ def test_result_recorded_while_postgresql_is_stopped_is_spooled_then_synced_once
 
 
 def _result(run_id: int, *, energy_j: float) -> spool.SpooledResult:
-    return spool.SpooledResult(job=SPEC.name, run_id=run_id, reached=False, epochs=1, energy_j=energy_j,
-                               time_s=1.0, cost=SPEC.cost(energy_j, 1.0), now_s=time.time())
+    return spool.SpooledResult(
+        job=SPEC.name,
+        run_id=run_id,
+        reached=False,
+        epochs=1,
+        energy_j=energy_j,
+        time_s=1.0,
+        cost=SPEC.cost(energy_j, 1.0),
+        now_s=time.time(),
+    )
 
 
 def test_postgresql_restarted_within_3_s_during_the_write_is_waited_for(pg: Server) -> None:

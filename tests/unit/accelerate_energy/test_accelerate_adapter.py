@@ -30,8 +30,9 @@ class DeniedGPU(SimulatedGPU):
         raise NoPermissionError("setting the power limit needs root or CAP_SYS_ADMIN")
 
 
-def train(accelerator: Accelerator, batches: int, *, epochs: int = 1, mark_epochs: bool = False,
-          during: Any = None) -> None:
+def train(
+    accelerator: Accelerator, batches: int, *, epochs: int = 1, mark_epochs: bool = False, during: Any = None
+) -> None:
     """A plain Accelerate loop; each micro-batch lasts the simulated GPU's modelled step time."""
     torch.manual_seed(0)
     model = tiny_model()
@@ -54,8 +55,9 @@ def train(accelerator: Accelerator, batches: int, *, epochs: int = 1, mark_epoch
 
 def test_a_step_is_an_optimizer_step_that_really_happened(tmp_path, clock):
     gpu = clocked_gpu(clock)
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True, gradient_accumulation_steps=4),
-                                           plugin(tmp_path, log_every_n_steps=1), devices=[gpu])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True, gradient_accumulation_steps=4), plugin(tmp_path, log_every_n_steps=1), devices=[gpu]
+    )
     train(accelerator, batches=20)
     accelerator.end_training()
 
@@ -75,9 +77,9 @@ def test_a_step_is_an_optimizer_step_that_really_happened(tmp_path, clock):
 @pytest.mark.parametrize(("selector", "eta"), [("cost", 0.5), ("energy", 0.5), ("time", 0.5)])
 def test_tuning_picks_what_the_power_model_says_and_restores_the_limit(tmp_path, clock, selector, eta):
     gpu = clocked_gpu(clock)
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True),
-                                           plugin(tmp_path, *TUNE, mode="tune", selector=selector, eta=eta),
-                                           devices=[gpu])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune", selector=selector, eta=eta), devices=[gpu]
+    )
     seen_w: list[float] = []
     train(accelerator, batches=TUNING_STEPS + 4, during=lambda: seen_w.append(gpu.power_limit_w()))
     accelerator.end_training()
@@ -90,8 +92,9 @@ def test_tuning_picks_what_the_power_model_says_and_restores_the_limit(tmp_path,
 
 def test_cap_applies_during_training_and_is_restored_after(tmp_path, clock):
     gpu = clocked_gpu(clock)
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, mode="cap", cap_fraction=0.5),
-                                           devices=[gpu])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True), plugin(tmp_path, mode="cap", cap_fraction=0.5), devices=[gpu]
+    )
     seen_w: list[float] = []
     train(accelerator, batches=4, during=lambda: seen_w.append(gpu.power_limit_w()))
     accelerator.end_training()
@@ -103,8 +106,7 @@ def test_cap_applies_during_training_and_is_restored_after(tmp_path, clock):
 
 def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path, clock):
     gpu = clocked_gpu(clock, DeniedGPU)
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"),
-                                           devices=[gpu])
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"), devices=[gpu])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         train(accelerator, batches=TUNING_STEPS)
@@ -122,8 +124,9 @@ def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path
 
 def test_strict_mode_raises_without_permission(tmp_path, clock):
     gpu = clocked_gpu(clock, DeniedGPU)
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True),
-                                           plugin(tmp_path, mode="cap", cap_w=200.0, strict=True), devices=[gpu])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True), plugin(tmp_path, mode="cap", cap_w=200.0, strict=True), devices=[gpu]
+    )
     with pytest.raises(NoPermissionError):
         train(accelerator, batches=2)
 
@@ -131,9 +134,11 @@ def test_strict_mode_raises_without_permission(tmp_path, clock):
 def test_metrics_reach_the_trackers_combined_and_numbered_by_optimizer_step(tmp_path, clock):
     recorder = Recorder()
     gpu = clocked_gpu(clock)
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True, log_with=[recorder]),
-                                           plugin(tmp_path, "log_every_n_steps=2", mode="cap", cap_w=200.0),
-                                           devices=[gpu])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True, log_with=[recorder]),
+        plugin(tmp_path, "log_every_n_steps=2", mode="cap", cap_w=200.0),
+        devices=[gpu],
+    )
     accelerator.init_trackers("energy-test")
     train(accelerator, batches=3, epochs=2, mark_epochs=True)
     accelerator.end_training()
@@ -144,8 +149,12 @@ def test_metrics_reach_the_trackers_combined_and_numbered_by_optimizer_step(tmp_
     epochs = [(step, m["energy/epoch_j"]) for step, m in recorder.logged if "energy/epoch_j" in m]
     assert [step for step, _ in epochs] == [3, 6]
     fit = [m for _, m in recorder.logged if "energy/fit_j" in m]
-    assert fit == [{"energy/fit_j": pytest.approx(summary(tmp_path)["energy_j"]),
-                    "time/fit_s": pytest.approx(summary(tmp_path)["time_s"])}]
+    assert fit == [
+        {
+            "energy/fit_j": pytest.approx(summary(tmp_path)["energy_j"]),
+            "time/fit_s": pytest.approx(summary(tmp_path)["time_s"]),
+        }
+    ]
 
 
 def test_epochs_are_measured_where_the_script_marks_them(tmp_path, clock):
@@ -177,9 +186,11 @@ def test_resumed_run_keeps_energy_and_choice_without_profiling_again(tmp_path, c
             super().set_power_limit_w(watts)
 
     gpu2 = CountingGPU(0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep)
-    second = accelerate_energy.attach(Accelerator(cpu=True),
-                                      EnergyPlugin(enabled=True, output_dir=str(tmp_path / "run2"), mode="tune",
-                                                   overrides=[*QUIET, *TUNE]), devices=[gpu2])
+    second = accelerate_energy.attach(
+        Accelerator(cpu=True),
+        EnergyPlugin(enabled=True, output_dir=str(tmp_path / "run2"), mode="tune", overrides=[*QUIET, *TUNE]),
+        devices=[gpu2],
+    )
     torch.manual_seed(0)
     model = tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -198,5 +209,3 @@ def test_resumed_run_keeps_energy_and_choice_without_profiling_again(tmp_path, c
     assert set(set_calls) == {chosen, 300.0}  # the chosen limit, then the restore: no profiling
     assert after["resumed_energy_j"] == pytest.approx(before["energy_j"])
     assert after["steps"] == before["steps"] + 3
-
-

@@ -69,9 +69,14 @@ def gpus_of(accelerator: Accelerator) -> list[Any]:
     return run.gpus if run is not None else []
 
 
-def train(accelerator: Accelerator, batches: int, *, optimizers: int = 1,
-          after_step: Callable[[int, nn.Module, Any], None] | None = None,
-          during_step: Callable[[torch.Tensor], None] | None = None) -> nn.Module:
+def train(
+    accelerator: Accelerator,
+    batches: int,
+    *,
+    optimizers: int = 1,
+    after_step: Callable[[int, nn.Module, Any], None] | None = None,
+    during_step: Callable[[torch.Tensor], None] | None = None,
+) -> nn.Module:
     """A plain Accelerate loop; each batch lasts the simulated GPU's modelled step time.
 
     `after_step(i, model, loader)` runs after batch i (from 1); `during_step(loss)` after its backward.
@@ -80,6 +85,7 @@ def train(accelerator: Accelerator, batches: int, *, optimizers: int = 1,
     gpus = gpus_of(accelerator)
     for i, batch in enumerate(loader, start=1):
         with accelerator.accumulate(model):
+
             def work(batch: dict[str, torch.Tensor] = batch) -> None:
                 loss = loss_of(model, batch)
                 accelerator.backward(loss)
@@ -97,8 +103,9 @@ def train(accelerator: Accelerator, batches: int, *, optimizers: int = 1,
 
 # -- 1. a step is an optimizer step ------------------------------------------------------------------
 def test_gradient_accumulation_counts_one_step_per_optimizer_step(tmp_path, clock):
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True, gradient_accumulation_steps=4),
-                                           plugin(tmp_path), devices=[clocked_gpu(clock)])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True, gradient_accumulation_steps=4), plugin(tmp_path), devices=[clocked_gpu(clock)]
+    )
     train(accelerator, batches=12)
     accelerator.end_training()
 
@@ -121,9 +128,11 @@ def test_steps_between_logging_points_read_nothing_sync_nothing_and_log_nothing(
     monkeypatch.setattr("wattwise.run.measurement.cuda_sync", lambda: syncs.append(1))
     recorder = Recorder()
     gpu = clocked_gpu(clock, CountingGPU)
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True, log_with=[recorder]),
-                                           plugin(tmp_path, "monitor.sync_cuda=true", log_every_n_steps=50),
-                                           devices=[gpu])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True, log_with=[recorder]),
+        plugin(tmp_path, "monitor.sync_cuda=true", log_every_n_steps=50),
+        devices=[gpu],
+    )
     accelerator.init_trackers("hot-path")
     steps = 200
     train(accelerator, batches=steps)
@@ -165,8 +174,9 @@ def evaluate_every(n: int, accelerator: Accelerator, clock: VirtualClock, done: 
 
 
 def test_evaluation_is_reported_apart_and_left_out_of_step_figures(tmp_path, clock):
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, log_every_n_steps=10),
-                                           devices=[clocked_gpu(clock)])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True), plugin(tmp_path, log_every_n_steps=10), devices=[clocked_gpu(clock)]
+    )
     evaluations: list[int] = []
     train(accelerator, batches=20, after_step=evaluate_every(EVAL_EVERY, accelerator, clock, evaluations))
     accelerator.end_training()
@@ -182,8 +192,9 @@ def test_evaluation_is_reported_apart_and_left_out_of_step_figures(tmp_path, clo
 
 
 def test_tuning_profiles_are_not_inflated_by_evaluation(tmp_path, clock):
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"),
-                                           devices=[clocked_gpu(clock)])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"), devices=[clocked_gpu(clock)]
+    )
     evaluations: list[int] = []
     train(accelerator, batches=TUNING_STEPS + 2, after_step=evaluate_every(2, accelerator, clock, evaluations))
     accelerator.end_training()
@@ -199,8 +210,9 @@ def test_tuning_profiles_are_not_inflated_by_evaluation(tmp_path, clock):
 
 
 def test_a_stretch_marked_not_training_is_reported_under_its_kind(tmp_path, clock):
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, log_every_n_steps=4),
-                                           devices=[clocked_gpu(clock)])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True), plugin(tmp_path, log_every_n_steps=4), devices=[clocked_gpu(clock)]
+    )
 
     def after_step(i: int, model: nn.Module, loader: Any) -> None:
         if i == 2:
@@ -211,8 +223,11 @@ def test_a_stretch_marked_not_training_is_reported_under_its_kind(tmp_path, cloc
     accelerator.end_training()
 
     s = summary(tmp_path)
-    assert s["non_training"]["custom"] == {"time_s": pytest.approx(0.3), "energy_j": pytest.approx(
-        0.3 * PowerModel.default().idle_power_w), "count": 1}
+    assert s["non_training"]["custom"] == {
+        "time_s": pytest.approx(0.3),
+        "energy_j": pytest.approx(0.3 * PowerModel.default().idle_power_w),
+        "count": 1,
+    }
     assert [t for name, t in window_rows(tmp_path) if name == "steps"] == [pytest.approx(4 * BASE_S)]
 
 
@@ -227,8 +242,9 @@ def test_not_training_does_nothing_when_wattwise_is_off(clock):
 def test_gathering_metrics_while_training_does_not_pause(tmp_path, clock, frozen_teacher):
     """`gather_for_metrics` in the training step (loss logging), also beside a prepared model kept in
     eval mode (a frozen teacher), is training: the step's time stays in the step figures."""
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, log_every_n_steps=3),
-                                           devices=[clocked_gpu(clock)])
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True), plugin(tmp_path, log_every_n_steps=3), devices=[clocked_gpu(clock)]
+    )
     if frozen_teacher:
         accelerator.prepare(RegressionModel()).eval()
     train(accelerator, batches=6, during_step=lambda loss: accelerator.gather_for_metrics(loss.detach()))
@@ -243,8 +259,7 @@ def test_gathering_metrics_while_training_does_not_pause(tmp_path, clock, frozen
 @pytest.mark.parametrize(("batches", "profiled"), [(8, [300.0, 250.0]), (2, [])])
 def test_a_run_too_short_for_tuning_says_so_once_and_keeps_a_profiled_limit(tmp_path, clock, batches, profiled):
     gpu = clocked_gpu(clock)
-    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"),
-                                           devices=[gpu])
+    accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, *TUNE, mode="tune"), devices=[gpu])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         train(accelerator, batches=batches)
@@ -308,15 +323,15 @@ def test_a_checkpoint_saved_with_wattwise_on_loads_with_it_off(tmp_path, clock):
 
 
 def test_a_run_resumed_with_wattwise_on_both_times_keeps_energy_and_steps(tmp_path, clock):
-    first = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, name="run1"),
-                                     devices=[clocked_gpu(clock)])
+    first = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, name="run1"), devices=[clocked_gpu(clock)])
     first.register_save_state_pre_hook(lambda models, weights, folder: clock.sleep(0.2))  # a slow write
     save_after(first, 6, tmp_path / "ckpt")
     first.end_training()
     reset_accelerate()
 
-    second = accelerate_energy.attach(Accelerator(cpu=True), plugin(tmp_path, name="run2"),
-                                      devices=[clocked_gpu(clock)])
+    second = accelerate_energy.attach(
+        Accelerator(cpu=True), plugin(tmp_path, name="run2"), devices=[clocked_gpu(clock)]
+    )
     resume_and_train(second, tmp_path / "ckpt", steps=4)
     second.end_training()
 
@@ -326,5 +341,3 @@ def test_a_run_resumed_with_wattwise_on_both_times_keeps_energy_and_steps(tmp_pa
     assert after["resumed_energy_j"] == pytest.approx(6 * BASE_S * BUSY_W)
     assert after["steps"] == 6 + 4
     assert after["energy_j"] == pytest.approx(10 * BASE_S * BUSY_W)
-
-

@@ -38,8 +38,12 @@ def test_variables_fill_the_config(monkeypatch, tmp_path):
     monkeypatch.setenv("ACCELERATE_ENERGY_BACKEND", "simulated")
     cfg = EnergyPlugin().to_config()
     assert (cfg.power_limit.mode, cfg.power_limit.selector, cfg.power_limit.eta) == ("tune", "slowdown", 0.25)
-    assert (cfg.output_dir, cfg.job, cfg.strict, cfg.devices.backend) == (str(tmp_path / "runs"), "nightly", True,
-                                                                         "simulated")
+    assert (cfg.output_dir, cfg.job, cfg.strict, cfg.devices.backend) == (
+        str(tmp_path / "runs"),
+        "nightly",
+        True,
+        "simulated",
+    )
 
 
 def test_cap_from_variables(monkeypatch):
@@ -64,16 +68,19 @@ def test_yaml_then_environment_then_code(monkeypatch, tmp_path):
     assert cfg.power_limit.selector == "cost"  # code over environment
 
 
-@pytest.mark.parametrize(("var", "value", "expected"), [
-    ("ACCELERATE_ENERGY_ETA", "half", "ACCELERATE_ENERGY_ETA must be a number"),
-    ("ACCELERATE_ENERGY_ETA", "2", "ACCELERATE_ENERGY_ETA must be between 0 and 1"),
-    ("ACCELERATE_ENERGY_MODE", "tuning", "ACCELERATE_ENERGY_MODE must be one of measure, tune, cap"),
-    ("ACCELERATE_ENERGY_SELECTOR", "fast", "ACCELERATE_ENERGY_SELECTOR must be one of"),
-    ("ACCELERATE_ENERGY_BACKEND", "cuda", "ACCELERATE_ENERGY_BACKEND must be one of auto, nvml, simulated"),
-    ("ACCELERATE_ENERGY_STRICT", "maybe", "ACCELERATE_ENERGY_STRICT must be one of 1, true"),
-    ("ACCELERATE_ENERGY_CONFIG", "/nonexistent/energy.yaml", "not found"),
-    ("ACCELERATE_ENERGY_MDOE", "tune", "unknown variable ACCELERATE_ENERGY_MDOE"),
-])
+@pytest.mark.parametrize(
+    ("var", "value", "expected"),
+    [
+        ("ACCELERATE_ENERGY_ETA", "half", "ACCELERATE_ENERGY_ETA must be a number"),
+        ("ACCELERATE_ENERGY_ETA", "2", "ACCELERATE_ENERGY_ETA must be between 0 and 1"),
+        ("ACCELERATE_ENERGY_MODE", "tuning", "ACCELERATE_ENERGY_MODE must be one of measure, tune, cap"),
+        ("ACCELERATE_ENERGY_SELECTOR", "fast", "ACCELERATE_ENERGY_SELECTOR must be one of"),
+        ("ACCELERATE_ENERGY_BACKEND", "cuda", "ACCELERATE_ENERGY_BACKEND must be one of auto, nvml, simulated"),
+        ("ACCELERATE_ENERGY_STRICT", "maybe", "ACCELERATE_ENERGY_STRICT must be one of 1, true"),
+        ("ACCELERATE_ENERGY_CONFIG", "/nonexistent/energy.yaml", "not found"),
+        ("ACCELERATE_ENERGY_MDOE", "tune", "unknown variable ACCELERATE_ENERGY_MDOE"),
+    ],
+)
 def test_a_bad_variable_is_named_in_the_error(monkeypatch, var, value, expected):
     monkeypatch.setenv("ACCELERATE_ENERGY", "1")
     monkeypatch.setenv(var, value)
@@ -122,10 +129,19 @@ def test_attach_fails_early_on_a_bad_setting(monkeypatch):
 # -- every setting and every config key reaches the Accelerate variables --------------------------------
 
 #: The variables of the first release: a contract, never renamed or dropped.
-RELEASED_VARS = ("ACCELERATE_ENERGY", "ACCELERATE_ENERGY_MODE", "ACCELERATE_ENERGY_SELECTOR", "ACCELERATE_ENERGY_ETA",
-                 "ACCELERATE_ENERGY_CAP_W", "ACCELERATE_ENERGY_CAP_FRACTION", "ACCELERATE_ENERGY_OUTPUT_DIR",
-                 "ACCELERATE_ENERGY_CONFIG", "ACCELERATE_ENERGY_JOB", "ACCELERATE_ENERGY_STRICT",
-                 "ACCELERATE_ENERGY_BACKEND")
+RELEASED_VARS = (
+    "ACCELERATE_ENERGY",
+    "ACCELERATE_ENERGY_MODE",
+    "ACCELERATE_ENERGY_SELECTOR",
+    "ACCELERATE_ENERGY_ETA",
+    "ACCELERATE_ENERGY_CAP_W",
+    "ACCELERATE_ENERGY_CAP_FRACTION",
+    "ACCELERATE_ENERGY_OUTPUT_DIR",
+    "ACCELERATE_ENERGY_CONFIG",
+    "ACCELERATE_ENERGY_JOB",
+    "ACCELERATE_ENERGY_STRICT",
+    "ACCELERATE_ENERGY_BACKEND",
+)
 
 
 def test_the_plugin_has_a_field_and_a_variable_for_every_setting():
@@ -171,11 +187,14 @@ def test_a_bad_value_in_the_overrides_variable_names_its_key(monkeypatch):
         EnergyPlugin()
 
 
-@pytest.mark.parametrize(("var", "value", "expected"), [
-    ("ACCELERATE_ENERGY_MAX_SLOWDOWN", "-1", "ACCELERATE_ENERGY_MAX_SLOWDOWN must be >= 0"),
-    ("ACCELERATE_ENERGY_LOG_EVERY_N_STEPS", "often", "ACCELERATE_ENERGY_LOG_EVERY_N_STEPS must be a whole number"),
-    ("ACCELERATE_ENERGY_LOG_EVERY_N_STEPS", "0", "ACCELERATE_ENERGY_LOG_EVERY_N_STEPS must be > 0"),
-])
+@pytest.mark.parametrize(
+    ("var", "value", "expected"),
+    [
+        ("ACCELERATE_ENERGY_MAX_SLOWDOWN", "-1", "ACCELERATE_ENERGY_MAX_SLOWDOWN must be >= 0"),
+        ("ACCELERATE_ENERGY_LOG_EVERY_N_STEPS", "often", "ACCELERATE_ENERGY_LOG_EVERY_N_STEPS must be a whole number"),
+        ("ACCELERATE_ENERGY_LOG_EVERY_N_STEPS", "0", "ACCELERATE_ENERGY_LOG_EVERY_N_STEPS must be > 0"),
+    ],
+)
 def test_a_bad_new_variable_is_named_in_the_error(monkeypatch, var, value, expected):
     monkeypatch.setenv("ACCELERATE_ENERGY", "1")
     monkeypatch.setenv(var, value)

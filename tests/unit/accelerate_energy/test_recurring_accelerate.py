@@ -24,8 +24,14 @@ from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
 #: 192 samples: 12 optimizer steps an epoch at batch size 16, 24 at 8; tuning takes the first 16 steps.
 DATASET = 192
-OVERRIDES = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.wait_steps=1",
-             "power_limit.warmup_steps=1", "power_limit.profile_steps=2", "power_limit.step_w=50"]
+OVERRIDES = [
+    "monitor.sample_power=false",
+    "monitor.sync_cuda=false",
+    "power_limit.wait_steps=1",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=50",
+]
 
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate")
@@ -39,16 +45,33 @@ def attached(tmp_path: Path, gpu: SimulatedGPU, name: str) -> Accelerator:
 class Job:
     """A recurring job's training function: an Accelerate loop whose metric follows `reach_epoch`."""
 
-    def __init__(self, accelerator: Accelerator, gpu: SimulatedGPU, reach_epoch: dict[int, int], *,
-                 batch_sizes: list[int], default: int, beta: float = 2.0, fail_in_epoch: int | None = None) -> None:
+    def __init__(
+        self,
+        accelerator: Accelerator,
+        gpu: SimulatedGPU,
+        reach_epoch: dict[int, int],
+        *,
+        batch_sizes: list[int],
+        default: int,
+        beta: float = 2.0,
+        fail_in_epoch: int | None = None,
+    ) -> None:
         self.accelerator, self.gpu = accelerator, gpu
         self.reach_epoch, self.fail_in_epoch = reach_epoch, fail_in_epoch
         self.batch_sizes_seen: set[int] = set()
         self.limits_seen_w: list[float] = []
         self.run: RecurringRun | None = None
         self.train = accelerate_energy.recurring_batch_size(
-            accelerator, job="nightly", batch_sizes=batch_sizes, default_batch_size=default, target_metric=0.9,
-            mode="max", max_epochs=MAX_EPOCHS, max_power_w=300.0, beta=beta)(self._train)
+            accelerator,
+            job="nightly",
+            batch_sizes=batch_sizes,
+            default_batch_size=default,
+            target_metric=0.9,
+            mode="max",
+            max_epochs=MAX_EPOCHS,
+            max_power_w=300.0,
+            beta=beta,
+        )(self._train)
 
     def _train(self, batch_size: int, run: RecurringRun, lr: float) -> int:
         """Returns the epochs trained."""
@@ -113,8 +136,10 @@ def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profil
     assert handle is not None and handle.summary is not None
     assert handle.summary["power_limit"] == {"mode": "cap", "chosen_power_limit_w": limit_w}
     runs, _ = stored("nightly")
-    assert [(r.phase, r.state, r.power_limit_w) for r in runs] == [("explore", "reached", limit_w),
-                                                                    ("exploit", "reached", limit_w)]
+    assert [(r.phase, r.state, r.power_limit_w) for r in runs] == [
+        ("explore", "reached", limit_w),
+        ("exploit", "reached", limit_w),
+    ]
 
 
 def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path, virtual_clock):
@@ -165,8 +190,16 @@ def test_misuse_fails_before_a_run_starts_with_the_fix(tmp_path, virtual_clock):
     with pytest.raises(UsageError, match="prepare it inside the function"):
         job.train(lr=0.01)
     with pytest.raises(UsageError, match="mode must be 'min'"):
-        accelerate_energy.recurring_batch_size(acc, job="j", batch_sizes=[8], default_batch_size=8, target_metric=1.0,
-                                               max_epochs=2, max_power_w=300.0, mode="up")  # type: ignore[arg-type]
+        accelerate_energy.recurring_batch_size(
+            acc,
+            job="j",
+            batch_sizes=[8],
+            default_batch_size=8,
+            target_metric=1.0,
+            max_epochs=2,
+            max_power_w=300.0,
+            mode="up",
+        )  # type: ignore[arg-type]
     acc.end_training()
     store = open_store()
     assert store.list_jobs() == []  # no run was started

@@ -79,7 +79,8 @@ def test_the_end_of_a_handed_over_lease_is_no_lift_but_a_change_while_the_comman
 
 
 def test_a_release_right_after_the_runs_own_check_does_not_ask_the_agent_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import wattwise.devices.agent as agent_module
 
     local = simulated_gpus(1, persist_dir=tmp_path)[0]
@@ -122,12 +123,20 @@ class _LiftedGPU(SimulatedGPU):
 
 @pytest.mark.parametrize("lifted", [True, False], ids=["lifted", "kept"])
 def test_a_run_whose_cap_someone_else_lifted_says_so_once_and_in_its_summary(
-        lifted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lifted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
     clock = VirtualClock()
     gpu = _LiftedGPU(clock)
-    cfg = load_config(overrides=["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.mode=cap",
-                                 "power_limit.cap_w=200", f"output_dir={tmp_path / 'run'}"])
+    cfg = load_config(
+        overrides=[
+            "monitor.sample_power=false",
+            "monitor.sync_cuda=false",
+            "power_limit.mode=cap",
+            "power_limit.cap_w=200",
+            f"output_dir={tmp_path / 'run'}",
+        ]
+    )
     run = Run(cfg, devices=[gpu], wall_clock=clock)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -138,8 +147,11 @@ def test_a_run_whose_cap_someone_else_lifted_says_so_once_and_in_its_summary(
                 SimulatedGPU.set_power_limit_w(gpu, 300.0)  # an admin's nvidia-smi -pl, behind the run's back
             run.step_end()
         run.finish()
-    said = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning) and "not the 200 W" in
-            str(w.message)]
+    said = [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, EnergyPluginWarning) and "not the 200 W" in str(w.message)
+    ]
     notes = json.loads((tmp_path / "run" / "summary.json").read_text())["notes"]
     expected = ["GPU 0: its power limit is 300 W, not the 200 W this job set"] if lifted else []
     assert [n for n in notes if "not the 200 W" in n] == expected

@@ -11,16 +11,19 @@ from wattwise.devices.nvml import visible_nvml_indices
 SPECS = [{"backend": "nvml", "index": i, "uuid": f"GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i}"} for i in range(4)]
 
 
-@pytest.mark.parametrize(("visible", "node_indices"), [
-    (None, [0, 1, 2, 3]),
-    ("2", [2]),
-    ("3,1", [3, 1]),
-    ("GPU-3a,0", [3, 0]),
-    ("1,7,2", [1]),  # CUDA stops at the first entry that names no GPU
-    ("1,1", [1]),  # or repeats one
-    ("", []),
-    ("-1", []),
-])
+@pytest.mark.parametrize(
+    ("visible", "node_indices"),
+    [
+        (None, [0, 1, 2, 3]),
+        ("2", [2]),
+        ("3,1", [3, 1]),
+        ("GPU-3a,0", [3, 0]),
+        ("1,7,2", [1]),  # CUDA stops at the first entry that names no GPU
+        ("1,1", [1]),  # or repeats one
+        ("", []),
+        ("-1", []),
+    ],
+)
 def test_the_job_sees_the_node_gpus_cuda_shows_it_in_cudas_order(visible: str | None, node_indices: list[int]) -> None:
     assert [s["index"] for s in job_gpu_specs(SPECS, visible)] == node_indices
 

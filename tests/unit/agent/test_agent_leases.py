@@ -55,9 +55,14 @@ def test_the_table_keeps_the_first_originals_and_lists_what_a_holder_holds() -> 
 
 
 def test_config_bounds_and_allowed_callers() -> None:
-    config = parse_config({"allowed_users": [1000], "allowed_groups": [50],
-                           "power_limits": [{"model": "a100", "floor_w": 150, "ceiling_w": 250}],
-                           "sm_clock_mhz": [500, 1500]})
+    config = parse_config(
+        {
+            "allowed_users": [1000],
+            "allowed_groups": [50],
+            "power_limits": [{"model": "a100", "floor_w": 150, "ceiling_w": 250}],
+            "sm_clock_mhz": [500, 1500],
+        }
+    )
     assert config.allows(0, set())
     assert config.allows(1000, {1000})
     assert config.allows(1001, {1001, 50})
@@ -68,14 +73,17 @@ def test_config_bounds_and_allowed_callers() -> None:
     assert AgentConfig().allows(1234, set())
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"alowed_users": []}, "unknown key"),
-    ({"allowed_users": ["no-such-user-xyz"]}, "no such name"),
-    ({"power_limits": [{"model": "x", "floor_w": 300, "ceiling_w": 200}]}, "above ceiling_w"),
-    ({"power_limits": [{"floor_w": 100}]}, "needs `model`"),
-    ({"sm_clock_mhz": [1500, 500]}, "min <= max"),
-    ([], "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"alowed_users": []}, "unknown key"),
+        ({"allowed_users": ["no-such-user-xyz"]}, "no such name"),
+        ({"power_limits": [{"model": "x", "floor_w": 300, "ceiling_w": 200}]}, "above ceiling_w"),
+        ({"power_limits": [{"floor_w": 100}]}, "needs `model`"),
+        ({"sm_clock_mhz": [1500, 500]}, "min <= max"),
+        ([], "must be a mapping"),
+    ],
+)
 def test_bad_config_is_refused_with_the_key_named(data: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(data)
@@ -91,8 +99,13 @@ def _agent(tmp_path: Path, config: AgentConfig | None = None) -> Agent:
 def test_the_originals_are_journalled_before_the_change_and_restored_when_the_holder_ends(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     state = agent.set_power_limit(0, ALICE, {1000}, 200.0)
-    assert state["power_limit_w"] == 200.0 and state["holder"] == {"pid": 101, "uid": 1000, "job": "bert", "job_id": "",
-                                                                  "pgid": None}
+    assert state["power_limit_w"] == 200.0 and state["holder"] == {
+        "pid": 101,
+        "uid": 1000,
+        "job": "bert",
+        "job_id": "",
+        "pgid": None,
+    }
     journalled = AgentJournal(tmp_path / "state").load()
     recorded = [{k: c[k] for k in ("device", "setting", "original")} for c in journalled]
     assert {"device": agent.devices[0].spec(), "setting": "power_limit_w", "original": 300.0} in recorded
@@ -108,9 +121,15 @@ def test_the_originals_are_journalled_before_the_change_and_restored_when_the_ho
     assert status_of(err.value) == 409
     agent.holder_exited(ALICE)
     assert agent.status()["gpus"][0] == {
-        "index": 0, "uuid": gpu_uuid(agent.devices[0].spec()), "name": agent.devices[0].name, "power_limit_w": 300.0,
-        "default_power_limit_w": 300.0, "allowed_power_limit_w": [100.0, 300.0], "locked_sm_clocks_mhz": None,
-        "holder": None}
+        "index": 0,
+        "uuid": gpu_uuid(agent.devices[0].spec()),
+        "name": agent.devices[0].name,
+        "power_limit_w": 300.0,
+        "default_power_limit_w": 300.0,
+        "allowed_power_limit_w": [100.0, 300.0],
+        "locked_sm_clocks_mhz": None,
+        "holder": None,
+    }
     assert AgentJournal(tmp_path / "state").load() == []
 
 
@@ -161,7 +180,9 @@ def test_a_crashed_agents_journal_is_applied_at_the_next_start(tmp_path: Path) -
     assert lines == ["GPU 0: power limit 300 W, SM clocks unlocked", "GPU 1: power limit 300 W, SM clocks unlocked"]
     status = again.status()["gpus"]
     assert [(g["power_limit_w"], g["locked_sm_clocks_mhz"], g["holder"]) for g in status] == [
-        (300.0, None, None), (300.0, None, None)]
+        (300.0, None, None),
+        (300.0, None, None),
+    ]
 
 
 def test_a_journal_writable_by_others_is_not_trusted(tmp_path: Path) -> None:
@@ -192,7 +213,8 @@ def test_a_change_that_cannot_be_journalled_first_is_not_made(tmp_path: Path, mo
 
 
 def test_a_run_names_itself_to_the_agent_by_its_job_else_its_recurring_job_else_its_script(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import sys
 
     from wattwise.config import EnergyConfig
@@ -241,8 +263,7 @@ def test_an_agent_start_keeps_a_live_holders_lease_and_setting_and_restores_a_go
     assert second.status()["gpus"][0]["power_limit_w"] == 300.0 and journal.load() == []
 
 
-def test_a_lease_handed_over_is_the_childs_in_the_journal_and_its_parent_may_still_release_it(
-        tmp_path: Path) -> None:
+def test_a_lease_handed_over_is_the_childs_in_the_journal_and_its_parent_may_still_release_it(tmp_path: Path) -> None:
     # This test's process plays the command, its parent the `wattwise cap` wrapper that hands it the lease.
     wrapper = Holder(os.getppid(), os.getuid(), "cap", process_start_ticks(os.getppid()) or 0)
     agent = _agent(tmp_path)
@@ -316,14 +337,18 @@ def test_a_jobs_gpus_are_released_by_root_or_its_user_whatever_process_holds_the
     answer = agent.release_job("77", Holder(pid=1, uid=0))
     assert answer["released"] == [0] and [g["holder"] for g in answer["gpus"]] == [None]
     status = agent.status()["gpus"]
-    assert [(g["power_limit_w"], g["holder"] and g["holder"]["job_id"]) for g in status] == [(300.0, None),
-                                                                                             (150.0, "78")]
+    assert [(g["power_limit_w"], g["holder"] and g["holder"]["job_id"]) for g in status] == [
+        (300.0, None),
+        (150.0, "78"),
+    ]
     assert agent.release_job("77", Holder(pid=1, uid=0))["released"] == []  # nothing left: nothing to do
     assert agent.release_job("78", Holder(pid=202, uid=1000, start_ticks=99))["released"] == [1]  # its own user
     agent.audit.close()
     lines = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     assert [(a["gpu_index"], a["new"], a["why"]) for a in lines if a["why"].startswith("job")] == [
-        (0, 300.0, "job released by uid 0"), (1, 300.0, "job released by uid 1000")]
+        (0, 300.0, "job released by uid 0"),
+        (1, 300.0, "job released by uid 1000"),
+    ]
     assert {a["gpu_uuid"] for a in lines if a["gpu_index"] == 1} == {gpu_uuid(agent.devices[1].spec())}
 
 
@@ -339,8 +364,13 @@ def test_a_url_names_a_gpu_by_its_ascii_index_or_its_exact_uuid(tmp_path: Path) 
         return _index(make_mocked_request("POST", f"/v1/gpus/{text}/power_limit", match_info={"index": text}), agent)
 
     assert (named("0"), named("1"), named(uuid)) == (0, 1, 1)
-    for wrong in ("GPU-00000000-0000-0000-0000-000000000000", uuid[:12], uuid.lower().replace("gpu-", ""), "\u00b2",
-                  "\u0661"):
+    for wrong in (
+        "GPU-00000000-0000-0000-0000-000000000000",
+        uuid[:12],
+        uuid.lower().replace("gpu-", ""),
+        "\u00b2",
+        "\u0661",
+    ):
         with pytest.raises(AgentRefusal, match="no GPU") as err:
             named(wrong)
         assert status_of(err.value) == 404
@@ -351,8 +381,9 @@ def test_each_kind_of_refusal_is_answered_with_its_own_status() -> None:
     assert statuses == {"InvalidRequest": 400, "NotAllowed": 403, "NoSuchGPU": 404, "Conflict": 409, "AgentFault": 500}
 
 
-def test_a_release_the_gpu_refuses_says_failed_and_keeps_the_lease(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_release_the_gpu_refuses_says_failed_and_keeps_the_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from wattwise.devices import DeviceError
 
     agent = _agent(tmp_path)

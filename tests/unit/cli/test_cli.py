@@ -64,8 +64,9 @@ def test_devices_without_a_gpu_lists_the_cpu_through_rapl(
     tree = FakePowercap(tmp_path / "sys")
     tree.add_control_type("intel-rapl")
     tree.add_zone("intel-rapl:0", "package-0")
-    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
-                        functools.partial(wattwise.devices.rapl.rapl_domains, tree.root))
+    monkeypatch.setattr(
+        wattwise.devices.rapl, "rapl_domains", functools.partial(wattwise.devices.rapl.rapl_domains, tree.root)
+    )
     assert main(["devices"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "cpu0: CPU package-0 (rapl)"
@@ -110,8 +111,7 @@ def test_a_bad_wattwise_backend_is_a_one_line_error_naming_it(
 ) -> None:
     monkeypatch.setenv("WATTWISE_BACKEND", "bogus")
     assert main(["devices"]) == 2
-    assert_one_line_error(capsys.readouterr().err, "WATTWISE_BACKEND must be one of auto, nvml, simulated",
-                          "'bogus'")
+    assert_one_line_error(capsys.readouterr().err, "WATTWISE_BACKEND must be one of auto, nvml, simulated", "'bogus'")
 
 
 def test_measure_of_a_missing_command_exits_127_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
@@ -202,8 +202,19 @@ def test_demo_flags_are_demo_options_fields() -> None:
     assert {f.name for f in fields(DemoOptions)} <= set(vars(parser))
     assert options_of(parser) == DemoOptions()
     # The flags of the first release stay.
-    assert {"--framework", "--power-model", "--selector", "--eta", "--max-slowdown", "--steps-after-tuning",
-            "--profile-steps", "--warmup-steps", "--step-w", "--base-step-time", "--output-dir"} <= set(FLAGS.values())
+    assert {
+        "--framework",
+        "--power-model",
+        "--selector",
+        "--eta",
+        "--max-slowdown",
+        "--steps-after-tuning",
+        "--profile-steps",
+        "--warmup-steps",
+        "--step-w",
+        "--base-step-time",
+        "--output-dir",
+    } <= set(FLAGS.values())
 
 
 def test_demo_options_take_the_config_defaults_except_the_demos_own() -> None:
@@ -213,18 +224,24 @@ def test_demo_options_take_the_config_defaults_except_the_demos_own() -> None:
     assert DemoOptions().energy_config().power_limit.eta == default_of("power_limit.eta")
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--base-step-time", "0"], "--base-step-time must be > 0"),
-    (["--profile-steps", "0"], "--profile-steps must be > 0"),
-    (["--selector", "fastest"], "--selector must be one of"),
-    (["--set", "power_limit.eta=0.3"], "--set: power_limit.eta is the demo's option --eta"),
-    (["--set", "devices.backend=nvml"], "the demo sets devices.backend itself"),
-    (["--set", "power_limit.etaa=1"], "unknown config key 'power_limit.etaa'"),
-    (["--set", "carbon.interval_s=0", "--set", "carbon.aware=true", "--set", "carbon.intensity_csv=ci.csv"],
-     "carbon.interval_s must be > 0"),
-])
-def test_a_bad_demo_setting_is_one_line_naming_its_flag(argv: list[str], needle: str,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--base-step-time", "0"], "--base-step-time must be > 0"),
+        (["--profile-steps", "0"], "--profile-steps must be > 0"),
+        (["--selector", "fastest"], "--selector must be one of"),
+        (["--set", "power_limit.eta=0.3"], "--set: power_limit.eta is the demo's option --eta"),
+        (["--set", "devices.backend=nvml"], "the demo sets devices.backend itself"),
+        (["--set", "power_limit.etaa=1"], "unknown config key 'power_limit.etaa'"),
+        (
+            ["--set", "carbon.interval_s=0", "--set", "carbon.aware=true", "--set", "carbon.intensity_csv=ci.csv"],
+            "carbon.interval_s must be > 0",
+        ),
+    ],
+)
+def test_a_bad_demo_setting_is_one_line_naming_its_flag(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["demo", *argv]) == 2
     assert_one_line_error(capsys.readouterr().err, "wattwise demo: error:", needle)
 
@@ -262,7 +279,8 @@ def _sigterm_then(ending: str) -> Any:
 
 @pytest.mark.parametrize("ending", ["ours", "lightning", "swallowed"])
 def test_a_sigterm_during_the_demo_exits_143_whatever_the_framework_does_with_it(
-        ending: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    ending: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Lightning's own SIGTERM handler ends a fit with a silent SystemExit (exit 0), which can overtake the
     # demo's exception while the fit unwinds: the demo must still say it was interrupted, and exit 143.
     monkeypatch.setattr("wattwise.cli.demo.run_demo", _sigterm_then(ending))

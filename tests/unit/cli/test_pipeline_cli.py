@@ -26,8 +26,19 @@ def profile_csv(tmp_path):
 
 
 def frontier_args(profile_csv, out, *extra: str) -> list[str]:
-    return ["frontier", str(profile_csv), "--microbatches", "4", "--unit-time", str(UNIT_S), "--p-blocking", "80",
-            "--out", str(out), *extra]
+    return [
+        "frontier",
+        str(profile_csv),
+        "--microbatches",
+        "4",
+        "--unit-time",
+        str(UNIT_S),
+        "--p-blocking",
+        "80",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def test_frontier_writes_the_documented_json_and_csv(tmp_path, profile_csv, capsys):
@@ -67,8 +78,21 @@ def test_exact_solver_from_the_cli(tmp_path):
     path = tmp_path / "tiny.csv"
     write_profile(synthetic_profile(2, 3, UNIT_S, seed=4, units=(10, 20)), path)
     out = tmp_path / "exact.json"
-    args = ["frontier", str(path), "--microbatches", "2", "--unit-time", str(UNIT_S), "--p-blocking", "80",
-            "--solver", "exact", "--out", str(out), "--quiet"]
+    args = [
+        "frontier",
+        str(path),
+        "--microbatches",
+        "2",
+        "--unit-time",
+        str(UNIT_S),
+        "--p-blocking",
+        "80",
+        "--solver",
+        "exact",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert main(args) == 0
     data = json.loads(out.read_text())
     assert data["solver"] == "exact" and len(data["points"]) >= 2

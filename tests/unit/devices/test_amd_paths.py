@@ -34,9 +34,15 @@ from wattwise.tools.acceptance import PASSED, SKIPPED, run_checks
 
 STEP_S = 0.01
 #: Tuning over 500, 400 and 300 W: one step untouched, then per limit one warm-up and two measured steps.
-TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-        "power_limit.step_w=100", "power_limit.min_profile_s=0", "monitor.sample_power=false",
-        "monitor.sync_cuda=false"]
+TUNE = [
+    "power_limit.wait_steps=1",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=100",
+    "power_limit.min_profile_s=0",
+    "monitor.sample_power=false",
+    "monitor.sync_cuda=false",
+]
 TUNING_STEPS = 1 + 3 * (1 + 2)
 
 
@@ -64,7 +70,9 @@ def test_auto_takes_the_amd_gpus_when_nvml_finds_none(monkeypatch: pytest.Monkey
     FakeAmdSmi([mi300(), mi300()]).install(monkeypatch)
     found = discover("auto")
     assert [(g.backend, g.index, g.name) for g in found.gpus] == [
-        ("amdsmi", 0, "AMD Instinct MI300X"), ("amdsmi", 1, "AMD Instinct MI300X")]
+        ("amdsmi", 0, "AMD Instinct MI300X"),
+        ("amdsmi", 1, "AMD Instinct MI300X"),
+    ]
     assert [n.split(":")[0] for n in found.notes] == ["nvml"]  # why NVML was passed over
     assert found.cpus == []
 
@@ -156,11 +164,20 @@ def test_lightning_tunes_the_amd_power_cap_restores_it_and_the_report_names_the_
 ) -> None:
     fake_gpu = mi300()
     FakeAmdSmi([fake_gpu], clock=clock).install(monkeypatch)
-    cb = EnergyCallback(mode="tune", selector="energy", backend="amdsmi", output_dir=str(tmp_path / "run"),
-                        overrides=TUNE)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=TUNING_STEPS + 4, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[cb], default_root_dir=str(tmp_path))
+    cb = EnergyCallback(
+        mode="tune", selector="energy", backend="amdsmi", output_dir=str(tmp_path / "run"), overrides=TUNE
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=TUNING_STEPS + 4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(ClockedModule(clock))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     tuned = summary["power_limit"]
@@ -187,11 +204,24 @@ def test_lightning_caps_the_amd_gpu_during_fit_and_measures_it(
         def on_train_batch_end(self, *args: object) -> None:
             seen_w.append(fake_gpu.cap_uw / 1e6)
 
-    cb = EnergyCallback(mode="cap", cap_w=350.0, backend="amdsmi", output_dir=str(tmp_path / "run"),
-                        overrides=["monitor.sample_power=false", "monitor.sync_cuda=false"])
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=5, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, callbacks=[cb, Spy()],
-                         default_root_dir=str(tmp_path))
+    cb = EnergyCallback(
+        mode="cap",
+        cap_w=350.0,
+        backend="amdsmi",
+        output_dir=str(tmp_path / "run"),
+        overrides=["monitor.sample_power=false", "monitor.sync_cuda=false"],
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=5,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb, Spy()],
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(ClockedModule(clock))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert seen_w == [350.0] * 5 and fake_gpu.cap_uw == 500_000_000
@@ -206,8 +236,9 @@ def test_accelerate_tunes_the_amd_power_cap_and_restores_it(
         monkeypatch.delenv(var)
     fake_gpu = mi300()
     FakeAmdSmi([fake_gpu], clock=clock).install(monkeypatch)
-    plugin = EnergyPlugin(enabled=True, mode="tune", selector="energy", backend="amdsmi",
-                          output_dir=str(tmp_path / "run"), overrides=TUNE)
+    plugin = EnergyPlugin(
+        enabled=True, mode="tune", selector="energy", backend="amdsmi", output_dir=str(tmp_path / "run"), overrides=TUNE
+    )
     try:
         accelerator = accelerate_energy.attach(Accelerator(cpu=True), plugin)
         model = nn.Linear(4, 1)

@@ -49,8 +49,13 @@ from wattwise.tools.workload import emulate_step
 
 PACKAGE = REPO_ROOT / "core" / "wattwise"
 #: Where code above the device layer lives: none of it may test a device's class.
-ABOVE_DEVICES = [PACKAGE, REPO_ROOT / "lightning_energy", REPO_ROOT / "accelerate_energy",
-                 REPO_ROOT / "benchmarks", REPO_ROOT / "examples"]
+ABOVE_DEVICES = [
+    PACKAGE,
+    REPO_ROOT / "lightning_energy",
+    REPO_ROOT / "accelerate_energy",
+    REPO_ROOT / "benchmarks",
+    REPO_ROOT / "examples",
+]
 
 
 class FakeTpu(Device):
@@ -140,13 +145,15 @@ def test_the_backend_choices_are_auto_and_every_gpu_backend_in_registration_orde
 
 
 def test_a_registered_backend_is_a_choice_everywhere_and_gone_once_unregistered(
-        fake_tpu: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_tpu: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert "faketpu" in backend_choices()
     cfg = EnergyConfig()
     cfg.devices.backend = "faketpu"
     validate(cfg)  # the config accepts it
     assert build_parser().parse_args(["cap", "--watts", "150", "--backend", "faketpu", "--", "true"]).backend == (
-        "faketpu")
+        "faketpu"
+    )
     monkeypatch.setenv("WATTWISE_BACKEND", "faketpu")
     assert [g.backend for g in discover("auto").gpus] == ["faketpu", "faketpu"]
     device_registry.unregister("faketpu")
@@ -189,9 +196,16 @@ def test_a_backend_asked_for_by_name_says_what_it_needs() -> None:
         raise NotSupportedError("libtpu.so not found")
 
     needed = Backend("faketpu", unavailable, _open_fake_tpu, title="TPU runtime", needs="a TPU and its runtime")
-    with registered(needed), pytest.raises(NotSupportedError, match=(
-            r"^TPU runtime unavailable: libtpu.so not found; devices.backend is faketpu, which needs a TPU and its "
-            r"runtime \(use auto")):
+    with (
+        registered(needed),
+        pytest.raises(
+            NotSupportedError,
+            match=(
+                r"^TPU runtime unavailable: libtpu.so not found; devices.backend is faketpu, which needs a TPU and its "
+                r"runtime \(use auto"
+            ),
+        ),
+    ):
         discover("faketpu")
 
 
@@ -222,14 +236,16 @@ def test_unknown_names_are_refused_naming_the_choices() -> None:
 # -- capabilities, per backend ----------------------------------------------------------------------------
 
 
-def test_hardware_gpus_restore_their_own_settings_and_are_driven_by_real_work(monkeypatch: pytest.MonkeyPatch,
-                                                                            tmp_path: Path) -> None:
+def test_hardware_gpus_restore_their_own_settings_and_are_driven_by_real_work(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     FakeNvml([FakeGpu()]).install(monkeypatch)
     tree = FakePowercap(tmp_path / "sys")
     tree.add_control_type("intel-rapl")
     tree.add_zone("intel-rapl:0", "package-0")
-    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
-                        functools.partial(wattwise.devices.rapl.rapl_domains, tree.root))
+    monkeypatch.setattr(
+        wattwise.devices.rapl, "rapl_domains", functools.partial(wattwise.devices.rapl.rapl_domains, tree.root)
+    )
     found = discover("nvml", include_cpu=True)
     assert [d.backend for d in found.all] == ["nvml", "rapl"]
     for device in found.all:
@@ -296,7 +312,8 @@ def test_the_guard_locks_and_journals_the_backends_that_register_an_identity(tmp
 
 
 def test_the_monitor_times_an_agent_gpu_by_its_simulations_clock_and_reads_wrapping_counters_often(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     clock = VirtualClock()
     sim = SimulatedGPU(0, clock=clock, sleep=clock.sleep)
     monitor = EnergyMonitor([AgentGPU(sim, AgentClient("/run/test/agent.sock"))], sample_power=False)
@@ -365,8 +382,12 @@ def test_no_code_above_the_devices_checks_a_device_class() -> None:
             if path.is_relative_to(PACKAGE / "devices"):
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                        and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in ("isinstance", "issubclass")
+                    and len(node.args) == 2
+                ):
                     checked = set(_named(node.args[1])) & device_classes
                     if checked:
                         found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} {', '.join(sorted(checked))}")
@@ -379,6 +400,9 @@ def test_the_devices_never_import_the_node_agent() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                found += [f"{path.name}:{node.lineno} {m}" for m in modules
-                          if m == "wattwise.agent" or m.startswith("wattwise.agent.")]
+                found += [
+                    f"{path.name}:{node.lineno} {m}"
+                    for m in modules
+                    if m == "wattwise.agent" or m.startswith("wattwise.agent.")
+                ]
     assert found == []  # tests/integration/devices/test_device_imports.py checks what importing loads

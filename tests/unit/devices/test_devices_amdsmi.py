@@ -110,8 +110,9 @@ def test_a_counter_that_disagrees_with_the_power_sensor_is_not_used_and_said_onc
         open_amdsmi_spec(bad.spec()).has_energy_counter()
     assert (bad.has_energy_counter(), good.has_energy_counter()) == (False, True)
     (warning,) = caplog.records
-    assert re.search(r"AMD GPU 0 .*counter gave 200 W .* sensor read 400 W.*integrated from polled power",
-                     warning.getMessage())
+    assert re.search(
+        r"AMD GPU 0 .*counter gave 200 W .* sensor read 400 W.*integrated from polled power", warning.getMessage()
+    )
     assert "integrated from polled power" in bad.describe()["energy_counter_note"]
     with pytest.raises(NotSupportedError, match="counter gave 200 W"):
         bad.energy_j()
@@ -244,8 +245,11 @@ def test_a_folder_named_amdsmi_that_shadows_the_binding_is_named_instead_of_a_tr
     monkeypatch.setattr(backend, "amdsmi", None)
     monkeypatch.setattr(backend, "_import_failure", None)
     try:
-        with pytest.raises(NotSupportedError, match=r"amdsmi found at .*amdsmi is not ROCm's amdsmi binding \(it has "
-                                                     r"no amdsmi_init\)"):
+        with pytest.raises(
+            NotSupportedError,
+            match=r"amdsmi found at .*amdsmi is not ROCm's amdsmi binding \(it has "
+            r"no amdsmi_init\)",
+        ):
             amdsmi_gpus()
     finally:
         sys.modules.pop("amdsmi", None)  # imported (an empty namespace package): monkeypatch would leave it
@@ -281,7 +285,12 @@ def test_describe_names_the_gpu_and_its_identity(monkeypatch: pytest.MonkeyPatch
     fake_gpu = FakeAmdGpu(name="AMD Instinct MI250X", bdf="0000:c1:00.0")
     info = only_gpu(monkeypatch, fake_gpu).describe()
     assert (info["key"], info["name"], info["backend"], info["uuid"], info["bdf"]) == (
-        "gpu0", "AMD Instinct MI250X", "amdsmi", fake_gpu.uuid, "0000:c1:00.0")
+        "gpu0",
+        "AMD Instinct MI250X",
+        "amdsmi",
+        fake_gpu.uuid,
+        "0000:c1:00.0",
+    )
     assert info["power_limit_range_w"] == [100.0, 750.0]
 
 
@@ -374,7 +383,8 @@ def test_a_lost_gpu_raises_device_lost_with_amdsmis_message(monkeypatch: pytest.
 def _fake_table() -> dict[str, object]:
     functions = {
         name: list(inspect.signature(getattr(FakeAmdSmi, name)).parameters)[1:]  # drop self
-        for name in dir(FakeAmdSmi) if name.startswith("amdsmi_")
+        for name in dir(FakeAmdSmi)
+        if name.startswith("amdsmi_")
     }
     return {"functions": functions}
 
@@ -384,12 +394,14 @@ def test_the_fake_has_the_real_bindings_function_names_and_parameters() -> None:
     assert real["version"] == fake_amdsmi.AMDSMI_VERSION
     assert _fake_table()["functions"] == real["functions"]
     assert {n: v for n, v in vars(fake_amdsmi).items() if n.startswith("AMDSMI_STATUS_")}.items() <= (
-        real["status_codes"].items())
+        real["status_codes"].items()
+    )
     for enum_name, members in real["enums"].items():
         fake_enum = getattr(fake_amdsmi, enum_name)
         assert {m: fake_enum[m].value for m in fake_enum.__members__}.items() <= members.items(), enum_name
-    assert real["exceptions"] == sorted(n for n in vars(fake_amdsmi) if n.startswith("AmdSmi") and n.endswith(
-        "Exception"))
+    assert real["exceptions"] == sorted(
+        n for n in vars(fake_amdsmi) if n.startswith("AmdSmi") and n.endswith("Exception")
+    )
 
 
 def test_the_backend_calls_only_what_the_real_binding_has() -> None:

@@ -56,9 +56,7 @@ def only_gpu(monkeypatch: pytest.MonkeyPatch, fake_gpu: FakeGpu, **fake_options:
 # -- energy and power ------------------------------------------------------------------------------
 
 
-def test_volta_and_newer_read_the_energy_counter_in_joules(
-    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
-) -> None:
+def test_volta_and_newer_read_the_energy_counter_in_joules(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
     FakeNvml([FakeGpu(architecture=NVML_DEVICE_ARCH_VOLTA, demand_w=250.0)], clock=clock).install(monkeypatch)
     (gpu,) = nvml_gpus()
     assert gpu.has_energy_counter()
@@ -225,9 +223,7 @@ def test_set_power_limit_is_applied_and_confirmed(monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.parametrize("watts", [99.0, 400.5, math.nan])
-def test_set_power_limit_outside_the_range_names_the_range(
-    monkeypatch: pytest.MonkeyPatch, watts: float
-) -> None:
+def test_set_power_limit_outside_the_range_names_the_range(monkeypatch: pytest.MonkeyPatch, watts: float) -> None:
     fake_gpu = FakeGpu(min_limit_w=100.0, max_limit_w=400.0)
     gpu = only_gpu(monkeypatch, fake_gpu)
     with pytest.raises(UsageError, match="allowed range 100-400 W"):

@@ -105,9 +105,7 @@ def test_a_tree_without_rapl_zones_is_not_supported_with_a_reason(tmp_path: Path
         rapl_domains(tree.root)
 
 
-def test_unreadable_counters_say_why_and_how_to_fix(
-    powercap: FakePowercap, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unreadable_counters_say_why_and_how_to_fix(powercap: FakePowercap, monkeypatch: pytest.MonkeyPatch) -> None:
     # Root reads any file whatever its mode, so the kernel's refusal is simulated at the read.
     real_read_text = Path.read_text
 

@@ -38,8 +38,11 @@ def no_driver(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
 @pytest.fixture
 def no_rapl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No powercap tree, whatever this machine has."""
-    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
-                        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"))
+    monkeypatch.setattr(
+        wattwise.devices.rapl,
+        "rapl_domains",
+        functools.partial(wattwise.devices.rapl.rapl_domains, tmp_path / "no-powercap"),
+    )
 
 
 @pytest.fixture
@@ -49,8 +52,9 @@ def fake_rapl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakePowercap:
     tree.add_control_type("intel-rapl")
     tree.add_zone("intel-rapl:0", "package-0", energy_uj=1_000_000)
     tree.add_zone("intel-rapl:0:0", "dram")
-    monkeypatch.setattr(wattwise.devices.rapl, "rapl_domains",
-                        functools.partial(wattwise.devices.rapl.rapl_domains, tree.root))
+    monkeypatch.setattr(
+        wattwise.devices.rapl, "rapl_domains", functools.partial(wattwise.devices.rapl.rapl_domains, tree.root)
+    )
     return tree
 
 
@@ -58,7 +62,9 @@ def test_auto_finds_nvml_gpus_and_no_simulated_one(monkeypatch: pytest.MonkeyPat
     FakeNvml([FakeGpu(name="NVIDIA A100-SXM4-40GB"), FakeGpu(name="NVIDIA A100-SXM4-40GB")]).install(monkeypatch)
     found = discover("auto")
     assert [(g.backend, g.index, g.name) for g in found.gpus] == [
-        ("nvml", 0, "NVIDIA A100-SXM4-40GB"), ("nvml", 1, "NVIDIA A100-SXM4-40GB")]
+        ("nvml", 0, "NVIDIA A100-SXM4-40GB"),
+        ("nvml", 1, "NVIDIA A100-SXM4-40GB"),
+    ]
     assert not found.simulated
     assert not any(isinstance(g, SimulatedGPU) for g in found.all)
     assert found.cpus == [] and found.notes == []
@@ -106,8 +112,9 @@ def test_auto_with_a_driver_but_no_gpu_finds_no_gpu_either(monkeypatch: pytest.M
     assert found.notes[-1] == NO_GPU_NOTHING_NOTE
 
 
-def test_auto_with_a_gpu_leaves_the_cpu_out_unless_asked(monkeypatch: pytest.MonkeyPatch,
-                                                        fake_rapl: FakePowercap) -> None:
+def test_auto_with_a_gpu_leaves_the_cpu_out_unless_asked(
+    monkeypatch: pytest.MonkeyPatch, fake_rapl: FakePowercap
+) -> None:
     FakeNvml([FakeGpu()]).install(monkeypatch)
     assert discover("auto").cpus == []
     assert [d.key for d in discover("auto", include_cpu=True).cpus] == ["cpu0", "dram0"]
@@ -170,10 +177,13 @@ def test_a_bad_wattwise_backend_is_a_config_error_naming_the_variable_and_the_ch
         discover("auto")
 
 
-@pytest.mark.parametrize(("code", "reason"), [
-    (NVML_ERROR_LIBRARY_NOT_FOUND, "libnvidia-ml.so not found"),
-    (NVML_ERROR_DRIVER_NOT_LOADED, "driver not loaded"),
-])
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (NVML_ERROR_LIBRARY_NOT_FOUND, "libnvidia-ml.so not found"),
+        (NVML_ERROR_DRIVER_NOT_LOADED, "driver not loaded"),
+    ],
+)
 def test_nvml_without_a_driver_raises_not_supported_with_the_reason(
     monkeypatch: pytest.MonkeyPatch, code: int, reason: str
 ) -> None:

@@ -94,10 +94,10 @@ def test_idle_and_busy_phases_add_up(clock: FakeClock) -> None:
     gpu = gpu_on(clock, base_step_time_s=1.0)
 
     def session() -> None:
-        clock.advance(3.0)                      # idle 3 s at 50 W
+        clock.advance(3.0)  # idle 3 s at 50 W
         for _ in range(4):
-            gpu.run_step()                      # 4 steps of 1.0 s at 240 W
-            clock.advance(0.5)                  # 0.5 s idle between steps
+            gpu.run_step()  # 4 steps of 1.0 s at 240 W
+            clock.advance(0.5)  # 0.5 s idle between steps
 
     expected = 50.0 * 3.0 + 4 * (240.0 * 1.0 + 50.0 * 0.5)
     assert energy_over(gpu, session) == pytest.approx(expected, rel=0.02)
@@ -108,9 +108,9 @@ def test_changing_the_limit_mid_way_changes_the_power_from_then_on(clock: FakeCl
 
     def work() -> None:
         with gpu.busy():
-            clock.advance(2.0)                  # 2 s at 300 W limit: 240 W
+            clock.advance(2.0)  # 2 s at 300 W limit: 240 W
             gpu.set_power_limit_w(100.0)
-            clock.advance(3.0)                  # 3 s at 100 W limit: 90 W
+            clock.advance(3.0)  # 3 s at 100 W limit: 90 W
 
     assert energy_over(gpu, work) == pytest.approx(240.0 * 2.0 + 90.0 * 3.0, rel=0.02)
 
@@ -136,8 +136,8 @@ def test_locked_clock_slows_steps_and_lowers_power_per_the_clock_model(clock: Fa
 
 def test_with_a_limit_and_a_locked_clock_the_slower_time_and_lower_power_win(clock: FakeClock) -> None:
     gpu = gpu_on(clock, base_step_time_s=1.0)
-    gpu.set_power_limit_w(100.0)          # time 2.0, power 90 W
-    gpu.lock_sm_clocks_mhz(900, 900)      # time 1.75, power 97.5 W
+    gpu.set_power_limit_w(100.0)  # time 2.0, power 90 W
+    gpu.lock_sm_clocks_mhz(900, 900)  # time 1.75, power 97.5 W
     durations: list[float] = []
     joules = energy_over(gpu, lambda: durations.append(gpu.run_step()))
     assert durations == [pytest.approx(2.0)]
@@ -211,8 +211,7 @@ def test_the_ends_of_the_range_are_allowed(clock: FakeClock, watts: float) -> No
 
 
 def test_explicit_min_and_max_limits_narrow_the_range(clock: FakeClock) -> None:
-    model = PowerModel(HAND.power_limits_w, HAND.time_factors, HAND.busy_power_w, min_limit_w=150.0,
-                       max_limit_w=250.0)
+    model = PowerModel(HAND.power_limits_w, HAND.time_factors, HAND.busy_power_w, min_limit_w=150.0, max_limit_w=250.0)
     gpu = gpu_on(clock, model)
     rng = gpu.power_limit_range()
     assert (rng.min_w, rng.max_w, rng.default_w) == (150.0, 250.0, 250.0)

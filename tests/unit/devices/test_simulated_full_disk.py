@@ -20,8 +20,9 @@ def full_disk(*args: object, **kwargs: object) -> None:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def test_a_limit_is_restored_on_a_full_disk_and_read_back_by_the_next_process(tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_limit_is_restored_on_a_full_disk_and_read_back_by_the_next_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = tmp_path / "gpu0.json"
     gpu = SimulatedGPU(0, state_file=state)
     gpu.set_power_limit_w(275.0)
@@ -41,8 +42,9 @@ def test_a_longer_state_is_written_over_the_truncated_file(tmp_path: Path, monke
     assert SimulatedGPU(0, state_file=state).locked_sm_clocks_mhz() == gpu.locked_sm_clocks_mhz()
 
 
-def test_without_a_state_file_a_full_disk_still_refuses_the_change(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_state_file_a_full_disk_still_refuses_the_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gpu = SimulatedGPU(0, state_file=tmp_path / "gpu0.json")
     monkeypatch.setattr(simulated, "write_text", full_disk)
     with pytest.raises(DeviceError, match="No space left on device"):

@@ -21,9 +21,13 @@ from tests.support.ordinary_user import IS_ROOT, OTHER_UID, USER_GID, USER_UID
 from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
 from wattwise.errors import EnergyPluginWarning
 
-MODEL = PowerModel(power_limits_w=(100.0, 200.0, 300.0), time_factors=(2.0, 1.2, 1.0),
-                   busy_power_w=(90.0, 170.0, 240.0), idle_power_w=50.0,
-                   clock=ClockModel(max_mhz=1800, min_mhz=300, step_mhz=100))
+MODEL = PowerModel(
+    power_limits_w=(100.0, 200.0, 300.0),
+    time_factors=(2.0, 1.2, 1.0),
+    busy_power_w=(90.0, 170.0, 240.0),
+    idle_power_w=50.0,
+    clock=ClockModel(max_mhz=1800, min_mhz=300, step_mhz=100),
+)
 
 
 pytestmark = pytest.mark.usefixtures("simulated_home")
@@ -62,21 +66,25 @@ def test_a_valid_state_file_gives_its_settings_without_a_warning(state: Path) ->
         assert settings(gpu_on(state)) == (150.0, (600, 1200))
 
 
-@pytest.mark.parametrize(("changes", "named"), [
-    ({"power_limit_w": "150"}, r"power_limit_w must be a number, above 0 and at most 5000 W \(got '150', a str\)"),
-    ({"power_limit_w": 1e9}, r"power_limit_w must be above 0 and at most 5000 W \(got 1000000000.0\)"),
-    ({"power_limit_w": -50}, r"power_limit_w must be above 0 and at most 5000 W \(got -50\)"),
-    ({"power_limit_w": math.nan}, r"power_limit_w must be above 0 and at most 5000 W \(got nan\)"),
-    ({"power_limit_w": None}, r"power_limit_w must be a number"),
-    ({"locked_sm_clocks_mhz": [600]}, r"locked_sm_clocks_mhz must be null or \[lowest, highest\] MHz"),
-    ({"locked_sm_clocks_mhz": "600-1200"}, r"locked_sm_clocks_mhz must be null or \[lowest, highest\] MHz"),
-    ({"locked_sm_clocks_mhz": ["a", 600]}, r"locked_sm_clocks_mhz must be an integer from 300 to 1800"),
-    ({"locked_sm_clocks_mhz": [True, 600]}, r"locked_sm_clocks_mhz must be an integer from 300 to 1800"),
-    ({"locked_sm_clocks_mhz": [1, 1]}, r"locked_sm_clocks_mhz must be an integer from 300 to 1800 \(got 1\)"),
-    ({"locked_sm_clocks_mhz": [1200, 600]}, r"locked_sm_clocks_mhz \[1200, 600\] must name the lowest clock first"),
-])
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"power_limit_w": "150"}, r"power_limit_w must be a number, above 0 and at most 5000 W \(got '150', a str\)"),
+        ({"power_limit_w": 1e9}, r"power_limit_w must be above 0 and at most 5000 W \(got 1000000000.0\)"),
+        ({"power_limit_w": -50}, r"power_limit_w must be above 0 and at most 5000 W \(got -50\)"),
+        ({"power_limit_w": math.nan}, r"power_limit_w must be above 0 and at most 5000 W \(got nan\)"),
+        ({"power_limit_w": None}, r"power_limit_w must be a number"),
+        ({"locked_sm_clocks_mhz": [600]}, r"locked_sm_clocks_mhz must be null or \[lowest, highest\] MHz"),
+        ({"locked_sm_clocks_mhz": "600-1200"}, r"locked_sm_clocks_mhz must be null or \[lowest, highest\] MHz"),
+        ({"locked_sm_clocks_mhz": ["a", 600]}, r"locked_sm_clocks_mhz must be an integer from 300 to 1800"),
+        ({"locked_sm_clocks_mhz": [True, 600]}, r"locked_sm_clocks_mhz must be an integer from 300 to 1800"),
+        ({"locked_sm_clocks_mhz": [1, 1]}, r"locked_sm_clocks_mhz must be an integer from 300 to 1800 \(got 1\)"),
+        ({"locked_sm_clocks_mhz": [1200, 600]}, r"locked_sm_clocks_mhz \[1200, 600\] must name the lowest clock first"),
+    ],
+)
 def test_a_state_file_with_a_setting_no_gpu_has_leaves_the_defaults_and_is_set_aside(
-        state: Path, changes: dict[str, Any], named: str) -> None:
+    state: Path, changes: dict[str, Any], named: str
+) -> None:
     data = json.loads(state.read_text())
     data.update(changes)
     state.write_text(json.dumps(data))
@@ -89,12 +97,15 @@ def test_a_state_file_with_a_setting_no_gpu_has_leaves_the_defaults_and_is_set_a
     assert settings(gpu_on(state)) == (200.0, None)
 
 
-@pytest.mark.parametrize(("content", "named"), [
-    (b"[" * 60_000, "nested too deeply"),
-    (b'{"power_limit_w": 15', "not JSON"),
-    (b"\x00" * 10, "not JSON"),
-    (b" " * ((1 << 16) + 1), "is larger than 65536 bytes"),
-])
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (b"[" * 60_000, "nested too deeply"),
+        (b'{"power_limit_w": 15', "not JSON"),
+        (b"\x00" * 10, "not JSON"),
+        (b" " * ((1 << 16) + 1), "is larger than 65536 bytes"),
+    ],
+)
 def test_a_state_file_that_holds_no_settings_at_all_is_set_aside(state: Path, content: bytes, named: str) -> None:
     state.write_bytes(content)
     gpu, _ = one_warning_on_opening(state, named)
@@ -128,7 +139,8 @@ def test_another_users_state_file_is_not_read_and_left_where_it_is(state: Path) 
 
 @pytest.mark.skipif(not IS_ROOT, reason="needs root to make a root-owned file (the node agent's)")
 def test_an_ordinary_user_reads_the_node_agents_root_owned_state_file(
-        state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A process of the agent's users reads the GPU's settings from the agent's own (root's) state file.
     monkeypatch.setattr(os, "geteuid", lambda: USER_UID)
     with warnings.catch_warnings():

@@ -18,8 +18,10 @@ MAX_MHZ = 1740
 
 def plan_for(freq_of) -> list[list[list[object]]]:
     """Per stage, the 1F1B order of our own schedule with a frequency per instruction."""
-    return [[[s.instruction, s.microbatch, freq_of(stage, s.instruction, s.microbatch)] for s in steps]
-            for stage, steps in enumerate(one_f_one_b(2, 4))]
+    return [
+        [[s.instruction, s.microbatch, freq_of(stage, s.instruction, s.microbatch)] for s in steps]
+        for stage, steps in enumerate(one_f_one_b(2, 4))
+    ]
 
 
 def test_plan_validation_names_the_entry():

@@ -17,14 +17,29 @@ from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.devices.base import NoPermissionError
 from wattwise.run import EnergyPluginWarning
 
-TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-        "power_limit.step_w=50", "monitor.sample_power=false"]
+TUNE = [
+    "power_limit.wait_steps=1",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=50",
+    "monitor.sample_power=false",
+]
 
 
 def fit(callback: EnergyCallback, gpus, steps: int, tmp_path: Path, **trainer_kw) -> pl.Trainer:
-    kw = {"accelerator": "cpu", "devices": 1, "max_steps": steps, "max_epochs": -1, "logger": False,
-          "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
-          "limit_val_batches": 0, "default_root_dir": str(tmp_path), "callbacks": [callback]}
+    kw = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "max_steps": steps,
+        "max_epochs": -1,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "limit_val_batches": 0,
+        "default_root_dir": str(tmp_path),
+        "callbacks": [callback],
+    }
     kw.update(trainer_kw)
     trainer = pl.Trainer(**kw)
     trainer.fit(EmulatedModule(gpus=gpus, dataset_size=trainer_kw.pop("dataset_size", 4096)))
@@ -69,8 +84,9 @@ def test_measures_every_step_and_writes_the_summary(tmp_path, virtual_clock):
     assert all(m["energy/step_j"] == pytest.approx(BASE_S * busy_w, rel=1e-6) for _, m in steps)
     assert all(m["power/avg_w"] == pytest.approx(busy_w, rel=1e-6) for _, m in steps)
     fit_logged = [m for _, m in logger.logged if "energy/fit_j" in m]
-    assert fit_logged == [{"energy/fit_j": pytest.approx(summary["energy_j"]),
-                           "time/fit_s": pytest.approx(summary["time_s"])}]
+    assert fit_logged == [
+        {"energy/fit_j": pytest.approx(summary["energy_j"]), "time/fit_s": pytest.approx(summary["time_s"])}
+    ]
     # One row per logging interval, none per step: a step that logs nothing costs nothing.
     names = [r.split(",")[1] for r in (tmp_path / "run" / "windows.csv").read_text().splitlines()[1:]]
     assert names.count("steps") == 4 and "step" not in names
@@ -79,8 +95,9 @@ def test_measures_every_step_and_writes_the_summary(tmp_path, virtual_clock):
 @pytest.mark.parametrize(("selector", "eta"), [("cost", 0.5), ("energy", 0.5), ("time", 0.5), ("cost", 0.9)])
 def test_tuning_picks_what_the_power_model_says_and_restores_the_limit(tmp_path, virtual_clock, selector, eta):
     gpu = clocked_gpu(virtual_clock)
-    cb = EnergyCallback(mode="tune", selector=selector, eta=eta, output_dir=str(tmp_path / "run"),
-                        devices=[gpu], overrides=TUNE)
+    cb = EnergyCallback(
+        mode="tune", selector=selector, eta=eta, output_dir=str(tmp_path / "run"), devices=[gpu], overrides=TUNE
+    )
     fit(cb, [gpu], 1 + 5 * 3 + 10, tmp_path)
     assert cb.summary is not None
     chosen = cb.summary["power_limit"]["chosen_power_limit_w"]
@@ -139,8 +156,16 @@ def test_exception_in_training_restores_the_limit(tmp_path, virtual_clock):
             return super().training_step(batch, batch_idx)
 
     cb = EnergyCallback(mode="cap", cap_w=150.0, devices=[gpu], output_dir=str(tmp_path / "run"))
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=10, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, callbacks=[cb])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=10,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+    )
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit(Boom(gpus=[gpu]))
     assert gpu.power_limit_w() == 300.0
@@ -152,9 +177,14 @@ def test_resumed_fit_keeps_energy_and_choice_without_profiling_again(tmp_path, v
     ckpt_dir = tmp_path / "ckpt"
     cb1 = EnergyCallback(mode="tune", devices=[gpu], output_dir=str(tmp_path / "run1"), overrides=TUNE)
     steps1 = 1 + 5 * 3 + 4
-    fit(cb1, [gpu], steps1, tmp_path, enable_checkpointing=True,
-        callbacks=[cb1, pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, save_last=True,
-                                                     every_n_train_steps=steps1)])
+    fit(
+        cb1,
+        [gpu],
+        steps1,
+        tmp_path,
+        enable_checkpointing=True,
+        callbacks=[cb1, pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=steps1)],
+    )
     first = cb1.summary
     assert first is not None
     ckpt = ckpt_dir / "last.ckpt"
@@ -169,9 +199,18 @@ def test_resumed_fit_keeps_energy_and_choice_without_profiling_again(tmp_path, v
 
     gpu2 = CountingGPU(0, base_step_time_s=BASE_S, clock=virtual_clock, sleep=virtual_clock.sleep)
     cb2 = EnergyCallback(mode="tune", devices=[gpu2], output_dir=str(tmp_path / "run2"), overrides=TUNE)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps1 + 10, max_epochs=-1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, callbacks=[cb2])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps1 + 10,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[cb2],
+    )
     trainer.fit(EmulatedModule(gpus=[gpu2]), ckpt_path=str(ckpt))
     second = cb2.summary
     assert second is not None
@@ -193,8 +232,7 @@ def test_tuned_limit_is_reused_by_the_next_run_of_the_same_job(tmp_path, virtual
     assert cb2.summary is not None and cb1.summary is not None
     assert cb2.summary["power_limit"]["reused"] is True
     assert cb2.summary["power_limit"]["chosen_power_limit_w"] == cb1.summary["power_limit"]["chosen_power_limit_w"]
-    other = EnergyCallback(mode="tune", job="other-job", devices=[gpu], output_dir=str(tmp_path / "c"),
-                           overrides=TUNE)
+    other = EnergyCallback(mode="tune", job="other-job", devices=[gpu], output_dir=str(tmp_path / "c"), overrides=TUNE)
     with pytest.warns(EnergyPluginWarning, match="tuning cannot finish: the run makes 5 optimizer steps"):
         fit(other, [gpu], 5, tmp_path)  # not reused: it tunes, in too few steps
     assert other.summary is not None and other.summary["power_limit"]["reused"] is False
@@ -226,8 +264,14 @@ class FlakyGPU(SimulatedGPU):
 def test_an_unexpected_measurement_error_never_stops_training(tmp_path, virtual_clock):
     gpu = FlakyGPU(0, base_step_time_s=BASE_S, clock=virtual_clock, sleep=virtual_clock.sleep, fail_after=12)
     # Counters are read only where figures are logged or decided: log every step, so the fault is hit.
-    cb = EnergyCallback(mode="cap", cap_w=200.0, devices=[gpu], output_dir=str(tmp_path / "run"),
-                        log_every_n_steps=1, overrides=["monitor.sample_power=false"])
+    cb = EnergyCallback(
+        mode="cap",
+        cap_w=200.0,
+        devices=[gpu],
+        output_dir=str(tmp_path / "run"),
+        log_every_n_steps=1,
+        overrides=["monitor.sample_power=false"],
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer = fit(cb, [gpu], 15, tmp_path)

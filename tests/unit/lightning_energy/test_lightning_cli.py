@@ -21,22 +21,43 @@ REPO = REPO_ROOT
 def test_lightning_cli_yaml_builds_and_runs_the_callback(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", sys.argv[:1])  # `args` only: pytest's own arguments are not the CLI's
     energy_yaml = tmp_path / "energy.yaml"
-    energy_yaml.write_text("power_limit:\n  profile_steps: 3\n  warmup_steps: 1\ndevices:\n  backend: simulated\n"
-                           "  simulated:\n    base_step_time_s: 0.002\nmonitor:\n  sample_power: false\n")
+    energy_yaml.write_text(
+        "power_limit:\n  profile_steps: 3\n  warmup_steps: 1\ndevices:\n  backend: simulated\n"
+        "  simulated:\n    base_step_time_s: 0.002\nmonitor:\n  sample_power: false\n"
+    )
     cli_yaml = tmp_path / "cli.yaml"
-    cli_yaml.write_text(yaml.safe_dump({
-        "trainer": {
-            "accelerator": "cpu", "max_steps": 40, "logger": False, "enable_checkpointing": False,
-            "enable_progress_bar": False, "enable_model_summary": False, "limit_val_batches": 0,
-            "callbacks": [{"class_path": "lightning_energy.EnergyCallback",
-                           "init_args": {"mode": "tune", "selector": "energy", "eta": 0.8,
-                                         "output_dir": str(tmp_path / "run"), "config": str(energy_yaml),
-                                         "overrides": ["power_limit.step_w=100"]}}],
-        },
-        "model": {"dataset_size": 512},
-    }))
-    cli = LightningCLI(EmulatedModule, args=["fit", "--config", str(cli_yaml)], save_config_callback=None,
-                       seed_everything_default=0)  # the seed it chose unasked, without its notice
+    cli_yaml.write_text(
+        yaml.safe_dump(
+            {
+                "trainer": {
+                    "accelerator": "cpu",
+                    "max_steps": 40,
+                    "logger": False,
+                    "enable_checkpointing": False,
+                    "enable_progress_bar": False,
+                    "enable_model_summary": False,
+                    "limit_val_batches": 0,
+                    "callbacks": [
+                        {
+                            "class_path": "lightning_energy.EnergyCallback",
+                            "init_args": {
+                                "mode": "tune",
+                                "selector": "energy",
+                                "eta": 0.8,
+                                "output_dir": str(tmp_path / "run"),
+                                "config": str(energy_yaml),
+                                "overrides": ["power_limit.step_w=100"],
+                            },
+                        }
+                    ],
+                },
+                "model": {"dataset_size": 512},
+            }
+        )
+    )
+    cli = LightningCLI(
+        EmulatedModule, args=["fit", "--config", str(cli_yaml)], save_config_callback=None, seed_everything_default=0
+    )  # the seed it chose unasked, without its notice
     callbacks = [c for c in cli.trainer.callbacks if isinstance(c, EnergyCallback)]
     assert len(callbacks) == 1
     cfg = callbacks[0].config
@@ -50,8 +71,11 @@ def test_lightning_cli_yaml_builds_and_runs_the_callback(tmp_path, monkeypatch):
 def test_lightning_cli_rejects_a_bad_init_arg(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", sys.argv[:1])
     cli_yaml = tmp_path / "cli.yaml"
-    cli_yaml.write_text(yaml.safe_dump({"trainer": {"callbacks": [
-        {"class_path": "lightning_energy.EnergyCallback", "init_args": {"etaa": 0.5}}]}}))
+    cli_yaml.write_text(
+        yaml.safe_dump(
+            {"trainer": {"callbacks": [{"class_path": "lightning_energy.EnergyCallback", "init_args": {"etaa": 0.5}}]}}
+        )
+    )
     with pytest.raises(SystemExit):
         LightningCLI(EmulatedModule, args=["fit", "--config", str(cli_yaml)], save_config_callback=None)
 
@@ -73,12 +97,26 @@ def test_shipped_lightning_cli_config_names_the_callback():
 
 
 def test_the_callback_takes_every_setting_and_the_two_sources_as_keywords():
-    params = [p.name for p in inspect.signature(EnergyCallback.__init__).parameters.values()
-              if p.kind is p.KEYWORD_ONLY]  # `*args` only refuses positional arguments
+    params = [
+        p.name for p in inspect.signature(EnergyCallback.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY
+    ]  # `*args` only refuses positional arguments
     assert set(params) == {"config", "overrides", "devices", *(s.name for s in SETTINGS)}
     # The keywords of the first release stay.
-    assert {"mode", "selector", "eta", "max_slowdown", "cap_w", "cap_fraction", "job", "output_dir", "strict",
-            "backend", "config", "overrides", "devices"} <= set(params)
+    assert {
+        "mode",
+        "selector",
+        "eta",
+        "max_slowdown",
+        "cap_w",
+        "cap_fraction",
+        "job",
+        "output_dir",
+        "strict",
+        "backend",
+        "config",
+        "overrides",
+        "devices",
+    } <= set(params)
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)

@@ -33,9 +33,15 @@ from wattwise.run import EnergyPluginWarning
 BASE_S = 0.01
 MODEL = PowerModel.default()
 #: Small tuning: limits 300, 200 and 100 W, one warm-up and two profiled steps each.
-QUICK_TUNE = ["power_limit.wait_steps=0", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-              "power_limit.step_w=100"]
+QUICK_TUNE = [
+    "power_limit.wait_steps=0",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=100",
+]
 NO_SAMPLER = "monitor.sample_power=false"
+
+
 def step_time_s(limit_w: float) -> float:
     return BASE_S * MODEL.at_limit(limit_w)[0]
 
@@ -104,8 +110,9 @@ class BatchTracker(pl.Callback):
     def __init__(self, gpu: RecordingGPU) -> None:
         self.gpu = gpu
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self.gpu.batch_idx = batch_idx
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -118,9 +125,17 @@ def make_gpu(clock: Any) -> RecordingGPU:
 
 def make_trainer(tmp_path: Path, callbacks: list[pl.Callback], **kw: Any) -> pl.Trainer:
     args: dict[str, Any] = {
-        "accelerator": "cpu", "devices": 1, "max_epochs": -1, "logger": False, "enable_checkpointing": False,
-        "enable_progress_bar": False, "enable_model_summary": False, "limit_val_batches": 0,
-        "default_root_dir": str(tmp_path), "callbacks": callbacks}
+        "accelerator": "cpu",
+        "devices": 1,
+        "max_epochs": -1,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "limit_val_batches": 0,
+        "default_root_dir": str(tmp_path),
+        "callbacks": callbacks,
+    }
     args.update(kw)
     return pl.Trainer(**args)
 
@@ -223,8 +238,9 @@ def test_validation_is_reported_apart_and_kept_out_of_power_limit_profiles(tmp_p
     cb = energy_callback(gpu, tmp_path / "run", QUICK_TUNE, mode="tune")
     model = SlowValidation(gpu, batches=16)
     # Validation every 4 steps: the 100 W profile (steps 7 and 8) spans the one after step 8.
-    trainer = make_trainer(tmp_path, [cb], max_steps=12, val_check_interval=0.25, limit_val_batches=2,
-                           num_sanity_val_steps=2)
+    trainer = make_trainer(
+        tmp_path, [cb], max_steps=12, val_check_interval=0.25, limit_val_batches=2, num_sanity_val_steps=2
+    )
     trainer.fit(model)
     summary = read_summary(tmp_path / "run")
     assert model.validations[0] is True and len(model.validations) >= 3
@@ -247,8 +263,15 @@ def test_training_batches_after_a_validation_inside_an_accumulation_step_are_tra
     cb = energy_callback(gpu, tmp_path / "run")
     model = SlowValidation(gpu, batches=24)
     # Validation every 6 batches, an optimizer step every 4: after batches 6 and 18 a step goes on.
-    trainer = make_trainer(tmp_path, [cb], max_epochs=1, accumulate_grad_batches=4, val_check_interval=6,
-                           limit_val_batches=2, num_sanity_val_steps=0)
+    trainer = make_trainer(
+        tmp_path,
+        [cb],
+        max_epochs=1,
+        accumulate_grad_batches=4,
+        val_check_interval=6,
+        limit_val_batches=2,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(model)
     summary = read_summary(tmp_path / "run")
     assert summary["steps"] == trainer.global_step == 6
@@ -285,8 +308,9 @@ def test_tuning_profiles_across_short_epochs_and_finishes(tmp_path, virtual_cloc
 
 
 @pytest.mark.parametrize(("max_steps", "profiled"), [(20, [300.0, 275.0]), (5, [])], ids=["two-limits", "none"])
-def test_tuning_that_cannot_finish_says_so_once_and_keeps_a_measured_limit(tmp_path, virtual_clock, max_steps,
-                                                                         profiled):
+def test_tuning_that_cannot_finish_says_so_once_and_keeps_a_measured_limit(
+    tmp_path, virtual_clock, max_steps, profiled
+):
     gpu = make_gpu(virtual_clock)
     cb = energy_callback(gpu, tmp_path / "run", mode="tune")  # needs 2 + 9 * 7 = 65 steps
     trainer = make_trainer(tmp_path, [cb], max_steps=max_steps)
@@ -326,8 +350,9 @@ def saving_every(tmp_path: Path, steps: int) -> ModelCheckpoint:
 def test_resume_mid_epoch_records_the_resumed_epoch_whole(tmp_path, virtual_clock):
     gpu = make_gpu(virtual_clock)
     cb1 = energy_callback(gpu, tmp_path / "run1")
-    make_trainer(tmp_path, [cb1, saving_every(tmp_path, 20)], max_steps=30,
-                 enable_checkpointing=True).fit(GPUBoringModel(gpu))
+    make_trainer(tmp_path, [cb1, saving_every(tmp_path, 20)], max_steps=30, enable_checkpointing=True).fit(
+        GPUBoringModel(gpu)
+    )
 
     gpu2 = make_gpu(virtual_clock)
     cb2 = energy_callback(gpu2, tmp_path / "run2")
@@ -347,30 +372,32 @@ def test_resume_mid_epoch_records_the_resumed_epoch_whole(tmp_path, virtual_cloc
 def test_resume_from_a_checkpoint_at_the_last_batch_of_an_epoch_keeps_the_epochs_apart(tmp_path, virtual_clock):
     gpu = make_gpu(virtual_clock)
     cb1 = energy_callback(gpu, tmp_path / "run1")
-    make_trainer(tmp_path, [cb1, saving_every(tmp_path, 64)], max_steps=70,
-                 enable_checkpointing=True).fit(GPUBoringModel(gpu))  # 64 batches an epoch
+    make_trainer(tmp_path, [cb1, saving_every(tmp_path, 64)], max_steps=70, enable_checkpointing=True).fit(
+        GPUBoringModel(gpu)
+    )  # 64 batches an epoch
 
     gpu2 = make_gpu(virtual_clock)
     cb2 = energy_callback(gpu2, tmp_path / "run2")
-    make_trainer(tmp_path, [cb2], max_steps=100).fit(GPUBoringModel(gpu2),
-                                                    ckpt_path=str(checkpoint_at(tmp_path, 64)))
+    make_trainer(tmp_path, [cb2], max_steps=100).fit(GPUBoringModel(gpu2), ckpt_path=str(checkpoint_at(tmp_path, 64)))
     summary = read_summary(tmp_path / "run2")
     assert summary["steps"] == 100
     assert [(e["epoch"], e["time_s"]) for e in summary["epochs"]] == [
-        (0, pytest.approx(64 * step_time_s(300.0), rel=1e-9)), (1, pytest.approx(36 * step_time_s(300.0), rel=1e-9))]
+        (0, pytest.approx(64 * step_time_s(300.0), rel=1e-9)),
+        (1, pytest.approx(36 * step_time_s(300.0), rel=1e-9)),
+    ]
 
 
 def test_resume_after_tuning_keeps_the_choice_and_counts_the_whole_run_at_it(tmp_path, virtual_clock):
     gpu = make_gpu(virtual_clock)
     cb1 = energy_callback(gpu, tmp_path / "run1", QUICK_TUNE, mode="tune")  # tuning ends after 9 steps
-    make_trainer(tmp_path, [cb1, saving_every(tmp_path, 20)], max_steps=25,
-                 enable_checkpointing=True).fit(GPUBoringModel(gpu))
+    make_trainer(tmp_path, [cb1, saving_every(tmp_path, 20)], max_steps=25, enable_checkpointing=True).fit(
+        GPUBoringModel(gpu)
+    )
     first = read_summary(tmp_path / "run1")
 
     gpu2 = make_gpu(virtual_clock)
     cb2 = energy_callback(gpu2, tmp_path / "run2", QUICK_TUNE, mode="tune")
-    make_trainer(tmp_path, [cb2], max_steps=40).fit(GPUBoringModel(gpu2),
-                                                   ckpt_path=str(checkpoint_at(tmp_path, 20)))
+    make_trainer(tmp_path, [cb2], max_steps=40).fit(GPUBoringModel(gpu2), ckpt_path=str(checkpoint_at(tmp_path, 20)))
     second = read_summary(tmp_path / "run2")
     chosen = first["power_limit"]["chosen_power_limit_w"]
     assert second["power_limit"]["chosen_power_limit_w"] == chosen
@@ -422,8 +449,9 @@ def test_reused_limit_reports_the_selector_that_chose_it(tmp_path, virtual_clock
 # -- 8. checkpoints with and without the callback ----------------------------------------------------------
 def test_a_checkpoint_saved_without_the_callback_resumes_with_it(tmp_path, virtual_clock):
     gpu = make_gpu(virtual_clock)
-    make_trainer(tmp_path, [saving_every(tmp_path, 10)], max_steps=10,
-                 enable_checkpointing=True).fit(GPUBoringModel(gpu))
+    make_trainer(tmp_path, [saving_every(tmp_path, 10)], max_steps=10, enable_checkpointing=True).fit(
+        GPUBoringModel(gpu)
+    )
     gpu2 = make_gpu(virtual_clock)
     cb = energy_callback(gpu2, tmp_path / "run")
     trainer = make_trainer(tmp_path, [cb], max_steps=25)
@@ -438,10 +466,12 @@ def test_a_checkpoint_saved_without_the_callback_resumes_with_it(tmp_path, virtu
 def test_a_checkpoint_saved_with_the_callback_resumes_without_it(tmp_path, virtual_clock):
     gpu = make_gpu(virtual_clock)
     cb = energy_callback(gpu, tmp_path / "run", QUICK_TUNE, mode="tune")
-    make_trainer(tmp_path, [cb, saving_every(tmp_path, 10)], max_steps=10,
-                 enable_checkpointing=True).fit(GPUBoringModel(gpu))
-    assert any(k.startswith("EnergyCallback") for k in torch.load(checkpoint_at(tmp_path, 10),
-                                                                  weights_only=False)["callbacks"])
+    make_trainer(tmp_path, [cb, saving_every(tmp_path, 10)], max_steps=10, enable_checkpointing=True).fit(
+        GPUBoringModel(gpu)
+    )
+    assert any(
+        k.startswith("EnergyCallback") for k in torch.load(checkpoint_at(tmp_path, 10), weights_only=False)["callbacks"]
+    )
     trainer = make_trainer(tmp_path, [], max_steps=25)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Lightning's "add the following callbacks" notice

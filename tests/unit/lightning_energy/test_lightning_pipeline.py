@@ -56,8 +56,16 @@ class StagedModule(pl.LightningModule):
 
 
 def trainer(*callbacks) -> pl.Trainer:
-    return pl.Trainer(accelerator="cpu", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, callbacks=list(callbacks))
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=list(callbacks),
+    )
 
 
 def energy(gpu: SimulatedGPU, out: Path) -> EnergyCallback:
@@ -67,10 +75,16 @@ def energy(gpu: SimulatedGPU, out: Path) -> EnergyCallback:
 @pytest.fixture
 def plan_file(tmp_path):
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps({"plan": [
-        [["forward", 0, 1740], ["forward", 1, 1740], ["backward", 0, 1740], ["backward", 1, 1740]],
-        [["forward", 0, 1410], ["forward", 1, 1200], ["backward", 0, 1740], ["backward", 1, 1500]],
-    ]}))
+    path.write_text(
+        json.dumps(
+            {
+                "plan": [
+                    [["forward", 0, 1740], ["forward", 1, 1740], ["backward", 0, 1740], ["backward", 1, 1740]],
+                    [["forward", 0, 1410], ["forward", 1, 1200], ["backward", 0, 1740], ["backward", 1, 1500]],
+                ]
+            }
+        )
+    )
     return path
 
 
@@ -79,8 +93,12 @@ def test_the_stage_runs_each_instruction_at_its_planned_clock_and_resets_after(p
     stage = FakeStage(gpu)
     cb = PipelineFrequencyCallback(str(plan_file), device=gpu)
     trainer(cb).fit(StagedModule(stage))
-    expected = [("forward", 0, (1410, 1410)), ("forward", 1, (1200, 1200)), ("backward", 0, (1740, 1740)),
-                ("backward", 1, (1500, 1500))]
+    expected = [
+        ("forward", 0, (1410, 1410)),
+        ("forward", 1, (1200, 1200)),
+        ("backward", 0, (1740, 1740)),
+        ("backward", 1, (1500, 1500)),
+    ]
     assert stage.clocks_seen == expected * 2
     assert gpu.locked_sm_clocks_mhz() is None
     assert stage.forward_one_chunk.__func__ is FakeStage.forward_one_chunk  # unhooked

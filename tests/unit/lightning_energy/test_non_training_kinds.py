@@ -14,15 +14,24 @@ from lightning_energy.demo import EmulatedModule
 from wattwise.devices import PowerModel, SimulatedGPU
 
 
-def test_each_validation_and_each_checkpoint_after_it_are_counted_under_their_own_kind(tmp_path: Path,
-                                                                                        virtual_clock) -> None:
-    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.01, clock=virtual_clock,
-                       sleep=virtual_clock.sleep)
+def test_each_validation_and_each_checkpoint_after_it_are_counted_under_their_own_kind(
+    tmp_path: Path, virtual_clock
+) -> None:
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.01, clock=virtual_clock, sleep=virtual_clock.sleep)
     energy = EnergyCallback(output_dir=str(tmp_path / "run"), devices=[gpu], overrides=["monitor.sample_power=false"])
     saves = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1)  # saves at the end of every validation
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=8, logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=1,
-                         default_root_dir=str(tmp_path), callbacks=[energy, saves])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=8,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
+        default_root_dir=str(tmp_path),
+        callbacks=[energy, saves],
+    )
     trainer.fit(EmulatedModule(gpus=[gpu], dataset_size=64))
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) == 8
     pauses = json.loads((tmp_path / "run" / "summary.json").read_text())["non_training"]

@@ -25,8 +25,13 @@ from wattwise.tools.workload import tiny_dataset
 
 #: 192 samples: 12 steps an epoch at batch size 16, 24 at 8; tuning (1 + 5 x 3 steps) ends in epoch 2.
 DATASET = 192
-TUNE = ["power_limit.wait_steps=1", "power_limit.warmup_steps=1", "power_limit.profile_steps=2",
-        "power_limit.step_w=50", "monitor.sample_power=false"]
+TUNE = [
+    "power_limit.wait_steps=1",
+    "power_limit.warmup_steps=1",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=50",
+    "monitor.sample_power=false",
+]
 
 
 class ScheduledModule(EmulatedModule):
@@ -52,9 +57,17 @@ class ScheduledModule(EmulatedModule):
 
 
 def recurring(batch_sizes: list[int], default: int, beta: float = 2.0) -> RecurringBatchSizeCallback:
-    return RecurringBatchSizeCallback(job="nightly", batch_sizes=batch_sizes, default_batch_size=default,
-                                      target_metric=0.9, max_epochs=MAX_EPOCHS, max_power_w=300.0,
-                                      monitor="val_acc", mode="max", beta=beta)
+    return RecurringBatchSizeCallback(
+        job="nightly",
+        batch_sizes=batch_sizes,
+        default_batch_size=default,
+        target_metric=0.9,
+        max_epochs=MAX_EPOCHS,
+        max_power_w=300.0,
+        monitor="val_acc",
+        mode="max",
+        beta=beta,
+    )
 
 
 def energy(tmp_path: Path, gpu: SimulatedGPU, name: str) -> EnergyCallback:
@@ -62,10 +75,19 @@ def energy(tmp_path: Path, gpu: SimulatedGPU, name: str) -> EnergyCallback:
 
 
 def fit(module: pl.LightningModule, callbacks: list[pl.Callback], tmp_path: Path, **kw: Any) -> pl.Trainer:
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=MAX_EPOCHS, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, limit_val_batches=1, default_root_dir=str(tmp_path),
-                         callbacks=callbacks)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=MAX_EPOCHS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
+        default_root_dir=str(tmp_path),
+        callbacks=callbacks,
+    )
     trainer.fit(module, **kw)
     return trainer
 
@@ -93,8 +115,9 @@ def test_the_first_run_trains_at_the_default_batch_size_tunes_and_records_its_re
 
 def test_tuning_uses_the_jobs_eta_not_the_energy_callbacks(tmp_path, virtual_clock):
     gpu = clocked_gpu(virtual_clock)
-    energy_cb = EnergyCallback(eta=1.0, selector="energy", devices=[gpu], output_dir=str(tmp_path / "r"),
-                               overrides=TUNE)
+    energy_cb = EnergyCallback(
+        eta=1.0, selector="energy", devices=[gpu], output_dir=str(tmp_path / "r"), overrides=TUNE
+    )
     fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([8, 16, 32], default=16), energy_cb], tmp_path)
     assert energy_cb.summary is not None
     assert (energy_cb.summary["power_limit"]["selector"], energy_cb.summary["power_limit"]["eta"]) == ("cost", 0.5)
@@ -102,8 +125,9 @@ def test_tuning_uses_the_jobs_eta_not_the_energy_callbacks(tmp_path, virtual_clo
 
 
 @pytest.mark.parametrize("energy_first", [False, True], ids=["recurring-first", "energy-first"])
-def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profiling(tmp_path, virtual_clock,
-                                                                                     energy_first):
+def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profiling(
+    tmp_path, virtual_clock, energy_first
+):
     gpu = clocked_gpu(virtual_clock)
     fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([16], 16), energy(tmp_path, gpu, "run1")], tmp_path)
     limit_w = tuned_choice()
@@ -132,8 +156,11 @@ def test_a_batch_size_run_again_is_capped_at_its_remembered_limit_without_profil
 def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path, virtual_clock):
     gpu = clocked_gpu(virtual_clock)
     beta = 3.5
-    fit(ScheduledModule(gpu, reach_epoch={16: 2}), [recurring([8, 16], 16, beta), energy(tmp_path, gpu, "run1")],
-        tmp_path)
+    fit(
+        ScheduledModule(gpu, reach_epoch={16: 2}),
+        [recurring([8, 16], 16, beta), energy(tmp_path, gpu, "run1")],
+        tmp_path,
+    )
     rec_cb, energy_cb = recurring([8, 16], 16, beta), energy(tmp_path, gpu, "run2")
     module = ScheduledModule(gpu, reach_epoch={16: 2})  # batch size 8 never reaches the target
     trainer = fit(module, [rec_cb, energy_cb], tmp_path)
@@ -153,10 +180,15 @@ def test_a_run_that_would_cost_more_than_beta_times_the_best_is_stopped(tmp_path
 def test_a_run_that_raises_is_recorded_as_failed_with_its_energy(tmp_path, virtual_clock, energy_first):
     gpu = clocked_gpu(virtual_clock)
     rec_cb, energy_cb = recurring([16], 16), energy(tmp_path, gpu, "run1")
-    with (pytest.warns(EnergyPluginWarning, match="tuning did not finish"),
-          pytest.raises(RuntimeError, match="out of memory")):
-        fit(ScheduledModule(gpu, reach_epoch={16: 3}, fail_in_epoch=2),
-            [energy_cb, rec_cb] if energy_first else [rec_cb, energy_cb], tmp_path)
+    with (
+        pytest.warns(EnergyPluginWarning, match="tuning did not finish"),
+        pytest.raises(RuntimeError, match="out of memory"),
+    ):
+        fit(
+            ScheduledModule(gpu, reach_epoch={16: 3}, fail_in_epoch=2),
+            [energy_cb, rec_cb] if energy_first else [rec_cb, energy_cb],
+            tmp_path,
+        )
 
     (run,) = stored("nightly").runs
     # Failed in its second epoch: recorded as failed, with the energy spent until then.
@@ -181,8 +213,16 @@ def test_the_batch_size_is_set_on_the_datamodule(tmp_path, virtual_clock):
 
     module, data = ScheduledModule(gpu, reach_epoch={8: 1}), Data()
     del module.batch_size  # the datamodule holds it
-    rec_cb = RecurringBatchSizeCallback(job="dm", batch_sizes=[8], default_batch_size=8, target_metric=0.9,
-                                        max_epochs=2, max_power_w=300.0, monitor="val_acc", mode="max")
+    rec_cb = RecurringBatchSizeCallback(
+        job="dm",
+        batch_sizes=[8],
+        default_batch_size=8,
+        target_metric=0.9,
+        max_epochs=2,
+        max_power_w=300.0,
+        monitor="val_acc",
+        mode="max",
+    )
     fit(module, [rec_cb, energy(tmp_path, gpu, "run")], tmp_path, datamodule=data)
     assert data.batch_size == 8 and module.trained_batch_sizes == {8}
     assert [r.state for r in stored("dm").runs] == ["reached"]
@@ -197,24 +237,68 @@ def test_misconfigurations_fail_at_setup_with_the_fix(tmp_path, virtual_clock):
     with pytest.raises(UsageError, match="dataloaders passed to `fit\\(\\)` ignore it"):
         fit(module, [recurring([16], 16), energy(tmp_path, gpu, "a")], tmp_path, train_dataloaders=loader)
     with pytest.raises(UsageError, match="'bs' not found"):
-        fit(ScheduledModule(gpu, {}), [RecurringBatchSizeCallback(
-            job="x", batch_sizes=[16], default_batch_size=16, target_metric=1.0, max_epochs=1, max_power_w=300.0,
-            monitor="val_acc", batch_size_attr="bs"), energy(tmp_path, gpu, "b")], tmp_path)
+        fit(
+            ScheduledModule(gpu, {}),
+            [
+                RecurringBatchSizeCallback(
+                    job="x",
+                    batch_sizes=[16],
+                    default_batch_size=16,
+                    target_metric=1.0,
+                    max_epochs=1,
+                    max_power_w=300.0,
+                    monitor="val_acc",
+                    batch_size_attr="bs",
+                ),
+                energy(tmp_path, gpu, "b"),
+            ],
+            tmp_path,
+        )
     # Refused after its first epoch: the run it ends is too short to tune.
-    with (pytest.warns(EnergyPluginWarning, match="tuning did not finish"),
-          pytest.raises(UsageError, match="'val_loss', which validation did not log")):
-        fit(ScheduledModule(gpu, {}), [RecurringBatchSizeCallback(
-            job="y", batch_sizes=[16], default_batch_size=16, target_metric=1.0, max_epochs=1, max_power_w=300.0,
-            monitor="val_loss"), energy(tmp_path, gpu, "c")], tmp_path)
+    with (
+        pytest.warns(EnergyPluginWarning, match="tuning did not finish"),
+        pytest.raises(UsageError, match="'val_loss', which validation did not log"),
+    ):
+        fit(
+            ScheduledModule(gpu, {}),
+            [
+                RecurringBatchSizeCallback(
+                    job="y",
+                    batch_sizes=[16],
+                    default_batch_size=16,
+                    target_metric=1.0,
+                    max_epochs=1,
+                    max_power_w=300.0,
+                    monitor="val_loss",
+                ),
+                energy(tmp_path, gpu, "c"),
+            ],
+            tmp_path,
+        )
 
 
 def test_bad_arguments_fail_when_the_callback_is_built():
     with pytest.raises(UsageError, match="mode must be 'min'"):
-        RecurringBatchSizeCallback(job="j", batch_sizes=[8], default_batch_size=8, target_metric=0.9, max_epochs=3,
-                                   max_power_w=300.0, monitor="val_acc", mode="up")  # type: ignore[arg-type]
+        RecurringBatchSizeCallback(
+            job="j",
+            batch_sizes=[8],
+            default_batch_size=8,
+            target_metric=0.9,
+            max_epochs=3,
+            max_power_w=300.0,
+            monitor="val_acc",
+            mode="up",
+        )  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="default_batch_size 16 is not one of"):
-        RecurringBatchSizeCallback(job="j", batch_sizes=[8], default_batch_size=16, target_metric=0.9,
-                                   max_epochs=3, max_power_w=300.0, monitor="val_acc")
+        RecurringBatchSizeCallback(
+            job="j",
+            batch_sizes=[8],
+            default_batch_size=16,
+            target_metric=0.9,
+            max_epochs=3,
+            max_power_w=300.0,
+            monitor="val_acc",
+        )
 
 
 def test_a_run_that_stops_before_tuning_finished_records_the_best_limit_it_measured(tmp_path, virtual_clock):

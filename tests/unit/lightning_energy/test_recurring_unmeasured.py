@@ -30,15 +30,35 @@ class ReachesAt(EmulatedModule):
 
 
 @pytest.mark.parametrize(("reach", "epochs"), [(3, 3), (None, 5)])
-def test_an_unmeasured_recurring_run_stops_at_its_target_or_its_most_epochs(tmp_path: Path, reach: int | None,
-                                                                            epochs: int) -> None:
+def test_an_unmeasured_recurring_run_stops_at_its_target_or_its_most_epochs(
+    tmp_path: Path, reach: int | None, epochs: int
+) -> None:
     store = str(tmp_path / "jobs.sqlite")
-    job = RecurringBatchSizeCallback(job="nightly", batch_sizes=[16, 32], default_batch_size=32, target_metric=0.9,
-                                     max_epochs=5, max_power_w=300.0, monitor="val_acc", mode="max", store=store)
+    job = RecurringBatchSizeCallback(
+        job="nightly",
+        batch_sizes=[16, 32],
+        default_batch_size=32,
+        target_metric=0.9,
+        max_epochs=5,
+        max_power_w=300.0,
+        monitor="val_acc",
+        mode="max",
+        store=store,
+    )
     energy = EnergyCallback(devices=[], output_dir=str(tmp_path / "run"))  # nothing to measure
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=100, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                         limit_val_batches=1, default_root_dir=str(tmp_path), callbacks=[energy, job])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=100,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
+        default_root_dir=str(tmp_path),
+        callbacks=[energy, job],
+    )
     with pytest.warns(EnergyPluginWarning) as warned:
         trainer.fit(ReachesAt(reach))
     assert len([w for w in warned if w.category is EnergyPluginWarning]) == 1  # nothing to measure: said once

@@ -61,15 +61,32 @@ def test_callback_choice_matches_the_cost_of_the_logged_windows(shared_data, tmp
                 busy_power_w=tuple(energies[i][g] / times[i] for i in order),
                 idle_power_w=60.0,
             )
-            gpus.append(SimulatedGPU(g, model, base_step_time_s=BASE_S, clock=virtual_clock,
-                                     sleep=virtual_clock.sleep))
-        cb = EnergyCallback(mode="tune", selector="cost", eta=eta, devices=gpus,
-                            output_dir=str(tmp_path / path.stem / str(eta)),
-                            overrides=["power_limit.wait_steps=1", "power_limit.warmup_steps=1",
-                                       "power_limit.profile_steps=2", "monitor.sample_power=false"])
-        trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=1 + 3 * len(limits) + 2, max_epochs=-1,
-                             logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, limit_val_batches=0, callbacks=[cb])
+            gpus.append(SimulatedGPU(g, model, base_step_time_s=BASE_S, clock=virtual_clock, sleep=virtual_clock.sleep))
+        cb = EnergyCallback(
+            mode="tune",
+            selector="cost",
+            eta=eta,
+            devices=gpus,
+            output_dir=str(tmp_path / path.stem / str(eta)),
+            overrides=[
+                "power_limit.wait_steps=1",
+                "power_limit.warmup_steps=1",
+                "power_limit.profile_steps=2",
+                "monitor.sample_power=false",
+            ],
+        )
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_steps=1 + 3 * len(limits) + 2,
+            max_epochs=-1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            callbacks=[cb],
+        )
         trainer.fit(EmulatedModule(gpus=gpus))
         assert cb.summary is not None
         chosen = cb.summary["power_limit"]["chosen_power_limit_w"]

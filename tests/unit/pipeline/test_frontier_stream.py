@@ -61,7 +61,12 @@ def test_a_small_grid_is_rounded_at_every_deadline_and_the_stream_loses_no_point
     [(GPT3_A100, [0, 2, 4, 6], 12, 6, 83.64), (BLOOM_A40, [1, 3, 5, 7], 12, 6, 70.38)],
 )
 def test_adaptive_rounding_on_real_profiles_stays_within_a_hair_of_the_full_grid(
-    shared_data, name, stages, frequencies, microbatches, p_blocking_w,
+    shared_data,
+    name,
+    stages,
+    frequencies,
+    microbatches,
+    p_blocking_w,
 ):
     profile = real_subset(shared_data, name, stages, frequencies, UNIT_S)
     problem = problem_for(profile, "1f1b", microbatches, p_blocking_w)

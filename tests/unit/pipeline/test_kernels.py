@@ -73,16 +73,19 @@ def check_same_rounding(problem: PlanningProblem, threads: int) -> None:
         np.testing.assert_array_equal(got, want.T)
         np.testing.assert_array_equal(got_s, want_s)
         polished, polished_s = polish(problem, solver._options, want, deadline_s)
-        again, again_s = kernels.polish(kernels.CompiledPicker(solver._options), problem.option_time_s, want.T,
-                                        deadline_s)
+        again, again_s = kernels.polish(
+            kernels.CompiledPicker(solver._options), problem.option_time_s, want.T, deadline_s
+        )
         np.testing.assert_array_equal(again, polished.T)
         np.testing.assert_array_equal(again_s, polished_s)
         # track and polish sum each output plan's option energies and times in node order, as the numpy
         # fallback does (`_node_sum`): the same bits.
         polisher = kernels.CompiledPicker(solver._options)
         polisher.threads = threads
-        for kernel, args in ((kernels.track, (compiled, target.T)),
-                             (kernels.polish, (polisher, problem.option_time_s, want.T, deadline_s))):
+        for kernel, args in (
+            (kernels.track, (compiled, target.T)),
+            (kernels.polish, (polisher, problem.option_time_s, want.T, deadline_s)),
+        ):
             totals = kernels.Totals(problem.option_energy_j, problem.option_time_s)
             plans, _ = kernel(*args, totals=totals)  # type: ignore[operator]
             np.testing.assert_array_equal(totals.energy_j, _node_sum(problem.option_energy_j, plans.T))
@@ -115,8 +118,9 @@ def frontier_points(problem: PlanningProblem, unit_s: float, stride: int | None)
 
 @built
 @pytest.mark.parametrize("stride", [None, 4])
-def test_the_frontier_is_the_same_with_and_without_the_kernels(monkeypatch: pytest.MonkeyPatch,
-                                                               stride: int | None) -> None:
+def test_the_frontier_is_the_same_with_and_without_the_kernels(
+    monkeypatch: pytest.MonkeyPatch, stride: int | None
+) -> None:
     """Every point, its plan, its figures and its relaxed energy: the full grid and the adaptive one."""
     for problem in problems():
         fast = frontier_points(problem, UNIT_S, stride)
@@ -175,8 +179,9 @@ def test_bad_arrays_are_refused_not_read_out_of_bounds() -> None:
     relaxed = solver.relaxation.solve()
     phase = np.zeros(1, dtype=np.int64)
     with pytest.raises(ValueError, match="column out of range"):
-        kernels.node_durations(relaxed.potentials, phase, phase, phase, solver.relaxation.hi,
-                               np.asarray([problem.dag.num_nodes]))
+        kernels.node_durations(
+            relaxed.potentials, phase, phase, phase, solver.relaxation.hi, np.asarray([problem.dag.num_nodes])
+        )
     # Sums over tables too short for the options the picker can choose.
     short = kernels.Totals(problem.option_energy_j[:1], problem.option_time_s[:1])
     with pytest.raises(ValueError, match="option out of range"):
@@ -198,5 +203,3 @@ def test_threads_follow_the_affinity_and_the_cap(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("WATTWISE_THREADS", bad)
         with pytest.raises(UsageError, match="WATTWISE_THREADS must be a positive integer"):
             kernels.threads()
-
-

@@ -22,10 +22,14 @@ def test_energy_counts_blocked_gpus():
     def options(time_s: float, energy_j: float) -> tuple[FrequencyOption, ...]:
         return (FrequencyOption(1000, time_s, energy_j), FrequencyOption(500, 2 * time_s, energy_j))
 
-    profile = PipelineProfile({
-        (0, "forward"): options(1.0, 10.0), (1, "forward"): options(2.0, 20.0),
-        (1, "backward"): options(3.0, 30.0), (0, "backward"): options(4.0, 40.0),
-    })
+    profile = PipelineProfile(
+        {
+            (0, "forward"): options(1.0, 10.0),
+            (1, "forward"): options(2.0, 20.0),
+            (1, "backward"): options(3.0, 30.0),
+            (0, "backward"): options(4.0, 40.0),
+        }
+    )
     problem = PlanningProblem.build(profile, pipeline_dag("gpipe", 2, 1), p_blocking_w=5.0)
     time_s, energy_j = problem.evaluate(problem.max_frequency_choice())
     # Each GPU is powered 10 s and busy 5 s: 100 J of work + 2 GPUs x 5 s x 5 W blocked.
@@ -120,7 +124,13 @@ def test_fast_solver_is_within_one_percent_of_cp_sat_on_a_synthetic_pipeline():
     ],
 )
 def test_fast_solver_is_within_one_percent_of_cp_sat_on_real_profiles(
-    shared_data, name, stages, frequencies, schedule, microbatches, p_blocking_w,
+    shared_data,
+    name,
+    stages,
+    frequencies,
+    schedule,
+    microbatches,
+    p_blocking_w,
 ):
     profile = real_subset(shared_data, name, stages, frequencies, UNIT_S)
     excess = fast_against_exact(problem_for(profile, schedule, microbatches, p_blocking_w))
@@ -164,8 +174,14 @@ def test_relaxed_energies_are_computed_only_when_read(monkeypatch: pytest.Monkey
     assert solve_calls == 1
     read = [p.relaxed_energy_j for p in points]
     # Each point's deadline in units (the first deadline, t_min, is solved at the fastest plan's real time).
-    units = np.asarray([solver.relaxation.t_min if p.deadline_s == solver.fastest_time_s
-                        else round(p.deadline_s / solver.resolution_s) for p in points])
+    units = np.asarray(
+        [
+            solver.relaxation.t_min
+            if p.deadline_s == solver.fastest_time_s
+            else round(p.deadline_s / solver.resolution_s)
+            for p in points
+        ]
+    )
     assert sum(calls[solve_calls:]) == len(set(units.tolist()))  # each distinct deadline once
     assert read == original(solver.relaxed, units).tolist()
 

@@ -36,14 +36,20 @@ PLAN = ((Step("forward", 0, 1000), Step("backward", 0, 1000)),) * 2
 
 def frontier_of(points: list[tuple[float, float, bool]]) -> Frontier:
     return Frontier(
-        stages=2, microbatches=1, schedule="gpipe", unit_time_s=0.1, p_blocking_w=50.0,
+        stages=2,
+        microbatches=1,
+        schedule="gpipe",
+        unit_time_s=0.1,
+        p_blocking_w=50.0,
         points=tuple(FrontierEntry(t, e, PLAN if planned else None) for t, e, planned in points),
-        max_frequency_time_s=10.0, max_frequency_energy_j=1000.0,
+        max_frequency_time_s=10.0,
+        max_frequency_energy_j=1000.0,
     )
 
 
-FRONTIER = frontier_of([(9.9, 900.0, True), (10.0, 850.0, True), (10.2, 700.0, False), (10.5, 800.0, True),
-                        (12.0, 820.0, True)])
+FRONTIER = frontier_of(
+    [(9.9, 900.0, True), (10.0, 850.0, True), (10.2, 700.0, False), (10.5, 800.0, True), (12.0, 820.0, True)]
+)
 
 
 def test_intrinsic_choice_is_the_least_energy_no_slower_than_maximum_frequency():
@@ -77,7 +83,8 @@ def test_plan_and_choice_round_trip():
     choice = np.asarray([rng.choice(list(problem.type_options(int(k)))) for k in problem.node_type])
     plan = plan_from_choice(problem, choice)
     assert [[(s.instruction, s.microbatch) for s in steps] for steps in plan] == [
-        [(s.instruction, s.microbatch) for s in steps] for steps in problem.dag.steps]
+        [(s.instruction, s.microbatch) for s in steps] for steps in problem.dag.steps
+    ]
     assert np.array_equal(choice_from_plan(problem, plan), choice)
 
 
@@ -201,8 +208,11 @@ def test_a_file_without_the_matrix_still_loads_and_chooses_among_spelled_out_pla
 def test_a_matrix_of_more_than_256_frequencies_is_uint16(tmp_path):
     frequencies = tuple(range(500, 800))
     indices = np.arange(5 * 4, dtype=np.uint16).reshape(5, 4) * 14 % 300
-    frontier = dataclasses.replace(FRONTIER, points=tuple(dataclasses.replace(p, plan=None) for p in FRONTIER.points),
-                                   plan_matrix=PlanMatrix(frequencies, indices.astype(np.uint16)))
+    frontier = dataclasses.replace(
+        FRONTIER,
+        points=tuple(dataclasses.replace(p, plan=None) for p in FRONTIER.points),
+        plan_matrix=PlanMatrix(frequencies, indices.astype(np.uint16)),
+    )
     path = written(frontier, tmp_path / "f.json")
     assert json.loads(path.read_text())["plan_matrix"]["dtype"] == "uint16"
     assert read_frontier_json(path) == frontier
@@ -248,8 +258,24 @@ def test_a_bad_plan_matrix_names_the_field_and_the_fix(solved, tmp_path, edit, m
 
 def test_a_bad_plan_matrix_is_one_line_and_exit_2_from_the_cli(tmp_path, capsys):
     write_profile(synthetic_profile(2, 3, UNIT_S, seed=3), tmp_path / "profile.csv")
-    assert main(["frontier", str(tmp_path / "profile.csv"), "--microbatches", "4", "--unit-time", str(UNIT_S),
-                 "--p-blocking", "80", "--out", str(tmp_path / "f.json"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "frontier",
+                str(tmp_path / "profile.csv"),
+                "--microbatches",
+                "4",
+                "--unit-time",
+                str(UNIT_S),
+                "--p-blocking",
+                "80",
+                "--out",
+                str(tmp_path / "f.json"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     data = json.loads((tmp_path / "f.json").read_text())
     data["plan_matrix"]["data"] = data["plan_matrix"]["data"][:8]
     (tmp_path / "f.json").write_text(json.dumps(data))

@@ -86,8 +86,20 @@ def test_a_missing_column_is_named(tmp_path):
 
 def test_the_cli_reports_a_bad_profile_in_one_line_and_exits_2(tmp_path, capsys):
     path = write(tmp_path, [*GOOD_ROWS, "0,forward,1000,nan,10"])
-    code = main(["frontier", str(path), "--microbatches", "2", "--unit-time", "0.001", "--p-blocking", "80",
-                 "--out", str(tmp_path / "f.json")])
+    code = main(
+        [
+            "frontier",
+            str(path),
+            "--microbatches",
+            "2",
+            "--unit-time",
+            "0.001",
+            "--p-blocking",
+            "80",
+            "--out",
+            str(tmp_path / "f.json"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "line 10: time is nan" in err and "Traceback" not in err

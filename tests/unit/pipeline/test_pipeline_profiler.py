@@ -24,11 +24,13 @@ def simulated_stages(tmp_path, count: int) -> list[StageWork]:
         gpu = SimulatedGPU(index, state_file=tmp_path / f"gpu{index}.json", clock=clock, sleep=clock.sleep)
         # The last stage does a bit more work, as the loss layer does.
         scale = 1.3 if index == count - 1 else 1.0
-        stages.append(StageWork(
-            gpu,
-            forward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=FORWARD_S * s),
-            backward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=BACKWARD_S * s),
-        ))
+        stages.append(
+            StageWork(
+                gpu,
+                forward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=FORWARD_S * s),
+                backward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=BACKWARD_S * s),
+            )
+        )
     return stages
 
 
@@ -52,11 +54,11 @@ def test_profile_follows_the_gpu_clock_model_and_clocks_are_reset(tmp_path):
 def test_a_measured_profile_plans_a_cheaper_iteration(tmp_path):
     stages = simulated_stages(tmp_path, 3)
     with SettingsGuard(tmp_path / "journal") as guard:
-        profile = PipelineProfiler(stages, guard, frequencies_mhz=[1740, 1440, 1140, 840], iterations=1,
-                                   warmup=0).measure()
+        profile = PipelineProfiler(
+            stages, guard, frequencies_mhz=[1740, 1440, 1140, 840], iterations=1, warmup=0
+        ).measure()
     problem = PlanningProblem.build(profile, pipeline_dag("1f1b", 3, 4), p_blocking_w=60.0)
-    frontier = assemble_frontier(problem, list(FrontierSolver(problem, 0.001).run()), unit_time_s=0.001,
-                                 solver="fast")
+    frontier = assemble_frontier(problem, list(FrontierSolver(problem, 0.001).run()), unit_time_s=0.001, solver="fast")
     assert choose_intrinsic(frontier).saving > 0.0
 
 

@@ -37,8 +37,12 @@ def test_tracking_and_polishing_keep_plans_on_time_and_polishing_never_costs_mor
     inn = 2 + 2 * np.arange(problem.dag.num_nodes)
     deadline_s = deadlines * UNIT_S
     times, costs = problem.option_time_s, option_costs_j(problem)
-    options = LevelPicker(OptionMap.build([(times[o], o) for o in (
-        pareto_order(problem, k, times, costs) for k in range(problem.num_types))]), problem)
+    options = LevelPicker(
+        OptionMap.build(
+            [(times[o], o) for o in (pareto_order(problem, k, times, costs) for k in range(problem.num_types))]
+        ),
+        problem,
+    )
     vertices = LevelPicker(OptionMap.build([(times[h.options], h.options) for h in relaxation.hulls]), problem)
     for picker in (options, vertices):
         tracked, tracked_s = track(problem, picker, events[inn + 1] * UNIT_S)

@@ -42,15 +42,26 @@ def test_1f1b_keeps_at_most_stages_minus_index_activations_alive(stages, microba
 
 def test_dag_edges_of_2_stages_2_microbatches_1f1b():
     dag = pipeline_dag("1f1b", 2, 2)
-    name = {dag.node(s, ins, m): f"{ins[0].upper()}{s}{m}" for s in range(2) for ins in ("forward", "backward")
-            for m in range(2)}
+    name = {
+        dag.node(s, ins, m): f"{ins[0].upper()}{s}{m}"
+        for s in range(2)
+        for ins in ("forward", "backward")
+        for m in range(2)
+    }
     edges = {(name[t], name[h]) for t, h in zip(dag.edge_tails.tolist(), dag.edge_heads.tolist(), strict=True)}
     assert edges == {
         # stage 0 runs F0 F1 B0 B1, stage 1 runs F0 B0 F1 B1
-        ("F00", "F01"), ("F01", "B00"), ("B00", "B01"),
-        ("F10", "B10"), ("B10", "F11"), ("F11", "B11"),
+        ("F00", "F01"),
+        ("F01", "B00"),
+        ("B00", "B01"),
+        ("F10", "B10"),
+        ("B10", "F11"),
+        ("F11", "B11"),
         # activations down, gradients up
-        ("F00", "F10"), ("F01", "F11"), ("B10", "B00"), ("B11", "B01"),
+        ("F00", "F10"),
+        ("F01", "F11"),
+        ("B10", "B00"),
+        ("B11", "B01"),
     }
 
 

@@ -154,5 +154,3 @@ def test_an_unreadable_journal_is_reported_and_kept() -> None:
 def test_nothing_to_recover_when_no_journal_folder_exists() -> None:
     result = recover_stale_journals()
     assert (result.restored, result.failed) == ([], [])
-
-

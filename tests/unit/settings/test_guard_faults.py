@@ -133,8 +133,13 @@ def test_the_journal_folder_is_created_private(state_file: Path) -> None:
         assert stat.S_IMODE(guard.journal_path.stat().st_mode) == 0o600
 
 
-@pytest.mark.parametrize(("how", "why"), [("others can write it", "writable by group or others (mode 0o666)"),
-                                          ("it has another hard link", "has 1 other hard link(s)")])
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("others can write it", "writable by group or others (mode 0o666)"),
+        ("it has another hard link", "has 1 other hard link(s)"),
+    ],
+)
 def test_a_journal_that_is_not_only_yours_is_refused_and_kept(how: str, why: str, state_file: Path) -> None:
     SimulatedGPU(0, state_file=state_file).set_power_limit_w(150.0)
     path = journal_dir() / "suspect.json"
@@ -187,4 +192,3 @@ def test_a_journal_never_names_a_file_to_overwrite(where: str, tmp_path: Path, s
 
 
 # -- 7. the demo under signals --------------------------------------------------------------------------
-

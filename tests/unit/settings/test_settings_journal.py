@@ -72,8 +72,10 @@ def test_a_live_agents_journal_is_left_to_it(tmp_path: Path) -> None:
     with held_elsewhere(agent.journal.lock, pid=4321):  # the agent runs on, in its own process
         result = recover_stale_journals(tmp_path / "agent")
     assert result.restored == [] and result.failed == []
-    assert result.held == [f"{agent.journal.path}: held by wattwise process PID 4321, still running (it restores "
-                           "its settings when it ends)"]
+    assert result.held == [
+        f"{agent.journal.path}: held by wattwise process PID 4321, still running (it restores "
+        "its settings when it ends)"
+    ]
     assert SimulatedGPU(0, state_file=sim / "gpu0.json").power_limit_w() == 150.0
 
 
@@ -96,9 +98,16 @@ def test_an_older_agents_journal_is_still_restored_after_an_upgrade(tmp_path: Pa
     SimulatedGPU(1, state_file=sim / "gpu1.json").set_power_limit_w(150.0)
     folder = tmp_path / "agent"
     folder.mkdir(mode=0o700)
-    legacy = {"version": 1, "backend": "simulated", "gpus": {"1": {
-        "holder": {"pid": 101, "uid": 1000, "job": "bert", "start_ticks": 5},
-        "originals": {"power_limit_w": 280.0, "locked_sm_clocks_mhz": None}}}}
+    legacy = {
+        "version": 1,
+        "backend": "simulated",
+        "gpus": {
+            "1": {
+                "holder": {"pid": 101, "uid": 1000, "job": "bert", "start_ticks": 5},
+                "originals": {"power_limit_w": 280.0, "locked_sm_clocks_mhz": None},
+            }
+        },
+    }
     (folder / "journal.json").write_text(json.dumps(legacy))
     (folder / "journal.json").chmod(0o600)
     agent = _agent(folder, sim)
@@ -120,8 +129,9 @@ def test_a_symlinked_journal_is_refused_by_the_agent_and_by_recovery(tmp_path: P
     folder = tmp_path / "agent"
     folder.mkdir(mode=0o700)
     target = tmp_path / "elsewhere.json"
-    save_changes(target, [{"device": {"backend": "simulated", "index": 0}, "setting": "power_limit_w",
-                           "original": 300.0}])
+    save_changes(
+        target, [{"device": {"backend": "simulated", "index": 0}, "setting": "power_limit_w", "original": 300.0}]
+    )
     (folder / "journal.json").symlink_to(target)
     with pytest.raises(UsageError, match=r"journal\.json: is a symbolic link"):
         AgentJournal(folder).prepare()
@@ -133,7 +143,8 @@ def test_a_symlinked_journal_is_refused_by_the_agent_and_by_recovery(tmp_path: P
 
 
 def test_a_journal_of_another_user_is_refused_by_the_agent_and_by_recovery(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "agent"
     agent = _agent(folder, tmp_path / "sim")
     agent.set_power_limit(0, ALICE, set(), 150.0)
@@ -151,8 +162,10 @@ def test_a_journal_of_another_user_is_refused_by_the_agent_and_by_recovery(
 def test_a_second_agent_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "agent"
     folder.mkdir(mode=0o700)
-    with held_elsewhere(folder / "journal.lock", pid=4321), pytest.raises(
-            UsageError, match=r"another agent \(PID 4321\) uses it"):
+    with (
+        held_elsewhere(folder / "journal.lock", pid=4321),
+        pytest.raises(UsageError, match=r"another agent \(PID 4321\) uses it"),
+    ):
         AgentJournal(folder).prepare()
     AgentJournal(folder).prepare()  # the other agent gone, the state dir is free
 
@@ -180,8 +193,7 @@ def test_a_lock_file_is_never_opened_through_a_symbolic_link(tmp_path: Path) -> 
 
 def test_a_journal_is_written_whole_0600_and_leaves_no_temporary_file(tmp_path: Path) -> None:
     path = tmp_path / "j.json"
-    change = {"device": {"backend": "nvml", "index": 0, "uuid": "GPU-1"}, "setting": "power_limit_w",
-              "original": 250.0}
+    change = {"device": {"backend": "nvml", "index": 0, "uuid": "GPU-1"}, "setting": "power_limit_w", "original": 250.0}
     save_changes(path, [change])
     assert read_journal(path).changes == [change] and read_journal(path).pid == os.getpid()
     assert path.stat().st_mode & 0o777 == 0o600

@@ -22,10 +22,16 @@ from wattwise.profile import ProfileEntry
 from wattwise.safe_files import state_dir
 from wattwise.store.limits_memory import LEGACY_FILE, LimitsMemory
 
-GOOD = {"chosen": {"power_limit_w": 200.0, "time_s": 1.0, "energy_j": 150.0},
-        "profile": [{"power_limit_w": 300.0, "time_s": 0.9, "energy_j": 180.0},
-                    {"power_limit_w": 200.0, "time_s": 1.0, "energy_j": 150.0}],
-        "saved_at": 1_767_225_600.0, "selector": "cost", "eta": 0.5}
+GOOD = {
+    "chosen": {"power_limit_w": 200.0, "time_s": 1.0, "energy_j": 150.0},
+    "profile": [
+        {"power_limit_w": 300.0, "time_s": 0.9, "energy_j": 180.0},
+        {"power_limit_w": 200.0, "time_s": 1.0, "energy_j": 150.0},
+    ],
+    "saved_at": 1_767_225_600.0,
+    "selector": "cost",
+    "eta": 0.5,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -52,28 +58,34 @@ def changed(entry: dict[str, Any], where: str, value: Any) -> dict[str, Any]:
     return copy
 
 
-@pytest.mark.parametrize(("where", "value", "named"), [
-    ("chosen.power_limit_w", 1e9, "bad: chosen.power_limit_w must be above 0 and at most 5000 W"),
-    ("chosen.power_limit_w", -50, "bad: chosen.power_limit_w must be above 0 and at most 5000 W (got -50)"),
-    ("chosen.power_limit_w", "100", "bad: chosen.power_limit_w must be a number"),
-    ("chosen.energy_j", math.nan, "bad: chosen.energy_j must be above 0 and at most 1e+15 J (got nan)"),
-    ("profile.1.time_s", -1.0, "bad: profile[1].time_s must be above 0 and at most 1e+09 s"),
-    ("profile.0", [300, 1, 2], "bad: profile[0] must be an object of power_limit_w, time_s and energy_j"),
-    ("profile", {"a": 1}, "bad: profile must be a list"),
-    ("selector", 5, "bad: selector must be printable text of 1 to 32 characters (got 5)"),
-    ("selector", "x" * 40, "bad: selector must be printable text of 1 to 32 characters"),
-    ("eta", 5, "bad: eta must be between 0 and 1 (got 5)"),
-    ("eta", "0.5", "bad: eta must be a number between 0 and 1 (got '0.5')"),
-    ("saved_at", "yesterday", "bad: saved_at must be a number"),
-    ("saved_at", -1.0, "bad: saved_at must be between 0 and 1e+11 s"),
-])
+@pytest.mark.parametrize(
+    ("where", "value", "named"),
+    [
+        ("chosen.power_limit_w", 1e9, "bad: chosen.power_limit_w must be above 0 and at most 5000 W"),
+        ("chosen.power_limit_w", -50, "bad: chosen.power_limit_w must be above 0 and at most 5000 W (got -50)"),
+        ("chosen.power_limit_w", "100", "bad: chosen.power_limit_w must be a number"),
+        ("chosen.energy_j", math.nan, "bad: chosen.energy_j must be above 0 and at most 1e+15 J (got nan)"),
+        ("profile.1.time_s", -1.0, "bad: profile[1].time_s must be above 0 and at most 1e+09 s"),
+        ("profile.0", [300, 1, 2], "bad: profile[0] must be an object of power_limit_w, time_s and energy_j"),
+        ("profile", {"a": 1}, "bad: profile must be a list"),
+        ("selector", 5, "bad: selector must be printable text of 1 to 32 characters (got 5)"),
+        ("selector", "x" * 40, "bad: selector must be printable text of 1 to 32 characters"),
+        ("eta", 5, "bad: eta must be between 0 and 1 (got 5)"),
+        ("eta", "0.5", "bad: eta must be a number between 0 and 1 (got '0.5')"),
+        ("saved_at", "yesterday", "bad: saved_at must be a number"),
+        ("saved_at", -1.0, "bad: saved_at must be between 0 and 1e+11 s"),
+    ],
+)
 def test_an_entry_with_a_field_no_tuning_run_gives_is_not_imported_and_named(
-        caplog: pytest.LogCaptureFixture, where: str, value: Any, named: str) -> None:
+    caplog: pytest.LogCaptureFixture, where: str, value: Any, named: str
+) -> None:
     path = legacy_file({"good": GOOD, "bad": changed(GOOD, where, value)})
     with caplog.at_level(logging.WARNING, logger="wattwise.store.limits_memory"):
         memory = LimitsMemory()
-        assert memory.load("good") == (ProfileEntry(200.0, 1.0, 150.0),
-                                       [ProfileEntry(300.0, 0.9, 180.0), ProfileEntry(200.0, 1.0, 150.0)])
+        assert memory.load("good") == (
+            ProfileEntry(200.0, 1.0, 150.0),
+            [ProfileEntry(300.0, 0.9, 180.0), ProfileEntry(200.0, 1.0, 150.0)],
+        )
         assert memory.load("bad") is None
     [record] = caplog.records
     assert named in record.getMessage() and f"left in {path}.imported" in record.getMessage()

@@ -37,8 +37,17 @@ def test_limits_share_the_jobs_store_by_default_and_follow_the_store_environment
     assert stat.S_IMODE(default.stat().st_mode) == 0o600
     assert stat.S_IMODE(default.parent.stat().st_mode) == 0o700
     store = SqlJobStore(store_url(str(default)))
-    store.register_job(JobSpec(name="bert/squad", batch_sizes=(32,), default_batch_size=32, target_metric=84.0,
-                               max_epochs=6, max_power_w=250.0), 0.0)
+    store.register_job(
+        JobSpec(
+            name="bert/squad",
+            batch_sizes=(32,),
+            default_batch_size=32,
+            target_metric=84.0,
+            max_epochs=6,
+            max_power_w=250.0,
+        ),
+        0.0,
+    )
     store.close()
     assert LimitsMemory().load(KEY) == (PROFILE[1], PROFILE)
 

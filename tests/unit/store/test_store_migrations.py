@@ -58,8 +58,10 @@ def test_store_of_an_unknown_pre_alembic_version_is_refused(sqlite_url: str) -> 
     path = sqlite_url.removeprefix("sqlite:///")
     Path(path).parent.mkdir(parents=True)
     with sqlite3.connect(path) as conn:
-        conn.executescript("CREATE TABLE wattwise_schema_version (version INTEGER NOT NULL); "
-                           "INSERT INTO wattwise_schema_version VALUES (2);")
+        conn.executescript(
+            "CREATE TABLE wattwise_schema_version (version INTEGER NOT NULL); "
+            "INSERT INTO wattwise_schema_version VALUES (2);"
+        )
     conn.close()
     with pytest.raises(UsageError, match="schema version 2, newer than this wattwise"):
         SqlJobStore(sqlite_url)

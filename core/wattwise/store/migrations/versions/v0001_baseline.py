@@ -37,9 +37,7 @@ def upgrade() -> None:
     op.create_table(
         "wattwise_runs",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column(
-            "job_name", sa.String(128), sa.ForeignKey("wattwise_jobs.name", ondelete="CASCADE"), nullable=False
-        ),
+        sa.Column("job_name", sa.String(128), sa.ForeignKey("wattwise_jobs.name", ondelete="CASCADE"), nullable=False),
         sa.Column("batch_size", sa.Integer, nullable=False),
         sa.Column("phase", sa.String(16), nullable=False),
         sa.Column("state", sa.String(16), nullable=False),
