@@ -44,6 +44,7 @@ acceptance: install
 
 lint: install
 	$(VENV)/bin/ruff check core lightning_energy accelerate_energy tests benchmarks examples docs
+	$(VENV)/bin/ruff format --check core lightning_energy accelerate_energy tests benchmarks examples docs
 	$(VENV)/bin/mypy
 
 # The documentation site (mkdocs.yml, docs/): built strictly, so a broken link or reference fails.
