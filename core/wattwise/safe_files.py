@@ -10,7 +10,7 @@ A file wattwise reads back from there (a settings journal, a spooled result, a s
 remembered limits of 0.1.0) is read only when it can be trusted (`read_trusted`, `trust_problem`): a
 regular file of the user running wattwise, never followed through a link, not writable by others, with
 no other hard link; one of the user's own that fails is set aside (`set_aside_if_mine`). These checks,
-and the one on the folders such files live in (`owner_problem`, `folder_problem`), are made here only.
+and the one on the folders such files live in (`owner_problem`, `private_folder_problem`), are made here only.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def owner_problem(
     return None
 
 
-def folder_problem(folder: str | os.PathLike[str]) -> str | None:
+def private_folder_problem(folder: str | os.PathLike[str]) -> str | None:
     """Why a folder wattwise keeps files in (a journal's, a socket's) cannot be trusted, as a phrase; None if it can.
 
     It must be a folder itself (not a symbolic link to one) and pass `owner_problem`.

@@ -25,7 +25,7 @@ from wattwise.settings.journal import (
     check_changes,
     check_journal,
     file_problem,
-    folder_problem,
+    journal_folder_problem,
     read_object,
     save_changes,
 )
@@ -51,7 +51,7 @@ class AgentJournal:
         """
         private_dir(self.folder)
         for what, path, problem in (
-            ("state dir", self.folder, folder_problem(self.folder)),
+            ("state dir", self.folder, journal_folder_problem(self.folder)),
             ("journal", self.path, file_problem(self.path)),
         ):
             if problem:

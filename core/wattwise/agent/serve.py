@@ -26,7 +26,7 @@ from wattwise.agent.connections import ConnectionLimits, quiet_client_logs, rais
 from wattwise.agent.http import make_app
 from wattwise.devices.base import Device
 from wattwise.errors import UsageError
-from wattwise.safe_files import folder_problem
+from wattwise.safe_files import private_folder_problem
 
 
 @dataclass
@@ -45,9 +45,9 @@ def socket_folder_problem(folder: Path) -> str | None:
 
     Whoever may write in it could swap the socket for a link between bind and chmod, or plant a file of
     their own there: it must be a real folder (no symbolic link), owned by the agent's user (root when
-    deployed), writable by nobody else (a sticky /tmp is refused too): `wattwise.safe_files.folder_problem`.
+    deployed), writable by nobody else (a sticky /tmp is refused too): `wattwise.safe_files.private_folder_problem`.
     """
-    return folder_problem(folder)
+    return private_folder_problem(folder)
 
 
 def prepare_socket(path: Path) -> None:

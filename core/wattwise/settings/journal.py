@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wattwise import safe_files as paths
+from wattwise import safe_files
 from wattwise.devices import journalled_backends
 from wattwise.devices.base import DeviceError
 from wattwise.safe_files import (
@@ -58,9 +58,9 @@ class JournalProblem(Exception):
 
 
 # -- trust ----------------------------------------------------------------------------------------------
-def folder_problem(folder: Path) -> str | None:
+def journal_folder_problem(folder: Path) -> str | None:
     """Why the journal folder cannot be trusted, or None. Its parent may be a sticky shared folder."""
-    problem = paths.folder_problem(folder)
+    problem = safe_files.private_folder_problem(folder)
     if problem:
         return problem
     with contextlib.suppress(OSError):
@@ -82,7 +82,7 @@ def ensure_folder(folder: Path) -> None:
         raise JournalError(
             f"cannot create the journal folder {folder} ({err.strerror}): no GPU setting is changed"
         ) from None
-    problem = folder_problem(folder)
+    problem = journal_folder_problem(folder)
     if problem:
         raise JournalError(
             f"journal folder {folder}: {problem}; refusing to record GPU settings there (chmod 700 it, as its owner)"

@@ -19,7 +19,14 @@ from typing import Any
 from wattwise.safe_files import lock_descriptor
 from wattwise.settings import journal as journal_file
 from wattwise.settings.apply import RESTORE_ERRORS, apply_setting, describe, read_setting, setting_words
-from wattwise.settings.journal import Journal, JournalProblem, folder_problem, journal_dir, journal_files, read_journal
+from wattwise.settings.journal import (
+    Journal,
+    JournalProblem,
+    journal_dir,
+    journal_files,
+    journal_folder_problem,
+    read_journal,
+)
 from wattwise.settings.locks import device_key, held_here, lock_holder, probe, try_flock
 
 
@@ -55,7 +62,7 @@ def journal_statuses(directory: str | os.PathLike[str] | None = None) -> tuple[l
     folder = Path(directory) if directory is not None else journal_dir()
     if not folder.exists():
         return [], None
-    problem = folder_problem(folder)
+    problem = journal_folder_problem(folder)
     if problem:
         return [], problem
     out = []
@@ -95,7 +102,7 @@ def recover_stale_journals(
     result = RestoreResult([], [])
     if not folder.exists():
         return result
-    problem = folder_problem(folder)
+    problem = journal_folder_problem(folder)
     if problem:
         result.failed.append(f"journal folder {folder}: {problem}; not restoring anything from it")
         return result

@@ -26,7 +26,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from wattwise import safe_files as paths
+from wattwise import safe_files
 from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config, rename_settings
 from wattwise.devices import PowerModel
 from wattwise.errors import ConfigError, UsageError
@@ -227,7 +227,7 @@ def tuned_and_baseline(
 
 def demo_folder() -> Path:
     """Where demos keep their simulated GPUs' settings: `<state dir>/demo`, one folder per demo process."""
-    return paths.state_dir() / "demo"
+    return safe_files.state_dir() / "demo"
 
 
 @contextlib.contextmanager
