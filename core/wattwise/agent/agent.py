@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from wattwise.agent.audit import AuditLog
@@ -66,6 +67,18 @@ class AgentFault(AgentRefusal):
     """The agent could not do it: the device failed, or its journal cannot be written."""
 
 
+@dataclass
+class AgentCounts:
+    """What the agent did since it started (its Prometheus self-metrics)."""
+
+    #: Requests answered, and those refused, by HTTP status (the HTTP layer counts them).
+    requests: int = 0
+    refusals: dict[int, int] = field(default_factory=dict)
+    #: GPUs given back with their original settings, and give-backs the device refused.
+    restores: int = 0
+    restore_failures: int = 0
+
+
 class Agent:
     """The GPUs, their leases and the journal: each request a method, each refusal an `AgentRefusal`."""
 
@@ -98,6 +111,8 @@ class Agent:
         self.watcher: ProcessWatcher | None = None
         #: Journalled changes of GPUs this agent does not see: kept in the journal, never dropped.
         self.unseen: list[dict[str, Any]] = []
+        #: What the agent did since it started, for its own Prometheus metrics.
+        self.counts = AgentCounts()
 
     # -- life cycle -------------------------------------------------------------------------------------
     def recover(self) -> list[str]:
@@ -145,6 +160,7 @@ class Agent:
         """Give GPU `index` back to its live `holder` with the settings it had set; False when they fail."""
         device = self.devices[index]
         lease = self.leases.take(index, holder, originals)
+        lease.start_energy_j = _maybe(device.energy_j)  # the lease's energy counts from this start
         try:
             for setting, value in applied.items():
                 before = _reading(device, setting)
@@ -451,7 +467,8 @@ class Agent:
         except LeaseConflict as err:
             raise Conflict(str(err)) from None
         if not held:
-            self.leases.take(index, caller, _read_originals(self.devices[index]))
+            taken = self.leases.take(index, caller, _read_originals(self.devices[index]))
+            taken.start_energy_j = _maybe(self.devices[index].energy_j)
             try:
                 self._save()  # the originals are on disk before the first change
             except OSError as err:
@@ -485,8 +502,10 @@ class Agent:
         try:
             restore_originals(device, lease.originals)
         except DeviceError as err:
+            self.counts.restore_failures += 1
             log.error("wattwise agent: could not restore GPU %d (%s); kept in the journal", index, err)
             return
+        self.counts.restores += 1
         for setting, value in lease.originals.items():
             if before[setting] != value:
                 self._audit(lease.holder, index, setting, before[setting], value, why)

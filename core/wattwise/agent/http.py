@@ -27,10 +27,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from wattwise.agent import MAX_JOB_CHARS, is_job_name
 from wattwise.agent.agent import (
     Agent,
+    AgentCounts,
     AgentFault,
     AgentRefusal,
     Conflict,
@@ -70,8 +72,21 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+def _errors(counts: AgentCounts) -> Middleware:
+    """The middleware that answers every refusal and error as one JSON line, and counts the answers."""
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        answer = await _answer(request, handler)
+        counts.requests += 1
+        if answer.status >= 400:
+            counts.refusals[answer.status] = counts.refusals.get(answer.status, 0) + 1
+        return answer
+
+    return errors
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except AgentRefusal as err:
@@ -200,7 +215,7 @@ def make_app(agent: Agent) -> web.Application:
         caller, _ = _caller(request)
         return web.json_response(agent.release_job(job_id, caller))
 
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors(agent.counts)])
     app.router.add_get("/v1/gpus", status)
     app.router.add_get("/v1/devices", devices)
     app.router.add_post("/v1/gpus/{index}/power_limit", power_limit)

@@ -74,6 +74,8 @@ class Lease:
     applied: dict[str, Any] = field(default_factory=dict)
     #: The process that handed the lease over to `holder`, its child (`wattwise cap`): it may still release it.
     delegator: Holder | None = None
+    #: The GPU's energy counter when the lease began (or when a restarted agent resumed it); None: unreadable.
+    start_energy_j: float | None = None
 
 
 class LeaseConflict(Exception):

@@ -1,61 +1,100 @@
-"""Per-GPU energy, power, power limit and locked clock for Prometheus (`agent serve --metrics-port N`).
+"""The agent's Prometheus metrics (`agent serve --metrics-port N`): per GPU, per lease, and its own.
 
-Read at scrape time from the agent's devices, labelled by GPU index and by the holder's job name
-(`job_name`, empty when nobody holds the GPU). Served by prometheus-client on its own thread, on
-127.0.0.1 by default.
+Read at scrape time from the agent's devices and leases, and served by prometheus-client on its own
+thread, on 127.0.0.1 by default. As dcgm-exporter does, every GPU series carries the GPU's `gpu` index,
+its `uuid` and the node's `hostname`; units are base units and counters end in `_total`.
+
+- `wattwise_gpu_energy_joules_total{gpu, uuid, hostname}`: the GPU's energy counter. Its labels never
+  change, so `increase()` over any range is the GPU's energy in that range, whoever held it.
+- `wattwise_lease_energy_joules_total{gpu, uuid, hostname, job_name, job_id, uid}`: the energy of one
+  lease, from its start (or the agent's restart) to now; the series ends with the lease. The energy of a
+  job is `sum by (job_name) (increase(...))` of this counter: no idle time and no other job counted.
+- Gauges labelled by GPU and the holder's `job_name` (empty when nobody holds it): power, power limit and
+  the upper end of the locked SM clock range.
+- The agent itself: requests answered, refusals by status, leases held, GPUs restored and restores that
+  failed.
+
+`job_name`, not `job`: Prometheus gives every scraped series its own `job` label (the scrape job).
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from wattwise.devices.agent import gpu_uuid
 from wattwise.devices.base import DeviceError
 
 if TYPE_CHECKING:
     from wattwise.agent.agent import Agent
 
-#: `job_name`, not `job`: Prometheus gives every scraped series its own `job` label (the scrape job).
-LABELS = ["gpu", "job_name"]
+GPU_LABELS = ["gpu", "uuid", "hostname"]
+HELD_LABELS = [*GPU_LABELS, "job_name"]
+LEASE_LABELS = [*GPU_LABELS, "job_name", "job_id", "uid"]
 
 
 class AgentCollector:
-    """A Prometheus collector reading the agent's GPUs at each scrape (never between scrapes)."""
+    """A Prometheus collector reading the agent's GPUs and leases at each scrape (never between scrapes)."""
 
-    def __init__(self, agent: Agent) -> None:
-        """Collect from `agent`'s GPUs and leases."""
+    def __init__(self, agent: Agent, hostname: str | None = None) -> None:
+        """Collect from `agent`'s GPUs and leases, on the node `hostname` (None: this host's name)."""
         self.agent = agent
+        self.hostname = hostname or socket.gethostname()
 
     def collect(self) -> Iterator[Metric]:
-        """Per GPU: energy, power, power limit and locked SM clock, labelled by `gpu` and the holder's `job_name`.
-
-        A GPU that cannot be read at this scrape is left out of it.
-        """
+        """Every metric of the module docstring; a GPU that cannot be read at this scrape is left out of it."""
         energy = CounterMetricFamily(
-            "wattwise_gpu_energy_joules", "GPU energy since the agent started (J)", labels=LABELS
+            "wattwise_gpu_energy_joules", "GPU energy since the agent started (J)", labels=GPU_LABELS
         )
-        power = GaugeMetricFamily("wattwise_gpu_power_watts", "GPU power draw (W)", labels=LABELS)
-        limit = GaugeMetricFamily("wattwise_gpu_power_limit_watts", "GPU power limit (W)", labels=LABELS)
+        lease_energy = CounterMetricFamily(
+            "wattwise_lease_energy_joules",
+            "GPU energy since the lease began (J), by the lease's job and user",
+            labels=LEASE_LABELS,
+        )
+        power = GaugeMetricFamily("wattwise_gpu_power_watts", "GPU power draw (W)", labels=HELD_LABELS)
+        limit = GaugeMetricFamily("wattwise_gpu_power_limit_watts", "GPU power limit (W)", labels=HELD_LABELS)
         clock = GaugeMetricFamily(
             "wattwise_gpu_locked_sm_clock_mhz",
             "Upper end of the locked SM clock range (MHz); 0 when not locked",
-            labels=LABELS,
+            labels=HELD_LABELS,
         )
         for index, device in sorted(dict(self.agent.devices).items()):
-            holder = self.agent.leases.holder(index)
-            labels = [str(index), holder.job if holder else ""]
+            lease = self.agent.leases.get(index)
+            holder = lease.holder if lease is not None else None
+            gpu = [str(index), gpu_uuid(device.spec()), self.hostname]
+            held = [*gpu, holder.job if holder else ""]
             try:
-                energy.add_metric(labels, device.energy_j())
-                power.add_metric(labels, device.power_w())
-                limit.add_metric(labels, device.power_limit_w())
-                locked = device.locked_sm_clocks_mhz()
-                clock.add_metric(labels, float(locked[1]) if locked else 0.0)
+                joules = device.energy_j()
+                watts, limit_w, locked = device.power_w(), device.power_limit_w(), device.locked_sm_clocks_mhz()
             except DeviceError:
                 continue
-        yield from (energy, power, limit, clock)
+            energy.add_metric(gpu, joules)
+            power.add_metric(held, watts)
+            limit.add_metric(held, limit_w)
+            clock.add_metric(held, float(locked[1]) if locked else 0.0)
+            if holder is not None and lease is not None and lease.start_energy_j is not None:
+                lease_energy.add_metric(
+                    [*gpu, holder.job, holder.job_id, str(holder.uid)], max(0.0, joules - lease.start_energy_j)
+                )
+        counts = self.agent.counts
+        requests = CounterMetricFamily("wattwise_agent_requests", "Requests the agent answered")
+        requests.add_metric([], counts.requests)
+        refusals = CounterMetricFamily("wattwise_agent_refusals", "Requests refused, by HTTP status", labels=["status"])
+        for status, n in sorted(counts.refusals.items()):
+            refusals.add_metric([str(status)], n)
+        leases = GaugeMetricFamily("wattwise_agent_leases", "GPUs held under a lease now")
+        leases.add_metric([], sum(1 for i in self.agent.devices if self.agent.leases.get(i) is not None))
+        restores = CounterMetricFamily("wattwise_agent_restores", "GPUs given back with their original settings")
+        restores.add_metric([], counts.restores)
+        failures = CounterMetricFamily(
+            "wattwise_agent_restore_failures", "Give-backs the device refused (the GPU stays journalled)"
+        )
+        failures.add_metric([], counts.restore_failures)
+        yield from (energy, lease_energy, power, limit, clock, requests, refusals, leases, restores, failures)
 
 
 def start_metrics(agent: Agent, host: str, port: int) -> None:

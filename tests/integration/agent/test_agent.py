@@ -136,6 +136,17 @@ def _scrape(agent: RunningAgent) -> str:
         return str(answer.read().decode())
 
 
+def _value(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample `name` whose labels include `labels`, in a scrape's `text`; None if none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                return float(sample.value)
+    return None
+
+
 def test_the_guard_names_the_job_journals_nothing_and_its_restore_releases_the_gpu_at_once(
     agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -153,7 +164,7 @@ def test_the_guard_names_the_job_journals_nothing_and_its_restore_releases_the_g
             "job_id": "",
             "pgid": None,
         }
-        assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name="bert"} 200.0' in _scrape(agent)
+        assert _value(_scrape(agent), "wattwise_gpu_power_limit_watts", gpu="0", job_name="bert") == 200.0
         assert not journal_dir().exists() or not list(journal_dir().glob("*.json"))  # the agent journals
         restored = limits.restore_all()
         assert not restored.failed and len(restored.restored) == 1
@@ -164,7 +175,7 @@ def test_the_guard_names_the_job_journals_nothing_and_its_restore_releases_the_g
         assert not restored.failed and "released to the node agent" in restored.restored[0]
         gpu_now = agent.gpu(0)  # the last guard released: free now, while this process lives on
         assert gpu_now["holder"] is None and gpu_now["locked_sm_clocks_mhz"] is None
-        assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name=""} 300.0' in _scrape(agent)
+        assert _value(_scrape(agent), "wattwise_gpu_power_limit_watts", gpu="0", job_name="") == 300.0
     finally:
         limits.close()
         clocks.close()
@@ -241,23 +252,33 @@ def test_a_url_names_a_gpu_by_its_uuid_as_by_its_index_and_an_unknown_uuid_is_40
     assert (agent.gpu(1)["power_limit_w"], agent.gpu(1)["holder"]) == (300.0, None)
 
 
-def test_prometheus_metrics_show_each_gpus_limit_and_energy_labelled_by_the_holders_job(agent: RunningAgent) -> None:
+def test_prometheus_metrics_show_each_gpus_limit_the_holders_job_and_each_leases_energy(agent: RunningAgent) -> None:
     text = _scrape(agent)
-    assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name=""} 300.0' in text
-    assert 'wattwise_gpu_energy_joules_total{gpu="1",job_name=""}' in text
+    assert _value(text, "wattwise_gpu_power_limit_watts", gpu="0", job_name="") == 300.0
+    assert _value(text, "wattwise_gpu_energy_joules_total", gpu="1") is not None
+    assert _value(text, "wattwise_lease_energy_joules_total") is None  # nobody holds a GPU
     agent.client.set_power_limit(0, 180.0, "bert")
     try:
-        assert 'wattwise_gpu_power_limit_watts{gpu="0",job_name="bert"} 180.0' in _scrape(agent)
+        text = _scrape(agent)
+        assert _value(text, "wattwise_gpu_power_limit_watts", gpu="0", job_name="bert") == 180.0
+        lease_j = _value(text, "wattwise_lease_energy_joules_total", gpu="0", job_name="bert", uid=str(os.getuid()))
+        assert lease_j is not None and lease_j >= 0.0
+        assert _value(text, "wattwise_agent_leases") == 1.0
     finally:
         agent.client.release(0)
+    text = _scrape(agent)
+    assert _value(text, "wattwise_lease_energy_joules_total") is None and _value(text, "wattwise_agent_leases") == 0.0
+    assert (_value(text, "wattwise_agent_requests_total") or 0.0) >= 2
+    assert (_value(text, "wattwise_agent_restores_total") or 0.0) >= 1
 
 
 def _energy_rate_w(agent: RunningAgent, seconds: float, load: Callable[[], object] | None = None) -> float:
     """How fast GPU 0's Prometheus energy counter rises (J/s) over `seconds`, `load` run meanwhile."""
 
     def energy() -> float:
-        line = next(x for x in _scrape(agent).splitlines() if x.startswith('wattwise_gpu_energy_joules_total{gpu="0"'))
-        return float(line.split()[-1])
+        found = _value(_scrape(agent), "wattwise_gpu_energy_joules_total", gpu="0")
+        assert found is not None
+        return found
 
     first, start = energy(), time.monotonic()
     while time.monotonic() - start < seconds:
