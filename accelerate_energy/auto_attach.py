@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from typing_extensions import override
+
 from accelerate_energy.wrapping import MARK, after_init
 
 _TARGET = "accelerate.accelerator"
@@ -34,6 +36,7 @@ _ARMED: weakref.WeakSet[Any] = weakref.WeakSet()
 class _AccelerateFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: when a module of `_PATCHES` is imported, patches it once executed."""
 
+    @override
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:

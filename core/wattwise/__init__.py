@@ -1,24 +1,38 @@
 """wattwise core: framework-neutral devices, measurement, decisions, stores, configuration and CLI.
 
 The adapters (`lightning_energy`, `accelerate_energy`) drive one `wattwise.run.Run` per training run.
-The package map, from the run down to the hardware:
+The package map, one line per subpackage or module, from the entry points down to the hardware:
 
+- `cli/`: the `wattwise` commands, one module per sub-command.
+- `__main__`: `python -m wattwise`, the same command line as the `wattwise` script.
+- `acceptance`: `python -m wattwise.acceptance`, the published command of the real-GPU checks (`tools/`).
+- `config`: the typed configuration (OmegaConf structured configs), and where its installed YAML files are.
+- `configs/`: those YAML files (`energy.yaml` lists every key; `cap`, `tune`, a LightningCLI config).
+- `flags`: the settings read from prefixed environment variables (`LIGHTNING_ENERGY_*`, `ACCELERATE_ENERGY_*`).
 - `run/`: one training run and its parts: `run` (the `Run`), `measurement`, `power` (cap, tune, reuse a
   limit), `carbon`, `recurring` (one run of a recurring job), `agreement` (how its processes decide
   together and end apart), `logged` (the metrics both adapters log).
 - `record/`: the run's files: `summary` (summary.json), `fields` (its codec), `files` (windows.csv,
   power.csv, a run folder), `report` (reports, energy statements), `plot`.
-- `cli/`: the `wattwise` commands; `config`: the typed configuration (OmegaConf structured configs).
-- Decisions, pure: `power_limit` (tuning), `profile` (what a limit cost), `recurring/` (the batch-size
-  and power-limit bandit), `pipeline/` (the time-energy frontier of a pipeline iteration), `carbon/`
-  (intensity, PUE, when to run), `frequency/` (following a frequency plan on a pipeline stage).
+- `frequency/`: following a frequency plan on a pipeline stage (SM clocks, through the settings guard).
+- `power_limit`: power-limit tuning, pure: the cost arithmetic, the selectors, the tuning state machine.
+- `profile`: `ProfileEntry`, what one power limit cost (shared by the decisions and the record).
+- `recurring/`: recurring jobs, pure: the batch-size and power-limit bandit, its policy and optimizer.
+- `pipeline/`: the time-energy frontier of a pipeline iteration (Perseus), its solvers and plans, pure.
+- `carbon/`: facility and carbon awareness, pure: intensity, PUE, price, when to run.
 - `store/`: the job store (SQLite or PostgreSQL, migrations, spool, remembered limits).
-- `monitor` (measurement windows), `distributed` (collectives), `safe_files` (files written and read
-  back safely), `errors`, `names`, `bounds`, `flags`, `extras`.
+- `monitor`: energy measurement in named windows, over any set of devices.
+- `distributed`: combining figures across processes with `torch.distributed` (energy summed, time maxed).
+- `safe_files`: where wattwise keeps its state, and files written and read back safely.
 - `settings/`: changing GPU settings and restoring them on every exit path (locks, journal, guard).
 - `agent/`: the node agent for users who are not root (`processes`, `agent`, `http`, `serve`, `wire`).
 - `devices/`: the only code that touches hardware (NVML, amdsmi, RAPL, the simulated GPU, the agent).
+- `errors`: the errors wattwise raises on purpose, and the warning it gives when it degrades instead.
+- `names`: job names, what a user may call a training job.
+- `bounds`: physical bounds on every figure a user or a file gives wattwise.
+- `extras`: which extra of `pip install 'wattwise[EXTRA]'` brings each optional dependency.
 - `tools/`: not library code: the acceptance checks, the demo, example data, the emulated workload.
+- `data/`: the small example inputs that `wattwise example-data` writes out.
 
 wattwise logs under the `wattwise` logger and attaches no handler to it. It adds no `NullHandler` either,
 for now: a record at WARNING or above says what a user must see (a GPU setting that could not be
