@@ -28,6 +28,10 @@ from wattwise.devices.base import Device
 from wattwise.errors import UsageError
 from wattwise.safe_files import private_folder_problem
 
+#: Connections the kernel queues before the agent accepts them (the kernel caps it at net.core.somaxconn):
+#: deep enough that one user connecting in a loop leaves room for the others, who retry while it is full.
+LISTEN_BACKLOG = 4096
+
 
 @dataclass
 class ServeOptions:
@@ -156,7 +160,7 @@ async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] |
     assert runner.server is not None  # set by setup()
     previous = os.umask(0o177)  # no moment where others could connect before the chmod below
     try:
-        server = await loop.create_unix_server(limits.factory(runner.server), str(path), backlog=128)
+        server = await loop.create_unix_server(limits.factory(runner.server), str(path), backlog=LISTEN_BACKLOG)
     finally:
         os.umask(previous)
     share_socket(path, gid)

@@ -41,6 +41,8 @@ JOB_ID_ENV = "SLURM_JOB_ID"
 
 #: Seconds to wait for the agent (it answers in milliseconds; a stuck agent must not hang training).
 TIMEOUT_S = 10.0
+#: The longest pause between two connects while the agent's listen backlog is full.
+CONNECT_RETRY_MAX_S = 0.1
 #: A release this soon after `settings_lifted` found the limit in force does not ask again (seconds).
 LIFT_CHECK_FRESH_S = 1.0
 
@@ -72,14 +74,31 @@ class _UnixConnection(http.client.HTTPConnection):
         self._path = path
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+        """Connect, waiting for a place in the agent's listen backlog until the deadline.
+
+        A Unix socket's connect with a timeout fails at once with EAGAIN while the agent's backlog is full
+        (another client connecting in a loop keeps it so); the client tries again, backing off from 5 ms to
+        100 ms, until `timeout` has passed, as a blocking connect would wait for its turn.
+        """
+        deadline = time.monotonic() + (self.timeout if self.timeout is not None else TIMEOUT_S)
+        pause_s = 0.005
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                sock.connect(self._path)
+            except BlockingIOError:  # EAGAIN: the backlog is full now
+                sock.close()
+                if time.monotonic() + pause_s >= deadline:
+                    raise TimeoutError(f"its listen backlog stayed full for {self.timeout:g} s") from None
+                time.sleep(pause_s)
+                pause_s = min(2 * pause_s, CONNECT_RETRY_MAX_S)
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+            return
 
 
 class AgentClient:

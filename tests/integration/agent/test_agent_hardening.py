@@ -35,6 +35,7 @@ from tests.support.agent_server import (
 from wattwise.agent.audit import AUDIT_NAME
 from wattwise.agent.connections import CONNECTION_DEADLINE_S, MAX_CONNECTIONS_PER_UID
 from wattwise.devices import NoPermissionError
+from wattwise.devices.agent import TIMEOUT_S
 
 
 def _limit_on_disk(agent: RunningAgent, index: int) -> float:
@@ -254,3 +255,53 @@ def test_a_flood_of_half_sent_requests_from_one_user_is_bounded_and_root_is_stil
     assert "Traceback" not in log
     assert len(log.splitlines()) < 40, log[-3000:]
     assert f"uid {USER_UID} has {MAX_CONNECTIONS_PER_UID} connections open" in log
+
+
+#: A group member connecting and closing in a tight loop, sending nothing, for ARGV[2] seconds: it keeps
+#: the agent's listen backlog full. Prints "flooding" once it has started, then how many connects it made.
+CONNECT_LOOP = """
+import socket, sys, time
+path, seconds = sys.argv[1], float(sys.argv[2])
+end, n = time.monotonic() + seconds, 0
+print("flooding", flush=True)
+while time.monotonic() < end:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(path)
+        n += 1
+    except OSError:
+        pass
+    s.close()
+print(n, flush=True)
+"""
+
+
+@needs_root
+@needs_user_python
+def test_a_connect_and_close_loop_of_one_user_starves_no_other_client() -> None:
+    with agent_for_users() as (agent, _):
+        _connect_loop_leaves_root_served(agent)
+        agent.proc.send_signal(signal.SIGTERM)
+        agent.proc.communicate(timeout=30)
+
+
+def _connect_loop_leaves_root_served(agent: RunningAgent) -> None:
+    loops = [
+        as_user(USER_UID, SOCKET_GID, agent, ["-c", CONNECT_LOOP, str(agent.socket), "4"], stdout=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    try:
+        for loop in loops:
+            assert loop.stdout is not None and loop.stdout.readline().strip() == "flooding"
+        answered, slowest_s = 0, 0.0
+        for _ in range(10):  # as root's `wattwise agent status`, a job's `wattwise cap`, the epilog would
+            started = time.monotonic()
+            answered += len(agent.client.status()["gpus"]) == 2
+            slowest_s = max(slowest_s, time.monotonic() - started)
+        assert answered == 10
+        assert slowest_s < TIMEOUT_S  # within the client's deadline: it waits for its turn, it does not give up
+    finally:
+        for loop in loops:
+            loop.wait(timeout=30)
+    assert all(int(loop.stdout.read().strip() or 0) > 0 for loop in loops if loop.stdout is not None)
