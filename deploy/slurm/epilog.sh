@@ -9,8 +9,8 @@
 # epilog sends that process SIGTERM (wattwise then restores its own settings), waits, then SIGKILL (the
 # agent restores at once when the holder dies). Then `wattwise agent release --job SLURM_JOB_ID` has the
 # agent restore whatever the job still holds, found by the job id its clients sent with their leases, not
-# through /proc (a holder in a PID namespace this script cannot see is released too), and the epilog
-# checks that the job holds no GPU.
+# through /proc (a holder in a PID namespace this script cannot see is released too), the epilog checks
+# that the job holds no GPU, and it ends the job's registration (prolog.sh registered its GPUs).
 #
 # Install on every node (slurm.conf, then `scontrol reconfigure`):
 #   Epilog=/etc/slurm/wattwise-epilog.sh      (this file, mode 0755, owned by root)
@@ -27,6 +27,8 @@ wattwise="${WATTWISE:-/usr/local/bin/wattwise}"
 socket="${WATTWISE_AGENT_SOCKET:-/run/wattwise/agent.sock}"
 grace_s="${WATTWISE_EPILOG_GRACE_S:-10}"
 log() { echo "wattwise epilog (job $job): $*" >&2; }
+# The job's registration ends with it: its user's rights on this node's GPUs go with it.
+end_job() { "$wattwise" agent end-job --socket "$socket" --job "$job" >/dev/null 2>&1 || log "could not end the job's registration"; }
 
 if [ ! -S "$socket" ]; then
     log "no node agent at $socket; nothing to release"
@@ -79,7 +81,7 @@ if ! held="$(held_by_job)"; then
     log "the node agent at $socket does not answer; cannot check what the job left"
     exit 1
 fi
-[ -z "$held" ] && exit 0
+if [ -z "$held" ]; then end_job; exit 0; fi
 
 pids="$(echo "$held" | awk '$2 != "-" {print $2}' | sort -u)"
 if [ -n "$pids" ]; then
@@ -102,5 +104,6 @@ if [ -n "$left" ]; then
     log "GPU(s) still held: $(echo "$left" | paste -sd' ' -); the node should be drained"
     exit 1
 fi
+end_job
 log "released"
 exit 0

@@ -1,6 +1,9 @@
 #!/bin/bash
-# SLURM Prolog for wattwise: before a job starts, check that the node agent answers and that the GPUs
-# SLURM gives the job are free.
+# SLURM Prolog for wattwise: before a job starts, register the GPUs SLURM gave the job with the node
+# agent, and check that the agent answers and that those GPUs are free.
+#
+# Registered, the job's user may change only the GPUs of their jobs on this node, whatever the agent's
+# `allocation` policy; the epilog (epilog.sh) ends the registration.
 #
 # A GPU still held when a job starts belongs to a process of an earlier job that outlived it (the
 # epilog, epilog.sh, gives those back when that job ends); the new job's changes to it would be refused.
@@ -10,8 +13,8 @@
 #
 # Install on every node (slurm.conf, then `scontrol reconfigure`):
 #   Prolog=/etc/slurm/wattwise-prolog.sh      (this file, mode 0755, owned by root)
-# Environment (slurmd sets the first two): SLURM_JOB_ID, SLURM_JOB_GPUS (the node's GPU indices given to
-# the job; every GPU when unset); WATTWISE (default /usr/local/bin/wattwise), WATTWISE_AGENT_SOCKET
+# Environment (slurmd sets the first three): SLURM_JOB_ID, SLURM_JOB_UID, SLURM_JOB_GPUS (the node's GPU
+# indices given to the job; when unset the job is not registered and every GPU is checked); WATTWISE (default /usr/local/bin/wattwise), WATTWISE_AGENT_SOCKET
 # (default /run/wattwise/agent.sock), WATTWISE_PROLOG_STRICT (0 or 1, default 0).
 set -u -o pipefail
 
@@ -23,6 +26,10 @@ log() { echo "wattwise prolog (job $job): $*" >&2; }
 fail() { log "$*"; [ "$strict" = 1 ] && exit 1; exit 0; }
 
 [ -S "$socket" ] || fail "no node agent at $socket: jobs on this node cannot change GPU settings"
+if [ -n "${SLURM_JOB_UID:-}" ] && [ -n "${SLURM_JOB_GPUS:-}" ]; then
+    out="$("$wattwise" agent register-job --socket "$socket" --job "$job" --uid "$SLURM_JOB_UID" \
+        --gpus "$SLURM_JOB_GPUS" 2>&1)" || fail "cannot register the job's GPUs with the node agent: ${out##*error: }"
+fi
 python="$(dirname "$(readlink -f "$wattwise")")/python"
 [ -x "$python" ] || python=python3
 

@@ -422,3 +422,16 @@ def test_the_prolog_names_the_jobs_gpus_that_are_held_and_fails_only_when_strict
     assert _slurm_script("prolog", missing, SLURM_JOB_ID="80", WATTWISE_PROLOG_STRICT="1").returncode == 1
     proc = _slurm_script("epilog", missing, SLURM_JOB_ID="80", SLURM_JOB_UID="0")
     assert proc.returncode == 0 and "no node agent" in proc.stderr
+
+
+def test_the_prolog_registers_the_jobs_gpus_and_the_epilog_ends_the_registration(slurm_node: SlurmNode) -> None:
+    from wattwise.devices.agent import AgentClient
+
+    client = AgentClient(slurm_node.socket)
+    uid = str(slurm_node.uid + 7)  # a user with no process here: its job holds nothing
+    proc = _slurm_script("prolog", slurm_node.socket, SLURM_JOB_ID="90", SLURM_JOB_UID=uid, SLURM_JOB_GPUS="2,3")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert {"job_id": "90", "uid": int(uid), "gpus": [2, 3]} in client.status()["jobs"]
+    proc = _slurm_script("epilog", slurm_node.socket, SLURM_JOB_ID="90", SLURM_JOB_UID=uid)
+    assert proc.returncode == 0, proc.stderr
+    assert all(job["job_id"] != "90" for job in client.status()["jobs"])

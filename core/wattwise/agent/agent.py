@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from wattwise.agent import is_job_name
 from wattwise.agent.audit import AuditLog
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.journal import AgentJournal
@@ -26,10 +29,11 @@ from wattwise.agent.processes import (
     process_alive,
     process_start_and_group,
 )
-from wattwise.agent.wire import AgentStatus, DeviceList, GpuRelease, GpuStatus, JobRelease
+from wattwise.agent.wire import AgentStatus, DeviceList, GpuRelease, GpuStatus, JobAllocationInfo, JobRelease
 from wattwise.devices.agent import gpu_uuid
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
+from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
 from wattwise.settings.apply import (
     POWER_LIMIT,
     SM_CLOCKS,
@@ -65,6 +69,41 @@ class Conflict(AgentRefusal):
 
 class AgentFault(AgentRefusal):
     """The agent could not do it: the device failed, or its journal cannot be written."""
+
+
+#: The agent's record of job allocations, beside its journal in the state dir.
+JOBS_FILE = "jobs.json"
+#: A record of a few thousand jobs is far smaller; a larger file is not the agent's.
+MAX_JOBS_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class JobAllocation:
+    """The GPUs (node indices) the scheduler gave one job of one user."""
+
+    job_id: str
+    uid: int
+    gpus: frozenset[int]
+
+    def info(self) -> JobAllocationInfo:
+        """As the agent answers and records it."""
+        return JobAllocationInfo(job_id=self.job_id, uid=self.uid, gpus=sorted(self.gpus))
+
+    @classmethod
+    def from_json(cls, raw: Any) -> JobAllocation | None:
+        """An allocation from the record, or None when the entry is malformed."""
+        if not isinstance(raw, dict):
+            return None
+        job_id, uid, gpus = raw.get("job_id"), raw.get("uid"), raw.get("gpus")
+        if not (
+            is_job_name(job_id)
+            and type(uid) is int
+            and uid >= 0
+            and isinstance(gpus, list)
+            and all(type(i) is int and i >= 0 for i in gpus)
+        ):
+            return None
+        return cls(job_id, uid, frozenset(gpus))
 
 
 @dataclass
@@ -113,6 +152,8 @@ class Agent:
         self.unseen: list[dict[str, Any]] = []
         #: What the agent did since it started, for its own Prometheus metrics.
         self.counts = AgentCounts()
+        #: The node's record of which GPUs the scheduler gave each job (the SLURM prolog registers them).
+        self.jobs: dict[str, JobAllocation] = self._load_jobs()
 
     # -- life cycle -------------------------------------------------------------------------------------
     def recover(self) -> list[str]:
@@ -218,7 +259,11 @@ class Agent:
     # -- requests ---------------------------------------------------------------------------------------
     def status(self) -> AgentStatus:
         """Every GPU's `gpu_status`, in index order."""
-        return AgentStatus(gpus=[self.gpu_status(i) for i in sorted(self.devices)])
+        return AgentStatus(
+            gpus=[self.gpu_status(i) for i in sorted(self.devices)],
+            jobs=[a.info() for a in sorted(self.jobs.values(), key=lambda a: a.job_id)],
+            allocation=self.config.allocation,
+        )
 
     def device_list(self) -> DeviceList:
         """The backend and each GPU's `spec`, in index order: clients open the same GPUs locally for reads."""
@@ -354,6 +399,98 @@ class Agent:
         restored = self.leases.get(index) is None  # else the device refused (the log says why); still held
         return GpuRelease(**self.gpu_status(index), released="restored" if restored else "failed")
 
+    # -- allocations: which GPUs the scheduler gave each job ---------------------------------------------
+    def allocation_problem(self, uid: int, index: int) -> str | None:
+        """Why `uid` may not change GPU `index`, as the node's record of allocations says; None if it may.
+
+        Root may change any GPU. A user with a job registered on the node may change only the GPUs of their
+        jobs, whatever the policy; a user with none, what the admin's `allocation` policy says.
+        """
+        if uid == 0:
+            return None
+        mine = sorted((a for a in self.jobs.values() if a.uid == uid), key=lambda a: a.job_id)
+        if mine:
+            allowed = sorted({i for a in mine for i in a.gpus})
+            if index in allowed:
+                return None
+            jobs = ", ".join(f"job {a.job_id}: GPU(s) {', '.join(map(str, sorted(a.gpus)))}" for a in mine)
+            return (
+                f"GPU {index} is outside the allocation of uid {uid} ({jobs}); a job may change only the "
+                "GPUs its scheduler gave it"
+            )
+        if self.config.allocation == "registered":
+            return (
+                f"uid {uid} has no job registered on this node, and the agent's allocation policy is "
+                "`registered` (the SLURM prolog registers each job's GPUs)"
+            )
+        return None
+
+    def register_job(self, job_id: str, uid: int, gpus: list[int], caller: Holder) -> JobAllocationInfo:
+        """Record that the scheduler gave job `job_id` of user `uid` the GPUs `gpus` (the SLURM prolog's call).
+
+        Raises:
+            NotAllowed: The caller is not root.
+            NoSuchGPU: A GPU is not one of this node's.
+            AgentFault: The record cannot be written (nothing changed).
+        """
+        if caller.uid != 0:
+            raise NotAllowed("only root registers a job's GPUs (the SLURM prolog runs as root)")
+        for index in gpus:
+            self._device(index)
+        allocation = JobAllocation(job_id, uid, frozenset(gpus))
+        previous = self.jobs.get(job_id)
+        self.jobs[job_id] = allocation
+        try:
+            self._save_jobs()
+        except OSError as err:
+            if previous is None:
+                del self.jobs[job_id]
+            else:
+                self.jobs[job_id] = previous
+            raise AgentFault(
+                f"cannot write the agent's record of jobs ({err.strerror or err}); nothing changed"
+            ) from None
+        log.info("wattwise agent: job %s of uid %d registered with GPU(s) %s", job_id, uid, sorted(gpus))
+        return allocation.info()
+
+    def end_job(self, job_id: str, caller: Holder) -> JobAllocationInfo | None:
+        """Forget job `job_id`'s allocation (the SLURM epilog's call); the allocation it had, None if none.
+
+        Raises:
+            NotAllowed: The caller is not root.
+        """
+        if caller.uid != 0:
+            raise NotAllowed("only root ends a job's registration (the SLURM epilog runs as root)")
+        allocation = self.jobs.pop(job_id, None)
+        if allocation is not None:
+            with contextlib.suppress(OSError):
+                self._save_jobs()
+            log.info("wattwise agent: job %s of uid %d ended", job_id, allocation.uid)
+        return allocation.info() if allocation is not None else None
+
+    def _jobs_file(self) -> Path:
+        return self.journal.folder / JOBS_FILE
+
+    def _load_jobs(self) -> dict[str, JobAllocation]:
+        """The allocations a previous agent recorded (its jobs may still run); none when unreadable."""
+        try:
+            raw = read_trusted_json(self._jobs_file(), max_bytes=MAX_JOBS_BYTES, root_ok=True)
+        except FileNotFoundError:
+            return {}
+        except (UntrustedFile, ValueError) as err:
+            log.error("wattwise agent: %s %s; no job allocation recalled", self._jobs_file(), err)
+            return {}
+        jobs: dict[str, JobAllocation] = {}
+        for entry in raw.get("jobs", []) if isinstance(raw.get("jobs"), list) else []:
+            allocation = JobAllocation.from_json(entry)
+            if allocation is not None and all(i in self.devices for i in allocation.gpus):
+                jobs[allocation.job_id] = allocation
+        return jobs
+
+    def _save_jobs(self) -> None:
+        text = json.dumps({"jobs": [a.info() for a in sorted(self.jobs.values(), key=lambda a: a.job_id)]})
+        replace_file(self._jobs_file(), lambda fh: fh.write(text), mode=0o600)
+
     def release_job(self, job_id: str, caller: Holder) -> JobRelease:
         """Restore every GPU held under batch job `job_id` and drop the leases (a SLURM epilog's call).
 
@@ -462,6 +599,10 @@ class Agent:
                 f"uid {caller.uid} may not change GPU settings on this node "
                 "(the agent's config lists the allowed users and groups)"
             )
+        outside = self.allocation_problem(caller.uid, index)
+        if outside is not None:
+            self._audit(caller, index, setting, _reading(self.devices[index], setting), value, f"refused: {outside}")
+            raise NotAllowed(outside)
         try:
             held = self.leases.check(index, caller)
         except LeaseConflict as err:

@@ -10,6 +10,9 @@ Routes (JSON in and out; errors are `{"error": "one line"}`):
 - `POST /v1/gpus/{index}/release`: the holder gives the GPU back, its original settings restored.
 - `POST /v1/gpus/{index}/holder` `{"pid": P}`: the holder makes its child P the holder (`wattwise cap`);
 - `POST /v1/release` `{"job_id": "J"}`: every GPU held under batch job J is restored (root or J's user).
+- `POST /v1/jobs` `{"job_id": "J", "uid": U, "gpus": [index or uuid]}`: root records the GPUs the scheduler
+  gave job J of user U (the SLURM prolog); that user may then change only the GPUs of their jobs;
+- `DELETE /v1/jobs/{job_id}`: root forgets job J's registration (the SLURM epilog).
 
 `{index}` is a GPU's index (ASCII digits) or its UUID (as the status shows it). The caller is who the
 kernel says it is (SO_PEERCRED on the connection), never what the body claims.
@@ -155,12 +158,18 @@ def _index(request: web.Request, agent: Agent) -> int:
     A client names the GPU by its UUID, so that a renumbering of the node's GPUs between its lookup and
     its request cannot make it change another GPU.
     """
-    text = request.match_info["index"]
-    if text.isascii() and text.isdigit() and len(text) <= 6:  # "²" and "١" are digits to str.isdigit
+    return _gpu(request.match_info["index"], agent)
+
+
+def _gpu(text: Any, agent: Agent) -> int:
+    """The index of the GPU `text` names: its index (ASCII digits, or a JSON integer) or its UUID."""
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        text = str(text)
+    if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 6:  # not "²" nor "١"
         return int(text)
-    if text in agent.uuids:
+    if isinstance(text, str) and text in agent.uuids:
         return agent.uuids[text]
-    raise NoSuchGPU(f"no GPU {text!r} on this node (a GPU is named by its index or its uuid)")
+    raise NoSuchGPU(f"no GPU {str(text)[:80]!r} on this node (a GPU is named by its index or its uuid)")
 
 
 def make_app(agent: Agent) -> web.Application:
@@ -215,7 +224,30 @@ def make_app(agent: Agent) -> web.Application:
         caller, _ = _caller(request)
         return web.json_response(agent.release_job(job_id, caller))
 
+    async def register_job(request: web.Request) -> web.Response:
+        data = await _body(request)
+        job_id = _job(data, "job_id")
+        if not job_id:
+            raise InvalidRequest("job_id must name the batch job (its SLURM_JOB_ID)")
+        uid = data.get("uid")
+        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
+            raise InvalidRequest(f"uid must be the job's user id, a non-negative integer (got {uid!r})")
+        gpus = data.get("gpus")
+        if not isinstance(gpus, list) or len(gpus) > len(agent.devices):
+            raise InvalidRequest("gpus must be the list of the job's GPUs on this node (indices or uuids)")
+        caller, _ = _caller(request)
+        return web.json_response(agent.register_job(job_id, uid, [_gpu(g, agent) for g in gpus], caller))
+
+    async def end_job(request: web.Request) -> web.Response:
+        job_id = request.match_info["job_id"]
+        if not is_job_name(job_id):
+            raise InvalidRequest(f"job_id must be a printable string of at most {MAX_JOB_CHARS} characters")
+        caller, _ = _caller(request)
+        return web.json_response({"job_id": job_id, "ended": agent.end_job(job_id, caller)})
+
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors(agent.counts)])
+    app.router.add_post("/v1/jobs", register_job)
+    app.router.add_delete("/v1/jobs/{job_id}", end_job)
     app.router.add_get("/v1/gpus", status)
     app.router.add_get("/v1/devices", devices)
     app.router.add_post("/v1/gpus/{index}/power_limit", power_limit)

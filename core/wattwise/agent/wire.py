@@ -39,10 +39,21 @@ class GpuRelease(GpuStatus):
     released: Literal["restored", "kept", "not held", "failed"]
 
 
+class JobAllocationInfo(TypedDict):
+    """One job's allocation on the node: its batch job id, its user and the GPUs the scheduler gave it."""
+
+    job_id: str
+    uid: int
+    gpus: list[int]
+
+
 class AgentStatus(TypedDict):
-    """`GET /v1/gpus`: every GPU, in index order."""
+    """`GET /v1/gpus`: every GPU, in index order; the jobs registered and the allocation policy."""
 
     gpus: list[GpuStatus]
+    jobs: list[JobAllocationInfo]
+    #: What a user with no job registered may change: "none" (any free GPU) or "registered" (nothing).
+    allocation: str
 
 
 class DeviceList(TypedDict):

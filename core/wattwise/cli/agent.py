@@ -79,9 +79,98 @@ def register(sub: argparse._SubParsersAction) -> None:
     release.add_argument("--json", action="store_true", help="print the agent's answer as JSON")
     release.set_defaults(func=run_release)
 
+    register = agent_sub.add_parser(
+        "register-job",
+        help="record the GPUs a batch job was given (root: a SLURM prolog)",
+        description="Record that the scheduler gave batch job JOBID of user UID these GPUs. From then on "
+        "that user may change only the GPUs of their registered jobs; `end-job` forgets it.",
+    )
+    register.add_argument("--job", required=True, metavar="JOBID", help="the batch job's id (SLURM_JOB_ID)")
+    register.add_argument("--uid", required=True, type=_uid, help="the job's user id (SLURM_JOB_UID)")
+    register.add_argument(
+        "--gpus",
+        required=True,
+        type=_gpu_list,
+        help="the job's GPUs on this node, comma-separated indices or UUIDs (SLURM_JOB_GPUS)",
+    )
+    register.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    register.set_defaults(func=run_register_job)
+
+    end = agent_sub.add_parser(
+        "end-job",
+        help="forget a batch job's registration (root: a SLURM epilog)",
+        description="Forget the GPUs registered for batch job JOBID (its leases are released by `release`).",
+    )
+    end.add_argument("--job", required=True, metavar="JOBID", help="the batch job's id (SLURM_JOB_ID)")
+    end.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    end.set_defaults(func=run_end_job)
+
+
+def _uid(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 10:
+        raise argparse.ArgumentTypeError(f"must be a user id, a non-negative integer (got {text!r})")
+    return int(text)
+
+
+def _gpu_list(text: str) -> list[int | str]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or len(parts) > 64:
+        raise argparse.ArgumentTypeError(f"must list the job's GPUs, comma-separated (got {text!r})")
+    out: list[int | str] = []
+    for part in parts:
+        if part.isascii() and part.isdigit() and len(part) <= 6:
+            out.append(int(part))
+        elif part.startswith("GPU-") and part.isascii() and part.isprintable() and len(part) <= 64:
+            out.append(part)
+        else:
+            raise argparse.ArgumentTypeError(f"{part!r} is neither a GPU index nor a GPU UUID")
+    return out
+
+
+def run_register_job(args: argparse.Namespace) -> int:
+    """Run `wattwise agent register-job` with its parsed arguments.
+
+    Returns:
+        0 when the agent recorded the job, 1 when it refused or does not answer.
+    """
+    from wattwise.devices.agent import AgentClient
+    from wattwise.devices.base import DeviceError
+
+    try:
+        answer = AgentClient(args.socket).register_job(args.job, args.uid, args.gpus)
+    except DeviceError as err:
+        print(f"wattwise agent register-job: error: {err}", file=sys.stderr)
+        return 1
+    print(
+        f"wattwise agent register-job: job {answer['job_id']} of uid {answer['uid']}: GPU(s) {answer['gpus']}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def run_end_job(args: argparse.Namespace) -> int:
+    """Run `wattwise agent end-job` with its parsed arguments.
+
+    Returns:
+        0 when the job is no longer registered (or never was), 1 when the agent refused or does not answer.
+    """
+    from wattwise.devices.agent import AgentClient
+    from wattwise.devices.base import DeviceError
+
+    try:
+        answer = AgentClient(args.socket).end_job(args.job)
+    except DeviceError as err:
+        print(f"wattwise agent end-job: error: {err}", file=sys.stderr)
+        return 1
+    ended = answer.get("ended")
+    print(f"wattwise agent end-job: job {args.job}: " + ("ended" if ended else "was not registered"), file=sys.stderr)
+    return 0
+
 
 def _no_subcommand(args: argparse.Namespace) -> int:
-    raise UsageError("choose `wattwise agent serve`, `wattwise agent status` or `wattwise agent release`")
+    raise UsageError(
+        "choose `wattwise agent serve`, `status`, `release`, `register-job` or `end-job` (`wattwise agent --help`)"
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:

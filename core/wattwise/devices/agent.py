@@ -211,6 +211,26 @@ class AgentClient:
         result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "release"))
         return result
 
+    def register_job(self, job_id: str, uid: int, gpus: list[int | str]) -> dict[str, Any]:
+        """Tell the agent that the scheduler gave batch job `job_id` of user `uid` the GPUs `gpus` (root).
+
+        From then on that user may change only the GPUs of their registered jobs.
+
+        Returns:
+            `{"job_id", "uid", "gpus": [GPU indices]}`.
+        """
+        result: dict[str, Any] = self.request("POST", "/v1/jobs", {"job_id": job_id, "uid": uid, "gpus": gpus})
+        return result
+
+    def end_job(self, job_id: str) -> dict[str, Any]:
+        """Forget batch job `job_id`'s registration (root: the SLURM epilog's last step).
+
+        Returns:
+            `{"job_id", "ended": the allocation it had, or null}`.
+        """
+        result: dict[str, Any] = self.request("DELETE", f"/v1/jobs/{urllib.parse.quote(job_id, safe='')}")
+        return result
+
     def release_job(self, job_id: str) -> dict[str, Any]:
         """Restore every GPU held under batch job `job_id` (root, or the job's user for their own leases).
 

@@ -305,3 +305,68 @@ def _connect_loop_leaves_root_served(agent: RunningAgent) -> None:
         for loop in loops:
             loop.wait(timeout=30)
     assert all(int(loop.stdout.read().strip() or 0) > 0 for loop in loops if loop.stdout is not None)
+
+
+#: A user's process asking the agent for a power limit on GPU ARGV[1]: prints the answer's limit, or the refusal.
+HOLD = """
+import sys
+from wattwise.devices.agent import AgentClient
+from wattwise.devices.base import DeviceError
+try:
+    print(AgentClient().set_power_limit(int(sys.argv[1]), 150.0, "squat")["power_limit_w"], flush=True)
+except DeviceError as err:
+    print("refused:", err, flush=True)
+"""
+
+
+@needs_root
+@needs_user_python
+def test_a_user_whose_job_was_given_another_gpu_cannot_squat_a_free_one() -> None:
+    with agent_for_users() as (agent, home):
+        register = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "wattwise",
+                "agent",
+                "register-job",
+                "--socket",
+                str(agent.socket),
+                "--job",
+                "4711",
+                "--uid",
+                str(USER_UID),
+                "--gpus",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert register.returncode == 0, register.stderr
+        answers = {}
+        for index in (0, 1):
+            proc = as_user(
+                USER_UID,
+                SOCKET_GID,
+                agent,
+                ["-c", HOLD, str(index)],
+                home=home,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            out, err = proc.communicate(timeout=60)
+            answers[index] = out.strip() or err
+        assert answers[0].startswith(
+            f"refused: wattwise agent: GPU 0 is outside the allocation of uid {USER_UID} (job 4711: GPU(s) 1)"
+        )
+        assert answers[1] == "150.0"  # the job's own GPU; its process ended, so the agent restores it at once
+        assert agent.gpu(0)["holder"] is None and agent.gpu(0)["power_limit_w"] == 300.0
+        ended = subprocess.run(
+            [sys.executable, "-m", "wattwise", "agent", "end-job", "--socket", str(agent.socket), "--job", "4711"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ended.returncode == 0 and "job 4711: ended" in ended.stderr
+        assert agent.client.status()["jobs"] == []
