@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ from typing import TextIO
 from aiohttp import web
 
 from wattwise.agent.agent import Agent
+from wattwise.agent.config import load_config
 from wattwise.agent.connections import ConnectionLimits, quiet_client_logs, raise_open_file_limit
 from wattwise.agent.http import make_app
 from wattwise.devices.base import Device
@@ -31,6 +33,8 @@ from wattwise.safe_files import private_folder_problem
 #: Connections the kernel queues before the agent accepts them (the kernel caps it at net.core.somaxconn):
 #: deep enough that one user connecting in a loop leaves room for the others, who retry while it is full.
 LISTEN_BACKLOG = 4096
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,6 +46,8 @@ class ServeOptions:
     group: str | None = None
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    #: The admin's config file (`--config`): read again on SIGHUP.
+    config_path: str | None = None
 
 
 def socket_folder_problem(folder: Path) -> str | None:
@@ -145,8 +151,26 @@ def share_simulated_load(devices: list[Device], gid: int) -> None:
         simulation.count_load(path)
 
 
+def reload_config(agent: Agent, path: str | None) -> None:
+    """SIGHUP: read the admin's config file again (bounds, allowed users and groups, allocation policy).
+
+    A file that cannot be read or checked leaves the config in force as it was, and says why; without
+    `--config` there is nothing to read again. The agent never stops on SIGHUP: leases and the journal
+    are untouched, and a limit a holder set before stays until it sets another.
+    """
+    if path is None:
+        log.warning("wattwise agent: SIGHUP: no --config to read again; nothing changed")
+        return
+    try:
+        agent.config = load_config(path)
+    except UsageError as err:
+        log.error("wattwise agent: SIGHUP: %s; the config in force is kept", err)
+        return
+    log.warning("wattwise agent: SIGHUP: read %s again", path)
+
+
 async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, then restore every held GPU and remove the socket."""
+    """Serve until SIGTERM or SIGINT (SIGHUP reads the config again), then restore and remove the socket."""
     gid = group_id(options.group)
     path = Path(options.socket)
     prepare_socket(path)
@@ -171,6 +195,7 @@ async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] |
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload_config, agent, options.config_path)
     if ready is not None:
         ready()
     try:

@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve = agent_sub.add_parser(
         "serve",
         help="serve the agent's API on a Unix socket (as root)",
-        description="Serve the agent's HTTP API on a Unix socket until SIGTERM or SIGINT, then restore every held GPU.",
+        description="Serve the agent's HTTP API on a Unix socket until SIGTERM or SIGINT, then restore the GPUs "
+        "whose holders ended (a live holder keeps its lease for the next start). SIGHUP reads --config again.",
     )
     serve.add_argument("--socket", default=DEFAULT_SOCKET, help="the Unix socket (default %(default)s)")
     # The backends whose settings are changed in the process itself, and journalled: the agent is that process.
@@ -210,7 +211,7 @@ def run_serve(args: argparse.Namespace) -> int:
     agent = Agent(found.gpus, args.backend, config, journal, AuditLog(args.state_dir))
     for line in agent.recover():
         print(f"wattwise agent: restored after a crash: {line}", file=sys.stderr)
-    options = ServeOptions(args.socket, args.state_dir, args.group, args.metrics_port, args.metrics_host)
+    options = ServeOptions(args.socket, args.state_dir, args.group, args.metrics_port, args.metrics_host, args.config)
 
     def ready() -> None:
         print(

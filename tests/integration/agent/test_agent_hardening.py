@@ -370,3 +370,26 @@ def test_a_user_whose_job_was_given_another_gpu_cannot_squat_a_free_one() -> Non
         )
         assert ended.returncode == 0 and "job 4711: ended" in ended.stderr
         assert agent.client.status()["jobs"] == []
+
+
+def test_sighup_reads_the_config_again_and_the_agent_keeps_serving(tmp_path: Path) -> None:
+    config = tmp_path / "agent.yaml"
+    config.write_text("power_limits:\n  - {model: simulated, floor_w: 100}\n")
+    agent = start_agent(tmp_path, "--config", str(config))
+    try:
+        assert agent.gpu(0)["allowed_power_limit_w"] == [100.0, 300.0]
+        config.write_text("power_limits:\n  - {model: simulated, floor_w: 200}\n")
+        agent.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while agent.gpu(0)["allowed_power_limit_w"] != [200.0, 300.0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert agent.gpu(0)["allowed_power_limit_w"] == [200.0, 300.0]  # the new floor, without a restart
+        with pytest.raises(NoPermissionError, match="outside the range the admin allows"):
+            agent.client.set_power_limit(0, 150.0, "bert")
+        config.write_text("power_limits: [oops\n")  # a broken file keeps the config in force
+        agent.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert agent.proc.poll() is None and agent.gpu(0)["allowed_power_limit_w"] == [200.0, 300.0]
+    finally:
+        log = stop_agent(agent)
+    assert "SIGHUP: read" in log and "the config in force is kept" in log and "Traceback" not in log
