@@ -26,6 +26,7 @@ uid="${SLURM_JOB_UID:?SLURM_JOB_UID is not set: run this as the SLURM Epilog}"
 wattwise="${WATTWISE:-/usr/local/bin/wattwise}"
 socket="${WATTWISE_AGENT_SOCKET:-/run/wattwise/agent.sock}"
 grace_s="${WATTWISE_EPILOG_GRACE_S:-10}"
+case "$grace_s" in ''|*[!0-9]*) echo "wattwise epilog (job $job): WATTWISE_EPILOG_GRACE_S must be a whole number of seconds (got '$grace_s'); 10 s it is" >&2; grace_s=10 ;; esac
 log() { echo "wattwise epilog (job $job): $*" >&2; }
 # The job's registration ends with it: its user's rights on this node's GPUs go with it.
 end_job() { "$wattwise" agent end-job --socket "$socket" --job "$job" >/dev/null 2>&1 || log "could not end the job's registration"; }
@@ -57,7 +58,11 @@ def in_job(pid):
     except OSError:  # gone already (the agent restores its GPUs itself), or not ours to see
         return False
 
-for gpu in json.load(sys.stdin)["gpus"]:
+try:
+    gpus = json.load(sys.stdin)["gpus"]
+except (ValueError, KeyError, TypeError):  # the agent did not answer: `agent status` said why already
+    sys.exit(3)
+for gpu in gpus:
     holder = gpu.get("holder")
     if not holder or holder["uid"] != uid:
         continue
@@ -68,13 +73,15 @@ for gpu in json.load(sys.stdin)["gpus"]:
 ' "$job" "$uid"
 }
 
-# Wait up to $1 tenths of a second for the job's processes that this script sees to have given back their GPUs.
+# Wait up to $1 seconds (by the clock, however long each look takes) for the job's processes that this
+# script sees to have given back their GPUs.
 wait_signalled() {
-    for _ in $(seq "$1"); do
+    local end=$(( ${EPOCHREALTIME/./} + $1 * 1000000 ))
+    while [ "${EPOCHREALTIME/./}" -lt "$end" ]; do
         left="$(held_by_job | awk '$2 != "-"')" && [ -z "$left" ] && return 0
         sleep 0.1
     done
-    return 1
+    left="$(held_by_job | awk '$2 != "-"')" && [ -z "$left" ]
 }
 
 if ! held="$(held_by_job)"; then
@@ -87,10 +94,10 @@ pids="$(echo "$held" | awk '$2 != "-" {print $2}' | sort -u)"
 if [ -n "$pids" ]; then
     log "GPU(s) $(echo "$held" | awk '$2 != "-" {print $1}' | paste -sd, -) still held by the job's process(es) $(echo $pids); SIGTERM"
     kill -TERM $pids 2>/dev/null
-    if ! wait_signalled $((grace_s * 10)); then
+    if ! wait_signalled "$grace_s"; then
         log "still held after ${grace_s} s; SIGKILL"
         kill -KILL $pids 2>/dev/null
-        wait_signalled 50
+        wait_signalled 5
     fi
 fi
 # Whatever the job still holds, seen here or not: the agent restores it and drops the leases (audit-logged).

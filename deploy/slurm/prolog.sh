@@ -38,7 +38,11 @@ busy_gpus() {
     "$wattwise" agent status --json --socket "$socket" | "$python" -c '
 import json, sys
 wanted = {int(i) for i in sys.argv[1].split(",") if i.strip().isdigit()} if sys.argv[1] else None
-for gpu in json.load(sys.stdin)["gpus"]:
+try:
+    gpus = json.load(sys.stdin)["gpus"]
+except (ValueError, KeyError, TypeError):  # the agent did not answer: `agent status` said why already
+    sys.exit(3)
+for gpu in gpus:
     holder = gpu.get("holder")
     if holder and (wanted is None or gpu["index"] in wanted):
         print("GPU %d is held by pid %d (uid %d, job %r)" % (gpu["index"], holder["pid"], holder["uid"], holder["job"]))

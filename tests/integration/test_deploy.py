@@ -435,3 +435,18 @@ def test_the_prolog_registers_the_jobs_gpus_and_the_epilog_ends_the_registration
     proc = _slurm_script("epilog", slurm_node.socket, SLURM_JOB_ID="90", SLURM_JOB_UID=uid)
     assert proc.returncode == 0, proc.stderr
     assert all(job["job_id"] != "90" for job in client.status()["jobs"])
+
+
+def test_the_prolog_and_epilog_say_in_one_line_that_the_agent_does_not_answer(tmp_path: Path) -> None:
+    import socket as socket_module
+
+    stale = tmp_path / "agent.sock"  # a socket left by an agent that died: nobody listens
+    listener = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    listener.bind(str(stale))
+    listener.close()
+    epilog = _slurm_script("epilog", stale, SLURM_JOB_ID="91", SLURM_JOB_UID="0", WATTWISE_EPILOG_GRACE_S="x")
+    assert epilog.returncode == 1 and "does not answer" in epilog.stderr
+    prolog = _slurm_script("prolog", stale, SLURM_JOB_ID="91", WATTWISE_PROLOG_STRICT="1")
+    assert prolog.returncode == 1 and "does not answer" in prolog.stderr
+    for proc in (epilog, prolog):
+        assert "Traceback" not in proc.stderr and "JSONDecodeError" not in proc.stderr, proc.stderr
