@@ -81,6 +81,8 @@ def load_config(path: str | os.PathLike[str] | None) -> AgentConfig:
             data = yaml.safe_load(fh) or {}
     except OSError as err:
         raise ConfigError(f"agent config {path}: cannot read it ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"agent config {path}: not UTF-8 text (byte {err.start}); give the YAML file") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"agent config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
     return parse_config(data, str(path))

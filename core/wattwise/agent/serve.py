@@ -33,6 +33,8 @@ from wattwise.safe_files import private_folder_problem
 #: Connections the kernel queues before the agent accepts them (the kernel caps it at net.core.somaxconn):
 #: deep enough that one user connecting in a loop leaves room for the others, who retry while it is full.
 LISTEN_BACKLOG = 4096
+#: The largest group id (2^32 - 2: 2^32 - 1 is "no change" to chown).
+MAX_GID = 2**32 - 2
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +122,9 @@ def group_id(group: str | None) -> int:
 
     if group is None:
         return -1
-    if group.isdigit():
+    if group.isascii() and group.isdigit():  # a number need not be named in /etc/group (a container's)
+        if int(group) > MAX_GID:
+            raise UsageError(f"--group {group}: a group id is at most {MAX_GID} (a name or a number)")
         return int(group)
     try:
         return grp.getgrnam(group).gr_gid

@@ -108,3 +108,22 @@ def test_an_allocation_policy_the_agent_cannot_enforce_is_refused(value: str, me
     with pytest.raises(ConfigError, match=message):
         parse_config({"allocation": value})
     assert parse_config({"allocation": "registered"}).allocation == "registered"
+
+
+@pytest.mark.parametrize("group", ["99999999999", "4294967295", "no-such-group-here"])
+def test_a_group_that_cannot_be_one_is_refused_in_one_line(group: str) -> None:
+    from wattwise.agent.serve import group_id
+    from wattwise.errors import UsageError
+
+    with pytest.raises(UsageError, match=f"^--group {group}: "):
+        group_id(group)
+    assert group_id("2000") == 2000  # a number need not be named in the container's /etc/group
+
+
+def test_a_config_file_that_is_not_text_is_refused_in_one_line(tmp_path: Path) -> None:
+    from wattwise.agent.config import load_config
+
+    binary = tmp_path / "agent.yaml"
+    binary.write_bytes(b"power_limits: \xd0\x00\xff\n")
+    with pytest.raises(ConfigError, match=r"agent config .*agent.yaml: not UTF-8 text \(byte 14\)"):
+        load_config(binary)
