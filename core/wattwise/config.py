@@ -471,9 +471,14 @@ def _load_yaml(path: str | os.PathLike[str]) -> Any:
 INSTALLED_CONFIGS = "configs"
 
 
+def installed_configs_folder() -> Path:
+    """The folder of the configuration files installed with wattwise, wherever it is installed."""
+    return Path(str(resources.files("wattwise").joinpath(INSTALLED_CONFIGS)))
+
+
 def config_names() -> list[str]:
     """The names of the configuration files installed with wattwise, sorted."""
-    return sorted(p.name for p in Path(str(resources.files("wattwise").joinpath(INSTALLED_CONFIGS))).glob("*.yaml"))
+    return sorted(p.name for p in installed_configs_folder().glob("*.yaml"))
 
 
 def installed_config(name: str) -> Path:
@@ -489,7 +494,7 @@ def installed_config(name: str) -> Path:
         UsageError: no configuration of that name ships with wattwise; the message lists those that do.
     """
     file = name if name.endswith(".yaml") else f"{name}.yaml"
-    path = Path(str(resources.files("wattwise").joinpath(INSTALLED_CONFIGS))) / file
+    path = installed_configs_folder() / file
     if "/" in name or not path.is_file():
         raise UsageError(f"no installed configuration named {name!r}; installed: {', '.join(config_names())}")
     return path

@@ -200,8 +200,7 @@ class Agent:
     def _resume(self, index: int, holder: Holder, originals: dict[str, Any], applied: dict[str, Any]) -> bool:
         """Give GPU `index` back to its live `holder` with the settings it had set; False when they fail."""
         device = self.devices[index]
-        lease = self.leases.take(index, holder, originals)
-        lease.start_energy_j = _maybe(device.energy_j)  # the lease's energy counts from this start
+        lease = self.leases.take(index, holder, originals, start_energy_j=_maybe(device.energy_j))
         try:
             for setting, value in applied.items():
                 before = _reading(device, setting)
@@ -608,8 +607,8 @@ class Agent:
         except LeaseConflict as err:
             raise Conflict(str(err)) from None
         if not held:
-            taken = self.leases.take(index, caller, _read_originals(self.devices[index]))
-            taken.start_energy_j = _maybe(self.devices[index].energy_j)
+            device = self.devices[index]
+            self.leases.take(index, caller, _read_originals(device), start_energy_j=_maybe(device.energy_j))
             try:
                 self._save()  # the originals are on disk before the first change
             except OSError as err:

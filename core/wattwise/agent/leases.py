@@ -124,12 +124,17 @@ class LeaseTable:
         lease = self._leases[index]
         lease.delegator, lease.holder = lease.holder, holder
 
-    def take(self, index: int, caller: Holder, originals: dict[str, Any]) -> Lease:
-        """Give a free GPU to `caller`, with the settings it has now (to restore later)."""
+    def take(
+        self, index: int, caller: Holder, originals: dict[str, Any], *, start_energy_j: float | None = None
+    ) -> Lease:
+        """Give a free GPU to `caller`, with the settings it has now (to restore later).
+
+        `start_energy_j` is the GPU's energy counter now, from which the lease's energy counts.
+        """
         self.check(index, caller)
         lease = self._leases.get(index)
         if lease is None:
-            lease = self._leases[index] = Lease(caller, dict(originals))
+            lease = self._leases[index] = Lease(caller, dict(originals), start_energy_j=start_energy_j)
         return lease
 
     def release(self, index: int) -> Lease | None:

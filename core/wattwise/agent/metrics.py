@@ -87,7 +87,7 @@ class AgentCollector:
         for status, n in sorted(counts.refusals.items()):
             refusals.add_metric([str(status)], n)
         leases = GaugeMetricFamily("wattwise_agent_leases", "GPUs held under a lease now")
-        leases.add_metric([], sum(1 for i in self.agent.devices if self.agent.leases.get(i) is not None))
+        leases.add_metric([], len(list(self.agent.leases.items())))
         restores = CounterMetricFamily("wattwise_agent_restores", "GPUs given back with their original settings")
         restores.add_metric([], counts.restores)
         failures = CounterMetricFamily(

@@ -81,6 +81,11 @@ class Agreement:
         """Whether every process failed."""
         return len(self.failures) == self.processes
 
+    @classmethod
+    def of(cls, reasons: Sequence[str | None]) -> Agreement:
+        """The agreement of processes whose reasons (None: did not fail) are `reasons`, in rank order."""
+        return cls(tuple(Failure(rank, str(why)) for rank, why in enumerate(reasons) if why is not None), len(reasons))
+
     def note(self, *, leaving_out: Sequence[int] = ()) -> str:
         """`rank R: why` for each process that failed, but those `leaving_out` (already said); "" for none."""
         return "; ".join(f"rank {f.rank}: {f.reason}" for f in self.failures if f.rank not in leaving_out)
@@ -102,8 +107,7 @@ def agree(collective: Collective, reason: str | None) -> Agreement:
         reasons: list[Any] = [reason]
     else:
         reasons = collective.all_gather(reason)
-    failures = tuple(Failure(rank, str(why)) for rank, why in enumerate(reasons) if why is not None)
-    return Agreement(failures, processes=len(reasons))
+    return Agreement.of(reasons)
 
 
 def combine_telling(

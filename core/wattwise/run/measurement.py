@@ -39,7 +39,7 @@ from wattwise.devices import Device, discover
 from wattwise.distributed import Collective
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync
-from wattwise.run.agreement import FIGURES_LEFT, Agreement, Failure, RankEnd, agree, combine_telling
+from wattwise.run.agreement import FIGURES_LEFT, Agreement, RankEnd, agree, combine_telling
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -265,15 +265,10 @@ class RunMeasurement:
                 if coll.world_size == 1 or cfg.strict:
                     raise
                 failed = err
+        # Why this process has nothing to measure, when it has not.
+        nothing = NOTHING_TO_MEASURE if failed is None else f"opening its devices failed ({failed})"
         if coll.world_size > 1:  # the processes decide together
-            reason = (
-                None
-                if self.devices
-                else NOTHING_TO_MEASURE
-                if failed is None
-                else f"opening its devices failed ({failed})"
-            )
-            agreement = agree(coll, reason)
+            agreement = agree(coll, None if self.devices else nothing)
             if agreement.everyone:
                 if failed is not None:
                     raise failed
@@ -298,7 +293,7 @@ class RunMeasurement:
                 sample_interval_s=cfg.monitor.sample_interval_s,
             )
         else:  # one of several with nothing to measure: it keeps in step with the others (module docstring)
-            self.lost = NOTHING_TO_MEASURE if failed is None else f"opening its devices failed ({failed})"
+            self.lost = nothing
             self.monitor = self._unmeasured_monitor()
         self.active = True
         self._read(lambda mon: mon.begin_window(Window.FIT))
@@ -544,12 +539,7 @@ class RunMeasurement:
         is said here.
         """
         self._untold = None
-        self._tell_lost(
-            Agreement(
-                tuple(Failure(r["rank"], r["lost"]) for r in per_rank if r["lost"] is not None), processes=len(per_rank)
-            ),
-            LOST,
-        )
+        self._tell_lost(Agreement.of([r["lost"] for r in per_rank]), LOST)  # in rank order, as gathered
         return self.figures(per_rank)
 
     def rank_figures(self, fit: Measurement) -> dict[str, Any]:

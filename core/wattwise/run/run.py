@@ -327,7 +327,7 @@ class Run:
                 self._noticed.append(message)
             if self.is_main:
                 self._warn(f"{message} (set strict=True to make this an error)")
-        power.degrade(agreement.note() + "; every process continues with measurement only")
+        power.degrade(agreement.note() + DEGRADED)
 
     def _measurement_lost(self, ranks: list[int], message: str) -> str:
         """Every process learnt that some of them (`ranks`) lost their measurement; `message` names each and why.

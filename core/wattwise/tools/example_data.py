@@ -30,7 +30,7 @@ def write_example_data(directory: str | Path) -> list[Path]:
         The files and folders written, in order.
     """
     from wattwise.carbon.example import write_example
-    from wattwise.config import INSTALLED_CONFIGS, config_names
+    from wattwise.config import INSTALLED_CONFIGS, config_names, installed_configs_folder
 
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
@@ -41,7 +41,7 @@ def write_example_data(directory: str | Path) -> list[Path]:
     configs = target / INSTALLED_CONFIGS
     configs.mkdir(exist_ok=True)
     for name in config_names():
-        written.append(Path(shutil.copyfile(_folder(INSTALLED_CONFIGS) / name, configs / name)))
+        written.append(Path(shutil.copyfile(installed_configs_folder() / name, configs / name)))
     carbon = write_example(target)
     written += [carbon.pue_csv, carbon.intensity_csv, carbon.price_csv, carbon.run_dir]
     return written
