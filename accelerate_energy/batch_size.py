@@ -38,7 +38,7 @@ from accelerate import Accelerator
 from accelerate_energy.adapter import AccelerateEnergy, attach, energy
 from wattwise import flags
 from wattwise.errors import UsageError
-from wattwise.recurring import RunRecord
+from wattwise.recurring import StoredRun
 from wattwise.recurring.policy import StopReason
 from wattwise.recurring.spec import JobSpec, MetricMode
 from wattwise.run.recurring import RecurringJobRun, job_spec
@@ -77,7 +77,7 @@ class RecurringRun:
         return self._job_run.stop_reason
 
     @property
-    def result(self) -> RunRecord | None:
+    def result(self) -> StoredRun | None:
         """The run as recorded when the training function ended (main process only)."""
         return self._job_run.result
 
@@ -90,7 +90,7 @@ class RecurringRun:
         self._job_run.report(metric)
         return self._job_run.epoch_end(self._energy.run) is not None
 
-    def _record(self, *, failed: bool) -> None:
+    def _close_job_run(self, *, failed: bool) -> None:
         """Close the run in the store: reached or not, with the energy and time measured so far."""
         self._job_run.record(self._energy.run, failed=failed)
 
@@ -145,9 +145,9 @@ def recurring_batch_size(
             try:
                 result = function(rec.batch_size, run, *args, **kwargs)
             except BaseException:
-                run._record(failed=True)
+                run._close_job_run(failed=True)
                 raise
-            run._record(failed=False)
+            run._close_job_run(failed=False)
             return result
 
         return run_once

@@ -20,7 +20,7 @@ from typing_extensions import override
 
 from lightning_energy.callback import EnergyCallback
 from wattwise.errors import UsageError
-from wattwise.recurring import Recommendation, RunRecord
+from wattwise.recurring import Recommendation, StoredRun
 from wattwise.recurring.spec import MetricMode
 from wattwise.run.recurring import RecurringJobRun, job_spec
 
@@ -88,7 +88,7 @@ class RecurringBatchSizeCallback(Callback):
         return self._job_run.recommendation if self._job_run is not None else None
 
     @property
-    def result(self) -> RunRecord | None:
+    def result(self) -> StoredRun | None:
         """The run as recorded at the end of fit (global rank 0 only)."""
         return self._job_run.result if self._job_run is not None else None
 
@@ -154,14 +154,14 @@ class RecurringBatchSizeCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """After every callback's `on_fit_end`, so the EnergyCallback's summary is there."""
         if stage == "fit":
-            self._record(failed=False)
+            self._close_job_run(failed=False)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Record the run as failed."""
-        self._record(failed=True)
+        self._close_job_run(failed=True)
 
-    def _record(self, *, failed: bool) -> None:
+    def _close_job_run(self, *, failed: bool) -> None:
         if self._job_run is not None and self._energy is not None and self._energy.run is not None:
             self._job_run.record(self._energy.run, failed=failed)
 

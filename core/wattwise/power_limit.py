@@ -332,7 +332,7 @@ class PowerLimitTuner:
         self.profile_steps = max(self.profile_steps, min(MAX_PROFILE_STEPS, needed))
         return self.steps_in_phase < self.profile_steps
 
-    def record(self, time_s: float, energy_j: float) -> None:
+    def end_window(self, time_s: float, energy_j: float) -> None:
         """The profiling window of the current limit ended: time and energy of `profile_steps` steps."""
         if self.phase != "profile" or not self.window_open:
             raise RuntimeError("record() called outside a profiling window")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from wattwise.recurring import RunRecord
+from wattwise.recurring import StoredRun
 from wattwise.store import open_store
 
 #: The recurring job's epoch budget (max_epochs).
@@ -16,7 +16,7 @@ MAX_EPOCHS = 6
 class Stored(NamedTuple):
     """What the store keeps of a recurring job."""
 
-    runs: list[RunRecord]
+    runs: list[StoredRun]
     power_limits: dict[int, float]
 
 

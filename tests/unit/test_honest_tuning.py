@@ -82,8 +82,8 @@ def test_an_undriven_simulated_gpu_makes_tuning_choose_nothing_and_say_why_once(
     assert gpu.power_limit_w() == 300.0
     tuning_said = [m for m in said if "tuning" in m]
     assert len(tuning_said) == 1 and "chose no limit" in tuning_said[0] and "\n" not in tuning_said[0]
-    assert run.record is not None
-    console = format_summary(run.record)
+    assert run.final_summary is not None
+    console = format_summary(run.final_summary)
     assert "chosen by" not in console and "saving" not in console
     assert "tuning chose no limit: no emulated work drove the simulated GPU" in console
     text = statement(tmp_path)
@@ -107,18 +107,18 @@ def test_a_driven_simulated_gpu_still_chooses_and_reports_a_saving(tmp_path: Pat
     assert limit["chosen_power_limit_w"] is not None and limit["tuning"]["steps_at_chosen"] == 10
     assert limit["energy_saved_j"] is not None
     assert f"the GPU power limit was set to {limit['chosen_power_limit_w']:g} W" in statement(tmp_path)
-    assert "never applied" not in format_summary(run.record)  # type: ignore[arg-type]
+    assert "never applied" not in format_summary(run.final_summary)  # type: ignore[arg-type]
 
 
 def test_a_choice_made_as_the_run_ends_is_reported_as_never_applied(tmp_path: Path) -> None:
     run, _gpu, _ = train(tmp_path, TUNING_STEPS, drive=True)  # profiling fills the run exactly
-    assert run.record is not None and run.summary is not None
+    assert run.final_summary is not None and run.summary is not None
     limit = run.summary["power_limit"]
     chosen = limit["chosen_power_limit_w"]
     assert chosen is not None and limit["tuning"]["steps_at_chosen"] == 0
     assert any(f"power limit {chosen:g} W was chosen but never applied" in n for n in run.summary["notes"])
-    assert "the chosen limit was never applied" in format_summary(run.record)
-    assert "estimated saving" not in format_summary(run.record)
+    assert "the chosen limit was never applied" in format_summary(run.final_summary)
+    assert "estimated saving" not in format_summary(run.final_summary)
     text = statement(tmp_path)
     assert f"power-limit tuning chose {chosen:g} W but never applied it" in text
     assert "the GPU power limit was set to" not in text and "this saved" not in text

@@ -119,7 +119,7 @@ def test_once_its_choice_is_in_force_a_step_asks_nothing_of_the_tuner(tmp_path: 
             clock.sleep(STEP_S)
         steps += 1
         if power.step_end(1):  # each window: the same time, less energy at a lower limit
-            power.record_profile(
+            power.end_profile_window(
                 5 * STEP_S, gpu.power_limit_w() * 5 * STEP_S, memory_key=None, is_main=True, run_id=None
             )
     asked = 0

@@ -82,7 +82,7 @@ def drive(tuner: PowerLimitTuner, costs: dict[float, tuple[float, float]], steps
         if tuner.on_step_end():
             assert current is not None
             t, e = costs[current]
-            tuner.record(t * tuner.profile_steps, e * tuner.profile_steps)
+            tuner.end_window(t * tuner.profile_steps, e * tuner.profile_steps)
     return applied
 
 
@@ -112,7 +112,7 @@ def test_steps_counted_n_at_a_time_end_the_window_and_divide_by_the_steps_it_hel
     assert tuner.on_step_begin().begin_window
     assert not tuner.on_step_end(2)
     assert tuner.on_step_end(2)
-    tuner.record(4 * 0.1, 4 * 30.0)
+    tuner.end_window(4 * 0.1, 4 * 30.0)
     assert tuner.profile[0] == ProfileEntry(300.0, pytest.approx(0.1), pytest.approx(30.0))
 
 
@@ -175,9 +175,9 @@ def test_state_dict_resume_mid_profile_redoes_the_interrupted_limit():
     assert resumed.done and [e.power_limit_w for e in resumed.profile] == [300.0, 250.0, 200.0, 150.0]
 
 
-def test_record_outside_a_window_is_a_programming_error():
+def test_ending_a_window_outside_one_is_a_programming_error():
     with pytest.raises(RuntimeError):
-        make_tuner().record(1.0, 1.0)
+        make_tuner().end_window(1.0, 1.0)
 
 
 def _profile_one_limit(tuner: PowerLimitTuner, step_s: float) -> int:
@@ -189,7 +189,7 @@ def _profile_one_limit(tuner: PowerLimitTuner, step_s: float) -> int:
     while True:
         steps += 1
         if tuner.on_step_end(1) and not (tuner.sizing_due and tuner.size_windows(steps * step_s)):
-            tuner.record(steps * step_s, steps * step_s * 300.0)
+            tuner.end_window(steps * step_s, steps * step_s * 300.0)
             return steps
         tuner.on_step_begin()
 

@@ -79,7 +79,7 @@ def test_the_main_process_writes_the_summary_from_every_process_that_left_its_fi
     other, _ = signalled_rank(tmp_path, 1, monkeypatch)
     main, gpu = signalled_rank(tmp_path, 0, monkeypatch)
     other._last_words()
-    assert other.record is None and (tmp_path / "run" / "interrupted-rank1.json").is_file()
+    assert other.final_summary is None and (tmp_path / "run" / "interrupted-rank1.json").is_file()
     with pytest.warns(wattwise.run.EnergyPluginWarning, match="tuning did not finish"):  # 4 steps of 10
         main._last_words()  # the main process says it, for the run
     assert gpu.power_limit_w() == 250.0

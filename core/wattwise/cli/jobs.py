@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from wattwise.names import check_job_name
-from wattwise.recurring.spec import JobSpec, RunRecord
+from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.recurring.summary import JobSummary, summarize
 from wattwise.safe_files import json_text
 from wattwise.store import spool
@@ -84,7 +84,7 @@ def _spec_dict(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _run_dict(run: RunRecord) -> dict[str, Any]:
+def _run_dict(run: StoredRun) -> dict[str, Any]:
     return {
         "run_id": run.run_id,
         "batch_size": run.batch_size,

@@ -1,6 +1,6 @@
 """Recurring jobs: choose the batch size and power limit of a training job that runs again and again.
 
-- `spec`: `JobSpec` (the job and its knobs), `RunRecord`, `Recommendation`.
+- `spec`: `JobSpec` (the job and its knobs), `StoredRun`, `Recommendation`.
 - `policy` and `bandit`: the pure decisions (pruning exploration, Thompson sampling, early stopping).
 - `optimizer`: `BatchSizeOptimizer`, the decisions bound to a store and a clock.
 - `job_run`: `RecurringJobRun`, the recurring-job part of a `wattwise.run.Run`, which both adapters drive.
@@ -16,7 +16,7 @@ needs the store, never finds it half imported), this package holds only the pure
 from __future__ import annotations
 
 from wattwise.recurring.policy import WATTWISE_POLICY, ZEUS_POLICY, PolicyConfig
-from wattwise.recurring.spec import JobSpec, Recommendation, RunRecord
+from wattwise.recurring.spec import JobSpec, Recommendation, StoredRun
 
 __all__ = [
     "WATTWISE_POLICY",
@@ -24,5 +24,5 @@ __all__ = [
     "JobSpec",
     "PolicyConfig",
     "Recommendation",
-    "RunRecord",
+    "StoredRun",
 ]

@@ -1,7 +1,7 @@
 """`BatchSizeOptimizer`: the recurring-job optimizer a training integration talks to.
 
 One instance per training process. A run asks for its batch size at the start (`next_batch_size`),
-profiles power limits the first time a batch size runs (`record_power_limit`), asks after each epoch
+profiles power limits the first time a batch size runs (`remember_power_limit`), asks after each epoch
 whether to stop (`should_stop`), and reports its result at the end (`report_result`). All state lives in
 the store, so runs on several machines sharing one store learn from each other. The decisions
 themselves are the pure functions of `wattwise.recurring.policy`; this class only binds them to a store, a
@@ -29,7 +29,7 @@ from wattwise.recurring.policy import (
     decide,
     stop_reason,
 )
-from wattwise.recurring.spec import JobSpec, Phase, Recommendation, RunRecord
+from wattwise.recurring.spec import JobSpec, Phase, Recommendation, StoredRun
 from wattwise.store.base import JobStore, check_power_limit
 from wattwise.store.spool import SpooledResult, StoreUnavailable, spool_dir, spool_result
 
@@ -37,7 +37,7 @@ from wattwise.store.spool import SpooledResult, StoreUnavailable, spool_dir, spo
 DEFAULT_STALE_AFTER_S = 24 * 3600.0
 
 
-def drop_stale(runs: Sequence[RunRecord], now_s: float, stale_after_s: float) -> list[RunRecord]:
+def drop_stale(runs: Sequence[StoredRun], now_s: float, stale_after_s: float) -> list[StoredRun]:
     """The runs without the open ones whose last heartbeat is older than `stale_after_s`."""
     return [r for r in runs if r.finished or now_s - r.updated_at_s <= stale_after_s]
 
@@ -64,11 +64,11 @@ class BatchSizeOptimizer:
         self._clock = clock
         self._stale_after_s = stale_after_s
         #: The runs this process started or reported on, as last seen: the stop check while the store is away.
-        self._known: dict[int, RunRecord] = {}
+        self._known: dict[int, StoredRun] = {}
         self._warned: set[int] = set()
         store.register_job(job, clock())
 
-    def _choose(self, runs: Sequence[RunRecord], limits: Mapping[int, float]) -> tuple[int, Phase, float]:
+    def _choose(self, runs: Sequence[StoredRun], limits: Mapping[int, float]) -> tuple[int, Phase, float]:
         live = drop_stale(runs, self._clock(), self._stale_after_s)
         decision = decide(self.job, self.policy, live, self._rng)
         return decision.batch_size, decision.phase, decision.cost_limit
@@ -85,7 +85,7 @@ class BatchSizeOptimizer:
             cost_limit=run.cost_limit,
         )
 
-    def cost_limit(self, run: RunRecord) -> float:
+    def cost_limit(self, run: StoredRun) -> float:
         """`run` stops before its cost exceeds this (joules).
 
         Its limit from the start, or beta times the least cost seen now if that is less (another run may have
@@ -93,7 +93,7 @@ class BatchSizeOptimizer:
         """
         return min(run.cost_limit, self.job.beta * self.store.least_reached_cost(self.job.name))
 
-    def record_power_limit(self, batch_size: int, power_limit_w: float) -> None:
+    def remember_power_limit(self, batch_size: int, power_limit_w: float) -> None:
         """Remember the power limit profiled for `batch_size`, so later runs skip profiling."""
         if batch_size not in self.job.batch_sizes:
             raise UsageError(
@@ -146,7 +146,7 @@ class BatchSizeOptimizer:
                 self._offline(run_id, err)
         return reason
 
-    def _offline(self, run_id: int, err: StoreUnavailable) -> RunRecord:
+    def _offline(self, run_id: int, err: StoreUnavailable) -> StoredRun:
         """The run as this process last saw it, when the store is away (one warning per run)."""
         run = self._known.get(run_id)
         if run is None:
@@ -173,7 +173,7 @@ class BatchSizeOptimizer:
         reached: bool,
         epochs: int | None = None,
         power_limit_w: float | None = None,
-    ) -> RunRecord | None:
+    ) -> StoredRun | None:
         """Close the run: whether it reached the target, and its whole energy, time and epochs.
 
         `energy_j` None: nothing was measured. The run is recorded with what is known (time, epochs,
@@ -183,7 +183,7 @@ class BatchSizeOptimizer:
         `epochs` defaults to the last epoch given to `should_stop`. A run that reached the target
         must have done at least one epoch: the bandit learns from epochs to target. `power_limit_w`,
         when given, is the limit this run's tuning chose: remembered for its batch size with the result
-        (as `record_power_limit` would).
+        (as `remember_power_limit` would).
 
         Returns the recorded run; None when the store stayed unreachable: the result was then spooled
         to a local file (one warning names it) and is delivered at the next contact with the store, or

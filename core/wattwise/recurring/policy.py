@@ -45,7 +45,7 @@ from wattwise.recurring.bandit import (
     shrink_to_common_mean,
     thompson_pick,
 )
-from wattwise.recurring.spec import JobSpec, Phase, RunRecord
+from wattwise.recurring.spec import JobSpec, Phase, StoredRun
 
 BanditModel = Literal["shared-epochs", "per-arm"]
 StopReason = Literal["reached", "max_epochs", "cost"]
@@ -112,7 +112,7 @@ class Decision:
     cost_limit: float
 
 
-def outcomes_by_batch_size(runs: Sequence[RunRecord]) -> dict[int, list[Outcome]]:
+def outcomes_by_batch_size(runs: Sequence[StoredRun]) -> dict[int, list[Outcome]]:
     """Finished runs grouped by batch size, in the order they started."""
     grouped: dict[int, list[Outcome]] = {}
     for run in sorted(runs, key=lambda r: r.run_id):
@@ -163,7 +163,7 @@ def exploration_step(
     return tuple(arms)
 
 
-def least_reached_cost(runs: Sequence[RunRecord]) -> float:
+def least_reached_cost(runs: Sequence[StoredRun]) -> float:
     """The least cost of a run that reached the target (infinite when none did)."""
     costs = [r.cost for r in runs if r.reached and r.cost is not None]
     return min(costs) if costs else math.inf
@@ -250,7 +250,7 @@ def shared_epochs_pick(
     return min(draws, key=lambda arm: (draws[arm], arm))
 
 
-def decide(spec: JobSpec, config: PolicyConfig, runs: Sequence[RunRecord], rng: np.random.Generator) -> Decision:
+def decide(spec: JobSpec, config: PolicyConfig, runs: Sequence[StoredRun], rng: np.random.Generator) -> Decision:
     """The batch size of the next run of `spec`, given every run so far (open ones included).
 
     While exploration is under way, a run that starts while another exploration run is open gets the

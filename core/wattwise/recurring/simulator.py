@@ -206,7 +206,7 @@ def _simulate_run(
     profiled = recommendation.power_limit_w is None
     if recommendation.power_limit_w is None:
         power_limit_w = profile_power_limit(trace, spec, batch_size)
-        optimizer.record_power_limit(batch_size, power_limit_w)
+        optimizer.remember_power_limit(batch_size, power_limit_w)
     else:
         power_limit_w = recommendation.power_limit_w
     point = trace.point(batch_size, power_limit_w)

@@ -94,7 +94,7 @@ class JobSpec:
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class StoredRun:
     """One run of a job as the store keeps it. Cost, energy and time are None while the run is open."""
 
     run_id: int
@@ -127,7 +127,7 @@ class Recommendation:
     """What a run should use: its id (to report back), a batch size, and the remembered power limit.
 
     `power_limit_w` is None when this batch size has no power limit yet: the run profiles power limits
-    and reports the choice with `BatchSizeOptimizer.record_power_limit`.
+    and reports the choice with `BatchSizeOptimizer.remember_power_limit`.
     """
 
     run_id: int

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wattwise.recurring.policy import best_so_far, outcomes_by_batch_size, recurrence_cost_means
-from wattwise.recurring.spec import JobSpec, RunRecord
+from wattwise.recurring.spec import JobSpec, StoredRun
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def _mean(values: Sequence[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def summarize(spec: JobSpec, runs: Sequence[RunRecord], power_limits: Mapping[int, float]) -> JobSummary:
+def summarize(spec: JobSpec, runs: Sequence[StoredRun], power_limits: Mapping[int, float]) -> JobSummary:
     """Summarize `runs` of `spec`; `best_batch_size` is the one of least mean recurrence cost so far."""
     finished = [r for r in runs if r.finished]
     recurrence = recurrence_cost_means(outcomes_by_batch_size(runs))

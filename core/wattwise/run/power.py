@@ -388,7 +388,7 @@ class PowerLimitControl:
                 "tuning.finished = false)"
             )
 
-    def record_profile(
+    def end_profile_window(
         self, time_s: float, energy_j: float, *, memory_key: str | None, is_main: bool, run_id: str | None = None
     ) -> None:
         """The profile window's figures (combined over processes).
@@ -410,7 +410,7 @@ class PowerLimitControl:
                 f"{top_w:g} W and no saving is reported"
             )
             return
-        self.tuner.record(time_s, energy_j)
+        self.tuner.end_window(time_s, energy_j)
         if self.tuner.done and self.tuner.chosen is not None and memory_key is not None and is_main:
             self.memory.save(
                 memory_key,

@@ -3,7 +3,7 @@
     job_run = RecurringJobRun(spec, store=None, collective=run.collective)
     rec = job_run.begin(run)        # the batch size and power limit the history chose; steers the run
     ...                             # each epoch: job_run.report(metric); stop when job_run.epoch_end(run)
-    job_run.record(run, failed=False)
+    job_run.close(run, failed=False)
 
 Only the main process talks to the store; its decisions are broadcast, so every process stops together.
 The decisions are `BatchSizeOptimizer`'s (pure policies bound to the store); this part only feeds them
@@ -22,7 +22,7 @@ from wattwise.distributed import Collective
 from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.policy import StopReason
-from wattwise.recurring.spec import JobSpec, MetricMode, Recommendation, RunRecord
+from wattwise.recurring.spec import JobSpec, MetricMode, Recommendation, StoredRun
 from wattwise.run import Run
 from wattwise.store.factory import open_store
 from wattwise.store.spool import StoreUnavailable
@@ -66,7 +66,7 @@ class RecurringJobRun:
         #: This run's id, batch size and remembered power limit (every process), set by `begin`.
         self.recommendation: Recommendation | None = None
         #: The run as recorded at the end (main process only).
-        self.result: RunRecord | None = None
+        self.result: StoredRun | None = None
         #: Epochs reported so far, and the last metric reported.
         self.epochs = 0
         self.metric: float | None = None
@@ -159,7 +159,7 @@ class RecurringJobRun:
         self.stop_reason = self.collective.broadcast(reason)
         return self.stop_reason
 
-    def record(self, run: Run, *, failed: bool) -> RunRecord | None:
+    def close(self, run: Run, *, failed: bool) -> StoredRun | None:
         """Close the run in the store: reached or not, with the run's energy and time. Every process calls it.
 
         With nothing measured the run is recorded all the same, with its time and epochs and no energy.
@@ -168,8 +168,8 @@ class RecurringJobRun:
         if not self._open or rec is None:
             return None
         self._open = False
-        record = run.record
-        totals = run.totals() if record is None else None  # every process: a collective
+        summary = run.final_summary
+        totals = run.totals() if summary is None else None  # every process: a collective
         optimizer, self._optimizer = self._optimizer, None
         if optimizer is None:
             return None
@@ -177,8 +177,8 @@ class RecurringJobRun:
             # A run that ends before tuning finished settles on the best limit measured; a failed one does not.
             chosen = run.tuned_limit_w(settle=not failed)
             energy_j: float | None
-            if record is not None:
-                energy_j, time_s = record.energy_j, record.time_s
+            if summary is not None:
+                energy_j, time_s = summary.energy_j, summary.time_s
             elif totals is not None:
                 energy_j, time_s = totals.energy_j, totals.time_s
             else:  # nothing measured (the run said so): recorded with its time, without energy nor cost

@@ -173,8 +173,8 @@ class Run:
         self.frequency_plan: str | None = None
         self.started = False
         self.finished = False
-        #: The run's record once it finished (every process), else None.
-        self.record: RunSummary | None = None
+        #: The run's summary once it finished (every process), else None.
+        self.final_summary: RunSummary | None = None
         self._warned = False
         self._start_wall = 0.0
         self._resumed: dict[str, Any] | None = None
@@ -223,7 +223,7 @@ class Run:
     @property
     def summary(self) -> dict[str, Any] | None:
         """`summary.json`'s object once the run finished (every process), else None."""
-        return self.record.to_dict() if self.record is not None else None
+        return self.final_summary.to_dict() if self.final_summary is not None else None
 
     @property
     def run_id(self) -> str:
@@ -488,7 +488,7 @@ class Run:
             self._agree()
         if profile_done and self.power.tuner is not None:
             try:
-                self.power.record_profile(
+                self.power.end_profile_window(
                     ended[0].time_s,
                     ended[0].energy_j,
                     memory_key=self._memory_key(),
@@ -554,7 +554,7 @@ class Run:
     def finish(self, status: str = "completed") -> RunSummary | None:
         """End the run: restore settings, combine figures over processes, write the record (main process).
 
-        Returns the record on every process (None when measurement was off).
+        Returns the summary on every process (None when measurement was off).
         """
         if self.finished or not self.started:
             return None
@@ -577,11 +577,11 @@ class Run:
         # its GPUs (only that process can tell).
         per_rank = self.collective.all_gather(self._rank_end(fit))
         figures = self.measurement.end_figures(per_rank)
-        record = self._record(figures, status, self._timeline_and_lifted(per_rank))
+        summary = self._summarize(figures, status, self._timeline_and_lifted(per_rank))
         if self.is_main:
-            write_run_dir(self.cfg.output_dir, record, power_rows(figures.samples))
-        self.record = record
-        return record
+            write_run_dir(self.cfg.output_dir, summary, power_rows(figures.samples))
+        self.final_summary = summary
+        return summary
 
     def _last_words(self) -> None:
         """SIGTERM ends this process of several by its default action: `finish_alone`, from the guard's handler.
@@ -608,7 +608,7 @@ class Run:
                 process end sends one) is ignored until the guard ends the process.
 
         Returns:
-            The run's record on the main process; None elsewhere, or when nothing was measured.
+            The run's summary on the main process; None elsewhere, or when nothing was measured.
         """
         m = self.measurement
         if self.collective.world_size == 1:
@@ -661,9 +661,9 @@ class Run:
             )
         at_hand = [per_rank[r] for r in ranks]
         figures = m.figures(at_hand)
-        self.record = self._record(figures, status, self._timeline_and_lifted(at_hand))
-        write_run_dir(self.cfg.output_dir, self.record, power_rows(figures.samples))
-        return self.record
+        self.final_summary = self._summarize(figures, status, self._timeline_and_lifted(at_hand))
+        write_run_dir(self.cfg.output_dir, self.final_summary, power_rows(figures.samples))
+        return self.final_summary
 
     def _rank_end(self, fit: Measurement, *, ended: str | None = None) -> RankEnd:
         """What this process hands over at the end (`wattwise.run.agreement.RankEnd`).
@@ -699,7 +699,7 @@ class Run:
                     self._notice(f"rank {r['rank']}: {message}")
         return [SettingEvent(*e) for r in per_rank for e in r["timeline"]]
 
-    def _record(self, figures: RunFigures, status: str, timeline: Sequence[SettingEvent]) -> RunSummary:
+    def _summarize(self, figures: RunFigures, status: str, timeline: Sequence[SettingEvent]) -> RunSummary:
         m = self.measurement
         assert m is not None
         limit = self.power.summary(figures.energy_j)
@@ -756,8 +756,10 @@ class Run:
             if self.measurement is not None
             else {"energy_j": 0.0, "time_s": 0.0, "steps": 0, "epochs": []}
         )
-        if self.record is not None:  # saved after the run ended (`trainer.save_checkpoint` after fit): its totals
-            measured.update(energy_j=self.record.energy_j, time_s=self.record.time_s)
+        if (
+            self.final_summary is not None
+        ):  # saved after the run ended (`trainer.save_checkpoint` after fit): its totals
+            measured.update(energy_j=self.final_summary.energy_j, time_s=self.final_summary.time_s)
         return {"version": 1, **measured, **self.power.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -126,7 +126,7 @@ class SettingsGuard:
     def _change(self, device: Device, setting: str, apply: Callable[[], None]) -> None:
         if self.signalled is not None:
             raise SignalledError(self.signalled)
-        first = self._record(device, setting)
+        first = self._journal_original(device, setting)
         try:
             apply()
         except BaseException:
@@ -141,7 +141,7 @@ class SettingsGuard:
             self._originals.pop((dev_id, setting), None)
             self._sync_journal()
 
-    def _record(self, device: Device, setting: str) -> bool:
+    def _journal_original(self, device: Device, setting: str) -> bool:
         """Hold the device and journal the original value before the first change.
 
         Returns:

@@ -18,10 +18,10 @@ from typing import Protocol
 
 from wattwise.bounds import COST_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIMESTAMP_S, check_integer
 from wattwise.errors import UsageError
-from wattwise.recurring.spec import JobSpec, Phase, RunRecord
+from wattwise.recurring.spec import JobSpec, Phase, StoredRun
 
 #: Chooses a new run's batch size, phase and cost limit from the job's runs and remembered power limits.
-ChooseFn = Callable[[Sequence[RunRecord], Mapping[int, float]], tuple[int, Phase, float]]
+ChooseFn = Callable[[Sequence[StoredRun], Mapping[int, float]], tuple[int, Phase, float]]
 
 #: The largest run id, epoch count or batch size a store keeps (its integer columns are 32-bit in PostgreSQL).
 MAX_INTEGER = 2**31 - 1
@@ -51,7 +51,7 @@ class JobStore(Protocol):
     def list_jobs(self) -> list[JobSpec]:
         """Every job, by name."""
 
-    def start_run(self, name: str, choose: ChooseFn, now_s: float) -> RunRecord:
+    def start_run(self, name: str, choose: ChooseFn, now_s: float) -> StoredRun:
         """Atomically: read the runs and power limits, call `choose`, insert the open run it chose.
 
         Two processes starting runs of one job at once each see the other's run, so they never both
@@ -88,7 +88,7 @@ class JobStore(Protocol):
         time_s: float,
         cost: float | None,
         now_s: float,
-    ) -> RunRecord:
+    ) -> StoredRun:
         """Close an open run with its result (`energy_j` and `cost` None: nothing was measured).
 
         Returns:
@@ -100,14 +100,14 @@ class JobStore(Protocol):
                 bound (`check_run_figures`).
         """
 
-    def get_run(self, name: str, run_id: int) -> RunRecord:
+    def get_run(self, name: str, run_id: int) -> StoredRun:
         """One run.
 
         Raises:
             UsageError: the store has no such run.
         """
 
-    def runs(self, name: str) -> list[RunRecord]:
+    def runs(self, name: str) -> list[StoredRun]:
         """Every run of the job, in the order they started."""
 
     def least_reached_cost(self, name: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from wattwise.recurring.spec import JobSpec, RunRecord
+from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.store.base import (
     ChooseFn,
     check_power_limit,
@@ -26,7 +26,7 @@ class MemoryJobStore:
 
     def __init__(self) -> None:
         self._specs: dict[str, JobSpec] = {}
-        self._runs: dict[str, list[RunRecord]] = {}
+        self._runs: dict[str, list[StoredRun]] = {}
         self._least: dict[str, float] = {}
         self._limits: dict[str, dict[int, float]] = {}
         self._next_id = 1
@@ -47,7 +47,7 @@ class MemoryJobStore:
     def list_jobs(self) -> list[JobSpec]:
         return [self._specs[name] for name in sorted(self._specs)]
 
-    def _job_runs(self, name: str) -> list[RunRecord]:
+    def _job_runs(self, name: str) -> list[StoredRun]:
         if name not in self._runs:
             raise unknown_job(name)
         return self._runs[name]
@@ -58,7 +58,7 @@ class MemoryJobStore:
                 return index
         raise unknown_run(name, run_id)
 
-    def _open_run(self, name: str, run_id: int) -> tuple[int, RunRecord]:
+    def _open_run(self, name: str, run_id: int) -> tuple[int, StoredRun]:
         """Where run `run_id` of job `name` is in its list, and the run, which must still be open."""
         index = self._index(name, run_id)
         run = self._runs[name][index]
@@ -66,10 +66,10 @@ class MemoryJobStore:
             raise finished_run(name, run_id)
         return index, run
 
-    def start_run(self, name: str, choose: ChooseFn, now_s: float) -> RunRecord:
+    def start_run(self, name: str, choose: ChooseFn, now_s: float) -> StoredRun:
         runs = self._job_runs(name)
         batch_size, phase, cost_limit = choose(tuple(runs), dict(self._limits[name]))
-        run = RunRecord(
+        run = StoredRun(
             run_id=self._next_id,
             batch_size=batch_size,
             phase=phase,
@@ -103,7 +103,7 @@ class MemoryJobStore:
         time_s: float,
         cost: float | None,
         now_s: float,
-    ) -> RunRecord:
+    ) -> StoredRun:
         check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
         index, run = self._open_run(name, run_id)
         done = dataclasses.replace(
@@ -123,10 +123,10 @@ class MemoryJobStore:
             self._least[name] = min(self._least[name], cost)
         return done
 
-    def get_run(self, name: str, run_id: int) -> RunRecord:
+    def get_run(self, name: str, run_id: int) -> StoredRun:
         return self._runs[name][self._index(name, run_id)]
 
-    def runs(self, name: str) -> list[RunRecord]:
+    def runs(self, name: str) -> list[StoredRun]:
         return list(self._job_runs(name))
 
     def least_reached_cost(self, name: str) -> float:

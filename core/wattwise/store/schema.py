@@ -28,7 +28,7 @@ jobs_table = Table(
     Column("created_at_s", Double, nullable=False),
 )
 
-#: Every run of a recurring job (`RunRecord`); a NULL `cost_limit` means no limit.
+#: Every run of a recurring job (`StoredRun`); a NULL `cost_limit` means no limit.
 runs_table = Table(
     "wattwise_runs",
     metadata,

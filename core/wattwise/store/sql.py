@@ -58,7 +58,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.pool import StaticPool
 
 from wattwise.errors import UsageError, plugin_warning
-from wattwise.recurring.spec import JobSpec, RunRecord
+from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.safe_files import UntrustedFile, file_owner, private_dir, set_aside_saying
 from wattwise.store import spool
 from wattwise.store.base import (
@@ -134,8 +134,8 @@ def _spec(row: Row[Any]) -> JobSpec:
     )
 
 
-def _run(row: Row[Any]) -> RunRecord:
-    return RunRecord(
+def _run(row: Row[Any]) -> StoredRun:
+    return StoredRun(
         run_id=row.id,
         batch_size=row.batch_size,
         phase=row.phase,
@@ -151,7 +151,7 @@ def _run(row: Row[Any]) -> RunRecord:
     )
 
 
-def _same_result(run: RunRecord, values: dict[str, Any]) -> bool:
+def _same_result(run: StoredRun, values: dict[str, Any]) -> bool:
     """A finished run already holds the result in `values` (a finish_run's columns)."""
     return "state" in values and all(
         getattr(run, key) == values[key] for key in ("state", "epochs", "energy_j", "time_s", "cost")
@@ -438,7 +438,7 @@ class SqlJobStore:
         return [_spec(row) for row in rows]
 
     @staticmethod
-    def _runs(conn: Connection, name: str) -> list[RunRecord]:
+    def _runs(conn: Connection, name: str) -> list[StoredRun]:
         rows = conn.execute(select(runs_table).where(runs_table.c.job_name == name).order_by(runs_table.c.id))
         return [_run(row) for row in rows]
 
@@ -453,8 +453,8 @@ class SqlJobStore:
         if found is None:
             raise unknown_job(name)
 
-    def start_run(self, name: str, choose: ChooseFn, now_s: float) -> RunRecord:
-        def work(conn: Connection) -> RunRecord:
+    def start_run(self, name: str, choose: ChooseFn, now_s: float) -> StoredRun:
+        def work(conn: Connection) -> StoredRun:
             self._lock_job(conn, name)
             limits = self._limits(conn, name)
             batch_size, phase, cost_limit = choose(self._runs(conn, name), limits)
@@ -478,14 +478,14 @@ class SqlJobStore:
         return self.write(work)
 
     @staticmethod
-    def _get_run(conn: Connection, name: str, run_id: int) -> RunRecord:
+    def _get_run(conn: Connection, name: str, run_id: int) -> StoredRun:
         row = conn.execute(select(runs_table).where(runs_table.c.job_name == name, runs_table.c.id == run_id)).first()
         if row is None:
             raise unknown_run(name, run_id)
         return _run(row)
 
-    def _update_open(self, name: str, run_id: int, values: dict[str, Any]) -> RunRecord:
-        def work(conn: Connection) -> RunRecord:
+    def _update_open(self, name: str, run_id: int, values: dict[str, Any]) -> StoredRun:
+        def work(conn: Connection) -> StoredRun:
             run = self._get_run(conn, name, run_id)
             if run.finished and _same_result(run, values):
                 return run  # a retried write whose first try was committed: nothing to do
@@ -519,7 +519,7 @@ class SqlJobStore:
         time_s: float,
         cost: float | None,
         now_s: float,
-    ) -> RunRecord:
+    ) -> StoredRun:
         check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
         return self._update_open(
             name,
@@ -534,11 +534,11 @@ class SqlJobStore:
             },
         )
 
-    def get_run(self, name: str, run_id: int) -> RunRecord:
+    def get_run(self, name: str, run_id: int) -> StoredRun:
         return self.read(lambda conn: self._get_run(conn, name, run_id))
 
-    def runs(self, name: str) -> list[RunRecord]:
-        def work(conn: Connection) -> list[RunRecord]:
+    def runs(self, name: str) -> list[StoredRun]:
+        def work(conn: Connection) -> list[StoredRun]:
             if conn.execute(select(jobs_table.c.name).where(jobs_table.c.name == name)).first() is None:
                 raise unknown_job(name)
             return self._runs(conn, name)

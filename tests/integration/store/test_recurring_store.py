@@ -30,7 +30,7 @@ def _worker(url: str, index: int, results: int, start: Any) -> list[int]:
     for step in range(results):
         recommendation = optimizer.next_batch_size()
         if recommendation.power_limit_w is None:
-            optimizer.record_power_limit(recommendation.batch_size, 200.0 + index)
+            optimizer.remember_power_limit(recommendation.batch_size, 200.0 + index)
         energy_j, time_s = 1000.0 + index + step, 10.0
         optimizer.should_stop(recommendation.run_id, 1, energy_j, time_s, metric=0.9)
         optimizer.report_result(recommendation.run_id, energy_j=energy_j, time_s=time_s, reached=True)

@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.stores import SHARED_JOB, sqlite_store_url
 from wattwise.errors import UsageError
-from wattwise.recurring.spec import JobSpec, Phase, RunRecord
+from wattwise.recurring.spec import JobSpec, Phase, StoredRun
 from wattwise.store import JobStore, MemoryJobStore
 from wattwise.store.sql import SqlJobStore
 
@@ -46,16 +46,16 @@ class Chooser:
     batch_size: int
     phase: Phase = "explore"
     cost_limit: float = math.inf
-    seen: list[tuple[list[RunRecord], dict[int, float]]] = dataclasses.field(default_factory=list)
+    seen: list[tuple[list[StoredRun], dict[int, float]]] = dataclasses.field(default_factory=list)
 
-    def __call__(self, runs: Sequence[RunRecord], limits: Mapping[int, float]) -> tuple[int, Phase, float]:
+    def __call__(self, runs: Sequence[StoredRun], limits: Mapping[int, float]) -> tuple[int, Phase, float]:
         self.seen.append((list(runs), dict(limits)))
         return self.batch_size, self.phase, self.cost_limit
 
 
 def finish(
-    store: JobStore, run: RunRecord, *, job: str = SHARED_JOB.name, reached: bool = True, cost: float = 310.0
-) -> RunRecord:
+    store: JobStore, run: StoredRun, *, job: str = SHARED_JOB.name, reached: bool = True, cost: float = 310.0
+) -> StoredRun:
     """Finish `run` of `job` after 2 epochs, 20 J and 2 s, at 7 s."""
     return store.finish_run(job, run.run_id, reached=reached, epochs=2, energy_j=20.0, time_s=2.0, cost=cost, now_s=7.0)
 
@@ -109,7 +109,7 @@ def test_store_round_trip_and_reset(store: JobStore) -> None:
 def test_a_started_run_is_open_with_what_was_chosen(store: JobStore) -> None:
     store.register_job(SHARED_JOB, 0.0)
     run = store.start_run(SHARED_JOB.name, Chooser(64, "exploit", 1234.5), 5.0)
-    assert run == RunRecord(
+    assert run == StoredRun(
         run_id=run.run_id,
         batch_size=64,
         phase="exploit",

@@ -78,7 +78,7 @@ def test_the_summary_of_a_run_that_follows_a_plan_names_the_plan_file(tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["settings"]["frequency_plan"] == str(plan)
     assert read_run_dir(tmp_path / "run").summary.settings.frequency_plan == str(plan)
     run = accelerate_energy.energy_run(accelerator)
-    assert run is not None and run.record is not None and run.record.settings.frequency_plan == str(plan)
+    assert run is not None and run.final_summary is not None and run.final_summary.settings.frequency_plan == str(plan)
 
 
 def test_the_summary_of_a_run_without_a_plan_has_no_frequency_plan(tmp_path):

@@ -32,7 +32,7 @@ def store_path(tmp_path: Path) -> Path:
     for epochs_to_target in (4, 3, 3):
         rec = opt.next_batch_size()
         if rec.power_limit_w is None:
-            opt.record_power_limit(rec.batch_size, 200.0)
+            opt.remember_power_limit(rec.batch_size, 200.0)
         for epoch in range(1, 7):
             reached = epoch >= epochs_to_target
             if opt.should_stop(rec.run_id, epoch, 1e5 * epoch, 500.0 * epoch, 85.0 if reached else 80.0):

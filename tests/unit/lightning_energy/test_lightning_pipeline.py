@@ -121,8 +121,8 @@ def test_the_summary_of_a_fit_that_follows_a_plan_names_the_plan_file(plan_file,
 
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["settings"]["frequency_plan"] == str(plan_file)
     assert read_run_dir(tmp_path / "run").summary.settings.frequency_plan == str(plan_file)
-    assert measured.run is not None and measured.run.record is not None
-    assert measured.run.record.settings.frequency_plan == str(plan_file)
+    assert measured.run is not None and measured.run.final_summary is not None
+    assert measured.run.final_summary.settings.frequency_plan == str(plan_file)
 
 
 def test_the_summary_of_a_fit_without_a_plan_has_no_frequency_plan(tmp_path):

@@ -53,7 +53,7 @@ def test_first_run_profiles_the_default_and_later_runs_reuse_its_power_limit(sto
     opt = optimizer(store)
     first = opt.next_batch_size()
     assert (first.batch_size, first.power_limit_w, first.phase, first.cost_limit) == (64, None, "explore", math.inf)
-    opt.record_power_limit(64, 180.0)
+    opt.remember_power_limit(64, 180.0)
     assert train(opt, first.run_id, 5) == (True, 5)
     assert opt.cost_limit(store.get_run(SPEC.name, first.run_id)) == pytest.approx(2 * 500.0)
     # A run that starts while the exploration of 32 is open gets 64, with its remembered limit.
@@ -113,7 +113,7 @@ def test_two_processes_sharing_a_store_make_one_optimizer(tmp_path: Path) -> Non
     machine_a = optimizer(SqlJobStore(url), seed=1)
     machine_b = optimizer(SqlJobStore(url), seed=2)
     first = machine_a.next_batch_size()
-    machine_a.record_power_limit(first.batch_size, 150.0)
+    machine_a.remember_power_limit(first.batch_size, 150.0)
     train(machine_a, first.run_id, 5)
     second = machine_b.next_batch_size()
     assert (second.batch_size, second.phase, second.cost_limit) == (32, "explore", pytest.approx(1000.0))
@@ -124,9 +124,9 @@ def test_bad_calls_are_usage_errors_naming_the_field(store: JobStore) -> None:
     opt = optimizer(store)
     run = opt.next_batch_size()
     with pytest.raises(UsageError, match="batch_size 48"):
-        opt.record_power_limit(48, 150.0)
+        opt.remember_power_limit(48, 150.0)
     with pytest.raises(UsageError, match="power_limit_w"):
-        opt.record_power_limit(64, -1.0)
+        opt.remember_power_limit(64, -1.0)
     with pytest.raises(UsageError, match="epoch must be at least 1"):
         opt.should_stop(run.run_id, 0, 0.0, 0.0)
     with pytest.raises(UsageError, match="energy_j"):

@@ -18,7 +18,7 @@ from wattwise.recurring.policy import (
     exploration_step,
     stop_reason,
 )
-from wattwise.recurring.spec import JobSpec, Phase, RunRecord
+from wattwise.recurring.spec import JobSpec, Phase, StoredRun
 
 SIZES = (8, 16, 32, 64, 128, 256)
 
@@ -92,8 +92,8 @@ def test_line_search_explores_upward_when_going_down_did_not_pay() -> None:
 
 def run(
     run_id: int, batch_size: int, state: str, cost: float | None = None, epochs: int = 3, phase: Phase = "explore"
-) -> RunRecord:
-    return RunRecord(
+) -> StoredRun:
+    return StoredRun(
         run_id=run_id,
         batch_size=batch_size,
         phase=phase,

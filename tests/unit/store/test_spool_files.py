@@ -23,7 +23,7 @@ from tests.support.ordinary_user import IS_ROOT, OTHER_UID, USER_GID
 from wattwise.cli.main import main
 from wattwise.errors import EnergyPluginWarning, UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
-from wattwise.recurring.spec import JobSpec, RunRecord
+from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.store import spool, store_url
 from wattwise.store.memory import MemoryJobStore
 from wattwise.store.sql import SqlJobStore
@@ -55,7 +55,7 @@ class Spooled:
         self.good = spool.spool_result(self.url, self.result(self.good_run, energy_j=500.0))
 
     @staticmethod
-    def result(run: RunRecord, *, energy_j: float, power_limit_w: float | None = None) -> spool.SpooledResult:
+    def result(run: StoredRun, *, energy_j: float, power_limit_w: float | None = None) -> spool.SpooledResult:
         return spool.SpooledResult(
             job=SPEC.name,
             run_id=run.run_id,
@@ -77,7 +77,7 @@ class Spooled:
     def open(self) -> SqlJobStore:
         return SqlJobStore(self.url)
 
-    def runs(self) -> dict[int, RunRecord]:
+    def runs(self) -> dict[int, StoredRun]:
         store = self.open()
         try:
             return {run.run_id: run for run in store.runs(SPEC.name)}
@@ -304,7 +304,7 @@ class GoneStore(MemoryJobStore):
 
     url = "sqlite:////nowhere/jobs.sqlite"
 
-    def get_run(self, name: str, run_id: int) -> RunRecord:
+    def get_run(self, name: str, run_id: int) -> StoredRun:
         raise spool.StoreUnavailable("cannot reach the job store", url=self.url, reason="gone")
 
 
