@@ -8,8 +8,10 @@
 - `schema`: the tables, defined once; `migrations`: their Alembic revisions, applied on opening.
 - `spool`: results kept on disk while the store is unreachable (`StoreUnavailable`).
 - `limits_memory`: power-limit tuning's remembered choices (`LimitsMemory`), in the same database.
+- `runs`: the run history, one `RunRow` per training run (`record_run`, `list_runs`, `get_run`,
+  `forget_run`), what `wattwise runs` and the dashboard read.
 
-Importing this package (or `base`, `factory`, `memory`, `spool`, `limits_memory`) does not import
+Importing this package (or `base`, `factory`, `memory`, `spool`, `limits_memory`, `runs`) does not import
 SQLAlchemy or Alembic: a run that never opens a store never loads them.
 """
 

@@ -1,4 +1,4 @@
-"""The store's tables, defined once: recurring jobs, their runs, and remembered power limits.
+"""The store's tables, defined once: recurring jobs, their runs, remembered power limits, and the run history.
 
 This is the current schema. The Alembic revisions in `wattwise.store.migrations` build it step by
 step from an empty database (or from a store made by wattwise 0.1.0), each with its own frozen table
@@ -8,7 +8,7 @@ table here therefore needs a new revision.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Double, ForeignKey, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import Boolean, Column, Double, ForeignKey, Index, Integer, MetaData, String, Table, Text
 
 metadata = MetaData()
 
@@ -73,6 +73,31 @@ remembered_limits_table = Table(
     Column("eta", Double, nullable=True),
     Column("chosen_at_s", Double, nullable=True),
     Column("run_id", String(256), nullable=True),
+)
+
+#: Every training run wattwise measured (`wattwise.store.runs.RunRow`), recurring or not: what `wattwise runs`
+#: and the dashboard read. `id` is the run's own folder name; times are unix seconds; `devices` a JSON list.
+run_history_table = Table(
+    "wattwise_run_history",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("job", String(128), nullable=True),
+    Column("framework", String(32), nullable=True),
+    Column("mode", String(16), nullable=False),
+    Column("status", String(32), nullable=True),
+    Column("start_s", Double, nullable=False),
+    Column("end_s", Double, nullable=False),
+    Column("devices", Text, nullable=False),
+    Column("time_s", Double, nullable=False),
+    Column("energy_j", Double, nullable=False),
+    Column("energy_uncertainty_j", Double, nullable=True),
+    Column("power_limit_w", Double, nullable=True),
+    Column("saving_j", Double, nullable=True),
+    Column("time_cost_s", Double, nullable=True),
+    Column("folder", Text, nullable=False),
+    Column("simulated", Boolean, nullable=False),
+    Index("ix_wattwise_run_history_start_s", "start_s"),
+    Index("ix_wattwise_run_history_job_start_s", "job", "start_s"),
 )
 
 #: wattwise 0.1.0's own schema version (1). Kept, at 1, so that 0.1.0 still opens a store that only

@@ -1,5 +1,7 @@
 """Results waiting for an unreachable store: `StoreUnavailable`, and the spool that keeps them on disk.
 
+Two kinds wait here: a recurring run's result (`SpooledResult`) and a run of the history
+(`wattwise.store.runs.RunRow`, spooled by `spool_run` with `"kind": "run_history"`).
 A run's result is the one thing a recurring run cannot recompute, so when the store stays unreachable
 (PostgreSQL stopped, a SQLite file locked or unwritable) after the store's brief retries, the result is
 written here instead: one JSON file per pending result, in a folder of the state directory per store
@@ -25,7 +27,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wattwise.bounds import check_integer
 from wattwise.errors import Unavailable, UsageError
@@ -33,7 +35,12 @@ from wattwise.names import check_job_name
 from wattwise.safe_files import file_owner, private_dir, read_trusted_json, state_dir, write_text
 from wattwise.store.base import MAX_INTEGER, check_power_limit, check_run_figures
 
+if TYPE_CHECKING:
+    from wattwise.store.runs import RunRow
+
 SPOOL_VERSION = 1
+#: The `kind` of a spooled run of the history (a recurring run's result has no `kind`).
+RUN_HISTORY_KIND = "run_history"
 #: A spooled result is a few hundred bytes; a larger file is not one.
 MAX_SPOOL_BYTES = 1 << 16
 
@@ -120,6 +127,15 @@ def spool_result(url: str, result: SpooledResult) -> Path:
     return path
 
 
+def spool_run(url: str, row: RunRow) -> Path:
+    """Write a run of the history for the store at `url` as a new owner-only file; its path."""
+    directory = private_dir(spool_dir(url))
+    path = directory / f"{time.time_ns():020d}-history-{row.id}.json"
+    payload = {"version": SPOOL_VERSION, "kind": RUN_HISTORY_KIND, **row.to_dict()}
+    write_text(path, json.dumps(payload, indent=1), mode=0o600)
+    return path
+
+
 def _entries(url: str) -> list[Path]:
     """Every spool file for the store at `url` (links included), by name, so oldest first.
 
@@ -153,15 +169,26 @@ def rejected(url: str) -> list[Path]:
     return sorted(directory.glob("*.rejected")) if directory.is_dir() else []
 
 
-def read(path: Path) -> SpooledResult:
-    """The result in a spooled file, read only when the file is yours and checked field by field.
+def read(path: Path) -> SpooledResult | RunRow:
+    """The result (or run of the history) in a spooled file, read only when the file is yours, checked field by field.
 
     Raises:
         FileNotFoundError: it is gone (another process delivered it).
         UntrustedFile: not a regular file of yours (a link, another user's file); `owner_uid` says whose.
         ValueError: not JSON, or not a spooled result (a `UsageError` naming the field).
     """
-    return SpooledResult.from_dict(read_trusted_json(path, max_bytes=MAX_SPOOL_BYTES))
+    data = read_trusted_json(path, max_bytes=MAX_SPOOL_BYTES)
+    if data.get("kind") == RUN_HISTORY_KIND:
+        from wattwise.store.runs import RunRow
+
+        version = data.get("version")
+        if type(version) is not int or version != SPOOL_VERSION:
+            raise UsageError(
+                f"version must be {SPOOL_VERSION} (got {version!r}): not a spooled run this wattwise reads"
+            )
+        fields = {k: v for k, v in data.items() if k not in ("version", "kind")}
+        return RunRow.from_dict(fields, where="spooled run")
+    return SpooledResult.from_dict(data)
 
 
 def remove(path: Path) -> None:

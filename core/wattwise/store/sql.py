@@ -71,6 +71,7 @@ from wattwise.store.base import (
     unknown_run,
 )
 from wattwise.store.migrations import upgrade
+from wattwise.store.runs import RunRow, put_run
 from wattwise.store.schema import jobs_table, limits_table, runs_table
 from wattwise.store.spool import SpooledResult, StoreUnavailable
 
@@ -357,8 +358,13 @@ class SqlJobStore:
             except ValueError as err:
                 self._reject(path, f"it is not a spooled result: {err}")
                 continue
+            deliver = (
+                functools.partial(put_run, row=result)
+                if isinstance(result, RunRow)
+                else functools.partial(self._deliver, result=result)
+            )
             try:
-                self.write(functools.partial(self._deliver, result=result))
+                self.write(deliver)
             except UsageError as err:  # a StoreUnavailable is no UsageError: it propagates
                 self._reject(path, str(err))
                 continue
