@@ -18,11 +18,13 @@ from typing import Any
 
 from wattwise.agent import is_job_name
 from wattwise.agent.audit import AuditLog
+from wattwise.agent.cgroups import CgroupUnknown, cgroup_may_open, device_cgroup, device_node
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
 from wattwise.agent.processes import (
     ProcessWatcher,
+    child_as_seen_by_agent,
     group_has_members,
     holder_alive,
     parent_and_uids,
@@ -399,12 +401,14 @@ class Agent:
         return GpuRelease(**self.gpu_status(index), released="restored" if restored else "failed")
 
     # -- allocations: which GPUs the scheduler gave each job ---------------------------------------------
-    def allocation_problem(self, uid: int, index: int) -> str | None:
-        """Why `uid` may not change GPU `index`, as the node's record of allocations says; None if it may.
+    def allocation_problem(self, caller: Holder, index: int) -> str | None:
+        """Why `caller` may not change GPU `index`, as the node's record of allocations says; None if it may.
 
         Root may change any GPU. A user with a job registered on the node may change only the GPUs of their
-        jobs, whatever the policy; a user with none, what the admin's `allocation` policy says.
+        jobs, whatever the policy; a user with none, what the admin's `allocation` policy says (`cgroup`:
+        the GPUs the caller's device cgroup lets it open, `wattwise.agent.cgroups`).
         """
+        uid = caller.uid
         if uid == 0:
             return None
         mine = sorted((a for a in self.jobs.values() if a.uid == uid), key=lambda a: a.job_id)
@@ -422,7 +426,26 @@ class Agent:
                 f"uid {uid} has no job registered on this node, and the agent's allocation policy is "
                 "`registered` (the SLURM prolog registers each job's GPUs)"
             )
+        if self.config.allocation == "cgroup":
+            return self._cgroup_problem(caller, index)
         return None
+
+    def _cgroup_problem(self, caller: Holder, index: int) -> str | None:
+        """`allocation: cgroup`: why the caller's device cgroup does not let it open GPU `index`; None if it does."""
+        try:
+            cgroup = device_cgroup(caller.pid)
+            node = device_node(self.devices[index].spec())
+            if cgroup_may_open(cgroup, node):
+                return None
+        except CgroupUnknown as err:
+            return (
+                f"GPU {index}: the agent cannot tell whether pid {caller.pid} may use it ({err}); its "
+                "allocation policy is `cgroup`"
+            )
+        return (
+            f"GPU {index} is outside the allocation of pid {caller.pid} (uid {caller.uid}): its device "
+            f"cgroup {cgroup} may not open {node}; a job may change only the GPUs its container or job was given"
+        )
 
     def register_job(self, job_id: str, uid: int, gpus: list[int], caller: Holder) -> JobAllocationInfo:
         """Record that the scheduler gave job `job_id` of user `uid` the GPUs `gpus` (the SLURM prolog's call).
@@ -530,7 +553,9 @@ class Agent:
         when that group is the command's own (the child or the caller leads it): a shell script that starts
         the work in a child and exits leaves it capped. Whatever happens to the caller (killing the
         `wattwise cap` wrapper leaves its command capped); the caller may still release it. The child must
-        be the caller's own (its parent) and run as the same user.
+        be the caller's own (its parent) and run as the same user. `pid` is the number the caller knows:
+        a caller in a container (its own PID namespace) sends its child's pid there, which the agent finds
+        among the caller's children (`child_as_seen_by_agent`); the holder then shows the agent's pid.
 
         A child that has ended already (the caller has not reaped it yet) is still handed the lease when
         other processes of its group run: a command that starts its work in the background and exits at
@@ -550,12 +575,13 @@ class Agent:
         lease = self.leases.get(index)
         if not held or lease is None:
             raise Conflict(f"GPU {index} is not held by pid {caller.pid}; set a limit first")
-        found = parent_and_uids(pid)
-        started = process_start_and_group(pid, ended_too=True)
+        sent, pid = pid, child_as_seen_by_agent(caller.pid, pid) or 0  # sent: in the caller's PID namespace
+        found = parent_and_uids(pid) if pid else None
+        started = process_start_and_group(pid, ended_too=True) if pid else None
         ticks, pgid = started if started else (None, None)
         if found is None or ticks is None or found[0] != caller.pid or found[1] != {caller.uid}:
             raise NotAllowed(
-                f"pid {pid} is not a running child of pid {caller.pid} of the same user; a "
+                f"pid {sent} is not a running child of pid {caller.pid} of the same user; a "
                 "GPU is handed over only to the caller's own child"
             )
         # The lease follows the child's process group when the group is the command's own: the child leads
@@ -598,7 +624,7 @@ class Agent:
                 f"uid {caller.uid} may not change GPU settings on this node "
                 "(the agent's config lists the allowed users and groups)"
             )
-        outside = self.allocation_problem(caller.uid, index)
+        outside = self.allocation_problem(caller, index)
         if outside is not None:
             self._audit(caller, index, setting, _reading(self.devices[index], setting), value, f"refused: {outside}")
             raise NotAllowed(outside)

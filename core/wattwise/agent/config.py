@@ -7,7 +7,7 @@ YAML, every key optional:
     power_limits:                     # first entry whose `model` is in the GPU's name (case-insensitive)
       - {model: "A100", floor_w: 200, ceiling_w: 400}
     sm_clock_mhz: [900, 1980]         # the clock range clients may lock to
-    allocation: registered            # a user with no job registered (SLURM prolog) changes nothing
+    allocation: registered            # none | registered | cgroup: what a user with no job registered may change
 
 Without allowed users and groups, anyone who can open the socket may change settings (the socket's
 group and mode are then the access control). Root may always.
@@ -28,10 +28,11 @@ from wattwise.errors import ConfigError
 
 KEYS = ("allowed_users", "allowed_groups", "power_limits", "sm_clock_mhz", "allocation")
 #: What a user with no job registered on the node may change (`allocation`): any free GPU (`none`, the
-#: default: no scheduler tells the agent who was given what), or nothing (`registered`: every job is
-#: registered by the SLURM prolog). A user with a job registered may change only that job's GPUs, whatever
-#: the policy.
-ALLOCATION_POLICIES = ("none", "registered")
+#: default: no scheduler tells the agent who was given what), nothing (`registered`: every job is
+#: registered by the SLURM prolog), or the GPUs the caller's device cgroup lets it open (`cgroup`: what a
+#: container runtime or SLURM's ConstrainDevices gave it, `wattwise.agent.cgroups`). A user with a job
+#: registered may change only that job's GPUs, whatever the policy.
+ALLOCATION_POLICIES = ("none", "registered", "cgroup")
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class AgentConfig:
     allowed_gids: frozenset[int] = field(default_factory=frozenset)
     power_limits: tuple[ModelBounds, ...] = ()
     sm_clock_mhz: tuple[int, int] | None = None
-    #: What a user with no job registered may change: "none" (any free GPU) or "registered" (nothing).
+    #: What a user with no job registered may change: "none" (any free GPU), "registered" (nothing) or
+    #: "cgroup" (the GPUs its device cgroup lets it open).
     allocation: str = "none"
 
     def allows(self, uid: int, gids: set[int]) -> bool:
@@ -124,11 +126,6 @@ def parse_config(data: Any, where: str = "agent config") -> AgentConfig:
             raise ConfigError(f"{where}: sm_clock_mhz must be [min, max] in MHz, min <= max (got {clocks!r})")
         clock_range = (int(clocks[0]), int(clocks[1]))
     allocation = data.get("allocation", "none")
-    if allocation == "cgroup":
-        raise ConfigError(
-            f"{where}: allocation cgroup is not supported yet; use registered (the SLURM prolog "
-            "registers each job's GPUs) or none"
-        )
     if allocation not in ALLOCATION_POLICIES:
         raise ConfigError(f"{where}: allocation must be one of {', '.join(ALLOCATION_POLICIES)} (got {allocation!r})")
     return AgentConfig(uids, gids, limits, clock_range, allocation)

@@ -109,6 +109,48 @@ def parent_and_uids(pid: int) -> tuple[int, set[int]] | None:
     return (ppid, uids) if ppid is not None and uids else None
 
 
+def namespace_pids(pid: int) -> list[int] | None:
+    """The pids of a live process in each PID namespace, the agent's first (`NSpid` of `/proc/PID/status`).
+
+    One entry for a process of the agent's own namespace; a container's process has one more per nested
+    namespace, the last its pid as the container sees it. None when it is gone (or the kernel shows no `NSpid`).
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    return [int(n) for n in line.split()[1:]] or None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def child_as_seen_by_agent(parent: int, child: int) -> int | None:
+    """The pid, in the agent's PID namespace, of `parent`'s child that `parent` knows as `child`.
+
+    `parent` is the agent's pid of a caller (SO_PEERCRED translates it); `child` is the number the caller
+    sent, from its own PID namespace (a container's). In the agent's namespace both are the same number;
+    otherwise the caller's children are looked up in /proc and the one whose pid at the caller's namespace
+    level is `child` is it. None when `parent` has no such child.
+    """
+    mine = namespace_pids(parent)
+    if mine is None:
+        return None
+    if len(mine) == 1:
+        return child
+    level = len(mine) - 1
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        found = parent_and_uids(int(entry.name))
+        if found is None or found[0] != parent:
+            continue
+        pids = namespace_pids(int(entry.name))
+        if pids is not None and len(pids) > level and pids[level] == child:
+            return int(entry.name)
+    return None
+
+
 def process_groups(pid: int, gid: int) -> set[int]:
     """The primary and supplementary groups of a process."""
     groups = {gid}

@@ -366,8 +366,11 @@ class AgentGPU(Device):
             DeviceError: The agent refused (this process holds no lease, `pid` is not its child) or is older
                 than this client.
         """
-        self.client.hand_over(self._ref, pid)
-        self.handed_to = pid
+        answer = self.client.hand_over(self._ref, pid)
+        holder = answer.get("holder") if isinstance(answer, dict) else None
+        # The agent names the holder by its own pid: in a container, not the number this process knows.
+        handed = holder.get("pid") if isinstance(holder, dict) else None
+        self.handed_to = handed if isinstance(handed, int) else pid
 
     def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
         self.client.lock_sm_clocks(self._ref, int(min_mhz), int(max_mhz), self.job)

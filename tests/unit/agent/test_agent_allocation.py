@@ -3,7 +3,7 @@
 A user whose job SLURM gave GPU 3 held GPU 0 at the admin's floor (`hold 0 150`, HTTP 200), and the job
 that SLURM had given GPU 0 then could not cap it. Now the prolog registers each job's GPUs (UUIDs or
 indices), uid and job id; a user with a job registered may change only the GPUs of their jobs, whatever the
-policy; the policy (`allocation: none | registered`) decides for a user with nothing registered.
+policy; the policy (`allocation: none | registered | cgroup`) decides for a user with nothing registered.
 """
 
 from __future__ import annotations
@@ -97,17 +97,59 @@ def test_registrations_outlive_an_agent_restart(tmp_path: Path) -> None:
     assert second.status()["jobs"] == [{"job_id": "4711", "uid": 1001, "gpus": [3]}]
 
 
+def test_an_allocation_policy_the_agent_cannot_enforce_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"allocation must be one of none, registered, cgroup \(got 'slurm'\)"):
+        parse_config({"allocation": "slurm"})
+    assert parse_config({"allocation": "registered"}).allocation == "registered"
+    assert parse_config({"allocation": "cgroup"}).allocation == "cgroup"
+
+
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("proc_cgroup", "folder"),
     [
-        ("cgroup", "allocation cgroup is not supported yet; use registered"),
-        ("slurm", r"allocation must be one of none, registered \(got 'slurm'\)"),
+        ("12:devices:/slurm/uid_1001/job_4711\n0::/\n", "devices/slurm/uid_1001/job_4711"),  # v1 devices
+        (
+            "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope\n",
+            "kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope",
+        ),
     ],
 )
-def test_an_allocation_policy_the_agent_cannot_enforce_is_refused(value: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        parse_config({"allocation": value})
-    assert parse_config({"allocation": "registered"}).allocation == "registered"
+def test_the_device_cgroup_of_a_caller_is_the_v1_devices_one_else_the_unified_one(
+    tmp_path: Path, proc_cgroup: str, folder: str
+) -> None:
+    from wattwise.agent.cgroups import cgroup_folder
+
+    if folder.startswith("devices/"):
+        (tmp_path / "devices").mkdir()
+    assert cgroup_folder(proc_cgroup, tmp_path) == tmp_path / folder
+
+
+@pytest.mark.parametrize("proc_cgroup", ["0::/../../kubepods.slice/pod\n", "1:name=systemd:/\n", ""])
+def test_a_cgroup_outside_the_agents_namespace_is_not_guessed(proc_cgroup: str) -> None:
+    from wattwise.agent.cgroups import CgroupUnknown, cgroup_folder
+
+    with pytest.raises(CgroupUnknown, match="not in the agent's cgroup namespace"):
+        cgroup_folder(proc_cgroup, Path("/nonexistent"))
+
+
+def test_an_nvidia_gpus_device_node_is_found_by_uuid_in_the_drivers_list(tmp_path: Path) -> None:
+    from wattwise.agent.cgroups import CgroupUnknown, device_node
+
+    for minor, uuid in ((0, "GPU-aaaa"), (3, "GPU-bbbb")):
+        folder = tmp_path / f"0000:0{minor}:00.0"
+        folder.mkdir()
+        (folder / "information").write_text(f"Model: \t NVIDIA H100\nGPU UUID: \t {uuid}\nDevice Minor: \t {minor}\n")
+    assert device_node({"backend": "nvml", "uuid": "GPU-bbbb", "index": 1}, str(tmp_path)) == "/dev/nvidia3"
+    with pytest.raises(CgroupUnknown, match="no device node"):
+        device_node({"backend": "nvml", "uuid": "GPU-cccc", "index": 2}, str(tmp_path))
+
+
+def test_the_cgroup_policy_refuses_a_gpu_it_cannot_check_in_one_line(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, allocation="cgroup")
+    status, why = refused(lambda: agent.set_power_limit(0, user(1001), set(), 150.0))
+    assert status == 403 and why.startswith("GPU 0: the agent cannot tell whether pid")
+    assert "its simulated device node" in why and why.endswith("its allocation policy is `cgroup`")
+    assert agent.gpu_status(0)["holder"] is None
 
 
 @pytest.mark.parametrize("group", ["99999999999", "4294967295", "no-such-group-here"])
