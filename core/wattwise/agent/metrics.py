@@ -1,8 +1,8 @@
 """The agent's Prometheus metrics (`agent serve --metrics-port N`): per GPU, per lease, and its own.
 
-Read at scrape time from the agent's devices and leases, and served by prometheus-client on its own
-thread, on 127.0.0.1 by default. As dcgm-exporter does, every GPU series carries the GPU's `gpu` index,
-its `uuid` and the node's `hostname`; units are base units and counters end in `_total`.
+Read at scrape time from the agent's devices and leases, and served on a thread of its own, on 127.0.0.1
+by default, at `/metrics` (any other path is 404). As dcgm-exporter does, every GPU series carries the
+GPU's `gpu` index, its `uuid` and the node's `hostname`; units are base units and counters end in `_total`.
 
 - `wattwise_gpu_energy_joules_total{gpu, uuid, hostname}`: the GPU's energy counter. Its labels never
   change, so `increase()` over any range is the GPU's energy in that range, whoever held it.
@@ -20,10 +20,13 @@ its `uuid` and the node's `hostname`; units are base units and counters end in `
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from wattwise.devices.agent import gpu_uuid
@@ -97,12 +100,43 @@ class AgentCollector:
         yield from (energy, lease_energy, power, limit, clock, requests, refusals, leases, restores, failures)
 
 
+#: The one path the metrics are served at (Prometheus' default `metrics_path`, as dcgm-exporter's).
+METRICS_PATH = "/metrics"
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def metrics_app(registry: CollectorRegistry) -> WsgiApp:
+    """The WSGI application of the metrics port: `registry` at `METRICS_PATH`, 404 for any other path."""
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == METRICS_PATH:
+            return metrics(environ, start_response)  # type: ignore[no-any-return]
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"404 not found: the agent's metrics are at {METRICS_PATH}\n".encode()]
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    """No line per scrape on the agent's stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 def start_metrics(agent: Agent, host: str, port: int) -> None:
-    """Serve `agent`'s metrics over HTTP on `host`:`port` (a thread of prometheus_client's).
+    """Serve `agent`'s metrics over HTTP on `host`:`port`, at `METRICS_PATH` only, on a thread of its own.
 
     Raises:
         OSError: The port cannot be bound.
     """
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent))
-    start_http_server(port, addr=host, registry=registry)
+    server = make_server(host, port, metrics_app(registry), _Server, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="wattwise-metrics", daemon=True).start()

@@ -178,6 +178,16 @@ async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] |
     gid = group_id(options.group)
     path = Path(options.socket)
     prepare_socket(path)
+    if options.metrics_port is not None:
+        from wattwise.agent.metrics import start_metrics
+
+        try:
+            start_metrics(agent, options.metrics_host, options.metrics_port)
+        except OSError as err:
+            raise UsageError(
+                f"--metrics-port {options.metrics_port}: cannot listen on {options.metrics_host}:"
+                f"{options.metrics_port} ({err.strerror or err}); another process may hold it: choose another port"
+            ) from None
     loop = asyncio.get_running_loop()
     quiet_client_logs()
     raise_open_file_limit()
@@ -192,10 +202,6 @@ async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] |
     finally:
         os.umask(previous)
     share_socket(path, gid)
-    if options.metrics_port is not None:
-        from wattwise.agent.metrics import start_metrics
-
-        start_metrics(agent, options.metrics_host, options.metrics_port)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

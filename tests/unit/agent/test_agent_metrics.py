@@ -74,3 +74,24 @@ def test_each_lease_counts_its_own_energy_and_the_gpu_counter_keeps_its_labels(n
     assert held["job_name"] == "gpt"  # the gauges still say who holds the GPU now
     assert samples(metrics, "wattwise_agent_leases") == [({}, 1.0)]
     assert samples(metrics, "wattwise_agent_restores_total") == [({}, 1.0)]  # bert's release
+
+
+@pytest.mark.parametrize(("path", "status"), [("/metrics", "200 OK"), ("/", "404 Not Found"), ("/x", "404 Not Found")])
+def test_the_metrics_port_answers_only_at_metrics_and_404_elsewhere(
+    node: tuple[Agent, VirtualClock, AgentCollector], path: str, status: str
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from wattwise.agent.metrics import metrics_app
+
+    registry = CollectorRegistry()
+    registry.register(node[2])
+    answered: list[str] = []
+    body = b"".join(
+        metrics_app(registry)(
+            {"PATH_INFO": path, "REQUEST_METHOD": "GET", "QUERY_STRING": ""},
+            lambda s, headers: answered.append(s),
+        )
+    )
+    assert answered == [status]
+    assert (b"wattwise_gpu_energy_joules_total" in body) == (status == "200 OK")
