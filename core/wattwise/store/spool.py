@@ -1,7 +1,7 @@
 """Results waiting for an unreachable store: `StoreUnavailable`, and the spool that keeps them on disk.
 
 Two kinds wait here: a recurring run's result (`SpooledResult`) and a run of the history
-(`wattwise.store.runs.RunRow`, spooled by `spool_run` with `"kind": "run_history"`).
+(`wattwise.store.history.RunRow`, spooled by `spool_run` with `"kind": "run_history"`).
 A run's result is the one thing a recurring run cannot recompute, so when the store stays unreachable
 (PostgreSQL stopped, a SQLite file locked or unwritable) after the store's brief retries, the result is
 written here instead: one JSON file per pending result, in a folder of the state directory per store
@@ -36,7 +36,7 @@ from wattwise.safe_files import file_owner, private_dir, read_trusted_json, stat
 from wattwise.store.base import MAX_INTEGER, check_power_limit, check_run_figures
 
 if TYPE_CHECKING:
-    from wattwise.store.runs import RunRow
+    from wattwise.store.history import RunRow
 
 SPOOL_VERSION = 1
 #: The `kind` of a spooled run of the history (a recurring run's result has no `kind`).
@@ -179,7 +179,7 @@ def read(path: Path) -> SpooledResult | RunRow:
     """
     data = read_trusted_json(path, max_bytes=MAX_SPOOL_BYTES)
     if data.get("kind") == RUN_HISTORY_KIND:
-        from wattwise.store.runs import RunRow
+        from wattwise.store.history import RunRow
 
         version = data.get("version")
         if type(version) is not int or version != SPOOL_VERSION:

@@ -70,8 +70,8 @@ from wattwise.store.base import (
     unknown_job,
     unknown_run,
 )
+from wattwise.store.history import RunRow, put_run
 from wattwise.store.migrations import upgrade
-from wattwise.store.runs import RunRow, put_run
 from wattwise.store.schema import jobs_table, limits_table, runs_table
 from wattwise.store.spool import SpooledResult, StoreUnavailable
 
