@@ -171,9 +171,16 @@ class Agent:
         applied: dict[int, dict[str, Any]] = {}
         holders: dict[int, Holder] = {}
         for change in self.journal.load():
-            index = change["device"]["index"]
-            if index not in self.devices:
-                log.error("wattwise agent: journal names GPU %s, which this agent does not see; kept", index)
+            # By UUID, never by index alone: GPUs renumbered since (one left the bus, the agent restarted on
+            # others) put a journalled GPU's originals on another GPU behind the same index otherwise.
+            uuid = gpu_uuid(change["device"])
+            index = self.uuids.get(uuid)
+            if index is None:
+                log.error(
+                    "wattwise agent: journal names GPU %s (%s), which this agent does not see; kept",
+                    change["device"].get("index"),
+                    uuid,
+                )
                 self.unseen.append(change)
                 continue
             originals.setdefault(index, {})[change["setting"]] = change["original"]
@@ -204,7 +211,16 @@ class Agent:
         device = self.devices[index]
         lease = self.leases.take(index, holder, originals, start_energy_j=_maybe(device.energy_j))
         try:
-            for setting, value in applied.items():
+            for setting, asked in applied.items():
+                value = self._within_bounds(device, setting, asked)
+                if value != asked:
+                    log.warning(
+                        "wattwise agent: GPU %d: %s's %s is outside the admin's bounds now; %s instead",
+                        index,
+                        holder.describe(),
+                        setting_words(setting, asked),
+                        setting_words(setting, value),
+                    )
                 before = _reading(device, setting)
                 apply_setting(device, setting, value)
                 lease.applied[setting] = value
@@ -225,6 +241,20 @@ class Agent:
             ", ".join(setting_words(s, v) for s, v in applied.items()) or "nothing set yet",
         )
         return True
+
+    def _within_bounds(self, device: Device, setting: str, value: Any) -> Any:
+        """`value` of `setting` brought within the admin's bounds in force now (a journalled one may predate them).
+
+        A power limit outside them becomes the nearest bound; a locked clock range is narrowed to the
+        admin's range (unlocked when the two do not meet). Anything else is returned as it is.
+        """
+        if setting == POWER_LIMIT and isinstance(value, (int, float)):
+            low, high = self.allowed_power_limit_w(device)
+            return min(max(float(value), low), high)
+        if setting == SM_CLOCKS and isinstance(value, list) and len(value) == 2 and self.config.sm_clock_mhz:
+            low, high = max(value[0], self.config.sm_clock_mhz[0]), min(value[1], self.config.sm_clock_mhz[1])
+            return [low, high] if low <= high else None
+        return value
 
     def start_watching(self, loop: asyncio.AbstractEventLoop) -> None:
         """Watch every holder (those kept over a restart too) so that its GPUs are restored when it ends."""

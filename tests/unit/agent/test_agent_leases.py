@@ -397,3 +397,44 @@ def test_a_release_the_gpu_refuses_says_failed_and_keeps_the_lease(
     assert (answer["released"], answer["holder"]["pid"], answer["power_limit_w"]) == ("failed", 101, 200.0)
     journalled = AgentJournal(tmp_path / "state").load()
     assert [c["original"] for c in journalled if c["setting"] == "power_limit_w"] == [300.0]  # kept to restore
+
+
+def test_a_restart_on_renumbered_gpus_restores_each_journalled_gpu_by_uuid_and_keeps_an_unseen_one(
+    tmp_path: Path,
+) -> None:
+    from wattwise.devices.simulated import PowerModel, SimulatedGPU
+
+    first = _agent(tmp_path)
+    first.set_power_limit(0, ALICE, set(), 150.0)  # ALICE's pid is long gone: the next start restores
+    first.set_power_limit(1, ALICE, set(), 200.0)
+    first.journal.close()
+    # GPU 0 left the bus: the GPU that was 1 is now 0, and another GPU (another state file) is now 1.
+    moved = SimulatedGPU(0, PowerModel.default(), state_file=tmp_path / "sim" / "gpu1.json")
+    newcomer = SimulatedGPU(1, PowerModel.default(), state_file=tmp_path / "other" / "gpu1.json")
+    newcomer.set_power_limit_w(250.0)  # someone else's setting: not the journal's to undo
+    journal = AgentJournal(tmp_path / "state")
+    journal.prepare()
+    second = Agent([moved, newcomer], "simulated", AgentConfig(), journal)
+    assert second.recover() == ["GPU 0: power limit 300 W, SM clocks unlocked"]
+    assert (moved.power_limit_w(), newcomer.power_limit_w()) == (300.0, 250.0)
+    kept = journal.load()  # the GPU that left: kept for the agent that sees it again
+    assert {c["device"]["state_file"] for c in kept} == {str(tmp_path / "sim" / "gpu0.json")}
+    assert {c["setting"]: c["original"] for c in kept} == {"power_limit_w": 300.0, "locked_sm_clocks_mhz": None}
+
+
+def test_a_live_holders_journalled_limit_is_applied_again_only_within_the_admins_bounds_now(tmp_path: Path) -> None:
+    first = _agent(tmp_path)
+    me = Holder(os.getpid(), os.getuid(), "bert", process_start_ticks(os.getpid()) or 0)
+    first.set_power_limit(0, me, set(), 120.0)
+    first.journal.close()
+    gpus = simulated_gpus(2, persist_dir=tmp_path / "sim")
+    gpus[0].set_power_limit_w(300.0)
+    journal = AgentJournal(tmp_path / "state")
+    journal.prepare()
+    floor = AgentConfig(power_limits=(ModelBounds("simulated", floor_w=200.0),))  # raised while no agent ran
+    second = Agent(list(gpus), "simulated", floor, journal)
+    assert second.recover() == []
+    status = second.status()["gpus"][0]
+    assert (status["power_limit_w"], status["holder"]) == (200.0, me.public())  # the floor, not 120 W
+    second.holder_exited(me)
+    assert second.status()["gpus"][0]["power_limit_w"] == 300.0
