@@ -92,7 +92,7 @@ class RecurringRun:
 
     def _close_job_run(self, *, failed: bool) -> None:
         """Close the run in the store: reached or not, with the energy and time measured so far."""
-        self._job_run.record(self._energy.run, failed=failed)
+        self._job_run.close(self._energy.run, failed=failed)
 
 
 def recurring_batch_size(

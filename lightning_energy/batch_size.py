@@ -163,7 +163,7 @@ class RecurringBatchSizeCallback(Callback):
 
     def _close_job_run(self, *, failed: bool) -> None:
         if self._job_run is not None and self._energy is not None and self._energy.run is not None:
-            self._job_run.record(self._energy.run, failed=failed)
+            self._job_run.close(self._energy.run, failed=failed)
 
 
 def _energy_callback(trainer: pl.Trainer) -> EnergyCallback:
