@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from wattwise import bounds
-from wattwise.devices import BACKEND_ENV, backend_choices
+from wattwise.devices import BACKEND_ENV, PhysicsName, backend_choices
 from wattwise.errors import ConfigError, UsageError
 from wattwise.names import check_job_name
 from wattwise.power_limit import SELECTORS
@@ -80,6 +80,10 @@ class DevicesConfig:
     #: Also measure CPU packages and DRAM through RAPL.
     cpu: bool = False
     simulated: SimulatedGPUConfig = field(default_factory=SimulatedGPUConfig)
+    #: The simulated GPU's physics: "realistic" (a counter that advances every 95 ms, reads that take time,
+    #: settings that settle, noise, GPUs that differ, as measured on an H100) or "ideal" (exact figures, for
+    #: tests). None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic. `$WATTWISE_SIMULATED_SEED` fixes the noise.
+    simulated_physics: str | None = None
 
 
 @dataclass
@@ -604,6 +608,8 @@ def validate(cfg: EnergyConfig) -> None:
     _choice("devices.backend", cfg.devices.backend, backend_choices())
     _count("devices.simulated.num_gpus", cfg.devices.simulated.num_gpus, minimum=1, maximum=MAX_GPUS)
     _check_gpus(cfg.devices)
+    if cfg.devices.simulated_physics is not None:
+        _choice("devices.simulated_physics", cfg.devices.simulated_physics, tuple(p.value for p in PhysicsName))
     _within("devices.simulated.base_step_time_s", cfg.devices.simulated.base_step_time_s, 1e-6, 3600.0, "seconds")
     _within("monitor.sample_interval_s", cfg.monitor.sample_interval_s, 1e-3, 86400.0, "seconds")
     if cfg.log_every_n_steps is not None:

@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
         if "power_limit_w" in info:
             lo, hi = info["power_limit_range_w"]
             extra = f", power limit {info['power_limit_w']:g} W (range {lo:g}-{hi:g} W)"
+        if "physics" in info:  # a simulated GPU: which physics, and how often its energy counter changes
+            period_s = info["energy_update_period_s"]
+            counter = f"energy counter every {period_s * 1000:.0f} ms" if period_s else "exact energy counter"
+            extra += f", {info['physics']} physics ({counter})"
         print(f"{info['key']}: {info['name']} ({info['backend']}){tag}{extra}")
     for note in found.notes:
         print(f"note: {note}")

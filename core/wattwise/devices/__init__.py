@@ -33,7 +33,7 @@ from wattwise.devices.base import (
 )
 from wattwise.devices.registry import AUTO, Backend, Wanted, lazy, register
 from wattwise.devices.registry import choices as backend_choices
-from wattwise.devices.simulated import ClockModel, PowerModel, SimulatedGPU
+from wattwise.devices.simulated import ClockModel, Physics, PhysicsName, PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError, UsageError
 from wattwise.safe_files import state_dir
 
@@ -47,6 +47,8 @@ __all__ = [
     "Discovery",
     "NoPermissionError",
     "NotSupportedError",
+    "Physics",
+    "PhysicsName",
     "PowerLimitRange",
     "PowerModel",
     "SimulatedGPU",
@@ -103,14 +105,17 @@ def simulated_gpus(
     base_step_time_s: float = 0.02,
     persist_dir: str | os.PathLike[str] | None = None,
     indices: list[int] | None = None,
+    physics: str | Physics | None = None,
 ) -> list[SimulatedGPU]:
-    """`count` simulated GPUs sharing one power model.
+    """`count` simulated GPUs sharing one power model and one physics.
 
     Their settings persist under `persist_dir` (default `<state dir>/simulated`), like a real GPU's
-    outlive the process that changed them, so the guard's crash recovery works on them too.
+    outlive the process that changed them, so the guard's crash recovery works on them too. `physics`:
+    "realistic", "ideal" or a `Physics`; None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic.
     """
     if count < 1:
         raise UsageError(f"devices.simulated.num_gpus must be at least 1 (got {count})")
+    chosen = physics if isinstance(physics, Physics) else Physics.named(physics)
     model = PowerModel.of(power_model)
     folder = (Path(persist_dir) if persist_dir is not None else state_dir() / "simulated").resolve()
     wanted = indices if indices is not None else list(range(count))
@@ -118,8 +123,10 @@ def simulated_gpus(
     for i in wanted:
         key = (folder, i)
         gpu = _SIMULATED.get(key)
-        if gpu is None or gpu.model != model or gpu.base_step_time_s != base_step_time_s:
-            gpu = SimulatedGPU(i, model, state_file=folder / f"gpu{i}.json", base_step_time_s=base_step_time_s)
+        if gpu is None or gpu.model != model or gpu.base_step_time_s != base_step_time_s or gpu.physics != chosen:
+            gpu = SimulatedGPU(
+                i, model, state_file=folder / f"gpu{i}.json", base_step_time_s=base_step_time_s, physics=chosen
+            )
             _SIMULATED[key] = gpu
         gpus.append(gpu)
     return gpus
@@ -143,6 +150,7 @@ def _discover_simulated(wanted: Wanted) -> list[Device]:
             base_step_time_s=wanted.base_step_time_s,
             persist_dir=wanted.persist_dir,
             indices=wanted.gpu_indices,
+            physics=wanted.simulated_physics,
         )
     )
 
@@ -217,6 +225,7 @@ def discover(
     power_model: str | os.PathLike[str] | PowerModel | None = None,
     base_step_time_s: float = 0.02,
     persist_dir: str | os.PathLike[str] | None = None,
+    simulated_physics: str | None = None,
 ) -> Discovery:
     """Find the devices to measure.
 
@@ -226,7 +235,8 @@ def discover(
     not being root), else the first probed backend that finds a GPU (NVML, then amdsmi), else no GPU and the
     CPU through RAPL when readable (`include_cpu` or not), with a note that says what is measured and that tuning needs
     a GPU. `gpu_indices` selects among visible GPUs (as numbered after `CUDA_VISIBLE_DEVICES`).
-    `include_cpu` adds the RAPL domains (with a reason when unavailable).
+    `include_cpu` adds the RAPL domains (with a reason when unavailable). `simulated_physics`: the simulated
+    GPUs' physics ("realistic" or "ideal"; None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic).
 
     Raises:
         UsageError: `backend` is not one of `backend_choices()`, or `gpu_indices` names a GPU not visible.
@@ -236,7 +246,7 @@ def discover(
     choices = backend_choices()
     if backend not in choices:
         raise UsageError(f"devices.backend must be one of {', '.join(choices)} (got {backend!r})")
-    wanted = Wanted(gpu_indices, num_simulated, power_model, base_step_time_s, persist_dir)
+    wanted = Wanted(gpu_indices, num_simulated, power_model, base_step_time_s, persist_dir, simulated_physics)
     found = Discovery()
     chosen = backend_from_env() if backend == AUTO else backend
     if chosen != AUTO:

@@ -37,6 +37,8 @@ class Wanted:
         power_model: The simulated GPUs' power model: a CSV path or a model; None: the built-in one.
         base_step_time_s: A simulated GPU's step time at full power, for the emulated workload.
         persist_dir: Where simulated GPUs keep their settings; None: `<state dir>/simulated`.
+        simulated_physics: The simulated GPUs' physics, "realistic" or "ideal"; None:
+            `$WATTWISE_SIMULATED_PHYSICS`, else realistic (`wattwise.devices.simulated.Physics.named`).
     """
 
     gpu_indices: list[int] | None = None
@@ -44,6 +46,7 @@ class Wanted:
     power_model: str | os.PathLike[str] | PowerModel | None = None
     base_step_time_s: float = 0.02
     persist_dir: str | os.PathLike[str] | None = None
+    simulated_physics: str | None = None
 
 
 @dataclass(frozen=True)

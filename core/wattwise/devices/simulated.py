@@ -37,13 +37,18 @@ import csv
 import dataclasses
 import errno
 import fcntl
+import hashlib
 import json
 import math
 import os
+import random
+import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +241,137 @@ class PowerModel:
         )
 
 
+class PhysicsName(StrEnum):
+    """Which physics a simulated GPU follows (`devices.simulated_physics`, `WATTWISE_SIMULATED_PHYSICS`)."""
+
+    #: Like a real GPU: a counter that advances in steps, reads that take time, settings that settle, noise.
+    REALISTIC = "realistic"
+    #: Exact: the counter integrates the model at every read, settings act at once, no noise (unit tests).
+    IDEAL = "ideal"
+
+
+#: Chooses the simulated GPU's physics for every entry point at once (`realistic` or `ideal`).
+PHYSICS_ENV = "WATTWISE_SIMULATED_PHYSICS"
+#: Fixes the realistic physics' noise (an integer); unset, each run differs, as hardware does.
+SEED_ENV = "WATTWISE_SIMULATED_SEED"
+
+
+@dataclass(frozen=True)
+class Physics:
+    """How a simulated GPU departs from its power model, as a real one does. Seconds and fractions.
+
+    `ideal()` departs in nothing. `realistic()` takes its parameters from measured devices where there are
+    measurements, and says so where a parameter is assumed (see each field and docs/concepts.md).
+    """
+
+    name: PhysicsName = PhysicsName.IDEAL
+    #: Mean time between two changes of the energy counter (0: it changes at every read).
+    energy_update_period_s: float = 0.0
+    #: Each period is drawn uniformly within +- this of the mean.
+    energy_update_jitter_s: float = 0.0
+    #: Median time one energy-counter read takes (0: free).
+    energy_read_median_s: float = 0.0
+    #: 90th percentile of that time (log-normal between the two).
+    energy_read_p90_s: float = 0.0
+    #: Time constant with which a new power limit or locked clock reaches its effect (0: at once).
+    settle_s: float = 0.0
+    #: Relative standard deviation of one step's time, drawn per step.
+    step_time_noise: float = 0.0
+    #: Relative standard deviation of one step's busy power above idle, drawn per step.
+    power_noise: float = 0.0
+    #: Relative standard deviation of busy power above idle between GPUs (fixed per GPU).
+    gpu_spread: float = 0.0
+    #: `power_w` averages the power over this window, in seconds (0: the power at that moment).
+    power_window_s: float = 0.0
+    #: Fixes the noise; None: it differs in every process.
+    seed: int | None = None
+
+    @classmethod
+    def ideal(cls) -> Physics:
+        """Exact figures: the model, integrated at every read; for tests that need them."""
+        return cls()
+
+    @classmethod
+    def realistic(cls, seed: int | None = None) -> Physics:
+        """A physics like an NVIDIA H100's, as measured on 2026-11-25 (docs/acceptance/h100-2026-11-25.md).
+
+        Sources, per parameter:
+
+        - energy counter period: measured, 10.5 changes per second under load (1 / 10.5 = 95 ms);
+        - its jitter (+- 10 ms): assumed; the report gives the rate only;
+        - energy read: measured, `nvmlDeviceGetTotalEnergyConsumption` 2.81 ms median, 5.74 ms at the 90th
+          percentile (500 calls, `benchmarks/nvml_calls.py`);
+        - settling of a new limit or clock (time constant 0.1 s): assumed; the report waited 1 s at a new
+          limit before measuring 199.1 W under 200 W, which bounds it from above only;
+        - step-to-step noise (2% of time, 2% of power) and spread between GPUs (3% of power): assumed, "a few
+          per cent"; the report's repeats agree within 0.5 ms per 46-125 ms step over 44-step windows;
+        - power reading averaged over 1 s: NVIDIA's NVML reference for `nvmlDeviceGetPowerUsage` (Ampere,
+          except GA100, and newer average over a 1 s window).
+        """
+        return cls(
+            name=PhysicsName.REALISTIC,
+            energy_update_period_s=1.0 / 10.5,
+            energy_update_jitter_s=0.010,
+            energy_read_median_s=0.00281,
+            energy_read_p90_s=0.00574,
+            settle_s=0.1,
+            step_time_noise=0.02,
+            power_noise=0.02,
+            gpu_spread=0.03,
+            power_window_s=1.0,
+            seed=seed,
+        )
+
+    @classmethod
+    def named(cls, name: str | PhysicsName | None = None, seed: int | None = None) -> Physics:
+        """The physics called `name`; None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic.
+
+        The realistic physics' seed is `seed`, else `$WATTWISE_SIMULATED_SEED`, else none (noise differs).
+
+        Raises:
+            UsageError: `name` or a variable is not a value they may take (the message names it).
+        """
+        where = "devices.simulated_physics"
+        if name is None:
+            name, where = os.environ.get(PHYSICS_ENV, "").strip() or PhysicsName.REALISTIC, PHYSICS_ENV
+        choices = ", ".join(p.value for p in PhysicsName)
+        try:
+            chosen = PhysicsName(name)
+        except ValueError:
+            raise UsageError(f"{where} must be one of {choices} (got {name!r})") from None
+        if chosen == PhysicsName.IDEAL:
+            return cls.ideal()
+        return cls.realistic(seed if seed is not None else seed_from_env())
+
+    @property
+    def read_sigma(self) -> float:
+        """The log-normal spread of a read's time that puts its 90th percentile where measured."""
+        if self.energy_read_median_s <= 0 or self.energy_read_p90_s <= self.energy_read_median_s:
+            return 0.0
+        return math.log(self.energy_read_p90_s / self.energy_read_median_s) / 1.2815515655446004
+
+    def parameters(self) -> dict[str, float | int | None]:
+        """The parameters, for `wattwise devices --json`."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+
+
+def seed_from_env() -> int | None:
+    """`$WATTWISE_SIMULATED_SEED` as an integer; None when unset or empty.
+
+    Raises:
+        UsageError: It is set to something other than an integer.
+    """
+    value = os.environ.get(SEED_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(
+            f"{SEED_ENV} must be an integer (got {value!r}); unset it for noise that differs per run"
+        ) from None
+
+
 #: How often a process publishes the load it drives to a shared load file, at most (seconds).
 PUBLISH_LOAD_S = 0.5
 #: A load file holds one small JSON object: `{"load_j": joules}`.
@@ -301,10 +437,13 @@ class SimulatedGPU(Device):
         base_step_time_s: float = 0.02,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        physics: Physics | None = None,
     ) -> None:
         self._index = index
         self.model = model or PowerModel.default()
         self.base_step_time_s = base_step_time_s
+        #: How it departs from its model (`Physics`); None: `Physics.named()` (the environment, else realistic).
+        self.physics = physics if physics is not None else Physics.named()
         #: The clock its energy counter integrates over; the monitor times windows with it too, so a test
         #: can drive a simulated GPU, its workload and the monitor with one virtual clock.
         self.clock = clock
@@ -329,6 +468,7 @@ class SimulatedGPU(Device):
         self._count_from: Path | None = None
         self._counted_load_j = 0.0
         self._last_s = self.clock()
+        self._init_physics()
 
     # -- settings persistence -------------------------------------------------------------------------
     def _load_state(self) -> None:
@@ -381,6 +521,7 @@ class SimulatedGPU(Device):
         with self._lock:
             if self._signature() != self._state_sig:
                 self._advance()
+                self._settings_changing()
                 self._load_state()
 
     def _save_state(self, limit_w: float, locked: tuple[int, int] | None) -> None:
@@ -405,27 +546,135 @@ class SimulatedGPU(Device):
         self._limit_w, self._locked = limit_w, locked
 
     # -- physics --------------------------------------------------------------------------------------
+    def _init_physics(self) -> None:
+        """The state of `physics`: noise, this GPU's efficiency, the counter's steps, settling, power history."""
+        phys = self.physics
+        seed = phys.seed
+        self._rng = random.Random(f"{seed}/{self._index}") if seed is not None else random.Random()
+        #: This GPU's busy power above idle relative to the model's (GPUs of one node differ): a property of
+        #: the GPU, the same in every process that opens it (from the seed, else the host and the index).
+        origin = str(seed) if seed is not None else socket.gethostname()
+        digest = hashlib.sha256(f"{origin}/{self._index}".encode()).digest()
+        draw = random.Random(int.from_bytes(digest[:8], "big")).gauss(0.0, 1.0)
+        self.efficiency = 1.0 + phys.gpu_spread * max(-3.0, min(3.0, draw))
+        #: The busy power's noise factor of the step running now (drawn when the GPU becomes busy).
+        self._power_factor = 1.0
+        #: The counter's value (J, this process's) at its last update, and when it updates next.
+        self._counter_j = 0.0
+        self._next_update_s = self._last_s + self._update_interval_s()
+        #: A setting changed at `_settle_at_s` from the operating point `_settle_from` (time factor, busy W).
+        self._settle_from: tuple[float, float] | None = None
+        self._settle_at_s = self._last_s
+        #: (time, energy J) points of the last `power_window_s`, for the averaged `power_w`.
+        self._history: deque[tuple[float, float]] = deque([(self._last_s, 0.0)])
+
+    def _update_interval_s(self) -> float:
+        phys = self.physics
+        jitter = phys.energy_update_jitter_s
+        return phys.energy_update_period_s + (self._rng.uniform(-jitter, jitter) if jitter else 0.0)
+
     def _clock_mhz(self) -> float | None:
         return float(self._locked[1]) if self._locked else None
 
+    def _target_point(self) -> tuple[float, float]:
+        """(relative step time, busy power W) the current settings lead to, with this GPU's efficiency."""
+        t, p = self.model.operating_point(self._limit_w, self._clock_mhz())
+        if self.efficiency != 1.0:
+            idle = self.model.idle_power_w
+            p = idle + (p - idle) * self.efficiency
+        return t, p
+
+    def _point_at(self, now: float) -> tuple[float, float]:
+        """(relative step time, busy power W) in force at `now`, settling towards the target after a change."""
+        target = self._target_point()
+        if self._settle_from is None:
+            return target
+        weight = math.exp(-max(0.0, now - self._settle_at_s) / self.physics.settle_s)
+        if weight < 1e-6:
+            self._settle_from = None
+            return target
+        (t0, p0), (t1, p1) = self._settle_from, target
+        return t1 + (t0 - t1) * weight, p1 + (p0 - p1) * weight
+
+    def _settings_changing(self) -> None:
+        """Called before the settings change: the old operating point starts settling towards the new one."""
+        if self.physics.settle_s > 0:
+            now = self.clock()
+            self._settle_from = self._point_at(now)
+            self._settle_at_s = now
+
     def busy_power_w(self) -> float:
-        """Modelled power while emulated work runs at the current settings."""
-        return self.model.operating_point(self._limit_w, self._clock_mhz())[1]
+        """Modelled power while emulated work runs at the current settings (settled as far as it has)."""
+        return self._point_at(self.clock())[1]
 
     def step_time_s(self, base_time_s: float | None = None) -> float:
-        """Modelled time of one step at the current settings; `base_time_s` is its time at full power."""
+        """Modelled time of one step at the current settings; `base_time_s` is its time at full power.
+
+        Under the realistic physics each call draws the step's own noise.
+        """
         self._refresh()
         base = self.base_step_time_s if base_time_s is None else base_time_s
-        return base * self.model.operating_point(self._limit_w, self._clock_mhz())[0]
+        with self._lock:
+            factor = self._point_at(self.clock())[0]
+            noise = self.physics.step_time_noise
+            if noise:
+                factor *= max(0.5, 1.0 + self._rng.gauss(0.0, noise))
+        return base * factor
+
+    def _energy_between_j(self, start_s: float, end_s: float) -> float:
+        """Energy drawn in [start_s, end_s] at the present state (busy or idle, settling), in joules."""
+        if end_s <= start_s:
+            return 0.0
+        idle = self.model.idle_power_w
+        if not self._busy:
+            return idle * (end_s - start_s)
+        if self._settle_from is None:
+            return self._target_point()[1] * self._power_factor * (end_s - start_s)
+        tau = self.physics.settle_s
+        target_w = self._target_point()[1]
+        from_w = self._settle_from[1]
+        decay = math.exp(-(start_s - self._settle_at_s) / tau) - math.exp(-(end_s - self._settle_at_s) / tau)
+        return (target_w * (end_s - start_s) + (from_w - target_w) * tau * decay) * self._power_factor
 
     def _advance(self) -> None:
         now = self.clock()
-        elapsed = max(0.0, now - self._last_s)
-        idle = self.model.idle_power_w
-        power = self.busy_power_w() if self._busy else idle
-        self._energy_j += power * elapsed
-        self._load_j += (power - idle) * elapsed
+        start = self._last_s
+        if now <= start:
+            return
+        energy = self._energy_between_j(start, now)
+        period = self.physics.energy_update_period_s
+        if period > 0:
+            if now - self._next_update_s > 1000 * period:  # long unread (idle): skip to the last few updates
+                skipped = math.floor((now - self._next_update_s) / period) - 1
+                self._next_update_s += skipped * period
+            while self._next_update_s <= now:
+                self._counter_j = self._energy_j + self._energy_between_j(start, max(start, self._next_update_s))
+                self._next_update_s += self._update_interval_s()
+        self._energy_j += energy
+        self._load_j += energy - self.model.idle_power_w * (now - start)
         self._last_s = now
+        if period <= 0:
+            self._counter_j = self._energy_j
+        window = self.physics.power_window_s
+        if window > 0:
+            self._history.append((now, self._energy_j))
+            while len(self._history) > 2 and self._history[1][0] <= now - window:
+                self._history.popleft()
+
+    def _average_power_w(self) -> float:
+        """The power averaged over the last `power_window_s` (as NVML reports it on recent GPUs)."""
+        now, energy = self._last_s, self._energy_j
+        (t0, e0), (t1, e1) = self._history[0], self._history[1] if len(self._history) > 1 else self._history[0]
+        since = now - self.physics.power_window_s
+        if since > t0 and t1 > t0:
+            e0 += (e1 - e0) * (min(since, t1) - t0) / (t1 - t0)
+            t0 = min(since, t1)
+        if now - t0 <= 0:
+            return self._instant_power_w()
+        return (energy - e0) / (now - t0)
+
+    def _instant_power_w(self) -> float:
+        return self._point_at(self.clock())[1] * self._power_factor if self._busy else self.model.idle_power_w
 
     # -- load shared with a node agent ----------------------------------------------------------------
     def publish_load(self, path: str | os.PathLike[str]) -> None:
@@ -487,6 +736,8 @@ class SimulatedGPU(Device):
         """Mark emulated work as running on this GPU (busy power) for the body of the `with`."""
         with self._lock:
             self._advance()
+            if not self._busy and self.physics.power_noise:
+                self._power_factor = max(0.5, 1.0 + self._rng.gauss(0.0, self.physics.power_noise))
             self._busy += 1
             self._driven = True
         try:
@@ -536,14 +787,29 @@ class SimulatedGPU(Device):
     def has_energy_counter(self) -> bool:
         return True
 
+    @property
+    def energy_update_period_s(self) -> float:
+        """The mean time between two changes of the energy counter (`Physics.energy_update_period_s`)."""
+        return self.physics.energy_update_period_s
+
     def energy_j(self) -> float:
+        """The counter at its last update (the realistic physics' read takes its time first, through `sleep`)."""
+        phys = self.physics
+        if phys.energy_read_median_s > 0:
+            with self._lock:
+                read_s = phys.energy_read_median_s * math.exp(self._rng.gauss(0.0, phys.read_sigma))
+            self.sleep(read_s)
         with self._lock:
             self._advance()
-            return self._energy_j + self._counted()
+            return self._counter_j + self._counted()
 
     def power_w(self) -> float:
+        """The power now, or averaged over the last `Physics.power_window_s` (the realistic physics)."""
         with self._lock:
-            return self.busy_power_w() if self._busy else self.model.idle_power_w
+            if self.physics.power_window_s <= 0:
+                return self._instant_power_w()
+            self._advance()
+            return self._average_power_w()
 
     def power_limit_w(self) -> float:
         self._refresh()
@@ -562,6 +828,7 @@ class SimulatedGPU(Device):
         with self._lock:
             self._refresh()
             self._advance()
+            self._settings_changing()
             self._save_state(float(watts), self._locked)
 
     def supported_sm_clocks_mhz(self) -> list[int]:
@@ -581,12 +848,14 @@ class SimulatedGPU(Device):
         with self._lock:
             self._refresh()
             self._advance()
+            self._settings_changing()
             self._save_state(self._limit_w, (int(min_mhz), int(max_mhz)))
 
     def reset_sm_clocks(self) -> None:
         with self._lock:
             self._refresh()
             self._advance()
+            self._settings_changing()
             self._save_state(self._limit_w, None)
 
     def spec(self) -> dict[str, Any]:
@@ -595,12 +864,16 @@ class SimulatedGPU(Device):
             "index": self._index,
             "state_file": str(self._state_file) if self._state_file else None,
             "limit_range_w": list(self.model.limit_range_w),
+            "physics": self.physics.name.value,
         }
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info["idle_power_w"] = self.model.idle_power_w
         info["sm_clock_range_mhz"] = [self.model.clock.min_mhz, self.model.clock.max_mhz]
+        info["physics"] = self.physics.name.value
+        info["energy_update_period_s"] = self.energy_update_period_s
+        info["physics_parameters"] = {**self.physics.parameters(), "efficiency": self.efficiency}
         return info
 
 
@@ -612,7 +885,12 @@ def open_simulated_spec(spec: dict[str, Any]) -> SimulatedGPU:
     """
     lo, hi = spec.get("limit_range_w") or PowerModel.default().limit_range_w
     model = dataclasses.replace(PowerModel.default(), min_limit_w=float(lo), max_limit_w=float(hi))
-    return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"))
+    physics = spec.get("physics")
+    try:
+        chosen = Physics.named(str(physics)) if physics is not None else Physics.named()
+    except UsageError as err:
+        raise DeviceError(f"cannot reopen simulated GPU {spec.get('index', 0)}: {err}") from None
+    return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"), physics=chosen)
 
 
 def _overwrite_in_place(path: Path, text: str) -> None:

@@ -102,8 +102,33 @@ def test_devices_lists_the_simulated_gpu_asked_for_by_name(
     assert gpu["energy_counter"] is True
     assert gpu["power_limit_w"] == 300.0 and gpu["power_limit_range_w"] == [100.0, 300.0]
     assert gpu["idle_power_w"] == IDLE_W
+    assert gpu["physics"] == "ideal" and gpu["energy_update_period_s"] == 0.0  # the unit tier's physics
     assert (wattwise.devices.SIMULATED_BY_ENV_NOTE in data["notes"]) == (not ask)
     assert not any(n.startswith("nvml:") or "no NVIDIA GPU" in n for n in data["notes"])
+
+
+def test_devices_shows_the_simulated_gpus_physics_and_its_counters_period(
+    bare_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WATTWISE_SIMULATED_PHYSICS", "realistic")
+    assert main(["devices", "--backend", "simulated"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("realistic physics (energy counter every 95 ms)")
+    assert main(["devices", "--backend", "simulated", "--json"]) == 0
+    (gpu,) = json.loads(capsys.readouterr().out)["devices"]
+    assert gpu["physics"] == "realistic"
+    assert gpu["energy_update_period_s"] == pytest.approx(1 / 10.5)
+    assert gpu["physics_parameters"]["energy_read_median_s"] == pytest.approx(0.00281)
+
+
+def test_devices_refuses_an_unknown_simulated_physics_in_one_line(
+    bare_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WATTWISE_SIMULATED_PHYSICS", "perfect")
+    assert main(["devices", "--backend", "simulated"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "WATTWISE_SIMULATED_PHYSICS must be one of realistic, ideal (got 'perfect')" in err[0]
 
 
 def test_a_bad_wattwise_backend_is_a_one_line_error_naming_it(
