@@ -12,7 +12,8 @@ def register(sub: Any) -> None:
 
     parser: argparse.ArgumentParser = sub.add_parser(
         "acceptance",
-        help="check the NVML path on a real NVIDIA GPU, else the amdsmi path on an AMD one (skips without either)",
+        help="check the NVML path on a real NVIDIA GPU, else the amdsmi path on an AMD one (skips without either); "
+        "--levers: the three levers against their papers' figures",
         description=acceptance.__doc__.split("\n\n")[0] if acceptance.__doc__ else None,
     )
     acceptance.add_arguments(parser)

@@ -1,6 +1,7 @@
 """Real-GPU acceptance: check the NVML path on a real NVIDIA GPU, else amdsmi's on an AMD GPU; record what it saw.
 
     python -m wattwise.acceptance [--out DIR] [--quick] [--gpu INDEX]     (also: wattwise acceptance)
+    python -m wattwise.acceptance --levers [--simulated] [--quick]         (the three levers, `tools.levers`)
 
 Checks, each recorded as passed / failed / skipped with its reason, in `DIR/acceptance.json` and
 `DIR/acceptance.md` with the GPU's name, the driver and NVML versions and the time:
@@ -22,9 +23,18 @@ Checks, each recorded as passed / failed / skipped with its reason, in `DIR/acce
 6. `pipeline`: two halves of a small GPT as two stages on one GPU, `PipelineProfiler` over three
    supported clocks, then `wattwise frontier` and `wattwise plan` on the measured profile.
 
+`--levers` runs instead the three lever checks of `wattwise.tools.levers` (`cap_sweep`, `tuning_vs_sweep`,
+`pipeline_measured`), each beside the published figure it reproduces.
+
 Without a GPU every check is skipped with its reason and the command exits 0; with a GPU a failed check
-exits 1. Nothing here is simulated: the simulated GPU is never used, and a check that cannot run on real
+exits 1. Nothing here is simulated, except with `--levers --simulated`, which runs the lever checks on the
+simulated GPU and labels the report and every figure simulated; otherwise a check that cannot run on real
 hardware is skipped, never passed.
+
+A rerun into the same folder keeps the checks that passed there on the same GPU (and length) and runs the
+others, so a run that was cut short resumes check by check (`acceptance.json` is written after each check;
+`--fresh` runs them all again). `--budget-s S` skips, with its reason, a check that would not finish within
+S seconds of the start.
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ from typing import Any
 from wattwise.devices import probe_gpus
 from wattwise.devices.base import Device, DeviceError, NoPermissionError
 from wattwise.safe_files import json_text
+from wattwise.tools import levers
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 #: Measured power may exceed a power limit by this fraction (the driver's control loop, sampling).
@@ -66,10 +77,15 @@ class CheckResult:
     status: str
     reason: str | None = None
     figures: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: When an earlier run into the same folder passed it (the check was kept, not run again), else None.
+    kept_from: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The check as `acceptance.json` lists it."""
-        return {"name": self.name, "status": self.status, "reason": self.reason, "figures": self.figures}
+        out = {"name": self.name, "status": self.status, "reason": self.reason, "figures": self.figures}
+        if self.kept_from is not None:
+            out["kept_from"] = self.kept_from
+        return out
 
 
 class Skip(Exception):
@@ -621,6 +637,30 @@ CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
     ("training", check_training),
     ("pipeline", check_pipeline),
 ]
+#: About how long each of CHECKS takes on a GPU at default length, and with --quick (s), for --budget-s.
+CHECK_ESTIMATE_S: dict[str, tuple[float, float]] = {
+    "discovery": (1.0, 1.0),
+    "energy_counter": (30.0, 10.0),
+    "power_limit": (30.0, 10.0),
+    "kill_recovery": (10.0, 10.0),
+    "clocks": (25.0, 10.0),
+    "training": (180.0, 90.0),
+    "pipeline": (90.0, 40.0),
+}
+
+
+def all_checks() -> list[tuple[str, Callable[[Context], dict[str, Any]]]]:
+    """Every check, in the order they run and the report lists them: CHECKS, then the lever checks."""
+    return [*CHECKS, *levers.LEVER_CHECKS]
+
+
+def estimate_s(name: str, gpu: Device | None, quick: bool) -> float:
+    """About how long check `name` takes on `gpu` (0 without a GPU: it skips at once)."""
+    if gpu is None:
+        return 0.0
+    if name in CHECK_ESTIMATE_S:
+        return CHECK_ESTIMATE_S[name][1 if quick else 0]
+    return levers.estimate_s(name, gpu, quick)
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -654,8 +694,17 @@ def run_checks(
     load: MatmulLoad | None = None,
     spawn_holder: Callable[[dict[str, Any], float], subprocess.Popen[bytes]] | None = None,
     only: list[str] | None = None,
+    levers_only: bool = False,
+    budget_s: float | None = None,
+    fresh: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
-    """Run every check (or `only` those); return the report's object and write acceptance.json and .md."""
+    """Run the checks (CHECKS, the lever checks with `levers_only`, or `only` those); write acceptance.json and .md.
+
+    A check that passed in `out` before, on the same GPU and at the same length, is kept unless `fresh`;
+    checks of an earlier run not run now stay in the report. Both files are written after each check.
+    With `budget_s`, a check that would not end within that many seconds of the start is skipped.
+    """
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     if gpus is None:
@@ -663,28 +712,100 @@ def run_checks(
     gpu = next((g for g in gpus if g.index == gpu_index), None)
     if gpu is None and gpus:
         notes.append(f"GPU {gpu_index} not found; GPUs: {[g.index for g in gpus]}")
-    if load is None and gpu is not None:
+    if load is None and gpu is not None and gpu.simulation is None:
         load = MatmulLoad(_cuda_index(gpu))
     ctx = Context(gpus=gpus, gpu=gpu, load=load, out=out, quick=quick, spawn_holder=spawn_holder or spawn_limit_holder)
-    results = []
-    for name, check in CHECKS:
-        if only is not None and name not in only:
-            continue
-        results.append(_run_one(name, check, ctx))
-    report = {
-        "schema": SCHEMA,
-        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": os.uname().nodename,
-        "gpu": ({"index": gpu.index, "name": gpu.name, "describe": gpu.describe()} if gpu is not None else None),
-        "versions": versions(),
-        "quick": quick,
-        "notes": notes,
-        "checks": [r.to_dict() for r in results],
-        "summary": {s: sum(r.status == s for r in results) for s in (PASSED, FAILED, SKIPPED)},
+    registered = all_checks()
+    default = levers.LEVER_CHECKS if levers_only else CHECKS
+    wanted = [n for n, _ in registered if n in only] if only is not None else [n for n, _ in default]
+    gpu_info = {"index": gpu.index, "name": gpu.name, "describe": gpu.describe()} if gpu is not None else None
+    simulated = gpu is not None and gpu.simulated
+    earlier = {} if fresh else _earlier_checks(out / "acceptance.json", gpu_info, simulated, quick, notes)
+    results: dict[str, CheckResult] = {
+        name: CheckResult(c["name"], c["status"], c.get("reason"), c.get("figures") or {}, c.get("kept_from"))
+        for name, c in earlier.items()
     }
-    _write_text(out / "acceptance.json", json_text(report) + "\n")
-    _write_text(out / "acceptance.md", markdown(report))
+    report: dict[str, Any] = {}
+
+    def write() -> None:
+        listed = [results[n] for n, _ in registered if n in results]
+        report.clear()
+        report.update(
+            {
+                "schema": SCHEMA,
+                "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "host": os.uname().nodename,
+                "gpu": gpu_info,
+                "simulated": simulated,
+                "versions": versions(),
+                "quick": quick,
+                "notes": notes,
+                "checks": [r.to_dict() for r in listed],
+                "summary": {s: sum(r.status == s for r in listed) for s in (PASSED, FAILED, SKIPPED)},
+            }
+        )
+        _write_text(out / "acceptance.json", json_text(report) + "\n")
+        _write_text(out / "acceptance.md", markdown(report))
+
+    for name, c in earlier.items():
+        if c["status"] == PASSED:
+            ctx.shared[name] = c.get("figures") or {}
+    start = clock()
+    for name, check in registered:
+        if name not in wanted:
+            continue
+        kept = earlier.get(name)
+        if kept is not None and kept["status"] == PASSED:
+            results[name].kept_from = kept.get("kept_from") or kept.get("time")
+            continue
+        left_s = None if budget_s is None else budget_s - (clock() - start)
+        needs_s = estimate_s(name, gpu, quick)
+        if left_s is not None and needs_s > left_s:
+            results[name] = CheckResult(
+                name,
+                SKIPPED,
+                f"would not fit in --budget-s {budget_s:g} (needs about {needs_s:.0f} s, "
+                f"{max(0.0, left_s):.0f} s left); rerun into the same --out to resume",
+            )
+        else:
+            results[name] = _run_one(name, check, ctx)
+            if results[name].status == PASSED:
+                ctx.shared[name] = results[name].figures
+        write()
+    write()
     return report
+
+
+def _earlier_checks(
+    path: Path, gpu_info: dict[str, Any] | None, simulated: bool, quick: bool, notes: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The checks of an earlier report at `path` that this run continues, by name (none when it differs).
+
+    Each passed check carries `kept_from`, the time of the run that passed it.
+    """
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(earlier, dict) or earlier.get("schema") != SCHEMA or gpu_info is None:
+        return {}
+    before = earlier.get("gpu") or {}
+    same = (
+        before.get("name") == gpu_info["name"]
+        and before.get("index") == gpu_info["index"]
+        and bool(earlier.get("simulated")) == simulated
+        and bool(earlier.get("quick")) == quick
+    )
+    if not same:
+        notes.append(f"{path} was written by a run on another GPU or at another length: replaced")
+        return {}
+    out = {}
+    for c in earlier.get("checks") or []:
+        if isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("status"), str):
+            if c["status"] == PASSED and "kept_from" not in c:
+                c["kept_from"] = earlier.get("time")
+            out[c["name"]] = c
+    return out
 
 
 def _run_one(name: str, check: Callable[[Context], dict[str, Any]], ctx: Context) -> CheckResult:
@@ -711,6 +832,8 @@ def _cuda_index(gpu: Device) -> int:
 def markdown(report: dict[str, Any]) -> str:
     """The report as Markdown, for docs/acceptance/<gpu>-<date>.md."""
     gpu = report["gpu"]["name"] if report["gpu"] else "no NVIDIA GPU"
+    if report.get("simulated"):
+        gpu += " (simulated: a power model, not a measurement)"
     v = report["versions"]
     lines = [
         f"# wattwise acceptance: {gpu}",
@@ -724,10 +847,14 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [f"- note: {n}" for n in report["notes"]]
     lines += ["", "| check | status | reason |", "|---|---|---|"]
     for c in report["checks"]:
-        lines.append(f"| {c['name']} | {c['status']} | {c['reason'] or ''} |")
+        kept = f" (kept from {c['kept_from']})" if c.get("kept_from") else ""
+        lines.append(f"| {c['name']} | {c['status']}{kept} | {c['reason'] or ''} |")
     for c in report["checks"]:
         if c["figures"]:
-            lines += ["", f"## {c['name']}", "", "```json", json_text(c["figures"], indent=1), "```"]
+            lines += ["", f"## {c['name']}", ""]
+            table = levers.section(c["name"], c["figures"]) if c["status"] == PASSED else []
+            lines += [*table, ""] if table else []
+            lines += ["```json", json_text(c["figures"], indent=1), "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -763,7 +890,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="shorter loads (about a fifth)")
     parser.add_argument("--gpu", type=int, default=0, metavar="INDEX", help="the GPU to test (0)")
-    parser.add_argument("--only", nargs="+", choices=[n for n, _ in CHECKS], help="run only these checks")
+    parser.add_argument(
+        "--only", nargs="+", choices=[n for n, _ in all_checks()], metavar="NAME", help="run only these checks"
+    )
+    parser.add_argument(
+        "--levers",
+        action="store_true",
+        help="run the three lever checks (cap_sweep, tuning_vs_sweep, pipeline_measured) instead, each beside "
+        "the published figure it reproduces",
+    )
+    parser.add_argument(
+        "--simulated",
+        action="store_true",
+        help="with --levers: run them on the simulated GPU (every figure labelled simulated)",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        metavar="S",
+        help="skip a check that would not end within S seconds of the start (rerun into --out to resume)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="run every check again, even those that passed in --out")
     parser.add_argument("--hold-limit", nargs=2, metavar=("SPEC", "WATTS"), help=argparse.SUPPRESS)
 
 
@@ -776,9 +923,35 @@ def run_from_args(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for acceptance.json and acceptance.md")
-    report = run_checks(out, quick=args.quick, gpu_index=args.gpu, only=args.only)
+    lever_names = [n for n, _ in levers.LEVER_CHECKS]
+    if args.levers and args.only and not set(args.only) <= set(lever_names):
+        others = ", ".join(n for n in args.only if n not in lever_names)
+        raise UsageError(f"--only {others}: not a lever check; with --levers choose from {', '.join(lever_names)}")
+    selected = args.only or (lever_names if args.levers else [n for n, _ in CHECKS])
+    if args.simulated and not set(selected) <= set(lever_names):
+        raise UsageError("--simulated runs only the lever checks; add --levers (or --only a lever check)")
+    if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        raise UsageError(f"--budget-s must be a positive number of seconds (got {args.budget_s:g})")
+    gpus = None
+    if args.simulated:
+        from wattwise.devices import discover
+
+        gpus = discover("simulated", gpu_indices=[args.gpu]).gpus
+    report = run_checks(
+        out,
+        quick=args.quick,
+        gpu_index=args.gpu,
+        gpus=gpus,
+        only=args.only,
+        levers_only=args.levers,
+        budget_s=args.budget_s,
+        fresh=args.fresh,
+    )
     for c in report["checks"]:
-        print(f"{c['name']:15s} {c['status']:8s} {c['reason'] or ''}")
+        kept = f"(kept from {c['kept_from']}; --fresh runs it again)" if c.get("kept_from") else ""
+        print(f"{c['name']:17s} {c['status']:8s} {c['reason'] or kept}")
+    if report.get("simulated"):
+        print("simulated GPU: every figure comes from a power model, not a measurement")
     print(f"report: {out / 'acceptance.json'}, {out / 'acceptance.md'}")
     has_gpu = report["gpu"] is not None
     return 1 if has_gpu and report["summary"][FAILED] else 0

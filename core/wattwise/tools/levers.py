@@ -1,0 +1,1079 @@
+"""The three levers measured on one GPU against the papers they come from: `wattwise acceptance --levers`.
+
+    python -m wattwise.acceptance --levers [--quick] [--simulated] [--only NAME ...] [--budget-s S]
+
+1. `cap_sweep` (McDonald et al. 2022, "Great Power, Great Responsibility"): a BERT-style masked language
+   model, built from a `transformers` config (random tokens, nothing downloaded), trained with the Hugging
+   Face `Trainer` at four or five power caps from the GPU's minimum to its default; per cap the time and
+   energy of a training step relative to the default limit, beside the paper's V100 row (150 W of 250 W:
+   108.5% of the time, 87.7% of the energy). Each cap's window spans at least `MIN_COUNTER_UPDATES`
+   updates of the energy counter (`Device.energy_update_period_s`).
+2. `tuning_vs_sweep` (Zeus, NSDI'23): the same training with just-in-time power-limit tuning (a wattwise
+   `Run` in mode "tune") at eta 0.5 and eta 1.0, repeated: the limit each run chose, its energy and time
+   against the default limit, and the Zeus cost of that limit against the best cap of the sweep.
+3. `pipeline_measured` (Perseus, SOSP'24): two stages of a small transformer profiled with
+   `PipelineProfiler`, the frontier and the no-slowdown plan (`wattwise frontier`, `wattwise plan`), then
+   each stage's instruction sequence run under the plan by the `FrequencyController` (clocks locked
+   through the settings guard) and at the maximum clock: measured time and energy against the plan's
+   prediction. On one GPU the stages run one after the other; the iteration is composed from the measured
+   instruction times by the schedule's DAG, and its energy is the stages' measured energy plus the
+   blocking power over the time a stage waits.
+
+Every setting goes through one `SettingsGuard` per check, which restores it on every exit path (SIGTERM
+and SIGINT included; after a SIGKILL the next start restores it). On the simulated GPU (`--simulated`) the
+same checks run a tiny model on the CPU whose steps last the simulated GPU's modelled time, and every
+figure says "simulated". `transformers` and `torch` are imported inside the checks only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wattwise.devices.base import Device, DeviceError, NoPermissionError
+from wattwise.power_limit import zeus_cost
+
+if TYPE_CHECKING:
+    from wattwise.tools.acceptance import Context
+
+#: A measurement window spans at least this many updates of the energy counter, so that its quantisation
+#: (up to one update's energy at each end) stays within a few per cent.
+MIN_COUNTER_UPDATES = 20
+#: The shortest window on a device whose counter changes at every read (the ideal simulated GPU).
+MIN_WINDOW_S = 0.5
+#: Steps a window holds at least, whatever the counter.
+MIN_WINDOW_STEPS = 5
+#: Two power limits closer than this are the same limit (the sweep sets whole watts, the tuner need not).
+SAME_LIMIT_W = 1.0
+
+
+def same_limit(a_w: float | None, b_w: float | None) -> bool:
+    """Whether two power limits are the same setting (within `SAME_LIMIT_W`)."""
+    return a_w is not None and b_w is not None and abs(a_w - b_w) < SAME_LIMIT_W
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperCapRow:
+    """A published power-cap result: time and energy at a cap relative to the default limit."""
+
+    source: str
+    gpu: str
+    model: str
+    cap_w: float
+    default_w: float
+    time_ratio: float
+    energy_ratio: float
+
+    @property
+    def cap_fraction(self) -> float:
+        """The cap as a fraction of the default limit."""
+        return self.cap_w / self.default_w
+
+
+#: McDonald et al. 2022 (arXiv:2205.09646), Figure 1: BERT training on a V100 capped at 150 W of 250 W.
+MCDONALD_V100 = PaperCapRow(
+    source="McDonald et al. 2022, Figure 1",
+    gpu="V100",
+    model="BERT",
+    cap_w=150.0,
+    default_w=250.0,
+    time_ratio=1.085,
+    energy_ratio=0.877,
+)
+#: What the Zeus paper reports for just-in-time power-limit tuning, in one line.
+ZEUS_CLAIM = (
+    "Zeus (NSDI'23): just-in-time profiling finds the power limit that minimises eta * energy + "
+    "(1 - eta) * max power * time during the first epoch, at the cost the offline optimum has"
+)
+#: What the Perseus paper reports for pipeline frequency planning, in one line.
+PERSEUS_CLAIM = "Perseus (SOSP'24): up to 30% less energy with no throughput loss (GPT-3, Bloom; large pipelines)"
+#: The etas of `tuning_vs_sweep`: the Zeus default, and energy only.
+TUNING_ETAS = (0.5, 1.0)
+#: Microbatches per pipeline iteration, and its schedule.
+PIPELINE_MICROBATCHES = 4
+PIPELINE_SCHEDULE = "1f1b"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """How long each check measures: the default length, or `--quick`'s."""
+
+    #: Power caps of the sweep, default limit and minimum included.
+    caps: int
+    #: Counter updates per measurement window (at least `MIN_COUNTER_UPDATES`).
+    window_updates: int
+    #: Seconds of training at a new cap before its window opens (the driver's controller settles).
+    settle_s: float
+    #: Tuning runs at the first eta of `TUNING_ETAS`, and at each other eta.
+    repeats: int
+    other_eta_repeats: int
+    #: SM clocks the pipeline is profiled at.
+    pipeline_clocks: int
+    #: Steps trained at the chosen limit after tuning, before a tuning run stops.
+    steps_after_tuning: int
+
+    @classmethod
+    def of(cls, quick: bool) -> Sizes:
+        """The sizes of a `--quick` run, or of a run at default length."""
+        if quick:
+            return cls(
+                caps=4,
+                window_updates=20,
+                settle_s=0.5,
+                repeats=2,
+                other_eta_repeats=1,
+                pipeline_clocks=3,
+                steps_after_tuning=10,
+            )
+        return cls(
+            caps=5,
+            window_updates=40,
+            settle_s=1.0,
+            repeats=2,
+            other_eta_repeats=2,
+            pipeline_clocks=4,
+            steps_after_tuning=30,
+        )
+
+    def window_s(self, gpu: Device) -> float:
+        """Seconds a measurement window lasts on `gpu`: `window_updates` counter updates, `MIN_WINDOW_S` at least."""
+        return max(MIN_WINDOW_S, self.window_updates * gpu.energy_update_period_s)
+
+    def tuning_runs(self) -> list[tuple[float, int]]:
+        """(eta, repeat) of every tuning run: `repeats` at eta 0.5; as many at the other eta, or one when quick."""
+        first, *others = TUNING_ETAS
+        return [(first, r) for r in range(self.repeats)] + [
+            (eta, r) for eta in others for r in range(self.other_eta_repeats)
+        ]
+
+
+# -- estimates for --budget-s ----------------------------------------------------------------------------
+#: Seconds a check spends outside its windows: importing torch and transformers, building the model, the
+#: Trainer's start, on a real GPU (the simulated one builds a tiny model on the CPU).
+SETUP_S = 20.0
+
+
+def estimate_s(name: str, gpu: Device | None, quick: bool) -> float:
+    """About how long lever check `name` takes on `gpu` (for `--budget-s`): windows, settling, set-up."""
+    if gpu is None:
+        return 0.0
+    sizes = Sizes.of(quick)
+    window = sizes.window_s(gpu)
+    if name == "cap_sweep":
+        return SETUP_S + sizes.caps * (sizes.settle_s + window)
+    if name == "tuning_vs_sweep":
+        # Each run profiles `caps` limits for a window each (warm-up steps and the steps after included).
+        return SETUP_S + len(sizes.tuning_runs()) * (sizes.caps * (window + 0.5) + 5.0)
+    if name == "pipeline_measured":
+        profile = 2 * 2 * sizes.pipeline_clocks * (window + 0.5)
+        return SETUP_S + profile + 2 * 2 * (window + 0.5) + 5.0
+    return 0.0
+
+
+# -- the tables: pure, from a check's figures ------------------------------------------------------------
+def cap_caps_w(min_w: float, default_w: float, count: int) -> list[float]:
+    """`count` caps from the default limit down to the minimum, evenly spaced, in whole watts."""
+    if count < 2 or default_w <= min_w:
+        return [float(round(default_w))]
+    step = (default_w - min_w) / (count - 1)
+    return [float(round(default_w - i * step)) for i in range(count)]
+
+
+def cap_rows(caps: Sequence[tuple[float, float, float, int]], default_w: float) -> list[dict[str, float]]:
+    """The sweep's rows from (cap_w, time_s, energy_j, steps) per cap, each relative to the default limit's.
+
+    Time and energy are per training step; the default limit's row must be among `caps`.
+    """
+    base = next((c for c in caps if same_limit(c[0], default_w)), None)
+    if base is None:
+        raise ValueError(f"the sweep has no row at the default limit {default_w:g} W")
+    _, base_t, base_e, _ = base
+    rows = []
+    for cap_w, time_s, energy_j, steps in sorted(caps, key=lambda c: -c[0]):
+        rows.append(
+            {
+                "cap_w": cap_w,
+                "cap_fraction": cap_w / default_w,
+                "step_time_s": time_s,
+                "step_energy_j": energy_j,
+                "avg_power_w": energy_j / time_s if time_s > 0 else math.nan,
+                "time_ratio": time_s / base_t,
+                "energy_ratio": energy_j / base_e,
+                "steps": steps,
+            }
+        )
+    return rows
+
+
+def cap_table(figures: dict[str, Any]) -> list[str]:
+    """Markdown: the sweep beside the paper's row, as in McDonald et al.'s Figure 1."""
+    paper = figures["paper"]
+    label = "simulated" if figures.get("simulated") else "measured"
+    lines = [
+        f"Time and energy per training step relative to the default limit ({figures['default_w']:g} W), "
+        f"{label} on {figures['gpu']}; the paper's row is {paper['source']} ({paper['model']} on a "
+        f"{paper['gpu']}).",
+        "",
+        "| | cap (W) | cap / default | time | energy | mean power (W) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in figures["rows"]:
+        lines.append(
+            f"| {label} | {row['cap_w']:g} | {row['cap_fraction']:.0%} | {row['time_ratio']:.1%} | "
+            f"{row['energy_ratio']:.1%} | {row['avg_power_w']:.0f} |"
+        )
+    lines.append(
+        f"| paper, {paper['gpu']} | {paper['cap_w']:g} | {paper['cap_w'] / paper['default_w']:.0%} | "
+        f"{paper['time_ratio']:.1%} | {paper['energy_ratio']:.1%} | |"
+    )
+    lines += ["", f"Workload power profiles: {figures['workload_power_profiles']}"]
+    return lines
+
+
+def best_cap_w(rows: Sequence[dict[str, float]], *, eta: float, max_power_w: float) -> float:
+    """The sweep's cap of least Zeus cost per step at `eta` (the offline optimum among the caps swept)."""
+    return min(rows, key=lambda r: zeus_cost(r["step_energy_j"], r["step_time_s"], eta=eta, max_power_w=max_power_w))[
+        "cap_w"
+    ]
+
+
+def sweep_at(rows: Sequence[dict[str, float]], limit_w: float) -> tuple[float, float]:
+    """(time, energy) per step the sweep measured at `limit_w`, linear between its caps (clamped at its ends)."""
+    ordered = sorted(rows, key=lambda r: r["cap_w"])
+    if limit_w <= ordered[0]["cap_w"]:
+        return ordered[0]["step_time_s"], ordered[0]["step_energy_j"]
+    for lo, hi in itertools.pairwise(ordered):
+        if limit_w <= hi["cap_w"]:
+            share = (limit_w - lo["cap_w"]) / (hi["cap_w"] - lo["cap_w"])
+            return (
+                lo["step_time_s"] + share * (hi["step_time_s"] - lo["step_time_s"]),
+                lo["step_energy_j"] + share * (hi["step_energy_j"] - lo["step_energy_j"]),
+            )
+    return ordered[-1]["step_time_s"], ordered[-1]["step_energy_j"]
+
+
+def tuning_row(
+    eta: float,
+    repeat: int,
+    chosen_w: float | None,
+    profile: Sequence[dict[str, float]],
+    sweep_rows: Sequence[dict[str, float]],
+    *,
+    default_w: float,
+    max_power_w: float,
+) -> dict[str, Any]:
+    """One tuning run against the default limit (its own profile) and against the sweep's best cap at `eta`.
+
+    `profile`: the run's own profile entries (`power_limit_w`, `time_s`, `energy_j` per step).
+    `cost_vs_best`: the Zeus cost per step of the chosen limit over that of the sweep's best cap, both as
+    the sweep measured them (1.0: tuning found the offline optimum).
+    """
+    best = best_cap_w(sweep_rows, eta=eta, max_power_w=max_power_w)
+    row: dict[str, Any] = {"eta": eta, "repeat": repeat, "chosen_w": chosen_w, "sweep_best_w": best}
+    if chosen_w is None:
+        return row
+    top = next((p for p in profile if same_limit(p["power_limit_w"], default_w)), None)
+    at = next((p for p in profile if same_limit(p["power_limit_w"], chosen_w)), None)
+    if at is not None and top is not None:
+        row["time_ratio_vs_default"] = at["time_s"] / top["time_s"]
+        row["energy_ratio_vs_default"] = at["energy_j"] / top["energy_j"]
+    t_chosen, e_chosen = sweep_at(sweep_rows, chosen_w)
+    t_best, e_best = sweep_at(sweep_rows, best)
+    chosen_cost = zeus_cost(e_chosen, t_chosen, eta=eta, max_power_w=max_power_w)
+    row["cost_vs_best"] = chosen_cost / zeus_cost(e_best, t_best, eta=eta, max_power_w=max_power_w)
+    row["energy_vs_best"] = e_chosen / e_best
+    row["time_vs_best"] = t_chosen / t_best
+    return row
+
+
+def tuning_table(figures: dict[str, Any]) -> list[str]:
+    """Markdown: each tuning run's choice against the default limit and the sweep's best cap."""
+    label = "simulated" if figures.get("simulated") else "measured"
+
+    def pct(row: dict[str, Any], key: str) -> str:
+        return f"{row[key]:.1%}" if row.get(key) is not None else "n/a"
+
+    lines = [
+        f"{ZEUS_CLAIM}. Here ({label} on {figures['gpu']}): each run's own profile gives its time and energy "
+        "against the default limit; the sweep's figures give the cost of its choice against the sweep's "
+        "best cap for the same eta (100%: the offline optimum).",
+        "",
+        "| eta | run | chosen (W) | sweep's best (W) | time vs default | energy vs default | cost vs best |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in figures["runs"]:
+        chosen = f"{row['chosen_w']:.0f}" if row.get("chosen_w") is not None else "none"
+        lines.append(
+            f"| {row['eta']:g} | {row['repeat'] + 1} | {chosen} | {row['sweep_best_w']:.0f} | "
+            f"{pct(row, 'time_ratio_vs_default')} | {pct(row, 'energy_ratio_vs_default')} | "
+            f"{pct(row, 'cost_vs_best')} |"
+        )
+    lines.append("")
+    for eta, held in figures["holds"].items():
+        lines.append(f"- eta {eta}: {held}")
+    return lines
+
+
+def choice_holds(runs: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Per eta, one line saying whether the repeats chose the same limit, and whether it is the sweep's best."""
+    out: dict[str, str] = {}
+    for eta in sorted({r["eta"] for r in runs}):
+        chosen = [r["chosen_w"] for r in runs if r["eta"] == eta]
+        best = next(r["sweep_best_w"] for r in runs if r["eta"] == eta)
+        same = all(same_limit(c, chosen[0]) for c in chosen)
+        text = ", ".join("none" if c is None else f"{c:.0f} W" for c in chosen)
+        verdict = "the choice held" if same else "the choice did not hold"
+        at_best = sum(same_limit(c, best) for c in chosen)
+        out[f"{eta:g}"] = f"{verdict} ({text}); {at_best} of {len(chosen)} at the sweep's best cap ({best:.0f} W)"
+    return out
+
+
+def pipeline_table(figures: dict[str, Any]) -> list[str]:
+    """Markdown: the plan's predicted and measured iteration, and the saving against all at the maximum clock."""
+    label = "simulated" if figures.get("simulated") else "measured"
+    p, m = figures["predicted"], figures["measured"]
+    lines = [
+        f"{PERSEUS_CLAIM}. Here: {figures['stages']} stages, {figures['microbatches']} microbatches, "
+        f"{figures['schedule']}, {label} on {figures['gpu']}. {figures['composition']}",
+        "",
+        "| | iteration time (s) | iteration energy (J) | saving vs maximum clock | slowdown |",
+        "|---|---:|---:|---:|---:|",
+        f"| planned, predicted | {p['plan_time_s']:.4g} | {p['plan_energy_j']:.4g} | {p['saving']:.1%} | "
+        f"{p['slowdown']:.1%} |",
+        f"| planned, {label} | {m['plan_time_s']:.4g} | {m['plan_energy_j']:.4g} | {m['saving']:.1%} | "
+        f"{m['slowdown']:.1%} |",
+        f"| maximum clock, predicted | {p['max_time_s']:.4g} | {p['max_energy_j']:.4g} | | |",
+        f"| maximum clock, {label} | {m['max_time_s']:.4g} | {m['max_energy_j']:.4g} | | |",
+    ]
+    return lines
+
+
+#: The Markdown section of each lever check, by name (`acceptance.md`).
+TABLES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "cap_sweep": cap_table,
+    "tuning_vs_sweep": tuning_table,
+    "pipeline_measured": pipeline_table,
+}
+
+
+def section(name: str, figures: dict[str, Any]) -> list[str]:
+    """The lines `acceptance.md` shows for check `name` before its figures (none for a check not a lever's)."""
+    table = TABLES.get(name)
+    return table(figures) if table is not None and figures else []
+
+
+# -- the rig: one model and its training on the device under test ----------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ModelSize:
+    """The masked language model trained by the Trainer checks, and the pipeline's stages."""
+
+    vocab: int
+    width: int
+    layers: int
+    heads: int
+    seq: int
+    batch: int
+    #: Seconds one emulated step lasts at the maximum limit (the simulated GPU only).
+    emulated_step_s: float
+    #: Pipeline: width, layers of each stage, tokens per microbatch (sequences, length).
+    stage_width: int
+    stage_layers: tuple[int, int]
+    stage_batch: int
+    stage_seq: int
+    #: Seconds of each stage's forward (backward: twice) at the maximum clock (the simulated GPU only).
+    emulated_forward_s: tuple[float, float]
+
+    def describe(self) -> str:
+        """One line for the report."""
+        return (
+            f"BERT-style masked LM ({self.layers} layers, width {self.width}, vocab {self.vocab}), "
+            f"{self.batch} x {self.seq} random tokens per step"
+        )
+
+
+#: BERT-base on a real GPU (bf16): a step keeps a data-centre GPU busy, so the cap matters to it.
+REAL_MODEL = ModelSize(
+    vocab=30522,
+    width=768,
+    layers=12,
+    heads=12,
+    seq=128,
+    batch=128,
+    emulated_step_s=0.0,
+    stage_width=2048,
+    stage_layers=(4, 6),
+    stage_batch=8,
+    stage_seq=1024,
+    emulated_forward_s=(0.0, 0.0),
+)
+#: A tiny model on the CPU whose steps last the simulated GPU's modelled time.
+SIMULATED_MODEL = ModelSize(
+    vocab=512,
+    width=32,
+    layers=2,
+    heads=2,
+    seq=16,
+    batch=4,
+    emulated_step_s=0.05,
+    stage_width=32,
+    stage_layers=(1, 1),
+    stage_batch=2,
+    stage_seq=16,
+    emulated_forward_s=(0.02, 0.03),
+)
+
+
+@dataclasses.dataclass
+class Rig:
+    """The GPU under test, where its work runs (CUDA, or the CPU for the simulated GPU) and how to wait for it."""
+
+    gpu: Device
+    model: ModelSize
+    cuda_index: int | None
+
+    @classmethod
+    def of(cls, ctx: Context) -> Rig:
+        """The rig for the context's GPU.
+
+        Raises:
+            Skip: no GPU, no torch or transformers, no CUDA for a real GPU, or ACCELERATE_ENERGY set.
+        """
+        import os
+
+        from wattwise.tools.acceptance import Skip
+
+        gpu = ctx.require_gpu()
+        if gpu.simulation is None:
+            ctx.require_load()  # torch sees the GPU's CUDA device, or the reason why not
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError as err:
+            raise Skip(f"{err.name} is not installed (pip install 'wattwise[hf]' or transformers)") from None
+        if os.environ.get("ACCELERATE_ENERGY", "") not in ("", "0"):
+            raise Skip("ACCELERATE_ENERGY is set: its callback would tune every Trainer; unset it for these checks")
+        if gpu.simulation is not None:
+            return cls(gpu, SIMULATED_MODEL, None)
+        return cls(gpu, REAL_MODEL, int(getattr(gpu, "cuda_index", gpu.index)))
+
+    def sync(self) -> None:
+        """Wait for the work queued on the GPU (nothing to wait for on the simulated one)."""
+        if self.cuda_index is not None:
+            import torch
+
+            torch.cuda.synchronize(self.cuda_index)
+
+    def trainer(self, out: Path, callbacks: list[Any], seed: int = 0) -> Any:
+        """A Hugging Face `Trainer` of the masked LM on random tokens, stopped by its callbacks."""
+        import torch
+        from transformers import BertConfig, BertForMaskedLM, PrinterCallback, Trainer, TrainingArguments
+
+        from wattwise.tools.workload import emulate_step
+
+        m, gpu = self.model, self.gpu
+        torch.manual_seed(seed)
+        config = BertConfig(
+            vocab_size=m.vocab,
+            hidden_size=m.width,
+            num_hidden_layers=m.layers,
+            num_attention_heads=m.heads,
+            intermediate_size=4 * m.width,
+            max_position_embeddings=max(512, m.seq),
+        )
+        args = TrainingArguments(
+            output_dir=str(out / "trainer"),
+            max_steps=1_000_000,  # the callbacks stop it
+            per_device_train_batch_size=m.batch,
+            learning_rate=1e-4,
+            report_to=[],
+            save_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+            use_cpu=self.cuda_index is None,
+            bf16=self.cuda_index is not None,
+            dataloader_num_workers=0,
+            seed=seed,
+        )
+        emulated_s = m.emulated_step_s
+
+        class EmulatedTrainer(Trainer):
+            """On the simulated GPU a step lasts its modelled time; on a real GPU it just runs."""
+
+            def training_step(self, *a: Any, **k: Any) -> Any:
+                work = super().training_step
+                return emulate_step([gpu], lambda: work(*a, **k), base_time_s=emulated_s or None)
+
+        trainer = EmulatedTrainer(
+            model=BertForMaskedLM(config),
+            args=args,
+            train_dataset=MaskedTokens(m.vocab, m.seq, 64 * m.batch, seed),
+            callbacks=callbacks,
+        )
+        trainer.remove_callback(PrinterCallback)  # the Trainer's own end-of-training line, not the report's
+        return trainer
+
+
+class MaskedTokens:
+    """Random token sequences with 15% of positions masked (id 103) and labelled: what an MLM trains on."""
+
+    def __init__(self, vocab: int, seq: int, count: int, seed: int) -> None:
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        self.labels_source = torch.randint(1000 if vocab > 2000 else 5, vocab, (count, seq), generator=gen)
+        masked = torch.rand(count, seq, generator=gen) < 0.15
+        self.inputs = self.labels_source.masked_fill(masked, min(103, vocab - 1))
+        self.labels = self.labels_source.masked_fill(~masked, -100)
+
+    def __len__(self) -> int:
+        return int(self.inputs.shape[0])
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"input_ids": self.inputs[i], "labels": self.labels[i]}
+
+
+def trainer_callback_base() -> type:
+    """`transformers.TrainerCallback`, imported only when a check runs."""
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+# -- check 1: the power-cap sweep ------------------------------------------------------------------------
+def _sweep_callback(
+    rig: Rig, guard: Any, caps_w: list[float], sizes: Sizes, results: list[tuple[float, float, float, int]]
+) -> Any:
+    """A Trainer callback that trains at each cap in turn: settle, then one measurement window, then the next."""
+    from wattwise.monitor import EnergyMonitor
+
+    gpu = rig.gpu
+    window_s = sizes.window_s(gpu)
+    monitor = EnergyMonitor([gpu], sync=rig.sync)
+    clock = gpu.simulation.clock if gpu.simulation is not None else time.monotonic
+
+    class Sweep(trainer_callback_base()):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.index = 0
+            self.phase = "apply"
+            self.since = 0.0
+            self.steps = 0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.phase == "apply":
+                guard.set_power_limit(gpu, caps_w[self.index])
+                self.phase, self.since, self.steps = "settle", clock(), 0
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.steps += 1
+            elapsed = clock() - self.since
+            if self.phase == "settle" and elapsed >= sizes.settle_s and self.steps >= 2:
+                monitor.begin_window("cap")
+                self.phase, self.since, self.steps = "measure", clock(), 0
+            elif self.phase == "measure" and elapsed >= window_s and self.steps >= MIN_WINDOW_STEPS:
+                window = monitor.end_window("cap")
+                steps = self.steps
+                results.append((caps_w[self.index], window.time_s / steps, window.total_energy_j / steps, steps))
+                self.index += 1
+                self.phase = "apply"
+                if self.index == len(caps_w):
+                    control.should_training_stop = True
+                    monitor.close()
+
+    return Sweep()
+
+
+def check_cap_sweep(ctx: Context) -> dict[str, Any]:
+    """Lever 1: train at caps from the default limit down to the minimum; time and energy relative to default.
+
+    Raises:
+        Skip: no GPU, torch or transformers, or the driver refused the power limit (its words).
+        Failure: the energy counter did not advance, or the lowest cap did not slow the training.
+    """
+    from wattwise.settings.guard import SettingsGuard
+    from wattwise.tools.acceptance import Failure, Skip
+
+    rig = Rig.of(ctx)
+    gpu, sizes = rig.gpu, Sizes.of(ctx.quick)
+    rng = gpu.power_limit_range()
+    caps = cap_caps_w(rng.min_w, rng.default_w, sizes.caps)
+    results: list[tuple[float, float, float, int]] = []
+    with SettingsGuard() as guard:
+        guard.install_signal_handlers()
+        try:
+            rig.trainer(ctx.out / "levers" / "cap_sweep", [_sweep_callback(rig, guard, caps, sizes, results)]).train()
+        except NoPermissionError as err:
+            raise Skip(f"setting the power limit was refused; the driver said: {err}") from None
+    if len(results) < len(caps):
+        raise Failure(f"the sweep measured {len(results)} of {len(caps)} caps")
+    rows = cap_rows(results, caps[0])
+    figures: dict[str, Any] = {
+        "gpu": gpu.name,
+        "simulated": gpu.simulated,
+        "model": rig.model.describe(),
+        "default_w": caps[0],
+        "min_w": rng.min_w,
+        "max_w": rng.max_w,
+        "window_s": sizes.window_s(gpu),
+        "energy_update_period_s": gpu.energy_update_period_s,
+        "rows": rows,
+        "paper": dataclasses.asdict(MCDONALD_V100),
+        "workload_power_profiles": workload_profiles_note(gpu),
+    }
+    if any(not r["step_energy_j"] > 0 for r in rows):
+        raise Failure("the energy counter did not advance in a window of the sweep", figures)
+    if not rows[-1]["time_ratio"] > 1.0:
+        raise Failure(f"training was not slower at {rows[-1]['cap_w']:g} W than at {caps[0]:g} W", figures)
+    return figures
+
+
+def workload_profiles_note(gpu: Device) -> str:
+    """One line on NVML's workload power profiles as a baseline of the sweep."""
+    if gpu.simulated:
+        return "not measured: the simulated GPU has no workload power profiles"
+    return (
+        "not measured: wattwise's device layer does not drive NVML's workload power profiles "
+        "(nvmlDeviceWorkloadPowerProfile*) yet, so the sweep has no such baseline"
+    )
+
+
+# -- check 2: just-in-time tuning against the sweep -------------------------------------------------------
+def _tune_once(rig: Rig, out: Path, eta: float, step_w: float, sizes: Sizes) -> dict[str, Any]:
+    """One Trainer run whose power limit a wattwise `Run` tunes at `eta`; its summary's power-limit part."""
+    from wattwise.config import load_config
+    from wattwise.run import Run
+
+    gpu = rig.gpu
+    cfg = load_config(
+        overrides=[
+            f"devices.backend={gpu.backend}",
+            f"output_dir={out}",
+            "power_limit.mode=tune",
+            f"power_limit.eta={eta}",
+            "power_limit.reuse=false",
+            "power_limit.wait_steps=2",
+            "power_limit.warmup_steps=3",
+            f"power_limit.profile_steps={MIN_WINDOW_STEPS}",
+            f"power_limit.step_w={step_w}",
+            f"monitor.sync_cuda={str(rig.cuda_index is not None).lower()}",
+        ]
+    )
+    run = Run(cfg, framework="transformers", devices=[gpu], sync=rig.sync)
+    after = sizes.steps_after_tuning
+
+    class Tune(trainer_callback_base()):  # type: ignore[misc]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            run.start()
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            run.step_begin()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            run.step_end()
+            power = run.power
+            if not run.measuring or (power.tuner is not None and power.steps_at_chosen >= after):
+                control.should_training_stop = True
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            run.finish()
+
+    try:
+        rig.trainer(out, [Tune()]).train()
+    finally:
+        run.finish()  # a no-op once finished; restores the limit on an error
+    limit = (run.summary or {}).get("power_limit") or {}
+    return limit
+
+
+def check_tuning_vs_sweep(ctx: Context) -> dict[str, Any]:
+    """Lever 2: just-in-time tuning at each eta, repeated, against the default limit and the sweep's best cap.
+
+    Raises:
+        Skip: no GPU, torch or transformers, or no sweep to compare with (cap_sweep did not pass).
+        Failure: no tuning run chose a limit.
+    """
+    from wattwise.tools.acceptance import Failure, Skip
+
+    sweep = ctx.shared.get("cap_sweep")
+    rig = Rig.of(ctx)
+    if not sweep:
+        raise Skip("needs the figures of cap_sweep, which did not pass in this folder; run cap_sweep first")
+    gpu, sizes = rig.gpu, Sizes.of(ctx.quick)
+    rng = gpu.power_limit_range()
+    caps = [r["cap_w"] for r in sweep["rows"]]
+    # The tuner profiles from the maximum down in steps of step_w: the sweep's spacing, so that both measure
+    # the same limits when the default limit is the maximum.
+    step_w = (max(caps) - min(caps)) / (len(caps) - 1) if len(caps) > 1 else 25.0
+    runs = []
+    for eta, repeat in sizes.tuning_runs():
+        limit = _tune_once(rig, ctx.out / "levers" / f"tune_eta{eta:g}_{repeat + 1}", eta, step_w, sizes)
+        profile = [dict(p) for p in limit.get("profile") or []]
+        runs.append(
+            {
+                **tuning_row(
+                    eta,
+                    repeat,
+                    limit.get("chosen_power_limit_w"),
+                    profile,
+                    sweep["rows"],
+                    default_w=sweep["default_w"],
+                    max_power_w=rng.max_w,
+                ),
+                "profile": profile,
+                "tuning": limit.get("tuning"),
+            }
+        )
+    figures = {
+        "gpu": gpu.name,
+        "simulated": gpu.simulated,
+        "etas": list(TUNING_ETAS),
+        "step_w": step_w,
+        "runs": runs,
+        "holds": choice_holds(runs),
+        "claim": ZEUS_CLAIM,
+    }
+    if all(r["chosen_w"] is None for r in runs):
+        raise Failure("no tuning run chose a power limit (see each run's tuning reason)", figures)
+    return figures
+
+
+# -- check 3: the pipeline plan, measured ----------------------------------------------------------------
+def pipeline_clocks_mhz(supported: Sequence[int], count: int) -> list[int]:
+    """`count` supported SM clocks from the highest down to about half of it, evenly spread, highest first."""
+    ordered = sorted(set(supported), reverse=True)
+    top = ordered[0]
+    usable = [f for f in ordered if f >= top / 2] or ordered
+    if len(usable) <= count:
+        return usable
+    picks = {usable[round(i * (len(usable) - 1) / (count - 1))] for i in range(count)}
+    return sorted(picks, reverse=True)
+
+
+@dataclasses.dataclass
+class _Stage:
+    """One pipeline stage on the GPU under test: its forward and backward of one microbatch.
+
+    `backward(mb, keep=True)` keeps the microbatch's graph, so that the profiler can repeat a backward
+    without a forward inside its window.
+    """
+
+    forward: Callable[[int], None]
+    backward: Callable[[int, bool], None]
+    outputs: dict[int, Any]
+
+
+def _stages(rig: Rig) -> list[_Stage]:
+    """The two stages: transformer layers on CUDA (bf16), or a tiny copy on the CPU that drives the simulated GPU.
+
+    Each forward keeps its output per microbatch until that microbatch's backward, as a pipeline stage does;
+    the first stage's backward takes a gradient of its output's shape (what the next stage would send).
+    """
+    import torch
+
+    from wattwise.tools.workload import emulate_step
+
+    m, gpu = rig.model, rig.gpu
+    device = torch.device("cuda", rig.cuda_index) if rig.cuda_index is not None else torch.device("cpu")
+    dtype = torch.bfloat16 if rig.cuda_index is not None else torch.float32
+    torch.manual_seed(0)
+    stages = []
+    for index, layers in enumerate(m.stage_layers):
+        heads = max(1, m.stage_width // 128)
+        body = torch.nn.Sequential(
+            *[
+                torch.nn.TransformerEncoderLayer(m.stage_width, heads, 4 * m.stage_width, batch_first=True)
+                for _ in range(layers)
+            ]
+        ).to(device, dtype)
+        x = torch.randn(m.stage_batch, m.stage_seq, m.stage_width, device=device, dtype=dtype)
+        grad = torch.randn_like(x)
+        outputs: dict[int, Any] = {}
+        last = index == len(m.stage_layers) - 1
+        forward_s = m.emulated_forward_s[index] or None
+        backward_s = 2 * m.emulated_forward_s[index] or None
+
+        def forward(mb: int, body: Any = body, x: Any = x, outputs: dict[int, Any] = outputs) -> None:
+            outputs[mb] = body(x.detach().requires_grad_(True))
+
+        def backward(
+            mb: int, keep: bool, outputs: dict[int, Any] = outputs, grad: Any = grad, last: bool = last
+        ) -> None:
+            out = outputs[mb] if keep else outputs.pop(mb)
+            if last:
+                out.float().pow(2).mean().backward(retain_graph=keep)
+            else:
+                out.backward(grad, retain_graph=keep)
+
+        def run_forward(mb: int, forward: Callable[[int], None] = forward, base_s: float | None = forward_s) -> None:
+            emulate_step([gpu], lambda: forward(mb), base_time_s=base_s)
+
+        def run_backward(
+            mb: int, keep: bool, backward: Callable[[int, bool], None] = backward, base_s: float | None = backward_s
+        ) -> None:
+            emulate_step([gpu], lambda: backward(mb, keep), base_time_s=base_s)
+
+        stages.append(_Stage(run_forward, run_backward, outputs))
+    return stages
+
+
+def _profile_stage_work(rig: Rig, stage: _Stage) -> Any:
+    """The stage as `PipelineProfiler` runs it: one microbatch's forward, or its backward (graph kept).
+
+    The profiler's warm-up backward makes the forward it needs, outside the measured window.
+    """
+    from wattwise.frequency.profiler import StageWork
+
+    def forward() -> None:
+        stage.forward(0)
+
+    def backward() -> None:
+        if 0 not in stage.outputs:
+            stage.forward(0)
+        stage.backward(0, True)
+
+    return StageWork(rig.gpu, forward, backward)
+
+
+def compose_iteration(
+    instruction_s: dict[tuple[int, str, int], float],
+    stage_energy_j: Sequence[float],
+    *,
+    schedule: str,
+    stages: int,
+    microbatches: int,
+    p_blocking_w: float,
+) -> tuple[float, float]:
+    """(iteration time, iteration energy) composed from stages run one after the other on one GPU.
+
+    The time is the longest path of the schedule's DAG over the measured instruction times; the energy is
+    what the stages burned in their instructions plus the blocking power over the time a stage waits,
+    exactly as the planner counts it (`wattwise.pipeline.problem.iteration_energy_j`).
+    """
+    import numpy as np
+
+    from wattwise.pipeline.dag import pipeline_dag
+    from wattwise.pipeline.problem import iteration_energy_j
+
+    dag = pipeline_dag(schedule, stages, microbatches)
+    durations = np.zeros(dag.num_nodes)
+    for (stage, instruction, mb), seconds in instruction_s.items():
+        durations[dag.node(stage, instruction, mb)] = seconds  # type: ignore[arg-type]
+    time_s = float(dag.makespan(durations))
+    busy_s = float(durations.sum())
+    return time_s, float(iteration_energy_j(float(sum(stage_energy_j)), busy_s, time_s, stages, p_blocking_w))
+
+
+def _run_plan(
+    rig: Rig, guard: Any, stages: list[_Stage], plan: list[list[Any]], window_s: float
+) -> tuple[dict[tuple[int, str, int], float], list[float], list[list[tuple[str, int, int]]]]:
+    """Run each stage's instruction sequence under its plan (the controller locks the clocks), for a window.
+
+    Returns each instruction's mean time, each stage's mean energy per iteration, and what each controller
+    applied in its first iteration.
+    """
+    from wattwise.frequency.controller import FrequencyController, stage_plan
+    from wattwise.monitor import EnergyMonitor
+
+    gpu = rig.gpu
+    clock = gpu.simulation.clock if gpu.simulation is not None else time.perf_counter
+    times: dict[tuple[int, str, int], list[float]] = {}
+    energies: list[float] = []
+    applied: list[list[tuple[str, int, int]]] = []
+    for index, stage in enumerate(stages):
+        steps = stage_plan(plan[index])
+        controller = FrequencyController(steps, gpu, guard, strict=True)
+        monitor = EnergyMonitor([gpu], sync=rig.sync)
+        try:
+            _stage_iteration(rig, stage, controller, steps, clock, {})  # warm-up, clocks settle
+            monitor.begin_window("stage")
+            iterations, start = 0, clock()
+            while iterations < 2 or clock() - start < window_s:
+                _stage_iteration(rig, stage, controller, steps, clock, times, index)
+                iterations += 1
+            window = monitor.end_window("stage")
+        finally:
+            monitor.close()
+        energies.append(window.total_energy_j / iterations)
+        applied.append(controller.applied[: len(steps)])
+    return {k: sum(v) / len(v) for k, v in times.items()}, energies, applied
+
+
+def _stage_iteration(
+    rig: Rig,
+    stage: _Stage,
+    controller: Any,
+    steps: Sequence[Any],
+    clock: Callable[[], float],
+    times: dict[tuple[int, str, int], list[float]],
+    index: int = 0,
+) -> None:
+    for step in steps:
+        controller.before(step.instruction, step.microbatch)
+        start = clock()
+        if step.instruction == "forward":
+            stage.forward(step.microbatch)
+        else:
+            stage.backward(step.microbatch, False)
+        rig.sync()
+        times.setdefault((index, step.instruction, step.microbatch), []).append(clock() - start)
+
+
+def _idle_power_w(rig: Rig) -> float:
+    """The GPU's power while it waits (the blocking power of the frontier), read after a second idle."""
+    rig.sync()
+    sleep = rig.gpu.simulation.sleep if rig.gpu.simulation is not None else time.sleep
+    sleep(1.0)
+    return round(rig.gpu.power_w(), 1)
+
+
+def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
+    """Lever 3: profile two stages, plan the no-slowdown point, run it under the controller; measured vs predicted.
+
+    Raises:
+        Skip: no GPU or torch, fewer than two known SM clocks, or the driver refused to lock them.
+        Failure: `wattwise frontier` or `plan` failed, or the controller did not follow the plan.
+    """
+    from wattwise.cli.main import main as wattwise_main
+    from wattwise.frequency.profiler import PipelineProfiler
+    from wattwise.pipeline.profiles import write_profile
+    from wattwise.settings.guard import SettingsGuard
+    from wattwise.tools.acceptance import Failure, Skip
+
+    rig = Rig.of(ctx)
+    gpu, sizes = rig.gpu, Sizes.of(ctx.quick)
+    try:
+        clocks = pipeline_clocks_mhz(gpu.supported_sm_clocks_mhz(), sizes.pipeline_clocks)
+    except DeviceError as err:
+        raise Skip(f"supported SM clocks unknown; the driver said: {err}") from None
+    if len(clocks) < 2:
+        raise Skip(f"fewer than two supported SM clocks ({clocks})")
+    folder = ctx.out / "levers" / "pipeline"
+    folder.mkdir(parents=True, exist_ok=True)
+    stages = _stages(rig)
+    window_s = sizes.window_s(gpu)
+    microbatches = PIPELINE_MICROBATCHES
+    with SettingsGuard() as guard:
+        guard.install_signal_handlers()
+        try:
+            instruction_s = _instruction_time_s(rig, stages)
+            profile = PipelineProfiler(
+                [_profile_stage_work(rig, s) for s in stages],
+                guard,
+                frequencies_mhz=clocks,
+                iterations=max(3, math.ceil(window_s / instruction_s)),
+                warmup=1,
+                sync=rig.sync,
+            ).measure()
+        except NoPermissionError as err:
+            raise Skip(f"locking SM clocks was refused; the driver said: {err}") from None
+        profile_csv = folder / "profile.csv"
+        write_profile(profile, profile_csv)
+        p_blocking_w = _idle_power_w(rig)
+        frontier, plan_path = folder / "frontier.json", folder / "plan.json"
+        unit_s = max(1e-5, float(f"{instruction_s / 50:.1g}"))
+        code = wattwise_main(
+            [
+                "frontier",
+                str(profile_csv),
+                "--microbatches",
+                str(microbatches),
+                "--schedule",
+                PIPELINE_SCHEDULE,
+                "--unit-time",
+                str(unit_s),
+                "--p-blocking",
+                str(p_blocking_w),
+                "--out",
+                str(frontier),
+                "--quiet",
+            ]
+        )
+        if code:
+            raise Failure(f"wattwise frontier exited {code} on the measured profile")
+        if wattwise_main(["plan", str(frontier), "--out", str(plan_path)]):
+            raise Failure("wattwise plan failed on the frontier")
+        plan = json.loads(plan_path.read_text())
+        top = max(clocks)
+        at_max = [[[ins, mb, top] for ins, mb, _ in stage] for stage in plan["plan"]]
+        measured = {}
+        for label, steps in (("plan", plan["plan"]), ("max", at_max)):
+            times, energies, applied = _run_plan(rig, guard, stages, steps, window_s)
+            if label == "plan" and [[list(a) for a in stage] for stage in applied] != [
+                [list(s) for s in stage] for stage in steps
+            ]:
+                raise Failure("the frequency controller did not apply the plan's clocks in the plan's order")
+            measured[label] = compose_iteration(
+                times,
+                energies,
+                schedule=PIPELINE_SCHEDULE,
+                stages=len(stages),
+                microbatches=microbatches,
+                p_blocking_w=p_blocking_w,
+            )
+    (plan_t, plan_e), (max_t, max_e) = measured["plan"], measured["max"]
+    return {
+        "gpu": gpu.name,
+        "simulated": gpu.simulated,
+        "stages": len(stages),
+        "microbatches": microbatches,
+        "schedule": PIPELINE_SCHEDULE,
+        "clocks_mhz": clocks,
+        "p_blocking_w": p_blocking_w,
+        "unit_time_s": unit_s,
+        "window_s": window_s,
+        "profile_csv": str(profile_csv),
+        "frontier": str(frontier),
+        "plan": str(plan_path),
+        "composition": (
+            "On one GPU the two stages ran one after the other; the iteration is composed from the measured "
+            f"instruction times by the {PIPELINE_SCHEDULE} schedule's DAG (its longest path), and its energy is "
+            "the stages' measured energy plus the blocking power over the time a stage waits."
+        ),
+        "predicted": {
+            "plan_time_s": plan["time_s"],
+            "plan_energy_j": plan["energy_j"],
+            "max_time_s": plan["max_frequency_time_s"],
+            "max_energy_j": plan["max_frequency_energy_j"],
+            "saving": plan["saving"],
+            "slowdown": plan["slowdown"],
+        },
+        "measured": {
+            "plan_time_s": plan_t,
+            "plan_energy_j": plan_e,
+            "max_time_s": max_t,
+            "max_energy_j": max_e,
+            "saving": 1.0 - plan_e / max_e if max_e > 0 else None,
+            "slowdown": plan_t / max_t - 1.0 if max_t > 0 else None,
+        },
+        "claim": PERSEUS_CLAIM,
+    }
+
+
+def _instruction_time_s(rig: Rig, stages: list[_Stage]) -> float:
+    """The shortest instruction's time at the default clock (one forward and backward per stage, after one warm-up)."""
+    shortest = math.inf
+    for stage in stages:
+        for _ in range(2):
+            rig.sync()
+            start = time.perf_counter()
+            stage.forward(0)
+            rig.sync()
+            middle = time.perf_counter()
+            stage.backward(0, False)
+            rig.sync()
+            end = time.perf_counter()
+        shortest = min(shortest, middle - start, end - middle)
+    return max(shortest, 1e-4)
+
+
+#: The lever checks, in the order they run (each may use the figures of those before it).
+LEVER_CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
+    ("cap_sweep", check_cap_sweep),
+    ("tuning_vs_sweep", check_tuning_vs_sweep),
+    ("pipeline_measured", check_pipeline_measured),
+]
