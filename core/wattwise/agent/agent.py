@@ -544,27 +544,28 @@ class Agent:
         replace_file(self._jobs_file(), lambda fh: fh.write(text), mode=0o600)
 
     def release_job(self, job_id: str, caller: Holder) -> JobRelease:
-        """Restore every GPU held under batch job `job_id` and drop the leases (a SLURM epilog's call).
+        """Restore every GPU the caller may release under batch job `job_id` and drop those leases (the epilog).
 
         Whatever process holds them, even one the caller cannot see (another PID namespace): the holder's
-        client named the job (`SLURM_JOB_ID`) when it leased. Root may release any job, another user only
-        their own leases.
+        client named the job (`SLURM_JOB_ID`) when it leased. Root releases every GPU of the job; another
+        user only the leases of their own processes: a lease of another user that names the same job id
+        (a job id is only what a client said) stays, and the answer names it (`held_by_others`).
 
         Returns:
-            `{"job_id", "released": [indices restored], "gpus": [the status of each]}`.
-
-        Raises:
-            NotAllowed: A GPU of the job is held by another user than the (non-root) caller.
+            `{"job_id", "released": [indices restored], "gpus": [the status of each GPU released or
+            tried], "held_by_others": [indices of the job's GPUs another user holds]}`.
         """
-        of_job = set(self.leases.held_under_job(job_id))
-        held = [(i, lease) for i, lease in self.leases.items() if i in of_job]
+        held = [(i, lease) for i, lease in self.leases.items() if i in set(self.leases.held_under_job(job_id))]
         others = [i for i, lease in held if caller.uid not in (0, lease.holder.uid)]
+        mine = [(i, lease) for i, lease in held if i not in others]
         if others:
-            raise NotAllowed(
-                f"GPU(s) {others} of job {job_id!r} are held by another user; only root or that user may release them"
+            log.warning(
+                "wattwise agent: uid %d releases job %r: GPU(s) %s of the job are another user's; kept",
+                caller.uid,
+                job_id,
+                others,
             )
-        indices = [i for i, _ in held]
-        for index, lease in held:
+        for index, lease in mine:
             log.info(
                 "wattwise agent: uid %d releases job %r: restoring GPU %d of %s",
                 caller.uid,
@@ -573,8 +574,11 @@ class Agent:
                 lease.holder.describe(),
             )
             self._give_back(index, f"job released by uid {caller.uid}")
+        indices = [i for i, _ in mine]
         released = [i for i in indices if self.leases.get(i) is None]
-        return JobRelease(job_id=job_id, released=released, gpus=[self.gpu_status(i) for i in indices])
+        return JobRelease(
+            job_id=job_id, released=released, gpus=[self.gpu_status(i) for i in indices], held_by_others=others
+        )
 
     def hand_over(self, index: int, caller: Holder, pid: int) -> GpuStatus:
         """The holder makes its child process `pid` the GPU's holder (`wattwise cap` and the command it runs).

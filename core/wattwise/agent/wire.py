@@ -52,7 +52,8 @@ class AgentStatus(TypedDict):
 
     gpus: list[GpuStatus]
     jobs: list[JobAllocationInfo]
-    #: What a user with no job registered may change: "none" (any free GPU) or "registered" (nothing).
+    #: What a user with no job registered may change: "none" (any free GPU), "registered" (nothing) or
+    #: "cgroup" (the GPUs its device cgroup lets it open).
     allocation: str
 
 
@@ -64,8 +65,10 @@ class DeviceList(TypedDict):
 
 
 class JobRelease(TypedDict):
-    """`POST /v1/release`: the GPUs a batch job held, restored."""
+    """`POST /v1/release`: the GPUs a batch job held, restored; those another user holds under it, kept."""
 
     job_id: str
     released: list[int]
     gpus: list[GpuStatus]
+    #: The job's GPUs held by another user than the (non-root) caller: not the caller's to release.
+    held_by_others: list[int]

@@ -283,6 +283,13 @@ def run_release(args: argparse.Namespace) -> int:
             + (f"restored GPU(s) {released}" if released else "held no GPU"),
             file=sys.stderr,
         )
+    others = answer.get("held_by_others") or []
+    if others and not args.json:
+        print(
+            f"wattwise agent release: job {args.job}: GPU(s) {others} are held under this job id by another "
+            "user's process, not yours: kept (only root or that user may release them)",
+            file=sys.stderr,
+        )
     if left:
         print(
             f"wattwise agent release: error: GPU(s) {left} of job {args.job} could not be restored (see the "

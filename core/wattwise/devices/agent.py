@@ -16,6 +16,7 @@ never the other way round.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -29,6 +30,7 @@ from typing import Any, TypeGuard
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange, Simulation
 from wattwise.devices.registry import Wanted
+from wattwise.errors import plugin_warning
 
 #: Where the agent listens unless told otherwise, and the variable that tells clients where it is.
 DEFAULT_SOCKET = "/run/wattwise/agent.sock"
@@ -53,9 +55,26 @@ def is_job_name(value: object) -> TypeGuard[str]:
 
 
 def batch_job_id() -> str:
-    """This process's batch job id (`$SLURM_JOB_ID`), as the agent records it with a lease; "" when none."""
+    """This process's batch job id (`$SLURM_JOB_ID`), as the agent records it with a lease; "" when none.
+
+    A value the agent would refuse (unprintable, longer than `MAX_JOB_CHARS`) is not sent, and one warning
+    says so: the epilog's `release --job` would not find this process's leases by it.
+    """
     job_id = os.environ.get(JOB_ID_ENV, "")
-    return job_id if is_job_name(job_id) else ""
+    if is_job_name(job_id):
+        return job_id
+    _warn_bad_job_id(job_id)
+    return ""
+
+
+@functools.cache
+def _warn_bad_job_id(job_id: str) -> None:
+    shown = job_id[:40].encode("unicode_escape").decode("ascii") + ("..." if len(job_id) > 40 else "")
+    plugin_warning(
+        f"wattwise: {JOB_ID_ENV}={shown!r} is not a job id the node agent accepts (printable, at most "
+        f"{MAX_JOB_CHARS} characters); this process's leases carry no job id, so `wattwise agent release "
+        "--job` (the SLURM epilog) does not find them by it"
+    )
 
 
 def _gpu_url(gpu: int | str, action: str) -> str:

@@ -46,3 +46,21 @@ def test_a_simulated_gpu_gets_a_stable_uuid_of_its_own_and_nvmls_is_kept() -> No
     assert gpu_uuid(a) == gpu_uuid(dict(a)) != gpu_uuid(b)
     assert gpu_uuid(a).startswith("GPU-") and len(gpu_uuid(a)) == 40
     assert gpu_uuid(SPECS[2]) == SPECS[2]["uuid"]
+
+
+def test_a_slurm_job_id_the_agent_would_refuse_is_not_sent_and_one_warning_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import warnings
+
+    from wattwise.devices.agent import batch_job_id
+    from wattwise.errors import EnergyPluginWarning
+
+    monkeypatch.setenv("SLURM_JOB_ID", "4711")
+    assert batch_job_id() == "4711"
+    monkeypatch.setenv("SLURM_JOB_ID", "47\x0711")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert batch_job_id() == "" and batch_job_id() == ""
+    [warning] = [w for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    assert str(warning.message).startswith("wattwise: SLURM_JOB_ID='47\\\\x0711' is not a job id the node agent")
