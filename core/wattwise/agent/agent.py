@@ -148,6 +148,8 @@ class Agent:
         self.journal = journal
         #: One JSON line per change (`wattwise.agent.audit`); None in tests that need none.
         self.audit = audit
+        #: The last audit line could not be written (said once, until one can).
+        self._audit_failing = False
         self.leases = LeaseTable()
         self.watcher: ProcessWatcher | None = None
         #: Journalled changes of GPUs this agent does not see: kept in the journal, never dropped.
@@ -750,7 +752,18 @@ class Agent:
                 why=why,
             )
         except (OSError, ValueError) as err:
-            log.error("wattwise agent: cannot write the audit log (%s)", err)
+            if not self._audit_failing:  # one line until it can be written again (a full disk fails on)
+                log.error(
+                    "wattwise agent: cannot write the audit log %s (%s); changes go on, not audited, until "
+                    "it can be written again",
+                    self.audit.path,
+                    getattr(err, "strerror", None) or err,
+                )
+            self._audit_failing = True
+            return
+        if self._audit_failing:
+            log.warning("wattwise agent: the audit log %s is written again", self.audit.path)
+            self._audit_failing = False
 
 
 def _read_originals(device: Device) -> dict[str, Any]:
