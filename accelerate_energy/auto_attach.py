@@ -1,116 +1,46 @@
-"""`ACCELERATE_ENERGY=1` alone: every `Accelerator` the process builds is attached, no line in the script.
+"""The patches of `ACCELERATE_ENERGY=1` alone: every `Accelerator` attached, every `Trainer` equipped.
 
-`accelerate_energy.flag_hook` (imported at interpreter start-up by the installed `wattwise-accelerate.pth`
-when the flag is on) imports this module only when the script imports `accelerate.accelerator` or
-`transformers.trainer`, so a process that imports neither pays nothing. `install` then waits, with a
-`sys.meta_path` finder, until those modules are executed, and wraps `Accelerator.__init__`: each new
-accelerator is armed with the flag's settings (validated there, so a bad variable fails where the
-accelerator is built) and attached when it prepares its first optimizer, unless the script attached it
-itself by then (`attach(acc, plugin)` with its own settings keeps them; nothing is attached twice).
-Under distributed training, every attached run also finishes when the script destroys the process group
-without `end_training`, so its summary is still written. Importing this module loads neither torch nor
-accelerate.
+Imported by the flag's import hook (`accelerate_energy.flag_hook`) once the script has imported
+`accelerate.accelerator` or `transformers.trainer`, never before, so a process that imports neither pays
+nothing. Two patches, each made once:
+
+- `Accelerator.__init__`: each new accelerator is armed with the flag's settings (validated there, so a
+  bad variable fails where the accelerator is built) and attached when it prepares its first optimizer,
+  unless the script attached it itself by then (`attach(acc, plugin)` with its own settings keeps them;
+  nothing is attached twice). Under distributed training, every armed accelerator's run also finishes
+  when the script destroys the default process group without `end_training` (a wrap of
+  `torch.distributed.destroy_process_group`, made at the first arming), so its summary still combines
+  every process's figures.
+- `Trainer.__init__`: importing `accelerate_energy.hf_trainer` has each Trainer without an
+  `EnergyTrainerCallback` of its own take the flag's (checkpoints and logs).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import sys
 import weakref
-from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from typing_extensions import override
-
 from accelerate_energy.wrapping import MARK, after_init
 
-_TARGET = "accelerate.accelerator"
 #: Every accelerator armed in this process (to finish their runs before the process group goes away).
 _ARMED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-class _AccelerateFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when a module of `_PATCHES` is imported, patches it once executed."""
-
-    @override
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in _PATCHES or fullname in _SEEN:
-            return None
-        _SEEN.add(fullname)
-        if set(_PATCHES) <= _SEEN:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)  # the other finders find the real module
-        loader = spec.loader if spec is not None else None
-        if spec is None or loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        exec_module = loader.exec_module
-
-        def exec_and_patch(module: ModuleType) -> None:
-            exec_module(module)
-            _PATCHES[fullname](module)
-
-        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
-
-
-def take_over(
-    fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-) -> importlib.machinery.ModuleSpec | None:
-    """Install, from the start-up finder, as the script first imports `fullname` (a module of `_PATCHES`).
-
-    Returns:
-        The spec of `fullname`, whose module is patched once executed.
-    """
-    install()
-    finder = next((f for f in sys.meta_path if isinstance(f, _AccelerateFinder)), None)
-    return finder.find_spec(fullname, path, target) if finder is not None else None
-
-
-def install() -> None:
-    """Attach every `Accelerator` built from now on, and equip every `transformers.Trainer` (idempotent)."""
-    pending = False
-    for name, patcher in _PATCHES.items():
-        module = sys.modules.get(name)
-        if module is not None:
-            _SEEN.add(name)
-            patcher(module)
-        else:
-            pending = True
-    if pending and not any(isinstance(f, _AccelerateFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AccelerateFinder())
-
-
 def patch(module: ModuleType) -> None:
-    """Wrap `module.Accelerator.__init__` so each new accelerator is armed."""
+    """Patch a module of `flag_hook.WATCHED` that has just run: its `Accelerator` or its `Trainer`."""
+    if module.__name__ == "accelerate.accelerator":
+        after_init(module.Accelerator, _arm_once)
+    else:
+        from accelerate_energy import hf_trainer
 
-    def equip(accelerator: Any) -> None:
-        if accelerator not in _ARMED:  # a subclass's __init__ may run the base's more than once
-            arm(accelerator)
-
-    after_init(module.Accelerator, equip)
-
-
-def patch_trainer(module: ModuleType) -> None:
-    """Have every `module.Trainer` keep its energy run in checkpoints and logs.
-
-    Importing `accelerate_energy.hf_trainer` wraps `Trainer.__init__`: each Trainer's
-    `EnergyTrainerCallback` is bound to it, or the flag's is added.
-    """
-    from accelerate_energy import hf_trainer
-
-    hf_trainer.equip_every_trainer()
+        hf_trainer.equip_every_trainer()
 
 
-#: The modules the hook patches when the script imports them, and how.
-_PATCHES: dict[str, Callable[[ModuleType], None]] = {_TARGET: patch, "transformers.trainer": patch_trainer}
-#: Those already seen (patched, or being imported).
-_SEEN: set[str] = set()
+def _arm_once(accelerator: Any) -> None:
+    if accelerator not in _ARMED:  # a subclass's __init__ may run the base's more than once
+        arm(accelerator)
 
 
 def arm(accelerator: Any) -> None:

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 import zipfile
 from pathlib import Path
@@ -170,20 +171,35 @@ def test_every_data_file_in_the_packages_ships_as_package_data() -> None:
 # -- the wheel ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    """A wheel built from a copy of the sources, as from a clean clone (the checkout's build/ untouched)."""
-    clone = tmp_path_factory.mktemp("clone")
-    for name in ("pyproject.toml", "README.md", "pth_build.py"):
-        shutil.copy2(REPO_ROOT / name, clone / name)
-    for root in PACKAGE_ROOTS:
-        shutil.copytree(REPO_ROOT / root, clone / root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
-    build = "from setuptools import build_meta; print(build_meta.build_wheel('dist'))"
+def build(kind: str, folder: Path) -> Path:
+    """`build_meta.build_sdist` or `build_wheel` run in `folder`, as pip and `python -m build` run them."""
+    code = f"from setuptools import build_meta; print(build_meta.build_{kind}('dist'))"
     proc = subprocess.run(
-        [sys.executable, "-c", build], cwd=clone, env=clean_env(), capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code], cwd=folder, env=clean_env(), capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    return zipfile.ZipFile(clone / "dist" / proc.stdout.strip().splitlines()[-1])
+    return folder / "dist" / proc.stdout.strip().splitlines()[-1]
+
+
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of what a clean clone has to build from (the checkout's build/ and compiled files untouched)."""
+    folder = tmp_path_factory.mktemp("clone")
+    for name in ("pyproject.toml", "README.md", "MANIFEST.in", "pth_build.py"):
+        shutil.copy2(REPO_ROOT / name, folder / name)
+    for root in PACKAGE_ROOTS:
+        shutil.copytree(REPO_ROOT / root, folder / root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """A wheel built from the sdist of a clean clone, as `python -m build` or pip installing the sdist builds
+    it: with only what the sdist carries."""
+    unpacked = tmp_path_factory.mktemp("sdist")
+    with tarfile.open(build("sdist", clone(tmp_path_factory))) as sdist:
+        sdist.extractall(unpacked, filter="data")
+    (source,) = unpacked.iterdir()
+    return zipfile.ZipFile(build("wheel", source))
 
 
 def test_the_wheel_installs_wattwise_and_the_adapters_and_no_top_level_core(wheel: zipfile.ZipFile) -> None:
@@ -198,6 +214,15 @@ def test_the_wheel_installs_wattwise_and_the_adapters_and_no_top_level_core(whee
     assert "wattwise/py.typed" in expected
     assert "wattwise/__main__.py" in expected
     assert sorted(expected - set(names)) == []
+
+
+def test_an_editable_install_also_puts_the_accelerate_flags_pth_file_at_the_top_of_site_packages(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """`pip install -e .` (setuptools' default mode): the flag's start-up line beside setuptools' own."""
+    names = zipfile.ZipFile(build("editable", clone(tmp_path_factory))).namelist()
+    assert "wattwise-accelerate.pth" in names
+    assert [n for n in names if n.startswith("__editable__.") and n.endswith(".pth")]
 
 
 def test_the_wheel_carries_the_compiled_kernels_where_a_compiler_is(wheel: zipfile.ZipFile) -> None:
