@@ -88,8 +88,8 @@ MCDONALD_V100 = PaperCapRow(
 )
 #: What the Zeus paper reports for just-in-time power-limit tuning, in one line.
 ZEUS_CLAIM = (
-    "Zeus (NSDI'23): just-in-time profiling finds the power limit that minimises eta * energy + "
-    "(1 - eta) * max power * time during the first epoch, at the cost the offline optimum has"
+    "Zeus (NSDI'23): the power limit that minimises eta * energy + (1 - eta) * max power * time, found by "
+    "profiling each limit for a few steps during the training itself (just in time) instead of offline"
 )
 #: What the Perseus paper reports for pipeline frequency planning, in one line.
 PERSEUS_CLAIM = "Perseus (SOSP'24): up to 30% less energy with no throughput loss (GPT-3, Bloom; large pipelines)"
