@@ -39,6 +39,8 @@ from wattwise.power_limit import SELECTORS
 from wattwise.safe_files import read_text
 
 MODES = ("measure", "tune", "cap")
+#: What drives a simulated GPU's load (`devices.simulated_drive`): emulated work only, or the training steps.
+SIMULATED_DRIVES = ("off", "steps")
 #: Upper bound of every step count (wait, warm-up, profile steps, logging interval).
 MAX_COUNT = 1_000_000
 #: Most simulated GPUs one process may see.
@@ -80,6 +82,10 @@ class DevicesConfig:
     #: Also measure CPU packages and DRAM through RAPL.
     cpu: bool = False
     simulated: SimulatedGPUConfig = field(default_factory=SimulatedGPUConfig)
+    #: What drives the simulated GPU's load: "off" (only emulated work, `wattwise.tools.workload`) or "steps"
+    #: (the training steps themselves: each step's wall time is its work at the maximum limit, stretched as
+    #: the power model says). Off by default, because "steps" makes training sleep at lower limits.
+    simulated_drive: str = "off"
     #: The simulated GPU's physics: "realistic" (a counter that advances every 95 ms, reads that take time,
     #: settings that settle, noise, GPUs that differ, as measured on an H100) or "ideal" (exact figures, for
     #: tests). None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic. `$WATTWISE_SIMULATED_SEED` fixes the noise.
@@ -606,6 +612,7 @@ def validate(cfg: EnergyConfig) -> None:
     if cfg.job is not None:
         check_job_name(cfg.job, setting="job", error=ConfigError)
     _choice("devices.backend", cfg.devices.backend, backend_choices())
+    _choice("devices.simulated_drive", cfg.devices.simulated_drive, SIMULATED_DRIVES)
     _count("devices.simulated.num_gpus", cfg.devices.simulated.num_gpus, minimum=1, maximum=MAX_GPUS)
     _check_gpus(cfg.devices)
     if cfg.devices.simulated_physics is not None:

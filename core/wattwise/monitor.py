@@ -12,6 +12,15 @@ Devices without one (older GPUs) are covered by a background `PowerSampler` whos
 is approximated by the device's current power times the window's time and listed in
 `Measurement.approximate`, never silently reported as zero.
 
+Every window says how precisely it was measured (`Measurement.energy_uncertainty_j`, per device): a counter
+that changes value only every `Device.energy_update_period_s` (NVML's about every 0.1 s) leaves each end of
+a window off by up to one update's energy, about the device's mean power times that period; the two ends
+are added in quadrature, as are the segments of a paused window. A device without a counter is off by up
+to one sampling interval's energy at each end, plus the trapezoids' error bound between its samples (half
+the interval times the power's change over each). The mean power is the larger of the window's own and
+the device's since the monitor opened, so a window shorter than a counter update (whose delta says nothing
+of its power) is never reported as more precise than the counter allows.
+
 A window can be paused and resumed (`pause_windows`, `resume_windows`): what runs in between (an
 evaluation, a checkpoint) is neither timed nor counted in it. Ending, pausing or resuming reads every
 counter once, whatever the number of windows involved.
@@ -24,9 +33,10 @@ Bad arguments (no device, two devices with one key, a sampling interval that is 
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ParamSpec, Protocol, TypeVar
@@ -50,6 +60,8 @@ class Measurement:
     approximate: tuple[str, ...] = ()
     #: True when any device is simulated: the figures are modelled, not measured.
     simulated: bool = False
+    #: How precisely each device's energy is known (J, by device key; see the module docstring).
+    energy_uncertainty_j: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_energy_j(self) -> float:
@@ -57,9 +69,19 @@ class Measurement:
         return sum(self.energy_j.values())
 
     @property
+    def total_energy_uncertainty_j(self) -> float:
+        """How precisely `total_energy_j` is known (J): the devices' uncertainties added in quadrature."""
+        return quadrature(self.energy_uncertainty_j.values())
+
+    @property
     def avg_power_w(self) -> float:
         """The average power of every device together (W); 0 for a window that took no time."""
         return self.total_energy_j / self.time_s if self.time_s > 0 else 0.0
+
+
+def quadrature(values: Iterable[float]) -> float:
+    """Independent uncertainties combined: the square root of the sum of their squares."""
+    return math.sqrt(sum(v * v for v in values))
 
 
 @dataclass
@@ -107,6 +129,8 @@ class PowerSampler:
         self._keep_every = 1
         self._taken = 0
         self._integrated_j: dict[str, float] = {d.key: 0.0 for d in self.devices}
+        #: The trapezoids' error bound so far (J): half of each interval times the power's change over it.
+        self._error_bound_j: dict[str, float] = {d.key: 0.0 for d in self.devices}
         self._last: tuple[float, dict[str, float]] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -130,6 +154,7 @@ class PowerSampler:
                 for key, w in watts.items():
                     if key in w0:
                         self._integrated_j[key] += 0.5 * (w + w0[key]) * dt
+                        self._error_bound_j[key] += 0.5 * abs(w - w0[key]) * dt
             self._last = (now, watts)
             if self.keep_samples:
                 if self._taken % self._keep_every == 0:
@@ -152,6 +177,11 @@ class PowerSampler:
             if self._last is not None and key in self._last[1]:
                 total += self._last[1][key] * max(0.0, self._clock() - self._last[0])
             return total
+
+    def error_bound_j(self, key: str) -> float:
+        """The trapezoid integration's error bound so far for one device (J), between its samples."""
+        with self._lock:
+            return self._error_bound_j.get(key, 0.0)
 
     def samples(self) -> list[PowerSample]:
         """A copy of the samples kept so far, oldest first (thinned evenly past `max_samples`)."""
@@ -203,6 +233,10 @@ class _Open:
     carried_energy_j: dict[str, float] = field(default_factory=dict)
     approximate: set[str] = field(default_factory=set)
     paused: bool = False
+    #: Squared uncertainty (J^2) of the segments before a pause, by device key.
+    carried_uncertainty_sq: dict[str, float] = field(default_factory=dict)
+    #: The polled devices' integration error bound at the segment's start (J).
+    error_bound_j: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -293,6 +327,15 @@ class EnergyMonitor:
             interval = min([sample_interval_s, *(w / 2 for w in wrap_periods)])
             self.sampler = PowerSampler(self.devices, interval, clock=wall_clock)
             self.sampler.start()
+        #: How long each device's energy figure may go without changing (s): its counter's update period, or
+        #: the sampling interval of a device integrated from samples.
+        self.update_periods_s = {
+            key: (dev.energy_update_period_s if counter else self.sampler.interval_s if self.sampler else 0.0)
+            for dev, key, counter in self._readers
+        }
+        self._polled = [key for _, key, counter in self._readers if not counter]
+        #: When and at what energy the first window began: the devices' mean power since then.
+        self._origin: tuple[float, dict[str, float]] | None = None
         self._log_lock = threading.Lock()
         self._log = sink
 
@@ -306,6 +349,38 @@ class EnergyMonitor:
                 out[key] = self.sampler.integrated_energy_j(key)
         return out
 
+    def _error_bounds(self) -> dict[str, float]:
+        """The polled devices' integration error bound so far (none when every device has a counter)."""
+        sampler = self.sampler
+        return {key: sampler.error_bound_j(key) for key in self._polled} if sampler is not None else {}
+
+    def _start(self, now: float) -> dict[str, float]:
+        """Read every counter at the start of a segment; the first read is the origin of the mean power."""
+        energy = self._read_energy()
+        if self._origin is None:
+            self._origin = (now, dict(energy))
+        return energy
+
+    def _segment_uncertainty_sq(
+        self, window: _Open, key: str, delta_j: float, time_s: float, now: float, end_j: float
+    ) -> float:
+        """The squared uncertainty (J^2) of one device's energy over the segment since `window` (re)started.
+
+        Each end is off by up to one update's energy (mean power x the update period); a device integrated
+        from samples adds the trapezoids' error bound between them (see the module docstring).
+        """
+        period_s = self.update_periods_s[key]
+        bound_j = 0.0
+        if key in window.error_bound_j and self.sampler is not None:
+            bound_j = max(0.0, self.sampler.error_bound_j(key) - window.error_bound_j[key])
+        if period_s <= 0.0:
+            return bound_j * bound_j
+        power_w = delta_j / time_s if time_s > 0 else 0.0
+        if self._origin is not None and now > self._origin[0]:
+            power_w = max(power_w, (end_j - self._origin[1][key]) / (now - self._origin[0]))
+        per_end_j = power_w * period_s
+        return 2.0 * per_end_j * per_end_j + bound_j * bound_j
+
     def begin_window(self, name: str, *, sync: bool = True) -> None:
         """Open window `name`. Raises if a window of that name is already open."""
         if sync and self.sync is not None:
@@ -313,7 +388,8 @@ class EnergyMonitor:
         with self._lock:
             if name in self._open:
                 raise InternalError(f"measurement window {str(name)!r} is already open; end or cancel it first")
-            self._open[name] = _Open(self._clock(), self._wall(), self._read_energy())
+            now = self._clock()
+            self._open[name] = _Open(now, self._wall(), self._start(now), error_bound_j=self._error_bounds())
 
     def end_window(self, name: str, *, sync: bool = True) -> Measurement:
         """Close window `name` and return its measurement (paused time and energy left out)."""
@@ -341,6 +417,7 @@ class EnergyMonitor:
                 dict(window.carried_energy_j),
                 tuple(k for _, k, _ in self._readers if k in window.approximate),
                 self.simulated,
+                {k: math.sqrt(u2) for k, u2 in window.carried_uncertainty_sq.items()},
             )
             self._write_log(m)
             out.append(m)
@@ -362,6 +439,8 @@ class EnergyMonitor:
                     delta = 0.0
                 window.approximate.add(key)
             window.carried_energy_j[key] = window.carried_energy_j.get(key, 0.0) + delta
+            u2 = self._segment_uncertainty_sq(window, key, delta, time_s, now, end[key])
+            window.carried_uncertainty_sq[key] = window.carried_uncertainty_sq.get(key, 0.0) + u2
         window.carried_time_s += time_s
 
     def pause_windows(self, names: Sequence[str], *, sync: bool = True) -> list[str]:
@@ -386,9 +465,10 @@ class EnergyMonitor:
             windows = [self._open[n] for n in names if n in self._open and self._open[n].paused]
             if not windows:
                 return
-            now, end = self._clock(), self._read_energy()
+            now, end, bounds = self._clock(), self._read_energy(), self._error_bounds()
             for window in windows:
                 window.start_mono, window.energy_j, window.paused = now, dict(end), False
+                window.error_bound_j = dict(bounds)
 
     def peek_window(self, name: str) -> Measurement:
         """Time and energy of window `name` so far, leaving it open."""
@@ -397,13 +477,19 @@ class EnergyMonitor:
             if started is None:
                 raise InternalError(f"measurement window {str(name)!r} is not open; call begin_window first")
             time_s, energy = started.carried_time_s, dict(started.carried_energy_j)
+            uncertainty_sq = dict(started.carried_uncertainty_sq)
             if not started.paused:
                 now = self._clock()
                 end = self._read_energy()
-                time_s += max(0.0, now - started.start_mono)
+                segment_s = max(0.0, now - started.start_mono)
+                time_s += segment_s
                 for k in end:
-                    energy[k] = energy.get(k, 0.0) + max(0.0, end[k] - started.energy_j[k])
-        return Measurement(name, started.start_time, time_s, energy, (), self.simulated)
+                    delta = max(0.0, end[k] - started.energy_j[k])
+                    energy[k] = energy.get(k, 0.0) + delta
+                    u2 = self._segment_uncertainty_sq(started, k, delta, segment_s, now, end[k])
+                    uncertainty_sq[k] = uncertainty_sq.get(k, 0.0) + u2
+        uncertainty = {k: math.sqrt(u2) for k, u2 in uncertainty_sq.items()}
+        return Measurement(name, started.start_time, time_s, energy, (), self.simulated, uncertainty)
 
     def cancel_window(self, name: str) -> None:
         """Forget window `name` without measuring it (e.g. the step raised)."""

@@ -53,12 +53,17 @@ class FakeDevice(Device):
 
     backend = "fake"
 
-    def __init__(self, index: int = 0, *, power_w: float = 100.0, counter: bool = True) -> None:
+    def __init__(self, index: int = 0, *, power_w: float = 100.0, counter: bool = True, period_s: float = 0.0) -> None:
         self._index = index
         self.power = power_w
         self.counter = counter
         self.energy = 0.0
         self.lost = False
+        self.period_s = period_s
+
+    @property
+    def energy_update_period_s(self) -> float:
+        return self.period_s
 
     @property
     def index(self) -> int:
@@ -287,6 +292,7 @@ def test_the_log_has_a_header_and_one_row_per_ended_window(tmp_path: Path, clock
         "gpu1_energy_j",
         "approximate",
         "simulated",
+        "energy_uncertainty_j",
     ]
     body = [dict(zip(rows[0], r, strict=True)) for r in rows[1:]]
     assert [r["window_name"] for r in body] == ["a", "b"]
@@ -358,6 +364,89 @@ def test_an_unreadable_power_during_the_approximation_gives_zero_not_a_crash(clo
     m = monitor.end_window("w")
     assert m.energy_j["gpu0"] == 0.0
     assert m.approximate == ("gpu0",)
+
+
+# -- how precisely a window is measured ---------------------------------------------------------------
+
+
+def test_a_window_carries_one_counter_update_of_energy_at_each_end(clock: FakeClock, tmp_path: Path) -> None:
+    dev = FakeDevice(power_w=100.0, period_s=0.1)
+    log = tmp_path / "windows.csv"
+    monitor = EnergyMonitor([dev], clock=clock, sink=WindowsLog(log, [dev.key]))
+    monitor.begin_window("w")
+    clock.advance(10.0)
+    dev.energy += 1000.0  # 100 W for 10 s
+    m = monitor.end_window("w")
+    monitor.close()
+    # Each end off by up to 100 W x 0.1 s = 10 J; the two ends in quadrature.
+    assert m.energy_uncertainty_j == {"gpu0": pytest.approx(10.0 * 2**0.5)}
+    with open(log, newline="") as fh:
+        (row,) = csv.DictReader(fh)
+    assert float(row["energy_uncertainty_j"]) == pytest.approx(10.0 * 2**0.5, abs=1e-6)
+
+
+def test_a_window_shorter_than_a_counter_update_is_no_more_precise_than_one_update(clock: FakeClock) -> None:
+    dev = FakeDevice(power_w=100.0, period_s=0.1)
+    monitor = EnergyMonitor([dev], clock=clock)
+    monitor.begin_window("fit")
+    clock.advance(10.0)
+    dev.energy += 1000.0
+    monitor.begin_window("short")
+    clock.advance(0.01)  # the counter does not move: 1 J approximated from power x time
+    short = monitor.end_window("short")
+    assert short.approximate == ("gpu0",) and short.energy_j["gpu0"] == pytest.approx(1.0)
+    assert short.total_energy_uncertainty_j >= 100.0 * 0.1  # at least one update of the counter
+
+
+def test_an_exact_counter_has_no_uncertainty_and_devices_add_in_quadrature(clock: FakeClock) -> None:
+    exact, coarse = FakeDevice(0, power_w=100.0), FakeDevice(1, power_w=300.0, period_s=0.1)
+    monitor = EnergyMonitor([exact, coarse], clock=clock)
+    monitor.begin_window("w")
+    clock.advance(1.0)
+    exact.energy += 100.0
+    coarse.energy += 300.0
+    m = monitor.end_window("w")
+    assert m.energy_uncertainty_j["gpu0"] == 0.0
+    assert m.total_energy_uncertainty_j == pytest.approx(30.0 * 2**0.5)
+
+
+def test_each_segment_of_a_paused_window_adds_its_two_ends(clock: FakeClock) -> None:
+    dev = FakeDevice(power_w=100.0, period_s=0.1)
+    monitor = EnergyMonitor([dev], clock=clock)
+    monitor.begin_window("w")
+    clock.advance(1.0)
+    dev.energy += 100.0
+    monitor.pause_windows(["w"])
+    clock.advance(1.0)
+    dev.energy += 100.0
+    monitor.resume_windows(["w"])
+    clock.advance(1.0)
+    dev.energy += 100.0
+    m = monitor.end_window("w")
+    assert m.energy_j["gpu0"] == pytest.approx(200.0)
+    assert m.total_energy_uncertainty_j == pytest.approx(10.0 * 4**0.5)
+
+
+def test_an_open_window_peeked_says_its_uncertainty_so_far(clock: FakeClock) -> None:
+    dev = FakeDevice(power_w=100.0, period_s=0.1)
+    monitor = EnergyMonitor([dev], clock=clock)
+    monitor.begin_window("w")
+    clock.advance(2.0)
+    dev.energy += 200.0
+    assert monitor.peek_window("w").total_energy_uncertainty_j == pytest.approx(10.0 * 2**0.5)
+
+
+def test_the_sampler_bounds_its_trapezoid_error_by_the_power_change_between_samples(clock: FakeClock) -> None:
+    dev = FakeDevice(power_w=100.0, counter=False)
+    sampler = PowerSampler([dev], interval_s=1.0, clock=clock)
+    sampler.sample_once()
+    clock.advance(1.0)
+    sampler.sample_once()  # constant power: no error between the samples
+    assert sampler.error_bound_j("gpu0") == 0.0
+    dev.power = 200.0
+    clock.advance(2.0)
+    sampler.sample_once()  # 100 W -> 200 W over 2 s: the trapezoid is off by at most 100 W x 2 s / 2
+    assert sampler.error_bound_j("gpu0") == pytest.approx(100.0)
 
 
 # -- power sampling -----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import math
 import os
@@ -35,6 +36,8 @@ from wattwise.record.summary import (
     SettingEvent,
     TuningSummary,
     format_summary,
+    with_saving_uncertainty,
+    with_uncertainty,
 )
 
 #: The keys of summary.json (`wattwise.run/1`): a contract, extended but never renamed or dropped.
@@ -65,6 +68,8 @@ SUMMARY_KEYS = [
     "settings_timeline",
     "carbon_aware",
     "non_training",
+    "energy_uncertainty_j",
+    "simulated_driven_by",
 ]
 TUNE_KEYS = [
     "mode",
@@ -79,6 +84,8 @@ TUNE_KEYS = [
     "baseline_estimated",
     "tuning",
 ]
+#: The keys a tuned run's power_limit adds after `TUNE_KEYS` once it knows how precisely its saving is known.
+SAVING_KEYS = ["energy_saved_uncertainty_j", "baseline_energy_uncertainty_j", "saving_resolved"]
 
 
 def full_summary(**overrides: Any) -> RunSummary:
@@ -114,6 +121,9 @@ def full_summary(**overrides: Any) -> RunSummary:
             energy_saved_j=4_999.5,
             baseline_estimated=True,
             tuning=TuningSummary(finished=True, profiled=(300.0, 175.0), steps_at_chosen=380),
+            energy_saved_uncertainty_j=12.0,
+            baseline_energy_uncertainty_j=13.0,
+            saving_resolved=True,
         ),
         settings=RunSettings(power_limit_w=175.0, batch_size=64, frequency_plan="plans/stage0.json"),
         settings_timeline=(
@@ -122,6 +132,8 @@ def full_summary(**overrides: Any) -> RunSummary:
         ),
         carbon_aware=CarbonAwareSummary(300.0, 900.0, "grid.csv"),
         non_training={"validation": NonTrainingTime(12.5, 2_500.0, 4), "checkpoint": NonTrainingTime(1.0, 150.0, 2)},
+        energy_uncertainty_j=5.0,
+        simulated_driven_by="emulated",
     )
     return RunSummary(**{**vars(summary), **overrides})
 
@@ -159,7 +171,7 @@ def test_summary_json_keys_are_the_run_schema(run_dir: Path) -> None:
     assert data["schema"] == "wattwise.run/1"
     assert data["avg_power_w"] == pytest.approx(250.005)
     assert list(data["settings"]) == ["power_limit_w", "batch_size", "frequency_plan"]
-    assert list(data["power_limit"]) == TUNE_KEYS
+    assert list(data["power_limit"]) == TUNE_KEYS + SAVING_KEYS
     assert list(data["power_limit"]["profile"][0]) == ["power_limit_w", "time_s", "energy_j"]
     assert list(data["carbon_aware"]) == ["threshold_g_per_kwh", "interval_s", "intensity_source"]
     assert data["settings_timeline"][0] == {
@@ -259,12 +271,61 @@ def test_the_run_records_windows_are_read_on_demand(run_dir: Path) -> None:
 def test_the_end_of_run_text_says_what_the_power_limit_did() -> None:
     text = format_summary(full_summary(), output_dir="out")
     assert "wattwise (SIMULATED GPU: modelled figures, not measurements): lightning run completed" in text
-    assert "time 100.00 s, energy 25000.5 J (0.006945 kWh), average power 250.0 W over 2 GPU(s), 400 steps" in text
+    # Figures rounded to what their uncertainty resolves (25000.5 J known to 5 J, the saving to 12 J).
+    assert "time 100.00 s, energy 25000 ± 5 J (0.006945 kWh), average power 250.0 W over 2 GPU(s), 400 steps" in text
     assert "power limit 175 W chosen by cost (eta 0.5; 2 limits profiled)" in text
-    assert "estimated saving against the maximum limit: 4999.5 J" in text
+    assert "estimated saving against the maximum limit: 5000 ± 12 J" in text
     assert text.endswith("summary: out/summary.json")
     cap = format_summary(full_summary(power_limit=PowerLimitSummary(mode="cap", chosen_power_limit_w=200.0)))
     assert "power cap 200 W" in cap
+
+
+def test_a_saving_within_its_uncertainty_is_not_resolved_and_a_run_driven_by_its_steps_says_so() -> None:
+    tuned = full_summary().power_limit
+    assert tuned is not None
+    limit = dataclasses.replace(tuned, energy_saved_j=8.0, energy_saved_uncertainty_j=12.0, saving_resolved=False)
+    text = format_summary(full_summary(power_limit=limit, simulated_driven_by="steps"))
+    assert "wattwise (SIMULATED GPU, driven by your steps: modelled figures, not measurements)" in text
+    assert "saving against the maximum limit not resolved: 8 ± 12 J, within its measurement uncertainty" in text
+    assert "estimated saving" not in text
+
+
+def test_an_undriven_simulated_gpu_is_named_idle_at_the_end_of_the_run() -> None:
+    text = format_summary(full_summary(simulated_driven_by="nothing"))
+    assert "SIMULATED GPU, idle power only (nothing drove the simulated GPU)" in text
+
+
+def test_the_saving_is_as_precise_as_the_two_profile_windows_it_compares() -> None:
+    tuned = full_summary().power_limit
+    assert tuned is not None
+    # Per step, 300 W: 14 J known to 1%, 175 W: 10.2 J known to 2%; 380 steps at 175 W.
+    limit = with_saving_uncertainty(tuned, {300.0: 0.01, 175.0: 0.02}, 30.0)
+    assert limit is not None
+    assert limit.energy_saved_uncertainty_j == pytest.approx(380 * math.hypot(0.14, 0.204))
+    assert limit.baseline_energy_uncertainty_j == pytest.approx(math.hypot(limit.energy_saved_uncertainty_j, 30.0))
+    assert limit.saving_resolved is True
+    small = with_saving_uncertainty(dataclasses.replace(tuned, energy_saved_j=50.0), {300.0: 0.01, 175.0: 0.02}, 0.0)
+    assert small is not None and small.saving_resolved is False  # 50 J within 94 J: not resolved
+    # A window this run did not measure (a reused limit, a resumed run): unknown, as before.
+    assert with_saving_uncertainty(tuned, {300.0: 0.01}, 0.0) == tuned
+
+
+@pytest.mark.parametrize(
+    ("value", "uncertainty", "text"),
+    [
+        (25_000.5, 5.0, "25000 ± 5 J"),
+        (3012.44, 27.0, "3012 ± 27 J"),
+        (3012.44, 270.0, "3010 ± 270 J"),
+        (0.123456, 0.0042, "0.123 ± 0.004 J"),
+        (0.123456, 0.0012, "0.1235 ± 0.0012 J"),
+        (112.64, 0.0, "112.6 J"),
+        (112.64, None, "112.6 J"),
+    ],
+)
+def test_a_figure_is_rounded_to_what_its_uncertainty_resolves(
+    value: float, uncertainty: float | None, text: str
+) -> None:
+    assert with_uncertainty(value, uncertainty, "J") == text
 
 
 # -- writing never follows a planted symlink ----------------------------------------------------------

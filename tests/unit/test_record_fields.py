@@ -30,7 +30,8 @@ from wattwise.record.summary import (
 from wattwise.run import Run
 from wattwise.tools.workload import emulate_step
 
-#: summary.json of `every_field()`, as wattwise wrote it before the record's fields were defined once.
+#: summary.json of `every_field()`, as wattwise wrote it before the record's fields were defined once (the
+#: fields added since, such as the energy uncertainties, at the end of their objects).
 GOLDEN = DATA_DIR / "summary_every_field.json"
 RECORDS = (
     RunSummary,
@@ -62,7 +63,7 @@ def every_field() -> RunSummary:
         energy_per_device_j={"rank0/gpu0": 12_000.25, "rank1/gpu0": 13_000.25},
         cpu_energy_j=800.0,
         steps=400,
-        epochs=(EpochEnergy(0, 50.0, 12_500.0), EpochEnergy(1, 50.0, 12_500.5)),
+        epochs=(EpochEnergy(0, 50.0, 12_500.0, 12.5), EpochEnergy(1, 50.0, 12_500.5, 12.75)),
         resumed_energy_j=1_000.0,
         devices=({"key": "gpu0", "name": "NVIDIA A100", "rank": 0}, {"key": "gpu0", "name": "NVIDIA A100", "rank": 1}),
         notes=("simulated GPU",),
@@ -80,6 +81,9 @@ def every_field() -> RunSummary:
             reused_run_id="runs/a on node1 at 2025-12-31T00:00:00+00:00",
             reused_chosen_at_s=1_767_139_200.5,
             tuning=TuningSummary(finished=False, profiled=(300.0, 175.0), reason="the run ended", steps_at_chosen=380),
+            energy_saved_uncertainty_j=6.25,
+            baseline_energy_uncertainty_j=19.5,
+            saving_resolved=False,
         ),
         settings=RunSettings(power_limit_w=175.0, batch_size=64, frequency_plan="plans/stage0.json"),
         settings_timeline=(
@@ -87,8 +91,13 @@ def every_field() -> RunSummary:
             SettingEvent(1_767_225_601.5, "rank0/gpu0", "locked", None),
         ),
         carbon_aware=CarbonAwareSummary(300.0, 900.0, "grid.csv"),
-        non_training={"validation": NonTrainingTime(12.5, 2_500.0, 4), "checkpoint": NonTrainingTime(1.0, 150.0, 2)},
+        non_training={
+            "validation": NonTrainingTime(12.5, 2_500.0, 4, 3.5),
+            "checkpoint": NonTrainingTime(1.0, 150.0, 2, 1.25),
+        },
         wattwise_version="1.2.3",
+        energy_uncertainty_j=18.25,
+        simulated_driven_by="steps",
     )
 
 

@@ -79,7 +79,10 @@ def test_a_rank_end_left_in_a_file_is_read_back_validated_and_removed(tmp_path: 
         ({"time_s": "3"}, "time_s must be a finite number (got '3')"),
         ({"energy": {"rank1/gpu0": True}}, "energy must map device labels to finite numbers"),
         ({"timeline": [[0.0, "gpu0"]]}, "timeline must be a list of [timestamp_s, device, setting, value]"),
-        ({"paused": {"validation": [1.0]}}, "paused must map kinds to [time_s, energy_j, count]"),
+        (
+            {"paused": {"validation": [1.0]}},
+            "paused must map kinds to [time_s, energy_j, count] (and the squared uncertainty)",
+        ),
     ],
 )
 def test_a_rank_end_that_is_not_one_wattwise_wrote_is_refused_naming_the_field(

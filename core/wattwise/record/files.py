@@ -28,6 +28,7 @@ from wattwise.record.summary import (
     POWER_FILE,
     SUMMARY_FILE,
     WINDOW_COLUMNS,
+    WINDOW_LATER_COLUMNS,
     WINDOWS_FILE,
     RunSummary,
     parse_summary,
@@ -48,6 +49,8 @@ class WindowRow:
     #: Device keys whose energy is power x time because their counter did not tick in the window.
     approximate: tuple[str, ...] = ()
     simulated: bool = False
+    #: How precisely `energy_j` is known (J); None in a file written before windows.csv said.
+    energy_uncertainty_j: float | None = None
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,12 @@ class PowerRow:
 
 
 def windows_header(device_keys: Sequence[str]) -> list[str]:
-    """The columns of `windows.csv`: one energy column per device (`<key>_energy_j`) after the fixed four."""
+    """The columns of `windows.csv`: one energy column per device (`<key>_energy_j`) after the fixed four.
+
+    The columns added since (`WINDOW_LATER_COLUMNS`) come last.
+    """
     first, last = WINDOW_COLUMNS[:4], WINDOW_COLUMNS[4:]
-    return [*first, *(f"{k}_energy_j" for k in device_keys), *last]
+    return [*first, *(f"{k}_energy_j" for k in device_keys), *last, *WINDOW_LATER_COLUMNS]
 
 
 def window_cells(row: WindowRow, device_keys: Sequence[str]) -> list[str]:
@@ -75,6 +81,7 @@ def window_cells(row: WindowRow, device_keys: Sequence[str]) -> list[str]:
         *(f"{row.energy_per_device_j[k]:.6f}" for k in device_keys),
         ";".join(row.approximate),
         str(row.simulated).lower(),
+        "" if row.energy_uncertainty_j is None else f"{row.energy_uncertainty_j:.6f}",
     ]
 
 
@@ -157,6 +164,11 @@ class EndedWindow(Protocol):
         """Energy of every device together."""
         ...
 
+    @property
+    def total_energy_uncertainty_j(self) -> float:
+        """How precisely `total_energy_j` is known (J)."""
+        ...
+
 
 class WindowsLog:
     """`windows.csv` as the run goes: the header at once, then one line per ended window.
@@ -193,7 +205,18 @@ class WindowsLog:
 
     def window_ended(self, m: EndedWindow) -> None:
         """A monitor's window ended (`wattwise.monitor.WindowSink`): its line."""
-        self.write(WindowRow(m.start_time, m.name, m.time_s, m.total_energy_j, m.energy_j, m.approximate, m.simulated))
+        self.write(
+            WindowRow(
+                m.start_time,
+                m.name,
+                m.time_s,
+                m.total_energy_j,
+                m.energy_j,
+                m.approximate,
+                m.simulated,
+                m.total_energy_uncertainty_j,
+            )
+        )
 
     def close(self) -> None:
         """Close the file; a second close, or a write after it, does nothing."""
@@ -272,6 +295,7 @@ def read_windows_csv(path: Path) -> Iterator[WindowRow]:
             for name, value in row.items()
             if name.endswith("_energy_j") and name != "energy_j"
         }
+        uncertainty = row.get("energy_uncertainty_j") or None  # absent, or empty: the file does not say
         simulated = row["simulated"]
         if simulated not in ("true", "false"):
             raise UsageError(f"{path} line {line}: simulated must be true or false (got {show(simulated)}); {FIX}")
@@ -283,6 +307,9 @@ def read_windows_csv(path: Path) -> Iterator[WindowRow]:
             energy_per_device_j=per_device,
             approximate=tuple(k for k in row["approximate"].split(";") if k),
             simulated=simulated == "true",
+            energy_uncertainty_j=None
+            if uncertainty is None
+            else _cell(path, line, "energy_uncertainty_j", uncertainty),
         )
 
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from wattwise import __version__
@@ -64,9 +66,73 @@ POWER_FILE = "power.csv"
 POWER_COLUMNS = ("timestamp", "device", "power_w")
 #: The columns of windows.csv; each device adds `<key>_energy_j` between `energy_j` and `approximate`.
 WINDOW_COLUMNS = ("start_time", "window_name", "time_s", "energy_j", "approximate", "simulated")
+#: Columns windows.csv gained later, after `WINDOW_COLUMNS`: a reader takes a file without them.
+WINDOW_LATER_COLUMNS = ("energy_uncertainty_j",)
 
 #: A value in the settings timeline: a JSON scalar.
 SettingValue = bool | int | float | str | None
+
+
+class DrivenBy(StrEnum):
+    """What drove a simulated GPU's modelled load in a run (`summary.json`'s `simulated_driven_by`)."""
+
+    #: The training steps themselves (`devices.simulated_drive: steps`): each step's wall time stretched.
+    STEPS = "steps"
+    #: Emulated work (`wattwise.tools.workload.emulate_step`, the demo and the examples).
+    EMULATED = "emulated"
+    #: Nothing: the GPU drew its idle power only.
+    NOTHING = "nothing"
+
+
+#: How every output names the figures of a simulated GPU, by what drove it.
+SIMULATED_LABELS = {
+    DrivenBy.STEPS: "simulated, driven by your steps",
+    DrivenBy.EMULATED: "simulated",
+    DrivenBy.NOTHING: "simulated, idle power only (nothing drove the simulated GPU)",
+}
+
+
+def simulated_label(simulated: bool, driven_by: str | None) -> str | None:
+    """How outputs mark a run's figures: None on hardware, else "simulated" and what drove it."""
+    if not simulated:
+        return None
+    try:
+        return SIMULATED_LABELS[DrivenBy(driven_by)]
+    except ValueError:  # a summary that does not say
+        return SIMULATED_LABELS[DrivenBy.EMULATED]
+
+
+def resolution(uncertainty: float) -> int:
+    """The decimal places a figure known to within `uncertainty` is shown with (negative: tens, hundreds).
+
+    The uncertainty keeps two significant digits when it starts with 1 or 2, else one.
+    """
+    exponent = math.floor(math.log10(uncertainty))
+    digits = 2 if uncertainty / 10.0**exponent < 3.0 else 1
+    return digits - 1 - exponent
+
+
+def with_uncertainty(value: float, uncertainty: float | None, unit: str = "", *, places: int = 1) -> str:
+    """`value ± uncertainty unit`, both rounded to what the uncertainty resolves.
+
+    Without an uncertainty (None or 0: an exact counter, or a summary that does not say) the value is
+    written with `places` decimals and no `±`.
+    """
+    suffix = f" {unit}" if unit else ""
+    if uncertainty is None or not math.isfinite(uncertainty) or uncertainty <= 0:
+        return f"{value:.{places}f}{suffix}"
+    decimals = resolution(uncertainty)
+    if decimals >= 0:
+        return f"{value:.{decimals}f} ± {uncertainty:.{decimals}f}{suffix}"
+    step = 10.0**-decimals
+    return f"{round(value / step) * step:.0f} ± {round(uncertainty / step) * step:.0f}{suffix}"
+
+
+def saving_resolved(saved_j: float, uncertainty_j: float | None) -> bool | None:
+    """Whether a saving is resolved: larger than its uncertainty (an exact one, 0, always is); None: unknown."""
+    if uncertainty_j is None:
+        return None
+    return uncertainty_j <= 0 or abs(saved_j) > uncertainty_j
 
 
 # -- summary.json --------------------------------------------------------------------------------------
@@ -88,6 +154,11 @@ define_foreign(
 )
 
 
+def _said(name: str) -> Callable[[Any], bool]:
+    """A field written only when it holds a value: fields added later, so a summary without them reads as before."""
+    return lambda record: getattr(record, name) is not None
+
+
 @dataclass(frozen=True)
 class EpochEnergy(_JsonRecord):
     """Time and energy of one epoch (an epoch missing its number reads as its position in the list)."""
@@ -95,6 +166,10 @@ class EpochEnergy(_JsonRecord):
     epoch: int = field(metadata=as_json(Whole(), if_missing=AT_INDEX))
     time_s: float = field(metadata=as_json(Number(), required=True))
     energy_j: float = field(metadata=as_json(Number(), required=True))
+    #: How precisely `energy_j` is known (J); None in summaries that do not say.
+    energy_uncertainty_j: float | None = field(
+        default=None, metadata=as_json(Number(), written=_said("energy_uncertainty_j"))
+    )
 
 
 @dataclass(frozen=True)
@@ -126,6 +201,10 @@ class NonTrainingTime(_JsonRecord):
     time_s: float = field(metadata=as_json(Number(), required=True))
     energy_j: float = field(metadata=as_json(Number(), required=True))
     count: int = field(metadata=as_json(Whole(), if_missing=0))
+    #: How precisely `energy_j` is known (J); None in summaries that do not say.
+    energy_uncertainty_j: float | None = field(
+        default=None, metadata=as_json(Number(), written=_said("energy_uncertainty_j"))
+    )
 
 
 def _tuned(limit: PowerLimitSummary) -> bool:
@@ -172,6 +251,17 @@ class PowerLimitSummary(_JsonRecord):
     )
     #: Whether tuning finished (None in summaries of earlier wattwise versions, which did not say).
     tuning: TuningSummary | None = field(default=None, metadata=as_json(Record(TuningSummary), written=_has_tuning))
+    #: How precisely the saving and the baseline are known (J), from the profile windows' uncertainty; None
+    #: when unknown (a reused limit, a resumed run, or a summary that does not say).
+    energy_saved_uncertainty_j: float | None = field(
+        default=None, metadata=as_json(Number(), written=_said("energy_saved_uncertainty_j"))
+    )
+    baseline_energy_uncertainty_j: float | None = field(
+        default=None, metadata=as_json(Number(), written=_said("baseline_energy_uncertainty_j"))
+    )
+    #: False when the saving is no larger than its uncertainty: it is "not resolved", not a saving. None
+    #: when unknown.
+    saving_resolved: bool | None = field(default=None, metadata=as_json(Flag(), written=_said("saving_resolved")))
 
 
 @dataclass(frozen=True)
@@ -236,6 +326,17 @@ class RunSummary(_JsonRecord):
     non_training: Mapping[str, NonTrainingTime] = field(
         default_factory=dict, metadata=as_json(RecordMap(NonTrainingTime))
     )
+    #: How precisely `energy_j` is known (J): each GPU's counter resolution at the ends of the run (or its
+    #: power polling), added in quadrature over GPUs and processes. None in summaries that do not say.
+    energy_uncertainty_j: float | None = field(
+        default=None, metadata=as_json(Number(), written=_said("energy_uncertainty_j"))
+    )
+    #: What drove a simulated GPU (`DrivenBy`): "steps" (the training steps themselves,
+    #: `devices.simulated_drive`), "emulated" (`wattwise.tools.workload`, the demo) or "nothing" (its
+    #: figures are its idle power only). None on hardware.
+    simulated_driven_by: str | None = field(
+        default=None, metadata=as_json(Text(), written=_said("simulated_driven_by"))
+    )
 
     @property
     def avg_power_w(self) -> float:
@@ -289,13 +390,48 @@ def never_applied(limit: PowerLimitSummary) -> bool:
     )
 
 
+def with_saving_uncertainty(
+    limit: PowerLimitSummary | None, relative_uncertainty: Mapping[float, float], run_energy_uncertainty_j: float
+) -> PowerLimitSummary | None:
+    """`limit` with how precisely its estimated saving (and baseline) are known, and whether the saving is resolved.
+
+    The saving is the steps run at the chosen limit times the difference of two profile windows' energy per
+    step (the highest limit's and the chosen one's); each window's uncertainty is its energy times
+    `relative_uncertainty[limit]` (as measured in this run), the two in quadrature. Unknown (`limit` as it
+    is) for a reused limit, or a window this run did not measure.
+    """
+    if limit is None or limit.energy_saved_j is None or limit.reused or limit.tuning is None or not limit.profile:
+        return limit
+    top = max(limit.profile, key=lambda e: e.power_limit_w)
+    chosen = next((e for e in limit.profile if e.power_limit_w == limit.chosen_power_limit_w), None)
+    if chosen is None or top.power_limit_w not in relative_uncertainty:
+        return limit
+    if chosen.power_limit_w not in relative_uncertainty:
+        return limit
+    steps = limit.tuning.steps_at_chosen or 0
+    saved_u = 0.0
+    if chosen is not top:
+        saved_u = steps * math.hypot(
+            relative_uncertainty[top.power_limit_w] * top.energy_j,
+            relative_uncertainty[chosen.power_limit_w] * chosen.energy_j,
+        )
+    return dataclasses.replace(
+        limit,
+        energy_saved_uncertainty_j=saved_u,
+        baseline_energy_uncertainty_j=math.hypot(saved_u, run_energy_uncertainty_j),
+        saving_resolved=saving_resolved(limit.energy_saved_j, saved_u),
+    )
+
+
 def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | None = None) -> str:
     """The few lines printed at the end of a run: energy, time, power, and what the power-limit choice did."""
-    tag = " (SIMULATED GPU: modelled figures, not measurements)" if summary.simulated else ""
+    label = simulated_label(summary.simulated, summary.simulated_driven_by)
+    tag = f" ({label.replace('simulated', 'SIMULATED GPU', 1)}: modelled figures, not measurements)" if label else ""
     energy_j = summary.energy_j
+    energy = with_uncertainty(energy_j, summary.energy_uncertainty_j, "J")
     lines = [
         f"wattwise{tag}: {summary.framework or ''} run {summary.status or ''}",
-        f"  time {summary.time_s:.2f} s, energy {energy_j:.1f} J ({energy_j / J_PER_KWH:.6f} kWh), "
+        f"  time {summary.time_s:.2f} s, energy {energy} ({energy_j / J_PER_KWH:.6f} kWh), "
         f"average power {summary.avg_power_w:.1f} W over {len(summary.energy_per_device_j)} GPU(s), "
         f"{summary.steps} steps",
     ]
@@ -313,7 +449,13 @@ def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | 
             if never_applied(pl):
                 lines.append(f"  the chosen limit was never applied: {NEVER_APPLIED}")
             elif pl.energy_saved_j is not None:
-                lines.append(f"  estimated saving against the maximum limit: {pl.energy_saved_j:.1f} J")
+                saved = with_uncertainty(pl.energy_saved_j, pl.energy_saved_uncertainty_j, "J")
+                if pl.saving_resolved is False:
+                    lines.append(
+                        f"  saving against the maximum limit not resolved: {saved}, within its measurement uncertainty"
+                    )
+                else:
+                    lines.append(f"  estimated saving against the maximum limit: {saved}")
     if pl is not None and pl.tuning is not None and not pl.tuning.finished:
         what = "did not finish" if pl.chosen_power_limit_w is not None or pl.mode == "cap" else "chose no limit"
         lines.append(f"  tuning {what}: {pl.tuning.reason}")

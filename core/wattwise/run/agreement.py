@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from wattwise.distributed import Collective
 from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
@@ -145,9 +145,13 @@ class RankEnd(TypedDict):
     #: Its CPU packages' joules, None without one.
     cpu: float | None
     time_s: float
+    #: How precisely each GPU's energy is known (J, by device label; absent: 0).
+    uncertainty: NotRequired[dict[str, float]]
+    #: How precisely its CPU packages' energy is known (J; None without one).
+    cpu_uncertainty: NotRequired[float | None]
     #: Each GPU as `Device.describe()` reports it, plus its `rank`.
     devices: list[dict[str, Any]]
-    #: Its paused figures by kind: `[time_s, energy_j, count]`.
+    #: Its paused figures by kind: `[time_s, energy_j, count]`, then the energy's squared uncertainty (J^2).
     paused: dict[str, list[float]]
     #: Power samples: `[unix time, {device label: watts}]`.
     samples: list[tuple[float, dict[str, float]]]
@@ -201,11 +205,11 @@ def parse_rank_end(raw: Any, *, rank: int) -> RankEnd:
     if not isinstance(paused, Mapping) or not all(
         isinstance(k, str)
         and isinstance(v, (list, tuple))
-        and len(v) == 3
+        and len(v) in (3, 4)
         and all(not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in v)
         for k, v in paused.items()
     ):
-        raise ValueError("paused must map kinds to [time_s, energy_j, count]")
+        raise ValueError("paused must map kinds to [time_s, energy_j, count] (and the squared uncertainty)")
     samples = raw.get("samples", [])
     if not isinstance(samples, list) or not all(
         isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], (int, float)) for s in samples
@@ -232,6 +236,8 @@ def parse_rank_end(raw: Any, *, rank: int) -> RankEnd:
         energy=_joules(raw.get("energy", {}), "energy"),
         cpu=_number(raw, "cpu", optional=True),
         time_s=time_s,
+        uncertainty=_joules(raw.get("uncertainty", {}), "uncertainty"),
+        cpu_uncertainty=_number(raw, "cpu_uncertainty", optional=True),
         devices=[dict(d) for d in devices],
         paused={k: [float(x) for x in v] for k, v in paused.items()},
         samples=[(float(s[0]), _joules(s[1], "samples")) for s in samples],

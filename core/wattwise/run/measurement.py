@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,8 +39,10 @@ from wattwise.config import EnergyConfig
 from wattwise.devices import Device, discover
 from wattwise.distributed import Collective
 from wattwise.errors import UsageError
-from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync
+from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync, quadrature
+from wattwise.record.summary import DrivenBy
 from wattwise.run.agreement import FIGURES_LEFT, Agreement, RankEnd, agree, combine_telling
+from wattwise.run.drive import StepDrive
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -77,6 +80,8 @@ class EpochFigures:
     epoch: int
     time_s: float
     energy_j: float
+    #: How precisely `energy_j` is known (J; `wattwise.monitor`).
+    energy_uncertainty_j: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,18 +91,22 @@ class PausedFigures:
     time_s: float
     energy_j: float
     count: int
+    energy_uncertainty_j: float = 0.0
 
 
 @dataclass
 class Figures:
     """Time and energy combined over processes: per step (a logging interval's average), an epoch or a run.
 
-    `steps` is the number of optimizer steps the figures cover (0 when unknown).
+    `steps` is the number of optimizer steps the figures cover (0 when unknown). `energy_uncertainty_j` says
+    how precisely `energy_j` is known (the processes' uncertainties added in quadrature; per step, for a
+    logging interval's average, the interval's divided by its steps).
     """
 
     time_s: float
     energy_j: float
     steps: int = 1
+    energy_uncertainty_j: float = 0.0
 
     @property
     def avg_power_w(self) -> float:
@@ -117,6 +126,8 @@ class RunFigures:
     energy_j: float
     #: Joules by device label (`rank0/gpu0`).
     energy_per_device_j: dict[str, float]
+    #: How precisely `energy_j` is known (J): every device's, earlier segments' included, in quadrature.
+    energy_uncertainty_j: float
     cpu_energy_j: float | None
     steps: int
     epochs: tuple[EpochFigures, ...]
@@ -208,6 +219,8 @@ class RunMeasurement:
         self.cpus: list[Device] = []
         self.notes: list[str] = []
         self.monitor: EnergyMonitor | None = None
+        #: Drives the simulated GPUs from the training steps (`devices.simulated_drive: steps`); None: off.
+        self.drive: StepDrive | None = None
         #: False until the devices are open, and again once measurement failed.
         self.active = False
         self.step_count = 0
@@ -220,10 +233,12 @@ class RunMeasurement:
         self.last_step: Figures | None = None
         #: Energy and time of the segments before a resume.
         self.prior_energy_j = 0.0
+        self.prior_energy_uncertainty_j = 0.0
         self.prior_time_s = 0.0
         #: The epoch that was in progress when the resumed checkpoint was saved: its figures so far.
         self._resumed_epoch: dict[str, Any] | None = None
-        #: What the open pause is, and this process's paused figures by kind: [time_s, energy_j, count].
+        #: What the open pause is, and this process's paused figures by kind:
+        #: [time_s, energy_j, count, squared energy uncertainty].
         self.paused_kind: str | None = None
         self.paused: dict[str, list[float]] = {}
         #: Combined paused figures of the segments before a resume.
@@ -233,6 +248,15 @@ class RunMeasurement:
     def simulated(self) -> bool:
         """Whether a GPU of this process is simulated (every output must say so)."""
         return any(d.simulated for d in self.gpus)
+
+    @property
+    def driven_by(self) -> DrivenBy | None:
+        """What drove this process's simulated GPUs (None: no simulated GPU)."""
+        if not self.simulated:
+            return None
+        if self.drive is not None and self.drive.active:
+            return DrivenBy.STEPS
+        return DrivenBy.EMULATED if all(g.driven for g in self.gpus if g.simulated) else DrivenBy.NOTHING
 
     @property
     def devices(self) -> list[Device]:
@@ -295,6 +319,8 @@ class RunMeasurement:
         else:  # one of several with nothing to measure: it keeps in step with the others (module docstring)
             self.lost = nothing
             self.monitor = self._unmeasured_monitor()
+        if cfg.devices.simulated_drive == "steps" and self.gpus:
+            self.drive = StepDrive(self.gpus)
         self.active = True
         self._read(lambda mon: mon.begin_window(Window.FIT))
         self._read(lambda mon: mon.begin_window(Window.STEPS, sync=False))
@@ -329,6 +355,8 @@ class RunMeasurement:
     def stop(self) -> None:
         """Measurement failed: measure nothing more. `close` still closes the monitor."""
         self.active = False
+        if self.drive is not None:
+            self.drive.close()
 
     # -- a process of several that lost its measurement --------------------------------------------------
     @staticmethod
@@ -391,25 +419,35 @@ class RunMeasurement:
         """Close windows at one point; their figures combined over processes in one collective."""
         assert self.monitor is not None
         ended = self._read(lambda mon: mon.end_windows(list(names)))
-        return [Figures(t, e, 0) for t, e in self.combine(ended)]
+        return [Figures(t, e, 0, u) for t, e, u in self.combine(ended)]
 
-    def combine(self, ms: Sequence[Measurement]) -> list[tuple[float, float]]:
-        """(time maxed, energy summed) over processes of each of this process's measurements `ms`.
+    def combine(self, ms: Sequence[Measurement]) -> list[tuple[float, float, float]]:
+        """(time maxed, energy summed, uncertainty) over processes of each of this process's measurements `ms`.
 
-        One all-reduce; a process that lost its measurement since the last exchange is counted in it, and
-        then every process learns which ranks lost what (`wattwise.run.agreement.combine_telling`).
+        One all-reduce, which sums the squared uncertainties too (independent counters add in quadrature);
+        a process that lost its measurement since the last exchange is counted in it, and then every process
+        learns which ranks lost what (`wattwise.run.agreement.combine_telling`).
         """
         figures = [(m.time_s, m.total_energy_j) for m in ms]
+        figures += [(0.0, m.total_energy_uncertainty_j**2) for m in ms]
         untold = self._untold
         if self.collective.world_size > 1:
             self._untold = None
         combined, lost = combine_telling(self.collective, figures, untold)
         self._tell_lost(lost, LOST)
-        return combined
+        n = len(ms)
+        return [(t, e, math.sqrt(max(0.0, u2))) for (t, e), (_, u2) in zip(combined[:n], combined[n:], strict=True)]
 
     # -- steps -----------------------------------------------------------------------------------------
+    def step_started(self) -> None:
+        """An optimizer step starts (what drives the simulated GPUs from the steps needs it)."""
+        if self.drive is not None:
+            self.drive.step_started()
+
     def count_steps(self, steps: int = 1) -> None:
         """The free part of a step: count it. Reads nothing, synchronises nothing."""
+        if self.drive is not None:
+            self.drive.step_ended()
         self.step_count += steps
         self._interval_steps += steps
 
@@ -432,7 +470,13 @@ class RunMeasurement:
         if self.paused_kind is not None:
             self._read(lambda mon: mon.pause_windows([Window.STEPS], sync=False))
         steps = max(1, self._interval_steps)
-        rec = Figures(ended[0].time_s / steps, ended[0].energy_j / steps, self._interval_steps)
+        interval = ended[0]
+        rec = Figures(
+            interval.time_s / steps,
+            interval.energy_j / steps,
+            self._interval_steps,
+            interval.energy_uncertainty_j / steps,
+        )
         self._interval_steps = 0
         self._logged_at = self.step_count
         self.last_step = rec
@@ -448,6 +492,8 @@ class RunMeasurement:
         """
         if self.monitor is None or self.paused_kind == kind:
             return
+        if self.drive is not None:
+            self.drive.pause()
         if self.paused_kind is not None:
             self._end_pause()  # the training windows stay paused
         else:
@@ -461,6 +507,8 @@ class RunMeasurement:
             return
         self._end_pause()
         self._read(lambda mon: mon.resume_windows(list(TRAINING_WINDOWS), sync=False))
+        if self.drive is not None:
+            self.drive.resume()
 
     def _end_pause(self) -> None:
         """Close the pause window and add its time and energy to its kind's."""
@@ -468,10 +516,11 @@ class RunMeasurement:
         kind = self.paused_kind
         m = self._read(lambda mon: mon.end_window(Window.PAUSE))
         self.paused_kind = None
-        figures = self.paused.setdefault(kind, [0.0, 0.0, 0])
+        figures = self.paused.setdefault(kind, [0.0, 0.0, 0, 0.0])
         figures[0] += m.time_s
         figures[1] += m.total_energy_j
         figures[2] += 1
+        figures[3] += m.total_energy_uncertainty_j**2
 
     # -- epochs ----------------------------------------------------------------------------------------
     def epoch_begin(self, number: int | None = None) -> None:
@@ -487,7 +536,12 @@ class RunMeasurement:
         if carried is not None and int(carried.get("epoch", number)) != number:
             # The checkpoint was saved at the end of that epoch, before its end was seen: it ended there.
             self.epochs.append(
-                EpochFigures(int(carried["epoch"]), float(carried["time_s"]), float(carried["energy_j"]))
+                EpochFigures(
+                    int(carried["epoch"]),
+                    float(carried["time_s"]),
+                    float(carried["energy_j"]),
+                    float(carried.get("energy_uncertainty_j", 0.0)),
+                )
             )
             self._resumed_epoch = None
         self.cancel(Window.EPOCH)
@@ -508,9 +562,10 @@ class RunMeasurement:
                 rec.time_s + float(carried["time_s"]),
                 rec.energy_j + float(carried["energy_j"]),
                 rec.steps + int(carried.get("steps", 0)),
+                quadrature((rec.energy_uncertainty_j, float(carried.get("energy_uncertainty_j", 0.0)))),
             )
         self._resumed_epoch = None
-        self.epochs.append(EpochFigures(number, rec.time_s, rec.energy_j))
+        self.epochs.append(EpochFigures(number, rec.time_s, rec.energy_j, rec.energy_uncertainty_j))
         self._epoch_number = None
         return rec
 
@@ -519,14 +574,21 @@ class RunMeasurement:
         if not self.active or not self.is_open(Window.FIT):
             return None
         assert self.monitor is not None
-        [(time_s, energy_j)] = self.combine([self._read(lambda mon: mon.peek_window(Window.FIT))])
-        return Figures(self.prior_time_s + time_s, self.prior_energy_j + energy_j, self.step_count)
+        [(time_s, energy_j, uncertainty_j)] = self.combine([self._read(lambda mon: mon.peek_window(Window.FIT))])
+        return Figures(
+            self.prior_time_s + time_s,
+            self.prior_energy_j + energy_j,
+            self.step_count,
+            quadrature((self.prior_energy_uncertainty_j, uncertainty_j)),
+        )
 
     def close(self) -> Measurement | None:
         """Close every window and the monitor; the fit's own measurement (this process), if it was open."""
         if self.monitor is None:
             return None
         self.resume()
+        if self.drive is not None:
+            self.drive.close()
         self.cancel(Window.STEPS, Window.PROFILE, Window.EPOCH)
         fit = self._read(lambda mon: mon.end_window(Window.FIT)) if self.monitor.is_open(Window.FIT) else None
         self.monitor.close()
@@ -551,9 +613,14 @@ class RunMeasurement:
         rank = self.collective.rank
         sampler = self.monitor.sampler if self.monitor is not None else None
         measured = self.lost is None
+        uncertainty = fit.energy_uncertainty_j
         return {
             "energy": {self.device_label(d): fit.energy_j[d.key] for d in self.gpus} if measured else {},
             "cpu": sum(fit.energy_j[d.key] for d in self.cpus) if self.cpus and measured else None,
+            "uncertainty": ({self.device_label(d): uncertainty.get(d.key, 0.0) for d in self.gpus} if measured else {}),
+            "cpu_uncertainty": (
+                quadrature(uncertainty.get(d.key, 0.0) for d in self.cpus) if self.cpus and measured else None
+            ),
             "time_s": fit.time_s,
             "devices": [dict(d.describe(), rank=rank) for d in self.gpus] if measured else [],
             "paused": {k: list(v) for k, v in self.paused.items()},
@@ -568,37 +635,47 @@ class RunMeasurement:
     def figures(self, per_rank: Sequence[Mapping[str, Any]]) -> RunFigures:
         """The run's figures from the processes' `rank_figures` (those at hand)."""
         per_device: dict[str, float] = {}
+        per_device_u: dict[str, float] = {}
         for r in per_rank:
             per_device.update(r["energy"])
+            per_device_u.update(r.get("uncertainty") or {})
         cpu_parts = [r["cpu"] for r in per_rank if r["cpu"] is not None]
+        cpu_u = [r.get("cpu_uncertainty") or 0.0 for r in per_rank if r["cpu"] is not None]
         gpu_energy_j = sum(per_device.values())
+        # With no GPU, what the CPU package used is the run's energy.
+        measured_u = quadrature(per_device_u.values()) if per_device else quadrature(cpu_u)
         return RunFigures(
             time_s=max(r["time_s"] for r in per_rank) + self.prior_time_s,
-            # With no GPU, what the CPU package used is the run's energy.
             energy_j=(gpu_energy_j if per_device else sum(cpu_parts)) + self.prior_energy_j,
             energy_per_device_j=per_device,
+            energy_uncertainty_j=quadrature((measured_u, self.prior_energy_uncertainty_j)),
             cpu_energy_j=sum(cpu_parts) if cpu_parts else None,
             steps=self.step_count,
             epochs=tuple(self.epochs),
             resumed_energy_j=self.prior_energy_j,
             devices=tuple(d for r in per_rank for d in r["devices"]),
             non_training={
-                kind: PausedFigures(v["time_s"], v["energy_j"], int(v["count"]))
+                kind: PausedFigures(v["time_s"], v["energy_j"], int(v["count"]), v.get("energy_uncertainty_j", 0.0))
                 for kind, v in self._non_training([r["paused"] for r in per_rank]).items()
             },
             samples=[(s[0], s[1]) for r in per_rank for s in r["samples"]],
         )
 
     def _non_training(self, per_rank: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:
-        """Paused figures by kind: time maxed and energy summed over processes, earlier segments added."""
+        """Paused figures by kind: time maxed, energy summed and uncertainty in quadrature over processes.
+
+        Earlier segments added.
+        """
         out: dict[str, dict[str, float]] = {k: dict(v) for k, v in self.prior_paused.items()}
         for kind in sorted({k for r in per_rank for k in r}):
             parts = [r[kind] for r in per_rank if kind in r]
             prior = out.get(kind, {"time_s": 0.0, "energy_j": 0.0, "count": 0})
+            squares = [prior.get("energy_uncertainty_j", 0.0) ** 2, *(p[3] for p in parts if len(p) > 3)]
             out[kind] = {
                 "time_s": prior["time_s"] + max(p[0] for p in parts),
                 "energy_j": prior["energy_j"] + sum(p[1] for p in parts),
                 "count": int(prior["count"] + max(p[2] for p in parts)),
+                "energy_uncertainty_j": math.sqrt(sum(squares)),
             }
         return out
 
@@ -613,13 +690,14 @@ class RunMeasurement:
             combined = self.combine(windows)
             fit = combined[0]
             if len(combined) > 1:
-                t, e = combined[1]
+                t, e, u = combined[1]
                 carried = self._resumed_epoch or {}
                 epoch = {
                     "epoch": self._epoch_number if self._epoch_number is not None else len(self.epochs),
                     "time_s": t + float(carried.get("time_s", 0.0)),
                     "energy_j": e + float(carried.get("energy_j", 0.0)),
                     "steps": self.step_count - self._epoch_steps_at + int(carried.get("steps", 0)),
+                    "energy_uncertainty_j": quadrature((u, float(carried.get("energy_uncertainty_j", 0.0)))),
                 }
         return {
             "energy_j": self.prior_energy_j + (fit[1] if fit is not None else 0.0),
@@ -629,16 +707,21 @@ class RunMeasurement:
             "epoch_in_progress": epoch,
             # This process's pauses so far (the combined figures are made at the end of the run).
             "non_training": self._non_training([{k: list(v) for k, v in self.paused.items()}]),
+            "energy_uncertainty_j": quadrature((self.prior_energy_uncertainty_j, fit[2] if fit is not None else 0.0)),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from a checkpoint's `state_dict`: its figures count as earlier segments."""
         self.prior_energy_j = float(state.get("energy_j", 0.0))
+        self.prior_energy_uncertainty_j = float(state.get("energy_uncertainty_j", 0.0))
         self.prior_time_s = float(state.get("time_s", 0.0))
         self.step_count = int(state.get("steps", 0))
         self._logged_at = self.step_count
         self.epochs = [
-            EpochFigures(int(e["epoch"]), float(e["time_s"]), float(e["energy_j"])) for e in state.get("epochs", [])
+            EpochFigures(
+                int(e["epoch"]), float(e["time_s"]), float(e["energy_j"]), float(e.get("energy_uncertainty_j", 0.0))
+            )
+            for e in state.get("epochs", [])
         ]
         self._resumed_epoch = state.get("epoch_in_progress")
         self.prior_paused = {k: dict(v) for k, v in (state.get("non_training") or {}).items()}

@@ -47,6 +47,7 @@ from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, plugin_warning
 from wattwise.monitor import Measurement
 from wattwise.record.files import WindowsLog, power_rows, write_run_dir
+from wattwise.record.kept import keep_run
 from wattwise.record.summary import (
     NEVER_APPLIED,
     EpochEnergy,
@@ -169,6 +170,8 @@ class Run:
         self.batch_size = batch_size
         self.measurement: RunMeasurement | None = None
         self.power = PowerLimitControl(cfg.power_limit, memory=limits_memory, wall_clock=wall_clock)
+        #: The store the run's row goes to (`wattwise.record.kept`): the limits memory's (None: the default).
+        self._store: str | None = getattr(limits_memory, "url", None)
         #: The PLAN.json a pipeline stage of this run follows, for the summary.
         self.frequency_plan: str | None = None
         self.started = False
@@ -580,6 +583,7 @@ class Run:
         summary = self._summarize(figures, status, self._timeline_and_lifted(per_rank))
         if self.is_main:
             write_run_dir(self.cfg.output_dir, summary, power_rows(figures.samples))
+            keep_run(self.cfg.output_dir, summary, store=self._store)
         self.final_summary = summary
         return summary
 
@@ -663,6 +667,7 @@ class Run:
         figures = m.figures(at_hand)
         self.final_summary = self._summarize(figures, status, self._timeline_and_lifted(at_hand))
         write_run_dir(self.cfg.output_dir, self.final_summary, power_rows(figures.samples))
+        keep_run(self.cfg.output_dir, self.final_summary, store=self._store)
         return self.final_summary
 
     def _rank_end(self, fit: Measurement, *, ended: str | None = None) -> RankEnd:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import secrets
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIME_S, TIMESTAMP_S
+from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIME_S, TIMESTAMP_S, Bound
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
 
@@ -185,15 +184,14 @@ def check_run_id(text: object, *, setting: str = "ID") -> str:
     )
 
 
-def _optional_number(value: object, bound: Any, field: str, *, signed: bool = False) -> None:
+def _optional_number(value: object, bound: Bound, field: str, *, signed: bool = False) -> None:
+    """None, or a number within `bound` (`signed`: its size within the bound, either sign)."""
     if value is None:
         return
-    if signed:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise UsageError(f"{field} must be a finite number (got {value!r})")
-        bound.check_number(abs(value), field)
-    else:
+    if not signed:
         bound.check_number(value, field)
+    elif isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) <= bound.high:
+        raise UsageError(f"{field} must be a number from {-bound.high:g} to {bound.high:g} (got {value!r})")
 
 
 def _optional_text(value: object, field: str, limit: int) -> None:

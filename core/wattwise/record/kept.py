@@ -1,0 +1,154 @@
+"""Every run is kept: its own folder under the output folder, and its row in the run history.
+
+A run writes its files (summary.json, windows.csv, power.csv) into its output folder, as it always did, so
+`wattwise report wattwise_runs/lightning` reads the last run there. At its end the main process keeps them:
+
+    <output folder>/runs/<run id>/   the run's own folder: its files, hard links to those it wrote
+    <output folder>/latest           a link to the last run's own folder
+
+The next run into the same output folder replaces the files there (each is written whole under a new name
+and moved into place), never the ones a run's own folder holds, so nothing a run wrote is overwritten.
+The run's row (`wattwise.store.runs.RunRow`) names its own folder; a store that cannot be reached spools
+it. Keeping never stops a run: what fails is one warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from wattwise.errors import Unavailable, UsageError, plugin_warning
+from wattwise.profile import ProfileEntry
+from wattwise.record.summary import POWER_FILE, SUMMARY_FILE, WINDOWS_FILE, PowerLimitSummary, RunSummary
+from wattwise.store.history import RUN_MODES, RunRow, new_run_id
+
+#: The folder of an output folder that holds each run's own folder.
+RUNS_FOLDER = "runs"
+#: The link, in an output folder, to the last run's own folder.
+LATEST = "latest"
+
+
+def time_cost_s(limit: PowerLimitSummary | None) -> float | None:
+    """What the estimated saving cost in time (s; positive: slower), from the same profile windows.
+
+    The steps run at the chosen limit times the difference of step time at the chosen and the highest
+    limit: the time counterpart of `energy_saved_j`. None when no saving is estimated, or it cannot be told.
+    """
+    if limit is None or limit.energy_saved_j is None or limit.tuning is None or not limit.profile:
+        return None
+    steps = limit.tuning.steps_at_chosen
+    top = max(limit.profile, key=lambda e: e.power_limit_w)
+    chosen: ProfileEntry | None = next(
+        (e for e in limit.profile if e.power_limit_w == limit.chosen_power_limit_w), None
+    )
+    if chosen is None or steps is None:
+        return None
+    return steps * (chosen.time_s - top.time_s)
+
+
+def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str]) -> RunRow:
+    """The history's row of a finished run, from its summary and its own folder."""
+    limit = summary.power_limit
+    mode = limit.mode if limit is not None and limit.mode in RUN_MODES else "measure"
+    return RunRow(
+        id=run_id,
+        job=summary.job,
+        framework=summary.framework,
+        mode=mode,
+        status=summary.status,
+        start_time=summary.start_time,
+        end_time=summary.end_time,
+        devices=summary.device_names,
+        time_s=summary.time_s,
+        energy_j=summary.energy_j,
+        energy_uncertainty_j=getattr(summary, "energy_uncertainty_j", None),
+        power_limit_w=limit.chosen_power_limit_w if limit is not None else None,
+        saving_j=limit.energy_saved_j if limit is not None and limit.mode != "cap" else None,
+        time_cost_s=time_cost_s(limit),
+        folder=str(Path(folder).absolute()),
+        simulated=summary.simulated,
+    )
+
+
+def _kept_files(world_size: int) -> list[str]:
+    """The files a run of `world_size` processes writes into its output folder."""
+    return [SUMMARY_FILE, POWER_FILE, WINDOWS_FILE, *(f"windows-rank{rank}.csv" for rank in range(1, world_size))]
+
+
+def keep_folder(output_dir: str | os.PathLike[str], run_id: str, *, world_size: int = 1) -> Path:
+    """Give the run just written into `output_dir` its own folder, `runs/<run_id>`, and point `latest` at it.
+
+    Each regular file the run wrote is hard-linked there (copied where the file system has no hard links);
+    a link planted in the output folder is never followed.
+
+    Returns:
+        The run's own folder.
+
+    Raises:
+        OSError: the folder or the link cannot be made.
+    """
+    out = Path(output_dir)
+    own = out / RUNS_FOLDER / run_id
+    own.mkdir(parents=True, exist_ok=False)
+    for name in _kept_files(world_size):
+        source = out / name
+        try:
+            if not stat.S_ISREG(os.lstat(source).st_mode):
+                continue
+        except FileNotFoundError:
+            continue
+        try:
+            os.link(source, own / name, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(source, own / name, follow_symlinks=False)
+    latest = out / LATEST
+    temporary = out / f".{LATEST}.{run_id}.tmp"
+    os.symlink(Path(RUNS_FOLDER) / run_id, temporary)
+    try:
+        os.replace(temporary, latest)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+    return own
+
+
+def keep_run(output_dir: str | os.PathLike[str], summary: RunSummary, *, store: str | None = None) -> RunRow | None:
+    """Keep the run just written into `output_dir`: its own folder, and its row in the history.
+
+    Never raises: a folder that cannot be made, or a store that refuses the row, is one warning (a store
+    that cannot be reached spools the row instead, with one warning saying so).
+
+    Args:
+        output_dir: Where the run wrote summary.json, power.csv and windows.csv.
+        summary: The run's summary, as written there.
+        store: The store (a SQLite file path or a database URL); None: `$WATTWISE_STORE`, else the default.
+
+    Returns:
+        The row recorded (or spooled); None when the run could not be kept.
+    """
+    from wattwise.store.runs import record_run
+
+    run_id = new_run_id(summary.start_s)
+    try:
+        own = keep_folder(output_dir, run_id, world_size=summary.world_size or 1)
+    except OSError as err:
+        plugin_warning(
+            f"wattwise: the run's files stay in {output_dir} but could not be kept in a folder of their own "
+            f"({err.strerror or err}); the next run into {output_dir} replaces them"
+        )
+        return None
+    row = run_row(summary, run_id=run_id, folder=own)
+    try:
+        spooled = record_run(row, location=store)
+    except (UsageError, Unavailable, OSError) as err:
+        plugin_warning(f"wattwise: run {run_id} is kept in {own} but not in the run history: {err}")
+        return None
+    if spooled is not None:
+        plugin_warning(
+            f"wattwise: the store could not be reached; run {run_id} waits in {spooled} and is added to the run "
+            "history when the store is next opened (`wattwise jobs sync`)"
+        )
+    return row

@@ -1,0 +1,85 @@
+"""Simulated GPUs driven by the training steps themselves (`devices.simulated_drive: steps`).
+
+A user's own training script on the simulated GPU runs its real work on the CPU, which no power model
+sees: undriven, the simulated GPU draws its idle power at every limit, and tuning can only say so. With
+this option on, each optimizer step drives it: the GPUs are busy from the step's start to its end, the
+step's measured wall time is taken as its work at the maximum power limit, and the step then sleeps for
+the difference to the time the power model gives at the current limit and clock. Time and energy then
+follow the settings as they would on the modelled GPU, so tuning and capping do something visible, and
+every output says "simulated, driven by your steps".
+
+Off by default: it makes training sleep (by the model's slowdown at lower limits), which a user must
+have asked for. It does nothing on hardware (no `Device.simulation`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from wattwise.devices.base import Device, Simulation
+
+
+class StepDrive:
+    """Busy from a step's start to its end, each step stretched to the modelled time (see the module docstring).
+
+    What is not training (a pause inside a step: an evaluation, a checkpoint) ends the busy stretch, which
+    is stretched at that point; training resumed inside the step is busy again until the step ends.
+    """
+
+    def __init__(self, gpus: Sequence[Device]) -> None:
+        """Drive the simulated GPUs among `gpus` (none: nothing to drive, every call does nothing)."""
+        self._sims: list[Simulation] = [s for s in (g.simulation for g in gpus) if s is not None]
+        self._busy: contextlib.ExitStack | None = None
+        self._started_s = 0.0
+        self._in_step = False
+
+    @property
+    def active(self) -> bool:
+        """Whether it drives a simulated GPU."""
+        return bool(self._sims)
+
+    def step_started(self) -> None:
+        """An optimizer step starts: the GPUs are busy."""
+        self._in_step = True
+        self._begin()
+
+    def step_ended(self) -> None:
+        """The step's work ended: it is stretched to the modelled time, then the GPUs are idle."""
+        self._in_step = False
+        self._end(stretch=True)
+
+    def pause(self) -> None:
+        """What follows is not training: the work so far is stretched, then the GPUs are idle."""
+        self._end(stretch=True)
+
+    def resume(self) -> None:
+        """Training goes on: busy again when inside a step."""
+        if self._in_step:
+            self._begin()
+
+    def close(self) -> None:
+        """The run ends: the GPUs are idle (a step left open is not stretched)."""
+        self._in_step = False
+        self._end(stretch=False)
+
+    def _begin(self) -> None:
+        if not self._sims or self._busy is not None:
+            return
+        stack = contextlib.ExitStack()
+        for sim in self._sims:
+            stack.enter_context(sim.busy())
+        self._busy = stack
+        self._started_s = self._sims[0].clock()
+
+    def _end(self, *, stretch: bool) -> None:
+        busy, self._busy = self._busy, None
+        if busy is None:
+            return
+        with busy:
+            if stretch:
+                first = self._sims[0]
+                work_s = max(0.0, first.clock() - self._started_s)
+                target_s = max(sim.step_time_s(work_s) for sim in self._sims)
+                if target_s > work_s:
+                    first.sleep(target_s - work_s)

@@ -1,0 +1,95 @@
+"""Every run is kept: two runs into one output folder each have their own folder (nothing overwritten), `latest`
+points at the last, and each has its row in the run history, naming its own folder; a store that cannot be
+reached spools the row and the run still ends with its summary."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.clock import VirtualClock
+from wattwise.config import load_config
+from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.errors import EnergyPluginWarning
+from wattwise.profile import ProfileEntry
+from wattwise.record.files import read_run_dir
+from wattwise.record.kept import LATEST, time_cost_s
+from wattwise.record.summary import PowerLimitSummary, TuningSummary
+from wattwise.run import Run
+from wattwise.store import spool
+from wattwise.store import sql as sql_store
+from wattwise.store.limits_memory import LimitsMemory
+from wattwise.store.runs import list_runs
+from wattwise.tools.workload import emulate_step
+
+QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
+
+
+def one_run(out: Path, store: Path, *overrides: str, start_s: float = 1_796_119_200.0) -> Run:
+    clock = VirtualClock(start_s)
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
+    cfg = load_config(overrides=[*QUIET, f"output_dir={out}", "job=bert/squad", *overrides])
+    run = Run(cfg, devices=[gpu], wall_clock=clock, limits_memory=LimitsMemory(str(store)))
+    run.start()
+    for _ in range(3):
+        run.step_begin()
+        emulate_step([gpu], lambda: None)
+        run.step_end()
+    run.finish()
+    return run
+
+
+def test_two_runs_into_one_folder_keep_their_own_folders_and_rows(tmp_path: Path) -> None:
+    out, store = tmp_path / "wattwise_runs", tmp_path / "jobs.sqlite"
+    one_run(out, store, "power_limit.mode=cap", "power_limit.cap_w=200")
+    first = list_runs(location=str(store))
+    assert len(first) == 1
+    first_summary = (Path(first[0].folder) / "summary.json").read_text()
+    one_run(out, store, start_s=1_796_122_800.0)
+    rows = list_runs(job="bert/squad", location=str(store))
+    assert [(r.mode, r.power_limit_w, r.simulated, r.status) for r in rows] == [
+        ("cap", 200.0, True, "completed"),
+        ("measure", None, True, "completed"),
+    ]
+    assert [Path(r.folder).parent for r in rows] == [out.absolute() / "runs"] * 2
+    assert (Path(rows[0].folder) / "summary.json").read_text() == first_summary  # not overwritten
+    assert json.loads(first_summary)["power_limit"]["mode"] == "cap"
+    assert os.readlink(out / LATEST) == f"runs/{rows[1].id}"
+    assert read_run_dir(out / LATEST).summary == read_run_dir(out).summary  # the output folder: the last run
+    assert rows[1].energy_j == read_run_dir(out).summary.energy_j > 0
+    assert {p.name for p in Path(rows[1].folder).iterdir()} >= {"summary.json", "windows.csv"}
+
+
+def test_a_run_whose_store_is_unreachable_ends_with_its_summary_and_its_row_spooled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, real = tmp_path / "jobs.sqlite", sql_store.SqlJobStore
+
+    def unreachable(url: str) -> sql_store.SqlJobStore:
+        raise spool.StoreUnavailable("cannot reach the job store", url=url, reason="connection refused")
+
+    monkeypatch.setattr(sql_store, "SqlJobStore", unreachable)
+    with pytest.warns(EnergyPluginWarning, match="the store could not be reached; run .* waits in"):
+        run = one_run(tmp_path / "out", store)
+    assert run.final_summary is not None
+    url = LimitsMemory(str(store)).url
+    assert len(spool.pending(url)) == 1
+    monkeypatch.setattr(sql_store, "SqlJobStore", real)  # the store is back: opening it delivers the row
+    assert [r.energy_j for r in list_runs(location=str(store))] == [run.final_summary.energy_j]
+
+
+def test_the_time_cost_of_a_saving_is_the_steps_at_the_chosen_limit_times_their_slowdown() -> None:
+    profile = (ProfileEntry(300.0, 0.50, 150.0), ProfileEntry(200.0, 0.55, 120.0))
+    limit = PowerLimitSummary(
+        mode="tune",
+        chosen_power_limit_w=200.0,
+        profile=profile,
+        energy_saved_j=3000.0,
+        baseline_energy_j=20000.0,
+        tuning=TuningSummary(finished=True, profiled=(300.0, 200.0), steps_at_chosen=100),
+    )
+    assert time_cost_s(limit) == pytest.approx(5.0)
+    assert time_cost_s(PowerLimitSummary(mode="cap", chosen_power_limit_w=200.0)) is None
