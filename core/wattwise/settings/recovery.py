@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wattwise.safe_files import lock_descriptor
+from wattwise.safe_files import lock_descriptor, private_folder_problem
 from wattwise.settings import journal as journal_file
 from wattwise.settings.apply import RESTORE_ERRORS, apply_setting, describe, read_setting, setting_words
 from wattwise.settings.journal import (
@@ -121,7 +121,7 @@ def recover_stale_journals(
             if fd >= 0 and not try_flock(fd):
                 _live(result, path, lock, include_live)
                 continue
-            _recover_one(path, result)
+            _recover_one(path, result, named_folder=directory is not None)
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -141,12 +141,17 @@ def _live(result: RestoreResult, path: Path, lock: Path, include_live: bool) -> 
         result.held.append(f"{path}: held by {who}, still running (it restores its settings when it ends)")
 
 
-def _recover_one(path: Path, result: RestoreResult) -> None:
-    """Restore one stale journal (its lock held by the caller); delete it once everything is back."""
+def _recover_one(path: Path, result: RestoreResult, *, named_folder: bool = False) -> None:
+    """Restore one stale journal (its lock held by the caller); delete it once everything is back.
+
+    `named_folder`: the journal folder was named (`--journal-dir`, a node agent's state dir): a simulated
+    GPU's state file may then lie outside the user's state dir (the agent's `--simulated-dir`), in a
+    folder that `_simulated_folder_problem` trusts.
+    """
     from wattwise.devices import open_spec
 
     try:
-        found = read_journal(path)
+        found = read_journal(path, check_state_files=not named_folder)
     except FileNotFoundError:
         return  # its owner finished meanwhile
     except JournalProblem as err:
@@ -162,6 +167,11 @@ def _recover_one(path: Path, result: RestoreResult) -> None:
             result.restored.append(
                 f"{describe(spec, setting, value)} (nothing to do: the simulated GPU's state folder is gone)"
             )
+            continue
+        problem = _simulated_folder_problem(spec) if named_folder and state_file is not None else None
+        if problem:
+            result.failed.append(f"{describe(spec, setting, value)}: {problem}; not restored")
+            remaining.append(change)
             continue
         try:
             apply_setting(open_spec(spec), setting, value)
@@ -179,6 +189,22 @@ def _recover_one(path: Path, result: RestoreResult) -> None:
                 path.with_suffix(".lock").unlink()
     except OSError as err:
         result.failed.append(f"{path}: cannot update it ({err.strerror}); the next restore retries it")
+
+
+def _simulated_folder_problem(spec: dict[str, Any]) -> str | None:
+    """Why a simulated GPU's state file named by a journal in a named folder is not to be written; None if fine.
+
+    It must be `gpu<index>.json`, by an absolute path without symbolic links, in a folder of this user's
+    (or root's) that no one else may write: what an agent's `--simulated-dir` is.
+    """
+    raw = spec.get("state_file")
+    if not isinstance(raw, str) or not os.path.isabs(raw):
+        return f"its state_file {raw!r} is not an absolute path"
+    path = Path(os.path.normpath(raw))
+    if path.name != f"gpu{spec.get('index')}.json" or os.path.realpath(path.parent) != str(path.parent):
+        return f"its state_file {raw} is not gpu{spec.get('index')}.json in a folder reached without symbolic links"
+    problem = private_folder_problem(path.parent)
+    return f"its state folder {path.parent} {problem.removeprefix('the folder ')}" if problem else None
 
 
 def _current(spec: dict[str, Any], setting: str) -> Any:

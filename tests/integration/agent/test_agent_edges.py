@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.support.agent_server import start_agent, start_holder
 
 
 def test_a_metrics_port_in_use_is_named_in_one_line_and_the_agent_exits_2(tmp_path: Path) -> None:
@@ -34,3 +37,24 @@ def test_a_metrics_port_in_use_is_named_in_one_line_and_the_agent_exits_2(tmp_pa
     assert line.startswith(f"wattwise agent: error: --metrics-port {port}: cannot listen on 127.0.0.1:{port} (")
     assert "choose another port" in line and "check the paths" not in line
     assert not (tmp_path / "run" / "agent.sock").exists()
+
+
+def test_restore_with_the_agents_journal_dir_puts_back_what_a_sigkilled_agent_left(tmp_path: Path) -> None:
+    agent = start_agent(tmp_path)  # its simulated GPUs' state folder lies outside its state dir
+    holder = start_holder(agent, 150, "bert", index=1)
+    agent.proc.kill()  # the agent dies; its holder too, while no agent watches
+    agent.proc.wait()
+    holder.kill()
+    holder.wait()
+    state = json.loads((agent.sim_dir / "gpu1.json").read_text())
+    assert state["power_limit_w"] == 150.0
+    done = subprocess.run(
+        [sys.executable, "-m", "wattwise", "restore", "--journal-dir", str(agent.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "restored simulated device 1: power_limit_w -> 300.0" in done.stdout
+    assert json.loads((agent.sim_dir / "gpu1.json").read_text())["power_limit_w"] == 300.0
+    assert not (agent.state_dir / "journal.json").exists()
