@@ -57,6 +57,7 @@ from wattwise.record.summary import (
     SettingEvent,
     iso_utc,
     never_applied,
+    with_saving_uncertainty,
 )
 from wattwise.run.agreement import RankEnd, agree, collect_rank_ends, leave_rank_end
 from wattwise.run.carbon import CarbonControl
@@ -189,6 +190,8 @@ class Run:
         self._told_lost: set[int] = set()
         #: The recurring job this run belongs to, when it runs as one (`steer_recurring`; names it to the agent).
         self.recurring_job: str | None = None
+        #: Each profiled limit's window: its energy's uncertainty relative to its energy (for the saving's).
+        self._profile_uncertainty: dict[float, float] = {}
 
     # -- what adapters and users read ------------------------------------------------------------------
     @property
@@ -464,6 +467,7 @@ class Run:
         self._take_notices()
         if begin_profile:
             m.begin(Window.PROFILE)
+        m.step_started()
 
     @_never_breaks_training
     def step_end(self, steps: int = 1) -> Figures | None:
@@ -490,6 +494,7 @@ class Run:
         if profile_done:  # a decision point: a change that failed in one process degrades all of them here
             self._agree()
         if profile_done and self.power.tuner is not None:
+            profiled = len(self.power.tuner.profile)
             try:
                 self.power.end_profile_window(
                     ended[0].time_s,
@@ -500,6 +505,10 @@ class Run:
                 )
             except (Unavailable, UsageError) as err:  # e.g. a window that measured no energy
                 self._degrade(err, "choosing the power limit")
+            tuner = self.power.tuner
+            if tuner is not None and len(tuner.profile) > profiled and ended[0].energy_j > 0:
+                relative = ended[0].energy_uncertainty_j / ended[0].energy_j
+                self._profile_uncertainty[tuner.profile[-1].power_limit_w] = relative
         return rec
 
     @_never_breaks_training
@@ -682,6 +691,8 @@ class Run:
             energy=share["energy"],
             cpu=share["cpu"],
             time_s=share["time_s"],
+            uncertainty=share["uncertainty"],
+            cpu_uncertainty=share["cpu_uncertainty"],
             devices=share["devices"],
             paused=share["paused"],
             samples=share["samples"],
@@ -707,7 +718,9 @@ class Run:
     def _summarize(self, figures: RunFigures, status: str, timeline: Sequence[SettingEvent]) -> RunSummary:
         m = self.measurement
         assert m is not None
-        limit = self.power.summary(figures.energy_j)
+        limit = with_saving_uncertainty(
+            self.power.summary(figures.energy_j), self._profile_uncertainty, figures.energy_uncertainty_j
+        )
         unapplied = (
             (f"power limit {limit.chosen_power_limit_w:g} W was chosen but never applied: {NEVER_APPLIED}",)
             if limit is not None and never_applied(limit)
@@ -728,7 +741,7 @@ class Run:
             energy_per_device_j=figures.energy_per_device_j,
             cpu_energy_j=figures.cpu_energy_j,
             steps=figures.steps,
-            epochs=tuple(EpochEnergy(e.epoch, e.time_s, e.energy_j) for e in figures.epochs),
+            epochs=tuple(EpochEnergy(e.epoch, e.time_s, e.energy_j, e.energy_uncertainty_j) for e in figures.epochs),
             resumed_energy_j=figures.resumed_energy_j,
             devices=figures.devices,
             notes=(*m.notes, *self._noticed, *self._idle_simulation_note(), *unapplied),
@@ -739,8 +752,11 @@ class Run:
             settings_timeline=tuple(timeline),
             carbon_aware=self.power.carbon_summary(),
             non_training={
-                kind: NonTrainingTime(p.time_s, p.energy_j, p.count) for kind, p in figures.non_training.items()
+                kind: NonTrainingTime(p.time_s, p.energy_j, p.count, p.energy_uncertainty_j)
+                for kind, p in figures.non_training.items()
             },
+            energy_uncertainty_j=figures.energy_uncertainty_j,
+            simulated_driven_by=m.driven_by,
         )
 
     def _idle_simulation_note(self) -> tuple[str, ...]:
@@ -749,7 +765,8 @@ class Run:
         if any(g.simulated and not g.driven for g in self.gpus):
             return (
                 "no emulated work drove the simulated GPU: its figures are its idle power only, and no "
-                "saving is reported (wattwise.tools.workload.emulate_step drives it; the demo does)",
+                "saving is reported (devices.simulated_drive=steps drives it from your training steps; "
+                "wattwise.tools.workload.emulate_step drives it too, as the demo does)",
             )
         return ()
 
