@@ -176,7 +176,8 @@ class Agent:
             # By UUID, never by index alone: GPUs renumbered since (one left the bus, the agent restarted on
             # others) put a journalled GPU's originals on another GPU behind the same index otherwise.
             uuid = gpu_uuid(change["device"])
-            index = self.uuids.get(uuid)
+            index = self.uuids.get(uuid) if _names_gpu(change["device"]) else change["device"].get("index")
+            index = index if index in self.devices else None
             if index is None:
                 log.error(
                     "wattwise agent: journal names GPU %s (%s), which this agent does not see; kept",
@@ -764,6 +765,14 @@ class Agent:
         if self._audit_failing:
             log.warning("wattwise agent: the audit log %s is written again", self.audit.path)
             self._audit_failing = False
+
+
+def _names_gpu(spec: dict[str, Any]) -> bool:
+    """Whether a journalled spec names its GPU beyond its index (a UUID, a simulated GPU's state file).
+
+    An agent before the settings package journalled indices only: its entries are matched by index.
+    """
+    return bool(spec.get("uuid") or spec.get("state_file"))
 
 
 def _read_originals(device: Device) -> dict[str, Any]:
