@@ -49,6 +49,11 @@ MIN_COUNTER_UPDATES = 20
 MIN_WINDOW_S = 0.5
 #: Steps a window holds at least, whatever the counter.
 MIN_WINDOW_STEPS = 5
+#: Steps trained at a new cap before its window opens, however short the settling time (the first steps
+#: of a Trainer load kernels and allocate).
+SETTLE_STEPS = 3
+#: A tuning run that has not finished after this long stops (its summary says tuning did not finish).
+TUNE_RUN_LIMIT_S = 120.0
 #: Two power limits closer than this are the same limit (the sweep sets whole watts, the tuner need not).
 SAME_LIMIT_W = 1.0
 
@@ -145,6 +150,14 @@ class Sizes:
         """Seconds a measurement window lasts on `gpu`: `window_updates` counter updates, `MIN_WINDOW_S` at least."""
         return max(MIN_WINDOW_S, self.window_updates * gpu.energy_update_period_s)
 
+    @staticmethod
+    def profile_window_s(gpu: Device) -> float:
+        """Seconds the pipeline profiler measures the shortest instruction for: `MIN_COUNTER_UPDATES` updates.
+
+        The longer instructions' windows last proportionally longer (one repeat count for all).
+        """
+        return max(MIN_WINDOW_S, MIN_COUNTER_UPDATES * gpu.energy_update_period_s)
+
     def tuning_runs(self) -> list[tuple[float, int]]:
         """(eta, repeat) of every tuning run: `repeats` at eta 0.5; as many at the other eta, or one when quick."""
         first, *others = TUNING_ETAS
@@ -154,9 +167,14 @@ class Sizes:
 
 
 # -- estimates for --budget-s ----------------------------------------------------------------------------
-#: Seconds a check spends outside its windows: importing torch and transformers, building the model, the
-#: Trainer's start, on a real GPU (the simulated one builds a tiny model on the CPU).
-SETUP_S = 20.0
+#: Seconds a check spends outside its windows on a real GPU: building the model, moving it to the GPU,
+#: the Trainer's start and first steps (importing torch and transformers comes once, before the first).
+SETUP_S = 10.0
+#: Seconds a tuning run spends outside its profile windows: the model, the Trainer, the steps after.
+TUNE_RUN_SETUP_S = 7.0
+#: The pipeline profiler's windows against `Sizes.profile_window_s`: its repeat count follows the shortest
+#: instruction, the longer ones (a backward, the deeper stage, a lower clock) take about this much more.
+PROFILE_WINDOW_SPREAD = 2.5
 
 
 def estimate_s(name: str, gpu: Device | None, quick: bool) -> float:
@@ -164,15 +182,16 @@ def estimate_s(name: str, gpu: Device | None, quick: bool) -> float:
     if gpu is None:
         return 0.0
     sizes = Sizes.of(quick)
-    window = sizes.window_s(gpu)
+    window, profile_window = sizes.window_s(gpu), sizes.profile_window_s(gpu)
     if name == "cap_sweep":
         return SETUP_S + sizes.caps * (sizes.settle_s + window)
     if name == "tuning_vs_sweep":
-        # Each run profiles `caps` limits for a window each (warm-up steps and the steps after included).
-        return SETUP_S + len(sizes.tuning_runs()) * (sizes.caps * (window + 0.5) + 5.0)
+        # A run profiles each of the sweep's caps over a window (power_limit.min_profile_s: 20 counter
+        # updates), after 3 warm-up steps.
+        return len(sizes.tuning_runs()) * (TUNE_RUN_SETUP_S + sizes.caps * (profile_window + 0.5))
     if name == "pipeline_measured":
-        profile = 2 * 2 * sizes.pipeline_clocks * (window + 0.5)
-        return SETUP_S + profile + 2 * 2 * (window + 0.5) + 5.0
+        profile = 2 * 2 * sizes.pipeline_clocks * profile_window * PROFILE_WINDOW_SPREAD
+        return SETUP_S + profile + 2 * 2 * (window + 0.5)
     return 0.0
 
 
@@ -477,6 +496,13 @@ class Rig:
         from wattwise.tools.workload import emulate_step
 
         m, gpu = self.model, self.gpu
+        if self.cuda_index is not None and torch.cuda.device_count() > 1:
+            from wattwise.tools.acceptance import Skip
+
+            raise Skip(
+                f"the Trainer would train on all {torch.cuda.device_count()} visible GPUs; run with "
+                "CUDA_VISIBLE_DEVICES=N (and --gpu 0) to measure GPU N alone"
+            )
         torch.manual_seed(seed)
         config = BertConfig(
             vocab_size=m.vocab,
@@ -572,7 +598,7 @@ def _sweep_callback(
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.steps += 1
             elapsed = clock() - self.since
-            if self.phase == "settle" and elapsed >= sizes.settle_s and self.steps >= 2:
+            if self.phase == "settle" and elapsed >= sizes.settle_s and self.steps >= SETTLE_STEPS:
                 monitor.begin_window("cap")
                 self.phase, self.since, self.steps = "measure", clock(), 0
             elif self.phase == "measure" and elapsed >= window_s and self.steps >= MIN_WINDOW_STEPS:
@@ -665,6 +691,8 @@ def _tune_once(rig: Rig, out: Path, eta: float, step_w: float, sizes: Sizes) -> 
     )
     run = Run(cfg, framework="transformers", devices=[gpu], sync=rig.sync)
     after = sizes.steps_after_tuning
+    clock = gpu.simulation.clock if gpu.simulation is not None else time.monotonic
+    start = clock()
 
     class Tune(trainer_callback_base()):  # type: ignore[misc]
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -676,7 +704,8 @@ def _tune_once(rig: Rig, out: Path, eta: float, step_w: float, sizes: Sizes) -> 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             run.step_end()
             power = run.power
-            if not run.measuring or (power.tuner is not None and power.steps_at_chosen >= after):
+            done = power.tuner is not None and power.steps_at_chosen >= after
+            if done or not run.measuring or clock() - start > TUNE_RUN_LIMIT_S:
                 control.should_training_stop = True
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -955,7 +984,7 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
     folder = ctx.out / "levers" / "pipeline"
     folder.mkdir(parents=True, exist_ok=True)
     stages = _stages(rig)
-    window_s = sizes.window_s(gpu)
+    window_s, profile_window_s = sizes.window_s(gpu), sizes.profile_window_s(gpu)
     microbatches = PIPELINE_MICROBATCHES
     with SettingsGuard() as guard:
         guard.install_signal_handlers()
@@ -965,7 +994,7 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
                 [_profile_stage_work(rig, s) for s in stages],
                 guard,
                 frequencies_mhz=clocks,
-                iterations=max(3, math.ceil(window_s / instruction_s)),
+                iterations=max(3, math.ceil(profile_window_s / instruction_s)),
                 warmup=1,
                 sync=rig.sync,
             ).measure()
