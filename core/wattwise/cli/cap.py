@@ -28,6 +28,10 @@ from wattwise.settings.guard import SettingsGuard
 
 #: Exit code when the cap cannot be set (refused, out of range, no GPU): the command does not run.
 EXIT_NOT_CAPPED = 1
+#: The largest GPU index `--gpus` accepts (NVML numbers GPUs far below it).
+MAX_GPU_INDEX = 65535
+#: The GPUs of the simulated node `--backend simulated` caps (discovery's default).
+SIMULATED_GPUS = 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,7 +60,20 @@ def _indices(text: str | None) -> list[int] | None:
         raise UsageError(f"--gpus must be comma-separated GPU indices, e.g. 0,1 (got {text!r})") from None
     if any(i < 0 for i in indices) or len(set(indices)) != len(indices):
         raise UsageError(f"--gpus must list distinct non-negative indices (got {text!r})")
+    if max(indices) > MAX_GPU_INDEX:
+        raise UsageError(f"--gpus must list GPU indices from 0 to {MAX_GPU_INDEX} (got {text!r})")
     return indices
+
+
+def _check_simulated(backend: str, indices: list[int] | None) -> None:
+    """`--backend simulated`: the node has `SIMULATED_GPUS` GPUs; an index past them is refused, naming them."""
+    if backend == "simulated" and indices is not None:
+        missing = [i for i in indices if i >= SIMULATED_GPUS]
+        if missing:
+            raise UsageError(
+                f"--gpus: no GPU {', '.join(map(str, missing))} on this node (its simulated GPU(s): "
+                f"{', '.join(map(str, range(SIMULATED_GPUS)))})"
+            )
 
 
 @contextlib.contextmanager
@@ -153,8 +170,10 @@ def run(args: argparse.Namespace) -> int:
     if shutil.which(cmd[0]) is None:
         print(f"wattwise cap: error: command not found: {cmd[0]}", file=sys.stderr)
         return EXIT_NOT_FOUND
+    indices = _indices(args.gpus)
+    _check_simulated(args.backend, indices)
     try:
-        found = discover(args.backend, gpu_indices=_indices(args.gpus))
+        found = discover(args.backend, gpu_indices=indices, num_simulated=SIMULATED_GPUS)
         if not found.gpus:
             raise DeviceError("no GPU to cap here" + (f" ({'; '.join(found.notes)})" if found.notes else ""))
         gpus = found.gpus

@@ -92,7 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: the command's own, 2 for a usage error or something unavailable (one line on
         stderr), 130 on Ctrl-C, 141 when the reader of the output went away.
     """
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:  # Ctrl-C while the command's modules load or its arguments are read
+        return 130
+
+
+def _main(argv: list[str]) -> int:
+    """`main`, its Ctrl-C aside."""
     command = command_of(argv)
     if command in SINGLE_THREADED_BLAS and "numpy" not in sys.modules:
         # Read once, when numpy is first imported; a caller that already has numpy keeps its environment.
