@@ -1,4 +1,7 @@
-"""`wattwise jobs list|show NAME|reset NAME|sync`: the recurring jobs in the store and their history.
+"""`wattwise jobs list|show NAME|reset NAME|forget-limit NAME|sync`: the jobs in the store and their history.
+
+A job is a recurring job (its settings and runs), or any `job=` whose tuned power limits are remembered
+(`wattwise.store.limits_memory`): `show` shows both, `forget-limit` forgets remembered limits.
 
 The store is `--store` (a SQLite file path or a database URL), else `$WATTWISE_STORE`, else the
 SQLite file in wattwise's state directory. Listing a store that does not exist yet creates nothing.
@@ -15,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from wattwise.errors import UsageError
 from wattwise.names import check_job_name
 from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.recurring.summary import JobSummary, summarize
@@ -22,6 +26,7 @@ from wattwise.safe_files import json_text
 from wattwise.store import spool
 from wattwise.store.base import unknown_job
 from wattwise.store.factory import default_store_url, open_store, store_url
+from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,12 +48,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     listing = actions.add_parser("list", parents=[common], help="every job with its run counts and totals")
     listing.set_defaults(func=run_list)
-    show = actions.add_parser("show", parents=[common], help="one job: settings, batch sizes, every run")
+    show = actions.add_parser(
+        "show", parents=[common], help="one job: settings, batch sizes, every run, remembered power limits"
+    )
     show.add_argument("name", metavar="NAME", help="job name (see `wattwise jobs list`)")
     show.set_defaults(func=run_show)
     reset = actions.add_parser("reset", parents=[common], help="forget a job and its whole history")
     reset.add_argument("name", metavar="NAME", help="job name (see `wattwise jobs list`)")
     reset.set_defaults(func=run_reset)
+    forget = actions.add_parser(
+        "forget-limit",
+        parents=[common],
+        help="forget a job's remembered power limits, so that its next run profiles again",
+    )
+    forget.add_argument("name", metavar="NAME", help="job name (see `wattwise jobs show NAME`)")
+    forget.add_argument("--key", help="forget only this one (a key `wattwise jobs show NAME` lists); default: all")
+    forget.set_defaults(func=run_forget_limit)
     sync = actions.add_parser(
         "sync", parents=[common], help="deliver the run results spooled while the store was unreachable"
     )
@@ -130,8 +145,37 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _limit_dict(key: str, limit: RememberedLimit) -> dict[str, Any]:
+    return {
+        "key": key,
+        "power_limit_w": limit.chosen.power_limit_w,
+        "time_s": limit.chosen.time_s,
+        "energy_j": limit.chosen.energy_j,
+        "profiled": len(limit.profile),
+        "selector": limit.selector,
+        "eta": limit.eta,
+        "chosen_at_s": limit.chosen_at_s,
+        "run_id": limit.run_id,
+    }
+
+
+def _print_limits(name: str, limits: dict[str, RememberedLimit]) -> None:
+    print(f"remembered power limits ({len(limits)}; `wattwise jobs forget-limit {name}` forgets them):")
+    print(f"  {'limit (W)':>9} {'step (s)':>9} {'step (J)':>9} {'profiled':>8} {'chosen (UTC)':<19} key")
+    from wattwise.carbon.series import format_utc
+
+    for key, limit in limits.items():
+        when = format_utc(limit.chosen_at_s)[:19].replace("T", " ") if limit.chosen_at_s is not None else "-"
+        print(
+            f"  {limit.chosen.power_limit_w:>9g} {limit.chosen.time_s:>9.4g} {limit.chosen.energy_j:>9.4g} "
+            f"{len(limit.profile):>8} {when:<19} {key}"
+        )
+
+
 def run_show(args: argparse.Namespace) -> int:
     """Run `wattwise jobs show` with its parsed arguments.
+
+    A recurring job: its settings, batch sizes and runs; any job: the power limits remembered for it.
 
     Returns:
         The exit status.
@@ -143,16 +187,32 @@ def run_show(args: argparse.Namespace) -> int:
     store = open_store(url)
     try:
         spec = store.get_job(args.name)
-        if spec is None:
-            raise unknown_job(args.name)
-        runs = store.runs(spec.name)
-        summary = summarize(spec, runs, store.power_limits(spec.name))
+        runs = store.runs(spec.name) if spec is not None else []
+        summary = summarize(spec, runs, store.power_limits(spec.name)) if spec is not None else None
     finally:
         store.close()
+    limits = LimitsMemory(url).remembered(args.name)
+    if spec is None and not limits:
+        raise unknown_job(args.name)
     if args.json:
-        payload = {"job": _spec_dict(spec), "summary": summary.to_dict(), "runs": [_run_dict(r) for r in runs]}
+        payload = {
+            "job": _spec_dict(spec) if spec is not None else None,
+            "summary": summary.to_dict() if summary is not None else None,
+            "runs": [_run_dict(r) for r in runs],
+            "remembered_limits": [_limit_dict(key, limit) for key, limit in limits.items()],
+        }
         print(json_text(payload))
         return 0
+    if spec is None or summary is None:
+        print(f"job {args.name}: not a recurring job")
+    else:
+        _print_recurring(spec, summary, runs)
+    if limits:
+        _print_limits(args.name, limits)
+    return 0
+
+
+def _print_recurring(spec: JobSpec, summary: JobSummary, runs: list[StoredRun]) -> None:
     print(
         f"job {spec.name}: metric {'>=' if spec.metric_mode == 'max' else '<='} {spec.target_metric:g} within "
         f"{spec.max_epochs} epochs, "
@@ -175,7 +235,6 @@ def run_show(args: argparse.Namespace) -> int:
             limit = f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-"
             cost = f"{r.cost:.4g}" if r.cost is not None else "-"
             print(f"{r.run_id:>5} {r.batch_size:>6} {r.phase:<10} {r.state:<8} {limit:>9} {r.epochs:>6} {cost:>10}")
-    return 0
 
 
 def run_reset(args: argparse.Namespace) -> int:
@@ -199,6 +258,37 @@ def run_reset(args: argparse.Namespace) -> int:
         print(json_text({"reset": args.name, "runs_forgotten": runs}, indent=None))
     else:
         print(f"forgot job {args.name} and its {runs} runs")
+    return 0
+
+
+def run_forget_limit(args: argparse.Namespace) -> int:
+    """Run `wattwise jobs forget-limit` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
+    check_job_name(args.name, setting="NAME")
+    url = _url(args)
+    if _missing_sqlite_file(url):
+        raise UsageError(f"no power limit remembered for job {args.name!r} (see `wattwise jobs show {args.name}`)")
+    memory = LimitsMemory(url)
+    keys = list(memory.remembered(args.name))
+    if args.key is not None:
+        if args.key not in keys:
+            raise UsageError(
+                f"--key: {args.key!r} is not a limit remembered for job {args.name!r}; "
+                f"`wattwise jobs show {args.name}` lists them"
+            )
+        keys = [args.key]
+    if not keys:
+        raise UsageError(f"no power limit remembered for job {args.name!r} (see `wattwise jobs show {args.name}`)")
+    forgotten = [key for key in keys if memory.forget(key)]
+    if args.json:
+        print(json_text({"job": args.name, "forgotten": forgotten}, indent=None))
+    else:
+        print(
+            f"forgot {len(forgotten)} remembered power limit(s) of job {args.name}; its next tuned run profiles again"
+        )
     return 0
 
 

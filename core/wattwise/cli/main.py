@@ -38,6 +38,7 @@ COMMANDS: Mapping[str, str] = {
     "advise": "best start time for a job within a window, by grid carbon intensity, PUE or price",
     "report": "energy report and paper-ready energy statement of a run (facility energy, emissions, cost)",
     "jobs": "list, show, reset or sync the recurring jobs in the store",
+    "runs": "list, show, compare or forget the runs wattwise measured (the run history)",
     "simulate": "simulate the recurring-job optimizer on real GPU traces (Zeus's format)",
     "frontier": "time-energy frontier of a pipeline's frequency plans, from a per-stage profile (Perseus)",
     "plan": "choose a frequency plan from a frontier (no slowdown, or for a straggler)",

@@ -131,16 +131,7 @@ class LimitsMemory:
 
         with self._store() as store:
             row = store.read(lambda conn: conn.execute(select(table).where(table.c.memory_key == key)).first())
-        if row is None:
-            return None
-        return RememberedLimit(
-            chosen=ProfileEntry(row.power_limit_w, row.time_s, row.energy_j),
-            profile=[ProfileEntry(**entry) for entry in json.loads(row.profile)],
-            selector=row.selector,
-            eta=row.eta,
-            chosen_at_s=row.chosen_at_s,
-            run_id=row.run_id,
-        )
+        return None if row is None else _remembered(row)
 
     def load(self, key: str) -> tuple[ProfileEntry, list[ProfileEntry]] | None:
         """(chosen entry, whole profile) remembered under `key`, or None."""
@@ -175,6 +166,25 @@ class LimitsMemory:
         with self._store() as store:
             store.write(lambda conn: _upsert(conn, key, limit, only_if_later=False))
 
+    def remembered(self, job: str) -> dict[str, RememberedLimit]:
+        """Every limit remembered for `job` (any GPU model and count, any batch size), by key.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        from sqlalchemy import select
+
+        from wattwise.store.schema import remembered_limits_table as table
+
+        prefix = job.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "|%"
+        with self._store() as store:
+            rows = store.read(
+                lambda conn: conn.execute(
+                    select(table).where(table.c.memory_key.like(prefix, escape="\\")).order_by(table.c.memory_key)
+                ).all()
+            )
+        return {row.memory_key: _remembered(row) for row in rows}
+
     def forget(self, key: str) -> bool:
         """Forget what is remembered under `key`; False when nothing was."""
         from sqlalchemy import delete
@@ -183,6 +193,18 @@ class LimitsMemory:
 
         with self._store() as store:
             return store.write(lambda conn: bool(conn.execute(delete(table).where(table.c.memory_key == key)).rowcount))
+
+
+def _remembered(row: Any) -> RememberedLimit:
+    """A row of the remembered-limits table as what it remembers."""
+    return RememberedLimit(
+        chosen=ProfileEntry(row.power_limit_w, row.time_s, row.energy_j),
+        profile=[ProfileEntry(**entry) for entry in json.loads(row.profile)],
+        selector=row.selector,
+        eta=row.eta,
+        chosen_at_s=row.chosen_at_s,
+        run_id=row.run_id,
+    )
 
 
 def _upsert(conn: Connection, key: str, limit: RememberedLimit, *, only_if_later: bool) -> None:

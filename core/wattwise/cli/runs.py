@@ -1,0 +1,271 @@
+"""`wattwise runs list|show ID|compare ID ID...|forget ID`: the run history (every run wattwise measured).
+
+Each run is one row of the store that holds recurring jobs (`wattwise.store.runs`): `--store` (a SQLite file
+path or a database URL), else `$WATTWISE_STORE`, else the SQLite file in wattwise's state directory. An ID
+may be shortened to a prefix no other run's id has. `--json` prints JSON: `list` prints `{"runs": [...]}`,
+each run the object of `wattwise.store.runs.RunDict` (a contract: its names stay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import time
+from collections.abc import Sequence
+from datetime import date, datetime, timezone
+from typing import Any
+
+from wattwise.errors import UsageError
+from wattwise.safe_files import json_text
+from wattwise.store.runs import RunRow, forget_run, get_run, get_runs, list_runs
+
+#: A day as `--since` takes it: a calendar date, midnight UTC.
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `wattwise runs` command to the `wattwise` parser."""
+    parser = subparsers.add_parser(
+        "runs",
+        help="list, show, compare or forget the runs wattwise measured (the run history)",
+        description=(
+            "Every run wattwise measures is kept: its own folder (OUTPUT/runs/ID, with OUTPUT/latest pointing "
+            "at the last) and a row in the store that holds recurring jobs: --store (a SQLite file path or a "
+            "URL such as postgresql://user@host/db), else $WATTWISE_STORE, else jobs.sqlite in wattwise's state "
+            "directory. An ID may be shortened to a prefix no other run has."
+        ),
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", help="SQLite file path or database URL (default: $WATTWISE_STORE or the state dir)")
+    common.add_argument("--json", action="store_true", help="print JSON")
+
+    listing = actions.add_parser("list", parents=[common], help="the runs, oldest first, with their figures")
+    listing.add_argument("--job", help="only this job's runs")
+    listing.add_argument(
+        "--since",
+        help="only runs started since: a date (2026-12-01, UTC), an ISO time with a timezone, or a duration ago (7d)",
+    )
+    listing.add_argument("--status", help="only runs that ended so (completed, failed, interrupted)")
+    listing.set_defaults(func=run_list)
+    show = actions.add_parser("show", parents=[common], help="one run: every figure and its folder")
+    show.add_argument("run_id", metavar="ID", help="run id (see `wattwise runs list`)")
+    show.set_defaults(func=run_show)
+    compare = actions.add_parser(
+        "compare",
+        parents=[common],
+        help="runs side by side: energy, time, power, limit; each difference from the first, and whether "
+        "it is larger than the measurements' uncertainty",
+    )
+    compare.add_argument("run_ids", metavar="ID", nargs="+", help="two or more run ids; the first is the reference")
+    compare.set_defaults(func=run_compare)
+    forget = actions.add_parser("forget", parents=[common], help="remove a run from the history (its folder stays)")
+    forget.add_argument("run_id", metavar="ID", help="run id (see `wattwise runs list`)")
+    forget.set_defaults(func=run_forget)
+
+
+def parse_since(text: str, *, now_s: float) -> float:
+    """`--since` in seconds since the epoch: a date (midnight UTC), an ISO time with a timezone, or a duration ago.
+
+    Raises:
+        UsageError: none of these, naming `--since` and the forms it takes.
+    """
+    from wattwise.carbon.series import parse_duration_s, parse_timestamp_s
+
+    cleaned = text.strip()
+    if _DATE.fullmatch(cleaned):
+        try:
+            day = date.fromisoformat(cleaned)
+        except ValueError:
+            raise UsageError(f"--since: {cleaned!r} is not a date (e.g. 2026-12-01)") from None
+        return datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp()
+    if cleaned[:1].isdigit() and cleaned[-1:].lower() in "dhms" and "-" not in cleaned:
+        return now_s - parse_duration_s(cleaned, flag="--since")
+    if "T" in cleaned or " " in cleaned:
+        return parse_timestamp_s(cleaned, where="--since")
+    raise UsageError(
+        f"--since: {cleaned!r} is neither a date (2026-12-01), an ISO time with a timezone "
+        "(2026-12-01T14:00:00Z) nor a duration ago (7d, 12h)"
+    )
+
+
+def _source(row: RunRow) -> str:
+    return "simulated" if row.simulated else "measured"
+
+
+def _figure(value: float | None, unit: str, fmt: str = ".4g") -> str:
+    return "-" if value is None else f"{value:{fmt}} {unit}"
+
+
+def _energy(row: RunRow) -> str:
+    from wattwise.record.summary import with_uncertainty
+
+    return with_uncertainty(row.energy_j, row.energy_uncertainty_j, "J")
+
+
+def _start(row: RunRow) -> str:
+    return row.start_time[:19].replace("T", " ")
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Run `wattwise runs list` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
+    since = parse_since(args.since, now_s=time.time()) if args.since is not None else None
+    rows = list_runs(job=args.job, since=since, status=args.status, location=args.store)
+    if args.json:
+        print(json_text({"runs": [row.to_dict() for row in rows]}))
+        return 0
+    if not rows:
+        print("no runs in the history" + (" that match" if args.job or args.since or args.status else ""))
+        return 0
+    print(
+        f"{'id':<24} {'job':<20} {'framework':<10} {'mode':<7} {'status':<11} {'start (UTC)':<19} "
+        f"{'time (s)':>9} {'energy (J)':>18} {'limit (W)':>9} {'saved (J)':>10} {'figures':<9}"
+    )
+    for r in rows:
+        limit = f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-"
+        saved = f"{r.saving_j:.4g}" if r.saving_j is not None else "-"
+        print(
+            f"{r.id:<24} {(r.job or '-'):<20} {(r.framework or '-'):<10} {r.mode:<7} {(r.status or '-'):<11} "
+            f"{_start(r):<19} {r.time_s:>9.4g} {_energy(r):>18} {limit:>9} {saved:>10} {_source(r):<9}"
+        )
+    return 0
+
+
+def _show_lines(r: RunRow) -> list[str]:
+    saving = "-"
+    if r.saving_j is not None:
+        cost = f", for {r.time_cost_s:+.3g} s" if r.time_cost_s is not None else ", its time cost unknown"
+        saving = f"{r.saving_j:.4g} J against the highest limit{cost}"
+    return [
+        f"run {r.id} ({_source(r)} figures)",
+        f"  job        {r.job or '-'}",
+        f"  framework  {r.framework or '-'}",
+        f"  mode       {r.mode}",
+        f"  status     {r.status or '-'}",
+        f"  start      {r.start_time}",
+        f"  end        {r.end_time}",
+        f"  devices    {', '.join(r.devices) or '-'}",
+        f"  time       {r.time_s:.4g} s",
+        f"  energy     {_energy(r)}",
+        f"  power      {r.avg_power_w:.4g} W on average",
+        f"  limit      {_figure(r.power_limit_w, 'W', 'g')}",
+        f"  saving     {saving}",
+        f"  folder     {r.folder}",
+    ]
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Run `wattwise runs show` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
+    row = get_run(args.run_id, location=args.store)
+    print(json_text(row.to_dict()) if args.json else "\n".join(_show_lines(row)))
+    return 0
+
+
+def difference(reference: RunRow, other: RunRow) -> dict[str, Any]:
+    """How `other` differs from `reference`: energy (and whether that exceeds its uncertainty), time, power, limit.
+
+    `energy_resolved` is True when the energy difference is larger than the two runs' energy uncertainties
+    combined in quadrature, False when it is not, None when either uncertainty is unknown.
+    """
+    delta_j = other.energy_j - reference.energy_j
+    if reference.energy_uncertainty_j is None or other.energy_uncertainty_j is None:
+        u_j, resolved = None, None
+    else:
+        u_j = math.hypot(reference.energy_uncertainty_j, other.energy_uncertainty_j)
+        resolved = abs(delta_j) > u_j
+    limits = (reference.power_limit_w, other.power_limit_w)
+    return {
+        "id": other.id,
+        "against": reference.id,
+        "energy_j": delta_j,
+        "energy_fraction": delta_j / reference.energy_j if reference.energy_j > 0 else None,
+        "energy_uncertainty_j": u_j,
+        "energy_resolved": resolved,
+        "time_s": other.time_s - reference.time_s,
+        "time_fraction": (other.time_s - reference.time_s) / reference.time_s if reference.time_s > 0 else None,
+        "avg_power_w": other.avg_power_w - reference.avg_power_w,
+        "power_limit_w": limits[1] - limits[0] if limits[0] is not None and limits[1] is not None else None,
+    }
+
+
+def _percent(fraction: float | None) -> str:
+    return "" if fraction is None else f" ({100 * fraction:+.1f}%)"
+
+
+def compare_lines(rows: Sequence[RunRow]) -> list[str]:
+    """The runs side by side, then each one's difference from the first."""
+    width = max(24, *(len(r.id) for r in rows))
+    cells = {
+        "job": [r.job or "-" for r in rows],
+        "mode": [r.mode for r in rows],
+        "status": [r.status or "-" for r in rows],
+        "figures": [_source(r) for r in rows],
+        "energy": [_energy(r) for r in rows],
+        "time": [f"{r.time_s:.4g} s" for r in rows],
+        "power": [f"{r.avg_power_w:.4g} W" for r in rows],
+        "limit": [_figure(r.power_limit_w, "W", "g") for r in rows],
+        "saving": [_figure(r.saving_j, "J") for r in rows],
+        "time cost": [_figure(r.time_cost_s, "s", "+.3g") for r in rows],
+    }
+    lines = [f"{'':<10}" + "".join(f" {r.id:<{width}}" for r in rows)]
+    lines += [f"{name:<10}" + "".join(f" {value:<{width}}" for value in values) for name, values in cells.items()]
+    reference = rows[0]
+    for other in rows[1:]:
+        d = difference(reference, other)
+        if d["energy_resolved"] is None:
+            verdict = "the uncertainty of one run's energy is unknown"
+        elif d["energy_resolved"]:
+            verdict = f"larger than the measurements' uncertainty (±{d['energy_uncertainty_j']:.3g} J)"
+        else:
+            verdict = f"within the measurements' uncertainty (±{d['energy_uncertainty_j']:.3g} J): not a difference"
+        limit = f", limit {d['power_limit_w']:+g} W" if d["power_limit_w"] is not None else ""
+        lines.append(
+            f"{other.id} - {reference.id}: energy {d['energy_j']:+.4g} J{_percent(d['energy_fraction'])}, {verdict}; "
+            f"time {d['time_s']:+.4g} s{_percent(d['time_fraction'])}, power {d['avg_power_w']:+.4g} W{limit}"
+        )
+    if any(r.simulated for r in rows):
+        lines.append("simulated figures come from a power model, not a measurement")
+    return lines
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Run `wattwise runs compare` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
+    if len(args.run_ids) < 2:
+        raise UsageError("ID: give two or more runs to compare (see `wattwise runs list`)")
+    rows = get_runs(args.run_ids, location=args.store)
+    if args.json:
+        payload = {
+            "runs": [r.to_dict() for r in rows],
+            "differences": [difference(rows[0], other) for other in rows[1:]],
+        }
+        print(json_text(payload))
+        return 0
+    print("\n".join(compare_lines(rows)))
+    return 0
+
+
+def run_forget(args: argparse.Namespace) -> int:
+    """Run `wattwise runs forget` with its parsed arguments.
+
+    Returns:
+        The exit status.
+    """
+    row = forget_run(args.run_id, location=args.store)
+    if args.json:
+        print(json_text({"forgotten": row.id, "folder": row.folder}, indent=None))
+    else:
+        print(f"forgot run {row.id}; its folder {row.folder} is left as it is")
+    return 0

@@ -1,0 +1,151 @@
+"""`wattwise runs list|show|compare|forget` and the remembered limits of `wattwise jobs show|forget-limit`, on a
+real SQLite store: what a user sees, the JSON contract, and exit codes with their one-line message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.run_history import T0_S, make_row
+from wattwise.cli.main import main
+from wattwise.profile import ProfileEntry
+from wattwise.store.limits_memory import LimitsMemory, memory_key
+from wattwise.store.runs import record_run
+
+#: The fields every run of `wattwise runs list --json` has (a contract).
+CONTRACT = {
+    "id", "job", "framework", "mode", "status", "start_time", "end_time", "time_s", "energy_j",
+    "energy_uncertainty_j", "power_limit_w", "saving_j", "time_cost_s", "simulated", "folder",
+}  # fmt: skip
+BASE, CAPPED, OTHER = "20261201T100000Z-aaaaaa", "20261201T110000Z-bbbbbb", "20261201T120000Z-cccccc"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    location = str(tmp_path / "jobs.sqlite")
+    record_run(make_row(BASE, mode="measure", power_limit_w=None, saving_j=None, time_cost_s=None), location=location)
+    record_run(
+        make_row(CAPPED, start_s=T0_S + 3600, mode="cap", power_limit_w=175.0, energy_j=27_000.0, time_s=131.0),
+        location=location,
+    )
+    record_run(
+        make_row(OTHER, start_s=T0_S + 7200, job="gpt/pretrain", status="failed", energy_j=30_100.0), location=location
+    )
+    return location
+
+
+def out_json(capsys: pytest.CaptureFixture[str]) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_list_json_gives_every_run_with_the_contract_fields(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "list", "--store", store, "--json"]) == 0
+    runs = out_json(capsys)["runs"]
+    assert [r["id"] for r in runs] == [BASE, CAPPED, OTHER]
+    assert all(set(r) >= CONTRACT for r in runs)
+    assert (runs[1]["mode"], runs[1]["power_limit_w"], runs[1]["energy_j"], runs[1]["simulated"]) == (
+        "cap", 175.0, 27_000.0, True
+    )  # fmt: skip
+    assert runs[0]["start_time"] == "2026-12-01T10:00:00+00:00"
+
+
+def test_list_filters_by_job_status_and_start(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "list", "--store", store, "--json", "--job", "bert/squad"]) == 0
+    assert [r["id"] for r in out_json(capsys)["runs"]] == [BASE, CAPPED]
+    assert main(["runs", "list", "--store", store, "--json", "--status", "failed"]) == 0
+    assert [r["id"] for r in out_json(capsys)["runs"]] == [OTHER]
+    assert main(["runs", "list", "--store", store, "--json", "--since", "2026-12-01T10:30:00Z"]) == 0
+    assert [r["id"] for r in out_json(capsys)["runs"]] == [CAPPED, OTHER]
+    assert main(["runs", "list", "--store", store, "--json", "--since", "2026-12-02"]) == 0
+    assert out_json(capsys)["runs"] == []
+    assert main(["runs", "list", "--store", store]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 4 and CAPPED in table[2] and "simulated" in table[2]
+
+
+def test_an_empty_history_lists_nothing_and_creates_no_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["runs", "list", "--store", str(tmp_path / "none.sqlite"), "--json"]) == 0
+    assert out_json(capsys) == {"runs": []}
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_show_gives_every_figure_and_the_folder(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "show", "20261201T11", "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert f"run {CAPPED} (simulated figures)" in shown
+    assert "27000 ± 150 J" in shown and f"/runs/{CAPPED}" in shown and "175 W" in shown
+
+
+def test_compare_says_whether_each_difference_exceeds_the_uncertainty(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["runs", "compare", BASE, CAPPED, OTHER, "--store", store, "--json"]) == 0
+    diffs = out_json(capsys)["differences"]
+    assert [(d["id"], d["energy_j"], d["energy_resolved"]) for d in diffs] == [
+        (CAPPED, -3000.0, True),  # far beyond ±212 J
+        (OTHER, 100.0, False),  # within it
+    ]
+    assert diffs[0]["energy_uncertainty_j"] == pytest.approx(212.13, abs=0.01)
+    assert diffs[0]["time_s"] == 11.0
+    assert main(["runs", "compare", BASE, CAPPED, "--store", store]) == 0
+    text = capsys.readouterr().out
+    assert "energy -3000 J (-10.0%), larger than the measurements' uncertainty (±212 J)" in text
+    assert "simulated figures" in text
+
+
+def test_forget_removes_the_run_and_leaves_its_folder(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "forget", CAPPED, "--store", store]) == 0
+    assert f"forgot run {CAPPED}" in capsys.readouterr().out
+    assert main(["runs", "list", "--store", store, "--json"]) == 0
+    assert [r["id"] for r in out_json(capsys)["runs"]] == [BASE, OTHER]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["runs", "show", "20261201T130000Z-dddddd"], "no run '20261201T130000Z-dddddd' in the store"),
+        (["runs", "show", "20261201T1"], "run id '20261201T1' is ambiguous"),
+        (["runs", "show", "../etc"], "ID: '../etc' is not a run id"),
+        (["runs", "compare", BASE], "ID: give two or more runs to compare"),
+        (["runs", "list", "--since", "yesterday"], "--since: 'yesterday' is neither a date"),
+        (["runs", "list", "--job", "bad..name"], "job: 'bad..name' is not a valid name"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    store: str, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--store", store]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_jobs_show_and_forget_a_limit_remembered_for_a_job_that_is_not_recurring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    location = str(tmp_path / "jobs.sqlite")
+    memory = LimitsMemory(location)
+    profile = [ProfileEntry(300.0, 0.45, 120.0), ProfileEntry(200.0, 0.5, 100.0)]
+    memory.save(memory_key("bert/squad", "NVIDIA A40", 4), profile[1], profile, selector="zeus", eta=0.5)
+    memory.save(memory_key("bert/squad", "NVIDIA H100", 8), profile[0], profile, selector="zeus", eta=0.5)
+    memory.save(memory_key("bert_squad", "NVIDIA A40", 4), profile[1], profile)  # another job: `_` is no wildcard
+    assert main(["jobs", "show", "bert/squad", "--store", location, "--json"]) == 0
+    shown = out_json(capsys)
+    assert shown["job"] is None
+    assert [(limit["key"], limit["power_limit_w"]) for limit in shown["remembered_limits"]] == [
+        ("bert/squad|NVIDIA A40|x4", 200.0),
+        ("bert/squad|NVIDIA H100|x8", 300.0),
+    ]
+    assert main(["jobs", "forget-limit", "bert/squad", "--key", "bert/squad|NVIDIA H100|x8", "--store", location]) == 0
+    assert "forgot 1 remembered power limit(s) of job bert/squad" in capsys.readouterr().out
+    assert main(["jobs", "show", "bert/squad", "--store", location]) == 0
+    text = capsys.readouterr().out
+    assert "job bert/squad: not a recurring job" in text and "NVIDIA A40" in text and "H100" not in text
+    assert main(["jobs", "forget-limit", "bert/squad", "--store", location]) == 0
+    capsys.readouterr()
+    assert main(["jobs", "show", "bert/squad", "--store", location]) == 2
+    assert "no job named 'bert/squad'" in capsys.readouterr().err
+    assert memory.recall(memory_key("bert_squad", "NVIDIA A40", 4)) is not None
