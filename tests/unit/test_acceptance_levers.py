@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
+from typing import cast
 
 import pytest
 
 from tests.support.fake_pynvml import FakeClock, FakeGpu, FakeNvml
 from wattwise.cli.main import main
+from wattwise.devices.base import Device
 from wattwise.tools import acceptance, levers
 from wattwise.tools.acceptance import FAILED, PASSED, SKIPPED, Failure, run_checks
 from wattwise.tools.levers import (
     MCDONALD_V100,
+    CapWindow,
     Sizes,
     best_cap_w,
     cap_caps_w,
@@ -25,8 +30,13 @@ from wattwise.tools.levers import (
     tuning_table,
 )
 
-#: A sweep as (cap_w, time_s, energy_j, steps): slower and cheaper down to 200 W, then dearer again.
-SWEEP = [(300.0, 0.100, 20.0, 30), (250.0, 0.105, 18.0, 28), (200.0, 0.120, 16.0, 25), (150.0, 0.200, 19.0, 15)]
+#: A sweep, per step: slower and cheaper down to 200 W, then dearer again.
+SWEEP = [
+    CapWindow(300.0, 0.100, 20.0, 30, 0.2),
+    CapWindow(250.0, 0.105, 18.0, 28),
+    CapWindow(200.0, 0.120, 16.0, 25, 0.16),
+    CapWindow(150.0, 0.200, 19.0, 15),
+]
 
 
 def rows() -> list[dict[str, float]]:
@@ -44,6 +54,8 @@ def test_the_sweep_is_relative_to_the_default_limit_and_sits_beside_the_papers_v
     assert table[0]["time_ratio"] == 1.0 and table[0]["energy_ratio"] == 1.0
     assert table[2]["time_ratio"] == pytest.approx(1.2) and table[2]["energy_ratio"] == pytest.approx(0.8)
     assert table[2]["avg_power_w"] == pytest.approx(16.0 / 0.12)
+    # 1% of each window's energy: the ratio is known to within sqrt(2) % of itself.
+    assert table[2]["energy_ratio_uncertainty"] == pytest.approx(0.8 * math.sqrt(2) * 0.01)
     figures = {
         "gpu": "NVIDIA H200",
         "simulated": False,
@@ -53,7 +65,7 @@ def test_the_sweep_is_relative_to_the_default_limit_and_sits_beside_the_papers_v
         "workload_power_profiles": "not measured: no such thing here",
     }
     md = "\n".join(cap_table(figures))
-    assert "| measured | 200 | 67% | 120.0% | 80.0% | 133 |" in md
+    assert "| measured | 200 | 67% | 120.0% | 80.0% ± 1.1 | 133 |" in md
     assert "| paper, V100 | 150 | 60% | 108.5% | 87.7% | |" in md
     assert "Workload power profiles: not measured: no such thing here" in md
     assert "simulated" not in md
@@ -155,16 +167,21 @@ def test_quick_sizes_fit_fewer_caps_and_runs_and_every_window_spans_twenty_count
     assert (quick.caps, full.caps) == (4, 5)
     assert quick.tuning_runs() == [(0.5, 0), (0.5, 1), (1.0, 0)]
     assert full.tuning_runs() == [(0.5, 0), (0.5, 1), (1.0, 0), (1.0, 1)]
-    gpu = FakeGpuWithCounter(0.1)
+    gpu = counter_of(0.1)
     assert quick.window_s(gpu) == pytest.approx(2.0) and full.window_s(gpu) == pytest.approx(4.0)
-    assert quick.window_s(FakeGpuWithCounter(0.0)) == levers.MIN_WINDOW_S
+    assert Sizes.profile_window_s(gpu) == pytest.approx(2.0)
+    assert quick.window_s(counter_of(0.0)) == levers.MIN_WINDOW_S
 
 
 class FakeGpuWithCounter:
-    """Only what `Sizes.window_s` asks of a device."""
+    """Only what `Sizes` asks of a device: how often its energy counter changes."""
 
     def __init__(self, period_s: float) -> None:
         self.energy_update_period_s = period_s
+
+
+def counter_of(period_s: float) -> Device:
+    return cast(Device, FakeGpuWithCounter(period_s))
 
 
 def test_without_a_gpu_the_lever_checks_skip_with_their_reason_and_exit_0(tmp_path, monkeypatch, capsys):
@@ -219,10 +236,20 @@ def test_a_rerun_keeps_the_checks_that_passed_and_runs_the_others_again(tmp_path
     assert calls[-2:] == ["first", "second"]
 
 
+def recorder(calls: list[str], name: str) -> Callable[[acceptance.Context], dict]:
+    """A check that passes with no figures and notes each call in `calls`."""
+
+    def check(ctx: acceptance.Context) -> dict:
+        calls.append(name)
+        return {}
+
+    return check
+
+
 def test_a_folder_written_for_another_length_is_not_resumed(tmp_path, monkeypatch):
     FakeNvml([FakeGpu()], clock=FakeClock()).install(monkeypatch)
     calls: list[str] = []
-    monkeypatch.setattr(acceptance, "CHECKS", [("one", lambda ctx: calls.append("one") or {})])
+    monkeypatch.setattr(acceptance, "CHECKS", [("one", recorder(calls, "one"))])
     run_checks(tmp_path, quick=True)
     report = run_checks(tmp_path)
     assert calls == ["one", "one"] and "another GPU or at another length" in report["notes"][0]
@@ -231,7 +258,7 @@ def test_a_folder_written_for_another_length_is_not_resumed(tmp_path, monkeypatc
 def test_a_check_that_would_not_fit_the_budget_is_skipped_saying_so(tmp_path, monkeypatch):
     FakeNvml([FakeGpu()], clock=FakeClock()).install(monkeypatch)
     calls: list[str] = []
-    monkeypatch.setattr(acceptance, "CHECKS", [("slow", lambda ctx: calls.append("slow") or {})])
+    monkeypatch.setattr(acceptance, "CHECKS", [("slow", recorder(calls, "slow"))])
     monkeypatch.setitem(acceptance.CHECK_ESTIMATE_S, "slow", (100.0, 50.0))
     (check,) = run_checks(tmp_path, budget_s=60.0)["checks"]
     assert calls == [] and check["status"] == SKIPPED
@@ -242,7 +269,7 @@ def test_a_check_that_would_not_fit_the_budget_is_skipped_saying_so(tmp_path, mo
 
 def test_the_lever_checks_estimates_fit_the_device_budget_on_an_nvml_gpu():
     # A real GPU's counter changes every 0.1 s: the whole default run stays within 7 minutes, --quick within 3.
-    gpu = FakeGpuWithCounter(0.1)
+    gpu = counter_of(0.1)
     names = [n for n, _ in levers.LEVER_CHECKS]
-    assert sum(levers.estimate_s(n, gpu, False) for n in names) <= 7 * 60  # type: ignore[arg-type]
-    assert sum(levers.estimate_s(n, gpu, True) for n in names) <= 3 * 60  # type: ignore[arg-type]
+    assert sum(levers.estimate_s(n, gpu, False) for n in names) <= 7 * 60
+    assert sum(levers.estimate_s(n, gpu, True) for n in names) <= 3 * 60

@@ -204,27 +204,41 @@ def cap_caps_w(min_w: float, default_w: float, count: int) -> list[float]:
     return [float(round(default_w - i * step)) for i in range(count)]
 
 
-def cap_rows(caps: Sequence[tuple[float, float, float, int]], default_w: float) -> list[dict[str, float]]:
-    """The sweep's rows from (cap_w, time_s, energy_j, steps) per cap, each relative to the default limit's.
+@dataclasses.dataclass(frozen=True)
+class CapWindow:
+    """One cap's measurement window: per training step, its time (s) and energy (J) and how precise that is."""
 
-    Time and energy are per training step; the default limit's row must be among `caps`.
+    cap_w: float
+    time_s: float
+    energy_j: float
+    steps: int
+    energy_uncertainty_j: float = 0.0
+
+
+def cap_rows(windows: Sequence[CapWindow], default_w: float) -> list[dict[str, float]]:
+    """The sweep's rows, highest cap first, each relative to the default limit's window (which must be one).
+
+    The energy ratio's uncertainty combines both windows' relative uncertainties in quadrature.
     """
-    base = next((c for c in caps if same_limit(c[0], default_w)), None)
+    base = next((w for w in windows if same_limit(w.cap_w, default_w)), None)
     if base is None:
         raise ValueError(f"the sweep has no row at the default limit {default_w:g} W")
-    _, base_t, base_e, _ = base
     rows = []
-    for cap_w, time_s, energy_j, steps in sorted(caps, key=lambda c: -c[0]):
+    for w in sorted(windows, key=lambda w: -w.cap_w):
+        ratio = w.energy_j / base.energy_j
         rows.append(
             {
-                "cap_w": cap_w,
-                "cap_fraction": cap_w / default_w,
-                "step_time_s": time_s,
-                "step_energy_j": energy_j,
-                "avg_power_w": energy_j / time_s if time_s > 0 else math.nan,
-                "time_ratio": time_s / base_t,
-                "energy_ratio": energy_j / base_e,
-                "steps": steps,
+                "cap_w": w.cap_w,
+                "cap_fraction": w.cap_w / default_w,
+                "step_time_s": w.time_s,
+                "step_energy_j": w.energy_j,
+                "step_energy_uncertainty_j": w.energy_uncertainty_j,
+                "avg_power_w": w.energy_j / w.time_s if w.time_s > 0 else math.nan,
+                "time_ratio": w.time_s / base.time_s,
+                "energy_ratio": ratio,
+                "energy_ratio_uncertainty": ratio
+                * math.hypot(w.energy_uncertainty_j / w.energy_j, base.energy_uncertainty_j / base.energy_j),
+                "steps": w.steps,
             }
         )
     return rows
@@ -243,9 +257,11 @@ def cap_table(figures: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for row in figures["rows"]:
+        spread = row.get("energy_ratio_uncertainty")
+        pm = f" ± {spread * 100:.1f}" if spread else ""
         lines.append(
             f"| {label} | {row['cap_w']:g} | {row['cap_fraction']:.0%} | {row['time_ratio']:.1%} | "
-            f"{row['energy_ratio']:.1%} | {row['avg_power_w']:.0f} |"
+            f"{row['energy_ratio']:.1%}{pm} | {row['avg_power_w']:.0f} |"
         )
     lines.append(
         f"| paper, {paper['gpu']} | {paper['cap_w']:g} | {paper['cap_w'] / paper['default_w']:.0%} | "
@@ -572,9 +588,7 @@ def trainer_callback_base() -> type:
 
 
 # -- check 1: the power-cap sweep ------------------------------------------------------------------------
-def _sweep_callback(
-    rig: Rig, guard: Any, caps_w: list[float], sizes: Sizes, results: list[tuple[float, float, float, int]]
-) -> Any:
+def _sweep_callback(rig: Rig, guard: Any, caps_w: list[float], sizes: Sizes, results: list[CapWindow]) -> Any:
     """A Trainer callback that trains at each cap in turn: settle, then one measurement window, then the next."""
     from wattwise.monitor import EnergyMonitor
 
@@ -604,7 +618,15 @@ def _sweep_callback(
             elif self.phase == "measure" and elapsed >= window_s and self.steps >= MIN_WINDOW_STEPS:
                 window = monitor.end_window("cap")
                 steps = self.steps
-                results.append((caps_w[self.index], window.time_s / steps, window.total_energy_j / steps, steps))
+                results.append(
+                    CapWindow(
+                        caps_w[self.index],
+                        window.time_s / steps,
+                        window.total_energy_j / steps,
+                        steps,
+                        window.total_energy_uncertainty_j / steps,
+                    )
+                )
                 self.index += 1
                 self.phase = "apply"
                 if self.index == len(caps_w):
@@ -628,7 +650,7 @@ def check_cap_sweep(ctx: Context) -> dict[str, Any]:
     gpu, sizes = rig.gpu, Sizes.of(ctx.quick)
     rng = gpu.power_limit_range()
     caps = cap_caps_w(rng.min_w, rng.default_w, sizes.caps)
-    results: list[tuple[float, float, float, int]] = []
+    results: list[CapWindow] = []
     with SettingsGuard() as guard:
         guard.install_signal_handlers()
         try:
