@@ -43,7 +43,7 @@ from wattwise.config import EnergyConfig
 from wattwise.devices.base import Device
 from wattwise.record.summary import format_summary
 from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Figures, Run
-from wattwise.run.logged import epoch_metrics, fit_metrics, step_metrics
+from wattwise.run.logged import epoch_metrics, fit_metrics, simulated, step_metrics
 from wattwise.safe_files import write_text
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class AccelerateEnergy:
         run = self.run
         rec = run.step_end()
         if rec is not None:
-            self.accelerator.log(step_metrics(rec, run.power_limit_w), step=run.step_count)
+            self.accelerator.log(step_metrics(rec, run.power_limit_w, simulated=simulated(run)), step=run.step_count)
         run.step_begin()
 
     def epoch_end(self) -> Figures | None:
@@ -168,7 +168,7 @@ class AccelerateEnergy:
         rec = self.run.epoch_end()
         self._epoch_first_step = self.run.step_count
         if rec is not None:
-            self.accelerator.log(epoch_metrics(rec), step=self.run.step_count)
+            self.accelerator.log(epoch_metrics(rec, simulated=simulated(self.run)), step=self.run.step_count)
         return rec
 
     def finish(self, status: str = "completed") -> dict[str, Any] | None:

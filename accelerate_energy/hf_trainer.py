@@ -19,8 +19,10 @@ settings to every Trainer that has none; a Trainer with its own keeps only its o
   before `train` returns.
 - **Logging.** The step figures are combined at the Trainer's own `logging_steps` (unless
   `log_every_n_steps` is set), and at each of the Trainer's logs the last logging interval's figures
-  (`energy/step_j`, `time/step_s`, `power/avg_w`, `power/limit_w`) join the logged values once, so every
-  `report_to` tracker records them; the callback is placed first, so the reporting callbacks see them.
+  (`energy/step_j`, `energy/step_uncertainty_j`, `time/step_s`, `power/avg_w`, `power/limit_w`, and
+  `wattwise/simulated` = 1 on a simulated GPU) join the logged values once, so the Trainer's own log lines
+  and every `report_to` tracker record them; the callback is placed first, so the reporting callbacks see
+  them.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
 from wattwise.errors import ConfigError, UsageError, plugin_warning
 from wattwise.run import Figures
-from wattwise.run.logged import step_metrics
+from wattwise.run.logged import simulated, step_metrics
 
 
 class EnergyTrainerCallback(TrainerCallback):
@@ -176,7 +178,7 @@ class EnergyTrainerCallback(TrainerCallback):
         if rec is None or rec is self._logged:
             return
         self._logged = rec
-        logs.update(step_metrics(rec, found.run.power_limit_w))
+        logs.update(step_metrics(rec, found.run.power_limit_w, simulated=simulated(found.run)))
 
 
 def _checkpoint(trainer: Any, resume_from_checkpoint: Any) -> Path | None:

@@ -34,7 +34,7 @@ from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
 from wattwise.record.summary import format_summary
 from wattwise.run import Run
-from wattwise.run.logged import epoch_metrics, fit_metrics, step_metrics
+from wattwise.run.logged import epoch_metrics, fit_metrics, simulated, step_metrics
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +213,9 @@ class EnergyCallback(Callback):
             return
         # Straight to the loggers, at the trainer's cadence: the figures are already combined over
         # processes, and `LightningModule.log` would cost more per step than the measurement itself.
+        metrics = step_metrics(rec, run.power_limit_w, simulated=simulated(run))
         for logger in trainer.loggers:
-            logger.log_metrics(step_metrics(rec, run.power_limit_w), step=global_step)
+            logger.log_metrics(metrics, step=global_step)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -239,7 +240,9 @@ class EnergyCallback(Callback):
         if rec is not None:
             # Already combined over processes, so the same on every rank: sync_dist's mean keeps the value
             # and spares the user Lightning's warning that epoch figures are not synchronised.
-            pl_module.log_dict(epoch_metrics(rec), on_step=False, on_epoch=True, sync_dist=True)
+            pl_module.log_dict(
+                epoch_metrics(rec, simulated=simulated(self.run)), on_step=False, on_epoch=True, sync_dist=True
+            )
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

@@ -46,7 +46,13 @@ from wattwise.carbon.series import (
 )
 from wattwise.errors import UsageError
 from wattwise.record.files import RunDir
-from wattwise.record.summary import NEVER_APPLIED, PowerLimitSummary, never_applied
+from wattwise.record.summary import (
+    NEVER_APPLIED,
+    PowerLimitSummary,
+    never_applied,
+    simulated_label,
+    with_uncertainty,
+)
 from wattwise.safe_files import json_text, replace_file, write_text
 
 REPORT_SCHEMA = "wattwise.report/1"
@@ -124,6 +130,15 @@ class RunReport:
     #: What tuning did when it set no limit that training ran at (chose none, or never applied its
     #: choice); None otherwise. The statement says this instead of "the GPU power limit was set to".
     power_limit_note: str | None = None
+    #: How precisely the devices' energy is known (J; None: the run's summary does not say). Facility energy
+    #: and emissions are known to the same fraction.
+    device_energy_uncertainty_j: float | None = None
+    #: How precisely the estimated saving is known (J), and whether it is resolved (larger than that);
+    #: None: unknown.
+    energy_saved_uncertainty_j: float | None = None
+    saving_resolved: bool | None = None
+    #: What drove a simulated GPU ("steps", "emulated", "nothing"; `summary.json`'s `simulated_driven_by`).
+    simulated_driven_by: str | None = None
 
 
 def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
@@ -210,6 +225,10 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
         epochs=[asdict(e) for e in s.epochs],
         settings_timeline=[{**asdict(e), "time": format_utc(e.timestamp_s)} for e in s.settings_timeline],
         power_limit_note=_tuning_note(limit),
+        device_energy_uncertainty_j=s.energy_uncertainty_j,
+        energy_saved_uncertainty_j=limit.energy_saved_uncertainty_j if limit else None,
+        saving_resolved=limit.saving_resolved if limit else None,
+        simulated_driven_by=s.simulated_driven_by,
     )
 
 
@@ -326,7 +345,8 @@ def energy_statement(report: RunReport) -> str:
     where = f"{host} in {r.region}" if r.region else f"{host} (region not stated)"
     keys = f"device{'s' if len(r.devices) > 1 else ''} {', '.join(r.devices)}" if r.devices else "devices not listed"
     what = f"{r.hardware} ({keys})" if r.hardware else keys
-    measured = "simulated" if r.simulated else f"measured with {r.backend or 'an unnamed backend'}"
+    label = simulated_label(r.simulated, r.simulated_driven_by)
+    measured = label or f"measured with {r.backend or 'an unnamed backend'}"
     cpu = (
         f" plus {sig(r.cpu_energy_j / J_PER_KWH)} kWh of CPU and DRAM energy"
         if r.cpu_energy_j
@@ -338,16 +358,21 @@ def energy_statement(report: RunReport) -> str:
     ]
     if r.status and r.status not in ("completed", "ok", "success"):
         para.append(f"The run did not complete (status: {r.status}).")
-    para.append(f"The GPUs used {sig(r.device_energy_kwh)} kWh ({_joules(r.device_energy_j)} J, {measured}){cpu}.")
+    para.append(
+        f"The GPUs used {_resolved(r, r.device_energy_kwh, 1 / J_PER_KWH)} kWh "
+        f"({_resolved(r, r.device_energy_j, 1.0, joules=True)} J, {measured}){cpu}."
+    )
     if r.pue_source == PUE_NOT_SUPPLIED:
         para.append(
             "The facility's power usage effectiveness (PUE) was not supplied, so facility energy is taken "
-            f"as equal to IT energy ({sig(r.facility_energy_kwh)} kWh): a lower bound."
+            f"as equal to IT energy ({_resolved(r, r.facility_energy_kwh, r.pue_effective / J_PER_KWH)} kWh): "
+            "a lower bound."
         )
     else:
         para.append(
             f"With a power usage effectiveness (PUE) of {r.pue_effective:.3f} (energy-weighted over the "
-            f"run; source: {r.pue_source}), the facility used {sig(r.facility_energy_kwh)} kWh."
+            f"run; source: {r.pue_source}), the facility used "
+            f"{_resolved(r, r.facility_energy_kwh, r.pue_effective / J_PER_KWH)} kWh."
         )
     if r.emissions_kg_co2e is None or r.intensity_effective_g_per_kwh is None:
         para.append("Emissions were not estimated: carbon intensity: not supplied.")
@@ -355,7 +380,7 @@ def energy_statement(report: RunReport) -> str:
         para.append(
             f"At a grid carbon intensity of {sig(r.intensity_effective_g_per_kwh)} gCO2e/kWh "
             f"(energy-weighted; source: {r.intensity_source}), this corresponds to "
-            f"{sig(r.emissions_kg_co2e)} kg CO2e."
+            f"{_resolved(r, r.emissions_kg_co2e, _kg_per_j(r))} kg CO2e."
         )
     if r.cost is not None:
         para.append(f"The electricity cost {sig(r.cost)} {r.currency or 'price units'} (source: {r.price_source}).")
@@ -387,7 +412,20 @@ def _steps_taken(r: RunReport) -> str:
     if not steps:
         return "Steps taken to reduce energy: none recorded."
     text = "Steps taken to reduce energy: " + "; ".join(steps) + "."
-    if r.energy_saved_j is not None and r.baseline_energy_j and r.power_limit_note is None:
+    if (
+        r.energy_saved_j is not None
+        and r.baseline_energy_j
+        and r.power_limit_note is None
+        and r.saving_resolved is False
+    ):
+        saved = with_uncertainty(
+            r.energy_saved_j / J_PER_KWH, (r.energy_saved_uncertainty_j or 0.0) / J_PER_KWH, "kWh", places=6
+        )
+        text += (
+            f" Against a baseline of {sig(r.baseline_energy_j / J_PER_KWH)} kWh of GPU energy, the estimated "
+            f"saving ({saved}) is not resolved: it is within its measurement uncertainty, so no saving is claimed."
+        )
+    elif r.energy_saved_j is not None and r.baseline_energy_j and r.power_limit_note is None:
         text += (
             f" Against a baseline of {sig(r.baseline_energy_j / J_PER_KWH)} kWh of GPU energy, this saved "
             f"{sig(r.energy_saved_j / J_PER_KWH)} kWh ({100 * (r.energy_saved_fraction or 0.0):.1f}%)"
@@ -403,6 +441,25 @@ def _steps_taken(r: RunReport) -> str:
 def _joules(energy_j: float) -> str:
     """Whole joules for real runs, significant digits for tiny ones (a demo's fraction of a joule)."""
     return f"{energy_j:.0f}" if abs(energy_j) >= 1000 else sig(energy_j)
+
+
+def _resolved(r: RunReport, value: float, per_device_j: float, *, joules: bool = False) -> str:
+    """A figure derived from the devices' energy (`per_device_j` of it per joule), to what the counters resolved.
+
+    Its uncertainty is the devices' energy's, scaled alike; without one (a summary that does not say, an
+    exact counter) the figure keeps the statement's usual digits.
+    """
+    u_j = r.device_energy_uncertainty_j
+    if not u_j or u_j <= 0:
+        return _joules(value) if joules else sig(value)
+    return with_uncertainty(value, u_j * per_device_j)
+
+
+def _kg_per_j(r: RunReport) -> float:
+    """Emissions (kg CO2e) per joule of device energy in this report (0 when it has no energy)."""
+    if r.emissions_kg_co2e is None or not r.device_energy_j:
+        return 0.0
+    return r.emissions_kg_co2e / (r.it_energy_j or r.device_energy_j)
 
 
 def _when(iso: str) -> str:

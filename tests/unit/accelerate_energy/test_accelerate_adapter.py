@@ -153,8 +153,11 @@ def test_metrics_reach_the_trackers_combined_and_numbered_by_optimizer_step(tmp_
         {
             "energy/fit_j": pytest.approx(summary(tmp_path)["energy_j"]),
             "time/fit_s": pytest.approx(summary(tmp_path)["time_s"]),
+            "energy/fit_uncertainty_j": summary(tmp_path)["energy_uncertainty_j"],
+            "wattwise/simulated": 1.0,  # every batch of figures from a simulated GPU is marked
         }
     ]
+    assert all(m["wattwise/simulated"] == 1.0 and "energy/step_uncertainty_j" in m for _, m in steps)
 
 
 def test_epochs_are_measured_where_the_script_marks_them(tmp_path, clock):

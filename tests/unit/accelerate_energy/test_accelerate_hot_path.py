@@ -227,6 +227,7 @@ def test_a_stretch_marked_not_training_is_reported_under_its_kind(tmp_path, cloc
         "time_s": pytest.approx(0.3),
         "energy_j": pytest.approx(0.3 * PowerModel.default().idle_power_w),
         "count": 1,
+        "energy_uncertainty_j": pytest.approx(0.0),  # an exact counter
     }
     assert [t for name, t in window_rows(tmp_path) if name == "steps"] == [pytest.approx(4 * BASE_S)]
 

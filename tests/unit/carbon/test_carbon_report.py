@@ -232,6 +232,35 @@ def test_savings_come_from_the_summary_and_scale_to_the_facility(tmp_path: Path)
     assert "(25.0%)" in energy_statement(report)
 
 
+def test_the_statement_rounds_energy_to_what_the_counters_resolved(tmp_path: Path) -> None:
+    # 0.4 kWh (1.44 MJ) known to 2 kJ: 0.4000 ± 0.0006 kWh, not 0.4 kWh to four digits beyond what was seen.
+    run = read_run_dir(two_hour_run(tmp_path, energy_uncertainty_j=2000.0, simulated_driven_by="steps"))
+    report = build_report(run, FacilityInputs(pue=Constant(1.5, "x"), intensity=Constant(400.0, "y")))
+    assert report.device_energy_uncertainty_j == 2000.0
+    statement = energy_statement(report)
+    assert "The GPUs used 0.4000 ± 0.0006 kWh (1440000 ± 2000 J, simulated, driven by your steps)" in statement
+    assert "the facility used 0.6000 ± 0.0008 kWh" in statement  # the same fraction at the facility
+    assert "0.2400 ± 0.0003 kg CO2e" in statement
+
+
+def test_a_saving_within_its_uncertainty_is_reported_as_not_resolved(tmp_path: Path) -> None:
+    limit = PowerLimitSummary(
+        mode="tune",
+        selector="energy",
+        chosen_power_limit_w=150.0,
+        baseline_energy_j=2.0 * 3.6e6,
+        energy_saved_j=0.01 * 3.6e6,
+        baseline_estimated=True,
+        energy_saved_uncertainty_j=0.02 * 3.6e6,
+        saving_resolved=False,
+    )
+    report = build_report(read_run_dir(two_hour_run(tmp_path, power_limit=limit)), FacilityInputs())
+    assert (report.saving_resolved, report.energy_saved_uncertainty_j) == (False, 0.02 * 3.6e6)
+    statement = energy_statement(report)
+    assert "saving (0.010 ± 0.020 kWh) is not resolved" in statement
+    assert "this saved" not in statement
+
+
 def test_hardware_and_status_come_from_the_summary(tmp_path: Path) -> None:
     devices = ({"key": "gpu0", "name": "NVIDIA A100-SXM4-40GB"}, {"key": "gpu1", "name": "NVIDIA A100-SXM4-40GB"})
     run = read_run_dir(two_hour_run(tmp_path, devices=devices, status="failed"))

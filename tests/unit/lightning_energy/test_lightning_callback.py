@@ -85,8 +85,14 @@ def test_measures_every_step_and_writes_the_summary(tmp_path, virtual_clock):
     assert all(m["power/avg_w"] == pytest.approx(busy_w, rel=1e-6) for _, m in steps)
     fit_logged = [m for _, m in logger.logged if "energy/fit_j" in m]
     assert fit_logged == [
-        {"energy/fit_j": pytest.approx(summary["energy_j"]), "time/fit_s": pytest.approx(summary["time_s"])}
+        {
+            "energy/fit_j": pytest.approx(summary["energy_j"]),
+            "time/fit_s": pytest.approx(summary["time_s"]),
+            "energy/fit_uncertainty_j": summary["energy_uncertainty_j"],
+            "wattwise/simulated": 1.0,  # every batch of figures from a simulated GPU is marked
+        }
     ]
+    assert all(m["wattwise/simulated"] == 1.0 and "energy/step_uncertainty_j" in m for _, m in steps)
     # One row per logging interval, none per step: a step that logs nothing costs nothing.
     names = [r.split(",")[1] for r in (tmp_path / "run" / "windows.csv").read_text().splitlines()[1:]]
     assert names.count("steps") == 4 and "step" not in names
