@@ -31,6 +31,7 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -473,14 +474,13 @@ class Rig:
     cuda_index: int | None
 
     @classmethod
-    def of(cls, ctx: Context) -> Rig:
-        """The rig for the context's GPU.
+    def of(cls, ctx: Context, *, trainer: bool = True) -> Rig:
+        """The rig for the context's GPU; `trainer`: the check trains with the Hugging Face Trainer.
 
         Raises:
-            Skip: no GPU, no torch or transformers, no CUDA for a real GPU, or ACCELERATE_ENERGY set.
+            Skip: no GPU, no torch (or transformers, for the Trainer), no CUDA for a real GPU, or
+                ACCELERATE_ENERGY set (for the Trainer).
         """
-        import os
-
         from wattwise.tools.acceptance import Skip
 
         gpu = ctx.require_gpu()
@@ -488,10 +488,12 @@ class Rig:
             ctx.require_load()  # torch sees the GPU's CUDA device, or the reason why not
         try:
             import torch  # noqa: F401
-            import transformers  # noqa: F401
+
+            if trainer:
+                import transformers  # noqa: F401
         except ImportError as err:
-            raise Skip(f"{err.name} is not installed (pip install 'wattwise[hf]' or transformers)") from None
-        if os.environ.get("ACCELERATE_ENERGY", "") not in ("", "0"):
+            raise Skip(f"{err.name} is not installed (pip install {err.name})") from None
+        if trainer and os.environ.get("ACCELERATE_ENERGY", "") not in ("", "0"):
             raise Skip("ACCELERATE_ENERGY is set: its callback would tune every Trainer; unset it for these checks")
         if gpu.simulation is not None:
             return cls(gpu, SIMULATED_MODEL, None)
@@ -631,7 +633,10 @@ def _sweep_callback(rig: Rig, guard: Any, caps_w: list[float], sizes: Sizes, res
                 self.phase = "apply"
                 if self.index == len(caps_w):
                     control.should_training_stop = True
-                    monitor.close()
+
+        def close(self) -> None:
+            """Close the measurement windows (on every exit path of the sweep)."""
+            monitor.close()
 
     return Sweep()
 
@@ -653,10 +658,13 @@ def check_cap_sweep(ctx: Context) -> dict[str, Any]:
     results: list[CapWindow] = []
     with SettingsGuard() as guard:
         guard.install_signal_handlers()
+        sweep = _sweep_callback(rig, guard, caps, sizes, results)
         try:
-            rig.trainer(ctx.out / "levers" / "cap_sweep", [_sweep_callback(rig, guard, caps, sizes, results)]).train()
+            rig.trainer(ctx.out / "levers" / "cap_sweep", [sweep]).train()
         except NoPermissionError as err:
             raise Skip(f"setting the power limit was refused; the driver said: {err}") from None
+        finally:
+            sweep.close()
     if len(results) < len(caps):
         raise Failure(f"the sweep measured {len(results)} of {len(caps)} caps")
     rows = cap_rows(results, caps[0])
@@ -735,8 +743,10 @@ def _tune_once(rig: Rig, out: Path, eta: float, step_w: float, sizes: Sizes) -> 
 
     try:
         rig.trainer(out, [Tune()]).train()
-    finally:
-        run.finish()  # a no-op once finished; restores the limit on an error
+    except BaseException as exc:
+        run.abort(exc)  # the limit is restored now
+        run.finish("failed")
+        raise
     limit = (run.summary or {}).get("power_limit") or {}
     return limit
 
@@ -995,7 +1005,7 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
     from wattwise.settings.guard import SettingsGuard
     from wattwise.tools.acceptance import Failure, Skip
 
-    rig = Rig.of(ctx)
+    rig = Rig.of(ctx, trainer=False)
     gpu, sizes = rig.gpu, Sizes.of(ctx.quick)
     try:
         clocks = pipeline_clocks_mhz(gpu.supported_sm_clocks_mhz(), sizes.pipeline_clocks)
