@@ -186,10 +186,15 @@ def test_with_the_flag_a_process_that_imports_no_accelerate_loads_one_tiny_finde
 def test_the_start_up_finder_hands_over_when_the_script_imports_accelerate(tmp_path):
     code = (
         "import sys; import accelerate; from accelerate import Accelerator; "
-        "print('accelerate_energy.auto_attach' in sys.modules, hasattr(Accelerator.__init__, '_wattwise_flag'))"
+        "print('accelerate_energy.auto_attach' in sys.modules, hasattr(Accelerator.__init__, '_wattwise_flag'))\n"
+        "try:\n    Accelerator(cpu=True)\nexcept Exception as err:\n    print(type(err).__name__, err)"
     )
-    assert run([sys.executable, "-c", code], tmp_path, ACCELERATE_ENERGY="1").stdout == "True True\n"
-    assert run([sys.executable, "-c", code], tmp_path).stdout == "False False\n"
+    # A bad variable fails where the accelerator is built, named (the flag on); the flag off reads none.
+    on = run([sys.executable, "-c", code], tmp_path, ACCELERATE_ENERGY="1", ACCELERATE_ENERGY_ETA="2")
+    handed_over, error = on.stdout.splitlines()
+    assert handed_over == "True True"
+    assert error.startswith("ConfigError ACCELERATE_ENERGY_ETA must be between 0 and 1"), error
+    assert run([sys.executable, "-c", code], tmp_path, ACCELERATE_ENERGY_ETA="2").stdout == "False False\n"
 
 
 def test_accelerates_own_test_script_is_measured_with_the_flag_alone(tmp_path):
