@@ -149,7 +149,7 @@ def test_the_daemonset_runs_the_agent_on_the_hosts_socket_folder_privileged_with
     args = _serve_args(container["args"])
     assert args.backend == "nvml" and args.socket == DEFAULT_SOCKET
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     # The socket's folder and the journal are the host's, so jobs reach it and a restarted pod finds it.
     for path in (str(Path(args.socket).parent), args.state_dir):
         (name,) = [n for n, mount in mounts.items() if mount == path]

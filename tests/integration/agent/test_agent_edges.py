@@ -58,3 +58,21 @@ def test_restore_with_the_agents_journal_dir_puts_back_what_a_sigkilled_agent_le
     assert "restored simulated device 1: power_limit_w -> 300.0" in done.stdout
     assert json.loads((agent.sim_dir / "gpu1.json").read_text())["power_limit_w"] == 300.0
     assert not (agent.state_dir / "journal.json").exists()
+
+
+def test_the_daemonset_passes_a_config_its_configmap_holds_with_the_cgroup_policy() -> None:
+    import yaml
+
+    from wattwise.agent.config import parse_config
+
+    deploy = Path(__file__).resolve().parents[3] / "deploy"
+    spec = yaml.safe_load((deploy / "wattwise-agent-daemonset.yaml").read_text())["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    config_path = Path(container["args"][container["args"].index("--config") + 1])
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(config_path.parent)]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    config_map = yaml.safe_load((deploy / "wattwise-agent-config.yaml").read_text())
+    assert config_map["kind"] == "ConfigMap" and config_map["metadata"]["name"] == volume["configMap"]["name"]
+    config = parse_config(yaml.safe_load(config_map["data"][config_path.name]))
+    assert config.allocation == "cgroup"
+    assert config.allowed_gids == {int(container["args"][container["args"].index("--group") + 1])}
