@@ -240,8 +240,9 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"wattwise agent status: error: {err}", file=sys.stderr)
         return 1
     gpus = [_public(g) for g in status.get("gpus", [])]
+    jobs, allocation = status.get("jobs", []), status.get("allocation")
     if args.json:
-        print(json.dumps({"gpus": gpus}, indent=2))
+        print(json.dumps({"gpus": gpus, "jobs": jobs, "allocation": allocation}, indent=2))
         return 0
     for g in gpus:
         clocks = g["locked_sm_clocks_mhz"]
@@ -251,11 +252,15 @@ def run_status(args: argparse.Namespace) -> int:
             named = (("job_id", "batch job"), ("pgid", "process group"))
             more = "".join(f", {what} {holder[key]}" for key, what in named if holder.get(key))
             who = f"held by pid {holder['pid']} (uid {holder['uid']}, job {holder['job']!r}{more})"
+        allowed = g.get("allowed_power_limit_w")
+        bounds = f", allowed {_w(allowed[0])}-{_w(allowed[1])}" if isinstance(allowed, list) and allowed else ""
         print(
-            f"GPU {g['index']} {g['name']}: power limit {_w(g['power_limit_w'])} "
-            f"(default {_w(g['default_power_limit_w'])}), SM clocks "
+            f"GPU {g['index']} {g['name']} {g.get('uuid')}: power limit {_w(g['power_limit_w'])} "
+            f"(default {_w(g['default_power_limit_w'])}{bounds}), SM clocks "
             f"{f'locked {clocks[0]}-{clocks[1]} MHz' if clocks else 'unlocked'}, {who}"
         )
+    registered = "; ".join(f"job {j['job_id']} of uid {j['uid']}: GPU(s) {j['gpus']}" for j in jobs) or "none"
+    print(f"allocation policy {allocation}; jobs registered: {registered}")
     return 0
 
 
