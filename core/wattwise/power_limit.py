@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from wattwise.errors import UsageError
+from wattwise.errors import Key, UsageError
 from wattwise.profile import ProfileEntry
 
 Selector = Literal["energy", "time", "cost", "slowdown"]
@@ -24,6 +24,10 @@ SELECTORS: tuple[str, ...] = ("energy", "time", "cost", "slowdown")
 MAX_PROFILED_LIMITS = 1000
 #: Most steps a profile window is sized to (`PowerLimitTuner.size_windows`), whatever the step time.
 MAX_PROFILE_STEPS = 100_000
+#: How much a measured cost varies between runs of one workload on a real GPU beyond the energy counter's
+#: resolution, relative to the cost: step times and power vary by a few per cent from step to step, about
+#: 0.2% over a window of 20 counter updates. Costs closer than this are a tie (`PowerLimitTuner._select`).
+RUN_TO_RUN = 0.002
 
 
 def zeus_cost(energy_j: float, time_s: float, *, eta: float, max_power_w: float) -> float:
@@ -39,7 +43,7 @@ def check_eta(eta: float) -> None:
         UsageError: `eta` is not between 0 and 1.
     """
     if not (0.0 <= eta <= 1.0) or math.isnan(eta):
-        raise UsageError(f"eta must be between 0 and 1 (got {eta}); 1 minimises energy, 0 minimises time")
+        raise UsageError(Key("eta"), f" must be between 0 and 1 (got {eta}); 1 minimises energy, 0 minimises time")
 
 
 def select_power_limit(
@@ -149,8 +153,12 @@ class PowerLimitTuner:
     """Just-in-time power-limit profiling (Zeus's optimizer), as a pure state machine.
 
     Phases: `wait` (the first `wait_steps` steps, untouched) -> for each limit, highest first: `warmup`
-    (`warmup_steps` at that limit) then `profile` (`profile_steps` measured as one window) -> `done` (the
-    selected limit applied). A coarse energy counter quantises short windows, so with `min_window_s` the
+    (`warmup_steps` at that limit), `align` (with `align_to_counter`: steps until the energy counter
+    changes) then `profile` (`profile_steps` measured as one window) -> `done` (the selected limit applied).
+    With `align_to_counter`, a window opens just after a step in which the energy counter changed and ends
+    on such a step too, once it holds its steps: the counter's steps then fall within one training step of
+    the window's ends, not anywhere within one period of the counter (`on_step_end`'s `counter_changed`).
+    A coarse energy counter quantises short windows, so with `min_window_s` the
     first window, once it holds `profile_steps` steps, is sized by `size_windows`: when it lasted less than
     `min_window_s`, it and every later window hold as many steps as that duration needs. Sizing is done
     once, from one duration that the driver makes every process agree on, so processes stay in step.
@@ -158,7 +166,9 @@ class PowerLimitTuner:
     `on_step_end` and `record` (with the window's time and energy, summed over all GPUs of the job);
     what is not training (evaluation, checkpoints) is paused out of the window by the driver, so a
     window may span epochs. A run too short to profile every limit ends with `finish_early`: the best
-    limit measured so far is chosen, and `finished` stays False with the reason.
+    limit measured so far is chosen, and `finished` stays False with the reason. A choice whose cost the
+    windows cannot tell from the highest limit's (their difference within the energy's uncertainty that
+    the driver gives `end_window`) is not made: tuning gives up, saying so (`unresolved`).
     """
 
     def __init__(
@@ -173,6 +183,8 @@ class PowerLimitTuner:
         warmup_steps: int = 2,
         profile_steps: int = 5,
         min_window_s: float = 0.0,
+        align_to_counter: bool = False,
+        run_to_run: float = 0.0,
     ) -> None:
         if not limits_w:
             raise UsageError("power-limit tuning needs at least one limit to profile")
@@ -196,7 +208,11 @@ class PowerLimitTuner:
         self.profile_steps = profile_steps
         #: A profile window lasts at least this long (a coarse energy counter quantises shorter windows).
         self.min_window_s = float(min_window_s)
-        self.phase = "wait" if wait_steps > 0 else ("warmup" if warmup_steps > 0 else "profile")
+        #: Windows begin and end on steps in which the energy counter changed (see the class docstring).
+        self.align_to_counter = align_to_counter
+        #: Relative variation of a measured cost between runs (`RUN_TO_RUN` on hardware; 0: exact figures).
+        self.run_to_run = run_to_run
+        self.phase = "wait" if wait_steps > 0 else self._limit_start()
         self.limit_index = 0
         self.steps_in_phase = 0
         self.window_open = False
@@ -204,6 +220,10 @@ class PowerLimitTuner:
         self.chosen: ProfileEntry | None = None
         #: Why tuning stopped before every limit was profiled (None: it finished, or goes on).
         self.unfinished_reason: str | None = None
+        #: Tuning gave up because the windows could not tell the best limit from the highest one.
+        self.unresolved = False
+        #: Each profiled limit's energy uncertainty per step (J), beside `profile`.
+        self.uncertainty_j: list[float] = []
         self._applied: float | None = None
         self._window_steps = 0
         #: The windows were sized (`size_windows`); with `min_window_s` 0 there is nothing to size.
@@ -233,8 +253,32 @@ class PowerLimitTuner:
 
     def at_limit_boundary(self) -> bool:
         """True before the first step of a limit (nothing of it measured yet)."""
-        first = "warmup" if self.warmup_steps > 0 else "profile"
-        return self.phase == first and self.steps_in_phase == 0 and not self.window_open
+        return self.phase == self._limit_start() and self.steps_in_phase == 0 and not self.window_open
+
+    def _limit_start(self) -> str:
+        """The phase each limit starts in."""
+        if self.warmup_steps > 0:
+            return "warmup"
+        return "align" if self.align_to_counter else "profile"
+
+    @property
+    def window_steps(self) -> int:
+        """Steps in the open (or last) profile window."""
+        return self._window_steps
+
+    @property
+    def wants_counter(self) -> bool:
+        """Whether the next `on_step_end` needs to know if the energy counter changed during the step."""
+        if not self.align_to_counter:
+            return False
+        if self.phase == "align":
+            return True
+        return (
+            self.phase == "profile"
+            and self.window_open
+            and self.windows_sized
+            and self.steps_in_phase + 1 >= self.profile_steps
+        )
 
     def finish_early(self, reason: str) -> None:
         """Stop profiling: choose the best of the limits measured so far (none: the highest limit)."""
@@ -242,13 +286,9 @@ class PowerLimitTuner:
             return
         self.window_open = False
         self.unfinished_reason = reason
-        self.chosen = (
-            select_power_limit(
-                self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w, max_slowdown=self.max_slowdown
-            )
-            if self.profile
-            else None
-        )
+        self.chosen = self._select() if self.profile else None
+        if self.unresolved:
+            self.unfinished_reason = f"{reason}; {self.unfinished_reason}"
         self._enter("done")
 
     def give_up(self, reason: str) -> None:
@@ -284,24 +324,30 @@ class PowerLimitTuner:
             self._window_steps = 0
         return action
 
-    def on_step_end(self, steps: int = 1) -> bool:
-        """Count `steps` optimizer steps. True: end the profiling window now and `record` it.
+    def on_step_end(self, steps: int = 1, counter_changed: bool | None = None) -> bool:
+        """Count `steps` optimizer steps. True: end the profiling window now and `end_window` it.
+
+        Args:
+            steps: The optimizer steps made.
+            counter_changed: Whether the energy counter changed during these steps, when `wants_counter`
+                asked (the same answer in every process); None: not known, taken as changed.
 
         While `sizing_due`, the driver calls `size_windows` before acting on True.
         """
         if self.phase == "done":
             return False
+        changed = counter_changed is None or counter_changed
         self.steps_in_phase += steps
         if self.window_open:
             self._window_steps += steps
         if self.phase == "wait" and self.steps_in_phase >= self.wait_steps:
-            self._enter("warmup")
+            self._enter(self._limit_start())
         elif self.phase == "warmup" and self.steps_in_phase >= self.warmup_steps:
+            self._enter("align" if self.align_to_counter else "profile")
+        elif self.phase == "align" and changed:
             self._enter("profile")
         elif self.phase == "profile" and self.steps_in_phase >= self.profile_steps:
-            return True
-        if self.phase == "warmup" and self.warmup_steps == 0:
-            self._enter("profile")
+            return self.sizing_due or not self.align_to_counter or not self.windows_sized or changed
         return False
 
     @property
@@ -332,21 +378,78 @@ class PowerLimitTuner:
         self.profile_steps = max(self.profile_steps, min(MAX_PROFILE_STEPS, needed))
         return self.steps_in_phase < self.profile_steps
 
-    def end_window(self, time_s: float, energy_j: float) -> None:
-        """The profiling window of the current limit ended: time and energy of `profile_steps` steps."""
+    def end_window(self, time_s: float, energy_j: float, energy_uncertainty_j: float = 0.0) -> None:
+        """The profiling window of the current limit ended: time and energy of its steps.
+
+        Args:
+            time_s: The window's time, in seconds.
+            energy_j: Its energy, in joules (every GPU of the job).
+            energy_uncertainty_j: How far off `energy_j` may be (J; the energy counter's resolution at the
+                window's ends); 0: exact.
+        """
         if self.phase != "profile" or not self.window_open:
-            raise RuntimeError("record() called outside a profiling window")
+            raise RuntimeError("end_window() called outside a profiling window")
         self.window_open = False
         steps = max(1, self._window_steps)
         self.profile.append(ProfileEntry(self.limits_w[self.limit_index], time_s / steps, energy_j / steps))
+        self.uncertainty_j.append(max(0.0, energy_uncertainty_j) / steps)
         self.limit_index += 1
         if self.limit_index >= len(self.limits_w):
-            self.chosen = select_power_limit(
-                self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w, max_slowdown=self.max_slowdown
-            )
+            self.chosen = self._select()
             self._enter("done")
         else:
-            self._enter("warmup" if self.warmup_steps > 0 else "profile")
+            self._enter(self._limit_start())
+
+    def _select(self) -> ProfileEntry | None:
+        """The selector's choice among the profiled limits, or None (`unresolved`, with the reason).
+
+        Measured figures are not exact: each limit's cost (or energy) is known to within its uncertainty,
+        the energy counter's at the window's ends (`end_window`) and `run_to_run` of the cost for the
+        workload's own variation. The limits whose cost is within the combined uncertainty of the least
+        cost tie, and a tie goes to the highest of them (the faster, safer choice), so that repeated runs
+        choose alike. When that is the highest limit profiled and it ties with another, the windows cannot
+        tell them apart: tuning chooses nothing and says why. The "time" selector measures no energy.
+        """
+        best = select_power_limit(
+            self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w, max_slowdown=self.max_slowdown
+        )
+        if self.selector == "time" or len(self.uncertainty_j) != len(self.profile):
+            return best
+        top_w = max(e.power_limit_w for e in self.profile)
+        weight = self.eta if self.selector == "cost" else 1.0
+
+        def value(entry: ProfileEntry) -> float:
+            if self.selector == "cost":
+                return zeus_cost(entry.energy_j, entry.time_s, eta=self.eta, max_power_w=self.max_power_w)
+            return entry.energy_j
+
+        def unsure(i: int) -> float:
+            return math.hypot(weight * self.uncertainty_j[i], self.run_to_run * value(self.profile[i]))
+
+        allowed = self.profile
+        if self.selector == "slowdown":
+            top = max(self.profile, key=lambda e: e.power_limit_w)
+            allowed = [e for e in self.profile if e.time_s <= top.time_s * (1.0 + self.max_slowdown)]
+        b = self.profile.index(best)
+        ties = [
+            i
+            for i, e in enumerate(self.profile)
+            if e in allowed and value(e) - value(best) <= math.hypot(unsure(i), unsure(b))
+        ]
+        top_i = max(ties, key=lambda i: self.profile[i].power_limit_w)
+        chosen = self.profile[top_i]
+        if chosen.power_limit_w != top_w or len(ties) == 1:
+            return chosen
+        self.unresolved = True
+        other = min((i for i in ties if i != top_i), key=lambda i: value(self.profile[i]))
+        self.unfinished_reason = (
+            f"the profile windows cannot tell {self.profile[other].power_limit_w:g} W from {top_w:g} W: their "
+            f"{'cost' if self.selector == 'cost' else 'energy'} per step differs by "
+            f"{abs(value(chosen) - value(self.profile[other])):.3g} J, within what was measured "
+            f"({math.hypot(unsure(other), unsure(top_i)):.3g} J); longer windows (power_limit.min_profile_s) "
+            "resolve it"
+        )
+        return None
 
     def _enter(self, phase: str) -> None:
         self.phase = phase
@@ -375,11 +478,16 @@ class PowerLimitTuner:
             "unfinished_reason": self.unfinished_reason,
             "profile_steps": self.profile_steps,
             "windows_sized": self.windows_sized,
+            "uncertainty_j": list(self.uncertainty_j),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: a finished tuner stays finished; an unfinished one redoes the limit it was on."""
         self.profile = [ProfileEntry(**e) for e in state["profile"]]
+        uncertainty = state.get("uncertainty_j")
+        self.uncertainty_j = [float(u) for u in uncertainty] if isinstance(uncertainty, list) else []
+        if len(self.uncertainty_j) != len(self.profile):  # a checkpoint from before: not known
+            self.uncertainty_j = [0.0] * len(self.profile)
         self.chosen = ProfileEntry(**state["chosen"]) if state.get("chosen") else None
         self.unfinished_reason = state.get("unfinished_reason")
         if state.get("windows_sized"):  # keep the windows' length: every limit measured alike
@@ -389,16 +497,17 @@ class PowerLimitTuner:
         self.window_open = False
         self._applied = None
         phase = state["phase"]
-        if phase == "done" and self.unfinished_reason is not None:
+        if phase == "done" and self.unfinished_reason is not None and self.limit_index < len(self.limits_w):
             # The earlier segment ended before every limit was profiled: go on profiling where it stopped.
             self.unfinished_reason, self.chosen = None, None
-            self._enter("warmup" if self.warmup_steps > 0 else "profile")
+            self._enter(self._limit_start())
         elif phase == "done":
+            self.unresolved = self.chosen is None and self.unfinished_reason is not None
             self._enter("done")
         elif phase == "wait":
             self.phase, self.steps_in_phase = "wait", int(state["steps_in_phase"])
         else:
-            self._enter("warmup" if self.warmup_steps > 0 else "profile")
+            self._enter(self._limit_start())
 
 
 def profile_table(profile: Sequence[ProfileEntry], *, eta: float, max_power_w: float) -> list[dict[str, float]]:

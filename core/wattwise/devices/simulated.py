@@ -42,7 +42,6 @@ import json
 import math
 import os
 import random
-import socket
 import threading
 import time
 from collections import deque
@@ -552,9 +551,8 @@ class SimulatedGPU(Device):
         seed = phys.seed
         self._rng = random.Random(f"{seed}/{self._index}") if seed is not None else random.Random()
         #: This GPU's busy power above idle relative to the model's (GPUs of one node differ): a property of
-        #: the GPU, the same in every process that opens it (from the seed, else the host and the index).
-        origin = str(seed) if seed is not None else socket.gethostname()
-        digest = hashlib.sha256(f"{origin}/{self._index}".encode()).digest()
+        #: the GPU at this index, the same in every process and every run (as a real GPU's is), whatever the seed.
+        digest = hashlib.sha256(f"simulated GPU {self._index}".encode()).digest()
         draw = random.Random(int.from_bytes(digest[:8], "big")).gauss(0.0, 1.0)
         self.efficiency = 1.0 + phys.gpu_spread * max(-3.0, min(3.0, draw))
         #: The busy power's noise factor of the step running now (drawn when the GPU becomes busy).

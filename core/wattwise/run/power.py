@@ -11,6 +11,13 @@ profiling what it can, then settles on the best limit measured so far before a l
 a run whose end comes unannounced settles at `finish_tuning`. Either way the summary says
 `tuning: {"finished": false, "profiled": [...], "reason": ...}` and one warning says it once.
 Its resumable state is the tuner's, the steps run at the chosen limit and the reused limit's origin.
+
+On GPUs whose energy counter changes in steps (about every 0.1 s on NVML, 95 ms on the realistic simulated
+GPU), each profile window lasts at least 20 of them (`min_profile_s`) and begins and ends on a training step
+in which the main process's first GPU's counter changed: the energy of a window is then off by at most
+about one training step's at each end, not one counter period's (`PowerLimitTuner.align_to_counter`; a
+read of the counter at each step near a window's ends). Each window's energy carries that uncertainty, and
+a choice the windows cannot tell from the highest limit is not made (one notice says so).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
 from wattwise.errors import Unavailable, UsageError
-from wattwise.power_limit import PowerLimitTuner, cap_limit_w, profile_limits_w
+from wattwise.power_limit import RUN_TO_RUN, PowerLimitTuner, cap_limit_w, profile_limits_w
 from wattwise.profile import ProfileEntry
 from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
 from wattwise.run.carbon import CarbonControl
@@ -67,7 +74,7 @@ class PowerLimitControl:
         *,
         memory: LimitsMemory | None = None,
         wall_clock: Callable[[], float],
-        clock: Callable[[], float] = time.perf_counter,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.cfg = cfg
         #: What this part does; `PowerMode.MEASURE` again once a change failed.
@@ -105,9 +112,13 @@ class PowerLimitControl:
         #: What `Device.settings_lifted` said of this process's GPUs at the run's end (also among the notices).
         self.lifted_notes: list[str] = []
         self._warned_short = False
-        #: Monotonic clock timing the profile windows (no device sync: the steps' wall time is enough).
-        self._clock = clock
+        #: Monotonic clock timing the profile windows (no device sync: the steps' wall time is enough); None:
+        #: the simulated GPUs' own clock when they share one (a virtual one in tests), else `time.perf_counter`.
+        self._clock: Callable[[], float] = clock or time.perf_counter
+        self._clock_given = clock is not None
         self._window_start = 0.0
+        #: The main GPU's energy counter at the last step end (or begin) read near a window's ends, else None.
+        self._edge_j: float | None = None
         self._collective: Collective | None = None
         self._resumed_tuner: dict[str, Any] | None = None
         #: The tuner whose choice is in force with nothing left to move it (no carbon steering, no hold): a
@@ -195,6 +206,10 @@ class PowerLimitControl:
             self.apply(cap_limit_w(rng.max_w, rng.min_w, cap_w=cfg.cap_w, cap_fraction=cfg.cap_fraction))
             return
         self.carbon = carbon()
+        sims = [sim for sim in (gpu.simulation for gpu in self.gpus) if sim is not None]
+        clocks = {id(sim.clock): sim.clock for sim in sims}
+        if not self._clock_given and len(clocks) == 1 and len(sims) == len(self.gpus):
+            self._clock = next(iter(clocks.values()))
         self.tuner = PowerLimitTuner(
             profile_limits_w(rng.min_w, rng.max_w, cfg.step_w),
             selector=cfg.selector,
@@ -205,6 +220,8 @@ class PowerLimitControl:
             warmup_steps=cfg.warmup_steps,
             profile_steps=cfg.profile_steps,
             min_window_s=self.min_profile_s(),
+            align_to_counter=self.counter_period_s() > 0,
+            run_to_run=RUN_TO_RUN if self.counter_period_s() > 0 else 0.0,  # an exact counter: exact figures
         )
         self._collective = collective
         if self._resumed_tuner is not None:
@@ -301,13 +318,49 @@ class PowerLimitControl:
         if self.tuner.done:
             self.steps_at_chosen += steps
             return False
-        ends = self.tuner.on_step_end(steps)
+        changed: bool | None = None
+        if self._edge_j is not None:
+            value = self._read_edge()
+            changed = value is None or value != self._edge_j
+            if self._collective is not None and self._collective.world_size > 1:
+                changed = bool(self._collective.broadcast(changed))  # the main process's counter decides
+            self._edge_j = value
+        ends = self.tuner.on_step_end(steps, changed)
+        if not self.tuner.wants_counter:
+            self._edge_j = None
+        elif self._edge_j is None:
+            self._edge_j = self._read_edge()
         if ends and self.tuner.sizing_due:
             # Once per run, on a step that decides: rank 0's window time sizes every process's windows.
             assert self._collective is not None
             window_s = self._collective.broadcast(self._clock() - self._window_start)
             return not self.tuner.size_windows(window_s)
         return ends
+
+    def _read_edge(self) -> float | None:
+        """The main GPU's energy counter, to see the step in which it changes; None when it cannot be read."""
+        try:
+            return self.gpus[0].energy_j() if self.gpus else None
+        except Unavailable:
+            return None
+
+    def counter_period_s(self) -> float:
+        """How often the slowest energy counter among the run's GPUs changes, in seconds (0: at every read)."""
+        return max((gpu.energy_update_period_s for gpu in self.gpus), default=0.0)
+
+    def window_uncertainty_j(self, time_s: float, energy_j: float) -> float:
+        """How far a profile window's energy may be off: its power times where the counter's steps may fall.
+
+        Aligned windows (`align_to_counter`) have their ends within one training step of a change of the
+        counter, others anywhere within one period; the difference of two such offsets, uniform over that
+        span, has a standard deviation of span / sqrt(6): this is two of those (about a 95% bound).
+        """
+        period_s = self.counter_period_s()
+        if period_s <= 0 or time_s <= 0 or self.tuner is None:
+            return 0.0
+        steps = max(1, self.tuner.window_steps)
+        span_s = min(period_s, time_s / steps) if self.tuner.align_to_counter else period_s
+        return 2.0 * energy_j / time_s * span_s / math.sqrt(6.0)
 
     def min_profile_s(self) -> float:
         """The shortest profile window, in seconds.
@@ -410,7 +463,12 @@ class PowerLimitControl:
                 f"{top_w:g} W and no saving is reported"
             )
             return
-        self.tuner.end_window(time_s, energy_j)
+        self.tuner.end_window(time_s, energy_j, self.window_uncertainty_j(time_s, energy_j))
+        if self.tuner.unresolved:
+            self._notices.append(
+                f"power-limit tuning chose no limit: {self.tuner.unfinished_reason}; the GPU stays at "
+                f"{max(self.tuner.limits_w):g} W and no saving is reported"
+            )
         if self.tuner.done and self.tuner.chosen is not None and memory_key is not None and is_main:
             self.memory.save(
                 memory_key,

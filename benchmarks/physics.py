@@ -1,0 +1,220 @@
+"""The levers on the simulated GPU's realistic physics: do they choose what they choose on the ideal one?
+
+Three checks, each on a virtual clock (the simulated GPU's reads, steps and settling advance it; no sleep):
+
+1. **Tuning repeats**: power-limit tuning (default settings: eta 0.5, 25 W apart, windows of 20 counter
+   updates) on the built-in power model and on each power model of `../shared/data` (built from Zeus's
+   A40 power-limit logs, GPU 0's column), 10 runs with seeds 1-10 on the realistic physics: how often the
+   most frequent choice comes, and whether it is the ideal physics' choice or its neighbour in the profile.
+2. **Profiler error**: `PipelineProfiler` on two simulated stages whose instructions last 2-6 ms, on the
+   realistic physics against the power model's truth (time and energy per instruction), and the saving of
+   `frontier`'s no-slowdown plan on that profile against the same on the ideal profile.
+3. **Recurring noise**: the recurring benchmark's bandit and early stopping on Zeus's traces with noise on
+   the traces' figures (`--noise`), against the same seeds without noise.
+
+    python benchmarks/physics.py                 # all three; exit 1 if a target is missed
+    python benchmarks/physics.py --only tuning   # one of them (tuning, profiler, recurring)
+    python benchmarks/physics.py --markdown      # tables for docs/benchmarks.md
+
+Every figure is simulated: no GPU runs here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("WATTWISE_SHARED_DATA", REPO.parent / "shared" / "data"))
+SEEDS = tuple(range(1, 11))
+#: Step time of the emulated training step at the highest limit, in seconds.
+BASE_STEP_S = 0.02
+
+
+class VirtualClock:
+    """A clock that moves only when something sleeps (the simulated GPU's reads and the emulated steps)."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += max(0.0, seconds)
+
+
+def power_models() -> dict[str, object]:
+    """The built-in model, and one per Zeus A40 power-limit log in the shared data (GPU 0's column)."""
+    from wattwise.devices import PowerModel
+
+    models: dict[str, object] = {"built-in 300 W": PowerModel.default()}
+    for path in sorted((SHARED / "zeus-profiles").glob("A40+*.csv")):
+        rows = []
+        with open(path) as fh:
+            for row in csv.DictReader(fh):
+                limit = float(row["window_name"].rsplit("_", 1)[1])
+                rows.append((limit, float(row["elapsed_time"]), float(row["gpu0_energy"])))
+        rows.sort()
+        top_s = rows[-1][1]
+        models[path.stem.replace("A40+", "A40 ")] = PowerModel(
+            power_limits_w=tuple(r[0] for r in rows),
+            time_factors=tuple(r[1] / top_s for r in rows),
+            busy_power_w=tuple(r[2] / r[1] for r in rows),
+            idle_power_w=60.0,
+            name=f"Simulated GPU ({path.name})",
+        )
+    return models
+
+
+@dataclass(frozen=True)
+class TuningRun:
+    """One tuning run: its choice (None: it chose nothing), and how long it profiled."""
+
+    chosen_w: float | None
+    tuning_s: float
+    steps: int
+    reason: str | None
+
+
+def tune_once(model: object, physics: object, *, steps: int = 4000, overrides: tuple[str, ...] = ()) -> TuningRun:
+    """Tune on one simulated GPU timed by a virtual clock, with the run's default tuning settings."""
+    from wattwise.config import load_config
+    from wattwise.devices import SimulatedGPU
+    from wattwise.run import Run
+    from wattwise.settings.guard import SettingsGuard
+    from wattwise.tools.workload import emulate_step
+
+    clock = VirtualClock()
+    gpu = SimulatedGPU(0, model, base_step_time_s=BASE_STEP_S, clock=clock, sleep=clock.sleep, physics=physics)  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["WATTWISE_HOME"] = f"{tmp}/home"
+        cfg = load_config(
+            overrides=[
+                "monitor.sample_power=false",
+                "monitor.sync_cuda=false",
+                "power_limit.mode=tune",
+                "power_limit.reuse=false",
+                f"output_dir={tmp}/run",
+                *overrides,
+            ]
+        )
+        run = Run(
+            cfg, devices=[gpu], wall_clock=clock, settings_guard=lambda: SettingsGuard(f"{tmp}/journal", recover=False)
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run.start()
+            run.expect_steps(steps)
+            start = clock()
+            done_at = None
+            for step in range(steps):
+                run.step_begin()
+                emulate_step([gpu], lambda: None)
+                run.step_end()
+                tuner = run.power.tuner
+                if tuner is not None and tuner.done and done_at is None:
+                    done_at = (clock() - start, step + 1)
+                    break
+            run.finish()
+    tuner = run.power.tuner
+    chosen = tuner.chosen.power_limit_w if tuner is not None and tuner.chosen is not None else None
+    reason = tuner.unfinished_reason if tuner is not None else "tuning abandoned"
+    spent_s, spent_steps = done_at if done_at is not None else (clock() - start, steps)
+    return TuningRun(chosen, spent_s, spent_steps, reason)
+
+
+def neighbours(model: object, limit_w: float, step_w: float = 25.0) -> set[float]:
+    """`limit_w` and the limits profiled beside it."""
+    from wattwise.power_limit import profile_limits_w
+
+    lo, hi = model.limit_range_w  # type: ignore[attr-defined]
+    limits = profile_limits_w(lo, hi, step_w)
+    i = limits.index(limit_w)
+    return {limits[j] for j in (i - 1, i, i + 1) if 0 <= j < len(limits)}
+
+
+def tuning_check(seeds: tuple[int, ...] = SEEDS) -> list[dict[str, object]]:
+    """Tuning repeats on every power model: the ideal choice, the realistic choices, and the verdict."""
+    from wattwise.devices import Physics
+
+    rows = []
+    for name, model in power_models().items():
+        top_w = model.limit_range_w[1]  # type: ignore[attr-defined]
+        ideal = tune_once(model, Physics.ideal())
+        runs = [tune_once(model, Physics.realistic(seed)) for seed in seeds]
+        # The limit in force after tuning: the choice, or the highest limit when tuning chose none.
+        counts = collections.Counter(r.chosen_w or top_w for r in runs)
+        mode_w, mode_n = counts.most_common(1)[0]
+        near = mode_w in neighbours(model, ideal.chosen_w or top_w)
+        rows.append(
+            {
+                "model": name,
+                "ideal_w": ideal.chosen_w,
+                "choices": dict(sorted(counts.items())),
+                "none": sum(1 for r in runs if r.chosen_w is None),
+                "mode_w": mode_w,
+                "same": mode_n,
+                "runs": len(runs),
+                "near_ideal": near,
+                "tuning_s": sum(r.tuning_s for r in runs) / len(runs),
+                "ideal_tuning_s": ideal.tuning_s,
+                "ok": mode_n >= 0.9 * len(runs) and near,
+            }
+        )
+    return rows
+
+
+def print_tuning(rows: list[dict[str, object]], markdown: bool) -> None:
+    if markdown:
+        print(
+            "| power model | ideal choice (W) | realistic choices, 10 seeds (W: runs) | same | ideal or neighbour | tuning (virtual s) |"
+        )
+        print("|---|---:|---|---:|---|---:|---:|")
+    for r in rows:
+        choices = ", ".join(f"{w:g}: {n}" for w, n in r["choices"].items())  # type: ignore[attr-defined]
+        if markdown:
+            print(
+                f"| {r['model']} | {r['ideal_w']:g} | {choices} | {r['same']}/{r['runs']} | "
+                f"{'yes' if r['near_ideal'] else 'no'} | {r['none']} | {r['tuning_s']:.1f} |"
+            )
+        else:
+            print(
+                f"{r['model']:28s} ideal {r['ideal_w']!s:>6} W  realistic {choices:30s} same {r['same']}/{r['runs']} "
+                f"near {r['near_ideal']!s:5s} tuning {r['tuning_s']:.1f} s (ideal {r['ideal_tuning_s']:.1f} s)"
+                f"  {'ok' if r['ok'] else 'MISSED'}"
+            )
+
+
+CHECKS: dict[str, Callable[..., list[dict[str, object]]]] = {"tuning": tuning_check}
+PRINTERS: dict[str, Callable[[list[dict[str, object]], bool], None]] = {"tuning": print_tuning}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=sorted(CHECKS), help="run one check")
+    parser.add_argument("--markdown", action="store_true", help="print tables for docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    ok = True
+    for name, check in CHECKS.items():
+        if args.only and name != args.only:
+            continue
+        started = time.process_time()
+        rows = check()
+        PRINTERS[name](rows, args.markdown)
+        print(f"({name}: {time.process_time() - started:.0f} CPU-s)")
+        ok = ok and all(bool(r["ok"]) for r in rows)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
