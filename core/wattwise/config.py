@@ -8,7 +8,8 @@ Lightning callback, the Accelerate plugin and the CLI.
 `SETTINGS` is the one list of the settings a user gives by name: each is a keyword argument of
 `EnergyCallback`, a field of `EnergyPlugin` read from `ACCELERATE_ENERGY_<NAME>`, and maps to one key of
 `EnergyConfig`; every other key is reached through a YAML file (`config`) or dotlist `overrides`. Errors
-name config keys; an adapter or the CLI renames them to its own variables or flags (`rename_settings`).
+name config keys as `wattwise.errors.Key`s; an adapter or the CLI shows them as its own variables or flags
+(`ConfigError.message(names)`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import dataclasses
 import io
 import math
 import os
-import re
 import shlex
 import types
 import typing
@@ -33,7 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from wattwise import bounds
 from wattwise.devices import BACKEND_ENV, PhysicsName, backend_choices
-from wattwise.errors import ConfigError, UsageError
+from wattwise.errors import ConfigError, Key, UsageError
 from wattwise.names import check_job_name
 from wattwise.power_limit import SELECTORS
 from wattwise.safe_files import read_text
@@ -82,14 +82,14 @@ class DevicesConfig:
     #: Also measure CPU packages and DRAM through RAPL.
     cpu: bool = False
     simulated: SimulatedGPUConfig = field(default_factory=SimulatedGPUConfig)
-    #: What drives the simulated GPU's load: "off" (only emulated work, `wattwise.tools.workload`) or "steps"
-    #: (the training steps themselves: each step's wall time is its work at the maximum limit, stretched as
-    #: the power model says). Off by default, because "steps" makes training sleep at lower limits.
-    simulated_drive: str = "off"
     #: The simulated GPU's physics: "realistic" (a counter that advances every 95 ms, reads that take time,
     #: settings that settle, noise, GPUs that differ, as measured on an H100) or "ideal" (exact figures, for
     #: tests). None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic. `$WATTWISE_SIMULATED_SEED` fixes the noise.
     simulated_physics: str | None = None
+    #: What drives the simulated GPU's load: "off" (only emulated work, `wattwise.tools.workload`) or "steps"
+    #: (the training steps themselves: each step's wall time is its work at the maximum limit, stretched as
+    #: the power model says). Off by default, because "steps" makes training sleep at lower limits.
+    simulated_drive: str = "off"
 
 
 @dataclass
@@ -401,17 +401,6 @@ def default_of(key: str) -> Any:
     return node
 
 
-def rename_settings(message: str, names: Mapping[str, str]) -> str:
-    """`message` with each config key (or other setting name) in `names` replaced by its new name.
-
-    Only whole names are replaced: `eta` neither in `beta` nor in `power_limit.eta` nor in `--eta`.
-    """
-    if not names:
-        return message
-    pattern = "|".join(re.escape(k) for k in sorted(names, key=len, reverse=True))
-    return re.sub(rf"(?<![\w.-])({pattern})(?![\w])", lambda m: names[m.group(1)], message)
-
-
 def _key_of(err: OmegaConfBaseException) -> str:
     full_key = getattr(err, "full_key", None)
     return str(full_key) if full_key else "?"
@@ -450,10 +439,14 @@ def load_config(
     except ConfigError:
         raise
     except OmegaConfBaseException as err:
-        raise ConfigError(_explain(err)) from None
+        raise _explain(err) from None
     assert isinstance(cfg, EnergyConfig)
     validate(cfg)
     return cfg
+
+
+#: The config file as errors name it: an entry point shows it as its own option or variable.
+CONFIG_FILE = Key("config", "config file")
 
 
 def _load_yaml(path: str | os.PathLike[str]) -> Any:
@@ -461,18 +454,19 @@ def _load_yaml(path: str | os.PathLike[str]) -> Any:
     name = repr(os.fspath(path))
     if not os.path.isfile(path):
         path = _installed(os.fspath(path), name)
-    text = read_text(path, what=f"config file {name}", expected="YAML", fix="save it as UTF-8 YAML", error=ConfigError)
+    what = (CONFIG_FILE, f" {name}")
+    text = read_text(path, what=what, expected="YAML", fix="save it as UTF-8 YAML", error=ConfigError)
     try:
         layer = OmegaConf.load(io.StringIO(text))
     except yaml.YAMLError as err:
         first = str(err).splitlines()[0]
-        raise ConfigError(f"config file {name} is not valid YAML: {first}") from None
+        raise ConfigError(*what, f" is not valid YAML: {first}") from None
     except OSError:  # OmegaConf's answer to a top level that is neither a mapping nor a list
         layer = None
     if not OmegaConf.is_dict(layer):
         raise ConfigError(
-            f"config file {name} must hold a mapping of keys at its top level, e.g. "
-            "`power_limit: {eta: 0.5}` (see configs/energy.yaml)"
+            *what,
+            " must hold a mapping of keys at its top level, e.g. `power_limit: {eta: 0.5}` (see configs/energy.yaml)",
         )
     return layer
 
@@ -519,8 +513,9 @@ def _installed(path: str, name: str) -> str:
     ):
         return str(installed_config(path))
     raise ConfigError(
-        f"config file {name} not found (or not a file); give a path, or the name of an installed "
-        f"configuration: {', '.join(config_names())}"
+        CONFIG_FILE,
+        f" {name} not found (or not a file); give a path, or the name of an installed "
+        f"configuration: {', '.join(config_names())}",
     )
 
 
@@ -542,43 +537,45 @@ def _check_sections(schema: Any, layer: Any, prefix: str) -> None:
             _check_sections(schema[key], value, f"{path}.")
 
 
-def _explain(err: OmegaConfBaseException) -> str:
+def _explain(err: OmegaConfBaseException) -> ConfigError:
+    """OmegaConf's error as one line naming the key."""
     key = _key_of(err)
     text = str(err).splitlines()[0]
     if "Key" in text and "not in" in text:
-        return f"unknown config key {key!r}; check the spelling against configs/energy.yaml"
-    if "Value" in text and ("could not be converted" in text or "is not a valid" in text):
-        return f"config key {key!r}: {text}"
+        return ConfigError(f"unknown config key {key!r}; check the spelling against configs/energy.yaml")
     if "Missing mandatory value" in text:
-        return f"config key {key!r} needs a value"
-    return f"config key {key!r}: {text}"
+        return ConfigError("config key '", Key(key), "' needs a value")
+    return ConfigError("config key '", Key(key), f"': {text}")
 
 
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ConfigError(f"{key} must be one of {', '.join(allowed)} (got {value!r})")
+        raise ConfigError(Key(key), f" must be one of {', '.join(allowed)} (got {value!r})")
 
 
 def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
     ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
     if not ok:
-        raise ConfigError(f"{key} must be {'>= 0' if allow_zero else '> 0'} (got {value})")
+        raise ConfigError(Key(key), f" must be {'>= 0' if allow_zero else '> 0'} (got {value})")
 
 
 def _count(key: str, value: object, *, minimum: int, maximum: int = MAX_COUNT) -> None:
     """A whole number in [minimum, maximum]: a float such as 1e29 or 2.5 for a count is refused."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key} must be a whole number (got {value!r})")
+        raise ConfigError(Key(key), f" must be a whole number (got {value!r})")
     _positive(key, value, allow_zero=minimum == 0)
     if value > maximum:
-        raise ConfigError(f"{key} must be at most {maximum} (got {value})")
+        raise ConfigError(Key(key), f" must be at most {maximum} (got {value})")
 
 
 def _within(key: str, value: float, low: float, high: float, unit: str) -> None:
     """A positive finite number in [low, high] (`low` > 0): a value near 0 or 1e29 would hang or mislead."""
     _positive(key, value)
     if not low <= value <= high:
-        raise ConfigError(f"{key} must be between {low:g} and {high:g} {unit} (got {value})")
+        raise ConfigError(Key(key), f" must be between {low:g} and {high:g} {unit} (got {value})")
+
+
+GPUS = Key("devices.gpus")
 
 
 def _check_gpus(devices: DevicesConfig) -> None:
@@ -592,25 +589,34 @@ def _check_gpus(devices: DevicesConfig) -> None:
     gpus = list(devices.gpus)
     if len(set(gpus)) != len(gpus) or any(isinstance(i, bool) or i < 0 for i in gpus):
         raise ConfigError(
-            f"devices.gpus must list distinct GPU indices from 0, as numbered after "
-            f"CUDA_VISIBLE_DEVICES, e.g. devices.gpus=[0,1] (got {gpus})"
+            GPUS,
+            " must list distinct GPU indices from 0, as numbered after CUDA_VISIBLE_DEVICES, e.g. ",
+            GPUS,
+            f"=[0,1] (got {gpus})",
         )
     simulated = devices.backend == "simulated" or (
         devices.backend == "auto" and os.environ.get(BACKEND_ENV, "").strip() == "simulated"
     )
     count = devices.simulated.num_gpus
     if simulated and gpus and max(gpus) >= count:
+        num_gpus = Key("devices.simulated.num_gpus")
         raise ConfigError(
-            f"devices.gpus asks for GPU {max(gpus)}, but the simulated GPUs are 0 to {count - 1} "
-            f"(devices.simulated.num_gpus={count}); pick among them or raise "
-            "devices.simulated.num_gpus"
+            GPUS,
+            f" asks for GPU {max(gpus)}, but the simulated GPUs are 0 to {count - 1} (",
+            num_gpus,
+            f"={count}); pick among them or raise ",
+            num_gpus,
         )
+
+
+MODE = Key("power_limit.mode")
+AWARE = Key("carbon.aware")
 
 
 def validate(cfg: EnergyConfig) -> None:
     """Value checks OmegaConf's type checks cannot do. Raises `ConfigError` naming the key."""
     if cfg.job is not None:
-        check_job_name(cfg.job, setting="job", error=ConfigError)
+        check_job_name(cfg.job, setting=Key("job"), error=ConfigError)
     _choice("devices.backend", cfg.devices.backend, backend_choices())
     _choice("devices.simulated_drive", cfg.devices.simulated_drive, SIMULATED_DRIVES)
     _count("devices.simulated.num_gpus", cfg.devices.simulated.num_gpus, minimum=1, maximum=MAX_GPUS)
@@ -626,7 +632,7 @@ def validate(cfg: EnergyConfig) -> None:
     _choice("power_limit.selector", pl.selector, SELECTORS)
     if not (0.0 <= pl.eta <= 1.0):
         raise ConfigError(
-            f"power_limit.eta must be between 0 and 1 (got {pl.eta}); 1 minimises energy, 0 minimises time"
+            Key("power_limit.eta"), f" must be between 0 and 1 (got {pl.eta}); 1 minimises energy, 0 minimises time"
         )
     _positive("power_limit.max_slowdown", pl.max_slowdown, allow_zero=True)
     _count("power_limit.wait_steps", pl.wait_steps, minimum=0)
@@ -635,29 +641,41 @@ def validate(cfg: EnergyConfig) -> None:
     if pl.min_profile_s is not None:
         _positive("power_limit.min_profile_s", pl.min_profile_s, allow_zero=True)
         if pl.min_profile_s > 3600.0:
-            raise ConfigError(f"power_limit.min_profile_s must be at most 3600 seconds (got {pl.min_profile_s})")
+            raise ConfigError(
+                Key("power_limit.min_profile_s"), f" must be at most 3600 seconds (got {pl.min_profile_s})"
+            )
     _within("power_limit.step_w", pl.step_w, MIN_STEP_W, MAX_POWER_W, "watts")
     if pl.mode == "cap":
         if (pl.cap_w is None) == (pl.cap_fraction is None):
             raise ConfigError(
-                "power_limit.mode=cap needs exactly one of power_limit.cap_w (watts) or "
-                "power_limit.cap_fraction (of the maximum limit, e.g. 0.7)"
+                MODE,
+                "=cap needs exactly one of ",
+                Key("power_limit.cap_w"),
+                " (watts) or ",
+                Key("power_limit.cap_fraction"),
+                " (of the maximum limit, e.g. 0.7)",
             )
         if pl.cap_w is not None:
             _within("power_limit.cap_w", pl.cap_w, 1.0, MAX_POWER_W, "watts")
         if pl.cap_fraction is not None and not (0.0 < pl.cap_fraction <= 1.0):
-            raise ConfigError(f"power_limit.cap_fraction must be in (0, 1] (got {pl.cap_fraction})")
+            raise ConfigError(Key("power_limit.cap_fraction"), f" must be in (0, 1] (got {pl.cap_fraction})")
     c = cfg.carbon
     _positive("carbon.threshold_g_per_kwh", c.threshold_g_per_kwh, allow_zero=True)
     if c.aware:
         if pl.mode != "tune":
             raise ConfigError(
-                "carbon.aware=true needs power_limit.mode=tune (it switches between the "
-                "time- and energy-optimal limits of the tuning profile)"
+                AWARE,
+                "=true needs ",
+                MODE,
+                "=tune (it switches between the time- and energy-optimal limits of the tuning profile)",
             )
         if (c.intensity_csv is None) == (c.intensity_g_per_kwh is None):
             raise ConfigError(
-                "carbon.aware=true needs exactly one of carbon.intensity_csv or carbon.intensity_g_per_kwh"
+                AWARE,
+                "=true needs exactly one of ",
+                Key("carbon.intensity_csv"),
+                " or ",
+                Key("carbon.intensity_g_per_kwh"),
             )
         _positive("carbon.interval_s", c.interval_s)
 
@@ -689,7 +707,6 @@ __all__ = [
     "load_config",
     "overrides_list",
     "refuse_positional",
-    "rename_settings",
     "setting_values",
     "to_yaml",
     "validate",

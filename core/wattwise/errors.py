@@ -9,6 +9,10 @@ Three kinds, because each reaches the user differently:
 - `Unavailable`: something wattwise relies on cannot be reached or used now (a device, the job store, the
   node agent). During training it degrades with one warning; at the CLI it is one line and exit 2.
 
+A message is text and `Key`s, the settings it names (`power_limit.eta`, an option's field): each entry
+point shows a key under its own name through `WattwiseError.message(names)`, so the same error reads
+`--eta must be ...` on the command line and `ACCELERATE_ENERGY_ETA must be ...` for a flag.
+
 `EnergyPluginWarning` is the one warning wattwise gives when it degrades instead of breaking training. It
 prints as one line, `EnergyPluginWarning: wattwise: <what happened and the fix>`, without Python's internal
 path and echoed source line; other warnings keep Python's format (`warnings.formatwarning` delegates to the
@@ -18,11 +22,62 @@ one it replaced).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+
+@dataclass(frozen=True)
+class Key:
+    """A setting named in an error message: a config key (`power_limit.eta`), a variable or an option.
+
+    Each entry point shows it under its own name (`--eta`, `ACCELERATE_ENERGY_ETA`); `shown` is how it
+    reads where none renames it (`name` if None).
+    """
+
+    name: str
+    shown: str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.shown is None else self.shown
+
+
+#: One piece of a message: text, or a setting it names.
+Part = str | Key
+_E = TypeVar("_E", bound="WattwiseError")
 
 
 class WattwiseError(Exception):
-    """Base class of every error wattwise raises on purpose."""
+    """Base class of every error wattwise raises on purpose.
+
+    Its message is `parts`, text and the settings it names (`Key`); `str(err)` shows every setting as it
+    is named in code (its config key), `message(names)` as an entry point names it.
+    """
+
+    def __init__(self, *parts: Part) -> None:
+        self.parts: tuple[Part, ...] = parts
+        super().__init__(self.message())
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The settings the message names, in order: the first is the one at fault."""
+        return tuple(p.name for p in self.parts if isinstance(p, Key))
+
+    def message(self, names: Mapping[str, str] | None = None) -> str:
+        """The one-line message with each setting in `names` (setting -> its name here) renamed."""
+        names = names or {}
+        return "".join(names.get(p.name, str(p)) if isinstance(p, Key) else p for p in self.parts)
+
+    def renamed(self: _E, names: Mapping[str, str]) -> _E:
+        """The same error with the settings in `names` renamed, still as settings a caller may rename again.
+
+        An entry point that hands the error on (the demo to the command line) renames what it knows.
+        """
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.parts = tuple(Key(names[p.name]) if isinstance(p, Key) and p.name in names else p for p in self.parts)
+        new.args = (new.message(),)
+        return new
 
 
 class UsageError(WattwiseError, ValueError):

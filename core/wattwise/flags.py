@@ -21,7 +21,6 @@ from wattwise.config import (
     key_type,
     load_config,
     overrides_list,
-    rename_settings,
     setting_values,
 )
 from wattwise.errors import ConfigError
@@ -151,8 +150,8 @@ def to_config(prefix: str, values: Mapping[str, Any], from_env: Collection[str])
             if (values.get(s.name) is None or s.name in from_env) and s.key not in overridden
         }
         if config is None or "config" in from_env:
-            names["config file"] = env_var(prefix, "config")
-        raise ConfigError(rename_settings(str(err), names)) from None
+            names["config"] = env_var(prefix, "config")
+        raise err.renamed(names) from None
     check_cap_given(owner, cfg, given, given_as)
     return cfg
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from wattwise.errors import UsageError, WattwiseError
+from wattwise.errors import Part, UsageError, WattwiseError
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -150,24 +150,30 @@ def json_text(value: Any, *, indent: int | None = 2, separators: tuple[str, str]
 
 
 def read_text(
-    path: str | os.PathLike[str], *, what: str, expected: str, fix: str, error: type[UsageError] = UsageError
+    path: str | os.PathLike[str],
+    *,
+    what: str | tuple[Part, ...],
+    expected: str,
+    fix: str,
+    error: type[UsageError] = UsageError,
 ) -> str:
     """The UTF-8 text of a file the user gave (a BOM dropped).
 
-    An unreadable, binary or non-UTF-8 file is one `error` line naming `what`, what was `expected` and the
-    `fix`.
+    An unreadable, binary or non-UTF-8 file is one `error` line naming `what` (text, or text and the setting
+    that gave the file), what was `expected` and the `fix`.
     """
+    named = (what,) if isinstance(what, str) else what
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as err:
-        raise error(f"{what}: cannot be read ({err.strerror or err}); check its permissions") from None
+        raise error(*named, f": cannot be read ({err.strerror or err}); check its permissions") from None
     if b"\x00" in data:
-        raise error(f"{what}: holds binary data (a NUL byte at offset {data.index(0)}), not {expected}; {fix}")
+        raise error(*named, f": holds binary data (a NUL byte at offset {data.index(0)}), not {expected}; {fix}")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise error(f"{what}: not UTF-8 text (byte {err.start}); {fix}") from None
+        raise error(*named, f": not UTF-8 text (byte {err.start}); {fix}") from None
 
 
 def write_text(target: str | os.PathLike[str], text: str, *, mode: int = 0o666, sync_folder: bool = False) -> None:

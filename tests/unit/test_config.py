@@ -18,7 +18,6 @@ from wattwise.config import (
     default_of,
     key_type,
     load_config,
-    rename_settings,
     setting_values,
     to_yaml,
 )
@@ -271,14 +270,31 @@ def test_setting_values_nest_by_config_key_and_skip_none() -> None:
     assert (cfg.power_limit.eta, cfg.devices.backend, cfg.strict) == (0.3, "simulated", False)
 
 
-def test_rename_settings_replaces_whole_names_only() -> None:
-    names = {"power_limit.eta": "ACCELERATE_ENERGY_ETA", "eta": "--eta", "power_limit.mode": "--mode"}
-    assert (
-        rename_settings("power_limit.eta must be between 0 and 1", names)
-        == "ACCELERATE_ENERGY_ETA must be between 0 and 1"
-    )
-    assert rename_settings("eta and beta; --eta; x.eta; etas", names) == "--eta and beta; --eta; x.eta; etas"
-    assert rename_settings("power_limit.mode=cap needs", names) == "--mode=cap needs"
+def test_an_error_names_its_settings_as_data_that_each_entry_point_shows_its_own_way() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(overrides=["power_limit.mode=cap"])
+    err = caught.value
+    assert err.keys == ("power_limit.mode", "power_limit.cap_w", "power_limit.cap_fraction")
+    assert str(err).startswith("power_limit.mode=cap needs exactly one of power_limit.cap_w (watts) or")
+    flags = {"power_limit.mode": "--mode", "power_limit.cap_w": "--cap-w", "power_limit.cap_fraction": "--cap-fraction"}
+    assert err.message(flags).startswith("--mode=cap needs exactly one of --cap-w (watts) or --cap-fraction (")
+    # An entry point that hands the error on (the demo to the command line) renames what it knows; the
+    # next one renames again.
+    handed_on = err.renamed({"power_limit.mode": "mode"})
+    assert isinstance(handed_on, ConfigError) and handed_on.keys[0] == "mode"
+    assert handed_on.message({"mode": "--mode"}) == err.message(
+        flags | {"power_limit.cap_w": "power_limit.cap_w"}
+    ).replace("--cap-fraction", "power_limit.cap_fraction")
+
+
+def test_a_setting_is_renamed_only_where_the_message_names_it() -> None:
+    # "job" is the setting here, not the word in "the job store"; a name inside another is never touched.
+    with pytest.raises(ConfigError) as caught:
+        load_config(overrides=["job=../up"])
+    assert caught.value.message({"job": "--job"}).startswith("--job: '../up' is not a valid name")
+    with pytest.raises(ConfigError) as caught:
+        load_config(overrides=["power_limit.eta=2"])
+    assert caught.value.message({"eta": "--eta"}).startswith("power_limit.eta must be between 0 and 1")
 
 
 def test_energy_yaml_lists_every_key_with_its_default() -> None:

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = flags.config_from_env(flags.ACCELERATE, env)
         flags.config_from_env(flags.LIGHTNING, env)
     except ConfigError as err:
-        raise UsageError(str(err)) from None
+        raise UsageError(*err.parts) from None
     summary = Path(cfg.output_dir) / "summary.json"
     before = _mtime(summary)
     os.environ.update(env)  # CMD inherits this process's environment

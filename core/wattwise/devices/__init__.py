@@ -34,7 +34,7 @@ from wattwise.devices.base import (
 from wattwise.devices.registry import AUTO, Backend, Wanted, lazy, register
 from wattwise.devices.registry import choices as backend_choices
 from wattwise.devices.simulated import ClockModel, Physics, PhysicsName, PowerModel, SimulatedGPU
-from wattwise.errors import ConfigError, UsageError
+from wattwise.errors import ConfigError, Key, Part, UsageError
 from wattwise.safe_files import state_dir
 
 __all__ = [
@@ -245,12 +245,12 @@ def discover(
     """
     choices = backend_choices()
     if backend not in choices:
-        raise UsageError(f"devices.backend must be one of {', '.join(choices)} (got {backend!r})")
+        raise UsageError(BACKEND_KEY, f" must be one of {', '.join(choices)} (got {backend!r})")
     wanted = Wanted(gpu_indices, num_simulated, power_model, base_step_time_s, persist_dir, simulated_physics)
     found = Discovery()
     chosen = backend_from_env() if backend == AUTO else backend
     if chosen != AUTO:
-        found.gpus = _named(chosen, wanted, asked="devices.backend" if backend == chosen else BACKEND_ENV)
+        found.gpus = _named(chosen, wanted, asked=BACKEND_KEY if backend == chosen else BACKEND_ENV)
         if chosen == "simulated" and backend == AUTO:
             found.notes.append(SIMULATED_BY_ENV_NOTE)
     elif (claimant := _claimant(found.notes)) is not None:
@@ -264,6 +264,10 @@ def discover(
     if no_gpu:
         found.notes.append(NO_GPU_CPU_NOTE if found.cpus else NO_GPU_NOTHING_NOTE)
     return found
+
+
+#: The setting that names the backend, as errors name it (the command line's `--backend`).
+BACKEND_KEY = Key("devices.backend")
 
 
 def backend_from_env() -> str:
@@ -317,7 +321,7 @@ def probe_gpus(notes: list[str], wanted: Wanted | None = None) -> list[Device]:
     return []
 
 
-def _named(name: str, wanted: Wanted, *, asked: str) -> list[Device]:
+def _named(name: str, wanted: Wanted, *, asked: Part) -> list[Device]:
     """The GPUs of the backend asked for by name (in `asked`: the setting or the variable)."""
     backend = registry.lookup(name)
     assert backend is not None, name  # a value of backend_choices()
@@ -327,8 +331,9 @@ def _named(name: str, wanted: Wanted, *, asked: str) -> list[Device]:
         if not backend.needs:
             raise
         raise NotSupportedError(
-            f"{backend.label} unavailable: {err}; {asked} is {name}, which needs "
-            f"{backend.needs} (use auto, or simulated to try wattwise without one)"
+            f"{backend.label} unavailable: {err}; ",
+            asked,
+            f" is {name}, which needs {backend.needs} (use auto, or simulated to try wattwise without one)",
         ) from err
 
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from wattwise.errors import UsageError
+from wattwise.errors import Key, UsageError
 from wattwise.names import check_job_name
 from wattwise.power_limit import check_eta, zeus_cost
 
@@ -58,18 +58,19 @@ class JobSpec:
         object.__setattr__(self, "batch_sizes", tuple(sorted(sizes)))
         if self.default_batch_size not in self.batch_sizes:
             raise UsageError(
-                f"default_batch_size {self.default_batch_size} is not one of batch_sizes "
-                f"{list(self.batch_sizes)}; add it or pick one of them"
+                Key("default_batch_size"),
+                f" {self.default_batch_size} is not one of batch_sizes "
+                f"{list(self.batch_sizes)}; add it or pick one of them",
             )
         if not math.isfinite(self.target_metric):
-            raise UsageError(f"target_metric must be a finite number (got {self.target_metric})")
+            raise UsageError(Key("target_metric"), f" must be a finite number (got {self.target_metric})")
         if self.metric_mode not in METRIC_MODES:
             raise UsageError(
                 f"metric_mode must be 'max' (higher is better, e.g. accuracy) or 'min' (e.g. loss), "
                 f"got {self.metric_mode!r}"
             )
         if not isinstance(self.max_epochs, int) or isinstance(self.max_epochs, bool) or self.max_epochs < 1:
-            raise UsageError(f"max_epochs must be a positive integer (got {self.max_epochs!r})")
+            raise UsageError(Key("max_epochs"), f" must be a positive integer (got {self.max_epochs!r})")
         if not (self.max_power_w > 0 and math.isfinite(self.max_power_w)):
             raise UsageError(
                 f"max_power_w must be a positive number of watts, the highest power limit summed over the "
@@ -77,9 +78,12 @@ class JobSpec:
             )
         check_eta(self.eta)
         if not (self.beta > 1.0) or math.isnan(self.beta):
+            beta = Key("beta")
             raise UsageError(
-                f"beta must be greater than 1 (got {self.beta}); runs stop once their cost exceeds beta times "
-                f"the least cost seen, use a large value such as 1e9 to never stop early"
+                beta,
+                f" must be greater than 1 (got {self.beta}); runs stop once their cost exceeds ",
+                beta,
+                " times the least cost seen, use a large value such as 1e9 to never stop early",
             )
 
     def cost(self, energy_j: float, time_s: float) -> float:

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from wattwise import safe_files
-from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config, rename_settings
+from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config
 from wattwise.devices import PowerModel
-from wattwise.errors import ConfigError, UsageError
+from wattwise.errors import ConfigError, Key, UsageError
 from wattwise.extras import missing_extra
 from wattwise.power_limit import profile_limits_w, profile_table
 from wattwise.profile import ProfileEntry
@@ -110,34 +110,40 @@ class DemoOptions:
 
     def validate(self) -> None:
         """Check every option; the energy settings are checked by the configuration, as a run checks them."""
+        backend, power_model, overrides = Key("backend"), Key("power_model"), Key("overrides")
         if self.backend not in DEMO_BACKENDS:
-            raise UsageError(f"backend must be one of {', '.join(DEMO_BACKENDS)} (got {self.backend!r})")
+            raise UsageError(backend, f" must be one of {', '.join(DEMO_BACKENDS)} (got {self.backend!r})")
         if self.backend == "agent" and self.power_model is not None:
             raise UsageError(
-                "power_model: the agent's simulated GPU follows the agent's power model; leave "
-                "power_model out with backend agent"
+                power_model,
+                ": the agent's simulated GPU follows the agent's power model; leave ",
+                power_model,
+                " out with ",
+                backend,
+                " agent",
             )
         PowerModel.of(self.power_model)  # read here, so a bad file is one line before any framework loads
         if self.steps_after_tuning < 1:
-            raise UsageError(f"steps_after_tuning must be at least 1 (got {self.steps_after_tuning})")
+            raise UsageError(Key("steps_after_tuning"), f" must be at least 1 (got {self.steps_after_tuning})")
         for name in ("output_dir", "state_dir"):
             folder = getattr(self, name)
             if folder is not None and os.path.lexists(folder) and not os.path.isdir(folder):
-                raise UsageError(f"{name} {folder} is a file, not a folder; choose another path")
+                raise UsageError(Key(name), f" {folder} is a file, not a folder; choose another path")
         own = {f.metadata["key"]: f.name for f in fields(self) if "key" in f.metadata}
         for item in self.overrides:
             key = item.split("=", 1)[0].strip()
             if key in own:
-                raise UsageError(f"overrides: {key} is the demo's option {own[key]}; set it there")
+                raise UsageError(overrides, f": {key} is the demo's option ", Key(own[key]), "; set it there")
             if key in FIXED_KEYS:
                 raise UsageError(
-                    f"overrides: the demo sets {key} itself (it tunes on the simulated GPU, then "
-                    "measures the same steps at the maximum limit)"
+                    overrides,
+                    f": the demo sets {key} itself (it tunes on the simulated GPU, then "
+                    "measures the same steps at the maximum limit)",
                 )
         try:
             self.energy_config()
         except ConfigError as err:
-            raise ConfigError(rename_settings(str(err), own)) from None
+            raise err.renamed(own) from None
 
     def energy_config(self) -> EnergyConfig:
         """The configuration of the demo's tuned run (the baseline differs in mode and output folder)."""

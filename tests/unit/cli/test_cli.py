@@ -23,7 +23,7 @@ from tests.support.powercap import FakePowercap
 from wattwise.cli.demo import FLAGS, flag_of, options_of
 from wattwise.cli.main import build_parser, main
 from wattwise.cli.simulate import SETTING_FLAGS
-from wattwise.config import EnergyConfig, config_keys, default_of, rename_settings
+from wattwise.config import EnergyConfig, config_keys, default_of
 from wattwise.errors import UsageError
 from wattwise.recurring.spec import JobSpec
 from wattwise.tools.demo import FIXED_KEYS, DemoOptions
@@ -280,7 +280,7 @@ def test_simulate_names_its_flags_where_the_job_spec_names_its_fields() -> None:
     with pytest.raises(UsageError) as caught:
         JobSpec("j", (8, 16), 8, 0.9, 5, 300.0, eta=2.0)
     assert str(caught.value).startswith("eta must be between 0 and 1")  # the library names its field
-    assert rename_settings(str(caught.value), SETTING_FLAGS).startswith("--eta must be between 0 and 1")
+    assert caught.value.message(SETTING_FLAGS).startswith("--eta must be between 0 and 1")
 
 
 def _sigterm_then(ending: str) -> Any:
