@@ -3,10 +3,10 @@
 The base install is what measuring and the node agent's clients need (NVML, OmegaConf, NumPy, the job
 store). The rest comes with an extra: the agent's server (`agent`: aiohttp, prometheus-client), the
 framework adapters (`lightning`, `accelerate`: torch and the framework), the pipeline frequency planner
-(`pipeline`: OR-Tools, SciPy), plots (`plots`) and PostgreSQL (`postgres`); `all` is every one of them. A
-module that needs one imports it through `require` (or turns the `ModuleNotFoundError` into
-`MissingExtra` with `missing_extra`), so using it without the extra fails with one line that names the
-extra, never a bare `ModuleNotFoundError`.
+(`pipeline`: OR-Tools, SciPy), plots (`plots`), PostgreSQL (`postgres`) and the dashboard (`dashboard`:
+Plotly, aiohttp, Jinja2); `all` is every one of them. A module that needs one imports it through `require`
+(or turns the `ModuleNotFoundError` into `MissingExtra` with `missing_extra`), so using it without the
+extra fails with one line that names the extra, never a bare `ModuleNotFoundError`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ EXTRA_OF: dict[str, tuple[str, str]] = {
     "scipy": ("scipy", "pipeline"),
     "matplotlib": ("matplotlib", "plots"),
     "psycopg": ("psycopg", "postgres"),
+    "plotly": ("plotly", "dashboard"),
+    "jinja2": ("jinja2", "dashboard"),
 }
 
 

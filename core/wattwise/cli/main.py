@@ -46,6 +46,7 @@ COMMANDS: Mapping[str, str] = {
     "agent": "the node agent: GPU settings for users who are not root",
     "cap": "run a command under a GPU power cap",
     "example-data": "write the example inputs the documentation uses into a folder",
+    "dashboard": "serve a local, read-only web page of past runs, recurring jobs and a pipeline frontier",
 }
 
 EXIT_USAGE = 2

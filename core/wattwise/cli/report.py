@@ -37,6 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--hardware", help="GPU model and count (e.g. '8x NVIDIA A100 80GB'), for the statement")
     parser.add_argument("--out", type=Path, help="where to write the report files (default: RUN_DIR)")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="also write power and per-epoch plots (PNG) here")
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the run's dashboard page as one self-contained HTML file (needs the dashboard extra)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report JSON instead of the statement")
     parser.set_defaults(func=run)
 
@@ -62,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
         from wattwise.record.plot import plot_run
 
         written += plot_run(run_dir, args.plot)
+    if args.html:
+        from wattwise.dashboard.pages import write_run_html
+
+        written.append(write_run_html(run_dir, args.html))
     print(report_json(report) if args.json else energy_statement(report), end="")
     for path in written:
         print(f"wrote {path}", file=sys.stderr)

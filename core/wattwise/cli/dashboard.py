@@ -1,0 +1,98 @@
+"""`wattwise dashboard`: a local, read-only web page over the run history, recurring jobs and a frontier.
+
+    wattwise dashboard [--host 127.0.0.1] [--port 8050] [--store URL] [--frontier FRONTIER.json [--plan PLAN.json]]
+
+Everything given is checked before the server starts (a bad store location, frontier or plan exits 2 with
+one line); then it serves until Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import signal
+import sys
+from collections.abc import Coroutine
+from typing import Any
+
+from wattwise.errors import UsageError
+
+DEFAULT_PORT = 8050
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `wattwise dashboard` command to the `wattwise` parser."""
+    parser = subparsers.add_parser(
+        "dashboard",
+        help="serve a local, read-only web page of past runs, recurring jobs and a pipeline frontier",
+        description=(
+            "Serve the run history as web pages on this machine (http://127.0.0.1:8050/ by default): the runs "
+            "table, each run's power and limit over time and its tuning profile, runs compared, the recurring "
+            "jobs, and a pipeline frontier with its plan. Read-only: it never changes the store or a GPU. The "
+            "store is --store, else $WATTWISE_STORE, else jobs.sqlite in wattwise's state directory. Needs the "
+            "dashboard extra."
+        ),
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine only)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="port to listen on (default %(default)s; 0: a free one)"
+    )
+    parser.add_argument("--store", help="SQLite file path or database URL (default: $WATTWISE_STORE or the state dir)")
+    parser.add_argument("--frontier", metavar="FRONTIER.json", help="a frontier written by wattwise frontier, to show")
+    parser.add_argument("--plan", metavar="PLAN.json", help="the plan wattwise plan chose from --frontier, to show")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `wattwise dashboard` with its parsed arguments.
+
+    Returns:
+        The exit status: 0 once stopped by Ctrl-C or SIGTERM.
+    """
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be 0 to 65535 (got {args.port}); 0 picks a free port")
+    if args.plan and not args.frontier:
+        raise UsageError("--plan needs --frontier: give the FRONTIER.json the plan was chosen from")
+    from wattwise.dashboard.history import History
+    from wattwise.dashboard.pages import load_frontier
+    from wattwise.dashboard.server import build_app, serve
+
+    history = History(args.store)
+    frontier = load_frontier(args.frontier, args.plan) if args.frontier else None
+    app = build_app(history, frontier)
+
+    def started(url: str) -> None:
+        print(f"wattwise dashboard: serving {url} (read-only; Ctrl-C to stop)", flush=True)
+        if not _loopback(args.host):
+            print(
+                f"wattwise dashboard: listening on {args.host}: anyone who can reach this machine sees its runs",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve_until_signalled(serve(app, args.host, args.port, started)))
+    return 0
+
+
+async def _serve_until_signalled(serving: Coroutine[Any, Any, None]) -> None:
+    """Run the server until SIGTERM or SIGINT (Ctrl-C), then stop it cleanly."""
+    task = asyncio.ensure_future(serving)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

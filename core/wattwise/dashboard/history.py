@@ -1,0 +1,137 @@
+"""What the dashboard reads: the store's run history and recurring jobs, and each run's folder.
+
+One `History` per server, on one store (a SQLite file path or a database URL; None: `$WATTWISE_STORE`,
+else the default file). Each call opens the store and closes it, so the pages always show what the store
+holds now, and a store shared with running jobs is never held open. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wattwise.errors import UsageError
+from wattwise.record.files import RunDir, read_run_dir
+from wattwise.record.summary import SUMMARY_FILE
+from wattwise.store.base import unknown_job
+from wattwise.store.factory import default_store_url, store_url
+from wattwise.store.runs import get_run, get_runs, list_runs, store_exists
+
+if TYPE_CHECKING:
+    from wattwise.recurring.spec import JobSpec, StoredRun
+    from wattwise.recurring.summary import JobSummary
+    from wattwise.store.runs import RunRow
+    from wattwise.store.sql import SqlJobStore
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """One recurring job as the store holds it: its settings, runs, summary and remembered limits."""
+
+    spec: JobSpec
+    runs: list[StoredRun]
+    summary: JobSummary
+    limits: dict[int, float]
+
+
+class History:
+    """The run history and the recurring jobs of one store, read afresh at each call.
+
+    Args:
+        location: A SQLite file path or a database URL; None: `$WATTWISE_STORE`, else the default file.
+
+    Raises:
+        UsageError: `location` is not a store location.
+    """
+
+    def __init__(self, location: str | None = None) -> None:
+        self.url = store_url(location) if location else default_store_url()
+
+    @property
+    def shown(self) -> str:
+        """The store as the pages name it (a URL's password hidden)."""
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.url).render_as_string()
+
+    def runs(self) -> list[RunRow]:
+        """Every run of the history, oldest first (none for a store that does not exist yet)."""
+        return list_runs(location=self.url)
+
+    def run(self, run_id: str) -> RunRow:
+        """One run, by id or a prefix only it has.
+
+        Raises:
+            UsageError: no such run, or the prefix is ambiguous.
+        """
+        return get_run(run_id, location=self.url)
+
+    def several(self, run_ids: Sequence[str]) -> list[RunRow]:
+        """Runs by id, in the order given (`run` each)."""
+        return get_runs(list(run_ids), location=self.url)
+
+    def jobs(self) -> list[JobSummary]:
+        """Every recurring job, summarised, by name."""
+        from wattwise.recurring.summary import summarize
+
+        if not store_exists(self.url):
+            return []
+        store = self._open()
+        try:
+            return [summarize(s, store.runs(s.name), store.power_limits(s.name)) for s in store.list_jobs()]
+        finally:
+            store.close()
+
+    def job(self, name: str) -> JobHistory:
+        """One recurring job, whole.
+
+        Raises:
+            UsageError: the store has no such job.
+        """
+        from wattwise.names import check_job_name
+        from wattwise.recurring.summary import summarize
+
+        check_job_name(name, setting="name")
+        if not store_exists(self.url):
+            raise unknown_job(name)
+        store = self._open()
+        try:
+            spec = store.get_job(name)
+            if spec is None:
+                raise unknown_job(name)
+            runs, limits = store.runs(name), store.power_limits(name)
+        finally:
+            store.close()
+        return JobHistory(spec, runs, summarize(spec, runs, limits), limits)
+
+    def job_simulated(self, name: str) -> bool:
+        """Whether the run history holds a simulated run of the job `name` (its figures are then modelled)."""
+        return any(r.simulated for r in list_runs(job=name, location=self.url))
+
+    def _open(self) -> SqlJobStore:
+        from wattwise.store.factory import open_store
+
+        return open_store(self.url)
+
+
+def run_folder(row: RunRow) -> RunDir | None:
+    """The run's folder as read (summary.json, power.csv), or None when it is gone.
+
+    Raises:
+        UsageError: the folder is there but damaged (naming the file and the field).
+    """
+    folder = Path(row.folder)
+    if not os.path.isfile(folder / SUMMARY_FILE):
+        return None
+    return read_run_dir(folder)
+
+
+def folder_gone(row: RunRow) -> UsageError:
+    """The error for a run whose folder no longer holds its summary."""
+    return UsageError(
+        f"run {row.id}: its folder {row.folder} holds no {SUMMARY_FILE} any more (moved or deleted); "
+        f"`wattwise runs show {row.id}` has what the history keeps of it"
+    )

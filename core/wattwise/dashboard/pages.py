@@ -1,0 +1,734 @@
+"""The dashboard's pages: HTML from Jinja2 templates, with Plotly charts, from what the record and store hold.
+
+Every page function takes data already read and returns the page's HTML. A page is rendered for one of
+two places (`Assets`): the local server, which serves Plotly's JavaScript once at `PLOTLY_PATH` and links
+its pages to each other; or one self-contained file (`wattwise report RUN --html FILE`), which embeds
+Plotly's JavaScript once in the page, so that it opens with no network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wattwise import __version__
+from wattwise.carbon.integrate import J_PER_KWH
+from wattwise.dashboard import charts
+from wattwise.errors import UsageError
+from wattwise.extras import require
+from wattwise.record.files import RunDir
+from wattwise.record.summary import NEVER_APPLIED, PowerLimitSummary, never_applied
+from wattwise.safe_files import write_text
+
+if TYPE_CHECKING:
+    import jinja2
+    import plotly.graph_objects as go
+
+    from wattwise.pipeline.plan import Choice, Frontier
+    from wattwise.recurring.spec import JobSpec, StoredRun
+    from wattwise.recurring.summary import JobSummary
+    from wattwise.store.runs import RunRow
+
+#: Where the server serves Plotly's JavaScript.
+PLOTLY_PATH = "/static/plotly.min.js"
+#: The pages' own links, from the server's root.
+RUNS_PATH, RUN_PATH, COMPARE_PATH, JOBS_PATH, JOB_PATH, FRONTIER_PATH = (
+    "/",
+    "/run",
+    "/compare",
+    "/jobs",
+    "/job",
+    "/frontier",
+)
+#: Columns of the runs table: (RunRow field, heading); each sorts the table.
+RUN_COLUMNS = (
+    ("id", "run"),
+    ("job", "job"),
+    ("framework", "framework"),
+    ("mode", "mode"),
+    ("status", "status"),
+    ("start_time", "start (UTC)"),
+    ("time_s", "time (s)"),
+    ("energy_j", "energy (J)"),
+    ("energy_uncertainty_j", "± (J)"),
+    ("power_limit_w", "limit (W)"),
+    ("saving_j", "saving (J)"),
+    ("time_cost_s", "time cost (s)"),
+    ("simulated", "simulated"),
+)
+SORTABLE = frozenset(name for name, _ in RUN_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Assets:
+    """Where a page finds Plotly's JavaScript, and whether it links to the server's other pages."""
+
+    #: True: a page of the local server (`PLOTLY_PATH`, links); False: a self-contained file.
+    served: bool
+
+    def head(self) -> str:
+        """The `<script>` that loads Plotly: from the server, or the whole library inline."""
+        if self.served:
+            return f'<script src="{PLOTLY_PATH}"></script>'
+        plotly_js = require("plotly.offline", "the HTML report", extra="dashboard").get_plotlyjs()
+        return f"<script>{plotly_js}</script>"
+
+
+SERVED = Assets(served=True)
+SELF_CONTAINED = Assets(served=False)
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One line of a page's table of facts: what, and its value as text."""
+
+    label: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart on a page: its element id (tests and links find it by that) and its HTML."""
+
+    id: str
+    html: str
+
+
+def _environment() -> jinja2.Environment:
+    jinja2 = require("jinja2", "the dashboard", extra="dashboard")
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("wattwise.dashboard", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["quote"] = lambda text: urllib.parse.quote(str(text), safe="")
+    return env
+
+
+_ENV: list[jinja2.Environment] = []
+
+
+def render(template: str, assets: Assets, *, with_charts: bool = True, **context: Any) -> str:
+    """One page: `template` with `context`; Plotly loaded as `assets` says when the page has charts."""
+    if not _ENV:
+        _ENV.append(_environment())
+    markup = require("markupsafe", "the dashboard", extra="dashboard").Markup
+    page = _ENV[0].get_template(template)
+    return page.render(
+        plotly=markup(assets.head() if with_charts else ""),
+        served=assets.served,
+        version=__version__,
+        generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        paths={
+            "runs": RUNS_PATH,
+            "run": RUN_PATH,
+            "compare": COMPARE_PATH,
+            "jobs": JOBS_PATH,
+            "job": JOB_PATH,
+            "frontier": FRONTIER_PATH,
+        },
+        **context,
+    )
+
+
+def chart(fig: go.Figure, element_id: str) -> Chart:
+    """A figure as a page embeds it (its data and layout; Plotly's JavaScript is loaded once by the page)."""
+    html = fig.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=element_id,
+        config={"displaylogo": False, "responsive": True},
+    )
+    return Chart(element_id, html)
+
+
+# -- figures as text -------------------------------------------------------------------------------------
+def joules(value: float | None) -> str:
+    """Energy as the pages print it: joules, and kWh past 36 kJ; "-" when unknown."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    text = f"{value:,.1f} J"
+    return text + f" ({value / J_PER_KWH:.4g} kWh)" if abs(value) >= 0.01 * J_PER_KWH else text
+
+
+def seconds(value: float | None) -> str:
+    """Time as the pages print it: seconds, and minutes or hours when long; "-" when unknown."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    text = f"{value:,.2f} s"
+    if abs(value) >= 3600:
+        return text + f" ({value / 3600:.2f} h)"
+    return text + f" ({value / 60:.1f} min)" if abs(value) >= 120 else text
+
+
+def watts(value: float | None) -> str:
+    """Power as the pages print it; "-" when unknown."""
+    return "-" if value is None or not math.isfinite(value) else f"{value:,.1f} W"
+
+
+def number(value: float | None, digits: int = 1) -> str:
+    """A bare number for a table cell; "-" when unknown."""
+    return "-" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+# -- a run -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Saving:
+    """What a tuned limit saved against the highest limit, what time it cost, and how sure that is."""
+
+    saving_j: float | None
+    baseline_j: float | None
+    time_cost_s: float | None
+    energy_uncertainty_j: float | None
+
+    def text(self) -> str:
+        """One line: the saving, its share, its time cost, and whether it exceeds the uncertainty."""
+        if self.saving_j is None:
+            return "no saving claimed"
+        parts = [joules(self.saving_j)]
+        if self.baseline_j:
+            parts[0] += f" ({self.saving_j / self.baseline_j:.1%} of {joules(self.baseline_j)} at the highest limit)"
+        if self.time_cost_s is not None:
+            parts.append(f"for {self.time_cost_s:+,.2f} s of time")
+        else:
+            parts.append("time cost not recorded")
+        if self.energy_uncertainty_j is not None:
+            beyond = abs(self.saving_j) > self.energy_uncertainty_j
+            parts.append(
+                f"measurement uncertainty ±{self.energy_uncertainty_j:,.1f} J"
+                + ("" if beyond else ": the saving is within it")
+            )
+        else:
+            parts.append("uncertainty not recorded")
+        return "; ".join(parts)
+
+
+def estimated_time_cost_s(limit: PowerLimitSummary) -> float | None:
+    """The time the chosen limit cost against the highest one, as the saving is estimated (s).
+
+    The steps run at the chosen limit times the difference of their profiled step times; None when the
+    run claims no saving or the profile lacks either limit.
+    """
+    if limit.energy_saved_j is None or limit.chosen_power_limit_w is None or not limit.profile:
+        return None
+    steps = limit.tuning.steps_at_chosen if limit.tuning is not None else None
+    top = max(limit.profile, key=lambda e: e.power_limit_w)
+    chosen = [e for e in limit.profile if e.power_limit_w == limit.chosen_power_limit_w]
+    if steps is None or not chosen:
+        return None
+    return steps * (chosen[0].time_s - top.time_s)
+
+
+def saving_of(run: RunDir, row: RunRow | None) -> Saving:
+    """The run's saving: the history's figures when it has the run, else the summary's own estimate."""
+    limit = run.summary.power_limit
+    baseline = limit.baseline_energy_j if limit is not None else None
+    if row is not None:
+        return Saving(row.saving_j, baseline, row.time_cost_s, row.energy_uncertainty_j)
+    if limit is None or limit.mode == "cap":
+        return Saving(None, None, None, None)
+    return Saving(limit.energy_saved_j, baseline, estimated_time_cost_s(limit), None)
+
+
+def run_facts(run: RunDir, row: RunRow | None) -> list[Fact]:
+    """The table at the top of a run's page: who ran it, when, its figures and what its limit did."""
+    s = run.summary
+    facts = [
+        Fact("status", s.status or "-"),
+        Fact("job", s.job or "-"),
+        Fact("framework", s.framework or "-"),
+        Fact(
+            "backend", (s.backend or "-") + (" (simulated: modelled figures, not measurements)" if s.simulated else "")
+        ),
+        Fact("host", s.hostname or "-"),
+        Fact("devices", ", ".join(s.device_names) or ", ".join(sorted(s.energy_per_device_j)) or "-"),
+        Fact("start", s.start_time),
+        Fact("end", s.end_time),
+        Fact("time", seconds(s.time_s)),
+        Fact("steps", str(s.steps) if s.steps is not None else "-"),
+    ]
+    energy = joules(s.energy_j)
+    if row is not None and row.energy_uncertainty_j is not None:
+        energy += f" ± {row.energy_uncertainty_j:,.1f} J"
+    facts += [Fact("energy (GPUs)", energy), Fact("average power", watts(s.avg_power_w))]
+    if s.cpu_energy_j is not None:
+        facts.append(Fact("energy (CPU, DRAM)", joules(s.cpu_energy_j)))
+    if s.resumed_energy_j:
+        facts.append(Fact("energy before a resume (included)", joules(s.resumed_energy_j)))
+    for kind, t in s.non_training.items():
+        facts.append(Fact(f"not training: {kind}", f"{seconds(t.time_s)}, {joules(t.energy_j)}, {t.count}x"))
+    limit = s.power_limit
+    if limit is None:
+        facts.append(Fact("power limit", "left as it was (measured only)"))
+    elif limit.mode == "cap":
+        facts.append(Fact("power limit", f"capped at {watts(limit.chosen_power_limit_w)}"))
+    else:
+        how = "reused from an earlier run" if limit.reused else f"{len(limit.profile)} limits profiled"
+        chosen = watts(limit.chosen_power_limit_w) if limit.chosen_power_limit_w is not None else "none chosen"
+        facts.append(Fact("power limit", f"tuned: {chosen} ({how}; selector {limit.selector}, eta {limit.eta})"))
+        facts.append(Fact("saving", saving_of(run, row).text()))
+    if s.settings.batch_size is not None:
+        facts.append(Fact("batch size", str(s.settings.batch_size)))
+    if s.settings.frequency_plan:
+        facts.append(Fact("frequency plan", s.settings.frequency_plan))
+    facts.append(Fact("folder", str(run.path)))
+    return facts
+
+
+def run_notes(run: RunDir) -> list[str]:
+    """What the run has to say: its notes, and why tuning chose nothing or never applied its choice."""
+    s = run.summary
+    notes = list(s.notes)
+    limit = s.power_limit
+    if limit is not None and never_applied(limit):
+        notes.append(f"The chosen limit was never applied: {NEVER_APPLIED}.")
+    if limit is not None and limit.tuning is not None and not limit.tuning.finished and limit.tuning.reason:
+        notes.append(f"Tuning did not finish: {limit.tuning.reason}.")
+    if s.simulated:
+        notes.append("Every figure of this run comes from the simulated GPU's power model: none is a measurement.")
+    return notes
+
+
+def run_charts(run: RunDir) -> list[Chart]:
+    """The run's charts: power and limit over time, then the tuning profile when it profiled limits."""
+    out = [chart(charts.power_figure(run, run.windows()), "power-chart")]
+    limit = run.summary.power_limit
+    if limit is not None:
+        profile = charts.profile_figure(limit, simulated=run.summary.simulated)
+        if profile is not None:
+            out.append(chart(profile, "profile-chart"))
+    return out
+
+
+def run_page(run: RunDir, assets: Assets, *, title: str, row: RunRow | None = None) -> str:
+    """A run's page: its facts, charts and notes.
+
+    Args:
+        run: The run's folder, as read.
+        assets: Served, or one self-contained file.
+        title: The page's heading (the run's id, or its folder).
+        row: The run's row in the history, when it has one (its uncertainty and time cost).
+    """
+    return render(
+        "run.html",
+        assets,
+        title=title,
+        simulated=run.summary.simulated,
+        facts=run_facts(run, row),
+        charts=run_charts(run),
+        notes=run_notes(run),
+    )
+
+
+def write_run_html(run: RunDir, path: str | os.PathLike[str], *, title: str | None = None) -> Path:
+    """Write a run's page as one self-contained HTML file (Plotly embedded once); returns the path.
+
+    Raises:
+        UsageError: `path` is a folder.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"--html {target} is a directory; name the file to write, e.g. {target / 'run.html'}")
+    write_text(target, run_page(run, SELF_CONTAINED, title=title or str(run.path)))
+    return target
+
+
+# -- the runs table ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunFilter:
+    """What the runs table shows: a job, a status, runs since a day; sorted by one column."""
+
+    job: str | None = None
+    status: str | None = None
+    #: A day, YYYY-MM-DD (UTC).
+    since: str | None = None
+    sort: str = "start_time"
+    descending: bool = True
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> RunFilter:
+        """The filter of a page's query string (`?job=...&status=...&since=YYYY-MM-DD&sort=energy_j&order=asc`).
+
+        Raises:
+            UsageError: an unknown column to sort by, or a day that is not YYYY-MM-DD.
+        """
+        sort = query.get("sort") or "start_time"
+        if sort not in SORTABLE:
+            raise UsageError(f"sort: {sort!r} is not a column; choose one of {', '.join(sorted(SORTABLE))}")
+        since = query.get("since") or None
+        if since is not None:
+            since_s(since)
+        return cls(
+            job=query.get("job") or None,
+            status=query.get("status") or None,
+            since=since,
+            sort=sort,
+            descending=query.get("order", "desc") != "asc",
+        )
+
+    def since_s(self) -> float | None:
+        """The start of the `since` day (UTC) in unix seconds."""
+        return since_s(self.since) if self.since else None
+
+    def query(self, **changes: Any) -> str:
+        """This filter's query string, with `changes` applied."""
+        f = dataclasses.replace(self, **changes)
+        pairs = {
+            "job": f.job,
+            "status": f.status,
+            "since": f.since,
+            "sort": f.sort,
+            "order": "desc" if f.descending else "asc",
+        }
+        return urllib.parse.urlencode({k: v for k, v in pairs.items() if v})
+
+
+def since_s(day: str) -> float:
+    """The start (UTC) of the day YYYY-MM-DD, in unix seconds; a `UsageError` naming `since` otherwise."""
+    try:
+        return datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        raise UsageError(f"since: {day!r} is not a day; write it YYYY-MM-DD (e.g. 2026-12-01)") from None
+
+
+def _sort_key(column: str) -> Callable[[RunRow], tuple[bool, Any]]:
+    def key(row: RunRow) -> tuple[bool, Any]:
+        value = getattr(row, column)
+        return (value is None, value if value is not None else 0)
+
+    return key
+
+
+def filtered_runs(rows: Iterable[RunRow], f: RunFilter) -> list[RunRow]:
+    """The rows `f` shows, in its order (unknown values last either way)."""
+    since = f.since_s()
+    kept = [
+        r
+        for r in rows
+        if (f.job is None or r.job == f.job)
+        and (f.status is None or r.status == f.status)
+        and (since is None or r.start_s >= since)
+    ]
+    known = [r for r in kept if getattr(r, f.sort) is not None]
+    unknown = [r for r in kept if getattr(r, f.sort) is None]
+    return sorted(known, key=_sort_key(f.sort), reverse=f.descending) + unknown
+
+
+def run_cells(row: RunRow) -> list[str]:
+    """A row of the runs table, in the order of `RUN_COLUMNS`."""
+    return [
+        row.id,
+        row.job or "-",
+        row.framework or "-",
+        row.mode,
+        row.status or "-",
+        row.start_time[:19].replace("T", " "),
+        number(row.time_s, 2),
+        number(row.energy_j),
+        number(row.energy_uncertainty_j),
+        number(row.power_limit_w, 0),
+        number(row.saving_j),
+        number(row.time_cost_s, 2),
+        "SIMULATED" if row.simulated else "no",
+    ]
+
+
+def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str) -> str:
+    """The runs table: filters, every run that matches them sorted by one column, boxes to compare runs.
+
+    Args:
+        rows: Every run of the history.
+        f: The filter and order asked for.
+        source: Where the runs come from (the store, or a folder), said above the table.
+    """
+    shown = filtered_runs(rows, f)
+    headings = [
+        {
+            "label": label + (" ▼" if f.sort == name and f.descending else " ▲" if f.sort == name else ""),
+            "href": f"{RUNS_PATH}?{f.query(sort=name, descending=not f.descending if f.sort == name else True)}",
+            "name": name,
+        }
+        for name, label in RUN_COLUMNS
+    ]
+    return render(
+        "runs.html",
+        SERVED,
+        with_charts=False,
+        title="Runs",
+        source=source,
+        filter=f,
+        jobs=sorted({r.job for r in rows if r.job}),
+        statuses=sorted({r.status for r in rows if r.status}),
+        headings=headings,
+        rows=[{"id": r.id, "cells": run_cells(r)} for r in shown],
+        total=len(rows),
+    )
+
+
+# -- comparing runs ----------------------------------------------------------------------------------------
+def difference_text(value: float, first: float, unit: str) -> str:
+    """`value` against `first`: the difference and its share."""
+    share = f" ({value / first - 1:+.1%})" if first else ""
+    return f"{value - first:+,.2f} {unit}{share}"
+
+
+def beyond_uncertainty(row: RunRow, first: RunRow) -> str:
+    """Whether two runs' energies differ by more than their measurements' combined uncertainty."""
+    if row.energy_uncertainty_j is None or first.energy_uncertainty_j is None:
+        return "uncertainty not recorded"
+    combined = math.hypot(row.energy_uncertainty_j, first.energy_uncertainty_j)
+    if abs(row.energy_j - first.energy_j) > combined:
+        return f"yes (combined uncertainty ±{combined:,.1f} J)"
+    return f"no: within the combined uncertainty ±{combined:,.1f} J"
+
+
+def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> str:
+    """Runs side by side: their figures, each against the first, and charts of energy, time and power.
+
+    Args:
+        rows: The runs, the first the reference.
+        folders: Each run's folder as read, None where it is gone (its power is then not drawn).
+    """
+    first = rows[0]
+    columns = []
+    for row in rows:
+        columns.append(
+            {
+                "id": row.id,
+                "cells": [
+                    row.job or "-",
+                    row.mode,
+                    row.status or "-",
+                    row.start_time[:19].replace("T", " "),
+                    seconds(row.time_s),
+                    joules(row.energy_j)
+                    + (f" ± {row.energy_uncertainty_j:,.1f} J" if row.energy_uncertainty_j is not None else ""),
+                    watts(row.avg_power_w),
+                    watts(row.power_limit_w),
+                    joules(row.saving_j),
+                    seconds(row.time_cost_s),
+                    "SIMULATED" if row.simulated else "no",
+                    "-" if row is first else difference_text(row.energy_j, first.energy_j, "J"),
+                    "-" if row is first else difference_text(row.time_s, first.time_s, "s"),
+                    "-" if row is first else beyond_uncertainty(row, first),
+                ],
+            }
+        )
+    labels = [
+        "job",
+        "mode",
+        "status",
+        "start (UTC)",
+        "time",
+        "energy",
+        "average power",
+        "power limit",
+        "saving",
+        "time cost",
+        "simulated",
+        "energy against the first",
+        "time against the first",
+        "energy difference beyond the uncertainty?",
+    ]
+    compared = [
+        charts.ComparedRun(
+            label=row.id,
+            energy_j=row.energy_j,
+            energy_uncertainty_j=row.energy_uncertainty_j,
+            time_s=row.time_s,
+            simulated=row.simulated,
+            power=charts.total_power(folder) if folder is not None else None,
+        )
+        for row, folder in zip(rows, folders, strict=True)
+    ]
+    figures = charts.comparison_figures(compared)
+    return render(
+        "compare.html",
+        SERVED,
+        title=f"Comparison of {len(rows)} runs",
+        labels=labels,
+        columns=columns,
+        simulated=any(r.simulated for r in rows),
+        charts=[chart(fig, f"compare-chart-{i}") for i, fig in enumerate(figures)],
+        missing=[row.id for row, folder in zip(rows, folders, strict=True) if folder is None],
+    )
+
+
+# -- recurring jobs ----------------------------------------------------------------------------------------
+def jobs_page(summaries: Sequence[JobSummary], *, store: str) -> str:
+    """Every recurring job in the store, with its run counts, energy and best batch size so far."""
+    return render(
+        "jobs.html", SERVED, with_charts=False, title="Recurring jobs", store=store, jobs=summaries, joules=joules
+    )
+
+
+def bandit_state(spec: JobSpec, runs: Sequence[StoredRun]) -> list[Fact]:
+    """Where the batch-size search stands (wattwise's default policy), read from the job's history."""
+    from wattwise.recurring.policy import WATTWISE_POLICY, best_so_far, exploration_step, outcomes_by_batch_size
+
+    outcomes = outcomes_by_batch_size(runs)
+    step = exploration_step(spec, WATTWISE_POLICY, outcomes)
+    if isinstance(step, int):
+        phase = f"exploring: batch size {step} is the next to try"
+    elif step:
+        phase = f"exploiting: Thompson sampling among the batch sizes that survived pruning, {list(step)}"
+    else:
+        phase = "every batch size explored failed to reach the target; the next run tries the default again"
+    tried = sorted(outcomes)
+    return [
+        Fact("phase", phase),
+        Fact("batch sizes tried", ", ".join(str(b) for b in tried) or "none yet"),
+        Fact("best so far (least cost per reached run)", str(best_so_far(spec, outcomes))),
+        Fact("open runs", str(sum(not r.finished for r in runs))),
+    ]
+
+
+def job_page(
+    spec: JobSpec,
+    summary: JobSummary,
+    runs: Sequence[StoredRun],
+    limits: Mapping[int, float],
+    *,
+    simulated: bool,
+) -> str:
+    """One recurring job: its settings, the bandit's state, its batch sizes, runs and remembered limits.
+
+    Args:
+        spec: The job's settings.
+        summary: Its history in a few numbers (`wattwise.recurring.summary.summarize`).
+        runs: Its runs, in the order they started.
+        limits: The power limits remembered for it, by batch size.
+        simulated: Whether its runs ran on a simulated GPU (as the run history says).
+    """
+    settings = [
+        Fact(
+            "target",
+            f"{'>=' if spec.metric_mode == 'max' else '<='} {spec.target_metric:g} within {spec.max_epochs} epochs",
+        ),
+        Fact("batch sizes", ", ".join(str(b) for b in spec.batch_sizes) + f" (default {spec.default_batch_size})"),
+        Fact("cost", f"eta {spec.eta:g} x energy + (1 - eta) x {spec.max_power_w:g} W x time; beta {spec.beta:g}"),
+    ]
+    figures = charts.job_figures(summary, charts.job_runs_points(runs), simulated=simulated)
+    return render(
+        "job.html",
+        SERVED,
+        title=f"Recurring job {spec.name}",
+        simulated=simulated,
+        settings=settings,
+        bandit=bandit_state(spec, runs),
+        summary=summary,
+        runs=runs,
+        limits=sorted(limits.items()),
+        charts=[chart(fig, f"job-chart-{i}") for i, fig in enumerate(figures)],
+        joules=joules,
+        number=number,
+    )
+
+
+# -- a pipeline frontier ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FrontierView:
+    """A frontier to show, the plan chosen from it, and where they come from."""
+
+    frontier: Frontier
+    choice: Choice | None
+    frontier_file: str
+    plan_file: str | None = None
+
+
+def load_frontier(frontier_path: str, plan_path: str | None = None) -> FrontierView:
+    """Read FRONTIER.json and, if given, the PLAN.json chosen from it (else the no-slowdown plan is shown).
+
+    The plan is found again on the frontier the way `wattwise plan` chose it (no slowdown, or for the
+    straggler time it names), and must be that point's plan.
+
+    Raises:
+        UsageError: a file is missing or damaged, or the plan was not chosen from this frontier.
+    """
+    from wattwise.pipeline.files import check_plan_document, read_frontier_json
+    from wattwise.pipeline.plan import choose_for_straggler, choose_intrinsic
+
+    frontier = read_frontier_json(frontier_path)
+    if plan_path is None:
+        try:
+            choice: Choice | None = choose_intrinsic(frontier)
+        except UsageError:
+            choice = None
+        return FrontierView(frontier, choice, frontier_path)
+    where = f"--plan {plan_path}"
+    try:
+        data = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"{where}: cannot be read ({err.strerror}); pass the PLAN.json wattwise plan wrote") from None
+    except ValueError as err:
+        raise UsageError(f"{where}: not JSON ({err}); pass the PLAN.json wattwise plan wrote") from None
+    plan = check_plan_document(data, where)
+    if data.get("mode") == "straggler":
+        time_s = data.get("iteration_time_s")
+        if not isinstance(time_s, int | float) or isinstance(time_s, bool):
+            raise UsageError(f"{where}: iteration_time_s must be the straggler's time in seconds (got {time_s!r})")
+        choice = choose_for_straggler(frontier, float(time_s))
+    else:
+        choice = choose_intrinsic(frontier)
+    if choice.entry.plan != plan:
+        raise UsageError(
+            f"{where} was not chosen from {frontier_path}; pass the FRONTIER.json it was planned from "
+            "(or plan again: wattwise plan FRONTIER.json --out PLAN.json)"
+        )
+    return FrontierView(frontier, choice, frontier_path, plan_path)
+
+
+def frontier_page(view: FrontierView | None) -> str:
+    """A pipeline's frontier with its chosen plan (a heat map of each instruction's frequency), or how to get one."""
+    if view is None:
+        return render(
+            "frontier.html", SERVED, with_charts=False, title="Pipeline frontier", view=None, facts=[], charts=[]
+        )
+    f, choice = view.frontier, view.choice
+    source = Path(view.frontier_file).name
+    facts = [
+        Fact("frontier", view.frontier_file),
+        Fact("pipeline", f"{f.stages} stages, {f.microbatches} microbatches, {f.schedule}, solver {f.solver}"),
+        Fact("points", str(len(f.points))),
+        Fact("power of a blocked GPU", watts(f.p_blocking_w)),
+        Fact(
+            "every GPU at its maximum frequency",
+            f"{seconds(f.max_frequency_time_s)}, {joules(f.max_frequency_energy_j)}",
+        ),
+    ]
+    out = [chart(charts.frontier_figure(f, choice, source=source), "frontier-chart")]
+    if choice is not None:
+        assert choice.entry.plan is not None
+        mode = "no slowdown" if choice.mode == "intrinsic" else f"straggler at {seconds(choice.iteration_time_s)}"
+        facts += [
+            Fact("plan", view.plan_file or "the no-slowdown plan (give --plan PLAN.json to show another)"),
+            Fact("chosen for", mode),
+            Fact("chosen plan", f"{seconds(choice.entry.time_s)}, {joules(choice.entry.energy_j)} per iteration"),
+            Fact("saving", f"{choice.saving:.2%} less energy than the maximum frequency, {choice.slowdown:+.2%} time"),
+        ]
+        frequencies = [[step.planned_mhz() for step in stage] for stage in choice.entry.plan]
+        labels = [[f"{step.instruction[0].upper()}{step.microbatch}" for step in stage] for stage in choice.entry.plan]
+        out.append(
+            chart(
+                charts.plan_figure(
+                    frequencies, labels, title=f"Chosen plan: SM frequency of each instruction ({source})"
+                ),
+                "plan-chart",
+            )
+        )
+    return render("frontier.html", SERVED, title="Pipeline frontier", view=view, facts=facts, charts=out)
+
+
+def error_page(status: int, message: str) -> str:
+    """A page that says what was wrong with the request, and where to go."""
+    return render("error.html", SERVED, with_charts=False, title=f"{status}", message=message)
