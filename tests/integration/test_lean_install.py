@@ -23,8 +23,8 @@ import pytest
 
 from tests.support.paths import PACKAGE_ROOTS, REPO_ROOT
 
-#: Not installed by `wattwise[agent]`, and not importable in its environment.
-HEAVY = ("torch", "lightning", "accelerate", "ortools", "scipy", "transformers")
+#: Not installed by `wattwise[agent]` (the agent imports none of them), and not importable in its environment.
+HEAVY = ("torch", "lightning", "accelerate", "ortools", "scipy", "transformers", "numpy", "sqlalchemy", "alembic")
 
 
 def _env() -> dict[str, str]:
