@@ -195,8 +195,115 @@ def print_tuning(rows: list[dict[str, object]], markdown: bool) -> None:
             )
 
 
-CHECKS: dict[str, Callable[..., list[dict[str, object]]]] = {"tuning": tuning_check}
-PRINTERS: dict[str, Callable[[list[dict[str, object]], bool], None]] = {"tuning": print_tuning}
+#: The profiled stages' instructions at the maximum clock (s): forward and backward of 2 stages, the last
+#: one 1.3 times longer (its loss layer): 2-6 ms, as the H100 report's pipeline check measured.
+INSTRUCTION_S = {"forward": 0.002, "backward": 0.004}
+PROFILE_MHZ = (1740, 1590, 1440, 1290, 1140, 990, 840)
+
+
+def profile_on(physics: object, tmp: str) -> tuple[object, list[object]]:
+    """Profile two simulated stages at `PROFILE_MHZ` on a virtual clock; the profile, the GPUs and the time."""
+    from wattwise.devices import SimulatedGPU
+    from wattwise.frequency.profiler import PipelineProfiler, StageWork
+    from wattwise.settings.guard import SettingsGuard
+
+    clock = VirtualClock()
+    stages = []
+    for index in range(2):
+        gpu = SimulatedGPU(index, state_file=f"{tmp}/gpu{index}.json", clock=clock, sleep=clock.sleep, physics=physics)  # type: ignore[arg-type]
+        scale = 1.3 if index == 1 else 1.0
+        stages.append(
+            StageWork(
+                gpu,
+                forward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=INSTRUCTION_S["forward"] * s),
+                backward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=INSTRUCTION_S["backward"] * s),
+            )
+        )
+    with SettingsGuard(f"{tmp}/journal") as guard:
+        start = clock()
+        profile = PipelineProfiler(stages, guard, frequencies_mhz=list(PROFILE_MHZ)).measure()
+        took_s = clock() - start
+    return (profile, took_s), [stage.device for stage in stages]
+
+
+def intrinsic_saving(profile: object) -> float:
+    """The no-slowdown plan's saving against the maximum clock, 1F1B with 2 stages and 4 microbatches."""
+    from wattwise.pipeline.dag import pipeline_dag
+    from wattwise.pipeline.frontier import FrontierSolver
+    from wattwise.pipeline.plan import assemble_frontier, choose_intrinsic
+    from wattwise.pipeline.problem import PlanningProblem
+
+    problem = PlanningProblem.build(profile, pipeline_dag("1f1b", 2, 4), p_blocking_w=60.0)  # type: ignore[arg-type]
+    unit_s = 0.0001
+    frontier = assemble_frontier(
+        problem, list(FrontierSolver(problem, unit_s).run()), unit_time_s=unit_s, solver="fast"
+    )
+    return float(choose_intrinsic(frontier).saving)
+
+
+def profiler_check(seeds: tuple[int, ...] = (1, 2, 3)) -> list[dict[str, object]]:
+    """The realistic profile's worst error against the model's truth, and its plan's saving against the ideal's."""
+    from wattwise.devices import Physics
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (ideal, _), _ = profile_on(Physics.ideal(), f"{tmp}/ideal")
+        ideal_saving = intrinsic_saving(ideal)
+    rows = []
+    for seed in seeds:
+        with tempfile.TemporaryDirectory() as tmp:
+            (profile, took_s), gpus = profile_on(Physics.realistic(seed), tmp)
+        worst_t = worst_e = 0.0
+        for index, gpu in enumerate(gpus):
+            scale = 1.3 if index == 1 else 1.0
+            for instruction, base_s in INSTRUCTION_S.items():
+                for m in profile.options(index, instruction):  # type: ignore[attr-defined]
+                    factor, busy_w = gpu.model.operating_point(gpu.model.limit_range_w[1], m.frequency_mhz)  # type: ignore[attr-defined]
+                    idle = gpu.model.idle_power_w  # type: ignore[attr-defined]
+                    true_s = base_s * scale * factor
+                    true_j = true_s * (idle + (busy_w - idle) * gpu.efficiency)  # type: ignore[attr-defined]
+                    worst_t = max(worst_t, abs(m.time_s / true_s - 1))
+                    worst_e = max(worst_e, abs(m.energy_j / true_j - 1))
+        saving = intrinsic_saving(profile)
+        rows.append(
+            {
+                "seed": seed,
+                "worst_time_error": worst_t,
+                "worst_energy_error": worst_e,
+                "saving": saving,
+                "ideal_saving": ideal_saving,
+                "profiling_s": took_s,
+                "ok": worst_t <= 0.03 and worst_e <= 0.03 and abs(saving - ideal_saving) <= 0.01,
+            }
+        )
+    return rows
+
+
+def print_profiler(rows: list[dict[str, object]], markdown: bool) -> None:
+    if markdown:
+        print("| seed | worst time error | worst energy error | plan's saving | on the ideal profile | profiling (s) |")
+        print("|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        cells = (
+            f"{r['worst_time_error']:.2%}",
+            f"{r['worst_energy_error']:.2%}",
+            f"{r['saving']:.2%}",
+            f"{r['ideal_saving']:.2%}",
+            f"{r['profiling_s']:.0f}",
+        )
+        if markdown:
+            print(f"| {r['seed']} | " + " | ".join(cells) + " |")
+        else:
+            print(
+                f"seed {r['seed']}: time {cells[0]}, energy {cells[1]}, saving {cells[2]} (ideal {cells[3]}), "
+                f"{cells[4]} s  {'ok' if r['ok'] else 'MISSED'}"
+            )
+
+
+CHECKS: dict[str, Callable[..., list[dict[str, object]]]] = {"tuning": tuning_check, "profiler": profiler_check}
+PRINTERS: dict[str, Callable[[list[dict[str, object]], bool], None]] = {
+    "tuning": print_tuning,
+    "profiler": print_profiler,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,15 @@
 This is measurement code, not decision code: it locks clocks through the settings guard (which records
 the original and restores it on every exit path) and reads energy through measurement windows
 (`wattwise.monitor.EnergyMonitor`). For each stage, each frequency and each instruction it runs `warmup`
-unmeasured microbatches, then `iterations` measured ones, and keeps the mean time and energy of one
+unmeasured microbatches, then at least `iterations` measured ones, and keeps the mean time and energy of one
 microbatch: exactly the rows of a `stage,instruction,frequency,time,energy` CSV.
+
+An energy counter that changes in steps (about every 0.1 s on NVML, 95 ms on the realistic simulated GPU)
+cannot measure one 2-6 ms instruction: each measurement therefore repeats the instruction until its window
+spans 20 of the counter's updates (`window_s`), and begins and ends on an instruction in which the counter
+changed, so that the counter's steps fall within one instruction of the window's ends. Profiling then takes
+about `estimated_s()`: stages x frequencies x 2 instructions x 20 updates (about 1.9 s each: 2 minutes for
+two stages at 16 clocks); `max_profile_s` bounds it, at the cost of shorter windows.
 
 On the simulated GPU (no GPU on this machine) the figures follow its clock model, and the profile's
 `source` says "simulated".
@@ -12,6 +19,8 @@ On the simulated GPU (no GPU on this machine) the figures follow its clock model
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,8 +49,13 @@ class PipelineProfiler:
     """Profiles every stage at every frequency (see the module docstring).
 
     `frequencies_mhz` defaults to every SM clock each device supports; `sync` (e.g.
-    `torch.cuda.synchronize`) is called at both ends of each measurement window.
+    `torch.cuda.synchronize`) is called at both ends of each measurement window. `min_window_s` is the
+    shortest measurement window (None: 20 updates of the device's energy counter, 0 for an exact one);
+    `max_profile_s` bounds the whole profiling (None: no bound), shortening the windows to fit.
     """
+
+    #: A measurement window spans at least this many updates of the energy counter (as power-limit tuning's).
+    MIN_UPDATES = 20
 
     def __init__(
         self,
@@ -52,6 +66,8 @@ class PipelineProfiler:
         iterations: int = 3,
         warmup: int = 1,
         sync: Callable[[], None] | None = None,
+        min_window_s: float | None = None,
+        max_profile_s: float | None = None,
     ) -> None:
         if not stages:
             raise UsageError("the profiler needs at least one stage (a device and its forward and backward)")
@@ -59,12 +75,31 @@ class PipelineProfiler:
             raise UsageError(f"iterations must be a positive integer (got {iterations!r})")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
             raise UsageError(f"warmup must be an integer >= 0 (got {warmup!r})")
+        for name, value in (("min_window_s", min_window_s), ("max_profile_s", max_profile_s)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise UsageError(f"{name} must be a number of seconds >= 0 (got {value!r})")
         self.stages = list(stages)
         self.guard = guard
         self.iterations = iterations
         self.warmup = warmup
         self.sync = sync
         self.frequencies_mhz = [self._frequencies(stage.device, frequencies_mhz) for stage in self.stages]
+        self.max_profile_s = max_profile_s
+        wanted_s = (
+            min_window_s
+            if min_window_s is not None
+            else self.MIN_UPDATES * max(stage.device.energy_update_period_s for stage in self.stages)
+        )
+        measurements = sum(len(f) for f in self.frequencies_mhz) * len(INSTRUCTIONS)
+        #: How long each (instruction, clock) measurement lasts at least, in seconds.
+        self.window_s = wanted_s if max_profile_s is None else min(wanted_s, max_profile_s / measurements)
+
+    def estimated_s(self) -> float:
+        """About how long `measure` takes, in seconds: every measurement's window (warm-up and alignment aside).
+
+        A window lasts `window_s` or `iterations` instructions, whichever is longer; this counts `window_s`.
+        """
+        return self.window_s * sum(len(f) for f in self.frequencies_mhz) * len(INSTRUCTIONS)
 
     @staticmethod
     def _frequencies(device: Device, wanted: Sequence[int] | None) -> list[int]:
@@ -114,13 +149,49 @@ class PipelineProfiler:
     ) -> FrequencyOption:
         for _ in range(self.warmup):
             stage.run(instruction)
+        device = stage.device
+        coarse = self.window_s > 0 and device.energy_update_period_s > 0
+        sim = device.simulation
+        clock = sim.clock if sim is not None else time.monotonic  # the monitor's clock
+        if coarse:  # begin just after the counter changed
+            self._until_counter_changes(stage, instruction, clock=lambda: 0.0)
         name = f"{instruction}@{freq}"
         monitor.begin_window(name)
+        start = clock()
+        count, reads_s = 0, 0.0
         try:
-            for _ in range(self.iterations):
+            while count < self.iterations or clock() - start < self.window_s:
                 stage.run(instruction)
+                count += 1
+            if coarse:  # end on an instruction in which the counter changed
+                ran, reads_s = self._until_counter_changes(stage, instruction, clock=clock)
+                count += ran
         except BaseException:
             monitor.cancel_window(name)
             raise
         window = monitor.end_window(name)
-        return FrequencyOption(freq, window.time_s / self.iterations, window.total_energy_j / self.iterations)
+        # The reads that found the window's end are no instruction's time (their energy is the GPU's idle
+        # power for that time: under 1% of the window's on the realistic simulated GPU).
+        return FrequencyOption(freq, (window.time_s - reads_s) / count, window.total_energy_j / count)
+
+    def _until_counter_changes(
+        self, stage: StageWork, instruction: Instruction, *, clock: Callable[[], float], most: int = 100_000
+    ) -> tuple[int, float]:
+        """Run `instruction` until the stage's energy counter changes.
+
+        Returns:
+            How many times it ran, and the seconds spent reading the counter after each.
+        """
+        device = stage.device
+        before = device.energy_j()
+        reads_s = 0.0
+        for ran in range(1, most + 1):
+            stage.run(instruction)
+            if self.sync is not None:
+                self.sync()
+            read_at = clock()
+            changed = device.energy_j() != before
+            reads_s += clock() - read_at
+            if changed:
+                return ran, reads_s
+        return most, reads_s

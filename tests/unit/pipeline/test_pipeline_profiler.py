@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.clock import VirtualClock
-from wattwise.devices import SimulatedGPU
+from wattwise.devices import Physics, SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.frequency.profiler import PipelineProfiler, StageWork
 from wattwise.pipeline.dag import pipeline_dag
@@ -83,3 +83,58 @@ def test_unsupported_frequencies_and_bad_counts_are_named(tmp_path):
         PipelineProfiler(stages, guard, iterations=0)
     with pytest.raises(UsageError, match="at least two frequencies"):
         PipelineProfiler(stages, guard, frequencies_mhz=[1740])
+
+
+def realistic_stages(tmp_path, physics: Physics, forward_s: float = 0.002, backward_s: float = 0.004):
+    clock = VirtualClock(start=0.0)
+    stages = []
+    for index in range(2):
+        gpu = SimulatedGPU(
+            index, state_file=tmp_path / f"gpu{index}.json", clock=clock, sleep=clock.sleep, physics=physics
+        )
+        scale = 1.3 if index == 1 else 1.0
+        stages.append(
+            StageWork(
+                gpu,
+                forward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=forward_s * s),
+                backward=lambda gpu=gpu, s=scale: gpu.run_step(base_time_s=backward_s * s),
+            )
+        )
+    return stages, clock
+
+
+def test_on_a_coarse_counter_each_measurement_spans_20_updates_and_2_to_6_ms_instructions_come_out_within_3_percent(
+    tmp_path,
+):
+    stages, clock = realistic_stages(tmp_path, Physics.realistic(seed=5))
+    freqs = [1740, 1440, 1140, 840]
+    with SettingsGuard(tmp_path / "journal") as guard:
+        profiler = PipelineProfiler(stages, guard, frequencies_mhz=freqs)
+        assert profiler.window_s == pytest.approx(20 / 10.5)
+        assert profiler.estimated_s() == pytest.approx(2 * 4 * 2 * 20 / 10.5)
+        started = clock()
+        profile = profiler.measure()
+    assert clock() - started >= profiler.estimated_s()
+    for index, stage in enumerate(stages):
+        gpu = stage.device
+        assert isinstance(gpu, SimulatedGPU)
+        scale = 1.3 if index == 1 else 1.0
+        for instruction, base_s in (("forward", 0.002 * scale), ("backward", 0.004 * scale)):
+            for m in profile.options(index, instruction):
+                factor, busy_w = gpu.model.operating_point(gpu.model.limit_range_w[1], m.frequency_mhz)
+                idle = gpu.model.idle_power_w
+                true_w = idle + (busy_w - idle) * gpu.efficiency  # this GPU's own efficiency
+                assert m.time_s == pytest.approx(base_s * factor, rel=0.03)
+                assert m.energy_j == pytest.approx(base_s * factor * true_w, rel=0.03)
+
+
+def test_max_profile_s_bounds_how_long_profiling_takes(tmp_path):
+    stages, clock = realistic_stages(tmp_path, Physics.realistic(seed=5))
+    with SettingsGuard(tmp_path / "journal") as guard:
+        profiler = PipelineProfiler(stages, guard, frequencies_mhz=[1740, 840], max_profile_s=4.0)
+        assert profiler.estimated_s() == pytest.approx(4.0)
+        started = clock()
+        profiler.measure()
+    assert clock() - started < 4.0 + 8 * 0.3  # plus warm-up and one counter period per end at most
+    with pytest.raises(UsageError, match="max_profile_s must be a number of seconds >= 0"):
+        PipelineProfiler(stages, SettingsGuard(tmp_path / "journal"), max_profile_s=-1.0)
