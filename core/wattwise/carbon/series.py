@@ -140,6 +140,10 @@ def check_series_values(series: Series, quantity: Quantity) -> None:
 def parse_series(text: str, quantity: Quantity, source: str | None = None) -> Series:
     """A CLI value: a number is a constant, anything else is the path of a `timestamp,value` CSV file.
 
+    For the carbon intensity, a code of wattwise's bundled table (`DE`, `gcp:europe-west1`;
+    `wattwise.carbon.grid`) is that table's yearly average, with its source, year and licence as `source`
+    (unless a file of that name exists).
+
     `source` names where the figures come from (for the report); it defaults to "constant" or the file
     name.
     """
@@ -147,6 +151,12 @@ def parse_series(text: str, quantity: Quantity, source: str | None = None) -> Se
         value = float(text)
     except ValueError:
         value = None
+    if value is None and quantity is INTENSITY and not Path(text).exists():
+        from wattwise.carbon.grid import looks_like_code, lookup
+
+        if looks_like_code(text):
+            entry = lookup(text, flag=quantity.flag)
+            return Constant(entry.g_per_kwh, source or entry.describe())
     if value is None:
         return load_series_csv(Path(text), quantity, source)
     _check_value(value, quantity, where=quantity.flag)

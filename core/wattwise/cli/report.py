@@ -1,14 +1,23 @@
-"""`wattwise report RUN_DIR`: facility energy, emissions, cost and an energy statement for a finished run."""
+"""`wattwise report RUN_DIR`: facility energy, emissions, cost and an energy statement for a finished run.
+
+`wattwise report --job NAME` sums every run of a job in the run history (`wattwise.record.job_report`);
+`--statement eu-ai-act` writes the statement as the EU AI Act's energy disclosure (Annex XI, 1.2(e)).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from wattwise.carbon.series import INTENSITY, PRICE, PUE, parse_series
+from wattwise.errors import UsageError
 from wattwise.record.files import read_run_dir
 from wattwise.record.report import FacilityInputs, build_report, energy_statement, report_json, write_report
+
+#: The environment variable that sets `--intensity` once (a number, a CSV series, or a table code).
+INTENSITY_ENV = "WATTWISE_INTENSITY"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,15 +29,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Read a run directory (summary.json, power.csv) and write report.json, report.csv and "
             "energy_statement.md. Facility energy integrates the run's power timeline against the PUE, "
             "emissions against the grid's carbon intensity, each a number or a CSV `timestamp,value` "
-            "series with timezone-aware timestamps covering the run. wattwise ships no regional default "
-            "intensity: supply one (e.g. from your grid operator or Electricity Maps), or the report says "
-            "'not supplied'. Prints the statement (or, with --json, the report)."
+            "series with timezone-aware timestamps covering the run. --intensity (or $WATTWISE_INTENSITY) "
+            "also takes a code of wattwise's bundled table of yearly averages: a country (DE) or a cloud "
+            "region (gcp:europe-west1, aws:eu-west-1); an hourly series of your own (from your grid operator "
+            "or Electricity Maps) is better. Without one the report says 'not supplied'. --job NAME sums "
+            "every run of the job in the run history instead. Prints the statement (or, with --json, the "
+            "report)."
         ),
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="directory the callback or plugin wrote")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", type=Path, nargs="?", help="directory the callback or plugin wrote"
+    )
+    parser.add_argument("--job", help="instead of RUN_DIR: every run of this job in the run history, summed")
+    parser.add_argument("--store", help="with --job: the store (default: $WATTWISE_STORE or the state dir)")
+    parser.add_argument(
+        "--statement",
+        choices=("paper", "eu-ai-act"),
+        default="paper",
+        help="the statement's form: a paper's (default), or the EU AI Act's energy disclosure (Annex XI, 1.2(e))",
+    )
     parser.add_argument("--pue", help="PUE: a number (e.g. 1.1) or a CSV series; default: not supplied (1.0)")
     parser.add_argument("--pue-source", help="where the PUE comes from, for the statement")
-    parser.add_argument("--intensity", help="grid carbon intensity in gCO2e/kWh: a number or a CSV series")
+    parser.add_argument(
+        "--intensity",
+        default=os.environ.get(INTENSITY_ENV) or None,
+        help="grid carbon intensity in gCO2e/kWh: a number, a CSV series, or a code of the bundled table "
+        f"(DE, gcp:europe-west1); default: ${INTENSITY_ENV}",
+    )
     parser.add_argument("--intensity-source", help="where the intensity comes from, for the statement")
     parser.add_argument("--price", help="electricity price per kWh: a number or a CSV series")
     parser.add_argument("--price-source", help="where the price comes from, for the statement")
@@ -53,15 +80,16 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
+    if args.job is not None:
+        from wattwise.record.job_report import report_job
+
+        return report_job(
+            args.job, _inputs(args), store=args.store, statement=args.statement, as_json=args.json, out=args.out
+        )
+    if args.run_dir is None:
+        raise UsageError("RUN_DIR: give the folder of a run, or --job NAME for every run of a job")
     run_dir = read_run_dir(args.run_dir)
-    inputs = FacilityInputs(
-        pue=parse_series(args.pue, PUE, args.pue_source) if args.pue else None,
-        intensity=parse_series(args.intensity, INTENSITY, args.intensity_source) if args.intensity else None,
-        price=parse_series(args.price, PRICE, args.price_source) if args.price else None,
-        currency=args.currency,
-        region=args.region,
-        hardware=args.hardware,
-    )
+    inputs = _inputs(args)
     report = build_report(run_dir, inputs)
     written = write_report(report, args.out or args.run_dir)
     if args.plot:
@@ -72,7 +100,26 @@ def run(args: argparse.Namespace) -> int:
         from wattwise.dashboard.pages import write_run_html
 
         written.append(write_run_html(run_dir, args.html))
-    print(report_json(report) if args.json else energy_statement(report), end="")
+    if args.json:
+        print(report_json(report), end="")
+    elif args.statement == "eu-ai-act":
+        from wattwise.record.job_report import eu_ai_act_statement, job_report
+
+        print(eu_ai_act_statement(job_report(None, [report])), end="")
+    else:
+        print(energy_statement(report), end="")
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _inputs(args: argparse.Namespace) -> FacilityInputs:
+    """The facility inputs the flags give (PUE, intensity, price, where, what)."""
+    return FacilityInputs(
+        pue=parse_series(args.pue, PUE, args.pue_source) if args.pue else None,
+        intensity=parse_series(args.intensity, INTENSITY, args.intensity_source) if args.intensity else None,
+        price=parse_series(args.price, PRICE, args.price_source) if args.price else None,
+        currency=args.currency,
+        region=args.region,
+        hardware=args.hardware,
+    )
