@@ -45,6 +45,7 @@ from wattwise.settings.apply import (
     restore_originals,
     setting_words,
 )
+from wattwise.settings.journal import JournalChange
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class Agent:
         self.leases = LeaseTable()
         self.watcher: ProcessWatcher | None = None
         #: Journalled changes of GPUs this agent does not see: kept in the journal, never dropped.
-        self.unseen: list[dict[str, Any]] = []
+        self.unseen: list[JournalChange] = []
         #: What the agent did since it started, for its own Prometheus metrics.
         self.counts = AgentCounts()
         #: The node's record of which GPUs the scheduler gave each job (the SLURM prolog registers them).
@@ -723,10 +724,10 @@ class Agent:
         Each change also names its holder (pid, uid, job, start time) and the value the holder set, if any:
         what the next agent start needs to keep a live holder's lease (other readers ignore both).
         """
-        changes = []
+        changes: list[JournalChange] = []
         for index, lease in self.leases.items():
             for setting, value in lease.originals.items():
-                change = {
+                change: JournalChange = {
                     "device": self.devices[index].spec(),
                     "setting": setting,
                     "original": value,

@@ -15,12 +15,14 @@ Agents before the settings package wrote another format (`{"version": 1, "backen
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from wattwise.errors import UsageError
 from wattwise.safe_files import private_dir
 from wattwise.settings.journal import (
+    JournalChange,
     JournalProblem,
     check_changes,
     check_journal,
@@ -73,7 +75,7 @@ class AgentJournal:
         """Let go of the state dir's lock (the agent stops; its process ending does the same)."""
         release_lock(self.lock)
 
-    def load(self) -> list[dict[str, Any]]:
+    def load(self) -> list[JournalChange]:
         """The changes journalled (`{"device", "setting", "original"}`, checked); empty when there is none.
 
         Raises:
@@ -92,7 +94,7 @@ class AgentJournal:
                 "(nvidia-smi -rgc; nvidia-smi -pl) and delete it"
             ) from None
 
-    def save(self, changes: list[dict[str, Any]]) -> None:
+    def save(self, changes: Sequence[JournalChange]) -> None:
         """Journal `changes` (atomically, fsynced, 0600) before the change they cover is made.
 
         With no change left, the journal is removed.
@@ -103,7 +105,7 @@ class AgentJournal:
         save_changes(self.path, changes)
 
 
-def _version_1_changes(content: dict[str, Any]) -> list[dict[str, Any]]:
+def _version_1_changes(content: dict[str, Any]) -> list[JournalChange]:
     """The changes of a journal an agent before the settings package wrote, checked as any journal's."""
     backend, gpus = content.get("backend"), content.get("gpus")
     if not isinstance(gpus, dict):

@@ -35,7 +35,7 @@ from typing import Any
 
 from wattwise.devices.base import Device, DeviceError
 from wattwise.settings.apply import POWER_LIMIT, RESTORE_ERRORS, SM_CLOCKS, apply_setting, describe, read_setting
-from wattwise.settings.journal import JournalError, ensure_folder, journal_dir, save_changes
+from wattwise.settings.journal import JournalChange, JournalError, ensure_folder, journal_dir, save_changes
 from wattwise.settings.locks import (
     DeviceBusyError,
     device_key,
@@ -221,7 +221,7 @@ class SettingsGuard:
 
     def _write_journal(self) -> None:
         """Journal the settings to restore (not those of agent-backed GPUs: see the module docstring)."""
-        changes = [
+        changes: list[JournalChange] = [
             {"device": self._specs[dev_id], "setting": setting, "original": value}
             for (dev_id, setting), value in self._originals.items()
             if dev_id not in self._leases

@@ -1,9 +1,9 @@
 """The settings journal: the original value of every changed GPU setting, on disk before the change.
 
 A journal is one small JSON file, written atomically and fsynced, 0600 in a 0700 folder:
-`{"pid": P, "host": H, "created": T, "changes": [{"device": SPEC, "setting": S, "original": V}, ...]}`,
-where SPEC is what `wattwise.devices.open_spec` opens again (a backend the guard journals,
-`wattwise.devices.journalled_backends`, the GPU's index, ...).
+`{"pid": P, "host": H, "created": T, "changes": [{"device": SPEC, "setting": S, "original": V}, ...]}`
+(`JournalFile`, each change a `JournalChange`), where SPEC is what `wattwise.devices.open_spec` opens again
+(a backend the guard journals, `wattwise.devices.journalled_backends`, the GPU's index, ...).
 
 A journal is trusted only when it and its folder belong to the user reading it and are not writable by
 others, and it is a regular file (no symbolic link, no other hard link): the checks of every file
@@ -19,9 +19,10 @@ import os
 import re
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from wattwise import safe_files
 from wattwise.devices import journalled_backends
@@ -42,6 +43,35 @@ MAX_JOURNAL_BYTES = 1 << 20
 MAX_PID = 1 << 22
 #: The names of journal files in a journal folder.
 JOURNAL_NAME = re.compile(r"^[^/\x00]+\.json$")
+
+
+class _Change(TypedDict):
+    #: The device's spec, as `Device.spec()` gives it and `wattwise.devices.open_spec` opens it again.
+    device: dict[str, Any]
+    #: `POWER_LIMIT` or `SM_CLOCKS`.
+    setting: str
+    #: The value to restore: watts for a power limit, `[min, max]` MHz or null for locked clocks.
+    original: float | list[int] | None
+
+
+class JournalChange(_Change, total=False):
+    """One setting to restore. The node agent adds who holds the GPU and the value it set (others ignore both)."""
+
+    holder: dict[str, Any]
+    applied: float | list[int] | None
+
+
+class _File(TypedDict):
+    pid: int
+    host: str
+    changes: list[JournalChange]
+
+
+class JournalFile(_File, total=False):
+    """A journal on disk: the process that changed the settings, its host, when, and what to restore."""
+
+    #: Unix seconds when it was written (always written; not needed to restore).
+    created: float
 
 
 def journal_dir() -> Path:
@@ -155,8 +185,9 @@ class Journal:
     path: Path
     pid: int
     host: str
-    changes: list[dict[str, Any]]
-    raw: dict[str, Any]
+    changes: list[JournalChange]
+    #: The file's object as read (checked), rewritten with fewer changes when some are restored.
+    raw: JournalFile
 
 
 def file_problem(path: Path) -> str | None:
@@ -190,7 +221,7 @@ def read_object(path: Path) -> dict[str, Any]:
         raise JournalProblem(str(err)) from None
 
 
-def check_changes(changes: Any, *, check_state_files: bool = True) -> list[dict[str, Any]]:
+def check_changes(changes: Any, *, check_state_files: bool = True) -> list[JournalChange]:
     """The list of changes of a journal, each checked field by field.
 
     Args:
@@ -205,7 +236,7 @@ def check_changes(changes: Any, *, check_state_files: bool = True) -> list[dict[
         raise JournalProblem("no list of changes")
     for change in changes:
         _check_change(change, check_state_files=check_state_files)
-    return changes
+    return cast(list[JournalChange], changes)
 
 
 def check_journal(path: Path, content: dict[str, Any], *, check_state_files: bool = True) -> Journal:
@@ -216,7 +247,7 @@ def check_journal(path: Path, content: dict[str, Any], *, check_state_files: boo
     if not isinstance(host, str):
         raise JournalProblem(f"host {host!r} is not a host name")
     changes = check_changes(content.get("changes"), check_state_files=check_state_files)
-    return Journal(path, pid, host, changes, content)
+    return Journal(path, pid, host, changes, cast(JournalFile, content))
 
 
 def read_journal(path: Path, *, check_state_files: bool = True) -> Journal:
@@ -229,12 +260,12 @@ def read_journal(path: Path, *, check_state_files: bool = True) -> Journal:
     return check_journal(path, read_object(path), check_state_files=check_state_files)
 
 
-def new_journal(changes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The journal of this process holding `changes` (each `{"device", "setting", "original"}`)."""
-    return {"pid": os.getpid(), "host": socket.gethostname(), "created": time.time(), "changes": changes}
+def new_journal(changes: Sequence[JournalChange]) -> JournalFile:
+    """The journal of this process holding `changes`."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "created": time.time(), "changes": list(changes)}
 
 
-def write_journal(path: Path, content: dict[str, Any]) -> None:
+def write_journal(path: Path, content: JournalFile) -> None:
     """Write a journal atomically (a new 0600 file beside it, fsynced, moved over it, the folder synced).
 
     Raises:
@@ -243,7 +274,7 @@ def write_journal(path: Path, content: dict[str, Any]) -> None:
     write_text(path, json.dumps(content), mode=0o600, sync_folder=True)
 
 
-def save_changes(path: Path, changes: list[dict[str, Any]]) -> None:
+def save_changes(path: Path, changes: Sequence[JournalChange]) -> None:
     """Journal `changes` for this process at `path`, or remove the journal when there is none left.
 
     Raises:

@@ -21,6 +21,7 @@ from wattwise.settings import journal as journal_file
 from wattwise.settings.apply import RESTORE_ERRORS, apply_setting, describe, read_setting, setting_words
 from wattwise.settings.journal import (
     Journal,
+    JournalChange,
     JournalProblem,
     journal_dir,
     journal_files,
@@ -159,7 +160,7 @@ def _recover_one(path: Path, result: RestoreResult, *, named_folder: bool = Fals
         return
     if found.host != socket.gethostname():
         return
-    remaining = []
+    remaining: list[JournalChange] = []
     for change in found.changes:
         spec, setting, value = change["device"], change["setting"], change["original"]
         state_file = spec.get("state_file") if spec["backend"] == "simulated" else None

@@ -26,7 +26,7 @@ from wattwise.devices.simulated import SimulatedGPU
 from wattwise.errors import UsageError
 from wattwise.safe_files import lock_descriptor, state_dir
 from wattwise.settings.guard import SettingsGuard
-from wattwise.settings.journal import JournalProblem, read_journal, save_changes
+from wattwise.settings.journal import JournalChange, JournalFile, JournalProblem, read_journal, save_changes
 from wattwise.settings.locks import probe, release_lock, take_lock
 from wattwise.settings.recovery import recover_stale_journals
 
@@ -193,10 +193,28 @@ def test_a_lock_file_is_never_opened_through_a_symbolic_link(tmp_path: Path) -> 
 
 def test_a_journal_is_written_whole_0600_and_leaves_no_temporary_file(tmp_path: Path) -> None:
     path = tmp_path / "j.json"
-    change = {"device": {"backend": "nvml", "index": 0, "uuid": "GPU-1"}, "setting": "power_limit_w", "original": 250.0}
+    change: JournalChange = {
+        "device": {"backend": "nvml", "index": 0, "uuid": "GPU-1"},
+        "setting": "power_limit_w",
+        "original": 250.0,
+    }
     save_changes(path, [change])
     assert read_journal(path).changes == [change] and read_journal(path).pid == os.getpid()
     assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["j.json"]
     save_changes(path, [])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_guards_journal_on_disk_holds_the_typed_fields_in_their_order(tmp_path: Path) -> None:
+    gpu = SimulatedGPU(0, state_file=tmp_path / "sim" / "gpu0.json")
+    original_w = gpu.power_limit_w()
+    guard = SettingsGuard(tmp_path / "guard", recover=False)
+    guard.set_power_limit(gpu, 150.0)
+    on_disk = json.loads(guard.journal_path.read_text())
+    assert list(on_disk) == ["pid", "host", "created", "changes"]
+    assert set(on_disk) == JournalFile.__required_keys__ | JournalFile.__optional_keys__
+    (change,) = on_disk["changes"]
+    assert list(change) == ["device", "setting", "original"] and set(change) == JournalChange.__required_keys__
+    assert (on_disk["pid"], change["setting"], change["original"]) == (os.getpid(), "power_limit_w", original_w)
+    guard.restore_all()
