@@ -7,11 +7,11 @@ run is imported: the others stay placeholders that carry the one-line help `COMM
 demo (tests/integration/cli/test_cli_startup.py keeps `COMMANDS` in step with what each module registers).
 
 Bad input raises `wattwise.errors.UsageError` (or argparse rejects it): one line on stderr, exit code 2, no
-traceback. The library names the setting it refuses (`eta`, `power_limit.eta`); a parser that sets
-`setting_flags` (setting -> flag) has the message name its flags instead. Something unavailable
-(`wattwise.errors.Unavailable`: a device or a backend this machine lacks, the job store, the node agent)
-and an `OSError` on a path the user gave are also one line and exit 2; anything else is a bug and keeps
-its traceback.
+traceback. The library names the setting it refuses (`eta`, `power_limit.eta`) as a `wattwise.errors.Key`;
+a parser that sets `setting_flags` (setting -> flag) has the message show its flags instead
+(`WattwiseError.message`). Something unavailable (`wattwise.errors.Unavailable`: a device or a backend
+this machine lacks, the job store, the node agent) and an `OSError` on a path the user gave are also one
+line and exit 2; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import NoReturn
 
 from wattwise import __version__
-from wattwise.errors import Unavailable, UsageError
+from wattwise.errors import Unavailable, UsageError, WattwiseError
 from wattwise.extras import MissingExtra
 
 #: Each sub-command module and its one-line help, in the order `wattwise --help` lists them. The help must
@@ -140,14 +140,10 @@ def _main(argv: list[str]) -> int:
         return EXIT_USAGE
 
 
-def _renamed(err: Exception, args: argparse.Namespace) -> str:
-    """The error's message with the settings it names renamed to the command's flags."""
+def _renamed(err: WattwiseError, args: argparse.Namespace) -> str:
+    """The error's message with the settings it names shown as the command's flags."""
     flags = getattr(args, "setting_flags", {})
-    if not flags:
-        return str(err)
-    from wattwise.config import rename_settings  # OmegaConf: only for commands that map settings to flags
-
-    return rename_settings(str(err), flags)
+    return err.message(flags)
 
 
 def _os_error(err: OSError) -> str:
