@@ -25,7 +25,8 @@ from wattwise.dashboard import charts
 from wattwise.errors import UsageError
 from wattwise.extras import require
 from wattwise.record.files import RunDir
-from wattwise.record.summary import NEVER_APPLIED, PowerLimitSummary, never_applied
+from wattwise.record.kept import time_cost_s
+from wattwise.record.summary import NEVER_APPLIED, RunSummary, never_applied, simulated_label, with_uncertainty
 from wattwise.safe_files import write_text
 
 if TYPE_CHECKING:
@@ -189,78 +190,67 @@ class Saving:
     saving_j: float | None
     baseline_j: float | None
     time_cost_s: float | None
-    energy_uncertainty_j: float | None
+    #: The saving's own uncertainty (J), from its profile windows; None: not recorded.
+    uncertainty_j: float | None
+    #: Whether the saving is larger than its uncertainty; None: not known.
+    resolved: bool | None
 
     def text(self) -> str:
-        """One line: the saving, its share, its time cost, and whether it exceeds the uncertainty."""
+        """One line: the saving, its share of the baseline, its time cost, and whether it is resolved."""
         if self.saving_j is None:
             return "no saving claimed"
-        parts = [joules(self.saving_j)]
+        text = with_uncertainty(self.saving_j, self.uncertainty_j, "J")
         if self.baseline_j:
-            parts[0] += f" ({self.saving_j / self.baseline_j:.1%} of {joules(self.baseline_j)} at the highest limit)"
-        if self.time_cost_s is not None:
-            parts.append(f"for {self.time_cost_s:+,.2f} s of time")
+            text += f" ({self.saving_j / self.baseline_j:.1%} of {joules(self.baseline_j)} at the highest limit)"
+        parts = [text]
+        parts.append(f"for {self.time_cost_s:+,.2f} s of time" if self.time_cost_s is not None else "time cost unknown")
+        if self.resolved is None:
+            parts.append("its uncertainty is not recorded")
+        elif self.resolved:
+            parts.append("larger than its uncertainty")
         else:
-            parts.append("time cost not recorded")
-        if self.energy_uncertainty_j is not None:
-            beyond = abs(self.saving_j) > self.energy_uncertainty_j
-            parts.append(
-                f"measurement uncertainty ±{self.energy_uncertainty_j:,.1f} J"
-                + ("" if beyond else ": the saving is within it")
-            )
-        else:
-            parts.append("uncertainty not recorded")
+            parts.append("within its uncertainty: not resolved")
         return "; ".join(parts)
 
 
-def estimated_time_cost_s(limit: PowerLimitSummary) -> float | None:
-    """The time the chosen limit cost against the highest one, as the saving is estimated (s).
-
-    The steps run at the chosen limit times the difference of their profiled step times; None when the
-    run claims no saving or the profile lacks either limit.
-    """
-    if limit.energy_saved_j is None or limit.chosen_power_limit_w is None or not limit.profile:
-        return None
-    steps = limit.tuning.steps_at_chosen if limit.tuning is not None else None
-    top = max(limit.profile, key=lambda e: e.power_limit_w)
-    chosen = [e for e in limit.profile if e.power_limit_w == limit.chosen_power_limit_w]
-    if steps is None or not chosen:
-        return None
-    return steps * (chosen[0].time_s - top.time_s)
-
-
-def saving_of(run: RunDir, row: RunRow | None) -> Saving:
-    """The run's saving: the history's figures when it has the run, else the summary's own estimate."""
-    limit = run.summary.power_limit
-    baseline = limit.baseline_energy_j if limit is not None else None
-    if row is not None:
-        return Saving(row.saving_j, baseline, row.time_cost_s, row.energy_uncertainty_j)
+def saving_of(summary: RunSummary) -> Saving:
+    """The run's saving against the highest limit, as its summary estimates it (none for a cap)."""
+    limit = summary.power_limit
     if limit is None or limit.mode == "cap":
-        return Saving(None, None, None, None)
-    return Saving(limit.energy_saved_j, baseline, estimated_time_cost_s(limit), None)
+        return Saving(None, None, None, None, None)
+    return Saving(
+        limit.energy_saved_j,
+        limit.baseline_energy_j,
+        time_cost_s(limit),
+        limit.energy_saved_uncertainty_j,
+        limit.saving_resolved,
+    )
 
 
-def run_facts(run: RunDir, row: RunRow | None) -> list[Fact]:
+def simulated_text(summary: RunSummary) -> str | None:
+    """How the run's page marks simulated figures (None on hardware): what drove the simulated GPU."""
+    label = simulated_label(summary.simulated, summary.simulated_driven_by)
+    return None if label is None else f"{label}: figures from a power model, not a measurement"
+
+
+def run_facts(run: RunDir) -> list[Fact]:
     """The table at the top of a run's page: who ran it, when, its figures and what its limit did."""
     s = run.summary
+    simulated = simulated_text(s)
     facts = [
         Fact("status", s.status or "-"),
         Fact("job", s.job or "-"),
         Fact("framework", s.framework or "-"),
-        Fact(
-            "backend", (s.backend or "-") + (" (simulated: modelled figures, not measurements)" if s.simulated else "")
-        ),
+        Fact("backend", (s.backend or "-") + (f" ({simulated})" if simulated else "")),
         Fact("host", s.hostname or "-"),
         Fact("devices", ", ".join(s.device_names) or ", ".join(sorted(s.energy_per_device_j)) or "-"),
         Fact("start", s.start_time),
         Fact("end", s.end_time),
         Fact("time", seconds(s.time_s)),
         Fact("steps", str(s.steps) if s.steps is not None else "-"),
+        Fact("energy (GPUs)", with_uncertainty(s.energy_j, s.energy_uncertainty_j, "J")),
+        Fact("average power", watts(s.avg_power_w)),
     ]
-    energy = joules(s.energy_j)
-    if row is not None and row.energy_uncertainty_j is not None:
-        energy += f" ± {row.energy_uncertainty_j:,.1f} J"
-    facts += [Fact("energy (GPUs)", energy), Fact("average power", watts(s.avg_power_w))]
     if s.cpu_energy_j is not None:
         facts.append(Fact("energy (CPU, DRAM)", joules(s.cpu_energy_j)))
     if s.resumed_energy_j:
@@ -276,7 +266,7 @@ def run_facts(run: RunDir, row: RunRow | None) -> list[Fact]:
         how = "reused from an earlier run" if limit.reused else f"{len(limit.profile)} limits profiled"
         chosen = watts(limit.chosen_power_limit_w) if limit.chosen_power_limit_w is not None else "none chosen"
         facts.append(Fact("power limit", f"tuned: {chosen} ({how}; selector {limit.selector}, eta {limit.eta})"))
-        facts.append(Fact("saving", saving_of(run, row).text()))
+        facts.append(Fact("saving", saving_of(s).text()))
     if s.settings.batch_size is not None:
         facts.append(Fact("batch size", str(s.settings.batch_size)))
     if s.settings.frequency_plan:
@@ -294,8 +284,6 @@ def run_notes(run: RunDir) -> list[str]:
         notes.append(f"The chosen limit was never applied: {NEVER_APPLIED}.")
     if limit is not None and limit.tuning is not None and not limit.tuning.finished and limit.tuning.reason:
         notes.append(f"Tuning did not finish: {limit.tuning.reason}.")
-    if s.simulated:
-        notes.append("Every figure of this run comes from the simulated GPU's power model: none is a measurement.")
     return notes
 
 
@@ -310,21 +298,20 @@ def run_charts(run: RunDir) -> list[Chart]:
     return out
 
 
-def run_page(run: RunDir, assets: Assets, *, title: str, row: RunRow | None = None) -> str:
+def run_page(run: RunDir, assets: Assets, *, title: str) -> str:
     """A run's page: its facts, charts and notes.
 
     Args:
         run: The run's folder, as read.
         assets: Served, or one self-contained file.
         title: The page's heading (the run's id, or its folder).
-        row: The run's row in the history, when it has one (its uncertainty and time cost).
     """
     return render(
         "run.html",
         assets,
         title=title,
-        simulated=run.summary.simulated,
-        facts=run_facts(run, row),
+        simulated=simulated_text(run.summary),
+        facts=run_facts(run),
         charts=run_charts(run),
         notes=run_notes(run),
     )
@@ -476,20 +463,25 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str) -> str:
 
 
 # -- comparing runs ----------------------------------------------------------------------------------------
-def difference_text(value: float, first: float, unit: str) -> str:
-    """`value` against `first`: the difference and its share."""
-    share = f" ({value / first - 1:+.1%})" if first else ""
-    return f"{value - first:+,.2f} {unit}{share}"
+def share(fraction: float | None) -> str:
+    """A difference's share of the first run's figure, as text (empty when the first is 0)."""
+    return "" if fraction is None else f" ({fraction:+.1%})"
 
 
-def beyond_uncertainty(row: RunRow, first: RunRow) -> str:
-    """Whether two runs' energies differ by more than their measurements' combined uncertainty."""
-    if row.energy_uncertainty_j is None or first.energy_uncertainty_j is None:
-        return "uncertainty not recorded"
-    combined = math.hypot(row.energy_uncertainty_j, first.energy_uncertainty_j)
-    if abs(row.energy_j - first.energy_j) > combined:
-        return f"yes (combined uncertainty ±{combined:,.1f} J)"
-    return f"no: within the combined uncertainty ±{combined:,.1f} J"
+def against_first(d: Mapping[str, Any]) -> list[str]:
+    """The cells of one run's difference from the first (`wattwise.cli.runs.difference`)."""
+    if d["energy_resolved"] is None:
+        verdict = "unknown: a run's uncertainty is not recorded"
+    elif d["energy_resolved"]:
+        verdict = f"yes, larger than the measurements' uncertainty (±{d['energy_uncertainty_j']:,.1f} J)"
+    else:
+        verdict = f"no: within the measurements' uncertainty (±{d['energy_uncertainty_j']:,.1f} J)"
+    return [
+        f"{d['energy_j']:+,.1f} J{share(d['energy_fraction'])}",
+        verdict,
+        f"{d['time_s']:+,.2f} s{share(d['time_fraction'])}",
+        f"{d['avg_power_w']:+,.1f} W",
+    ]
 
 
 def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> str:
@@ -499,31 +491,25 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
         rows: The runs, the first the reference.
         folders: Each run's folder as read, None where it is gone (its power is then not drawn).
     """
-    first = rows[0]
+    from wattwise.cli.runs import difference
+
     columns = []
-    for row in rows:
-        columns.append(
-            {
-                "id": row.id,
-                "cells": [
-                    row.job or "-",
-                    row.mode,
-                    row.status or "-",
-                    row.start_time[:19].replace("T", " "),
-                    seconds(row.time_s),
-                    joules(row.energy_j)
-                    + (f" ± {row.energy_uncertainty_j:,.1f} J" if row.energy_uncertainty_j is not None else ""),
-                    watts(row.avg_power_w),
-                    watts(row.power_limit_w),
-                    joules(row.saving_j),
-                    seconds(row.time_cost_s),
-                    "SIMULATED" if row.simulated else "no",
-                    "-" if row is first else difference_text(row.energy_j, first.energy_j, "J"),
-                    "-" if row is first else difference_text(row.time_s, first.time_s, "s"),
-                    "-" if row is first else beyond_uncertainty(row, first),
-                ],
-            }
-        )
+    for i, row in enumerate(rows):
+        figures = [
+            row.job or "-",
+            row.mode,
+            row.status or "-",
+            row.start_time[:19].replace("T", " "),
+            seconds(row.time_s),
+            with_uncertainty(row.energy_j, row.energy_uncertainty_j, "J"),
+            watts(row.avg_power_w),
+            watts(row.power_limit_w),
+            joules(row.saving_j),
+            seconds(row.time_cost_s),
+            "SIMULATED" if row.simulated else "no",
+        ]
+        changes = ["-"] * 4 if i == 0 else against_first(difference(rows[0], row))
+        columns.append({"id": row.id, "cells": figures + changes})
     labels = [
         "job",
         "mode",
@@ -537,8 +523,9 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
         "time cost",
         "simulated",
         "energy against the first",
+        "larger than the uncertainty?",
         "time against the first",
-        "energy difference beyond the uncertainty?",
+        "average power against the first",
     ]
     compared = [
         charts.ComparedRun(

@@ -81,7 +81,7 @@ def build_app(history: History, frontier: pages.FrontierView | None = None) -> w
             folder = run_folder(row)
             if folder is None:
                 raise NotFound(str(folder_gone(row)))
-            return pages.run_page(folder, pages.SERVED, title=f"Run {row.id}", row=row)
+            return pages.run_page(folder, pages.SERVED, title=f"Run {row.id}")
 
         return await page(build)
 

@@ -12,6 +12,7 @@ import pytest
 from tests.support.pipeline import problem_for, synthetic_profile
 from tests.support.run_history import make_row
 from wattwise.cli.main import main
+from wattwise.cli.runs import difference
 from wattwise.dashboard import charts, pages
 from wattwise.dashboard.history import History
 from wattwise.errors import UsageError
@@ -35,7 +36,14 @@ PROFILE = (
 )
 
 
-def write_run(folder: Path, *, simulated: bool = True, job: str | None = "bert/squad", samples: int = 120) -> Path:
+def write_run(
+    folder: Path,
+    *,
+    simulated: bool = True,
+    job: str | None = "bert/squad",
+    samples: int = 120,
+    saved_uncertainty_j: float | None = None,
+) -> Path:
     """A tuned run of 60 s through the record's own writers: power.csv (one sample every 0.5 s), a settings
     timeline (300 W while profiling, then 200 W), windows.csv with the profiling window and two pauses."""
     limit = PowerLimitSummary(
@@ -47,6 +55,8 @@ def write_run(folder: Path, *, simulated: bool = True, job: str | None = "bert/s
         baseline_energy_j=12_000.0,
         energy_saved_j=1_520.0,
         tuning=TuningSummary(finished=True, profiled=(300.0, 250.0, 200.0, 150.0), steps_at_chosen=200),
+        energy_saved_uncertainty_j=saved_uncertainty_j,
+        saving_resolved=None if saved_uncertainty_j is None else saved_uncertainty_j < 1_520.0,
     )
     summary = RunSummary(
         status="completed",
@@ -59,6 +69,8 @@ def write_run(folder: Path, *, simulated: bool = True, job: str | None = "bert/s
         time_s=60.0,
         energy_j=10_480.0,
         energy_per_device_j={DEVICE: 10_480.0},
+        energy_uncertainty_j=30.0 if saved_uncertainty_j is not None else None,
+        simulated_driven_by="emulated" if simulated else None,
         steps=240,
         notes=("a note the run left",),
         power_limit=limit,
@@ -132,20 +144,30 @@ def test_the_tuning_profile_shows_time_and_energy_per_limit_and_the_choice(run_d
     assert charts.profile_figure(PowerLimitSummary(mode="cap", chosen_power_limit_w=200.0), simulated=False) is None
 
 
-def test_a_runs_page_states_the_saving_with_its_time_cost_and_the_notes(run_dir: Path) -> None:
-    run = read_run_dir(run_dir)
-    facts = {f.label: f.value for f in pages.run_facts(run, None)}
+def test_a_runs_page_states_the_saving_with_its_time_cost_and_uncertainty_and_the_notes(tmp_path: Path) -> None:
+    run = read_run_dir(write_run(tmp_path / "unknown"))
+    facts = {f.label: f.value for f in pages.run_facts(run)}
     # 200 steps at the chosen limit, each 0.012 s slower than at 300 W.
     assert facts["saving"] == (
-        "1,520.0 J (12.7% of 12,000.0 J at the highest limit); for +2.40 s of time; uncertainty not recorded"
+        "1520.0 J (12.7% of 12,000.0 J at the highest limit); for +2.40 s of time; its uncertainty is not recorded"
     )
-    row = make_row("20261201T100000Z-aaaaaa", saving_j=1_520.0, time_cost_s=2.4, energy_uncertainty_j=2_000.0)
-    with_row = {f.label: f.value for f in pages.run_facts(run, row)}
-    assert with_row["saving"].endswith("measurement uncertainty ±2,000.0 J: the saving is within it")
-    assert with_row["energy (GPUs)"] == "10,480.0 J ± 2,000.0 J"
+    assert facts["energy (GPUs)"] == "10480.0 J" and facts["backend"] == (
+        "simulated (simulated: figures from a power model, not a measurement)"
+    )
+    known = {
+        f.label: f.value for f in pages.run_facts(read_run_dir(write_run(tmp_path / "known", saved_uncertainty_j=40.0)))
+    }
+    assert known["saving"].startswith("1520 ± 40 J (12.7% of") and known["saving"].endswith(
+        "; larger than its uncertainty"
+    )
+    assert known["energy (GPUs)"] == "10480 ± 30 J"
+    unresolved = read_run_dir(write_run(tmp_path / "unresolved", saved_uncertainty_j=2_000.0))
+    assert pages.saving_of(unresolved.summary).text().endswith("; within its uncertainty: not resolved")
     html = pages.run_page(run, pages.SERVED, title="Run x")
     assert "a note the run left" in html and 'id="simulated-banner"' in html
     assert f'<script src="{pages.PLOTLY_PATH}"></script>' in html
+    measured = pages.run_page(read_run_dir(write_run(tmp_path / "measured", simulated=False)), pages.SERVED, title="x")
+    assert "SIMULATED" not in measured
 
 
 def test_report_html_writes_one_self_contained_page(run_dir: Path, tmp_path: Path) -> None:
@@ -204,13 +226,18 @@ def test_the_runs_page_lists_each_run_with_a_link_and_a_box_to_compare_it() -> N
 
 def test_a_comparison_says_each_difference_and_whether_it_exceeds_the_uncertainty(run_dir: Path) -> None:
     first, second = ROWS[0], ROWS[1]
-    assert pages.beyond_uncertainty(second, first) == "yes (combined uncertainty ±212.1 J)"
+    assert pages.against_first(difference(first, second)) == [
+        "-5,000.0 J (-16.7%)",
+        "yes, larger than the measurements' uncertainty (±212.1 J)",
+        "+0.00 s (+0.0%)",
+        "-41.7 W",
+    ]
     close = make_row("20261201T120000Z-dddddd", energy_j=30_100.0)
-    assert pages.beyond_uncertainty(close, first) == "no: within the combined uncertainty ±212.1 J"
+    assert pages.against_first(difference(first, close))[1] == "no: within the measurements' uncertainty (±212.1 J)"
     unknown = make_row("20261201T120000Z-eeeeee", energy_uncertainty_j=None)
-    assert pages.beyond_uncertainty(unknown, first) == "uncertainty not recorded"
+    assert pages.against_first(difference(first, unknown))[1] == "unknown: a run's uncertainty is not recorded"
     html = pages.compare_page([first, second], [read_run_dir(run_dir), None])
-    assert "-5,000.00 J (-16.7%)" in html and first.id in html and second.id in html
+    assert "-5,000.0 J (-16.7%)" in html and first.id in html and second.id in html
     assert f"No folder for {second.id}" in html
     assert 'id="compare-chart-0"' in html and 'id="compare-chart-1"' in html
 
