@@ -29,7 +29,7 @@ from typing import Any
 from wattwise import safe_files
 from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config
 from wattwise.devices import PowerModel
-from wattwise.errors import ConfigError, Key, UsageError
+from wattwise.errors import ConfigError, Key, Unavailable, UsageError
 from wattwise.extras import missing_extra
 from wattwise.power_limit import profile_limits_w, profile_table
 from wattwise.profile import ProfileEntry
@@ -164,6 +164,8 @@ def demo_overrides(options: DemoOptions, state_dir: str | None) -> list[str]:
     the framework adds `power_limit.mode` and `output_dir` for each of its two runs.
     """
     out = [f"devices.backend={options.backend}", *DEMO_BASE]
+    if options.backend == "agent":
+        out.append("devices.gpus=[0]")  # a one-GPU demo: the agent's first GPU (the job's, as CUDA numbers it)
     for f in fields(options):
         key = f.metadata.get("key")
         value = state_dir if f.name == "state_dir" else getattr(options, f.name)
@@ -224,11 +226,30 @@ def tuned_and_baseline(
     use_one_cpu_thread()
     with private_state_dir() as tmp:
         common = demo_overrides(options, options.state_dir or str(tmp))
-        tuned = train([*common, "power_limit.mode=tune", f"output_dir={options.output_dir}"], steps)
-        baseline = train(
-            [*common, "power_limit.mode=measure", f"output_dir={Path(options.output_dir) / 'baseline'}"], steps
-        )
+        tuned = _summary_of(options, "tuned", train, [*common, "power_limit.mode=tune"], steps)
+        baseline = _summary_of(options, "baseline", train, [*common, "power_limit.mode=measure"], steps)
     return demo_result(options, framework, tuned, baseline, model)
+
+
+def _summary_of(
+    options: DemoOptions, run: str, train: Callable[[list[str], int], dict[str, Any]], overrides: list[str], steps: int
+) -> dict[str, Any]:
+    """The summary of the demo's `run` ("tuned", or "baseline" in its own folder); one line when it has none.
+
+    A run whose devices cannot be opened (the node agent went away between the two runs) trains
+    unmeasured and leaves no summary: the demo then stops with an `Unavailable` naming the run, instead
+    of the adapter's RuntimeError traceback; what the tuned run wrote stays in its folder.
+
+    Raises:
+        Unavailable: The run produced no summary.
+    """
+    folder = Path(options.output_dir) / ("baseline" if run == "baseline" else "")
+    try:
+        return train([*overrides, f"output_dir={folder}"], steps)
+    except RuntimeError as err:
+        where = " (is the node agent at $WATTWISE_AGENT_SOCKET still running?)" if options.backend == "agent" else ""
+        kept = f"; the tuned run's summary is in {options.output_dir}" if run == "baseline" else ""
+        raise Unavailable(f"demo: the {run} run measured nothing: {err}{where}{kept}") from None
 
 
 def demo_folder() -> Path:
