@@ -278,8 +278,10 @@ def test_wattwise_run_tunes_an_unmodified_lightning_script_and_tells_where_the_s
     tuning = found["power_limit"]["tuning"]
     assert tuning["finished"] is False and "no emulated work drove the simulated GPU" in tuning["reason"]
     assert found["power_limit"]["chosen_power_limit_w"] is None
+    # The last line says that the figures are a simulated GPU's idle power, which nothing drove.
     assert proc.stderr.splitlines()[-1].startswith(
-        f"wattwise run: summary: {Path('runs', 'summary.json')} (completed, 12 steps, "
+        f"wattwise run: summary: {Path('runs', 'summary.json')} (simulated, idle power only (nothing drove "
+        "the simulated GPU); completed, 12 steps, "
     )
 
 

@@ -30,6 +30,7 @@ from wattwise.config import (
     setting_values,
 )
 from wattwise.errors import ConfigError, UsageError, WattwiseError
+from wattwise.record.summary import simulated_label, with_uncertainty
 
 
 def _flag(name: str) -> str:
@@ -156,9 +157,20 @@ def _tell_summary(path: Path, before: float | None, cfg: EnergyConfig) -> None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         data = {}
+    print(f"wattwise run: summary: {path}" + _facts(data if isinstance(data, dict) else {}), file=sys.stderr)
+
+
+def _facts(data: dict[str, Any]) -> str:
+    """` (simulated...; completed, 200 steps, 112.6 ± 1.4 J)`: what the summary says, marked when simulated."""
     facts = [str(data[k]) for k in ("status",) if k in data]
     if isinstance(data.get("steps"), int):
         facts.append(f"{data['steps']} steps")
-    if isinstance(data.get("energy_j"), int | float):
-        facts.append(f"{data['energy_j']:.1f} J")
-    print(f"wattwise run: summary: {path}" + (f" ({', '.join(facts)})" if facts else ""), file=sys.stderr)
+    energy, uncertainty = data.get("energy_j"), data.get("energy_uncertainty_j")
+    if isinstance(energy, int | float):
+        facts.append(with_uncertainty(energy, uncertainty if isinstance(uncertainty, int | float) else None, "J"))
+    driven = data.get("simulated_driven_by")
+    label = simulated_label(data.get("simulated") is True, driven if isinstance(driven, str) else None)
+    text = ", ".join(facts)
+    if label:
+        text = f"{label}; {text}" if text else label
+    return f" ({text})" if text else ""

@@ -122,6 +122,27 @@ def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path
     assert len(notes) == 1 and notes[0] in str(ours[0].message)
 
 
+def test_the_users_own_loop_drives_tuning_when_asked(tmp_path, clock):
+    gpu = clocked_gpu(clock)
+    accelerator = accelerate_energy.attach(
+        Accelerator(cpu=True), plugin(tmp_path, *TUNE, "devices.simulated_drive=steps", mode="tune"), devices=[gpu]
+    )
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(tiny_dataset((TUNING_STEPS + 10) * BATCH), batch_size=BATCH)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:  # the user's own steps: no emulated work, BASE_S each on the clock
+        accelerator.backward(nn.functional.mse_loss(model(x), y))
+        clock.sleep(BASE_S)
+        optimizer.step()
+        optimizer.zero_grad()
+    accelerator.end_training()
+
+    s = summary(tmp_path)
+    assert s["power_limit"]["chosen_power_limit_w"] == tuned_choice()
+    assert s["simulated_driven_by"] == "steps"
+
+
 def test_strict_mode_raises_without_permission(tmp_path, clock):
     gpu = clocked_gpu(clock, DeniedGPU)
     accelerator = accelerate_energy.attach(

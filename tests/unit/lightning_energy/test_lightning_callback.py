@@ -112,6 +112,39 @@ def test_tuning_picks_what_the_power_model_says_and_restores_the_limit(tmp_path,
     assert gpu.power_limit_w() == 300.0  # restored at the end of fit
 
 
+class OwnModule(EmulatedModule):
+    """A user's own module: its steps take BASE_S of the virtual clock and drive no simulated GPU themselves."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(gpus=[])
+        self.clock = clock
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
+        self.clock.sleep(BASE_S)
+        optimizer.step(closure=optimizer_closure)
+
+
+def test_the_users_own_steps_drive_tuning_when_asked(tmp_path, virtual_clock):
+    gpu = clocked_gpu(virtual_clock)
+    overrides = [*TUNE, "devices.simulated_drive=steps"]
+    cb = EnergyCallback(mode="tune", output_dir=str(tmp_path / "run"), devices=[gpu], overrides=overrides)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=1 + 5 * 3 + 10,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=str(tmp_path),
+        callbacks=[cb],
+    )
+    trainer.fit(OwnModule(virtual_clock))
+    assert cb.summary is not None
+    assert cb.summary["power_limit"]["chosen_power_limit_w"] == tuned_choice()
+    assert cb.summary["simulated_driven_by"] == "steps"
+
+
 def test_cap_mode_applies_the_cap_during_fit_and_restores_after(tmp_path, virtual_clock):
     gpu = clocked_gpu(virtual_clock)
     seen = []
