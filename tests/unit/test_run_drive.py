@@ -98,5 +98,5 @@ def test_off_by_default_the_users_steps_leave_the_gpu_idle_and_say_so(tmp_path: 
 
 
 def test_an_unknown_drive_is_refused_naming_the_key() -> None:
-    with pytest.raises(ConfigError, match="devices.simulated_drive must be one of off, steps"):
+    with pytest.raises(ConfigError, match=r"devices\.simulated_drive must be one of off, steps"):
         load_config(overrides=["devices.simulated_drive=always"])
