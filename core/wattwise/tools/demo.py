@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import socket
@@ -33,6 +34,7 @@ from wattwise.errors import ConfigError, Key, Unavailable, UsageError
 from wattwise.extras import missing_extra
 from wattwise.power_limit import profile_limits_w, profile_table
 from wattwise.profile import ProfileEntry
+from wattwise.record.summary import resolution, saving_resolved, with_uncertainty
 
 #: Keys each of the demo's two runs sets itself (tuned, then the baseline): not for `overrides`.
 PER_RUN_KEYS: tuple[str, ...] = ("power_limit.mode", "output_dir")
@@ -183,6 +185,9 @@ def demo_result(
     """The JSON of `wattwise demo --json` from the two runs' summaries."""
     pl_info = tuned["power_limit"] or {}
     max_w = model.limit_range_w[1]
+    # Two runs measured apart: the saving is known to both runs' uncertainties in quadrature.
+    tuned_u, baseline_u = tuned.get("energy_uncertainty_j") or 0.0, baseline.get("energy_uncertainty_j") or 0.0
+    saved_j, saved_u = baseline["energy_j"] - tuned["energy_j"], math.hypot(tuned_u, baseline_u)
     rows = profile_table(
         [_entry(e) for e in pl_info.get("profile", [])],
         eta=options.eta,
@@ -203,9 +208,14 @@ def demo_result(
         "steps": tuned["steps"],
         "baseline_energy_j": baseline["energy_j"],
         "baseline_time_s": baseline["time_s"],
-        "energy_saved_j": baseline["energy_j"] - tuned["energy_j"],
+        "energy_saved_j": saved_j,
         "run_dir": str(Path(options.output_dir)),
         "baseline_run_dir": str(Path(options.output_dir) / "baseline"),
+        "energy_uncertainty_j": tuned_u,
+        "baseline_energy_uncertainty_j": baseline_u,
+        "energy_saved_uncertainty_j": saved_u,
+        "saving_resolved": saving_resolved(saved_j, saved_u),
+        "simulated_driven_by": tuned.get("simulated_driven_by"),
     }
 
 
@@ -369,15 +379,43 @@ def format_demo(result: dict[str, Any]) -> str:
             f"{row['power_limit_w']:>10g} {row['time_s']:>14.4f} {row['energy_j']:>16.3f} "
             f"{row['avg_power_w']:>14.1f} {row['cost']:>10.3f}{mark}"
         )
-    saved = result["baseline_energy_j"] - result["energy_j"]
-    pct = 100.0 * saved / result["baseline_energy_j"] if result["baseline_energy_j"] else 0.0
     lines += [
         "",
         f"chosen power limit: {result['chosen_power_limit_w']:g} W",
-        f"energy: {result['energy_j']:.1f} J in {result['time_s']:.2f} s ({result['steps']} steps, tuning included)",
+        f"energy: {with_uncertainty(result['energy_j'], result.get('energy_uncertainty_j'), 'J')} in "
+        f"{result['time_s']:.2f} s ({result['steps']} steps, tuning included)",
         f"same steps at the maximum limit ({result['max_power_limit_w']:g} W): "
-        f"{result['baseline_energy_j']:.1f} J in {result['baseline_time_s']:.2f} s",
-        f"energy saved: {saved:.1f} J ({pct:.1f}%)",
+        f"{with_uncertainty(result['baseline_energy_j'], result.get('baseline_energy_uncertainty_j'), 'J')} in "
+        f"{result['baseline_time_s']:.2f} s",
+        saving_line(result),
         f"summary: {result['run_dir']}/summary.json",
     ]
     return "\n".join(lines)
+
+
+def saving_line(result: dict[str, Any]) -> str:
+    """The demo's saving with its uncertainty and its time cost, or "not resolved" when within the uncertainty.
+
+    `energy saved 14.4% ± 0.8% for +10.7% time (508 ± 29 J)`: percentages of the baseline run's energy and time.
+    """
+    baseline_j, saved_j = result["baseline_energy_j"], result["baseline_energy_j"] - result["energy_j"]
+    saved_u = result.get("energy_saved_uncertainty_j")
+    pct = 100.0 * saved_j / baseline_j if baseline_j else 0.0
+    pct_u = 100.0 * saved_u / baseline_j if baseline_j and saved_u else None
+    base_s = result["baseline_time_s"]
+    time_pct = 100.0 * (result["time_s"] - base_s) / base_s if base_s else 0.0
+    joules = with_uncertainty(saved_j, saved_u, "J")
+    if saving_resolved(saved_j, saved_u) is False:
+        return (
+            f"energy saving not resolved: {_percent(pct, pct_u)} is within the measurement "
+            f"uncertainty ({joules}), for {time_pct:+.1f}% time"
+        )
+    return f"energy saved {_percent(pct, pct_u)} for {time_pct:+.1f}% time ({joules})"
+
+
+def _percent(pct: float, uncertainty: float | None) -> str:
+    """`14.4% ± 0.8%`, rounded to what the uncertainty resolves (at least one decimal); `14.4%` without one."""
+    if not uncertainty or uncertainty <= 0:
+        return f"{pct:.1f}%"
+    places = max(1, resolution(uncertainty))
+    return f"{pct:.{places}f}% ± {uncertainty:.{places}f}%"
