@@ -112,7 +112,7 @@ def metrics_app(registry: CollectorRegistry) -> WsgiApp:
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == METRICS_PATH:
-            return metrics(environ, start_response)  # type: ignore[no-any-return]
+            return metrics(environ, start_response)
         start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
         return [f"404 not found: the agent's metrics are at {METRICS_PATH}\n".encode()]
 
