@@ -177,7 +177,8 @@ def tuning_check(seeds: tuple[int, ...] = SEEDS) -> list[dict[str, object]]:
 def print_tuning(rows: list[dict[str, object]], markdown: bool) -> None:
     if markdown:
         print(
-            "| power model | ideal choice (W) | realistic choices, 10 seeds (W: runs) | same | ideal or neighbour | tuning (virtual s) |"
+            "| power model | ideal choice (W) | realistic, limit in force (W: runs of 10) | same "
+            "| ideal or neighbour | chose none | tuning (s) |"
         )
         print("|---|---:|---|---:|---|---:|---:|")
     for r in rows:
@@ -299,10 +300,52 @@ def print_profiler(rows: list[dict[str, object]], markdown: bool) -> None:
             )
 
 
-CHECKS: dict[str, Callable[..., list[dict[str, object]]]] = {"tuning": tuning_check, "profiler": profiler_check}
+#: Relative standard deviation of each epoch's time and power in the recurring check: the realistic physics'
+#: per-step noise (2%) is far smaller over an epoch; 3% is a harsher stand-in for run-to-run variation.
+RECURRING_NOISE = 0.03
+
+
+def recurring_check(seeds: tuple[int, ...] = (1, 2, 3, 4, 5)) -> list[dict[str, object]]:
+    """The recurring benchmark's policy with and without noise on the traces' figures: cost over the seeds."""
+    import recurring
+    from recurring_workloads import GPUS, WORKLOADS
+
+    if not (recurring.DEFAULT_TRACES / "summary_train.csv").is_file():
+        print(f"recurring: skipped, no Zeus traces under {recurring.DEFAULT_TRACES}")
+        return []
+    rows = []
+    for gpu in GPUS:
+        for workload in WORKLOADS:
+            clean = sum(recurring.run_cell(recurring.DEFAULT_TRACES, gpu, workload, s, "wattwise").cost for s in seeds)
+            noisy = sum(
+                recurring.run_cell(recurring.DEFAULT_TRACES, gpu, workload, s, "wattwise", RECURRING_NOISE).cost
+                for s in seeds
+            )
+            ratio = noisy / clean
+            rows.append({"gpu": gpu, "workload": workload.name, "ratio": ratio, "ok": ratio <= 1.02})
+    return rows
+
+
+def print_recurring(rows: list[dict[str, object]], markdown: bool) -> None:
+    if markdown:
+        print(f"| GPU | workload | cost with {RECURRING_NOISE:.0%} noise / without (5 seeds) |")
+        print("|---|---|---:|")
+    for r in rows:
+        if markdown:
+            print(f"| {r['gpu']} | {r['workload']} | {r['ratio']:.4f} |")
+        else:
+            print(f"{r['gpu']:5s} {r['workload']:40s} {r['ratio']:.4f}  {'ok' if r['ok'] else 'MISSED'}")
+
+
+CHECKS: dict[str, Callable[..., list[dict[str, object]]]] = {
+    "tuning": tuning_check,
+    "profiler": profiler_check,
+    "recurring": recurring_check,
+}
 PRINTERS: dict[str, Callable[[list[dict[str, object]], bool], None]] = {
     "tuning": print_tuning,
     "profiler": print_profiler,
+    "recurring": print_recurring,
 }
 
 

@@ -15,6 +15,7 @@ run through the same simulator. All figures are simulated from measured traces: 
     python benchmarks/recurring.py --ablation --seeds 40   # the same on seeds 1-40 (robustness)
     python benchmarks/recurring.py --validate      # knobs chosen on one GPU, reported on the other
     python benchmarks/recurring.py --validate --markdown   # the README's validation tables
+    python benchmarks/recurring.py --noise 0.03    # figures that vary by 3% per epoch, as on real GPUs
 
 `--validate` (see `recurring_validation.py`) is the out-of-sample view: the tables above are in sample,
 the policy's defaults having been set on these same traces.
@@ -75,7 +76,7 @@ ABLATION: tuple[tuple[str, PolicyConfig], ...] = (
 )
 
 
-def run_cell(traces: Path, gpu: str, workload: Workload, seed: int, policy: str) -> Cell:
+def run_cell(traces: Path, gpu: str, workload: Workload, seed: int, policy: str, noise: float = 0.0) -> Cell:
     trace = load_trace(
         traces / "summary_train.csv", traces / f"summary_power_{gpu}.csv", workload.name, workload.target_metric
     )
@@ -88,7 +89,7 @@ def run_cell(traces: Path, gpu: str, workload: Workload, seed: int, policy: str)
     )
     recurrences = 2 * len(trace.batch_sizes) * len(trace.power_limits_w)
     config = dict(ABLATION)[policy] if policy in dict(ABLATION) else POLICIES[policy]
-    result = simulate(trace, spec, recurrences, seed, policy=config)
+    result = simulate(trace, spec, recurrences, seed, policy=config, noise=noise)
     return Cell(
         gpu=gpu,
         workload=workload.name,
@@ -243,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablation", action="store_true", help="measure wattwise's changes to Zeus one by one")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds 1..N for --ablation (default 5)")
     parser.add_argument("--validate", action="store_true", help="choose the knobs on one GPU, report the other")
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=0.0,
+        help="vary each epoch's time and power by this fraction (e.g. 0.03), as measured on real GPUs",
+    )
     args = parser.parse_args(argv)
     if not (args.traces / "summary_train.csv").is_file():
         parser.error(f"--traces {args.traces}: no summary_train.csv there (Zeus's traces, see ../shared/data)")
@@ -253,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         return validate(args.traces, args.workers, markdown=args.markdown)
 
     policies = ("wattwise",) if args.no_zeus else ("wattwise", "zeus")
-    tasks = [(args.traces, g, w, s, p) for g in GPUS for w in WORKLOADS for s in SEEDS for p in policies]
+    tasks = [(args.traces, g, w, s, p, args.noise) for g in GPUS for w in WORKLOADS for s in SEEDS for p in policies]
     started = time.monotonic()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         cells = list(pool.map(run_cell, *zip(*tasks, strict=True)))

@@ -86,6 +86,64 @@ def select_power_limit(
     return min(allowed, key=lambda e: e.energy_j)
 
 
+def select_resolved(
+    profile: Sequence[ProfileEntry],
+    uncertainty_j: Sequence[float],
+    selector: str,
+    *,
+    eta: float = 0.5,
+    max_power_w: float | None = None,
+    max_slowdown: float = 0.1,
+    run_to_run: float = 0.0,
+) -> tuple[ProfileEntry | None, str | None]:
+    """The selector's choice among measured limits, as far as the measurements resolve them.
+
+    Each limit's cost (or energy) is known to within `uncertainty_j` (its energy per step, J) weighted as
+    the cost weighs energy, and `run_to_run` of the cost (the workload's own variation). The limits whose
+    cost is within the combined uncertainty of the least cost tie, and a tie goes to the highest of them
+    (the faster, safer choice), so that repeated runs choose alike. When that is the highest limit measured
+    and it ties with another, the measurements cannot tell them apart: no choice, and the reason.
+
+    Returns:
+        (the choice, None), or (None, why no choice was made).
+    """
+    best = select_power_limit(profile, selector, eta=eta, max_power_w=max_power_w, max_slowdown=max_slowdown)
+    if selector == "time":
+        return best, None
+    pmax = max_power_w if max_power_w is not None else max(e.power_limit_w for e in profile)
+    top_w = max(e.power_limit_w for e in profile)
+    weight = eta if selector == "cost" else 1.0
+
+    def value(entry: ProfileEntry) -> float:
+        return (
+            zeus_cost(entry.energy_j, entry.time_s, eta=eta, max_power_w=pmax) if selector == "cost" else entry.energy_j
+        )
+
+    def unsure(i: int) -> float:
+        return math.hypot(weight * uncertainty_j[i], run_to_run * value(profile[i]))
+
+    allowed = list(profile)
+    if selector == "slowdown":
+        top = max(profile, key=lambda e: e.power_limit_w)
+        allowed = [e for e in profile if e.time_s <= top.time_s * (1.0 + max_slowdown)]
+    b = list(profile).index(best)
+    ties = [
+        i for i, e in enumerate(profile) if e in allowed and value(e) - value(best) <= math.hypot(unsure(i), unsure(b))
+    ]
+    top_i = max(ties, key=lambda i: profile[i].power_limit_w)
+    chosen = profile[top_i]
+    if chosen.power_limit_w != top_w or len(ties) == 1:
+        return chosen, None
+    other = min((i for i in ties if i != top_i), key=lambda i: value(profile[i]))
+    return None, (
+        f"the profile windows cannot tell {profile[other].power_limit_w:g} W from {top_w:g} W: their "
+        f"{'cost' if selector == 'cost' else 'energy'} per step differs by "
+        f"{abs(value(chosen) - value(profile[other])):.3g} J, within what was measured "
+        f"({math.hypot(unsure(other), unsure(top_i)):.3g} J); longer windows (power_limit.min_profile_s) "
+        "resolve it"
+    )
+
+
 def check_profile(profile: Sequence[ProfileEntry]) -> None:
     """Raise a `UsageError` naming the row unless every entry has a positive, finite limit, time and energy.
 
@@ -403,53 +461,22 @@ class PowerLimitTuner:
     def _select(self) -> ProfileEntry | None:
         """The selector's choice among the profiled limits, or None (`unresolved`, with the reason).
 
-        Measured figures are not exact: each limit's cost (or energy) is known to within its uncertainty,
-        the energy counter's at the window's ends (`end_window`) and `run_to_run` of the cost for the
-        workload's own variation. The limits whose cost is within the combined uncertainty of the least
-        cost tie, and a tie goes to the highest of them (the faster, safer choice), so that repeated runs
-        choose alike. When that is the highest limit profiled and it ties with another, the windows cannot
-        tell them apart: tuning chooses nothing and says why. The "time" selector measures no energy.
+        See `select_resolved`; the "time" selector measures no energy and chooses as `select_power_limit`.
         """
-        best = select_power_limit(
-            self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w, max_slowdown=self.max_slowdown
+        if len(self.uncertainty_j) != len(self.profile):
+            self.uncertainty_j = [0.0] * len(self.profile)
+        chosen, reason = select_resolved(
+            self.profile,
+            self.uncertainty_j,
+            self.selector,
+            eta=self.eta,
+            max_power_w=self.max_power_w,
+            max_slowdown=self.max_slowdown,
+            run_to_run=self.run_to_run,
         )
-        if self.selector == "time" or len(self.uncertainty_j) != len(self.profile):
-            return best
-        top_w = max(e.power_limit_w for e in self.profile)
-        weight = self.eta if self.selector == "cost" else 1.0
-
-        def value(entry: ProfileEntry) -> float:
-            if self.selector == "cost":
-                return zeus_cost(entry.energy_j, entry.time_s, eta=self.eta, max_power_w=self.max_power_w)
-            return entry.energy_j
-
-        def unsure(i: int) -> float:
-            return math.hypot(weight * self.uncertainty_j[i], self.run_to_run * value(self.profile[i]))
-
-        allowed = self.profile
-        if self.selector == "slowdown":
-            top = max(self.profile, key=lambda e: e.power_limit_w)
-            allowed = [e for e in self.profile if e.time_s <= top.time_s * (1.0 + self.max_slowdown)]
-        b = self.profile.index(best)
-        ties = [
-            i
-            for i, e in enumerate(self.profile)
-            if e in allowed and value(e) - value(best) <= math.hypot(unsure(i), unsure(b))
-        ]
-        top_i = max(ties, key=lambda i: self.profile[i].power_limit_w)
-        chosen = self.profile[top_i]
-        if chosen.power_limit_w != top_w or len(ties) == 1:
-            return chosen
-        self.unresolved = True
-        other = min((i for i in ties if i != top_i), key=lambda i: value(self.profile[i]))
-        self.unfinished_reason = (
-            f"the profile windows cannot tell {self.profile[other].power_limit_w:g} W from {top_w:g} W: their "
-            f"{'cost' if self.selector == 'cost' else 'energy'} per step differs by "
-            f"{abs(value(chosen) - value(self.profile[other])):.3g} J, within what was measured "
-            f"({math.hypot(unsure(other), unsure(top_i)):.3g} J); longer windows (power_limit.min_profile_s) "
-            "resolve it"
-        )
-        return None
+        if chosen is None:
+            self.unresolved, self.unfinished_reason = True, reason
+        return chosen
 
     def _enter(self, phase: str) -> None:
         self.phase = phase

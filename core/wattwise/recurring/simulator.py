@@ -8,6 +8,10 @@ epoch (the epoch split evenly between the limits, as in Zeus), then remembers th
 A run that fails is paid for and followed by another run in the same recurrence, so the totals are the
 cost of whole recurrences: failed runs and profiling included.
 
+With `noise` (a fraction), every figure wattwise's policy sees and pays varies as on real hardware: each
+epoch's time and average power, and each profiled limit's, are the trace's times 1 + N(0, noise), drawn
+from their own seeded stream (the default and the oracle keep the trace's means).
+
 Three policies are compared: `default` (the default batch size at the highest power limit, every time),
 `wattwise` (the optimizer), and `oracle` (the least expected cost of any fixed batch size and power
 limit, computed from the trace's means, failures and their retries included, no profiling).
@@ -31,6 +35,9 @@ from wattwise.store import JobStore, MemoryJobStore
 
 #: A recurrence that has not reached the target after this many runs means the simulation is broken.
 MAX_RUNS_PER_RECURRENCE = 1000
+#: With noise, how much each profiled limit's time and power vary on their own (relative standard deviation):
+#: the power-limit tuner's windows on the realistic simulated GPU measure to within about this.
+PROFILE_NOISE = 0.003
 
 
 @dataclass(frozen=True)
@@ -175,8 +182,15 @@ def simulate_wattwise(
     policy_rng: np.random.Generator,
     policy: PolicyConfig = WATTWISE_POLICY,
     store: JobStore | None = None,
+    noise: float = 0.0,
+    noise_rng: np.random.Generator | None = None,
 ) -> tuple[SimulatedRun, ...]:
-    """Drive `BatchSizeOptimizer` through `recurrences` recurrences; every run it made, in order."""
+    """Drive `BatchSizeOptimizer` through `recurrences` recurrences; every run it made, in order.
+
+    `noise`: the relative standard deviation of each epoch's (and profiled limit's) time and power, drawn
+    from `noise_rng` (see the module docstring); 0: the trace's figures exactly.
+    """
+    vary = _Noise(noise, noise_rng if noise_rng is not None else np.random.default_rng(0))
     clock = _Clock()
     optimizer = BatchSizeOptimizer(
         spec, store if store is not None else MemoryJobStore(), policy=policy, rng=policy_rng, clock=clock
@@ -184,13 +198,48 @@ def simulate_wattwise(
     history: list[SimulatedRun] = []
     for recurrence in range(1, recurrences + 1):
         for _ in range(MAX_RUNS_PER_RECURRENCE):
-            run = _simulate_run(trace, spec, optimizer, clock, recurrence, trace_rng)
+            run = _simulate_run(trace, spec, optimizer, clock, recurrence, trace_rng, vary)
             history.append(run)
             if run.reached:
                 break
         else:
             raise RuntimeError(f"recurrence {recurrence} never reached the target")
     return tuple(history)
+
+
+class _Noise:
+    """Figures as a real GPU gives them: the trace's times 1 + N(0, `relative`), each drawn afresh."""
+
+    def __init__(self, relative: float, rng: np.random.Generator) -> None:
+        if not (math.isfinite(relative) and 0.0 <= relative < 0.5):
+            raise UsageError(f"noise must be a fraction in [0, 0.5) (got {relative})")
+        self.relative, self.rng = relative, rng
+
+    def point(self, point: PowerPoint) -> tuple[float, float]:
+        """(energy J, time s) of one epoch at `point`, varied."""
+        if self.relative == 0.0:
+            return point.energy_per_epoch_j, point.time_per_epoch_s
+        time_f, power_f = (max(0.5, 1.0 + self.relative * float(z)) for z in self.rng.standard_normal(2))
+        time_s = point.time_per_epoch_s * time_f
+        return point.energy_per_epoch_j * time_f * power_f, time_s
+
+
+def _profiled_limit(trace: WorkloadTrace, spec: JobSpec, batch_size: int, vary: _Noise) -> float:
+    """The limit JIT profiling picks for `batch_size` from its figures as measured.
+
+    An epoch's variation (data, temperature, neighbours) moves every limit profiled within it alike, so one
+    draw varies the whole profile; the tuner's own windows resolve the limits far more finely (about 1%:
+    `benchmarks/physics.py`), and `PROFILE_NOISE` of each limit's own varies it on top.
+    """
+    if vary.relative == 0.0:
+        return profile_power_limit(trace, spec, batch_size)
+    time_f, power_f = (max(0.5, 1.0 + vary.relative * float(z)) for z in vary.rng.standard_normal(2))
+    entries = []
+    for p in trace.power[batch_size]:
+        own_t, own_p = (1.0 + PROFILE_NOISE * float(z) for z in vary.rng.standard_normal(2))
+        time_s = p.time_per_epoch_s * time_f * own_t
+        entries.append(ProfileEntry(p.power_limit_w, time_s, p.energy_per_epoch_j * time_f * own_t * power_f * own_p))
+    return select_power_limit(entries, "cost", eta=spec.eta, max_power_w=spec.max_power_w).power_limit_w
 
 
 def _simulate_run(
@@ -200,12 +249,13 @@ def _simulate_run(
     clock: _Clock,
     recurrence: int,
     rng: np.random.Generator,
+    vary: _Noise,
 ) -> SimulatedRun:
     recommendation = optimizer.next_batch_size()
     batch_size = recommendation.batch_size
     profiled = recommendation.power_limit_w is None
     if recommendation.power_limit_w is None:
-        power_limit_w = profile_power_limit(trace, spec, batch_size)
+        power_limit_w = _profiled_limit(trace, spec, batch_size, vary)
         optimizer.remember_power_limit(batch_size, power_limit_w)
     else:
         power_limit_w = recommendation.power_limit_w
@@ -219,10 +269,11 @@ def _simulate_run(
     while True:
         epoch += 1
         if profiled and epoch == 1:
-            epoch_energy_j = math.fsum(p.energy_per_epoch_j for p in points) / len(points)
-            epoch_time_s = math.fsum(p.time_per_epoch_s for p in points) / len(points)
+            varied = [vary.point(p) for p in points]
+            epoch_energy_j = math.fsum(e for e, _ in varied) / len(points)
+            epoch_time_s = math.fsum(t for _, t in varied) / len(points)
         else:
-            epoch_energy_j, epoch_time_s = point.energy_per_epoch_j, point.time_per_epoch_s
+            epoch_energy_j, epoch_time_s = vary.point(point)
         energy_j += epoch_energy_j
         time_s += epoch_time_s
         clock.now_s += epoch_time_s
@@ -252,15 +303,19 @@ def simulate(
     *,
     policy: PolicyConfig = WATTWISE_POLICY,
     store: JobStore | None = None,
+    noise: float = 0.0,
 ) -> SimulationResult:
-    """Run the three policies on `trace` for `recurrences` recurrences (deterministic given `seed`)."""
+    """Run the three policies on `trace` for `recurrences` recurrences (deterministic given `seed`).
+
+    `noise`: wattwise's policy sees and pays figures that vary by this fraction (the module docstring).
+    """
     if recurrences < 1:
         raise UsageError(f"--recurrences must be at least 1 (got {recurrences})")
     unknown = sorted(set(spec.batch_sizes) - set(trace.batch_sizes))
     if unknown:
         raise UsageError(f"batch sizes {unknown} are not in the trace, which has {list(trace.batch_sizes)}")
     check_simulable(trace, spec)
-    default_seq, trace_seq, policy_seq = np.random.SeedSequence(seed).spawn(3)
+    default_seq, trace_seq, policy_seq, noise_seq = np.random.SeedSequence(seed).spawn(4)
     history = simulate_wattwise(
         trace,
         spec,
@@ -269,6 +324,8 @@ def simulate(
         policy_rng=np.random.default_rng(policy_seq),
         policy=policy,
         store=store,
+        noise=noise,
+        noise_rng=np.random.default_rng(noise_seq),
     )
     energy_j = math.fsum(r.energy_j for r in history)
     time_s = math.fsum(r.time_s for r in history)

@@ -235,3 +235,16 @@ def test_the_chooser_takes_the_least_mean_among_settings_whose_worst_workload_me
     # The difference of two settings' means is paired by seed: seed 1 ties, seed 2 differs by 0.2.
     better, worse = validation.Score({}, (1.0, 1.0)), validation.Score({}, (1.0, 1.2))
     assert validation.paired_difference(worse, better) == pytest.approx((0.1, 0.1))
+
+
+def test_noise_varies_what_wattwise_sees_and_pays_reproducibly(toy_trace: tuple[Path, Path]) -> None:
+    trace = load_trace(*toy_trace, "toy/net", 0.5)
+    spec = job_for_trace(trace, default_batch_size=32, max_epochs=5, eta=0.5, beta=2.0)
+    clean = simulate(trace, spec, 6, seed=5)
+    noisy = simulate(trace, spec, 6, seed=5, noise=0.03)
+    assert simulate(trace, spec, 6, seed=5, noise=0.0).history == clean.history  # no noise: as before
+    assert noisy.history == simulate(trace, spec, 6, seed=5, noise=0.03).history  # the seed fixes the noise
+    assert [r.energy_j for r in noisy.history] != [r.energy_j for r in clean.history]
+    assert noisy.default == clean.default and noisy.oracle == clean.oracle  # they keep the trace's means
+    with pytest.raises(UsageError, match=r"noise must be a fraction in \[0, 0\.5\) \(got -0\.1\)"):
+        simulate(trace, spec, 6, seed=5, noise=-0.1)
