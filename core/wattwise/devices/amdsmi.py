@@ -66,7 +66,13 @@ amdsmi: Any = None
 _clock: Callable[[], float] = time.monotonic
 _sleep: Callable[[float], None] = time.sleep
 
-INSTALL_HINT = "pip install 'wattwise[amd]' (the amdsmi package of your ROCm release)"
+
+def install_hint() -> str:
+    """What to run to get the binding: the one ROCm ships (it must match the ROCm release installed)."""
+    rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
+    return f"install the binding your ROCm release ships: pip install {rocm}/share/amd_smi"
+
+
 #: A power cap that reads back within this of the requested one counts as applied (driver rounding).
 READBACK_TOLERANCE_W = 1.0
 #: How long, and in how many power readings, the energy counter is compared with the power sensor.
@@ -544,7 +550,7 @@ def _binding() -> Any:
             with contextlib.redirect_stdout(said):
                 import amdsmi as binding
         except ImportError as err:
-            _import_failure = NotSupportedError(f"the amdsmi Python package is not installed: {INSTALL_HINT}")
+            _import_failure = NotSupportedError(f"the amdsmi Python package is not installed: {install_hint()}")
             raise _import_failure from err
         except Exception as err:  # the binding loads libamd_smi.so as it is imported (KeyError, OSError)
             reason = " ".join(said.getvalue().split()) or f"{type(err).__name__}: {err}"
@@ -558,7 +564,7 @@ def _binding() -> Any:
             where = getattr(binding, "__file__", None) or ", ".join(getattr(binding, "__path__", [])) or "?"
             _import_failure = NotSupportedError(
                 f"the module amdsmi found at {where} is not ROCm's amdsmi binding (it has no {missing[0]}): "
-                f"rename what shadows it, or {INSTALL_HINT}"
+                f"rename what shadows it, or {install_hint()}"
             )
             raise _import_failure
         amdsmi = binding

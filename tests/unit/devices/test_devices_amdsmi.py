@@ -214,7 +214,13 @@ def test_without_the_binding_the_error_says_what_to_install(monkeypatch: pytest.
         pytest.skip("the amdsmi package is installed here")
     monkeypatch.setattr(backend, "amdsmi", None)
     monkeypatch.setattr(backend, "_import_failure", None)
-    with pytest.raises(NotSupportedError, match=re.escape("pip install 'wattwise[amd]'")):
+    monkeypatch.setenv("ROCM_PATH", "/opt/rocm-7.0.2")
+    with pytest.raises(NotSupportedError, match=re.escape("pip install /opt/rocm-7.0.2/share/amd_smi")) as raised:
+        amdsmi_gpus()
+    assert "wattwise[" not in str(raised.value)  # wattwise is on no package index: never send the user to one
+    monkeypatch.delenv("ROCM_PATH")
+    monkeypatch.setattr(backend, "_import_failure", None)
+    with pytest.raises(NotSupportedError, match=re.escape("pip install /opt/rocm/share/amd_smi")):
         amdsmi_gpus()
 
 
