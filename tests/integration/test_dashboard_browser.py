@@ -197,7 +197,9 @@ def visit(browser: Any, url: str, screenshot: str | None = None) -> None:
     shots = os.environ.get("WATTWISE_DOCS_SCREENSHOTS")
     if shots and screenshot:
         for _ in range(2):  # the charts lay themselves out again in the taller window
-            height = browser.execute_script("return document.documentElement.scrollHeight")
+            height = browser.execute_script(  # the whole page, and the window's own frame
+                "return document.documentElement.scrollHeight + window.outerHeight - window.innerHeight"
+            )
             browser.set_window_size(1280, min(max(height, 600), 2400))
             time.sleep(0.5)
         browser.save_screenshot(str(Path(shots) / screenshot))

@@ -177,6 +177,14 @@ def watts(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:,.1f} W"
 
 
+def energy(value: float, uncertainty_j: float | None) -> str:
+    """Energy with its uncertainty, both rounded to what the uncertainty resolves; as `joules` without one."""
+    if uncertainty_j is None or not uncertainty_j > 0:
+        return joules(value)
+    text = with_uncertainty(value, uncertainty_j, "J")
+    return text + f" ({value / J_PER_KWH:.4g} kWh)" if abs(value) >= 0.01 * J_PER_KWH else text
+
+
 def number(value: float | None, digits: int = 1) -> str:
     """A bare number for a table cell; "-" when unknown."""
     return "-" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
@@ -199,7 +207,7 @@ class Saving:
         """One line: the saving, its share of the baseline, its time cost, and whether it is resolved."""
         if self.saving_j is None:
             return "no saving claimed"
-        text = with_uncertainty(self.saving_j, self.uncertainty_j, "J")
+        text = energy(self.saving_j, self.uncertainty_j)
         if self.baseline_j:
             text += f" ({self.saving_j / self.baseline_j:.1%} of {joules(self.baseline_j)} at the highest limit)"
         parts = [text]
@@ -228,27 +236,30 @@ def saving_of(summary: RunSummary) -> Saving:
 
 
 def simulated_text(summary: RunSummary) -> str | None:
-    """How the run's page marks simulated figures (None on hardware): what drove the simulated GPU."""
+    """The banner of a run with simulated figures (None on hardware), saying what drove the simulated GPU."""
     label = simulated_label(summary.simulated, summary.simulated_driven_by)
-    return None if label is None else f"{label}: figures from a power model, not a measurement"
+    if label is None:
+        return None
+    how = "" if label == "simulated" else f" ({label})"
+    return f"SIMULATED{how}: every figure of this run comes from the simulated GPU's power model, not a measurement"
 
 
 def run_facts(run: RunDir) -> list[Fact]:
     """The table at the top of a run's page: who ran it, when, its figures and what its limit did."""
     s = run.summary
-    simulated = simulated_text(s)
+    label = simulated_label(s.simulated, s.simulated_driven_by)
     facts = [
         Fact("status", s.status or "-"),
         Fact("job", s.job or "-"),
         Fact("framework", s.framework or "-"),
-        Fact("backend", (s.backend or "-") + (f" ({simulated})" if simulated else "")),
+        Fact("backend", (s.backend or "-") + (f" ({label})" if label and label != s.backend else "")),
         Fact("host", s.hostname or "-"),
         Fact("devices", ", ".join(s.device_names) or ", ".join(sorted(s.energy_per_device_j)) or "-"),
         Fact("start", s.start_time),
         Fact("end", s.end_time),
         Fact("time", seconds(s.time_s)),
         Fact("steps", str(s.steps) if s.steps is not None else "-"),
-        Fact("energy (GPUs)", with_uncertainty(s.energy_j, s.energy_uncertainty_j, "J")),
+        Fact("energy (GPUs)", energy(s.energy_j, s.energy_uncertainty_j)),
         Fact("average power", watts(s.avg_power_w)),
     ]
     if s.cpu_energy_j is not None:
@@ -501,7 +512,7 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
             row.status or "-",
             row.start_time[:19].replace("T", " "),
             seconds(row.time_s),
-            with_uncertainty(row.energy_j, row.energy_uncertainty_j, "J"),
+            energy(row.energy_j, row.energy_uncertainty_j),
             watts(row.avg_power_w),
             watts(row.power_limit_w),
             joules(row.saving_j),

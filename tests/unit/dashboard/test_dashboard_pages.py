@@ -149,22 +149,23 @@ def test_a_runs_page_states_the_saving_with_its_time_cost_and_uncertainty_and_th
     facts = {f.label: f.value for f in pages.run_facts(run)}
     # 200 steps at the chosen limit, each 0.012 s slower than at 300 W.
     assert facts["saving"] == (
-        "1520.0 J (12.7% of 12,000.0 J at the highest limit); for +2.40 s of time; its uncertainty is not recorded"
+        "1,520.0 J (12.7% of 12,000.0 J at the highest limit); for +2.40 s of time; its uncertainty is not recorded"
     )
-    assert facts["energy (GPUs)"] == "10480.0 J" and facts["backend"] == (
-        "simulated (simulated: figures from a power model, not a measurement)"
-    )
-    known = {
-        f.label: f.value for f in pages.run_facts(read_run_dir(write_run(tmp_path / "known", saved_uncertainty_j=40.0)))
-    }
-    assert known["saving"].startswith("1520 ± 40 J (12.7% of") and known["saving"].endswith(
+    assert facts["energy (GPUs)"] == "10,480.0 J" and facts["backend"] == "simulated"
+    known = read_run_dir(write_run(tmp_path / "known", saved_uncertainty_j=40.0))
+    facts = {f.label: f.value for f in pages.run_facts(known)}
+    assert facts["saving"].startswith("1520 ± 40 J (12.7% of") and facts["saving"].endswith(
         "; larger than its uncertainty"
     )
-    assert known["energy (GPUs)"] == "10480 ± 30 J"
+    assert facts["energy (GPUs)"] == "10480 ± 30 J"
     unresolved = read_run_dir(write_run(tmp_path / "unresolved", saved_uncertainty_j=2_000.0))
     assert pages.saving_of(unresolved.summary).text().endswith("; within its uncertainty: not resolved")
     html = pages.run_page(run, pages.SERVED, title="Run x")
-    assert "a note the run left" in html and 'id="simulated-banner"' in html
+    assert "a note the run left" in html
+    assert (
+        '<p class="simulated" id="simulated-banner">SIMULATED: every figure of this run comes from the simulated '
+        "GPU&#39;s power model, not a measurement.</p>"
+    ) in html
     assert f'<script src="{pages.PLOTLY_PATH}"></script>' in html
     measured = pages.run_page(read_run_dir(write_run(tmp_path / "measured", simulated=False)), pages.SERVED, title="x")
     assert "SIMULATED" not in measured
