@@ -103,6 +103,17 @@ class EnergyTrainerCallback(TrainerCallback):
         self.resume_from: Path | None = None
         self._logged: Figures | None = None
 
+    @override
+    def __repr__(self) -> str:
+        """The settings that say what this callback does: `EnergyTrainerCallback(mode='tune', eta=0.5, ...)`."""
+        c = self.config
+        if c is None:
+            return f"{type(self).__name__}(settings from the ACCELERATE_ENERGY_* environment variables)"
+        return (
+            f"{type(self).__name__}(mode={c.power_limit.mode!r}, eta={c.power_limit.eta!r}, job={c.job!r}, "
+            f"backend={c.devices.backend!r})"
+        )
+
     @classmethod
     def for_flag(cls) -> EnergyTrainerCallback:
         """The callback `ACCELERATE_ENERGY=1` adds: the flag's start-up hook attaches the accelerator itself."""

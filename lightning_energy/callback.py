@@ -113,6 +113,15 @@ class EnergyCallback(Callback):
         self._in_step = False
         self._state_key: tuple[str | None, str] | None = None
 
+    @override
+    def __repr__(self) -> str:
+        """The settings that say what this callback does: `EnergyCallback(mode='tune', eta=0.5, ...)`."""
+        c = self.config
+        return (
+            f"{type(self).__name__}(mode={c.power_limit.mode!r}, eta={c.power_limit.eta!r}, job={c.job!r}, "
+            f"backend={c.devices.backend!r})"
+        )
+
     @property
     @override
     def state_key(self) -> str:

@@ -206,3 +206,14 @@ def test_a_value_zero_set_in_code_is_not_replaced_by_its_variable(monkeypatch):
     monkeypatch.setenv("ACCELERATE_ENERGY", "1")
     monkeypatch.setenv("ACCELERATE_ENERGY_ETA", "0.7")
     assert EnergyPlugin(eta=0.0).to_config().power_limit.eta == 0.0
+
+
+def test_printing_the_trainer_callback_names_its_settings(monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.delenv("WATTWISE_BACKEND", raising=False)
+    from accelerate_energy import EnergyTrainerCallback
+
+    callback = EnergyTrainerCallback(mode="cap", cap_w=200.0, job="bert", backend="simulated")
+    assert repr(callback) == "EnergyTrainerCallback(mode='cap', eta=0.5, job='bert', backend='simulated')"
+    flag = EnergyTrainerCallback.for_flag()
+    assert repr(flag) == "EnergyTrainerCallback(settings from the ACCELERATE_ENERGY_* environment variables)"

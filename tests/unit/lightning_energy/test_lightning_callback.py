@@ -318,3 +318,9 @@ def test_an_unexpected_measurement_error_never_stops_training(tmp_path, virtual_
     ours = [w for w in caught if issubclass(w.category, EnergyPluginWarning)]
     assert len(ours) == 1 and "driver returned garbage" in str(ours[0].message)
     assert gpu.power_limit_w() == 300.0  # the cap was restored when measurement stopped
+
+
+def test_printing_the_callback_names_its_settings() -> None:
+    callback = EnergyCallback(mode="tune", eta=0.3, job="resnet50-nightly", backend="simulated")
+    assert repr(callback) == "EnergyCallback(mode='tune', eta=0.3, job='resnet50-nightly', backend='simulated')"
+    assert str(EnergyCallback()) == "EnergyCallback(mode='measure', eta=0.5, job=None, backend='auto')"
