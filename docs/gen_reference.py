@@ -44,6 +44,8 @@ ENVIRONMENT: dict[str, str] = {
     "state (default `$XDG_STATE_HOME/wattwise`, else `~/.local/state/wattwise`)",
     "WATTWISE_STORE": "the job store: a SQLite path or a `postgresql://` URL (default `jobs.sqlite` in the "
     "state directory)",
+    "WATTWISE_INTENSITY": "`wattwise report`'s `--intensity` when not given: gCO2e/kWh, a CSV series, or a code "
+    "of the bundled table of yearly averages (`DE`, `gcp:europe-west1`)",
     "WATTWISE_AGENT_SOCKET": "the node agent's Unix socket (default `/run/wattwise/agent.sock`)",
     "WATTWISE_POLICY": "the recurring-job policy (`wattwise`, or `zeus` for Zeus's published one)",
     "WATTWISE_THREADS": "the most threads the frontier solver uses (default: every CPU the process may run on)",

@@ -16,6 +16,7 @@ and what it leaves out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections import Counter
@@ -285,6 +286,7 @@ def report_job(
             continue
         reports.append(build_report(run_dir, inputs))
     report = job_report(job, reports, rows_only=rows_only, run_ids=[row.id for row in rows], inputs=inputs)
+    report = dataclasses.replace(report, devices=sorted({name for row in rows for name in row.devices}))
     text = eu_ai_act_statement(report) if statement == "eu-ai-act" else job_statement(report)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
