@@ -41,6 +41,7 @@ from torch.utils.hooks import RemovableHandle
 from accelerate_energy.plugin import EnergyPlugin
 from wattwise.config import EnergyConfig
 from wattwise.devices.base import Device
+from wattwise.errors import plugin_warning
 from wattwise.record.summary import format_summary
 from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Figures, Run
 from wattwise.run.logged import epoch_metrics, fit_metrics, simulated, step_metrics
@@ -247,7 +248,7 @@ class AccelerateEnergy:
         try:
             state = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
-            log.warning("wattwise: ignoring %s (%s): energy counts from this resume", path, err)
+            plugin_warning(f"wattwise: ignoring {path} ({err}): energy counts from this resume")
             return
         if isinstance(state, dict):
             self.load_state_dict(state)

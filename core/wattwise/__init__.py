@@ -34,9 +34,14 @@ The package map, one line per subpackage or module, from the entry points down t
 - `tools/`: not library code: the acceptance checks, the demo, example data, the emulated workload.
 - `data/`: the small example inputs that `wattwise example-data` writes out.
 
-wattwise logs under the `wattwise` logger and attaches no handler to it. It adds no `NullHandler` either,
-for now: a record at WARNING or above says what a user must see (a GPU setting that could not be
-restored), and Python prints it through its last-resort handler only while no handler is attached.
+wattwise logs under the `wattwise` logger with a `NullHandler` only, as the Python logging HOWTO asks of a
+library: an application that configures no logging hears nothing from it. What a user must see (a GPU
+setting that could not be restored, a file set aside, a degraded run) is an `EnergyPluginWarning`
+(`wattwise.errors.plugin_warning`), which Python prints whatever the logging configuration.
 """
 
+import logging
+
 __version__ = "0.1.0"
+
+logging.getLogger("wattwise").addHandler(logging.NullHandler())

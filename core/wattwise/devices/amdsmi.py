@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import math
 import os
 import re
@@ -56,9 +55,7 @@ from wattwise.devices.base import (
     PowerLimitRange,
 )
 from wattwise.devices.registry import Wanted, select
-from wattwise.errors import UsageError
-
-log = logging.getLogger(__name__)
+from wattwise.errors import UsageError, plugin_warning
 
 #: The binding, imported on first use (see the module docstring); tests replace it with a fake.
 amdsmi: Any = None
@@ -333,7 +330,7 @@ class AmdsmiGPU(Device):
             first = self._id.uuid not in _counter_verdicts
             _counter_verdicts.setdefault(self._id.uuid, problem)
         if problem is not None and first:
-            log.warning("AMD GPU %d (%s, %s): %s", self._index, self._id.uuid, self._id.name, problem)
+            plugin_warning(f"wattwise: AMD GPU {self._index} ({self._id.uuid}, {self._id.name}): {problem}")
 
     def _counter_problem(self) -> str | None:
         if self.counter_unjudged():

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from wattwise.config import EnergyConfig
 from wattwise.devices import Device, discover
 from wattwise.distributed import Collective
-from wattwise.errors import UsageError
+from wattwise.errors import UsageError, plugin_warning
 from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync, quadrature
 from wattwise.record.summary import DrivenBy
 from wattwise.run.agreement import FIGURES_LEFT, Agreement, RankEnd, agree, combine_telling
@@ -350,7 +350,7 @@ class RunMeasurement:
         # Why the GPUs are simulated, or why only the CPU is measured; with nothing at all to measure, the run
         # says so itself (once).
         if (found.simulated or (not found.gpus and found.cpus)) and found.notes and coll.rank == 0:
-            log.warning("wattwise: %s", found.notes[-1])
+            plugin_warning(f"wattwise: {found.notes[-1]}")
 
     def stop(self) -> None:
         """Measurement failed: measure nothing more. `close` still closes the monitor."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import logging
 import os
 import signal
 import socket
@@ -34,6 +33,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from wattwise.devices.base import Device, DeviceError
+from wattwise.errors import plugin_warning
 from wattwise.settings.apply import POWER_LIMIT, RESTORE_ERRORS, SM_CLOCKS, apply_setting, describe, read_setting
 from wattwise.settings.journal import JournalChange, JournalError, ensure_folder, journal_dir, save_changes
 from wattwise.settings.locks import (
@@ -45,8 +45,6 @@ from wattwise.settings.locks import (
     take_lock,
 )
 from wattwise.settings.recovery import RestoreResult, recover_stale_journals
-
-log = logging.getLogger(__name__)
 
 __all__ = ["DeviceBusyError", "JournalError", "RestoreResult", "SettingsGuard", "SignalledError"]
 
@@ -106,9 +104,9 @@ class SettingsGuard:
             # Before this process reads any setting: a dead run's leftover must not pass for an original.
             result = recover_stale_journals(self.journal_dir)
             for line in result.restored:
-                log.warning("wattwise: restored a setting left changed by a process that died: %s", line)
+                plugin_warning(f"wattwise: restored a setting left changed by a process that died: {line}")
             for line in result.failed:
-                log.warning("wattwise: could not restore a setting left changed by a dead process: %s", line)
+                plugin_warning(f"wattwise: could not restore a setting left changed by a dead process: {line}")
 
     # -- changing settings ----------------------------------------------------------------------------
     def set_power_limit(self, device: Device, watts: float) -> None:
@@ -216,7 +214,7 @@ class SettingsGuard:
             self._write_journal()
         except JournalError as err:
             # The journal on disk still names every setting left (and some already restored: harmless).
-            log.warning("wattwise: %s", err)
+            plugin_warning(f"wattwise: {err}")
         self._release_unused()
 
     def _write_journal(self) -> None:
@@ -260,7 +258,7 @@ class SettingsGuard:
                     result.failed.append(f"{describe(spec, setting, value)}: {err}")
             self._sync_journal()
         for line in result.failed:
-            log.error("wattwise: could not restore %s", line)
+            plugin_warning(f"wattwise: could not restore {line}")
         return result
 
     def _last_user(self, dev_id: str) -> bool:
@@ -337,8 +335,8 @@ class SettingsGuard:
             for last_words in self._at_default_exit:
                 try:
                     last_words()
-                except Exception:
-                    log.exception("wattwise: at %s", signal.Signals(signum).name)
+                except Exception as err:
+                    plugin_warning(f"wattwise: at {signal.Signals(signum).name}: {type(err).__name__}: {err}")
             self.uninstall_signal_handlers()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)

@@ -351,14 +351,12 @@ def import_legacy_file(store: SqlJobStore, path: Path) -> int:
         store.write(work)
         os.replace(path, kept)
     if data is None:
-        log.warning("wattwise: %s is %s, not remembered power limits; it is left in %s", path, why, kept)
+        plugin_warning(f"wattwise: {path} is {why}, not remembered power limits; it is left in {kept}")
     elif bad:
-        log.warning(
-            "wattwise: %s held %d entries that are not remembered power limits (%s); they are left in %s",
-            path,
-            len(bad),
-            "; ".join(bad[:3]) + ("; ..." if len(bad) > 3 else ""),
-            kept,
+        shown = "; ".join(bad[:3]) + ("; ..." if len(bad) > 3 else "")
+        plugin_warning(
+            f"wattwise: {path} held {len(bad)} entries that are not remembered power limits ({shown}); "
+            f"they are left in {kept}"
         )
     log.info(
         "imported %d remembered power limits from %s into %s (the file is now %s)",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
-import logging
 import math
 import re
 import sys
@@ -34,7 +33,7 @@ from wattwise.devices.base import (
     NotSupportedError,
     PowerLimitRange,
 )
-from wattwise.errors import UsageError
+from wattwise.errors import EnergyPluginWarning, UsageError
 from wattwise.monitor import EnergyMonitor
 
 SIGNATURES = DATA_DIR / "amdsmi_signatures.json"
@@ -100,18 +99,18 @@ def test_power_is_read_from_the_sensor_the_gpu_has(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_counter_that_disagrees_with_the_power_sensor_is_not_used_and_said_once(
-    monkeypatch: pytest.MonkeyPatch, clock: VirtualClock, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, clock: VirtualClock
 ) -> None:
     fake_gpu = FakeAmdGpu(demand_w=400.0, counter_scale=0.5)
     FakeAmdSmi([fake_gpu, FakeAmdGpu(demand_w=400.0)], clock=clock).install(monkeypatch)
-    with caplog.at_level(logging.WARNING, logger="wattwise.devices.amdsmi"):
+    with pytest.warns(EnergyPluginWarning) as caught:
         bad, good = amdsmi_gpus()
         amdsmi_gpus()
         open_amdsmi_spec(bad.spec()).has_energy_counter()
     assert (bad.has_energy_counter(), good.has_energy_counter()) == (False, True)
-    (warning,) = caplog.records
+    (warning,) = caught
     assert re.search(
-        r"AMD GPU 0 .*counter gave 200 W .* sensor read 400 W.*integrated from polled power", warning.getMessage()
+        r"AMD GPU 0 .*counter gave 200 W .* sensor read 400 W.*integrated from polled power", str(warning.message)
     )
     assert "integrated from polled power" in bad.describe()["energy_counter_note"]
     with pytest.raises(NotSupportedError, match="counter gave 200 W"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import socket
 import stat
@@ -22,6 +23,7 @@ import wattwise.devices
 import wattwise.settings.journal
 from tests.support.guard_fixtures import MAX_W, journals, limit_on_gpu, short_tuning_run, train_steps
 from wattwise.cli.main import main
+from wattwise.devices.base import DeviceLostError
 from wattwise.devices.simulated import SimulatedGPU
 from wattwise.run import EnergyPluginWarning
 from wattwise.safe_files import state_dir
@@ -192,3 +194,25 @@ def test_a_journal_never_names_a_file_to_overwrite(where: str, tmp_path: Path, s
 
 
 # -- 7. the demo under signals --------------------------------------------------------------------------
+
+
+def test_wattwise_logs_to_a_null_handler_and_a_setting_it_cannot_restore_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch, state_file: Path
+) -> None:
+    # A script that configures no logging hears nothing from wattwise's logger (the logging HOWTO's rule for
+    # a library) but still sees, as a warning, a GPU setting left changed.
+    assert [type(h) for h in logging.getLogger("wattwise").handlers] == [logging.NullHandler]
+    gpu = SimulatedGPU(0, state_file=state_file)
+    guard = SettingsGuard()
+    guard.set_power_limit(gpu, 150.0)
+
+    def fell_off_the_bus(watts: float) -> None:
+        raise DeviceLostError("GPU 0 fell off the bus")
+
+    monkeypatch.setattr(gpu, "set_power_limit_w", fell_off_the_bus)
+    with pytest.warns(EnergyPluginWarning, match="could not restore .*fell off the bus"):
+        result = guard.restore_all()
+    assert len(result.failed) == 1 and limit_on_gpu(state_file) == 150.0
+    monkeypatch.undo()
+    guard.restore_all()
+    assert limit_on_gpu(state_file) == MAX_W

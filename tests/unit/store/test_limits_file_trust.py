@@ -8,7 +8,6 @@ would become the next run's power limit.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 from pathlib import Path
@@ -77,18 +76,18 @@ def changed(entry: dict[str, Any], where: str, value: Any) -> dict[str, Any]:
     ],
 )
 def test_an_entry_with_a_field_no_tuning_run_gives_is_not_imported_and_named(
-    caplog: pytest.LogCaptureFixture, where: str, value: Any, named: str
+    where: str, value: Any, named: str
 ) -> None:
     path = legacy_file({"good": GOOD, "bad": changed(GOOD, where, value)})
-    with caplog.at_level(logging.WARNING, logger="wattwise.store.limits_memory"):
+    with pytest.warns(EnergyPluginWarning) as caught:
         memory = LimitsMemory()
         assert memory.load("good") == (
             ProfileEntry(200.0, 1.0, 150.0),
             [ProfileEntry(300.0, 0.9, 180.0), ProfileEntry(200.0, 1.0, 150.0)],
         )
         assert memory.load("bad") is None
-    [record] = caplog.records
-    assert named in record.getMessage() and f"left in {path}.imported" in record.getMessage()
+    [warning] = caught
+    assert named in str(warning.message) and f"left in {path}.imported" in str(warning.message)
     kept = json.loads(Path(f"{path}.imported").read_text())["bad"]
     assert json.dumps(kept) == json.dumps(changed(GOOD, where, value))  # as it was (NaN included)
 
@@ -126,12 +125,12 @@ def test_a_file_others_may_write_is_not_imported_and_is_set_aside() -> None:
     assert Path(f"{path}.rejected").exists()
 
 
-def test_a_file_that_is_no_json_object_is_kept_aside_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_file_that_is_no_json_object_is_kept_aside_with_one_warning() -> None:
     path = state_dir() / LEGACY_FILE
     path.parent.mkdir(parents=True)
     path.write_text("[" * 60_000)
-    with caplog.at_level(logging.WARNING, logger="wattwise.store.limits_memory"):
+    with pytest.warns(EnergyPluginWarning) as caught:
         assert LimitsMemory().load("x") is None
-    [record] = caplog.records
-    assert "not JSON (nested too deeply)" in record.getMessage()
+    [warning] = caught
+    assert "not JSON (nested too deeply)" in str(warning.message)
     assert Path(f"{path}.imported").read_text() == "[" * 60_000

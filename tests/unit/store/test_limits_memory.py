@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.paths import DATA_DIR
 from tests.support.store_checks import KEY, PROFILE, check_a_saved_limit_comes_back_with_its_selector_eta_time_and_run
+from wattwise.errors import EnergyPluginWarning
 from wattwise.profile import ProfileEntry
 from wattwise.recurring.spec import JobSpec
 from wattwise.safe_files import state_dir
@@ -88,13 +89,12 @@ def test_the_json_file_of_wattwise_0_1_is_imported_once_and_kept(caplog: pytest.
     assert memory.load(KEY) == (PROFILE[2], PROFILE) and "imported" not in caplog.text
 
 
-def test_unreadable_entries_of_the_json_file_stay_in_the_kept_file(caplog: pytest.LogCaptureFixture) -> None:
+def test_unreadable_entries_of_the_json_file_stay_in_the_kept_file() -> None:
     legacy = state_dir() / LEGACY_FILE
     legacy.parent.mkdir(parents=True, exist_ok=True)
     good = {"chosen": {"power_limit_w": 200.0, "time_s": 1.0, "energy_j": 150.0}, "profile": [], "saved_at": 5.0}
     legacy.write_text(json.dumps({"good": good, "bad": {"chosen": {"watts": 1}}}))
-    with caplog.at_level("WARNING", logger="wattwise.store.limits_memory"):
+    with pytest.warns(EnergyPluginWarning, match="not remembered power limits"):
         assert LimitsMemory().recall("good") == RememberedLimit(ProfileEntry(200.0, 1.0, 150.0), [], None, None, 5.0)
-    assert "not remembered power limits" in caplog.text
     assert json.loads(legacy.with_name(LEGACY_FILE + ".imported").read_text())["bad"] == {"chosen": {"watts": 1}}
     assert LimitsMemory().load("bad") is None
