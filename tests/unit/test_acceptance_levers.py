@@ -273,3 +273,11 @@ def test_the_lever_checks_estimates_fit_the_device_budget_on_an_nvml_gpu():
     names = [n for n, _ in levers.LEVER_CHECKS]
     assert sum(levers.estimate_s(n, gpu, False) for n in names) <= 7 * 60
     assert sum(levers.estimate_s(n, gpu, True) for n in names) <= 3 * 60
+
+
+def test_a_failure_left_in_the_folder_by_another_selection_does_not_fail_this_run(tmp_path, monkeypatch):
+    FakeNvml([FakeGpu(ignores_set=True)], clock=FakeClock()).install(monkeypatch)
+    assert main(["acceptance", "--out", str(tmp_path), "--only", "power_limit"]) == 1
+    assert main(["acceptance", "--out", str(tmp_path), "--only", "discovery"]) == 0
+    report = json.loads((tmp_path / "acceptance.json").read_text())
+    assert {c["name"]: c["status"] for c in report["checks"]} == {"discovery": PASSED, "power_limit": FAILED}
