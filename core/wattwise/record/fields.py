@@ -14,6 +14,13 @@ one line.
 Reading validates what the writer guarantees (types, finite numbers, bounds) and turns anything else into
 a one-line `UsageError` naming the file, the field (`power_limit.profile[0].time_s`) and the fix. Keys it
 does not know are ignored, so a record may grow.
+
+Why not pydantic, msgspec or cattrs (measured 2026-12-02 on the 2-core development machine): none is a
+dependency of wattwise, and pydantic 2.14, the one at hand, adds 9.6 MB of compiled code and 0.21-0.31 CPU s
+of import to every run's start (this module costs 0.09 s, its imports included). Each would still need the
+code that is most of these lines: a validator per codec to keep every message word for word, a record's
+position as a default, keys written only for some records or nested under a dotted key, and a definition for
+dataclasses of other modules; so a library would add a dependency without making this shorter.
 """
 
 from __future__ import annotations
