@@ -1,4 +1,7 @@
-"""Plots of a run: power over time per device with the applied settings marked, and energy per epoch.
+"""Plots of a run: power over time per device with the applied settings and pauses marked, energy per epoch.
+
+Times are seconds since the start for runs up to ten minutes, minutes past them. The spans that were not
+training (validation, checkpoints: the `paused` windows of `windows.csv`) are shaded.
 
 matplotlib is imported here only, lazily (the `plots` extra), and through its object-oriented
 `Figure` API, so plotting never changes the process's pyplot state or backend.
@@ -6,11 +9,13 @@ matplotlib is imported here only, lazily (the `plots` extra), and through its ob
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wattwise.errors import UsageError
 from wattwise.record.files import RunDir
+from wattwise.record.summary import RunSummary
 from wattwise.safe_files import replace_binary
 
 if TYPE_CHECKING:
@@ -21,6 +26,30 @@ POWER_PNG = "power.png"
 EPOCHS_PNG = "energy_per_epoch.png"
 #: Power-limit values are written only at changes at least this fraction of the run apart (no overlap).
 _LABEL_SPACING = 0.06
+#: Runs longer than this are drawn in minutes; shorter ones in seconds.
+MINUTES_PAST_S = 600.0
+#: The `windows.csv` window that is time not training (`wattwise.run.measurement.Window.PAUSE`).
+PAUSE_WINDOW = "paused"
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    """How a run's times are drawn: seconds since its start, or minutes for runs past ten minutes."""
+
+    start_s: float
+    unit_s: float
+    label: str
+
+    @classmethod
+    def of(cls, summary: RunSummary) -> TimeAxis:
+        """The axis of a run: seconds up to `MINUTES_PAST_S`, minutes past it."""
+        if summary.time_s > MINUTES_PAST_S:
+            return cls(summary.start_s, 60.0, "time since start (min)")
+        return cls(summary.start_s, 1.0, "time since start (s)")
+
+    def at(self, t_s: float) -> float:
+        """Where the unix time `t_s` falls on the axis."""
+        return (t_s - self.start_s) / self.unit_s
 
 
 def plot_run(run: RunDir, out_dir: Path, *, dpi: int = 100) -> list[Path]:
@@ -35,36 +64,38 @@ def plot_run(run: RunDir, out_dir: Path, *, dpi: int = 100) -> list[Path]:
 
 
 def power_figure(run: RunDir) -> Figure:
-    """Power (W) of each device against minutes since the start; setting changes as labelled lines."""
+    """Power (W) of each device against time since the start; setting changes and pauses marked."""
     figure_class = _figure_class()
     s = run.summary
+    axis = TimeAxis.of(s)
     fig = figure_class(figsize=(8, 3.6), layout="constrained")
     ax = fig.add_subplot()
     for trace in run.traces or ():
         ax.plot(
-            (trace.timestamps_s - s.start_s) / 60.0,
+            axis.at(trace.timestamps_s),
             trace.power_w,
             linewidth=0.5,
             alpha=0.8,
             label=trace.device,
         )
-    _mark_power_limits(ax, run)
-    _mark_other_settings(ax, run)
-    ax.set_xlabel("time since start (min)")
+    _mark_power_limits(ax, run, axis)
+    _mark_other_settings(ax, run, axis)
+    _mark_pauses(ax, run, axis)
+    ax.set_xlabel(axis.label)
     ax.set_ylabel("power (W)")
     ax.set_title(_title("Power per device", run))
     ax.legend(loc="lower right", fontsize=8)
     return fig
 
 
-def _mark_power_limits(ax: Axes, run: RunDir) -> None:
+def _mark_power_limits(ax: Axes, run: RunDir, axis: TimeAxis) -> None:
     """The applied power limit of each device as a step line, its value written at well-spaced changes."""
     s = run.summary
     by_device: dict[str, list[tuple[float, float]]] = {}
     for event in s.settings_timeline:
         if event.setting == "power_limit_w" and isinstance(event.value, int | float):
-            by_device.setdefault(event.device, []).append(((event.timestamp_s - s.start_s) / 60.0, event.value))
-    end_min = (s.end_s - s.start_s) / 60.0
+            by_device.setdefault(event.device, []).append((axis.at(event.timestamp_s), event.value))
+    end = axis.at(s.end_s)
     drawn: set[tuple[tuple[float, float], ...]] = set()
     for changes in by_device.values():
         steps = tuple(sorted(changes))
@@ -72,17 +103,17 @@ def _mark_power_limits(ax: Axes, run: RunDir) -> None:
             continue
         label = "power limit" if not drawn else None
         drawn.add(steps)
-        xs = [x for x, _ in steps] + [end_min]
+        xs = [x for x, _ in steps] + [end]
         ys = [y for _, y in steps] + [steps[-1][1]]
         ax.step(xs, ys, where="post", color="black", linestyle="--", linewidth=1.0, label=label)
         last_x = -float("inf")
         for i, (x, y) in enumerate(steps):
-            if x - last_x >= _LABEL_SPACING * end_min or i == len(steps) - 1:
+            if x - last_x >= _LABEL_SPACING * end or i == len(steps) - 1:
                 ax.annotate(f"{y:g} W", (x, y), textcoords="offset points", xytext=(2, 3), fontsize=7)
                 last_x = x
 
 
-def _mark_other_settings(ax: Axes, run: RunDir) -> None:
+def _mark_other_settings(ax: Axes, run: RunDir, axis: TimeAxis) -> None:
     """Settings other than the power limit (batch size, frequency plan) as labelled vertical lines."""
     s = run.summary
     changes: dict[float, set[str]] = {}
@@ -91,9 +122,20 @@ def _mark_other_settings(ax: Axes, run: RunDir) -> None:
             changes.setdefault(event.timestamp_s, set()).add(f"{event.setting}={_value(event.value)}")
     top = ax.get_ylim()[1]
     for t_s, labels in sorted(changes.items()):
-        x = (t_s - s.start_s) / 60.0
+        x = axis.at(t_s)
         ax.axvline(x, color="0.35", linestyle=":", linewidth=0.8)
         ax.text(x, top, " " + ", ".join(sorted(labels)), rotation=90, va="top", ha="left", fontsize=7)
+
+
+def _mark_pauses(ax: Axes, run: RunDir, axis: TimeAxis) -> None:
+    """The spans that were not training (validation, checkpoints), shaded, with one legend entry."""
+    kinds = ", ".join(sorted(run.summary.non_training)) or "validation, checkpoint"
+    label: str | None = f"not training ({kinds})"
+    for window in run.windows():
+        if window.window_name == PAUSE_WINDOW:
+            start = axis.at(window.start_time)
+            ax.axvspan(start, start + window.time_s / axis.unit_s, color="0.5", alpha=0.25, linewidth=0, label=label)
+            label = None
 
 
 def epoch_figure(run: RunDir) -> Figure:
