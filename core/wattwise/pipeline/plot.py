@@ -40,6 +40,15 @@ def timeline(problem: PlanningProblem, choice: IntArray) -> tuple[IntArray, np.n
     return problem.dag.stage_of, starts, durations, power
 
 
+def frontier_title(problem: PlanningProblem, frontier: Frontier) -> str:
+    """Whose frontier it is: the profile's file name (when it came from one), its stages, microbatches, schedule."""
+    shape = f"{frontier.stages} stages x {frontier.microbatches} microbatches ({frontier.schedule})"
+    source = problem.profile.source
+    if not source or source.startswith("<"):  # a profile built in memory has no name of its own
+        return f"Time-energy frontier: {shape}"
+    return f"Time-energy frontier of profile {Path(source).name}: {shape}"
+
+
 def plot_frontier(
     problem: PlanningProblem,
     frontier: Frontier,
@@ -51,7 +60,8 @@ def plot_frontier(
     """Draw one figure of a frontier and its no-slowdown plan.
 
     The frontier (with `reference` points if given), then the timelines of the all-maximum-frequency plan and of the
-    intrinsic choice, coloured by power.
+    intrinsic choice, coloured by power. The title (`title`, else `frontier_title`: the profile's file name and the
+    pipeline's shape) is also the image's `Title` metadata (PNG, SVG, PDF).
     """
     plt = _pyplot()
     plans: list[tuple[str, IntArray]] = [("all maximum frequency", problem.max_frequency_choice())]
@@ -77,7 +87,8 @@ def plot_frontier(
         ax.plot([chosen.entry.time_s], [chosen.entry.energy_j], "r*", ms=10, label="intrinsic choice")
     ax.set_xlabel("iteration time (s)")
     ax.set_ylabel("energy per iteration (J)")
-    ax.set_title(title or f"{frontier.stages} stages x {frontier.microbatches} microbatches ({frontier.schedule})")
+    title = title or frontier_title(problem, frontier)
+    ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
 
@@ -108,7 +119,9 @@ def plot_frontier(
     fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes[1:], label="power (W)")
     try:
         # Through a temporary beside the target: a link planted at `path` is replaced, never followed.
-        replace_binary(path, lambda fh: fig.savefig(fh, format=Path(path).suffix.lstrip(".") or "png", dpi=120))
+        kind = Path(path).suffix.lstrip(".").lower() or "png"
+        metadata = {"Title": title} if kind in ("png", "svg", "pdf") else None
+        replace_binary(path, lambda fh: fig.savefig(fh, format=kind, dpi=120, metadata=metadata))
     except OSError as err:
         raise UsageError(f"{path}: cannot write the plot ({err.strerror})") from None
     finally:

@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -135,6 +136,12 @@ def test_plot_is_written(tmp_path, profile_csv):
     png = tmp_path / "frontier.png"
     assert main(frontier_args(profile_csv, tmp_path / "f.json", "--quiet", "--plot", str(png))) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    # The title says whose profile it is: the file the frontier was computed from.
+    title = Image.open(png).text["Title"]
+    assert title.startswith(f"Time-energy frontier of profile {Path(profile_csv).name}: ")
+    assert "stages x" in title
 
 
 def test_missing_matplotlib_is_a_clear_usage_error(monkeypatch):
