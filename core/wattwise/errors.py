@@ -24,7 +24,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,10 @@ class WattwiseError(Exception):
     is named in code (its config key), `message(names)` as an entry point names it.
     """
 
-    def __init__(self, *parts: Part) -> None:
+    def __init__(self, *parts: Part, **builtin: Any) -> None:
+        """`builtin`: keyword arguments of a built-in exception mixed in (`ImportError`'s `name`)."""
         self.parts: tuple[Part, ...] = parts
-        super().__init__(self.message())
+        super().__init__(self.message(), **builtin)
 
     @property
     def keys(self) -> tuple[str, ...]:

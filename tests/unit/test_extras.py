@@ -138,3 +138,10 @@ def test_an_adapters_names_without_its_framework_name_the_adapters_extra(
     with pytest.raises(MissingExtra, match=re.escape(f"pip install 'wattwise[{framework}]'")) as caught:
         getattr(adapter, name)
     assert str(caught.value).startswith(f"{package} needs {framework}, which is not installed")
+
+
+def test_a_missing_extra_is_still_the_import_error_of_the_module_it_names() -> None:
+    # Code that catches ImportError and reads `name` (as importlib's callers do) keeps working.
+    missing = MissingExtra("`wattwise frontier` needs ortools", name="ortools")
+    assert isinstance(missing, ImportError) and isinstance(missing, Unavailable)
+    assert (missing.name, str(missing)) == ("ortools", "`wattwise frontier` needs ortools")
