@@ -734,7 +734,8 @@ def _tune_once(rig: Rig, out: Path, eta: float, step_w: float, sizes: Sizes) -> 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             run.step_end()
             power = run.power
-            done = power.tuner is not None and power.steps_at_chosen >= after
+            # Tuning ended (its limit then trained `after` steps), or was abandoned (no tuner any more).
+            done = power.tuner is None or (power.tuner.done and power.steps_at_chosen >= after)
             if done or not run.measuring or clock() - start > TUNE_RUN_LIMIT_S:
                 control.should_training_stop = True
 
