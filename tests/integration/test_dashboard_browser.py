@@ -267,16 +267,35 @@ def test_a_comparison_shows_the_two_runs_ticked_in_the_table(dashboard: Dashboar
     assert len(browser.execute_script("return document.getElementById('compare-chart-1').data")) == 2
 
 
-def test_the_recurring_job_page_shows_the_search_and_remembered_limits(dashboard: Dashboard, browser: Any) -> None:
+def test_the_recurring_job_page_shows_the_search_and_its_costs(dashboard: Dashboard, browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
     visit(browser, f"{dashboard.url}jobs")
     browser.find_element(By.LINK_TEXT, dashboard.job).click()
     visit(browser, browser.current_url, "dashboard-job.png")
     assert "batch sizes tried 32, 64" in browser.find_element(By.ID, "bandit-state").text
-    assert "200" in browser.find_element(By.ID, "job-limits").text
+    (limit,) = [
+        row.text
+        for row in browser.find_elements(By.CSS_SELECTOR, "#batch-sizes tbody tr")
+        if row.text.startswith("32 ")
+    ]
+    assert limit.endswith(" 200")  # the limit remembered for batch size 32
     costs = trace(browser, "job-chart-0", 0)
     assert sorted(costs["y"]) == [10_000.0, 12_000.0]
+
+
+def test_a_jobs_page_shows_the_limit_its_tuned_run_left_and_its_runs(dashboard: Dashboard, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    tuned = next(r for r in dashboard.runs if r.mode == "tune")
+    visit(browser, f"{dashboard.url}jobs")
+    browser.find_element(By.LINK_TEXT, "bert-finetune").click()
+    visit(browser, browser.current_url)
+    (remembered,) = browser.find_elements(By.CSS_SELECTOR, "#job-limits tbody tr")
+    key, limit = (cell.text for cell in remembered.find_elements(By.TAG_NAME, "td")[:2])
+    assert key.startswith("bert-finetune|") and float(limit) == tuned.power_limit_w
+    listed = [row.get_attribute("data-run") for row in browser.find_elements(By.CSS_SELECTOR, "#job-history tbody tr")]
+    assert sorted(listed) == sorted(r.id for r in dashboard.runs)
 
 
 def test_the_frontier_page_draws_every_point_and_the_plan(dashboard: Dashboard, browser: Any) -> None:

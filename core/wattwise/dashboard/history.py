@@ -23,18 +23,37 @@ from wattwise.store.runs import get_run, get_runs, list_runs, store_exists
 if TYPE_CHECKING:
     from wattwise.recurring.spec import JobSpec, StoredRun
     from wattwise.recurring.summary import JobSummary
+    from wattwise.store.limits_memory import RememberedLimit
     from wattwise.store.runs import RunRow
     from wattwise.store.sql import SqlJobStore
 
 
 @dataclass(frozen=True)
-class JobHistory:
-    """One recurring job as the store holds it: its settings, runs, summary and remembered limits."""
+class RecurringJob:
+    """A recurring job as the store holds it: its settings, runs, summary and limits by batch size."""
 
     spec: JobSpec
     runs: list[StoredRun]
     summary: JobSummary
     limits: dict[int, float]
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """Everything the store holds of one job name: its recurring job, remembered limits and runs."""
+
+    name: str
+    #: None when the name is no recurring job (a `job=` of tuned runs).
+    recurring: RecurringJob | None
+    #: The power limits remembered for the job, by memory key (GPU model and count, batch size).
+    remembered: dict[str, RememberedLimit]
+    #: Its runs in the run history, oldest first.
+    runs: list[RunRow]
+
+    @property
+    def simulated(self) -> bool:
+        """Whether a run of the job in the history ran on a simulated GPU (its figures are then modelled)."""
+        return any(r.simulated for r in self.runs)
 
 
 class History:
@@ -86,13 +105,14 @@ class History:
             store.close()
 
     def job(self, name: str) -> JobHistory:
-        """One recurring job, whole.
+        """One job, whole: its recurring job, remembered limits and runs.
 
         Raises:
-            UsageError: the store has no such job.
+            UsageError: the store knows nothing of the job.
         """
         from wattwise.names import check_job_name
         from wattwise.recurring.summary import summarize
+        from wattwise.store.limits_memory import LimitsMemory
 
         check_job_name(name, setting="name")
         if not store_exists(self.url):
@@ -100,16 +120,22 @@ class History:
         store = self._open()
         try:
             spec = store.get_job(name)
-            if spec is None:
-                raise unknown_job(name)
-            runs, limits = store.runs(name), store.power_limits(name)
+            recurring = None
+            if spec is not None:
+                runs, limits = store.runs(name), store.power_limits(name)
+                recurring = RecurringJob(spec, runs, summarize(spec, runs, limits), limits)
         finally:
             store.close()
-        return JobHistory(spec, runs, summarize(spec, runs, limits), limits)
+        found = JobHistory(
+            name, recurring, LimitsMemory(self.url).remembered(name), list_runs(job=name, location=self.url)
+        )
+        if recurring is None and not found.remembered and not found.runs:
+            raise unknown_job(name)
+        return found
 
-    def job_simulated(self, name: str) -> bool:
-        """Whether the run history holds a simulated run of the job `name` (its figures are then modelled)."""
-        return any(r.simulated for r in list_runs(job=name, location=self.url))
+    def job_names(self) -> list[str]:
+        """The jobs named by runs of the history, by name."""
+        return sorted({r.job for r in self.runs() if r.job})
 
     def _open(self) -> SqlJobStore:
         from wattwise.store.factory import open_store

@@ -26,16 +26,25 @@ from wattwise.errors import UsageError
 from wattwise.extras import require
 from wattwise.record.files import RunDir
 from wattwise.record.kept import time_cost_s
-from wattwise.record.summary import NEVER_APPLIED, RunSummary, never_applied, simulated_label, with_uncertainty
+from wattwise.record.summary import (
+    NEVER_APPLIED,
+    RunSummary,
+    iso_utc,
+    never_applied,
+    simulated_label,
+    with_uncertainty,
+)
 from wattwise.safe_files import write_text
 
 if TYPE_CHECKING:
     import jinja2
     import plotly.graph_objects as go
 
+    from wattwise.dashboard.history import JobHistory
     from wattwise.pipeline.plan import Choice, Frontier
     from wattwise.recurring.spec import JobSpec, StoredRun
     from wattwise.recurring.summary import JobSummary
+    from wattwise.store.limits_memory import RememberedLimit
     from wattwise.store.runs import RunRow
 
 #: Where the server serves Plotly's JavaScript.
@@ -563,10 +572,17 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
 
 
 # -- recurring jobs ----------------------------------------------------------------------------------------
-def jobs_page(summaries: Sequence[JobSummary], *, store: str) -> str:
-    """Every recurring job in the store, with its run counts, energy and best batch size so far."""
+def jobs_page(summaries: Sequence[JobSummary], others: Sequence[str], *, store: str) -> str:
+    """The jobs page: the recurring jobs (run counts, energy, best batch size), then the other jobs runs name."""
     return render(
-        "jobs.html", SERVED, with_charts=False, title="Recurring jobs", store=store, jobs=summaries, joules=joules
+        "jobs.html",
+        SERVED,
+        with_charts=False,
+        title="Jobs",
+        store=store,
+        jobs=summaries,
+        others=[name for name in others if name not in {s.name for s in summaries}],
+        joules=joules,
     )
 
 
@@ -591,45 +607,58 @@ def bandit_state(spec: JobSpec, runs: Sequence[StoredRun]) -> list[Fact]:
     ]
 
 
-def job_page(
-    spec: JobSpec,
-    summary: JobSummary,
-    runs: Sequence[StoredRun],
-    limits: Mapping[int, float],
-    *,
-    simulated: bool,
-) -> str:
-    """One recurring job: its settings, the bandit's state, its batch sizes, runs and remembered limits.
+def remembered_rows(remembered: Mapping[str, RememberedLimit]) -> list[list[str]]:
+    """The cells of the remembered-limits table: the key, the limit, its step's figures, what chose it and when."""
+    rows = []
+    for key, limit in remembered.items():
+        when = iso_utc(limit.chosen_at_s)[:19].replace("T", " ") if limit.chosen_at_s is not None else "-"
+        how = f"{limit.selector or '-'}" + (f", eta {limit.eta:g}" if limit.eta is not None else "")
+        rows.append(
+            [
+                key,
+                number(limit.chosen.power_limit_w, 0),
+                number(limit.chosen.time_s, 4),
+                number(limit.chosen.energy_j, 2),
+                str(len(limit.profile)),
+                how,
+                when,
+            ]
+        )
+    return rows
 
-    Args:
-        spec: The job's settings.
-        summary: Its history in a few numbers (`wattwise.recurring.summary.summarize`).
-        runs: Its runs, in the order they started.
-        limits: The power limits remembered for it, by batch size.
-        simulated: Whether its runs ran on a simulated GPU (as the run history says).
+
+def job_page(job: JobHistory) -> str:
+    """One job's page: its recurring job (settings, the bandit's state, batch sizes, costs), limits, runs.
+
+    A job that is not a recurring job (a `job=` of tuned runs) has the power limits remembered for it and its
+    runs in the history only.
     """
-    settings = [
-        Fact(
-            "target",
-            f"{'>=' if spec.metric_mode == 'max' else '<='} {spec.target_metric:g} within {spec.max_epochs} epochs",
-        ),
-        Fact("batch sizes", ", ".join(str(b) for b in spec.batch_sizes) + f" (default {spec.default_batch_size})"),
-        Fact("cost", f"eta {spec.eta:g} x energy + (1 - eta) x {spec.max_power_w:g} W x time; beta {spec.beta:g}"),
-    ]
-    figures = charts.job_figures(summary, charts.job_runs_points(runs), simulated=simulated)
+    recurring = job.recurring
+    context: dict[str, Any] = {"settings": [], "bandit": [], "summary": None, "stored_runs": [], "charts": []}
+    if recurring is not None:
+        spec = recurring.spec
+        target = f"{'>=' if spec.metric_mode == 'max' else '<='} {spec.target_metric:g} within {spec.max_epochs} epochs"
+        context["settings"] = [
+            Fact("target", target),
+            Fact("batch sizes", ", ".join(str(b) for b in spec.batch_sizes) + f" (default {spec.default_batch_size})"),
+            Fact("cost", f"eta {spec.eta:g} x energy + (1 - eta) x {spec.max_power_w:g} W x time; beta {spec.beta:g}"),
+        ]
+        context["bandit"] = bandit_state(spec, recurring.runs)
+        context["summary"] = recurring.summary
+        context["stored_runs"] = recurring.runs
+        figures = charts.job_figures(recurring.summary, charts.job_runs_points(recurring.runs), simulated=job.simulated)
+        context["charts"] = [chart(fig, f"job-chart-{i}") for i, fig in enumerate(figures)]
     return render(
         "job.html",
         SERVED,
-        title=f"Recurring job {spec.name}",
-        simulated=simulated,
-        settings=settings,
-        bandit=bandit_state(spec, runs),
-        summary=summary,
-        runs=runs,
-        limits=sorted(limits.items()),
-        charts=[chart(fig, f"job-chart-{i}") for i, fig in enumerate(figures)],
-        joules=joules,
+        with_charts=recurring is not None,
+        title=f"{'Recurring job' if recurring is not None else 'Job'} {job.name}",
+        simulated=job.simulated,
+        remembered=remembered_rows(job.remembered),
+        runs=[{"id": r.id, "cells": run_cells(r)} for r in job.runs],
+        headings=[label for _, label in RUN_COLUMNS],
         number=number,
+        **context,
     )
 
 

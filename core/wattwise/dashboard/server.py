@@ -96,17 +96,14 @@ def build_app(history: History, frontier: pages.FrontierView | None = None) -> w
         return await page(build)
 
     async def jobs(request: web.Request) -> web.Response:
-        return await page(lambda: pages.jobs_page(history.jobs(), store=history.shown))
+        return await page(lambda: pages.jobs_page(history.jobs(), history.job_names(), store=history.shown))
 
     async def job(request: web.Request) -> web.Response:
         def build() -> str:
             name = request.query.get("name")
             if not name:
                 raise UsageError("name: give the job to show, /job?name=NAME (a job from the jobs page)")
-            found = _found(lambda: history.job(name))
-            return pages.job_page(
-                found.spec, found.summary, found.runs, found.limits, simulated=history.job_simulated(name)
-            )
+            return pages.job_page(_found(lambda: history.job(name)))
 
         return await page(build)
 

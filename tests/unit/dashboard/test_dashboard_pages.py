@@ -23,6 +23,7 @@ from wattwise.profile import ProfileEntry
 from wattwise.record.files import PowerRow, WindowRow, WindowsLog, read_run_dir, write_run_dir
 from wattwise.record.summary import PowerLimitSummary, RunSummary, SettingEvent, TuningSummary, iso_utc
 from wattwise.recurring.spec import JobSpec
+from wattwise.store.limits_memory import LimitsMemory, memory_key
 from wattwise.store.runs import record_run
 from wattwise.store.sql import SqlJobStore
 
@@ -259,15 +260,35 @@ def test_the_recurring_job_page_shows_the_search_its_runs_and_remembered_limits(
     history = History(url)
     assert [j.name for j in history.jobs()] == ["mnist"]
     job = history.job("mnist")
-    facts = {f.label: f.value for f in pages.bandit_state(job.spec, job.runs)}
+    assert job.recurring is not None and not job.simulated
+    facts = {f.label: f.value for f in pages.bandit_state(job.recurring.spec, job.recurring.runs)}
     assert facts["phase"] == "exploring: batch size 32 is the next to try"  # pruning walks down from the default
     assert facts["batch sizes tried"] == "64" and facts["best so far (least cost per reached run)"] == "64"
-    html = pages.job_page(job.spec, job.summary, job.runs, job.limits, simulated=history.job_simulated("mnist"))
-    assert 'id="job-chart-0"' in html and "225" in html and "SIMULATED" not in html
+    html = pages.job_page(job)
+    assert 'id="job-chart-0"' in html and '<td class="num">225</td>' in html and "SIMULATED" not in html
     record_run(make_row("20261201T100000Z-aaaaaa", job="mnist"), location=url)
-    assert history.job_simulated("mnist")
+    assert history.job("mnist").simulated and "SIMULATED" in pages.job_page(history.job("mnist"))
     with pytest.raises(UsageError, match="no job named 'resnet'"):
         history.job("resnet")
+
+
+def test_a_job_that_only_remembers_a_limit_shows_it_and_its_runs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    LimitsMemory(url).save(
+        memory_key("bert", "NVIDIA A40", 1), PROFILE[2], list(PROFILE), selector="cost", eta=0.5, chosen_at_s=T0_S
+    )
+    record_run(make_row("20261201T100000Z-aaaaaa", job="bert"), location=url)
+    history = History(url)
+    assert history.jobs() == [] and history.job_names() == ["bert"]
+    assert '<a href="/job?name=bert">bert</a>' in pages.jobs_page(history.jobs(), history.job_names(), store=url)
+    job = history.job("bert")
+    assert job.recurring is None and [r.id for r in job.runs] == ["20261201T100000Z-aaaaaa"]
+    assert pages.remembered_rows(job.remembered) == [
+        ["bert|NVIDIA A40|x1", "200", "0.1120", "22.40", "4", "cost, eta 0.5", "2026-12-01 10:00:00"]
+    ]
+    html = pages.job_page(job)
+    assert "<h1>Job bert</h1>" in html and 'href="/run?id=20261201T100000Z-aaaaaa"' in html
+    assert "plotly" not in html.lower()  # no chart, no Plotly to load
 
 
 @pytest.fixture
