@@ -4,7 +4,8 @@ One module-scoped set-up: two short training runs on the simulated GPU (the fram
 process: no Lightning to import), a recurring job and a frontier with its plan in a scratch store, the
 dashboard started as a user starts it, and one browser for every test. Each page must load with no error in
 the browser's console and show what the test made. With WATTWISE_DOCS_SCREENSHOTS=DIR, the main pages are
-also saved as PNGs in DIR (how the documentation's screenshots are made).
+also saved as PNGs in DIR (how the documentation's screenshots are made). The browser tests skip, saying
+so, where chromium or its driver is missing; CI installs both. One more test reads a PostgreSQL store.
 """
 
 from __future__ import annotations
@@ -59,11 +60,6 @@ SHORT_TUNING = [
     "power_limit.min_profile_s=0.05",
     "power_limit.step_w=50",
 ]
-
-pytestmark = pytest.mark.skipif(
-    not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-    reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
-)
 
 
 @dataclass(frozen=True)
@@ -163,6 +159,8 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -315,3 +313,22 @@ def test_the_dashboard_is_read_only(dashboard: Dashboard) -> None:
         urllib.request.urlopen(f"{dashboard.url}run?id=20000101T000000Z-000000", timeout=10)
     assert missing.value.code == 404
     assert "no run '20000101T000000Z-000000' in the store" in html.unescape(missing.value.read().decode())
+
+
+def test_the_pages_read_a_postgresql_store(fresh_postgres: str) -> None:
+    """A team's store: the runs table, a comparison and a job's page from PostgreSQL, as from SQLite."""
+    from tests.support.run_history import make_row
+    from wattwise.dashboard import pages
+    from wattwise.dashboard.history import History
+    from wattwise.store.runs import record_run
+
+    first, second = make_row("20261201T100000Z-aaaaaa"), make_row("20261201T110000Z-bbbbbb", energy_j=25_000.0)
+    for row in (first, second):
+        assert record_run(row, location=fresh_postgres) is None
+    job = make_job(fresh_postgres)
+    history = History(fresh_postgres)
+    html = pages.runs_page(history.runs(), pages.RunFilter.of({}), source=history.shown)
+    assert f'data-run="{first.id}"' in html and f'data-run="{second.id}"' in html and "postgresql" in html
+    rows = history.several([first.id, "20261201T11"])
+    assert "-5,000.0 J (-16.7%)" in pages.compare_page(rows, [None, None])
+    assert "batch sizes tried" in pages.job_page(history.job(job))
