@@ -29,7 +29,7 @@ from typing import Any
 
 from wattwise import safe_files
 from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config
-from wattwise.devices import PowerModel
+from wattwise.devices import Physics, PowerModel
 from wattwise.errors import ConfigError, Key, Unavailable, UsageError
 from wattwise.extras import missing_extra
 from wattwise.power_limit import profile_limits_w, profile_table
@@ -154,8 +154,19 @@ class DemoOptions:
         )
 
     def total_steps(self, num_limits: int) -> int:
-        """Steps the tuned run lasts: waiting, warm-up and profiling of `num_limits` limits, then the steps after."""
-        per_limit = self.warmup_steps + self.profile_steps
+        """Steps the tuned run lasts: waiting, warm-up and profiling of `num_limits` limits, then the steps after.
+
+        On the realistic simulated GPU each window lasts 20 updates of its energy counter and its ends wait
+        for the counter to change (`wattwise.run.power`): at most one period more each.
+        """
+        from wattwise.run.power import MIN_PROFILE_UPDATES
+
+        profile_steps = self.profile_steps
+        period_s = Physics.named().energy_update_period_s
+        if period_s > 0:
+            window = math.ceil(MIN_PROFILE_UPDATES * period_s / self.base_step_time_s) + 1
+            profile_steps = max(profile_steps, window) + 2 * math.ceil(period_s / self.base_step_time_s)
+        per_limit = self.warmup_steps + profile_steps
         return self.wait_steps + num_limits * per_limit + self.steps_after_tuning
 
 
