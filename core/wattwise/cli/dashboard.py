@@ -57,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be 0 to 65535 (got {args.port}); 0 picks a free port")
     if args.plan and not args.frontier:
         raise UsageError("--plan needs --frontier: give the FRONTIER.json the plan was chosen from")
+    from wattwise.extras import require
+
+    for module in ("aiohttp.web", "plotly.graph_objects", "jinja2"):  # one line naming the extra, before serving
+        require(module, "`wattwise dashboard`", extra="dashboard")
     from wattwise.dashboard.history import History
     from wattwise.dashboard.pages import load_frontier
     from wattwise.dashboard.server import build_app, serve

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -351,3 +352,16 @@ def test_dashboard_refuses_a_broken_frontier_before_serving(tmp_path: Path, caps
     assert main(["dashboard", "--frontier", str(tmp_path / "FRONTIER.json")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("wattwise dashboard: error: ") and "this is a PLAN.json" in line
+
+
+def test_dashboard_without_its_extra_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    monkeypatch.delitem(sys.modules, "plotly.graph_objects", raising=False)
+    assert main(["dashboard", "--port", "0"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "wattwise dashboard: error: `wattwise dashboard` needs plotly, which is not installed: "
+        "pip install 'wattwise[dashboard]' (in a clone of wattwise: pip install '.[dashboard]')"
+    )
