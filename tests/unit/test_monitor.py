@@ -60,10 +60,16 @@ class FakeDevice(Device):
         self.energy = 0.0
         self.lost = False
         self.period_s = period_s
+        self.wrap_s: float | None = None
+        self.reads = 0
 
     @property
     def energy_update_period_s(self) -> float:
         return self.period_s
+
+    @property
+    def max_read_interval_s(self) -> float | None:
+        return self.wrap_s
 
     @property
     def index(self) -> int:
@@ -77,6 +83,7 @@ class FakeDevice(Device):
         return self.counter
 
     def energy_j(self) -> float:
+        self.reads += 1
         return self.energy
 
     def power_w(self) -> float:
@@ -366,6 +373,22 @@ def test_an_unreadable_power_during_the_approximation_gives_zero_not_a_crash(clo
     assert m.approximate == ("gpu0",)
 
 
+def test_a_window_closed_and_reopened_at_once_reads_each_counter_once(clock: FakeClock) -> None:
+    dev = FakeDevice(power_w=100.0)
+    monitor = EnergyMonitor([dev], clock=clock)
+    monitor.begin_window("steps")
+    clock.advance(1.0)
+    dev.energy += 100.0
+    reads = dev.reads
+    (first,) = monitor.end_windows(["steps"], reopen=["steps"])
+    assert dev.reads == reads + 1  # a logging point: one read ends one interval and begins the next
+    clock.advance(2.0)
+    dev.energy += 200.0
+    second = monitor.end_window("steps")
+    assert (first.time_s, first.energy_j["gpu0"]) == (1.0, 100.0)
+    assert (second.time_s, second.energy_j["gpu0"]) == (2.0, 200.0)
+
+
 # -- how precisely a window is measured ---------------------------------------------------------------
 
 
@@ -482,6 +505,17 @@ def test_the_sampler_skips_a_device_that_fails_and_writes_its_samples(clock: Fak
         rows = list(csv.DictReader(fh))
     assert [(r["device"], float(r["power_w"])) for r in rows] == [("gpu0", 100.0), ("gpu1", 50.0), ("gpu0", 100.0)]
     assert float(rows[0]["timestamp"]) == pytest.approx(1000.0)
+
+
+def test_the_sampler_reads_only_the_counters_that_wrap(clock: FakeClock) -> None:
+    steady, wrapping = FakeDevice(0), FakeDevice(1)
+    wrapping.wrap_s = 60.0
+    sampler = PowerSampler([steady, wrapping], interval_s=1.0, clock=clock)
+    for _ in range(3):
+        sampler.sample_once()
+    # A read costs the training process time (ms on a real GPU): only a counter that may wrap needs it.
+    assert (steady.reads, wrapping.reads) == (0, 3)
+    assert [s.power_w for s in sampler.samples()] == [{"gpu0": 100.0, "gpu1": 100.0}] * 3
 
 
 def test_a_sampling_interval_must_be_positive() -> None:

@@ -415,10 +415,13 @@ class RunMeasurement:
             if self.monitor is not None and self.monitor.is_open(name):
                 self.monitor.cancel_window(name)
 
-    def end(self, *names: str) -> list[Figures]:
-        """Close windows at one point; their figures combined over processes in one collective."""
+    def end(self, *names: str, reopen: Sequence[str] = ()) -> list[Figures]:
+        """Close windows at one point; their figures combined over processes in one collective.
+
+        The windows `reopen` (among `names`) begin again at once, from the same counter reading.
+        """
         assert self.monitor is not None
-        ended = self._read(lambda mon: mon.end_windows(list(names)))
+        ended = self._read(lambda mon: mon.end_windows(list(names), reopen=reopen))
         return [Figures(t, e, 0, u) for t, e, u in self.combine(ended)]
 
     def combine(self, ms: Sequence[Measurement]) -> list[tuple[float, float, float]]:
@@ -465,8 +468,7 @@ class RunMeasurement:
             The interval's per-step average, and the figures of the windows `also`.
         """
         assert self.monitor is not None
-        ended = self.end(Window.STEPS, *also)
-        self._read(lambda mon: mon.begin_window(Window.STEPS, sync=False))
+        ended = self.end(Window.STEPS, *also, reopen=(Window.STEPS,))
         if self.paused_kind is not None:
             self._read(lambda mon: mon.pause_windows([Window.STEPS], sync=False))
         steps = max(1, self._interval_steps)
