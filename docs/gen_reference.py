@@ -13,6 +13,7 @@ It is also importable (`tests` check the environment-variable table against the 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import inspect
 import io
@@ -24,8 +25,9 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Source roots and the packages documented in the API reference.
-PACKAGES = (("core", "wattwise"), (".", "lightning_energy"), (".", "accelerate_energy"))
+#: Source roots and the packages documented in the API reference, in the order of the index: the adapters a
+#: user imports first, then the core they are built on.
+PACKAGES = ((".", "lightning_energy"), (".", "accelerate_energy"), ("core", "wattwise"))
 #: Folders inside the packages that hold no API (generated migration scripts).
 SKIPPED = ("migrations",)
 
@@ -46,6 +48,10 @@ ENVIRONMENT: dict[str, str] = {
     "state directory)",
     "WATTWISE_INTENSITY": "`wattwise report`'s `--intensity` when not given: gCO2e/kWh, a CSV series, or a code "
     "of the bundled table of yearly averages (`DE`, `gcp:europe-west1`)",
+    "WATTWISE_SIMULATED_PHYSICS": "`realistic` (default: a counter that advances in steps, reads that take time, "
+    "settings that settle, noise) or `ideal` (exact figures): the simulated GPU's physics for every entry point "
+    "at once (`devices.simulated_physics` wins)",
+    "WATTWISE_SIMULATED_SEED": "an integer that fixes the realistic simulated GPU's noise (unset: each run differs)",
     "WATTWISE_AGENT_SOCKET": "the node agent's Unix socket (default `/run/wattwise/agent.sock`)",
     "WATTWISE_POLICY": "the recurring-job policy (`wattwise`, or `zeus` for Zeus's published one)",
     "WATTWISE_THREADS": "the most threads the frontier solver uses (default: every CPU the process may run on)",
@@ -55,6 +61,11 @@ ENVIRONMENT: dict[str, str] = {
     "profiles (default `../shared/data` beside the checkout); tests that need them skip, saying so, "
     "when they are absent",
 }
+
+
+#: Front matter of the wide reference pages (the command help's columns, the tables of keys): Material hides
+#: the site navigation there, which leaves the content the width of a 100-column help text at 1280 px.
+WIDE_PAGE = ("---", "hide:", "  - navigation", "---", "")
 
 
 def modules_of(package: str, source_root: str) -> dict[str, list[str]]:
@@ -73,17 +84,129 @@ def modules_of(package: str, source_root: str) -> dict[str, list[str]]:
     return groups
 
 
+#: What each API page opens with: a one-line description (the index lists it) and the main objects, shown first.
+#: A package left out here is described by the first sentence of its docstring, with no object put first.
+MAIN: dict[str, tuple[str, tuple[str, ...]]] = {
+    "lightning_energy": (
+        "PyTorch Lightning: `EnergyCallback` measures, caps or tunes a run; recurring batch sizes; "
+        "pipeline frequency plans.",
+        (
+            "lightning_energy.callback.EnergyCallback",
+            "lightning_energy.batch_size.RecurringBatchSizeCallback",
+            "lightning_energy.pipeline.PipelineFrequencyCallback",
+        ),
+    ),
+    "accelerate_energy": (
+        "Hugging Face Accelerate and Trainer: `EnergyPlugin`, `attach`, `EnergyTrainerCallback`.",
+        (
+            "accelerate_energy.plugin.EnergyPlugin",
+            "accelerate_energy.adapter.attach",
+            "accelerate_energy.hf_trainer.EnergyTrainerCallback",
+        ),
+    ),
+    "wattwise": (
+        "The framework-neutral core: the configuration, energy measurement in windows, errors and bounds.",
+        ("wattwise.config.EnergyConfig", "wattwise.monitor.EnergyMonitor"),
+    ),
+    "wattwise.run": ("One training run, as both adapters drive it: `Run`.", ("wattwise.run.run.Run",)),
+    "wattwise.devices": (
+        "The only code that touches hardware: `Device` and its NVML, amdsmi, RAPL, simulated and agent backends.",
+        ("wattwise.devices.base.Device",),
+    ),
+    "wattwise.record": (
+        "The run's files: `RunSummary` (summary.json), windows.csv, power.csv, reports, statements, plots.",
+        ("wattwise.record.summary.RunSummary",),
+    ),
+    "wattwise.store": (
+        "Where history is kept (SQLite or PostgreSQL): `JobStore`, remembered limits, the spool.",
+        ("wattwise.store.base.JobStore",),
+    ),
+    "wattwise.recurring": (
+        "Recurring jobs: `BatchSizeOptimizer` chooses each run's batch size and power limit.",
+        ("wattwise.recurring.optimizer.BatchSizeOptimizer",),
+    ),
+    "wattwise.pipeline": (
+        "Pipeline frequency planning (Perseus): `PipelineProfile`, the time-energy `Frontier` and its plans.",
+        ("wattwise.pipeline.profiles.PipelineProfile", "wattwise.pipeline.plan.Frontier"),
+    ),
+    "wattwise.frequency": (
+        "Following a frequency plan on a pipeline stage: `FrequencyController`.",
+        ("wattwise.frequency.controller.FrequencyController",),
+    ),
+    "wattwise.settings": (
+        "Changing GPU settings and restoring them on every exit path: `SettingsGuard`.",
+        ("wattwise.settings.guard.SettingsGuard",),
+    ),
+    "wattwise.carbon": (
+        "Facility and carbon awareness: PUE, grid carbon intensity (`GridIntensity`), price, when to run.",
+        ("wattwise.carbon.grid.GridIntensity",),
+    ),
+    "wattwise.agent": (
+        "The node agent, for users who are not root: `Agent` and its leases.",
+        ("wattwise.agent.agent.Agent",),
+    ),
+    "wattwise.cli": (
+        "The `wattwise` command line, one module per command (their help: the command-line reference).",
+        (),
+    ),
+}
+
+
+def _defined(path: str, source_root: str) -> bool:
+    """Whether `path` (module.Name) names a class or function defined at the top of its module's file."""
+    module, _, name = path.rpartition(".")
+    file = ROOT / source_root / Path(*module.split(".")).with_suffix(".py")
+    text = file.read_text(encoding="utf-8") if file.is_file() else ""
+    return re.search(rf"^(class|def) {re.escape(name)}\b", text, re.MULTILINE) is not None
+
+
+def _first_sentence(package: str, source_root: str) -> str:
+    """The first sentence of a package's docstring (its one-line description when `MAIN` has none)."""
+    init = ROOT / source_root / Path(*package.split(".")) / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) if init.is_file() else None
+    first = " ".join((doc or "").split("\n\n")[0].split())
+    return first.split(". ")[0].rstrip(".") + "." if first else ""
+
+
+def _block(path: str, *, hidden: tuple[str, ...] = ()) -> list[str]:
+    """A `:::` block of mkdocstrings; `hidden` names are left out (they are shown earlier on the page)."""
+    lines = [f"::: {path}", "    options:", "      show_submodules: false"]
+    if hidden:
+        filters = ", ".join(f'"{f}"' for f in ["!^_", *(f"!^{name}$" for name in hidden)])
+        lines.append(f"      filters: [{filters}]")
+    return [*lines, ""]
+
+
 def api_pages() -> Iterator[tuple[str, str]]:
-    """(path, markdown) of each API page and of the API index."""
-    index = ["# API reference", "", "Generated from the docstrings of the code, one page per package.", ""]
+    """(path, markdown) of each API page and of the API index.
+
+    Each page opens with its one-line description and its main objects (`MAIN`), then every module of the
+    package with what it defines (the main objects, already shown, left out).
+    """
+    index = [
+        "# API reference",
+        "",
+        "Generated from the docstrings of the code, one page per package. Start with `lightning_energy` "
+        "(`EnergyCallback`) or `accelerate_energy` (`EnergyPlugin`): the rest is what they are built on.",
+        "",
+        "| package | what it is |",
+        "|---|---|",
+    ]
     for source_root, package in PACKAGES:
-        for group, modules in sorted(modules_of(package, source_root).items()):
-            page = f"reference/api/{group}.md"
-            body = [f"# `{group}`", ""]
+        for group, modules in sorted(modules_of(package, source_root).items(), key=lambda g: g[0]):
+            description, main = MAIN.get(group, (_first_sentence(group, source_root), ()))
+            main = tuple(m for m in main if _defined(m, source_root))
+            body = [f"# `{group}`", "", description, ""]
+            for path in main:
+                body += _block(path)
+            if main:
+                body += ["## Modules", ""]
             for module in modules:
-                body += [f"::: {module}", "    options:", "      show_submodules: false", ""]
-            yield page, "\n".join(body)
-            index.append(f"- [`{group}`]({group}.md)")
+                # Shown above: left out of the module that defines it and of the package that re-exports it.
+                shown = tuple(m.rpartition(".")[2] for m in main if module in (group, m.rpartition(".")[0]))
+                body += _block(module, hidden=shown)
+            yield f"reference/api/{group}.md", "\n".join(body)
+            index.append(f"| [`{group}`]({group}.md) | {description} |")
     yield "reference/api/index.md", "\n".join(index) + "\n"
 
 
@@ -107,6 +230,7 @@ def cli_page() -> str:
     os.environ["COLUMNS"] = "100"
     parser = build_parser()
     lines = [
+        *WIDE_PAGE,
         "# Command-line reference",
         "",
         "Every `wattwise` command, its help exactly as `wattwise COMMAND --help` prints it "
@@ -161,6 +285,7 @@ def configuration_page() -> str:
     from wattwise.config import SETTINGS, EnergyConfig
 
     lines = [
+        *WIDE_PAGE,
         "# Configuration reference",
         "",
         "Generated from the code: the configuration dataclasses of `wattwise.config` (defaults and their "

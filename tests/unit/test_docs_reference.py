@@ -53,3 +53,37 @@ def test_every_command_is_in_the_cli_reference() -> None:
     for name in COMMANDS:
         assert f"## `wattwise {name}`" in page
     assert "## `wattwise jobs show`" in page  # sub-commands too
+
+
+def _api_nav() -> list[str]:
+    """The pages under Reference > API in mkdocs.yml's navigation, in order."""
+    import yaml
+
+    nav = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())["nav"]
+    reference = next(item["Reference"] for item in nav if isinstance(item, dict) and "Reference" in item)
+    api = next(item["API"] for item in reference if isinstance(item, dict) and "API" in item)
+    return [entry if isinstance(entry, str) else next(iter(entry.values())) for entry in api]
+
+
+def test_the_navigation_lists_every_api_page_in_the_index_order() -> None:
+    pages = [path for path, _ in generator().api_pages()]
+    index = pages.pop()
+    assert _api_nav() == [index, *pages]
+
+
+def test_each_api_page_opens_with_its_main_class_and_has_a_line_in_the_index() -> None:
+    pages = dict(generator().api_pages())
+    index = pages.pop("reference/api/index.md")
+    first_block = {
+        path: next(line for line in text.splitlines() if line.startswith(":::")) for path, text in pages.items()
+    }
+    assert first_block["reference/api/lightning_energy.md"] == "::: lightning_energy.callback.EnergyCallback"
+    assert first_block["reference/api/accelerate_energy.md"] == "::: accelerate_energy.plugin.EnergyPlugin"
+    assert first_block["reference/api/wattwise.run.md"] == "::: wattwise.run.run.Run"
+    assert list(pages)[:2] == ["reference/api/lightning_energy.md", "reference/api/accelerate_energy.md"]
+    for path, text in pages.items():
+        name = path.removeprefix("reference/api/")
+        row = next(line for line in index.splitlines() if f"]({name})" in line)
+        description = row.rstrip(" |").split("|")[-1].strip()
+        assert description and "\n" not in description, path
+        assert text.splitlines()[2] == description, path  # the page opens with the same line
