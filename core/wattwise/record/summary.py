@@ -96,10 +96,9 @@ def simulated_label(simulated: bool, driven_by: str | None) -> str | None:
     """How outputs mark a run's figures: None on hardware, else "simulated" and what drove it."""
     if not simulated:
         return None
-    try:
-        return SIMULATED_LABELS[DrivenBy(driven_by)]
-    except ValueError:  # a summary that does not say
-        return SIMULATED_LABELS[DrivenBy.EMULATED]
+    known = {d.value: d for d in DrivenBy}
+    # A summary that does not say (an earlier version's) was driven by emulated work, or said so in its notes.
+    return SIMULATED_LABELS[known.get(driven_by or "", DrivenBy.EMULATED)]
 
 
 def resolution(uncertainty: float) -> int:
