@@ -5,8 +5,8 @@
 A Hugging Face Trainer takes `Trainer(..., callbacks=[accelerate_energy.EnergyTrainerCallback()])`.
 With `ACCELERATE_ENERGY=1` even that line is optional: `accelerate_energy.flag_hook` (imported at start-up
 by the installed `wattwise-accelerate.pth`) has `accelerate_energy.auto_attach` attach every `Accelerator`.
-The names below are imported on first use (PEP 562), so that start-up hook loads neither torch nor
-accelerate before the script does.
+The names below are loaded when first used, so that start-up hook loads neither torch nor accelerate
+before the script does.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """PyTorch Lightning adapter for wattwise: `EnergyCallback` and friends.
 
-The names are imported on first use (PEP 562), so importing `lightning_energy.flag_factory` (Lightning's
-entry point, loaded by every `Trainer`) costs nothing when the flag is off.
+`EnergyCallback` measures energy and tunes or caps the GPU power limit; `RecurringBatchSizeCallback` chooses
+the batch size of a job that runs again and again; `PipelineFrequencyCallback` follows a pipeline's
+frequency plan. Each is loaded when first used, so a `Trainer` with the flag off pays nothing for wattwise.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Lightning's entry point for the flag: `LIGHTNING_ENERGY=1` adds an `EnergyCallback` to every Trainer.
 
 Registered under `lightning.pytorch.callbacks_factory`, which every `Trainer.__init__` calls with no
-arguments. With the flag off it returns an empty list having imported nothing but `os`.
+arguments. With the flag off it returns an empty list, and a Trainer pays nothing for it.
 """
 
 import os

@@ -42,6 +42,6 @@ setting that could not be restored, a file set aside, a degraded run) is an `Ene
 
 import logging
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 logging.getLogger("wattwise").addHandler(logging.NullHandler())
