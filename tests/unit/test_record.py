@@ -257,6 +257,21 @@ def test_the_window_log_reads_back(tmp_path: Path) -> None:
     assert list(read_windows_csv(tmp_path / "logs" / "windows.csv")) == rows
 
 
+def test_windows_csv_says_how_precisely_each_window_was_measured_and_reads_older_files(tmp_path: Path) -> None:
+    log = WindowsLog(tmp_path / "windows.csv", ["gpu0"])
+    log.write(WindowRow(1.0, "steps", 2.0, 400.0, {"gpu0": 400.0}, energy_uncertainty_j=28.25))
+    log.close()
+    header, line = (tmp_path / "windows.csv").read_text().splitlines()
+    assert header.endswith(",simulated,energy_uncertainty_j")  # the column added last
+    assert line.endswith(",28.250000")
+    (row,) = read_windows_csv(tmp_path / "windows.csv")
+    assert row.energy_uncertainty_j == 28.25
+    older = tmp_path / "older.csv"  # written before the column existed
+    older.write_text("start_time,window_name,time_s,energy_j,gpu0_energy_j,approximate,simulated\n1,fit,2,3,3,,false\n")
+    (row,) = read_windows_csv(older)
+    assert (row.energy_j, row.energy_uncertainty_j) == (3.0, None)
+
+
 def test_the_run_records_windows_are_read_on_demand(run_dir: Path) -> None:
     assert list(read_run_dir(run_dir).windows()) == []
     log = WindowsLog(run_dir / "windows.csv", ["gpu0"])
