@@ -19,6 +19,11 @@ measuring alone (it would stop exchanging figures while the others wait for it):
 where every process learns which rank lost what (one note, `notes`; `on_lost` warns). The figures are then
 the other processes'. A single process whose device fails raises, and the run stops measuring.
 
+Every figure carries how precisely it was measured (`energy_uncertainty_j`: the energy counters' resolution
+at the window's ends, `wattwise.monitor`), combined over processes in quadrature in the same all-reduce as
+the figures. With `devices.simulated_drive: steps` the training steps drive the simulated GPUs
+(`wattwise.run.drive`).
+
 This part keeps what a resumed run needs (energy, time, steps, epochs, the epoch in progress, the paused
 figures of the earlier segments) in its `state_dict`.
 """
