@@ -3,6 +3,7 @@ sees on each page (the runs, their figures, the marks of simulated figures), and
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO_ROOT
 from tests.support.pipeline import problem_for, synthetic_profile
 from tests.support.run_history import make_row
 from wattwise.cli.main import main
@@ -365,3 +367,16 @@ def test_dashboard_without_its_extra_is_one_line_naming_it(
         "wattwise dashboard: error: `wattwise dashboard` needs plotly, which is not installed: "
         "pip install 'wattwise[dashboard]' (in a clone of wattwise: pip install '.[dashboard]')"
     )
+
+
+def test_the_dashboard_reads_the_record_and_the_store_and_never_touches_a_device() -> None:
+    """The layer rule of an entry point beside the CLI: no import of devices, settings, the agent or the run."""
+    forbidden = ("wattwise.devices", "wattwise.settings", "wattwise.agent", "wattwise.run")
+    found = []
+    for path in sorted((REPO_ROOT / "core" / "wattwise" / "dashboard").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.name}: {name}" for name in names if name.startswith(forbidden)]
+    assert found == []
