@@ -82,10 +82,10 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.job is not None:
         from wattwise.record.job_report import report_job
+        from wattwise.store.runs import list_runs
 
-        return report_job(
-            args.job, _inputs(args), store=args.store, statement=args.statement, as_json=args.json, out=args.out
-        )
+        rows = list_runs(job=args.job, location=args.store)
+        return report_job(args.job, _inputs(args), rows=rows, statement=args.statement, as_json=args.json, out=args.out)
     if args.run_dir is None:
         raise UsageError("RUN_DIR: give the folder of a run, or --job NAME for every run of a job")
     run_dir = read_run_dir(args.run_dir)

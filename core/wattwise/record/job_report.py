@@ -260,9 +260,11 @@ def eu_ai_act_statement(r: JobReport) -> str:
 
 
 def report_job(
-    job: str, inputs: FacilityInputs, *, store: str | None, statement: str, as_json: bool, out: Path | None
+    job: str, inputs: FacilityInputs, *, rows: Sequence[RunRow], statement: str, as_json: bool, out: Path | None
 ) -> int:
     """`wattwise report --job NAME`: print the job's statement (or its JSON); write both into `out` if given.
+
+    `rows` are the job's runs in the history (`wattwise.store.runs.list_runs`), oldest first.
 
     Returns:
         The exit status.
@@ -272,9 +274,7 @@ def report_job(
     """
     from wattwise.record.files import read_run_dir
     from wattwise.record.report import build_report
-    from wattwise.store.runs import list_runs
 
-    rows = list_runs(job=job, location=store)
     if not rows:
         raise UsageError(f"--job: no run of job {job!r} in the run history (see `wattwise runs list`)")
     reports, rows_only = [], []

@@ -1,4 +1,4 @@
-"""Every run is kept: its own folder under the output folder, and its row in the run history.
+"""Every run is kept: its own folder under the output folder, and its row for the run history.
 
 A run writes its files (summary.json, windows.csv, power.csv) into its output folder, as it always did, so
 `wattwise report wattwise_runs/lightning` reads the last run there. At its end the main process keeps them:
@@ -8,8 +8,8 @@ A run writes its files (summary.json, windows.csv, power.csv) into its output fo
 
 The next run into the same output folder replaces the files there (each is written whole under a new name
 and moved into place), never the ones a run's own folder holds, so nothing a run wrote is overwritten.
-The run's row (`wattwise.store.runs.RunRow`) names its own folder; a store that cannot be reached spools
-it. Keeping never stops a run: what fails is one warning.
+The run's row (`wattwise.store.history.RunRow`, `run_row`) names its own folder; `wattwise.run.history`
+records it in the store at the end of a run.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import shutil
 import stat
 from pathlib import Path
 
-from wattwise.errors import Unavailable, UsageError, plugin_warning
 from wattwise.profile import ProfileEntry
 from wattwise.record.summary import POWER_FILE, SUMMARY_FILE, WINDOWS_FILE, PowerLimitSummary, RunSummary
-from wattwise.store.history import RUN_MODES, RunRow, new_run_id
+from wattwise.store.history import RUN_MODES, RunRow
 
 #: The folder of an output folder that holds each run's own folder.
 RUNS_FOLDER = "runs"
@@ -113,42 +112,3 @@ def keep_folder(output_dir: str | os.PathLike[str], run_id: str, *, world_size: 
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
     return own
-
-
-def keep_run(output_dir: str | os.PathLike[str], summary: RunSummary, *, store: str | None = None) -> RunRow | None:
-    """Keep the run just written into `output_dir`: its own folder, and its row in the history.
-
-    Never raises: a folder that cannot be made, or a store that refuses the row, is one warning (a store
-    that cannot be reached spools the row instead, with one warning saying so).
-
-    Args:
-        output_dir: Where the run wrote summary.json, power.csv and windows.csv.
-        summary: The run's summary, as written there.
-        store: The store (a SQLite file path or a database URL); None: `$WATTWISE_STORE`, else the default.
-
-    Returns:
-        The row recorded (or spooled); None when the run could not be kept.
-    """
-    from wattwise.store.runs import record_run
-
-    run_id = new_run_id(summary.start_s)
-    try:
-        own = keep_folder(output_dir, run_id, world_size=summary.world_size or 1)
-    except OSError as err:
-        plugin_warning(
-            f"wattwise: the run's files stay in {output_dir} but could not be kept in a folder of their own "
-            f"({err.strerror or err}); the next run into {output_dir} replaces them"
-        )
-        return None
-    row = run_row(summary, run_id=run_id, folder=own)
-    try:
-        spooled = record_run(row, location=store)
-    except (UsageError, Unavailable, OSError) as err:
-        plugin_warning(f"wattwise: run {run_id} is kept in {own} but not in the run history: {err}")
-        return None
-    if spooled is not None:
-        plugin_warning(
-            f"wattwise: the store could not be reached; run {run_id} waits in {spooled} and is added to the run "
-            "history when the store is next opened (`wattwise jobs sync`)"
-        )
-    return row

@@ -47,7 +47,6 @@ from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, plugin_warning
 from wattwise.monitor import Measurement
 from wattwise.record.files import WindowsLog, power_rows, write_run_dir
-from wattwise.record.kept import keep_run
 from wattwise.record.summary import (
     NEVER_APPLIED,
     EpochEnergy,
@@ -61,6 +60,7 @@ from wattwise.record.summary import (
 )
 from wattwise.run.agreement import RankEnd, agree, collect_rank_ends, leave_rank_end
 from wattwise.run.carbon import CarbonControl
+from wattwise.run.history import keep_run
 from wattwise.run.measurement import Figures, RunFigures, RunMeasurement, Window
 from wattwise.run.power import PowerLimitControl, PowerMode
 from wattwise.settings.guard import SettingsGuard
@@ -171,7 +171,7 @@ class Run:
         self.batch_size = batch_size
         self.measurement: RunMeasurement | None = None
         self.power = PowerLimitControl(cfg.power_limit, memory=limits_memory, wall_clock=wall_clock)
-        #: The store the run's row goes to (`wattwise.record.kept`): the limits memory's (None: the default).
+        #: The store the run's row goes to (`wattwise.run.history`): the limits memory's (None: the default).
         self._store: str | None = getattr(limits_memory, "url", None)
         #: The PLAN.json a pipeline stage of this run follows, for the summary.
         self.frequency_plan: str | None = None
