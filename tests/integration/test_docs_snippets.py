@@ -75,8 +75,22 @@ def _recurring_example_recorded_each_run(folder: Path, output: str) -> None:
     runs = json.loads(shown)["runs"]
     assert len(runs) == 2
     assert all(r["energy_j"] > 0 for r in runs)
+    assert [r["state"] for r in runs] == ["reached", "reached"]  # the guide's bound lets each run reach the target
     # The first run of a batch size tunes its limit; the job remembers it for that batch size.
     assert runs[0]["power_limit_w"] is not None
+
+
+def _made_up_job_left_out_of_the_users_store(folder: Path, output: str) -> None:
+    assert "stopped after epoch" in output
+    shown = subprocess.run(
+        [sys.executable, "-m", "wattwise", "jobs", "show", "resnet50/imagenet"],
+        env=_environment(folder),
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 2, shown.stdout  # the snippet used a scratch store, not the user's own
+    assert "no job named 'resnet50/imagenet'" in shown.stderr
 
 
 @dataclass(frozen=True)
@@ -105,9 +119,10 @@ EXPECTED = (
     ),
     Expected(
         "docs/guides/recurring.md",
-        "python examples/recurring_job.py --max-epochs 3\npython examples/recurring_job.py --max-epochs 3",
+        "python examples/recurring_job.py --max-epochs 10\npython examples/recurring_job.py --max-epochs 10",
         _recurring_example_recorded_each_run,
     ),
+    Expected("docs/guides/recurring.md", 'name="resnet50/imagenet"', _made_up_job_left_out_of_the_users_store),
 )
 
 
