@@ -268,6 +268,12 @@ def _comments(cls: type) -> dict[str, str]:
     return found
 
 
+def _plain(text: str) -> str:
+    """`text` for a Markdown table cell: an asterisk outside a code span is an asterisk (`eta*E`), not emphasis."""
+    parts = text.split("`")
+    return "`".join(part if i % 2 else part.replace("*", "\\*") for i, part in enumerate(parts))
+
+
 def _rows(cls: type, prefix: str = "") -> Iterator[tuple[str, str, str]]:
     hints = typing.get_type_hints(cls)
     notes = _comments(cls)
@@ -277,7 +283,7 @@ def _rows(cls: type, prefix: str = "") -> Iterator[tuple[str, str, str]]:
             yield from _rows(typing.cast(type, kind), f"{prefix}{f.name}.")
         else:
             default = f.default if f.default is not dataclasses.MISSING else None
-            yield f"{prefix}{f.name}", f"`{default!r}`".replace("|", "\\|"), notes.get(f.name, "")
+            yield f"{prefix}{f.name}", f"`{default!r}`".replace("|", "\\|"), _plain(notes.get(f.name, ""))
 
 
 def configuration_page() -> str:
@@ -315,7 +321,7 @@ def configuration_page() -> str:
     for s in SETTINGS:
         env = f"`ACCELERATE_ENERGY_{s.name.upper()}`, `LIGHTNING_ENERGY_{s.name.upper()}`"
         flag = "--" + s.name.replace("_", "-")
-        lines.append(f"| `{s.name}` | `{s.key}` | {env} | `{flag}` | {s.help} |")
+        lines.append(f"| `{s.name}` | `{s.key}` | {env} | `{flag}` | {_plain(s.help)} |")
     lines += ["", "## Other environment variables", "", "| variable | meaning |", "|---|---|"]
     lines += [f"| `{'`, `'.join(n.split(', '))}` | {text} |" for n, text in ENVIRONMENT.items()]
     return "\n".join(lines) + "\n"
