@@ -72,7 +72,7 @@ def power_figure(run: RunDir) -> Figure:
     ax = fig.add_subplot()
     for trace in run.traces or ():
         ax.plot(
-            axis.at(trace.timestamps_s),
+            (trace.timestamps_s - axis.start_s) / axis.unit_s,
             trace.power_w,
             linewidth=0.5,
             alpha=0.8,
