@@ -24,6 +24,7 @@ SAMPLES: dict[str, Any] = {
     "devices.simulated.power_model": "model.csv",
     "devices.simulated.base_step_time_s": 0.03,
     "devices.simulated.state_dir": "state",
+    "devices.simulated_physics": "ideal",
     "devices.simulated_drive": "steps",
     "monitor.sync_cuda": False,
     "monitor.sample_power": False,
