@@ -23,7 +23,6 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from wattwise import __version__
@@ -73,22 +72,12 @@ WINDOW_LATER_COLUMNS = ("energy_uncertainty_j",)
 SettingValue = bool | int | float | str | None
 
 
-class DrivenBy(StrEnum):
-    """What drove a simulated GPU's modelled load in a run (`summary.json`'s `simulated_driven_by`)."""
-
-    #: The training steps themselves (`devices.simulated_drive: steps`): each step's wall time stretched.
-    STEPS = "steps"
-    #: Emulated work (`wattwise.tools.workload.emulate_step`, the demo and the examples).
-    EMULATED = "emulated"
-    #: Nothing: the GPU drew its idle power only.
-    NOTHING = "nothing"
-
-
-#: How every output names the figures of a simulated GPU, by what drove it.
+#: How every output names the figures of a simulated GPU, by what drove it (`simulated_driven_by`, the values
+#: of `wattwise.run.drive.DrivenBy`).
 SIMULATED_LABELS = {
-    DrivenBy.STEPS: "simulated, driven by your steps",
-    DrivenBy.EMULATED: "simulated",
-    DrivenBy.NOTHING: "simulated, idle power only (nothing drove the simulated GPU)",
+    "steps": "simulated, driven by your steps",
+    "emulated": "simulated",
+    "nothing": "simulated, idle power only (nothing drove the simulated GPU)",
 }
 
 
@@ -96,9 +85,8 @@ def simulated_label(simulated: bool, driven_by: str | None) -> str | None:
     """How outputs mark a run's figures: None on hardware, else "simulated" and what drove it."""
     if not simulated:
         return None
-    known = {d.value: d for d in DrivenBy}
     # A summary that does not say (an earlier version's) was driven by emulated work, or said so in its notes.
-    return SIMULATED_LABELS[known.get(driven_by or "", DrivenBy.EMULATED)]
+    return SIMULATED_LABELS.get(driven_by or "", SIMULATED_LABELS["emulated"])
 
 
 def resolution(uncertainty: float) -> int:
@@ -330,7 +318,7 @@ class RunSummary(_JsonRecord):
     energy_uncertainty_j: float | None = field(
         default=None, metadata=as_json(Number(), written=_said("energy_uncertainty_j"))
     )
-    #: What drove a simulated GPU (`DrivenBy`): "steps" (the training steps themselves,
+    #: What drove a simulated GPU (`wattwise.run.drive.DrivenBy`): "steps" (the training steps themselves,
     #: `devices.simulated_drive`), "emulated" (`wattwise.tools.workload`, the demo) or "nothing" (its
     #: figures are its idle power only). None on hardware.
     simulated_driven_by: str | None = field(

@@ -16,8 +16,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from enum import StrEnum
 
 from wattwise.devices.base import Device, Simulation
+
+
+class DrivenBy(StrEnum):
+    """What drove a simulated GPU's modelled load in a run (`summary.json`'s `simulated_driven_by`)."""
+
+    #: The training steps themselves (`devices.simulated_drive: steps`): each step's wall time stretched.
+    STEPS = "steps"
+    #: Emulated work (`wattwise.tools.workload.emulate_step`, the demo and the examples).
+    EMULATED = "emulated"
+    #: Nothing: the GPU drew its idle power only.
+    NOTHING = "nothing"
 
 
 class StepDrive:

@@ -45,9 +45,8 @@ from wattwise.devices import Device, discover
 from wattwise.distributed import Collective
 from wattwise.errors import UsageError, plugin_warning
 from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync, quadrature
-from wattwise.record.summary import DrivenBy
 from wattwise.run.agreement import FIGURES_LEFT, Agreement, RankEnd, agree, combine_telling
-from wattwise.run.drive import StepDrive
+from wattwise.run.drive import DrivenBy, StepDrive
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
