@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -21,6 +22,12 @@ SCRIPT = SCRIPTS_DIR / "ddp_fit.py"
 STEPS, LOG_EVERY_N_STEPS = 200, 50
 #: ddp_fit.py's tuning: 1 step waited, then 3 limits (300, 200, 100 W) of 1 warm-up and 2 profiled steps each.
 TUNING_STEPS = 1 + 3 * (1 + 2)
+
+
+def fit_uncertainty(path: Path) -> float:
+    """How precisely the "fit" window's energy is known, in one rank's window log (J)."""
+    with open(path) as fh:
+        return next(float(r["energy_uncertainty_j"]) for r in csv.DictReader(fh) if r["window_name"] == "fit")
 
 
 def fit_window(path: Path) -> tuple[float, float]:
@@ -55,6 +62,9 @@ def test_two_processes_sum_energy_max_time_and_choose_the_same_limit(tuned_fit):
     fits = [fit_window(out / name) for name in ("windows.csv", "windows-rank1.csv")]
     assert summary["energy_j"] == pytest.approx(sum(e for _, e in fits), rel=1e-5)
     assert summary["time_s"] == pytest.approx(max(t for t, _ in fits), rel=1e-5)
+    # How precisely: each rank's counter at the ends of its fit, the two ranks' in quadrature.
+    fit_u = [fit_uncertainty(out / name) for name in ("windows.csv", "windows-rank1.csv")]
+    assert summary["energy_uncertainty_j"] == pytest.approx(math.hypot(*fit_u), rel=1e-4, abs=1e-5)
     # Both ranks applied the same limits in the same order: the decision was made on combined figures.
     timeline = summary["settings_timeline"]
     by_rank: dict[str, list[float]] = {}
