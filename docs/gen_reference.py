@@ -145,6 +145,10 @@ MAIN: dict[str, tuple[str, tuple[str, ...]]] = {
         "The node agent, for users who are not root: `Agent` and its leases.",
         ("wattwise.agent.agent.Agent",),
     ),
+    "wattwise.dashboard": (
+        "The local, read-only dashboard over the run history (`wattwise dashboard`): `History`, what it reads.",
+        ("wattwise.dashboard.history.History",),
+    ),
     "wattwise.cli": (
         "The `wattwise` command line, one module per command (their help: the command-line reference).",
         (),
