@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from torch.utils.hooks import RemovableHandle
+from typing_extensions import override
 
 from accelerate_energy.plugin import EnergyPlugin
 from wattwise.config import EnergyConfig
@@ -77,6 +78,15 @@ class AccelerateEnergy:
         self._step_hooks: dict[int, RemovableHandle] = {}
         self._state_hooks: list[RemovableHandle] = []
         self._epoch_first_step = 0
+
+    @override
+    def __repr__(self) -> str:
+        """The settings that say what this run does: `AccelerateEnergy(mode='tune', eta=0.5, ...)`."""
+        c = self.config
+        return (
+            f"{type(self).__name__}(mode={c.power_limit.mode!r}, eta={c.power_limit.eta!r}, job={c.job!r}, "
+            f"backend={c.devices.backend!r})"
+        )
 
     def install(self) -> None:
         """Hook the accelerator's optimizer preparation, evaluation, checkpoints and end of training."""

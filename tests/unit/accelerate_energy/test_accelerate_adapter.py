@@ -102,6 +102,8 @@ def test_cap_applies_during_training_and_is_restored_after(tmp_path, clock):
     assert seen_w == [150.0] * 4
     assert gpu.power_limit_w() == 300.0
     assert summary(tmp_path)["power_limit"] == {"mode": "cap", "chosen_power_limit_w": 150.0}
+    # What attach made, printed, says what it does.
+    assert repr(accelerate_energy.energy(accelerator)).startswith("AccelerateEnergy(mode='cap', eta=0.5, job=None, ")
 
 
 def test_without_permission_training_goes_on_measuring_with_one_warning(tmp_path, clock):
