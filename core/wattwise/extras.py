@@ -1,7 +1,8 @@
 """Optional dependencies: which extra of `pip install 'wattwise[EXTRA]'` brings each one.
 
-The base install is what measuring and the node agent's clients need (NVML, OmegaConf, NumPy, the job
-store). The rest comes with an extra: the agent's server (`agent`: aiohttp, prometheus-client), the
+The base install is what measuring and the node agent's clients need (NVML, OmegaConf). The rest comes
+with an extra: the agent's server (`agent`: aiohttp, prometheus-client), a training run's record and the
+run history and job store (`store`: NumPy, SQLAlchemy, Alembic; every training extra brings it), the
 framework adapters (`lightning`, `accelerate`: torch and the framework), the pipeline frequency planner
 (`pipeline`: OR-Tools, SciPy), plots (`plots`), PostgreSQL (`postgres`) and the dashboard (`dashboard`:
 Plotly, aiohttp, Jinja2); `all` is every one of them. A module that needs one imports it through `require`
@@ -19,6 +20,9 @@ from wattwise.errors import Unavailable
 #: Top-level module -> (the distribution pip installs, the extra that brings it).
 EXTRA_OF: dict[str, tuple[str, str]] = {
     "aiohttp": ("aiohttp", "agent"),
+    "numpy": ("numpy", "store"),
+    "sqlalchemy": ("SQLAlchemy", "store"),
+    "alembic": ("alembic", "store"),
     "prometheus_client": ("prometheus-client", "agent"),
     "lightning": ("lightning", "lightning"),
     "accelerate": ("accelerate", "accelerate"),

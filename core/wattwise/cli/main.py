@@ -25,7 +25,7 @@ from typing import NoReturn
 
 from wattwise import __version__
 from wattwise.errors import Unavailable, UsageError, WattwiseError
-from wattwise.extras import MissingExtra
+from wattwise.extras import MissingExtra, missing_extra
 
 #: Each sub-command module and its one-line help, in the order `wattwise --help` lists them. The help must
 #: be the one the module's `register` gives (a test checks).
@@ -110,6 +110,12 @@ def _main(argv: list[str]) -> int:
         parser = build_parser(load=() if command is None else (command,))
     except MissingExtra as err:  # the command's module needs an extra this install lacks
         print(f"wattwise {command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as err:  # one it imports plainly (NumPy, SQLAlchemy: the `store` extra)
+        missing = missing_extra(err, f"`wattwise {command}`")
+        if not isinstance(missing, MissingExtra):
+            raise
+        print(f"wattwise {command}: error: {missing}", file=sys.stderr)
         return EXIT_USAGE
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
