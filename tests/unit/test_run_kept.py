@@ -28,7 +28,7 @@ from wattwise.tools.workload import emulate_step
 QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
 
 
-def one_run(out: Path, store: Path, *overrides: str, start_s: float = 1_796_119_200.0) -> Run:
+def one_run(out: Path, store: Path | str, *overrides: str, start_s: float = 1_796_119_200.0) -> Run:
     clock = VirtualClock(start_s)
     gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
     cfg = load_config(overrides=[*QUIET, f"output_dir={out}", "job=bert/squad", *overrides])
@@ -63,22 +63,37 @@ def test_two_runs_into_one_folder_keep_their_own_folders_and_rows(tmp_path: Path
     assert {p.name for p in Path(rows[1].folder).iterdir()} >= {"summary.json", "windows.csv"}
 
 
-def test_a_run_whose_store_is_unreachable_ends_with_its_summary_and_its_row_spooled(
+def test_a_run_into_a_local_store_leaves_its_row_in_the_inbox_without_opening_the_database(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, real = tmp_path / "jobs.sqlite", sql_store.SqlJobStore
+
+    def not_at_the_end_of_a_run(url: str) -> sql_store.SqlJobStore:
+        raise AssertionError("a training run's end opened the SQLite store")
+
+    monkeypatch.setattr(sql_store, "SqlJobStore", not_at_the_end_of_a_run)
+    run = one_run(tmp_path / "out", store)
+    assert run.final_summary is not None
+    assert len(spool.pending(LimitsMemory(str(store)).url)) == 1
+    monkeypatch.setattr(sql_store, "SqlJobStore", real)  # the next reader delivers the row
+    assert [r.energy_j for r in list_runs(location=str(store))] == [run.final_summary.energy_j]
+    assert spool.pending(LimitsMemory(str(store)).url) == []
+
+
+def test_a_run_whose_server_store_is_unreachable_ends_with_its_summary_and_its_row_spooled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = "postgresql://wattwise@127.0.0.1:1/wattwise"
 
     def unreachable(url: str) -> sql_store.SqlJobStore:
         raise spool.StoreUnavailable("cannot reach the job store", url=url, reason="connection refused")
 
     monkeypatch.setattr(sql_store, "SqlJobStore", unreachable)
     with pytest.warns(EnergyPluginWarning, match="the store could not be reached; run .* waits in"):
-        run = one_run(tmp_path / "out", store)
+        run = one_run(tmp_path / "out", server)
     assert run.final_summary is not None
-    url = LimitsMemory(str(store)).url
-    assert len(spool.pending(url)) == 1
-    monkeypatch.setattr(sql_store, "SqlJobStore", real)  # the store is back: opening it delivers the row
-    assert [r.energy_j for r in list_runs(location=str(store))] == [run.final_summary.energy_j]
+    (spooled,) = spool.pending(LimitsMemory(server).url)
+    assert json.loads(spooled.read_text())["energy_j"] == run.final_summary.energy_j
 
 
 def test_the_time_cost_of_a_saving_is_the_steps_at_the_chosen_limit_times_their_slowdown() -> None:

@@ -28,7 +28,7 @@ def keep_run(output_dir: str | os.PathLike[str], summary: RunSummary, *, store: 
     Returns:
         The row recorded (or spooled); None when the run could not be kept.
     """
-    from wattwise.store.runs import record_run
+    from wattwise.store.runs import record_run_at_end
 
     run_id = new_run_id(summary.start_s)
     try:
@@ -41,7 +41,7 @@ def keep_run(output_dir: str | os.PathLike[str], summary: RunSummary, *, store: 
         return None
     row = run_row(summary, run_id=run_id, folder=own)
     try:
-        spooled = record_run(row, location=store)
+        spooled = record_run_at_end(row, location=store)
     except (UsageError, Unavailable, OSError) as err:
         plugin_warning(f"wattwise: run {run_id} is kept in {own} but not in the run history: {err}")
         return None
