@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 from wattwise.distributed import Collective
 from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
@@ -137,18 +137,14 @@ def combine_telling(
     return windows, agree(collective, lost)
 
 
-class RankEnd(TypedDict):
-    """What one process hands over at the end of the run (JSON-serialisable; see the module docstring)."""
+class _RankEndRequired(TypedDict):
+    """The fields every process's end record has (`RankEnd` adds the optional ones)."""
 
     #: Joules by device label (`rank0/gpu0`); empty when the process lost its measurement.
     energy: dict[str, float]
     #: Its CPU packages' joules, None without one.
     cpu: float | None
     time_s: float
-    #: How precisely each GPU's energy is known (J, by device label; absent: 0).
-    uncertainty: NotRequired[dict[str, float]]
-    #: How precisely its CPU packages' energy is known (J; None without one).
-    cpu_uncertainty: NotRequired[float | None]
     #: Each GPU as `Device.describe()` reports it, plus its `rank`.
     devices: list[dict[str, Any]]
     #: Its paused figures by kind: `[time_s, energy_j, count]`, then the energy's squared uncertainty (J^2).
@@ -164,6 +160,19 @@ class RankEnd(TypedDict):
     lifted: list[str]
     #: How it ended, with `{ranks}` for the ranks that ended so, when the processes ended apart; else None.
     ended: str | None
+
+
+class RankEnd(_RankEndRequired, total=False):
+    """What one process hands over at the end of the run (JSON-serialisable; see the module docstring).
+
+    The two uncertainty fields are optional (a process of an older release leaves them out), spelled
+    through `total=False` because `typing.NotRequired` needs Python 3.11.
+    """
+
+    #: How precisely each GPU's energy is known (J, by device label; absent: 0).
+    uncertainty: dict[str, float]
+    #: How precisely its CPU packages' energy is known (J; None without one).
+    cpu_uncertainty: float | None
 
 
 def _number(raw: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
