@@ -13,7 +13,8 @@ from tests.support.fake_pynvml import FakeClock, FakeGpu, FakeNvml
 from wattwise.cli.main import main
 from wattwise.devices.base import Device
 from wattwise.tools import acceptance, levers
-from wattwise.tools.acceptance import FAILED, PASSED, SKIPPED, Failure, run_checks
+from wattwise.tools.acceptance import run_checks
+from wattwise.tools.checks import FAILED, PASSED, SKIPPED, Failure
 from wattwise.tools.levers import (
     MCDONALD_V100,
     CapWindow,

@@ -41,7 +41,7 @@ from wattwise.devices.base import Device, DeviceError, NoPermissionError
 from wattwise.power_limit import zeus_cost
 
 if TYPE_CHECKING:
-    from wattwise.tools.acceptance import Context
+    from wattwise.tools.checks import Context
 
 #: A measurement window spans at least this many updates of the energy counter, so that its quantisation
 #: (up to one update's energy at each end) stays within a few per cent.
@@ -481,7 +481,7 @@ class Rig:
             Skip: no GPU, no torch (or transformers, for the Trainer), no CUDA for a real GPU, or
                 ACCELERATE_ENERGY set (for the Trainer).
         """
-        from wattwise.tools.acceptance import Skip
+        from wattwise.tools.checks import Skip
 
         gpu = ctx.require_gpu()
         if gpu.simulation is None:
@@ -515,7 +515,7 @@ class Rig:
 
         m, gpu = self.model, self.gpu
         if self.cuda_index is not None and torch.cuda.device_count() > 1:
-            from wattwise.tools.acceptance import Skip
+            from wattwise.tools.checks import Skip
 
             raise Skip(
                 f"the Trainer would train on all {torch.cuda.device_count()} visible GPUs; run with "
@@ -649,7 +649,7 @@ def check_cap_sweep(ctx: Context) -> dict[str, Any]:
         Failure: the energy counter did not advance, or the lowest cap did not slow the training.
     """
     from wattwise.settings.guard import SettingsGuard
-    from wattwise.tools.acceptance import Failure, Skip
+    from wattwise.tools.checks import Failure, Skip
 
     rig = Rig.of(ctx)
     gpu, sizes = rig.gpu, Sizes.of(ctx.quick)
@@ -759,7 +759,7 @@ def check_tuning_vs_sweep(ctx: Context) -> dict[str, Any]:
         Skip: no GPU, torch or transformers, or no sweep to compare with (cap_sweep did not pass).
         Failure: no tuning run chose a limit.
     """
-    from wattwise.tools.acceptance import Failure, Skip
+    from wattwise.tools.checks import Failure, Skip
 
     sweep = ctx.shared.get("cap_sweep")
     rig = Rig.of(ctx)
@@ -1004,7 +1004,7 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
     from wattwise.frequency.profiler import PipelineProfiler
     from wattwise.pipeline.profiles import write_profile
     from wattwise.settings.guard import SettingsGuard
-    from wattwise.tools.acceptance import Failure, Skip
+    from wattwise.tools.checks import Failure, Skip
 
     rig = Rig.of(ctx, trainer=False)
     gpu, sizes = rig.gpu, Sizes.of(ctx.quick)
