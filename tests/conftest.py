@@ -27,6 +27,12 @@ torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # LightningCLI calls jsonargparse APIs it deprecated (Lightning's to fix); off at the source, in tests' processes too.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
+# The simulated GPU follows the ideal physics in the tests and the processes they start (a caller's own setting
+# stays): their plumbing checks count steps, collectives and exact figures that the realistic physics (windows
+# of 20 counter updates, about 2 s per tuned limit, reads that take time, noise) changes. The realistic
+# physics, the default everywhere else, has its own tests on virtual clocks (tests/unit/devices/
+# test_simulated_physics.py, tests/unit/test_power_limit_physics.py, the profiler's) and benchmarks/physics.py.
+os.environ.setdefault("WATTWISE_SIMULATED_PHYSICS", "ideal")
 
 #: The fixtures that reach the session's one PostgreSQL server.
 POSTGRES_FIXTURES = ("postgres_url", "fresh_postgres")
