@@ -51,11 +51,11 @@ def tune(tmp_path: Path, physics: Physics, *overrides: str, steps: int = 3000) -
     return run, [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
 
 
-def test_on_the_realistic_gpu_tuning_chooses_what_it_chooses_on_the_ideal_one(tmp_path: Path) -> None:
+def test_on_the_realistic_gpu_tuning_chooses_the_ideal_choice_or_its_neighbour(tmp_path: Path) -> None:
     ideal, _ = tune(tmp_path / "ideal", Physics.ideal())
     realistic, said = tune(tmp_path / "realistic", Physics.realistic(seed=4))
     assert ideal.power.tuned_limit_w == 200.0
-    assert realistic.power.tuned_limit_w == 200.0
+    assert realistic.power.tuned_limit_w in (175.0, 200.0, 225.0)  # the ideal choice or its neighbour
     assert not said
     tuner = realistic.power.tuner
     assert tuner is not None and tuner.align_to_counter and tuner.finished
