@@ -131,7 +131,8 @@ def test_a_gpu_measured_from_polled_power_when_its_counter_is_rejected(
 ) -> None:
     fake_gpu = FakeAmdGpu(demand_w=300.0, counter_scale=3.0)
     FakeAmdSmi([fake_gpu], clock=clock).install(monkeypatch)
-    (gpu,) = amdsmi_gpus()
+    with pytest.warns(EnergyPluginWarning, match="its energy counter gave 900 W .* integrated from polled power"):
+        (gpu,) = amdsmi_gpus()  # opening it checks the counter against the power sensor
     with EnergyMonitor([gpu], clock=clock, wall_clock=clock, sample_interval_s=3600.0) as monitor:
         assert monitor.sampler is not None
         monitor.begin_window("fit")

@@ -15,6 +15,7 @@ import pytest
 from tests.support.guard_fixtures import MAX_W, journals, limit_on_gpu
 from wattwise.devices.base import DeviceError
 from wattwise.devices.simulated import SimulatedGPU
+from wattwise.errors import EnergyPluginWarning
 from wattwise.settings.guard import SettingsGuard
 from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals
@@ -127,7 +128,8 @@ def test_a_restore_that_fails_keeps_the_journal_and_can_be_retried(state_file: P
     guard = SettingsGuard(recover=False)
     guard.set_power_limit(gpu, 150.0)
     gpu.lost = True
-    result = guard.restore_all()
+    with pytest.warns(EnergyPluginWarning, match="could not restore simulated device 0: .*GPU is lost"):
+        result = guard.restore_all()
     assert result.restored == []
     assert len(result.failed) == 1 and "GPU is lost" in result.failed[0]
     assert journals() == [guard.journal_path]
