@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -32,7 +33,15 @@ from typing import TYPE_CHECKING, Any
 from wattwise.bounds import check_integer
 from wattwise.errors import Unavailable, UsageError
 from wattwise.names import check_job_name
-from wattwise.safe_files import file_owner, private_dir, read_trusted_json, state_dir, write_text
+from wattwise.safe_files import (
+    file_owner,
+    owner_problem,
+    private_dir,
+    private_folder_problem,
+    read_trusted_json,
+    state_dir,
+    write_text,
+)
 from wattwise.store.base import MAX_INTEGER, check_power_limit, check_run_figures
 
 if TYPE_CHECKING:
@@ -119,17 +128,49 @@ def spool_dir(url: str) -> Path:
     return state_dir() / "spool" / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
-def spool_result(url: str, result: SpooledResult) -> Path:
-    """Write `result` for the store at `url` as a new owner-only file; its path."""
+def own_spool_dir(url: str) -> Path:
+    """The spool folder for the store at `url`, created 0700 when missing and checked to be yours.
+
+    Its name is a hash anyone can compute, so in a shared `WATTWISE_HOME` another user could make it (or
+    its parent) first and then delete or read what is spooled there: a folder that is not the user's own
+    (or a parent writable by others without the sticky bit) is refused, as the settings journal's is.
+
+    Raises:
+        PermissionError: the folder or its parent is not the user's own; the message names it and the fix.
+    """
     directory = private_dir(spool_dir(url))
+    problem = private_folder_problem(directory)
+    if problem is None:
+        with contextlib.suppress(OSError):
+            problem = owner_problem("its parent folder", os.stat(directory.parent), sticky_ok=True)
+    if problem is not None:
+        raise PermissionError(
+            errno.EPERM,
+            f"spool folder {directory}: {problem}; nothing is spooled there (remove it, or set WATTWISE_HOME "
+            "to a folder of your own)",
+        )
+    return directory
+
+
+def spool_result(url: str, result: SpooledResult) -> Path:
+    """Write `result` for the store at `url` as a new owner-only file; its path.
+
+    Raises:
+        OSError: the file cannot be written, or the spool folder is not the user's own (`own_spool_dir`).
+    """
+    directory = own_spool_dir(url)
     path = directory / f"{time.time_ns():020d}-run{result.run_id}.json"
     write_text(path, result.to_json(), mode=0o600)
     return path
 
 
 def spool_run(url: str, row: RunRow) -> Path:
-    """Write a run of the history for the store at `url` as a new owner-only file; its path."""
-    directory = private_dir(spool_dir(url))
+    """Write a run of the history for the store at `url` as a new owner-only file; its path.
+
+    Raises:
+        OSError: as for `spool_result`.
+    """
+    directory = own_spool_dir(url)
     path = directory / f"{time.time_ns():020d}-history-{row.id}.json"
     payload = {"version": SPOOL_VERSION, "kind": RUN_HISTORY_KIND, **row.to_dict()}
     write_text(path, json.dumps(payload, indent=1), mode=0o600)

@@ -319,3 +319,31 @@ def test_a_result_that_cannot_be_spooled_either_is_one_warning_not_a_crash() -> 
     with pytest.warns(EnergyPluginWarning, match=r"could not be spooled either .* so it is lost") as caught:
         assert optimizer.report_result(run.run_id, energy_j=10.0, time_s=1.0, reached=False, epochs=1) is None
     assert len(caught) == 1 and str(folder) in str(caught[0].message)
+
+
+@needs_root
+def test_a_spool_folder_another_user_made_first_is_refused_and_nothing_is_spooled_there(tmp_path: Path) -> None:
+    # The folder's name is a hash anyone can compute: a user who makes it first could delete what is spooled.
+    url = store_url(str(tmp_path / "jobs.sqlite"))
+    folder = spool.spool_dir(url)
+    folder.mkdir(parents=True, mode=0o700)
+    os.chown(folder, OTHER_UID, USER_GID)
+    result = spool.SpooledResult(
+        job=SPEC.name, run_id=1, reached=False, epochs=1, energy_j=5.0, time_s=1.0, cost=5.0, now_s=time.time()
+    )
+    with pytest.raises(PermissionError, match=rf"spool folder {re.escape(str(folder))}: the folder is owned by uid"):
+        spool.spool_result(url, result)
+    assert list(folder.iterdir()) == []
+
+
+def test_a_spool_folder_others_may_write_is_refused_with_the_fix(tmp_path: Path) -> None:
+    url = store_url(str(tmp_path / "jobs.sqlite"))
+    folder = spool.spool_dir(url)
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    result = spool.SpooledResult(
+        job=SPEC.name, run_id=1, reached=False, epochs=1, energy_j=5.0, time_s=1.0, cost=5.0, now_s=time.time()
+    )
+    with pytest.raises(PermissionError, match=r"writable by group or others .*remove it, or set WATTWISE_HOME"):
+        spool.spool_result(url, result)
+    assert list(folder.iterdir()) == []
