@@ -358,7 +358,8 @@ def _make_output_dir(folder: str) -> None:
             pass
     except OSError as err:
         raise UsageError(
-            f"output_dir {folder}: the demo cannot write there ({err.strerror or err}); choose a folder you may write"
+            Key("output_dir"),
+            f" {folder}: the demo cannot write there ({err.strerror or err}); choose a folder you may write",
         ) from None
 
 
