@@ -12,8 +12,7 @@ def register(sub: Any) -> None:
 
     parser: argparse.ArgumentParser = sub.add_parser(
         "acceptance",
-        help="check the NVML path on a real NVIDIA GPU, else the amdsmi path on an AMD one (skips without either); "
-        "--levers: the three levers against their papers' figures",
+        help="check the NVML or amdsmi path on a real GPU (skips without one), or the three levers (--levers)",
         description=acceptance.__doc__.split("\n\n")[0] if acceptance.__doc__ else None,
     )
     acceptance.add_arguments(parser)

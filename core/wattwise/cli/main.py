@@ -42,7 +42,7 @@ COMMANDS: Mapping[str, str] = {
     "simulate": "simulate the recurring-job optimizer on real GPU traces (Zeus's format)",
     "frontier": "time-energy frontier of a pipeline's frequency plans, from a per-stage profile (Perseus)",
     "plan": "choose a frequency plan from a frontier (no slowdown, or for a straggler)",
-    "acceptance": "check the NVML path on a real NVIDIA GPU, else the amdsmi path on an AMD one (skips without either)",
+    "acceptance": "check the NVML or amdsmi path on a real GPU (skips without one), or the three levers (--levers)",
     "agent": "the node agent: GPU settings for users who are not root",
     "cap": "run a command under a GPU power cap",
     "example-data": "write the example inputs the documentation uses into a folder",
