@@ -7,6 +7,7 @@ elsewhere."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -61,7 +62,14 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def test_a_full_disk_under_wattwise_home_still_restores_the_gpu(tmp_path: Path, small_disk: Path) -> None:
     home = small_disk / "home"
     home.mkdir()
-    env = {"PATH": "/usr/bin:/bin", "WATTWISE_HOME": str(home), "PYTHONWARNINGS": "ignore"}
+    # The ideal physics, as every test's process (tests/conftest.py): the realistic one spends about 2 s of
+    # counter updates per tuned limit, so 12 short steps would never leave the highest limit to restore from.
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "WATTWISE_HOME": str(home),
+        "PYTHONWARNINGS": "ignore",
+        "WATTWISE_SIMULATED_PHYSICS": os.environ["WATTWISE_SIMULATED_PHYSICS"],
+    }
     proc = subprocess.run(
         [sys.executable, "-c", TUNE_THEN_FILL, str(tmp_path / "run")],
         env=env,
