@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO_ROOT
-from wattwise.cli.main import main
+from wattwise.cli.main import EXTRA_OF_COMMAND, main
 from wattwise.errors import Unavailable
 from wattwise.extras import EXTRA_OF, MissingExtra, require
 
@@ -145,3 +145,24 @@ def test_a_missing_extra_is_still_the_import_error_of_the_module_it_names() -> N
     missing = MissingExtra("`wattwise frontier` needs ortools", name="ortools")
     assert isinstance(missing, ImportError) and isinstance(missing, Unavailable)
     assert (missing.name, str(missing)) == ("ortools", "`wattwise frontier` needs ortools")
+
+
+@pytest.mark.parametrize(("command", "extra"), [("frontier", "pipeline"), ("plan", "pipeline"), ("runs", "store")])
+def test_a_command_without_numpy_names_the_extra_that_makes_the_command_work(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str, extra: str
+) -> None:
+    # NumPy comes with `store`, but `wattwise frontier` also needs the pipeline planner's solvers: its user is
+    # told `pipeline` (which brings `store`); a store command is told `store`.
+    forget = [n for n in sys.modules if n.startswith("wattwise.") and n not in ("wattwise.cli.main", "wattwise.extras")]
+    _missing(monkeypatch, "numpy", *forget)
+    assert main([command, "--help"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"wattwise {command}: error: `wattwise {command}` needs numpy, which is not installed")
+    assert f"pip install 'wattwise[{extra}]'" in err
+
+
+def test_each_commands_own_extra_exists_and_brings_the_store() -> None:
+    extras = _project()["optional-dependencies"]
+    for extra in EXTRA_OF_COMMAND.values():
+        assert "wattwise[store]" in extras[extra], extra

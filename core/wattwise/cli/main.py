@@ -25,7 +25,7 @@ from typing import NoReturn
 
 from wattwise import __version__
 from wattwise.errors import Unavailable, UsageError, WattwiseError
-from wattwise.extras import MissingExtra, missing_extra
+from wattwise.extras import EXTRA_OF, MissingExtra, missing_extra
 
 #: Each sub-command module and its one-line help, in the order `wattwise --help` lists them. The help must
 #: be the one the module's `register` gives (a test checks).
@@ -47,6 +47,16 @@ COMMANDS: Mapping[str, str] = {
     "cap": "run a command under a GPU power cap",
     "example-data": "write the example inputs the documentation uses into a folder",
     "dashboard": "serve a local, read-only web page of past runs, recurring jobs and a pipeline frontier",
+}
+
+#: The extra that makes a command work, where it is more than the `store` extra its modules' NumPy,
+#: SQLAlchemy or Alembic come from (each of these extras brings `store`): a command run without NumPy is
+#: told the extra it needs, `wattwise frontier` the pipeline planner's, not only the store's.
+EXTRA_OF_COMMAND: Mapping[str, str] = {
+    "frontier": "pipeline",
+    "plan": "pipeline",
+    "demo": "lightning",
+    "dashboard": "dashboard",
 }
 
 EXIT_USAGE = 2
@@ -100,6 +110,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _missing_for(command: str | None, err: ModuleNotFoundError) -> ImportError:
+    """The one-line error for `command` whose modules failed to import with `err`.
+
+    It names the extra that makes the command work: the command's own (`EXTRA_OF_COMMAND`) when the missing
+    module is one of the `store` extra's, which that extra brings; else the extra the module comes with.
+    """
+    extra = EXTRA_OF_COMMAND.get(command or "")
+    top = (err.name or "").split(".")[0]
+    if extra is None or EXTRA_OF.get(top, ("", ""))[1] != "store":
+        extra = None
+    return missing_extra(err, f"`wattwise {command}`", extra)
+
+
 def _main(argv: list[str]) -> int:
     """`main`, its Ctrl-C aside."""
     command = command_of(argv)
@@ -112,7 +135,7 @@ def _main(argv: list[str]) -> int:
         print(f"wattwise {command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as err:  # one it imports plainly (NumPy, SQLAlchemy: the `store` extra)
-        missing = missing_extra(err, f"`wattwise {command}`")
+        missing = _missing_for(command, err)
         if not isinstance(missing, MissingExtra):
             raise
         print(f"wattwise {command}: error: {missing}", file=sys.stderr)
