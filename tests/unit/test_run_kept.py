@@ -4,8 +4,12 @@ reached spools the row and the run still ends with its summary."""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
+import logging
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,8 +21,9 @@ from wattwise.errors import EnergyPluginWarning
 from wattwise.profile import ProfileEntry
 from wattwise.record.files import read_run_dir
 from wattwise.record.kept import LATEST, time_cost_s
-from wattwise.record.summary import PowerLimitSummary, TuningSummary
+from wattwise.record.summary import PowerLimitSummary, RunSummary, TuningSummary
 from wattwise.run import Run
+from wattwise.run.history import keep_run
 from wattwise.store import spool
 from wattwise.store import sql as sql_store
 from wattwise.store.limits_memory import LimitsMemory
@@ -108,3 +113,45 @@ def test_the_time_cost_of_a_saving_is_the_steps_at_the_chosen_limit_times_their_
     )
     assert time_cost_s(limit) == pytest.approx(5.0)
     assert time_cost_s(PowerLimitSummary(mode="cap", chosen_power_limit_w=200.0)) is None
+
+
+def _refused_history(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """The run history's store cannot be written: its folder, `folder`, may not be created (a read-only home)."""
+    from wattwise.store import runs
+
+    def refused(row: object, *, location: str | None = None) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(folder))
+
+    monkeypatch.setattr(runs, "record_run_at_end", refused)
+
+
+def _summary_of_a_run_without_journal(tmp_path: Path, journal: Path) -> RunSummary:
+    out = tmp_path / "out"
+    one_run(out, tmp_path / "jobs.sqlite")
+    said = (
+        f"measurement only: cannot create the journal folder {journal} (Permission denied): no GPU setting is changed"
+    )
+    return dataclasses.replace(read_run_dir(out).summary, notes=(said,))
+
+
+def test_a_history_refused_for_the_cause_the_journal_was_is_logged_not_warned_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    home = tmp_path / "ro"
+    summary = _summary_of_a_run_without_journal(tmp_path, home / ".local" / "state" / "wattwise" / "journal")
+    _refused_history(monkeypatch, home / ".local")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EnergyPluginWarning)
+        with caplog.at_level(logging.INFO, logger="wattwise"):
+            assert keep_run(tmp_path / "out", summary) is None
+    (logged,) = [r.getMessage() for r in caplog.records if "not in the run history" in r.getMessage()]
+    assert str(home / ".local") in logged and "Permission denied" in logged  # the why is kept
+
+
+def test_a_history_refused_for_another_cause_than_the_journal_is_warned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = _summary_of_a_run_without_journal(tmp_path, tmp_path / "ro" / ".local" / "state" / "wattwise" / "journal")
+    _refused_history(monkeypatch, tmp_path / "elsewhere" / "store")  # the history's folder, not the home
+    with pytest.warns(EnergyPluginWarning, match=r"not in the run history: .*Permission denied.*store"):
+        assert keep_run(tmp_path / "out", summary) is None
