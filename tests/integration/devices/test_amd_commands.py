@@ -37,11 +37,12 @@ def test_devices_backend_amdsmi_without_the_library_is_one_line_and_exits_non_ze
         capture_output=True,
         text=True,
         timeout=120,
-        env=os.environ.copy(),
+        env={**os.environ, "ROCM_PATH": "/opt/rocm-7.0.2"},
     )
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
-    assert "pip install 'wattwise[amd]'" in line and "Traceback" not in proc.stderr
+    # The binding must match the ROCm release: the hint installs the one that ROCm (at $ROCM_PATH) ships.
+    assert "pip install /opt/rocm-7.0.2/share/amd_smi" in line and "Traceback" not in proc.stderr
 
 
 def test_cap_caps_the_amd_gpu_for_the_command_and_restores_it(
