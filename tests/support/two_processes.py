@@ -39,6 +39,9 @@ class TwoProcesses(Collective):
         if obj is None or isinstance(obj, str):  # a decision point: each process's reason (wattwise.run.agreement)
             self.asked.append(self.step)
             return [obj, self._other_reason()]
+        if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], bool):  # agree_opening: (reason, sim)
+            self.asked.append(self.step)
+            return [obj, (self._other_reason(), obj[1])]
         return [obj, obj] if not isinstance(obj, dict) else [obj]
 
     def combine(self, windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -14,6 +14,7 @@ from wattwise.run.agreement import (
     FIGURES_LEFT,
     RankEnd,
     agree,
+    agree_opening,
     collect_rank_ends,
     combine_telling,
     leave_rank_end,
@@ -54,6 +55,20 @@ def test_every_process_learns_which_ranks_failed_and_why_in_one_collective() -> 
     assert agreement.ranks == [1] and not agreement.everyone
     assert agreement.note() == "rank 1: setting the power limit to 200 W failed (gpu1: the GPU has fallen off the bus)"
     assert agreement.note(leaving_out=[1]) == ""
+
+
+def test_a_process_with_nothing_to_measure_learns_that_the_figures_it_logs_are_simulated() -> None:
+    # Rank 1 found no GPU; rank 0's is simulated. Both must mark the combined figures simulated, or they log
+    # different metrics and Lightning's sync_dist reduces one more on rank 0 (the processes hung).
+    class RankOne(Collective):
+        rank, world_size = 1, 2
+
+        def all_gather(self, obj: object) -> list[object]:
+            return [(None, True), obj]
+
+    agreement = agree_opening(RankOne(), "nothing to measure", simulated=False)
+    assert agreement.simulated and agreement.ranks == [1]
+    assert not agree_opening(Collective(), None, simulated=False).simulated  # one process: its own GPUs say
 
 
 def test_a_lost_measurement_is_counted_in_the_figures_exchange_not_signalled_by_nan() -> None:

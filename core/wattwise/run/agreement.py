@@ -36,6 +36,7 @@ __all__ = [
     "LeftBehind",
     "RankEnd",
     "agree",
+    "agree_opening",
     "collect_rank_ends",
     "combine_telling",
     "leave_rank_end",
@@ -65,6 +66,9 @@ class Agreement:
     failures: tuple[Failure, ...] = ()
     #: How many processes agreed.
     processes: int = 1
+    #: Whether a GPU of any process is simulated (`agree_opening`; False elsewhere): every process's logged
+    #: figures are then marked simulated, so that they log the same metrics (one collective each in Lightning).
+    simulated: bool = False
 
     @property
     def failed(self) -> bool:
@@ -85,6 +89,10 @@ class Agreement:
     def of(cls, reasons: Sequence[str | None]) -> Agreement:
         """The agreement of processes whose reasons (None: did not fail) are `reasons`, in rank order."""
         return cls(tuple(Failure(rank, str(why)) for rank, why in enumerate(reasons) if why is not None), len(reasons))
+
+    def with_simulated(self, simulated: bool) -> Agreement:
+        """This agreement, saying whether any process's GPU is simulated."""
+        return Agreement(self.failures, self.processes, simulated)
 
     def note(self, *, leaving_out: Sequence[int] = ()) -> str:
         """`rank R: why` for each process that failed, but those `leaving_out` (already said); "" for none."""
@@ -108,6 +116,18 @@ def agree(collective: Collective, reason: str | None) -> Agreement:
     else:
         reasons = collective.all_gather(reason)
     return Agreement.of(reasons)
+
+
+def agree_opening(collective: Collective, reason: str | None, *, simulated: bool) -> Agreement:
+    """`agree` where the measurement opens, also learning whether any process's GPU is simulated (same collective).
+
+    The combined figures of a run whose processes mix a simulated GPU with none (a process that found nothing
+    to measure) are simulated figures on every process, and every process must log the same metrics.
+    """
+    if collective.world_size == 1:
+        return Agreement.of([reason]).with_simulated(simulated)
+    gathered = collective.all_gather((reason, simulated))
+    return Agreement.of([why for why, _ in gathered]).with_simulated(any(sim for _, sim in gathered))
 
 
 def combine_telling(

@@ -22,8 +22,13 @@ SIMULATED_FLAG = "wattwise/simulated"
 
 
 def simulated(run: Run) -> bool:
-    """Whether the run's figures come from a simulated GPU (this process's GPUs say)."""
-    return any(gpu.simulated for gpu in run.gpus)
+    """Whether the run's figures come from a simulated GPU of any of its processes.
+
+    The same on every process (agreed where the measurement opened): a process with no GPU logs the simulated
+    mark too, so that every process logs the same metrics (Lightning's `sync_dist` reduces each one).
+    """
+    m = run.measurement
+    return m.figures_simulated if m is not None else any(gpu.simulated for gpu in run.gpus)
 
 
 def _marked(metrics: dict[str, float], is_simulated: bool) -> dict[str, float]:

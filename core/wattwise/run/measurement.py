@@ -45,7 +45,7 @@ from wattwise.devices import Device, discover
 from wattwise.distributed import Collective
 from wattwise.errors import UsageError, plugin_warning
 from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync, quadrature
-from wattwise.run.agreement import FIGURES_LEFT, Agreement, RankEnd, agree, combine_telling
+from wattwise.run.agreement import FIGURES_LEFT, Agreement, RankEnd, agree_opening, combine_telling
 from wattwise.run.drive import DrivenBy, StepDrive
 
 log = logging.getLogger(__name__)
@@ -247,11 +247,23 @@ class RunMeasurement:
         self.paused: dict[str, list[float]] = {}
         #: Combined paused figures of the segments before a resume.
         self.prior_paused: dict[str, dict[str, float]] = {}
+        #: Whether any process's GPU is simulated, as the processes agreed when the measurement opened (None:
+        #: not agreed, one process: this process's GPUs say).
+        self._figures_simulated: bool | None = None
 
     @property
     def simulated(self) -> bool:
         """Whether a GPU of this process is simulated (every output must say so)."""
         return any(d.simulated for d in self.gpus)
+
+    @property
+    def figures_simulated(self) -> bool:
+        """Whether the combined figures come from a simulated GPU of any process (agreed where it opens)."""
+        return self._figures_simulated if self._figures_simulated is not None else self.simulated
+
+    @figures_simulated.setter
+    def figures_simulated(self, value: bool) -> None:
+        self._figures_simulated = value
 
     @property
     def driven_by(self) -> DrivenBy | None:
@@ -296,7 +308,8 @@ class RunMeasurement:
         # Why this process has nothing to measure, when it has not.
         nothing = NOTHING_TO_MEASURE if failed is None else f"opening its devices failed ({failed})"
         if coll.world_size > 1:  # the processes decide together
-            agreement = agree(coll, None if self.devices else nothing)
+            agreement = agree_opening(coll, None if self.devices else nothing, simulated=self.simulated)
+            self.figures_simulated = agreement.simulated
             if agreement.everyone:
                 if failed is not None:
                     raise failed
