@@ -12,6 +12,7 @@ import pytest
 from tests.support.clock import VirtualClock
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.devices.base import DeviceLostError
 from wattwise.distributed import Collective
 from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
@@ -139,3 +140,41 @@ def test_once_its_choice_is_in_force_a_step_asks_nothing_of_the_tuner(tmp_path: 
     assert asked <= 2  # the step that applies the choice, and the one that finds it in force
     assert power.steps_at_chosen == 20
     power.restore()
+
+
+class LostCounterGPU(CoarseCounterGPU):
+    """A coarse counter on a GPU that fell off the bus: its energy cannot be read."""
+
+    def energy_j(self) -> float:
+        raise DeviceLostError(f"gpu{self.index}: the GPU has fallen off the bus")
+
+
+class OneOfTwo(Collective):
+    """A process of two that counts the broadcasts it takes part in, each step's apart."""
+
+    world_size = 2
+
+    def __init__(self) -> None:
+        self.by_step: list[int] = [0]
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        self.by_step[-1] += 1
+        return obj
+
+
+def test_a_process_that_cannot_read_its_counter_takes_part_in_the_same_broadcasts(tmp_path: Path) -> None:
+    # Rank 0 tells every process whether its counter changed, on the steps the tuner asks; a process whose GPU
+    # is lost (its counter unreadable) must take part in each of those broadcasts, or the processes hang.
+    asked = []
+    for gpu in (CoarseCounterGPU(0, PowerModel.default()), LostCounterGPU(0, PowerModel.default())):
+        collective = OneOfTwo()
+        power, clock = tuning(tmp_path / type(gpu).__name__, gpu, collective=collective)
+        for step in range(250):
+            power.step_begin(collective, step)
+            clock.sleep(STEP_S)
+            if power.step_end(1):
+                break
+            collective.by_step.append(0)
+        asked.append(collective.by_step)
+        power.restore()
+    assert asked[1] == asked[0] and sum(asked[0]) > 2

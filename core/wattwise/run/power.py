@@ -119,6 +119,8 @@ class PowerLimitControl:
         self._window_start = 0.0
         #: The main GPU's energy counter at the last step end (or begin) read near a window's ends, else None.
         self._edge_j: float | None = None
+        #: The tuner asked, at the last step end, whether the counter changes in the next step (`wants_counter`).
+        self._watching_counter = False
         self._collective: Collective | None = None
         self._resumed_tuner: dict[str, Any] | None = None
         #: The tuner whose choice is in force with nothing left to move it (no carbon steering, no hold): a
@@ -319,14 +321,17 @@ class PowerLimitControl:
             self.steps_at_chosen += steps
             return False
         changed: bool | None = None
-        if self._edge_j is not None:
+        # Whether to ask follows the tuner, which counts alike in every process, never whether this process
+        # could read its counter (a lost GPU reads None): every process issues the same broadcast.
+        if self._watching_counter:
             value = self._read_edge()
-            changed = value is None or value != self._edge_j
+            changed = value is None or self._edge_j is None or value != self._edge_j
             if self._collective is not None and self._collective.world_size > 1:
                 changed = bool(self._collective.broadcast(changed))  # the main process's counter decides
             self._edge_j = value
         ends = self.tuner.on_step_end(steps, changed)
-        if not self.tuner.wants_counter:
+        self._watching_counter = self.tuner.wants_counter
+        if not self._watching_counter:
             self._edge_j = None
         elif self._edge_j is None:
             self._edge_j = self._read_edge()
