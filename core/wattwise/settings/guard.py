@@ -32,7 +32,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from wattwise.devices.base import Device, DeviceError
+from wattwise.devices.base import Device, DeviceError, DeviceLostError
 from wattwise.errors import plugin_warning
 from wattwise.settings.apply import POWER_LIMIT, RESTORE_ERRORS, SM_CLOCKS, apply_setting, describe, read_setting
 from wattwise.settings.journal import JournalChange, JournalError, ensure_folder, journal_dir, save_changes
@@ -89,6 +89,9 @@ class SettingsGuard:
         self._devices: dict[str, Device] = {}
         self._originals: dict[tuple[str, str], Any] = {}
         self._specs: dict[str, dict[str, Any]] = {}
+        #: Devices a change found lost (`DeviceLostError`, raised to the caller, who reports it): restoring
+        #: them fails for the same cause, so that failure is in `RestoreResult.failed` but not warned again.
+        self._lost: set[str] = set()
         #: Device locks this guard holds, by device id (None: a device no other process can see).
         self._device_locks: dict[str, Path | None] = {}
         #: Agent leases this guard uses, by device id: no lock and no journal here, the agent has both.
@@ -127,6 +130,11 @@ class SettingsGuard:
         first = self._journal_original(device, setting)
         try:
             apply()
+        except DeviceLostError:
+            self._lost.add(json.dumps(device.spec(), sort_keys=True))
+            if first:
+                self._forget(device, setting)
+            raise
         except BaseException:
             # A refused first change (no permission, out of range) changed nothing: nothing to restore.
             if first:
@@ -245,6 +253,7 @@ class SettingsGuard:
     def restore_all(self) -> RestoreResult:
         """Put every changed setting back. Safe to call twice; never raises for a device or disk error."""
         result = RestoreResult([], [])
+        told: set[str] = set()
         with self._lock:
             for dev_id in [d for d in self._leases if self._last_user(d)]:
                 self._release_lease(dev_id, result)
@@ -256,9 +265,12 @@ class SettingsGuard:
                     del self._originals[(dev_id, setting)]
                 except RESTORE_ERRORS as err:
                     result.failed.append(f"{describe(spec, setting, value)}: {err}")
+                    if isinstance(err, DeviceLostError) and dev_id in self._lost:
+                        told.add(result.failed[-1])
             self._sync_journal()
         for line in result.failed:
-            plugin_warning(f"wattwise: could not restore {line}")
+            if line not in told:  # a device a change found lost: its caller reported that cause once
+                plugin_warning(f"wattwise: could not restore {line}")
         return result
 
     def _last_user(self, dev_id: str) -> bool:

@@ -215,5 +215,28 @@ def test_wattwise_logs_to_a_null_handler_and_a_setting_it_cannot_restore_is_a_wa
         result = guard.restore_all()
     assert len(result.failed) == 1 and limit_on_gpu(state_file) == 150.0
     monkeypatch.undo()
+
+
+def test_a_gpu_a_change_found_lost_is_not_warned_of_again_when_its_restore_fails(
+    monkeypatch: pytest.MonkeyPatch, state_file: Path
+) -> None:
+    # The change that found the GPU lost raised to its caller, which says so once (the run's one warning); the
+    # restore that fails for the same cause is in the result, not a second warning.
+    gpu = SimulatedGPU(0, state_file=state_file)
+    guard = SettingsGuard()
+    guard.set_power_limit(gpu, 150.0)
+
+    def fell_off_the_bus(watts: float) -> None:
+        raise DeviceLostError("GPU 0 fell off the bus")
+
+    monkeypatch.setattr(gpu, "set_power_limit_w", fell_off_the_bus)
+    with pytest.raises(DeviceLostError):
+        guard.set_power_limit(gpu, 100.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EnergyPluginWarning)
+        result = guard.restore_all()
+    assert len(result.failed) == 1 and "fell off the bus" in result.failed[0]
+    assert limit_on_gpu(state_file) == 150.0  # still to restore: the journal keeps it for the next run
+    monkeypatch.undo()
     guard.restore_all()
     assert limit_on_gpu(state_file) == MAX_W
