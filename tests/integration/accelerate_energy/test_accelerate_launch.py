@@ -66,9 +66,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subp
 
 def test_two_processes_measure_tune_and_write_one_summary_of_both(runs):
     tmp, proc = runs["on"]
-    summaries = list(tmp.rglob("summary.json"))
-    assert summaries == [tmp / "run" / "summary.json"]
-    s = json.loads(summaries[0].read_text())
+    out = tmp / "run"
+    # One summary in the output folder, of both processes; the run's own folder (runs/<id>/) keeps that same
+    # file, and nothing else wrote one.
+    [kept] = list((out / "runs").glob("*/summary.json"))
+    assert sorted(tmp.rglob("summary.json")) == sorted([out / "summary.json", kept])
+    assert kept.read_bytes() == (out / "summary.json").read_bytes()
+    s = json.loads((out / "summary.json").read_text())
     assert s["world_size"] == 2 and s["simulated"] is True and s["steps"] == STEPS
     assert set(s["energy_per_device_j"]) == {"rank0/gpu0", "rank1/gpu1"}
     assert all(e > 0 for e in s["energy_per_device_j"].values())
