@@ -163,6 +163,10 @@ def _environment(folder: Path) -> dict[str, str]:
     }
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["WATTWISE_HOME"] = str(folder / "home")
+    # The simulated GPU's physics of the tests (tests/conftest.py: the ideal one), not the default: the pages'
+    # examples run a few dozen steps, which the realistic physics' profile windows do not fit (the page says so).
+    if "WATTWISE_SIMULATED_PHYSICS" in os.environ:
+        env["WATTWISE_SIMULATED_PHYSICS"] = os.environ["WATTWISE_SIMULATED_PHYSICS"]
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
     return env
