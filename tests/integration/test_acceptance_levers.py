@@ -24,15 +24,7 @@ def levers_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The command's exit code, output, report and Markdown, and the WATTWISE_HOME its simulated GPU lives in."""
     root = tmp_path_factory.mktemp("levers")
     home, out = root / "home", root / "acc"
-    # The realistic physics, as a user's `--simulated` run gets it (the tests' processes default to the ideal
-    # one): a counter that advances every 95 ms, reads that take time, settings that settle, noise; seeded.
-    env = {
-        **os.environ,
-        "WATTWISE_HOME": str(home),
-        "OMP_NUM_THREADS": "1",
-        "WATTWISE_SIMULATED_PHYSICS": "realistic",
-        "WATTWISE_SIMULATED_SEED": "7",
-    }
+    env = {**os.environ, "WATTWISE_HOME": str(home), "OMP_NUM_THREADS": "1"}
     env.pop("ACCELERATE_ENERGY", None)
     done = subprocess.run(
         [sys.executable, "-m", "wattwise.acceptance", "--levers", "--simulated", "--quick", "--out", str(out)],
