@@ -126,6 +126,9 @@ class PowerLimitConfig:
     #: this long. None: 20 updates of the GPUs' energy counter (2 s where it updates 10 times a second,
     #: as measured on an H100; no minimum for a simulated GPU, whose counter is exact).
     min_profile_s: float | None = None
+    #: Rounds of measuring again, after every limit is profiled, the limits whose ranking a repeat of their
+    #: windows could change (on a GPU whose energy counter is coarse; never with exact figures). 0: none.
+    confirm_rounds: int = 2
     #: Distance between profiled limits, from the maximum down to the minimum, in watts.
     step_w: float = 25.0
     #: Mode "cap": the cap in watts, or ...
@@ -644,6 +647,7 @@ def validate(cfg: EnergyConfig) -> None:
             raise ConfigError(
                 Key("power_limit.min_profile_s"), f" must be at most 3600 seconds (got {pl.min_profile_s})"
             )
+    _count("power_limit.confirm_rounds", pl.confirm_rounds, minimum=0, maximum=10)
     _within("power_limit.step_w", pl.step_w, MIN_STEP_W, MAX_POWER_W, "watts")
     if pl.mode == "cap":
         if (pl.cap_w is None) == (pl.cap_fraction is None):

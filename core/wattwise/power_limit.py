@@ -28,6 +28,12 @@ MAX_PROFILE_STEPS = 100_000
 #: resolution, relative to the cost: step times and power vary by a few per cent from step to step, about
 #: 0.2% over a window of 20 counter updates. Costs closer than this are a tie (`PowerLimitTuner._select`).
 RUN_TO_RUN = 0.002
+#: The least saving, relative to the cost, for which tuning on hardware chooses a lower limit than a higher
+#: one: the same workload's cost differs by about 0.45% between two windows of 20 counter updates
+#: (benchmarks/physics.py, realistic physics), so a smaller difference would not choose alike twice.
+MIN_SAVING = 0.005
+#: Rounds of measuring again the limits whose ranking the windows leave open (`PowerLimitTuner`).
+CONFIRM_ROUNDS = 2
 
 
 def zeus_cost(energy_j: float, time_s: float, *, eta: float, max_power_w: float) -> float:
@@ -86,6 +92,31 @@ def select_power_limit(
     return min(allowed, key=lambda e: e.energy_j)
 
 
+def _spread(
+    profile: Sequence[ProfileEntry],
+    uncertainty_j: Sequence[float],
+    selector: str,
+    *,
+    eta: float,
+    max_power_w: float | None,
+    run_to_run: float,
+    windows: Sequence[int] | None,
+) -> tuple[list[float], list[float]]:
+    """Each limit's value for the selector (cost or energy per step, J) and how far off it may be (J)."""
+    pmax = max_power_w if max_power_w is not None else max(e.power_limit_w for e in profile)
+    weight = eta if selector == "cost" else 1.0
+    counts = list(windows) if windows is not None else [1] * len(profile)
+    values = [
+        zeus_cost(e.energy_j, e.time_s, eta=eta, max_power_w=pmax) if selector == "cost" else e.energy_j
+        for e in profile
+    ]
+    sigmas = [
+        math.hypot(weight * uncertainty_j[i], run_to_run * values[i] / math.sqrt(max(1, counts[i])))
+        for i in range(len(profile))
+    ]
+    return values, sigmas
+
+
 def select_resolved(
     profile: Sequence[ProfileEntry],
     uncertainty_j: Sequence[float],
@@ -95,14 +126,19 @@ def select_resolved(
     max_power_w: float | None = None,
     max_slowdown: float = 0.1,
     run_to_run: float = 0.0,
+    windows: Sequence[int] | None = None,
+    min_saving: float = 0.0,
 ) -> tuple[ProfileEntry | None, str | None]:
     """The selector's choice among measured limits, as far as the measurements resolve them.
 
     Each limit's cost (or energy) is known to within `uncertainty_j` (its energy per step, J) weighted as
-    the cost weighs energy, and `run_to_run` of the cost (the workload's own variation). The limits whose
-    cost is within the combined uncertainty of the least cost tie, and a tie goes to the highest of them
-    (the faster, safer choice), so that repeated runs choose alike. When that is the highest limit measured
-    and it ties with another, the measurements cannot tell them apart: no choice, and the reason.
+    the cost weighs energy, and `run_to_run` of the cost (the workload's own variation over one window;
+    over `windows` windows of one limit, that divided by their square root). The limits whose cost is
+    within the combined uncertainty of the least cost, or within `min_saving` of it (a fraction of it),
+    tie, and a tie goes to the highest of them (the faster, safer choice), so that repeated runs choose
+    alike. When that is the highest limit measured and it ties with another, it is chosen only when both
+    were measured to within `min_saving` (no lower limit saves that much); otherwise the measurements
+    cannot tell them apart: no choice, and the reason.
 
     Returns:
         (the choice, None), or (None, why no choice was made).
@@ -110,38 +146,73 @@ def select_resolved(
     best = select_power_limit(profile, selector, eta=eta, max_power_w=max_power_w, max_slowdown=max_slowdown)
     if selector == "time":
         return best, None
-    pmax = max_power_w if max_power_w is not None else max(e.power_limit_w for e in profile)
     top_w = max(e.power_limit_w for e in profile)
-    weight = eta if selector == "cost" else 1.0
-
-    def value(entry: ProfileEntry) -> float:
-        return (
-            zeus_cost(entry.energy_j, entry.time_s, eta=eta, max_power_w=pmax) if selector == "cost" else entry.energy_j
-        )
-
-    def unsure(i: int) -> float:
-        return math.hypot(weight * uncertainty_j[i], run_to_run * value(profile[i]))
-
+    values, sigmas = _spread(
+        profile, uncertainty_j, selector, eta=eta, max_power_w=max_power_w, run_to_run=run_to_run, windows=windows
+    )
     allowed = list(profile)
     if selector == "slowdown":
         top = max(profile, key=lambda e: e.power_limit_w)
         allowed = [e for e in profile if e.time_s <= top.time_s * (1.0 + max_slowdown)]
     b = list(profile).index(best)
+    floor = min_saving * values[b]
     ties = [
-        i for i, e in enumerate(profile) if e in allowed and value(e) - value(best) <= math.hypot(unsure(i), unsure(b))
+        i
+        for i, e in enumerate(profile)
+        if e in allowed and values[i] - values[b] <= max(floor, math.hypot(sigmas[i], sigmas[b]))
     ]
     top_i = max(ties, key=lambda i: profile[i].power_limit_w)
     chosen = profile[top_i]
     if chosen.power_limit_w != top_w or len(ties) == 1:
         return chosen, None
-    other = min((i for i in ties if i != top_i), key=lambda i: value(profile[i]))
+    if floor > 0 and math.hypot(sigmas[top_i], sigmas[b]) <= floor and values[top_i] - values[b] <= floor:
+        return chosen, None  # measured well enough to say that no lower limit saves `min_saving`
+    other = min((i for i in ties if i != top_i), key=lambda i: values[i])
     return None, (
         f"the profile windows cannot tell {profile[other].power_limit_w:g} W from {top_w:g} W: their "
         f"{'cost' if selector == 'cost' else 'energy'} per step differs by "
-        f"{abs(value(chosen) - value(profile[other])):.3g} J, within what was measured "
-        f"({math.hypot(unsure(other), unsure(top_i)):.3g} J); longer windows (power_limit.min_profile_s) "
+        f"{abs(values[top_i] - values[other]):.3g} J, within what was measured "
+        f"({math.hypot(sigmas[other], sigmas[top_i]):.3g} J); longer windows (power_limit.min_profile_s) "
         "resolve it"
     )
+
+
+def undecided(
+    profile: Sequence[ProfileEntry],
+    uncertainty_j: Sequence[float],
+    selector: str,
+    *,
+    eta: float = 0.5,
+    max_power_w: float | None = None,
+    max_slowdown: float = 0.1,
+    run_to_run: float = 0.0,
+    windows: Sequence[int] | None = None,
+    min_saving: float = 0.0,
+) -> list[float]:
+    """The limits to measure again before choosing: the best one and those whose tie with it is open.
+
+    A limit's tie with the best (`select_resolved`) is open when its difference from the best lies within
+    twice their combined uncertainty of the tie's threshold: a repeat of the same windows could fall on
+    either side. Empty when every tie is clear (always, with exact figures).
+    """
+    if selector == "time" or len(profile) < 2:
+        return []
+    best = select_power_limit(profile, selector, eta=eta, max_power_w=max_power_w, max_slowdown=max_slowdown)
+    values, sigmas = _spread(
+        profile, uncertainty_j, selector, eta=eta, max_power_w=max_power_w, run_to_run=run_to_run, windows=windows
+    )
+    b = list(profile).index(best)
+    open_ties = []
+    for i, entry in enumerate(profile):
+        sigma = math.hypot(sigmas[i], sigmas[b])
+        if i == b or sigma <= 0:
+            continue
+        threshold = max(min_saving * values[b], sigma)
+        if abs(values[i] - values[b] - threshold) < 2.0 * sigma:
+            open_ties.append(entry.power_limit_w)
+    if not open_ties:
+        return []
+    return sorted({best.power_limit_w, *open_ties}, reverse=True)
 
 
 def check_profile(profile: Sequence[ProfileEntry]) -> None:
@@ -227,6 +298,12 @@ class PowerLimitTuner:
     limit measured so far is chosen, and `finished` stays False with the reason. A choice whose cost the
     windows cannot tell from the highest limit's (their difference within the energy's uncertainty that
     the driver gives `end_window`) is not made: tuning gives up, saying so (`unresolved`).
+
+    With noisy figures (`run_to_run`, or an uncertainty given to `end_window`), a sweep whose ranking a
+    repeat could change (`undecided`: the best limit and those whose tie with it is open) is followed by
+    up to `confirm_rounds` rounds that measure those limits again (`confirming`); each limit's figures are
+    then the mean of its windows. A run that ends or runs short during a round chooses from what it
+    measured, as a finished tuning (`settle`).
     """
 
     def __init__(
@@ -243,6 +320,8 @@ class PowerLimitTuner:
         min_window_s: float = 0.0,
         align_to_counter: bool = False,
         run_to_run: float = 0.0,
+        min_saving: float = 0.0,
+        confirm_rounds: int = CONFIRM_ROUNDS,
     ) -> None:
         if not limits_w:
             raise UsageError("power-limit tuning needs at least one limit to profile")
@@ -254,6 +333,10 @@ class PowerLimitTuner:
         for name, steps in (("warmup_steps", warmup_steps), ("wait_steps", wait_steps)):
             if steps < 0:
                 raise UsageError(f"{name} must be >= 0 (got {steps})")
+        if confirm_rounds < 0:
+            raise UsageError(f"confirm_rounds must be >= 0 (got {confirm_rounds})")
+        if not (0.0 <= min_saving < 1.0):
+            raise UsageError(f"min_saving must be a fraction of the cost in [0, 1) (got {min_saving})")
         if not (0.0 <= min_window_s < math.inf):
             raise UsageError(f"min_window_s must be a finite number of seconds >= 0 (got {min_window_s})")
         self.limits_w = [float(w) for w in limits_w]
@@ -270,6 +353,18 @@ class PowerLimitTuner:
         self.align_to_counter = align_to_counter
         #: Relative variation of a measured cost between runs (`RUN_TO_RUN` on hardware; 0: exact figures).
         self.run_to_run = run_to_run
+        #: A lower limit must save at least this fraction of the cost (`MIN_SAVING` on hardware; 0: any).
+        self.min_saving = min_saving
+        #: Most rounds of measuring again the limits the sweep left undecided.
+        self.confirm_rounds = confirm_rounds
+        #: Rounds of measuring again made so far.
+        self.rounds = 0
+        #: The limits to profile, in order: the sweep (`limits_w`), then each round's limits measured again.
+        self.queue: list[float] = list(self.limits_w)
+        #: Every window measured: (limit W, time s per step, energy J per step, uncertainty J per step).
+        self.windows: list[tuple[float, float, float, float]] = []
+        #: How many windows each entry of `profile` is the mean of.
+        self.window_counts: list[int] = []
         self.phase = "wait" if wait_steps > 0 else self._limit_start()
         self.limit_index = 0
         self.steps_in_phase = 0
@@ -303,11 +398,26 @@ class PowerLimitTuner:
             return 0
         per_limit = self.warmup_steps + self.profile_steps
         left = len(self.limits_w) - self.limit_index
+        if self.confirming:  # measuring again: what is left of the round
+            left = len(self.queue) - self.limit_index
         if self.phase == "wait":
             return self.wait_steps - self.steps_in_phase + left * per_limit
         if self.phase == "warmup":
             return self.warmup_steps - self.steps_in_phase + self.profile_steps + (left - 1) * per_limit
         return self.profile_steps - self.steps_in_phase + (left - 1) * per_limit
+
+    @property
+    def confirming(self) -> bool:
+        """Every limit is profiled and the undecided ones are being measured again."""
+        return not self.done and self.limit_index >= len(self.limits_w)
+
+    def settle(self) -> None:
+        """End a round of measuring again: choose from the windows measured (tuning is finished)."""
+        if not self.confirming:
+            return
+        self.window_open = False
+        self.chosen = self._select()
+        self._enter("done")
 
     def at_limit_boundary(self) -> bool:
         """True before the first step of a limit (nothing of it measured yet)."""
@@ -364,7 +474,7 @@ class PowerLimitTuner:
     def current_limit_w(self) -> float | None:
         """The limit that should be in force now (the one profiled, or the chosen one); None while waiting."""
         if self.phase in ("warmup", "profile"):
-            return self.limits_w[self.limit_index]
+            return self.queue[self.limit_index]
         if self.phase == "done":
             return self.chosen.power_limit_w if self.chosen is not None else max(self.limits_w)
         return None
@@ -449,14 +559,42 @@ class PowerLimitTuner:
             raise RuntimeError("end_window() called outside a profiling window")
         self.window_open = False
         steps = max(1, self._window_steps)
-        self.profile.append(ProfileEntry(self.limits_w[self.limit_index], time_s / steps, energy_j / steps))
-        self.uncertainty_j.append(max(0.0, energy_uncertainty_j) / steps)
+        limit_w = self.queue[self.limit_index]
+        self.windows.append((limit_w, time_s / steps, energy_j / steps, max(0.0, energy_uncertainty_j) / steps))
+        self._merge()
         self.limit_index += 1
-        if self.limit_index >= len(self.limits_w):
+        if self.limit_index >= len(self.queue) and self.rounds < self.confirm_rounds:
+            again = undecided(
+                self.profile,
+                self.uncertainty_j,
+                self.selector,
+                eta=self.eta,
+                max_power_w=self.max_power_w,
+                max_slowdown=self.max_slowdown,
+                run_to_run=self.run_to_run,
+                windows=self.window_counts,
+                min_saving=self.min_saving,
+            )
+            if again:
+                self.rounds += 1
+                self.queue += again
+        if self.limit_index >= len(self.queue):
             self.chosen = self._select()
             self._enter("done")
         else:
             self._enter(self._limit_start())
+
+    def _merge(self) -> None:
+        """`profile`, `uncertainty_j` and `window_counts` from `windows`: each limit's mean, in sweep order."""
+        by_limit: dict[float, list[tuple[float, float, float, float]]] = {}
+        for window in self.windows:
+            by_limit.setdefault(window[0], []).append(window)
+        self.profile, self.uncertainty_j, self.window_counts = [], [], []
+        for limit_w, ws in by_limit.items():
+            n = len(ws)
+            self.profile.append(ProfileEntry(limit_w, sum(w[1] for w in ws) / n, sum(w[2] for w in ws) / n))
+            self.uncertainty_j.append(math.sqrt(sum(w[3] ** 2 for w in ws)) / n)
+            self.window_counts.append(n)
 
     def _select(self) -> ProfileEntry | None:
         """The selector's choice among the profiled limits, or None (`unresolved`, with the reason).
@@ -473,6 +611,8 @@ class PowerLimitTuner:
             max_power_w=self.max_power_w,
             max_slowdown=self.max_slowdown,
             run_to_run=self.run_to_run,
+            windows=self.window_counts if len(self.window_counts) == len(self.profile) else None,
+            min_saving=self.min_saving,
         )
         if chosen is None:
             self.unresolved, self.unfinished_reason = True, reason
@@ -490,6 +630,8 @@ class PowerLimitTuner:
             profile: The profile it was chosen from, reported as this tuner's.
         """
         self.profile = list(profile)
+        self.windows = [(e.power_limit_w, e.time_s, e.energy_j, 0.0) for e in self.profile]
+        self.window_counts = [1] * len(self.profile)
         self.chosen = entry
         self.window_open = False
         self._enter("done")
@@ -506,6 +648,9 @@ class PowerLimitTuner:
             "profile_steps": self.profile_steps,
             "windows_sized": self.windows_sized,
             "uncertainty_j": list(self.uncertainty_j),
+            "queue": list(self.queue),
+            "rounds": self.rounds,
+            "windows": [list(w) for w in self.windows],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -515,6 +660,20 @@ class PowerLimitTuner:
         self.uncertainty_j = [float(u) for u in uncertainty] if isinstance(uncertainty, list) else []
         if len(self.uncertainty_j) != len(self.profile):  # a checkpoint from before: not known
             self.uncertainty_j = [0.0] * len(self.profile)
+        windows = state.get("windows")
+        if isinstance(windows, list) and windows:  # each window measured, for the means of limits measured again
+            self.windows = [(float(w[0]), float(w[1]), float(w[2]), float(w[3])) for w in windows]
+            self._merge()
+        else:  # a checkpoint from before: one window per limit
+            self.windows = [
+                (e.power_limit_w, e.time_s, e.energy_j, u)
+                for e, u in zip(self.profile, self.uncertainty_j, strict=True)
+            ]
+            self.window_counts = [1] * len(self.profile)
+        queue = state.get("queue")
+        if isinstance(queue, list) and len(queue) >= len(self.limits_w):
+            self.queue = [float(w) for w in queue]
+        self.rounds = int(state.get("rounds", 0))
         self.chosen = ProfileEntry(**state["chosen"]) if state.get("chosen") else None
         self.unfinished_reason = state.get("unfinished_reason")
         if state.get("windows_sized"):  # keep the windows' length: every limit measured alike

@@ -37,6 +37,7 @@ SAMPLES: dict[str, Any] = {
     "power_limit.warmup_steps": 1,
     "power_limit.profile_steps": 4,
     "power_limit.min_profile_s": 0.5,
+    "power_limit.confirm_rounds": 1,
     "power_limit.step_w": 50.0,
     "power_limit.cap_w": 200.0,
     "power_limit.cap_fraction": 0.7,

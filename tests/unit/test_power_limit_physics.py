@@ -7,6 +7,7 @@ limits apart chooses nothing and says so once.
 
 from __future__ import annotations
 
+import collections
 import warnings
 from pathlib import Path
 
@@ -62,8 +63,18 @@ def test_on_the_realistic_gpu_tuning_chooses_the_ideal_choice_or_its_neighbour(t
     assert tuner.profile_steps >= 19 / 10.5 / 0.02  # windows of at least 20 counter updates
 
 
+def test_ten_realistic_runs_with_different_seeds_choose_the_same_limit(tmp_path: Path) -> None:
+    # The built-in model's 200 W and 225 W differ by 0.9% in cost: one window of each leaves their tie open
+    # in some seeds; measuring both again decides it alike in every run.
+    chosen = [tune(tmp_path / str(seed), Physics.realistic(seed=seed))[0].power.tuned_limit_w for seed in range(1, 11)]
+    limit_w, runs = collections.Counter(chosen).most_common(1)[0]
+    assert runs >= 9 and limit_w == 200.0, chosen
+
+
 def test_windows_too_short_for_the_counter_choose_nothing_and_say_so_once(tmp_path: Path) -> None:
-    run, said = tune(tmp_path, Physics.realistic(seed=4), "power_limit.min_profile_s=0.1")
+    run, said = tune(
+        tmp_path, Physics.realistic(seed=4), "power_limit.min_profile_s=0.1", "power_limit.confirm_rounds=0"
+    )
     assert run.power.tuned_limit_w is None
     chose_nothing = [s for s in said if "chose no limit: the profile windows cannot tell" in s]
     assert len(chose_nothing) == 1 and "power_limit.min_profile_s" in chose_nothing[0]
@@ -98,7 +109,12 @@ def entries(*rows: tuple[float, float, float]) -> list[ProfileEntry]:
 
 def profiled(rows: list[ProfileEntry], uncertainty_j: float) -> PowerLimitTuner:
     tuner = PowerLimitTuner(
-        [e.power_limit_w for e in rows], selector="energy", wait_steps=0, warmup_steps=0, profile_steps=1
+        [e.power_limit_w for e in rows],
+        selector="energy",
+        wait_steps=0,
+        warmup_steps=0,
+        profile_steps=1,
+        confirm_rounds=0,  # the sweep's windows alone
     )
     for entry in rows:
         tuner.on_step_begin()
@@ -124,3 +140,82 @@ def test_a_choice_within_the_uncertainty_of_the_highest_limit_is_not_made() -> N
 def test_on_an_exact_counter_the_least_energy_wins_however_close() -> None:
     rows = entries((300.0, 1.0, 10.0), (250.0, 1.1, 9.999))
     assert profiled(rows, 0.0).chosen == rows[1]
+
+
+def measure(tuner: PowerLimitTuner, energy_j: dict[float, list[float]], uncertainty_j: float = 0.0) -> list[float]:
+    """Drive `tuner` to its end; each window of a limit measures the next of its energies. The limits measured."""
+    measured = []
+    while not tuner.done:
+        tuner.on_step_begin()
+        if tuner.on_step_end():
+            limit_w = tuner.current_limit_w
+            assert limit_w is not None
+            measured.append(limit_w)
+            tuner.end_window(1.0, energy_j[limit_w].pop(0), uncertainty_j)
+    return measured
+
+
+def noisy_tuner(**kwargs: object) -> PowerLimitTuner:
+    return PowerLimitTuner(
+        [300.0, 250.0, 200.0],
+        selector="energy",
+        wait_steps=0,
+        warmup_steps=0,
+        profile_steps=1,
+        run_to_run=0.01,  # each window's energy known to 1%
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_limits_whose_tie_a_repeat_could_change_are_measured_again_and_chosen_from_their_means() -> None:
+    # 250 W looks 1.2% cheaper than 200 W in the sweep, within what one window resolves (1.4%): both are
+    # measured again, twice, and the means (200 W cheaper by 2%) decide.
+    tuner = noisy_tuner()
+    energies = {300.0: [10.0], 250.0: [9.0, 9.3, 9.3], 200.0: [9.11, 9.0, 9.0]}
+    measured = measure(tuner, energies)
+    assert measured == [300.0, 250.0, 200.0, 250.0, 200.0, 250.0, 200.0]
+    assert tuner.rounds == 2 and tuner.finished
+    assert dict(zip([e.power_limit_w for e in tuner.profile], tuner.window_counts, strict=True)) == {
+        300.0: 1,
+        250.0: 3,
+        200.0: 3,
+    }
+    assert tuner.chosen is not None and tuner.chosen.power_limit_w == 200.0
+    assert tuner.chosen.energy_j == pytest.approx((9.11 + 9.0 + 9.0) / 3)
+
+
+def test_a_clear_sweep_is_not_measured_again() -> None:
+    tuner = noisy_tuner()
+    measured = measure(tuner, {300.0: [10.0], 250.0: [9.0], 200.0: [8.0]})
+    assert measured == [300.0, 250.0, 200.0] and tuner.rounds == 0
+    assert tuner.chosen is not None and tuner.chosen.power_limit_w == 200.0
+
+
+def test_a_lower_limit_that_saves_less_than_min_saving_loses_to_the_higher_one() -> None:
+    rows = {300.0: [10.0], 250.0: [9.97], 200.0: [9.96]}
+    tuner = PowerLimitTuner(
+        list(rows), selector="energy", wait_steps=0, warmup_steps=0, profile_steps=1, min_saving=0.005
+    )
+    measure(tuner, rows)  # exact figures: nothing to measure again
+    assert tuner.finished and not tuner.unresolved
+    assert tuner.chosen is not None and tuner.chosen.power_limit_w == 300.0  # 0.4% is not worth a lower limit
+    exact = PowerLimitTuner(list(rows), selector="energy", wait_steps=0, warmup_steps=0, profile_steps=1)
+    measure(exact, {300.0: [10.0], 250.0: [9.97], 200.0: [9.96]})
+    assert exact.chosen is not None and exact.chosen.power_limit_w == 200.0
+
+
+def test_a_round_cut_short_chooses_from_what_was_measured_and_counts_as_finished() -> None:
+    tuner = noisy_tuner()
+    energies = {300.0: [10.0], 250.0: [9.0, 9.3], 200.0: [9.11, 9.0]}
+    while tuner.limit_index < 3:  # the sweep
+        tuner.on_step_begin()
+        if tuner.on_step_end():
+            tuner.end_window(1.0, energies[tuner.queue[tuner.limit_index]].pop(0))
+    assert tuner.confirming and not tuner.done
+    state = tuner.state_dict()
+    resumed = noisy_tuner()
+    resumed.load_state_dict(state)  # a checkpoint taken during the round goes on with it
+    assert resumed.confirming and resumed.queue == tuner.queue and resumed.window_counts == [1, 1, 1]
+    tuner.settle()
+    assert tuner.done and tuner.finished
+    assert tuner.chosen is not None and tuner.chosen.power_limit_w == 250.0  # the sweep's best: 9.0 J

@@ -33,7 +33,7 @@ from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
 from wattwise.errors import Unavailable, UsageError
-from wattwise.power_limit import RUN_TO_RUN, PowerLimitTuner, cap_limit_w, profile_limits_w
+from wattwise.power_limit import MIN_SAVING, RUN_TO_RUN, PowerLimitTuner, cap_limit_w, profile_limits_w
 from wattwise.profile import ProfileEntry
 from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
 from wattwise.run.carbon import CarbonControl
@@ -126,6 +126,9 @@ class PowerLimitControl:
         #: The tuner whose choice is in force with nothing left to move it (no carbon steering, no hold): a
         #: step then asks nothing of it.
         self._settled: PowerLimitTuner | None = None
+        #: The job's key in the limits memory, whether this is the main process, and the run's id, as the
+        #: last profile window gave them: a choice made later (a round cut short) is remembered with them.
+        self._remember_as: tuple[str | None, bool, str | None] = (None, False, None)
         self._label: Callable[[Device], str] = lambda dev: dev.key
 
     @property
@@ -223,7 +226,10 @@ class PowerLimitControl:
             profile_steps=cfg.profile_steps,
             min_window_s=self.min_profile_s(),
             align_to_counter=self.counter_period_s() > 0,
-            run_to_run=RUN_TO_RUN if self.counter_period_s() > 0 else 0.0,  # an exact counter: exact figures
+            # An exact counter (a simulated GPU's ideal physics): exact figures, any saving is one.
+            run_to_run=RUN_TO_RUN if self.counter_period_s() > 0 else 0.0,
+            min_saving=MIN_SAVING if self.counter_period_s() > 0 else 0.0,
+            confirm_rounds=cfg.confirm_rounds,
         )
         self._collective = collective
         if self._resumed_tuner is not None:
@@ -385,6 +391,11 @@ class PowerLimitControl:
         needed = t.steps_to_finish()
         if needed <= left:
             return
+        if t.confirming:  # every limit is profiled: measuring again is what the run has room for, no more
+            if t.at_limit_boundary() and left < t.warmup_steps + t.profile_steps:
+                t.settle()
+                self._tuning_ended()
+            return
         per_limit = t.warmup_steps + t.profile_steps
         if t.phase == "wait":  # the first limit starts after the wait
             to_next = t.wait_steps - t.steps_in_phase
@@ -434,6 +445,10 @@ class PowerLimitControl:
         t = self.tuner
         if t is None or t.done:
             return
+        if t.confirming:
+            t.settle()
+            self._tuning_ended()
+            return
         reason = (
             f"the run ended after {steps_done} optimizer steps, {t.steps_to_finish()} before every limit was profiled"
         )
@@ -468,13 +483,21 @@ class PowerLimitControl:
                 f"{top_w:g} W and no saving is reported"
             )
             return
+        self._remember_as = (memory_key, is_main, run_id)
         self.tuner.end_window(time_s, energy_j, self.window_uncertainty_j(time_s, energy_j))
+        if self.tuner.done:
+            self._tuning_ended()
+
+    def _tuning_ended(self) -> None:
+        """Tuning has made its choice (or none, saying why): remember it for the job (on the main process)."""
+        assert self.tuner is not None
+        memory_key, is_main, run_id = self._remember_as
         if self.tuner.unresolved:
             self._notices.append(
                 f"power-limit tuning chose no limit: {self.tuner.unfinished_reason}; the GPU stays at "
                 f"{max(self.tuner.limits_w):g} W and no saving is reported"
             )
-        if self.tuner.done and self.tuner.chosen is not None and memory_key is not None and is_main:
+        if self.tuner.chosen is not None and memory_key is not None and is_main:
             self.memory.save(
                 memory_key,
                 self.tuner.chosen,
