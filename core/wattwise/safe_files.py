@@ -272,7 +272,7 @@ def private_folder_problem(folder: str | os.PathLike[str]) -> str | None:
     return owner_problem("the folder", st)
 
 
-def trust_problem(st: os.stat_result, *, root_ok: bool = False, what: str | None = None) -> str | None:
+def trust_problem(st: os.stat_result, *, root_ok: bool = False, what: str | None = None, links: int = 1) -> str | None:
     """Why a file with the status `st` cannot be trusted, as a phrase; None when it can.
 
     Trusted: a regular file that passes `owner_problem`, with no other hard link (a link to someone
@@ -283,6 +283,7 @@ def trust_problem(st: os.stat_result, *, root_ok: bool = False, what: str | None
         st: the file's `os.lstat` or `os.fstat`.
         root_ok: a root-owned file is trusted too (see `owner_problem`).
         what: how an owner's phrase names the file (see `owner_problem`).
+        links: how many hard links the file may have (a run's summary has two: its own folder keeps one).
     """
     if stat.S_ISLNK(st.st_mode):
         return "is a symbolic link (wattwise never follows one there)"
@@ -291,7 +292,7 @@ def trust_problem(st: os.stat_result, *, root_ok: bool = False, what: str | None
     problem = owner_problem(what, st, root_ok=root_ok)
     if problem:
         return problem
-    if st.st_nlink > 1:
+    if st.st_nlink > links:
         return f"has {st.st_nlink - 1} other hard link(s)"
     return None
 
@@ -305,7 +306,7 @@ def file_owner(path: str | os.PathLike[str]) -> int | None:
 
 
 def read_trusted(
-    path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False, what: str | None = None
+    path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False, what: str | None = None, links: int = 1
 ) -> bytes:
     """The bytes of a file wattwise wrote earlier and now reads back, read only when `trust_problem` has none.
 
@@ -317,6 +318,7 @@ def read_trusted(
         max_bytes: the most it may hold; a larger file is not one wattwise wrote.
         root_ok: a root-owned file is trusted too (see `trust_problem`).
         what: how an owner's phrase names the file (see `owner_problem`).
+        links: how many hard links it may have (see `trust_problem`).
 
     Raises:
         FileNotFoundError: there is no file at `path`.
@@ -333,7 +335,7 @@ def read_trusted(
         raise UntrustedFile(f"cannot be read ({err.strerror or err})", owner_uid=owner) from None
     try:
         st = os.fstat(fd)
-        problem = trust_problem(st, root_ok=root_ok, what=what)
+        problem = trust_problem(st, root_ok=root_ok, what=what, links=links)
         if problem:
             raise UntrustedFile(problem, owner_uid=st.st_uid)
         chunks, size = [], 0
@@ -350,7 +352,7 @@ def read_trusted(
 
 
 def read_trusted_json(
-    path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False, what: str | None = None
+    path: str | os.PathLike[str], *, max_bytes: int, root_ok: bool = False, what: str | None = None, links: int = 1
 ) -> dict[str, Any]:
     """The JSON object in a file wattwise reads back (`read_trusted`, whose arguments it takes).
 
@@ -359,7 +361,7 @@ def read_trusted_json(
         UntrustedFile: it cannot be trusted (see `read_trusted`).
         ValueError: it is not UTF-8 text holding one JSON object (nesting too deep included).
     """
-    data = read_trusted(path, max_bytes=max_bytes, root_ok=root_ok, what=what)
+    data = read_trusted(path, max_bytes=max_bytes, root_ok=root_ok, what=what, links=links)
     try:
         content = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:

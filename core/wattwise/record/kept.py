@@ -15,13 +15,17 @@ records it in the store at the end of a run.
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import shutil
 import stat
 from pathlib import Path
+from typing import TextIO
 
 from wattwise.profile import ProfileEntry
 from wattwise.record.summary import POWER_FILE, SUMMARY_FILE, WINDOWS_FILE, PowerLimitSummary, RunSummary
+from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
 from wattwise.store.history import RUN_MODES, RunRow
 
 #: The folder of an output folder that holds each run's own folder.
@@ -112,3 +116,50 @@ def keep_folder(output_dir: str | os.PathLike[str], run_id: str, *, world_size: 
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
     return own
+
+
+#: Largest summary.json a late process reads back to add its note (a summary is a few kB).
+MAX_SUMMARY_BYTES = 16 * 1024 * 1024
+
+
+def summary_written_without(output_dir: str | os.PathLike[str], rank: int, *, since_s: float) -> bool:
+    """Whether `output_dir` holds a summary written after `since_s` (unix s) that says `rank` left no figures."""
+    path = Path(output_dir) / SUMMARY_FILE
+    try:
+        if os.lstat(path).st_mtime < since_s:
+            return False
+        notes = read_trusted_json(path, max_bytes=MAX_SUMMARY_BYTES, links=2).get("notes")
+    except (OSError, UntrustedFile, ValueError):
+        return False
+    missing = [n for n in notes if isinstance(n, str) and "left no figures" in n] if isinstance(notes, list) else []
+    return any(f"rank {rank}," in n or f"rank {rank} left" in n for n in missing)
+
+
+def add_late_note(output_dir: str | os.PathLike[str], note: str, *, late_file: str) -> None:
+    """Add `note` to the summary in `output_dir` and in the run's own folder (`latest`); keep `late_file` there.
+
+    For a process of the run that left its figures after the main process had written the summary.
+    Each summary is read with the trust of every file read back and written whole under a new name.
+
+    Raises:
+        OSError, UntrustedFile, ValueError: a summary cannot be read or written.
+    """
+    out = Path(output_dir)
+    own = out / LATEST
+    targets = [out]
+    if own.is_symlink():
+        resolved = own.resolve()
+        if resolved.parent == (out / RUNS_FOLDER).resolve() and resolved.is_dir():
+            targets.append(resolved)
+            with contextlib.suppress(OSError):
+                shutil.copy2(out / late_file, resolved / late_file, follow_symlinks=False)
+    for folder in targets:
+        path = folder / SUMMARY_FILE
+        raw = read_trusted_json(path, max_bytes=MAX_SUMMARY_BYTES, links=2)
+        notes = raw.get("notes")
+        raw["notes"] = [*(notes if isinstance(notes, list) else []), note]
+        replace_file(path, functools.partial(_write_text, json.dumps(raw, indent=2) + "\n"))
+
+
+def _write_text(text: str, fh: TextIO) -> None:
+    fh.write(text)

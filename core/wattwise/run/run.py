@@ -47,6 +47,7 @@ from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, plugin_warning
 from wattwise.monitor import Measurement
 from wattwise.record.files import WindowsLog, power_rows, write_run_dir
+from wattwise.record.kept import add_late_note, summary_written_without
 from wattwise.record.summary import (
     NEVER_APPLIED,
     EpochEnergy,
@@ -58,11 +59,12 @@ from wattwise.record.summary import (
     never_applied,
     with_saving_uncertainty,
 )
-from wattwise.run.agreement import RankEnd, agree, collect_rank_ends, leave_rank_end
+from wattwise.run.agreement import FIGURES_LEFT, RankEnd, agree, collect_rank_ends, leave_rank_end
 from wattwise.run.carbon import CarbonControl
 from wattwise.run.history import keep_run
 from wattwise.run.measurement import Figures, RunFigures, RunMeasurement, Window
 from wattwise.run.power import PowerLimitControl, PowerMode
+from wattwise.safe_files import UntrustedFile
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 
@@ -74,6 +76,9 @@ __all__ = ["DEFAULT_LOG_EVERY_N_STEPS", "EnergyPluginWarning", "Figures", "Run",
 #: Step figures are combined over processes and logged every this many optimizer steps, unless the
 #: configuration (or the framework's own cadence, in the adapter) says otherwise.
 DEFAULT_LOG_EVERY_N_STEPS = 50
+#: How long a process that ends apart, its figures left, waits to see whether the main process read them
+#: or wrote the summary without them (`Run._tell_if_late`), in seconds.
+LATE_WAIT_S = 1.0
 #: What a note adds when a failure in some processes makes every process only measure from then on.
 DEGRADED = "; every process continues with measurement only, so that the processes stay in step"
 
@@ -650,6 +655,7 @@ class Run:
         mine = self._rank_end(fit, ended=ended)
         if not self.is_main:
             leave_rank_end(out, mine)
+            self._tell_if_late(out, mine)
             return None
         left = collect_rank_ends(out, size)
         per_rank: dict[int, RankEnd] = {0: mine, **left.found}
@@ -678,6 +684,32 @@ class Run:
         write_run_dir(self.cfg.output_dir, self.final_summary, power_rows(figures.samples))
         keep_run(self.cfg.output_dir, self.final_summary, store=self._store)
         return self.final_summary
+
+    def _tell_if_late(self, out: Path, mine: RankEnd) -> None:
+        """After leaving this process's figures: when the main process wrote the summary without them, say so there.
+
+        A process waiting in a collective for the main one (as when a signal reaches every process of the
+        job at once) runs its handlers only once that collective fails, which is when the main process has
+        ended: its figures come after the summary. They stay beside it, and a note says whose and where.
+        """
+        rank, name = mine["rank"], FIGURES_LEFT.format(rank=mine["rank"])
+        deadline = time.monotonic() + LATE_WAIT_S
+        while time.monotonic() < deadline:
+            if not (out / name).exists():
+                return  # the main process read them
+            if summary_written_without(out, rank, since_s=self._start_wall):
+                energy_j = sum(mine["energy"].values())
+                note = (
+                    f"rank {rank} left its figures after this summary was written ({name}, beside it: "
+                    f"{energy_j:.1f} J on its GPUs, not in these totals); it was waiting in a collective for "
+                    "the main process and could end only once that failed"
+                )
+                try:
+                    add_late_note(out, note, late_file=name)
+                except (OSError, UntrustedFile, ValueError) as err:
+                    plugin_warning(f"wattwise: rank {rank}'s figures are in {out / name}, not in the summary ({err})")
+                return
+            time.sleep(0.05)
 
     def _rank_end(self, fit: Measurement, *, ended: str | None = None) -> RankEnd:
         """What this process hands over at the end (`wattwise.run.agreement.RankEnd`).

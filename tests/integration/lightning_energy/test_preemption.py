@@ -85,3 +85,33 @@ def test_sigterm_in_both_processes_of_a_ddp_fit_restores_each_gpu_and_writes_the
     assert (summary["status"], summary["steps"], summary["world_size"]) == ("interrupted", 6, 2)
     assert any(n.startswith("SIGTERM reached rank 0") for n in summary["notes"])
     assert [json.loads(s.read_text())["power_limit_w"] for s in states] == [250.0, 250.0]  # restored in each
+
+
+def test_sigterm_to_the_process_group_says_where_the_rank_that_ended_last_left_its_figures(tmp_path):
+    # As SLURM's scancel: one SIGTERM to every process of the job at once. Rank 1 is then inside a gloo
+    # collective that waits for rank 0 and runs its handlers only once that fails, when rank 0 has ended: its
+    # figures come after the summary. The summary must not leave it at "left no figures": rank 1 adds a note
+    # saying where they are, in the output folder and in the run's own folder.
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY"))}
+    env.update(WATTWISE_HOME=str(home))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS_DIR / "ranks_differ.py"), str(home), str(tmp_path / "run"), "sigterm-group"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        start_new_session=True,  # the group signalled is the script's own
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]  # as without wattwise
+    run = tmp_path / "run" / "sigterm-group"
+    for folder in (run, run / "latest"):
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["status"] == "interrupted"
+        notes = summary["notes"]
+        late = [n for n in notes if n.startswith("rank 1 left its figures after this summary was written")]
+        assert len(late) == 1, notes
+        assert "interrupted-rank1.json" in late[0] and "not in these totals" in late[0]
+        figures = json.loads((folder / "interrupted-rank1.json").read_text())
+        assert figures["rank"] == 1 and sum(figures["energy"].values()) > 0
