@@ -13,11 +13,10 @@ with LOCAL_RANK=1; the later fits reuse the process group), each with its own si
 - `nodevice`: it finds no device to measure (no GPU, no readable CPU counter);
 - `nobackend`: its devices cannot be opened, as when the backend is named (`devices.backend: nvml`) and
   its node's driver is missing;
-- `sigterm`: no difference, but SIGTERM reaches every process after optimizer step 6, as a SLURM or
-  Kubernetes preemption sends it (tests/integration/lightning_energy/test_preemption.py; Lightning ends
-  the processes there, so it is the last fit);
-- `sigterm-group`: rank 0 sends SIGTERM to the whole process group after optimizer step 6, as SLURM's
-  `scancel` does (run the script in a session of its own); also the last fit.
+- `sigterm-group`: no difference, but rank 0 sends SIGTERM to the whole process group after optimizer
+  step 6, as SLURM's `scancel` does (run the script in a session of its own;
+  tests/integration/lightning_energy/test_preemption.py; Lightning ends the processes there, so it is the
+  last fit).
 
 Rank 0 writes `--- FAULT` to stderr before each fit, so the test can tell whose warnings are whose. Run by
 tests/integration/lightning_energy/test_ranks_agree.py: training must go on, exit 0, with one warning each.
@@ -94,18 +93,12 @@ def no_driver(*args: object, **kwargs: object) -> Discovery:
 
 
 class Preempted(pl.Callback):
-    """SIGTERM reaches this process after optimizer step 6 (with `group`, rank 0 sends it to the group)."""
-
-    def __init__(self, group: bool = False) -> None:
-        self.group = group
+    """Rank 0 sends SIGTERM to the whole process group after optimizer step 6."""
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
-        if trainer.global_step == 6 and not getattr(self, "sent", False):
+        if trainer.global_step == 6 and trainer.global_rank == 0 and not getattr(self, "sent", False):
             self.sent = True
-            if not self.group:
-                os.kill(os.getpid(), signal.SIGTERM)
-            elif trainer.global_rank == 0:
-                os.killpg(os.getpgid(0), signal.SIGTERM)
+            os.killpg(os.getpgid(0), signal.SIGTERM)
 
 
 def fit(home: Path, out: Path, fault: str) -> None:
@@ -139,7 +132,7 @@ def fit(home: Path, out: Path, fault: str) -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
         limit_val_batches=0,
-        callbacks=[callback, *([Preempted(fault == "sigterm-group")] if fault.startswith("sigterm") else [])],
+        callbacks=[callback, *([Preempted()] if fault == "sigterm-group" else [])],
     )
     try:
         trainer.fit(EmulatedModule(dataset_size=1024))

@@ -61,38 +61,18 @@ def test_sigterm_in_a_tuned_fit_lets_lightning_handle_it_and_restores_the_limit(
     assert json.loads(state.read_text())["power_limit_w"] == 250.0  # ... and the GPU's own limit is back
 
 
-def test_sigterm_in_both_processes_of_a_ddp_fit_restores_each_gpu_and_writes_the_summary(tmp_path):
-    # Lightning's own handling under DDP: rank 0 raises SIGTERMException, rank 1's handler fails in the
-    # collective it makes (the peer left), and the script exits 0. wattwise used to hang there, meeting the
-    # other process in on_exception to combine figures; now each process ends on its own.
+def test_sigterm_to_every_process_of_a_ddp_fit_restores_each_gpu_and_says_where_each_rank_s_figures_are(tmp_path):
+    # As SLURM's scancel: one SIGTERM to every process of the job at once. Lightning's own handling under DDP:
+    # rank 0 raises SIGTERMException, rank 1 fails in the collective it makes (the peer left), and the script
+    # exits 0. wattwise used to hang there, meeting the other process in on_exception to combine figures; now
+    # each process ends on its own. Rank 1, inside a gloo collective that waits for rank 0, runs its handlers
+    # only once that fails, when rank 0 has ended: its figures come after the summary, and it adds a note
+    # saying where they are (in the output folder and in the run's own folder), not "left no figures" alone.
     home = tmp_path / "home"
-    states = [home / "sigterm" / "simulated" / f"gpu{i}.json" for i in range(2)]
+    states = [home / "sigterm-group" / "simulated" / f"gpu{i}.json" for i in range(2)]
     states[0].parent.mkdir(parents=True)
     for state in states:
         state.write_text(json.dumps({"power_limit_w": 250.0, "locked_sm_clocks_mhz": None}))  # their own limit
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY"))}
-    env.update(WATTWISE_HOME=str(home))
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS_DIR / "ranks_differ.py"), str(home), str(tmp_path / "run"), "sigterm"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]  # as without wattwise
-    summary = json.loads((tmp_path / "run" / "sigterm" / "summary.json").read_text())
-    assert (summary["status"], summary["steps"], summary["world_size"]) == ("interrupted", 6, 2)
-    assert any(n.startswith("SIGTERM reached rank 0") for n in summary["notes"])
-    assert [json.loads(s.read_text())["power_limit_w"] for s in states] == [250.0, 250.0]  # restored in each
-
-
-def test_sigterm_to_the_process_group_says_where_the_rank_that_ended_last_left_its_figures(tmp_path):
-    # As SLURM's scancel: one SIGTERM to every process of the job at once. Rank 1 is then inside a gloo
-    # collective that waits for rank 0 and runs its handlers only once that fails, when rank 0 has ended: its
-    # figures come after the summary. The summary must not leave it at "left no figures": rank 1 adds a note
-    # saying where they are, in the output folder and in the run's own folder.
-    home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY"))}
     env.update(WATTWISE_HOME=str(home))
     proc = subprocess.run(
@@ -105,11 +85,13 @@ def test_sigterm_to_the_process_group_says_where_the_rank_that_ended_last_left_i
         start_new_session=True,  # the group signalled is the script's own
     )
     assert proc.returncode == 0, proc.stderr[-3000:]  # as without wattwise
+    assert [json.loads(s.read_text())["power_limit_w"] for s in states] == [250.0, 250.0]  # restored in each
     run = tmp_path / "run" / "sigterm-group"
     for folder in (run, run / "latest"):
         summary = json.loads((folder / "summary.json").read_text())
-        assert summary["status"] == "interrupted"
+        assert (summary["status"], summary["steps"], summary["world_size"]) == ("interrupted", 6, 2)
         notes = summary["notes"]
+        assert any(n.startswith("SIGTERM reached rank 0") for n in notes)
         late = [n for n in notes if n.startswith("rank 1 left its figures after this summary was written")]
         assert len(late) == 1, notes
         assert "interrupted-rank1.json" in late[0] and "not in these totals" in late[0]
