@@ -31,7 +31,8 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 # stays): their plumbing checks count steps, collectives and exact figures that the realistic physics (windows
 # of 20 counter updates, about 2 s per tuned limit, reads that take time, noise) changes. The realistic
 # physics, the default everywhere else, has its own tests on virtual clocks (tests/unit/devices/
-# test_simulated_physics.py, tests/unit/test_power_limit_physics.py, the profiler's) and benchmarks/physics.py.
+# test_simulated_physics.py, tests/unit/test_power_limit_physics.py, the profiler's), benchmarks/physics.py, and
+# end to end the README's demo on it (tests/integration/cli/test_demo.py).
 os.environ.setdefault("WATTWISE_SIMULATED_PHYSICS", "ideal")
 
 #: The fixtures that reach the session's one PostgreSQL server.

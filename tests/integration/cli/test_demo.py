@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -72,3 +73,29 @@ def test_demo_rejects_bad_options_with_exit_2(capsys):
     assert main(["demo", "--backend", "nvml"]) == 2
     assert main(["demo", "--backend", "agent", "--power-model", "/nonexistent.csv"]) == 2
     assert "leave --power-model out with --backend agent" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_the_demo_as_the_readme_runs_it_on_the_default_realistic_physics(tmp_path):
+    # `make demo` runs `wattwise demo` on the simulated GPU's default physics, the realistic one (a counter that
+    # changes every 95 ms, reads that take time, settings that settle, noisy steps): tuning there must choose
+    # what it chooses on the ideal physics (200 W for the built-in model) or its neighbour (its steps here are
+    # timed by the wall clock, whose own jitter adds to the model's noise), and report a saving it resolved,
+    # with its uncertainty.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WATTWISE_")}
+    env.update(WATTWISE_HOME=str(tmp_path / "home"), WATTWISE_SIMULATED_SEED="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "wattwise.cli.main", "demo", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    summary = json.loads((tmp_path / out["run_dir"] / "summary.json").read_text())
+    assert {d["physics"] for d in summary["devices"]} == {"realistic"}
+    assert out["simulated"] is True and out["chosen_power_limit_w"] in (175.0, 200.0, 225.0)
+    assert summary["power_limit"]["tuning"]["finished"] is True
+    assert out["saving_resolved"] is True
+    assert out["energy_saved_j"] > out["energy_saved_uncertainty_j"] > 0
