@@ -47,9 +47,9 @@ from wattwise.carbon.series import (
 from wattwise.errors import UsageError
 from wattwise.record.files import RunDir
 from wattwise.record.summary import (
-    NEVER_APPLIED,
     PowerLimitSummary,
     never_applied,
+    never_applied_why,
     simulated_label,
     with_uncertainty,
 )
@@ -139,6 +139,10 @@ class RunReport:
     saving_resolved: bool | None = None
     #: What drove a simulated GPU ("steps", "emulated", "nothing"; `summary.json`'s `simulated_driven_by`).
     simulated_driven_by: str | None = None
+    #: The limit was reused from an earlier run of the job (not profiled in this one), and that run's id
+    #: (None when the summary does not say).
+    power_limit_reused: bool = False
+    power_limit_reused_from: str | None = None
 
 
 def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
@@ -224,22 +228,25 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
         ),
         epochs=[asdict(e) for e in s.epochs],
         settings_timeline=[{**asdict(e), "time": format_utc(e.timestamp_s)} for e in s.settings_timeline],
-        power_limit_note=_tuning_note(limit),
+        power_limit_note=_tuning_note(limit, s.status),
         device_energy_uncertainty_j=s.energy_uncertainty_j,
         energy_saved_uncertainty_j=limit.energy_saved_uncertainty_j if limit else None,
         saving_resolved=limit.saving_resolved if limit else None,
         simulated_driven_by=s.simulated_driven_by,
+        power_limit_reused=bool(limit and limit.mode != "cap" and limit.reused),
+        power_limit_reused_from=limit.reused_run_id if limit and limit.reused else None,
     )
 
 
-def _tuning_note(limit: PowerLimitSummary | None) -> str | None:
+def _tuning_note(limit: PowerLimitSummary | None, status: str | None) -> str | None:
     """What tuning did when training ran at no limit it chose: it chose none, or never applied its choice."""
     if limit is None or limit.mode == "cap" or limit.tuning is None:
         return None
     if limit.chosen_power_limit_w is None and not limit.tuning.finished:
         return f"power-limit tuning chose no limit ({limit.tuning.reason or 'no reason recorded'})"
     if never_applied(limit):
-        return f"power-limit tuning chose {limit.chosen_power_limit_w:g} W but never applied it ({NEVER_APPLIED})"
+        why = never_applied_why(status)
+        return f"power-limit tuning chose {limit.chosen_power_limit_w:g} W but never applied it ({why})"
     return None
 
 
@@ -401,7 +408,10 @@ def _steps_taken(r: RunReport) -> str:
         if r.power_limit_selector:
             eta = f", eta = {r.power_limit_eta:g}" if r.power_limit_selector == "cost" and r.power_limit_eta else ""
             details.append(f"selector: {r.power_limit_selector}{eta}")
-        if r.power_limits_profiled:
+        if r.power_limit_reused:
+            origin = f"run {r.power_limit_reused_from}" if r.power_limit_reused_from else "an earlier run"
+            details.append(f"reused from {origin} of the same job, which chose it; not profiled again")
+        elif r.power_limits_profiled:
             details.append(f"chosen from a profile of {r.power_limits_profiled} power limits")
         how = f" ({'; '.join(details)})" if details else ""
         steps.append(f"the GPU power limit was set to {r.power_limit_w:g} W{how}")

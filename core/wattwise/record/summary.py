@@ -360,6 +360,13 @@ class RunSummary(_JsonRecord):
 
 #: Why a tuned limit was never applied (`never_applied`).
 NEVER_APPLIED = "the run ended as tuning finished, so no step ran at it (give the run more steps)"
+#: Why, when a signal (SIGTERM, SIGINT) ended the run: more steps would not have helped.
+NEVER_APPLIED_INTERRUPTED = "the run was interrupted as tuning finished, so no step ran at it"
+
+
+def never_applied_why(status: str | None) -> str:
+    """Why a tuned limit was never applied, by the run's status: advice to run longer only when it ended by itself."""
+    return NEVER_APPLIED_INTERRUPTED if status == "interrupted" else NEVER_APPLIED
 
 
 def never_applied(limit: PowerLimitSummary) -> bool:
@@ -434,7 +441,7 @@ def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | 
             eta = f"{pl.eta:g}" if pl.eta is not None else "unset"
             lines.append(f"  power limit {pl.chosen_power_limit_w:g} W chosen by {pl.selector} (eta {eta}; {how})")
             if never_applied(pl):
-                lines.append(f"  the chosen limit was never applied: {NEVER_APPLIED}")
+                lines.append(f"  the chosen limit was never applied: {never_applied_why(summary.status)}")
             elif pl.energy_saved_j is not None:
                 saved = with_uncertainty(pl.energy_saved_j, pl.energy_saved_uncertainty_j, "J")
                 if pl.saving_resolved is False:

@@ -449,8 +449,9 @@ class PowerLimitControl:
             t.settle()
             self._tuning_ended()
             return
+        ended = "was interrupted by a signal" if self.interrupted else "ended"
         reason = (
-            f"the run ended after {steps_done} optimizer steps, {t.steps_to_finish()} before every limit was profiled"
+            f"the run {ended} after {steps_done} optimizer steps, {t.steps_to_finish()} before every limit was profiled"
         )
         t.finish_early(reason)
         if not self._warned_short:
@@ -560,7 +561,7 @@ class PowerLimitControl:
                     finished=False,
                     profiled=tuple(e.power_limit_w for e in profile),
                     reason=f"abandoned: {reason}",
-                    steps_at_chosen=0,
+                    steps_at_chosen=None,  # nothing was chosen
                 ),
             )
         t = self.tuner
@@ -590,7 +591,7 @@ class PowerLimitControl:
                 finished=t.finished,
                 profiled=tuple(e.power_limit_w for e in t.profile),
                 reason=t.unfinished_reason if not t.finished else None,
-                steps_at_chosen=self.steps_at_chosen,
+                steps_at_chosen=self.steps_at_chosen if t.chosen is not None else None,
             ),
         )
 

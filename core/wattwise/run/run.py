@@ -49,7 +49,6 @@ from wattwise.monitor import Measurement
 from wattwise.record.files import WindowsLog, power_rows, write_run_dir
 from wattwise.record.kept import add_late_note, summary_written_without
 from wattwise.record.summary import (
-    NEVER_APPLIED,
     EpochEnergy,
     NonTrainingTime,
     RunSettings,
@@ -57,6 +56,7 @@ from wattwise.record.summary import (
     SettingEvent,
     iso_utc,
     never_applied,
+    never_applied_why,
     with_saving_uncertainty,
 )
 from wattwise.run.agreement import FIGURES_LEFT, RankEnd, agree, collect_rank_ends, leave_rank_end
@@ -754,7 +754,7 @@ class Run:
             self.power.summary(figures.energy_j), self._profile_uncertainty, figures.energy_uncertainty_j
         )
         unapplied = (
-            (f"power limit {limit.chosen_power_limit_w:g} W was chosen but never applied: {NEVER_APPLIED}",)
+            (f"power limit {limit.chosen_power_limit_w:g} W was chosen but never applied: {never_applied_why(status)}",)
             if limit is not None and never_applied(limit)
             else ()
         )
