@@ -183,16 +183,29 @@ def test_a_run_ended_mid_tuning_gives_one_reason_not_a_limit_never_applied(tmp_p
     assert not [n for n in run.summary["notes"] if "never applied" in n]
 
 
-def test_nothing_to_measure_is_said_once(
-    real_auto_backend: None, bare_machine: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("framework", "hint"),
+    [
+        ("cli", "devices.backend=simulated (or WATTWISE_BACKEND=simulated)"),
+        ("accelerate", "ACCELERATE_ENERGY_BACKEND=simulated"),
+        ("lightning", "EnergyCallback(backend='simulated') (or LIGHTNING_ENERGY_BACKEND=simulated)"),
+    ],
+)
+def test_nothing_to_measure_is_said_once_in_the_words_of_the_framework(
+    real_auto_backend: None,
+    bare_machine: None,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    framework: str,
+    hint: str,
 ) -> None:
     cfg = load_config(overrides=[*QUIET, f"output_dir={tmp_path / 'run'}"])
-    run = Run(cfg)
+    run = Run(cfg, framework=framework)
     with pytest.warns(EnergyPluginWarning) as said, caplog.at_level("WARNING", logger="wattwise"):
         run.start()
         run.finish()
     told = [str(w.message) for w in said] + [r.getMessage() for r in caplog.records]
     assert [t for t in told if "nothing to measure" in t] == [
         "wattwise: nothing to measure on this machine (no GPU, and the CPU package's energy counter is not "
-        "readable): training goes on unmeasured; backend='simulated' tries wattwise on the simulated GPU"
+        f"readable): training goes on unmeasured; {hint} tries wattwise on the simulated GPU"
     ]

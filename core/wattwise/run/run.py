@@ -86,6 +86,15 @@ DEGRADED = "; every process continues with measurement only, so that the process
 Hook = Callable[Concatenate["Run", P], R | None]
 
 
+def simulated_hint(framework: str) -> str:
+    """How a user of `framework` turns the simulated GPU on: the keyword or variable they would use."""
+    if framework == "lightning":
+        return "EnergyCallback(backend='simulated') (or LIGHTNING_ENERGY_BACKEND=simulated)"
+    if framework == "accelerate":
+        return "ACCELERATE_ENERGY_BACKEND=simulated"
+    return "devices.backend=simulated (or WATTWISE_BACKEND=simulated)"
+
+
 def process_guard() -> SettingsGuard:
     """The guard of a training process, opened when the run first changes a setting.
 
@@ -407,8 +416,8 @@ class Run:
         if not self.measurement.open():
             self._notice(
                 "nothing to measure on this machine (no GPU, and the CPU package's energy counter "
-                "is not readable): training goes on unmeasured; backend='simulated' tries wattwise "
-                "on the simulated GPU"
+                f"is not readable): training goes on unmeasured; {simulated_hint(self.framework)} tries "
+                "wattwise on the simulated GPU"
             )
             return
         changes = self.power.mode != PowerMode.MEASURE
