@@ -146,6 +146,10 @@ def _said(name: str) -> Callable[[Any], bool]:
     return lambda record: getattr(record, name) is not None
 
 
+def _measured_again(record: Any) -> bool:
+    return bool(getattr(record, "confirm_rounds", 0))
+
+
 @dataclass(frozen=True)
 class EpochEnergy(_JsonRecord):
     """Time and energy of one epoch (an epoch missing its number reads as its position in the list)."""
@@ -179,6 +183,11 @@ class TuningSummary(_JsonRecord):
     reason: str | None = field(default=None, metadata=as_json(Text()))
     #: Optimizer steps run at the chosen limit (the estimated saving counts these).
     steps_at_chosen: int | None = field(default=None, metadata=as_json(Whole()))
+    #: Rounds of measuring again the limits the sweep left undecided (`power_limit.confirm_rounds`).
+    #: Written only when there was one (a summary without them reads as before).
+    confirm_rounds: int = field(default=0, metadata=as_json(Whole(), if_missing=0, written=_measured_again))
+    #: The limits measured again in those rounds, highest first (each profile entry is then their mean).
+    measured_again: tuple[float, ...] = field(default=(), metadata=as_json(Numbers(), written=_measured_again))
 
 
 @dataclass(frozen=True)

@@ -592,6 +592,10 @@ class PowerLimitControl:
                 profiled=tuple(e.power_limit_w for e in t.profile),
                 reason=t.unfinished_reason if not t.finished else None,
                 steps_at_chosen=self.steps_at_chosen if t.chosen is not None else None,
+                confirm_rounds=t.rounds,
+                measured_again=tuple(
+                    e.power_limit_w for e, n in zip(t.profile, t.window_counts, strict=False) if n > 1
+                ),
             ),
         )
 
