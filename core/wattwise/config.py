@@ -147,6 +147,9 @@ class CarbonConfig:
     aware: bool = False
     #: Intensity (gCO2e/kWh) at and above which the energy-optimal limit is used.
     threshold_g_per_kwh: float = 300.0
+    #: The intensity as `wattwise report --intensity` takes it: a number (gCO2e/kWh), a CSV `timestamp,value`
+    #: file, or a code of the bundled table of yearly averages (`DE`, `gcp:europe-west1`, `aws:eu-west-1`).
+    intensity: str | None = None
     #: CSV `timestamp,value` of intensity (gCO2e/kWh), or a constant via `intensity_g_per_kwh`.
     intensity_csv: str | None = None
     #: A constant intensity (gCO2e/kWh), used when no `intensity_csv` is given.
@@ -665,6 +668,8 @@ def validate(cfg: EnergyConfig) -> None:
             raise ConfigError(Key("power_limit.cap_fraction"), f" must be in (0, 1] (got {pl.cap_fraction})")
     c = cfg.carbon
     _positive("carbon.threshold_g_per_kwh", c.threshold_g_per_kwh, allow_zero=True)
+    if c.intensity is not None:
+        _check_intensity(c.intensity)
     if c.aware:
         if pl.mode != "tune":
             raise ConfigError(
@@ -673,15 +678,30 @@ def validate(cfg: EnergyConfig) -> None:
                 MODE,
                 "=tune (it switches between the time- and energy-optimal limits of the tuning profile)",
             )
-        if (c.intensity_csv is None) == (c.intensity_g_per_kwh is None):
+        if [c.intensity, c.intensity_csv, c.intensity_g_per_kwh].count(None) != 2:
             raise ConfigError(
                 AWARE,
                 "=true needs exactly one of ",
+                Key("carbon.intensity"),
+                " (a number, a CSV file or a code of the bundled table such as DE), ",
                 Key("carbon.intensity_csv"),
                 " or ",
                 Key("carbon.intensity_g_per_kwh"),
             )
         _positive("carbon.interval_s", c.interval_s)
+
+
+def _check_intensity(text: str) -> None:
+    """`carbon.intensity` as `--intensity` reads it (a file is read when the run starts), named in the error."""
+    from wattwise.carbon.series import INTENSITY, parse_series  # only when the key is set
+
+    if Path(text).is_file():
+        return
+    key = "carbon.intensity"
+    try:
+        parse_series(text, INTENSITY.setting(key))
+    except UsageError as err:
+        raise ConfigError(Key(key), str(err).removeprefix(key)) from None
 
 
 def to_yaml(cfg: EnergyConfig) -> str:

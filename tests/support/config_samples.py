@@ -44,6 +44,7 @@ SAMPLES: dict[str, Any] = {
     "power_limit.reuse": False,
     "carbon.aware": True,
     "carbon.threshold_g_per_kwh": 200.0,
+    "carbon.intensity": "DE",
     "carbon.intensity_csv": "ci.csv",
     "carbon.intensity_g_per_kwh": 250.0,
     "carbon.interval_s": 60.0,

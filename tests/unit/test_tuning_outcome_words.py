@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.clock import VirtualClock
-from tests.unit.test_record import full_summary, power
+from tests.support.run_records import TUNED, write_tuned_run
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import EnergyPluginWarning
-from wattwise.record.files import read_run_dir, write_run_dir
+from wattwise.record.files import read_run_dir
 from wattwise.record.report import FacilityInputs, build_report, energy_statement
 from wattwise.record.summary import format_summary
 from wattwise.run import Run
@@ -117,12 +117,10 @@ def test_tuning_that_chose_no_limit_records_no_steps_at_a_chosen_one(tmp_path: P
 
 
 def test_the_statement_of_a_reused_limit_says_where_it_came_from(tmp_path: Path) -> None:
-    base = full_summary()
-    assert base.power_limit is not None
     reused = dataclasses.replace(
-        base.power_limit, reused=True, reused_run_id="20261201-101500-ab12", reused_chosen_at_s=1_764_584_100.0
+        TUNED, reused=True, reused_run_id="20261201-101500-ab12", reused_chosen_at_s=1_764_584_100.0
     )
-    write_run_dir(tmp_path / "run", full_summary(power_limit=reused), power())
+    write_tuned_run(tmp_path / "run", power_limit=reused)
     text = statement(tmp_path)
     assert "the GPU power limit was set to 175 W" in text
     assert "reused from run 20261201-101500-ab12 of the same job" in text
@@ -130,6 +128,6 @@ def test_the_statement_of_a_reused_limit_says_where_it_came_from(tmp_path: Path)
 
 
 def test_the_statement_of_a_limit_profiled_in_the_run_says_it_was_chosen_from_its_profile(tmp_path: Path) -> None:
-    write_run_dir(tmp_path / "run", full_summary(), power())
+    write_tuned_run(tmp_path / "run")
     text = statement(tmp_path)
     assert "chosen from a profile of 2 power limits" in text and "reused" not in text

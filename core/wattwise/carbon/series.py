@@ -15,7 +15,7 @@ import csv
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -37,6 +37,10 @@ class Quantity:
     minimum: float | None
     #: The highest plausible value (`wattwise.bounds`): above it, a typo or a unit mix-up.
     maximum: float
+
+    def setting(self, name: str) -> Quantity:
+        """The same quantity set by `name` (a config key, an environment variable): messages name that."""
+        return replace(self, flag=name)
 
 
 PUE = Quantity("PUE", "--pue", "", bounds.PUE.low, bounds.PUE.high)
@@ -140,6 +144,9 @@ def check_series_values(series: Series, quantity: Quantity) -> None:
 def parse_series(text: str, quantity: Quantity, source: str | None = None) -> Series:
     """A CLI value: a number is a constant, anything else is the path of a `timestamp,value` CSV file.
 
+    Errors name `quantity.flag`: `--intensity`, or `quantity.setting(...)` for the config key or the
+    environment variable that gave the text.
+
     For the carbon intensity, a code of wattwise's bundled table (`DE`, `gcp:europe-west1`;
     `wattwise.carbon.grid`) is that table's yearly average, with its source, year and licence as `source`
     (unless a file of that name exists).
@@ -151,7 +158,7 @@ def parse_series(text: str, quantity: Quantity, source: str | None = None) -> Se
         value = float(text)
     except ValueError:
         value = None
-    if value is None and quantity is INTENSITY and not Path(text).exists():
+    if value is None and quantity.name == INTENSITY.name and not Path(text).exists():
         from wattwise.carbon.grid import looks_like_code, lookup
 
         if looks_like_code(text):

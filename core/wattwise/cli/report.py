@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from wattwise.carbon.series import INTENSITY, PRICE, PUE, parse_series
+from wattwise.carbon.series import INTENSITY, PRICE, PUE, Series, parse_series
 from wattwise.errors import UsageError
 from wattwise.record.files import read_run_dir
 from wattwise.record.report import FacilityInputs, build_report, energy_statement, report_json, write_report
@@ -52,7 +52,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pue-source", help="where the PUE comes from, for the statement")
     parser.add_argument(
         "--intensity",
-        default=os.environ.get(INTENSITY_ENV) or None,
         help="grid carbon intensity in gCO2e/kWh: a number, a CSV series, or a code of the bundled table "
         f"(DE, gcp:europe-west1); default: ${INTENSITY_ENV}",
     )
@@ -117,9 +116,17 @@ def _inputs(args: argparse.Namespace) -> FacilityInputs:
     """The facility inputs the flags give (PUE, intensity, price, where, what)."""
     return FacilityInputs(
         pue=parse_series(args.pue, PUE, args.pue_source) if args.pue else None,
-        intensity=parse_series(args.intensity, INTENSITY, args.intensity_source) if args.intensity else None,
+        intensity=_intensity(args.intensity, args.intensity_source),
         price=parse_series(args.price, PRICE, args.price_source) if args.price else None,
         currency=args.currency,
         region=args.region,
         hardware=args.hardware,
     )
+
+
+def _intensity(given: str | None, source: str | None) -> Series | None:
+    """`--intensity`, else `$WATTWISE_INTENSITY`: an error names the one that gave the text."""
+    if given:
+        return parse_series(given, INTENSITY, source)
+    from_env = os.environ.get(INTENSITY_ENV, "").strip()
+    return parse_series(from_env, INTENSITY.setting(INTENSITY_ENV), source) if from_env else None

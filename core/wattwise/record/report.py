@@ -143,6 +143,10 @@ class RunReport:
     #: (None when the summary does not say).
     power_limit_reused: bool = False
     power_limit_reused_from: str | None = None
+    #: A carbon-aware run: the intensity it followed (a table code's figure names its source and year) and
+    #: the threshold at and above which it ran at the energy-optimal limit; None when it was not carbon-aware.
+    carbon_aware_intensity_source: str | None = None
+    carbon_aware_threshold_g_per_kwh: float | None = None
 
 
 def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
@@ -235,6 +239,10 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
         simulated_driven_by=s.simulated_driven_by,
         power_limit_reused=bool(limit and limit.mode != "cap" and limit.reused),
         power_limit_reused_from=limit.reused_run_id if limit and limit.reused else None,
+        carbon_aware_intensity_source=(
+            (s.carbon_aware.intensity_source or NOT_SUPPLIED) if s.carbon_aware is not None else None
+        ),
+        carbon_aware_threshold_g_per_kwh=s.carbon_aware.threshold_g_per_kwh if s.carbon_aware is not None else None,
     )
 
 
@@ -415,6 +423,11 @@ def _steps_taken(r: RunReport) -> str:
             details.append(f"chosen from a profile of {r.power_limits_profiled} power limits")
         how = f" ({'; '.join(details)})" if details else ""
         steps.append(f"the GPU power limit was set to {r.power_limit_w:g} W{how}")
+    if r.carbon_aware_intensity_source is not None and r.carbon_aware_threshold_g_per_kwh is not None:
+        steps.append(
+            "the power limit followed the grid's carbon intensity (the energy-optimal limit at and above "
+            f"{r.carbon_aware_threshold_g_per_kwh:g} gCO2e/kWh; intensity: {r.carbon_aware_intensity_source})"
+        )
     if r.batch_size is not None:
         steps.append(f"the batch size applied was {r.batch_size}")
     if r.frequency_plan:

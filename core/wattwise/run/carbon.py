@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from wattwise.carbon.policy import CarbonAwarePowerLimit
-from wattwise.carbon.series import INTENSITY, Constant, Series, load_series_csv
+from wattwise.carbon.series import INTENSITY, Constant, Series, load_series_csv, parse_series
 from wattwise.config import CarbonConfig
 from wattwise.distributed import Collective
 from wattwise.profile import ProfileEntry
@@ -24,11 +24,13 @@ class CarbonControl:
     def __init__(self, cfg: CarbonConfig, *, wall_clock: Callable[[], float]) -> None:
         self.cfg = cfg
         self._wall = wall_clock
-        self.intensity: Series = (
-            Constant(float(cfg.intensity_g_per_kwh), "carbon.intensity_g_per_kwh")
-            if cfg.intensity_g_per_kwh is not None
-            else load_series_csv(Path(str(cfg.intensity_csv)), INTENSITY)
-        )
+        self.intensity: Series
+        if cfg.intensity is not None:  # a number, a CSV file or a code of the bundled table, as --intensity
+            self.intensity = parse_series(cfg.intensity, INTENSITY.setting("carbon.intensity"))
+        elif cfg.intensity_g_per_kwh is not None:
+            self.intensity = Constant(float(cfg.intensity_g_per_kwh), "carbon.intensity_g_per_kwh")
+        else:
+            self.intensity = load_series_csv(Path(str(cfg.intensity_csv)), INTENSITY)
         self.policy: CarbonAwarePowerLimit | None = None
 
     def target_w(self, profile: Sequence[ProfileEntry], collective: Collective) -> float | None:

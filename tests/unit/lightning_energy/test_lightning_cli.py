@@ -133,7 +133,13 @@ def test_every_config_key_reaches_the_config_from_overrides(key):
 
 
 def test_every_config_key_reaches_the_config_from_a_yaml(tmp_path):
-    cfg = load_config(overrides=[*(f"{k}={text(v)}" for k, v in SAMPLES.items()), "carbon.intensity_csv=null"])
+    cfg = load_config(
+        overrides=[
+            *(f"{k}={text(v)}" for k, v in SAMPLES.items()),
+            "carbon.intensity_csv=null",
+            "carbon.intensity=null",
+        ]
+    )
     path = tmp_path / "all.yaml"
     path.write_text(to_yaml(cfg))
     assert EnergyCallback(config=str(path)).config == cfg
