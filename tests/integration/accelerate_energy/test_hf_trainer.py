@@ -86,6 +86,12 @@ def test_a_resumed_trainer_keeps_its_energy_and_does_not_tune_again(two_processe
     )
     second = summary(tmp_path)
     assert second["steps"] == 30 and second["world_size"] == 2
+    # The resumed run profiled nothing: no process's windows log holds a profile window.
+    logs = sorted((tmp_path / "run").glob("windows*.csv"))
+    assert [p.name for p in logs] == ["windows-rank1.csv", "windows.csv"]
+    for log in logs:
+        rows = log.read_text().splitlines()
+        assert len(rows) > 1 and not [r for r in rows if "power_limit_profile" in r], (log.name, rows)
     saved = json.loads((tmp_path / "out" / "checkpoint-20" / "wattwise_energy.json").read_text())
     assert 0 < saved["energy_j"] <= first["energy_j"]  # at the save, just before the first run's end
     assert second["resumed_energy_j"] == pytest.approx(saved["energy_j"])
