@@ -300,6 +300,7 @@ def test_the_log_has_a_header_and_one_row_per_ended_window(tmp_path: Path, clock
         "approximate",
         "simulated",
         "energy_uncertainty_j",
+        "kind",
     ]
     body = [dict(zip(rows[0], r, strict=True)) for r in rows[1:]]
     assert [r["window_name"] for r in body] == ["a", "b"]
@@ -310,7 +311,7 @@ def test_the_log_has_a_header_and_one_row_per_ended_window(tmp_path: Path, clock
     assert float(a["gpu1_energy_j"]) == pytest.approx(IDLE_W)
     assert float(a["energy_j"]) == pytest.approx(BUSY_W + IDLE_W)
     assert float(b["energy_j"]) == pytest.approx(4 * IDLE_W)
-    assert a["approximate"] == "" and a["simulated"] == "true"
+    assert a["approximate"] == "" and a["simulated"] == "true" and a["kind"] == ""  # a kind is a pause's
 
 
 def test_a_new_monitor_starts_a_fresh_log(tmp_path: Path, gpu: SimulatedGPU) -> None:

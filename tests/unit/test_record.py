@@ -262,8 +262,8 @@ def test_windows_csv_says_how_precisely_each_window_was_measured_and_reads_older
     log.write(WindowRow(1.0, "steps", 2.0, 400.0, {"gpu0": 400.0}, energy_uncertainty_j=28.25))
     log.close()
     header, line = (tmp_path / "windows.csv").read_text().splitlines()
-    assert header.endswith(",simulated,energy_uncertainty_j")  # the column added last
-    assert line.endswith(",28.250000")
+    assert header.endswith(",simulated,energy_uncertainty_j,kind")  # the columns added since, last
+    assert line.endswith(",28.250000,")  # a window that is not a pause has no kind
     (row,) = read_windows_csv(tmp_path / "windows.csv")
     assert row.energy_uncertainty_j == 28.25
     older = tmp_path / "older.csv"  # written before the column existed

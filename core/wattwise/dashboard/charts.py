@@ -36,6 +36,26 @@ SPANS = {
     "paused": ("not training (validation, checkpoint)", "rgba(120, 120, 120, 0.25)"),
     "power_limit_profile": ("tuning: profiling power limits", "rgba(255, 165, 0, 0.15)"),
 }
+#: Pauses by kind (`WindowRow.kind`): each its own shade and legend entry; another kind is named as it is.
+PAUSE_SPANS = {
+    "validation": ("validation", "rgba(31, 119, 180, 0.18)"),
+    "checkpoint": ("checkpoint", "rgba(148, 103, 189, 0.30)"),
+}
+#: The shade of a pause of any other kind.
+OTHER_PAUSE_COLOUR = "rgba(120, 120, 120, 0.25)"
+
+
+def span_of(window: WindowRow) -> tuple[str, str] | None:
+    """The legend label and colour of a window drawn as a span on the power chart; None: not drawn.
+
+    A pause is drawn by its kind ("validation", "checkpoint", any other by its name); a pause from a file
+    that does not say its kind keeps the one shade of "not training".
+    """
+    if window.window_name == "paused" and window.kind:
+        return PAUSE_SPANS.get(window.kind, (window.kind, OTHER_PAUSE_COLOUR))
+    return SPANS.get(window.window_name)
+
+
 #: Runs of one comparison share these colours, in order.
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
@@ -152,7 +172,7 @@ def power_figure(run: RunDir, windows: Iterable[WindowRow] = ()) -> go.Figure:
         )
     shown: set[str] = set()
     for window in windows:
-        span = SPANS.get(window.window_name)
+        span = span_of(window)
         if span is None:
             continue
         label, colour = span
@@ -163,10 +183,10 @@ def power_figure(run: RunDir, windows: Iterable[WindowRow] = ()) -> go.Figure:
             line_width=0,
             layer="below",
             name=label,
-            legendgroup=window.window_name,
-            showlegend=window.window_name not in shown,
+            legendgroup=label,
+            showlegend=label not in shown,
         )
-        shown.add(window.window_name)
+        shown.add(label)
     fig.update_xaxes(title_text=axis.label)
     fig.update_yaxes(title_text="power (W)", rangemode="tozero")
     return _layout(fig, "Power and power limit", simulated=s.simulated)

@@ -51,6 +51,9 @@ class WindowRow:
     simulated: bool = False
     #: How precisely `energy_j` is known (J); None in a file written before windows.csv said.
     energy_uncertainty_j: float | None = None
+    #: What a pause (`paused`) was: validation, checkpoint, ...; None for other windows, and in a file written
+    #: before windows.csv said.
+    kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ def window_cells(row: WindowRow, device_keys: Sequence[str]) -> list[str]:
         ";".join(row.approximate),
         str(row.simulated).lower(),
         "" if row.energy_uncertainty_j is None else f"{row.energy_uncertainty_j:.6f}",
+        row.kind or "",
     ]
 
 
@@ -204,17 +208,22 @@ class WindowsLog:
             self._writer.writerow(window_cells(row, self.device_keys))
 
     def window_ended(self, m: EndedWindow) -> None:
-        """A monitor's window ended (`wattwise.monitor.WindowSink`): its line."""
+        """A monitor's window ended (`wattwise.monitor.WindowSink`): its line.
+
+        A pause's window (`paused:<kind>`) is logged as `paused`, its kind in the `kind` column.
+        """
+        name, _, kind = m.name.partition(":")
         self.write(
             WindowRow(
                 m.start_time,
-                m.name,
+                name,
                 m.time_s,
                 m.total_energy_j,
                 m.energy_j,
                 m.approximate,
                 m.simulated,
                 m.total_energy_uncertainty_j,
+                kind or None,
             )
         )
 
@@ -310,6 +319,7 @@ def read_windows_csv(path: Path) -> Iterator[WindowRow]:
             energy_uncertainty_j=None
             if uncertainty is None
             else _cell(path, line, "energy_uncertainty_j", uncertainty),
+            kind=row.get("kind") or None,
         )
 
 

@@ -66,7 +66,7 @@ POWER_COLUMNS = ("timestamp", "device", "power_w")
 #: The columns of windows.csv; each device adds `<key>_energy_j` between `energy_j` and `approximate`.
 WINDOW_COLUMNS = ("start_time", "window_name", "time_s", "energy_j", "approximate", "simulated")
 #: Columns windows.csv gained later, after `WINDOW_COLUMNS`: a reader takes a file without them.
-WINDOW_LATER_COLUMNS = ("energy_uncertainty_j",)
+WINDOW_LATER_COLUMNS = ("energy_uncertainty_j", "kind")
 
 #: A value in the settings timeline: a JSON scalar.
 SettingValue = bool | int | float | str | None

@@ -71,6 +71,13 @@ class Window(StrEnum):
 TRAINING_WINDOWS = (Window.STEPS, Window.PROFILE)
 #: Every window a run opens.
 WINDOWS = (Window.FIT, Window.EPOCH, Window.STEPS, Window.PROFILE, Window.PAUSE)
+
+
+def pause_window(kind: str) -> str:
+    """The window of a pause of `kind`: `paused:validation`, logged as `paused` with its kind (`WindowsLog`)."""
+    return f"{Window.PAUSE}:{kind}"
+
+
 #: What becomes of a process's figures once it lost its measurement (after the rank and why).
 LOST = "; its energy is left out of the run's figures, and the other processes go on measuring"
 #: Why a process has nothing to measure (no device found).
@@ -390,7 +397,8 @@ class RunMeasurement:
         assert monitor is not None
         if self.lost is not None or self.collective.world_size == 1 or self.cfg.strict:
             return call(monitor)
-        was_open = [n for n in WINDOWS if monitor.is_open(n)]
+        pausing = (pause_window(self.paused_kind),) if self.paused_kind is not None else ()
+        was_open = [n for n in (*WINDOWS, *pausing) if monitor.is_open(n)]
         try:
             return call(monitor)
         except Exception as err:
@@ -518,7 +526,7 @@ class RunMeasurement:
         else:
             self._read(lambda mon: mon.pause_windows(list(TRAINING_WINDOWS)))
         self.paused_kind = kind
-        self._read(lambda mon: mon.begin_window(Window.PAUSE, sync=False))
+        self._read(lambda mon: mon.begin_window(pause_window(kind), sync=False))
 
     def resume(self) -> None:
         """Training goes on: the training windows count again; the pause's figures are kept apart."""
@@ -533,7 +541,7 @@ class RunMeasurement:
         """Close the pause window and add its time and energy to its kind's."""
         assert self.monitor is not None and self.paused_kind is not None
         kind = self.paused_kind
-        m = self._read(lambda mon: mon.end_window(Window.PAUSE))
+        m = self._read(lambda mon: mon.end_window(pause_window(kind)))
         self.paused_kind = None
         figures = self.paused.setdefault(kind, [0.0, 0.0, 0, 0.0])
         figures[0] += m.time_s
