@@ -28,6 +28,9 @@ from wattwise.errors import ConfigError
 ACCELERATE = "ACCELERATE_ENERGY"
 LIGHTNING = "LIGHTNING_ENERGY"
 PREFIXES = (ACCELERATE, LIGHTNING)
+#: Set (to "1") by `wattwise run` for its command: what the command's runs would warn of at their start and
+#: `wattwise run` says once at its end (nothing to measure on this machine) is left to `wattwise run`.
+UNDER_WATTWISE_RUN = "WATTWISE_RUN_COMMAND"
 #: What takes each flag's settings in code, for messages about a value set there (not by a variable).
 OWNERS = {ACCELERATE: "EnergyPlugin", LIGHTNING: "FlagEnergyCallback"}
 TRUE = ("1", "true", "yes", "on")

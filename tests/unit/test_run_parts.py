@@ -5,6 +5,7 @@ hands its notices over once."""
 from __future__ import annotations
 
 import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,25 @@ def test_nothing_to_measure_is_said_once_in_the_words_of_the_framework(
         "wattwise: nothing to measure on this machine (no GPU, and the CPU package's energy counter is not "
         f"readable): training goes on unmeasured; {hint} tries wattwise on the simulated GPU"
     ]
+
+
+def test_under_wattwise_run_nothing_to_measure_is_left_to_its_one_line_at_the_end(
+    real_auto_backend: None,
+    bare_machine: None,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from wattwise.cli.run import flag_environment
+
+    env = flag_environment({}, {})  # what `wattwise run` gives its command
+    monkeypatch.setenv("WATTWISE_RUN_COMMAND", env["WATTWISE_RUN_COMMAND"])
+    cfg = load_config(overrides=[*QUIET, f"output_dir={tmp_path / 'run'}"])
+    run = Run(cfg, framework="accelerate")
+    with warnings.catch_warnings(record=True) as said, caplog.at_level("WARNING", logger="wattwise"):
+        warnings.simplefilter("always")
+        run.start()
+        run.finish()
+    told = [str(w.message) for w in said] + [r.getMessage() for r in caplog.records]
+    assert not [t for t in told if "nothing to measure" in t]
+    assert run.summary is None

@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
 def flag_environment(environ: dict[str, str] | os._Environ[str], values: dict[str, Any]) -> dict[str, str]:
     """`environ` with both flags on and each setting given (not None, not empty) under both prefixes."""
     env = dict(environ)
+    env[flags.UNDER_WATTWISE_RUN] = "1"
     for prefix in flags.PREFIXES:
         env[prefix] = "1"
         for name, value in values.items():

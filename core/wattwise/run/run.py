@@ -45,6 +45,7 @@ from wattwise.config import EnergyConfig
 from wattwise.devices import Device
 from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, plugin_warning
+from wattwise.flags import UNDER_WATTWISE_RUN
 from wattwise.monitor import Measurement
 from wattwise.record.files import WindowsLog, power_rows, write_run_dir
 from wattwise.record.kept import add_late_note, summary_written_without
@@ -414,11 +415,12 @@ class Run:
             self.measurement.load_state_dict(self._resumed)
         self._start_wall = self._wall()
         if not self.measurement.open():
-            self._notice(
-                "nothing to measure on this machine (no GPU, and the CPU package's energy counter "
-                f"is not readable): training goes on unmeasured; {simulated_hint(self.framework)} tries "
-                "wattwise on the simulated GPU"
-            )
+            if os.environ.get(UNDER_WATTWISE_RUN) != "1":  # else `wattwise run` says it, once, at its end
+                self._notice(
+                    "nothing to measure on this machine (no GPU, and the CPU package's energy counter "
+                    f"is not readable): training goes on unmeasured; {simulated_hint(self.framework)} tries "
+                    "wattwise on the simulated GPU"
+                )
             return
         changes = self.power.mode != PowerMode.MEASURE
         try:
