@@ -52,6 +52,8 @@ ENVIRONMENT: dict[str, str] = {
     "settings that settle, noise) or `ideal` (exact figures): the simulated GPU's physics for every entry point "
     "at once (`devices.simulated_physics` wins)",
     "WATTWISE_SIMULATED_SEED": "an integer that fixes the realistic simulated GPU's noise (unset: each run differs)",
+    "WATTWISE_RUN_COMMAND": 'set to `1` by `wattwise run` for its command: a run inside it leaves "nothing to '
+    "measure on this machine\" to `wattwise run`'s last line",
     "WATTWISE_AGENT_SOCKET": "the node agent's Unix socket (default `/run/wattwise/agent.sock`)",
     "WATTWISE_POLICY": "the recurring-job policy (`wattwise`, or `zeus` for Zeus's published one)",
     "WATTWISE_THREADS": "the most threads the frontier solver uses (default: every CPU the process may run on)",
