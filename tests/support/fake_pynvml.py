@@ -88,6 +88,46 @@ NVML_POWER_SCOPE_MODULE = 1
 NVML_POWER_SCOPE_MEMORY = 2
 nvmlPowerValue_v2 = 0x0200000C
 
+
+class c_nvmlMask255_t:
+    """A 255-bit mask of workload power profiles: 8 words of 32 bits, as the binding's ctypes structure."""
+
+    def __init__(self) -> None:
+        self.mask = [0] * 8
+
+
+class c_nvmlWorkloadPowerProfileProfilesInfo_v1_t:
+    """The profiles a GPU offers (`perfProfilesMask`), as the binding's structure (its per-profile array left out)."""
+
+    def __init__(self) -> None:
+        self.perfProfilesMask = c_nvmlMask255_t()
+
+
+class c_nvmlWorkloadPowerProfileCurrentProfiles_v1_t:
+    """The profiles offered, requested and enforced now, as the binding's structure."""
+
+    def __init__(self) -> None:
+        self.perfProfilesMask = c_nvmlMask255_t()
+        self.requestedProfilesMask = c_nvmlMask255_t()
+        self.enforcedProfilesMask = c_nvmlMask255_t()
+
+
+class c_nvmlWorkloadPowerProfileRequestedProfiles_v1_t:
+    """The profiles to request (or clear), as the binding's structure."""
+
+    def __init__(self) -> None:
+        self.requestedProfilesMask = c_nvmlMask255_t()
+
+
+def _ids(mask: c_nvmlMask255_t) -> set[int]:
+    return {w * 32 + b for w in range(8) for b in range(32) if mask.mask[w] >> b & 1}
+
+
+def _fill(mask: c_nvmlMask255_t, ids: set[int]) -> None:
+    for pid in ids:
+        mask.mask[pid // 32] |= 1 << (pid % 32)
+
+
 #: The binding's wording for the codes it knows; others print as "NVML Error with code N".
 _ERROR_STRINGS = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
@@ -208,6 +248,11 @@ class FakeGpu:
     lost: bool = False
     limit_mw: int = 0
     locked_clocks_mhz: tuple[int, int] | None = None
+    #: NVML's workload power profiles the GPU offers, by id (empty: a driver without them answers
+    #: NVML_ERROR_NOT_SUPPORTED; `missing_functions` models a driver library that lacks the entry points).
+    workload_profiles: tuple[int, ...] = ()
+    #: The workload power profiles requested now, by id.
+    requested_profiles: set[int] = field(default_factory=set)
     energy_mj: float = 0.0
     _clock: Callable[[], float] | None = field(default=None, repr=False)
     _last_s: float = field(default=0.0, repr=False)
@@ -446,3 +491,45 @@ class FakeNvml:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         self._check_privileged()
         gpu.locked_clocks_mhz = None
+
+    # -- workload power profiles -----------------------------------------------------------------
+
+    def _profiled_gpu(self, device: _Handle) -> FakeGpu:
+        gpu = self._gpu(device)
+        if not gpu.workload_profiles:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return gpu
+
+    def nvmlDeviceWorkloadPowerProfileGetProfilesInfo(
+        self, device: _Handle, profilesInfo: c_nvmlWorkloadPowerProfileProfilesInfo_v1_t
+    ) -> int:
+        _fill(profilesInfo.perfProfilesMask, set(self._profiled_gpu(device).workload_profiles))
+        return NVML_SUCCESS
+
+    def nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(
+        self, device: _Handle, currentProfiles: c_nvmlWorkloadPowerProfileCurrentProfiles_v1_t
+    ) -> int:
+        gpu = self._profiled_gpu(device)
+        _fill(currentProfiles.perfProfilesMask, set(gpu.workload_profiles))
+        _fill(currentProfiles.requestedProfilesMask, set(gpu.requested_profiles))
+        _fill(currentProfiles.enforcedProfilesMask, set(gpu.requested_profiles))
+        return NVML_SUCCESS
+
+    def nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(
+        self, device: _Handle, requestedProfiles: c_nvmlWorkloadPowerProfileRequestedProfiles_v1_t
+    ) -> int:
+        gpu = self._profiled_gpu(device)
+        self._check_privileged()
+        wanted = _ids(requestedProfiles.requestedProfilesMask)
+        if not wanted <= set(gpu.workload_profiles):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpu.requested_profiles |= wanted
+        return NVML_SUCCESS
+
+    def nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(
+        self, device: _Handle, requestedProfiles: c_nvmlWorkloadPowerProfileRequestedProfiles_v1_t
+    ) -> int:
+        gpu = self._profiled_gpu(device)
+        self._check_privileged()
+        gpu.requested_profiles -= _ids(requestedProfiles.requestedProfilesMask)
+        return NVML_SUCCESS

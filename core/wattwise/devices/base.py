@@ -16,7 +16,7 @@ from wattwise.errors import Unavailable
 if TYPE_CHECKING:
     import contextlib
     import os
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 
 class Simulation(Protocol):
@@ -154,6 +154,18 @@ class Device(abc.ABC):
     def reset_sm_clocks(self) -> None:
         """Undo `lock_sm_clocks_mhz`."""
         raise NotSupportedError(f"{self.backend} device {self.index} cannot reset SM clocks")
+
+    def workload_power_profiles(self) -> list[str]:
+        """The workload power profiles the GPU offers (NVML's, by name: "max_q", "training", ...)."""
+        raise NotSupportedError(f"{self.backend} device {self.index} has no workload power profiles")
+
+    def requested_workload_power_profiles(self) -> list[str]:
+        """The workload power profiles requested on the GPU now, by name (empty: none)."""
+        raise NotSupportedError(f"{self.backend} device {self.index} has no workload power profiles")
+
+    def request_workload_power_profiles(self, names: Sequence[str]) -> None:
+        """Make `names` exactly the requested workload power profiles (empty: none). Callers go through the guard."""
+        raise NotSupportedError(f"{self.backend} device {self.index} cannot request workload power profiles")
 
     # -- capabilities: what differs between backends, asked of the device instead of its class ----------
     @property

@@ -49,6 +49,75 @@ _initialised_binding: object | None = None
 _locked_sm_clocks_mhz: dict[str, tuple[int, int]] = {}
 _locked_lock = threading.Lock()
 
+#: NVML's workload power profiles (`NVML_POWER_PROFILE_*` in nvml.h, driver 570 and later), by id: the
+#: names wattwise gives them. A profile a newer driver adds is named `profile_<id>`.
+WORKLOAD_POWER_PROFILES: dict[int, str] = {
+    0: "max_p",
+    1: "max_q",
+    2: "compute",
+    3: "memory_bound",
+    4: "network",
+    5: "balanced",
+    6: "llm_inference",
+    7: "llm_training",
+    8: "rbm",
+    9: "dcpcie",
+    10: "hmma_sparse",
+    11: "hmma_dense",
+    12: "sync_balanced",
+    13: "hpc",
+    14: "mig",
+    15: "max_q_1",
+    16: "network_bound",
+    17: "high_throughput_inference",
+    18: "medium_throughput_inference",
+    19: "low_latency_inference",
+    20: "training",
+    21: "inference",
+    22: "max_q_2",
+    23: "max_q_3",
+    24: "low_priority_background",
+}
+#: Bits in NVML's 255-profile mask (8 words of 32).
+_MASK_WORDS = 8
+
+
+def profile_name(profile_id: int) -> str:
+    """The name wattwise gives NVML's workload power profile `profile_id`."""
+    return WORKLOAD_POWER_PROFILES.get(profile_id, f"profile_{profile_id}")
+
+
+def profile_id(name: str) -> int:
+    """The id of the workload power profile called `name` (`profile_name`'s inverse).
+
+    Raises:
+        UsageError: no profile has that name.
+    """
+    for pid, known in WORKLOAD_POWER_PROFILES.items():
+        if known == name:
+            return pid
+    match = re.fullmatch(r"profile_(\d+)", name)
+    if match and int(match.group(1)) < _MASK_WORDS * 32:
+        return int(match.group(1))
+    raise UsageError(
+        f"no workload power profile is called {name!r}; NVML's are {', '.join(WORKLOAD_POWER_PROFILES.values())}"
+    )
+
+
+def _mask_ids(mask: Any) -> list[int]:
+    """The profile ids whose bits are set in an `nvmlMask255_t`."""
+    words = list(mask.mask)
+    return [w * 32 + b for w in range(min(len(words), _MASK_WORDS)) for b in range(32) if int(words[w]) >> b & 1]
+
+
+def _set_mask(mask: Any, ids: Sequence[int]) -> None:
+    """Set exactly the bits of `ids` in an `nvmlMask255_t`."""
+    words = [0] * _MASK_WORDS
+    for pid in ids:
+        words[pid // 32] |= 1 << (pid % 32)
+    for w in range(_MASK_WORDS):
+        mask.mask[w] = words[w]
+
 
 def nvml_gpus() -> list[NvmlGPU]:
     """The GPUs visible to this process, in `CUDA_VISIBLE_DEVICES` order (all of them when unset).
@@ -313,6 +382,48 @@ class NvmlGPU(Device):
             with self._nvml("reset the locked SM clocks"):
                 pynvml.nvmlDeviceResetGpuLockedClocks(self._handle)
             _locked_sm_clocks_mhz.pop(self._uuid, None)
+
+    def workload_power_profiles(self) -> list[str]:
+        info = pynvml.c_nvmlWorkloadPowerProfileProfilesInfo_v1_t()
+        with self._profiles("list the workload power profiles"):
+            pynvml.nvmlDeviceWorkloadPowerProfileGetProfilesInfo(self._handle, info)
+        return [profile_name(pid) for pid in _mask_ids(info.perfProfilesMask)]
+
+    def requested_workload_power_profiles(self) -> list[str]:
+        current = pynvml.c_nvmlWorkloadPowerProfileCurrentProfiles_v1_t()
+        with self._profiles("read the requested workload power profiles"):
+            pynvml.nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(self._handle, current)
+        return [profile_name(pid) for pid in _mask_ids(current.requestedProfilesMask)]
+
+    def request_workload_power_profiles(self, names: Sequence[str]) -> None:
+        wanted = {profile_id(name) for name in names}
+        now = {profile_id(name) for name in self.requested_workload_power_profiles()}
+        if now - wanted:
+            clear = pynvml.c_nvmlWorkloadPowerProfileRequestedProfiles_v1_t()
+            _set_mask(clear.requestedProfilesMask, sorted(now - wanted))
+            with self._profiles("clear requested workload power profiles"):
+                pynvml.nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(self._handle, clear)
+        if wanted - now:
+            request = pynvml.c_nvmlWorkloadPowerProfileRequestedProfiles_v1_t()
+            _set_mask(request.requestedProfilesMask, sorted(wanted - now))
+            with self._profiles(f"request the workload power profiles {', '.join(sorted(names))}"):
+                pynvml.nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(self._handle, request)
+
+    @contextlib.contextmanager
+    def _profiles(self, action: str) -> Iterator[None]:
+        """NVML's errors for workload power profiles; a driver or binding without them is not supported."""
+        if not hasattr(pynvml, "nvmlDeviceWorkloadPowerProfileGetProfilesInfo"):
+            raise NotSupportedError(
+                f"GPU {self._index} ({self._uuid}): {action}: this nvidia-ml-py has no workload power profiles "
+                "(they came with 12.570)"
+            )
+        where = f"GPU {self._index} ({self._uuid}): {action}"
+        try:
+            yield
+        except pynvml.NVMLError as err:
+            if getattr(err, "value", None) == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                raise NotSupportedError(f"{where}: this driver has no workload power profiles (570 and later)") from err
+            raise _mapped_error(err, where) from err
 
     def spec(self) -> dict[str, Any]:
         return {"backend": self.backend, "uuid": self._uuid, "index": self._index}

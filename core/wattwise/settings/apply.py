@@ -10,6 +10,7 @@ from wattwise.devices.base import Device, DeviceError
 #: The settings a journal records, by the name of the `Device` method that reads them.
 POWER_LIMIT = "power_limit_w"
 SM_CLOCKS = "locked_sm_clocks_mhz"
+WORKLOAD_PROFILES = "requested_workload_power_profiles"
 
 #: Errors a restore reports instead of raising (a device that refuses, a state file that cannot be written).
 RESTORE_ERRORS = (DeviceError, ValueError, TypeError, OSError)
@@ -21,7 +22,10 @@ def finite_number(value: Any) -> bool:
 
 
 def apply_setting(device: Device, setting: str, value: Any) -> None:
-    """Set `setting` on `device` to a recorded `value` (watts; [min, max] MHz, or None for unlocked clocks).
+    """Set `setting` on `device` to a recorded `value`.
+
+    Watts for a power limit; [min, max] MHz, or None for unlocked clocks; a list of workload power profile
+    names (empty: none requested).
 
     Raises:
         DeviceError: the device refuses, or `setting` is not one a journal records.
@@ -33,6 +37,8 @@ def apply_setting(device: Device, setting: str, value: Any) -> None:
             device.reset_sm_clocks()
         else:
             device.lock_sm_clocks_mhz(int(value[0]), int(value[1]))
+    elif setting == WORKLOAD_PROFILES:
+        device.request_workload_power_profiles([str(name) for name in value])
     else:
         raise DeviceError(f"unknown setting {setting!r} in the journal")
 
@@ -48,6 +54,8 @@ def read_setting(device: Device, setting: str) -> Any:
     if setting == SM_CLOCKS:
         clocks = device.locked_sm_clocks_mhz()
         return None if clocks is None else [int(clocks[0]), int(clocks[1])]
+    if setting == WORKLOAD_PROFILES:
+        return sorted(device.requested_workload_power_profiles())
     raise DeviceError(f"unknown setting {setting!r}")
 
 
@@ -70,6 +78,8 @@ def setting_words(setting: str, value: Any) -> str:
     """A setting's value as a person reads it: "power limit 250 W", "SM clocks unlocked"."""
     if setting == POWER_LIMIT:
         return f"power limit {value:g} W" if finite_number(value) else f"power limit {value}"
+    if setting == WORKLOAD_PROFILES:
+        return f"workload power profiles {', '.join(value)} requested" if value else "no workload power profile"
     if value is None:
         return "SM clocks unlocked"
     return f"SM clocks locked at {value[0]}-{value[1]} MHz"

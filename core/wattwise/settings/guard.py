@@ -27,14 +27,22 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
 from wattwise.devices.base import Device, DeviceError, DeviceLostError
 from wattwise.errors import plugin_warning
-from wattwise.settings.apply import POWER_LIMIT, RESTORE_ERRORS, SM_CLOCKS, apply_setting, describe, read_setting
+from wattwise.settings.apply import (
+    POWER_LIMIT,
+    RESTORE_ERRORS,
+    SM_CLOCKS,
+    WORKLOAD_PROFILES,
+    apply_setting,
+    describe,
+    read_setting,
+)
 from wattwise.settings.journal import JournalChange, JournalError, ensure_folder, journal_dir, save_changes
 from wattwise.settings.locks import (
     DeviceBusyError,
@@ -123,6 +131,10 @@ class SettingsGuard:
     def reset_sm_clocks(self, device: Device) -> None:
         """Unlock SM clocks (the original stays journalled until restore)."""
         self._change(device, SM_CLOCKS, device.reset_sm_clocks)
+
+    def request_workload_power_profiles(self, device: Device, names: Sequence[str]) -> None:
+        """Request exactly these NVML workload power profiles (empty: none), journalling the original first."""
+        self._change(device, WORKLOAD_PROFILES, lambda: device.request_workload_power_profiles(list(names)))
 
     def _change(self, device: Device, setting: str, apply: Callable[[], None]) -> None:
         if self.signalled is not None:

@@ -35,7 +35,7 @@ from wattwise.safe_files import (
     trust_problem,
     write_text,
 )
-from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, finite_number
+from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, WORKLOAD_PROFILES, finite_number
 
 #: A journal is a few hundred bytes; anything far larger is not one.
 MAX_JOURNAL_BYTES = 1 << 20
@@ -165,6 +165,13 @@ def _check_change(change: Any, *, check_state_files: bool) -> None:
         )
         if not ok:
             raise JournalProblem(f"original locked clocks {value!r} are neither null nor [min, max] MHz")
+    elif setting == WORKLOAD_PROFILES:
+        if not (
+            isinstance(value, list)
+            and len(value) <= 255
+            and all(isinstance(v, str) and re.fullmatch(r"[a-z0-9_]{1,40}", v) for v in value)
+        ):
+            raise JournalProblem(f"original workload power profiles {value!r} are not a list of profile names")
     else:
         raise JournalProblem(f"unknown setting {setting!r}" if value is not ... else "a change has no original")
     if spec["backend"] == "simulated":
