@@ -73,6 +73,33 @@ def test_the_sweep_is_relative_to_the_default_limit_and_sits_beside_the_papers_v
     assert "| simulated | 200 |" in "\n".join(cap_table({**figures, "simulated": True}))
 
 
+def test_a_workload_power_profile_the_gpu_offers_is_one_more_row_beside_the_default_limit(monkeypatch):
+    from wattwise.devices.nvml import nvml_gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    FakeNvml([FakeGpu(workload_profiles=(0, 1, 20))]).install(monkeypatch)
+    (gpu,) = nvml_gpus()
+    name, note = levers.sweep_profile(gpu)
+    assert name == "training" and "max_p, max_q, training" in note  # training first, where offered
+    FakeNvml([FakeGpu(workload_profiles=(0, 1))]).install(monkeypatch)
+    assert levers.sweep_profile(nvml_gpus()[0])[0] == "max_q"
+    FakeNvml([FakeGpu()]).install(monkeypatch)  # a driver that has none
+    name, note = levers.sweep_profile(nvml_gpus()[0])
+    assert name is None and note.startswith("not offered here:")
+    # The profile's window is set against the sweep's window at the default limit.
+    profiled = cap_rows([CapWindow(300.0, 0.101, 18.5, 30, 0.0, "training")], 300.0, base=SWEEP[0])
+    assert profiled[0]["profile"] == "training" and profiled[0]["energy_ratio"] == pytest.approx(0.925)
+    figures = {
+        "gpu": "NVIDIA H200",
+        "default_w": 300.0,
+        "rows": rows(),
+        "profile_rows": profiled,
+        "paper": MCDONALD_V100.__dict__,
+        "workload_power_profiles": note,
+    }
+    assert "| measured, profile `training` | 300 | 100% | 101.0% | 92.5% ± 0.9 | 183 |" in "\n".join(cap_table(figures))
+
+
 def test_a_sweep_without_the_default_limit_is_refused():
     with pytest.raises(ValueError, match="no row at the default limit 350 W"):
         cap_rows(SWEEP, 350.0)
@@ -268,9 +295,15 @@ def test_a_check_that_would_not_fit_the_budget_is_skipped_saying_so(tmp_path, mo
     assert calls == ["slow"] and check["status"] == PASSED
 
 
-def test_the_lever_checks_estimates_fit_the_device_budget_on_an_nvml_gpu():
-    # A real GPU's counter changes every 0.1 s: the whole default run stays within 7 minutes, --quick within 3.
-    gpu = counter_of(0.1)
+def test_the_lever_checks_estimates_fit_the_device_budget_on_an_nvml_gpu(monkeypatch):
+    # An NVIDIA GPU's counter changes every 0.1 s, and this one offers a workload power profile (one more
+    # window of the sweep): the whole default run stays within 7 minutes, --quick within 3.
+    from wattwise.devices.nvml import nvml_gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    FakeNvml([FakeGpu(workload_profiles=(1, 20))]).install(monkeypatch)
+    (gpu,) = nvml_gpus()
+    assert gpu.energy_update_period_s == pytest.approx(0.1, rel=0.1)
     names = [n for n, _ in levers.LEVER_CHECKS]
     assert sum(levers.estimate_s(n, gpu, False) for n in names) <= 7 * 60
     assert sum(levers.estimate_s(n, gpu, True) for n in names) <= 3 * 60

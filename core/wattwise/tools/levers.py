@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError
-from wattwise.power_limit import zeus_cost
+from wattwise.power_limit import CONFIRM_ROUNDS, zeus_cost
 
 if TYPE_CHECKING:
     from wattwise.tools.checks import Context
@@ -123,6 +123,8 @@ class Sizes:
     pipeline_clocks: int
     #: Steps trained at the chosen limit after tuning, before a tuning run stops.
     steps_after_tuning: int
+    #: Rounds a tuning run may measure undecided limits again (`power_limit.confirm_rounds`).
+    confirm_rounds: int = CONFIRM_ROUNDS
 
     @classmethod
     def of(cls, quick: bool) -> Sizes:
@@ -136,6 +138,7 @@ class Sizes:
                 other_eta_repeats=1,
                 pipeline_clocks=3,
                 steps_after_tuning=10,
+                confirm_rounds=1,
             )
         return cls(
             caps=5,
@@ -184,12 +187,15 @@ def estimate_s(name: str, gpu: Device | None, quick: bool) -> float:
         return 0.0
     sizes = Sizes.of(quick)
     window, profile_window = sizes.window_s(gpu), sizes.profile_window_s(gpu)
-    if name == "cap_sweep":
-        return SETUP_S + sizes.caps * (sizes.settle_s + window)
+    if name == "cap_sweep":  # each cap, and the workload power profile the GPU offers (`sweep_profile`)
+        windows = sizes.caps + (sweep_profile(gpu)[0] is not None)
+        return SETUP_S + windows * (sizes.settle_s + window)
     if name == "tuning_vs_sweep":
         # A run profiles each of the sweep's caps over a window (power_limit.min_profile_s: 20 counter
-        # updates), after 3 warm-up steps.
-        return len(sizes.tuning_runs()) * (TUNE_RUN_SETUP_S + sizes.caps * (profile_window + 0.5))
+        # updates), after 3 warm-up steps; on a coarse counter it measures again, in each of up to
+        # CONFIRM_ROUNDS rounds, the best limit and (typically) one whose tie with it is open.
+        again = 2 * sizes.confirm_rounds if gpu.energy_update_period_s > 0 else 0
+        return len(sizes.tuning_runs()) * (TUNE_RUN_SETUP_S + (sizes.caps + again) * (profile_window + 0.5))
     if name == "pipeline_measured":
         profile = 2 * 2 * sizes.pipeline_clocks * profile_window * PROFILE_WINDOW_SPREAD
         return SETUP_S + profile + 2 * 2 * (window + 0.5)
@@ -214,17 +220,20 @@ class CapWindow:
     energy_j: float
     steps: int
     energy_uncertainty_j: float = 0.0
+    #: The NVML workload power profile requested during the window (None: none, a plain cap).
+    profile: str | None = None
 
 
-def cap_rows(windows: Sequence[CapWindow], default_w: float) -> list[dict[str, float]]:
+def cap_rows(windows: Sequence[CapWindow], default_w: float, *, base: CapWindow | None = None) -> list[dict[str, Any]]:
     """The sweep's rows, highest cap first, each relative to the default limit's window (which must be one).
 
-    The energy ratio's uncertainty combines both windows' relative uncertainties in quadrature.
+    The energy ratio's uncertainty combines both windows' relative uncertainties in quadrature. `base`: the
+    window the rows are relative to, when it is not among `windows` (a profile's row against the sweep's).
     """
-    base = next((w for w in windows if same_limit(w.cap_w, default_w)), None)
+    base = base or next((w for w in windows if same_limit(w.cap_w, default_w) and w.profile is None), None)
     if base is None:
         raise ValueError(f"the sweep has no row at the default limit {default_w:g} W")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for w in sorted(windows, key=lambda w: -w.cap_w):
         ratio = w.energy_j / base.energy_j
         rows.append(
@@ -240,6 +249,7 @@ def cap_rows(windows: Sequence[CapWindow], default_w: float) -> list[dict[str, f
                 "energy_ratio_uncertainty": ratio
                 * math.hypot(w.energy_uncertainty_j / w.energy_j, base.energy_uncertainty_j / base.energy_j),
                 "steps": w.steps,
+                **({"profile": w.profile} if w.profile is not None else {}),
             }
         )
     return rows
@@ -257,11 +267,12 @@ def cap_table(figures: dict[str, Any]) -> list[str]:
         "| | cap (W) | cap / default | time | energy | mean power (W) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for row in figures["rows"]:
+    for row in [*figures["rows"], *figures.get("profile_rows", [])]:
         spread = row.get("energy_ratio_uncertainty")
         pm = f" ± {spread * 100:.1f}" if spread else ""
+        who = f"{label}, profile `{row['profile']}`" if row.get("profile") else label
         lines.append(
-            f"| {label} | {row['cap_w']:g} | {row['cap_fraction']:.0%} | {row['time_ratio']:.1%} | "
+            f"| {who} | {row['cap_w']:g} | {row['cap_fraction']:.0%} | {row['time_ratio']:.1%} | "
             f"{row['energy_ratio']:.1%}{pm} | {row['avg_power_w']:.0f} |"
         )
     lines.append(
@@ -590,14 +601,30 @@ def trainer_callback_base() -> type:
 
 
 # -- check 1: the power-cap sweep ------------------------------------------------------------------------
-def _sweep_callback(rig: Rig, guard: Any, caps_w: list[float], sizes: Sizes, results: list[CapWindow]) -> Any:
-    """A Trainer callback that trains at each cap in turn: settle, then one measurement window, then the next."""
+def _sweep_callback(
+    rig: Rig,
+    guard: Any,
+    caps_w: list[float],
+    sizes: Sizes,
+    results: list[CapWindow],
+    profile: str | None = None,
+    refused: list[str] | None = None,
+) -> Any:
+    """A Trainer callback that trains at each cap in turn: settle, then one measurement window, then the next.
+
+    With `profile`, a last window at the first cap (the default limit) with that NVML workload power profile
+    requested; a refused request ends the sweep there, its words in `refused`.
+    """
     from wattwise.monitor import EnergyMonitor
 
     gpu = rig.gpu
     window_s = sizes.window_s(gpu)
     monitor = EnergyMonitor([gpu], sync=rig.sync)
     clock = gpu.simulation.clock if gpu.simulation is not None else time.monotonic
+
+    items: list[tuple[float, str | None]] = [(cap, None) for cap in caps_w]
+    if profile is not None:
+        items.append((caps_w[0], profile))
 
     class Sweep(trainer_callback_base()):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -608,7 +635,17 @@ def _sweep_callback(rig: Rig, guard: Any, caps_w: list[float], sizes: Sizes, res
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.phase == "apply":
-                guard.set_power_limit(gpu, caps_w[self.index])
+                cap, wanted = items[self.index]
+                guard.set_power_limit(gpu, cap)
+                if wanted is not None:
+                    try:
+                        guard.request_workload_power_profiles(gpu, [wanted])
+                    except DeviceError as err:  # the caps are measured: the sweep ends without this row
+                        if refused is not None:
+                            refused.append(str(err))
+                        control.should_training_stop = True
+                        self.phase = "done"
+                        return
                 self.phase, self.since, self.steps = "settle", clock(), 0
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -620,18 +657,20 @@ def _sweep_callback(rig: Rig, guard: Any, caps_w: list[float], sizes: Sizes, res
             elif self.phase == "measure" and elapsed >= window_s and self.steps >= MIN_WINDOW_STEPS:
                 window = monitor.end_window("cap")
                 steps = self.steps
+                cap, wanted = items[self.index]
                 results.append(
                     CapWindow(
-                        caps_w[self.index],
+                        cap,
                         window.time_s / steps,
                         window.total_energy_j / steps,
                         steps,
                         window.total_energy_uncertainty_j / steps,
+                        wanted,
                     )
                 )
                 self.index += 1
                 self.phase = "apply"
-                if self.index == len(caps_w):
+                if self.index == len(items):
                     control.should_training_stop = True
 
         def close(self) -> None:
@@ -656,18 +695,25 @@ def check_cap_sweep(ctx: Context) -> dict[str, Any]:
     rng = gpu.power_limit_range()
     caps = cap_caps_w(rng.min_w, rng.default_w, sizes.caps)
     results: list[CapWindow] = []
+    profile, profile_note = sweep_profile(gpu)
+    refused: list[str] = []
     with SettingsGuard() as guard:
         guard.install_signal_handlers()
-        sweep = _sweep_callback(rig, guard, caps, sizes, results)
+        sweep = _sweep_callback(rig, guard, caps, sizes, results, profile, refused)
         try:
             rig.trainer(ctx.out / "levers" / "cap_sweep", [sweep]).train()
         except NoPermissionError as err:
             raise Skip(f"setting the power limit was refused; the driver said: {err}") from None
         finally:
             sweep.close()
-    if len(results) < len(caps):
-        raise Failure(f"the sweep measured {len(results)} of {len(caps)} caps")
-    rows = cap_rows(results, caps[0])
+    capped = [w for w in results if w.profile is None]
+    if len(capped) < len(caps):
+        raise Failure(f"the sweep measured {len(capped)} of {len(caps)} caps")
+    rows = cap_rows(capped, caps[0])
+    base = next(w for w in capped if same_limit(w.cap_w, caps[0]))
+    profile_rows = cap_rows([w for w in results if w.profile is not None], caps[0], base=base)
+    if refused:
+        profile_note = f"not measured: requesting NVML's `{profile}` profile was refused ({refused[0]})"
     figures: dict[str, Any] = {
         "gpu": gpu.name,
         "simulated": gpu.simulated,
@@ -679,7 +725,8 @@ def check_cap_sweep(ctx: Context) -> dict[str, Any]:
         "energy_update_period_s": gpu.energy_update_period_s,
         "rows": rows,
         "paper": dataclasses.asdict(MCDONALD_V100),
-        "workload_power_profiles": workload_profiles_note(gpu),
+        "workload_power_profiles": profile_note,
+        "profile_rows": profile_rows,
     }
     if any(not r["step_energy_j"] > 0 for r in rows):
         raise Failure("the energy counter did not advance in a window of the sweep", figures)
@@ -688,13 +735,26 @@ def check_cap_sweep(ctx: Context) -> dict[str, Any]:
     return figures
 
 
-def workload_profiles_note(gpu: Device) -> str:
-    """One line on NVML's workload power profiles as a baseline of the sweep."""
+#: NVML workload power profiles the sweep measures as one more baseline, the first the GPU offers.
+SWEEP_PROFILES = ("training", "llm_training", "max_q")
+
+
+def sweep_profile(gpu: Device) -> tuple[str | None, str]:
+    """The NVML workload power profile the sweep adds as a baseline (None: none), and one line saying so."""
     if gpu.simulated:
-        return "not measured: the simulated GPU has no workload power profiles"
-    return (
-        "not measured: wattwise's device layer does not drive NVML's workload power profiles "
-        "(nvmlDeviceWorkloadPowerProfile*) yet, so the sweep has no such baseline"
+        return None, "not measured: the simulated GPU has no workload power profiles"
+    try:
+        offered = gpu.workload_power_profiles()
+    except DeviceError as err:
+        return None, f"not offered here: {err}"
+    chosen = next((name for name in SWEEP_PROFILES if name in offered), None)
+    if chosen is None:
+        return None, (
+            f"not measured: this GPU offers {', '.join(offered) or 'none'}, none of {', '.join(SWEEP_PROFILES)}"
+        )
+    return chosen, (
+        f"NVML's `{chosen}` profile measured at the default limit (the row marked profile), one of the "
+        f"profiles this GPU offers: {', '.join(offered)}"
     )
 
 
@@ -716,6 +776,7 @@ def _tune_once(rig: Rig, out: Path, eta: float, step_w: float, sizes: Sizes) -> 
             "power_limit.warmup_steps=3",
             f"power_limit.profile_steps={MIN_WINDOW_STEPS}",
             f"power_limit.step_w={step_w}",
+            f"power_limit.confirm_rounds={sizes.confirm_rounds}",
             f"monitor.sync_cuda={str(rig.cuda_index is not None).lower()}",
         ]
     )
