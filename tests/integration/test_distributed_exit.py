@@ -53,7 +53,10 @@ def launch(tmp_path: Path, attempt: int) -> list[dict]:
 
 
 def test_exchanges_carry_objects_of_any_size_and_a_process_ending_on_one_exits_cleanly(tmp_path):
-    for attempt in range(6):  # the abort was a race: with torch's collectives, 6 clean runs in a row are rare
+    # The abort was a race (a third of the runs with torch's collectives): what prevents it is that the
+    # exchange's works and tensors stay referenced, which the first run checks directly; a second run is a
+    # smaller check of the race itself (each pair of processes costs about 8 CPU-seconds of imports).
+    for attempt in range(2):
         for found in launch(tmp_path, attempt):
             assert found["combined"] == [[2.0, 30.0]]  # time maxed, energy summed
             assert found["gathered"] == [[0, 0], [1, 5000]]
