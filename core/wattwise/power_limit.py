@@ -92,127 +92,107 @@ def select_power_limit(
     return min(allowed, key=lambda e: e.energy_j)
 
 
-def _spread(
-    profile: Sequence[ProfileEntry],
-    uncertainty_j: Sequence[float],
-    selector: str,
-    *,
-    eta: float,
-    max_power_w: float | None,
-    run_to_run: float,
-    windows: Sequence[int] | None,
-) -> tuple[list[float], list[float]]:
-    """Each limit's value for the selector (cost or energy per step, J) and how far off it may be (J)."""
-    pmax = max_power_w if max_power_w is not None else max(e.power_limit_w for e in profile)
-    weight = eta if selector == "cost" else 1.0
-    counts = list(windows) if windows is not None else [1] * len(profile)
-    values = [
-        zeus_cost(e.energy_j, e.time_s, eta=eta, max_power_w=pmax) if selector == "cost" else e.energy_j
-        for e in profile
-    ]
-    sigmas = [
-        math.hypot(weight * uncertainty_j[i], run_to_run * values[i] / math.sqrt(max(1, counts[i])))
-        for i in range(len(profile))
-    ]
-    return values, sigmas
+@dataclass(frozen=True)
+class Ranking:
+    """Profiled limits as their windows measured them, and how far those measurements rank them.
 
-
-def select_resolved(
-    profile: Sequence[ProfileEntry],
-    uncertainty_j: Sequence[float],
-    selector: str,
-    *,
-    eta: float = 0.5,
-    max_power_w: float | None = None,
-    max_slowdown: float = 0.1,
-    run_to_run: float = 0.0,
-    windows: Sequence[int] | None = None,
-    min_saving: float = 0.0,
-) -> tuple[ProfileEntry | None, str | None]:
-    """The selector's choice among measured limits, as far as the measurements resolve them.
-
-    Each limit's cost (or energy) is known to within `uncertainty_j` (its energy per step, J) weighted as
-    the cost weighs energy, and `run_to_run` of the cost (the workload's own variation over one window;
-    over `windows` windows of one limit, that divided by their square root). The limits whose cost is
-    within the combined uncertainty of the least cost, or within `min_saving` of it (a fraction of it),
+    Each limit's cost (or energy) per step is known to within `uncertainty_j` (its energy per step, J)
+    weighted as the cost weighs energy, and `run_to_run` of the cost (the workload's own variation over one
+    window; over `windows` windows of one limit, that divided by their square root). The limits whose cost
+    is within the combined uncertainty of the least cost, or within `min_saving` of it (a fraction of it),
     tie, and a tie goes to the highest of them (the faster, safer choice), so that repeated runs choose
-    alike. When that is the highest limit measured and it ties with another, it is chosen only when both
-    were measured to within `min_saving` (no lower limit saves that much); otherwise the measurements
-    cannot tell them apart: no choice, and the reason.
-
-    Returns:
-        (the choice, None), or (None, why no choice was made).
+    alike.
     """
-    best = select_power_limit(profile, selector, eta=eta, max_power_w=max_power_w, max_slowdown=max_slowdown)
-    if selector == "time":
-        return best, None
-    top_w = max(e.power_limit_w for e in profile)
-    values, sigmas = _spread(
-        profile, uncertainty_j, selector, eta=eta, max_power_w=max_power_w, run_to_run=run_to_run, windows=windows
-    )
-    allowed = list(profile)
-    if selector == "slowdown":
-        top = max(profile, key=lambda e: e.power_limit_w)
-        allowed = [e for e in profile if e.time_s <= top.time_s * (1.0 + max_slowdown)]
-    b = list(profile).index(best)
-    floor = min_saving * values[b]
-    ties = [
-        i
-        for i, e in enumerate(profile)
-        if e in allowed and values[i] - values[b] <= max(floor, math.hypot(sigmas[i], sigmas[b]))
-    ]
-    top_i = max(ties, key=lambda i: profile[i].power_limit_w)
-    chosen = profile[top_i]
-    if chosen.power_limit_w != top_w or len(ties) == 1:
-        return chosen, None
-    if floor > 0 and math.hypot(sigmas[top_i], sigmas[b]) <= floor and values[top_i] - values[b] <= floor:
-        return chosen, None  # measured well enough to say that no lower limit saves `min_saving`
-    other = min((i for i in ties if i != top_i), key=lambda i: values[i])
-    return None, (
-        f"the profile windows cannot tell {profile[other].power_limit_w:g} W from {top_w:g} W: their "
-        f"{'cost' if selector == 'cost' else 'energy'} per step differs by "
-        f"{abs(values[top_i] - values[other]):.3g} J, within what was measured "
-        f"({math.hypot(sigmas[other], sigmas[top_i]):.3g} J); longer windows (power_limit.min_profile_s) "
-        "resolve it"
-    )
 
+    profile: Sequence[ProfileEntry]
+    uncertainty_j: Sequence[float]
+    selector: str
+    eta: float = 0.5
+    max_power_w: float | None = None
+    max_slowdown: float = 0.1
+    run_to_run: float = 0.0
+    #: How many windows each entry of `profile` is the mean of (None: one each).
+    windows: Sequence[int] | None = None
+    min_saving: float = 0.0
 
-def undecided(
-    profile: Sequence[ProfileEntry],
-    uncertainty_j: Sequence[float],
-    selector: str,
-    *,
-    eta: float = 0.5,
-    max_power_w: float | None = None,
-    max_slowdown: float = 0.1,
-    run_to_run: float = 0.0,
-    windows: Sequence[int] | None = None,
-    min_saving: float = 0.0,
-) -> list[float]:
-    """The limits to measure again before choosing: the best one and those whose tie with it is open.
+    def _best(self) -> tuple[int, list[float], list[float]]:
+        """The selector's best entry (its index), and each entry's value and uncertainty (J per step)."""
+        best = select_power_limit(
+            self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w, max_slowdown=self.max_slowdown
+        )
+        pmax = self.max_power_w if self.max_power_w is not None else max(e.power_limit_w for e in self.profile)
+        weight = self.eta if self.selector == "cost" else 1.0
+        counts = list(self.windows) if self.windows is not None else [1] * len(self.profile)
+        values = [
+            zeus_cost(e.energy_j, e.time_s, eta=self.eta, max_power_w=pmax) if self.selector == "cost" else e.energy_j
+            for e in self.profile
+        ]
+        sigmas = [
+            math.hypot(weight * self.uncertainty_j[i], self.run_to_run * values[i] / math.sqrt(max(1, counts[i])))
+            for i in range(len(self.profile))
+        ]
+        return list(self.profile).index(best), values, sigmas
 
-    A limit's tie with the best (`select_resolved`) is open when its difference from the best lies within
-    twice their combined uncertainty of the tie's threshold: a repeat of the same windows could fall on
-    either side. Empty when every tie is clear (always, with exact figures).
-    """
-    if selector == "time" or len(profile) < 2:
-        return []
-    best = select_power_limit(profile, selector, eta=eta, max_power_w=max_power_w, max_slowdown=max_slowdown)
-    values, sigmas = _spread(
-        profile, uncertainty_j, selector, eta=eta, max_power_w=max_power_w, run_to_run=run_to_run, windows=windows
-    )
-    b = list(profile).index(best)
-    open_ties = []
-    for i, entry in enumerate(profile):
-        sigma = math.hypot(sigmas[i], sigmas[b])
-        if i == b or sigma <= 0:
-            continue
-        threshold = max(min_saving * values[b], sigma)
-        if abs(values[i] - values[b] - threshold) < 2.0 * sigma:
-            open_ties.append(entry.power_limit_w)
-    if not open_ties:
-        return []
-    return sorted({best.power_limit_w, *open_ties}, reverse=True)
+    def choice(self) -> tuple[ProfileEntry | None, str | None]:
+        """The selector's choice, as far as the measurements resolve it.
+
+        The highest limit of the best one's ties. When that is the highest limit measured and it ties with
+        another, it is chosen only when both were measured to within `min_saving` (no lower limit saves that
+        much); otherwise the measurements cannot tell them apart: no choice, and the reason.
+
+        Returns:
+            (the choice, None), or (None, why no choice was made).
+        """
+        if self.selector == "time":
+            return select_power_limit(self.profile, "time"), None
+        profile = self.profile
+        b, values, sigmas = self._best()
+        top_w = max(e.power_limit_w for e in profile)
+        allowed = list(profile)
+        if self.selector == "slowdown":
+            top = max(profile, key=lambda e: e.power_limit_w)
+            allowed = [e for e in profile if e.time_s <= top.time_s * (1.0 + self.max_slowdown)]
+        floor = self.min_saving * values[b]
+        ties = [
+            i
+            for i, e in enumerate(profile)
+            if e in allowed and values[i] - values[b] <= max(floor, math.hypot(sigmas[i], sigmas[b]))
+        ]
+        top_i = max(ties, key=lambda i: profile[i].power_limit_w)
+        chosen = profile[top_i]
+        if chosen.power_limit_w != top_w or len(ties) == 1:
+            return chosen, None
+        if floor > 0 and math.hypot(sigmas[top_i], sigmas[b]) <= floor and values[top_i] - values[b] <= floor:
+            return chosen, None  # measured well enough to say that no lower limit saves `min_saving`
+        other = min((i for i in ties if i != top_i), key=lambda i: values[i])
+        return None, (
+            f"the profile windows cannot tell {profile[other].power_limit_w:g} W from {top_w:g} W: their "
+            f"{'cost' if self.selector == 'cost' else 'energy'} per step differs by "
+            f"{abs(values[top_i] - values[other]):.3g} J, within what was measured "
+            f"({math.hypot(sigmas[other], sigmas[top_i]):.3g} J); longer windows (power_limit.min_profile_s) "
+            "resolve it"
+        )
+
+    def undecided(self) -> list[float]:
+        """The limits to measure again before choosing: the best one and those whose tie with it is open.
+
+        A limit's tie with the best (`choice`) is open when its difference from the best lies within twice
+        their combined uncertainty of the tie's threshold: a repeat of the same windows could fall on either
+        side. Empty when every tie is clear (always, with exact figures).
+        """
+        if self.selector == "time" or len(self.profile) < 2:
+            return []
+        b, values, sigmas = self._best()
+        open_ties = []
+        for i, entry in enumerate(self.profile):
+            sigma = math.hypot(sigmas[i], sigmas[b])
+            if i == b or sigma <= 0:
+                continue
+            if abs(values[i] - values[b] - max(self.min_saving * values[b], sigma)) < 2.0 * sigma:
+                open_ties.append(entry.power_limit_w)
+        if not open_ties:
+            return []
+        return sorted({self.profile[b].power_limit_w, *open_ties}, reverse=True)
 
 
 def check_profile(profile: Sequence[ProfileEntry]) -> None:
@@ -300,7 +280,7 @@ class PowerLimitTuner:
     the driver gives `end_window`) is not made: tuning gives up, saying so (`unresolved`).
 
     With noisy figures (`run_to_run`, or an uncertainty given to `end_window`), a sweep whose ranking a
-    repeat could change (`undecided`: the best limit and those whose tie with it is open) is followed by
+    repeat could change (`Ranking.undecided`: the best limit and those whose tie with it is open) is followed by
     up to `confirm_rounds` rounds that measure those limits again (`confirming`); each limit's figures are
     then the mean of its windows. A run that ends or runs short during a round chooses from what it
     measured, as a finished tuning (`settle`).
@@ -564,17 +544,7 @@ class PowerLimitTuner:
         self._merge()
         self.limit_index += 1
         if self.limit_index >= len(self.queue) and self.rounds < self.confirm_rounds:
-            again = undecided(
-                self.profile,
-                self.uncertainty_j,
-                self.selector,
-                eta=self.eta,
-                max_power_w=self.max_power_w,
-                max_slowdown=self.max_slowdown,
-                run_to_run=self.run_to_run,
-                windows=self.window_counts,
-                min_saving=self.min_saving,
-            )
+            again = self._ranking().undecided()
             if again:
                 self.rounds += 1
                 self.queue += again
@@ -596,14 +566,11 @@ class PowerLimitTuner:
             self.uncertainty_j.append(math.sqrt(sum(w[3] ** 2 for w in ws)) / n)
             self.window_counts.append(n)
 
-    def _select(self) -> ProfileEntry | None:
-        """The selector's choice among the profiled limits, or None (`unresolved`, with the reason).
-
-        See `select_resolved`; the "time" selector measures no energy and chooses as `select_power_limit`.
-        """
+    def _ranking(self) -> Ranking:
+        """The limits profiled so far, as `Ranking` ranks them."""
         if len(self.uncertainty_j) != len(self.profile):
             self.uncertainty_j = [0.0] * len(self.profile)
-        chosen, reason = select_resolved(
+        return Ranking(
             self.profile,
             self.uncertainty_j,
             self.selector,
@@ -614,6 +581,13 @@ class PowerLimitTuner:
             windows=self.window_counts if len(self.window_counts) == len(self.profile) else None,
             min_saving=self.min_saving,
         )
+
+    def _select(self) -> ProfileEntry | None:
+        """The selector's choice among the profiled limits, or None (`unresolved`, with the reason).
+
+        See `Ranking.choice`; the "time" selector measures no energy and chooses as `select_power_limit`.
+        """
+        chosen, reason = self._ranking().choice()
         if chosen is None:
             self.unresolved, self.unfinished_reason = True, reason
         return chosen
