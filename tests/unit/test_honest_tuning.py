@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.clock import VirtualClock
+from tests.support.tuning_runs import SMALL_PROFILE, SMALL_PROFILE_STEPS, tuning_run
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import EnergyPluginWarning
@@ -22,17 +23,8 @@ from wattwise.run.logged import step_metrics
 from wattwise.settings.guard import SettingsGuard
 from wattwise.tools.workload import emulate_step
 
-# 300 W down to 100 W by 50 W: 5 limits, 1 wait step, 1 warm-up step and 2 profile steps each.
-TUNE = [
-    "monitor.sample_power=false",
-    "monitor.sync_cuda=false",
-    "power_limit.mode=tune",
-    "power_limit.wait_steps=1",
-    "power_limit.warmup_steps=1",
-    "power_limit.profile_steps=2",
-    "power_limit.step_w=50",
-]
-TUNING_STEPS = 1 + 5 * (1 + 2)
+TUNE = list(SMALL_PROFILE)
+TUNING_STEPS = SMALL_PROFILE_STEPS
 
 
 @pytest.fixture(autouse=True)
@@ -43,25 +35,8 @@ def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def train(tmp_path: Path, steps: int, *, drive: bool) -> tuple[Run, SimulatedGPU, list[str]]:
     """A tuning run of `steps` optimizer steps on one simulated GPU, driven by emulated work or not (a user's
     own model); returns the run, its GPU and the wattwise warnings it gave."""
-    clock = VirtualClock()
-    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
-    cfg = load_config(overrides=[*TUNE, f"output_dir={tmp_path / 'run'}"])
-    run = Run(
-        cfg, devices=[gpu], wall_clock=clock, settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False)
-    )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        run.start()
-        for _ in range(steps):
-            run.step_begin()
-            if drive:
-                emulate_step([gpu], lambda: None)
-            else:
-                clock.sleep(0.1)  # the user's own model: time passes, the simulated GPU idles
-            run.step_end()
-        run.finish()
-    said = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
-    return run, gpu, said
+    done = tuning_run(tmp_path, steps, drive=drive)
+    return done.run, done.gpu, done.said
 
 
 def statement(tmp_path: Path) -> str:

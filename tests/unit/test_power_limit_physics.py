@@ -8,20 +8,15 @@ limits apart chooses nothing and says so once.
 from __future__ import annotations
 
 import collections
-import warnings
 from pathlib import Path
 
 import pytest
 
-from tests.support.clock import VirtualClock
-from wattwise.config import load_config
-from wattwise.devices import Physics, PowerModel, SimulatedGPU
-from wattwise.errors import EnergyPluginWarning
+from tests.support.tuning_runs import tuning_run
+from wattwise.devices import Physics
 from wattwise.power_limit import PowerLimitTuner
 from wattwise.profile import ProfileEntry
 from wattwise.run import Run
-from wattwise.settings.guard import SettingsGuard
-from wattwise.tools.workload import emulate_step
 
 TUNE = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.mode=tune", "power_limit.reuse=false"]
 
@@ -33,23 +28,15 @@ def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def tune(tmp_path: Path, physics: Physics, *overrides: str, steps: int = 3000) -> tuple[Run, list[str]]:
     """A tuning run on one simulated GPU (built-in model, 20 ms steps) timed by a virtual clock."""
-    clock = VirtualClock()
-    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.02, clock=clock, sleep=clock.sleep, physics=physics)
-    cfg = load_config(overrides=[*TUNE, f"output_dir={tmp_path / 'run'}", *overrides])
-    run = Run(
-        cfg, devices=[gpu], wall_clock=clock, settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False)
+    done = tuning_run(
+        tmp_path,
+        steps,
+        overrides=[*TUNE, *overrides],
+        physics=physics,
+        base_step_time_s=0.02,
+        stop=lambda run: run.power.tuner is not None and run.power.tuner.done,
     )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        run.start()
-        for _ in range(steps):
-            run.step_begin()
-            emulate_step([gpu], lambda: None)
-            run.step_end()
-            if run.power.tuner is not None and run.power.tuner.done:
-                break
-        run.finish()
-    return run, [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    return done.run, done.said
 
 
 def test_on_the_realistic_gpu_tuning_chooses_the_ideal_choice_or_its_neighbour(tmp_path: Path) -> None:

@@ -7,34 +7,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
-import warnings
 from pathlib import Path
 
 import pytest
 
-from tests.support.clock import VirtualClock
 from tests.support.run_records import TUNED, write_tuned_run
-from wattwise.config import load_config
-from wattwise.devices import PowerModel, SimulatedGPU
-from wattwise.errors import EnergyPluginWarning
+from tests.support.tuning_runs import SMALL_PROFILE, SMALL_PROFILE_STEPS, tuning_run
 from wattwise.record.files import read_run_dir
 from wattwise.record.report import FacilityInputs, build_report, energy_statement
 from wattwise.record.summary import format_summary
 from wattwise.run import Run
-from wattwise.settings.guard import SettingsGuard
-from wattwise.tools.workload import emulate_step
 
-# 300 W down to 100 W by 50 W: 5 limits, 1 wait step, 1 warm-up step and 2 profile steps each.
-TUNE = [
-    "monitor.sample_power=false",
-    "monitor.sync_cuda=false",
-    "power_limit.mode=tune",
-    "power_limit.wait_steps=1",
-    "power_limit.warmup_steps=1",
-    "power_limit.profile_steps=2",
-    "power_limit.step_w=50",
-]
-TUNING_STEPS = 1 + 5 * (1 + 2)
+TUNE = list(SMALL_PROFILE)
+TUNING_STEPS = SMALL_PROFILE_STEPS
 
 
 @pytest.fixture(autouse=True)
@@ -53,29 +38,8 @@ def _sigterm_handler() -> object:
 def train(tmp_path: Path, steps: int, *, drive: bool = True, signalled: bool = False) -> tuple[Run, list[str]]:
     """A tuning run of `steps` optimizer steps on one simulated GPU; SIGTERM reaches it before it finishes when
     `signalled` (as the guard records it). Returns the run and the wattwise warnings it gave."""
-    clock = VirtualClock()
-    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
-    cfg = load_config(overrides=[*TUNE, f"output_dir={tmp_path / 'run'}"])
-    run = Run(
-        cfg, devices=[gpu], wall_clock=clock, settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False)
-    )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        run.start()
-        for _ in range(steps):
-            run.step_begin()
-            if drive:
-                emulate_step([gpu], lambda: None)
-            else:
-                clock.sleep(0.1)
-            run.step_end()
-        if signalled:
-            guard = run.power.guard
-            assert guard is not None
-            guard.signalled = signal.SIGTERM
-            guard.restore_all()
-        run.finish()
-    return run, [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    done = tuning_run(tmp_path, steps, drive=drive, signalled=signalled)
+    return done.run, done.said
 
 
 def statement(tmp_path: Path) -> str:
