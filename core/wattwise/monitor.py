@@ -84,6 +84,23 @@ def quadrature(values: Iterable[float]) -> float:
     return math.sqrt(sum(v * v for v in values))
 
 
+def counter_window_uncertainty_j(
+    energy_j: float, time_s: float, period_s: float, *, aligned_steps: int | None = None
+) -> float:
+    """How far a window's energy may be off, from where the counter's changes fall about its ends.
+
+    A window that opens and ends on steps in which the counter changed (`aligned_steps`: its steps) has each
+    end within one training step of a change (within one period, when a step is longer); any other window,
+    anywhere within one period (`period_s`). The difference of two such offsets, uniform over that span, has
+    a standard deviation of span / sqrt(6): this is two of those (about a 95% bound), at the window's mean
+    power. 0 for a counter that changes at every read (`period_s` 0) or an empty window.
+    """
+    if period_s <= 0 or time_s <= 0:
+        return 0.0
+    span_s = period_s if aligned_steps is None else min(period_s, time_s / max(1, aligned_steps))
+    return 2.0 * energy_j / time_s * span_s / math.sqrt(6.0)
+
+
 @dataclass
 class PowerSample:
     """The power of each device at one moment: `timestamp` in unix s, `power_w` by device key.

@@ -24,7 +24,15 @@ def levers_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The command's exit code, output, report and Markdown, and the WATTWISE_HOME its simulated GPU lives in."""
     root = tmp_path_factory.mktemp("levers")
     home, out = root / "home", root / "acc"
-    env = {**os.environ, "WATTWISE_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    # The simulated GPU's default, realistic physics (a coarse counter, settling, noise), as CI runs the
+    # command; seeded, so a failure can be reproduced.
+    env = {
+        **os.environ,
+        "WATTWISE_HOME": str(home),
+        "OMP_NUM_THREADS": "1",
+        "WATTWISE_SIMULATED_PHYSICS": "realistic",
+        "WATTWISE_SIMULATED_SEED": "1",
+    }
     env.pop("ACCELERATE_ENERGY", None)
     done = subprocess.run(
         [sys.executable, "-m", "wattwise.acceptance", "--levers", "--simulated", "--quick", "--out", str(out)],
@@ -69,6 +77,10 @@ def test_the_sweep_resolves_the_counter_and_stands_beside_the_papers_row(levers_
     assert len(rows) == 4 and rows[0]["cap_w"] == sweep["default_w"] and rows[-1]["cap_w"] == sweep["min_w"]
     assert rows[0]["time_ratio"] == 1.0 and rows[-1]["time_ratio"] > 1.0
     assert all(r["step_energy_j"] > 0 for r in rows)
+    # Windows that open and end on changes of the coarse counter resolve the saving at a middle cap (about
+    # 20% less energy, known to about 3%; windows anywhere within a period left it at about 9%).
+    middle = rows[len(rows) // 2]
+    assert middle["energy_ratio_uncertainty"] < (1.0 - middle["energy_ratio"]) / 3
     md = levers_run["md"]
     assert "| paper, V100 | 150 | 60% | 108.5% | 87.7% | |" in md and f"{MCDONALD_V100.source}" in md
     assert "| simulated | " in md and "Workload power profiles: not measured" in md
@@ -80,8 +92,12 @@ def test_tuning_is_set_against_the_sweeps_best_cap_for_each_eta(levers_run):
     assert [(r["eta"], r["repeat"]) for r in runs] == [(0.5, 0), (0.5, 1), (1.0, 0)]
     caps = [r["cap_w"] for r in figures(levers_run, "cap_sweep")["rows"]]
     for r in runs:
-        assert r["chosen_w"] is not None and r["sweep_best_w"] in caps
-        assert r["cost_vs_best"] >= 0.999  # the sweep's best is the least cost among the sweep's own figures
+        assert r["sweep_best_w"] in caps
+        if r["chosen_w"] is None:  # the windows could not rank the limits: said, with the reason, not guessed
+            assert r["tuning"]["reason"], r
+        else:
+            assert r["cost_vs_best"] >= 0.999  # the sweep's best is the least cost among the sweep's own figures
+    assert any(r["chosen_w"] is not None for r in runs)
     assert set(tuning["holds"]) == {"0.5", "1"}
     assert "| eta | run | chosen (W) | sweep's best (W) |" in levers_run["md"]
 

@@ -7,6 +7,7 @@ idle 50 W, busy 240 W at the maximum limit (the hand model below).
 from __future__ import annotations
 
 import csv
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -535,3 +536,15 @@ def test_a_device_without_counter_is_measured_by_the_background_sampler() -> Non
     assert m.energy_j["gpu0"] == pytest.approx(120.0 * m.time_s, rel=0.05)
     assert m.approximate == ()
     assert len(monitor.sampler.samples()) >= 2
+
+
+def test_a_window_aligned_on_changes_of_the_counter_is_known_to_a_step_not_to_a_period() -> None:
+    from wattwise.monitor import counter_window_uncertainty_j
+
+    # 400 J over 2 s (200 W) in 40 steps of 50 ms, on a counter that changes every 100 ms.
+    anywhere = counter_window_uncertainty_j(400.0, 2.0, 0.1)
+    aligned = counter_window_uncertainty_j(400.0, 2.0, 0.1, aligned_steps=40)
+    assert anywhere == pytest.approx(2 * 200 * 0.1 / math.sqrt(6))
+    assert aligned == pytest.approx(anywhere / 2)  # each end within a 50 ms step, not a 100 ms period
+    assert counter_window_uncertainty_j(400.0, 2.0, 0.1, aligned_steps=5) == pytest.approx(anywhere)  # long steps
+    assert counter_window_uncertainty_j(400.0, 2.0, 0.0, aligned_steps=40) == 0.0  # an exact counter

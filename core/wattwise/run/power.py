@@ -33,6 +33,7 @@ from wattwise.config import PowerLimitConfig
 from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
 from wattwise.errors import Unavailable, UsageError
+from wattwise.monitor import counter_window_uncertainty_j
 from wattwise.power_limit import MIN_SAVING, RUN_TO_RUN, PowerLimitTuner, cap_limit_w, profile_limits_w
 from wattwise.profile import ProfileEntry
 from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
@@ -366,12 +367,10 @@ class PowerLimitControl:
         counter, others anywhere within one period; the difference of two such offsets, uniform over that
         span, has a standard deviation of span / sqrt(6): this is two of those (about a 95% bound).
         """
-        period_s = self.counter_period_s()
-        if period_s <= 0 or time_s <= 0 or self.tuner is None:
+        if self.tuner is None:
             return 0.0
-        steps = max(1, self.tuner.window_steps)
-        span_s = min(period_s, time_s / steps) if self.tuner.align_to_counter else period_s
-        return 2.0 * energy_j / time_s * span_s / math.sqrt(6.0)
+        aligned = self.tuner.window_steps if self.tuner.align_to_counter else None
+        return counter_window_uncertainty_j(energy_j, time_s, self.counter_period_s(), aligned_steps=aligned)
 
     def min_profile_s(self) -> float:
         """The shortest profile window, in seconds.

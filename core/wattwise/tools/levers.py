@@ -53,6 +53,8 @@ MIN_WINDOW_STEPS = 5
 #: Steps trained at a new cap before its window opens, however short the settling time (the first steps
 #: of a Trainer load kernels and allocate).
 SETTLE_STEPS = 3
+#: Periods of the energy counter a sweep window waits, at each end, for a step in which the counter changes.
+ALIGN_PERIODS = 3
 #: A tuning run that has not finished after this long stops (its summary says tuning did not finish).
 TUNE_RUN_LIMIT_S = 120.0
 #: Two power limits closer than this are the same limit (the sweep sets whole watts, the tuner need not).
@@ -189,7 +191,8 @@ def estimate_s(name: str, gpu: Device | None, quick: bool) -> float:
     window, profile_window = sizes.window_s(gpu), sizes.profile_window_s(gpu)
     if name == "cap_sweep":  # each cap, and the workload power profile the GPU offers (`sweep_profile`)
         windows = sizes.caps + (sweep_profile(gpu)[0] is not None)
-        return SETUP_S + windows * (sizes.settle_s + window)
+        # Each window's ends wait for a change of the counter: about a period in all.
+        return SETUP_S + windows * (sizes.settle_s + window + gpu.energy_update_period_s)
     if name == "tuning_vs_sweep":
         # A run profiles each of the sweep's caps over a window (power_limit.min_profile_s: 20 counter
         # updates), after 3 warm-up steps; on a coarse counter it measures again, in each of up to
@@ -615,23 +618,51 @@ def _sweep_callback(
     With `profile`, a last window at the first cap (the default limit) with that NVML workload power profile
     requested; a refused request ends the sweep there, its words in `refused`.
     """
-    from wattwise.monitor import EnergyMonitor
+    from wattwise.monitor import EnergyMonitor, counter_window_uncertainty_j
 
     gpu = rig.gpu
     window_s = sizes.window_s(gpu)
     monitor = EnergyMonitor([gpu], sync=rig.sync)
     clock = gpu.simulation.clock if gpu.simulation is not None else time.monotonic
+    period_s = gpu.energy_update_period_s
 
     items: list[tuple[float, str | None]] = [(cap, None) for cap in caps_w]
     if profile is not None:
         items.append((caps_w[0], profile))
 
     class Sweep(trainer_callback_base()):  # type: ignore[misc]
+        """Apply, settle, then a window that opens and ends on steps in which the energy counter changed.
+
+        Aligned so, each end of a window is within one training step of a change of a coarse counter
+        rather than anywhere within its period (`counter_window_uncertainty_j`). A counter that does not
+        change within `ALIGN_PERIODS` periods is not waited for: that window is not aligned, and says so
+        by the monitor's wider uncertainty.
+        """
+
         def __init__(self) -> None:
             self.index = 0
             self.phase = "apply"
             self.since = 0.0
             self.steps = 0
+            self.edge_j: float | None = None
+            self.waiting_since = 0.0
+            self.aligned = True
+
+        def counter_changed(self) -> bool:
+            """Whether the counter changed since the last look (True, and no more waiting, when it cannot say)."""
+            if period_s <= 0:
+                return True
+            try:
+                value = gpu.energy_j()
+            except DeviceError:
+                self.aligned = False
+                return True
+            changed = self.edge_j is not None and value != self.edge_j
+            self.edge_j = value
+            if not changed and clock() - self.waiting_since > ALIGN_PERIODS * period_s:
+                self.aligned = False
+                return True
+            return changed
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.phase == "apply":
@@ -652,19 +683,30 @@ def _sweep_callback(
             self.steps += 1
             elapsed = clock() - self.since
             if self.phase == "settle" and elapsed >= sizes.settle_s and self.steps >= SETTLE_STEPS:
+                self.phase, self.edge_j, self.waiting_since, self.aligned = "align", None, clock(), True
+                self.counter_changed()  # the counter's value now, to see the step in which it changes
+            elif self.phase == "align" and self.counter_changed():
                 monitor.begin_window("cap")
                 self.phase, self.since, self.steps = "measure", clock(), 0
             elif self.phase == "measure" and elapsed >= window_s and self.steps >= MIN_WINDOW_STEPS:
+                self.phase, self.edge_j, self.waiting_since = "closing", None, clock()
+                self.counter_changed()
+            elif self.phase == "closing" and self.counter_changed():
                 window = monitor.end_window("cap")
                 steps = self.steps
                 cap, wanted = items[self.index]
+                uncertainty_j = (
+                    counter_window_uncertainty_j(window.total_energy_j, window.time_s, period_s, aligned_steps=steps)
+                    if self.aligned
+                    else window.total_energy_uncertainty_j
+                )
                 results.append(
                     CapWindow(
                         cap,
                         window.time_s / steps,
                         window.total_energy_j / steps,
                         steps,
-                        window.total_energy_uncertainty_j / steps,
+                        uncertainty_j / steps,
                         wanted,
                     )
                 )
