@@ -174,7 +174,8 @@ def test_sigterm_in_a_tuned_trainer_restores_the_gpu_and_lets_the_scripts_handli
     found = signal.signal(signal.SIGTERM, preempted.handler)
     try:
         t = trainer(tmp_path / "out", 40, energy, Drive(gpu), preempted)
-        with pytest.warns(EnergyPluginWarning, match="tuning did not finish: the run was interrupted by a signal after 6 optimizer steps"):
+        interrupted = "tuning did not finish: the run was interrupted by a signal after 6 optimizer steps"
+        with pytest.warns(EnergyPluginWarning, match=interrupted):
             t.train()
         assert signal.getsignal(signal.SIGTERM) == preempted.handler  # the script's handler is back
     finally:
