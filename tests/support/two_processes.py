@@ -42,6 +42,9 @@ class TwoProcesses(Collective):
         if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], bool):  # agree_opening: (reason, sim)
             self.asked.append(self.step)
             return [obj, (self._other_reason(), obj[1])]
+        if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], float):  # agree_tuning: (reason, period)
+            self.asked.append(self.step)
+            return [obj, (self._other_reason(), obj[1])]
         return [obj, obj] if not isinstance(obj, dict) else [obj]
 
     def combine(self, windows: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

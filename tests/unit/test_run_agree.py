@@ -18,7 +18,15 @@ import wattwise.run.measurement
 from tests.support.clock import VirtualClock
 from tests.support.two_processes import TUNE, TwoProcesses
 from wattwise.config import load_config
-from wattwise.devices import DeviceLostError, Discovery, NoPermissionError, NotSupportedError, PowerModel, SimulatedGPU
+from wattwise.devices import (
+    DeviceLostError,
+    Discovery,
+    NoPermissionError,
+    NotSupportedError,
+    Physics,
+    PowerModel,
+    SimulatedGPU,
+)
 from wattwise.distributed import Collective
 from wattwise.errors import EnergyPluginWarning
 from wattwise.run import Run
@@ -130,6 +138,7 @@ def two_ranks(
     *,
     steps: int = 12,
     overrides: Sequence[str] = (),
+    physics: Sequence[Physics | None] = (None, None),
 ) -> tuple[list[Run], list[Lockstep], list[str]]:
     """Two ranks (threads) training `steps` steps in lockstep, each with its own simulated GPU, which
     `rank_setup` may change (a GPU it marks `absent`: that rank finds no device; `unopenable = why`: that
@@ -139,7 +148,14 @@ def two_ranks(
     colls = [Lockstep(rank, shared) for rank in range(2)]
     clocks = [VirtualClock(), VirtualClock()]
     gpus: list[SimulatedGPU | None] = [
-        SimulatedGPU(rank, PowerModel.default(), base_step_time_s=0.1, clock=clocks[rank], sleep=clocks[rank].sleep)
+        SimulatedGPU(
+            rank,
+            PowerModel.default(),
+            base_step_time_s=0.1,
+            clock=clocks[rank],
+            sleep=clocks[rank].sleep,
+            physics=physics[rank],
+        )
         for rank in range(2)
     ]
     for rank in range(2):
@@ -336,3 +352,23 @@ def test_a_limit_lifted_on_one_rank_only_is_said_once_and_in_the_summary(tmp_pat
     assert warned == [f"wattwise: rank 1: {lifted}"]  # once, by the main process
     summary = runs[0].summary
     assert summary is not None and f"rank 1: {lifted}" in summary["notes"]
+
+
+def test_ranks_whose_energy_counters_differ_tune_by_the_slowest_and_stay_in_step(tmp_path):
+    # Rank 0's GPU has an exact counter (the ideal physics), rank 1's changes every 95 ms (the realistic one):
+    # alone, rank 0 would end its windows after 2 steps and rank 1 after 20 counter updates, measuring limits
+    # again where rank 0 would not. They agree the slowest counter at the start and end every window together.
+    runs, colls, _ = two_ranks(
+        tmp_path,
+        lambda rank, gpu: None,
+        steps=160,
+        overrides=TUNE[:5],  # 300, 200 and 100 W, 2 profile steps at least
+        physics=(Physics.ideal(), Physics.realistic(seed=3)),
+    )
+    tuners = [run.power.tuner for run in runs]
+    assert all(t is not None and t.done for t in tuners)
+    assert [t.align_to_counter for t in tuners] == [True, True]  # type: ignore[union-attr]
+    assert tuners[0].min_window_s == tuners[1].min_window_s == pytest.approx(20 * 0.095, rel=0.05)  # type: ignore[union-attr]
+    assert tuners[0].queue == tuners[1].queue  # type: ignore[union-attr]
+    assert colls[0].issued == colls[1].issued
+    assert runs[0].power.tuned_limit_w == runs[1].power.tuned_limit_w is not None

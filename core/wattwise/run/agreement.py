@@ -17,6 +17,7 @@ Processes of one run must issue the same collectives, so a decision that changes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -37,6 +38,7 @@ __all__ = [
     "RankEnd",
     "agree",
     "agree_opening",
+    "agree_tuning",
     "collect_rank_ends",
     "combine_telling",
     "leave_rank_end",
@@ -69,6 +71,9 @@ class Agreement:
     #: Whether a GPU of any process is simulated (`agree_opening`; False elsewhere): every process's logged
     #: figures are then marked simulated, so that they log the same metrics (one collective each in Lightning).
     simulated: bool = False
+    #: The slowest energy counter's period among every process's GPUs (`agree_tuning`; 0 elsewhere), in s:
+    #: every process tunes by it, so that windows end on the same steps everywhere.
+    counter_period_s: float = 0.0
 
     @property
     def failed(self) -> bool:
@@ -92,7 +97,7 @@ class Agreement:
 
     def with_simulated(self, simulated: bool) -> Agreement:
         """This agreement, saying whether any process's GPU is simulated."""
-        return Agreement(self.failures, self.processes, simulated)
+        return dataclasses.replace(self, simulated=simulated)
 
     def note(self, *, leaving_out: Sequence[int] = ()) -> str:
         """`rank R: why` for each process that failed, but those `leaving_out` (already said); "" for none."""
@@ -128,6 +133,20 @@ def agree_opening(collective: Collective, reason: str | None, *, simulated: bool
         return Agreement.of([reason]).with_simulated(simulated)
     gathered = collective.all_gather((reason, simulated))
     return Agreement.of([why for why, _ in gathered]).with_simulated(any(sim for _, sim in gathered))
+
+
+def agree_tuning(collective: Collective, reason: str | None, *, counter_period_s: float) -> Agreement:
+    """`agree` at the start of a run that changes settings, also learning the slowest energy counter's period.
+
+    In the same collective every process says why it cannot change its GPU (None: it can) and how often its
+    GPUs' energy counters change; each then tunes by the slowest (`PowerLimitControl.agree_counter_period`).
+    """
+    if collective.world_size == 1:
+        return dataclasses.replace(Agreement.of([reason]), counter_period_s=counter_period_s)
+    gathered = collective.all_gather((reason, float(counter_period_s)))
+    return dataclasses.replace(
+        Agreement.of([why for why, _ in gathered]), counter_period_s=max(float(p) for _, p in gathered)
+    )
 
 
 def combine_telling(

@@ -127,6 +127,10 @@ class PowerLimitControl:
         #: The tuner whose choice is in force with nothing left to move it (no carbon steering, no hold): a
         #: step then asks nothing of it.
         self._settled: PowerLimitTuner | None = None
+        #: The slowest energy counter's period among every process's GPUs, once they agreed at the start.
+        self._agreed_period_s: float | None = None
+        #: The limits tuning profiles (min, max W of a GPU) and the job's maximum power (W), from `setup`.
+        self._tuner_range: tuple[float, float, float] = (0.0, 0.0, 0.0)
         #: The job's key in the limits memory, whether this is the main process, and the run's id, as the
         #: last profile window gave them: a choice made later (a round cut short) is remembered with them.
         self._remember_as: tuple[str | None, bool, str | None] = (None, False, None)
@@ -216,22 +220,8 @@ class PowerLimitControl:
         clocks = {id(sim.clock): sim.clock for sim in sims}
         if not self._clock_given and len(clocks) == 1 and len(sims) == len(self.gpus):
             self._clock = next(iter(clocks.values()))
-        self.tuner = PowerLimitTuner(
-            profile_limits_w(rng.min_w, rng.max_w, cfg.step_w),
-            selector=cfg.selector,
-            eta=cfg.eta,
-            max_slowdown=cfg.max_slowdown,
-            max_power_w=rng.max_w * len(self.gpus) * collective.world_size,
-            wait_steps=cfg.wait_steps,
-            warmup_steps=cfg.warmup_steps,
-            profile_steps=cfg.profile_steps,
-            min_window_s=self.min_profile_s(),
-            align_to_counter=self.counter_period_s() > 0,
-            # An exact counter (a simulated GPU's ideal physics): exact figures, any saving is one.
-            run_to_run=RUN_TO_RUN if self.counter_period_s() > 0 else 0.0,
-            min_saving=MIN_SAVING if self.counter_period_s() > 0 else 0.0,
-            confirm_rounds=cfg.confirm_rounds,
-        )
+        self._tuner_range = (rng.min_w, rng.max_w, rng.max_w * len(self.gpus) * collective.world_size)
+        self.tuner = self._make_tuner()
         self._collective = collective
         if self._resumed_tuner is not None:
             self.tuner.load_state_dict(self._resumed_tuner)
@@ -357,8 +347,50 @@ class PowerLimitControl:
             return None
 
     def counter_period_s(self) -> float:
-        """How often the slowest energy counter among the run's GPUs changes, in seconds (0: at every read)."""
+        """How often the slowest energy counter among the run's GPUs changes, in seconds (0: at every read).
+
+        Once the processes agreed at the start (`agree_counter_period`), the slowest among all theirs.
+        """
+        if self._agreed_period_s is not None:
+            return self._agreed_period_s
         return max((gpu.energy_update_period_s for gpu in self.gpus), default=0.0)
+
+    def _make_tuner(self) -> PowerLimitTuner:
+        """A tuner of this run's limits, for the energy counter `counter_period_s` says (its windows' rules)."""
+        cfg = self.cfg
+        min_w, max_w, job_max_w = self._tuner_range
+        coarse = self.counter_period_s() > 0  # else an exact counter (the ideal physics): any saving is one
+        return PowerLimitTuner(
+            profile_limits_w(min_w, max_w, cfg.step_w),
+            selector=cfg.selector,
+            eta=cfg.eta,
+            max_slowdown=cfg.max_slowdown,
+            max_power_w=job_max_w,
+            wait_steps=cfg.wait_steps,
+            warmup_steps=cfg.warmup_steps,
+            profile_steps=cfg.profile_steps,
+            min_window_s=self.min_profile_s(),
+            align_to_counter=coarse,
+            run_to_run=RUN_TO_RUN if coarse else 0.0,
+            min_saving=MIN_SAVING if coarse else 0.0,
+            confirm_rounds=cfg.confirm_rounds,
+        )
+
+    def agree_counter_period(self, period_s: float) -> None:
+        """Tune as every other process does: for the slowest energy counter among all the job's GPUs.
+
+        The windows' length, their alignment on the counter and the rules that choose (which decide when a
+        window ends and whether limits are measured again) follow the counter; processes whose GPUs differ
+        (a node mixing models, a simulated GPU of another physics) would otherwise end windows on different
+        steps. Called by every process, with the same `period_s`, right after the start's agreement
+        (`Run._agree`), before any step.
+        """
+        if self.tuner is None or self.tuner.done or period_s == self.counter_period_s():
+            return
+        self._agreed_period_s = period_s
+        self.tuner = self._make_tuner()
+        if self._resumed_tuner is not None:
+            self.tuner.load_state_dict(self._resumed_tuner)
 
     def window_uncertainty_j(self, time_s: float, energy_j: float) -> float:
         """How far a profile window's energy may be off: its power times where the counter's steps may fall.
@@ -380,7 +412,7 @@ class PowerLimitControl:
         """
         if self.cfg.min_profile_s is not None:
             return float(self.cfg.min_profile_s)
-        return MIN_PROFILE_UPDATES * max((gpu.energy_update_period_s for gpu in self.gpus), default=0.0)
+        return MIN_PROFILE_UPDATES * self.counter_period_s()
 
     def _check_time_left(self, steps_done: int) -> None:
         """A run of known length: warn once when tuning cannot finish; settle before a limit it cannot finish."""

@@ -60,7 +60,7 @@ from wattwise.record.summary import (
     never_applied_why,
     with_saving_uncertainty,
 )
-from wattwise.run.agreement import FIGURES_LEFT, RankEnd, agree, collect_rank_ends, leave_rank_end
+from wattwise.run.agreement import FIGURES_LEFT, RankEnd, agree, agree_tuning, collect_rank_ends, leave_rank_end
 from wattwise.run.carbon import CarbonControl
 from wattwise.run.history import keep_run
 from wattwise.run.measurement import Figures, RunFigures, RunMeasurement, Window
@@ -337,8 +337,13 @@ class Run:
             failed = self.measurement.lost
         if failed is None and at_start and power.mode == PowerMode.MEASURE and not power.gpus:
             failed = "no GPU whose power limit it could change was found"
-        agreement = agree(coll, failed)
+        if at_start:  # the same collective tells every process the slowest energy counter, to tune by
+            agreement = agree_tuning(coll, failed, counter_period_s=power.counter_period_s())
+        else:
+            agreement = agree(coll, failed)
         if not agreement.failed:
+            if at_start:
+                power.agree_counter_period(agreement.counter_period_s)
             return
         # A rank whose lost measurement every process was told of has its note already (saying this too).
         untold = agreement.note(leaving_out=sorted(self._told_lost))
