@@ -82,11 +82,7 @@ class AccelerateEnergy:
     @override
     def __repr__(self) -> str:
         """The settings that say what this run does: `AccelerateEnergy(mode='tune', eta=0.5, ...)`."""
-        c = self.config
-        return (
-            f"{type(self).__name__}(mode={c.power_limit.mode!r}, eta={c.power_limit.eta!r}, job={c.job!r}, "
-            f"backend={c.devices.backend!r})"
-        )
+        return self.config.described_as(type(self).__name__)
 
     def install(self) -> None:
         """Hook the accelerator's optimizer preparation, evaluation, checkpoints and end of training."""

@@ -106,13 +106,9 @@ class EnergyTrainerCallback(TrainerCallback):
     @override
     def __repr__(self) -> str:
         """The settings that say what this callback does: `EnergyTrainerCallback(mode='tune', eta=0.5, ...)`."""
-        c = self.config
-        if c is None:
+        if self.config is None:
             return f"{type(self).__name__}(settings from the ACCELERATE_ENERGY_* environment variables)"
-        return (
-            f"{type(self).__name__}(mode={c.power_limit.mode!r}, eta={c.power_limit.eta!r}, job={c.job!r}, "
-            f"backend={c.devices.backend!r})"
-        )
+        return self.config.described_as(type(self).__name__)
 
     @classmethod
     def for_flag(cls) -> EnergyTrainerCallback:

@@ -116,11 +116,7 @@ class EnergyCallback(Callback):
     @override
     def __repr__(self) -> str:
         """The settings that say what this callback does: `EnergyCallback(mode='tune', eta=0.5, ...)`."""
-        c = self.config
-        return (
-            f"{type(self).__name__}(mode={c.power_limit.mode!r}, eta={c.power_limit.eta!r}, job={c.job!r}, "
-            f"backend={c.devices.backend!r})"
-        )
+        return self.config.described_as(type(self).__name__)
 
     @property
     @override

@@ -176,6 +176,11 @@ class EnergyConfig:
     power_limit: PowerLimitConfig = field(default_factory=PowerLimitConfig)
     carbon: CarbonConfig = field(default_factory=CarbonConfig)
 
+    def described_as(self, name: str) -> str:
+        """`name(mode=..., eta=..., job=..., backend=...)`: the settings that say what a run does (a `repr`)."""
+        pl = self.power_limit
+        return f"{name}(mode={pl.mode!r}, eta={pl.eta!r}, job={self.job!r}, backend={self.devices.backend!r})"
+
 
 @dataclass(frozen=True)
 class Setting:
