@@ -56,6 +56,8 @@ def tuning_run(
     drive: bool = True,
     signalled: bool = False,
     stop: Callable[[Run], bool] | None = None,
+    clock_start_s: float = 1000.0,
+    announce_steps: bool = False,
 ) -> TuningRun:
     """Tune for `steps` optimizer steps (fewer when `stop(run)` says so after a step), then finish.
 
@@ -68,8 +70,10 @@ def tuning_run(
         drive: Emulated work drives the GPU; False: the user's own model, the GPU idles.
         signalled: SIGTERM reaches the run before it finishes, as the guard records it.
         stop: Ends the steps early when it returns True after a step.
+        clock_start_s: The virtual clock's first reading (unix s: a date for a carbon-intensity series).
+        announce_steps: Tell the run its length (`Run.expect_steps`), as a framework that knows it does.
     """
-    clock = VirtualClock()
+    clock = VirtualClock(clock_start_s)
     gpu = SimulatedGPU(
         0,
         PowerModel.default(),
@@ -82,6 +86,8 @@ def tuning_run(
     run = Run(
         cfg, devices=[gpu], wall_clock=clock, settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False)
     )
+    if announce_steps:
+        run.expect_steps(steps)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run.start()

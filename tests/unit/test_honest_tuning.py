@@ -5,7 +5,6 @@ summary, the console lines and the energy statement alike."""
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -14,13 +13,11 @@ from tests.support.clock import VirtualClock
 from tests.support.tuning_runs import SMALL_PROFILE, SMALL_PROFILE_STEPS, tuning_run
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
-from wattwise.errors import EnergyPluginWarning
 from wattwise.record.files import read_run_dir
 from wattwise.record.report import FacilityInputs, build_report, energy_statement
 from wattwise.record.summary import format_summary
 from wattwise.run import Run
 from wattwise.run.logged import step_metrics
-from wattwise.settings.guard import SettingsGuard
 from wattwise.tools.workload import emulate_step
 
 TUNE = list(SMALL_PROFILE)
@@ -141,29 +138,8 @@ def test_measure_mode_reports_the_limit_the_gpus_run_at_for_power_limit_w(tmp_pa
 def test_tuning_that_cannot_finish_says_once_how_to_fit_into_a_fifth_of_the_run(
     tmp_path: Path, step_w: int, steps: int, advice: str
 ) -> None:
-    clock = VirtualClock()
-    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
-    cfg = load_config(
-        overrides=[
-            *TUNE,
-            "power_limit.profile_steps=1",
-            f"power_limit.step_w={step_w}",
-            f"output_dir={tmp_path / 'run'}",
-        ]
-    )
-    run = Run(
-        cfg, devices=[gpu], wall_clock=clock, settings_guard=lambda: SettingsGuard(tmp_path / "journal", recover=False)
-    )
-    run.expect_steps(steps)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        run.start()
-        for _ in range(steps):
-            run.step_begin()
-            emulate_step([gpu], lambda: None)
-            run.step_end()
-        run.finish()
-    said = [str(w.message) for w in caught if issubclass(w.category, EnergyPluginWarning)]
+    overrides = [*TUNE, "power_limit.profile_steps=1", f"power_limit.step_w={step_w}"]
+    said = tuning_run(tmp_path, steps, overrides=overrides, announce_steps=True).said
     assert len(said) == 1 and "tuning cannot finish" in said[0]
     assert said[0].endswith(
         f"; to tune in at most a fifth of the run, {advice}, or lower power_limit.profile_steps / warmup_steps"

@@ -10,17 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.clock import VirtualClock
 from tests.support.run_records import write_tuned_run
+from tests.support.tuning_runs import tuning_run
 from wattwise.carbon.grid import lookup
 from wattwise.cli.main import main
 from wattwise.config import load_config
-from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import ConfigError
 from wattwise.record.files import read_run_dir
 from wattwise.record.report import FacilityInputs, build_report, energy_statement
-from wattwise.run import Run
-from wattwise.tools.workload import emulate_step
 
 
 @pytest.fixture(autouse=True)
@@ -31,31 +28,27 @@ def _elsewhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
 
 
-def carbon_aware_run(out: Path, intensity: str, *, steps: int) -> dict[str, Any]:
+def carbon_aware_run(tmp_path: Path, intensity: str, *, steps: int) -> dict[str, Any]:
     """A carbon-aware tuning run on one simulated GPU following `carbon.intensity`; returns its summary."""
-    clock = VirtualClock(1_795_219_200.0)  # 2026-11-21 UTC
-    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=1.0, clock=clock, sleep=clock.sleep)
-    tune = ["power_limit.mode=tune", "power_limit.wait_steps=0", "power_limit.warmup_steps=0"]
-    quiet = ["power_limit.profile_steps=2", "power_limit.step_w=50", "monitor.sample_power=false"]
-    cfg = load_config(
+    done = tuning_run(
+        tmp_path,
+        steps,
         overrides=[
-            *tune,
-            *quiet,
+            "power_limit.mode=tune",
+            "power_limit.wait_steps=0",
+            "power_limit.warmup_steps=0",
+            "power_limit.profile_steps=2",
+            "power_limit.step_w=50",
+            "monitor.sample_power=false",
             "monitor.sync_cuda=false",
-            f"output_dir={out}",
             "carbon.aware=true",
             f"carbon.intensity={intensity}",
-        ]
+        ],
+        base_step_time_s=1.0,
+        clock_start_s=1_795_219_200.0,  # 2026-11-21 UTC
     )
-    run = Run(cfg, devices=[gpu], wall_clock=clock)
-    run.start()
-    for _ in range(steps):
-        run.step_begin()
-        emulate_step([gpu], lambda: None)
-        run.step_end()
-    run.finish()
-    assert run.summary is not None
-    return run.summary
+    assert done.run.summary is not None
+    return done.run.summary
 
 
 def test_the_config_key_takes_a_code_a_number_or_a_file(tmp_path: Path) -> None:
@@ -100,7 +93,7 @@ def test_a_carbon_aware_run_needs_exactly_one_intensity_key() -> None:
 
 def test_a_carbon_aware_run_follows_a_table_code_and_its_statement_names_source_and_year(tmp_path: Path) -> None:
     germany = lookup("DE")
-    summary = carbon_aware_run(tmp_path / "run", "DE", steps=20)
+    summary = carbon_aware_run(tmp_path, "DE", steps=20)
     source = summary["carbon_aware"]["intensity_source"]
     assert source.startswith(f"Germany (DE), {germany.year} yearly average: Our World in Data")
     text = energy_statement(build_report(read_run_dir(tmp_path / "run"), FacilityInputs()))
