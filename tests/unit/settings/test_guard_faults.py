@@ -197,12 +197,8 @@ def test_a_journal_never_names_a_file_to_overwrite(where: str, tmp_path: Path, s
 # -- 7. the demo under signals --------------------------------------------------------------------------
 
 
-def test_wattwise_logs_to_a_null_handler_and_a_setting_it_cannot_restore_is_a_warning(
-    monkeypatch: pytest.MonkeyPatch, state_file: Path
-) -> None:
-    # A script that configures no logging hears nothing from wattwise's logger (the logging HOWTO's rule for
-    # a library) but still sees, as a warning, a GPU setting left changed.
-    assert [type(h) for h in logging.getLogger("wattwise").handlers] == [logging.NullHandler]
+def limited_then_lost(monkeypatch: pytest.MonkeyPatch, state_file: Path) -> tuple[SettingsGuard, SimulatedGPU]:
+    """A guard that limited a simulated GPU to 150 W, which then falls off the bus at its next change."""
     gpu = SimulatedGPU(0, state_file=state_file)
     guard = SettingsGuard()
     guard.set_power_limit(gpu, 150.0)
@@ -211,6 +207,16 @@ def test_wattwise_logs_to_a_null_handler_and_a_setting_it_cannot_restore_is_a_wa
         raise DeviceLostError("GPU 0 fell off the bus")
 
     monkeypatch.setattr(gpu, "set_power_limit_w", fell_off_the_bus)
+    return guard, gpu
+
+
+def test_wattwise_logs_to_a_null_handler_and_a_setting_it_cannot_restore_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch, state_file: Path
+) -> None:
+    # A script that configures no logging hears nothing from wattwise's logger (the logging HOWTO's rule for
+    # a library) but still sees, as a warning, a GPU setting left changed.
+    assert [type(h) for h in logging.getLogger("wattwise").handlers] == [logging.NullHandler]
+    guard, _ = limited_then_lost(monkeypatch, state_file)
     with pytest.warns(EnergyPluginWarning, match="could not restore .*fell off the bus"):
         result = guard.restore_all()
     assert len(result.failed) == 1 and limit_on_gpu(state_file) == 150.0
@@ -222,14 +228,7 @@ def test_a_gpu_a_change_found_lost_is_not_warned_of_again_when_its_restore_fails
 ) -> None:
     # The change that found the GPU lost raised to its caller, which says so once (the run's one warning); the
     # restore that fails for the same cause is in the result, not a second warning.
-    gpu = SimulatedGPU(0, state_file=state_file)
-    guard = SettingsGuard()
-    guard.set_power_limit(gpu, 150.0)
-
-    def fell_off_the_bus(watts: float) -> None:
-        raise DeviceLostError("GPU 0 fell off the bus")
-
-    monkeypatch.setattr(gpu, "set_power_limit_w", fell_off_the_bus)
+    guard, gpu = limited_then_lost(monkeypatch, state_file)
     with pytest.raises(DeviceLostError):
         guard.set_power_limit(gpu, 100.0)
     with warnings.catch_warnings():
