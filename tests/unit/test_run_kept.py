@@ -20,7 +20,7 @@ from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import EnergyPluginWarning
 from wattwise.profile import ProfileEntry
 from wattwise.record.files import read_run_dir
-from wattwise.record.kept import LATEST, time_cost_s
+from wattwise.record.kept import LATEST, no_figures_note, summary_written_without, time_cost_s
 from wattwise.record.summary import PowerLimitSummary, RunSummary, TuningSummary
 from wattwise.run import Run
 from wattwise.run.history import keep_run
@@ -155,3 +155,11 @@ def test_a_history_refused_for_another_cause_than_the_journal_is_warned(
     _refused_history(monkeypatch, tmp_path / "elsewhere" / "store")  # the history's folder, not the home
     with pytest.warns(EnergyPluginWarning, match=r"not in the run history: .*Permission denied.*store"):
         assert keep_run(tmp_path / "out", summary) is None
+
+
+def test_a_late_process_finds_itself_only_among_the_ranks_the_summary_says_left_no_figures(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps({"notes": ["other", no_figures_note([2, 12], 3.0)]}))
+    assert summary_written_without(tmp_path, 2, since_s=0.0)
+    assert summary_written_without(tmp_path, 12, since_s=0.0)
+    assert not summary_written_without(tmp_path, 1, since_s=0.0)  # nor rank 1 in "rank 12"
+    assert not summary_written_without(tmp_path, 2, since_s=4e9)  # a summary older than this run's start

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -120,6 +121,17 @@ def keep_folder(output_dir: str | os.PathLike[str], run_id: str, *, world_size: 
 
 #: Largest summary.json a late process reads back to add its note (a summary is a few kB).
 MAX_SUMMARY_BYTES = 16 * 1024 * 1024
+#: What the summary's note on processes that left no figures says after naming them (`no_figures_note`).
+NO_FIGURES = " left no figures within "
+
+
+def no_figures_note(ranks: Sequence[int], waited_s: float) -> str:
+    """The summary's note naming the processes that left no figures while the main process waited."""
+    return (
+        f"{', '.join(f'rank {r}' for r in ranks)}{NO_FIGURES}{waited_s:g} s of the main process's end (a "
+        "process still waiting in a collective for this one leaves them only once that collective fails): "
+        "their energy is missing; each process restores its own GPU settings as it ends"
+    )
 
 
 def summary_written_without(output_dir: str | os.PathLike[str], rank: int, *, since_s: float) -> bool:
@@ -131,8 +143,10 @@ def summary_written_without(output_dir: str | os.PathLike[str], rank: int, *, si
         notes = read_trusted_json(path, max_bytes=MAX_SUMMARY_BYTES, links=2).get("notes")
     except (OSError, UntrustedFile, ValueError):
         return False
-    missing = [n for n in notes if isinstance(n, str) and "left no figures" in n] if isinstance(notes, list) else []
-    return any(f"rank {rank}," in n or f"rank {rank} left" in n for n in missing)
+    if not isinstance(notes, list):
+        return False
+    named = [n.split(NO_FIGURES)[0].split(", ") for n in notes if isinstance(n, str) and NO_FIGURES in n]
+    return any(f"rank {rank}" in ranks for ranks in named)
 
 
 def add_late_note(output_dir: str | os.PathLike[str], note: str, *, late_file: str) -> None:

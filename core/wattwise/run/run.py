@@ -48,7 +48,7 @@ from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, plugin
 from wattwise.flags import UNDER_WATTWISE_RUN
 from wattwise.monitor import Measurement
 from wattwise.record.files import WindowsLog, power_rows, write_run_dir
-from wattwise.record.kept import add_late_note, summary_written_without
+from wattwise.record.kept import add_late_note, no_figures_note, summary_written_without
 from wattwise.record.summary import (
     EpochEnergy,
     NonTrainingTime,
@@ -688,12 +688,7 @@ class Run:
             self._noticed.append(f"rank {r}: {why}: its energy is missing")
         missing = [r for r in range(size) if r not in per_rank and r not in left.refused]
         if missing:
-            self._noticed.append(
-                f"{', '.join(f'rank {r}' for r in missing)} left no figures within "
-                f"{left.waited_s:g} s of the main process's end (a process still waiting in a "
-                "collective for this one leaves them only once that collective fails): their "
-                "energy is missing; each process restores its own GPU settings as it ends"
-            )
+            self._noticed.append(no_figures_note(missing, left.waited_s))
         at_hand = [per_rank[r] for r in ranks]
         figures = m.figures(at_hand)
         self.final_summary = self._summarize(figures, status, self._timeline_and_lifted(at_hand))
