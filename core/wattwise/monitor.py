@@ -22,8 +22,12 @@ the device's since the monitor opened, so a window shorter than a counter update
 of its power) is never reported as more precise than the counter allows.
 
 A window can be paused and resumed (`pause_windows`, `resume_windows`): what runs in between (an
-evaluation, a checkpoint) is neither timed nor counted in it. Ending, pausing or resuming reads every
-counter once, whatever the number of windows involved.
+evaluation, a checkpoint) is neither timed nor counted in it. Beginning, ending, pausing or resuming reads
+every counter once, whatever the number of windows involved. A window that begins or ends at a point of the
+run where nothing ran since the last reading (the first epoch, right after the fit began) may take that
+reading (`recent=True`) when it is younger than a tenth of every counter's update period: a new read would
+cost milliseconds on a real GPU (about 3 ms on an H100) and could differ from it by far less than the
+uncertainty of the window's end (one update's energy).
 
 Bad arguments (no device, two devices with one key, a sampling interval that is not positive) are a
 `UsageError`; a window used out of turn (begun twice, ended or cancelled while not open) is an
@@ -357,6 +361,13 @@ class EnergyMonitor:
         self._polled = [key for _, key, counter in self._readers if not counter]
         #: When and at what energy the first window began: the devices' mean power since then.
         self._origin: tuple[float, dict[str, float]] | None = None
+        #: The last reading of every counter: (monotonic time, unix time, energy by device key).
+        self._last_reading: tuple[float, float, dict[str, float]] | None = None
+        #: How old a reading may be and still be taken again by `recent=True` (s): a tenth of the shortest
+        #: counter update period; 0 (never) when a counter updates continuously or a device is polled.
+        periods = list(self.update_periods_s.values())
+        counters_only = all(counter for _, _, counter in self._readers)
+        self.reuse_within_s = min(periods) / 10.0 if counters_only and min(periods) > 0.0 else 0.0
         self._log_lock = threading.Lock()
         self._log = sink
 
@@ -375,12 +386,21 @@ class EnergyMonitor:
         sampler = self.sampler
         return {key: sampler.error_bound_j(key) for key in self._polled} if sampler is not None else {}
 
-    def _start(self, now: float) -> dict[str, float]:
-        """Read every counter at the start of a segment; the first read is the origin of the mean power."""
-        energy = self._read_energy()
-        if self._origin is None:
+    def _reading(self, recent: bool = False) -> tuple[float, float, dict[str, float]]:
+        """(monotonic time, unix time, energy by device key) now: every counter read once.
+
+        With `recent`, the last reading instead when it is younger than `reuse_within_s` (see the module
+        docstring). Called under the lock.
+        """
+        now = self._clock()
+        last = self._last_reading
+        if recent and last is not None and 0.0 <= now - last[0] < self.reuse_within_s:
+            return last[0], last[1], dict(last[2])
+        wall, energy = self._wall(), self._read_energy()
+        self._last_reading = (now, wall, dict(energy))
+        if self._origin is None:  # the first reading is the origin of the mean power
             self._origin = (now, dict(energy))
-        return energy
+        return now, wall, energy
 
     def _segment_uncertainty_sq(
         self, window: _Open, key: str, delta_j: float, time_s: float, now: float, end_j: float
@@ -402,21 +422,37 @@ class EnergyMonitor:
         per_end_j = power_w * period_s
         return 2.0 * per_end_j * per_end_j + bound_j * bound_j
 
-    def begin_window(self, name: str, *, sync: bool = True) -> None:
+    def begin_window(self, name: str, *, sync: bool = True, recent: bool = False) -> None:
         """Open window `name`. Raises if a window of that name is already open."""
+        self.begin_windows([name], sync=sync, recent=recent)
+
+    def begin_windows(self, names: Sequence[str], *, sync: bool = True, recent: bool = False) -> None:
+        """Open several windows at one point, reading every counter once.
+
+        Args:
+            names: The windows to open; none of them may be open already.
+            sync: Wait for the GPU's queued work first (`sync`).
+            recent: Begin from the last reading when it is recent enough (see the module docstring): for a
+                point where nothing ran since that reading.
+        """
         if sync and self.sync is not None:
             self.sync()
         with self._lock:
-            if name in self._open:
-                raise InternalError(f"measurement window {str(name)!r} is already open; end or cancel it first")
-            now = self._clock()
-            self._open[name] = _Open(now, self._wall(), self._start(now), error_bound_j=self._error_bounds())
+            already = [n for n in names if n in self._open]
+            if already:
+                raise InternalError(f"measurement window {str(already[0])!r} is already open; end or cancel it first")
+            now, wall, energy = self._reading(recent)
+            bounds = self._error_bounds()
+            for name in names:
+                self._open[name] = _Open(now, wall, dict(energy), error_bound_j=dict(bounds))
 
-    def end_window(self, name: str, *, sync: bool = True) -> Measurement:
+    def end_window(self, name: str, *, sync: bool = True, recent: bool = False) -> Measurement:
         """Close window `name` and return its measurement (paused time and energy left out)."""
-        return self.end_windows([name], sync=sync)[0]
+        return self.end_windows([name], sync=sync, recent=recent)[0]
 
-    def end_windows(self, names: Sequence[str], *, sync: bool = True, reopen: Sequence[str] = ()) -> list[Measurement]:
+    def end_windows(
+        self, names: Sequence[str], *, sync: bool = True, reopen: Sequence[str] = (), recent: bool = False
+    ) -> list[Measurement]:
         """Close several windows at one point, reading every counter once.
 
         Args:
@@ -425,6 +461,8 @@ class EnergyMonitor:
             reopen: Among `names`, the windows that begin again at once, from the same reading (a logging
                 interval follows the last: one read of each counter instead of two, which on a real GPU
                 costs milliseconds).
+            recent: End at the last reading when it is recent enough (see the module docstring): for a
+                point where nothing ran since that reading.
 
         Returns:
             Each window's measurement, in the order of `names`.
@@ -436,10 +474,9 @@ class EnergyMonitor:
             if missing:
                 raise InternalError(f"measurement window {str(missing[0])!r} is not open; call begin_window first")
             started = [self._open.pop(n) for n in names]
-            now = self._clock()
-            end = self._read_energy()
+            now, wall, end = self._reading(recent)
             if reopen:
-                wall, bounds = self._wall(), self._error_bounds()
+                bounds = self._error_bounds()
                 for name in reopen:
                     self._open[name] = _Open(now, wall, dict(end), error_bound_j=dict(bounds))
         out = []
@@ -487,7 +524,7 @@ class EnergyMonitor:
             windows = [(n, self._open[n]) for n in names if n in self._open and not self._open[n].paused]
             if not windows:
                 return []
-            now, end = self._clock(), self._read_energy()
+            now, _, end = self._reading()
             for _, window in windows:
                 self._carry(window, now, end)
                 window.paused = True
@@ -501,7 +538,8 @@ class EnergyMonitor:
             windows = [self._open[n] for n in names if n in self._open and self._open[n].paused]
             if not windows:
                 return
-            now, end, bounds = self._clock(), self._read_energy(), self._error_bounds()
+            now, _, end = self._reading()
+            bounds = self._error_bounds()
             for window in windows:
                 window.start_mono, window.energy_j, window.paused = now, dict(end), False
                 window.error_bound_j = dict(bounds)
@@ -515,8 +553,7 @@ class EnergyMonitor:
             time_s, energy = started.carried_time_s, dict(started.carried_energy_j)
             uncertainty_sq = dict(started.carried_uncertainty_sq)
             if not started.paused:
-                now = self._clock()
-                end = self._read_energy()
+                now, _, end = self._reading()
                 segment_s = max(0.0, now - started.start_mono)
                 time_s += segment_s
                 for k in end:

@@ -391,6 +391,47 @@ def test_a_window_closed_and_reopened_at_once_reads_each_counter_once(clock: Fak
     assert (second.time_s, second.energy_j["gpu0"]) == (2.0, 200.0)
 
 
+def test_windows_begun_together_read_each_counter_once(clock: FakeClock) -> None:
+    dev = FakeDevice(power_w=100.0)
+    monitor = EnergyMonitor([dev], clock=clock)
+    monitor.begin_windows(["fit", "steps"])
+    assert dev.reads == 1
+    clock.advance(1.0)
+    dev.energy += 100.0
+    fit, steps = monitor.end_windows(["fit", "steps"])
+    assert (fit.time_s, fit.energy_j) == (steps.time_s, steps.energy_j) == (1.0, {"gpu0": 100.0})
+
+
+def test_a_recent_reading_serves_a_window_that_begins_where_nothing_ran_only_on_a_coarse_counter(
+    clock: FakeClock,
+) -> None:
+    # An NVML-like counter that changes every 0.1 s: a reading under 10 ms old is taken again, with its time.
+    coarse = FakeDevice(power_w=100.0, period_s=0.1)
+    monitor = EnergyMonitor([coarse], clock=clock)
+    assert monitor.reuse_within_s == pytest.approx(0.01)
+    monitor.begin_window("fit")
+    clock.advance(0.004)
+    monitor.begin_window("epoch", recent=True)
+    assert coarse.reads == 1
+    clock.advance(0.011)  # older than a tenth of the period: read again
+    monitor.begin_window("later", recent=True)
+    assert coarse.reads == 2
+    clock.advance(1.0)
+    coarse.energy += 101.5
+    epoch, fit = monitor.end_windows(["epoch", "fit"])
+    assert epoch.time_s == fit.time_s == pytest.approx(1.015)  # both from the same reading
+    assert epoch.energy_j == fit.energy_j
+    # A window that does not ask for it reads again, however recent the last reading.
+    monitor.begin_window("fresh")
+    assert coarse.reads == 4
+    # A counter that changes continuously (the ideal simulated GPU) is always read.
+    exact = FakeDevice(power_w=100.0, period_s=0.0)
+    ideal = EnergyMonitor([exact], clock=clock)
+    ideal.begin_window("fit")
+    ideal.begin_window("epoch", recent=True)
+    assert ideal.reuse_within_s == 0.0 and exact.reads == 2
+
+
 # -- how precisely a window is measured ---------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.clock import VirtualClock
 from wattwise.config import load_config
-from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.devices import Physics, PowerModel, SimulatedGPU
 from wattwise.distributed import Collective
 from wattwise.monitor import PowerSampler
 from wattwise.run import EnergyPluginWarning, Run
@@ -31,8 +31,10 @@ TUNE = [
 class CountingGPU(SimulatedGPU):
     """A simulated GPU that counts how often its energy counter is read."""
 
-    def __init__(self, clock: VirtualClock) -> None:
-        super().__init__(0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep)
+    def __init__(self, clock: VirtualClock, physics: Physics | None = None) -> None:
+        super().__init__(
+            0, PowerModel.default(), base_step_time_s=BASE_S, clock=clock, sleep=clock.sleep, physics=physics
+        )
         self.reads = 0
 
     def energy_j(self) -> float:
@@ -262,3 +264,22 @@ def test_the_power_sampler_keeps_a_thinned_trace_in_bounded_memory(tmp_path):
     times = [s.timestamp for s in kept]
     assert times == sorted(times) and times[-1] - times[0] > 0.9 * 100_000 * 0.1  # still spans the whole run
     assert sampler.integrated_energy_j(gpu.key) == pytest.approx(100_000 * 0.1 * gpu.model.idle_power_w, rel=1e-3)
+
+
+@pytest.mark.parametrize(("physics", "reads"), [(Physics.ideal(), 8), (Physics.realistic(seed=1), 6)])
+def test_a_one_epoch_fit_reads_each_counter_at_its_start_its_logging_points_and_its_end(tmp_path, physics, reads):
+    # 200 steps logging every 50: the fit and its first interval begin from one reading, each logging point
+    # reads once, and the epoch's end once. On a counter that changes every 95 ms (as NVML's, whose read
+    # takes about 3 ms), the epoch begins from the fit's reading and the fit ends at the epoch's: 6 reads.
+    clock = VirtualClock()
+    gpu = CountingGPU(clock, physics)
+    run, _ = make_run(tmp_path, "log_every_n_steps=50", clock=clock, gpu=gpu)
+    run.start()
+    run.epoch_begin()
+    steps(run, gpu, 200)
+    run.epoch_end()
+    run.finish()
+    assert gpu.reads == reads
+    summary = run.summary
+    assert summary is not None and summary["steps"] == 200
+    assert summary["energy_j"] == pytest.approx(sum(e["energy_j"] for e in summary["epochs"]), rel=0.01)

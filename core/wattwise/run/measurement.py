@@ -346,8 +346,7 @@ class RunMeasurement:
         if cfg.devices.simulated_drive == "steps" and self.gpus:
             self.drive = StepDrive(self.gpus)
         self.active = True
-        self._read(lambda mon: mon.begin_window(Window.FIT))
-        self._read(lambda mon: mon.begin_window(Window.STEPS, sync=False))
+        self._read(lambda mon: mon.begin_windows([Window.FIT, Window.STEPS]))
         return True
 
     def _discover(self) -> None:
@@ -427,10 +426,13 @@ class RunMeasurement:
         """Whether the window `name` is open."""
         return self.monitor is not None and self.monitor.is_open(name)
 
-    def begin(self, name: str) -> None:
-        """Open the window `name` (paused from the start when it counts training and the run is paused)."""
+    def begin(self, name: str, *, recent: bool = False) -> None:
+        """Open the window `name` (paused from the start when it counts training and the run is paused).
+
+        `recent`: nothing ran since the monitor's last reading, which it may take (`EnergyMonitor`).
+        """
         assert self.monitor is not None
-        self._read(lambda mon: mon.begin_window(name))
+        self._read(lambda mon: mon.begin_window(name, recent=recent))
         if self.paused_kind is not None and name in TRAINING_WINDOWS:
             self._read(lambda mon: mon.pause_windows([name], sync=False))
 
@@ -572,7 +574,9 @@ class RunMeasurement:
             )
             self._resumed_epoch = None
         self.cancel(Window.EPOCH)
-        self.begin(Window.EPOCH)
+        # Between the fit's start (or the last epoch's end) and this epoch, the framework only set up: the
+        # last reading may serve when it is recent (a read costs milliseconds on a real GPU).
+        self.begin(Window.EPOCH, recent=True)
         self._epoch_number = number
         self._epoch_steps_at = self.step_count
 
@@ -617,7 +621,12 @@ class RunMeasurement:
         if self.drive is not None:
             self.drive.close()
         self.cancel(Window.STEPS, Window.PROFILE, Window.EPOCH)
-        fit = self._read(lambda mon: mon.end_window(Window.FIT)) if self.monitor.is_open(Window.FIT) else None
+        # Right after the last epoch's end, its reading may serve when it is recent.
+        fit = (
+            self._read(lambda mon: mon.end_window(Window.FIT, recent=True))
+            if self.monitor.is_open(Window.FIT)
+            else None
+        )
         self.monitor.close()
         return fit
 
