@@ -8,6 +8,7 @@ The 0.1.0 stores are `tests/data/store_v1.*.sql`, dumps of stores that 0.1.0's o
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,14 @@ from tests.support.store_checks import (
     rows_v1,
 )
 from wattwise.errors import UsageError
-from wattwise.store.migrations import BASELINE_REVISION, VERSION_TABLE, alembic_config
+from wattwise.store.migrations import (
+    BASELINE_REVISION,
+    HEAD_REVISION,
+    VERSION_TABLE,
+    alembic_config,
+    current_revision,
+    head_revision,
+)
 from wattwise.store.sql import SqlJobStore
 
 
@@ -65,3 +73,16 @@ def test_store_of_an_unknown_pre_alembic_version_is_refused(sqlite_url: str) -> 
     conn.close()
     with pytest.raises(UsageError, match="schema version 2, newer than this wattwise"):
         SqlJobStore(sqlite_url)
+
+
+def test_the_head_revision_named_in_code_is_alembics_head() -> None:
+    assert head_revision() == HEAD_REVISION
+
+
+def test_a_store_at_the_newest_revision_opens_without_alembic(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    SqlJobStore(sqlite_url).close()  # created and upgraded: Alembic runs
+    monkeypatch.setitem(sys.modules, "alembic", None)  # importing it now raises ImportError
+    store = SqlJobStore(sqlite_url)
+    with store._writer.begin() as conn:
+        assert current_revision(conn) == HEAD_REVISION
+    store.close()

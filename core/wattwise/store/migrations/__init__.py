@@ -14,24 +14,31 @@ and is refused.
 
 Users never run `alembic`; a developer adds a revision with the command in `alembic.ini`, and the test
 that compares an upgraded empty database with `wattwise.store.schema` tells whether it is complete.
+
+A store already at the newest revision (every open but the first) is told apart with one query of the
+version table, and Alembic is imported only to upgrade: a `wattwise runs list` or `jobs show` does not pay
+for loading it and its revision scripts. `HEAD_REVISION` names the newest revision; a unit test holds that
+it is Alembic's head.
 """
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, column, func, select, table, text
 
 from wattwise.errors import UsageError
 from wattwise.store.schema import legacy_version_table
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
 VERSION_TABLE = "wattwise_alembic_version"
+#: The newest revision of versions/ (kept equal to Alembic's head by a test).
+HEAD_REVISION = "0003"
 #: The revision that is wattwise 0.1.0's schema (its `wattwise_schema_version` says 1).
 BASELINE_REVISION = "0001"
 #: Any 64-bit number unique to this purpose: the PostgreSQL advisory lock that serialises upgrades.
@@ -40,6 +47,8 @@ _PG_LOCK_KEY = 0x77617474_77697365 & 0x7FFFFFFFFFFFFFFF
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """Alembic's settings (`alembic.ini` beside this file); `env.py` runs on `connection`."""
+    from alembic.config import Config
+
     config = Config(str(Path(__file__).with_name("alembic.ini")))
     config.attributes["connection"] = connection
     return config
@@ -47,11 +56,13 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 @functools.cache
 def _script() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
 def head_revision() -> str:
-    """The newest revision this wattwise knows."""
+    """The newest revision this wattwise knows, as Alembic finds it among the revision scripts."""
     head = _script().get_current_head()
     assert head is not None, "no Alembic revision found beside wattwise.store.migrations"
     return head
@@ -59,7 +70,14 @@ def head_revision() -> str:
 
 def current_revision(conn: Connection) -> str | None:
     """The revision the database is at (None: no Alembic history, an empty or a 0.1.0 store)."""
-    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+    if not conn.dialect.has_table(conn, VERSION_TABLE):
+        return None
+    found = conn.execute(select(column("version_num")).select_from(table(VERSION_TABLE))).scalars().all()
+    if len(found) > 1:  # several heads: only Alembic can say (never written by wattwise's linear history)
+        from alembic.runtime.migration import MigrationContext
+
+        return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+    return found[0] if found else None
 
 
 def _legacy_version(conn: Connection) -> int | None:
@@ -93,10 +111,13 @@ def upgrade(conn: Connection) -> str:
     """
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
-    head = head_revision()
     current = current_revision(conn)
-    if current == head:
-        return head
+    if current == HEAD_REVISION:
+        return HEAD_REVISION
+    from alembic import command
+    from alembic.util import CommandError
+
+    head = head_revision()
     config = alembic_config(conn)
     if current is None:
         legacy = _legacy_version(conn)
