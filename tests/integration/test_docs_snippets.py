@@ -2,7 +2,9 @@
 
 A page's blocks run one after the other in one temporary folder laid out like a clone (the repository's
 Makefile, examples, configs and .venv linked in), so a later block may use what an earlier one wrote.
-`bash` blocks run in bash with `-e -o pipefail`, `python` blocks with this interpreter (the project's venv).
+`bash` blocks run in bash with `-e -o pipefail`, `python` blocks in this interpreter (the project's venv) as
+`python block.py` would run them (tests/support/python_block.py: a failure is confirmed in a process of
+its own).
 A block preceded by `<!-- not-run: REASON -->` is skipped; it must say why (it needs a GPU, a cluster, root,
 or a script of the reader's own). Blocks of any other language (text, json, yaml, csv) are output or data.
 
@@ -25,6 +27,7 @@ import pytest
 
 from tests.support.docs_blocks import PAGES, RUN, Block, blocks_of, page_id
 from tests.support.paths import REPO_ROOT as ROOT
+from tests.support.python_block import run_python_block
 from tests.support.summaries import assert_tuned, read_summary
 
 #: What a page's folder links from the repository, as a clone would have it.
@@ -179,7 +182,7 @@ def _make_would_install(folder: Path, env: dict[str, str]) -> bool:
 
 @pytest.mark.timeout(1200)  # a page's blocks run one after the other: several trainings on a busy machine
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.runs for b in blocks_of(p))], ids=page_id)
-def test_page_blocks_run(page: Path, tmp_path: Path) -> None:
+def test_page_blocks_run(page: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     for name in LINKED:
         if (ROOT / name).exists():
             (tmp_path / name).symlink_to(ROOT / name)
@@ -192,28 +195,26 @@ def test_page_blocks_run(page: Path, tmp_path: Path) -> None:
         if RUN[block.language] == "python":
             script = tmp_path / f"block_{block.line}.py"
             script.write_text(block.code)
-            command = [sys.executable, str(script)]
+            code, output = run_python_block(script, env, capfd, BLOCK_TIMEOUT_S)
         else:
             if re.search(r"^\s*make\b", block.code, re.MULTILINE) and _make_would_install(tmp_path, env):
                 not_here.append(where)
                 continue
-            command = ["bash", "-e", "-o", "pipefail", "-c", block.code]
-        done = subprocess.run(
-            command,
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=BLOCK_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
-        assert done.returncode == 0, (
-            f"{where} failed (exit {done.returncode}):\n{block.code}\n"
-            f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
-        )
+            done = subprocess.run(
+                ["bash", "-e", "-o", "pipefail", "-c", block.code],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=BLOCK_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
+            code, output = done.returncode, f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+            output = done.stdout + done.stderr if code == 0 else output
+        assert code == 0, f"{where} failed (exit {code}):\n{block.code}\n{output[-8000:]}"
         for expected in EXPECTED:
             if expected.matches(page, block):
-                expected.check(tmp_path, done.stdout + done.stderr)
+                expected.check(tmp_path, output)
     if not_here:
         pytest.skip(
             f"the other blocks ran; {', '.join(not_here)} would reinstall .venv here (pyproject.toml is "
