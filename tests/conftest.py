@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.support.clock import VirtualClock
 from tests.support.paths import REPO_ROOT, shared_data_dir
@@ -23,7 +22,8 @@ from tests.support.paths import REPO_ROOT, shared_data_dir
 # The tests train tiny models: intra-op threads only add spin-waits on a machine whose cores the test
 # workers already fill. One thread here, and in every process a test starts (they inherit the environment;
 # a caller's own setting stays). Measured on the 2-core machine: 1.3-1.8 CPU-seconds less per training process.
-torch.set_num_threads(1)
+# Set before anything imports torch, which reads it then; pytest's controller process of an `-n` run, which runs
+# no test, need not import torch at all (about 2 CPU-s).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # LightningCLI calls jsonargparse APIs it deprecated (Lightning's to fix); off at the source, in tests' processes too.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")

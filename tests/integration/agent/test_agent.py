@@ -689,6 +689,8 @@ def test_the_demo_runs_through_the_agent_on_its_simulated_gpus_and_says_so(agent
             "demo",
             "--backend",
             "agent",
+            "--framework",  # the agent's part is the same for both; Accelerate's demo starts in half the CPU
+            "accelerate",
             "--json",
             "--base-step-time",
             "0.02",

@@ -21,6 +21,8 @@ def test_demo_json_contract_and_choice_follow_the_measured_profile(tmp_path):
         "-m",
         "wattwise.cli.main",
         "demo",
+        "--framework",  # the contract is the same for both; Accelerate's demo starts in half the CPU of Lightning's
+        "accelerate",
         "--power-model",
         str(model),
         "--eta",
@@ -40,6 +42,7 @@ def test_demo_json_contract_and_choice_follow_the_measured_profile(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
+    assert out["framework"] == "accelerate"
     for key in ("chosen_power_limit_w", "profile", "energy_j", "baseline_energy_j"):
         assert key in out
     assert out["simulated"] is True
