@@ -25,16 +25,62 @@ import lightning.pytorch as pl
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
 from wattwise.devices import simulated_gpus
+from wattwise.monitor import EnergyMonitor
+
+#: Counter reads of every EnergyMonitor in this process (`TimedCallback` counts them).
+READS = [0]
+_read_energy = EnergyMonitor._read_energy
+
+
+def _counted_read(self: EnergyMonitor) -> dict[str, float]:
+    READS[0] += 1
+    return _read_energy(self)
+
+
+def _timed_once(name: str) -> Any:
+    """EnergyCallback's hook `name`, its time added to `once_s` (a hook Lightning calls once per fit or epoch)."""
+
+    def hook(self: TimedCallback, *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return getattr(EnergyCallback, name)(self, *args, **kwargs)
+        finally:
+            self.once_s += time.perf_counter() - began
+
+    hook.__name__ = name
+    return hook
 
 
 class TimedCallback(EnergyCallback):
-    """EnergyCallback whose per-step hooks and state_key add their own time to `spent_s`."""
+    """EnergyCallback whose per-step hooks and state_key add their own time to `spent_s`.
+
+    Beside them, `once_s` is the time of what it does once per fit or epoch (built, set up, the fit's and
+    the epochs' starts and ends, the summary written), and `reads` the energy counter reads of its fit.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        EnergyMonitor._read_energy = _counted_read  # type: ignore[method-assign]
+        began = time.perf_counter()
         super().__init__(*args, **kwargs)
+        self.once_s = time.perf_counter() - began
+        self._reads_before = READS[0]
         self.spent_s = 0.0
         self.per_step_s: list[float] = []
         self._start_s = 0.0
+
+    @property
+    def reads(self) -> int:
+        """Energy counter reads since this callback was built."""
+        return READS[0] - self._reads_before
+
+    setup = _timed_once("setup")
+    on_fit_start = _timed_once("on_fit_start")
+    on_train_start = _timed_once("on_train_start")
+    on_train_epoch_start = _timed_once("on_train_epoch_start")
+    on_train_epoch_end = _timed_once("on_train_epoch_end")
+    on_train_end = _timed_once("on_train_end")
+    on_fit_end = _timed_once("on_fit_end")
+    teardown = _timed_once("teardown")
 
     def on_train_batch_start(self, *args: Any, **kwargs: Any) -> None:
         began = time.perf_counter()

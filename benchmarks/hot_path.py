@@ -226,6 +226,10 @@ class Timeline:
     at_end: Counts | None = None
     #: With --time-hooks: seconds EnergyCallback spent in its per-step hooks, per step of the whole run.
     hook_times_s: list[float] = field(default_factory=list)
+    #: With --time-hooks: seconds it spent once (built, set up, the fit's and epochs' starts and ends), and
+    #: its energy counter reads.
+    once_s: float = 0.0
+    reads: int = 0
 
     @property
     def total_steps(self) -> int:
@@ -368,6 +372,8 @@ def run_lightning(
         callbacks=[callback] if callback is not None else [],
     )
     trainer.fit(TimedModel())
+    if time_hooks and hasattr(callback, "once_s"):
+        timeline.once_s, timeline.reads = callback.once_s, callback.reads
     summary = callback.summary if isinstance(callback, EnergyCallback) else None
     return timeline, summary, DiscardLogger.calls
 
@@ -516,7 +522,13 @@ def run_trial(trial: Trial, world_size: int, out_dir: Path, time_hooks: bool = F
         "wattwise_steps": summary.get("wattwise_steps", summary.get("steps")) if summary else None,
         "log_calls": logged,
         "hook_us": (
-            {"median": 1e6 * statistics.median(hooks), "mean": 1e6 * statistics.fmean(hooks), "steps": len(hooks)}
+            {
+                "median": 1e6 * statistics.median(hooks),
+                "mean": 1e6 * statistics.fmean(hooks),
+                "steps": len(hooks),
+                "once": 1e6 * timeline.once_s,
+                "reads": timeline.reads,
+            }
             if hooks
             else None
         ),
@@ -647,7 +659,11 @@ def hook_figures(runs: list[dict[str, Any]]) -> dict[str, float]:
     timed = [[h for h in t.get("hooks_per_rank", []) if h] for t in runs]
     if not all(timed) or not timed:
         return {}
-    return {f"hook_{k}_us": statistics.median(max(h[k] for h in hooks) for hooks in timed) for k in ("median", "mean")}
+    return {
+        f"hook_{k}_us": statistics.median(max(h[k] for h in hooks) for hooks in timed)
+        for k in ("median", "mean", "once")
+        if all(k in h for hooks in timed for h in hooks)
+    } | {"reads": statistics.median(max(h.get("reads", 0) for h in hooks) for hooks in timed)}
 
 
 def summarise(world_size: int, per_rank: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -806,7 +822,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             print(
                 f"{r['framework']} {r['processes']} process(es) {r['step_ms']} ms {r['mode']}: EnergyCallback's "
                 f"per-step hooks {r['hook_median_us']:.1f} µs per step (median), {r['hook_mean_us']:.1f} µs "
-                "per step on average with the logging steps (slowest process, median over repeats)"
+                "per step on average with the logging steps; once per fit (built, set up, the fit's and epochs' "
+                f"starts and ends, the summary) {r.get('hook_once_us', 0) / 1000:.1f} ms, with "
+                f"{r['reads']:.0f} energy counter reads (slowest process, median over repeats)"
             )
 
 
