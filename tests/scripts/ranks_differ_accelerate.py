@@ -1,7 +1,7 @@
 """examples/accelerate_train.py with one process that cannot change its GPU, under `accelerate launch`.
 
 `accelerate launch --multi_gpu --num_processes 2 ranks_differ_accelerate.py HOME OUTPUT_DIR FAULT[,FAULT...]
-[example arguments]` with `ACCELERATE_ENERGY=1`: for each FAULT (`ranks_differ.py` lists them), one after the
+[example arguments]` with `ACCELERATE_ENERGY=1`: for each FAULT (`rank_faults.py` lists them), one after the
 other in the same two processes, the process of local rank 1 differs as FAULT says, then each process runs
 the example unchanged, with its own simulated GPUs (HOME/FAULT/simulated) and output folder
 (OUTPUT_DIR/FAULT). The example's `end_training()` would end the process group that the next run shares, so
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from accelerate.state import PartialState
-from ranks_differ import make_rank_differ  # beside this script
+from rank_faults import make_rank_differ  # beside this script
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "accelerate_train.py"
 
