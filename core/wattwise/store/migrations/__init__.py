@@ -27,7 +27,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, column, func, select, table, text
+from sqlalchemy import Connection, String, column, func, select, table, text
 
 from wattwise.errors import UsageError
 from wattwise.store.schema import legacy_version_table
@@ -72,7 +72,8 @@ def current_revision(conn: Connection) -> str | None:
     """The revision the database is at (None: no Alembic history, an empty or a 0.1.0 store)."""
     if not conn.dialect.has_table(conn, VERSION_TABLE):
         return None
-    found = conn.execute(select(column("version_num")).select_from(table(VERSION_TABLE))).scalars().all()
+    query = select(column("version_num", String)).select_from(table(VERSION_TABLE))
+    found: list[str] = list(conn.execute(query).scalars().all())
     if len(found) > 1:  # several heads: only Alembic can say (never written by wattwise's linear history)
         from alembic.runtime.migration import MigrationContext
 
