@@ -57,6 +57,7 @@ def main() -> None:
         mean = accelerator.reduce(torch.tensor(total / batches, device=accelerator.device), "mean")
         accelerator.print(f"epoch {epoch}: loss {mean.item():.6f}")
         accelerate_energy.epoch_end(accelerator)  # optional: energy per epoch in the summary
+    accelerator.wait_for_everyone()  # every process done before the process group is torn down
     accelerator.end_training()
 
 
