@@ -394,6 +394,7 @@ def format_demo(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"chosen power limit: {result['chosen_power_limit_w']:g} W",
+        *_tie_line(result),
         f"energy: {with_uncertainty(result['energy_j'], result.get('energy_uncertainty_j'), 'J')} in "
         f"{result['time_s']:.2f} s ({result['steps']} steps, tuning included)",
         f"same steps at the maximum limit ({result['max_power_limit_w']:g} W): "
@@ -403,6 +404,27 @@ def format_demo(result: dict[str, Any]) -> str:
         f"summary: {result['run_dir']}/summary.json",
     ]
     return "\n".join(lines)
+
+
+def _tie_line(result: dict[str, Any]) -> list[str]:
+    """Why the chosen row is not the least of the cost column, when it is not (the cost and energy selectors).
+
+    Tuning takes the highest of the limits whose cost is within what the profile windows resolve of the
+    least (`wattwise.power_limit.Ranking`): on a counter that changes every 0.1 s, with noisy steps, a
+    lower limit's few tenths of a per cent may be noise.
+    """
+    rows = result["profile"]
+    chosen = next((r for r in rows if r["power_limit_w"] == result["chosen_power_limit_w"]), None)
+    if chosen is None or result["selector"] not in ("cost", "energy") or not rows:
+        return []
+    least = min(rows, key=lambda r: r["cost"])
+    if least["cost"] >= chosen["cost"] or not chosen["cost"]:
+        return []
+    pct = 100.0 * (chosen["cost"] - least["cost"]) / chosen["cost"]
+    return [
+        f"({least['power_limit_w']:g} W measured {pct:.1f}% less, within what the profile windows resolve; "
+        "a tie goes to the higher limit, the faster one)"
+    ]
 
 
 def saving_line(result: dict[str, Any]) -> str:
