@@ -160,6 +160,22 @@ def test_blocks_are_marked_honestly(page: Path) -> None:
             assert len(block.not_run) > 10, f"{where}: a not-run marker must say why the block cannot run here"
 
 
+def test_a_python_block_runs_as_a_script_and_leaves_the_test_process_as_it_was(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    env = {"PATH": os.environ["PATH"], "ONLY_HERE": "1"}
+    cwd, environ, argv = os.getcwd(), dict(os.environ), list(sys.argv)
+    block = tmp_path / "block_1.py"
+    block.write_text("import os, sys\nprint(__name__, os.getcwd(), os.environ.get('ONLY_HERE'), sys.argv[0])\n")
+    code, output = run_python_block(block, env, capfd, BLOCK_TIMEOUT_S)
+    assert code == 0 and output == f"__main__ {tmp_path} 1 {block}\n"
+    assert (os.getcwd(), dict(os.environ), sys.argv) == (cwd, environ, argv)
+    # A block that fails fails in a process of its own too: its exit status and output are that process's.
+    block.write_text("import sys\nprint('wrote half')\nsys.exit('the page is wrong')\n")
+    code, output = run_python_block(block, env, capfd, BLOCK_TIMEOUT_S)
+    assert code == 1 and output == "wrote half\nthe page is wrong\n"
+
+
 def _environment(folder: Path) -> dict[str, str]:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("WATTWISE_", "ACCELERATE_ENERGY", "LIGHTNING_ENERGY"))
