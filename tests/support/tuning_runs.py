@@ -35,6 +35,17 @@ SMALL_PROFILE = (
 )
 #: Optimizer steps `SMALL_PROFILE` takes to profile every limit.
 SMALL_PROFILE_STEPS = 1 + 5 * (1 + 2)
+#: The same limits with no wait or warm-up step: every step from the first is a profile step (the carbon-aware
+#: runs, whose limit follows the intensity step by step).
+NO_WAIT_PROFILE = (
+    "power_limit.mode=tune",
+    "power_limit.wait_steps=0",
+    "power_limit.warmup_steps=0",
+    "power_limit.profile_steps=2",
+    "power_limit.step_w=50",
+    "monitor.sample_power=false",
+    "monitor.sync_cuda=false",
+)
 
 
 @dataclass

@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 
 from tests.support.clock import VirtualClock
+from tests.support.tuning_runs import NO_WAIT_PROFILE
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.power_limit import select_power_limit
@@ -14,21 +15,12 @@ from wattwise.run import Run
 from wattwise.tools.workload import emulate_step
 
 START = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc).timestamp()
-TUNE = [
-    "power_limit.mode=tune",
-    "power_limit.wait_steps=0",
-    "power_limit.warmup_steps=0",
-    "power_limit.profile_steps=2",
-    "power_limit.step_w=50",
-    "monitor.sample_power=false",
-    "monitor.sync_cuda=false",
-]
 
 
 def run(tmp_path, overrides, steps: int, step_s: float = 1.0):
     clock = VirtualClock(START)
     gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=step_s, clock=clock, sleep=clock.sleep)
-    cfg = load_config(overrides=[*TUNE, f"output_dir={tmp_path / 'run'}", *overrides])
+    cfg = load_config(overrides=[*NO_WAIT_PROFILE, f"output_dir={tmp_path / 'run'}", *overrides])
     run = Run(cfg, devices=[gpu], wall_clock=clock)
     run.start()
     run.epoch_begin()
@@ -75,4 +67,4 @@ def test_carbon_aware_needs_tuning_and_one_intensity_source():
     with pytest.raises(ConfigError, match=r"power_limit\.mode=tune"):
         load_config(overrides=["carbon.aware=true", "carbon.intensity_g_per_kwh=100"])
     with pytest.raises(ConfigError, match="exactly one"):
-        load_config(overrides=[*TUNE, "carbon.aware=true"])
+        load_config(overrides=[*NO_WAIT_PROFILE, "carbon.aware=true"])

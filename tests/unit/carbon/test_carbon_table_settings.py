@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.run_records import write_tuned_run
-from tests.support.tuning_runs import tuning_run
+from tests.support.tuning_runs import NO_WAIT_PROFILE, tuning_run
 from wattwise.carbon.grid import lookup
 from wattwise.cli.main import main
 from wattwise.config import load_config
@@ -34,13 +34,7 @@ def carbon_aware_run(tmp_path: Path, intensity: str, *, steps: int) -> dict[str,
         tmp_path,
         steps,
         overrides=[
-            "power_limit.mode=tune",
-            "power_limit.wait_steps=0",
-            "power_limit.warmup_steps=0",
-            "power_limit.profile_steps=2",
-            "power_limit.step_w=50",
-            "monitor.sample_power=false",
-            "monitor.sync_cuda=false",
+            *NO_WAIT_PROFILE,
             "carbon.aware=true",
             f"carbon.intensity={intensity}",
         ],
