@@ -15,18 +15,15 @@ records it in the store at the end of a run.
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import os
 import shutil
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
 
 from wattwise.profile import ProfileEntry
 from wattwise.record.summary import POWER_FILE, SUMMARY_FILE, WINDOWS_FILE, PowerLimitSummary, RunSummary
-from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
+from wattwise.safe_files import UntrustedFile, json_text, read_trusted_json, write_text
 from wattwise.store.history import RUN_MODES, RunRow
 
 #: The folder of an output folder that holds each run's own folder.
@@ -172,8 +169,4 @@ def add_late_note(output_dir: str | os.PathLike[str], note: str, *, late_file: s
         raw = read_trusted_json(path, max_bytes=MAX_SUMMARY_BYTES, links=2)
         notes = raw.get("notes")
         raw["notes"] = [*(notes if isinstance(notes, list) else []), note]
-        replace_file(path, functools.partial(_write_text, json.dumps(raw, indent=2) + "\n"))
-
-
-def _write_text(text: str, fh: TextIO) -> None:
-    fh.write(text)
+        write_text(path, json_text(raw) + "\n")
