@@ -16,6 +16,7 @@ import pytest
 
 from wattwise.cli import main as cli
 from wattwise.errors import UsageError
+from wattwise.monitor import Measurement
 from wattwise.profile import ProfileEntry
 from wattwise.record.files import (
     PowerRow,
@@ -270,6 +271,15 @@ def test_windows_csv_says_how_precisely_each_window_was_measured_and_reads_older
     older.write_text("start_time,window_name,time_s,energy_j,gpu0_energy_j,approximate,simulated\n1,fit,2,3,3,,false\n")
     (row,) = read_windows_csv(older)
     assert (row.energy_j, row.energy_uncertainty_j) == (3.0, None)
+
+
+def test_a_pause_window_is_logged_with_its_kind_and_any_other_name_as_it_is(tmp_path: Path) -> None:
+    log = WindowsLog(tmp_path / "windows.csv", ["gpu0"])
+    for name in ("paused:validation", "phase:warmup"):  # a user's own window may hold a colon
+        log.window_ended(Measurement(name, 1.0, 2.0, {"gpu0": 40.0}))
+    log.close()
+    rows = list(read_windows_csv(tmp_path / "windows.csv"))
+    assert [(r.window_name, r.kind) for r in rows] == [("paused", "validation"), ("phase:warmup", None)]
 
 
 def test_the_run_records_windows_are_read_on_demand(run_dir: Path) -> None:

@@ -35,8 +35,12 @@ from wattwise.record.summary import (
 )
 from wattwise.safe_files import create_beside, read_text, replace_file
 
-
 # -- windows.csv and power.csv rows --------------------------------------------------------------------
+#: The window of a pause of training (validation, a checkpoint; `wattwise.run.measurement.Window.PAUSE`):
+#: `paused:<kind>` while open, `paused` in windows.csv with its kind beside it.
+PAUSE_WINDOW = "paused"
+
+
 @dataclass(frozen=True)
 class WindowRow:
     """One ended measurement window of one process (unix seconds, joules)."""
@@ -210,9 +214,12 @@ class WindowsLog:
     def window_ended(self, m: EndedWindow) -> None:
         """A monitor's window ended (`wattwise.monitor.WindowSink`): its line.
 
-        A pause's window (`paused:<kind>`) is logged as `paused`, its kind in the `kind` column.
+        A pause's window (`paused:<kind>`) is logged as `paused`, its kind in the `kind` column; any other
+        name, a colon in it or not, as it is.
         """
         name, _, kind = m.name.partition(":")
+        if name != PAUSE_WINDOW:
+            name, kind = m.name, ""
         self.write(
             WindowRow(
                 m.start_time,

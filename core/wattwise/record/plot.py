@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wattwise.errors import UsageError
-from wattwise.record.files import RunDir
+from wattwise.record.files import PAUSE_WINDOW, RunDir
 from wattwise.record.summary import RunSummary
 from wattwise.safe_files import replace_binary
 
@@ -28,8 +28,6 @@ EPOCHS_PNG = "energy_per_epoch.png"
 _LABEL_SPACING = 0.06
 #: Runs longer than this are drawn in minutes; shorter ones in seconds.
 MINUTES_PAST_S = 600.0
-#: The `windows.csv` window that is time not training (`wattwise.run.measurement.Window.PAUSE`).
-PAUSE_WINDOW = "paused"
 
 
 @dataclass(frozen=True)
