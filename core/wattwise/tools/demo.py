@@ -415,7 +415,7 @@ def _tie_line(result: dict[str, Any]) -> list[str]:
     """
     rows = result["profile"]
     chosen = next((r for r in rows if r["power_limit_w"] == result["chosen_power_limit_w"]), None)
-    if chosen is None or result["selector"] not in ("cost", "energy") or not rows:
+    if chosen is None or result["selector"] not in ("cost", "energy"):
         return []
     least = min(rows, key=lambda r: r["cost"])
     if least["cost"] >= chosen["cost"] or not chosen["cost"]:
