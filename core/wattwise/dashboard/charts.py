@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wattwise.extras import require
-from wattwise.record.files import RunDir, WindowRow
+from wattwise.record.files import PAUSE_WINDOW, RunDir, WindowRow
 from wattwise.record.summary import PowerLimitSummary, RunSummary
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ SIMULATED = "SIMULATED"
 MAX_POINTS_PER_DEVICE = 20_000
 #: Window names of `windows.csv` drawn as spans on the power chart, with their legend label and colour.
 SPANS = {
-    "paused": ("not training (validation, checkpoint)", "rgba(120, 120, 120, 0.25)"),
+    PAUSE_WINDOW: ("not training (validation, checkpoint)", "rgba(120, 120, 120, 0.25)"),
     "power_limit_profile": ("tuning: profiling power limits", "rgba(255, 165, 0, 0.15)"),
 }
 #: Pauses by kind (`WindowRow.kind`): each its own shade and legend entry; another kind is named as it is.
@@ -51,7 +51,7 @@ def span_of(window: WindowRow) -> tuple[str, str] | None:
     A pause is drawn by its kind ("validation", "checkpoint", any other by its name); a pause from a file
     that does not say its kind keeps the one shade of "not training".
     """
-    if window.window_name == "paused" and window.kind:
+    if window.window_name == PAUSE_WINDOW and window.kind:
         return PAUSE_SPANS.get(window.kind, (window.kind, OTHER_PAUSE_COLOUR))
     return SPANS.get(window.window_name)
 
