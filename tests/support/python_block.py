@@ -20,13 +20,14 @@ import subprocess
 import sys
 import traceback
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 
 @contextlib.contextmanager
-def _as_a_script(script: Path, env: dict[str, str]):  # type: ignore[no-untyped-def]
+def _as_a_script(script: Path, env: dict[str, str]) -> Iterator[None]:
     environ, cwd, argv, path = dict(os.environ), os.getcwd(), sys.argv[:], sys.path[:]
     os.environ.clear()
     os.environ.update(env)
@@ -53,10 +54,12 @@ def _here(script: Path, env: dict[str, str], capfd: pytest.CaptureFixture[str]) 
     with _as_a_script(script, env):
         try:
             runpy.run_path(str(script), run_name="__main__")
-        except SystemExit as done:
-            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-            if done.code is not None and not isinstance(done.code, int):
+        except SystemExit as done:  # as the interpreter ends: a number is the status, anything else is printed
+            if done.code is None or isinstance(done.code, int):
+                code = done.code or 0
+            else:
                 print(done.code, file=sys.stderr)
+                code = 1
         except BaseException:  # what the interpreter would print before exiting 1
             traceback.print_exc()
             code = 1
