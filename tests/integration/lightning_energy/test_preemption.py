@@ -68,6 +68,7 @@ def test_sigterm_to_every_process_of_a_ddp_fit_restores_each_gpu_and_says_where_
     # each process ends on its own. Rank 1, inside a gloo collective that waits for rank 0, runs its handlers
     # only once that fails, when rank 0 has ended: its figures come after the summary, and it adds a note
     # saying where they are (in the output folder and in the run's own folder), not "left no figures" alone.
+    # When the signal finds rank 1 between collectives instead, its figures are in the summary's totals.
     home = tmp_path / "home"
     states = [home / "sigterm-group" / "simulated" / f"gpu{i}.json" for i in range(2)]
     states[0].parent.mkdir(parents=True)
@@ -93,6 +94,11 @@ def test_sigterm_to_every_process_of_a_ddp_fit_restores_each_gpu_and_says_where_
         notes = summary["notes"]
         assert any(n.startswith("SIGTERM reached rank 0") for n in notes)
         late = [n for n in notes if n.startswith("rank 1 left its figures after this summary was written")]
+        if "rank1/gpu1" in summary["energy_per_device_j"]:
+            # Rank 1 was between collectives when the signal came: its figures came within the main process's
+            # wait and are in the totals, with nothing said missing or late.
+            assert not late and not [n for n in notes if "left no figures" in n], notes
+            continue
         assert len(late) == 1, notes
         assert "interrupted-rank1.json" in late[0] and "not in these totals" in late[0]
         figures = json.loads((folder / "interrupted-rank1.json").read_text())
