@@ -62,6 +62,7 @@ def main() -> None:
     parser.add_argument("--job", default="regression")
     parser.add_argument("--max-epochs", type=int, default=4)
     args = parser.parse_args()
+    pl.seed_everything(0, verbose=False)  # the same start for every run of the job: its runs differ by batch size
 
     energy = EnergyCallback(output_dir=f"wattwise_runs/{args.job}")
     recurring = RecurringBatchSizeCallback(
