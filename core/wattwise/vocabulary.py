@@ -1,0 +1,72 @@
+"""The closed sets of wattwise's words, spelled once for every layer.
+
+A leaf module: it imports nothing of wattwise, so config, devices/, store/, record/, run/ and the adapters
+may all import it. Each set is a `StrEnum`: its members compare equal to their strings, so summary.json,
+the store's rows and the configuration keep the words they always had, and OmegaConf validates a field
+typed with one of them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunMode(StrEnum):
+    """What the power-limit part does in a run (`power_limit.mode`, the history's mode column)."""
+
+    #: Change nothing; measure only.
+    MEASURE = "measure"
+    #: Profile limits during the first steps and keep the best (`power_limit.selector`).
+    TUNE = "tune"
+    #: Hold a fixed cap (`power_limit.cap_w` or `cap_fraction`).
+    CAP = "cap"
+
+
+class Selector(StrEnum):
+    """How the tuner picks a limit from its profile (`power_limit.selector`)."""
+
+    #: Least energy per step.
+    ENERGY = "energy"
+    #: Least time per step.
+    TIME = "time"
+    #: Least Zeus cost, `eta * E + (1 - eta) * MaxPower * T`.
+    COST = "cost"
+    #: Least energy within `max_slowdown` of the fastest limit.
+    SLOWDOWN = "slowdown"
+
+
+class RunStatus(StrEnum):
+    """How a training run ended (summary.json's `status`, the history's status column)."""
+
+    #: The framework's fit or the script ended normally.
+    COMPLETED = "completed"
+    #: Training raised.
+    FAILED = "failed"
+    #: A signal (SIGTERM, SIGINT, a preemption) ended it.
+    INTERRUPTED = "interrupted"
+
+
+class TunerPhase(StrEnum):
+    """Where the power-limit tuner is in its profile of one limit."""
+
+    #: Steps before the first limit (`power_limit.wait_steps`).
+    WAIT = "wait"
+    #: A new limit settles before it is measured (`power_limit.warmup_steps`).
+    WARMUP = "warmup"
+    #: Waiting for a step in which the energy counter changed, so the window opens on an update.
+    ALIGN = "align"
+    #: The limit's window is open.
+    PROFILE = "profile"
+    #: A limit is chosen, or tuning ended without one.
+    DONE = "done"
+
+
+class AllocationPolicy(StrEnum):
+    """Which GPUs the node agent lets a caller lease (`allocation` in the agent's configuration)."""
+
+    #: Any GPU, to any member of the agent's group.
+    NONE = "none"
+    #: The GPUs a scheduler's prolog registered for the caller's job.
+    REGISTERED = "registered"
+    #: The GPUs the caller's cgroup may open.
+    CGROUP = "cgroup"
