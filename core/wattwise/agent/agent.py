@@ -46,6 +46,7 @@ from wattwise.settings.apply import (
     setting_words,
 )
 from wattwise.settings.journal import JournalChange
+from wattwise.vocabulary import AllocationPolicy
 
 log = logging.getLogger(__name__)
 
@@ -455,12 +456,12 @@ class Agent:
                 f"GPU {index} is outside the allocation of uid {uid} ({jobs}); a job may change only the "
                 "GPUs its scheduler gave it"
             )
-        if self.config.allocation == "registered":
+        if self.config.allocation == AllocationPolicy.REGISTERED:
             return (
                 f"uid {uid} has no job registered on this node, and the agent's allocation policy is "
                 "`registered` (the SLURM prolog registers each job's GPUs)"
             )
-        if self.config.allocation == "cgroup":
+        if self.config.allocation == AllocationPolicy.CGROUP:
             return self._cgroup_problem(caller, index)
         return None
 

@@ -25,14 +25,14 @@ from typing import Any
 import yaml
 
 from wattwise.errors import ConfigError
+from wattwise.vocabulary import AllocationPolicy
 
+#: What a user with no job registered on the node may change (`allocation`, an `AllocationPolicy`): any
+#: free GPU (`none`, the default: no scheduler tells the agent who was given what), nothing (`registered`:
+#: every job is registered by the SLURM prolog), or the GPUs the caller's device cgroup lets it open
+#: (`cgroup`: what a container runtime or SLURM's ConstrainDevices gave it, `wattwise.agent.cgroups`). A
+#: user with a job registered may change only that job's GPUs, whatever the policy.
 KEYS = ("allowed_users", "allowed_groups", "power_limits", "sm_clock_mhz", "allocation")
-#: What a user with no job registered on the node may change (`allocation`): any free GPU (`none`, the
-#: default: no scheduler tells the agent who was given what), nothing (`registered`: every job is
-#: registered by the SLURM prolog), or the GPUs the caller's device cgroup lets it open (`cgroup`: what a
-#: container runtime or SLURM's ConstrainDevices gave it, `wattwise.agent.cgroups`). A user with a job
-#: registered may change only that job's GPUs, whatever the policy.
-ALLOCATION_POLICIES = ("none", "registered", "cgroup")
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ class AgentConfig:
     allowed_gids: frozenset[int] = field(default_factory=frozenset)
     power_limits: tuple[ModelBounds, ...] = ()
     sm_clock_mhz: tuple[int, int] | None = None
-    #: What a user with no job registered may change: "none" (any free GPU), "registered" (nothing) or
-    #: "cgroup" (the GPUs its device cgroup lets it open).
-    allocation: str = "none"
+    #: What a user with no job registered may change: any free GPU, nothing, or the GPUs its device
+    #: cgroup lets it open.
+    allocation: AllocationPolicy = AllocationPolicy.NONE
 
     def allows(self, uid: int, gids: set[int]) -> bool:
         """May this caller change settings? Root always; anyone when no users or groups are listed."""
@@ -125,10 +125,11 @@ def parse_config(data: Any, where: str = "agent config") -> AgentConfig:
         ):
             raise ConfigError(f"{where}: sm_clock_mhz must be [min, max] in MHz, min <= max (got {clocks!r})")
         clock_range = (int(clocks[0]), int(clocks[1]))
-    allocation = data.get("allocation", "none")
-    if allocation not in ALLOCATION_POLICIES:
-        raise ConfigError(f"{where}: allocation must be one of {', '.join(ALLOCATION_POLICIES)} (got {allocation!r})")
-    return AgentConfig(uids, gids, limits, clock_range, allocation)
+    allocation = data.get("allocation", AllocationPolicy.NONE.value)
+    policies = [policy.value for policy in AllocationPolicy]
+    if allocation not in policies:
+        raise ConfigError(f"{where}: allocation must be one of {', '.join(policies)} (got {allocation!r})")
+    return AgentConfig(uids, gids, limits, clock_range, AllocationPolicy(allocation))
 
 
 def _list(value: Any, where: str) -> list[Any]:

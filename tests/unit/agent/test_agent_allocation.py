@@ -23,6 +23,7 @@ from wattwise.agent.leases import Holder
 from wattwise.agent.processes import process_start_ticks
 from wattwise.devices import simulated_gpus
 from wattwise.errors import ConfigError
+from wattwise.vocabulary import AllocationPolicy
 
 ROOT = Holder(os.getpid(), 0, "prolog", process_start_ticks(os.getpid()) or 0)
 
@@ -32,12 +33,16 @@ def user(uid: int, job: str = "train") -> Holder:
     return Holder(os.getpid(), uid, job, process_start_ticks(os.getpid()) or 0)
 
 
-def make_agent(tmp_path: Path, allocation: str = "none") -> Agent:
+def make_agent(tmp_path: Path, allocation: str = AllocationPolicy.NONE) -> Agent:
     journal = AgentJournal(tmp_path / "state")
     journal.prepare()
     gpus = simulated_gpus(4, persist_dir=tmp_path / "sim")
     return Agent(
-        list(gpus), "simulated", AgentConfig(allocation=allocation), journal, audit=AuditLog(tmp_path / "state")
+        list(gpus),
+        "simulated",
+        AgentConfig(allocation=AllocationPolicy(allocation)),
+        journal,
+        audit=AuditLog(tmp_path / "state"),
     )
 
 
