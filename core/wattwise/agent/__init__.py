@@ -11,6 +11,9 @@ and at the agent's next start after a crash (from its own journal).
   and writing), applied at its next start after a crash;
 - `processes`: the processes it serves as the kernel shows them (peer credentials, /proc) and the
   watchers that tell when a holder has ended;
+- `jobs`: the node's record of which GPUs the scheduler gave each job (`JobRegistry`, `jobs.json`);
+- `cgroups`: the `cgroup` policy's question to the kernel (may the caller's device cgroup open a GPU?);
+- `wire`: its answers on the wire, typed;
 - `agent`: its logic (`Agent`: the GPUs, leases, journal and audit log), which knows no HTTP: a request it
   refuses raises an `AgentRefusal` of one kind (invalid, not allowed, no such GPU, conflict, fault);
 - `http`: the HTTP API (aiohttp): routes, request parsing, and each refusal's status;

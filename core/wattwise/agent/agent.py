@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from wattwise.agent import is_job_name
 from wattwise.agent.audit import AuditLog
 from wattwise.agent.cgroups import CgroupUnknown, cgroup_may_open, device_cgroup, device_node
 from wattwise.agent.config import AgentConfig
+from wattwise.agent.jobs import JobAllocation, JobRegistry
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
 from wattwise.agent.processes import (
@@ -35,7 +33,6 @@ from wattwise.agent.wire import AgentStatus, DeviceList, GpuRelease, GpuStatus, 
 from wattwise.devices.agent import gpu_uuid
 from wattwise.devices.base import Device, DeviceError, NotSupportedError
 from wattwise.errors import UsageError
-from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
 from wattwise.settings.apply import (
     POWER_LIMIT,
     SM_CLOCKS,
@@ -73,41 +70,6 @@ class Conflict(AgentRefusal):
 
 class AgentFault(AgentRefusal):
     """The agent could not do it: the device failed, or its journal cannot be written."""
-
-
-#: The agent's record of job allocations, beside its journal in the state dir.
-JOBS_FILE = "jobs.json"
-#: A record of a few thousand jobs is far smaller; a larger file is not the agent's.
-MAX_JOBS_BYTES = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class JobAllocation:
-    """The GPUs (node indices) the scheduler gave one job of one user."""
-
-    job_id: str
-    uid: int
-    gpus: frozenset[int]
-
-    def info(self) -> JobAllocationInfo:
-        """As the agent answers and records it."""
-        return JobAllocationInfo(job_id=self.job_id, uid=self.uid, gpus=sorted(self.gpus))
-
-    @classmethod
-    def from_json(cls, raw: Any) -> JobAllocation | None:
-        """An allocation from the record, or None when the entry is malformed."""
-        if not isinstance(raw, dict):
-            return None
-        job_id, uid, gpus = raw.get("job_id"), raw.get("uid"), raw.get("gpus")
-        if not (
-            is_job_name(job_id)
-            and type(uid) is int
-            and uid >= 0
-            and isinstance(gpus, list)
-            and all(type(i) is int and i >= 0 for i in gpus)
-        ):
-            return None
-        return cls(job_id, uid, frozenset(gpus))
 
 
 @dataclass
@@ -159,7 +121,7 @@ class Agent:
         #: What the agent did since it started, for its own Prometheus metrics.
         self.counts = AgentCounts()
         #: The node's record of which GPUs the scheduler gave each job (the SLURM prolog registers them).
-        self.jobs: dict[str, JobAllocation] = self._load_jobs()
+        self.jobs = JobRegistry(journal.folder, lambda index: index in self.devices)
 
     # -- life cycle -------------------------------------------------------------------------------------
     def recover(self) -> list[str]:
@@ -297,7 +259,7 @@ class Agent:
         """Every GPU's `gpu_status`, in index order."""
         return AgentStatus(
             gpus=[self.gpu_status(i) for i in sorted(self.devices)],
-            jobs=[a.info() for a in sorted(self.jobs.values(), key=lambda a: a.job_id)],
+            jobs=[a.info() for a in self.jobs],
             allocation=self.config.allocation,
         )
 
@@ -446,7 +408,7 @@ class Agent:
         uid = caller.uid
         if uid == 0:
             return None
-        mine = sorted((a for a in self.jobs.values() if a.uid == uid), key=lambda a: a.job_id)
+        mine = self.jobs.of_uid(uid)
         if mine:
             allowed = sorted({i for a in mine for i in a.gpus})
             if index in allowed:
@@ -495,15 +457,9 @@ class Agent:
         for index in gpus:
             self._device(index)
         allocation = JobAllocation(job_id, uid, frozenset(gpus))
-        previous = self.jobs.get(job_id)
-        self.jobs[job_id] = allocation
         try:
-            self._save_jobs()
+            self.jobs.register(allocation)
         except OSError as err:
-            if previous is None:
-                del self.jobs[job_id]
-            else:
-                self.jobs[job_id] = previous
             raise AgentFault(
                 f"cannot write the agent's record of jobs ({err.strerror or err}); nothing changed"
             ) from None
@@ -518,35 +474,10 @@ class Agent:
         """
         if caller.uid != 0:
             raise NotAllowed("only root ends a job's registration (the SLURM epilog runs as root)")
-        allocation = self.jobs.pop(job_id, None)
+        allocation = self.jobs.end(job_id)
         if allocation is not None:
-            with contextlib.suppress(OSError):
-                self._save_jobs()
             log.info("wattwise agent: job %s of uid %d ended", job_id, allocation.uid)
         return allocation.info() if allocation is not None else None
-
-    def _jobs_file(self) -> Path:
-        return self.journal.folder / JOBS_FILE
-
-    def _load_jobs(self) -> dict[str, JobAllocation]:
-        """The allocations a previous agent recorded (its jobs may still run); none when unreadable."""
-        try:
-            raw = read_trusted_json(self._jobs_file(), max_bytes=MAX_JOBS_BYTES, root_ok=True)
-        except FileNotFoundError:
-            return {}
-        except (UntrustedFile, ValueError) as err:
-            log.error("wattwise agent: %s %s; no job allocation recalled", self._jobs_file(), err)
-            return {}
-        jobs: dict[str, JobAllocation] = {}
-        for entry in raw.get("jobs", []) if isinstance(raw.get("jobs"), list) else []:
-            allocation = JobAllocation.from_json(entry)
-            if allocation is not None and all(i in self.devices for i in allocation.gpus):
-                jobs[allocation.job_id] = allocation
-        return jobs
-
-    def _save_jobs(self) -> None:
-        text = json.dumps({"jobs": [a.info() for a in sorted(self.jobs.values(), key=lambda a: a.job_id)]})
-        replace_file(self._jobs_file(), lambda fh: fh.write(text), mode=0o600)
 
     def release_job(self, job_id: str, caller: Holder) -> JobRelease:
         """Restore every GPU the caller may release under batch job `job_id` and drop those leases (the epilog).

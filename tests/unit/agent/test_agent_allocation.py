@@ -90,7 +90,7 @@ def test_only_root_registers_or_ends_a_job_and_unknown_gpus_are_refused(tmp_path
     )
     assert refused(lambda: agent.end_job("1", user(1001)))[0] == 403
     assert refused(lambda: agent.register_job("1", 1001, [9], ROOT))[0] == 404
-    assert agent.jobs == {}
+    assert list(agent.jobs) == []
 
 
 def test_registrations_outlive_an_agent_restart(tmp_path: Path) -> None:
