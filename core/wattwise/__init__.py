@@ -26,7 +26,9 @@ The package map, one line per subpackage or module, from the entry points down t
 - `safe_files`: where wattwise keeps its state, and files written and read back safely.
 - `settings/`: changing GPU settings and restoring them on every exit path (locks, journal, guard).
 - `agent/`: the node agent for users who are not root (`processes`, `agent`, `http`, `serve`, `wire`).
-- `devices/`: the only code that touches hardware (NVML, amdsmi, RAPL, the simulated GPU, the agent).
+- `devices/`: the only code that touches hardware (NVML, amdsmi, RAPL, the simulated GPU, the agent);
+  `devices/simulated/`: the simulated GPU, one module per concern (`models`, `physics`, `state`, `load`,
+  `device`).
 - `errors`: the errors wattwise raises on purpose, and the warning it gives when it degrades instead.
 - `names`: job names, what a user may call a training job.
 - `bounds`: physical bounds on every figure a user or a file gives wattwise.

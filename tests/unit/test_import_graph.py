@@ -447,3 +447,37 @@ def test_no_agent_layer_imports_one_above_it_and_its_logic_knows_no_aiohttp(
     ]
     assert not upward, "\n".join(upward)
     assert "aiohttp" in every_import(agent_modules["wattwise.agent.http"])  # the rule reads real imports
+
+
+#: The simulated GPU's concerns, one module each: what each never imports (the device sits on all of them).
+SIMULATED_LAYER_RULES = {
+    "wattwise.devices.simulated.models": (
+        "wattwise.devices.simulated.physics",
+        "wattwise.devices.simulated.state",
+        "wattwise.devices.simulated.load",
+        "wattwise.devices.simulated.device",
+    ),
+    "wattwise.devices.simulated.physics": (
+        "wattwise.devices.simulated.state",
+        "wattwise.devices.simulated.load",
+        "wattwise.devices.simulated.device",
+    ),
+    "wattwise.devices.simulated.state": ("wattwise.devices.simulated.load", "wattwise.devices.simulated.device"),
+    "wattwise.devices.simulated.load": (
+        "wattwise.devices.simulated.models",
+        "wattwise.devices.simulated.state",
+        "wattwise.devices.simulated.device",
+    ),
+}
+
+
+def test_the_simulated_gpus_concerns_import_only_those_below_them() -> None:
+    modules = find_modules(REPO_ROOT, PACKAGE_ROOTS, ())
+    upward = [
+        f"{name} imports {dotted}"
+        for name, forbidden in SIMULATED_LAYER_RULES.items()
+        for dotted in sorted(every_import(modules[name]))
+        if any(dotted == other or dotted.startswith(f"{other}.") for other in forbidden)
+    ]
+    assert not upward, "\n".join(upward)
+    assert "wattwise.devices.simulated.models" in every_import(modules["wattwise.devices.simulated.device"])

@@ -355,7 +355,7 @@ def test_emulated_work_drives_the_simulation_behind_any_device() -> None:
 def _device_classes() -> set[str]:
     """The classes `wattwise.devices` derives from `Device`, however indirectly (each backend's devices)."""
     bases = {}
-    for path in (PACKAGE / "devices").glob("*.py"):
+    for path in (PACKAGE / "devices").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
                 bases[node.name] = {name for base in node.bases for name in _named(base)}
@@ -396,7 +396,7 @@ def test_no_code_above_the_devices_checks_a_device_class() -> None:
 
 def test_the_devices_never_import_the_node_agent() -> None:
     found = []
-    for path in (PACKAGE / "devices").glob("*.py"):
+    for path in (PACKAGE / "devices").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
