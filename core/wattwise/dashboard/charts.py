@@ -110,8 +110,13 @@ def _bucketed(t: np.ndarray, p: np.ndarray, most: int) -> tuple[np.ndarray, np.n
     """At most `most` points of a trace: all of them, or the lowest and highest sample of each bucket."""
     if len(t) <= most:
         return t, p
-    buckets = np.array_split(np.arange(len(t)), most // 2)
-    keep = np.unique(np.concatenate([[b[np.argmin(p[b])], b[np.argmax(p[b])]] for b in buckets if len(b)]))
+    size = -(-len(t) // max(1, most // 2))  # samples per bucket, the last bucket padded
+    rows = -(-len(t) // size)
+    padded = np.full(rows * size, np.nan)
+    padded[: len(p)] = p
+    grid = padded.reshape(rows, size)
+    first = np.arange(rows) * size
+    keep = np.unique(np.concatenate([first + np.nanargmin(grid, axis=1), first + np.nanargmax(grid, axis=1)]))
     return t[keep], p[keep]
 
 
@@ -126,6 +131,40 @@ def power_limit_steps(summary: RunSummary) -> dict[str, list[tuple[float, float]
         ):
             by_device.setdefault(event.device, []).append((event.timestamp_s, float(event.value)))
     return {device: sorted(changes) for device, changes in by_device.items()}
+
+
+def span_shapes(windows: Iterable[WindowRow], axis: TimeAxis) -> list[dict[str, Any]]:
+    """The shaded spans of the power chart (`span_of`) as one list of shapes, each kind's first in the legend.
+
+    The list is handed to the figure once: adding the spans one at a time (`add_vrect`) re-validates every
+    shape already there, a cost that grows with the square of the pauses (minutes for a run of 400).
+    """
+    shapes: list[dict[str, Any]] = []
+    shown: set[str] = set()
+    for window in windows:
+        span = span_of(window)
+        if span is None:
+            continue
+        label, colour = span
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "y domain",
+                "x0": axis.at(window.start_time),
+                "x1": axis.at(window.start_time + window.time_s),
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": colour,
+                "line": {"width": 0},
+                "layer": "below",
+                "name": label,
+                "legendgroup": label,
+                "showlegend": label not in shown,
+            }
+        )
+        shown.add(label)
+    return shapes
 
 
 def power_figure(run: RunDir, windows: Iterable[WindowRow] = ()) -> go.Figure:
@@ -170,23 +209,7 @@ def power_figure(run: RunDir, windows: Iterable[WindowRow] = ()) -> go.Figure:
                 name=f"power limit (W), {device}" if len(drawn) > 1 else "power limit (W)",
             )
         )
-    shown: set[str] = set()
-    for window in windows:
-        span = span_of(window)
-        if span is None:
-            continue
-        label, colour = span
-        fig.add_vrect(
-            x0=axis.at(window.start_time),
-            x1=axis.at(window.start_time + window.time_s),
-            fillcolor=colour,
-            line_width=0,
-            layer="below",
-            name=label,
-            legendgroup=label,
-            showlegend=label not in shown,
-        )
-        shown.add(label)
+    fig.update_layout(shapes=span_shapes(windows, axis))
     fig.update_xaxes(title_text=axis.label)
     fig.update_yaxes(title_text="power (W)", rangemode="tozero")
     return _layout(fig, "Power and power limit", simulated=s.simulated)

@@ -76,6 +76,13 @@ RUN_COLUMNS = (
 )
 SORTABLE = frozenset(name for name, _ in RUN_COLUMNS)
 
+#: Columns of the runs table that hold figures: right-aligned, so their digits line up.
+NUMERIC_COLUMNS = frozenset({"time_s", "energy_j", "energy_uncertainty_j", "power_limit_w", "saving_j", "time_cost_s"})
+
+
+def numeric_columns() -> list[bool]:
+    """For each column of `RUN_COLUMNS`, in order, whether it holds figures."""
+    return [name in NUMERIC_COLUMNS for name, _ in RUN_COLUMNS]
 
 @dataclass(frozen=True)
 class Assets:
@@ -465,6 +472,7 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str) -> str:
             "href": f"{RUNS_PATH}?{f.query(sort=name, descending=not f.descending if f.sort == name else True)}",
             "name": name,
         }
+            "numeric": name in NUMERIC_COLUMNS,
         for name, label in RUN_COLUMNS
     ]
     return render(
@@ -479,6 +487,7 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str) -> str:
         headings=headings,
         rows=[{"id": r.id, "cells": run_cells(r)} for r in shown],
         total=len(rows),
+        numeric=numeric_columns(),
     )
 
 
@@ -658,6 +667,7 @@ def job_page(job: JobHistory) -> str:
         runs=[{"id": r.id, "cells": run_cells(r)} for r in job.runs],
         headings=[label for _, label in RUN_COLUMNS],
         number=number,
+        numeric=numeric_columns(),
         **context,
     )
 

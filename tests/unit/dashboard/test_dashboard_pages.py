@@ -229,6 +229,22 @@ def test_the_runs_page_lists_each_run_with_a_link_and_a_box_to_compare_it() -> N
     assert 'href="/?job=bert%2Fsquad&amp;sort=start_time&amp;order=asc"' in html
 
 
+def test_the_runs_tables_figures_are_right_aligned_and_no_markup_is_escaped_into_the_page(tmp_path: Path) -> None:
+    """The figure columns carry `class="num"` as markup (right-aligned), never as escaped text in the cell."""
+    html = pages.runs_page(ROWS, pages.RunFilter.of({}), source="sqlite:///jobs.sqlite")
+    assert "&#34;" not in html and "&quot;" not in html
+    row = html.split(f'data-run="{ROWS[0].id}"')[1].split("</tr>")[0]
+    cells = re.findall(r"<td( class=\"num\")?>([^<]*)</td>", row)
+    numeric = {text for css, text in cells if css}
+    assert {"30,000.0", "200"} <= numeric  # energy (J), limit (W)
+    assert "bert/squad" in {text for css, text in cells if not css}  # the job stays left-aligned
+    assert '<th data-column="energy_j" class="num">' in html
+    url = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    record_run(make_row("20261201T100000Z-aaaaaa", job="bert"), location=url)
+    job_html = pages.job_page(History(url).job("bert"))
+    assert "&#34;" not in job_html and '<td class="num">30,000.0</td>' in job_html
+
+
 def test_a_comparison_says_each_difference_and_whether_it_exceeds_the_uncertainty(run_dir: Path) -> None:
     first, second = ROWS[0], ROWS[1]
     assert pages.against_first(difference(first, second)) == [

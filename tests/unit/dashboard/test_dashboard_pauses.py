@@ -84,3 +84,24 @@ def test_a_run_logs_each_pause_with_its_kind(tmp_path: Path, monkeypatch: pytest
     pauses = [(w.window_name, w.kind) for w in read_windows_csv(tmp_path / "windows.csv") if w.kind]
     assert pauses == [("paused", "validation"), ("paused", "checkpoint")]
     assert not [w for w in read_windows_csv(tmp_path / "windows.csv") if ":" in w.window_name]
+
+
+def test_four_hundred_pauses_are_shaded_in_one_layout_not_one_relayout_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adding a span at a time re-validates every span before it (a cost of pauses squared: 77 s at 400)."""
+    go = pytest.importorskip("plotly.graph_objects")
+
+    def one_at_a_time(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a span added on its own")
+
+    for method in ("add_vrect", "add_shape"):
+        monkeypatch.setattr(go.Figure, method, one_at_a_time)
+    pauses = [(10.0 + 5.0 * i, "validation" if i % 4 else "checkpoint") for i in range(400)]
+    drawn = spans(with_pauses(tmp_path / "run", pauses))
+    assert len(drawn) == 401 and drawn[-1][3] == pytest.approx(10.0 + 5.0 * 399)
+    assert [name for name, _, legend, _ in drawn if legend] == [
+        "tuning: profiling power limits",
+        "checkpoint",
+        "validation",
+    ]
