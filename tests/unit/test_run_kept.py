@@ -73,16 +73,19 @@ def test_a_run_into_a_local_store_leaves_its_row_in_the_inbox_without_opening_th
 ) -> None:
     store, real = tmp_path / "jobs.sqlite", sql_store.SqlJobStore
 
-    def not_at_the_end_of_a_run(url: str) -> sql_store.SqlJobStore:
+    def not_at_the_end_of_a_run(url: str, **_options: object) -> sql_store.SqlJobStore:
         raise AssertionError("a training run's end opened the SQLite store")
 
     monkeypatch.setattr(sql_store, "SqlJobStore", not_at_the_end_of_a_run)
     run = one_run(tmp_path / "out", store)
     assert run.final_summary is not None
     assert len(spool.pending(LimitsMemory(str(store)).url)) == 1
-    monkeypatch.setattr(sql_store, "SqlJobStore", real)  # the next reader delivers the row
+    monkeypatch.setattr(sql_store, "SqlJobStore", real)  # the next reader shows the row; a writer delivers it
     assert [r.energy_j for r in list_runs(location=str(store))] == [run.final_summary.energy_j]
+    assert len(spool.pending(LimitsMemory(str(store)).url)) == 1
+    real(LimitsMemory(str(store)).url).close()
     assert spool.pending(LimitsMemory(str(store)).url) == []
+    assert [r.energy_j for r in list_runs(location=str(store))] == [run.final_summary.energy_j]
 
 
 def test_a_run_whose_server_store_is_unreachable_ends_with_its_summary_and_its_row_spooled(
@@ -90,7 +93,7 @@ def test_a_run_whose_server_store_is_unreachable_ends_with_its_summary_and_its_r
 ) -> None:
     server = "postgresql://wattwise@127.0.0.1:1/wattwise"
 
-    def unreachable(url: str) -> sql_store.SqlJobStore:
+    def unreachable(url: str, **_options: object) -> sql_store.SqlJobStore:
         raise spool.StoreUnavailable("cannot reach the job store", url=url, reason="connection refused")
 
     monkeypatch.setattr(sql_store, "SqlJobStore", unreachable)

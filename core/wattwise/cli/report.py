@@ -81,9 +81,12 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.job is not None:
         from wattwise.record.job_report import report_job
-        from wattwise.store.runs import list_runs
+        from wattwise.store.runs import list_history
 
-        rows = list_runs(job=args.job, location=args.store)
+        listing = list_history(job=args.job, location=args.store)
+        for unreadable in listing.unreadable:  # not in the totals: said, so that they are not taken as whole
+            print(f"wattwise report: {unreadable.line()}; the totals leave it out", file=sys.stderr)
+        rows = listing.runs
         return report_job(args.job, _inputs(args), rows=rows, statement=args.statement, as_json=args.json, out=args.out)
     if args.run_dir is None:
         raise UsageError("RUN_DIR: give the folder of a run, or --job NAME for every run of a job")

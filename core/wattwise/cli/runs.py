@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 import time
 from collections.abc import Sequence
 from datetime import date, datetime, timezone
@@ -18,7 +19,7 @@ from typing import Any
 
 from wattwise.errors import UsageError
 from wattwise.safe_files import json_text
-from wattwise.store.runs import RunRow, forget_run, get_run, get_runs, list_runs
+from wattwise.store.runs import RunRow, UnreadableRun, forget_run, get_run, get_runs, list_history
 
 #: A day as `--since` takes it: a calendar date, midnight UTC.
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -115,10 +116,16 @@ def run_list(args: argparse.Namespace) -> int:
         The exit status.
     """
     since = parse_since(args.since, now_s=time.time()) if args.since is not None else None
-    rows = list_runs(job=args.job, since=since, status=args.status, location=args.store)
+    listing = list_history(job=args.job, since=since, status=args.status, location=args.store)
+    rows = listing.runs
     if args.json:
-        print(json_text({"runs": [row.to_dict() for row in rows]}))
+        print(
+            json_text(
+                {"runs": [row.to_dict() for row in rows], "unreadable": [u.to_dict() for u in listing.unreadable]}
+            )
+        )
         return 0
+    _say_unreadable(listing.unreadable)
     if not rows:
         print("no runs in the history" + (" that match" if args.job or args.since or args.status else ""))
         return 0
@@ -134,6 +141,12 @@ def run_list(args: argparse.Namespace) -> int:
             f"{_start(r):<19} {r.time_s:>9.4g} {_energy(r):>18} {limit:>9} {saved:>10} {_source(r):<9}"
         )
     return 0
+
+
+def _say_unreadable(rows: Sequence[UnreadableRun]) -> None:
+    """One line on stderr for each row of the history that does not read as a run."""
+    for row in rows:
+        print(f"wattwise runs: {row.line()}", file=sys.stderr)
 
 
 def _show_lines(r: RunRow) -> list[str]:
@@ -266,6 +279,8 @@ def run_forget(args: argparse.Namespace) -> int:
     row = forget_run(args.run_id, location=args.store)
     if args.json:
         print(json_text({"forgotten": row.id, "folder": row.folder}, indent=None))
+    elif row.folder is None:
+        print(f"forgot run {row.id} (its row was unreadable)")
     else:
         print(f"forgot run {row.id}; its folder {row.folder} is left as it is")
     return 0

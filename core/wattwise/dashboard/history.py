@@ -2,7 +2,8 @@
 
 One `History` per server, on one store (a SQLite file path or a database URL; None: `$WATTWISE_STORE`,
 else the default file). Each call opens the store and closes it, so the pages always show what the store
-holds now, and a store shared with running jobs is never held open. Nothing is written.
+holds now, and a store shared with running jobs is never held open. Nothing is written: the store is
+opened read-only (never created, migrated, locked for writing or delivered to).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from wattwise.record.files import RunDir, read_run_dir
 from wattwise.record.summary import SUMMARY_FILE
 from wattwise.store.base import unknown_job
 from wattwise.store.factory import default_store_url, store_url
-from wattwise.store.runs import get_run, get_runs, list_runs, store_exists
+from wattwise.store.runs import RunListing, get_run, get_runs, list_history, list_runs, store_exists
 
 if TYPE_CHECKING:
     from wattwise.recurring.spec import JobSpec, StoredRun
@@ -80,6 +81,10 @@ class History:
         """Every run of the history, oldest first (none for a store that does not exist yet)."""
         return list_runs(location=self.url)
 
+    def listing(self) -> RunListing:
+        """Every run of the history, oldest first, and the rows that do not read as runs (listed by id)."""
+        return list_history(location=self.url)
+
     def run(self, run_id: str) -> RunRow:
         """One run, by id or a prefix only it has.
 
@@ -100,6 +105,8 @@ class History:
             return []
         store = self._open()
         try:
+            if not store.holds_tables:
+                return []
             return [summarize(s, store.runs(s.name), store.power_limits(s.name)) for s in store.list_jobs()]
         finally:
             store.close()
@@ -119,6 +126,8 @@ class History:
             raise unknown_job(name)
         store = self._open()
         try:
+            if not store.holds_tables:
+                raise unknown_job(name)
             spec = store.get_job(name)
             recurring = None
             if spec is not None:
@@ -127,7 +136,10 @@ class History:
         finally:
             store.close()
         found = JobHistory(
-            name, recurring, LimitsMemory(self.url).remembered(name), list_runs(job=name, location=self.url)
+            name,
+            recurring,
+            LimitsMemory(self.url, read_only=True).remembered(name),
+            list_runs(job=name, location=self.url),
         )
         if recurring is None and not found.remembered and not found.runs:
             raise unknown_job(name)
@@ -138,9 +150,9 @@ class History:
         return sorted({r.job for r in self.runs() if r.job})
 
     def _open(self) -> SqlJobStore:
-        from wattwise.store.factory import open_store
+        from wattwise.store.sql import SqlJobStore
 
-        return open_store(self.url)
+        return SqlJobStore(self.url, read_only=True)
 
 
 def run_folder(row: RunRow) -> RunDir | None:

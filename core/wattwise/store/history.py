@@ -17,17 +17,19 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIME_S, TIMESTAMP_S, Bound
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
+from wattwise.vocabulary import RunMode
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 
 #: The power-limit modes a run has: it only measured, ran under a fixed cap, or tuned (or reused a tuned limit).
-RUN_MODES = ("measure", "cap", "tune")
 #: A run id: letters, digits, `.`, `_`, `-`, starting with a letter or digit (also the run's folder name).
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: The longest folder path, status and framework name kept.
 _MAX_FOLDER, _MAX_WORD = 4096, 32
+#: The most devices a run's row lists (a node's GPUs times its nodes, with room to spare).
+_MAX_DEVICES = 65536
 
 
 class RunDict(TypedDict):
@@ -54,6 +56,46 @@ class RunDict(TypedDict):
     simulated: bool
 
 
+class UnreadableDict(TypedDict):
+    """A row of the history that is not a run's, as `wattwise runs list --json` lists it under `unreadable`."""
+
+    id: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class UnreadableRun:
+    """A row of the history that does not read as a run (a crash mid-write, an older wattwise, a hand edit).
+
+    It costs that row alone: the readers list it by id, with why, and `wattwise runs forget ID` removes it.
+
+    Attributes:
+        id: The row's id, as stored (non-printable characters shown escaped).
+        reason: The first field that is wrong and why, in one line.
+        folder: The row's folder when that column is text, else None.
+    """
+
+    id: str
+    reason: str
+    folder: str | None = None
+
+    def to_dict(self) -> UnreadableDict:
+        """The row's JSON object: its id and why it is unreadable."""
+        return UnreadableDict(id=self.id, reason=self.reason)
+
+    def line(self) -> str:
+        """One line for a reader: the id, why, and how to remove it."""
+        return f"run {self.id} is unreadable ({self.reason}); `wattwise runs forget {self.id}` removes its row"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunListing:
+    """What a reader of the history gets: the runs that read, and the rows that do not (`UnreadableRun`)."""
+
+    runs: list[RunRow]
+    unreadable: list[UnreadableRun]
+
+
 @dataclasses.dataclass(frozen=True)
 class RunRow:
     """One training run as the history keeps it.
@@ -62,7 +104,7 @@ class RunRow:
         id: The run's id, also the name of its own folder (`new_run_id`).
         job: The job the run belongs to (`job=` or a recurring job), None when it named none.
         framework: Who drove it: "lightning", "accelerate", "cli" (None: not said).
-        mode: "measure", "cap" or "tune" (`RUN_MODES`); a reused limit is "tune".
+        mode: "measure", "cap" or "tune" (`RunMode`); a reused limit is "tune".
         status: How it ended: "completed", "failed", "interrupted", ...
         start_time: When it started, ISO 8601 in UTC.
         end_time: When it ended, ISO 8601 in UTC.
@@ -146,7 +188,7 @@ class RunRow:
         if missing:
             raise UsageError(f"{where}: {missing[0]} is missing")
         devices = data["devices"]
-        if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+        if not isinstance(devices, list | tuple) or not all(isinstance(d, str) for d in devices):
             raise UsageError(f"{where}: devices must be a list of device names (got {devices!r})")
         row = cls(**{**data, "devices": tuple(devices)})
         check_row(row, where=where)
@@ -206,12 +248,16 @@ def check_row(row: RunRow, *, where: str = "run") -> None:
         UsageError: naming `where`, the first field that is wrong, its range and its value.
     """
     check_run_id(row.id, setting=f"{where}: id")
+    if not isinstance(row.devices, tuple) or len(row.devices) > _MAX_DEVICES:
+        raise UsageError(f"{where}: devices must be a list of at most {_MAX_DEVICES} device names")
+    for name in row.devices:
+        _optional_text(name, f"{where}: devices", _MAX_FOLDER)
     if row.job is not None:
         check_job_name(row.job, setting=f"{where}: job")
     _optional_text(row.framework, f"{where}: framework", _MAX_WORD)
     _optional_text(row.status, f"{where}: status", _MAX_WORD)
-    if row.mode not in RUN_MODES:
-        raise UsageError(f"{where}: mode must be one of {', '.join(RUN_MODES)} (got {row.mode!r})")
+    if row.mode not in tuple(RunMode):
+        raise UsageError(f"{where}: mode must be one of {', '.join(RunMode)} (got {row.mode!r})")
     for name in ("start_time", "end_time"):
         value = getattr(row, name)
         if not isinstance(value, str):
@@ -250,25 +296,69 @@ def _values(row: RunRow) -> dict[str, Any]:
     }
 
 
-def _row(db: Any) -> RunRow:
-    return RunRow(
-        id=db.id,
-        job=db.job,
-        framework=db.framework,
-        mode=db.mode,
-        status=db.status,
-        start_time=iso_utc(db.start_s),
-        end_time=iso_utc(db.end_s),
-        devices=tuple(json.loads(db.devices)),
-        time_s=db.time_s,
-        energy_j=db.energy_j,
-        energy_uncertainty_j=db.energy_uncertainty_j,
-        power_limit_w=db.power_limit_w,
-        saving_j=db.saving_j,
-        time_cost_s=db.time_cost_s,
-        folder=db.folder,
-        simulated=bool(db.simulated),
-    )
+def _shown_id(value: object) -> str:
+    """A stored id as a message shows it: printable, at most 64 characters (escaped otherwise)."""
+    text = value if isinstance(value, str) else repr(value)
+    return text[:64].encode("unicode_escape").decode("ascii")
+
+
+def _row(db: Any) -> RunRow | UnreadableRun:
+    """The run in a row of the history, read as the spool's runs are (`RunRow.from_dict`), or why it is not one.
+
+    The columns come back as the database holds them (`_raw_columns`), so a value of the wrong type in any
+    column (SQLite keeps what it is given) makes that row unreadable, never the query that read it.
+    """
+    run_id = _shown_id(db.id)
+    folder = db.folder if isinstance(db.folder, str) else None
+    try:
+        try:
+            devices = json.loads(db.devices) if isinstance(db.devices, str | bytes) else db.devices
+        except ValueError as err:
+            raise UsageError(f"devices is not JSON ({err})") from None
+        if db.simulated not in (0, 1):  # also False and True
+            raise UsageError(f"simulated must be true or false (got {db.simulated!r})")
+        times = {}
+        for name, column in (("start_time", db.start_s), ("end_time", db.end_s)):
+            if isinstance(column, bool) or not isinstance(column, int | float):
+                raise UsageError(f"{name} must be a time in seconds (got {column!r})")
+            TIMESTAMP_S.check(float(column), name)
+            times[name] = iso_utc(column)
+        data = {name: getattr(db, name) for name in _STORED_AS_IS}
+        row = RunRow.from_dict(
+            {**data, **times, "devices": devices, "simulated": bool(db.simulated)}, where=f"run {run_id}"
+        )
+    except (UsageError, ValueError, TypeError, OverflowError, OSError) as err:
+        reason = " ".join(str(err).split())
+        prefix = f"run {run_id}: "
+        return UnreadableRun(run_id, reason.removeprefix(prefix)[:300], folder)
+    return row
+
+
+#: The run's fields that are one column each, stored as they are.
+_STORED_AS_IS = (
+    "id",
+    "job",
+    "framework",
+    "mode",
+    "status",
+    "time_s",
+    "energy_j",
+    "energy_uncertainty_j",
+    "power_limit_w",
+    "saving_j",
+    "time_cost_s",
+    "folder",
+)
+
+
+def _raw_columns() -> list[Any]:
+    """Every column of the history's table, read without SQLAlchemy's conversions (`_row` checks each)."""
+    from sqlalchemy import type_coerce
+    from sqlalchemy.types import NullType
+
+    from wattwise.store.schema import run_history_table as table
+
+    return [type_coerce(c, NullType()).label(c.name) for c in table.c]
 
 
 def put_run(conn: Connection, row: RunRow) -> None:
@@ -281,44 +371,73 @@ def put_run(conn: Connection, row: RunRow) -> None:
     conn.execute(insert(table).values(**_values(row)))
 
 
-def select_runs(
+def select_history(
     conn: Connection, *, job: str | None = None, since_s: float | None = None, status: str | None = None
-) -> list[RunRow]:
-    """The runs that match every filter given, oldest first (then by id)."""
+) -> RunListing:
+    """The runs that match every filter given, oldest first (then by id), and the rows that are not runs."""
     from sqlalchemy import select
 
     from wattwise.store.schema import run_history_table as table
 
-    query = select(table)
+    query = select(*_raw_columns())
     if job is not None:
         query = query.where(table.c.job == job)
     if since_s is not None:
         query = query.where(table.c.start_s >= since_s)
     if status is not None:
         query = query.where(table.c.status == status)
-    return [_row(db) for db in conn.execute(query.order_by(table.c.start_s, table.c.id))]
+    runs: list[RunRow] = []
+    unreadable: list[UnreadableRun] = []
+    for db in conn.execute(query.order_by(table.c.start_s, table.c.id)):
+        row = _row(db)
+        if isinstance(row, RunRow):
+            runs.append(row)
+        else:
+            unreadable.append(row)
+    return RunListing(runs, unreadable)
+
+
+def select_runs(
+    conn: Connection, *, job: str | None = None, since_s: float | None = None, status: str | None = None
+) -> list[RunRow]:
+    """The runs that match every filter given, oldest first (then by id); rows that are not runs are left out."""
+    return select_history(conn, job=job, since_s=since_s, status=status).runs
+
+
+def find_row(conn: Connection, run_id: str) -> RunRow | UnreadableRun:
+    """The row with id `run_id`, else the only row whose id starts with it, read or unreadable.
+
+    Raises:
+        UsageError: no row has that id, or several start with it (naming a few).
+    """
+    from sqlalchemy import select
+
+    from wattwise.store.schema import run_history_table as table
+
+    exact = conn.execute(select(*_raw_columns()).where(table.c.id == run_id)).first()
+    if exact is not None:
+        return _row(exact)
+    like = run_id.replace("\\", "\\\\").replace("_", r"\_").replace("%", r"\%") + "%"
+    query = select(*_raw_columns()).where(table.c.id.like(like, escape="\\")).order_by(table.c.id).limit(4)
+    found = conn.execute(query).all()
+    if len(found) == 1:
+        return _row(found[0])
+    if not found:
+        raise UsageError(f"no run {run_id!r} in the store (see `wattwise runs list`)")
+    shown = ", ".join(_shown_id(db.id) for db in found[:3])
+    raise UsageError(
+        f"run id {run_id!r} is ambiguous: it starts {shown}{', ...' if len(found) > 3 else ''}; give more of it"
+    )
 
 
 def find_run(conn: Connection, run_id: str) -> RunRow:
     """The run with id `run_id`, else the only run whose id starts with it.
 
     Raises:
-        UsageError: no run has that id, or several start with it (naming a few).
+        UsageError: no run has that id, several start with it (naming a few), or its row is unreadable
+            (saying how to remove it).
     """
-    from sqlalchemy import select
-
-    from wattwise.store.schema import run_history_table as table
-
-    exact = conn.execute(select(table).where(table.c.id == run_id)).first()
-    if exact is not None:
-        return _row(exact)
-    like = run_id.replace("_", r"\_") + "%"
-    found = conn.execute(select(table).where(table.c.id.like(like, escape="\\")).order_by(table.c.id).limit(4)).all()
-    if len(found) == 1:
-        return _row(found[0])
-    if not found:
-        raise UsageError(f"no run {run_id!r} in the store (see `wattwise runs list`)")
-    shown = ", ".join(db.id for db in found[:3])
-    raise UsageError(
-        f"run id {run_id!r} is ambiguous: it starts {shown}{', ...' if len(found) > 3 else ''}; give more of it"
-    )
+    row = find_row(conn, run_id)
+    if isinstance(row, UnreadableRun):
+        raise UsageError(row.line())
+    return row

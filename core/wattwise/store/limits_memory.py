@@ -104,17 +104,20 @@ class LimitsMemory:
         UsageError: `location` (or `$WATTWISE_STORE`) is not a store location (nothing is opened yet).
     """
 
-    def __init__(self, location: str | None = None) -> None:
+    def __init__(self, location: str | None = None, *, read_only: bool = False) -> None:
         #: The store: `location` (a SQLite file path or a URL), else `$WATTWISE_STORE`, else the default file.
         self.url = store_url(location) if location else default_store_url()
+        #: A reader's (the dashboard's): the store is opened read-only, nothing is imported or written.
+        self.read_only = read_only
 
     @contextmanager
     def _store(self) -> Iterator[SqlJobStore]:
         from wattwise.store.sql import SqlJobStore
 
-        store = SqlJobStore(self.url)
+        store = SqlJobStore(self.url, read_only=self.read_only)
         try:
-            import_legacy_file(store, state_dir() / LEGACY_FILE)
+            if not self.read_only:
+                import_legacy_file(store, state_dir() / LEGACY_FILE)
             yield store
         finally:
             store.close()

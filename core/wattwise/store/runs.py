@@ -10,9 +10,13 @@ The public API, each function opening the store at `location` (a SQLite file pat
 
 - `record_run(row)`: store a run (spooled when the store is unreachable);
 - `record_run_at_end(row)`: the same at a training run's end, through the spool for a local store;
-- `list_runs(job=, since=, status=)`: the runs, oldest first;
+- `list_history(job=, since=, status=)`: the runs, oldest first, and the rows that do not read as runs;
+- `list_runs(job=, since=, status=)`: the runs alone;
 - `get_run(run_id)`: one run, by its id or a prefix of it that only it has;
-- `forget_run(run_id)`: remove one run's row (its folder is left as it is).
+- `forget_run(run_id)`: remove one run's row, readable or not (its folder is left as it is).
+
+The readers (`list_history`, `list_runs`, `get_run`, `get_runs`) open the store read-only: they never
+create, migrate or lock it for writing, and show the runs waiting in the spool without delivering them.
 
 `RunRow` (defined in `wattwise.store.history`) is one run, with exactly the fields of the `wattwise runs
 list --json` contract; `RunRow.to_dict` gives that JSON object. Reading a store that does not exist yet creates nothing.
@@ -29,16 +33,18 @@ from wattwise.errors import UsageError
 from wattwise.names import check_job_name
 from wattwise.store.factory import default_store_url, store_url
 from wattwise.store.history import (
-    RUN_MODES,
     RunDict,
+    RunListing,
     RunRow,
+    UnreadableRun,
     check_row,
     check_run_id,
+    find_row,
     find_run,
     iso_utc,
     new_run_id,
     put_run,
-    select_runs,
+    select_history,
 )
 
 if TYPE_CHECKING:
@@ -47,14 +53,16 @@ if TYPE_CHECKING:
     from wattwise.store.sql import SqlJobStore
 
 __all__ = [
-    "RUN_MODES",
     "RunDict",
+    "RunListing",
     "RunRow",
+    "UnreadableRun",
     "check_run_id",
     "forget_run",
     "get_run",
     "get_runs",
     "iso_utc",
+    "list_history",
     "list_runs",
     "new_run_id",
     "record_run",
@@ -86,10 +94,10 @@ def store_exists(url: str) -> bool:
 
 
 @contextmanager
-def _opened(url: str) -> Iterator[SqlJobStore]:
+def _opened(url: str, *, read_only: bool = True) -> Iterator[SqlJobStore]:
     from wattwise.store.sql import SqlJobStore
 
-    store = SqlJobStore(url)
+    store = SqlJobStore(url, read_only=read_only)
     try:
         yield store
     finally:
@@ -115,7 +123,7 @@ def record_run(row: RunRow, *, location: str | None = None) -> Path | None:
     check_row(row)
     url = _url(location)
     try:
-        with _opened(url) as store:
+        with _opened(url, read_only=False) as store:
             store.write(lambda conn: put_run(conn, row))
     except spool.StoreUnavailable:
         return spool.spool_run(url, row)
@@ -151,14 +159,45 @@ def record_run_at_end(row: RunRow, *, location: str | None = None) -> Path | Non
     return record_run(row, location=location)
 
 
-def list_runs(
+def _spooled(url: str) -> list[RunRow]:
+    """The runs of the history that wait in your spool for the store at `url`, read (never delivered) as a reader.
+
+    A file that is not a run of yours that reads is left for the store's next writer to deliver or set aside.
+    """
+    from wattwise.safe_files import UntrustedFile
+    from wattwise.store import spool
+
+    rows = []
+    for path in spool.pending(url):
+        try:
+            result = spool.read(path)
+        except (OSError, ValueError, UntrustedFile):
+            continue
+        if isinstance(result, RunRow):
+            rows.append(result)
+    return rows
+
+
+def _matches(row: RunRow, job: str | None, since: float | None, status: str | None) -> bool:
+    return (
+        (job is None or row.job == job)
+        and (since is None or row.start_s >= since)
+        and (status is None or row.status == status)
+    )
+
+
+def list_history(
     job: str | None = None,
     since: float | None = None,
     status: str | None = None,
     *,
     location: str | None = None,
-) -> list[RunRow]:
-    """The runs in the history that match every filter given, oldest first.
+) -> RunListing:
+    """The runs in the history that match every filter given, oldest first, and the rows that do not read.
+
+    A reader: the store is opened read-only (`SqlJobStore(read_only=True)`), so it is never created,
+    migrated or locked for writing, and the runs waiting in the spool for it are shown as they are (not
+    delivered). A row that is not a run's costs that row alone: it is listed in `unreadable` with its id.
 
     Args:
         job: Only this job's runs.
@@ -167,46 +206,100 @@ def list_runs(
         location: The store (see `record_run`).
 
     Raises:
-        UsageError: `job` is not a job name, or `location` is not a store.
+        UsageError: `job` is not a job name, `location` is not a store, or the store needs upgrading.
         StoreUnavailable: the store cannot be reached.
     """
     if job is not None:
         check_job_name(job, setting="job")
     url = _url(location)
-    if not store_exists(url):
-        return []
-    with _opened(url) as store:
-        return store.read(lambda conn: select_runs(conn, job=job, since_s=since, status=status))
+    spooled = [row for row in _spooled(url) if _matches(row, job, since, status)]
+    listing = RunListing([], [])
+    if _database_exists(url):
+        with _opened(url) as store:
+            if store.holds_tables:
+                listing = store.read(lambda conn: select_history(conn, job=job, since_s=since, status=status))
+    if not spooled:
+        return listing
+    waiting = {row.id: row for row in spooled}
+    runs = [row for row in listing.runs if row.id not in waiting] + list(waiting.values())
+    unreadable = [row for row in listing.unreadable if row.id not in waiting]
+    return RunListing(sorted(runs, key=lambda r: (r.start_s, r.id)), unreadable)
+
+
+def list_runs(
+    job: str | None = None,
+    since: float | None = None,
+    status: str | None = None,
+    *,
+    location: str | None = None,
+) -> list[RunRow]:
+    """The runs in the history that match every filter given, oldest first (`list_history`'s runs).
+
+    Raises:
+        UsageError: `job` is not a job name, `location` is not a store, or the store needs upgrading.
+        StoreUnavailable: the store cannot be reached.
+    """
+    return list_history(job, since, status, location=location).runs
+
+
+def _database_exists(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    database = parsed.database or ""
+    return parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or Path(database).exists()
+
+
+def _in_spool(run_id: str, spooled: Sequence[RunRow]) -> RunRow | None:
+    exact = [row for row in spooled if row.id == run_id]
+    starting = [row for row in spooled if row.id.startswith(run_id)]
+    return exact[0] if exact else starting[0] if len(starting) == 1 else None
+
+
+def _find(conn: Connection | None, run_id: str, spooled: Sequence[RunRow]) -> RunRow:
+    """The run `run_id` names: one waiting in the spool (it is the newer), else the store's (`find_run`)."""
+    waiting = _in_spool(run_id, spooled)
+    if waiting is not None and (waiting.id == run_id or conn is None):
+        return waiting
+    if conn is None:
+        raise UsageError(f"no run {run_id!r} in the store (see `wattwise runs list`)")
+    try:
+        return find_run(conn, run_id)
+    except UsageError:
+        if waiting is not None:
+            return waiting
+        raise
 
 
 def get_run(run_id: str, *, location: str | None = None) -> RunRow:
-    """One run, by its id or by a prefix of it that no other run's id has.
+    """One run, by its id or by a prefix of it that no other run's id has (a reader, as `list_history`).
 
     Raises:
-        UsageError: not a run id, no such run, or a prefix several runs share; `location` not a store.
+        UsageError: not a run id, no such run, a prefix several runs share, a row that does not read (saying
+            how to remove it); `location` not a store.
         StoreUnavailable: the store cannot be reached.
     """
-    check_run_id(run_id)
-    url = _url(location)
-    if not store_exists(url):
-        raise UsageError(f"no run {run_id!r} in the store (see `wattwise runs list`)")
-    with _opened(url) as store:
-        return store.read(lambda conn: find_run(conn, run_id))
+    return get_runs([run_id], location=location)[0]
 
 
 def get_runs(run_ids: Sequence[str], *, location: str | None = None) -> list[RunRow]:
-    """Several runs (`get_run` each), in the order given, from one opening of the store."""
+    """Several runs (`get_run` each), in the order given, from one read-only opening of the store."""
     for run_id in run_ids:
         check_run_id(run_id)
     url = _url(location)
-    if not store_exists(url):
-        raise UsageError(f"no run {run_ids[0]!r} in the store (see `wattwise runs list`)")
+    spooled = _spooled(url)
+    if not _database_exists(url):
+        return [_find(None, run_id, spooled) for run_id in run_ids]
     with _opened(url) as store:
-        return store.read(lambda conn: [find_run(conn, run_id) for run_id in run_ids])
+        if not store.holds_tables:
+            return [_find(None, run_id, spooled) for run_id in run_ids]
+        return store.read(lambda conn: [_find(conn, run_id, spooled) for run_id in run_ids])
 
 
-def forget_run(run_id: str, *, location: str | None = None) -> RunRow:
+def forget_run(run_id: str, *, location: str | None = None) -> RunRow | UnreadableRun:
     """Remove one run's row from the history (by id or unique prefix); its folder is left as it is.
+
+    A row that does not read as a run (`UnreadableRun`) is removed all the same.
 
     Returns:
         The run forgotten.
@@ -224,10 +317,10 @@ def forget_run(run_id: str, *, location: str | None = None) -> RunRow:
     if not store_exists(url):
         raise UsageError(f"no run {run_id!r} in the store (see `wattwise runs list`)")
 
-    def work(conn: Connection) -> RunRow:
-        row = find_run(conn, run_id)
+    def work(conn: Connection) -> RunRow | UnreadableRun:
+        row = find_row(conn, run_id)
         conn.execute(delete(table).where(table.c.id == row.id))
         return row
 
-    with _opened(url) as store:
+    with _opened(url, read_only=False) as store:
         return store.write(work)

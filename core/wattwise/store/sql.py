@@ -28,6 +28,7 @@ import os
 import random
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -55,7 +56,7 @@ from sqlalchemy.exc import (
     NoSuchModuleError,
     OperationalError,
 )
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from wattwise.errors import UsageError, plugin_warning
 from wattwise.recurring.spec import JobSpec, StoredRun
@@ -71,7 +72,7 @@ from wattwise.store.base import (
     unknown_run,
 )
 from wattwise.store.history import RunRow, put_run
-from wattwise.store.migrations import upgrade
+from wattwise.store.migrations import check_readable, upgrade
 from wattwise.store.schema import jobs_table, limits_table, runs_table
 from wattwise.store.spool import SpooledResult, StoreUnavailable
 
@@ -159,12 +160,12 @@ def _same_result(run: StoredRun, values: dict[str, Any]) -> bool:
     )
 
 
-def _on_sqlite_connect(busy_timeout_s: float, file_backed: bool) -> Callable[[Any, Any], None]:
+def _on_sqlite_connect(busy_timeout_s: float, file_backed: bool, read_only: bool = False) -> Callable[[Any, Any], None]:
     def configure(dbapi_connection: Any, _record: Any) -> None:
         # SQLAlchemy's "begin" hook below emits BEGIN; the driver must not start transactions itself.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        if file_backed:
+        if file_backed and not read_only:  # a reader leaves the journal as the writers set it
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
@@ -186,11 +187,15 @@ def _create_private_file(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
-def _check_access(path: Path) -> None:
-    """Refuse at once a SQLite file this user may not read and write, saying so.
+def _check_access(path: Path, *, read_only: bool = False) -> None:
+    """Refuse at once a SQLite file this user may not read (and, unless `read_only`, write), saying so.
 
     SQLite would only say "unable to open database file", which the store retries as an outage.
     """
+    if read_only:
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"store {path}: cannot be read by this user (Permission denied); check its permissions")
+        return
     if not os.access(path, os.R_OK | os.W_OK):
         raise UsageError(
             f"store {path}: cannot be read and written by this user (Permission denied); check its "
@@ -198,7 +203,17 @@ def _check_access(path: Path) -> None:
         )
 
 
-def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
+def _read_only_sqlite(path: Path, busy_timeout_s: float) -> Callable[[], sqlite3.Connection]:
+    """Connections to the SQLite file `path` opened read-only (`mode=ro`): SQLite refuses every write on them."""
+    uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
+
+    return connect
+
+
+def make_engine(url: str, *, busy_timeout_s: float = 30.0, read_only: bool = False) -> Engine:
     """An engine for `url`, with SQLite's WAL, busy timeout and IMMEDIATE write transactions.
 
     A SQLite file is created owner-only when missing; a PostgreSQL connection attempt gives up after
@@ -207,6 +222,8 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
     Args:
         url: A SQLAlchemy URL (`wattwise.store.factory.store_url` makes one from a path or URL).
         busy_timeout_s: How long SQLite waits for another writer's lock before failing.
+        read_only: A reader's engine: a SQLite file is opened with `mode=ro` and never created (its
+            journal mode is left as it is); a PostgreSQL transaction is begun READ ONLY.
 
     Raises:
         UsageError: not a database URL, no driver for it, or a file that cannot be created or used.
@@ -220,10 +237,15 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
             # A host that does not answer fails the connection in seconds, so that retries can follow.
             unset = parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query
             connect_args = {"connect_timeout": 5} if unset else {}
-            return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+            server = create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+            return server.execution_options(postgresql_readonly=True) if read_only else server
         database = parsed.database or ""
         file_backed = database not in ("", ":memory:")
-        if file_backed:
+        if file_backed and read_only:
+            path = Path(database).expanduser()
+            _check_access(path, read_only=True)
+            engine = create_engine("sqlite://", creator=_read_only_sqlite(path, busy_timeout_s), poolclass=NullPool)
+        elif file_backed:
             path = Path(database).expanduser()
             _create_private_file(path)
             _check_access(path)
@@ -237,7 +259,7 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0) -> Engine:
         ) from err
     except (ImportError, OSError) as err:
         raise UsageError(f"store {url!r}: {err}") from err
-    event.listen(engine, "connect", _on_sqlite_connect(busy_timeout_s, file_backed))
+    event.listen(engine, "connect", _on_sqlite_connect(busy_timeout_s, file_backed, read_only))
     event.listen(engine, "begin", _on_sqlite_begin)
     return engine
 
@@ -246,25 +268,37 @@ class SqlJobStore:
     """A `JobStore` in a SQL database; see the module docstring for how writers stay safe.
 
     Opening it upgrades the schema (`wattwise.store.migrations.upgrade`) and delivers the results
-    spooled while it was unreachable.
+    spooled while it was unreachable. A reader's store (`read_only`: `wattwise runs list`, the dashboard)
+    does neither: it opens the database read-only (SQLite `mode=ro`, a PostgreSQL READ ONLY transaction),
+    so it never takes the write lock, never migrates and never delivers; a store at an older revision is
+    refused with one line saying how to upgrade it (`check_readable`), and `write` is refused.
 
     Args:
         url: A SQLAlchemy URL (SQLite or PostgreSQL).
         lock_timeout_s: How long a write waits for a locked store before `StoreUnavailable`.
         reconnect_s: How long a lost connection is retried before `StoreUnavailable`.
+        read_only: Open it as a reader (see above).
 
     Raises:
-        UsageError: not a store (bad URL, not a database, a newer wattwise's store).
+        UsageError: not a store (bad URL, not a database, a newer wattwise's store; for a reader, an older one).
         StoreUnavailable: the database cannot be reached or stays locked.
     """
 
-    def __init__(self, url: str, *, lock_timeout_s: float = 120.0, reconnect_s: float = 6.0) -> None:
+    def __init__(
+        self, url: str, *, lock_timeout_s: float = 120.0, reconnect_s: float = 6.0, read_only: bool = False
+    ) -> None:
         self.url = url
-        self._engine = make_engine(url, busy_timeout_s=min(30.0, lock_timeout_s))
+        self.read_only = read_only
+        self.holds_tables = True
+        self._engine = make_engine(url, busy_timeout_s=min(30.0, lock_timeout_s), read_only=read_only)
         self._writer = self._engine.execution_options(wattwise_write=True)
         self._lock_timeout_s = lock_timeout_s
         self._reconnect_s = reconnect_s
         try:
+            if read_only:
+                #: False for a reader's database with no table at all (an empty file): nothing to read.
+                self.holds_tables = self.read(functools.partial(check_readable, store=self.describe())) is not None
+                return
             self.write(upgrade)
         except StoreUnavailable as err:
             raise StoreUnavailable(
@@ -320,7 +354,10 @@ class SqlJobStore:
 
         Raises:
             StoreUnavailable: still locked after the lock timeout, or unreachable after the reconnect time.
+            UsageError: the store was opened read-only.
         """
+        if self.read_only:
+            raise UsageError(f"the job store {self.describe()} was opened to read only; nothing is written")
         return self._retrying(self._writer, work)
 
     def read(self, work: Callable[[Connection], T]) -> T:

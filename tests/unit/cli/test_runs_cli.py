@@ -69,7 +69,7 @@ def test_an_empty_history_lists_nothing_and_creates_no_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["runs", "list", "--store", str(tmp_path / "none.sqlite"), "--json"]) == 0
-    assert out_json(capsys) == {"runs": []}
+    assert out_json(capsys) == {"runs": [], "unreadable": []}
     assert not (tmp_path / "none.sqlite").exists()
 
 

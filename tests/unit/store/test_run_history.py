@@ -13,6 +13,7 @@ from tests.support.run_history import check_the_history_records_lists_and_forget
 from wattwise.errors import EnergyPluginWarning, UsageError
 from wattwise.store import spool
 from wattwise.store import sql as sql_store
+from wattwise.store.factory import open_store
 from wattwise.store.runs import check_run_id, list_runs, new_run_id, record_run
 
 
@@ -36,15 +37,18 @@ def test_a_run_whose_store_is_unreachable_is_spooled_then_delivered(
     row = make_row("20261201T100000Z-aaaaaa")
     real = sql_store.SqlJobStore
 
-    def unreachable(url: str) -> sql_store.SqlJobStore:
+    def unreachable(url: str, **_options: object) -> sql_store.SqlJobStore:
         raise spool.StoreUnavailable("cannot reach the job store", url=url, reason="connection refused")
 
     monkeypatch.setattr(sql_store, "SqlJobStore", unreachable)
     kept = record_run(row, location=sqlite_url)
     assert kept is not None and kept.exists() and spool.pending(sqlite_url) == [kept]
     monkeypatch.setattr(sql_store, "SqlJobStore", real)
-    assert list_runs(location=sqlite_url) == [row]  # opening the store delivered it
+    assert list_runs(location=sqlite_url) == [row]  # a reader shows the spooled run, and delivers nothing
+    assert spool.pending(sqlite_url) == [kept]
+    open_store(sqlite_url).close()  # a writer's opening delivers it
     assert spool.pending(sqlite_url) == []
+    assert list_runs(location=sqlite_url) == [row]
 
 
 def test_a_spooled_run_with_a_field_no_run_has_is_set_aside_naming_it(sqlite_url: str) -> None:
@@ -53,13 +57,15 @@ def test_a_spooled_run_with_a_field_no_run_has_is_set_aside_naming_it(sqlite_url
     data = json.loads(path.read_text())
     data["energy_j"] = -5.0
     path.write_text(json.dumps(data))
+    assert list_runs(location=sqlite_url) == []  # a reader leaves the file to the store's next writer
+    assert spool.pending(sqlite_url) == [path]
     with pytest.warns(EnergyPluginWarning, match="energy_j must be"):
-        assert list_runs(location=sqlite_url) == []
+        open_store(sqlite_url).close()
     assert [p.name for p in spool.rejected(sqlite_url)] == [path.name + ".rejected"]
 
 
 def test_a_row_outside_its_bounds_is_refused_naming_the_field(sqlite_url: str) -> None:
-    with pytest.raises(UsageError, match="run: mode must be one of measure, cap, tune"):
+    with pytest.raises(UsageError, match="run: mode must be one of measure, tune, cap"):
         record_run(make_row("20261201T100000Z-aaaaaa", mode="fast"), location=sqlite_url)
     with pytest.raises(UsageError, match="run: power_limit_w must be"):
         record_run(make_row("20261201T100000Z-aaaaaa", power_limit_w=0.0), location=sqlite_url)

@@ -95,6 +95,54 @@ def _newer(found: str) -> UsageError:
     )
 
 
+def check_readable(conn: Connection, *, store: str) -> str | None:
+    """What a reader needs of a store it must not change: the newest revision, or nothing at all.
+
+    Returns:
+        The revision, or None for a database with no table at all (an empty file: no runs yet).
+
+    Raises:
+        UsageError: the store is at an older revision (saying how to upgrade it: a reader never does), or
+            was written by a newer wattwise.
+    """
+    current = current_revision(conn)
+    if current == HEAD_REVISION:
+        return current
+    if current is None and not conn.dialect.get_table_names(conn):
+        return None
+    if current is None:
+        legacy = _legacy_version(conn)
+        if legacy is not None and legacy != 1:
+            raise _newer(f"schema version {legacy}")
+        if legacy is None:
+            raise UsageError(
+                f"the store {store} holds tables but none of wattwise's; give the path of a wattwise store "
+                "(a SQLite file) or a database URL"
+            )
+    elif current not in _KNOWN_REVISIONS and _unknown(current):
+        raise _newer(f"revision {current}")
+    found = "wattwise 0.1.0's schema" if current is None else f"revision {current}"
+    raise UsageError(
+        f"the store {store} is at {found}, older than this wattwise reads (revision {HEAD_REVISION}); "
+        "readers never change a store: upgrade it once with a command that writes to it, "
+        f"`wattwise jobs list --store {store}`"
+    )
+
+
+def _unknown(revision: str) -> bool:
+    from alembic.util import CommandError
+
+    try:
+        _script().get_revision(revision)
+    except CommandError:
+        return True
+    return False
+
+
+#: Revisions known without loading Alembic (every one up to the head is a plain number).
+_KNOWN_REVISIONS = frozenset(f"{n:04d}" for n in range(1, int(HEAD_REVISION) + 1))
+
+
 def upgrade(conn: Connection) -> str:
     """Bring the store to the newest revision inside the caller's write transaction.
 
