@@ -47,6 +47,7 @@ from wattwise.record.summary import format_summary
 from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Figures, Run
 from wattwise.run.logged import epoch_metrics, fit_metrics, simulated, step_metrics
 from wattwise.safe_files import write_text
+from wattwise.vocabulary import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class AccelerateEnergy:
             return prepared
 
         def end_training_measured() -> None:
-            self.finish("completed")
+            self.finish(RunStatus.COMPLETED)
             end_training()
 
         def backward_measured(loss: Any, **kwargs: Any) -> Any:
@@ -178,7 +179,7 @@ class AccelerateEnergy:
             self.accelerator.log(epoch_metrics(rec, simulated=simulated(self.run)), step=self.run.step_count)
         return rec
 
-    def finish(self, status: str = "completed") -> dict[str, Any] | None:
+    def finish(self, status: RunStatus = RunStatus.COMPLETED) -> dict[str, Any] | None:
         """End the run on every process: restore settings, write the summary (main process), log it."""
         run = self.run
         if not run.started or run.finished:
@@ -204,14 +205,14 @@ class AccelerateEnergy:
         """
         exc = getattr(sys, "last_value", None)  # set by the interpreter for an uncaught exception
         if exc is None and self._processes_can_meet():
-            self.finish("completed")
+            self.finish(RunStatus.COMPLETED)
             return
         self.run.abort(exc)
-        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        status = RunStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED
         if self.run.collective.world_size == 1:
             self.finish(status)
         else:  # the other processes may have died or be stuck in a collective: meeting them could hang
-            self.run.finish_alone(status if exc is not None else "completed", exc)
+            self.run.finish_alone(status if exc is not None else RunStatus.COMPLETED, exc)
 
     def _processes_can_meet(self) -> bool:
         if self.run.collective.world_size == 1:

@@ -88,7 +88,7 @@ def _finish_before_destroy() -> None:
             for accelerator in list(_ARMED):
                 found = energy(accelerator)
                 if found is not None:
-                    found.finish("completed")
+                    found.finish()
         return original(group, *args, **kwargs)
 
     setattr(destroy_process_group, MARK, True)

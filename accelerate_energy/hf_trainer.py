@@ -43,6 +43,7 @@ from wattwise.devices.base import Device
 from wattwise.errors import ConfigError, UsageError, plugin_warning
 from wattwise.run import Figures
 from wattwise.run.logged import simulated, step_metrics
+from wattwise.vocabulary import RunStatus
 
 
 class EnergyTrainerCallback(TrainerCallback):
@@ -162,7 +163,7 @@ class EnergyTrainerCallback(TrainerCallback):
         """Finish the run (every process): settings restored, summary written when `train` returns."""
         found = self._energy()
         if found is not None:
-            found.finish("completed")
+            found.finish(RunStatus.COMPLETED)
 
     @override
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

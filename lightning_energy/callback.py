@@ -35,6 +35,7 @@ from wattwise.devices.base import Device
 from wattwise.record.summary import format_summary
 from wattwise.run import Run
 from wattwise.run.logged import epoch_metrics, fit_metrics, simulated, step_metrics
+from wattwise.vocabulary import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -262,21 +263,21 @@ class EnergyCallback(Callback):
             self.run.abort(exception)
             stopped = isinstance(exception, KeyboardInterrupt | SIGTERMException)
             if self.run.collective.world_size > 1:
-                self.run.finish_alone("interrupted" if stopped else "failed", exception)
-            self._finish(trainer, "interrupted" if stopped else "failed")
+                self.run.finish_alone(RunStatus.INTERRUPTED if stopped else RunStatus.FAILED, exception)
+            self._finish(trainer, RunStatus.INTERRUPTED if stopped else RunStatus.FAILED)
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Restore every GPU setting, write the summary and print the report."""
-        self._finish(trainer, "completed")
+        self._finish(trainer, RunStatus.COMPLETED)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Finish a fit that ended without `on_fit_end` (interrupted) the same way."""
         if stage == "fit":
-            self._finish(trainer, "interrupted" if trainer.interrupted else "completed")
+            self._finish(trainer, RunStatus.INTERRUPTED if trainer.interrupted else RunStatus.COMPLETED)
 
-    def _finish(self, trainer: pl.Trainer, status: str) -> None:
+    def _finish(self, trainer: pl.Trainer, status: RunStatus) -> None:
         if self.run is None or self.run.finished:
             return
         record = self.run.finish(status)

@@ -15,10 +15,12 @@ name config keys as `wattwise.errors.Key`s; an adapter or the CLI shows them as 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import io
 import math
 import os
+import re
 import shlex
 import types
 import typing
@@ -36,10 +38,9 @@ from wattwise import bounds
 from wattwise.devices import BACKEND_ENV, PhysicsName, backend_choices
 from wattwise.errors import ConfigError, Key, UsageError
 from wattwise.names import check_job_name
-from wattwise.power_limit import SELECTORS
 from wattwise.safe_files import read_text
+from wattwise.vocabulary import RunMode, Selector
 
-MODES = ("measure", "tune", "cap")
 #: What drives a simulated GPU's load (`devices.simulated_drive`): emulated work only, or the training steps.
 SIMULATED_DRIVES = ("off", "steps")
 #: Upper bound of every step count (wait, warm-up, profile steps, logging interval).
@@ -110,9 +111,9 @@ class PowerLimitConfig:
     """The power-limit mode (measure, tune or cap) and how tuning profiles and chooses."""
 
     #: "measure" (change nothing), "tune" (profile limits, apply the best) or "cap" (a fixed cap).
-    mode: str = "measure"
+    mode: RunMode = RunMode.MEASURE
     #: Tuning objective: "energy", "time", "cost" (Zeus: eta*E + (1-eta)*MaxPower*T) or "slowdown".
-    selector: str = "cost"
+    selector: Selector = Selector.COST
     #: Weight of energy against time in the cost: 1 = energy only, 0 = time only.
     eta: float = 0.5
     #: For selector "slowdown": the largest step-time increase allowed, as a fraction (0.1 = 10%).
@@ -180,7 +181,7 @@ class EnergyConfig:
     def described_as(self, name: str) -> str:
         """`name(mode=..., eta=..., job=..., backend=...)`: the settings that say what a run does (a `repr`)."""
         pl = self.power_limit
-        return f"{name}(mode={pl.mode!r}, eta={pl.eta!r}, job={self.job!r}, backend={self.devices.backend!r})"
+        return f"{name}(mode={str(pl.mode)!r}, eta={pl.eta!r}, job={self.job!r}, backend={self.devices.backend!r})"
 
 
 @dataclass(frozen=True)
@@ -197,12 +198,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "mode",
         "power_limit.mode",
-        f"{', '.join(MODES)}: change nothing, profile power limits and keep the best, or a fixed cap",
+        f"{', '.join(RunMode)}: change nothing, profile power limits and keep the best, or a fixed cap",
     ),
     Setting(
         "selector",
         "power_limit.selector",
-        f"tuning objective: {', '.join(SELECTORS)} "
+        f"tuning objective: {', '.join(Selector)} "
         "(cost = eta*E + (1-eta)*MaxPower*T; slowdown: least energy within max_slowdown)",
     ),
     Setting("eta", "power_limit.eta", "weight of energy against time in the cost, 0..1 (1: energy only)"),
@@ -325,7 +326,7 @@ def check_setting_types(owner: str, given: Mapping[str, Any], names: Mapping[str
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 ok = True
             if not ok:
-                default = default_of(SETTING[name].key)
+                default = _enum_values(default_of(SETTING[name].key))
                 example = f", e.g. {name}={default!r}" if default is not None else ""
                 raise ConfigError(
                     f"{_spelled(owner, names, name, value)}: {name} must be {_KINDS[kind]} "
@@ -347,11 +348,11 @@ def check_cap_given(
     mode = cfg.power_limit.mode
     for name in ("cap_w", "cap_fraction"):
         value = given.get(name)
-        if value is not None and mode != "cap":
+        if value is not None and mode != RunMode.CAP:
             set_mode = names["mode"] + "=cap" if "mode" in names else "mode='cap'"
             raise ConfigError(
                 f"{_spelled(owner, names, name, value)} is a cap, which applies only in mode 'cap' "
-                f"(the mode is {mode!r}); set {set_mode} to cap the power, "
+                f"(the mode is {str(mode)!r}); set {set_mode} to cap the power, "
                 f"or leave {names.get(name, name)} out"
             )
 
@@ -395,12 +396,17 @@ def config_keys(cls: type = EnergyConfig, prefix: str = "") -> list[str]:
 
 
 def key_type(key: str) -> type:
-    """The type of a leaf key without its `None` (`power_limit.cap_w` -> float, `devices.gpus` -> list)."""
+    """The type a user gives a leaf key, without its `None` (`power_limit.cap_w` -> float, `devices.gpus` -> list).
+
+    A closed set's key (`power_limit.mode`) takes one of its words: `str`.
+    """
     cls: Any = EnergyConfig
     for part in key.split("."):
         cls = typing.get_type_hints(cls)[part]
     if isinstance(cls, types.UnionType):
         cls = next(a for a in typing.get_args(cls) if a is not type(None))
+    if isinstance(cls, type) and issubclass(cls, enum.StrEnum):
+        return str
     origin = typing.get_origin(cls)
     return typing.cast(type, origin or cls)
 
@@ -568,7 +574,19 @@ def _explain(err: OmegaConfBaseException) -> ConfigError:
         return ConfigError(f"unknown config key {key!r}; check the spelling against configs/energy.yaml")
     if "Missing mandatory value" in text:
         return ConfigError("config key '", Key(key), "' needs a value")
+    words, given = _enum_words(err), re.match(r"Invalid value '(.*)', expected one of", text)
+    if words is not None and given is not None:
+        return ConfigError(Key(key), f" must be one of {', '.join(words)} (got {given.group(1)!r})")
     return ConfigError("config key '", Key(key), f"': {text}")
+
+
+def _enum_words(err: OmegaConfBaseException) -> tuple[str, ...] | None:
+    """The words of the closed set a field takes, when `err` refused a value outside it (else None)."""
+    owner, name = getattr(err, "object_type", None), getattr(err, "key", None)
+    if not isinstance(owner, type) or not dataclasses.is_dataclass(owner) or not isinstance(name, str):
+        return None
+    kind = typing.get_type_hints(owner).get(name)
+    return tuple(kind) if isinstance(kind, type) and issubclass(kind, enum.StrEnum) else None
 
 
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -651,8 +669,8 @@ def validate(cfg: EnergyConfig) -> None:
     if cfg.log_every_n_steps is not None:
         _count("log_every_n_steps", cfg.log_every_n_steps, minimum=1)
     pl = cfg.power_limit
-    _choice("power_limit.mode", pl.mode, MODES)
-    _choice("power_limit.selector", pl.selector, SELECTORS)
+    _choice("power_limit.mode", pl.mode, tuple(RunMode))
+    _choice("power_limit.selector", pl.selector, tuple(Selector))
     if not (0.0 <= pl.eta <= 1.0):
         raise ConfigError(
             Key("power_limit.eta"), f" must be between 0 and 1 (got {pl.eta}); 1 minimises energy, 0 minimises time"
@@ -669,7 +687,7 @@ def validate(cfg: EnergyConfig) -> None:
             )
     _count("power_limit.confirm_rounds", pl.confirm_rounds, minimum=0, maximum=10)
     _within("power_limit.step_w", pl.step_w, MIN_STEP_W, MAX_POWER_W, "watts")
-    if pl.mode == "cap":
+    if pl.mode == RunMode.CAP:
         if (pl.cap_w is None) == (pl.cap_fraction is None):
             raise ConfigError(
                 MODE,
@@ -688,7 +706,7 @@ def validate(cfg: EnergyConfig) -> None:
     if c.intensity is not None:
         _check_intensity(c.intensity)
     if c.aware:
-        if pl.mode != "tune":
+        if pl.mode != RunMode.TUNE:
             raise ConfigError(
                 AWARE,
                 "=true needs ",
@@ -723,12 +741,23 @@ def _check_intensity(text: str) -> None:
 
 def to_yaml(cfg: EnergyConfig) -> str:
     """The YAML a user would write to get `cfg`."""
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    plain = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=False)
+    return OmegaConf.to_yaml(OmegaConf.create(_enum_values(plain)))
+
+
+def _enum_values(node: Any) -> Any:
+    """`node` with each closed-set word as its plain string: YAML keeps the words users write."""
+    if isinstance(node, enum.Enum):
+        return node.value
+    if isinstance(node, dict):
+        return {k: _enum_values(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_enum_values(v) for v in node]
+    return node
 
 
 __all__ = [
     "CONFIG_HELP",
-    "MODES",
     "OVERRIDES_HELP",
     "SETTING",
     "SETTINGS",

@@ -13,13 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from wattwise.errors import Key, UsageError
 from wattwise.profile import ProfileEntry
+from wattwise.vocabulary import Selector, TunerPhase
 
-Selector = Literal["energy", "time", "cost", "slowdown"]
-SELECTORS: tuple[str, ...] = ("energy", "time", "cost", "slowdown")
 #: Most power limits one tuning run profiles: each costs warm-up and profile steps.
 MAX_PROFILED_LIMITS = 1000
 #: Most steps a profile window is sized to (`PowerLimitTuner.size_windows`), whatever the step time.
@@ -73,15 +72,15 @@ def select_power_limit(
     if not profile:
         raise ValueError("cannot select a power limit from an empty profile")
     check_profile(profile)
-    if selector not in SELECTORS:
-        raise UsageError(f"selector must be one of {', '.join(SELECTORS)} (got {selector!r})")
+    if selector not in tuple(Selector):
+        raise UsageError(f"selector must be one of {', '.join(Selector)} (got {selector!r})")
     # Highest limit first, so that min() keeps the higher limit on ties.
     ordered = sorted(profile, key=lambda e: -e.power_limit_w)
-    if selector == "energy":
+    if selector == Selector.ENERGY:
         return min(ordered, key=lambda e: e.energy_j)
-    if selector == "time":
+    if selector == Selector.TIME:
         return min(ordered, key=lambda e: e.time_s)
-    if selector == "cost":
+    if selector == Selector.COST:
         check_eta(eta)
         pmax = max_power_w if max_power_w is not None else ordered[0].power_limit_w
         return min(ordered, key=lambda e: zeus_cost(e.energy_j, e.time_s, eta=eta, max_power_w=pmax))
@@ -121,10 +120,12 @@ class Ranking:
             self.profile, self.selector, eta=self.eta, max_power_w=self.max_power_w, max_slowdown=self.max_slowdown
         )
         pmax = self.max_power_w if self.max_power_w is not None else max(e.power_limit_w for e in self.profile)
-        weight = self.eta if self.selector == "cost" else 1.0
+        weight = self.eta if self.selector == Selector.COST else 1.0
         counts = list(self.windows) if self.windows is not None else [1] * len(self.profile)
         values = [
-            zeus_cost(e.energy_j, e.time_s, eta=self.eta, max_power_w=pmax) if self.selector == "cost" else e.energy_j
+            zeus_cost(e.energy_j, e.time_s, eta=self.eta, max_power_w=pmax)
+            if self.selector == Selector.COST
+            else e.energy_j
             for e in self.profile
         ]
         sigmas = [
@@ -143,13 +144,13 @@ class Ranking:
         Returns:
             (the choice, None), or (None, why no choice was made).
         """
-        if self.selector == "time":
+        if self.selector == Selector.TIME:
             return select_power_limit(self.profile, "time"), None
         profile = self.profile
         b, values, sigmas = self._best()
         top_w = max(e.power_limit_w for e in profile)
         allowed = list(profile)
-        if self.selector == "slowdown":
+        if self.selector == Selector.SLOWDOWN:
             top = max(profile, key=lambda e: e.power_limit_w)
             allowed = [e for e in profile if e.time_s <= top.time_s * (1.0 + self.max_slowdown)]
         floor = self.min_saving * values[b]
@@ -167,7 +168,7 @@ class Ranking:
         other = min((i for i in ties if i != top_i), key=lambda i: values[i])
         return None, (
             f"the profile windows cannot tell {profile[other].power_limit_w:g} W from {top_w:g} W: their "
-            f"{'cost' if self.selector == 'cost' else 'energy'} per step differs by "
+            f"{'cost' if self.selector == Selector.COST else 'energy'} per step differs by "
             f"{abs(values[top_i] - values[other]):.3g} J, within what was measured "
             f"({math.hypot(sigmas[other], sigmas[top_i]):.3g} J); longer windows (power_limit.min_profile_s) "
             "resolve it"
@@ -180,7 +181,7 @@ class Ranking:
         their combined uncertainty of the tie's threshold: a repeat of the same windows could fall on either
         side. Empty when every tie is clear (always, with exact figures).
         """
-        if self.selector == "time" or len(self.profile) < 2:
+        if self.selector == Selector.TIME or len(self.profile) < 2:
             return []
         b, values, sigmas = self._best()
         open_ties = []
@@ -305,8 +306,8 @@ class PowerLimitTuner:
     ) -> None:
         if not limits_w:
             raise UsageError("power-limit tuning needs at least one limit to profile")
-        if selector not in SELECTORS:
-            raise UsageError(f"selector must be one of {', '.join(SELECTORS)} (got {selector!r})")
+        if selector not in tuple(Selector):
+            raise UsageError(f"selector must be one of {', '.join(Selector)} (got {selector!r})")
         check_eta(eta)
         if profile_steps < 1:
             raise UsageError(f"profile_steps must be at least 1 (got {profile_steps})")
@@ -345,7 +346,7 @@ class PowerLimitTuner:
         self.windows: list[tuple[float, float, float, float]] = []
         #: How many windows each entry of `profile` is the mean of.
         self.window_counts: list[int] = []
-        self.phase = "wait" if wait_steps > 0 else self._limit_start()
+        self.phase = TunerPhase.WAIT if wait_steps > 0 else self._limit_start()
         self.limit_index = 0
         self.steps_in_phase = 0
         self.window_open = False
@@ -365,7 +366,7 @@ class PowerLimitTuner:
     @property
     def done(self) -> bool:
         """Whether tuning has ended and the chosen limit is applied."""
-        return self.phase == "done"
+        return self.phase == TunerPhase.DONE
 
     @property
     def finished(self) -> bool:
@@ -380,9 +381,9 @@ class PowerLimitTuner:
         left = len(self.limits_w) - self.limit_index
         if self.confirming:  # measuring again: what is left of the round
             left = len(self.queue) - self.limit_index
-        if self.phase == "wait":
+        if self.phase == TunerPhase.WAIT:
             return self.wait_steps - self.steps_in_phase + left * per_limit
-        if self.phase == "warmup":
+        if self.phase == TunerPhase.WARMUP:
             return self.warmup_steps - self.steps_in_phase + self.profile_steps + (left - 1) * per_limit
         return self.profile_steps - self.steps_in_phase + (left - 1) * per_limit
 
@@ -397,17 +398,17 @@ class PowerLimitTuner:
             return
         self.window_open = False
         self.chosen = self._select()
-        self._enter("done")
+        self._enter(TunerPhase.DONE)
 
     def at_limit_boundary(self) -> bool:
         """True before the first step of a limit (nothing of it measured yet)."""
         return self.phase == self._limit_start() and self.steps_in_phase == 0 and not self.window_open
 
-    def _limit_start(self) -> str:
+    def _limit_start(self) -> TunerPhase:
         """The phase each limit starts in."""
         if self.warmup_steps > 0:
-            return "warmup"
-        return "align" if self.align_to_counter else "profile"
+            return TunerPhase.WARMUP
+        return TunerPhase.ALIGN if self.align_to_counter else TunerPhase.PROFILE
 
     @property
     def window_steps(self) -> int:
@@ -419,10 +420,10 @@ class PowerLimitTuner:
         """Whether the next `on_step_end` needs to know if the energy counter changed during the step."""
         if not self.align_to_counter:
             return False
-        if self.phase == "align":
+        if self.phase == TunerPhase.ALIGN:
             return True
         return (
-            self.phase == "profile"
+            self.phase == TunerPhase.PROFILE
             and self.window_open
             and self.windows_sized
             and self.steps_in_phase + 1 >= self.profile_steps
@@ -437,7 +438,7 @@ class PowerLimitTuner:
         self.chosen = self._select() if self.profile else None
         if self.unresolved:
             self.unfinished_reason = f"{reason}; {self.unfinished_reason}"
-        self._enter("done")
+        self._enter(TunerPhase.DONE)
 
     def give_up(self, reason: str) -> None:
         """Stop tuning without choosing: what was measured cannot rank the limits (`reason` says why).
@@ -448,14 +449,14 @@ class PowerLimitTuner:
         self.window_open = False
         self.unfinished_reason = reason
         self.chosen = None
-        self._enter("done")
+        self._enter(TunerPhase.DONE)
 
     @property
     def current_limit_w(self) -> float | None:
         """The limit that should be in force now (the one profiled, or the chosen one); None while waiting."""
-        if self.phase in ("warmup", "profile"):
+        if self.phase in (TunerPhase.WARMUP, TunerPhase.PROFILE):
             return self.queue[self.limit_index]
-        if self.phase == "done":
+        if self.phase == TunerPhase.DONE:
             return self.chosen.power_limit_w if self.chosen is not None else max(self.limits_w)
         return None
 
@@ -466,7 +467,7 @@ class PowerLimitTuner:
         if target is not None and target != self._applied:
             action.set_limit_w = target
             self._applied = target
-        if self.phase == "profile" and self.steps_in_phase == 0 and not self.window_open:
+        if self.phase == TunerPhase.PROFILE and self.steps_in_phase == 0 and not self.window_open:
             action.begin_window = True
             self.window_open = True
             self._window_steps = 0
@@ -482,19 +483,19 @@ class PowerLimitTuner:
 
         While `sizing_due`, the driver calls `size_windows` before acting on True.
         """
-        if self.phase == "done":
+        if self.phase == TunerPhase.DONE:
             return False
         changed = counter_changed is None or counter_changed
         self.steps_in_phase += steps
         if self.window_open:
             self._window_steps += steps
-        if self.phase == "wait" and self.steps_in_phase >= self.wait_steps:
+        if self.phase == TunerPhase.WAIT and self.steps_in_phase >= self.wait_steps:
             self._enter(self._limit_start())
-        elif self.phase == "warmup" and self.steps_in_phase >= self.warmup_steps:
-            self._enter("align" if self.align_to_counter else "profile")
-        elif self.phase == "align" and changed:
-            self._enter("profile")
-        elif self.phase == "profile" and self.steps_in_phase >= self.profile_steps:
+        elif self.phase == TunerPhase.WARMUP and self.steps_in_phase >= self.warmup_steps:
+            self._enter(TunerPhase.ALIGN if self.align_to_counter else TunerPhase.PROFILE)
+        elif self.phase == TunerPhase.ALIGN and changed:
+            self._enter(TunerPhase.PROFILE)
+        elif self.phase == TunerPhase.PROFILE and self.steps_in_phase >= self.profile_steps:
             return self.sizing_due or not self.align_to_counter or not self.windows_sized or changed
         return False
 
@@ -503,7 +504,7 @@ class PowerLimitTuner:
         """The open window holds `profile_steps` steps and the windows are not sized yet."""
         return (
             not self.windows_sized
-            and self.phase == "profile"
+            and self.phase == TunerPhase.PROFILE
             and self.window_open
             and self.steps_in_phase >= self.profile_steps
         )
@@ -535,7 +536,7 @@ class PowerLimitTuner:
             energy_uncertainty_j: How far off `energy_j` may be (J; the energy counter's resolution at the
                 window's ends); 0: exact.
         """
-        if self.phase != "profile" or not self.window_open:
+        if self.phase != TunerPhase.PROFILE or not self.window_open:
             raise RuntimeError("end_window() called outside a profiling window")
         self.window_open = False
         steps = max(1, self._window_steps)
@@ -550,7 +551,7 @@ class PowerLimitTuner:
                 self.queue += again
         if self.limit_index >= len(self.queue):
             self.chosen = self._select()
-            self._enter("done")
+            self._enter(TunerPhase.DONE)
         else:
             self._enter(self._limit_start())
 
@@ -592,7 +593,7 @@ class PowerLimitTuner:
             self.unresolved, self.unfinished_reason = True, reason
         return chosen
 
-    def _enter(self, phase: str) -> None:
+    def _enter(self, phase: TunerPhase) -> None:
         self.phase = phase
         self.steps_in_phase = 0
 
@@ -608,12 +609,12 @@ class PowerLimitTuner:
         self.window_counts = [1] * len(self.profile)
         self.chosen = entry
         self.window_open = False
-        self._enter("done")
+        self._enter(TunerPhase.DONE)
 
     def state_dict(self) -> dict[str, Any]:
         """The tuner's state for a checkpoint: phase, position, profile, choice and window sizes."""
         return {
-            "phase": self.phase,
+            "phase": self.phase.value,  # a plain string: checkpoints load with weights_only
             "limit_index": self.limit_index,
             "steps_in_phase": self.steps_in_phase,
             "profile": [vars(e).copy() for e in self.profile],
@@ -657,15 +658,15 @@ class PowerLimitTuner:
         self.window_open = False
         self._applied = None
         phase = state["phase"]
-        if phase == "done" and self.unfinished_reason is not None and self.limit_index < len(self.limits_w):
+        if phase == TunerPhase.DONE and self.unfinished_reason is not None and self.limit_index < len(self.limits_w):
             # The earlier segment ended before every limit was profiled: go on profiling where it stopped.
             self.unfinished_reason, self.chosen = None, None
             self._enter(self._limit_start())
-        elif phase == "done":
+        elif phase == TunerPhase.DONE:
             self.unresolved = self.chosen is None and self.unfinished_reason is not None
-            self._enter("done")
-        elif phase == "wait":
-            self.phase, self.steps_in_phase = "wait", int(state["steps_in_phase"])
+            self._enter(TunerPhase.DONE)
+        elif phase == TunerPhase.WAIT:
+            self.phase, self.steps_in_phase = TunerPhase.WAIT, int(state["steps_in_phase"])
         else:
             self._enter(self._limit_start())
 

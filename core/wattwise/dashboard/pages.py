@@ -35,6 +35,7 @@ from wattwise.record.summary import (
     with_uncertainty,
 )
 from wattwise.safe_files import write_text
+from wattwise.vocabulary import RunMode
 
 if TYPE_CHECKING:
     import jinja2
@@ -75,7 +76,6 @@ RUN_COLUMNS = (
     ("simulated", "simulated"),
 )
 SORTABLE = frozenset(name for name, _ in RUN_COLUMNS)
-
 #: Columns of the runs table that hold figures: right-aligned, so their digits line up.
 NUMERIC_COLUMNS = frozenset({"time_s", "energy_j", "energy_uncertainty_j", "power_limit_w", "saving_j", "time_cost_s"})
 
@@ -83,6 +83,7 @@ NUMERIC_COLUMNS = frozenset({"time_s", "energy_j", "energy_uncertainty_j", "powe
 def numeric_columns() -> list[bool]:
     """For each column of `RUN_COLUMNS`, in order, whether it holds figures."""
     return [name in NUMERIC_COLUMNS for name, _ in RUN_COLUMNS]
+
 
 @dataclass(frozen=True)
 class Assets:
@@ -240,7 +241,7 @@ class Saving:
 def saving_of(summary: RunSummary) -> Saving:
     """The run's saving against the highest limit, as its summary estimates it (none for a cap)."""
     limit = summary.power_limit
-    if limit is None or limit.mode == "cap":
+    if limit is None or limit.mode == RunMode.CAP:
         return Saving(None, None, None, None, None)
     return Saving(
         limit.energy_saved_j,
@@ -287,7 +288,7 @@ def run_facts(run: RunDir) -> list[Fact]:
     limit = s.power_limit
     if limit is None:
         facts.append(Fact("power limit", "left as it was (measured only)"))
-    elif limit.mode == "cap":
+    elif limit.mode == RunMode.CAP:
         facts.append(Fact("power limit", f"capped at {watts(limit.chosen_power_limit_w)}"))
     else:
         how = "reused from an earlier run" if limit.reused else f"{len(limit.profile)} limits profiled"
@@ -471,8 +472,8 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str) -> str:
             "label": label + (" ▼" if f.sort == name and f.descending else " ▲" if f.sort == name else ""),
             "href": f"{RUNS_PATH}?{f.query(sort=name, descending=not f.descending if f.sort == name else True)}",
             "name": name,
-        }
             "numeric": name in NUMERIC_COLUMNS,
+        }
         for name, label in RUN_COLUMNS
     ]
     return render(
@@ -486,8 +487,8 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str) -> str:
         statuses=sorted({r.status for r in rows if r.status}),
         headings=headings,
         rows=[{"id": r.id, "cells": run_cells(r)} for r in shown],
-        total=len(rows),
         numeric=numeric_columns(),
+        total=len(rows),
     )
 
 
@@ -666,8 +667,8 @@ def job_page(job: JobHistory) -> str:
         remembered=remembered_rows(job.remembered),
         runs=[{"id": r.id, "cells": run_cells(r)} for r in job.runs],
         headings=[label for _, label in RUN_COLUMNS],
-        number=number,
         numeric=numeric_columns(),
+        number=number,
         **context,
     )
 

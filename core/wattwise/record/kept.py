@@ -24,7 +24,8 @@ from pathlib import Path
 from wattwise.profile import ProfileEntry
 from wattwise.record.summary import POWER_FILE, SUMMARY_FILE, WINDOWS_FILE, PowerLimitSummary, RunSummary
 from wattwise.safe_files import UntrustedFile, json_text, read_trusted_json, write_text
-from wattwise.store.history import RUN_MODES, RunRow
+from wattwise.store.history import RunRow
+from wattwise.vocabulary import RunMode
 
 #: The folder of an output folder that holds each run's own folder.
 RUNS_FOLDER = "runs"
@@ -53,7 +54,7 @@ def time_cost_s(limit: PowerLimitSummary | None) -> float | None:
 def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str]) -> RunRow:
     """The history's row of a finished run, from its summary and its own folder."""
     limit = summary.power_limit
-    mode = limit.mode if limit is not None and limit.mode in RUN_MODES else "measure"
+    mode = limit.mode if limit is not None and limit.mode in tuple(RunMode) else RunMode.MEASURE
     return RunRow(
         id=run_id,
         job=summary.job,
@@ -67,7 +68,7 @@ def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str])
         energy_j=summary.energy_j,
         energy_uncertainty_j=getattr(summary, "energy_uncertainty_j", None),
         power_limit_w=limit.chosen_power_limit_w if limit is not None else None,
-        saving_j=limit.energy_saved_j if limit is not None and limit.mode != "cap" else None,
+        saving_j=limit.energy_saved_j if limit is not None and limit.mode != RunMode.CAP else None,
         time_cost_s=time_cost_s(limit),
         folder=str(Path(folder).absolute()),
         simulated=summary.simulated,

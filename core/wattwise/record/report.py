@@ -54,6 +54,7 @@ from wattwise.record.summary import (
     with_uncertainty,
 )
 from wattwise.safe_files import json_text, replace_file, write_text
+from wattwise.vocabulary import RunMode, RunStatus
 
 REPORT_SCHEMA = "wattwise.report/1"
 REPORT_JSON = "report.json"
@@ -237,7 +238,7 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
         energy_saved_uncertainty_j=limit.energy_saved_uncertainty_j if limit else None,
         saving_resolved=limit.saving_resolved if limit else None,
         simulated_driven_by=s.simulated_driven_by,
-        power_limit_reused=bool(limit and limit.mode != "cap" and limit.reused),
+        power_limit_reused=bool(limit and limit.mode != RunMode.CAP and limit.reused),
         power_limit_reused_from=limit.reused_run_id if limit and limit.reused else None,
         carbon_aware_intensity_source=(
             (s.carbon_aware.intensity_source or NOT_SUPPLIED) if s.carbon_aware is not None else None
@@ -248,7 +249,7 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
 
 def _tuning_note(limit: PowerLimitSummary | None, status: str | None) -> str | None:
     """What tuning did when training ran at no limit it chose: it chose none, or never applied its choice."""
-    if limit is None or limit.mode == "cap" or limit.tuning is None:
+    if limit is None or limit.mode == RunMode.CAP or limit.tuning is None:
         return None
     if limit.chosen_power_limit_w is None and not limit.tuning.finished:
         return f"power-limit tuning chose no limit ({limit.tuning.reason or 'no reason recorded'})"
@@ -371,7 +372,7 @@ def energy_statement(report: RunReport) -> str:
     para = [
         f"Training ran on {where} with {what}, from {_when(r.start_time)} to {_when(r.end_time)} ({duration}).",
     ]
-    if r.status and r.status not in ("completed", "ok", "success"):
+    if r.status and r.status not in (RunStatus.COMPLETED, "ok", "success"):
         para.append(f"The run did not complete (status: {r.status}).")
     para.append(
         f"The GPUs used {_resolved(r, r.device_energy_kwh, 1 / J_PER_KWH)} kWh "

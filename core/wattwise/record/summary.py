@@ -56,6 +56,7 @@ from wattwise.record.fields import (
 )
 from wattwise.record.fields import iso_utc as iso_utc  # re-exported: the record's time format
 from wattwise.safe_files import finite_or_null
+from wattwise.vocabulary import RunMode, RunStatus
 
 SCHEMA = "wattwise.run/1"
 SCHEMA_PREFIX = "wattwise.run/"
@@ -204,7 +205,7 @@ class NonTrainingTime(_JsonRecord):
 
 
 def _tuned(limit: PowerLimitSummary) -> bool:
-    return limit.mode != "cap"
+    return limit.mode != RunMode.CAP
 
 
 def _estimated(limit: PowerLimitSummary) -> bool:
@@ -375,7 +376,7 @@ NEVER_APPLIED_INTERRUPTED = "the run was interrupted as tuning finished, so no s
 
 def never_applied_why(status: str | None) -> str:
     """Why a tuned limit was never applied, by the run's status: advice to run longer only when it ended by itself."""
-    return NEVER_APPLIED_INTERRUPTED if status == "interrupted" else NEVER_APPLIED
+    return NEVER_APPLIED_INTERRUPTED if status == RunStatus.INTERRUPTED else NEVER_APPLIED
 
 
 def never_applied(limit: PowerLimitSummary) -> bool:
@@ -384,7 +385,7 @@ def never_applied(limit: PowerLimitSummary) -> bool:
     Tuning that did not finish says so, and why, instead (`tuning.reason`): one reason, said once.
     """
     return (
-        limit.mode != "cap"
+        limit.mode != RunMode.CAP
         and not limit.reused
         and limit.chosen_power_limit_w is not None
         and limit.tuning is not None
@@ -440,7 +441,7 @@ def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | 
     ]
     pl = summary.power_limit
     if pl is not None and pl.chosen_power_limit_w is not None:
-        if pl.mode == "cap":
+        if pl.mode == RunMode.CAP:
             lines.append(f"  power cap {pl.chosen_power_limit_w:g} W")
         else:
             if pl.reused:
@@ -460,7 +461,7 @@ def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | 
                 else:
                     lines.append(f"  estimated saving against the maximum limit: {saved}")
     if pl is not None and pl.tuning is not None and not pl.tuning.finished:
-        what = "did not finish" if pl.chosen_power_limit_w is not None or pl.mode == "cap" else "chose no limit"
+        what = "did not finish" if pl.chosen_power_limit_w is not None or pl.mode == RunMode.CAP else "chose no limit"
         lines.append(f"  tuning {what}: {pl.tuning.reason}")
     for kind, t in summary.non_training.items():
         lines.append(f"  {kind}: {t.time_s:.2f} s, {t.energy_j:.1f} J ({t.count}x; not in step figures)")

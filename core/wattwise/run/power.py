@@ -26,7 +26,6 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from enum import StrEnum
 from typing import Any
 
 from wattwise.config import PowerLimitConfig
@@ -40,23 +39,13 @@ from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, Setti
 from wattwise.run.carbon import CarbonControl
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
+from wattwise.vocabulary import RunMode, Selector
 
 #: A profile window lasts at least this many updates of the energy counter: quantisation stays under
 #: about 5% of the window's energy (one update at each end).
 MIN_PROFILE_UPDATES = 20
 #: The "cannot finish" warning says how to make tuning take at most 1/TUNING_SHARE of a run of known length.
 TUNING_SHARE = 5
-
-
-class PowerMode(StrEnum):
-    """What the power-limit part does in a run (`power_limit.mode`)."""
-
-    #: Change nothing; measure only.
-    MEASURE = "measure"
-    #: Profile limits during the first steps and keep the best (`power_limit.selector`).
-    TUNE = "tune"
-    #: Hold a fixed cap (`power_limit.cap_w` or `cap_fraction`).
-    CAP = "cap"
 
 
 #: Why tuning chooses nothing on a simulated GPU that no emulated work drives (a user's own model).
@@ -78,8 +67,8 @@ class PowerLimitControl:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.cfg = cfg
-        #: What this part does; `PowerMode.MEASURE` again once a change failed.
-        self.mode = PowerMode(cfg.mode)
+        #: What this part does; `RunMode.MEASURE` again once a change failed.
+        self.mode = RunMode(cfg.mode)
         self._memory = memory
         self._wall = wall_clock
         self.gpus: list[Device] = []
@@ -150,10 +139,10 @@ class PowerLimitControl:
         the job store, not the per-job limits memory, knows which batch sizes were profiled.
         """
         if power_limit_w is not None:
-            self.cfg = dataclasses.replace(self.cfg, mode="cap", cap_w=power_limit_w, cap_fraction=None)
+            self.cfg = dataclasses.replace(self.cfg, mode=RunMode.CAP, cap_w=power_limit_w, cap_fraction=None)
         else:
-            self.cfg = dataclasses.replace(self.cfg, mode="tune", reuse=False, selector="cost", eta=eta)
-        self.mode = PowerMode(self.cfg.mode)
+            self.cfg = dataclasses.replace(self.cfg, mode=RunMode.TUNE, reuse=False, selector=Selector.COST, eta=eta)
+        self.mode = RunMode(self.cfg.mode)
 
     def expect_steps(self, total: int | None) -> None:
         """The optimizer steps the run will make (None or 0: unknown), for tuning that cannot finish in them."""
@@ -198,21 +187,21 @@ class PowerLimitControl:
         """
         self.gpus, self._label = list(gpus), label
         self.found_limit_w = self._common_limit_w()
-        if self.mode != PowerMode.MEASURE and not self.gpus:
-            what = "tuning" if self.mode == PowerMode.TUNE else "capping"
+        if self.mode != RunMode.MEASURE and not self.gpus:
+            what = "tuning" if self.mode == RunMode.TUNE else "capping"
             self._notices.append(
                 f"power-limit {what} needs an NVIDIA "
                 "or AMD GPU and none was found: measuring only (backend='simulated' tries it on the "
                 "simulated GPU)"
             )
-            self.mode = PowerMode.MEASURE
-        if self.mode == PowerMode.MEASURE:
+            self.mode = RunMode.MEASURE
+        if self.mode == RunMode.MEASURE:
             return
         name_job(self.gpus, job)
         cfg = self.cfg
         self.guard = guard()
         rng = self.gpus[0].power_limit_range()
-        if self.mode == PowerMode.CAP:
+        if self.mode == RunMode.CAP:
             self.apply(cap_limit_w(rng.max_w, rng.min_w, cap_w=cfg.cap_w, cap_fraction=cfg.cap_fraction))
             return
         self.carbon = carbon()
@@ -555,9 +544,9 @@ class PowerLimitControl:
         Args:
             reason: Why, for the summary's `power_limit.tuning.reason` when tuning is abandoned.
         """
-        if self.mode == PowerMode.TUNE and self.tuner is not None and reason is not None:
+        if self.mode == RunMode.TUNE and self.tuner is not None and reason is not None:
             self.abandoned = (reason, tuple(self.tuner.profile))
-        self.mode = PowerMode.MEASURE
+        self.mode = RunMode.MEASURE
         self.suspended = None
         self.tuner = None
         self.restore()
@@ -575,14 +564,14 @@ class PowerLimitControl:
 
     def summary(self, energy_j: float) -> PowerLimitSummary | None:
         """What this part did, for the run's record; the saving is estimated against the highest limit."""
-        if self.mode == PowerMode.CAP:
-            return PowerLimitSummary(mode="cap", chosen_power_limit_w=self.applied_limit_w)
+        if self.mode == RunMode.CAP:
+            return PowerLimitSummary(mode=RunMode.CAP, chosen_power_limit_w=self.applied_limit_w)
         if self.tuner is None:
             if self.abandoned is None:
                 return None
             reason, profile = self.abandoned  # the record says that tuning was abandoned, and why
             return PowerLimitSummary(
-                mode="tune",
+                mode=RunMode.TUNE,
                 max_slowdown=self.cfg.max_slowdown,
                 selector=self.cfg.selector,
                 eta=self.cfg.eta,
@@ -606,7 +595,7 @@ class PowerLimitControl:
         )
         origin = self.reused_from
         return PowerLimitSummary(
-            mode="tune",
+            mode=RunMode.TUNE,
             max_slowdown=self.cfg.max_slowdown,
             reused=self.reused,
             selector=origin.selector if origin is not None else t.selector,
@@ -649,7 +638,7 @@ class PowerLimitControl:
             "steps_at_chosen": self.steps_at_chosen,
             "reused_from": (
                 {
-                    "selector": origin.selector,
+                    "selector": None if origin.selector is None else str(origin.selector),  # plain: weights_only
                     "eta": origin.eta,
                     "run_id": origin.run_id,
                     "chosen_at_s": origin.chosen_at_s,

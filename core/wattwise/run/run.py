@@ -64,10 +64,11 @@ from wattwise.run.agreement import FIGURES_LEFT, RankEnd, agree, agree_tuning, c
 from wattwise.run.carbon import CarbonControl
 from wattwise.run.history import keep_run
 from wattwise.run.measurement import Figures, RunFigures, RunMeasurement, Window
-from wattwise.run.power import PowerLimitControl, PowerMode
+from wattwise.run.power import PowerLimitControl
 from wattwise.safe_files import UntrustedFile
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
+from wattwise.vocabulary import RunMode, RunStatus
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -301,7 +302,7 @@ class Run:
         """A setting could not be changed: restore and go on measuring. Raised instead in strict mode."""
         if self.cfg.strict:
             raise err
-        if self.collective.world_size > 1 and self.power.mode != PowerMode.MEASURE:
+        if self.collective.world_size > 1 and self.power.mode != RunMode.MEASURE:
             # Not alone: degrading here alone would change this process's collectives (see `_agree`).
             self.power.suspend(f"{what} failed ({err})")
             return
@@ -330,12 +331,12 @@ class Run:
                 measures) counts as one that failed.
         """
         coll, power = self.collective, self.power
-        if coll.world_size == 1 or (power.mode == PowerMode.MEASURE and not at_start):
+        if coll.world_size == 1 or (power.mode == RunMode.MEASURE and not at_start):
             return
         failed = power.suspended
         if failed is None and self.measurement is not None:  # tuning needs every process's figures
             failed = self.measurement.lost
-        if failed is None and at_start and power.mode == PowerMode.MEASURE and not power.gpus:
+        if failed is None and at_start and power.mode == RunMode.MEASURE and not power.gpus:
             failed = "no GPU whose power limit it could change was found"
         if at_start:  # the same collective tells every process the slowest energy counter, to tune by
             agreement = agree_tuning(coll, failed, counter_period_s=power.counter_period_s())
@@ -365,7 +366,7 @@ class Run:
             The note for the summary.
         """
         self._told_lost.update(ranks)
-        if self.power.mode != PowerMode.MEASURE:
+        if self.power.mode != RunMode.MEASURE:
             message += DEGRADED
         if self.is_main:
             self._warn(f"{message} (set strict=True to make this an error)")
@@ -427,7 +428,7 @@ class Run:
                     "wattwise on the simulated GPU"
                 )
             return
-        changes = self.power.mode != PowerMode.MEASURE
+        changes = self.power.mode != RunMode.MEASURE
         try:
             self.power.setup(
                 self.gpus,
@@ -443,7 +444,9 @@ class Run:
         guard = self.power.guard
         if guard is not None:  # a process of several makes no collective in a signal handler
             guard.at_default_exit(
-                functools.partial(self.finish, "interrupted") if self.collective.world_size == 1 else self._last_words
+                functools.partial(self.finish, RunStatus.INTERRUPTED)
+                if self.collective.world_size == 1
+                else self._last_words
             )
         if changes:  # every process asks, tunes only when all can, then shares the remembered limit
             self._agree(at_start=True)
@@ -584,7 +587,7 @@ class Run:
         return self.measurement.totals() if self.measuring and self.measurement is not None else None
 
     @_never_breaks_training
-    def finish(self, status: str = "completed") -> RunSummary | None:
+    def finish(self, status: RunStatus = RunStatus.COMPLETED) -> RunSummary | None:
         """End the run: restore settings, combine figures over processes, write the record (main process).
 
         Returns the summary on every process (None when measurement was off).
@@ -593,7 +596,7 @@ class Run:
             return None
         self.finished = True
         if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
-            status = "interrupted"
+            status = RunStatus.INTERRUPTED
         if self.measuring:  # where the figures are gathered below: no new collective otherwise
             self._agree()  # a change that failed in one process since the last decision point
         self.power.finish_tuning(self.step_count)
@@ -622,10 +625,10 @@ class Run:
 
         The script has no handler of its own; the guard restored the settings, and ends the process after.
         """
-        self.finish_alone("interrupted", at_signal=True)
+        self.finish_alone(RunStatus.INTERRUPTED, at_signal=True)
 
     def finish_alone(
-        self, status: str = "interrupted", exc: BaseException | None = None, *, at_signal: bool = False
+        self, status: RunStatus = RunStatus.INTERRUPTED, exc: BaseException | None = None, *, at_signal: bool = False
     ) -> RunSummary | None:
         """End a run of several processes without a collective: the others may be gone, or in the middle of one.
 
@@ -664,7 +667,7 @@ class Run:
             return None
         guard = self.power.guard
         if guard is not None and guard.signalled:
-            ended, status = f"{signal.Signals(guard.signalled).name} reached {{ranks}}", "interrupted"
+            ended, status = f"{signal.Signals(guard.signalled).name} reached {{ranks}}", RunStatus.INTERRUPTED
         else:
             ended = "{ranks} raised " + type(exc).__name__ if exc is not None else "{ranks} ended"
         size, out = self.collective.world_size, Path(self.cfg.output_dir)
@@ -758,7 +761,7 @@ class Run:
                     self._notice(f"rank {r['rank']}: {message}")
         return [SettingEvent(*e) for r in per_rank for e in r["timeline"]]
 
-    def _summarize(self, figures: RunFigures, status: str, timeline: Sequence[SettingEvent]) -> RunSummary:
+    def _summarize(self, figures: RunFigures, status: RunStatus, timeline: Sequence[SettingEvent]) -> RunSummary:
         m = self.measurement
         assert m is not None
         limit = with_saving_uncertainty(

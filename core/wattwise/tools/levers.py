@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError
 from wattwise.power_limit import CONFIRM_ROUNDS, zeus_cost
+from wattwise.vocabulary import RunStatus
 
 if TYPE_CHECKING:
     from wattwise.tools.checks import Context
@@ -849,7 +850,7 @@ def _tune_once(rig: Rig, out: Path, eta: float, step_w: float, sizes: Sizes) -> 
         rig.trainer(out, [Tune()]).train()
     except BaseException as exc:
         run.abort(exc)  # the limit is restored now
-        run.finish("failed")
+        run.finish(RunStatus.FAILED)
         raise
     limit = (run.summary or {}).get("power_limit") or {}
     return limit
