@@ -78,17 +78,32 @@ def create_beside(target: Path, *, mode: int = 0o666) -> tuple[int, Path]:
             continue
 
 
-def replace_binary(target: str | os.PathLike[str], write: Callable[[BinaryIO], object], *, mode: int = 0o666) -> None:
+def replace_binary(
+    target: str | os.PathLike[str],
+    write: Callable[[BinaryIO], object],
+    *,
+    mode: int = 0o666,
+    user_named: bool = False,
+) -> None:
     """`replace_file` for a binary file (a plot)."""
-    _replace(target, write, mode=mode, text=False)
+    _replace(target, write, mode=mode, text=False, user_named=user_named)
 
 
 def replace_file(
-    target: str | os.PathLike[str], write: Callable[[TextIO], object], *, mode: int = 0o666, sync_folder: bool = False
+    target: str | os.PathLike[str],
+    write: Callable[[TextIO], object],
+    *,
+    mode: int = 0o666,
+    sync_folder: bool = False,
+    user_named: bool = False,
 ) -> None:
     """Write a UTF-8 text file through a temporary beside `target`, synced, then move it over `target`.
 
-    A symlink at `target` is replaced, never followed: the file it points to is left untouched.
+    Only a regular file is ever written: `target` is created, or a regular file there replaced whole
+    (atomically); a device node, FIFO, socket or folder there is refused (`NotARegularFile`), so that even
+    root's `--html /dev/full` leaves the device as it is. A symlink at `target` is replaced, never followed
+    (the file it points to is left untouched), unless `user_named`: a path the user gave (`--html`,
+    `--out`) that is a link is refused, saying so, rather than replaced behind the user's back.
 
     Args:
         target: the file to write.
@@ -96,23 +111,73 @@ def replace_file(
         mode: the new file's mode (filtered by the umask).
         sync_folder: also sync the folder after the move, so that the new file survives a power loss
             (the settings journal: its content must be on disk before the change it records).
+        user_named: `target` is a path the user named (refuse a link there).
 
     Raises:
-        OSError: it cannot be written; `target` is then as it was.
+        NotARegularFile: something other than a regular file is at `target` (nothing is written).
+        OSError: it cannot be written (a full disk, no permission); `target` is then as it was.
     """
-    _replace(target, write, mode=mode, text=True, sync_folder=sync_folder)
+    _replace(target, write, mode=mode, text=True, sync_folder=sync_folder, user_named=user_named)
+
+
+class NotARegularFile(UsageError):
+    """Something other than a regular file is where wattwise would write one; the message names what and the fix."""
+
+
+def _kind(st: os.stat_result) -> str | None:
+    """What a non-regular file is, as a message names it; None for a regular file."""
+    kinds = (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    if stat.S_ISREG(st.st_mode):
+        return None
+    return next((name for test, name in kinds if test(st.st_mode)), "not a regular file")
+
+
+def check_writable_target(target: str | os.PathLike[str], *, user_named: bool = True) -> None:
+    """Refuse a `target` wattwise would replace that is not a regular file (missing is fine).
+
+    A symlink is refused only when `user_named` (elsewhere it is replaced, never followed).
+
+    Raises:
+        NotARegularFile: naming the path, what is there, and the fix.
+    """
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return
+    kind = _kind(st)
+    if kind is None or (kind == "a symbolic link" and not user_named):
+        return
+    raise NotARegularFile(
+        f"{os.fspath(target)} is {kind}; wattwise writes only regular files, so nothing was written there: "
+        "give the path of a new or a regular file"
+    )
 
 
 def _replace(
-    target: str | os.PathLike[str], write: Callable[[Any], object], *, mode: int, text: bool, sync_folder: bool = False
+    target: str | os.PathLike[str],
+    write: Callable[[Any], object],
+    *,
+    mode: int,
+    text: bool,
+    sync_folder: bool = False,
+    user_named: bool = False,
 ) -> None:
     path = Path(target)
+    check_writable_target(path, user_named=user_named)
     fd, tmp = create_beside(path, mode=mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") if text else os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        check_writable_target(path, user_named=user_named)  # again: something may have been put there meanwhile
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -176,9 +241,36 @@ def read_text(
         raise error(*named, f": not UTF-8 text (byte {err.start}); {fix}") from None
 
 
-def write_text(target: str | os.PathLike[str], text: str, *, mode: int = 0o666, sync_folder: bool = False) -> None:
+def write_text(
+    target: str | os.PathLike[str],
+    text: str,
+    *,
+    mode: int = 0o666,
+    sync_folder: bool = False,
+    user_named: bool = False,
+) -> None:
     """`replace_file` with one string: `target` holds `text` afterwards, or is as it was."""
-    replace_file(target, lambda fh: fh.write(text), mode=mode, sync_folder=sync_folder)
+    replace_file(target, lambda fh: fh.write(text), mode=mode, sync_folder=sync_folder, user_named=user_named)
+
+
+def output_dir(path: str | os.PathLike[str], *, flag: str) -> Path:
+    """A folder the user named for wattwise's output (`--out`), created when missing; never followed as a link.
+
+    Raises:
+        NotARegularFile: `path` is a symbolic link, or something other than a folder.
+    """
+    folder = Path(path)
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotARegularFile(
+            f"{flag} {os.fspath(folder)} is {_kind(st) or 'a file'}, not a folder; wattwise writes its files only "
+            "into a real folder: give a folder's own path (or a new one)"
+        )
+    return folder
 
 
 def lock_descriptor(path: str | os.PathLike[str], *, create: bool = True) -> int:

@@ -23,6 +23,7 @@ from wattwise.carbon.integrate import DeviceTrace
 from wattwise.profile import ProfileEntry
 from wattwise.record.files import PowerRow, write_run_dir
 from wattwise.record.summary import EpochEnergy, PowerLimitSummary, RunSettings, RunSummary, SettingEvent, iso_utc
+from wattwise.safe_files import write_text
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class ExampleFiles:
 def write_series_csv(path: Path, start_s: float, step_s: float, values: Iterable[float]) -> Path:
     """Write a `timestamp,value` series: `values` every `step_s` seconds from `start_s` (UTC)."""
     rows = "".join(f"{iso_utc(start_s + k * step_s)},{v}\n" for k, v in enumerate(values))
-    path.write_text("timestamp,value\n" + rows, encoding="utf-8")
+    write_text(path, "timestamp,value\n" + rows, user_named=True)
     return path
 
 

@@ -34,7 +34,7 @@ from wattwise.record.summary import (
     simulated_label,
     with_uncertainty,
 )
-from wattwise.safe_files import write_text
+from wattwise.safe_files import check_writable_target, write_text
 from wattwise.vocabulary import RunMode
 
 if TYPE_CHECKING:
@@ -354,7 +354,8 @@ def write_run_html(run: RunDir, path: str | os.PathLike[str], *, title: str | No
     target = Path(path)
     if target.is_dir():
         raise UsageError(f"--html {target} is a directory; name the file to write, e.g. {target / 'run.html'}")
-    write_text(target, run_page(run, SELF_CONTAINED, title=title or str(run.path)))
+    check_writable_target(target)  # before the page is built: a device, FIFO or link is refused at once
+    write_text(target, run_page(run, SELF_CONTAINED, title=title or str(run.path)), user_named=True)
     return target
 
 

@@ -28,7 +28,7 @@ from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.carbon.series import Constant
 from wattwise.errors import UsageError
 from wattwise.record.report import PUE_NOT_SUPPLIED, FacilityInputs, RunReport, sig
-from wattwise.safe_files import json_text, write_text
+from wattwise.safe_files import json_text, output_dir, write_text
 from wattwise.store.history import RunRow
 
 JOB_REPORT_SCHEMA = "wattwise.job-report/1"
@@ -289,7 +289,7 @@ def report_job(
     report = dataclasses.replace(report, devices=sorted({name for row in rows for name in row.devices}))
     text = eu_ai_act_statement(report) if statement == "eu-ai-act" else job_statement(report)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        output_dir(out, flag="--out")
         for name, content in ((JOB_REPORT_JSON, report.to_json()), (JOB_STATEMENT_MD, text)):
             write_text(out / name, content)
             print(f"wrote {out / name}", file=sys.stderr)

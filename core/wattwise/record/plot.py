@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from wattwise.errors import UsageError
 from wattwise.record.files import PAUSE_WINDOW, RunDir
 from wattwise.record.summary import RunSummary
-from wattwise.safe_files import replace_binary
+from wattwise.safe_files import output_dir, replace_binary
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -52,7 +52,7 @@ class TimeAxis:
 
 def plot_run(run: RunDir, out_dir: Path, *, dpi: int = 100) -> list[Path]:
     """Write the power plot (when `power.csv` exists) and the per-epoch plot (when epochs exist)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(out_dir, flag="--plot")
     written = []
     if run.traces:
         written.append(_save(power_figure(run), out_dir / POWER_PNG, dpi))

@@ -53,7 +53,7 @@ from wattwise.record.summary import (
     simulated_label,
     with_uncertainty,
 )
-from wattwise.safe_files import json_text, replace_file, write_text
+from wattwise.safe_files import check_writable_target, json_text, output_dir, replace_file, write_text
 from wattwise.vocabulary import RunMode, RunStatus
 
 REPORT_SCHEMA = "wattwise.report/1"
@@ -325,10 +325,15 @@ def report_csv_row(report: RunReport) -> dict[str, Any]:
 def write_report(report: RunReport, out_dir: Path) -> list[Path]:
     """Write `report.json`, `report.csv` and `energy_statement.md` into `out_dir`.
 
-    Each file replaces its name (a planted symlink too) and never writes through a link (`replace_file`).
+    Each file is created, or a regular file of its name replaced whole (`replace_file`: a link planted there
+    is replaced, never followed); a device, FIFO or folder at a name, or an `out_dir` that is a link or no
+    folder, is refused with one line (`NotARegularFile`), and a write that fails (a full disk) raises, so
+    nothing is said to be written.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(out_dir, flag="--out")
     json_path, csv_path, md_path = out_dir / REPORT_JSON, out_dir / REPORT_CSV, out_dir / STATEMENT_MD
+    for path in (json_path, csv_path, md_path):  # all three refused before any is written
+        check_writable_target(path, user_named=False)
     write_text(json_path, report_json(report))
     row = report_csv_row(report)
 
