@@ -41,6 +41,7 @@ def test_report_html_on_a_fifo_or_a_link_is_one_line_and_exit_2(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"{target} is {kind}" in err and "wrote" not in err
     assert victim.read_text() == "precious" and link.is_symlink()
+    assert not (run_dir / "report.json").exists()  # refused before any report file was written
 
 
 def test_report_out_that_is_a_link_is_refused(

@@ -90,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
         return report_job(args.job, _inputs(args), rows=rows, statement=args.statement, as_json=args.json, out=args.out)
     if args.run_dir is None:
         raise UsageError("RUN_DIR: give the folder of a run, or --job NAME for every run of a job")
+    if args.html:  # refused before any report file is written
+        from wattwise.safe_files import check_writable_target
+
+        check_writable_target(args.html)
     run_dir = read_run_dir(args.run_dir)
     inputs = _inputs(args)
     report = build_report(run_dir, inputs)
