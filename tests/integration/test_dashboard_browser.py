@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.long_run import write_long_run
 from tests.support.pipeline import problem_for, synthetic_profile
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
@@ -311,6 +312,78 @@ def test_the_frontier_page_draws_every_point_and_the_plan(dashboard: Dashboard, 
     assert points["x"] == pytest.approx([p.time_s for p in dashboard.frontier.points])
     rows = browser.execute_script("return document.getElementById('plan-chart').data[0].z.length")
     assert rows == dashboard.frontier.stages
+
+
+#: What a page's tables and charts take of the window: the page's own width, and each table's box and contents.
+LAYOUT = """
+const view = window.innerWidth;
+const boxes = Array.from(document.querySelectorAll('table, .plotly-graph-div')).map(el => {
+  const box = el.closest('.table-scroll') || el;
+  box.scrollLeft = box.scrollWidth;  // the far end of a table that scrolls
+  const cells = el.tagName === 'TABLE' ? el.querySelectorAll('tr:first-child > *') : [el];
+  return {
+    id: el.id,
+    box_right: box.getBoundingClientRect().right,
+    scrolls: box.scrollWidth > box.clientWidth,
+    overflow: getComputedStyle(box).overflowX,
+    last_right: cells[cells.length - 1].getBoundingClientRect().right,
+  };
+});
+return {view: view, page: document.documentElement.scrollWidth, boxes: boxes};
+"""
+
+
+def test_at_1280_px_the_runs_table_fits_and_its_figures_are_right_aligned(dashboard: Dashboard, browser: Any) -> None:
+    visit(browser, dashboard.url)
+    layout = browser.execute_script(LAYOUT)
+    assert layout["view"] == 1280 and layout["page"] <= layout["view"]
+    (table,) = [b for b in layout["boxes"] if b["id"] == "runs-table"]
+    assert not table["scrolls"] and table["last_right"] <= layout["view"], table  # every column in sight
+    cells = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#runs-table tbody tr:first-child td'))"
+        ".map(td => [td.textContent.trim(), getComputedStyle(td).textAlign]);"
+    )
+    assert not [text for text, _ in cells if "class=" in text]  # markup is markup, not text in a cell
+    aligned = dict(cells)
+    first = next(r for r in dashboard.runs if f"{r.energy_j:,.1f}" in aligned)
+    assert aligned[f"{first.energy_j:,.1f}"] == "right" and aligned["bert-finetune"] in ("left", "start")
+
+
+def test_at_390_px_tables_scroll_inside_the_page_rather_than_being_cut_off(dashboard: Dashboard, browser: Any) -> None:
+    tuned = next(r for r in dashboard.runs if r.mode == "tune")
+    browser.set_window_size(390, 844)  # a phone's width
+    try:
+        for path in ("", f"run?id={tuned.id}", f"compare?id={dashboard.runs[0].id}&id={dashboard.runs[1].id}", "jobs"):
+            visit(browser, f"{dashboard.url}{path}")
+            layout = browser.execute_script(LAYOUT)
+            assert layout["view"] <= 400 and layout["page"] <= layout["view"], (path, layout)  # nothing wider
+            for box in layout["boxes"]:
+                assert box["box_right"] <= layout["view"] + 1, (path, box)
+                assert not box["scrolls"] or box["overflow"] in ("auto", "scroll"), (path, box)
+                assert box["last_right"] <= layout["view"] + 1, (path, box)  # scrolled to, its last column shows
+    finally:
+        browser.set_window_size(1280, 1000)
+
+
+def test_the_report_of_a_run_with_400_pauses_draws_every_pause(browser: Any, tmp_path: Path) -> None:
+    """Eight days, 400 validation and checkpoint pauses: the report is written and drawn, each pause shaded."""
+    run = write_long_run(tmp_path / "run", days=8.0, pauses=400)
+    page = tmp_path / "page.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "wattwise", "report", str(run), "--html", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    visit(browser, page.as_uri())
+    shapes = browser.execute_script("return document.getElementById('power-chart').layout.shapes.length")
+    drawn = browser.execute_script(
+        "return document.querySelectorAll('#power-chart .layer-below .shapelayer path').length"
+    )
+    assert shapes == drawn == 400
+    title = browser.execute_script("return document.getElementById('power-chart').layout.xaxis.title.text")
+    assert title == "time since start (min)"
 
 
 def test_the_dashboard_is_read_only(dashboard: Dashboard) -> None:
