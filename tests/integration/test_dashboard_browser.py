@@ -52,6 +52,10 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--window-size=1280,1000",
 )
+#: The dashboard's token in these tests (a user's is random, printed in the URL).
+TOKEN = "browser-test-token-0123456789"
+#: What a request outside the browser sends to be served.
+AUTHORIZED = {"Authorization": f"Token {TOKEN}"}
 SHORT_TUNING = [
     "monitor.sync_cuda=false",
     "monitor.sample_interval_s=0.02",
@@ -140,7 +144,19 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     job = make_job(url)
     frontier_options = ["--frontier", str(frontier_path), "--plan", str(plan_path)]
     server = subprocess.Popen(
-        [sys.executable, "-m", "wattwise", "dashboard", "--port", "0", "--store", url, *frontier_options],
+        [
+            sys.executable,
+            "-m",
+            "wattwise",
+            "dashboard",
+            "--port",
+            "0",
+            "--store",
+            url,
+            "--token",
+            TOKEN,
+            *frontier_options,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -152,7 +168,9 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
             line,
             server.stderr and server.stderr.read(),
         )
-        yield Dashboard(line.split()[3], runs, frontier, job)
+        printed = line.split()[3]
+        assert printed.endswith(f"/?token={TOKEN}"), printed
+        yield Dashboard(printed.removesuffix(f"?token={TOKEN}"), runs, frontier, job)
     finally:
         server.terminate()
         assert server.wait(timeout=30) == 0
@@ -184,6 +202,8 @@ def visit(browser: Any, url: str, screenshot: str | None = None) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get_log("browser")  # what an earlier page left
+    if url.startswith("http"):  # the dashboard's: with its token, as the printed URL has it
+        url += ("&" if "?" in url else "?") + f"token={TOKEN}"
     browser.get(url)
     WebDriverWait(browser, 30).until(
         lambda b: b.execute_script(
@@ -387,12 +407,14 @@ def test_the_report_of_a_run_with_400_pauses_draws_every_pause(browser: Any, tmp
 
 
 def test_the_dashboard_is_read_only(dashboard: Dashboard) -> None:
-    request = urllib.request.Request(dashboard.url, data=b"", method="POST")
+    request = urllib.request.Request(dashboard.url, data=b"", method="POST", headers=AUTHORIZED)
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 405
     with pytest.raises(urllib.error.HTTPError) as missing:
-        urllib.request.urlopen(f"{dashboard.url}run?id=20000101T000000Z-000000", timeout=10)
+        urllib.request.urlopen(
+            urllib.request.Request(f"{dashboard.url}run?id=20000101T000000Z-000000", headers=AUTHORIZED), timeout=10
+        )
     assert missing.value.code == 404
     assert "no run '20000101T000000Z-000000' in the store" in html.unescape(missing.value.read().decode())
 

@@ -1,9 +1,12 @@
 """`wattwise dashboard`: a local, read-only web page over the run history, recurring jobs and a frontier.
 
     wattwise dashboard [--host 127.0.0.1] [--port 8050] [--store URL] [--frontier FRONTIER.json [--plan PLAN.json]]
+                       [--token TOKEN] [--allow-host NAME ...]
 
 Everything given is checked before the server starts (a bad store location, frontier or plan exits 2 with
-one line); then it serves until Ctrl-C or SIGTERM.
+one line); then it serves until Ctrl-C or SIGTERM. It serves only whoever has its token: the URL it prints
+carries it (`?token=...`, a new random one each start unless --token or $WATTWISE_DASHBOARD_TOKEN gives
+one), as Jupyter's does, so another user of the machine who finds the port gets 403.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import os
+import secrets
 import signal
 import sys
 from collections.abc import Coroutine
@@ -20,6 +25,10 @@ from typing import Any
 from wattwise.errors import UsageError
 
 DEFAULT_PORT = 8050
+#: The environment variable that gives the dashboard's token (else a random one each start).
+TOKEN_ENV = "WATTWISE_DASHBOARD_TOKEN"
+#: The shortest token taken: 128 bits of letters and digits cannot be guessed.
+MIN_TOKEN_CHARS = 22
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,7 +53,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", help="SQLite file path or database URL (default: $WATTWISE_STORE or the state dir)")
     parser.add_argument("--frontier", metavar="FRONTIER.json", help="a frontier written by wattwise frontier, to show")
     parser.add_argument("--plan", metavar="PLAN.json", help="the plan wattwise plan chose from --frontier, to show")
+    parser.add_argument(
+        "--token",
+        help=f"the token every request must carry (default: ${TOKEN_ENV}, else a random one, in the printed URL)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name (besides IP addresses and localhost) that browsers may reach the dashboard under; repeatable",
+    )
     parser.set_defaults(func=run)
+
+
+def _token(given: str | None) -> str:
+    """--token, else $WATTWISE_DASHBOARD_TOKEN, else a new random token; refused when short or not URL-safe."""
+    flag = "--token" if given is not None else TOKEN_ENV
+    token = given if given is not None else os.environ.get(TOKEN_ENV)
+    if token is None:
+        return secrets.token_urlsafe(24)
+    if len(token) < MIN_TOKEN_CHARS or not all(c.isascii() and (c.isalnum() or c in "-_.~") for c in token):
+        raise UsageError(
+            f"{flag} must be at least {MIN_TOKEN_CHARS} letters, digits, '-', '_', '.' or '~' (got "
+            f"{len(token)} characters); leave it unset for a random one"
+        )
+    return token
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be 0 to 65535 (got {args.port}); 0 picks a free port")
     if args.plan and not args.frontier:
         raise UsageError("--plan needs --frontier: give the FRONTIER.json the plan was chosen from")
+    token = _token(args.token)
+    for name in args.allow_host:
+        if not name or not all(c.isascii() and (c.isalnum() or c in "-.") for c in name):
+            raise UsageError(f"--allow-host: {name!r} is not a host name; give one such as dashboard.example.org")
     from wattwise.extras import require
 
     for module in ("aiohttp.web", "plotly.graph_objects", "jinja2"):  # one line naming the extra, before serving
@@ -67,13 +105,14 @@ def run(args: argparse.Namespace) -> int:
 
     history = History(args.store)
     frontier = load_frontier(args.frontier, args.plan) if args.frontier else None
-    app = build_app(history, frontier)
+    app = build_app(history, frontier, token=token, hosts=[args.host, *args.allow_host])
 
     def started(url: str) -> None:
-        print(f"wattwise dashboard: serving {url} (read-only; Ctrl-C to stop)", flush=True)
+        print(f"wattwise dashboard: serving {url}?token={token} (read-only; Ctrl-C to stop)", flush=True)
         if not _loopback(args.host):
             print(
-                f"wattwise dashboard: listening on {args.host}: anyone who can reach this machine sees its runs",
+                f"wattwise dashboard: listening on {args.host}: anyone who can reach this machine and has the URL's "
+                "token sees its runs (over plain HTTP: the token crosses the network unencrypted)",
                 file=sys.stderr,
                 flush=True,
             )

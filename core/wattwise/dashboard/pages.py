@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from wattwise.recurring.spec import JobSpec, StoredRun
     from wattwise.recurring.summary import JobSummary
     from wattwise.store.limits_memory import RememberedLimit
-    from wattwise.store.runs import RunRow
+    from wattwise.store.runs import RunRow, UnreadableRun
 
 #: Where the server serves Plotly's JavaScript.
 PLOTLY_PATH = "/static/plotly.min.js"
@@ -76,6 +76,10 @@ RUN_COLUMNS = (
     ("simulated", "simulated"),
 )
 SORTABLE = frozenset(name for name, _ in RUN_COLUMNS)
+#: Runs on one page of the runs table: a store of 20,000 runs is 200 pages, each as quick as a small store's.
+PAGE_SIZE = 100
+#: The most pages a query may ask for (more than any store holds at `PAGE_SIZE`).
+_MAX_PAGE = 10_000_000
 #: Columns of the runs table that hold figures: right-aligned, so their digits line up.
 NUMERIC_COLUMNS = frozenset({"time_s", "energy_j", "energy_uncertainty_j", "power_limit_w", "saving_j", "time_cost_s"})
 
@@ -370,6 +374,8 @@ class RunFilter:
     since: str | None = None
     sort: str = "start_time"
     descending: bool = True
+    #: Which page of `PAGE_SIZE` runs, from 1.
+    page: int = 1
 
     @classmethod
     def of(cls, query: Mapping[str, str]) -> RunFilter:
@@ -384,12 +390,16 @@ class RunFilter:
         since = query.get("since") or None
         if since is not None:
             since_s(since)
+        page = query.get("page") or "1"
+        if not (page.isascii() and page.isdigit() and 1 <= int(page) <= _MAX_PAGE):
+            raise UsageError(f"page: {page[:20]!r} is not a page number; give 1 or more (e.g. ?page=2)")
         return cls(
             job=query.get("job") or None,
             status=query.get("status") or None,
             since=since,
             sort=sort,
             descending=query.get("order", "desc") != "asc",
+            page=int(page),
         )
 
     def since_s(self) -> float | None:
@@ -405,6 +415,7 @@ class RunFilter:
             "since": f.since,
             "sort": f.sort,
             "order": "desc" if f.descending else "asc",
+            "page": str(f.page) if f.page > 1 else None,
         }
         return urllib.parse.urlencode({k: v for k, v in pairs.items() if v})
 
@@ -459,19 +470,23 @@ def run_cells(row: RunRow) -> list[str]:
     ]
 
 
-def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str) -> str:
-    """The runs table: filters, every run that matches them sorted by one column, boxes to compare runs.
+def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str, unreadable: Sequence[UnreadableRun] = ()) -> str:
+    """The runs table: filters, the runs that match them sorted by one column, a page at a time, boxes to compare.
 
     Args:
         rows: Every run of the history.
-        f: The filter and order asked for.
+        f: The filter, order and page asked for.
         source: Where the runs come from (the store, or a folder), said above the table.
+        unreadable: The rows of the history that do not read as runs, listed by id under the table.
     """
-    shown = filtered_runs(rows, f)
+    matching = filtered_runs(rows, f)
+    pages = max(1, math.ceil(len(matching) / PAGE_SIZE))
+    page = min(f.page, pages)
+    shown = matching[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
     headings = [
         {
             "label": label + (" ▼" if f.sort == name and f.descending else " ▲" if f.sort == name else ""),
-            "href": f"{RUNS_PATH}?{f.query(sort=name, descending=not f.descending if f.sort == name else True)}",
+            "href": f"{RUNS_PATH}?{f.query(sort=name, descending=f.sort != name or not f.descending, page=1)}",
             "name": name,
             "numeric": name in NUMERIC_COLUMNS,
         }
@@ -490,6 +505,12 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str) -> str:
         rows=[{"id": r.id, "cells": run_cells(r)} for r in shown],
         numeric=numeric_columns(),
         total=len(rows),
+        matching=len(matching),
+        page=page,
+        pages=pages,
+        previous=f"{RUNS_PATH}?{f.query(page=page - 1)}" if page > 1 else None,
+        next=f"{RUNS_PATH}?{f.query(page=page + 1)}" if page < pages else None,
+        unreadable=[u.line() for u in unreadable],
     )
 
 

@@ -1,0 +1,139 @@
+"""The dashboard's server: whom it serves (its token, a Host of its own), what one request may cost (each run
+compared once, at most `MAX_COMPARED`; the runs table a page at a time), one unreadable row costing that row
+alone, and the store left exactly as it was (read-only: nothing migrated, locked or delivered)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.run_history import T0_S, make_row
+from wattwise.dashboard.history import History
+from wattwise.dashboard.pages import PAGE_SIZE
+from wattwise.dashboard.server import MAX_COMPARED, TOKEN_COOKIE, build_app
+from wattwise.store import spool
+from wattwise.store.runs import record_run
+
+pytest.importorskip("aiohttp")
+TOKEN = "unit-test-token-0123456789"
+GOOD, BAD, LATER = "20261201T100000Z-aaaaaa", "20261201T110000Z-bbbbbb", "20261201T120000Z-cccccc"
+
+
+@pytest.fixture(autouse=True)
+def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """Three runs, the middle one's devices column not JSON."""
+    location = tmp_path / "jobs.sqlite"
+    for run_id, offset in ((GOOD, 0), (BAD, 3600), (LATER, 7200)):
+        record_run(make_row(run_id, start_s=T0_S + offset), location=str(location))
+    with sqlite3.connect(location) as db:
+        db.execute("UPDATE wattwise_run_history SET devices = '{not json' WHERE id = ?", (BAD,))
+    return location
+
+
+def fetch(app: Callable[[], Any], path: str, **headers: str) -> tuple[int, str, Any]:
+    """GET `path` from a new application `app()` as a client on 127.0.0.1 would: (status, body, response)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    async def go() -> tuple[int, str, Any]:
+        async with TestClient(TestServer(app())) as client:
+            response = await client.get(path, headers=headers, allow_redirects=False)
+            return response.status, await response.text(), response
+
+    return asyncio.run(go())
+
+
+def served(store: Path) -> Callable[[], Any]:
+    return functools.partial(build_app, History(str(store)), token=TOKEN)
+
+
+AUTH = {"Authorization": f"Token {TOKEN}"}
+
+
+def test_a_request_without_the_token_is_refused_and_the_printed_url_sets_a_cookie(store: Path) -> None:
+    app = served(store)
+    status, body, _ = fetch(app, "/")
+    assert status == 403 and "needs its token" in body and GOOD not in body
+    assert fetch(app, "/?token=wrong-token-0123456789abc")[0] == 403
+    status, body, response = fetch(app, f"/?token={TOKEN}")
+    assert status == 200 and GOOD in body
+    cookie = response.cookies[TOKEN_COOKIE]
+    assert cookie.value == TOKEN and cookie["httponly"] and cookie["samesite"] == "Strict"
+    assert fetch(app, "/jobs", Cookie=f"{TOKEN_COOKIE}={TOKEN}")[0] == 200
+    assert fetch(app, "/jobs", **AUTH)[0] == 200
+
+
+@pytest.mark.parametrize(("host", "status"), [("evil.example:8050", 403), ("localhost:8050", 200), ("[::1]:8050", 200)])
+def test_a_host_header_of_another_name_is_refused(store: Path, host: str, status: int) -> None:
+    """A DNS-rebinding page reaches 127.0.0.1 under its own name: refused, token or not."""
+    code, body, _ = fetch(served(store), "/", Host=host, **AUTH)
+    assert code == status
+    if status == 403:
+        assert "answers only under its own address" in body and GOOD not in body
+
+
+def test_a_name_given_with_allow_host_is_served(store: Path) -> None:
+    app = functools.partial(build_app, History(str(store)), token=TOKEN, hosts=["dash.example.org"])
+    assert fetch(app, "/", Host="dash.example.org:8050", **AUTH)[0] == 200
+
+
+def test_one_unreadable_row_costs_that_row_alone(store: Path) -> None:
+    status, body, _ = fetch(served(store), "/", **AUTH)
+    assert status == 200 and f'data-run="{GOOD}"' in body and f'data-run="{LATER}"' in body
+    assert f'data-run="{BAD}"' not in body and f"run {BAD} is unreadable" in body and "runs forget" in body
+    assert fetch(served(store), "/jobs", **AUTH)[0] == 200
+
+
+def test_compare_reads_each_run_once_and_at_most_its_bound(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from wattwise.dashboard import server
+
+    read: list[str] = []
+    monkeypatch.setattr(server, "run_folder", lambda row: read.append(row.id))
+    app = served(store)
+    status, _, _ = fetch(app, f"/compare?{'&'.join(f'id={GOOD}&id={LATER}' for _ in range(12))}", **AUTH)
+    assert status == 200 and read == [GOOD, LATER]
+    status, body, _ = fetch(app, f"/compare?id={GOOD}&id={GOOD}&id=20261201T10", **AUTH)
+    assert status == 400 and "name one run" in body
+    ids = "&".join(f"id=20261201T{h:02d}0000Z-{h:06d}" for h in range(MAX_COMPARED + 1))
+    status, body, _ = fetch(app, f"/compare?{ids}", **AUTH)
+    assert status == 400 and f"compare at most {MAX_COMPARED} runs at once (got {MAX_COMPARED + 1})" in body
+
+
+def test_the_runs_table_is_paginated(tmp_path: Path) -> None:
+    location = tmp_path / "many.sqlite"
+    count = 2 * PAGE_SIZE + 7
+    for i in range(count):
+        record_run(
+            make_row(f"20261201T{i // 3600:02d}{i // 60 % 60:02d}{i % 60:02d}Z-{i:06x}", start_s=T0_S + i),
+            location=str(location),
+        )
+    app = served(location)
+    status, first, _ = fetch(app, "/", **AUTH)
+    assert status == 200 and first.count('<tr data-run="') == PAGE_SIZE and "page 1 of 3" in first
+    status, last, _ = fetch(app, "/?page=3", **AUTH)
+    assert status == 200 and last.count('<tr data-run="') == 7 and 'id="page-next"' not in last
+    status, body, _ = fetch(app, "/?page=x1", **AUTH)
+    assert status == 400 and "page: &#39;x1&#39; is not a page number" in body
+
+
+def test_the_dashboard_leaves_the_store_and_the_spool_as_they_are(store: Path) -> None:
+    url = f"sqlite:///{store}"
+    waiting = spool.spool_run(url, make_row("20261201T130000Z-dddddd", start_s=T0_S + 10_800))
+    with sqlite3.connect(store) as db:
+        db.execute("UPDATE wattwise_alembic_version SET version_num = version_num")  # settle the WAL
+    before = store.read_bytes(), sorted(p.name for p in store.parent.iterdir())
+    status, body, _ = fetch(served(store), "/", **AUTH)
+    assert status == 200 and "20261201T130000Z-dddddd" in body  # shown as it waits, not delivered
+    assert fetch(served(store), "/jobs", **AUTH)[0] == 200
+    assert (store.read_bytes(), sorted(p.name for p in store.parent.iterdir())) == before
+    assert spool.pending(url) == [waiting]
