@@ -3,6 +3,7 @@ agent tests' shared set-up (tests/integration/agent/)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -12,15 +13,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support import ordinary_user
 from wattwise.devices import DeviceError
 from wattwise.devices.agent import AgentClient
+
+if TYPE_CHECKING:
+    from wattwise.agent.agent import Agent
+    from wattwise.agent.processes import Peer
 
 START_TIMEOUT_S = 60.0
 HOLDER = """
@@ -175,3 +181,40 @@ def agent_for_users() -> Iterator[tuple[RunningAgent, Path]]:
             stop_agent(running)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def as_uid(uid: int) -> Callable[[socket.socket], Peer]:
+    """An `identify` for `serve` that stands the test's own process in for user `uid`: its pid, start
+    time and pidfd as the kernel gives them, with `uid` instead of root's."""
+    from wattwise.agent.processes import identify_peer
+
+    return lambda sock: replace(identify_peer(sock), uid=uid)
+
+
+@contextlib.asynccontextmanager
+async def served(
+    agent: Agent, tmp_path: Path, identify: Callable[[socket.socket], Peer] | None = None
+) -> AsyncIterator[Path]:
+    """`agent` served in this process's event loop (`wattwise.agent.serve.serve`) on a socket under
+    `tmp_path`, until the block ends; yields the socket's path. Clients call it from threads."""
+    from wattwise.agent.processes import identify_peer
+    from wattwise.agent.serve import ServeOptions, serve
+
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o755, exist_ok=True)
+    path = folder / "agent.sock"
+    ready = asyncio.Event()
+    task = asyncio.create_task(
+        serve(agent, ServeOptions(str(path), str(tmp_path / "state")), ready.set, identify=identify or identify_peer)
+    )
+    waiting = asyncio.create_task(ready.wait())
+    await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        waiting.cancel()
+        task.result()  # raises what stopped it
+    try:
+        yield path
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wattwise.agent.audit import AuditLog
-from wattwise.agent.cgroups import CgroupUnknown, cgroup_may_open, device_cgroup, device_node
+from wattwise.agent.cgroups import CgroupAnswer, CgroupUnknown, check_gpu
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.jobs import JobAllocation, JobRegistry
 from wattwise.agent.journal import AgentJournal
@@ -72,6 +72,14 @@ class AgentFault(AgentRefusal):
     """The agent could not do it: the device failed, or its journal cannot be written."""
 
 
+class Busy(AgentRefusal):
+    """The caller has as many requests in progress as it may (its cgroup checks); it may ask again soon."""
+
+
+#: Checks of the caller's device cgroup (`allocation: cgroup`) one user may have in progress at once.
+MAX_CGROUP_CHECKS_PER_UID = 2
+
+
 @dataclass
 class AgentCounts:
     """What the agent did since it started (its Prometheus self-metrics)."""
@@ -120,6 +128,13 @@ class Agent:
         self.unseen: list[JournalChange] = []
         #: What the agent did since it started, for its own Prometheus metrics.
         self.counts = AgentCounts()
+        #: Asks whether a process's device cgroup may open a GPU (`allocation: cgroup`): blocking, so it
+        #: runs in a worker thread (`check_allocation`), never on the event loop.
+        self.cgroup_check: Callable[[int, dict[str, Any]], CgroupAnswer] = check_gpu
+        #: The answers of `check_allocation`, by (pid, start time, GPU), until the request that asked acts.
+        self._cgroup_answers: dict[tuple[int, int, int], str | None] = {}
+        #: Cgroup checks in progress, by uid.
+        self._checking: dict[int, int] = {}
         #: The node's record of which GPUs the scheduler gave each job (the SLURM prolog registers them).
         self.jobs = JobRegistry(journal.folder, lambda index: index in self.devices)
 
@@ -424,24 +439,85 @@ class Agent:
                 "`registered` (the SLURM prolog registers each job's GPUs)"
             )
         if self.config.allocation == AllocationPolicy.CGROUP:
-            return self._cgroup_problem(caller, index)
+            return self._cgroup_allocation_problem(caller, index)
         return None
 
-    def _cgroup_problem(self, caller: Holder, index: int) -> str | None:
-        """`allocation: cgroup`: why the caller's device cgroup does not let it open GPU `index`; None if it does."""
+    def _cgroup_decides(self, caller: Holder, index: int) -> bool:
+        """Whether a change `caller` asks on GPU `index` needs its device cgroup checked.
+
+        Under `allocation: cgroup`, for a user other than root with no job registered, unless the caller
+        holds the GPU already: it was checked when it took the lease, and its answer holds for the lease
+        (a process cannot widen its own device cgroup).
+        """
+        if caller.uid == 0 or self.config.allocation != AllocationPolicy.CGROUP or index not in self.devices:
+            return False
+        if self.jobs.of_uid(caller.uid):
+            return False
         try:
-            cgroup = device_cgroup(caller.pid)
-            node = device_node(self.devices[index].spec())
-            if cgroup_may_open(cgroup, node):
-                return None
+            return not self.leases.check(index, caller)
+        except LeaseConflict:
+            return True
+
+    async def check_allocation(self, caller: Holder, index: int) -> None:
+        """Ask the kernel, off the event loop, whether `caller`'s device cgroup may open GPU `index`.
+
+        The HTTP layer awaits this before a change; the change then uses the answer (and `forget_check`
+        drops it). Each user may have `MAX_CGROUP_CHECKS_PER_UID` checks in progress; the check itself
+        ends within `wattwise.agent.cgroups.PROBE_TIMEOUT_S`. Other clients are served meanwhile.
+
+        Raises:
+            Busy: The caller's user has as many checks in progress as it may.
+        """
+        if not self._cgroup_decides(caller, index):
+            return
+        uid = caller.uid
+        if self._checking.get(uid, 0) >= MAX_CGROUP_CHECKS_PER_UID:
+            raise Busy(
+                f"uid {uid} has {MAX_CGROUP_CHECKS_PER_UID} cgroup checks in progress already; ask again "
+                "when one has ended"
+            )
+        self._checking[uid] = self._checking.get(uid, 0) + 1
+        try:
+            problem = await asyncio.to_thread(self._cgroup_problem, caller, index, self.devices[index].spec())
+        finally:
+            left = self._checking.pop(uid) - 1
+            if left:
+                self._checking[uid] = left
+        self._cgroup_answers[(caller.pid, caller.start_ticks, index)] = problem
+
+    def forget_check(self, caller: Holder, index: int) -> None:
+        """Drop `check_allocation`'s answer for `caller` and GPU `index` (its request has acted on it)."""
+        self._cgroup_answers.pop((caller.pid, caller.start_ticks, index), None)
+
+    def _cgroup_allocation_problem(self, caller: Holder, index: int) -> str | None:
+        if not self._cgroup_decides(caller, index):
+            return None  # the lease's holder was checked when it took it
+        key = (caller.pid, caller.start_ticks, index)
+        if key in self._cgroup_answers:
+            return self._cgroup_answers.pop(key)
+        # A caller in this process (a test, a tool) that did not ask `check_allocation` first.
+        return self._cgroup_problem(caller, index, self.devices[index].spec())
+
+    def _cgroup_problem(self, caller: Holder, index: int, spec: dict[str, Any]) -> str | None:
+        """`allocation: cgroup`: why the caller's device cgroup does not let it open GPU `index`; None if it does.
+
+        Blocking (`cgroup_check`): called in a worker thread by `check_allocation`.
+        """
+        try:
+            answer = self.cgroup_check(caller.pid, spec)
         except CgroupUnknown as err:
             return (
                 f"GPU {index}: the agent cannot tell whether pid {caller.pid} may use it ({err}); its "
                 "allocation policy is `cgroup`"
             )
+        if not process_alive(caller):  # the cgroup read may be another process's, which took the pid since
+            return f"GPU {index}: pid {caller.pid} ended while its cgroup was checked"
+        if answer.may_open:
+            return None
         return (
             f"GPU {index} is outside the allocation of pid {caller.pid} (uid {caller.uid}): its device "
-            f"cgroup {cgroup} may not open {node}; a job may change only the GPUs its container or job was given"
+            f"cgroup {answer.cgroup} may not open {answer.node}; a job may change only the GPUs its container "
+            "or job was given"
         )
 
     def register_job(self, job_id: str, uid: int, gpus: list[int], caller: Holder) -> JobAllocationInfo:

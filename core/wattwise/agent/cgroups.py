@@ -21,6 +21,7 @@ import glob
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,29 @@ except OSError:
 
 class CgroupUnknown(Exception):
     """The caller's device cgroup, or the GPU's device node, cannot be found: the agent cannot decide."""
+
+
+@dataclass(frozen=True)
+class CgroupAnswer:
+    """What the kernel said: whether the device cgroup `cgroup` may open the GPU's device node `node`."""
+
+    may_open: bool
+    cgroup: Path
+    node: str
+
+
+def check_gpu(pid: int, spec: dict[str, Any]) -> CgroupAnswer:
+    """Whether process `pid`'s device cgroup may open the GPU of `spec` (`Device.spec()`).
+
+    Blocking (it reads /proc and runs the helper, up to `PROBE_TIMEOUT_S`): the agent calls it from a
+    worker thread, never on its event loop.
+
+    Raises:
+        CgroupUnknown: The cgroup or the device node cannot be found, or the helper could not decide.
+    """
+    cgroup = device_cgroup(pid)
+    node = device_node(spec)
+    return CgroupAnswer(cgroup_may_open(cgroup, node), cgroup, node)
 
 
 def device_cgroup(pid: int, root: Path = CGROUP_ROOT) -> Path:
@@ -131,8 +155,10 @@ def cgroup_may_open(cgroup: Path, node: str) -> bool:
             timeout=PROBE_TIMEOUT_S,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise CgroupUnknown(f"cannot check its cgroup {cgroup} ({err})") from None
+    except subprocess.TimeoutExpired:
+        raise CgroupUnknown(f"cannot check its cgroup {cgroup}: no answer in {PROBE_TIMEOUT_S:g} s") from None
+    except OSError as err:
+        raise CgroupUnknown(f"cannot check its cgroup {cgroup} ({err.strerror or type(err).__name__})") from None
     if done.returncode not in (0, DENIED):
         last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no answer"])[-1]
         raise CgroupUnknown(f"cannot join its cgroup {cgroup} to check ({last})")

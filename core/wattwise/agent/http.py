@@ -17,12 +17,14 @@ Routes (JSON in and out; errors are `{"error": "one line"}`):
 `{index}` is a GPU's index (ASCII digits) or its UUID (as the status shows it). The caller is who the
 kernel says it is (SO_PEERCRED on the connection), never what the body claims.
 Answers: 400 malformed or out of the GPU's range, 403 not allowed (or outside the admin's bounds), 404 no
-such GPU, 409 held by another process, 413 body too large, 500 the device or the agent failed: each
+such GPU, 409 held by another process, 413 body too large (refused before it is read), 429 the caller's
+user has as many cgroup checks in progress as it may, 500 the device or the agent failed: each
 refusal of `wattwise.agent.agent` has its status in `STATUS_OF`, the one place that maps them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -38,18 +40,25 @@ from wattwise.agent.agent import (
     AgentCounts,
     AgentFault,
     AgentRefusal,
+    Busy,
     Conflict,
     InvalidRequest,
     NoSuchGPU,
     NotAllowed,
 )
+from wattwise.agent.connections import ConnectionLimits
 from wattwise.agent.leases import Holder
-from wattwise.agent.processes import peer_credentials, process_groups, process_start_ticks
+from wattwise.agent.processes import Peer, identify_peer, process_groups
+from wattwise.agent.wire import GpuStatus
 
 log = logging.getLogger(__name__)
 
 #: Requests are a few dozen bytes: anything larger is refused before it is read.
 MAX_BODY_BYTES = 64 * 1024
+#: Seconds a request's body may take to arrive once its header has (a client sends it at once).
+BODY_DEADLINE_S = 1.0
+#: Where the app finds the connections' peers, pinned at accept (`ConnectionLimits.peer_of`).
+LIMITS_KEY = web.AppKey("limits", ConnectionLimits)
 
 #: The HTTP status of each kind of refusal.
 STATUS_OF: dict[type[AgentRefusal], int] = {
@@ -57,6 +66,7 @@ STATUS_OF: dict[type[AgentRefusal], int] = {
     NotAllowed: 403,
     NoSuchGPU: 404,
     Conflict: 409,
+    Busy: 429,
     AgentFault: 500,
 }
 
@@ -106,19 +116,41 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _caller(request: web.Request) -> tuple[Holder, set[int]]:
-    """The calling process as the kernel names it, and its groups; the job name is the body's."""
+    """The calling process as the kernel named it when its connection was accepted, and its groups.
+
+    The process is the one pinned at accept (`wattwise.agent.processes.Peer`): its groups are read now,
+    then the agent checks that the same process still runs under the pid, so a pid recycled since (by
+    another user's process) is refused, never taken for the caller. The job name is the body's.
+    """
+    limits = request.app.get(LIMITS_KEY)
+    peer = limits.peer_of(request.transport) if limits is not None else None
+    if peer is not None:
+        return _pinned(peer)
+    # An app served without the agent's listener (in-process use): pinned now.
     sock = request.transport.get_extra_info("socket") if request.transport else None
     if sock is None:
         raise InvalidRequest("connection closed")
-    pid, uid, gid = peer_credentials(sock)
-    ticks = process_start_ticks(pid)
-    if pid <= 0 or ticks is None:
+    peer = identify_peer(sock)
+    try:
+        return _pinned(peer)
+    finally:
+        peer.close()
+
+
+def _pinned(peer: Peer) -> tuple[Holder, set[int]]:
+    groups = process_groups(peer.pid, peer.gid)
+    if peer.start_ticks is None or not peer.same_process():
         raise InvalidRequest("the calling process is gone (or is in another PID namespace)")
-    return Holder(pid, uid, "", ticks), process_groups(pid, gid)
+    return Holder(peer.pid, peer.uid, "", peer.start_ticks), groups
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length)
+    try:
+        raw = await asyncio.wait_for(request.read(), BODY_DEADLINE_S)
+    except TimeoutError:
+        raise InvalidRequest(f"the request body did not arrive within {BODY_DEADLINE_S:g} s") from None
     try:
         data = json.loads(raw or b"{}")
     except (ValueError, UnicodeDecodeError):
@@ -172,8 +204,17 @@ def _gpu(text: Any, agent: Agent) -> int:
     raise NoSuchGPU(f"no GPU {str(text)[:80]!r} on this node (a GPU is named by its index or its uuid)")
 
 
-def make_app(agent: Agent) -> web.Application:
-    """The aiohttp application serving `agent`."""
+async def _changed(agent: Agent, index: int, caller: Holder, change: Callable[[], GpuStatus]) -> web.Response:
+    """Make a change for `caller` on GPU `index` once its allocation is checked (off the event loop)."""
+    await agent.check_allocation(caller, index)
+    try:
+        return web.json_response(change())
+    finally:
+        agent.forget_check(caller, index)
+
+
+def make_app(agent: Agent, limits: ConnectionLimits | None = None) -> web.Application:
+    """The aiohttp application serving `agent`; `limits`: the listener's, which knows each connection's peer."""
 
     async def status(request: web.Request) -> web.Response:
         return web.json_response(agent.status())
@@ -186,21 +227,21 @@ def make_app(agent: Agent) -> web.Application:
         data = await _body(request)
         caller, gids = _caller(request)
         holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks, _job(data, "job_id"))
-        return web.json_response(agent.set_power_limit(index, holder, gids, _number(data, "watts")))
+        watts = _number(data, "watts")
+        return await _changed(agent, index, holder, lambda: agent.set_power_limit(index, holder, gids, watts))
 
     async def lock_clocks(request: web.Request) -> web.Response:
         index = _index(request, agent)
         data = await _body(request)
         caller, gids = _caller(request)
         holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks, _job(data, "job_id"))
-        return web.json_response(
-            agent.lock_sm_clocks(index, holder, gids, _integer(data, "min_mhz"), _integer(data, "max_mhz"))
-        )
+        low, high = _integer(data, "min_mhz"), _integer(data, "max_mhz")
+        return await _changed(agent, index, holder, lambda: agent.lock_sm_clocks(index, holder, gids, low, high))
 
     async def reset_clocks(request: web.Request) -> web.Response:
         index = _index(request, agent)
         caller, gids = _caller(request)
-        return web.json_response(agent.reset_sm_clocks(index, caller, gids))
+        return await _changed(agent, index, caller, lambda: agent.reset_sm_clocks(index, caller, gids))
 
     async def release(request: web.Request) -> web.Response:
         index = _index(request, agent)
@@ -246,6 +287,8 @@ def make_app(agent: Agent) -> web.Application:
         return web.json_response({"job_id": job_id, "ended": agent.end_job(job_id, caller)})
 
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors(agent.counts)])
+    if limits is not None:
+        app[LIMITS_KEY] = limits
     app.router.add_post("/v1/jobs", register_job)
     app.router.add_delete("/v1/jobs/{job_id}", end_job)
     app.router.add_get("/v1/gpus", status)

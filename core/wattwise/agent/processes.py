@@ -10,15 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import socket
 import struct
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 from wattwise.agent.leases import Holder
 
 #: How often a holder is checked when pidfd is unavailable (Linux before 5.3).
 POLL_S = 0.2
+#: Where the kernel shows its processes (a test points it at a folder of its own).
+PROC = "/proc"
+#: SO_PEERPIDFD (Linux 6.5): a pidfd of the peer as it was at connect, which no recycled pid can fool.
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
 
 
 def peer_credentials(sock: Any) -> tuple[int, int, int]:
@@ -28,13 +34,87 @@ def peer_credentials(sock: Any) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
+@dataclass(frozen=True)
+class Peer:
+    """The process at the other end of a connection, pinned when the agent accepted it.
+
+    Its pid, uid and gid are SO_PEERCRED's, read at accept. The process itself is pinned by a pidfd
+    (SO_PEERPIDFD where the kernel offers it, else `os.pidfd_open` at accept) and by its start time read
+    at accept: a request acts for this process only while `same_process` holds, so a pid the caller's
+    process gave up and another user's process took later is never taken for the caller.
+    """
+
+    pid: int
+    uid: int
+    gid: int
+    #: Start time read at accept (clock ticks since boot); None: gone already, or not the peer's process.
+    start_ticks: int | None
+    #: A pidfd of the process; None where the kernel offers none (then the start time alone pins it).
+    pidfd: int | None = None
+
+    def same_process(self) -> bool:
+        """Whether the process accepted still runs under its pid.
+
+        True means the reads of /proc made before this call (its groups, its cgroup) were of that process.
+        """
+        if self.start_ticks is None or self.pid <= 0:
+            return False
+        if self.pidfd is not None and _pidfd_ended(self.pidfd):
+            return False
+        return process_start_ticks(self.pid) == self.start_ticks
+
+    def close(self) -> None:
+        """Let go of the pidfd (the connection ended)."""
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+
+
+def identify_peer(sock: Any) -> Peer:
+    """The peer of an accepted connection, pinned now (see `Peer`).
+
+    The start time is taken only when the process under the pid runs as the uid SO_PEERCRED names (real
+    or effective): a pid recycled between the connect and the accept by another user's process pins nothing.
+    """
+    pid, uid, gid = peer_credentials(sock)
+    pidfd = _peer_pidfd(sock)
+    if pidfd is None and pid > 0 and hasattr(os, "pidfd_open"):
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(pid)
+    ticks = process_start_ticks(pid) if pid > 0 else None
+    found = parent_and_uids(pid) if ticks is not None else None
+    if found is None or uid not in found[1]:
+        ticks = None
+    peer = Peer(pid, uid, gid, ticks, pidfd)
+    if ticks is not None and not peer.same_process():  # ended (and perhaps replaced) while it was read
+        peer = Peer(pid, uid, gid, None, pidfd)
+    return peer
+
+
+def _peer_pidfd(sock: Any) -> int | None:
+    """SO_PEERPIDFD's pidfd of the peer; None where the kernel (before 6.5) or the socket offers none."""
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, struct.calcsize("i"))
+    except (OSError, AttributeError, TypeError):
+        return None
+    fd = int(struct.unpack("i", raw)[0]) if isinstance(raw, bytes) else int(raw)
+    return fd if fd >= 0 else None
+
+
+def _pidfd_ended(fd: int) -> bool:
+    """Whether the process of pidfd `fd` has ended (a pidfd polls readable once it has)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def _stat_fields(pid: int | str, *, ended_too: bool = False) -> list[str] | None:
     """`/proc/PID/stat` after the command name (state, ppid, pgrp, ...).
 
     None when the process is gone, or (unless `ended_too`) a zombie: ended, its parent not told yet.
     """
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
+        with open(f"{PROC}/{pid}/stat", "rb") as fh:
             text = fh.read().decode("ascii", "replace")
     except OSError:
         return None
@@ -71,7 +151,7 @@ def groups_with_members(pgids: Collection[int]) -> set[int]:
     found: set[int] = set()
     if not wanted:
         return found
-    for entry in os.scandir("/proc"):
+    for entry in os.scandir(PROC):
         if entry.name.isdigit():
             fields = _stat_fields(entry.name)
             if fields is not None and fields[2] in wanted and fields[2] != entry.name:
@@ -98,7 +178,7 @@ def parent_and_uids(pid: int) -> tuple[int, set[int]] | None:
     ppid: int | None = None
     uids: set[int] = set()
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+        with open(f"{PROC}/{pid}/status", encoding="ascii", errors="replace") as fh:
             for line in fh:
                 if line.startswith("PPid:"):
                     ppid = int(line.split()[1])
@@ -116,7 +196,7 @@ def namespace_pids(pid: int) -> list[int] | None:
     namespace, the last its pid as the container sees it. None when it is gone (or the kernel shows no `NSpid`).
     """
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+        with open(f"{PROC}/{pid}/status", encoding="ascii", errors="replace") as fh:
             for line in fh:
                 if line.startswith("NSpid:"):
                     return [int(n) for n in line.split()[1:]] or None
@@ -139,7 +219,7 @@ def child_as_seen_by_agent(parent: int, child: int) -> int | None:
     if len(mine) == 1:
         return child
     level = len(mine) - 1
-    for entry in os.scandir("/proc"):
+    for entry in os.scandir(PROC):
         if not entry.name.isdigit():
             continue
         found = parent_and_uids(int(entry.name))
@@ -154,7 +234,7 @@ def child_as_seen_by_agent(parent: int, child: int) -> int | None:
 def process_groups(pid: int, gid: int) -> set[int]:
     """The primary and supplementary groups of a process."""
     groups = {gid}
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+    with contextlib.suppress(OSError), open(f"{PROC}/{pid}/status", encoding="ascii", errors="replace") as fh:
         for line in fh:
             if line.startswith("Groups:"):
                 groups.update(int(g) for g in line.split()[1:] if g.isdigit())

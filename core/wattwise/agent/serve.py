@@ -24,8 +24,9 @@ from aiohttp import web
 
 from wattwise.agent.agent import Agent
 from wattwise.agent.config import load_config
-from wattwise.agent.connections import ConnectionLimits, quiet_client_logs, raise_open_file_limit
+from wattwise.agent.connections import ConnectionLimits, Listener, quiet_client_logs, raise_open_file_limit
 from wattwise.agent.http import make_app
+from wattwise.agent.processes import Peer, identify_peer
 from wattwise.devices.base import Device
 from wattwise.errors import UsageError
 from wattwise.safe_files import private_folder_problem
@@ -173,8 +174,33 @@ def reload_config(agent: Agent, path: str | None) -> None:
     log.warning("wattwise agent: SIGHUP: read %s again", path)
 
 
-async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] | None = None) -> None:
-    """Serve until SIGTERM or SIGINT (SIGHUP reads the config again), then restore and remove the socket."""
+def listen_unix(path: Path) -> socket.socket:
+    """The agent's listening socket bound at `path`, mode 0600 from the start (`share_socket` opens it)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    previous = os.umask(0o177)  # no moment where others could connect before the chmod of share_socket
+    try:
+        sock.bind(str(path))
+        sock.listen(LISTEN_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.umask(previous)
+    return sock
+
+
+async def serve(
+    agent: Agent,
+    options: ServeOptions,
+    ready: Callable[[], None] | None = None,
+    *,
+    identify: Callable[[socket.socket], Peer] = identify_peer,
+) -> None:
+    """Serve until SIGTERM or SIGINT (SIGHUP reads the config again), then restore and remove the socket.
+
+    `identify`: how an accepted connection's peer is pinned (`wattwise.agent.processes.identify_peer`;
+    tests stand other users in for the test's own process).
+    """
     gid = group_id(options.group)
     path = Path(options.socket)
     prepare_socket(path)
@@ -192,16 +218,13 @@ async def serve(agent: Agent, options: ServeOptions, ready: Callable[[], None] |
     quiet_client_logs()
     raise_open_file_limit()
     agent.start_watching(loop)
-    runner = web.AppRunner(make_app(agent), access_log=None, handle_signals=False, keepalive_timeout=2.0)
-    await runner.setup()
     limits = ConnectionLimits(loop)
+    runner = web.AppRunner(make_app(agent, limits), access_log=None, handle_signals=False, keepalive_timeout=2.0)
+    await runner.setup()
     assert runner.server is not None  # set by setup()
-    previous = os.umask(0o177)  # no moment where others could connect before the chmod below
-    try:
-        server = await loop.create_unix_server(limits.factory(runner.server), str(path), backlog=LISTEN_BACKLOG)
-    finally:
-        os.umask(previous)
+    server = Listener(loop, listen_unix(path), runner.server, limits, identify)
     share_socket(path, gid)
+    server.start()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

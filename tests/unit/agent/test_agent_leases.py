@@ -378,7 +378,14 @@ def test_a_url_names_a_gpu_by_its_ascii_index_or_its_exact_uuid(tmp_path: Path) 
 
 def test_each_kind_of_refusal_is_answered_with_its_own_status() -> None:
     statuses = {kind.__name__: status_of(kind("refused")) for kind in AgentRefusal.__subclasses__()}
-    assert statuses == {"InvalidRequest": 400, "NotAllowed": 403, "NoSuchGPU": 404, "Conflict": 409, "AgentFault": 500}
+    assert statuses == {
+        "InvalidRequest": 400,
+        "NotAllowed": 403,
+        "NoSuchGPU": 404,
+        "Conflict": 409,
+        "Busy": 429,
+        "AgentFault": 500,
+    }
 
 
 def test_a_release_the_gpu_refuses_says_failed_and_keeps_the_lease(
