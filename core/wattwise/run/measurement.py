@@ -343,8 +343,9 @@ class RunMeasurement:
         else:  # one of several with nothing to measure: it keeps in step with the others (module docstring)
             self.lost = nothing
             self.monitor = self._unmeasured_monitor()
-        if cfg.devices.simulated_drive == "steps" and self.gpus:
-            self.drive = StepDrive(self.gpus)
+        # Processes of several agree on each step's stretch: each makes the drive when any has a simulated GPU.
+        if cfg.devices.simulated_drive == "steps" and (self.figures_simulated if coll.world_size > 1 else self.gpus):
+            self.drive = StepDrive(self.gpus, coll)
         self.active = True
         self._read(lambda mon: mon.begin_windows([Window.FIT, Window.STEPS]))
         return True
