@@ -436,3 +436,49 @@ def test_the_pages_read_a_postgresql_store(fresh_postgres: str) -> None:
     rows = history.several([first.id, "20261201T11"])
     assert "-5,000.0 J (-16.7%)" in pages.compare_page(rows, [None, None])
     assert "batch sizes tried" in pages.job_page(history.job(job))
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A dashboard over a store of 20,000 runs and one row that does not read as a run: its base URL."""
+    from tests.support.many_runs import write_many_runs
+
+    store = tmp_path_factory.mktemp("crowded") / "jobs.sqlite"
+    write_many_runs(store, 20_000, hostile=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "wattwise", "dashboard", "--port", "0", "--store", str(store), "--token", TOKEN],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        yield server.stdout.readline().split()[3].removesuffix(f"?token={TOKEN}")
+    finally:
+        server.terminate()
+        assert server.wait(timeout=30) == 0
+
+
+def test_a_store_of_20000_runs_and_one_unreadable_row_shows_a_page_of_runs_and_names_the_row(
+    crowded: str, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tests.support.many_runs import HOSTILE_ID
+    from wattwise.dashboard.pages import PAGE_SIZE
+
+    visit(browser, crowded)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#runs-table tbody tr")) == PAGE_SIZE
+    assert f"page 1 of {20_000 // PAGE_SIZE}" in browser.find_element(By.ID, "runs-pages").text
+    assert f"run {HOSTILE_ID} is unreadable" in browser.find_element(By.ID, "unreadable-runs").text
+    browser.find_element(By.ID, "page-next").click()
+    visit(browser, browser.current_url)
+    assert f"page 2 of {20_000 // PAGE_SIZE}" in browser.find_element(By.ID, "runs-pages").text
+
+
+def test_without_its_token_or_under_another_name_the_dashboard_answers_403(dashboard: Dashboard) -> None:
+    for headers in ({}, {**AUTHORIZED, "Host": "rebound.example:8050"}):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(dashboard.url, headers=headers), timeout=10)
+        assert refused.value.code == 403
+        assert not any(r.id in refused.value.read().decode() for r in dashboard.runs)
