@@ -70,3 +70,27 @@ class AllocationPolicy(StrEnum):
     REGISTERED = "registered"
     #: The GPUs the caller's cgroup may open.
     CGROUP = "cgroup"
+
+
+class EndedHow(StrEnum):
+    """How one process of a run ended, when the processes ended apart (a signal, an exception)."""
+
+    #: It ended of itself (its script returned, or it was told to end).
+    ENDED = "ended"
+    #: An exception ended it; its type is the detail.
+    RAISED = "raised"
+    #: A signal reached it; the signal's name is the detail.
+    SIGNALLED = "signalled"
+
+
+class RankNoteKind(StrEnum):
+    """What the summary says of one process of a run (`RankNote`), each kind rendered as one note."""
+
+    #: The processes ended apart: how each ended.
+    ENDED_APART = "ended_apart"
+    #: Its figures file could not be read: its energy is missing.
+    UNREADABLE = "unreadable"
+    #: It left no figures while the main process waited: its energy is missing.
+    NO_FIGURES = "no_figures"
+    #: It left its figures after the summary was written: they are beside it, not in the totals.
+    LATE = "late"

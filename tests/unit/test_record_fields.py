@@ -21,6 +21,7 @@ from wattwise.record.summary import (
     EpochEnergy,
     NonTrainingTime,
     PowerLimitSummary,
+    RankNote,
     RunSettings,
     RunSummary,
     SettingEvent,
@@ -29,6 +30,7 @@ from wattwise.record.summary import (
 )
 from wattwise.run import Run
 from wattwise.tools.workload import emulate_step
+from wattwise.vocabulary import EndedHow, RankNoteKind
 
 #: summary.json of `every_field()`, as wattwise wrote it before the record's fields were defined once (the
 #: fields added since, such as the energy uncertainties, at the end of their objects).
@@ -43,6 +45,7 @@ RECORDS = (
     RunSettings,
     CarbonAwareSummary,
     ProfileEntry,
+    RankNote,
 )
 
 
@@ -105,6 +108,10 @@ def every_field() -> RunSummary:
         wattwise_version="1.2.3",
         energy_uncertainty_j=18.25,
         simulated_driven_by="steps",
+        rank_notes=(
+            RankNote(RankNoteKind.ENDED_APART, 0, how=EndedHow.SIGNALLED, detail="SIGTERM"),
+            RankNote(RankNoteKind.LATE, 1, detail="interrupted-rank1.json", waited_s=3.0, energy_j=12.5),
+        ),
     )
 
 

@@ -12,6 +12,7 @@ from tests.support.two_processes import TwoProcesses
 from wattwise.distributed import Collective
 from wattwise.run.agreement import (
     FIGURES_LEFT,
+    Ended,
     RankEnd,
     agree,
     agree_opening,
@@ -20,6 +21,7 @@ from wattwise.run.agreement import (
     leave_rank_end,
     parse_rank_end,
 )
+from wattwise.vocabulary import EndedHow
 
 
 def rank_end(rank: int) -> RankEnd:
@@ -34,7 +36,7 @@ def rank_end(rank: int) -> RankEnd:
         rank=rank,
         timeline=[[1700000000.0, f"rank{rank}/gpu0", "power_limit_w", 200.0]],
         lifted=[],
-        ended="SIGTERM reached {ranks}",
+        ended=Ended(how=EndedHow.SIGNALLED, detail="SIGTERM"),
     )
 
 

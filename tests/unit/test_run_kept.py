@@ -20,8 +20,8 @@ from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import EnergyPluginWarning
 from wattwise.profile import ProfileEntry
 from wattwise.record.files import read_run_dir
-from wattwise.record.kept import LATEST, no_figures_note, summary_written_without, time_cost_s
-from wattwise.record.summary import PowerLimitSummary, RunSummary, TuningSummary
+from wattwise.record.kept import LATEST, leave_late_note, summary_written_without, time_cost_s
+from wattwise.record.summary import PowerLimitSummary, RankNote, RunSummary, TuningSummary, rank_notes_text
 from wattwise.run import Run
 from wattwise.run.history import keep_run
 from wattwise.store import spool
@@ -29,6 +29,7 @@ from wattwise.store import sql as sql_store
 from wattwise.store.limits_memory import LimitsMemory
 from wattwise.store.runs import list_runs
 from wattwise.tools.workload import emulate_step
+from wattwise.vocabulary import RankNoteKind
 
 QUIET = ["monitor.sample_power=false", "monitor.sync_cuda=false"]
 
@@ -160,9 +161,76 @@ def test_a_history_refused_for_another_cause_than_the_journal_is_warned(
         assert keep_run(tmp_path / "out", summary) is None
 
 
+def _ended_apart(output: Path, rank_notes: list[RankNote]) -> RunSummary:
+    """A two-process run's summary written into `output`, with what it says of its processes."""
+    summary = RunSummary(
+        status="interrupted",
+        start_time="2026-01-01T00:00:00+00:00",
+        end_time="2026-01-01T00:01:40+00:00",
+        time_s=100.0,
+        energy_j=2_000.0,
+        world_size=2,
+        notes=("a note of the run's own", *rank_notes_text(rank_notes)),
+        rank_notes=tuple(rank_notes),
+    )
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "summary.json").write_text(summary.to_json())
+    return summary
+
+
 def test_a_late_process_finds_itself_only_among_the_ranks_the_summary_says_left_no_figures(tmp_path: Path) -> None:
-    (tmp_path / "summary.json").write_text(json.dumps({"notes": ["other", no_figures_note([2, 12], 3.0)]}))
+    _ended_apart(tmp_path, [RankNote(RankNoteKind.NO_FIGURES, r, waited_s=3.0) for r in (2, 12)])
     assert summary_written_without(tmp_path, 2, since_s=0.0)
     assert summary_written_without(tmp_path, 12, since_s=0.0)
     assert not summary_written_without(tmp_path, 1, since_s=0.0)  # nor rank 1 in "rank 12"
     assert not summary_written_without(tmp_path, 2, since_s=4e9)  # a summary older than this run's start
+
+
+def test_a_late_process_decides_from_the_summary_s_values_never_from_its_notes_text(tmp_path: Path) -> None:
+    # A note that reads as the main process's (a user's label, an older release) names no rank for the code.
+    (tmp_path / "summary.json").write_text(
+        json.dumps(
+            {
+                "start_time": "2026-01-01T00:00:00+00:00",
+                "end_time": "2026-01-01T00:01:40+00:00",
+                "energy_j": 1.0,
+                "notes": ["rank 2 left no figures within 3 s of the main process's end"],
+            }
+        )
+    )
+    assert not summary_written_without(tmp_path, 2, since_s=0.0)
+
+
+def test_a_late_process_leaves_its_own_note_and_the_reader_merges_it_in_place_of_no_figures(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    own = out / "runs" / "run-1"
+    written = _ended_apart(own, [RankNote(RankNoteKind.NO_FIGURES, 1, waited_s=3.0)])
+    (out / "summary.json").write_text(written.to_json())
+    (out / "latest").symlink_to(Path("runs") / "run-1")
+    (out / "interrupted-rank1.json").write_text(json.dumps({"rank": 1, "energy": {"rank1/gpu0": 123.4}}))
+    before = {folder: (folder / "summary.json").read_bytes() for folder in (out, own)}
+
+    leave_late_note(out, 1, 123.4, figures_file="interrupted-rank1.json")
+
+    for folder in (out, own):
+        assert (folder / "summary.json").read_bytes() == before[folder]  # the main process's file, untouched
+        summary = read_run_dir(folder).summary
+        late = [n for n in summary.notes if n.startswith("rank 1 left its figures after this summary was written")]
+        assert len(late) == 1 and "interrupted-rank1.json" in late[0] and "123.4 J" in late[0], summary.notes
+        assert not [n for n in summary.notes if "left no figures" in n], summary.notes
+        assert "a note of the run's own" in summary.notes
+        assert [(n.kind, n.rank) for n in summary.rank_notes] == [
+            (RankNoteKind.NO_FIGURES, 1),
+            (RankNoteKind.LATE, 1),
+        ]
+    assert (own / "interrupted-rank1.json").exists()  # the figures are beside the run's own summary too
+
+
+def test_a_late_note_for_a_rank_the_summary_did_not_miss_is_not_merged(tmp_path: Path) -> None:
+    _ended_apart(tmp_path, [RankNote(RankNoteKind.NO_FIGURES, 1, waited_s=3.0)])
+    note = RankNote(RankNoteKind.LATE, 2, detail="interrupted-rank2.json", energy_j=5.0)
+    (tmp_path / "late-rank2.json").write_text(json.dumps(note.to_dict()))
+    (tmp_path / "late-rank1.json").write_text("{not json")
+    summary = read_run_dir(tmp_path).summary
+    assert [(n.kind, n.rank) for n in summary.rank_notes] == [(RankNoteKind.NO_FIGURES, 1)]
+    assert any("rank 1 left no figures" in n for n in summary.notes)

@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING
 from datetime import datetime, timezone
+from enum import StrEnum
 from typing import Any, NoReturn, TypeVar
 
 from wattwise.carbon.series import parse_timestamp_s
@@ -84,6 +85,23 @@ class Text(Codec):
     def load(self, f: JsonObject, key: str) -> str | None:
         """The string at `key` (`JsonObject.opt_text`)."""
         return f.opt_text(key)
+
+
+@dataclasses.dataclass(frozen=True)
+class Word(Codec):
+    """One word of a closed set (a `wattwise.vocabulary` StrEnum), read back as its member."""
+
+    kind: type[StrEnum]
+
+    def load(self, f: JsonObject, key: str) -> StrEnum | None:
+        """The member named by the string at `key`; a word outside the set is refused, naming the set."""
+        text = f.opt_text(key)
+        if text is None:
+            return None
+        try:
+            return self.kind(text)
+        except ValueError:
+            f.refuse(key, f"one of {', '.join(self.kind)}", text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,6 +411,10 @@ class JsonObject:
 
     def _fail(self, key: str, expected: str, value: Any) -> NoReturn:
         raise UsageError(f"{self.where}: {self.prefix}{key} must be {expected} (got {show(value)}); {FIX}")
+
+    def refuse(self, key: str, expected: str, value: Any) -> NoReturn:
+        """Raise the `UsageError` of `key` holding `value` where it must hold what `expected` says."""
+        self._fail(key, expected, value)
 
     def missing(self, key: str) -> NoReturn:
         """Raise the `UsageError` of a required `key` that is absent or null."""

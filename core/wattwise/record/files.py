@@ -20,20 +20,26 @@ from wattwise.errors import UsageError
 from wattwise.record.fields import (
     FIX,
     MAX_FIGURE,
+    JsonObject,
+    from_json,
     show,
 )
 from wattwise.record.fields import iso_utc as iso_utc  # re-exported: the record's time format
 from wattwise.record.summary import (
+    LATE_FILE,
     POWER_COLUMNS,
     POWER_FILE,
     SUMMARY_FILE,
     WINDOW_COLUMNS,
     WINDOW_LATER_COLUMNS,
     WINDOWS_FILE,
+    RankNote,
     RunSummary,
     parse_summary,
+    with_rank_notes,
 )
-from wattwise.safe_files import create_beside, read_text, replace_file
+from wattwise.safe_files import UntrustedFile, create_beside, read_text, read_trusted_json, replace_file
+from wattwise.vocabulary import RankNoteKind
 
 # -- windows.csv and power.csv rows --------------------------------------------------------------------
 #: The window of a pause of training (validation, a checkpoint; `wattwise.run.measurement.Window.PAUSE`):
@@ -280,7 +286,30 @@ def read_summary(path: Path) -> RunSummary:
         raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); {FIX}") from None
     except (ValueError, RecursionError) as err:
         raise UsageError(f"{path}: not valid JSON ({type(err).__name__}); {FIX}") from None
-    return parse_summary(raw, where=str(path))
+    return merge_late_notes(parse_summary(raw, where=str(path)), path.parent)
+
+
+#: A process's late note is one small object.
+MAX_LATE_NOTE_BYTES = 64 * 1024
+
+
+def merge_late_notes(summary: RunSummary, folder: Path) -> RunSummary:
+    """`summary` with the notes of its processes whose figures came after it was written.
+
+    Such a process leaves its own note beside the summary (`LATE_FILE`, `wattwise.record.kept.leave_late_note`)
+    instead of rewriting the main process's file; only a process the summary says left no figures is read,
+    and a note that cannot be trusted or read is no note.
+    """
+    late: list[RankNote] = []
+    for rank in sorted({n.rank for n in summary.rank_notes if n.kind == RankNoteKind.NO_FIGURES}):
+        path = folder / LATE_FILE.format(rank=rank)
+        try:
+            note = from_json(RankNote, JsonObject(read_trusted_json(path, max_bytes=MAX_LATE_NOTE_BYTES), str(path)))
+        except (OSError, UntrustedFile, ValueError, UsageError):
+            continue
+        if note.kind == RankNoteKind.LATE and note.rank == rank:
+            late.append(note)
+    return with_rank_notes(summary, [*summary.rank_notes, *late]) if late else summary
 
 
 def read_power_csv(path: Path) -> tuple[DeviceTrace, ...]:

@@ -18,14 +18,23 @@ import contextlib
 import os
 import shutil
 import stat
-from collections.abc import Sequence
 from pathlib import Path
 
+from wattwise.errors import UsageError
 from wattwise.profile import ProfileEntry
-from wattwise.record.summary import POWER_FILE, SUMMARY_FILE, WINDOWS_FILE, PowerLimitSummary, RunSummary
+from wattwise.record.summary import (
+    LATE_FILE,
+    POWER_FILE,
+    SUMMARY_FILE,
+    WINDOWS_FILE,
+    PowerLimitSummary,
+    RankNote,
+    RunSummary,
+    parse_summary,
+)
 from wattwise.safe_files import UntrustedFile, json_text, read_trusted_json, write_text
 from wattwise.store.history import RunRow
-from wattwise.vocabulary import RunMode
+from wattwise.vocabulary import RankNoteKind, RunMode
 
 #: The folder of an output folder that holds each run's own folder.
 RUNS_FOLDER = "runs"
@@ -117,19 +126,8 @@ def keep_folder(output_dir: str | os.PathLike[str], run_id: str, *, world_size: 
     return own
 
 
-#: Largest summary.json a late process reads back to add its note (a summary is a few kB).
+#: Largest summary.json a late process reads back to tell whether it was left out (a summary is a few kB).
 MAX_SUMMARY_BYTES = 16 * 1024 * 1024
-#: What the summary's note on processes that left no figures says after naming them (`no_figures_note`).
-NO_FIGURES = " left no figures within "
-
-
-def no_figures_note(ranks: Sequence[int], waited_s: float) -> str:
-    """The summary's note naming the processes that left no figures while the main process waited."""
-    return (
-        f"{', '.join(f'rank {r}' for r in ranks)}{NO_FIGURES}{waited_s:g} s of the main process's end (a "
-        "process still waiting in a collective for this one leaves them only once that collective fails): "
-        "their energy is missing; each process restores its own GPU settings as it ends"
-    )
 
 
 def summary_written_without(output_dir: str | os.PathLike[str], rank: int, *, since_s: float) -> bool:
@@ -138,23 +136,21 @@ def summary_written_without(output_dir: str | os.PathLike[str], rank: int, *, si
     try:
         if os.lstat(path).st_mtime < since_s:
             return False
-        notes = read_trusted_json(path, max_bytes=MAX_SUMMARY_BYTES, links=2).get("notes")
-    except (OSError, UntrustedFile, ValueError):
+        summary = parse_summary(read_trusted_json(path, max_bytes=MAX_SUMMARY_BYTES, links=2), where=str(path))
+    except (OSError, UntrustedFile, ValueError, UsageError):
         return False
-    if not isinstance(notes, list):
-        return False
-    named = [n.split(NO_FIGURES)[0].split(", ") for n in notes if isinstance(n, str) and NO_FIGURES in n]
-    return any(f"rank {rank}" in ranks for ranks in named)
+    return any(n.kind == RankNoteKind.NO_FIGURES and n.rank == rank for n in summary.rank_notes)
 
 
-def add_late_note(output_dir: str | os.PathLike[str], note: str, *, late_file: str) -> None:
-    """Add `note` to the summary in `output_dir` and in the run's own folder (`latest`); keep `late_file` there.
+def leave_late_note(output_dir: str | os.PathLike[str], rank: int, energy_j: float, *, figures_file: str) -> None:
+    """Say that `rank`'s figures came after the summary was written, in a note of its own beside the summary.
 
-    For a process of the run that left its figures after the main process had written the summary.
-    Each summary is read with the trust of every file read back and written whole under a new name.
+    The note (`LATE_FILE`) and the figures file go into the output folder and the run's own folder (`latest`);
+    the summary's reader merges the note (`wattwise.record.files.merge_late_notes`). The main process's
+    summary.json is never rewritten by another process.
 
     Raises:
-        OSError, UntrustedFile, ValueError: a summary cannot be read or written.
+        OSError: a note cannot be written.
     """
     out = Path(output_dir)
     own = out / LATEST
@@ -164,10 +160,7 @@ def add_late_note(output_dir: str | os.PathLike[str], note: str, *, late_file: s
         if resolved.parent == (out / RUNS_FOLDER).resolve() and resolved.is_dir():
             targets.append(resolved)
             with contextlib.suppress(OSError):
-                shutil.copy2(out / late_file, resolved / late_file, follow_symlinks=False)
+                shutil.copy2(out / figures_file, resolved / figures_file, follow_symlinks=False)
+    note = RankNote(RankNoteKind.LATE, rank, detail=figures_file, energy_j=energy_j)
     for folder in targets:
-        path = folder / SUMMARY_FILE
-        raw = read_trusted_json(path, max_bytes=MAX_SUMMARY_BYTES, links=2)
-        notes = raw.get("notes")
-        raw["notes"] = [*(notes if isinstance(notes, list) else []), note]
-        write_text(path, json_text(raw) + "\n")
+        write_text(folder / LATE_FILE.format(rank=rank), json_text(note.to_dict()) + "\n")

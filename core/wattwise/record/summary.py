@@ -21,7 +21,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ from wattwise.record.fields import (
     Timestamp,
     UnixTime,
     Whole,
+    Word,
     as_json,
     define_foreign,
     from_json,
@@ -56,13 +57,15 @@ from wattwise.record.fields import (
 )
 from wattwise.record.fields import iso_utc as iso_utc  # re-exported: the record's time format
 from wattwise.safe_files import finite_or_null
-from wattwise.vocabulary import RunMode, RunStatus
+from wattwise.vocabulary import EndedHow, RankNoteKind, RunMode, RunStatus
 
 SCHEMA = "wattwise.run/1"
 SCHEMA_PREFIX = "wattwise.run/"
 SUMMARY_FILE = "summary.json"
 WINDOWS_FILE = "windows.csv"
 POWER_FILE = "power.csv"
+#: What a process of the run whose figures came after the summary was written leaves beside it (a `RankNote`).
+LATE_FILE = "late-rank{rank}.json"
 POWER_COLUMNS = ("timestamp", "device", "power_w")
 #: The columns of windows.csv; each device adds `<key>_energy_j` between `energy_j` and `approximate`.
 WINDOW_COLUMNS = ("start_time", "window_name", "time_s", "energy_j", "approximate", "simulated")
@@ -280,6 +283,84 @@ class CarbonAwareSummary(_JsonRecord):
     intensity_source: str | None = field(default=None, metadata=as_json(Text()))
 
 
+@dataclass(frozen=True)
+class RankNote(_JsonRecord):
+    """What the summary says of one process of a run, keyed by its kind and rank.
+
+    The run's code decides from these, never from the notes' text; `rank_notes_text` renders them, every
+    process of one kind in one note, into the summary's `notes`.
+    """
+
+    kind: RankNoteKind = field(metadata=as_json(Word(RankNoteKind), required=True))
+    rank: int = field(metadata=as_json(Whole(), required=True))
+    #: How it ended (`ENDED_APART`).
+    how: EndedHow | None = field(default=None, metadata=as_json(Word(EndedHow)))
+    #: The signal's or exception's name (`ENDED_APART`), why its file was refused (`UNREADABLE`), or the file
+    #: that holds its figures (`LATE`).
+    detail: str | None = field(default=None, metadata=as_json(Text()))
+    #: How long the main process waited for its figures (s; `NO_FIGURES`).
+    waited_s: float | None = field(default=None, metadata=as_json(Number()))
+    #: The energy on its GPUs that the totals leave out (J; `LATE`).
+    energy_j: float | None = field(default=None, metadata=as_json(Number()))
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ", ".join(f"rank {r}" for r in ranks)
+
+
+def _ended(how: EndedHow | None, detail: str | None, ranks: Sequence[int]) -> str:
+    if how == EndedHow.SIGNALLED:
+        return f"{detail} reached {_ranks(ranks)}"
+    if how == EndedHow.RAISED:
+        return f"{_ranks(ranks)} raised {detail}"
+    return f"{_ranks(ranks)} ended"
+
+
+def no_figures_note(ranks: Sequence[int], waited_s: float) -> str:
+    """The note naming the processes that left no figures while the main process waited."""
+    return (
+        f"{_ranks(ranks)} left no figures within {waited_s:g} s of the main process's end (a "
+        "process still waiting in a collective for this one leaves them only once that collective fails): "
+        "their energy is missing; each process restores its own GPU settings as it ends"
+    )
+
+
+def rank_notes_text(notes: Sequence[RankNote]) -> tuple[str, ...]:
+    """The summary's notes on its processes: how they ended apart, whose figures are missing or came late.
+
+    A process whose figures came late is not also said to have left none.
+    """
+    of = {kind: sorted((n for n in notes if n.kind == kind), key=lambda n: n.rank) for kind in RankNoteKind}
+    text: list[str] = []
+    if of[RankNoteKind.ENDED_APART]:
+        groups: dict[tuple[EndedHow | None, str | None], list[int]] = {}
+        for n in of[RankNoteKind.ENDED_APART]:
+            groups.setdefault((n.how, n.detail), []).append(n.rank)
+        text.append(
+            "; ".join(_ended(how, detail, ranks) for (how, detail), ranks in groups.items())
+            + ": each restored its GPU settings and ended on its own; the figures are theirs up to then"
+        )
+    text.extend(f"rank {n.rank}: {n.detail}: its energy is missing" for n in of[RankNoteKind.UNREADABLE])
+    late = {n.rank for n in of[RankNoteKind.LATE]}
+    missing = [n for n in of[RankNoteKind.NO_FIGURES] if n.rank not in late]
+    if missing:
+        text.append(no_figures_note([n.rank for n in missing], missing[0].waited_s or 0.0))
+    text.extend(
+        f"rank {n.rank} left its figures after this summary was written ({n.detail}, beside it: "
+        f"{n.energy_j or 0.0:.1f} J on its GPUs, not in these totals); it was waiting in a collective for "
+        "the main process and could end only once that failed"
+        for n in of[RankNoteKind.LATE]
+    )
+    return tuple(text)
+
+
+def with_rank_notes(summary: RunSummary, notes: Sequence[RankNote]) -> RunSummary:
+    """`summary` with `notes` as its notes on its processes, in place of the text of those it had."""
+    old = set(rank_notes_text(summary.rank_notes))
+    kept = tuple(n for n in summary.notes if n not in old)
+    return dataclasses.replace(summary, rank_notes=tuple(notes), notes=(*kept, *rank_notes_text(notes)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunSummary(_JsonRecord):
     """`summary.json`: the whole run, energy summed and time maxed over processes.
@@ -333,6 +414,10 @@ class RunSummary(_JsonRecord):
     #: figures are its idle power only). None on hardware.
     simulated_driven_by: str | None = field(
         default=None, metadata=as_json(Text(), written=_said("simulated_driven_by"))
+    )
+    #: What `notes` says of the run's processes, as values (`RankNote`); written when there is one.
+    rank_notes: tuple[RankNote, ...] = field(
+        default=(), metadata=as_json(Records(RankNote), written=lambda record: bool(record.rank_notes))
     )
 
     @property

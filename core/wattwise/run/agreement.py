@@ -28,11 +28,13 @@ from typing import Any, TypedDict
 
 from wattwise.distributed import Collective
 from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
+from wattwise.vocabulary import EndedHow
 
 __all__ = [
     "FIGURES_LEFT",
     "SIGNALLED_WAIT_S",
     "Agreement",
+    "Ended",
     "Failure",
     "LeftBehind",
     "RankEnd",
@@ -176,6 +178,15 @@ def combine_telling(
     return windows, agree(collective, lost)
 
 
+class Ended(TypedDict):
+    """How one process ended when the processes ended apart (`RankEnd.ended`)."""
+
+    #: A `wattwise.vocabulary.EndedHow` word.
+    how: str
+    #: The signal's name (`SIGTERM`) or the exception's type, when it had one.
+    detail: str | None
+
+
 class _RankEndRequired(TypedDict):
     """The fields every process's end record has (`RankEnd` adds the optional ones)."""
 
@@ -197,8 +208,8 @@ class _RankEndRequired(TypedDict):
     timeline: list[list[Any]]
     #: The limits someone else lifted on its GPUs, one note each.
     lifted: list[str]
-    #: How it ended, with `{ranks}` for the ranks that ended so, when the processes ended apart; else None.
-    ended: str | None
+    #: How it ended, when the processes ended apart; else None.
+    ended: Ended | None
 
 
 class RankEnd(_RankEndRequired, total=False):
@@ -237,6 +248,16 @@ def _joules(value: Any, key: str) -> dict[str, float]:
     ):
         raise ValueError(f"{key} must map device labels to finite numbers")
     return {k: float(v) for k, v in value.items()}
+
+
+def _ended(raw: Mapping[str, Any]) -> Ended | None:
+    value = raw.get("ended")
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or value.get("how") not in tuple(EndedHow):
+        raise ValueError(f"ended must be null or {{how: one of {', '.join(EndedHow)}, detail}}")
+    detail = _text(value, "detail")
+    return Ended(how=EndedHow(value["how"]), detail=detail)
 
 
 def parse_rank_end(raw: Any, *, rank: int) -> RankEnd:
@@ -293,7 +314,7 @@ def parse_rank_end(raw: Any, *, rank: int) -> RankEnd:
         rank=rank,
         timeline=[list(e) for e in timeline],
         lifted=list(lifted),
-        ended=_text(raw, "ended"),
+        ended=_ended(raw),
     )
 
 

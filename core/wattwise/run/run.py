@@ -48,27 +48,36 @@ from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, plugin
 from wattwise.flags import UNDER_WATTWISE_RUN
 from wattwise.monitor import Measurement
 from wattwise.record.files import WindowsLog, power_rows, write_run_dir
-from wattwise.record.kept import add_late_note, no_figures_note, summary_written_without
+from wattwise.record.kept import leave_late_note, summary_written_without
 from wattwise.record.summary import (
     EpochEnergy,
     NonTrainingTime,
+    RankNote,
     RunSettings,
     RunSummary,
     SettingEvent,
     iso_utc,
     never_applied,
     never_applied_why,
+    rank_notes_text,
     with_saving_uncertainty,
 )
-from wattwise.run.agreement import FIGURES_LEFT, RankEnd, agree, agree_tuning, collect_rank_ends, leave_rank_end
+from wattwise.run.agreement import (
+    FIGURES_LEFT,
+    Ended,
+    RankEnd,
+    agree,
+    agree_tuning,
+    collect_rank_ends,
+    leave_rank_end,
+)
 from wattwise.run.carbon import CarbonControl
 from wattwise.run.history import keep_run
 from wattwise.run.measurement import Figures, RunFigures, RunMeasurement, Window
 from wattwise.run.power import PowerLimitControl
-from wattwise.safe_files import UntrustedFile
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
-from wattwise.vocabulary import RunMode, RunStatus
+from wattwise.vocabulary import EndedHow, RankNoteKind, RunMode, RunStatus
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -592,33 +601,7 @@ class Run:
 
         Returns the summary on every process (None when measurement was off).
         """
-        if self.finished or not self.started:
-            return None
-        self.finished = True
-        if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
-            status = RunStatus.INTERRUPTED
-        if self.measuring:  # where the figures are gathered below: no new collective otherwise
-            self._agree()  # a change that failed in one process since the last decision point
-        self.power.finish_tuning(self.step_count)
-        self._take_notices()
-        self.power.close()
-        if not self.measuring or self.measurement is None:
-            if self.measurement is not None:
-                self.measurement.close()
-            return None
-        fit = self.measurement.close()
-        if fit is None:  # start() itself failed
-            return None
-        # One exchange at the end: each process's figures, settings timeline and the limits someone lifted on
-        # its GPUs (only that process can tell).
-        per_rank = self.collective.all_gather(self._rank_end(fit))
-        figures = self.measurement.end_figures(per_rank)
-        summary = self._summarize(figures, status, self._timeline_and_lifted(per_rank))
-        if self.is_main:
-            write_run_dir(self.cfg.output_dir, summary, power_rows(figures.samples))
-            keep_run(self.cfg.output_dir, summary, store=self._store)
-        self.final_summary = summary
-        return summary
+        return self._wind_down(status, apart=False)
 
     def _last_words(self) -> None:
         """SIGTERM ends this process of several by its default action: `finish_alone`, from the guard's handler.
@@ -647,64 +630,98 @@ class Run:
         Returns:
             The run's summary on the main process; None elsewhere, or when nothing was measured.
         """
-        m = self.measurement
-        if self.collective.world_size == 1:
-            return self.finish(status)
+        apart = self.collective.world_size > 1
+        return self._wind_down(status, apart=apart, exc=exc, at_signal=at_signal and apart)
+
+    def _wind_down(
+        self, status: RunStatus, *, apart: bool, exc: BaseException | None = None, at_signal: bool = False
+    ) -> RunSummary | None:
+        """The one way a run ends: restore, close the measurement, gather every process's figures, write the record.
+
+        `apart`: the processes end without meeting (`finish_alone`): each leaves its figures in a file and the
+        main one collects them; otherwise they are exchanged in one collective (`finish`).
+        """
         if self.finished or not self.started:
             return None
         self.finished = True
+        if self.power.interrupted:  # SIGTERM/SIGINT: the framework or the script wound down after it
+            status = RunStatus.INTERRUPTED
+        if self.measuring and not apart:  # where the figures are gathered below: no new collective otherwise
+            self._agree()  # a change that failed in one process since the last decision point
         self.power.finish_tuning(self.step_count)
         self._take_notices()
         self.power.close()  # restores, and puts back the signal handlers the guard found
         if at_signal:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if not self.measuring or m is None:  # nothing to leave or gather; the settings are restored all the same
+        m = self.measurement
+        if not self.measuring or m is None:  # nothing to gather; the settings are restored all the same
             if m is not None:
                 m.close()
             return None
         fit = m.close()
-        if fit is None:
+        if fit is None:  # start() itself failed
             return None
+        if apart:
+            gathered = self._gather_apart(fit, self._ending(exc))
+            if gathered is None:  # not the main process: its figures are left for the main one
+                return None
+            per_rank, rank_notes = gathered
+            figures = m.figures(per_rank)
+        else:
+            # One exchange at the end: each process's figures, settings timeline and the limits someone lifted
+            # on its GPUs (only that process can tell).
+            per_rank, rank_notes = self.collective.all_gather(self._rank_end(fit)), []
+            figures = m.end_figures(per_rank)
+        summary = self._summarize(figures, status, self._timeline_and_lifted(per_rank), rank_notes)
+        if self.is_main:
+            write_run_dir(self.cfg.output_dir, summary, power_rows(figures.samples))
+            keep_run(self.cfg.output_dir, summary, store=self._store)
+        self.final_summary = summary
+        return summary
+
+    def _ending(self, exc: BaseException | None) -> Ended:
+        """How this process ended, apart from the others: a signal, an exception, or of itself."""
         guard = self.power.guard
         if guard is not None and guard.signalled:
-            ended, status = f"{signal.Signals(guard.signalled).name} reached {{ranks}}", RunStatus.INTERRUPTED
-        else:
-            ended = "{ranks} raised " + type(exc).__name__ if exc is not None else "{ranks} ended"
-        size, out = self.collective.world_size, Path(self.cfg.output_dir)
-        mine = self._rank_end(fit, ended=ended)
+            return Ended(how=EndedHow.SIGNALLED, detail=signal.Signals(guard.signalled).name)
+        if exc is not None:
+            return Ended(how=EndedHow.RAISED, detail=type(exc).__name__)
+        return Ended(how=EndedHow.ENDED, detail=None)
+
+    def _gather_apart(self, fit: Measurement, ended: Ended) -> tuple[list[RankEnd], list[RankNote]] | None:
+        """Every process's figures when they end apart, and what the summary says of each; None off the main one.
+
+        A process other than the main one leaves its figures in the output folder (and says so, should they
+        come after the summary); the main one collects those left within `agreement.SIGNALLED_WAIT_S`.
+        """
+        out, mine = Path(self.cfg.output_dir), self._rank_end(fit, ended=ended)
         if not self.is_main:
             leave_rank_end(out, mine)
             self._tell_if_late(out, mine)
             return None
+        size = self.collective.world_size
         left = collect_rank_ends(out, size)
         per_rank: dict[int, RankEnd] = {0: mine, **left.found}
-        ranks = sorted(per_rank)
-        by_end: dict[str, list[int]] = {}
-        for r in ranks:
-            by_end.setdefault(per_rank[r]["ended"] or "{ranks} ended", []).append(r)
-        self._noticed.append(
-            "; ".join(how.replace("{ranks}", ", ".join(f"rank {r}" for r in rs)) for how, rs in by_end.items())
-            + ": each restored its GPU settings and ended on its own; the figures are theirs up "
-            "to then"
+        ended_as = {r: per_rank[r]["ended"] or Ended(how=EndedHow.ENDED, detail=None) for r in sorted(per_rank)}
+        notes = [
+            RankNote(RankNoteKind.ENDED_APART, r, how=EndedHow(e["how"]), detail=e["detail"])
+            for r, e in ended_as.items()
+        ]
+        notes.extend(RankNote(RankNoteKind.UNREADABLE, r, detail=why) for r, why in sorted(left.refused.items()))
+        notes.extend(
+            RankNote(RankNoteKind.NO_FIGURES, r, waited_s=left.waited_s)
+            for r in range(size)
+            if r not in per_rank and r not in left.refused
         )
-        for r, why in sorted(left.refused.items()):
-            self._noticed.append(f"rank {r}: {why}: its energy is missing")
-        missing = [r for r in range(size) if r not in per_rank and r not in left.refused]
-        if missing:
-            self._noticed.append(no_figures_note(missing, left.waited_s))
-        at_hand = [per_rank[r] for r in ranks]
-        figures = m.figures(at_hand)
-        self.final_summary = self._summarize(figures, status, self._timeline_and_lifted(at_hand))
-        write_run_dir(self.cfg.output_dir, self.final_summary, power_rows(figures.samples))
-        keep_run(self.cfg.output_dir, self.final_summary, store=self._store)
-        return self.final_summary
+        return [per_rank[r] for r in sorted(per_rank)], notes
 
     def _tell_if_late(self, out: Path, mine: RankEnd) -> None:
-        """After leaving this process's figures: when the main process wrote the summary without them, say so there.
+        """After leaving this process's figures: when the main process wrote the summary without them, say so.
 
         A process waiting in a collective for the main one (as when a signal reaches every process of the
         job at once) runs its handlers only once that collective fails, which is when the main process has
-        ended: its figures come after the summary. They stay beside it, and a note says whose and where.
+        ended: its figures come after the summary. They stay beside it, with a note of this process's own that
+        says whose and where (the summary's reader merges it).
         """
         rank, name = mine["rank"], FIGURES_LEFT.format(rank=mine["rank"])
         deadline = time.monotonic() + LATE_WAIT_S
@@ -712,20 +729,14 @@ class Run:
             if not (out / name).exists():
                 return  # the main process read them
             if summary_written_without(out, rank, since_s=self._start_wall):
-                energy_j = sum(mine["energy"].values())
-                note = (
-                    f"rank {rank} left its figures after this summary was written ({name}, beside it: "
-                    f"{energy_j:.1f} J on its GPUs, not in these totals); it was waiting in a collective for "
-                    "the main process and could end only once that failed"
-                )
                 try:
-                    add_late_note(out, note, late_file=name)
-                except (OSError, UntrustedFile, ValueError) as err:
+                    leave_late_note(out, rank, sum(mine["energy"].values()), figures_file=name)
+                except OSError as err:
                     plugin_warning(f"wattwise: rank {rank}'s figures are in {out / name}, not in the summary ({err})")
                 return
             time.sleep(0.05)
 
-    def _rank_end(self, fit: Measurement, *, ended: str | None = None) -> RankEnd:
+    def _rank_end(self, fit: Measurement, *, ended: Ended | None = None) -> RankEnd:
         """What this process hands over at the end (`wattwise.run.agreement.RankEnd`).
 
         Its figures (`rank_figures`), its settings timeline, and the limits someone else lifted on its GPUs;
@@ -761,7 +772,13 @@ class Run:
                     self._notice(f"rank {r['rank']}: {message}")
         return [SettingEvent(*e) for r in per_rank for e in r["timeline"]]
 
-    def _summarize(self, figures: RunFigures, status: RunStatus, timeline: Sequence[SettingEvent]) -> RunSummary:
+    def _summarize(
+        self,
+        figures: RunFigures,
+        status: RunStatus,
+        timeline: Sequence[SettingEvent],
+        rank_notes: Sequence[RankNote] = (),
+    ) -> RunSummary:
         m = self.measurement
         assert m is not None
         limit = with_saving_uncertainty(
@@ -790,7 +807,8 @@ class Run:
             epochs=tuple(EpochEnergy(e.epoch, e.time_s, e.energy_j, e.energy_uncertainty_j) for e in figures.epochs),
             resumed_energy_j=figures.resumed_energy_j,
             devices=figures.devices,
-            notes=(*m.notes, *self._noticed, *self._idle_simulation_note(), *unapplied),
+            notes=(*m.notes, *self._noticed, *rank_notes_text(rank_notes), *self._idle_simulation_note(), *unapplied),
+            rank_notes=tuple(rank_notes),
             power_limit=limit,
             settings=RunSettings(
                 power_limit_w=self.power.applied_limit_w, batch_size=self.batch_size, frequency_plan=self.frequency_plan
