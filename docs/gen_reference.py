@@ -46,6 +46,8 @@ ENVIRONMENT: dict[str, str] = {
     "state (default `$XDG_STATE_HOME/wattwise`, else `~/.local/state/wattwise`)",
     "WATTWISE_STORE": "the job store: a SQLite path or a `postgresql://` URL (default `jobs.sqlite` in the "
     "state directory)",
+    "WATTWISE_DASHBOARD_TOKEN": "`wattwise dashboard`'s `--token` when not given: the token every request must "
+    "carry (default: a new random one each start, in the printed URL)",
     "WATTWISE_INTENSITY": "`wattwise report`'s `--intensity` when not given: gCO2e/kWh, a CSV series, or a code "
     "of the bundled table of yearly averages (`DE`, `gcp:europe-west1`)",
     "WATTWISE_SIMULATED_PHYSICS": "`realistic` (default: a counter that advances in steps, reads that take time, "
