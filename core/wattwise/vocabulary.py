@@ -94,3 +94,16 @@ class RankNoteKind(StrEnum):
     NO_FIGURES = "no_figures"
     #: It left its figures after the summary was written: they are beside it, not in the totals.
     LATE = "late"
+
+
+class SimulatedGpuName(StrEnum):
+    """Which GPU generation the realistic simulated GPU stands for (`devices.simulated_gpu`)."""
+
+    #: NVIDIA H100 SXM (Hopper), as measured by this project's acceptance run.
+    H100 = "h100"
+    #: NVIDIA A100 SXM (Ampere GA100).
+    A100 = "a100"
+    #: NVIDIA V100 (Volta).
+    V100 = "v100"
+    #: AMD Instinct MI300X (CDNA 3).
+    MI300X = "mi300x"
