@@ -32,6 +32,7 @@ The package map, one line per subpackage or module, from the entry points down t
 - `errors`: the errors wattwise raises on purpose, and the warning it gives when it degrades instead.
 - `names`: job names, what a user may call a training job.
 - `bounds`: physical bounds on every figure a user or a file gives wattwise.
+- `readable`: figures as people read them (`value ± uncertainty`, g or kg CO2e, s, min or h).
 - `extras`: which extra of `pip install 'wattwise[EXTRA]'` brings each optional dependency.
 - `tools/`: not library code: the acceptance checks, the demo, example data, the emulated workload.
 - `data/`: the small example inputs that `wattwise example-data` writes out.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import csv
 import math
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -168,6 +169,19 @@ def parse_series(text: str, quantity: Quantity, source: str | None = None) -> Se
         return load_series_csv(Path(text), quantity, source)
     _check_value(value, quantity, where=quantity.flag)
     return Constant(value, source or f"constant {quantity.flag} {text}")
+
+
+#: The environment variable that sets `--intensity` once (a number, a CSV series, or a table code), for
+#: `wattwise report` and the dashboard alike.
+INTENSITY_ENV = "WATTWISE_INTENSITY"
+
+
+def intensity_given(given: str | None, source: str | None = None) -> Series | None:
+    """`--intensity` when given, else `$WATTWISE_INTENSITY`, else None; an error names the one that gave it."""
+    if given:
+        return parse_series(given, INTENSITY, source)
+    from_env = os.environ.get(INTENSITY_ENV, "").strip()
+    return parse_series(from_env, INTENSITY.setting(INTENSITY_ENV), source) if from_env else None
 
 
 def load_series_csv(path: Path, quantity: Quantity, source: str | None = None) -> StepSeries:

@@ -7,17 +7,20 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from wattwise.carbon.series import INTENSITY, PRICE, PUE, Series, parse_series
+from wattwise.carbon.series import INTENSITY_ENV, PRICE, PUE, intensity_given, parse_series
 from wattwise.errors import UsageError
 from wattwise.record.files import read_run_dir
-from wattwise.record.report import FacilityInputs, build_report, energy_statement, report_json, write_report
-
-#: The environment variable that sets `--intensity` once (a number, a CSV series, or a table code).
-INTENSITY_ENV = "WATTWISE_INTENSITY"
+from wattwise.record.report import (
+    FacilityInputs,
+    build_report,
+    carry_inputs,
+    energy_statement,
+    report_json,
+    write_report,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -95,9 +98,17 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable_target(args.html)
     run_dir = read_run_dir(args.run_dir)
-    inputs = _inputs(args)
+    out = args.out or args.run_dir
+    inputs, carried = carry_inputs(_inputs(args), out)
+    if carried:
+        flags = " or ".join(c.split()[0] for c in carried)
+        print(
+            f"wattwise report: kept {'; '.join(carried)}: the report already in {out} was made with them "
+            f"(give {flags} to change)",
+            file=sys.stderr,
+        )
     report = build_report(run_dir, inputs)
-    written = write_report(report, args.out or args.run_dir)
+    written = write_report(report, out)
     if args.plot:
         from wattwise.record.plot import plot_run
 
@@ -105,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from wattwise.dashboard.pages import write_run_html
 
-        written.append(write_run_html(run_dir, args.html))
+        written.append(write_run_html(run_dir, args.html, report=report))
     if args.json:
         print(report_json(report), end="")
     elif args.statement == "eu-ai-act":
@@ -123,17 +134,9 @@ def _inputs(args: argparse.Namespace) -> FacilityInputs:
     """The facility inputs the flags give (PUE, intensity, price, where, what)."""
     return FacilityInputs(
         pue=parse_series(args.pue, PUE, args.pue_source) if args.pue else None,
-        intensity=_intensity(args.intensity, args.intensity_source),
+        intensity=intensity_given(args.intensity, args.intensity_source),
         price=parse_series(args.price, PRICE, args.price_source) if args.price else None,
         currency=args.currency,
         region=args.region,
         hardware=args.hardware,
     )
-
-
-def _intensity(given: str | None, source: str | None) -> Series | None:
-    """`--intensity`, else `$WATTWISE_INTENSITY`: an error names the one that gave the text."""
-    if given:
-        return parse_series(given, INTENSITY, source)
-    from_env = os.environ.get(INTENSITY_ENV, "").strip()
-    return parse_series(from_env, INTENSITY.setting(INTENSITY_ENV), source) if from_env else None

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wattwise import __version__
+from wattwise import __version__, readable
 from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.dashboard import charts
 from wattwise.errors import UsageError
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from wattwise.dashboard.history import JobHistory
     from wattwise.pipeline.plan import Choice, Frontier
+    from wattwise.record.report import RunReport
     from wattwise.recurring.spec import JobSpec, StoredRun
     from wattwise.recurring.summary import JobSummary
     from wattwise.store.limits_memory import RememberedLimit
@@ -330,27 +331,84 @@ def run_charts(run: RunDir) -> list[Chart]:
     return out
 
 
-def run_page(run: RunDir, assets: Assets, *, title: str) -> str:
-    """A run's page: its facts, charts and notes.
+#: What the carbon facts say when no carbon intensity is known, and how to give one.
+NO_INTENSITY = (
+    "not estimated: no carbon intensity given (wattwise report RUN --intensity DE, or $WATTWISE_INTENSITY; "
+    "wattwise carbon codes lists the countries and cloud regions)"
+)
+
+
+def run_report(run: RunDir) -> RunReport | str:
+    """The run's energy report as its page shows it, or why there is none.
+
+    The facility inputs are those of `$WATTWISE_INTENSITY`, else those the report in the run's folder was
+    made with (`wattwise report RUN --pue ... --intensity ...`), so the page says what the statement says.
+    """
+    from wattwise.carbon.series import intensity_given
+    from wattwise.record.report import FacilityInputs, build_report, carry_inputs
+
+    try:
+        inputs, _ = carry_inputs(FacilityInputs(intensity=intensity_given(None)), run.path)
+        return build_report(run, inputs)
+    except UsageError as err:
+        return f"not estimated: {err}"
+
+
+def carbon_facts(report: RunReport | str) -> list[Fact]:
+    """Facility energy and emissions, each with what it was computed at (PUE, carbon intensity and sources)."""
+    from wattwise.record.report import PUE_NOT_SUPPLIED
+
+    if isinstance(report, str):
+        return [Fact("emissions", report)]
+    r = report
+    share = (
+        (r.device_energy_uncertainty_j / r.device_energy_j)
+        if r.device_energy_uncertainty_j and r.device_energy_j
+        else None
+    )
+    facility = energy(r.facility_energy_j, r.facility_energy_j * share if share else None)
+    if r.pue_source == PUE_NOT_SUPPLIED:
+        facility += " (no PUE given: taken as the IT energy, a lower bound)"
+    else:
+        facility += f" (PUE {r.pue_effective:.3g}; {r.pue_source})"
+    facts = [Fact("facility energy", facility)]
+    if r.emissions_kg_co2e is None or r.intensity_effective_g_per_kwh is None:
+        facts.append(Fact("emissions", NO_INTENSITY))
+    else:
+        kg = r.emissions_kg_co2e
+        at = f"at {readable.intensity(r.intensity_effective_g_per_kwh)}; {r.intensity_source}"
+        facts.append(Fact("emissions", f"{readable.emissions(kg, kg * share if share else None)} ({at})"))
+    if r.cost is not None:
+        facts.append(Fact("electricity cost", f"{readable.sig(r.cost, 3)} {r.currency or ''} ({r.price_source})"))
+    return facts
+
+
+def run_page(run: RunDir, assets: Assets, *, title: str, report: RunReport | None = None) -> str:
+    """A run's page: its facts, its energy's carbon, charts and notes.
 
     Args:
         run: The run's folder, as read.
         assets: Served, or one self-contained file.
         title: The page's heading (the run's id, or its folder).
+        report: The run's energy report (`wattwise report --html` passes its own); None: `run_report`.
     """
     return render(
         "run.html",
         assets,
         title=title,
         simulated=simulated_text(run.summary),
-        facts=run_facts(run),
+        facts=run_facts(run) + carbon_facts(report if report is not None else run_report(run)),
         charts=run_charts(run),
         notes=run_notes(run),
     )
 
 
-def write_run_html(run: RunDir, path: str | os.PathLike[str], *, title: str | None = None) -> Path:
+def write_run_html(
+    run: RunDir, path: str | os.PathLike[str], *, title: str | None = None, report: RunReport | None = None
+) -> Path:
     """Write a run's page as one self-contained HTML file (Plotly embedded once); returns the path.
+
+    `report`: the energy report the page's carbon facts come from (None: `run_report`).
 
     Raises:
         UsageError: `path` is a folder.
@@ -359,7 +417,7 @@ def write_run_html(run: RunDir, path: str | os.PathLike[str], *, title: str | No
     if target.is_dir():
         raise UsageError(f"--html {target} is a directory; name the file to write, e.g. {target / 'run.html'}")
     check_writable_target(target)  # before the page is built: a device, FIFO or link is refused at once
-    write_text(target, run_page(run, SELF_CONTAINED, title=title or str(run.path)), user_named=True)
+    write_text(target, run_page(run, SELF_CONTAINED, title=title or str(run.path), report=report), user_named=True)
     return target
 
 

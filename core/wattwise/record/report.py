@@ -20,12 +20,15 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from wattwise import bounds
+from wattwise.bounds import Bound
 from wattwise.carbon.integrate import (
     J_PER_KWH,
     CombinedEnergy,
@@ -53,7 +56,15 @@ from wattwise.record.summary import (
     simulated_label,
     with_uncertainty,
 )
-from wattwise.safe_files import check_writable_target, json_text, output_dir, replace_file, write_text
+from wattwise.safe_files import (
+    UntrustedFile,
+    check_writable_target,
+    json_text,
+    output_dir,
+    read_trusted_json,
+    replace_file,
+    write_text,
+)
 from wattwise.vocabulary import RunMode, RunStatus
 
 REPORT_SCHEMA = "wattwise.report/1"
@@ -320,6 +331,69 @@ def report_csv_row(report: RunReport) -> dict[str, Any]:
             continue
         row[key] = value if value is None or isinstance(value, str | int | float) else json.dumps(value)
     return row
+
+
+#: The most bytes of an earlier `report.json` read back to carry its facility inputs.
+_EARLIER_REPORT_BYTES = 64 * 1024 * 1024
+#: An electricity cost: any finite amount (prices may be negative).
+_ANY_COST = Bound("electricity cost", "", None, math.inf)
+
+
+def carry_inputs(given: FacilityInputs, out_dir: str | os.PathLike[str]) -> tuple[FacilityInputs, list[str]]:
+    """The facility inputs of a report made (again) into `out_dir`, and the ones carried, as text to tell.
+
+    A PUE, carbon intensity or price that is not given now, but that the report already in `out_dir`
+    (its `report.json`) was made with, is kept, so that making the report again (for `--html` or `--plot`)
+    never silently replaces a statement made with `--pue` and `--intensity` by one that has neither. Each
+    carried input is the earlier report's energy-weighted figure over this same run, which gives the same
+    facility energy, emissions and cost, under the earlier source's name. An earlier report that cannot be
+    read (missing, not wattwise's, not trusted) carries nothing.
+    """
+    try:
+        earlier = read_trusted_json(Path(out_dir) / REPORT_JSON, max_bytes=_EARLIER_REPORT_BYTES)
+    except (OSError, UntrustedFile, ValueError):
+        return given, []
+    if earlier.get("schema") != REPORT_SCHEMA:
+        return given, []
+    carried: list[str] = []
+    changes: dict[str, Any] = {}
+
+    def within(value: float | None, bound: Bound) -> float | None:
+        return (
+            value if value is not None and (bound.low is None or value >= bound.low) and value <= bound.high else None
+        )
+
+    def figure(key: str, bound: Bound) -> float | None:
+        value = earlier.get(key)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+            return None
+        return within(float(value), bound)
+
+    def source(key: str, unsupplied: str) -> str | None:
+        text = earlier.get(key)
+        if not isinstance(text, str) or text in (unsupplied, NOT_SUPPLIED):
+            return None
+        return " ".join(text.split())[:500] or None  # one line, as the statement prints it
+
+    pue, pue_source = figure("pue_effective", bounds.PUE), source("pue_source", PUE_NOT_SUPPLIED)
+    if given.pue is None and pue is not None and pue_source is not None:
+        changes["pue"] = Constant(pue, pue_source)
+        carried.append(f"--pue {pue:.4g} ({pue_source})")
+    intensity = figure("intensity_effective_g_per_kwh", bounds.INTENSITY_G_PER_KWH)
+    intensity_source = source("intensity_source", NOT_SUPPLIED)
+    if given.intensity is None and intensity is not None and intensity_source is not None:
+        changes["intensity"] = Constant(intensity, intensity_source)
+        carried.append(f"--intensity {intensity:.4g} gCO2e/kWh ({intensity_source})")
+    cost, facility_kwh = figure("cost", _ANY_COST), figure("facility_energy_kwh", bounds.ENERGY_KWH)
+    price = within(cost / facility_kwh, bounds.PRICE_PER_KWH) if cost is not None and facility_kwh else None
+    price_source = source("price_source", NOT_SUPPLIED)
+    if given.price is None and price is not None and price_source is not None:
+        changes["price"] = Constant(price, price_source)
+        currency = earlier.get("currency")
+        if given.currency is None and isinstance(currency, str):
+            changes["currency"] = " ".join(currency.split())[:20] or None
+        carried.append(f"--price {price:.4g} ({price_source})")
+    return replace(given, **changes), carried
 
 
 def write_report(report: RunReport, out_dir: Path) -> list[Path]:

@@ -1,0 +1,94 @@
+"""Figures as people read them: the one place wattwise's outputs turn a number and its unit into text.
+
+Every output that a person reads (the CLI's lines and tables, the dashboard, the HTML report, a printed
+`Measurement`) writes its figures through these helpers, so that a figure reads alike everywhere: an
+energy with its uncertainty (`12,345.6 ± 1.2 J`, both rounded to what the uncertainty resolves), a duration
+in the unit its size calls for (`45.2 s`, `1.2 min`, `3.4 h`, `2.1 days`, never `0.0199 h`), emissions in
+grams or kilograms (`0.75 g CO2e`, never `0.0007473 kg CO2e`). Files (JSON, CSV) keep SI numbers: only text
+for reading goes through here. A leaf module: it imports nothing of wattwise, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: How many significant digits a figure without an uncertainty keeps (`sig`).
+DIGITS = 2
+#: A minute, an hour and a day in seconds: a duration is written in the largest unit it holds twice.
+_DURATION_UNITS = ((86_400.0, "days"), (3_600.0, "h"), (60.0, "min"))
+
+
+def resolution(uncertainty: float) -> int:
+    """The decimal places a figure known to within `uncertainty` is shown with (negative: tens, hundreds).
+
+    The uncertainty keeps two significant digits when it starts with 1 or 2, else one.
+    """
+    exponent = math.floor(math.log10(uncertainty))
+    digits = 2 if uncertainty / 10.0**exponent < 3.0 else 1
+    return digits - 1 - exponent
+
+
+def with_uncertainty(
+    value: float, uncertainty: float | None, unit: str = "", *, places: int = 1, grouped: bool = False
+) -> str:
+    """`value ± uncertainty unit`, both rounded to what the uncertainty resolves.
+
+    Without an uncertainty (None or 0: an exact counter, or a summary that does not say) the value is
+    written with `places` decimals and no `±`. `grouped` writes thousands apart (`12,345.6`).
+    """
+    comma = "," if grouped else ""
+    suffix = f" {unit}" if unit else ""
+    if uncertainty is None or not math.isfinite(uncertainty) or uncertainty <= 0:
+        return f"{value:{comma}.{places}f}{suffix}"
+    decimals = resolution(uncertainty)
+    if decimals >= 0:
+        return f"{value:{comma}.{decimals}f} ± {uncertainty:.{decimals}f}{suffix}"
+    step = 10.0**-decimals
+    return f"{round(value / step) * step:{comma}.0f} ± {round(uncertainty / step) * step:.0f}{suffix}"
+
+
+def sig(value: float, digits: int = DIGITS) -> str:
+    """`value` to `digits` significant digits, whole numbers past them, never in exponent notation.
+
+    `0.0007473` -> `0.00075`, `1.19` -> `1.2`, `71.6` -> `72`, `1234.5` -> `1,234`.
+    """
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(value)))
+    decimals = max(0, digits - 1 - exponent)
+    return f"{round(value, decimals):,.{decimals}f}"
+
+
+def duration(seconds: float) -> str:
+    """A duration in the unit its size calls for: `45 s`, `1.2 min`, `3.4 h`, `2.1 days`."""
+    if not math.isfinite(seconds):
+        return "-"
+    for unit_s, name in _DURATION_UNITS:
+        if abs(seconds) >= 2 * unit_s:
+            return f"{sig(seconds / unit_s)} {name}"
+    if abs(seconds) >= 60.0:
+        return f"{sig(seconds / 60.0)} min"
+    return f"{sig(seconds, 3)} s"
+
+
+def _scaled(value: float, uncertainty: float | None, unit: str) -> str:
+    """`value unit`, with its uncertainty when there is one, else to `DIGITS` significant digits."""
+    if uncertainty is not None and math.isfinite(uncertainty) and uncertainty > 0:
+        return with_uncertainty(value, uncertainty, unit, grouped=True)
+    return f"{sig(value)} {unit}"
+
+
+def emissions(kg_co2e: float, uncertainty_kg: float | None = None) -> str:
+    """Emissions in the unit their size calls for: `0.75 g CO2e`, `12 kg CO2e`, `3.4 t CO2e`."""
+    if abs(kg_co2e) >= 1000.0:
+        return _scaled(kg_co2e / 1000.0, None if uncertainty_kg is None else uncertainty_kg / 1000.0, "t CO2e")
+    if abs(kg_co2e) >= 1.0:
+        return _scaled(kg_co2e, uncertainty_kg, "kg CO2e")
+    return _scaled(kg_co2e * 1000.0, None if uncertainty_kg is None else uncertainty_kg * 1000.0, "g CO2e")
+
+
+def intensity(g_per_kwh: float) -> str:
+    """A grid's carbon intensity: `380 gCO2e/kWh`."""
+    return f"{sig(g_per_kwh, 3)} gCO2e/kWh"
