@@ -150,6 +150,10 @@ class RunFigures:
     non_training: dict[str, PausedFigures]
     #: Power samples `(unix time, {device label: watts})` of every process.
     samples: list[tuple[float, dict[str, float]]]
+    #: Whether any part of the figures comes from a simulated GPU (of any process): then they all are simulated.
+    simulated: bool = False
+    #: The backend of this process's first GPU, else of any process's first (None: no GPU anywhere).
+    backend: str | None = None
 
 
 class _Unmeasured(Device):
@@ -274,9 +278,12 @@ class RunMeasurement:
 
     @property
     def driven_by(self) -> DrivenBy | None:
-        """What drove this process's simulated GPUs (None: no simulated GPU)."""
+        """What drove this process's simulated GPUs (None: no simulated GPU).
+
+        A process with none, of several whose own steps drive another's (a mixed job), says the steps too.
+        """
         if not self.simulated:
-            return None
+            return DrivenBy.STEPS if self.drive is not None and self.figures_simulated else None
         if self.drive is not None and self.drive.active:
             return DrivenBy.STEPS
         return DrivenBy.EMULATED if all(g.driven for g in self.gpus if g.simulated) else DrivenBy.NOTHING
@@ -681,6 +688,7 @@ class RunMeasurement:
         gpu_energy_j = sum(per_device.values())
         # With no GPU, what the CPU package used is the run's energy.
         measured_u = quadrature(per_device_u.values()) if per_device else quadrature(cpu_u)
+        devices = tuple(d for r in per_rank for d in r["devices"])
         return RunFigures(
             time_s=max(r["time_s"] for r in per_rank) + self.prior_time_s,
             energy_j=(gpu_energy_j if per_device else sum(cpu_parts)) + self.prior_energy_j,
@@ -690,12 +698,16 @@ class RunMeasurement:
             steps=self.step_count,
             epochs=tuple(self.epochs),
             resumed_energy_j=self.prior_energy_j,
-            devices=tuple(d for r in per_rank for d in r["devices"]),
+            devices=devices,
             non_training={
                 kind: PausedFigures(v["time_s"], v["energy_j"], int(v["count"]), v.get("energy_uncertainty_j", 0.0))
                 for kind, v in self._non_training([r["paused"] for r in per_rank]).items()
             },
             samples=[(s[0], s[1]) for r in per_rank for s in r["samples"]],
+            simulated=self.figures_simulated or any(bool(d.get("simulated")) for d in devices),
+            backend=self.gpus[0].backend
+            if self.gpus
+            else next((str(d["backend"]) for d in devices if d.get("backend")), None),
         )
 
     def _non_training(self, per_rank: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:

@@ -791,8 +791,8 @@ class Run:
         )
         return RunSummary(
             status=status,
-            simulated=m.simulated,
-            backend=m.gpus[0].backend if m.gpus else None,
+            simulated=figures.simulated,
+            backend=figures.backend,
             framework=self.framework,
             job=self.cfg.job,
             hostname=socket.gethostname(),
