@@ -107,3 +107,21 @@ class SimulatedGpuName(StrEnum):
     V100 = "v100"
     #: AMD Instinct MI300X (CDNA 3).
     MI300X = "mi300x"
+
+
+class IntensityProvider(StrEnum):
+    """Whose codes of the bundled carbon-intensity table: a country's (`DE`) or a cloud's region (`gcp:...`)."""
+
+    COUNTRY = "country"
+    AWS = "aws"
+    AZURE = "azure"
+    GCP = "gcp"
+
+
+class PowerReading(StrEnum):
+    """What a GPU's power reading reports: the power averaged over a window, or at that moment."""
+
+    #: Averaged over a window (1 s on NVIDIA's Ampere, except GA100, and newer).
+    AVERAGED = "averaged"
+    #: The power at that moment (GA100 and older).
+    INSTANTANEOUS = "instantaneous"
