@@ -219,7 +219,11 @@ async def serve(
     raise_open_file_limit()
     agent.start_watching(loop)
     limits = ConnectionLimits(loop)
-    runner = web.AppRunner(make_app(agent, limits), access_log=None, handle_signals=False, keepalive_timeout=2.0)
+    # No lingering: a request refused before its body was read (413) closes its connection at once,
+    # instead of reading and dropping what the client sends for another 10 s.
+    runner = web.AppRunner(
+        make_app(agent, limits), access_log=None, handle_signals=False, keepalive_timeout=2.0, lingering_time=0.0
+    )
     await runner.setup()
     assert runner.server is not None  # set by setup()
     server = Listener(loop, listen_unix(path), runner.server, limits, identify)

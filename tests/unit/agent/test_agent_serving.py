@@ -210,3 +210,42 @@ def test_one_users_connect_and_close_loop_does_not_stall_the_others(tmp_path: Pa
 
     assert asyncio.run(scenario()) == [2] * 20
     assert loops[0] > 100  # the loop ran all along
+
+
+def _raw(sock: Path, data: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(str(sock))
+        s.sendall(data)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_body_announced_over_64_kb_is_refused_with_413_before_it_is_sent(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    header = b"POST /v1/gpus/0/power_limit HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 100000\r\n\r\n"
+
+    async def scenario() -> bytes:
+        async with served(agent, tmp_path) as sock:
+            return await asyncio.to_thread(_raw, sock, header)  # the body never comes
+
+    answer = asyncio.run(scenario())
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert b'{"error": "request body too large (at most 65536 bytes)"}' in answer
+    assert agent.counts.refusals == {413: 1}
+
+
+def test_a_body_that_does_not_arrive_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    header = b"POST /v1/gpus/0/power_limit HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 40\r\n\r\n{"
+
+    async def scenario() -> bytes:
+        async with served(agent, tmp_path) as sock:
+            return await asyncio.to_thread(_raw, sock, header)
+
+    answer = asyncio.run(scenario())
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"the request body did not arrive within 1 s" in answer
+    assert agent.gpu_status(0)["holder"] is None
