@@ -37,6 +37,7 @@ COMMANDS: Mapping[str, str] = {
     "restore": "restore GPU settings left changed by a crashed run",
     "advise": "best start time for a job within a window, by grid carbon intensity, PUE or price",
     "report": "energy report and paper-ready energy statement of a run (facility energy, emissions, cost)",
+    "carbon": "list the grid carbon intensity codes --intensity takes (countries, cloud regions)",
     "jobs": "list, show, reset or sync the recurring jobs in the store",
     "runs": "list, show, compare or forget the runs wattwise measured (the run history)",
     "simulate": "simulate the recurring-job optimizer on real GPU traces (Zeus's format)",
