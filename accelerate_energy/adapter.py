@@ -79,6 +79,8 @@ class AccelerateEnergy:
         self._step_hooks: dict[int, RemovableHandle] = {}
         self._state_hooks: list[RemovableHandle] = []
         self._epoch_first_step = 0
+        #: The whole run's figures as logged once it finished (`fit_metrics`); None before, or unmeasured.
+        self.fit_metrics: dict[str, float] | None = None
 
     @override
     def __repr__(self) -> str:
@@ -192,7 +194,8 @@ class AccelerateEnergy:
             self._close_epoch()
         record = run.finish(status)
         if record is not None:
-            self.accelerator.log(fit_metrics(record), step=run.step_count)
+            self.fit_metrics = fit_metrics(record)
+            self.accelerator.log(self.fit_metrics, step=run.step_count)
             if self.print_summary:
                 self.accelerator.print(format_summary(record, output_dir=self.config.output_dir), file=sys.stderr)
         return self.summary

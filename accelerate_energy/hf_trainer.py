@@ -22,7 +22,8 @@ settings to every Trainer that has none; a Trainer with its own keeps only its o
   (`energy/step_j`, `energy/step_uncertainty_j`, `time/step_s`, `power/avg_w`, `power/limit_w`, and
   `wattwise/simulated` = 1 on a simulated GPU) join the logged values once, so the Trainer's own log lines
   and every `report_to` tracker record them; the callback is placed first, so the reporting callbacks see
-  them.
+  them. `trainer.state.log_history` holds them too, and, once training ends, the whole run's figures
+  (`energy/fit_j`, `energy/fit_uncertainty_j`, `time/fit_s`) as its last entry.
 """
 
 from __future__ import annotations
@@ -162,8 +163,11 @@ class EnergyTrainerCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Finish the run (every process): settings restored, summary written when `train` returns."""
         found = self._energy()
-        if found is not None:
-            found.finish(RunStatus.COMPLETED)
+        if found is None:
+            return
+        found.finish(RunStatus.COMPLETED)
+        if found.fit_metrics is not None:  # the run's figures join the Trainer's history, as its train summary does
+            state.log_history.append({**found.fit_metrics, "step": state.global_step})
 
     @override
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -186,7 +190,12 @@ class EnergyTrainerCallback(TrainerCallback):
         if rec is None or rec is self._logged:
             return
         self._logged = rec
-        logs.update(step_metrics(rec, found.run.power_limit_w, simulated=simulated(found.run)))
+        metrics = step_metrics(rec, found.run.power_limit_w, simulated=simulated(found.run))
+        logs.update(metrics)
+        # The Trainer appended a copy of `logs` to its history just before this call: the figures go there too.
+        history = state.log_history
+        if history and history[-1].get("step") == state.global_step:
+            history[-1].update(metrics)
 
 
 def _checkpoint(trainer: Any, resume_from_checkpoint: Any) -> Path | None:

@@ -71,6 +71,7 @@ def main() -> None:
     if trainer.is_world_process_zero():
         print(f"global_step {trainer.state.global_step}")
         print(f"logged {' '.join(logged)}")
+        print(f"history {' '.join(sorted({key for entry in trainer.state.log_history for key in entry}))}")
 
 
 if __name__ == "__main__":

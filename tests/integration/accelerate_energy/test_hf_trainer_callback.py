@@ -85,6 +85,14 @@ def test_the_callback_in_callbacks_measures_the_run_and_logs_at_the_trainers_log
     with_energy = [log["step"] for log in Tracker.logs if "energy/step_j" in log]
     assert with_energy == [5, 10, 15, 20, 25, 30, 35, 40]
     assert all(log["energy/step_j"] > 0 and log["time/step_s"] > 0 for log in Tracker.logs if "energy/step_j" in log)
+    # The Trainer's own history (what scripts and notebooks read) holds the same figures, then the run's.
+    history = t.state.log_history
+    assert [e["step"] for e in history if "energy/step_j" in e] == with_energy
+    assert [e["energy/step_j"] for e in history if "energy/step_j" in e] == [
+        log["energy/step_j"] for log in Tracker.logs if "energy/step_j" in log
+    ]
+    assert history[-1]["energy/fit_j"] == pytest.approx(summary["energy_j"])
+    assert history[-1]["step"] == 40 and "energy/fit_uncertainty_j" in history[-1]
 
 
 class Drive(TrainerCallback):
