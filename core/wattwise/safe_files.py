@@ -139,10 +139,11 @@ def _kind(st: os.stat_result) -> str | None:
     return next((name for test, name in kinds if test(st.st_mode)), "not a regular file")
 
 
-def check_writable_target(target: str | os.PathLike[str], *, user_named: bool = True) -> None:
+def check_writable_target(target: str | os.PathLike[str], *, user_named: bool = True, flag: str | None = None) -> None:
     """Refuse a `target` wattwise would replace that is not a regular file (missing is fine).
 
-    A symlink is refused only when `user_named` (elsewhere it is replaced, never followed).
+    A symlink is refused only when `user_named` (elsewhere it is replaced, never followed). `flag`: the
+    option that named `target` (`--html`), for the message.
 
     Raises:
         NotARegularFile: naming the path, what is there, and the fix.
@@ -154,8 +155,9 @@ def check_writable_target(target: str | os.PathLike[str], *, user_named: bool = 
     kind = _kind(st)
     if kind is None or (kind == "a symbolic link" and not user_named):
         return
+    named = f"{flag} {os.fspath(target)}" if flag else os.fspath(target)
     raise NotARegularFile(
-        f"{os.fspath(target)} is {kind}; wattwise writes only regular files, so nothing was written there: "
+        f"{named} is {kind}; wattwise writes only regular files, so nothing was written there: "
         "give the path of a new or a regular file"
     )
 

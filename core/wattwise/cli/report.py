@@ -96,7 +96,11 @@ def run(args: argparse.Namespace) -> int:
     if args.html:  # refused before any report file is written
         from wattwise.safe_files import check_writable_target
 
-        check_writable_target(args.html)
+        if args.html.is_dir():
+            raise UsageError(
+                f"--html {args.html} is a directory; name the file to write, e.g. {args.html / 'run.html'}"
+            )
+        check_writable_target(args.html, flag="--html")
     run_dir = read_run_dir(args.run_dir)
     out = args.out or args.run_dir
     inputs, carried = carry_inputs(_inputs(args), out)
@@ -108,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     report = build_report(run_dir, inputs)
+    for line in report.odd:  # possible, so reported; said, so that it is checked
+        print(f"wattwise report: odd: {line}", file=sys.stderr)
     written = write_report(report, out)
     if args.plot:
         from wattwise.record.plot import plot_run

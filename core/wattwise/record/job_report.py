@@ -27,7 +27,7 @@ from pathlib import Path
 from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.carbon.series import Constant
 from wattwise.errors import UsageError
-from wattwise.record.report import PUE_NOT_SUPPLIED, FacilityInputs, RunReport, sig
+from wattwise.record.report import PUE_NOT_SUPPLIED, FacilityInputs, RunReport, check_summary, sig
 from wattwise.safe_files import json_text, output_dir, write_text
 from wattwise.store.history import RunRow
 
@@ -281,7 +281,8 @@ def report_job(
     for row in rows:
         try:
             run_dir = read_run_dir(row.folder)
-        except UsageError:  # the folder is gone (or damaged): the row's figures
+            check_summary(run_dir)
+        except UsageError:  # the folder is gone, or its summary damaged or impossible: the row's figures
             rows_only.append(row)
             continue
         reports.append(build_report(run_dir, inputs))

@@ -48,6 +48,7 @@ from wattwise.carbon.series import (
     format_utc,
 )
 from wattwise.errors import UsageError
+from wattwise.record.fields import FIX
 from wattwise.record.files import RunDir
 from wattwise.record.summary import (
     PowerLimitSummary,
@@ -159,6 +160,8 @@ class RunReport:
     #: the threshold at and above which it ran at the energy-optimal limit; None when it was not carbon-aware.
     carbon_aware_intensity_source: str | None = None
     carbon_aware_threshold_g_per_kwh: float | None = None
+    #: What in the run's summary is possible but odd (`check_summary`), one line each; the report stands.
+    odd: list[str] = field(default_factory=list)
 
 
 def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
@@ -170,6 +173,7 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
             check_series_values(series, quantity)
             check_covers(series, s.start_s, s.end_s, quantity, "the run")
     _check_energies(run)
+    odd = check_summary(run)
 
     device_energy, method, samples, scale = _device_energy(run)
     parts: list[EnergyProfile] = [device_energy]
@@ -255,6 +259,7 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
             (s.carbon_aware.intensity_source or NOT_SUPPLIED) if s.carbon_aware is not None else None
         ),
         carbon_aware_threshold_g_per_kwh=s.carbon_aware.threshold_g_per_kwh if s.carbon_aware is not None else None,
+        odd=odd,
     )
 
 
@@ -286,6 +291,96 @@ def _check_energies(run: RunDir) -> None:
             f"power_limit.baseline_energy_j {limit.baseline_energy_j:g} J (the energy used would be "
             "negative); the summary is inconsistent"
         )
+
+
+#: The longest text a summary's names may hold (a host, a device model, a job).
+_MAX_NAME = 256
+#: An average power per device above this is odd (no accelerator draws more), though not impossible to record.
+_ODD_POWER_PER_DEVICE_W = 2000.0
+
+
+def check_summary(run: RunDir) -> list[str]:
+    """Refuse what no run's summary can hold, and say what is merely odd, before a report believes it.
+
+    `summary.json` is read by its codec (`wattwise.record.fields`: types, finite numbers); this adds what a
+    report needs of the figures: the bounds of `wattwise.bounds` every other reader applies (a run's time,
+    a power limit, a time since the epoch), eta within 0..1, a closed word for the limit's mode, and names
+    that are printable text (no terminal escapes or line breaks reach a report or a statement).
+
+    Returns:
+        One line for each odd thing (a time that disagrees with start and end, a power no GPU draws, a
+        setting applied outside the run), for the report to carry and the command to print.
+
+    Raises:
+        UsageError: the first impossible field, naming it, its range, the value and the fix.
+    """
+    s = run.summary
+    where = f"{run.path / 'summary.json'}"
+
+    def refuse(name: str, expected: str, got: object) -> None:
+        shown = repr(got) if len(repr(got)) <= 40 else repr(got)[:37] + "..."
+        raise UsageError(f"{where}: {name} must be {expected} (got {shown}); {FIX}")
+
+    def within(name: str, value: object, bound: Bound) -> None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if ok:
+            number = float(value)  # type: ignore[arg-type]
+            low = -bound.high if bound.low is None else bound.low
+            ok = (number > low if bound.above_low else number >= low) and number <= bound.high
+        if not ok:
+            refuse(name, bound.describe(), value)
+
+    within("time_s", s.time_s, bounds.TIME_S)
+    within("start_time", s.start_s, bounds.TIMESTAMP_S)
+    within("end_time", s.end_s, bounds.TIMESTAMP_S)
+    for name, text in (("hostname", s.hostname), ("job", s.job), ("framework", s.framework), ("backend", s.backend)):
+        if text is not None and not (isinstance(text, str) and len(text) <= _MAX_NAME and text.isprintable()):
+            refuse(name, f"printable text of at most {_MAX_NAME} characters", text)
+    for i, device in enumerate(s.devices):
+        name = device.get("name")
+        if name is not None and not (isinstance(name, str) and len(name) <= _MAX_NAME and name.isprintable()):
+            refuse(
+                f"devices[{i}].name", f"a device's model name, printable text of at most {_MAX_NAME} characters", name
+            )
+    limit = s.power_limit
+    if limit is not None:
+        if str(limit.mode) not in {str(m) for m in RunMode} - {str(RunMode.MEASURE)}:
+            refuse("power_limit.mode", "cap or tune", limit.mode)
+        if limit.chosen_power_limit_w is not None:
+            within("power_limit.chosen_power_limit_w", limit.chosen_power_limit_w, bounds.POWER_LIMIT_W)
+        if limit.eta is not None and not (isinstance(limit.eta, int | float) and 0.0 <= limit.eta <= 1.0):
+            refuse("power_limit.eta", "from 0 to 1", limit.eta)
+        for i, entry in enumerate(limit.profile):
+            within(f"power_limit.profile[{i}].power_limit_w", entry.power_limit_w, bounds.POWER_LIMIT_W)
+            within(f"power_limit.profile[{i}].time_s", entry.time_s, bounds.TIME_S)
+            within(f"power_limit.profile[{i}].energy_j", entry.energy_j, bounds.ENERGY_J)
+    for i, event in enumerate(s.settings_timeline):
+        within(f"settings_timeline[{i}].timestamp", event.timestamp_s, bounds.TIMESTAMP_S)
+        for name, text in (("device", event.device), ("setting", event.setting)):
+            if not (isinstance(text, str) and len(text) <= _MAX_NAME and text.isprintable()):
+                refuse(f"settings_timeline[{i}].{name}", "printable text", text)
+        if event.setting.endswith("_w") and isinstance(event.value, int | float) and not isinstance(event.value, bool):
+            within(f"settings_timeline[{i}].value", event.value, bounds.POWER_LIMIT_W)
+    return _odd(run)
+
+
+def _odd(run: RunDir) -> list[str]:
+    """What a summary holds that no rule forbids but a reader should know (`check_summary`)."""
+    s = run.summary
+    odd = []
+    span_s = s.end_s - s.start_s
+    if abs(span_s - s.time_s) > max(60.0, 0.01 * s.time_s):
+        odd.append(f"time_s {s.time_s:g} s differs from end_time - start_time ({span_s:g} s)")
+    devices = max(1, len(s.energy_per_device_j), len(s.devices))
+    per_device_w = s.energy_j / s.time_s / devices
+    if per_device_w > _ODD_POWER_PER_DEVICE_W:
+        odd.append(f"the average power, {per_device_w:,.0f} W per device, is more than any GPU draws")
+    outside = [e for e in s.settings_timeline if not s.start_s - 60.0 <= e.timestamp_s <= s.end_s + 60.0]
+    if outside:
+        odd.append(f"{len(outside)} setting(s) of settings_timeline fall outside the run's start and end")
+    if s.energy_j == 0 and s.time_s > 60.0:
+        odd.append("energy_j is 0 for a run of more than a minute: nothing was measured")
+    return odd
 
 
 def _hardware(names: tuple[str, ...]) -> str | None:

@@ -1,0 +1,63 @@
+"""`wattwise report` validates the summary.json it reads: what no run can hold is refused with one line naming
+the field (exit 2, no traceback, nothing written); what is merely odd is reported and said on stderr."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wattwise.carbon.example import write_example
+from wattwise.cli.main import main
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return write_example(tmp_path / "example").run_dir
+
+
+def edit(run_dir: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    path = run_dir / "summary.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d.update(time_s=0), "time_s must be above 0"),
+        (lambda d: d.update(time_s=1e15), "time_s must be above 0 and at most 1e+09 s"),
+        (lambda d: d.update(devices=[{"index": 0, "name": 5}]), "devices[0].name must be a device's model name"),
+        (lambda d: d["power_limit"].update(chosen_power_limit_w=1e9), "power_limit.chosen_power_limit_w must be"),
+        (lambda d: d["power_limit"].update(eta=5), "power_limit.eta must be from 0 to 1 (got 5"),
+        (lambda d: d["power_limit"].update(mode="bogus"), "power_limit.mode must be cap or tune (got 'bogus')"),
+        (lambda d: d["settings_timeline"][0].update(timestamp=1e15), "settings_timeline[0].timestamp must be"),
+        (lambda d: d.update(hostname="node\x1b[2J"), "hostname must be printable text"),
+    ],
+)
+def test_an_impossible_summary_is_one_line_naming_the_field(
+    run_dir: Path, change: Callable[[dict[str, Any]], None], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit(run_dir, change)
+    assert main(["report", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err and "summary.json" in err and "Traceback" not in err
+    assert not (run_dir / "report.json").exists()
+
+
+def test_an_odd_summary_is_reported_and_marked(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    edit(run_dir, lambda d: d.update(time_s=d["time_s"] * 2))
+    assert main(["report", str(run_dir), "--json"]) == 0
+    out, err = capsys.readouterr()
+    (odd,) = json.loads(out)["odd"]
+    assert odd.startswith("time_s ") and "differs from end_time - start_time" in odd
+    assert f"wattwise report: odd: {odd}" in err
+
+
+def test_a_sound_summary_has_nothing_odd(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["odd"] == []
