@@ -47,6 +47,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from wattwise.devices.base import Device, DeviceError
 from wattwise.errors import InternalError, UsageError
+from wattwise.readable import with_uncertainty
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -81,6 +82,18 @@ class Measurement:
     def avg_power_w(self) -> float:
         """The average power of every device together (W); 0 for a window that took no time."""
         return self.total_energy_j / self.time_s if self.time_s > 0 else 0.0
+
+    def __str__(self) -> str:
+        """`step: 1.23 s, 250.4 ± 0.6 J (gpu0: 125.2 ± 0.4 J, gpu1: ...)`: each figure to what it resolves."""
+        total_u = self.total_energy_uncertainty_j if self.energy_uncertainty_j else None
+        devices = ", ".join(
+            f"{key}: {with_uncertainty(j, self.energy_uncertainty_j.get(key), 'J', places=2, grouped=True)}"
+            + (" approximate" if key in self.approximate else "")
+            for key, j in self.energy_j.items()
+        )
+        total = with_uncertainty(self.total_energy_j, total_u, "J", places=2, grouped=True)
+        mark = " [SIMULATED]" if self.simulated else ""
+        return f"{self.name}: {self.time_s:.3f} s, {total}" + (f" ({devices})" if devices else "") + mark
 
 
 def quadrature(values: Iterable[float]) -> float:

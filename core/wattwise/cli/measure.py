@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from wattwise.config import SETTING, default_of
-from wattwise.devices import discover
+from wattwise.devices import PhysicsName, discover
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
+from wattwise.readable import with_uncertainty
 from wattwise.safe_files import json_text
 
 EXIT_NOT_FOUND = 127
@@ -62,11 +63,14 @@ def run(args: argparse.Namespace) -> int:
             code = _run_command(cmd)
             m = monitor.end_window("command")
         time_s, energy_j, total_j, approximate = m.time_s, m.energy_j, m.total_energy_j, list(m.approximate)
+        uncertainty_j: dict[str, float] = dict(m.energy_uncertainty_j)
+        total_u_j: float | None = m.total_energy_uncertainty_j if uncertainty_j else None
     else:
         # Nothing to measure here (the notes say why): the command still runs, and only its time is told.
         start_s = time.monotonic()
         code = _run_command(cmd)
         time_s, energy_j, total_j, approximate = time.monotonic() - start_s, {}, None, []
+        uncertainty_j, total_u_j = {}, None
     result: dict[str, Any] = {
         "command": cmd,
         "exit_code": code,
@@ -75,17 +79,25 @@ def run(args: argparse.Namespace) -> int:
         "total_energy_j": total_j,
         "approximate": approximate,
         "simulated": found.simulated,
+        "energy_uncertainty_j": uncertainty_j,
+        "total_energy_uncertainty_j": total_u_j,
     }
     if args.json:
         print(json_text(result))
     elif total_j is None:
         print(f"wattwise measure: {time_s:.3f} s; no energy measured (no device to measure here)", file=sys.stderr)
     else:
-        tag = " [SIMULATED GPU: modelled idle power, not a measurement]" if found.simulated else ""
-        print(f"wattwise measure{tag}: {time_s:.3f} s, {total_j:.2f} J in total", file=sys.stderr)
+        tag = ""
+        if found.simulated:
+            ideal = any(d.describe().get("physics") == PhysicsName.IDEAL for d in found.all)
+            tag = " [SIMULATED GPU" + (", ideal physics (exact figures)" if ideal else "")
+            tag += ": modelled idle power, not a measurement]"
+        total = with_uncertainty(total_j, total_u_j, "J", places=2, grouped=True)
+        print(f"wattwise measure{tag}: {time_s:.3f} s, {total} in total", file=sys.stderr)
         for key, joules in energy_j.items():
             approx = " (approximate: power x time)" if key in approximate else ""
-            print(f"  {key}: {joules:.2f} J{approx}", file=sys.stderr)
+            figure = with_uncertainty(joules, uncertainty_j.get(key), "J", places=2, grouped=True)
+            print(f"  {key}: {figure}{approx}", file=sys.stderr)
     return code if code >= 0 else 128 - code
 
 
