@@ -31,6 +31,7 @@ from wattwise.record.summary import (
     RunSummary,
     iso_utc,
     never_applied,
+    paused_energy,
     simulated_label,
     with_uncertainty,
 )
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from wattwise.record.report import RunReport
     from wattwise.recurring.spec import JobSpec, StoredRun
     from wattwise.recurring.summary import JobSummary
+    from wattwise.store.compare import RunDifference
     from wattwise.store.limits_memory import RememberedLimit
     from wattwise.store.runs import RunRow, UnreadableRun
 
@@ -289,7 +291,7 @@ def run_facts(run: RunDir) -> list[Fact]:
     if s.resumed_energy_j:
         facts.append(Fact("energy before a resume (included)", joules(s.resumed_energy_j)))
     for kind, t in s.non_training.items():
-        facts.append(Fact(f"not training: {kind}", f"{seconds(t.time_s)}, {joules(t.energy_j)}, {t.count}x"))
+        facts.append(Fact(f"not training: {kind}", f"{seconds(t.time_s)}, {paused_energy(t)}, {t.count}x"))
     limit = s.power_limit
     if limit is None:
         facts.append(Fact("power limit", "left as it was (measured only)"))
@@ -578,19 +580,19 @@ def share(fraction: float | None) -> str:
     return "" if fraction is None else f" ({fraction:+.1%})"
 
 
-def against_first(d: Mapping[str, Any]) -> list[str]:
-    """The cells of one run's difference from the first (`wattwise.cli.runs.difference`)."""
-    if d["energy_resolved"] is None:
+def against_first(d: RunDifference) -> list[str]:
+    """The cells of one run's difference from the first (`wattwise.store.compare.difference`)."""
+    if d.energy_resolved is None:
         verdict = "unknown: a run's uncertainty is not recorded"
-    elif d["energy_resolved"]:
-        verdict = f"yes, larger than the measurements' uncertainty (±{d['energy_uncertainty_j']:,.1f} J)"
+    elif d.energy_resolved:
+        verdict = f"yes, larger than the measurements' uncertainty (±{d.energy_uncertainty_j:,.1f} J)"
     else:
-        verdict = f"no: within the measurements' uncertainty (±{d['energy_uncertainty_j']:,.1f} J)"
+        verdict = f"no: within the measurements' uncertainty (±{d.energy_uncertainty_j:,.1f} J)"
     return [
-        f"{d['energy_j']:+,.1f} J{share(d['energy_fraction'])}",
+        f"{d.energy_j:+,.1f} J{share(d.energy_fraction)}",
         verdict,
-        f"{d['time_s']:+,.2f} s{share(d['time_fraction'])}",
-        f"{d['avg_power_w']:+,.1f} W",
+        f"{d.time_s:+,.2f} s{share(d.time_fraction)}",
+        f"{d.avg_power_w:+,.1f} W",
     ]
 
 
@@ -601,7 +603,7 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
         rows: The runs, the first the reference.
         folders: Each run's folder as read, None where it is gone (its power is then not drawn).
     """
-    from wattwise.cli.runs import difference
+    from wattwise.store.compare import difference
 
     columns = []
     for i, row in enumerate(rows):

@@ -206,6 +206,21 @@ class NonTrainingTime(_JsonRecord):
         default=None, metadata=as_json(Number(), written=_said("energy_uncertainty_j"))
     )
 
+    @property
+    def energy_resolved(self) -> bool:
+        """Whether `energy_j` says anything: it exceeds its uncertainty (a pause shorter than the counter resolves: no).
+
+        True in summaries that give no uncertainty.
+        """
+        return self.energy_uncertainty_j is None or self.energy_j > self.energy_uncertainty_j
+
+
+def paused_energy(t: NonTrainingTime) -> str:
+    """A pause's energy as printed: with its ±, or unresolved (no figure) when shorter than the counter resolves."""
+    if t.energy_resolved:
+        return with_uncertainty(t.energy_j, t.energy_uncertainty_j, "J")
+    return "energy unresolved (shorter than the energy counter resolves)"
+
 
 def _tuned(limit: PowerLimitSummary) -> bool:
     return limit.mode != RunMode.CAP
@@ -549,7 +564,7 @@ def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | 
         what = "did not finish" if pl.chosen_power_limit_w is not None or pl.mode == RunMode.CAP else "chose no limit"
         lines.append(f"  tuning {what}: {pl.tuning.reason}")
     for kind, t in summary.non_training.items():
-        lines.append(f"  {kind}: {t.time_s:.2f} s, {t.energy_j:.1f} J ({t.count}x; not in step figures)")
+        lines.append(f"  {kind}: {t.time_s:.2f} s, {paused_energy(t)} ({t.count}x; not in step figures)")
     if output_dir:
         lines.append(f"  summary: {output_dir}/{SUMMARY_FILE}")
     return "\n".join(lines)
