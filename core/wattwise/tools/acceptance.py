@@ -589,7 +589,11 @@ def run_checks(
         gpus = probe_gpus(notes)
     gpu = next((g for g in gpus if g.index == gpu_index), None)
     if gpu is None and gpus:
-        notes.append(f"GPU {gpu_index} not found; GPUs: {[g.index for g in gpus]}")
+        from wattwise.errors import UsageError
+
+        raise UsageError(
+            f"--gpu {gpu_index}: no such GPU on this machine; give one of {', '.join(str(g.index) for g in gpus)}"
+        )
     if load is None and gpu is not None and gpu.simulation is None:
         load = MatmulLoad(_cuda_index(gpu))
     ctx = Context(gpus=gpus, gpu=gpu, load=load, out=out, quick=quick, spawn_holder=spawn_holder or spawn_limit_holder)
@@ -599,6 +603,16 @@ def run_checks(
     gpu_info = {"index": gpu.index, "name": gpu.name, "describe": gpu.describe()} if gpu is not None else None
     simulated = gpu is not None and gpu.simulated
     earlier = {} if fresh else _earlier_checks(out / "acceptance.json", gpu_info, simulated, quick, notes)
+    known = {n for n, _ in registered}
+    problem = next((p for c in earlier.values() if (p := check_problem(c, known)) is not None), None)
+    if problem is not None:
+        from wattwise.safe_files import set_aside_saying
+
+        kept = set_aside_saying(out / "acceptance.json")
+        said = f"{out / 'acceptance.json'}: {problem}; it is {kept}, and every check runs again"
+        print(f"wattwise acceptance: {said}", file=sys.stderr)
+        notes.append(said)
+        earlier = {}
     results: dict[str, CheckResult] = {
         name: CheckResult(c["name"], c["status"], c.get("reason"), c.get("figures") or {}, c.get("kept_from"))
         for name, c in earlier.items()
@@ -668,6 +682,9 @@ def _earlier_checks(
     if not isinstance(earlier, dict) or earlier.get("schema") != SCHEMA or gpu_info is None:
         return {}
     before = earlier.get("gpu") or {}
+    if not isinstance(before, dict) or not isinstance(earlier.get("checks") or [], list):
+        notes.append(f"{path} is not an acceptance report this wattwise reads (its gpu or checks): replaced")
+        return {}
     same = (
         before.get("name") == gpu_info["name"]
         and before.get("index") == gpu_info["index"]
@@ -684,6 +701,75 @@ def _earlier_checks(
                 c["kept_from"] = earlier.get("time")
             out[c["name"]] = c
     return out
+
+
+#: The most GPUs' indices `--gpu` takes (a node's, with room to spare).
+MAX_GPU_INDEX = 1023
+#: The figures a check's dependents read from it when it is kept (a kept check lacking them is run again).
+_NEEDED_FIGURES = {"cap_sweep": ("rows", "default_w")}
+#: The bound of a figure by the unit its name ends in.
+_FIGURE_UNITS = (("_w", "POWER_W"), ("_s", "TIME_S"), ("_j", "ENERGY_J"), ("_mhz", "FREQUENCY_MHZ"))
+
+
+def _figure_problem(value: object, where: str) -> str | None:
+    """Why a kept check's figure cannot be one (a number of its unit's bound, text, a list or object of them)."""
+    from wattwise import bounds
+
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = _figure_problem(item, f"{where}.{key}")
+            if problem is not None:
+                return problem
+            unit = next((b for suffix, b in _FIGURE_UNITS if str(key).endswith(suffix)), None)
+            if unit is not None and item is not None:
+                bound: bounds.Bound = getattr(bounds, unit)
+                ok = isinstance(item, int | float) and not isinstance(item, bool)
+                high = bound.high
+                if not ok or not (-high <= float(item) <= high):  # type: ignore[arg-type]
+                    return (
+                        f"{where}.{key} must be a number of {bound.unit}, at most {high:g} in size (got {item!r:.40})"
+                    )
+        return None
+    if isinstance(value, list):
+        return next((p for i, item in enumerate(value) if (p := _figure_problem(item, f"{where}[{i}]"))), None)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} must be a finite number (got {value!r})"
+    if value is None or isinstance(value, str | bool | int | float):
+        return None
+    return f"{where} is not a figure (got {type(value).__name__})"
+
+
+def check_problem(check: dict[str, Any], known: set[str]) -> str | None:
+    """Why a check of an earlier acceptance.json cannot be kept as it is written, in one phrase; None if it can.
+
+    acceptance.json is read back as every other file wattwise reads: each check a known name, a status of
+    the three, a reason that is text, figures that are figures (numbers within their unit's bound); a
+    passed check carries the figures its dependents read.
+    """
+    name = check.get("name")
+    where = f"checks[{name!r}]"
+    if name not in known:
+        return f"{where} is not a check of this wattwise"
+    if check.get("status") not in (PASSED, FAILED, SKIPPED):
+        return f"{where}.status must be {PASSED}, {FAILED} or {SKIPPED} (got {check.get('status')!r:.40})"
+    for key in ("reason", "kept_from"):
+        if check.get(key) is not None and not isinstance(check[key], str):
+            return f"{where}.{key} must be text (got {check[key]!r:.40})"
+    figures = check.get("figures")
+    if figures is not None and not isinstance(figures, dict):
+        return f"{where}.figures must be an object of figures (got {type(figures).__name__})"
+    if check["status"] == PASSED:
+        if not isinstance(figures, dict):
+            return f"{where} is marked passed without its figures"
+        missing = [key for key in _NEEDED_FIGURES.get(name, ()) if key not in figures]
+        if missing:
+            return f"{where} is marked passed without its figure {missing[0]}"
+        if name == "cap_sweep" and not (
+            isinstance(figures["rows"], list)
+            and all(isinstance(r, dict) and isinstance(r.get("cap_w"), int | float) for r in figures["rows"])
+        ):
+            return f"{where}.figures.rows must be a list of rows, each with its cap_w"
+    return _figure_problem(figures or {}, f"{where}.figures")
 
 
 def _run_one(name: str, check: Callable[[Context], dict[str, Any]], ctx: Context) -> CheckResult:
@@ -746,11 +832,38 @@ def spawn_limit_holder(spec: dict[str, Any], watts: float) -> subprocess.Popen[b
     )
 
 
-def _hold_limit(spec_json: str, watts: float) -> int:
+def parse_hold_limit(spec_json: str, watts_text: str) -> tuple[dict[str, Any], float]:
+    """`--hold-limit SPEC WATTS` read: the device spec (a JSON object) and the limit in W, checked.
+
+    Raises:
+        UsageError: SPEC is not a JSON object, or WATTS not a power limit; one line naming which.
+    """
+    from wattwise.bounds import POWER_LIMIT_W
+    from wattwise.errors import UsageError
+
+    try:
+        spec = json.loads(spec_json)
+    except ValueError as err:
+        raise UsageError(f"--hold-limit SPEC: not JSON ({err}); give a device's spec as a JSON object") from None
+    if not isinstance(spec, dict):
+        raise UsageError(f"--hold-limit SPEC must be a JSON object, a device's spec (got {type(spec).__name__})")
+    try:
+        watts = float(watts_text)
+    except ValueError:
+        raise UsageError(f"--hold-limit WATTS: {watts_text[:40]!r} is not a number of watts (e.g. 200)") from None
+    return spec, POWER_LIMIT_W.check(watts, "--hold-limit WATTS")
+
+
+def _hold_limit(spec_json: str, watts_text: str) -> int:
     from wattwise.devices import open_spec
+    from wattwise.errors import UsageError
     from wattwise.settings.guard import SettingsGuard
 
-    gpu = open_spec(json.loads(spec_json))
+    spec, watts = parse_hold_limit(spec_json, watts_text)
+    try:
+        gpu = open_spec(spec)
+    except (KeyError, TypeError, ValueError) as err:
+        raise UsageError(f"--hold-limit SPEC: not a device's spec ({type(err).__name__}: {err})") from None
     guard = SettingsGuard()
     guard.set_power_limit(gpu, watts)
     print("ready", flush=True)
@@ -797,7 +910,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     from wattwise.errors import UsageError
 
     if args.hold_limit:
-        return _hold_limit(args.hold_limit[0], float(args.hold_limit[1]))
+        return _hold_limit(args.hold_limit[0], args.hold_limit[1])
+    if not 0 <= args.gpu <= MAX_GPU_INDEX:
+        raise UsageError(f"--gpu must be a GPU's index, 0 to {MAX_GPU_INDEX} (got {args.gpu}); see `wattwise devices`")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for acceptance.json and acceptance.md")
