@@ -9,16 +9,15 @@ each run the object of `wattwise.store.runs.RunDict` (a contract: its names stay
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 import time
 from collections.abc import Sequence
 from datetime import date, datetime, timezone
-from typing import Any
 
 from wattwise.errors import UsageError
 from wattwise.safe_files import json_text
+from wattwise.store.compare import difference
 from wattwise.store.runs import RunRow, UnreadableRun, forget_run, get_run, get_runs, list_history
 
 #: A day as `--since` takes it: a calendar date, midnight UTC.
@@ -183,33 +182,6 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def difference(reference: RunRow, other: RunRow) -> dict[str, Any]:
-    """How `other` differs from `reference`: energy (and whether that exceeds its uncertainty), time, power, limit.
-
-    `energy_resolved` is True when the energy difference is larger than the two runs' energy uncertainties
-    combined in quadrature, False when it is not, None when either uncertainty is unknown.
-    """
-    delta_j = other.energy_j - reference.energy_j
-    if reference.energy_uncertainty_j is None or other.energy_uncertainty_j is None:
-        u_j, resolved = None, None
-    else:
-        u_j = math.hypot(reference.energy_uncertainty_j, other.energy_uncertainty_j)
-        resolved = abs(delta_j) > u_j
-    limits = (reference.power_limit_w, other.power_limit_w)
-    return {
-        "id": other.id,
-        "against": reference.id,
-        "energy_j": delta_j,
-        "energy_fraction": delta_j / reference.energy_j if reference.energy_j > 0 else None,
-        "energy_uncertainty_j": u_j,
-        "energy_resolved": resolved,
-        "time_s": other.time_s - reference.time_s,
-        "time_fraction": (other.time_s - reference.time_s) / reference.time_s if reference.time_s > 0 else None,
-        "avg_power_w": other.avg_power_w - reference.avg_power_w,
-        "power_limit_w": limits[1] - limits[0] if limits[0] is not None and limits[1] is not None else None,
-    }
-
-
 def _percent(fraction: float | None) -> str:
     return "" if fraction is None else f" ({100 * fraction:+.1f}%)"
 
@@ -234,16 +206,16 @@ def compare_lines(rows: Sequence[RunRow]) -> list[str]:
     reference = rows[0]
     for other in rows[1:]:
         d = difference(reference, other)
-        if d["energy_resolved"] is None:
+        if d.energy_resolved is None:
             verdict = "the uncertainty of one run's energy is unknown"
-        elif d["energy_resolved"]:
-            verdict = f"larger than the measurements' uncertainty (±{d['energy_uncertainty_j']:.3g} J)"
+        elif d.energy_resolved:
+            verdict = f"larger than the measurements' uncertainty (±{d.energy_uncertainty_j:.3g} J)"
         else:
-            verdict = f"within the measurements' uncertainty (±{d['energy_uncertainty_j']:.3g} J): not a difference"
-        limit = f", limit {d['power_limit_w']:+g} W" if d["power_limit_w"] is not None else ""
+            verdict = f"within the measurements' uncertainty (±{d.energy_uncertainty_j:.3g} J): not a difference"
+        limit = f", limit {d.power_limit_w:+g} W" if d.power_limit_w is not None else ""
         lines.append(
-            f"{other.id} - {reference.id}: energy {d['energy_j']:+.4g} J{_percent(d['energy_fraction'])}, {verdict}; "
-            f"time {d['time_s']:+.4g} s{_percent(d['time_fraction'])}, power {d['avg_power_w']:+.4g} W{limit}"
+            f"{other.id} - {reference.id}: energy {d.energy_j:+.4g} J{_percent(d.energy_fraction)}, {verdict}; "
+            f"time {d.time_s:+.4g} s{_percent(d.time_fraction)}, power {d.avg_power_w:+.4g} W{limit}"
         )
     if any(r.simulated for r in rows):
         lines.append("simulated figures come from a power model, not a measurement")
@@ -262,7 +234,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.json:
         payload = {
             "runs": [r.to_dict() for r in rows],
-            "differences": [difference(rows[0], other) for other in rows[1:]],
+            "differences": [difference(rows[0], other).to_dict() for other in rows[1:]],
         }
         print(json_text(payload))
         return 0

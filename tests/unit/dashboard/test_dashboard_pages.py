@@ -15,7 +15,6 @@ from tests.support.paths import REPO_ROOT
 from tests.support.pipeline import problem_for, synthetic_profile
 from tests.support.run_history import make_row
 from wattwise.cli.main import main
-from wattwise.cli.runs import difference
 from wattwise.dashboard import charts, pages
 from wattwise.dashboard.history import History
 from wattwise.errors import UsageError
@@ -26,6 +25,7 @@ from wattwise.profile import ProfileEntry
 from wattwise.record.files import PowerRow, WindowRow, WindowsLog, read_run_dir, write_run_dir
 from wattwise.record.summary import PowerLimitSummary, RunSummary, SettingEvent, TuningSummary, iso_utc
 from wattwise.recurring.spec import JobSpec
+from wattwise.store.compare import difference
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 from wattwise.store.runs import record_run
 from wattwise.store.sql import SqlJobStore
@@ -386,8 +386,9 @@ def test_dashboard_without_its_extra_is_one_line_naming_it(
 
 
 def test_the_dashboard_reads_the_record_and_the_store_and_never_touches_a_device() -> None:
-    """The layer rule of an entry point beside the CLI: no import of devices, settings, the agent or the run."""
-    forbidden = ("wattwise.devices", "wattwise.settings", "wattwise.agent", "wattwise.run")
+    """The layer rule of an entry point beside the CLI: no import of devices, settings, the agent, the run, or the
+    CLI itself (what both show, such as how two runs differ, lives below them both)."""
+    forbidden = ("wattwise.devices", "wattwise.settings", "wattwise.agent", "wattwise.run", "wattwise.cli")
     found = []
     for path in sorted((REPO_ROOT / "core" / "wattwise" / "dashboard").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
