@@ -337,10 +337,10 @@ def check_summary(run: RunDir) -> list[str]:
         if text is not None and not (isinstance(text, str) and len(text) <= _MAX_NAME and text.isprintable()):
             refuse(name, f"printable text of at most {_MAX_NAME} characters", text)
     for i, device in enumerate(s.devices):
-        name = device.get("name")
-        if name is not None and not (isinstance(name, str) and len(name) <= _MAX_NAME and name.isprintable()):
+        model = device.get("name")
+        if model is not None and not (isinstance(model, str) and len(model) <= _MAX_NAME and model.isprintable()):
             refuse(
-                f"devices[{i}].name", f"a device's model name, printable text of at most {_MAX_NAME} characters", name
+                f"devices[{i}].name", f"a device's model name, printable text of at most {_MAX_NAME} characters", model
             )
     limit = s.power_limit
     if limit is not None:

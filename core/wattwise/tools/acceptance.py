@@ -608,8 +608,8 @@ def run_checks(
     if problem is not None:
         from wattwise.safe_files import set_aside_saying
 
-        kept = set_aside_saying(out / "acceptance.json")
-        said = f"{out / 'acceptance.json'}: {problem}; it is {kept}, and every check runs again"
+        aside = set_aside_saying(out / "acceptance.json")
+        said = f"{out / 'acceptance.json'}: {problem}; it is {aside}, and every check runs again"
         print(f"wattwise acceptance: {said}", file=sys.stderr)
         notes.append(said)
         earlier = {}
@@ -725,7 +725,7 @@ def _figure_problem(value: object, where: str) -> str | None:
                 bound: bounds.Bound = getattr(bounds, unit)
                 ok = isinstance(item, int | float) and not isinstance(item, bool)
                 high = bound.high
-                if not ok or not (-high <= float(item) <= high):  # type: ignore[arg-type]
+                if not ok or not (-high <= float(item) <= high):
                     return (
                         f"{where}.{key} must be a number of {bound.unit}, at most {high:g} in size (got {item!r:.40})"
                     )
