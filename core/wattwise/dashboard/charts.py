@@ -19,6 +19,7 @@ import numpy as np
 
 from wattwise.extras import require
 from wattwise.record.files import PAUSE_WINDOW, RunDir, WindowRow
+from wattwise.record.plot import TimeAxis
 from wattwise.record.summary import PowerLimitSummary, RunSummary
 
 if TYPE_CHECKING:
@@ -84,26 +85,6 @@ def _layout(fig: go.Figure, title: str, *, simulated: bool, height_px: int = 420
             font={"size": 64, "color": "rgba(200, 0, 0, 0.10)"},
         )
     return fig
-
-
-@dataclass(frozen=True)
-class TimeAxis:
-    """How a run's times are drawn: seconds since its start, or minutes for runs past ten minutes."""
-
-    start_s: float
-    unit_s: float
-    label: str
-
-    @classmethod
-    def of(cls, summary: RunSummary) -> TimeAxis:
-        """The axis of a run: seconds up to ten minutes, minutes past them."""
-        if summary.time_s > 600.0:
-            return cls(summary.start_s, 60.0, "time since start (min)")
-        return cls(summary.start_s, 1.0, "time since start (s)")
-
-    def at(self, t_s: float) -> float:
-        """Where the unix time `t_s` falls on the axis."""
-        return (t_s - self.start_s) / self.unit_s
 
 
 def _bucketed(t: np.ndarray, p: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]:
