@@ -61,3 +61,22 @@ def test_an_odd_summary_is_reported_and_marked(run_dir: Path, capsys: pytest.Cap
 def test_a_sound_summary_has_nothing_odd(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(run_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["odd"] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--intensity", ""], "--intensity is empty; give a value, or leave --intensity out"),
+        (["--pue", "  "], "--pue is empty"),
+        (["--intensity", "300", "--intensity-source", "grid\nInjected: line"], "--intensity-source must be one line"),
+        (["--pue", "1.1", "--pue-source", "site\r\n## Heading"], "--pue-source must be one line"),
+        (["--region", "eu\x1b[2J"], "--region must be one line of printable text"),
+    ],
+)
+def test_an_empty_or_multi_line_text_flag_is_one_line_and_exit_2(
+    run_dir: Path, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(run_dir), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err
+    assert not (run_dir / "energy_statement.md").exists()

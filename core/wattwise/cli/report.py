@@ -136,8 +136,39 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The flags that take text for the report and its statement, each one line of printable text when given.
+_TEXT_FLAGS = (
+    "pue",
+    "pue_source",
+    "intensity",
+    "intensity_source",
+    "price",
+    "price_source",
+    "currency",
+    "region",
+    "hardware",
+)
+
+
+def _check_text_flags(args: argparse.Namespace) -> None:
+    """Refuse a text flag given empty (`--intensity ''`) or holding a line break or a terminal escape.
+
+    An empty value was taken as "not given" without a word; a line break would add lines to the statement.
+    """
+    for name in _TEXT_FLAGS:
+        value = getattr(args, name, None)
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if not value.strip():
+            raise UsageError(f"{flag} is empty; give a value, or leave {flag} out")
+        if not value.isprintable():
+            raise UsageError(f"{flag} must be one line of printable text (got {value[:40]!r}); remove line breaks")
+
+
 def _inputs(args: argparse.Namespace) -> FacilityInputs:
     """The facility inputs the flags give (PUE, intensity, price, where, what)."""
+    _check_text_flags(args)
     return FacilityInputs(
         pue=parse_series(args.pue, PUE, args.pue_source) if args.pue else None,
         intensity=intensity_given(args.intensity, args.intensity_source),
