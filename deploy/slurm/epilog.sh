@@ -33,8 +33,10 @@ state_dir="${WATTWISE_AGENT_STATE_DIR:-/var/lib/wattwise-agent}"
 grace_s="${WATTWISE_EPILOG_GRACE_S:-10}"
 case "$grace_s" in ''|*[!0-9]*) echo "wattwise epilog (job $job): WATTWISE_EPILOG_GRACE_S must be a whole number of seconds (got '$grace_s'); 10 s it is" >&2; grace_s=10 ;; esac
 log() { echo "wattwise epilog (job $job): $*" >&2; }
-# The job's registration ends with it: its user's rights on this node's GPUs go with it.
-end_job() { "$wattwise" agent end-job --socket "$socket" --job "$job" >/dev/null 2>&1 || log "could not end the job's registration"; }
+# The job's registration ends with it: its user's rights on this node's GPUs go with it. When the agent
+# does not answer, `end-job --state-dir` records the job's end in the agent's state dir, which the agent
+# reads at its next start (or before its next decision), so the registration ends whatever its state.
+end_job() { "$wattwise" agent end-job --socket "$socket" --job "$job" --state-dir "$state_dir" >/dev/null 2>&1 || log "could not end the job's registration"; }
 
 # The Python of wattwise's own installation reads the agent's JSON (no other dependency on the node).
 python="$(dirname "$(readlink -f "$wattwise")")/python"
@@ -90,9 +92,11 @@ for change in changes if isinstance(changes, list) else []:
 print(" ".join(f"GPU {i} (pid {p})" for i, p in sorted(held.items(), key=str)))
 ' "$job" "$uid" "$state_dir/journal.json")" && [ -n "$live" ]; then
         log "the node agent at $socket is stopped and the job's running processes still hold $live with their settings (journal $state_dir/journal.json); start the agent, which restores them when they end"
+        [ -d "$state_dir" ] && end_job
         exit 1
     fi
     log "no node agent at $socket; nothing to release"
+    [ -d "$state_dir" ] && end_job  # an agent ran here: its registration of the job ends at its next start
     exit 0
 fi
 
@@ -131,6 +135,7 @@ wait_signalled() {
 
 if ! held="$(held_by_job)"; then
     log "the node agent at $socket does not answer; cannot check what the job left"
+    end_job
     exit 1
 fi
 if [ -z "$held" ]; then end_job; exit 0; fi

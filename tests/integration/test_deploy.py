@@ -431,7 +431,7 @@ def test_the_prolog_registers_the_jobs_gpus_and_the_epilog_ends_the_registration
     uid = str(slurm_node.uid + 7)  # a user with no process here: its job holds nothing
     proc = _slurm_script("prolog", slurm_node.socket, SLURM_JOB_ID="90", SLURM_JOB_UID=uid, SLURM_JOB_GPUS="2,3")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    assert {"job_id": "90", "uid": int(uid), "gpus": [2, 3]} in client.status()["jobs"]
+    assert [(j["uid"], j["gpus"]) for j in client.status()["jobs"] if j["job_id"] == "90"] == [(int(uid), [2, 3])]
     proc = _slurm_script("epilog", slurm_node.socket, SLURM_JOB_ID="90", SLURM_JOB_UID=uid)
     assert proc.returncode == 0, proc.stderr
     assert all(job["job_id"] != "90" for job in client.status()["jobs"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from wattwise.agent.audit import AuditLog
 from wattwise.agent.cgroups import CgroupAnswer, CgroupUnknown, check_gpu
 from wattwise.agent.config import AgentConfig
-from wattwise.agent.jobs import JobAllocation, JobRegistry
+from wattwise.agent.jobs import JobRegistry
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
 from wattwise.agent.processes import (
@@ -136,7 +137,7 @@ class Agent:
         #: Cgroup checks in progress, by uid.
         self._checking: dict[int, int] = {}
         #: The node's record of which GPUs the scheduler gave each job (the SLURM prolog registers them).
-        self.jobs = JobRegistry(journal.folder, lambda index: index in self.devices)
+        self.jobs = JobRegistry(journal.folder, self.uuids, config.registration_ttl_s)
 
     # -- life cycle -------------------------------------------------------------------------------------
     def recover(self) -> list[str]:
@@ -274,7 +275,7 @@ class Agent:
         """Every GPU's `gpu_status`, in index order."""
         return AgentStatus(
             gpus=[self.gpu_status(i) for i in sorted(self.devices)],
-            jobs=[a.info() for a in self.jobs],
+            jobs=self.jobs.info(),
             allocation=self.config.allocation,
         )
 
@@ -425,10 +426,12 @@ class Agent:
             return None
         mine = self.jobs.of_uid(uid)
         if mine:
-            allowed = sorted({i for a in mine for i in a.gpus})
-            if index in allowed:
+            if self.uuids_of(index) & {u for a in mine for u in a.gpu_uuids}:
                 return None
-            jobs = ", ".join(f"job {a.job_id}: GPU(s) {', '.join(map(str, sorted(a.gpus)))}" for a in mine)
+            jobs = ", ".join(
+                f"job {a.job_id}: GPU(s) {', '.join(map(str, self.jobs.gpus_of(a))) or 'none on this node now'}"
+                for a in mine
+            )
             return (
                 f"GPU {index} is outside the allocation of uid {uid} ({jobs}); a job may change only the "
                 "GPUs its scheduler gave it"
@@ -532,15 +535,21 @@ class Agent:
             raise NotAllowed("only root registers a job's GPUs (the SLURM prolog runs as root)")
         for index in gpus:
             self._device(index)
-        allocation = JobAllocation(job_id, uid, frozenset(gpus))
         try:
-            self.jobs.register(allocation)
+            allocation = self.jobs.register(job_id, uid, gpus)
         except OSError as err:
             raise AgentFault(
                 f"cannot write the agent's record of jobs ({err.strerror or err}); nothing changed"
             ) from None
-        log.info("wattwise agent: job %s of uid %d registered with GPU(s) %s", job_id, uid, sorted(gpus))
-        return allocation.info()
+        log.info(
+            "wattwise agent: job %s of uid %d registered with GPU(s) %s (%s), until %s",
+            job_id,
+            uid,
+            sorted(gpus),
+            ", ".join(sorted(allocation.gpu_uuids)),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(allocation.expires_at_s)),
+        )
+        return allocation.info(self.uuids)
 
     def end_job(self, job_id: str, caller: Holder) -> JobAllocationInfo | None:
         """Forget job `job_id`'s allocation (the SLURM epilog's call); the allocation it had, None if none.
@@ -551,9 +560,7 @@ class Agent:
         if caller.uid != 0:
             raise NotAllowed("only root ends a job's registration (the SLURM epilog runs as root)")
         allocation = self.jobs.end(job_id)
-        if allocation is not None:
-            log.info("wattwise agent: job %s of uid %d ended", job_id, allocation.uid)
-        return allocation.info() if allocation is not None else None
+        return allocation.info(self.uuids) if allocation is not None else None
 
     def release_job(self, job_id: str, caller: Holder) -> JobRelease:
         """Restore every GPU the caller may release under batch job `job_id` and drop those leases (the epilog).
@@ -658,6 +665,10 @@ class Agent:
         return self.gpu_status(index)
 
     # -- internals --------------------------------------------------------------------------------------
+    def uuids_of(self, index: int) -> set[str]:
+        """The UUID of GPU `index` (a set: empty when no such GPU)."""
+        return {uuid for uuid, i in self.uuids.items() if i == index}
+
     def _device(self, index: int) -> Device:
         device = self.devices.get(index)
         if device is None:

@@ -8,6 +8,7 @@ YAML, every key optional:
       - {model: "A100", floor_w: 200, ceiling_w: 400}
     sm_clock_mhz: [900, 1980]         # the clock range clients may lock to
     allocation: registered            # none | registered | cgroup: what a user with no job registered may change
+    registration_ttl_s: 604800        # a job's registration lapses after this unless the epilog ends it first
 
 Without allowed users and groups, anyone who can open the socket may change settings (the socket's
 group and mode are then the access control). Root may always.
@@ -32,7 +33,9 @@ from wattwise.vocabulary import AllocationPolicy
 #: every job is registered by the SLURM prolog), or the GPUs the caller's device cgroup lets it open
 #: (`cgroup`: what a container runtime or SLURM's ConstrainDevices gave it, `wattwise.agent.cgroups`). A
 #: user with a job registered may change only that job's GPUs, whatever the policy.
-KEYS = ("allowed_users", "allowed_groups", "power_limits", "sm_clock_mhz", "allocation")
+KEYS = ("allowed_users", "allowed_groups", "power_limits", "sm_clock_mhz", "allocation", "registration_ttl_s")
+#: How long a job's registration lasts unless the epilog ends it first: a week, longer than a batch job runs.
+DEFAULT_REGISTRATION_TTL_S = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class AgentConfig:
     #: What a user with no job registered may change: any free GPU, nothing, or the GPUs its device
     #: cgroup lets it open.
     allocation: AllocationPolicy = AllocationPolicy.NONE
+    #: Seconds a job's registration lasts unless the epilog ends it first (set it above the longest job).
+    registration_ttl_s: float = DEFAULT_REGISTRATION_TTL_S
 
     def allows(self, uid: int, gids: set[int]) -> bool:
         """May this caller change settings? Root always; anyone when no users or groups are listed."""
@@ -129,7 +134,13 @@ def parse_config(data: Any, where: str = "agent config") -> AgentConfig:
     policies = [policy.value for policy in AllocationPolicy]
     if allocation not in policies:
         raise ConfigError(f"{where}: allocation must be one of {', '.join(policies)} (got {allocation!r})")
-    return AgentConfig(uids, gids, limits, clock_range, AllocationPolicy(allocation))
+    ttl = data.get("registration_ttl_s", DEFAULT_REGISTRATION_TTL_S)
+    if not (_is_number(ttl) and math.isfinite(ttl) and ttl > 0):
+        raise ConfigError(
+            f"{where}: registration_ttl_s must be a positive number of seconds, longer than the longest "
+            f"job (got {ttl!r})"
+        )
+    return AgentConfig(uids, gids, limits, clock_range, AllocationPolicy(allocation), float(ttl))
 
 
 def _list(value: Any, where: str) -> list[Any]:

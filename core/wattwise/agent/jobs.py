@@ -2,19 +2,31 @@
 
 A user with a job registered may change only that job's GPUs; `Agent.allocation_problem` asks this
 registry. The record is `jobs.json` beside the agent's journal (root's, 0600), so that registrations
-outlive an agent restart.
+outlive an agent restart. Three things make a registration end with its job, whatever the agent's state:
+
+- GPUs are recorded by UUID, never by index: after a restart that renumbered the GPUs, a job's rights
+  follow its GPUs, not the numbers they had;
+- the SLURM epilog ends the registration (`DELETE /v1/jobs/J`); when the agent does not answer then, the
+  epilog leaves a record of the job's end in `ended/` under the agent's state dir (`record_ended`,
+  `wattwise agent end-job --state-dir`), which the agent reads at start and before each decision;
+- a registration expires `registration_ttl_s` after it was made (the agent's config), so one whose end
+  was never told lapses anyway.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from wattwise.agent import is_job_name
+from wattwise.agent.config import DEFAULT_REGISTRATION_TTL_S
 from wattwise.agent.wire import JobAllocationInfo
 from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
 
@@ -22,85 +34,209 @@ log = logging.getLogger(__name__)
 
 #: The agent's record of job allocations, beside its journal in the state dir.
 JOBS_FILE = "jobs.json"
+#: The folder (in the state dir) where the epilog records a job's end the agent was not told of.
+ENDED_FOLDER = "ended"
 #: A record of a few thousand jobs is far smaller; a larger file is not the agent's.
 MAX_JOBS_BYTES = 4 * 1024 * 1024
+#: An end record holds one job id.
+MAX_ENDED_BYTES = 4096
 
 
 @dataclass(frozen=True)
 class JobAllocation:
-    """The GPUs (node indices) the scheduler gave one job of one user."""
+    """The GPUs (by UUID) the scheduler gave one job of one user, and when the registration lapses."""
 
     job_id: str
     uid: int
-    gpus: frozenset[int]
+    gpu_uuids: frozenset[str]
+    #: When it was registered and when it lapses (seconds since the epoch).
+    registered_at_s: float
+    expires_at_s: float
 
-    def info(self) -> JobAllocationInfo:
-        """As the agent answers and records it."""
-        return JobAllocationInfo(job_id=self.job_id, uid=self.uid, gpus=sorted(self.gpus))
+    def info(self, indices: Mapping[str, int]) -> JobAllocationInfo:
+        """As the agent answers and records it; `indices`: the index of each GPU UUID on the node now."""
+        return JobAllocationInfo(
+            job_id=self.job_id,
+            uid=self.uid,
+            gpus=sorted(indices[u] for u in self.gpu_uuids if u in indices),
+            gpu_uuids=sorted(self.gpu_uuids),
+            registered_at_s=self.registered_at_s,
+            expires_at_s=self.expires_at_s,
+        )
 
     @classmethod
     def from_json(cls, raw: Any) -> JobAllocation | None:
-        """An allocation from the record, or None when the entry is malformed."""
+        """An allocation from the record, or None when the entry is malformed (or names GPUs by index only)."""
         if not isinstance(raw, dict):
             return None
-        job_id, uid, gpus = raw.get("job_id"), raw.get("uid"), raw.get("gpus")
+        job_id, uid, uuids = raw.get("job_id"), raw.get("uid"), raw.get("gpu_uuids")
+        registered, expires = raw.get("registered_at_s"), raw.get("expires_at_s")
         if not (
             is_job_name(job_id)
             and type(uid) is int
             and uid >= 0
-            and isinstance(gpus, list)
-            and all(type(i) is int and i >= 0 for i in gpus)
+            and isinstance(uuids, list)
+            and all(is_job_name(u) and u for u in uuids)
+            and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in (registered, expires))
         ):
             return None
-        return cls(job_id, uid, frozenset(gpus))
+        return cls(job_id, uid, frozenset(uuids), float(registered), float(expires))
+
+
+def ended_record(folder: Path, job_id: str) -> Path:
+    """The file recording that job `job_id` ended, in the `ended` folder of the agent's state dir `folder`."""
+    return folder / ENDED_FOLDER / f"{hashlib.sha256(job_id.encode()).hexdigest()[:32]}.json"
+
+
+def record_ended(folder: Path, job_id: str, clock: Callable[[], float] = time.time) -> Path:
+    """Record that job `job_id` ended, for the agent to read (the epilog, when the agent does not answer).
+
+    Raises:
+        OSError: The record cannot be written (the state dir is root's: run as root).
+    """
+    path = ended_record(folder, job_id)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    text = json.dumps({"job_id": job_id, "ended_at_s": clock()})
+    replace_file(path, lambda fh: fh.write(text), mode=0o600)
+    return path
 
 
 class JobRegistry:
     """The jobs registered on the node, by job id, and their record on disk."""
 
-    def __init__(self, folder: Path, has_gpu: Callable[[int], bool]) -> None:
-        """The registry kept in `folder` (the agent's state dir); `has_gpu(index)`: a GPU of this agent's."""
+    def __init__(
+        self,
+        folder: Path,
+        uuids: Mapping[str, int],
+        ttl_s: float = DEFAULT_REGISTRATION_TTL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """The registry kept in `folder` (the agent's state dir).
+
+        Args:
+            folder: The agent's state dir.
+            uuids: The index of each of the agent's GPUs, by UUID.
+            ttl_s: How long a registration lasts.
+            clock: Seconds since the epoch (tests pass their own).
+        """
+        self.folder = folder
         self.path = folder / JOBS_FILE
-        self._has_gpu = has_gpu
+        self.uuids = uuids
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._ended_seen: tuple[int, int] | None = None
         self._jobs: dict[str, JobAllocation] = self._load()
+        self.refresh()
 
     def __iter__(self) -> Iterator[JobAllocation]:
-        """The allocations, by job id."""
+        """The allocations in force, by job id (a record of an end, or an expiry, is taken into account first)."""
+        self.refresh()
         return iter(sorted(self._jobs.values(), key=lambda a: a.job_id))
 
-    def __len__(self) -> int:
-        return len(self._jobs)
+    def info(self) -> list[JobAllocationInfo]:
+        """The allocations in force as the agent answers them."""
+        return [a.info(self.uuids) for a in self]
 
     def of_uid(self, uid: int) -> list[JobAllocation]:
-        """The allocations of user `uid`'s jobs, by job id."""
+        """The allocations in force of user `uid`'s jobs, by job id."""
         return [a for a in self if a.uid == uid]
 
-    def register(self, allocation: JobAllocation) -> None:
-        """Record `allocation` (replacing the job's earlier one).
+    def gpus_of(self, allocation: JobAllocation) -> list[int]:
+        """The indices of `allocation`'s GPUs among the agent's now."""
+        return sorted(self.uuids[u] for u in allocation.gpu_uuids if u in self.uuids)
+
+    def register(self, job_id: str, uid: int, gpus: list[int]) -> JobAllocation:
+        """Record that job `job_id` of user `uid` was given the GPUs `gpus` (indices), replacing an earlier one.
+
+        A record of the job's end left before (the same job id, registered again) is cleared.
 
         Raises:
             OSError: The record cannot be written; nothing changed.
         """
-        previous = self._jobs.get(allocation.job_id)
-        self._jobs[allocation.job_id] = allocation
+        by_index = {index: uuid for uuid, index in self.uuids.items()}
+        now = self._clock()
+        allocation = JobAllocation(job_id, uid, frozenset(by_index[i] for i in gpus), now, now + self.ttl_s)
+        previous = self._jobs.get(job_id)
+        self._jobs[job_id] = allocation
         try:
             self._save()
         except OSError:
             if previous is None:
-                del self._jobs[allocation.job_id]
+                del self._jobs[job_id]
             else:
-                self._jobs[allocation.job_id] = previous
+                self._jobs[job_id] = previous
             raise
+        try:
+            ended_record(self.folder, job_id).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            log.error("wattwise agent: cannot remove the end record of job %s (%s)", job_id, err.strerror)
+        return allocation
 
-    def end(self, job_id: str) -> JobAllocation | None:
+    def end(self, job_id: str, why: str = "ended") -> JobAllocation | None:
         """Forget job `job_id`; the allocation it had, None if none. A record that cannot be written is kept."""
         allocation = self._jobs.pop(job_id, None)
         if allocation is not None:
-            try:
-                self._save()
-            except OSError as err:
-                log.error("wattwise agent: cannot write %s (%s)", self.path, err.strerror or err)
+            log.info("wattwise agent: job %s of uid %d %s", job_id, allocation.uid, why)
+            self._save_or_say()
         return allocation
+
+    def refresh(self) -> None:
+        """Take the epilog's records of ended jobs and the expiries into account (cheap when nothing changed)."""
+        now = self._clock()
+        lapsed = [a for a in self._jobs.values() if a.expires_at_s <= now]
+        for allocation in lapsed:
+            del self._jobs[allocation.job_id]
+            log.warning(
+                "wattwise agent: the registration of job %s of uid %d lapsed (registered %.0f s ago; the "
+                "epilog never ended it)",
+                allocation.job_id,
+                allocation.uid,
+                now - allocation.registered_at_s,
+            )
+        ended = self._read_ended()
+        if lapsed or ended:
+            self._save_or_say()
+
+    def _read_ended(self) -> bool:
+        """End the jobs the epilog recorded as ended, and remove those records; whether any job ended."""
+        folder = self.folder / ENDED_FOLDER
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return False
+        seen = (st.st_mtime_ns, st.st_ino)
+        if seen == self._ended_seen:
+            return False
+        entries = sorted(folder.glob("*.json"))
+        if not entries:
+            self._ended_seen = seen  # a record added since changes the folder's time: looked at next time
+            return False
+        self._ended_seen = None
+        ended_any = False
+        for entry in entries:
+            try:
+                raw = read_trusted_json(entry, max_bytes=MAX_ENDED_BYTES, root_ok=True)
+            except (OSError, UntrustedFile, ValueError) as err:
+                log.error("wattwise agent: %s: %s; ignored", entry, err)
+                continue
+            job_id = raw.get("job_id")
+            if is_job_name(job_id) and entry == ended_record(self.folder, job_id):
+                allocation = self._jobs.pop(job_id, None)
+                if allocation is not None:
+                    ended_any = True
+                    log.info(
+                        "wattwise agent: job %s of uid %d ended while the agent was not answering (the "
+                        "epilog's record); its registration ends",
+                        job_id,
+                        allocation.uid,
+                    )
+            try:
+                entry.unlink()
+            except OSError as err:
+                log.error("wattwise agent: cannot remove %s (%s)", entry, err.strerror)
+        return ended_any
 
     def _load(self) -> dict[str, JobAllocation]:
         """The allocations a previous agent recorded (its jobs may still run); none when unreadable."""
@@ -112,12 +248,48 @@ class JobRegistry:
             log.error("wattwise agent: %s %s; no job allocation recalled", self.path, err)
             return {}
         jobs: dict[str, JobAllocation] = {}
+        dropped = []
         for entry in raw.get("jobs", []) if isinstance(raw.get("jobs"), list) else []:
             allocation = JobAllocation.from_json(entry)
-            if allocation is not None and all(self._has_gpu(i) for i in allocation.gpus):
-                jobs[allocation.job_id] = allocation
+            if allocation is None:
+                dropped.append(entry.get("job_id") if isinstance(entry, dict) else None)
+                continue
+            unseen = sorted(allocation.gpu_uuids - set(self.uuids))
+            if unseen:
+                log.warning(
+                    "wattwise agent: job %s's GPU(s) %s are not on this node any more; kept for its other GPUs",
+                    allocation.job_id,
+                    ", ".join(unseen),
+                )
+            jobs[allocation.job_id] = allocation
+        if dropped:
+            # A record by GPU index (an agent before UUIDs) cannot be trusted after a renumbering: the
+            # next prolog registers the job's GPUs again.
+            log.error(
+                "wattwise agent: %s: %d registration(s) not recalled (malformed, or naming GPUs by index "
+                "only): job(s) %s",
+                self.path,
+                len(dropped),
+                ", ".join(str(j)[:40] for j in dropped),
+            )
         return jobs
 
     def _save(self) -> None:
-        text = json.dumps({"jobs": [a.info() for a in self]})
+        entries = [
+            {
+                "job_id": a.job_id,
+                "uid": a.uid,
+                "gpu_uuids": sorted(a.gpu_uuids),
+                "registered_at_s": a.registered_at_s,
+                "expires_at_s": a.expires_at_s,
+            }
+            for a in sorted(self._jobs.values(), key=lambda a: a.job_id)
+        ]
+        text = json.dumps({"jobs": entries})
         replace_file(self.path, lambda fh: fh.write(text), mode=0o600)
+
+    def _save_or_say(self) -> None:
+        try:
+            self._save()
+        except OSError as err:
+            log.error("wattwise agent: cannot write %s (%s)", self.path, err.strerror or err)

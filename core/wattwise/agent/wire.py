@@ -44,7 +44,12 @@ class JobAllocationInfo(TypedDict):
 
     job_id: str
     uid: int
+    #: The GPUs' indices on the node now (the registration follows their UUIDs over a renumbering).
     gpus: list[int]
+    gpu_uuids: list[str]
+    #: When it was registered, and when it lapses unless the epilog ends it first (seconds since the epoch).
+    registered_at_s: float
+    expires_at_s: float
 
 
 class AgentStatus(TypedDict):

@@ -100,10 +100,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     end = agent_sub.add_parser(
         "end-job",
         help="forget a batch job's registration (root: a SLURM epilog)",
-        description="Forget the GPUs registered for batch job JOBID (its leases are released by `release`).",
+        description="Forget the GPUs registered for batch job JOBID (its leases are released by `release`). "
+        "When the agent does not answer and --state-dir is given, the job's end is recorded there and the "
+        "agent ends the registration when it reads it (at its next start, or before its next decision).",
     )
     end.add_argument("--job", required=True, metavar="JOBID", help="the batch job's id (SLURM_JOB_ID)")
     end.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    end.add_argument(
+        "--state-dir",
+        help="the agent's --state-dir: where to record the job's end when the agent does not answer (root)",
+    )
     end.set_defaults(func=run_end_job)
 
 
@@ -153,13 +159,35 @@ def run_end_job(args: argparse.Namespace) -> int:
     """Run `wattwise agent end-job` with its parsed arguments.
 
     Returns:
-        0 when the job is no longer registered (or never was), 1 when the agent refused or does not answer.
+        0 when the job is no longer registered (or never was), or its end is recorded for the agent to
+        read; 1 when the agent refused, or does not answer and the end cannot be recorded.
     """
-    from wattwise.devices.agent import AgentClient
+    from wattwise.devices.agent import AgentClient, AgentUnreachable
     from wattwise.devices.base import DeviceError
 
     try:
         answer = AgentClient(args.socket).end_job(args.job)
+    except AgentUnreachable as err:
+        if args.state_dir is None:
+            print(f"wattwise agent end-job: error: {err}", file=sys.stderr)
+            return 1
+        from wattwise.agent.jobs import record_ended
+
+        try:
+            path = record_ended(Path(args.state_dir), args.job)
+        except OSError as write_err:
+            print(
+                f"wattwise agent end-job: error: {err}; and the job's end cannot be recorded in "
+                f"{args.state_dir} ({write_err.strerror or write_err}): run it as root",
+                file=sys.stderr,
+            )
+            return 1
+        print(
+            f"wattwise agent end-job: job {args.job}: the agent does not answer ({err}); its end is recorded in "
+            f"{path}, which the agent reads",
+            file=sys.stderr,
+        )
+        return 0
     except DeviceError as err:
         print(f"wattwise agent end-job: error: {err}", file=sys.stderr)
         return 1

@@ -49,6 +49,10 @@ CONNECT_RETRY_MAX_S = 0.1
 LIFT_CHECK_FRESH_S = 1.0
 
 
+class AgentUnreachable(DeviceError):
+    """No agent answered: none listens at the socket, or the connection failed or timed out."""
+
+
 def is_job_name(value: object) -> TypeGuard[str]:
     """Whether `value` may name a lease's job or batch job: a printable string of at most `MAX_JOB_CHARS`."""
     return isinstance(value, str) and len(value) <= MAX_JOB_CHARS and value.isprintable()
@@ -141,7 +145,8 @@ class AgentClient:
         Raises:
             NoPermissionError: The socket may not be opened, or the agent refused (held by another process,
                 not allowed by the admin's bounds).
-            DeviceError: No agent answers, or it answered an error (a bad value) or no JSON.
+            AgentUnreachable: No agent answers (a `DeviceError`).
+            DeviceError: It answered an error (a bad value) or no JSON.
         """
         conn = _UnixConnection(self.path, self.timeout)
         try:
@@ -156,12 +161,12 @@ class AgentClient:
                 "(the admin adds you to the socket's group)"
             ) from None
         except (FileNotFoundError, ConnectionRefusedError) as err:
-            raise DeviceError(
+            raise AgentUnreachable(
                 f"wattwise agent: none answers at {self.path} ({err.strerror}); start one with "
                 f"`wattwise agent serve` or set {SOCKET_ENV}"
             ) from None
         except (OSError, http.client.HTTPException) as err:
-            raise DeviceError(f"wattwise agent at {self.path}: {err}") from None
+            raise AgentUnreachable(f"wattwise agent at {self.path}: {err}") from None
         finally:
             conn.close()
         try:

@@ -106,3 +106,22 @@ AgentClient(sys.argv[1]).set_power_limit(1, 200.0, "bert")
 print("held", flush=True)
 time.sleep(300)
 """
+
+
+def test_a_job_that_ends_while_the_agent_is_stopped_loses_its_registration_when_the_agent_starts(
+    tmp_path: Path,
+) -> None:
+    agent = start_agent(tmp_path)
+    try:
+        agent.client.register_job("80", 4321, [0])
+        assert [j["job_id"] for j in agent.client.status()["jobs"]] == ["80"]
+    finally:
+        stop_agent(agent)
+    done = _epilog(agent, "80", SLURM_JOB_UID="4321")  # no agent answers: the epilog leaves a record
+    assert done.returncode == 0 and "no node agent" in done.stderr
+    again = start_agent(tmp_path)
+    try:
+        assert again.client.status()["jobs"] == []
+    finally:
+        err = stop_agent(again)
+    assert "job 80 of uid 4321 ended while the agent was not answering" in err

@@ -21,6 +21,7 @@ from wattwise.agent.http import status_of
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
 from wattwise.agent.processes import process_start_ticks
+from wattwise.agent.wire import JobAllocationInfo
 from wattwise.devices import simulated_gpus
 from wattwise.errors import ConfigError
 from wattwise.vocabulary import AllocationPolicy
@@ -46,6 +47,12 @@ def make_agent(tmp_path: Path, allocation: str = AllocationPolicy.NONE) -> Agent
     )
 
 
+def shown(info: JobAllocationInfo | None) -> dict[str, object]:
+    """A registration's job, user and GPU indices (what these tests compare)."""
+    assert info is not None
+    return {"job_id": info["job_id"], "uid": info["uid"], "gpus": info["gpus"]}
+
+
 def refused(call) -> tuple[int, str]:  # type: ignore[no-untyped-def]
     with pytest.raises(AgentRefusal) as err:
         call()
@@ -55,7 +62,11 @@ def refused(call) -> tuple[int, str]:  # type: ignore[no-untyped-def]
 def test_a_user_with_a_registered_job_may_change_only_its_gpus(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     uuid3 = agent.gpu_status(3)["uuid"]
-    assert agent.register_job("4711", 1001, [agent.uuids[uuid3]], ROOT) == {"job_id": "4711", "uid": 1001, "gpus": [3]}
+    assert shown(agent.register_job("4711", 1001, [agent.uuids[uuid3]], ROOT)) == {
+        "job_id": "4711",
+        "uid": 1001,
+        "gpus": [3],
+    }
     squatter = user(1001)
     status, why = refused(lambda: agent.set_power_limit(0, squatter, set(), 150.0))
     assert status == 403
@@ -77,8 +88,8 @@ def test_the_registered_policy_refuses_a_user_with_no_job_and_ending_the_job_end
     assert status == 403 and why.startswith("uid 1001 has no job registered on this node")
     agent.register_job("7", 1001, [0, 1], ROOT)
     assert agent.set_power_limit(1, user(1001), set(), 150.0)["power_limit_w"] == 150.0
-    assert agent.status()["jobs"] == [{"job_id": "7", "uid": 1001, "gpus": [0, 1]}]
-    assert agent.end_job("7", ROOT) == {"job_id": "7", "uid": 1001, "gpus": [0, 1]}
+    assert [shown(j) for j in agent.status()["jobs"]] == [{"job_id": "7", "uid": 1001, "gpus": [0, 1]}]
+    assert shown(agent.end_job("7", ROOT)) == {"job_id": "7", "uid": 1001, "gpus": [0, 1]}
     assert refused(lambda: agent.set_power_limit(0, user(1001), set(), 150.0))[0] == 403
 
 
@@ -99,7 +110,7 @@ def test_registrations_outlive_an_agent_restart(tmp_path: Path) -> None:
     first.journal.close()
     second = make_agent(tmp_path)
     assert refused(lambda: second.set_power_limit(0, user(1001), set(), 150.0))[0] == 403
-    assert second.status()["jobs"] == [{"job_id": "4711", "uid": 1001, "gpus": [3]}]
+    assert [shown(j) for j in second.status()["jobs"]] == [{"job_id": "4711", "uid": 1001, "gpus": [3]}]
 
 
 def test_an_allocation_policy_the_agent_cannot_enforce_is_refused() -> None:
