@@ -15,6 +15,7 @@ records it in the store at the end of a run.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -93,17 +94,27 @@ def keep_folder(output_dir: str | os.PathLike[str], run_id: str, *, world_size: 
     """Give the run just written into `output_dir` its own folder, `runs/<run_id>`, and point `latest` at it.
 
     Each regular file the run wrote is hard-linked there (copied where the file system has no hard links);
-    a link planted in the output folder is never followed.
+    a link planted in the output folder is never followed, nor is a `runs` that is a link. A `latest` that
+    is not a link (a real folder or file of the user's) is left as it is: the run is kept all the same.
 
     Returns:
         The run's own folder.
 
     Raises:
-        OSError: the folder or the link cannot be made.
+        OSError: the folder cannot be made (`runs` is a file or a link, a full disk, no permission).
     """
     out = Path(output_dir)
-    own = out / RUNS_FOLDER / run_id
-    own.mkdir(parents=True, exist_ok=False)
+    runs = out / RUNS_FOLDER
+    try:
+        kind = os.lstat(runs).st_mode
+    except FileNotFoundError:
+        runs.mkdir(parents=True, exist_ok=True)
+    else:
+        if not stat.S_ISDIR(kind):
+            what = "a symbolic link" if stat.S_ISLNK(kind) else "not a folder"
+            raise NotADirectoryError(errno.ENOTDIR, f"{what}, which wattwise does not follow or replace", str(runs))
+    own = runs / run_id
+    own.mkdir(exist_ok=False)
     for name in _kept_files(world_size):
         source = out / name
         try:
@@ -116,6 +127,8 @@ def keep_folder(output_dir: str | os.PathLike[str], run_id: str, *, world_size: 
         except OSError:
             shutil.copy2(source, own / name, follow_symlinks=False)
     latest = out / LATEST
+    if os.path.lexists(latest) and not os.path.islink(latest):
+        return own  # the user's own folder or file by that name: theirs, not replaced
     temporary = out / f".{LATEST}.{run_id}.tmp"
     os.symlink(Path(RUNS_FOLDER) / run_id, temporary)
     try:

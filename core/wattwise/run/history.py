@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wattwise.errors import Unavailable, UsageError, plugin_warning
-from wattwise.record.kept import keep_folder, run_row
+from wattwise.record.kept import LATEST, keep_folder, run_row
 from wattwise.record.summary import RunSummary
 from wattwise.store.history import RunRow, new_run_id
 
@@ -40,13 +40,22 @@ def keep_run(output_dir: str | os.PathLike[str], summary: RunSummary, *, store: 
 
     run_id = new_run_id(summary.start_s)
     try:
-        own = keep_folder(output_dir, run_id, world_size=summary.world_size or 1)
-    except OSError as err:
+        own = Path(keep_folder(output_dir, run_id, world_size=summary.world_size or 1))
+    except OSError as err:  # the row is recorded all the same, pointing at the output folder
+        where = f"{err.filename}: " if err.filename else ""
         plugin_warning(
             f"wattwise: the run's files stay in {output_dir} but could not be kept in a folder of their own "
-            f"({err.strerror or err}); the next run into {output_dir} replaces them"
+            f"({where}{err.strerror or err}); its row in the run history points there, and the next run into "
+            f"{output_dir} replaces the files"
         )
-        return None
+        own = Path(output_dir)
+    else:
+        latest = Path(output_dir) / LATEST
+        if not latest.is_symlink():
+            plugin_warning(
+                f"wattwise: {latest} is not the link wattwise keeps there (a folder or file of your own), so it "
+                f"was left as it is; the run is kept in {own}"
+            )
     row = run_row(summary, run_id=run_id, folder=own)
     try:
         spooled = record_run_at_end(row, location=store)

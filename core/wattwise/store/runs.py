@@ -143,8 +143,11 @@ def record_run_at_end(row: RunRow, *, location: str | None = None) -> Path | Non
         row: The run (`check_row` is applied first).
         location: As for `record_run`.
 
+    A spool that cannot take the row (its folder made by another user in a shared home, a disk full there)
+    does not lose it: the store is written at once instead, as `record_run` does.
+
     Returns:
-        The spool file only when a server store could not be reached (see `record_run`); None otherwise.
+        The spool file only when a store could not be reached (see `record_run`); None otherwise.
 
     Raises:
         UsageError: as for `record_run`.
@@ -154,7 +157,10 @@ def record_run_at_end(row: RunRow, *, location: str | None = None) -> Path | Non
     check_row(row)
     url = _url(location)
     if url.startswith("sqlite"):
-        spool.spool_run(url, row)
+        try:
+            spool.spool_run(url, row)
+        except OSError:  # the spool cannot take it (a folder another user made, a full disk): the store itself
+            return record_run(row, location=location)
         return None
     return record_run(row, location=location)
 

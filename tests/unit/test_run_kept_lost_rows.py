@@ -1,0 +1,56 @@
+"""A run's row reaches the history whatever its output folder holds: `OUTPUT/latest` a real folder, `OUTPUT/runs`
+a file or a symbolic link (never followed), or a spool folder another user made first in a shared home.
+Each case is one warning saying where the run is kept; nothing recorded is lost."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_run_kept import one_run
+from wattwise.errors import EnergyPluginWarning
+from wattwise.store import spool
+from wattwise.store.limits_memory import LimitsMemory
+from wattwise.store.runs import list_runs
+
+
+def test_a_real_latest_folder_is_left_as_it_is_and_the_run_is_kept(tmp_path: Path) -> None:
+    out, store = tmp_path / "out", tmp_path / "jobs.sqlite"
+    (out / "latest").mkdir(parents=True)
+    (out / "latest" / "mine.txt").write_text("mine")
+    with pytest.warns(EnergyPluginWarning, match=r"latest is not the link wattwise keeps there .* left as it is"):
+        one_run(out, store)
+    (row,) = list_runs(location=str(store))
+    assert Path(row.folder).parent == (out / "runs").absolute() and (Path(row.folder) / "summary.json").is_file()
+    assert (out / "latest" / "mine.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("runs", ["file", "link"])
+def test_a_runs_that_is_a_file_or_a_link_keeps_the_row_pointing_at_the_output_folder(tmp_path: Path, runs: str) -> None:
+    out, store, elsewhere = tmp_path / "out", tmp_path / "jobs.sqlite", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    if runs == "file":
+        (out / "runs").write_text("not a folder")
+    else:
+        (out / "runs").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.warns(EnergyPluginWarning, match=r"could not be kept in a folder of their own .*runs: "):
+        one_run(out, store)
+    (row,) = list_runs(location=str(store))
+    assert row.folder == str(out.absolute()) and os.listdir(elsewhere) == []
+
+
+def test_a_spool_folder_another_user_made_first_does_not_lose_the_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "jobs.sqlite"
+
+    def not_yours(url: str) -> Path:
+        raise PermissionError(13, f"spool folder {spool.spool_dir(url)}: owned by uid 1234")
+
+    monkeypatch.setattr(spool, "own_spool_dir", not_yours)
+    run = one_run(tmp_path / "out", store)
+    assert [r.energy_j for r in list_runs(location=str(store))] == [run.final_summary.energy_j]
+    assert spool.pending(LimitsMemory(str(store)).url) == []
