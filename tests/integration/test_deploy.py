@@ -32,9 +32,11 @@ from tests.support import ordinary_user
 from tests.support.paths import PACKAGE_ROOTS, REPO_ROOT
 from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR
 from wattwise.agent.config import parse_config
+from wattwise.agent.serve import allocation_warning
 from wattwise.cli import agent as agent_cli
 from wattwise.devices import DeviceError
 from wattwise.devices.agent import AgentClient
+from wattwise.vocabulary import AllocationPolicy
 
 DEPLOY = REPO_ROOT / "deploy"
 #: The files a wheel of wattwise is built from (besides the package folders).
@@ -137,6 +139,12 @@ def test_the_example_agent_config_loads_with_bounds_for_its_models() -> None:
     floor_w, ceiling_w = config.power_bounds("NVIDIA H100 80GB HBM3")
     assert floor_w is not None and ceiling_w is not None and floor_w < ceiling_w
     assert config.sm_clock_mhz is not None and config.sm_clock_mhz[0] < config.sm_clock_mhz[1]
+    # The node the install steps make enforces who may change which GPU: `none` is a choice made by hand.
+    assert config.allocation in (AllocationPolicy.REGISTERED, AllocationPolicy.CGROUP)
+    assert allocation_warning(config, "agent.example.yaml") is None
+    configmap = yaml.safe_load((DEPLOY / "wattwise-agent-config.yaml").read_text())
+    in_pods = parse_config(yaml.safe_load(configmap["data"]["agent.yaml"]), "wattwise-agent-config.yaml")
+    assert in_pods.allocation == AllocationPolicy.CGROUP
 
 
 def test_the_daemonset_runs_the_agent_on_the_hosts_socket_folder_privileged_with_host_pids() -> None:

@@ -23,13 +23,14 @@ from typing import TextIO
 from aiohttp import web
 
 from wattwise.agent.agent import Agent
-from wattwise.agent.config import load_config
+from wattwise.agent.config import AgentConfig, load_config
 from wattwise.agent.connections import ConnectionLimits, Listener, quiet_client_logs, raise_open_file_limit
 from wattwise.agent.http import make_app
 from wattwise.agent.processes import Peer, identify_peer
 from wattwise.devices.base import Device
 from wattwise.errors import UsageError
 from wattwise.safe_files import private_folder_problem
+from wattwise.vocabulary import AllocationPolicy
 
 #: Connections the kernel queues before the agent accepts them (the kernel caps it at net.core.somaxconn):
 #: deep enough that one user connecting in a loop leaves room for the others, who retry while it is full.
@@ -156,6 +157,18 @@ def share_simulated_load(devices: list[Device], gid: int) -> None:
         simulation.count_load(path)
 
 
+def allocation_warning(config: AgentConfig, path: str | None) -> str | None:
+    """The warning the agent gives at start (and at SIGHUP) when its allocation policy enforces nothing."""
+    if config.allocation != AllocationPolicy.NONE:
+        return None
+    where = f"{path} says `allocation: none`" if path is not None else "no --config: `allocation: none`"
+    return (
+        f"wattwise agent: {where}: anyone allowed to change settings may change any free GPU, other users' "
+        "jobs' GPUs too; set `allocation: registered` (SLURM: the prolog registers each job's GPUs) or "
+        "`allocation: cgroup` (containers) unless this node has one user"
+    )
+
+
 def reload_config(agent: Agent, path: str | None) -> None:
     """SIGHUP: read the admin's config file again (bounds, allowed users and groups, allocation policy).
 
@@ -172,6 +185,9 @@ def reload_config(agent: Agent, path: str | None) -> None:
         log.error("wattwise agent: SIGHUP: %s; the config in force is kept", err)
         return
     log.warning("wattwise agent: SIGHUP: read %s again", path)
+    warning = allocation_warning(agent.config, path)
+    if warning is not None:
+        log.warning("%s", warning)
 
 
 def listen_unix(path: Path) -> socket.socket:
@@ -215,6 +231,9 @@ async def serve(
                 f"{options.metrics_port} ({err.strerror or err}); another process may hold it: choose another port"
             ) from None
     loop = asyncio.get_running_loop()
+    warning = allocation_warning(agent.config, options.config_path)
+    if warning is not None:
+        log.warning("%s", warning)
     quiet_client_logs()
     raise_open_file_limit()
     agent.start_watching(loop)

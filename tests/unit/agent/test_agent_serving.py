@@ -249,3 +249,26 @@ def test_a_body_that_does_not_arrive_is_refused_and_changes_nothing(tmp_path: Pa
     assert answer.startswith(b"HTTP/1.1 400 ")
     assert b"the request body did not arrive within 1 s" in answer
     assert agent.gpu_status(0)["holder"] is None
+
+
+@pytest.mark.parametrize("policy", list(AllocationPolicy))
+def test_the_agent_warns_at_start_when_its_policy_enforces_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: AllocationPolicy
+) -> None:
+    agent = make_agent(tmp_path, policy)
+
+    async def scenario() -> None:
+        async with served(agent, tmp_path):
+            pass
+
+    with caplog.at_level("WARNING", logger="wattwise.agent.serve"):
+        asyncio.run(scenario())
+    warned = [r.getMessage() for r in caplog.records if "allocation: none" in r.getMessage()]
+    if policy == AllocationPolicy.NONE:
+        assert warned == [
+            "wattwise agent: no --config: `allocation: none`: anyone allowed to change settings may change any "
+            "free GPU, other users' jobs' GPUs too; set `allocation: registered` (SLURM: the prolog registers "
+            "each job's GPUs) or `allocation: cgroup` (containers) unless this node has one user"
+        ]
+    else:
+        assert warned == []
