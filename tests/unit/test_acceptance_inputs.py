@@ -89,3 +89,33 @@ def test_a_forged_acceptance_json_is_set_aside_and_every_check_runs_again(
     assert [c["status"] for c in report["checks"]] == [PASSED, PASSED]
     assert err.count("\n") == 1 and says in err and "acceptance.json.rejected" in err and "runs again" in err
     assert (tmp_path / "acceptance.json.rejected").exists()
+
+
+def test_ctrl_c_during_a_check_stops_keeps_what_finished_and_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    from wattwise.settings.guard import SignalledError
+
+    FakeNvml([FakeGpu()], clock=FakeClock()).install(monkeypatch)
+    calls: list[str] = []
+
+    def first(ctx: acceptance.Context) -> dict:
+        calls.append("first")
+        return {"value": 1.0}
+
+    def interrupted(ctx: acceptance.Context) -> dict:
+        calls.append("interrupted")
+        raise SignalledError(signal.SIGINT)  # what a run inside a check raises once Ctrl-C restored its limit
+
+    def third(ctx: acceptance.Context) -> dict:
+        calls.append("third")
+        return {}
+
+    monkeypatch.setattr(acceptance, "CHECKS", [("first", first), ("interrupted", interrupted), ("third", third)])
+    assert main(["--out", str(tmp_path)]) == 130
+    assert calls == ["first", "interrupted"]  # stopped: the next check did not run
+    report = json.loads((tmp_path / "acceptance.json").read_text())
+    assert [(c["name"], c["status"]) for c in report["checks"]] == [("first", PASSED)]
+    assert "interrupted during interrupted" in report["notes"][-1]

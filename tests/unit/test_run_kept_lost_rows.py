@@ -9,11 +9,30 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_run_kept import one_run
+from tests.support.clock import VirtualClock
+from wattwise.config import load_config
+from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import EnergyPluginWarning
+from wattwise.run import Run
 from wattwise.store import spool
 from wattwise.store.limits_memory import LimitsMemory
 from wattwise.store.runs import list_runs
+from wattwise.tools.workload import emulate_step
+
+
+def one_run(out: Path, store: Path) -> Run:
+    """Three steps of a measured run on a simulated GPU into `out`, its history in `store`."""
+    clock = VirtualClock(1_796_119_200.0)
+    gpu = SimulatedGPU(0, PowerModel.default(), base_step_time_s=0.1, clock=clock, sleep=clock.sleep)
+    quiet = ["monitor.sample_power=false", "monitor.sync_cuda=false", f"output_dir={out}", "job=bert/squad"]
+    run = Run(load_config(overrides=quiet), devices=[gpu], wall_clock=clock, limits_memory=LimitsMemory(str(store)))
+    run.start()
+    for _ in range(3):
+        run.step_begin()
+        emulate_step([gpu], lambda: None)
+        run.step_end()
+    run.finish()
+    return run
 
 
 def test_a_real_latest_folder_is_left_as_it_is_and_the_run_is_kept(tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ from typing import Any
 from wattwise.devices import probe_gpus
 from wattwise.devices.base import Device, DeviceError, NoPermissionError
 from wattwise.safe_files import json_text
+from wattwise.settings.guard import SignalledError
 from wattwise.tools import levers
 from wattwise.tools.checks import (
     FAILED,
@@ -660,7 +661,15 @@ def run_checks(
                 f"{max(0.0, left_s):.0f} s left); rerun into the same --out to resume",
             )
         else:
-            results[name] = _run_one(name, check, ctx)
+            try:
+                results[name] = _run_one(name, check, ctx)
+            except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: stop, keeping what finished
+                notes.append(
+                    f"interrupted during {name}: the GPU settings were restored, the checks that finished are kept; "
+                    "rerun into the same --out to resume"
+                )
+                write()
+                raise
             if results[name].status == PASSED:
                 ctx.shared[name] = results[name].figures
         write()
@@ -775,6 +784,10 @@ def check_problem(check: dict[str, Any], known: set[str]) -> str | None:
 def _run_one(name: str, check: Callable[[Context], dict[str, Any]], ctx: Context) -> CheckResult:
     try:
         return CheckResult(name, PASSED, figures=check(ctx))
+    except SignalledError as err:  # SIGINT or SIGTERM reached a run inside the check: the whole command stops
+        if err.signum == signal.SIGINT:
+            raise KeyboardInterrupt(str(err)) from err
+        raise SystemExit(128 + err.signum) from err
     except Skip as why:
         return CheckResult(name, SKIPPED, str(why))
     except Failure as err:
