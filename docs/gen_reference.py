@@ -54,6 +54,12 @@ ENVIRONMENT: dict[str, str] = {
     "settings that settle, noise) or `ideal` (exact figures): the simulated GPU's physics for every entry point "
     "at once (`devices.simulated_physics` wins)",
     "WATTWISE_SIMULATED_SEED": "an integer that fixes the realistic simulated GPU's noise (unset: each run differs)",
+    "WATTWISE_SIMULATED_GPU": (
+        "`h100`, `a100`, `v100` or `mi300x`: the GPU generation the realistic simulated GPU stands for (unset: h100)"
+    ),
+    "WATTWISE_SIMULATED_TEMPERATURE": (
+        "`on`: the realistic simulated GPU warms under load and needs more power (unset: off)"
+    ),
     "WATTWISE_RUN_COMMAND": 'set to `1` by `wattwise run` for its command: a run inside it leaves "nothing to '
     "measure on this machine\" to `wattwise run`'s last line",
     "WATTWISE_AGENT_SOCKET": "the node agent's Unix socket (default `/run/wattwise/agent.sock`)",

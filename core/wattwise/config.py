@@ -39,7 +39,7 @@ from wattwise.devices import BACKEND_ENV, PhysicsName, backend_choices
 from wattwise.errors import ConfigError, Key, UsageError
 from wattwise.names import check_job_name
 from wattwise.safe_files import read_text
-from wattwise.vocabulary import RunMode, Selector
+from wattwise.vocabulary import RunMode, Selector, SimulatedGpuName
 
 #: What drives a simulated GPU's load (`devices.simulated_drive`): emulated work only, or the training steps.
 SIMULATED_DRIVES = ("off", "steps")
@@ -84,10 +84,14 @@ class DevicesConfig:
     #: Also measure CPU packages and DRAM through RAPL.
     cpu: bool = False
     simulated: SimulatedGPUConfig = field(default_factory=SimulatedGPUConfig)
-    #: The simulated GPU's physics: "realistic" (a counter that advances every 95 ms, reads that take time,
+    #: The simulated GPU's physics: "realistic" (a counter that advances every 100 ms, reads that take time,
     #: settings that settle, noise, GPUs that differ, as measured on an H100) or "ideal" (exact figures, for
     #: tests). None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic. `$WATTWISE_SIMULATED_SEED` fixes the noise.
     simulated_physics: str | None = None
+    #: The GPU generation the realistic simulated GPU stands for: "h100" (the default), "a100", "v100" or
+    #: "mi300x", each with its clocks, counter period, power reading, read cost and settling (cited in
+    #: docs/concepts.md). None: `$WATTWISE_SIMULATED_GPU`, else h100.
+    simulated_gpu: str | None = None
     #: What drives the simulated GPU's load: "off" (only emulated work, `wattwise.tools.workload`) or "steps"
     #: (the training steps themselves: each step's wall time is its work at the maximum limit, stretched as
     #: the power model says). Off by default, because "steps" makes training sleep at lower limits.
@@ -664,6 +668,8 @@ def validate(cfg: EnergyConfig) -> None:
     _check_gpus(cfg.devices)
     if cfg.devices.simulated_physics is not None:
         _choice("devices.simulated_physics", cfg.devices.simulated_physics, tuple(p.value for p in PhysicsName))
+    if cfg.devices.simulated_gpu is not None:
+        _choice("devices.simulated_gpu", cfg.devices.simulated_gpu, tuple(g.value for g in SimulatedGpuName))
     _within("devices.simulated.base_step_time_s", cfg.devices.simulated.base_step_time_s, 1e-6, 3600.0, "seconds")
     _within("monitor.sample_interval_s", cfg.monitor.sample_interval_s, 1e-3, 86400.0, "seconds")
     if cfg.log_every_n_steps is not None:

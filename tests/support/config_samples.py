@@ -25,6 +25,7 @@ SAMPLES: dict[str, Any] = {
     "devices.simulated.base_step_time_s": 0.03,
     "devices.simulated.state_dir": "state",
     "devices.simulated_physics": "ideal",
+    "devices.simulated_gpu": "a100",
     "devices.simulated_drive": "steps",
     "monitor.sync_cuda": False,
     "monitor.sample_power": False,

@@ -452,6 +452,13 @@ def test_no_agent_layer_imports_one_above_it_and_its_logic_knows_no_aiohttp(
 #: The simulated GPU's concerns, one module each: what each never imports (the device sits on all of them).
 SIMULATED_LAYER_RULES = {
     "wattwise.devices.simulated.models": (
+        "wattwise.devices.simulated.presets",
+        "wattwise.devices.simulated.physics",
+        "wattwise.devices.simulated.state",
+        "wattwise.devices.simulated.load",
+        "wattwise.devices.simulated.device",
+    ),
+    "wattwise.devices.simulated.presets": (
         "wattwise.devices.simulated.physics",
         "wattwise.devices.simulated.state",
         "wattwise.devices.simulated.load",

@@ -1,6 +1,6 @@
 """Power-limit tuning against a coarse energy counter: windows aligned to its changes, choices it can resolve.
 
-On the realistic simulated GPU (a counter that changes every 95 ms, noise, settling), timed by a virtual
+On the realistic simulated GPU (a counter that changes every 100 ms, noise, settling), timed by a virtual
 clock: tuning chooses what it chooses on the ideal GPU, and a run whose windows are too short to tell the
 limits apart chooses nothing and says so once.
 """
@@ -47,7 +47,7 @@ def test_on_the_realistic_gpu_tuning_chooses_the_ideal_choice_or_its_neighbour(t
     assert not said
     tuner = realistic.power.tuner
     assert tuner is not None and tuner.align_to_counter and tuner.finished
-    assert tuner.profile_steps >= 19 / 10.5 / 0.02  # windows of at least 20 counter updates
+    assert tuner.profile_steps >= 19 * 0.100 / 0.02  # windows of at least 20 counter updates
     # 200 W and 225 W differ by 0.9% in cost: one window each leaves their tie open, so both were measured
     # again, and the summary says so.
     summary = realistic.final_summary

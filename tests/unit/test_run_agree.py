@@ -355,7 +355,7 @@ def test_a_limit_lifted_on_one_rank_only_is_said_once_and_in_the_summary(tmp_pat
 
 
 def test_ranks_whose_energy_counters_differ_tune_by_the_slowest_and_stay_in_step(tmp_path):
-    # Rank 0's GPU has an exact counter (the ideal physics), rank 1's changes every 95 ms (the realistic one):
+    # Rank 0's GPU has an exact counter (the ideal physics), rank 1's changes every 100 ms (the realistic one):
     # alone, rank 0 would end its windows after 2 steps and rank 1 after 20 counter updates, measuring limits
     # again where rank 0 would not. They agree the slowest counter at the start and end every window together.
     runs, colls, _ = two_ranks(
@@ -368,7 +368,7 @@ def test_ranks_whose_energy_counters_differ_tune_by_the_slowest_and_stay_in_step
     tuners = [run.power.tuner for run in runs]
     assert all(t is not None and t.done for t in tuners)
     assert [t.align_to_counter for t in tuners] == [True, True]  # type: ignore[union-attr]
-    assert tuners[0].min_window_s == tuners[1].min_window_s == pytest.approx(20 * 0.095, rel=0.05)  # type: ignore[union-attr]
+    assert tuners[0].min_window_s == tuners[1].min_window_s == pytest.approx(20 * 0.100, rel=0.05)  # type: ignore[union-attr]
     assert tuners[0].queue == tuners[1].queue  # type: ignore[union-attr]
     assert colls[0].issued == colls[1].issued
     assert runs[0].power.tuned_limit_w == runs[1].power.tuned_limit_w is not None

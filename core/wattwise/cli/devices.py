@@ -52,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
         if "physics" in info:  # a simulated GPU: which physics, and how often its energy counter changes
             period_s = info["energy_update_period_s"]
             counter = f"energy counter every {period_s * 1000:.0f} ms" if period_s else "exact energy counter"
-            extra += f", {info['physics']} physics ({counter})"
+            preset = info.get("preset")
+            like = f", like an {preset['label']}" if preset else ""
+            extra += f", {info['physics']} physics ({counter}{like})"
         print(f"{info['key']}: {info['name']} ({info['backend']}){tag}{extra}")
     for note in found.notes:
         print(f"note: {note}")

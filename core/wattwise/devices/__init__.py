@@ -106,29 +106,37 @@ def simulated_gpus(
     persist_dir: str | os.PathLike[str] | None = None,
     indices: list[int] | None = None,
     physics: str | Physics | None = None,
+    gpu: str | None = None,
 ) -> list[SimulatedGPU]:
     """`count` simulated GPUs sharing one power model and one physics.
 
     Their settings persist under `persist_dir` (default `<state dir>/simulated`), like a real GPU's
     outlive the process that changed them, so the guard's crash recovery works on them too. `physics`:
-    "realistic", "ideal" or a `Physics`; None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic.
+    "realistic", "ideal" or a `Physics`; None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic. `gpu`: the
+    GPU generation the realistic physics stands for ("h100", "a100", "v100", "mi300x"); None:
+    `$WATTWISE_SIMULATED_GPU`, else h100.
     """
     if count < 1:
         raise UsageError(f"devices.simulated.num_gpus must be at least 1 (got {count})")
-    chosen = physics if isinstance(physics, Physics) else Physics.named(physics)
+    chosen = physics if isinstance(physics, Physics) else Physics.named(physics, gpu=gpu)
     model = PowerModel.of(power_model)
     folder = (Path(persist_dir) if persist_dir is not None else state_dir() / "simulated").resolve()
     wanted = indices if indices is not None else list(range(count))
     gpus = []
     for i in wanted:
         key = (folder, i)
-        gpu = _SIMULATED.get(key)
-        if gpu is None or gpu.model != model or gpu.base_step_time_s != base_step_time_s or gpu.physics != chosen:
-            gpu = SimulatedGPU(
+        found = _SIMULATED.get(key)
+        if (
+            found is None
+            or found.given_model != model
+            or found.base_step_time_s != base_step_time_s
+            or found.physics != chosen
+        ):
+            found = SimulatedGPU(
                 i, model, state_file=folder / f"gpu{i}.json", base_step_time_s=base_step_time_s, physics=chosen
             )
-            _SIMULATED[key] = gpu
-        gpus.append(gpu)
+            _SIMULATED[key] = found
+        gpus.append(found)
     return gpus
 
 
@@ -151,6 +159,7 @@ def _discover_simulated(wanted: Wanted) -> list[Device]:
             persist_dir=wanted.persist_dir,
             indices=wanted.gpu_indices,
             physics=wanted.simulated_physics,
+            gpu=wanted.simulated_gpu,
         )
     )
 
@@ -226,6 +235,7 @@ def discover(
     base_step_time_s: float = 0.02,
     persist_dir: str | os.PathLike[str] | None = None,
     simulated_physics: str | None = None,
+    simulated_gpu: str | None = None,
 ) -> Discovery:
     """Find the devices to measure.
 
@@ -236,7 +246,9 @@ def discover(
     CPU through RAPL when readable (`include_cpu` or not), with a note that says what is measured and that tuning needs
     a GPU. `gpu_indices` selects among visible GPUs (as numbered after `CUDA_VISIBLE_DEVICES`).
     `include_cpu` adds the RAPL domains (with a reason when unavailable). `simulated_physics`: the simulated
-    GPUs' physics ("realistic" or "ideal"; None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic).
+    GPUs' physics ("realistic" or "ideal"; None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic);
+    `simulated_gpu` the GPU generation it stands for ("h100", "a100", "v100", "mi300x"; None:
+    `$WATTWISE_SIMULATED_GPU`, else h100).
 
     Raises:
         UsageError: `backend` is not one of `backend_choices()`, or `gpu_indices` names a GPU not visible.
@@ -246,7 +258,9 @@ def discover(
     choices = backend_choices()
     if backend not in choices:
         raise UsageError(BACKEND_KEY, f" must be one of {', '.join(choices)} (got {backend!r})")
-    wanted = Wanted(gpu_indices, num_simulated, power_model, base_step_time_s, persist_dir, simulated_physics)
+    wanted = Wanted(
+        gpu_indices, num_simulated, power_model, base_step_time_s, persist_dir, simulated_physics, simulated_gpu
+    )
     found = Discovery()
     chosen = backend_from_env() if backend == AUTO else backend
     if chosen != AUTO:

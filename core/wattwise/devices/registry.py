@@ -39,6 +39,8 @@ class Wanted:
         persist_dir: Where simulated GPUs keep their settings; None: `<state dir>/simulated`.
         simulated_physics: The simulated GPUs' physics, "realistic" or "ideal"; None:
             `$WATTWISE_SIMULATED_PHYSICS`, else realistic (`wattwise.devices.simulated.Physics.named`).
+        simulated_gpu: The GPU generation the realistic physics stands for ("h100", "a100", "v100",
+            "mi300x"); None: `$WATTWISE_SIMULATED_GPU`, else h100.
     """
 
     gpu_indices: list[int] | None = None
@@ -47,6 +49,7 @@ class Wanted:
     base_step_time_s: float = 0.02
     persist_dir: str | os.PathLike[str] | None = None
     simulated_physics: str | None = None
+    simulated_gpu: str | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ the original and restores it on every exit path) and reads energy through measur
 unmeasured microbatches, then at least `iterations` measured ones, and keeps the mean time and energy of one
 microbatch: exactly the rows of a `stage,instruction,frequency,time,energy` CSV.
 
-An energy counter that changes in steps (about every 0.1 s on NVML, 95 ms on the realistic simulated GPU)
+An energy counter that changes in steps (every 0.1 s on NVML and on the realistic simulated H100)
 cannot measure one 2-6 ms instruction: each measurement therefore repeats the instruction until its window
 spans 20 of the counter's updates (`window_s`), and begins and ends on an instruction in which the counter
 changed, so that the counter's steps fall within one instruction of the window's ends. Profiling then takes

@@ -376,6 +376,7 @@ class RunMeasurement:
             base_step_time_s=sim.base_step_time_s,
             persist_dir=sim.state_dir,
             simulated_physics=cfg.devices.simulated_physics,
+            simulated_gpu=cfg.devices.simulated_gpu,
         )
         self.gpus, self.cpus, self.notes = found.gpus, found.cpus, list(found.notes)
         # Why the GPUs are simulated, or why only the CPU is measured; with nothing at all to measure, the run

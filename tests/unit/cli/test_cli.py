@@ -113,11 +113,12 @@ def test_devices_shows_the_simulated_gpus_physics_and_its_counters_period(
     monkeypatch.setenv("WATTWISE_SIMULATED_PHYSICS", "realistic")
     assert main(["devices", "--backend", "simulated"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith("realistic physics (energy counter every 95 ms)")
+    assert out[0].endswith("realistic physics (energy counter every 100 ms, like an NVIDIA H100 SXM (Hopper))")
     assert main(["devices", "--backend", "simulated", "--json"]) == 0
     (gpu,) = json.loads(capsys.readouterr().out)["devices"]
     assert gpu["physics"] == "realistic"
-    assert gpu["energy_update_period_s"] == pytest.approx(1 / 10.5)
+    assert gpu["energy_update_period_s"] == pytest.approx(0.100)
+    assert gpu["simulated_gpu"] == "h100" and gpu["preset"]["power_reading"] == "averaged"
     assert gpu["physics_parameters"]["energy_read_median_s"] == pytest.approx(0.00281)
 
 

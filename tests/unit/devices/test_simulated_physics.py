@@ -1,7 +1,9 @@
 """The simulated GPU's realistic physics: what a user of a real GPU would see, on a virtual clock.
 
-A counter that changes about 10.5 times a second, reads that take time, settings that settle, noise that a
-seed fixes, GPUs that differ, an averaged power reading; and the ideal physics, exact, where named.
+A counter that changes 10 times a second, reads that take time, settings that settle (a power limit closed
+loop, a clock open loop), noise that a seed fixes, GPUs that differ in time under a binding cap and never
+draw more than their limit, an averaged power reading, presets per GPU generation, an optional temperature;
+and the ideal physics, exact, where named.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def busy_for(gpu: SimulatedGPU, clock: VirtualClock, seconds: float) -> None:
         clock.sleep(seconds)
 
 
-def test_the_energy_counter_changes_about_10_5_times_a_second_as_on_the_h100() -> None:
+def test_the_energy_counter_changes_10_times_a_second_as_on_the_h100() -> None:
     clock = VirtualClock()
     gpu = realistic_gpu(clock)
     values = []
@@ -41,8 +43,8 @@ def test_the_energy_counter_changes_about_10_5_times_a_second_as_on_the_h100() -
             values.append(gpu.energy_j())
             clock.sleep(0.005)
     changes = sum(1 for a, b in itertools.pairwise(values) if b != a)
-    assert 100 <= changes <= 110  # 10.5 per second over 10 s
-    assert gpu.energy_update_period_s == pytest.approx(1 / 10.5)
+    assert 97 <= changes <= 103  # 10 per second over 10 s: the H100's 20 changes in 2 s
+    assert gpu.energy_update_period_s == pytest.approx(0.100)
 
 
 def test_a_short_window_is_quantised_by_the_counter_and_a_long_one_is_not() -> None:
@@ -57,7 +59,7 @@ def test_a_short_window_is_quantised_by_the_counter_and_a_long_one_is_not() -> N
         clock.sleep(3.0)
         long_j = gpu.energy_j() - e0
         long_s = clock() - t0
-    assert short in (0.0,) or short > 0.05 * busy_w  # nothing, or a whole update's energy (~95 ms of it)
+    assert short in (0.0,) or short > 0.05 * busy_w  # nothing, or a whole update's energy (~100 ms of it)
     assert long_j == pytest.approx(busy_w * long_s, rel=0.08)
 
 
@@ -79,12 +81,14 @@ def test_a_new_power_limit_reaches_its_effect_over_a_short_settling_time() -> No
     gpu = realistic_gpu(clock)
     before_w = gpu.busy_power_w()
     gpu.set_power_limit_w(150)
-    target_w = MODEL.at_limit(150)[1] * 1.0
     just_after = gpu.busy_power_w()
     clock.sleep(1.0)
     settled = gpu.busy_power_w()
     assert just_after == pytest.approx(before_w)  # not at once
-    assert abs(settled - (MODEL.idle_power_w + (target_w - MODEL.idle_power_w) * gpu.efficiency)) < 0.01
+    fresh = realistic_gpu(clock)
+    fresh.set_power_limit_w(150)
+    clock.sleep(1.0)
+    assert abs(settled - fresh.busy_power_w()) < 0.01
     assert gpu.power_limit_w() == 150  # the setting itself reads back at once, as NVML's does
 
 
@@ -114,7 +118,7 @@ def test_gpus_of_one_node_differ_in_efficiency_by_a_few_per_cent() -> None:
     gpus = [realistic_gpu(clock, seed=3, index=i) for i in range(8)]
     efficiencies = [g.efficiency for g in gpus]
     assert len(set(efficiencies)) == 8
-    assert all(0.9 <= e <= 1.1 for e in efficiencies)
+    assert all(0.89 <= e <= 1.11 for e in efficiencies)
     assert realistic_gpu(clock, seed=9, index=5).efficiency == efficiencies[5]  # the GPU's, whatever the seed
 
 
@@ -128,7 +132,7 @@ def test_power_reading_is_an_average_over_the_last_second() -> None:
         early = gpu.power_w()
         clock.sleep(1.5)
         late = gpu.power_w()
-    busy_w = idle_w + (MODEL.busy_power_w[-1] - idle_w) * gpu.efficiency
+    busy_w = min(idle_w + (MODEL.busy_power_w[-1] - idle_w) * gpu.efficiency, MODEL.limit_range_w[1])
     assert early == pytest.approx(idle_w + 0.25 * (busy_w - idle_w), rel=0.05)  # three quarters idle
     assert late == pytest.approx(busy_w, rel=0.05)
 

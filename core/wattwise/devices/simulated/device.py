@@ -31,6 +31,10 @@ from wattwise.devices.simulated.state import MAX_STATE_BYTES, parse_state, signa
 from wattwise.errors import UsageError, plugin_warning
 from wattwise.safe_files import UntrustedFile, read_trusted_json, set_aside_if_mine
 
+#: A GPU's departure from the mean is drawn within this many standard deviations (Sinha et al., SC'22: up
+#: to 22% between the fastest and the slowest of one SKU, about 7 of the 3% deviations).
+SPREAD_CLIP = 3.5
+
 
 class SimulatedGPU(Device):
     """A GPU that follows a `PowerModel`. See the module docstring."""
@@ -50,10 +54,15 @@ class SimulatedGPU(Device):
         physics: Physics | None = None,
     ) -> None:
         self._index = index
-        self.model = model or PowerModel.default()
+        #: The power model it was given; `model` is that model with the preset's clocks, if any.
+        self.given_model = model or PowerModel.default()
         self.base_step_time_s = base_step_time_s
         #: How it departs from its model (`Physics`); None: `Physics.named()` (the environment, else realistic).
         self.physics = physics if physics is not None else Physics.named()
+        preset_clock = self.physics.clock
+        self.model = (
+            dataclasses.replace(self.given_model, clock=preset_clock) if preset_clock is not None else self.given_model
+        )
         #: The clock its energy counter integrates over; the monitor times windows with it too, so a test
         #: can drive a simulated GPU, its workload and the monitor with one virtual clock.
         self.clock = clock
@@ -147,11 +156,15 @@ class SimulatedGPU(Device):
         phys = self.physics
         seed = phys.seed
         self._rng = random.Random(f"{seed}/{self._index}") if seed is not None else random.Random()
-        #: This GPU's busy power above idle relative to the model's (GPUs of one node differ): a property of
-        #: the GPU at this index, the same in every process and every run (as a real GPU's is), whatever the seed.
+        #: The power this GPU needs for the model's work, relative to the model's (GPUs of one node differ;
+        #: Sinha et al., SC'22): a property of the GPU at this index, the same in every process and every run
+        #: (as a real GPU's is), whatever the seed. It shows in busy power while no cap binds, and in time under
+        #: a binding cap: the power never exceeds the limit.
         digest = hashlib.sha256(f"simulated GPU {self._index}".encode()).digest()
         draw = random.Random(int.from_bytes(digest[:8], "big")).gauss(0.0, 1.0)
-        self.efficiency = 1.0 + phys.gpu_spread * max(-3.0, min(3.0, draw))
+        self.efficiency = 1.0 + phys.gpu_spread * max(-SPREAD_CLIP, min(SPREAD_CLIP, draw))
+        #: How far above ambient the GPU has warmed (K; stays 0 without `Physics.temperature_rise_k`).
+        self.temperature_rise_k = 0.0
         #: The busy power's noise factor of the step running now (drawn when the GPU becomes busy).
         self._power_factor = 1.0
         #: The counter's value (J, this process's) at its last update, and when it updates next.
@@ -160,6 +173,8 @@ class SimulatedGPU(Device):
         #: A setting changed at `_settle_at_s` from the operating point `_settle_from` (time factor, busy W).
         self._settle_from: tuple[float, float] | None = None
         self._settle_at_s = self._last_s
+        #: The time constant of the settling in progress: the power limit's or the clock's.
+        self._settle_tau_s = phys.settle_s
         #: (time, energy J) points of the last `power_window_s`, for the averaged `power_w`.
         self._history: deque[tuple[float, float]] = deque([(self._last_s, 0.0)])
 
@@ -172,31 +187,51 @@ class SimulatedGPU(Device):
         return float(self._locked[1]) if self._locked else None
 
     def _target_point(self) -> tuple[float, float]:
-        """(relative step time, busy power W) the current settings lead to, with this GPU's efficiency."""
+        """(relative step time, busy power W) the current settings lead to, for this GPU.
+
+        This GPU needs `efficiency` (and, warm, more) times the model's power above idle for the model's
+        work. Where that stays within the power limit it draws it; where it would not, the limit binds: it
+        draws the limit and runs slower by as much (work in proportion to the power above idle).
+        """
         t, p = self.model.operating_point(self._limit_w, self._clock_mhz())
-        if self.efficiency != 1.0:
-            idle = self.model.idle_power_w
-            p = idle + (p - idle) * self.efficiency
-        return t, p
+        need = self.efficiency * (1.0 + self.physics.power_per_k * self.temperature_rise_k)
+        if need == 1.0:
+            return t, p
+        idle = self.model.idle_power_w
+        wanted_w = idle + (p - idle) * need
+        if wanted_w <= self._limit_w or self._limit_w <= idle:
+            return t, wanted_w
+        return t * (wanted_w - idle) / (self._limit_w - idle), self._limit_w
+
+    def _noisy_w(self, power_w: float) -> float:
+        """A busy power with this step's noise, never above the limit where the power itself is not."""
+        return min(power_w * self._power_factor, max(power_w, self._limit_w))
 
     def _point_at(self, now: float) -> tuple[float, float]:
         """(relative step time, busy power W) in force at `now`, settling towards the target after a change."""
         target = self._target_point()
         if self._settle_from is None:
             return target
-        weight = math.exp(-max(0.0, now - self._settle_at_s) / self.physics.settle_s)
+        weight = math.exp(-max(0.0, now - self._settle_at_s) / self._settle_tau_s)
         if weight < 1e-6:
             self._settle_from = None
             return target
         (t0, p0), (t1, p1) = self._settle_from, target
         return t1 + (t0 - t1) * weight, p1 + (p0 - p1) * weight
 
-    def _settings_changing(self) -> None:
-        """Called before the settings change: the old operating point starts settling towards the new one."""
-        if self.physics.settle_s > 0:
-            now = self.clock()
+    def _settings_changing(self, tau_s: float | None = None) -> None:
+        """Called before the settings change: the old operating point starts settling towards the new one.
+
+        `tau_s` is the changed setting's time constant: the power limit's (the default) or the clock's.
+        """
+        tau_s = self.physics.settle_s if tau_s is None else tau_s
+        now = self.clock()
+        if tau_s > 0:
             self._settle_from = self._point_at(now)
             self._settle_at_s = now
+            self._settle_tau_s = tau_s
+        elif self._settle_from is not None:
+            self._settle_from = None  # a setting that acts at once ends the settling in progress
 
     def busy_power_w(self) -> float:
         """Modelled power while emulated work runs at the current settings (settled as far as it has)."""
@@ -224,8 +259,8 @@ class SimulatedGPU(Device):
         if not self._busy:
             return idle * (end_s - start_s)
         if self._settle_from is None:
-            return self._target_point()[1] * self._power_factor * (end_s - start_s)
-        tau = self.physics.settle_s
+            return self._noisy_w(self._target_point()[1]) * (end_s - start_s)
+        tau = self._settle_tau_s
         target_w = self._target_point()[1]
         from_w = self._settle_from[1]
         decay = math.exp(-(start_s - self._settle_at_s) / tau) - math.exp(-(end_s - self._settle_at_s) / tau)
@@ -248,6 +283,7 @@ class SimulatedGPU(Device):
         self._energy_j += energy
         self._load_j += energy - self.model.idle_power_w * (now - start)
         self._last_s = now
+        self._warm(now - start)  # after the interval's energy: it was drawn at the temperature it began with
         if period <= 0:
             self._counter_j = self._energy_j
         window = self.physics.power_window_s
@@ -255,6 +291,19 @@ class SimulatedGPU(Device):
             self._history.append((now, self._energy_j))
             while len(self._history) > 2 and self._history[1][0] <= now - window:
                 self._history.popleft()
+
+    def _warm(self, seconds: float) -> None:
+        """Move the temperature towards its steady state for `seconds`: busy power warms the GPU, idle cools it."""
+        phys = self.physics
+        if phys.temperature_rise_k <= 0 or phys.temperature_tau_s <= 0:
+            return
+        steady_k = 0.0
+        if self._busy:
+            idle, top_w = self.model.idle_power_w, self.model.busy_power_w[-1]
+            load = (self._target_point()[1] - idle) / (top_w - idle) if top_w > idle else 1.0
+            steady_k = phys.temperature_rise_k * max(0.0, min(1.5, load))
+        weight = math.exp(-seconds / phys.temperature_tau_s)
+        self.temperature_rise_k = steady_k + (self.temperature_rise_k - steady_k) * weight
 
     def _average_power_w(self) -> float:
         """The power averaged over the last `power_window_s` (as NVML reports it on recent GPUs)."""
@@ -269,7 +318,7 @@ class SimulatedGPU(Device):
         return (energy - e0) / (now - t0)
 
     def _instant_power_w(self) -> float:
-        return self._point_at(self.clock())[1] * self._power_factor if self._busy else self.model.idle_power_w
+        return self._noisy_w(self._point_at(self.clock())[1]) if self._busy else self.model.idle_power_w
 
     # -- load shared with a node agent ----------------------------------------------------------------
     def publish_load(self, path: str | os.PathLike[str]) -> None:
@@ -427,18 +476,20 @@ class SimulatedGPU(Device):
                 f"SM clock range [{min_mhz}, {max_mhz}] MHz is outside "
                 f"[{clocks.min_mhz}, {clocks.max_mhz}] MHz of simulated GPU {self._index}"
             )
-        with self._lock:
-            self._refresh()
-            self._advance()
-            self._settings_changing()
-            self._save_state(self._limit_w, (int(min_mhz), int(max_mhz)))
+        self._set_clocks((int(min_mhz), int(max_mhz)))
 
     def reset_sm_clocks(self) -> None:
+        self._set_clocks(None)
+
+    def _set_clocks(self, locked: tuple[int, int] | None) -> None:
+        """Lock (or reset) the SM clock: the call takes `Physics.clock_set_s`, then the clock settles open loop."""
+        if self.physics.clock_set_s > 0:
+            self.sleep(self.physics.clock_set_s)
         with self._lock:
             self._refresh()
             self._advance()
-            self._settings_changing()
-            self._save_state(self._limit_w, None)
+            self._settings_changing(self.physics.clock_settle_s)
+            self._save_state(self._limit_w, locked)
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -447,6 +498,7 @@ class SimulatedGPU(Device):
             "state_file": str(self._state_file) if self._state_file else None,
             "limit_range_w": list(self.model.limit_range_w),
             "physics": self.physics.name.value,
+            "simulated_gpu": self.physics.gpu.value if self.physics.gpu is not None else None,
         }
 
     def describe(self) -> dict[str, Any]:
@@ -456,6 +508,9 @@ class SimulatedGPU(Device):
         info["physics"] = self.physics.name.value
         info["energy_update_period_s"] = self.energy_update_period_s
         info["physics_parameters"] = {**self.physics.parameters(), "efficiency": self.efficiency}
+        preset = self.physics.preset
+        info["simulated_gpu"] = preset.name.value if preset is not None else None
+        info["preset"] = preset.describe() if preset is not None else None
         return info
 
 
@@ -469,7 +524,8 @@ def open_simulated_spec(spec: dict[str, Any]) -> SimulatedGPU:
     model = dataclasses.replace(PowerModel.default(), min_limit_w=float(lo), max_limit_w=float(hi))
     physics = spec.get("physics")
     try:
-        chosen = Physics.named(str(physics)) if physics is not None else Physics.named()
+        gpu = spec.get("simulated_gpu")
+        chosen = Physics.named(str(physics) if physics is not None else None, gpu=str(gpu) if gpu is not None else None)
     except UsageError as err:
         raise DeviceError(f"cannot reopen simulated GPU {spec.get('index', 0)}: {err}") from None
     return SimulatedGPU(int(spec.get("index", 0)), model, state_file=spec.get("state_file"), physics=chosen)

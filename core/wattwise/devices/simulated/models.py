@@ -23,15 +23,28 @@ from wattwise.safe_files import read_text
 
 @dataclass(frozen=True)
 class ClockModel:
-    """SM clocks a simulated GPU supports, and how time and power follow them."""
+    """SM clocks a simulated GPU supports, and how time and power follow them.
+
+    With `x = f / f_max`, a step's time is `m + (1 - m) / x` of its time at the maximum clock (`m` the
+    memory-bound share), and busy power above idle is `a * x + (1 - a) * ((x - x_t) / (1 - x_t)) ** k` of
+    its value at the maximum clock, the second term only above the transition clock `x_t`: a linear term
+    (dynamic power at the lowest voltage) plus a superlinear one where the voltage rises with the clock
+    (the shape of Afzal et al., "Modeling and Chasing the Energy-Efficiency Sweet Spots in Modern GPUs").
+    The defaults (`a = 0`, `x_t = 0`, `k = 2`: power as `x ** 2`) serve the ideal physics' exact tests; the
+    GPU presets (`wattwise.devices.simulated.presets`) carry shapes fitted to measured profiles.
+    """
 
     max_mhz: int = 1740
     min_mhz: int = 210
     step_mhz: int = 15
     #: Share of a step that does not speed up with the SM clock (memory-bound work).
     memory_bound_fraction: float = 0.3
-    #: Exponent of busy power above idle against relative frequency.
+    #: Exponent `k` of the superlinear term of busy power above idle.
     power_exponent: float = 2.0
+    #: Share `a` of busy power above idle (at the maximum clock) that is linear in the clock.
+    linear_share: float = 0.0
+    #: The transition clock `x_t`, relative to the maximum, above which the superlinear term acts.
+    transition: float = 0.0
 
     def supported_mhz(self) -> list[int]:
         """Supported clocks, highest first."""
@@ -44,7 +57,9 @@ class ClockModel:
 
     def power_factor(self, freq_mhz: float) -> float:
         """Busy power above idle at `freq_mhz` relative to the maximum clock (<= 1)."""
-        return float((freq_mhz / self.max_mhz) ** self.power_exponent)
+        x = freq_mhz / self.max_mhz
+        rising = max(0.0, (x - self.transition) / (1.0 - self.transition))
+        return float(self.linear_share * x + (1.0 - self.linear_share) * rising**self.power_exponent)
 
 
 #: Plausible ranges of a GPU's power model, per column: (lowest, highest, unit). A value outside is a typo or

@@ -2,7 +2,8 @@
 
 `Physics.ideal()` departs in nothing (exact figures, for unit tests); `Physics.realistic()` has a counter
 that advances in steps, reads that take time, settings that settle and noise, with parameters from
-measured devices. `Physics.named` chooses one from `devices.simulated_physics` or `$WATTWISE_SIMULATED_PHYSICS`.
+measured devices, per GPU generation (`presets`). `Physics.named` chooses one from `devices.simulated_physics`
+or `$WATTWISE_SIMULATED_PHYSICS`, and the generation from `devices.simulated_gpu` or `$WATTWISE_SIMULATED_GPU`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import os
 from dataclasses import dataclass
 from enum import StrEnum
 
+from wattwise.devices.simulated.models import ClockModel
+from wattwise.devices.simulated.presets import DEFAULT_GPU, PRESETS, GpuPreset
 from wattwise.errors import UsageError
+from wattwise.vocabulary import SimulatedGpuName
 
 
 class PhysicsName(StrEnum):
@@ -29,14 +33,19 @@ class PhysicsName(StrEnum):
 PHYSICS_ENV = "WATTWISE_SIMULATED_PHYSICS"
 #: Fixes the realistic physics' noise (an integer); unset, each run differs, as hardware does.
 SEED_ENV = "WATTWISE_SIMULATED_SEED"
+#: Chooses the GPU generation the realistic physics stands for (`h100`, `a100`, `v100`, `mi300x`).
+GPU_ENV = "WATTWISE_SIMULATED_GPU"
+#: Turns the realistic physics' temperature on (`on`) or off (`off`, the default).
+TEMPERATURE_ENV = "WATTWISE_SIMULATED_TEMPERATURE"
 
 
 @dataclass(frozen=True)
 class Physics:
     """How a simulated GPU departs from its power model, as a real one does. Seconds and fractions.
 
-    `ideal()` departs in nothing. `realistic()` takes its parameters from measured devices where there are
-    measurements, and says so where a parameter is assumed (see each field and docs/concepts.md).
+    `ideal()` departs in nothing. `realistic()` takes its parameters from a GPU generation's preset
+    (`wattwise.devices.simulated.presets`), each cited there and in docs/concepts.md: measured where there
+    are measurements, "assumed" where not.
     """
 
     name: PhysicsName = PhysicsName.IDEAL
@@ -48,18 +57,30 @@ class Physics:
     energy_read_median_s: float = 0.0
     #: 90th percentile of that time (log-normal between the two).
     energy_read_p90_s: float = 0.0
-    #: Time constant with which a new power limit or locked clock reaches its effect (0: at once).
+    #: Time constant with which a new power limit reaches its effect (the firmware's closed loop; 0: at once).
     settle_s: float = 0.0
     #: Relative standard deviation of one step's time, drawn per step.
     step_time_noise: float = 0.0
     #: Relative standard deviation of one step's busy power above idle, drawn per step.
     power_noise: float = 0.0
-    #: Relative standard deviation of busy power above idle between GPUs (fixed per GPU).
+    #: Relative standard deviation between GPUs of the power one needs for the same work (fixed per GPU):
+    #: it shows in busy power while no cap binds, and in time under a binding cap.
     gpu_spread: float = 0.0
     #: `power_w` averages the power over this window, in seconds (0: the power at that moment).
     power_window_s: float = 0.0
     #: Fixes the noise; None: it differs in every process.
     seed: int | None = None
+    #: Time constant with which a locked clock reaches its effect (set open loop; 0: at once).
+    clock_settle_s: float = 0.0
+    #: How long a call that locks or resets the SM clock takes (0: free).
+    clock_set_s: float = 0.0
+    #: The GPU generation whose preset it follows (None: the ideal physics, the power model's own clocks).
+    gpu: SimulatedGpuName | None = None
+    #: Temperature: the rise above ambient (K) that full busy power reaches, its time constant, and the
+    #: power needed for the same work per kelvin of rise (0: no temperature; `$WATTWISE_SIMULATED_TEMPERATURE`).
+    temperature_rise_k: float = 0.0
+    temperature_tau_s: float = 0.0
+    power_per_k: float = 0.0
 
     @classmethod
     def ideal(cls) -> Physics:
@@ -67,44 +88,49 @@ class Physics:
         return cls()
 
     @classmethod
-    def realistic(cls, seed: int | None = None) -> Physics:
-        """A physics like an NVIDIA H100's, as measured on 2026-11-25 (docs/acceptance/h100-2026-11-25.md).
+    def realistic(
+        cls, seed: int | None = None, gpu: SimulatedGpuName | str | None = None, *, temperature: bool = False
+    ) -> Physics:
+        """A physics like the GPU generation `gpu`'s (None: the H100's, as measured on 2026-11-25).
 
-        Sources, per parameter:
-
-        - energy counter period: measured, 10.5 changes per second under load (1 / 10.5 = 95 ms);
-        - its jitter (+- 10 ms): assumed; the report gives the rate only;
-        - energy read: measured, `nvmlDeviceGetTotalEnergyConsumption` 2.81 ms median, 5.74 ms at the 90th
-          percentile (500 calls, `benchmarks/nvml_calls.py`);
-        - settling of a new limit or clock (time constant 0.1 s): assumed; the report waited 1 s at a new
-          limit before measuring 199.1 W under 200 W, which bounds it from above only;
-        - step-to-step noise (2% of time, 2% of power) and spread between GPUs (3% of power): assumed, "a few
-          per cent"; the report's repeats agree within 0.5 ms per 46-125 ms step over 44-step windows;
-        - power reading averaged over 1 s: NVIDIA's NVML reference for `nvmlDeviceGetPowerUsage` (Ampere,
-          except GA100, and newer average over a 1 s window).
+        Its counter, reads, power reading, settling and spread come from the preset (see
+        `wattwise.devices.simulated.presets` for each parameter's source); the step-to-step noise (2% of
+        time, 2% of power) is assumed, "a few per cent" (the H100 report's repeats agree within 0.5 ms per
+        46-125 ms step over 44-step windows). `temperature` adds a warming GPU: full busy power raises it
+        30 K with a 60 s time constant, and each kelvin asks 0.2% more power for the same work (assumed;
+        energy per step rises as a GPU warms, which ML.ENERGY's profiling waits out on A100s).
         """
+        preset = PRESETS[SimulatedGpuName(gpu) if gpu is not None else DEFAULT_GPU]
         return cls(
             name=PhysicsName.REALISTIC,
-            energy_update_period_s=1.0 / 10.5,
-            energy_update_jitter_s=0.010,
-            energy_read_median_s=0.00281,
-            energy_read_p90_s=0.00574,
-            settle_s=0.1,
+            energy_update_period_s=preset.energy_update_period_s,
+            energy_update_jitter_s=preset.energy_update_jitter_s,
+            energy_read_median_s=preset.energy_read_median_s,
+            energy_read_p90_s=preset.energy_read_p90_s,
+            settle_s=preset.power_limit_settle_s,
             step_time_noise=0.02,
             power_noise=0.02,
-            gpu_spread=0.03,
-            power_window_s=1.0,
+            gpu_spread=preset.gpu_spread,
+            power_window_s=preset.power_window_s,
             seed=seed,
+            clock_settle_s=preset.clock_settle_s,
+            clock_set_s=preset.clock_set_s,
+            gpu=preset.name,
+            temperature_rise_k=30.0 if temperature else 0.0,
+            temperature_tau_s=60.0 if temperature else 0.0,
+            power_per_k=0.002 if temperature else 0.0,
         )
 
     @classmethod
-    def named(cls, name: str | PhysicsName | None = None, seed: int | None = None) -> Physics:
+    def named(cls, name: str | PhysicsName | None = None, seed: int | None = None, gpu: str | None = None) -> Physics:
         """The physics called `name`; None: `$WATTWISE_SIMULATED_PHYSICS`, else realistic.
 
-        The realistic physics' seed is `seed`, else `$WATTWISE_SIMULATED_SEED`, else none (noise differs).
+        The realistic physics' seed is `seed`, else `$WATTWISE_SIMULATED_SEED`, else none (noise differs);
+        its GPU generation `gpu`, else `$WATTWISE_SIMULATED_GPU`, else h100; its temperature on when
+        `$WATTWISE_SIMULATED_TEMPERATURE` is `on`.
 
         Raises:
-            UsageError: `name` or a variable is not a value they may take (the message names it).
+            UsageError: `name`, `gpu` or a variable is not a value they may take (the message names it).
         """
         where = "devices.simulated_physics"
         if name is None:
@@ -116,7 +142,9 @@ class Physics:
             raise UsageError(f"{where} must be one of {choices} (got {name!r})") from None
         if chosen == PhysicsName.IDEAL:
             return cls.ideal()
-        return cls.realistic(seed if seed is not None else seed_from_env())
+        return cls.realistic(
+            seed if seed is not None else seed_from_env(), gpu_named(gpu), temperature=temperature_from_env()
+        )
 
     @property
     def read_sigma(self) -> float:
@@ -125,9 +153,49 @@ class Physics:
             return 0.0
         return math.log(self.energy_read_p90_s / self.energy_read_median_s) / 1.2815515655446004
 
-    def parameters(self) -> dict[str, float | int | None]:
+    @property
+    def preset(self) -> GpuPreset | None:
+        """The GPU generation's preset it follows; None for the ideal physics."""
+        return PRESETS[self.gpu] if self.gpu is not None else None
+
+    @property
+    def clock(self) -> ClockModel | None:
+        """The preset's SM clocks and clock curve, which replace the power model's; None: the model's own."""
+        return self.preset.clock if self.preset is not None else None
+
+    def parameters(self) -> dict[str, float | int | str | None]:
         """The parameters, for `wattwise devices --json`."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+
+
+def gpu_named(gpu: str | None = None) -> SimulatedGpuName:
+    """The GPU generation `gpu`; None: `$WATTWISE_SIMULATED_GPU`, else h100.
+
+    Raises:
+        UsageError: it is not one of the presets' names (the message names the key or the variable).
+    """
+    where = "devices.simulated_gpu"
+    if gpu is None:
+        gpu, where = os.environ.get(GPU_ENV, "").strip() or DEFAULT_GPU.value, GPU_ENV
+    try:
+        return SimulatedGpuName(gpu)
+    except ValueError:
+        choices = ", ".join(g.value for g in SimulatedGpuName)
+        raise UsageError(f"{where} must be one of {choices} (got {gpu!r})") from None
+
+
+def temperature_from_env() -> bool:
+    """Whether `$WATTWISE_SIMULATED_TEMPERATURE` turns the temperature on (`on`); unset or `off`: no.
+
+    Raises:
+        UsageError: it is set to something else.
+    """
+    value = os.environ.get(TEMPERATURE_ENV, "").strip().lower()
+    if value in ("", "off"):
+        return False
+    if value == "on":
+        return True
+    raise UsageError(f"{TEMPERATURE_ENV} must be on or off (got {value!r}); unset, it is off")
 
 
 def seed_from_env() -> int | None:
