@@ -61,32 +61,40 @@ def sig(value: float, digits: int = DIGITS) -> str:
     return f"{round(value, decimals):,.{decimals}f}"
 
 
-def duration(seconds: float) -> str:
-    """A duration in the unit its size calls for: `45 s`, `1.2 min`, `3.4 h`, `2.1 days`."""
+def duration(seconds: float, digits: int = DIGITS) -> str:
+    """A duration in the unit its size calls for: `45.2 s`, `1.2 min`, `3.4 h`, `2.1 days`.
+
+    A unit is used from twice its size (`90 min`, not `1.5 h`), minutes from one; `digits` significant digits.
+    """
     if not math.isfinite(seconds):
         return "-"
     for unit_s, name in _DURATION_UNITS:
         if abs(seconds) >= 2 * unit_s:
-            return f"{sig(seconds / unit_s)} {name}"
+            return f"{sig(seconds / unit_s, digits)} {name}"
     if abs(seconds) >= 60.0:
-        return f"{sig(seconds / 60.0)} min"
-    return f"{sig(seconds, 3)} s"
+        return f"{sig(seconds / 60.0, digits)} min"
+    return f"{sig(seconds, max(digits, 3))} s"
 
 
-def _scaled(value: float, uncertainty: float | None, unit: str) -> str:
-    """`value unit`, with its uncertainty when there is one, else to `DIGITS` significant digits."""
+def _scaled(value: float, uncertainty: float | None, unit: str, digits: int) -> str:
+    """`value unit`, with its uncertainty when there is one, else to `digits` significant digits."""
     if uncertainty is not None and math.isfinite(uncertainty) and uncertainty > 0:
         return with_uncertainty(value, uncertainty, unit, grouped=True)
-    return f"{sig(value)} {unit}"
+    return f"{sig(value, digits)} {unit}"
 
 
-def emissions(kg_co2e: float, uncertainty_kg: float | None = None) -> str:
-    """Emissions in the unit their size calls for: `0.75 g CO2e`, `12 kg CO2e`, `3.4 t CO2e`."""
+def emissions(kg_co2e: float, uncertainty_kg: float | None = None, *, digits: int = DIGITS) -> str:
+    """Emissions in the unit their size calls for: `0.75 g CO2e`, `12 kg CO2e`, `3.4 t CO2e`.
+
+    With an uncertainty, both are rounded to what it resolves; without, to `digits` significant digits.
+    """
     if abs(kg_co2e) >= 1000.0:
-        return _scaled(kg_co2e / 1000.0, None if uncertainty_kg is None else uncertainty_kg / 1000.0, "t CO2e")
-    if abs(kg_co2e) >= 1.0:
-        return _scaled(kg_co2e, uncertainty_kg, "kg CO2e")
-    return _scaled(kg_co2e * 1000.0, None if uncertainty_kg is None else uncertainty_kg * 1000.0, "g CO2e")
+        scale, unit = 1e-3, "t CO2e"
+    elif abs(kg_co2e) >= 1.0:
+        scale, unit = 1.0, "kg CO2e"
+    else:
+        scale, unit = 1e3, "g CO2e"
+    return _scaled(kg_co2e * scale, None if uncertainty_kg is None else uncertainty_kg * scale, unit, digits)
 
 
 def intensity(g_per_kwh: float) -> str:

@@ -24,10 +24,18 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from wattwise import readable
 from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.carbon.series import Constant
 from wattwise.errors import UsageError
-from wattwise.record.report import PUE_NOT_SUPPLIED, FacilityInputs, RunReport, check_summary, sig
+from wattwise.record.report import (
+    PUE_NOT_SUPPLIED,
+    STATEMENT_DIGITS,
+    FacilityInputs,
+    RunReport,
+    check_summary,
+    sig,
+)
 from wattwise.safe_files import json_text, output_dir, write_text
 from wattwise.store.history import RunRow
 
@@ -175,12 +183,21 @@ def _simulated_banner(r: JobReport) -> list[str]:
     ]
 
 
+def _how_measured(backends: Sequence[str]) -> str:
+    """` (measured through nvml)`, ` (the simulated GPU's figures, not measurements)`, both, or nothing."""
+    measured = [b for b in backends if b != "simulated"]
+    parts = [f"measured through {', '.join(measured)}"] if measured else []
+    if "simulated" in backends:
+        parts.append("the simulated GPU's figures, not measurements")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def job_statement(r: JobReport) -> str:
     """The paper's energy statement for a whole job (Markdown)."""
     name = f"job {r.job}" if r.job else "the run"
     lines = [f"## Energy statement: {name}", "", *_simulated_banner(r)]
     para = [
-        f"Training took {_runs_phrase(r)} {_period(r)}, {sig(r.time_s / 3600, 3)} h in all, on "
+        f"Training took {_runs_phrase(r)} {_period(r)}, {readable.duration(r.time_s, 3)} in all, on "
         f"{', '.join(r.devices) or 'devices not listed'}.",
         f"The GPUs used {_kwh(r, r.device_energy_j)} in all runs together.",
     ]
@@ -191,7 +208,8 @@ def job_statement(r: JobReport) -> str:
         para.append("Emissions were not estimated: carbon intensity: not supplied.")
     else:
         para.append(
-            f"At the grid's carbon intensity ({r.intensity_source}) this is {sig(r.emissions_kg_co2e)} kg CO2e."
+            f"At the grid's carbon intensity ({r.intensity_source}) this is "
+            f"{readable.emissions(r.emissions_kg_co2e, digits=STATEMENT_DIGITS)}."
         )
     lines += [" ".join(para), ""]
     if r.from_history_only:
@@ -235,12 +253,11 @@ def eu_ai_act_statement(r: JobReport) -> str:
         f"- **Facility energy:** {_kwh(r, r.facility_energy_j)}, {facility_kind}.",
     ]
     if r.emissions_kg_co2e is not None:
-        lines.append(f"- **Emissions (for information):** {sig(r.emissions_kg_co2e)} kg CO2e ({r.intensity_source}).")
+        emitted = readable.emissions(r.emissions_kg_co2e, digits=STATEMENT_DIGITS)
+        lines.append(f"- **Emissions (for information):** {emitted} ({r.intensity_source}).")
     lines += [
-        f"- **Period and runs:** {_runs_phrase(r)}, {_period(r)}; {sig(r.time_s / 3600, 3)} h of training in all.",
-        f"- **Computational resources:** {', '.join(r.devices) or 'not listed'}"
-        + (f" (measured through {', '.join(r.backends)})" if r.backends else "")
-        + ".",
+        f"- **Period and runs:** {_runs_phrase(r)}, {_period(r)}; {readable.duration(r.time_s, 3)} of training in all.",
+        f"- **Computational resources:** {', '.join(r.devices) or 'not listed'}{_how_measured(r.backends)}.",
         "- **Method:** wattwise read each GPU's energy counter at the start and end of every training run "
         "(a resume from a checkpoint, each run of a recurring job and each retry is a run of its own) and "
         "summed the runs; the uncertainty combines each run's counter resolution in quadrature. Facility "

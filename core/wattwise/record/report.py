@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from wattwise import bounds
+from wattwise import bounds, readable
 from wattwise.bounds import Bound
 from wattwise.carbon.integrate import (
     J_PER_KWH,
@@ -516,6 +516,10 @@ def write_report(report: RunReport, out_dir: Path) -> list[Path]:
     return [json_path, csv_path, md_path]
 
 
+#: Significant digits of the statement's emissions (a figure for a paper: `462 g CO2e`, `12.53 kg CO2e`).
+STATEMENT_DIGITS = 3
+
+
 def sig(value: float, digits: int = 4) -> str:
     """`value` to `digits` significant digits, never in exponent notation (statement figures)."""
     return str(np.format_float_positional(value, precision=digits, unique=False, fractional=False, trim="-"))
@@ -570,7 +574,7 @@ def energy_statement(report: RunReport) -> str:
         para.append(
             f"At a grid carbon intensity of {sig(r.intensity_effective_g_per_kwh)} gCO2e/kWh "
             f"(energy-weighted; source: {r.intensity_source}), this corresponds to "
-            f"{_resolved(r, r.emissions_kg_co2e, _kg_per_j(r))} kg CO2e."
+            f"{_emissions(r)}."
         )
     if r.cost is not None:
         para.append(f"The electricity cost {sig(r.cost)} {r.currency or 'price units'} (source: {r.price_source}).")
@@ -631,7 +635,7 @@ def _steps_taken(r: RunReport) -> str:
         if r.facility_energy_saved_kwh is not None:
             text += f", about {sig(r.facility_energy_saved_kwh)} kWh at the facility"
         if r.emissions_saved_kg_co2e is not None:
-            text += f" and {sig(r.emissions_saved_kg_co2e)} kg CO2e"
+            text += f" and {readable.emissions(r.emissions_saved_kg_co2e, digits=STATEMENT_DIGITS)}"
         text += " at this run's PUE and intensity."
     return text
 
@@ -651,6 +655,14 @@ def _resolved(r: RunReport, value: float, per_device_j: float, *, joules: bool =
     if not u_j or u_j <= 0:
         return _joules(value) if joules else sig(value)
     return with_uncertainty(value, u_j * per_device_j)
+
+
+def _emissions(r: RunReport) -> str:
+    """The run's emissions in g, kg or t CO2e, to what the counters resolved (as `_resolved`)."""
+    assert r.emissions_kg_co2e is not None
+    u_j = r.device_energy_uncertainty_j
+    uncertainty_kg = u_j * _kg_per_j(r) if u_j and u_j > 0 else None
+    return readable.emissions(r.emissions_kg_co2e, uncertainty_kg, digits=STATEMENT_DIGITS)
 
 
 def _kg_per_j(r: RunReport) -> float:

@@ -145,7 +145,7 @@ def example_report(tmp_path_factory: pytest.TempPathFactory) -> RunReport:
 
 
 #: A figure in the statement: a number and its unit.
-FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?) ?(kWh|J|W|kg CO2e|gCO2e/kWh|h|%|EUR)(?![\w/])")
+FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?) ?(kWh|J|W|kg CO2e|g CO2e|t CO2e|gCO2e/kWh|h|%|EUR)(?![\w/])")
 
 
 def report_values_in(unit: str, report: dict[str, Any]) -> list[float]:
@@ -157,6 +157,8 @@ def report_values_in(unit: str, report: dict[str, Any]) -> list[float]:
         "J": [v for k, v in numbers.items() if k.endswith("_j")],
         "W": [v for k, v in numbers.items() if k.endswith("_w")],
         "kg CO2e": [v for k, v in numbers.items() if k.endswith("_kg_co2e")],
+        "g CO2e": [1000 * v for k, v in numbers.items() if k.endswith("_kg_co2e")],
+        "t CO2e": [v / 1000 for k, v in numbers.items() if k.endswith("_kg_co2e")],
         "gCO2e/kWh": [v for k, v in numbers.items() if k.endswith("_g_per_kwh")],
         "h": [v / 3600 for k, v in numbers.items() if k.endswith("_s")],
         "%": [100 * v for k, v in numbers.items() if k.endswith("_fraction")],
@@ -181,7 +183,7 @@ def test_every_statement_figure_equals_a_report_json_figure(example_report: RunR
     # And the key figures are there, rounded as the statement rounds them.
     assert f"{data['device_energy_kwh']:.4g} kWh" in statement
     assert f"{data['facility_energy_kwh']:.4g} kWh" in statement
-    assert f"{data['emissions_kg_co2e']:.4g} kg CO2e" in statement
+    assert f"{1000 * data['emissions_kg_co2e']:.0f} g CO2e" in statement  # under a kilogram: in grams
     assert f"PUE) of {data['pue_effective']:.3f}" in statement
     assert f"{data['power_limit_w']:g} W" in statement
 
@@ -240,7 +242,7 @@ def test_the_statement_rounds_energy_to_what_the_counters_resolved(tmp_path: Pat
     statement = energy_statement(report)
     assert "The GPUs used 0.4000 ± 0.0006 kWh (1440000 ± 2000 J, simulated, driven by your steps)" in statement
     assert "the facility used 0.6000 ± 0.0008 kWh" in statement  # the same fraction at the facility
-    assert "0.2400 ± 0.0003 kg CO2e" in statement
+    assert "240.0 ± 0.3 g CO2e" in statement  # 0.24 kg, in grams, to the same fraction
 
 
 def test_a_saving_within_its_uncertainty_is_reported_as_not_resolved(tmp_path: Path) -> None:

@@ -85,7 +85,7 @@ def test_report_writes_files_and_prints_the_statement(
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["simulated"] is True
     assert data["intensity_source"] == "grid operator (hourly)"
-    assert f"{data['emissions_kg_co2e']:.4g} kg CO2e" in captured.out
+    assert f"{1000 * data['emissions_kg_co2e']:.0f} g CO2e" in captured.out  # under a kilogram: in grams
     assert (tmp_path / "report.csv").is_file()
     assert f"wrote {tmp_path / 'report.json'}" in captured.err
 
