@@ -218,3 +218,15 @@ async def served(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        _unquiet()
+
+
+def _unquiet() -> None:
+    """Take the agent's `QuietLog` filters off the log handlers again: the next test counts afresh."""
+    import logging
+
+    from wattwise.agent.connections import QuietLog
+
+    for handler in logging.getLogger().handlers:
+        for quiet in [f for f in handler.filters if isinstance(f, QuietLog)]:
+            handler.removeFilter(quiet)

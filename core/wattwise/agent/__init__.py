@@ -11,7 +11,7 @@ and at the agent's next start after a crash (from its own journal).
   and writing), applied at its next start after a crash;
 - `processes`: the processes it serves as the kernel shows them (peer credentials, /proc) and the
   watchers that tell when a holder has ended;
-- `jobs`: the node's record of which GPUs the scheduler gave each job (`JobRegistry`, `jobs.json`);
+- `jobs`: the node's record of which GPUs the scheduler gave each job (`JobRegistry`, `jobs/registered.json`);
 - `cgroups`: the `cgroup` policy's question to the kernel (may the caller's device cgroup open a GPU?);
 - `wire`: its answers on the wire, typed;
 - `agent`: its logic (`Agent`: the GPUs, leases, journal and audit log), which knows no HTTP: a request it

@@ -1,13 +1,15 @@
 """The node's record of which GPUs the scheduler gave each job (the SLURM prolog registers them).
 
 A user with a job registered may change only that job's GPUs; `Agent.allocation_problem` asks this
-registry. The record is `jobs.json` beside the agent's journal (root's, 0600), so that registrations
-outlive an agent restart. Three things make a registration end with its job, whatever the agent's state:
+registry. The record is `jobs/registered.json` in the agent's state dir (root's, 0600), so that
+registrations outlive an agent restart; in a folder of its own, so that `wattwise restore --journal-dir`
+on the state dir finds only the settings journal there. Three things make a registration end with its
+job, whatever the agent's state:
 
 - GPUs are recorded by UUID, never by index: after a restart that renumbered the GPUs, a job's rights
   follow its GPUs, not the numbers they had;
 - the SLURM epilog ends the registration (`DELETE /v1/jobs/J`); when the agent does not answer then, the
-  epilog leaves a record of the job's end in `ended/` under the agent's state dir (`record_ended`,
+  epilog leaves a record of the job's end in `jobs/ended/` under the agent's state dir (`record_ended`,
   `wattwise agent end-job --state-dir`), which the agent reads at start and before each decision;
 - a registration expires `registration_ttl_s` after it was made (the agent's config), so one whose end
   was never told lapses anyway.
@@ -32,10 +34,14 @@ from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
 
 log = logging.getLogger(__name__)
 
-#: The agent's record of job allocations, beside its journal in the state dir.
-JOBS_FILE = "jobs.json"
-#: The folder (in the state dir) where the epilog records a job's end the agent was not told of.
+#: The folder (in the state dir) of the agent's records of jobs.
+JOBS_FOLDER = "jobs"
+#: The agent's record of job allocations, in `JOBS_FOLDER`.
+JOBS_FILE = "registered.json"
+#: The folder (in `JOBS_FOLDER`) where the epilog records a job's end the agent was not told of.
 ENDED_FOLDER = "ended"
+#: Where agents before UUIDs kept their registrations (by GPU index, not recalled), beside the journal.
+LEGACY_JOBS_FILE = "jobs.json"
 #: A record of a few thousand jobs is far smaller; a larger file is not the agent's.
 MAX_JOBS_BYTES = 4 * 1024 * 1024
 #: An end record holds one job id.
@@ -84,8 +90,8 @@ class JobAllocation:
 
 
 def ended_record(folder: Path, job_id: str) -> Path:
-    """The file recording that job `job_id` ended, in the `ended` folder of the agent's state dir `folder`."""
-    return folder / ENDED_FOLDER / f"{hashlib.sha256(job_id.encode()).hexdigest()[:32]}.json"
+    """The file recording that job `job_id` ended, under the agent's state dir `folder`."""
+    return folder / JOBS_FOLDER / ENDED_FOLDER / f"{hashlib.sha256(job_id.encode()).hexdigest()[:32]}.json"
 
 
 def record_ended(folder: Path, job_id: str, clock: Callable[[], float] = time.time) -> Path:
@@ -95,6 +101,7 @@ def record_ended(folder: Path, job_id: str, clock: Callable[[], float] = time.ti
         OSError: The record cannot be written (the state dir is root's: run as root).
     """
     path = ended_record(folder, job_id)
+    path.parent.parent.mkdir(mode=0o700, exist_ok=True)
     path.parent.mkdir(mode=0o700, exist_ok=True)
     text = json.dumps({"job_id": job_id, "ended_at_s": clock()})
     replace_file(path, lambda fh: fh.write(text), mode=0o600)
@@ -120,7 +127,7 @@ class JobRegistry:
             clock: Seconds since the epoch (tests pass their own).
         """
         self.folder = folder
-        self.path = folder / JOBS_FILE
+        self.path = folder / JOBS_FOLDER / JOBS_FILE
         self.uuids = uuids
         self.ttl_s = ttl_s
         self._clock = clock
@@ -201,7 +208,7 @@ class JobRegistry:
 
     def _read_ended(self) -> bool:
         """End the jobs the epilog recorded as ended, and remove those records; whether any job ended."""
-        folder = self.folder / ENDED_FOLDER
+        folder = self.folder / JOBS_FOLDER / ENDED_FOLDER
         try:
             st = os.stat(folder)
         except OSError:
@@ -240,6 +247,7 @@ class JobRegistry:
 
     def _load(self) -> dict[str, JobAllocation]:
         """The allocations a previous agent recorded (its jobs may still run); none when unreadable."""
+        self._drop_legacy()
         try:
             raw = read_trusted_json(self.path, max_bytes=MAX_JOBS_BYTES, root_ok=True)
         except FileNotFoundError:
@@ -274,7 +282,24 @@ class JobRegistry:
             )
         return jobs
 
+    def _drop_legacy(self) -> None:
+        """Remove the record an agent before UUIDs kept beside its journal (by GPU index: not recalled)."""
+        legacy = self.folder / LEGACY_JOBS_FILE
+        try:
+            legacy.unlink()
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            log.error("wattwise agent: cannot remove %s (%s)", legacy, err.strerror)
+            return
+        log.error(
+            "wattwise agent: %s named GPUs by index, which a renumbering moves: its registrations are not "
+            "recalled (the next prolog registers each job again); removed",
+            legacy,
+        )
+
     def _save(self) -> None:
+        self.path.parent.mkdir(mode=0o700, exist_ok=True)
         entries = [
             {
                 "job_id": a.job_id,

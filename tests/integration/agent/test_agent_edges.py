@@ -41,6 +41,7 @@ def test_a_metrics_port_in_use_is_named_in_one_line_and_the_agent_exits_2(tmp_pa
 
 def test_restore_with_the_agents_journal_dir_puts_back_what_a_sigkilled_agent_left(tmp_path: Path) -> None:
     agent = start_agent(tmp_path)  # its simulated GPUs' state folder lies outside its state dir
+    agent.client.register_job("81", 4321, [0])  # its record of jobs is no journal for restore to read
     holder = start_holder(agent, 150, "bert", index=1)
     agent.proc.kill()  # the agent dies; its holder too, while no agent watches
     agent.proc.wait()
@@ -58,6 +59,7 @@ def test_restore_with_the_agents_journal_dir_puts_back_what_a_sigkilled_agent_le
     assert "restored simulated device 1: power_limit_w -> 300.0" in done.stdout
     assert json.loads((agent.sim_dir / "gpu1.json").read_text())["power_limit_w"] == 300.0
     assert not (agent.state_dir / "journal.json").exists()
+    assert json.loads((agent.state_dir / "jobs" / "registered.json").read_text())["jobs"][0]["job_id"] == "81"
 
 
 def test_the_daemonset_passes_a_config_its_configmap_holds_with_the_cgroup_policy() -> None:

@@ -62,10 +62,17 @@ def test_a_registration_follows_its_gpus_uuid_over_a_renumbered_restart(tmp_path
 
 def test_a_record_that_names_gpus_by_index_only_is_not_recalled(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir(mode=0o700)
-    (tmp_path / "state" / "jobs.json").write_text(json.dumps({"jobs": [{"job_id": "9", "uid": 1001, "gpus": [0]}]}))
+    legacy = tmp_path / "state" / "jobs.json"  # where an agent before UUIDs kept them, beside its journal
+    legacy.write_text(json.dumps({"jobs": [{"job_id": "9", "uid": 1001, "gpus": [0]}]}))
     agent = make_agent(tmp_path)
     assert agent.status()["jobs"] == []
     assert not may_change(agent, 0, 1001)
+    assert not legacy.exists()  # `wattwise restore --journal-dir` no longer reads it as a journal
+    (tmp_path / "state" / "jobs").mkdir(mode=0o700)
+    (tmp_path / "state" / "jobs" / "registered.json").write_text(
+        json.dumps({"jobs": [{"job_id": "9", "uid": 1001, "gpus": [0]}]})
+    )
+    assert make_agent(tmp_path).status()["jobs"] == []
 
 
 def test_an_epilog_record_left_while_the_agent_was_stopped_ends_the_registration_at_start(tmp_path: Path) -> None:
@@ -112,7 +119,7 @@ def test_a_registration_lapses_after_its_ttl(tmp_path: Path) -> None:
     now[0] += 1.0
     assert not may_change(agent, 0, 1001)
     assert agent.status()["jobs"] == []
-    assert json.loads((tmp_path / "state" / "jobs.json").read_text()) == {"jobs": []}
+    assert json.loads((tmp_path / "state" / "jobs" / "registered.json").read_text()) == {"jobs": []}
 
 
 @pytest.mark.parametrize("ttl", [0, -5, "a week", True, float("inf")])
