@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -76,17 +77,25 @@ class JobAllocation:
         if not isinstance(raw, dict):
             return None
         job_id, uid, uuids = raw.get("job_id"), raw.get("uid"), raw.get("gpu_uuids")
-        registered, expires = raw.get("registered_at_s"), raw.get("expires_at_s")
+        registered, expires = _seconds(raw.get("registered_at_s")), _seconds(raw.get("expires_at_s"))
         if not (
             is_job_name(job_id)
             and type(uid) is int
             and uid >= 0
             and isinstance(uuids, list)
             and all(is_job_name(u) and u for u in uuids)
-            and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in (registered, expires))
+            and registered is not None
+            and expires is not None
         ):
             return None
-        return cls(job_id, uid, frozenset(uuids), float(registered), float(expires))
+        return cls(job_id, uid, frozenset(uuids), registered, expires)
+
+
+def _seconds(value: Any) -> float | None:
+    """A time in the record (seconds since the epoch) as a float; None when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def ended_record(folder: Path, job_id: str) -> Path:
