@@ -114,20 +114,31 @@ def _run_command(cmd: list[str], started: Callable[[int], None] | None = None, *
     group: dict[str, Any] = {}
     if new_group:
         group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-    proc = subprocess.Popen(cmd, **group)
-    if started is not None:
-        started(proc.pid)
+    running: list[subprocess.Popen[bytes]] = []
+    #: Signals that came before the command ran: passed on as soon as it does.
+    early: list[int] = []
 
     def pass_on(sig: int, frame: object) -> None:
+        if not running:
+            early.append(sig)
+            return
+        proc = running[0]
         if not new_group:
             proc.send_signal(sig)
             return
         with contextlib.suppress(ProcessLookupError):  # the whole group has ended already
             os.killpg(proc.pid, sig)
 
+    # Taken before the command starts: a SIGINT while it starts, or while `started` hands it the GPUs'
+    # leases, reaches the command instead of ending this process and leaving the command running.
     previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return proc.wait()
+        running.append(subprocess.Popen(cmd, **group))
+        for sig in early:
+            pass_on(sig, None)
+        if started is not None:
+            started(running[0].pid)
+        return running[0].wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
