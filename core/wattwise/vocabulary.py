@@ -125,3 +125,12 @@ class PowerReading(StrEnum):
     AVERAGED = "averaged"
     #: The power at that moment (GA100 and older).
     INSTANTANEOUS = "instantaneous"
+
+
+class PhysicsName(StrEnum):
+    """Which physics a simulated GPU follows (`devices.simulated_physics`, `WATTWISE_SIMULATED_PHYSICS`)."""
+
+    #: Like a real GPU: a counter that advances in steps, reads that take time, settings that settle, noise.
+    REALISTIC = "realistic"
+    #: Exact: the counter integrates the model at every read, settings act at once, no noise (unit tests).
+    IDEAL = "ideal"

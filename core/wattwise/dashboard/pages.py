@@ -36,7 +36,7 @@ from wattwise.record.summary import (
     with_uncertainty,
 )
 from wattwise.safe_files import check_writable_target, write_text
-from wattwise.vocabulary import RunMode
+from wattwise.vocabulary import PhysicsName, RunMode
 
 if TYPE_CHECKING:
     import jinja2
@@ -259,13 +259,53 @@ def saving_of(summary: RunSummary) -> Saving:
     )
 
 
+#: What the banner of a run on the ideal physics adds: its figures are exact, unlike a real GPU's.
+IDEAL_PHYSICS = (
+    "on the ideal physics (an exact energy counter, no noise): its figures are exact and do not compare "
+    "with those of the realistic physics or of a real GPU"
+)
+
+
+def physics_of(summary: RunSummary) -> str | None:
+    """The simulated GPUs' physics a run ran on ("ideal", "realistic"), as its devices recorded it.
+
+    None on hardware, and for a summary whose devices do not say (one written before they did).
+    """
+    named = sorted({d["physics"] for d in summary.devices if isinstance(d.get("physics"), str)})
+    return ", ".join(named) or None
+
+
 def simulated_text(summary: RunSummary) -> str | None:
-    """The banner of a run with simulated figures (None on hardware), saying what drove the simulated GPU."""
+    """The banner of a run with simulated figures (None on hardware): what drove the simulated GPU, its physics."""
     label = simulated_label(summary.simulated, summary.simulated_driven_by)
     if label is None:
         return None
     how = "" if label == "simulated" else f" ({label})"
-    return f"SIMULATED{how}: every figure of this run comes from the simulated GPU's power model, not a measurement"
+    text = f"SIMULATED{how}: every figure of this run comes from the simulated GPU's power model, not a measurement"
+    return text + f", {IDEAL_PHYSICS}" if physics_of(summary) == PhysicsName.IDEAL else text
+
+
+def simulated_cell(simulated: bool, physics: str | None) -> str:
+    """The "simulated" cell of a run: no, SIMULATED, or SIMULATED with its physics where it is known."""
+    if not simulated:
+        return "no"
+    return f"SIMULATED ({physics} physics)" if physics else "SIMULATED"
+
+
+def mixed_physics(runs: Sequence[tuple[bool, str | None]]) -> str | None:
+    """What a comparison of runs on the ideal physics with others must say; None when they all ran alike.
+
+    Args:
+        runs: Each run's (simulated, physics), physics None where it is not known.
+    """
+    ideal = [simulated and physics == PhysicsName.IDEAL for simulated, physics in runs]
+    if not any(ideal) or all(ideal):
+        return None
+    return (
+        "Some of these runs ran on the simulated GPU's ideal physics (an exact energy counter, no noise) and "
+        "others did not: their differences mix the physics with what changed between the runs, and an ideal "
+        "run's uncertainty is none"
+    )
 
 
 def run_facts(run: RunDir) -> list[Fact]:
@@ -605,6 +645,7 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
     """
     from wattwise.store.compare import difference
 
+    physics = [physics_of(folder.summary) if folder is not None else None for folder in folders]
     columns = []
     for i, row in enumerate(rows):
         figures = [
@@ -618,7 +659,7 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
             watts(row.power_limit_w),
             joules(row.saving_j),
             seconds(row.time_cost_s),
-            "SIMULATED" if row.simulated else "no",
+            simulated_cell(row.simulated, physics[i]),
         ]
         changes = ["-"] * 4 if i == 0 else against_first(difference(rows[0], row))
         columns.append({"id": row.id, "cells": figures + changes})
@@ -658,6 +699,7 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
         labels=labels,
         columns=columns,
         simulated=any(r.simulated for r in rows),
+        mixed_physics=mixed_physics([(r.simulated, p) for r, p in zip(rows, physics, strict=True)]),
         charts=[chart(fig, f"compare-chart-{i}") for i, fig in enumerate(figures)],
         missing=[row.id for row, folder in zip(rows, folders, strict=True) if folder is None],
     )

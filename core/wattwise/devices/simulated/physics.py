@@ -12,22 +12,11 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from enum import StrEnum
 
 from wattwise.devices.simulated.models import ClockModel
 from wattwise.devices.simulated.presets import DEFAULT_GPU, PRESETS, GpuPreset
 from wattwise.errors import UsageError
-from wattwise.vocabulary import SimulatedGpuName
-
-
-class PhysicsName(StrEnum):
-    """Which physics a simulated GPU follows (`devices.simulated_physics`, `WATTWISE_SIMULATED_PHYSICS`)."""
-
-    #: Like a real GPU: a counter that advances in steps, reads that take time, settings that settle, noise.
-    REALISTIC = "realistic"
-    #: Exact: the counter integrates the model at every read, settings act at once, no noise (unit tests).
-    IDEAL = "ideal"
-
+from wattwise.vocabulary import PhysicsName, SimulatedGpuName
 
 #: Chooses the simulated GPU's physics for every entry point at once (`realistic` or `ideal`).
 PHYSICS_ENV = "WATTWISE_SIMULATED_PHYSICS"
