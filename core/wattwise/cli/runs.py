@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 from wattwise.errors import UsageError
 from wattwise.safe_files import json_text
@@ -189,11 +190,12 @@ def _percent(fraction: float | None) -> str:
 def compare_lines(rows: Sequence[RunRow]) -> list[str]:
     """The runs side by side, then each one's difference from the first."""
     width = max(24, *(len(r.id) for r in rows))
+    physics = [_physics(r) for r in rows]
     cells = {
         "job": [r.job or "-" for r in rows],
         "mode": [r.mode for r in rows],
         "status": [r.status or "-" for r in rows],
-        "figures": [_source(r) for r in rows],
+        "figures": [_source(r) + (f" ({p} physics)" if p else "") for r, p in zip(rows, physics, strict=True)],
         "energy": [_energy(r) for r in rows],
         "time": [f"{r.time_s:.4g} s" for r in rows],
         "power": [f"{r.avg_power_w:.4g} W" for r in rows],
@@ -220,9 +222,27 @@ def compare_lines(rows: Sequence[RunRow]) -> list[str]:
     if any(r.simulated for r in rows):
         lines.append("simulated figures come from a power model, not a measurement")
     return lines
+    from wattwise.record.summary import mixed_physics
+
+    mixed = mixed_physics([(r.simulated, p) for r, p in zip(rows, physics, strict=True)])
+    if mixed:
+        lines.append(mixed)
 
 
 def run_compare(args: argparse.Namespace) -> int:
+def _physics(row: RunRow) -> str | None:
+    """The simulated physics the run's summary.json records; None on hardware or when its folder is gone."""
+    if not row.simulated:
+        return None
+    from wattwise.record.files import read_summary
+    from wattwise.record.summary import SUMMARY_FILE, physics_of
+
+    try:
+        return physics_of(read_summary(Path(row.folder) / SUMMARY_FILE))
+    except (UsageError, OSError):
+        return None
+
+
     """Run `wattwise runs compare` with its parsed arguments.
 
     Returns:

@@ -30,8 +30,10 @@ from wattwise.record.summary import (
     NEVER_APPLIED,
     RunSummary,
     iso_utc,
+    mixed_physics,
     never_applied,
     paused_energy,
+    physics_of,
     simulated_label,
     with_uncertainty,
 )
@@ -266,15 +268,6 @@ IDEAL_PHYSICS = (
 )
 
 
-def physics_of(summary: RunSummary) -> str | None:
-    """The simulated GPUs' physics a run ran on ("ideal", "realistic"), as its devices recorded it.
-
-    None on hardware, and for a summary whose devices do not say (one written before they did).
-    """
-    named = sorted({d["physics"] for d in summary.devices if isinstance(d.get("physics"), str)})
-    return ", ".join(named) or None
-
-
 def simulated_text(summary: RunSummary) -> str | None:
     """The banner of a run with simulated figures (None on hardware): what drove the simulated GPU, its physics."""
     label = simulated_label(summary.simulated, summary.simulated_driven_by)
@@ -290,22 +283,6 @@ def simulated_cell(simulated: bool, physics: str | None) -> str:
     if not simulated:
         return "no"
     return f"SIMULATED ({physics} physics)" if physics else "SIMULATED"
-
-
-def mixed_physics(runs: Sequence[tuple[bool, str | None]]) -> str | None:
-    """What a comparison of runs on the ideal physics with others must say; None when they all ran alike.
-
-    Args:
-        runs: Each run's (simulated, physics), physics None where it is not known.
-    """
-    ideal = [simulated and physics == PhysicsName.IDEAL for simulated, physics in runs]
-    if not any(ideal) or all(ideal):
-        return None
-    return (
-        "Some of these runs ran on the simulated GPU's ideal physics (an exact energy counter, no noise) and "
-        "others did not: their differences mix the physics with what changed between the runs, and an ideal "
-        "run's uncertainty is none"
-    )
 
 
 def run_facts(run: RunDir) -> list[Fact]:

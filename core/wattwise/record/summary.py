@@ -30,6 +30,8 @@ from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.carbon.series import parse_timestamp_s
 from wattwise.errors import UsageError
 from wattwise.profile import ProfileEntry
+from wattwise.readable import resolution as resolution  # re-exported: used by the record's readers
+from wattwise.readable import with_uncertainty as with_uncertainty
 from wattwise.record.fields import (
     AT_INDEX,
     FIX,
@@ -57,7 +59,7 @@ from wattwise.record.fields import (
 )
 from wattwise.record.fields import iso_utc as iso_utc  # re-exported: the record's time format
 from wattwise.safe_files import finite_or_null
-from wattwise.vocabulary import EndedHow, RankNoteKind, RunMode, RunStatus
+from wattwise.vocabulary import EndedHow, PhysicsName, RankNoteKind, RunMode, RunStatus
 
 SCHEMA = "wattwise.run/1"
 SCHEMA_PREFIX = "wattwise.run/"
@@ -93,30 +95,29 @@ def simulated_label(simulated: bool, driven_by: str | None) -> str | None:
     return SIMULATED_LABELS.get(driven_by or "", SIMULATED_LABELS["emulated"])
 
 
-def resolution(uncertainty: float) -> int:
-    """The decimal places a figure known to within `uncertainty` is shown with (negative: tens, hundreds).
+def physics_of(summary: RunSummary) -> str | None:
+    """The simulated GPUs' physics a run ran on ("ideal", "realistic"), as its devices recorded it.
 
-    The uncertainty keeps two significant digits when it starts with 1 or 2, else one.
+    None on hardware, and for a summary whose devices do not say (one written before they did).
     """
-    exponent = math.floor(math.log10(uncertainty))
-    digits = 2 if uncertainty / 10.0**exponent < 3.0 else 1
-    return digits - 1 - exponent
+    named = sorted({d["physics"] for d in summary.devices if isinstance(d.get("physics"), str)})
+    return ", ".join(named) or None
 
 
-def with_uncertainty(value: float, uncertainty: float | None, unit: str = "", *, places: int = 1) -> str:
-    """`value ± uncertainty unit`, both rounded to what the uncertainty resolves.
+def mixed_physics(runs: Sequence[tuple[bool, str | None]]) -> str | None:
+    """What a comparison of runs on the ideal physics with others must say; None when they all ran alike.
 
-    Without an uncertainty (None or 0: an exact counter, or a summary that does not say) the value is
-    written with `places` decimals and no `±`.
+    Args:
+        runs: Each run's (simulated, physics), physics None where it is not known.
     """
-    suffix = f" {unit}" if unit else ""
-    if uncertainty is None or not math.isfinite(uncertainty) or uncertainty <= 0:
-        return f"{value:.{places}f}{suffix}"
-    decimals = resolution(uncertainty)
-    if decimals >= 0:
-        return f"{value:.{decimals}f} ± {uncertainty:.{decimals}f}{suffix}"
-    step = 10.0**-decimals
-    return f"{round(value / step) * step:.0f} ± {round(uncertainty / step) * step:.0f}{suffix}"
+    ideal = [simulated and physics == PhysicsName.IDEAL for simulated, physics in runs]
+    if not any(ideal) or all(ideal):
+        return None
+    return (
+        "Some of these runs ran on the simulated GPU's ideal physics (an exact energy counter, no noise) and "
+        "others did not: their differences mix the physics with what changed between the runs, and an ideal "
+        "run's uncertainty is none"
+    )
 
 
 def saving_resolved(saved_j: float, uncertainty_j: float | None) -> bool | None:

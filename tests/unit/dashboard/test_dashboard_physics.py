@@ -59,3 +59,17 @@ def test_comparing_an_ideal_run_with_a_realistic_one_says_the_physics_differ(run
     assert "SIMULATED (ideal physics)" in page and "SIMULATED (realistic physics)" in page
     alike = html.unescape(pages.compare_page(rows, [folders[1], folders[1]]))
     assert 'id="mixed-physics"' not in alike
+
+
+def test_runs_compare_names_each_runs_physics_and_says_when_they_are_mixed(runs: dict[str, Path]) -> None:
+    from wattwise.cli.runs import compare_lines
+
+    rows = [
+        make_row("20261201T100000Z-aaaaaa", folder=str(runs["ideal"])),
+        make_row("20261201T110000Z-bbbbbb", folder=str(runs["realistic"])),
+    ]
+    lines = compare_lines(rows)
+    (figures,) = [line for line in lines if line.startswith("figures")]
+    assert "simulated (ideal physics)" in figures and "simulated (realistic physics)" in figures
+    assert lines[-1].startswith("Some of these runs ran on the simulated GPU's ideal physics")
+    assert not compare_lines([rows[1], rows[1]])[-1].startswith("Some of these runs")
