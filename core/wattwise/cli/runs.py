@@ -189,8 +189,8 @@ def _percent(fraction: float | None) -> str:
 
 def compare_lines(rows: Sequence[RunRow]) -> list[str]:
     """The runs side by side, then each one's difference from the first."""
-    width = max(24, *(len(r.id) for r in rows))
     physics = [_physics(r) for r in rows]
+    width = max(24, *(len(r.id) for r in rows))
     cells = {
         "job": [r.job or "-" for r in rows],
         "mode": [r.mode for r in rows],
@@ -221,15 +221,14 @@ def compare_lines(rows: Sequence[RunRow]) -> list[str]:
         )
     if any(r.simulated for r in rows):
         lines.append("simulated figures come from a power model, not a measurement")
-    return lines
     from wattwise.record.summary import mixed_physics
 
     mixed = mixed_physics([(r.simulated, p) for r, p in zip(rows, physics, strict=True)])
     if mixed:
         lines.append(mixed)
+    return lines
 
 
-def run_compare(args: argparse.Namespace) -> int:
 def _physics(row: RunRow) -> str | None:
     """The simulated physics the run's summary.json records; None on hardware or when its folder is gone."""
     if not row.simulated:
@@ -243,6 +242,7 @@ def _physics(row: RunRow) -> str | None:
         return None
 
 
+def run_compare(args: argparse.Namespace) -> int:
     """Run `wattwise runs compare` with its parsed arguments.
 
     Returns:
