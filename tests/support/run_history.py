@@ -51,6 +51,9 @@ def check_the_history_records_lists_and_forgets_runs(url: str) -> None:
     for row in (other, second, first):
         assert record_run(row, location=url) is None  # stored, not spooled
     assert record_run(first, location=url) is None  # a run recorded twice keeps one row
+    owner = list_runs(location=url)[0].owner  # the store names who recorded each run
+    assert owner
+    first, second, other = (dataclasses.replace(row, owner=owner) for row in (first, second, other))
     assert list_runs(location=url) == [first, second, other]
     assert list_runs(job="bert/squad", location=url) == [first, second]
     assert list_runs(status="interrupted", location=url) == [second]

@@ -169,6 +169,7 @@ def _show_lines(r: RunRow) -> list[str]:
         f"  limit      {_figure(r.power_limit_w, 'W', 'g')}",
         f"  saving     {saving}",
         f"  folder     {r.folder}",
+        f"  owner      {r.owner or '-'}",
     ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import secrets
 from collections.abc import Mapping
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: The longest folder path, status and framework name kept.
 _MAX_FOLDER, _MAX_WORD = 4096, 32
+#: The longest owner kept (a login or a database role name).
+_MAX_OWNER = 128
+#: The fields a run's JSON object may lack (added since the spool's first format): their default then.
+_OPTIONAL = frozenset({"owner"})
 #: The most devices a run's row lists (a node's GPUs times its nodes, with room to spare).
 _MAX_DEVICES = 65536
 
@@ -54,6 +59,9 @@ class RunDict(TypedDict):
     time_cost_s: float | None
     folder: str
     simulated: bool
+    #: Who recorded the run (the database user on PostgreSQL, the login on SQLite); null: recorded before
+    #: rows carried their owner.
+    owner: str | None
 
 
 class UnreadableDict(TypedDict):
@@ -117,6 +125,8 @@ class RunRow:
         time_cost_s: Time that saving cost (positive: the run was slower); None when not known.
         folder: The run's own folder (absolute), holding its summary.json, power.csv and windows.csv.
         simulated: Whether its figures come from the simulated GPU rather than a measurement.
+        owner: Who recorded it (`current_owner`), set by the store when the row is written; only they, or
+            the store's admin, forget or replace it. None: not yet written, or recorded before rows had one.
     """
 
     id: str
@@ -135,6 +145,7 @@ class RunRow:
     time_cost_s: float | None
     folder: str
     simulated: bool
+    owner: str | None = None
 
     @property
     def start_s(self) -> float:
@@ -170,6 +181,7 @@ class RunRow:
             time_cost_s=self.time_cost_s,
             folder=self.folder,
             simulated=self.simulated,
+            owner=self.owner,
         )
 
     @classmethod
@@ -184,7 +196,7 @@ class RunRow:
         unknown = sorted(set(data) - set(names))
         if unknown:
             raise UsageError(f"{where}: {unknown[0]} is not a field of a run")
-        missing = [name for name in names if name not in data]
+        missing = [name for name in names if name not in data and name not in _OPTIONAL]
         if missing:
             raise UsageError(f"{where}: {missing[0]} is missing")
         devices = data["devices"]
@@ -270,6 +282,7 @@ def check_row(row: RunRow, *, where: str = "run") -> None:
     _optional_number(row.saving_j, ENERGY_J, f"{where}: saving_j", signed=True)
     _optional_number(row.time_cost_s, TIME_S, f"{where}: time_cost_s", signed=True)
     _optional_text(row.folder, f"{where}: folder", _MAX_FOLDER)
+    _optional_text(row.owner, f"{where}: owner", _MAX_OWNER)
     if not isinstance(row.simulated, bool):
         raise UsageError(f"{where}: simulated must be true or false (got {row.simulated!r})")
 
@@ -293,6 +306,7 @@ def _values(row: RunRow) -> dict[str, Any]:
         "time_cost_s": row.time_cost_s,
         "folder": row.folder,
         "simulated": row.simulated,
+        "owner": row.owner,
     }
 
 
@@ -324,6 +338,7 @@ def _row(db: Any) -> RunRow | UnreadableRun:
             TIMESTAMP_S.check(float(column), name)
             times[name] = iso_utc(column)
         data = {name: getattr(db, name) for name in _STORED_AS_IS}
+        data["owner"] = getattr(db, "owner", None)  # a store at revision 0003 has no owner column
         row = RunRow.from_dict(
             {**data, **times, "devices": devices, "simulated": bool(db.simulated)}, where=f"run {run_id}"
         )
@@ -351,24 +366,91 @@ _STORED_AS_IS = (
 )
 
 
-def _raw_columns() -> list[Any]:
-    """Every column of the history's table, read without SQLAlchemy's conversions (`_row` checks each)."""
-    from sqlalchemy import type_coerce
+def _raw_columns(conn: Connection) -> list[Any]:
+    """The history table's columns the store has, read without SQLAlchemy's conversions (`_row` checks each).
+
+    A store at an older revision a reader may read (`wattwise.store.migrations.READABLE_REVISION`) lacks the
+    columns added since; they read as unknown.
+    """
+    from sqlalchemy import inspect, type_coerce
     from sqlalchemy.types import NullType
 
     from wattwise.store.schema import run_history_table as table
 
-    return [type_coerce(c, NullType()).label(c.name) for c in table.c]
+    present = {column["name"] for column in inspect(conn).get_columns(table.name)}
+    return [type_coerce(c, NullType()).label(c.name) for c in table.c if c.name in present]
+
+
+def current_owner(conn: Connection) -> str:
+    """Who writes on `conn`: the database user on a server (its own authentication says), else this login."""
+    from sqlalchemy import text
+
+    if conn.dialect.name == "postgresql":
+        return str(conn.execute(text("SELECT current_user")).scalar_one())
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid with no name (a container)
+        return f"uid {os.geteuid()}"
+
+
+def is_store_admin(conn: Connection) -> bool:
+    """Whether the user on `conn` administers the store.
+
+    On a server: owns the history's table, or is a superuser. On SQLite: owns the store's file, or is root.
+    """
+    from sqlalchemy import text
+
+    if conn.dialect.name == "postgresql":
+        query = text(
+            "SELECT r.rolsuper OR t.tableowner = current_user FROM pg_roles r, pg_tables t "
+            "WHERE r.rolname = current_user AND t.tablename = 'wattwise_run_history'"
+        )
+        return bool(conn.execute(query).scalar())
+    database = conn.engine.url.database or ""
+    if os.geteuid() == 0 or database in ("", ":memory:"):
+        return True
+    try:
+        return os.stat(database).st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
+def check_owner(conn: Connection, run_id: str, owner: str | None, *, doing: str) -> None:
+    """Refuse `doing` to the run `run_id` whose row belongs to `owner`, unless that is you or you administer the store.
+
+    A row with no owner (recorded before rows had one) is anyone's.
+
+    Raises:
+        UsageError: naming the run, its owner and who may.
+    """
+    if owner is None or owner == current_owner(conn) or is_store_admin(conn):
+        return
+    raise UsageError(
+        f"run {run_id} belongs to {owner}: only they, or the store's admin (who owns the store), may {doing} it"
+    )
 
 
 def put_run(conn: Connection, row: RunRow) -> None:
-    """Insert the run's row, or replace the one with its id (a run recorded twice keeps one row)."""
-    from sqlalchemy import delete, insert
+    """Insert the run's row, or replace the one with its id (a run recorded twice keeps one row).
+
+    The row carries who wrote it (`current_owner`, whatever it says itself); replacing another user's row
+    is refused (`check_owner`).
+
+    Raises:
+        UsageError: the run's row belongs to another user.
+    """
+    from sqlalchemy import delete, insert, select
 
     from wattwise.store.schema import run_history_table as table
 
+    me = current_owner(conn)
+    before = conn.execute(select(table.c.owner).where(table.c.id == row.id)).first()
+    if before is not None:
+        check_owner(conn, row.id, before.owner, doing="replace")
     conn.execute(delete(table).where(table.c.id == row.id))
-    conn.execute(insert(table).values(**_values(row)))
+    conn.execute(insert(table).values(**_values(dataclasses.replace(row, owner=me))))
 
 
 def select_history(
@@ -379,7 +461,7 @@ def select_history(
 
     from wattwise.store.schema import run_history_table as table
 
-    query = select(*_raw_columns())
+    query = select(*_raw_columns(conn))
     if job is not None:
         query = query.where(table.c.job == job)
     if since_s is not None:
@@ -414,11 +496,11 @@ def find_row(conn: Connection, run_id: str) -> RunRow | UnreadableRun:
 
     from wattwise.store.schema import run_history_table as table
 
-    exact = conn.execute(select(*_raw_columns()).where(table.c.id == run_id)).first()
+    exact = conn.execute(select(*_raw_columns(conn)).where(table.c.id == run_id)).first()
     if exact is not None:
         return _row(exact)
     like = run_id.replace("\\", "\\\\").replace("_", r"\_").replace("%", r"\%") + "%"
-    query = select(*_raw_columns()).where(table.c.id.like(like, escape="\\")).order_by(table.c.id).limit(4)
+    query = select(*_raw_columns(conn)).where(table.c.id.like(like, escape="\\")).order_by(table.c.id).limit(4)
     found = conn.execute(query).all()
     if len(found) == 1:
         return _row(found[0])

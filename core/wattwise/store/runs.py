@@ -37,6 +37,7 @@ from wattwise.store.history import (
     RunListing,
     RunRow,
     UnreadableRun,
+    check_owner,
     check_row,
     check_run_id,
     find_row,
@@ -305,7 +306,8 @@ def get_runs(run_ids: Sequence[str], *, location: str | None = None) -> list[Run
 def forget_run(run_id: str, *, location: str | None = None) -> RunRow | UnreadableRun:
     """Remove one run's row from the history (by id or unique prefix); its folder is left as it is.
 
-    A row that does not read as a run (`UnreadableRun`) is removed all the same.
+    A row that does not read as a run (`UnreadableRun`) is removed all the same. Only the run's owner, or
+    the store's admin (`wattwise.store.history.is_store_admin`), may forget it.
 
     Returns:
         The run forgotten.
@@ -324,7 +326,11 @@ def forget_run(run_id: str, *, location: str | None = None) -> RunRow | Unreadab
         raise UsageError(f"no run {run_id!r} in the store (see `wattwise runs list`)")
 
     def work(conn: Connection) -> RunRow | UnreadableRun:
+        from sqlalchemy import select
+
         row = find_row(conn, run_id)
+        owner = conn.execute(select(table.c.owner).where(table.c.id == row.id)).scalar()
+        check_owner(conn, row.id, owner if isinstance(owner, str) else None, doing="forget")
         conn.execute(delete(table).where(table.c.id == row.id))
         return row
 

@@ -96,6 +96,7 @@ run_history_table = Table(
     Column("time_cost_s", Double, nullable=True),
     Column("folder", Text, nullable=False),
     Column("simulated", Boolean, nullable=False),
+    Column("owner", String(128), nullable=True),
     Index("ix_wattwise_run_history_start_s", "start_s"),
     Index("ix_wattwise_run_history_job_start_s", "job", "start_s"),
 )

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 
 VERSION_TABLE = "wattwise_alembic_version"
 #: The newest revision of versions/ (kept equal to Alembic's head by a test).
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
+#: The oldest revision whose run history a reader reads as it is (the columns added since read as unknown).
+READABLE_REVISION = "0003"
 #: The revision that is wattwise 0.1.0's schema (its `wattwise_schema_version` says 1).
 BASELINE_REVISION = "0001"
 #: Any 64-bit number unique to this purpose: the PostgreSQL advisory lock that serialises upgrades.
@@ -106,7 +108,7 @@ def check_readable(conn: Connection, *, store: str) -> str | None:
             was written by a newer wattwise.
     """
     current = current_revision(conn)
-    if current == HEAD_REVISION:
+    if current == HEAD_REVISION or (current in _KNOWN_REVISIONS and current >= READABLE_REVISION):
         return current
     if current is None and not conn.dialect.get_table_names(conn):
         return None
