@@ -17,11 +17,13 @@ from wattwise.carbon.series import (
     PRICE,
     PUE,
     Constant,
+    Series,
     format_utc,
     parse_duration_s,
     parse_series,
     parse_timestamp_s,
 )
+from wattwise.errors import UsageError
 from wattwise.safe_files import json_text
 
 
@@ -61,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
+    for flag, value in (("--pue", args.pue), ("--intensity", args.intensity), ("--price", args.price)):
+        if value is not None and not value.strip():
+            raise UsageError(f"{flag} is empty; give a number or a CSV series, or leave {flag} out")
     now_s = parse_timestamp_s(args.now, where="--now") if args.now else time.time()
     pue = parse_series(args.pue, PUE) if args.pue else Constant(1.0, "not supplied (1.0 assumed)")
     intensity = parse_series(args.intensity, INTENSITY) if args.intensity else None
@@ -84,7 +89,27 @@ def run(args: argparse.Namespace) -> int:
         print(json_text(advice_dict(advice, sources, args.currency)))
     else:
         print(advice_text(advice, args.currency))
+        for line in assumptions(intensity=intensity, price=price, pue=pue):
+            print(line)
     return 0
+
+
+def assumptions(*, intensity: Series | None, price: Series | None, pue: Series) -> list[str]:
+    """What the advice assumed, one line each: an input given (or defaulted) as one value for every hour.
+
+    A constant intensity or price (a number, a table code's yearly average) is the same at every start, so
+    only a series can make one start better than another; the line says so.
+    """
+    lines = []
+    for name, series in (("intensity", intensity), ("price", price)):
+        if isinstance(series, Constant):
+            lines.append(
+                f"Assumed:       {name} {series.value:g} at every hour ({series.source}); a constant favours no "
+                f"start over another: give --{name} an hourly CSV series"
+            )
+    if isinstance(pue, Constant):
+        lines.append(f"Assumed:       PUE {pue.value:g} at every hour ({pue.source})")
+    return lines
 
 
 def advice_dict(advice: Advice, sources: dict[str, str | None], currency: str | None) -> dict[str, Any]:

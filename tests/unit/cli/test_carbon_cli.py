@@ -120,3 +120,20 @@ def test_report_with_a_gap_in_the_pue_exits_2(
 def test_report_on_a_directory_without_a_run_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["report", str(tmp_path)]) == 2
     assert "summary.json not found" in capsys.readouterr().err
+
+
+def test_advise_says_what_it_assumed_of_a_constant_intensity(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(
+        ["advise", "--duration", "6h", "--energy-kwh", "40", "--intensity", "DE", "--window", "3h",
+         "--now", "2026-03-01T00:00:00Z"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Assumed:       intensity " in out and "a constant favours no start over another" in out
+    assert "Assumed:       PUE 1 at every hour (not supplied (1.0 assumed))" in out
+
+
+def test_advise_refuses_an_empty_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["advise", "--duration", "6h", "--energy-kwh", "40", "--window", "3h", "--intensity", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--intensity is empty" in err
