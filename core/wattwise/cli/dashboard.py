@@ -92,9 +92,14 @@ def run(args: argparse.Namespace) -> int:
     if args.plan and not args.frontier:
         raise UsageError("--plan needs --frontier: give the FRONTIER.json the plan was chosen from")
     token = _token(args.token)
+    if not _host_name(args.host):
+        raise UsageError(
+            f"--host: {args.host[:70]!r} is neither an IP address nor a host name (labels of 1 to 63 letters, "
+            "digits or '-'); give one such as 127.0.0.1"
+        )
     for name in args.allow_host:
-        if not name or not all(c.isascii() and (c.isalnum() or c in "-.") for c in name):
-            raise UsageError(f"--allow-host: {name!r} is not a host name; give one such as dashboard.example.org")
+        if not _host_name(name):
+            raise UsageError(f"--allow-host: {name[:70]!r} is not a host name; give one such as dashboard.example.org")
     from wattwise.extras import require
 
     for module in ("aiohttp.web", "plotly.graph_objects", "jinja2"):  # one line naming the extra, before serving
@@ -130,6 +135,18 @@ async def _serve_until_signalled(serving: Coroutine[Any, Any, None]) -> None:
         loop.add_signal_handler(sig, task.cancel)
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def _host_name(text: str) -> bool:
+    """Whether `text` is an IP address or a DNS name (labels of 1 to 63 letters, digits or '-', 253 in all)."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        labels = text.removesuffix(".").split(".")
+        return 0 < len(text) <= 253 and all(
+            0 < len(label) <= 63 and label.isascii() and all(c.isalnum() or c == "-" for c in label) for label in labels
+        )
+    return True
 
 
 def _loopback(host: str) -> bool:

@@ -137,3 +137,22 @@ def test_the_dashboard_leaves_the_store_and_the_spool_as_they_are(store: Path) -
     assert fetch(served(store), "/jobs", **AUTH)[0] == 200
     assert (store.read_bytes(), sorted(p.name for p in store.parent.iterdir())) == before
     assert spool.pending(url) == [waiting]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--host", "a" * 70], "--host: 'aaaa"),
+        (["--host", "bad host"], "is neither an IP address nor a host name"),
+        (["--allow-host", "x" * 64 + ".example"], "--allow-host:"),
+        (["--token", "short"], "--token must be at least 22 letters"),
+    ],
+)
+def test_dashboard_refuses_a_bad_host_or_token_in_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from wattwise.cli.main import main
+
+    assert main(["dashboard", "--port", "0", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "Traceback" not in err
