@@ -143,9 +143,16 @@ def neighbours(model: object, limit_w: float, step_w: float = 25.0) -> set[float
     return {limits[j] for j in (i - 1, i, i + 1) if 0 <= j < len(limits)}
 
 
+def modelled_cost(model: object, limit_w: float, *, eta: float = 0.5) -> float:
+    """The model's Zeus cost per step at `limit_w` (eta 0.5, relative step time: the ranking, not joules)."""
+    time_factor, busy_w = model.at_limit(limit_w)  # type: ignore[attr-defined]
+    return eta * busy_w * time_factor + (1.0 - eta) * model.limit_range_w[1] * time_factor  # type: ignore[attr-defined]
+
+
 def tuning_check(seeds: tuple[int, ...] = SEEDS) -> list[dict[str, object]]:
     """Tuning repeats on every power model: the ideal choice, the realistic choices, and the verdict."""
     from wattwise.devices import Physics
+    from wattwise.power_limit import profile_limits_w
 
     rows = []
     for name, model in power_models().items():
@@ -156,6 +163,12 @@ def tuning_check(seeds: tuple[int, ...] = SEEDS) -> list[dict[str, object]]:
         counts = collections.Counter(r.chosen_w or top_w for r in runs)
         mode_w, mode_n = counts.most_common(1)[0]
         near = mode_w in neighbours(model, ideal.chosen_w or top_w)
+        # The model's best among every profiled limit, which a sweep that stops early may not reach, and what
+        # each run's limit costs beyond it.
+        lo_w = model.limit_range_w[0]  # type: ignore[attr-defined]
+        grid = profile_limits_w(lo_w, top_w, 25.0)
+        best_w = min(grid, key=lambda w: modelled_cost(model, w))
+        excess = [modelled_cost(model, r.chosen_w or top_w) / modelled_cost(model, best_w) - 1.0 for r in runs]
         rows.append(
             {
                 "model": name,
@@ -166,7 +179,11 @@ def tuning_check(seeds: tuple[int, ...] = SEEDS) -> list[dict[str, object]]:
                 "same": mode_n,
                 "runs": len(runs),
                 "near_ideal": near,
+                "best_w": best_w,
+                "excess_mean": sum(excess) / len(excess),
+                "excess_max": max(excess),
                 "tuning_s": sum(r.tuning_s for r in runs) / len(runs),
+                "tuning_max_s": max(r.tuning_s for r in runs),
                 "ideal_tuning_s": ideal.tuning_s,
                 "ok": mode_n >= 0.9 * len(runs) and near,
             }
@@ -178,20 +195,24 @@ def print_tuning(rows: list[dict[str, object]], markdown: bool) -> None:
     if markdown:
         print(
             "| power model | ideal choice (W) | realistic, limit in force (W: runs of 10) | same "
-            "| ideal or neighbour | chose none | tuning (s) |"
+            "| ideal or neighbour | chose none | tuning (s), mean and most | best of every limit (W) "
+            "| cost above it, mean and most |"
         )
-        print("|---|---:|---|---:|---|---:|---:|")
+        print("|---|---:|---|---:|---|---:|---:|---:|---:|")
     for r in rows:
         choices = ", ".join(f"{w:g}: {n}" for w, n in r["choices"].items())  # type: ignore[attr-defined]
         if markdown:
             print(
                 f"| {r['model']} | {r['ideal_w']:g} | {choices} | {r['same']}/{r['runs']} | "
-                f"{'yes' if r['near_ideal'] else 'no'} | {r['none']} | {r['tuning_s']:.1f} |"
+                f"{'yes' if r['near_ideal'] else 'no'} | {r['none']} | {r['tuning_s']:.1f}, {r['tuning_max_s']:.1f} | "
+                f"{r['best_w']:g} | {100 * r['excess_mean']:.1f}%, {100 * r['excess_max']:.1f}% |"
             )
         else:
             print(
                 f"{r['model']:28s} ideal {r['ideal_w']!s:>6} W  realistic {choices:30s} same {r['same']}/{r['runs']} "
-                f"near {r['near_ideal']!s:5s} tuning {r['tuning_s']:.1f} s (ideal {r['ideal_tuning_s']:.1f} s)"
+                f"near {r['near_ideal']!s:5s} tuning {r['tuning_s']:.1f} s (ideal {r['ideal_tuning_s']:.1f} s) "
+                f"best {r['best_w']:g} W, cost above it {100 * r['excess_mean']:.1f}% "
+                f"(most {100 * r['excess_max']:.1f}%)"
                 f"  {'ok' if r['ok'] else 'MISSED'}"
             )
 

@@ -33,6 +33,13 @@ RUN_TO_RUN = 0.002
 MIN_SAVING = 0.005
 #: Rounds of measuring again the limits whose ranking the windows leave open (`PowerLimitTuner`).
 CONFIRM_ROUNDS = 2
+#: On a coarse energy counter a limit is measured in up to this many consecutive windows, each a part of
+#: the shortest profile window, and only as many as its cost needs to be told from the best limit's
+#: (`PowerLimitTuner`'s `window_parts`); the highest limit, which every saving is measured against, in all.
+WINDOW_PARTS = 4
+#: The downward sweep stops once this many limits in a row cost more than the best one by more than their
+#: uncertainty: lower limits only run slower (`PowerLimitTuner`'s `stop_after_worse`).
+STOP_AFTER_WORSE = 2
 
 
 def zeus_cost(energy_j: float, time_s: float, *, eta: float, max_power_w: float) -> float:
@@ -174,6 +181,17 @@ class Ranking:
             "resolve it"
         )
 
+    def tie_open(self, i: int, j: int) -> bool:
+        """Whether entries `i` and `j` could rank the other way in a repeat of their windows.
+
+        Their difference lies within twice their combined uncertainty of the tie's threshold (`choice`):
+        a repeat of the same windows could fall on either side of it. Never with exact figures.
+        """
+        _, values, sigmas = self._best()
+        sigma = math.hypot(sigmas[i], sigmas[j])
+        low = min(values[i], values[j])
+        return sigma > 0 and abs(abs(values[i] - values[j]) - max(self.min_saving * low, sigma)) < 2.0 * sigma
+
     def undecided(self) -> list[float]:
         """The limits to measure again before choosing: the best one and those whose tie with it is open.
 
@@ -183,14 +201,8 @@ class Ranking:
         """
         if self.selector == Selector.TIME or len(self.profile) < 2:
             return []
-        b, values, sigmas = self._best()
-        open_ties = []
-        for i, entry in enumerate(self.profile):
-            sigma = math.hypot(sigmas[i], sigmas[b])
-            if i == b or sigma <= 0:
-                continue
-            if abs(values[i] - values[b] - max(self.min_saving * values[b], sigma)) < 2.0 * sigma:
-                open_ties.append(entry.power_limit_w)
+        b = self._best()[0]
+        open_ties = [e.power_limit_w for i, e in enumerate(self.profile) if i != b and self.tie_open(i, b)]
         if not open_ties:
             return []
         return sorted({self.profile[b].power_limit_w, *open_ties}, reverse=True)
@@ -303,6 +315,8 @@ class PowerLimitTuner:
         run_to_run: float = 0.0,
         min_saving: float = 0.0,
         confirm_rounds: int = CONFIRM_ROUNDS,
+        window_parts: int = 1,
+        stop_after_worse: int = STOP_AFTER_WORSE,
     ) -> None:
         if not limits_w:
             raise UsageError("power-limit tuning needs at least one limit to profile")
@@ -316,6 +330,10 @@ class PowerLimitTuner:
                 raise UsageError(f"{name} must be >= 0 (got {steps})")
         if confirm_rounds < 0:
             raise UsageError(f"confirm_rounds must be >= 0 (got {confirm_rounds})")
+        if window_parts < 1 or stop_after_worse < 0:
+            raise UsageError(
+                f"window_parts must be >= 1 and stop_after_worse >= 0 (got {window_parts}, {stop_after_worse})"
+            )
         if not (0.0 <= min_saving < 1.0):
             raise UsageError(f"min_saving must be a fraction of the cost in [0, 1) (got {min_saving})")
         if not (0.0 <= min_window_s < math.inf):
@@ -340,8 +358,28 @@ class PowerLimitTuner:
         self.confirm_rounds = confirm_rounds
         #: Rounds of measuring again made so far.
         self.rounds = 0
+        #: Windows a limit is measured in, at most, each lasting `min_window_s / window_parts` (see the class
+        #: docstring); 1: one window of `min_window_s` each.
+        self.window_parts = window_parts
+        #: Stop the sweep after this many limits in a row cost more than the best (0: profile every limit).
+        self.stop_after_worse = stop_after_worse
         #: The limits to profile, in order: the sweep (`limits_w`), then each round's limits measured again.
         self.queue: list[float] = list(self.limits_w)
+        #: How many of `queue`'s first limits the sweep profiles: all of `limits_w` unless it stopped early.
+        self.sweep_size = len(self.limits_w)
+        #: Why the sweep stopped before the lowest limit (None: it did not).
+        self.stopped_early: str | None = None
+        #: The consecutive windows measured so far at the current limit, and their total time, energy, steps
+        #: and energy uncertainty (J).
+        self.parts = 0
+        self._part_totals = (0.0, 0.0, 0, 0.0)
+        #: Limits in a row that cost more than the best one by more than their uncertainty.
+        self.worse_in_a_row = 0
+        #: The steps measured at each limit so far, every window of it (its parts, its rounds measured again).
+        self.steps_measured: dict[float, int] = {}
+        #: The limits told from the best one in fewer than `window_parts` windows: a round of measuring again
+        #: leaves them out.
+        self.told_early: set[float] = set()
         #: Every window measured: (limit W, time s per step, energy J per step, uncertainty J per step).
         self.windows: list[tuple[float, float, float, float]] = []
         #: How many windows each entry of `profile` is the mean of.
@@ -377,20 +415,22 @@ class PowerLimitTuner:
         """Optimizer steps still needed before every limit is profiled (0 once done)."""
         if self.done:
             return 0
-        per_limit = self.warmup_steps + self.profile_steps
-        left = len(self.limits_w) - self.limit_index
+        # At most: every part of every limit left (the sweep may stop early, a limit need fewer parts).
+        per_limit = self.warmup_steps + self.profile_steps * self.window_parts
+        left = self.sweep_size - self.limit_index
         if self.confirming:  # measuring again: what is left of the round
             left = len(self.queue) - self.limit_index
         if self.phase == TunerPhase.WAIT:
             return self.wait_steps - self.steps_in_phase + left * per_limit
+        parts_left = self.window_parts - self.parts
         if self.phase == TunerPhase.WARMUP:
-            return self.warmup_steps - self.steps_in_phase + self.profile_steps + (left - 1) * per_limit
-        return self.profile_steps - self.steps_in_phase + (left - 1) * per_limit
+            return self.warmup_steps - self.steps_in_phase + self.profile_steps * parts_left + (left - 1) * per_limit
+        return self.profile_steps * parts_left - self.steps_in_phase + (left - 1) * per_limit
 
     @property
     def confirming(self) -> bool:
         """Every limit is profiled and the undecided ones are being measured again."""
-        return not self.done and self.limit_index >= len(self.limits_w)
+        return not self.done and self.limit_index >= self.sweep_size
 
     def settle(self) -> None:
         """End a round of measuring again: choose from the windows measured (tuning is finished)."""
@@ -520,10 +560,11 @@ class PowerLimitTuner:
         """
         self.windows_sized = True
         steps = max(1, self._window_steps)
-        if window_s >= self.min_window_s:
+        part_s = self.min_window_s / self.window_parts
+        if window_s >= part_s:
             return False
         per_step_s = max(window_s, 1e-9) / steps
-        needed = math.ceil(self.min_window_s / per_step_s - 1e-6)  # 199.9999999 steps of clock rounding: 200
+        needed = math.ceil(part_s / per_step_s - 1e-6)  # 199.9999999 steps of clock rounding: 200
         self.profile_steps = max(self.profile_steps, min(MAX_PROFILE_STEPS, needed))
         return self.steps_in_phase < self.profile_steps
 
@@ -539,14 +580,28 @@ class PowerLimitTuner:
         if self.phase != TunerPhase.PROFILE or not self.window_open:
             raise RuntimeError("end_window() called outside a profiling window")
         self.window_open = False
-        steps = max(1, self._window_steps)
         limit_w = self.queue[self.limit_index]
-        self.windows.append((limit_w, time_s / steps, energy_j / steps, max(0.0, energy_uncertainty_j) / steps))
+        t0, e0, n0, u0 = self._part_totals
+        if self.parts:  # the limit's earlier parts: one window from the first part's start to this end
+            self.windows.pop()
+        # Consecutive windows share their inner ends, so the whole one is known as well as its outer ends are:
+        # about as well as one part (each part's uncertainty is the counter's resolution at its two ends).
+        steps_now = max(1, self._window_steps)
+        self.steps_measured[limit_w] = self.steps_measured.get(limit_w, 0) + steps_now
+        self._part_totals = (t0 + time_s, e0 + energy_j, n0 + steps_now, max(u0, energy_uncertainty_j))
+        self.parts += 1
+        total_s, total_j, steps, uncertainty_j = self._part_totals
+        self.windows.append((limit_w, total_s / steps, total_j / steps, max(0.0, uncertainty_j) / steps))
         self._merge()
+        if self._measure_further():
+            self._enter(TunerPhase.PROFILE)  # the next window opens on the next step, where this one ended
+            return
+        self.parts, self._part_totals = 0, (0.0, 0.0, 0, 0.0)
+        self._stop_sweep_if_worse(limit_w)
         self.limit_index += 1
         if self.limit_index >= len(self.queue) and self.rounds < self.confirm_rounds:
-            again = self._ranking().undecided()
-            if again:
+            again = [w for w in self._ranking().undecided() if w not in self.told_early]
+            if len(again) > 1:
                 self.rounds += 1
                 self.queue += again
         if self.limit_index >= len(self.queue):
@@ -554,6 +609,54 @@ class PowerLimitTuner:
             self._enter(TunerPhase.DONE)
         else:
             self._enter(self._limit_start())
+
+    def _measure_further(self) -> bool:
+        """Whether the current limit needs another part: its cost is not yet told from the best limit's.
+
+        The highest limit of the sweep is measured in every part (every saving is measured against it). A
+        new best is measured in at least two, then until it is told from the best it replaces (every later
+        limit is told from it). Another limit until its difference from the best exceeds their combined
+        uncertainty (about a 95% bound), or lies clearly within the least saving that counts (`min_saving`),
+        or every part is measured: a limit far from the best is told in one part, and not measured again.
+        """
+        if self.parts >= self.window_parts or self.selector == Selector.TIME:
+            return False
+        if self.limit_index == 0 or len(self.profile) < 2:
+            return True
+        b, values, sigmas = self._ranking()._best()
+        i = [e.power_limit_w for e in self.profile].index(self.queue[self.limit_index])
+        best = i == b
+        if best:  # the new best, which every later limit is told from: told from the one it replaces
+            if self.parts < 2:
+                return True
+            b = min((j for j in range(len(values)) if j != i), key=lambda j: values[j])
+        sigma, gap = math.hypot(sigmas[i], sigmas[b]), abs(values[i] - values[b])
+        told = gap > sigma or gap + sigma < self.min_saving * min(values[i], values[b])
+        if told and not best:
+            self.told_early.add(self.queue[self.limit_index])
+        return not told
+
+    def _stop_sweep_if_worse(self, limit_w: float) -> None:
+        """Count the sweep's limits in a row that cost more than the best; stop the sweep at `stop_after_worse`."""
+        if self.stop_after_worse == 0 or self.limit_index >= self.sweep_size or len(self.profile) < 2:
+            return
+        b, values, sigmas = self._ranking()._best()
+        i = [e.power_limit_w for e in self.profile].index(limit_w)
+        top = max(self.profile, key=lambda e: e.power_limit_w)
+        too_slow = self.selector == Selector.SLOWDOWN and self.profile[i].time_s > top.time_s * (1 + self.max_slowdown)
+        worse = i != b and (values[i] - values[b] > math.hypot(sigmas[i], sigmas[b]) or too_slow)
+        if self.selector == Selector.TIME:
+            worse = self.profile[i].time_s > self.profile[b].time_s
+        self.worse_in_a_row = self.worse_in_a_row + 1 if worse else 0
+        if self.worse_in_a_row >= self.stop_after_worse and self.limit_index + 1 < self.sweep_size:
+            skipped = self.queue[self.limit_index + 1 : self.sweep_size]
+            self.stopped_early = (
+                f"{self.stop_after_worse} limits in a row cost more than {self.profile[b].power_limit_w:g} W by "
+                f"more than their uncertainty, so the lower {len(skipped)} "
+                f"({', '.join(f'{w:g}' for w in skipped)} W) were not profiled"
+            )
+            del self.queue[self.limit_index + 1 : self.sweep_size]
+            self.sweep_size = self.limit_index + 1
 
     def _merge(self) -> None:
         """`profile`, `uncertainty_j` and `window_counts` from `windows`: each limit's mean, in sweep order."""
@@ -626,6 +729,9 @@ class PowerLimitTuner:
             "queue": list(self.queue),
             "rounds": self.rounds,
             "windows": [list(w) for w in self.windows],
+            "sweep_size": self.sweep_size,
+            "stopped_early": self.stopped_early,
+            "worse_in_a_row": self.worse_in_a_row,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -646,8 +752,14 @@ class PowerLimitTuner:
             ]
             self.window_counts = [1] * len(self.profile)
         queue = state.get("queue")
-        if isinstance(queue, list) and len(queue) >= len(self.limits_w):
+        sweep_size = state.get("sweep_size", len(self.limits_w))
+        if isinstance(sweep_size, int) and not isinstance(sweep_size, bool) and 0 < sweep_size <= len(self.limits_w):
+            self.sweep_size = sweep_size
+        if isinstance(queue, list) and len(queue) >= self.sweep_size:
             self.queue = [float(w) for w in queue]
+        stopped = state.get("stopped_early")
+        self.stopped_early = stopped if isinstance(stopped, str) else None
+        self.worse_in_a_row = int(state.get("worse_in_a_row", 0))
         self.rounds = int(state.get("rounds", 0))
         self.chosen = ProfileEntry(**state["chosen"]) if state.get("chosen") else None
         self.unfinished_reason = state.get("unfinished_reason")
@@ -658,7 +770,7 @@ class PowerLimitTuner:
         self.window_open = False
         self._applied = None
         phase = state["phase"]
-        if phase == TunerPhase.DONE and self.unfinished_reason is not None and self.limit_index < len(self.limits_w):
+        if phase == TunerPhase.DONE and self.unfinished_reason is not None and self.limit_index < self.sweep_size:
             # The earlier segment ended before every limit was profiled: go on profiling where it stopped.
             self.unfinished_reason, self.chosen = None, None
             self._enter(self._limit_start())

@@ -1,6 +1,6 @@
 """Profile windows long enough for the energy counter: a counter that changes 10 times a second (NVML on an
-H100) quantises a window of a few 10 ms steps, so tuning holds each window open for 20 updates, sized once
-from a window time every process agrees on."""
+H100) quantises a window of a few 10 ms steps, so tuning measures each limit over up to 20 updates, in
+consecutive windows of 5 sized once from a window time every process agrees on."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.devices.base import DeviceLostError
 from wattwise.distributed import Collective
+from wattwise.power_limit import WINDOW_PARTS
 from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
 
@@ -75,11 +76,12 @@ def first_window_steps(power: PowerLimitControl, clock: VirtualClock, step_s: fl
     raise AssertionError("the profile window never ended")
 
 
-def test_a_coarse_counter_holds_each_window_open_for_20_of_its_updates(tmp_path: Path) -> None:
+def test_a_coarse_counter_measures_each_limit_in_windows_of_5_of_its_updates_20_at_most(tmp_path: Path) -> None:
     power, clock = tuning(tmp_path, CoarseCounterGPU(0, PowerModel.default()))
-    assert power.min_profile_s() == pytest.approx(2.0)
-    assert first_window_steps(power, clock) == 200
-    assert power.tuner is not None and power.tuner.profile_steps == 200
+    assert power.min_profile_s() == pytest.approx(2.0)  # what a limit is measured over, at most
+    assert first_window_steps(power, clock) == 50  # a quarter of it: 0.5 s of 10 ms steps
+    assert power.tuner is not None and power.tuner.profile_steps == 50
+    assert power.tuner.window_parts == WINDOW_PARTS == 4
 
 
 def test_an_exact_counter_keeps_profile_steps(tmp_path: Path) -> None:
@@ -90,7 +92,9 @@ def test_an_exact_counter_keeps_profile_steps(tmp_path: Path) -> None:
 
 def test_min_profile_s_set_by_the_user_wins(tmp_path: Path) -> None:
     power, clock = tuning(tmp_path, CoarseCounterGPU(0, PowerModel.default()), "power_limit.min_profile_s=0.5")
+    # 0.5 s is 5 updates of this counter: one window, since no part is shorter than 5 updates.
     assert first_window_steps(power, clock) == 50
+    assert power.tuner is not None and power.tuner.window_parts == 1
 
 
 def test_every_process_sizes_its_windows_from_rank_zeros_window_time(tmp_path: Path) -> None:
@@ -98,7 +102,7 @@ def test_every_process_sizes_its_windows_from_rank_zeros_window_time(tmp_path: P
     their windows on the same step and issue the same collectives."""
     collective = RankZeroSays(5 * STEP_S)
     power, clock = tuning(tmp_path, CoarseCounterGPU(0, PowerModel.default()), collective=collective)
-    assert first_window_steps(power, clock, step_s=0.1) == 200
+    assert first_window_steps(power, clock, step_s=0.1) == 50
     assert collective.broadcasts == 1
 
 

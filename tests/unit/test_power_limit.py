@@ -231,3 +231,92 @@ def test_a_resumed_tuner_keeps_its_sized_windows():
 def test_min_window_s_must_be_finite_and_not_negative(bad: float):
     with pytest.raises(UsageError, match="min_window_s"):
         PowerLimitTuner([300.0], min_window_s=bad)
+
+
+# -- tuning as short as the measurement allows ------------------------------------------------------------
+def drive_noisy(
+    tuner: PowerLimitTuner, cost: dict[float, float], uncertainty_j: float, steps: int = 10_000
+) -> list[tuple[float, int]]:
+    """Run until tuning is done, each step 1 s and `cost[limit]` J (eta 1), every window known to +-`uncertainty_j`.
+
+    Returns each window measured: (its limit, its steps).
+    """
+    windows: list[tuple[float, int]] = []
+    for _ in range(steps):
+        if tuner.done:
+            break
+        tuner.on_step_begin()
+        current = tuner.current_limit_w
+        if tuner.on_step_end():
+            assert current is not None
+            windows.append((current, tuner.window_steps))
+            tuner.end_window(1.0 * tuner.window_steps, cost[current] * tuner.window_steps, uncertainty_j)
+    return windows
+
+
+def energy_tuner(limits: list[float], **kw) -> PowerLimitTuner:
+    args = {"selector": "energy", "wait_steps": 0, "warmup_steps": 1, "profile_steps": 5, "window_parts": 4}
+    args.update(kw)
+    return PowerLimitTuner(limits, **args)
+
+
+LIMITS = [300.0, 275.0, 250.0, 225.0, 200.0, 175.0, 150.0, 125.0, 100.0]
+
+
+def test_the_sweep_stops_once_two_limits_in_a_row_cost_more_than_the_best_and_never_runs_the_lower_ones():
+    cost = dict(zip(LIMITS, [10.0, 9.0, 8.0, 8.5, 9.5, 11.0, 13.0, 16.0, 20.0], strict=True))
+    tuner = energy_tuner(LIMITS, window_parts=1)
+    windows = drive_noisy(tuner, cost, 0.0)
+    assert [w for w, _ in windows] == [300.0, 275.0, 250.0, 225.0, 200.0]  # 175 W and below never run
+    assert tuner.finished and tuner.chosen is not None and tuner.chosen.power_limit_w == 250.0
+    assert tuner.stopped_early is not None and "175, 150, 125, 100 W" in tuner.stopped_early
+
+
+def test_a_limit_that_costs_no_more_than_the_best_starts_the_count_again():
+    cost = dict(zip(LIMITS, [10.0, 10.0, 10.0, 10.0, 9.0, 9.5, 9.0, 8.0, 8.5], strict=True))
+    windows = drive_noisy(energy_tuner(LIMITS, window_parts=1), cost, 0.0)
+    assert [w for w, _ in windows] == LIMITS  # 175 W costs more than 200 W, 150 W as much, then 125 W less
+
+
+def test_without_stopping_every_limit_is_profiled():
+    cost = dict(zip(LIMITS, [10.0, 9.0, 8.0, 8.5, 9.5, 11.0, 13.0, 16.0, 20.0], strict=True))
+    windows = drive_noisy(energy_tuner(LIMITS, window_parts=1, stop_after_worse=0), cost, 0.0)
+    assert [w for w, _ in windows] == LIMITS
+
+
+def test_the_highest_limit_is_measured_in_every_part_and_a_limit_far_from_the_best_in_one():
+    # Each window of 5 steps is known to +-1 J: 0.2 J a step, against limits 1 J a step apart or more.
+    cost = {300.0: 10.0, 275.0: 12.0, 250.0: 14.0, 225.0: 16.0}
+    tuner = energy_tuner(list(cost), confirm_rounds=0)
+    windows = drive_noisy(tuner, cost, 1.0)
+    assert windows == [(300.0, 5)] * 4 + [(275.0, 5), (250.0, 5)]  # the sweep stopped after two costlier
+    assert tuner.steps_measured == {300.0: 20, 275.0: 5, 250.0: 5}
+    assert tuner.chosen is not None and tuner.chosen.power_limit_w == 300.0
+
+
+def test_a_limit_close_to_the_best_is_measured_in_parts_until_told_from_it():
+    # 275 W saves 0.5% of 300 W's energy, 0.05 J a step: every part (+-1 J over the window) is needed.
+    cost = {300.0: 10.0, 275.0: 9.95}
+    tuner = energy_tuner(list(cost), confirm_rounds=0)
+    windows = drive_noisy(tuner, cost, 1.0)
+    assert [w for w, _ in windows] == [300.0] * 4 + [275.0] * 4
+    # Consecutive parts are one window: its figures are the totals over its 20 steps, known to +-1 J.
+    entry = tuner.profile[1]
+    assert (entry.power_limit_w, entry.energy_j, entry.time_s) == (275.0, pytest.approx(9.95), pytest.approx(1.0))
+    assert tuner.uncertainty_j[1] == pytest.approx(1.0 / 20)
+
+
+def test_a_new_best_is_measured_until_it_is_told_from_the_one_it_replaces():
+    # 275 W is 1% cheaper, 0.1 J a step: after 2 parts (+-0.1 J a step) not yet told, after 3 it is.
+    cost = {300.0: 10.0, 275.0: 9.9}
+    tuner = energy_tuner(list(cost), confirm_rounds=0)
+    windows = drive_noisy(tuner, cost, 1.0)
+    assert [w for w, _ in windows] == [300.0] * 4 + [275.0] * 3
+
+
+def test_a_limit_told_from_the_best_in_fewer_parts_is_not_measured_again():
+    cost = {300.0: 10.0, 275.0: 9.0, 250.0: 9.02, 225.0: 12.0, 200.0: 13.0}
+    tuner = energy_tuner(list(cost), run_to_run=0.002, min_saving=0.005)
+    drive_noisy(tuner, cost, 1.0)
+    assert 225.0 in tuner.told_early and 200.0 in tuner.told_early
+    assert 225.0 not in tuner.queue[tuner.sweep_size :] and 200.0 not in tuner.queue[tuner.sweep_size :]

@@ -33,7 +33,14 @@ from wattwise.devices import Device, name_job
 from wattwise.distributed import Collective
 from wattwise.errors import Unavailable, UsageError
 from wattwise.monitor import counter_window_uncertainty_j
-from wattwise.power_limit import MIN_SAVING, RUN_TO_RUN, PowerLimitTuner, cap_limit_w, profile_limits_w
+from wattwise.power_limit import (
+    MIN_SAVING,
+    RUN_TO_RUN,
+    WINDOW_PARTS,
+    PowerLimitTuner,
+    cap_limit_w,
+    profile_limits_w,
+)
 from wattwise.profile import ProfileEntry
 from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
 from wattwise.run.carbon import CarbonControl
@@ -44,6 +51,8 @@ from wattwise.vocabulary import RunMode, Selector
 #: A profile window lasts at least this many updates of the energy counter: quantisation stays under
 #: about 5% of the window's energy (one update at each end).
 MIN_PROFILE_UPDATES = 20
+#: A limit is measured in consecutive windows of at least this many updates each (`PowerLimitTuner`'s parts).
+MIN_PART_UPDATES = 5
 #: The "cannot finish" warning says how to make tuning take at most 1/TUNING_SHARE of a run of known length.
 TUNING_SHARE = 5
 
@@ -363,7 +372,19 @@ class PowerLimitControl:
             run_to_run=RUN_TO_RUN if coarse else 0.0,
             min_saving=MIN_SAVING if coarse else 0.0,
             confirm_rounds=cfg.confirm_rounds,
+            window_parts=self._window_parts(),
         )
+
+    def _window_parts(self) -> int:
+        """How many windows a limit may be measured in: parts of `min_profile_s` no shorter than 5 counter updates.
+
+        A shorter part would be quantised by the counter beyond what its uncertainty says (settling after a
+        change weighs more in it too); an exact counter needs one window of `profile_steps`.
+        """
+        period_s = self.counter_period_s()
+        if period_s <= 0:
+            return 1
+        return max(1, min(WINDOW_PARTS, math.floor(self.min_profile_s() / (MIN_PART_UPDATES * period_s) + 1e-9)))
 
     def agree_counter_period(self, period_s: float) -> None:
         """Tune as every other process does: for the slowest energy counter among all the job's GPUs.

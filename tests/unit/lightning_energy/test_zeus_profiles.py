@@ -32,12 +32,25 @@ def read_profile(path: Path) -> tuple[list[float], list[float], list[list[float]
     return limits, times, energies
 
 
-def choice_from_windows(limits, times, energies, eta: float) -> float:
+def choice_from_windows(limits, times, energies, eta: float) -> tuple[float, list[float]]:
+    """The limit the logged windows' costs choose, as the sweep sees them, and the limits it profiles.
+
+    Highest first; the sweep stops once two limits in a row cost more than the best so far (these figures
+    are exact); the least cost wins, a tie going to the higher limit.
+    """
     num_gpus = len(energies[0])
     max_power_w = max(limits) * num_gpus
     costs = {w: eta * sum(e) + (1 - eta) * max_power_w * t for w, t, e in zip(limits, times, energies, strict=True)}
-    best = min(costs.values())
-    return max(w for w, c in costs.items() if c == best)
+    profiled: list[float] = []
+    worse = 0
+    for w in sorted(costs, reverse=True):
+        best = min((costs[p] for p in profiled), default=None)
+        profiled.append(w)
+        worse = worse + 1 if best is not None and costs[w] > best else 0
+        if worse == 2:
+            break
+    least = min(costs[w] for w in profiled)
+    return max(w for w in profiled if costs[w] == least), profiled
 
 
 def profile_files(shared_data: Path) -> list[Path]:
@@ -90,4 +103,6 @@ def test_callback_choice_matches_the_cost_of_the_logged_windows(shared_data, tmp
         trainer.fit(EmulatedModule(gpus=gpus))
         assert cb.summary is not None
         chosen = cb.summary["power_limit"]["chosen_power_limit_w"]
-        assert chosen == choice_from_windows(limits, times, energies, eta), path.name
+        expected, profiled = choice_from_windows(limits, times, energies, eta)
+        assert chosen == expected, path.name
+        assert cb.summary["power_limit"]["tuning"]["profiled"] == profiled, path.name
