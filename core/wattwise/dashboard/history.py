@@ -159,12 +159,17 @@ def run_folder(row: RunRow) -> RunDir | None:
     """The run's folder as read (summary.json, power.csv), or None when it is gone.
 
     Raises:
-        UsageError: the folder is there but damaged (naming the file and the field).
+        UsageError: the folder is there but damaged, or its summary holds what no run can (naming the file
+            and the field: `wattwise.record.report.check_summary`, as `wattwise report` reads it).
     """
+    from wattwise.record.report import check_summary
+
     folder = Path(row.folder)
     if not os.path.isfile(folder / SUMMARY_FILE):
         return None
-    return read_run_dir(folder)
+    run = read_run_dir(folder)
+    check_summary(run)
+    return run
 
 
 def folder_gone(row: RunRow) -> UsageError:

@@ -156,3 +156,19 @@ def test_dashboard_refuses_a_bad_host_or_token_in_one_line(
     assert main(["dashboard", "--port", "0", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err and "Traceback" not in err
+
+
+def test_a_run_whose_summary_holds_a_time_no_run_has_is_a_page_naming_the_field(tmp_path: Path) -> None:
+    import dataclasses
+    import json
+
+    from wattwise.carbon.example import write_example
+
+    run_dir = write_example(tmp_path / "example").run_dir
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["settings_timeline"][0]["timestamp"] = 1e15
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    location = tmp_path / "jobs.sqlite"
+    record_run(dataclasses.replace(make_row(GOOD), folder=str(run_dir)), location=str(location))
+    status, body, _ = fetch(served(location), f"/run?id={GOOD}", **AUTH)
+    assert status in (400, 404) and "settings_timeline[0].timestamp must be" in body
