@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from wattwise.agent.cgroups import CgroupAnswer, CgroupUnknown, check_gpu
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.jobs import JobRegistry
 from wattwise.agent.journal import AgentJournal
-from wattwise.agent.leases import Holder, LeaseConflict, LeaseTable
+from wattwise.agent.leases import Holder, Lease, LeaseConflict, LeaseTable
 from wattwise.agent.processes import (
     ProcessWatcher,
     child_as_seen_by_agent,
@@ -79,6 +80,23 @@ class Busy(AgentRefusal):
 
 #: Checks of the caller's device cgroup (`allocation: cgroup`) one user may have in progress at once.
 MAX_CGROUP_CHECKS_PER_UID = 2
+#: Ended leases the agent remembers for its metrics (`EndedLease`).
+MAX_ENDED_LEASES = 1024
+
+
+@dataclass(frozen=True)
+class EndedLease:
+    """A lease that ended: its GPU, holder and energy from its start to its end, and when it ended.
+
+    The metrics go on showing its energy for a while (`wattwise.agent.metrics`), so that a scrape after
+    its end counts its last joules: without it, everything since the last scrape before the end was lost.
+    """
+
+    index: int
+    holder: Holder
+    energy_j: float
+    #: `time.monotonic()` when it ended.
+    ended_s: float
 
 
 @dataclass
@@ -129,6 +147,10 @@ class Agent:
         self.unseen: list[JournalChange] = []
         #: What the agent did since it started, for its own Prometheus metrics.
         self.counts = AgentCounts()
+        #: The leases ended lately, with their energy to the end (read by the metrics thread).
+        self.ended_leases: deque[EndedLease] = deque(maxlen=MAX_ENDED_LEASES)
+        #: The clock of `EndedLease.ended_s` (tests pass their own).
+        self.clock: Callable[[], float] = time.monotonic
         #: Asks whether a process's device cgroup may open a GPU (`allocation: cgroup`): blocking, so it
         #: runs in a worker thread (`check_allocation`), never on the event loop.
         self.cgroup_check: Callable[[int, dict[str, Any]], CgroupAnswer] = check_gpu
@@ -729,6 +751,7 @@ class Agent:
             log.error("wattwise agent: could not restore GPU %d (%s); kept in the journal", index, err)
             return
         self.counts.restores += 1
+        self._remember_ended(index, lease)
         for setting, value in lease.originals.items():
             if before[setting] != value:
                 self._audit(lease.holder, index, setting, before[setting], value, why)
@@ -736,6 +759,16 @@ class Agent:
         self._save()
         if self.watcher is not None and not self.leases.held_by(lease.holder):
             self.watcher.unwatch(lease.holder)
+
+    def _remember_ended(self, index: int, lease: Lease) -> None:
+        """Keep the energy of `lease` from its start to now, its end, for the metrics."""
+        if lease.start_energy_j is None:
+            return
+        try:
+            joules = self.devices[index].energy_j()
+        except DeviceError:
+            return
+        self.ended_leases.append(EndedLease(index, lease.holder, max(0.0, joules - lease.start_energy_j), self.clock()))
 
     def _save(self) -> None:
         """Journal the originals of every held GPU (and those of GPUs not seen): the settings journal's format.

@@ -7,8 +7,10 @@ GPU's `gpu` index, its `uuid` and the node's `hostname`; units are base units an
 - `wattwise_gpu_energy_joules_total{gpu, uuid, hostname}`: the GPU's energy counter. Its labels never
   change, so `increase()` over any range is the GPU's energy in that range, whoever held it.
 - `wattwise_lease_energy_joules_total{gpu, uuid, hostname, job_name, job_id, uid}`: the energy of one
-  lease, from its start (or the agent's restart) to now; the series ends with the lease. The energy of a
-  job is `sum by (job_name) (increase(...))` of this counter: no idle time and no other job counted.
+  lease, from its start (or the agent's restart) to now; once the lease has ended, its energy to the end
+  for `ENDED_LEASE_SHOWN_S` more (so that the scrape after the end counts the last joules), then the
+  series ends. The energy of a job is `sum by (job_name) (increase(...))` of this counter: no idle time
+  and no other job counted.
 - Gauges labelled by GPU and the holder's `job_name` (empty when nobody holds it): power, power limit and
   the upper end of the locked SM clock range.
 - The agent itself: requests answered, refusals by status, leases held, GPUs restored and restores that
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
@@ -38,15 +41,21 @@ if TYPE_CHECKING:
 GPU_LABELS = ["gpu", "uuid", "hostname"]
 HELD_LABELS = [*GPU_LABELS, "job_name"]
 LEASE_LABELS = [*GPU_LABELS, "job_name", "job_id", "uid"]
+#: Seconds an ended lease's energy is still shown: longer than any scrape interval.
+ENDED_LEASE_SHOWN_S = 600.0
 
 
 class AgentCollector:
     """A Prometheus collector reading the agent's GPUs and leases at each scrape (never between scrapes)."""
 
-    def __init__(self, agent: Agent, hostname: str | None = None) -> None:
-        """Collect from `agent`'s GPUs and leases, on the node `hostname` (None: this host's name)."""
+    def __init__(self, agent: Agent, hostname: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """Collect from `agent`'s GPUs and leases, on the node `hostname` (None: this host's name).
+
+        `clock`: the clock of `EndedLease.ended_s` (tests pass their own).
+        """
         self.agent = agent
         self.hostname = hostname or socket.gethostname()
+        self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
         """Every metric of the module docstring; a GPU that cannot be read at this scrape is left out of it."""
@@ -65,6 +74,7 @@ class AgentCollector:
             "Upper end of the locked SM clock range (MHz); 0 when not locked",
             labels=HELD_LABELS,
         )
+        live: set[tuple[str, ...]] = set()
         for index, device in sorted(dict(self.agent.devices).items()):
             lease = self.agent.leases.get(index)
             holder = lease.holder if lease is not None else None
@@ -80,9 +90,11 @@ class AgentCollector:
             limit.add_metric(held, limit_w)
             clock.add_metric(held, float(locked[1]) if locked else 0.0)
             if holder is not None and lease is not None and lease.start_energy_j is not None:
-                lease_energy.add_metric(
-                    [*gpu, holder.job, holder.job_id, str(holder.uid)], max(0.0, joules - lease.start_energy_j)
-                )
+                labels = (*gpu, holder.job, holder.job_id, str(holder.uid))
+                live.add(labels)
+                lease_energy.add_metric(list(labels), max(0.0, joules - lease.start_energy_j))
+        for labels, joules in self._ended(live).items():
+            lease_energy.add_metric(list(labels), joules)
         counts = self.agent.counts
         requests = CounterMetricFamily("wattwise_agent_requests", "Requests the agent answered")
         requests.add_metric([], counts.requests)
@@ -98,6 +110,27 @@ class AgentCollector:
         )
         failures.add_metric([], counts.restore_failures)
         yield from (energy, lease_energy, power, limit, clock, requests, refusals, leases, restores, failures)
+
+    def _ended_labels(self, index: int) -> list[str] | None:
+        device = self.agent.devices.get(index)
+        return None if device is None else [str(index), gpu_uuid(device.spec()), self.hostname]
+
+    def _ended(self, live: set[tuple[str, ...]]) -> dict[tuple[str, ...], float]:
+        """The energy of each lease that ended within `ENDED_LEASE_SHOWN_S`, by its labels (the last one's).
+
+        A live lease under the same labels (the same job's next lease of the GPU) is shown instead.
+        """
+        now = self.clock()
+        shown: dict[tuple[str, ...], float] = {}
+        for ended in list(self.agent.ended_leases):  # one copy: the event loop appends meanwhile
+            gpu = self._ended_labels(ended.index)
+            if gpu is None or now - ended.ended_s > ENDED_LEASE_SHOWN_S:
+                continue
+            holder = ended.holder
+            labels = (*gpu, holder.job, holder.job_id, str(holder.uid))
+            if labels not in live:
+                shown[labels] = ended.energy_j
+        return shown
 
 
 #: The one path the metrics are served at (Prometheus' default `metrics_path`, as dcgm-exporter's).

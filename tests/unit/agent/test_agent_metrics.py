@@ -18,7 +18,7 @@ from wattwise.agent.agent import Agent
 from wattwise.agent.config import AgentConfig
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
-from wattwise.agent.metrics import AgentCollector
+from wattwise.agent.metrics import ENDED_LEASE_SHOWN_S, AgentCollector
 from wattwise.agent.processes import process_start_ticks
 from wattwise.devices.simulated import PowerModel, SimulatedGPU
 
@@ -39,7 +39,8 @@ def node(tmp_path: Path) -> tuple[Agent, VirtualClock, AgentCollector]:
     journal = AgentJournal(tmp_path / "state")
     journal.prepare()
     agent = Agent(list(gpus), "simulated", AgentConfig(), journal)
-    return agent, clock, AgentCollector(agent, hostname="node7")
+    agent.clock = clock
+    return agent, clock, AgentCollector(agent, hostname="node7", clock=clock)
 
 
 def me(job: str, job_id: str = "") -> Holder:
@@ -59,21 +60,28 @@ def test_each_lease_counts_its_own_energy_and_the_gpu_counter_keeps_its_labels(n
     [(labels, joules)] = samples(metrics, "wattwise_lease_energy_joules_total")
     assert labels == {**gpu0, "job_name": "bert", "job_id": "4711", "uid": str(os.getuid())}
     assert joules == pytest.approx(20.0 * IDLE_W)
+    clock.sleep(7.0)  # after the last scrape, before its end: 420 J more of bert's
     agent.release(0, alice)
     clock.sleep(5.0)  # free again
     bob = me("gpt")
     agent.set_power_limit(0, bob, set(), 250.0)
     clock.sleep(10.0)  # gpt's lease: 600 J
     metrics = list(collector.collect())
-    [(labels, joules)] = samples(metrics, "wattwise_lease_energy_joules_total")  # bert's lease ended with it
-    assert labels["job_name"] == "gpt" and joules == pytest.approx(10.0 * IDLE_W)
+    leases = {labels["job_name"]: joules for labels, joules in samples(metrics, "wattwise_lease_energy_joules_total")}
+    # bert's ended lease still shows its energy to its end: the scrape after its end counts its last 7 s.
+    assert leases == pytest.approx({"bert": 27.0 * IDLE_W, "gpt": 10.0 * IDLE_W})
     [(same, total_j), _] = samples(metrics, "wattwise_gpu_energy_joules_total")
     assert same == gpu0  # one series for the GPU whoever holds it: increase() over any range is the GPU's
-    assert total_j - start_j == pytest.approx(45.0 * IDLE_W)
+    assert total_j - start_j == pytest.approx(52.0 * IDLE_W)
     [(held, _)] = [s for s in samples(metrics, "wattwise_gpu_power_limit_watts") if s[0]["gpu"] == "0"]
     assert held["job_name"] == "gpt"  # the gauges still say who holds the GPU now
     assert samples(metrics, "wattwise_agent_leases") == [({}, 1.0)]
     assert samples(metrics, "wattwise_agent_restores_total") == [({}, 1.0)]  # bert's release
+    clock.sleep(ENDED_LEASE_SHOWN_S)  # long after its end: bert's series has ended
+    later = {
+        labels["job_name"] for labels, _ in samples(list(collector.collect()), "wattwise_lease_energy_joules_total")
+    }
+    assert later == {"gpt"}
 
 
 @pytest.mark.parametrize(("path", "status"), [("/metrics", "200 OK"), ("/", "404 Not Found"), ("/x", "404 Not Found")])
