@@ -206,7 +206,8 @@ class Agent:
             before = {setting: _reading(self.devices[index], setting) for setting in recorded}
             restore_originals(self.devices[index], recorded)
             for setting, value in recorded.items():
-                self._audit(holder or Holder(0, 0), index, setting, before[setting], value, "holder gone at start")
+                if before[setting] != value:  # a setting that was back already changed nothing
+                    self._audit(holder or Holder(0, 0), index, setting, before[setting], value, "holder gone at start")
             lines.append(f"GPU {index}: {originals_words(recorded)}")
         self._save()
         return lines
@@ -229,7 +230,8 @@ class Agent:
                 before = _reading(device, setting)
                 apply_setting(device, setting, value)
                 lease.applied[setting] = value
-                self._audit(holder, index, setting, before, value, "restart: holder alive")
+                if before != value:  # the GPU kept it over the restart: nothing changed
+                    self._audit(holder, index, setting, before, value, "restart: holder alive")
         except (DeviceError, UsageError, TypeError, ValueError, IndexError) as err:
             log.error(
                 "wattwise agent: GPU %d: cannot apply %s's settings again (%s); restoring it",

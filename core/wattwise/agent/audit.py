@@ -14,9 +14,11 @@ dir), never opened through a symbolic link; at 10 MiB it moves to `audit.jsonl.1
 never grows without bound.
 
 So that one user cannot rotate everyone else's history out, each user other than root has a share: at
-most `USER_LINES_PER_WINDOW` lines per `USER_WINDOW_S`. Past it, that user's lines are counted, not
-written, and the next line of theirs that is written is preceded by one `not logged: N ...` line (with
-`setting` null). At the default share one user needs weeks of changes to fill the five rotated files.
+most `USER_LINES_PER_WINDOW` lines per `USER_WINDOW_S`. The moment a user passes it, one `not logged:
+uid U passed its share ...` line says so; that user's further lines are counted, not written, and the
+next line of theirs that is written is preceded by one `not logged: N more line(s) ...` line (with
+`setting` null), as is the agent's stop (`close`), so no count is lost at a restart. At the default share
+one user needs weeks of changes to fill the five rotated files.
 """
 
 from __future__ import annotations
@@ -94,16 +96,25 @@ class AuditLog:
             start, written = now, 0
         if written >= self.user_lines:
             self._shares[uid] = (start, written, dropped + 1)
+            if dropped == 0:  # the first line past the share: said now, not only at the next line written
+                note = (
+                    f"not logged: uid {uid} passed its share of {self.user_lines} line(s) per {self.window_s:g} s; "
+                    "its further lines are counted until the next window"
+                )
+                self._append([_line(uid, None, "", None, None, None, None, None, note)])
             return
         lines = [line]
         if dropped:
-            note = (
-                f"not logged: {dropped} more line(s) of uid {uid} past its share of {self.user_lines} per "
-                f"{self.window_s:g} s"
-            )
-            lines.insert(0, _line(uid, None, "", None, None, None, None, None, note))
+            lines.insert(0, self._dropped_line(uid, dropped))
         self._append(lines)
         self._shares[uid] = (start, written + 1, 0)
+
+    def _dropped_line(self, uid: int, dropped: int) -> str:
+        note = (
+            f"not logged: {dropped} more line(s) of uid {uid} past its share of {self.user_lines} per "
+            f"{self.window_s:g} s"
+        )
+        return _line(uid, None, "", None, None, None, None, None, note)
 
     def _append(self, lines: list[str]) -> None:
         """Write `lines` at the end of the file (rotated first when full), never through a symbolic link."""
@@ -134,7 +145,15 @@ class AuditLog:
             os.unlink(self.path)
 
     def close(self) -> None:
-        """Nothing stays open between lines; kept for the agent's stop path."""
+        """The agent stops: the lines each user had counted but not written are said, so no count is lost.
+
+        Raises:
+            OSError: The lines cannot be written.
+        """
+        lines = [self._dropped_line(uid, dropped) for uid, (_, _, dropped) in sorted(self._shares.items()) if dropped]
+        self._shares = {uid: (start, written, 0) for uid, (start, written, _) in self._shares.items()}
+        if lines:
+            self._append(lines)
 
 
 def _line(

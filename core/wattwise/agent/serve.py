@@ -260,7 +260,10 @@ async def serve(
         agent.restore_all()
         agent.journal.close()
         if agent.audit is not None:
-            agent.audit.close()
+            try:
+                agent.audit.close()
+            except OSError as err:
+                log.error("wattwise agent: cannot write the audit log's last lines (%s)", err.strerror or err)
         server.close()
         await runner.cleanup()
         with contextlib.suppress(OSError):

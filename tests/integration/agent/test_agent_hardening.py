@@ -79,10 +79,8 @@ def test_a_live_holder_keeps_its_lease_and_limit_over_a_sigterm_and_a_sigkill_re
         lines = _audit(third)
         assert [(a["setting"], a["old"], a["new"], a["why"]) for a in lines] == [
             ("power_limit_w", 300.0, 150.0, "requested"),
-            ("power_limit_w", 150.0, 150.0, "restart: holder alive"),
-            ("power_limit_w", 150.0, 150.0, "restart: holder alive"),
             ("power_limit_w", 150.0, 300.0, "holder ended"),
-        ]
+        ]  # the restarts changed nothing (the GPU kept 150 W): no line says they did
         assert all(
             a["pid"] == holder.pid and a["uid"] == os.getuid() and a["job"] == "bert" and a["gpu_index"] == 1
             for a in lines

@@ -51,7 +51,8 @@ def test_one_user_past_its_share_cannot_rotate_the_others_lines_out(tmp_path: Pa
     _record(audit, 1001, new=150.0)
     lines = _lines(tmp_path)
     assert [(a["uid"], a["new"]) for a in lines][:1] == [(1002, 111.0)]  # still there: never rotated out
-    assert [a["uid"] for a in lines].count(1001) == 5  # 3 in the first window, the note, 1 in the next
+    # 3 in the first window, the line saying it passed its share, the count, 1 in the next window
+    assert [a["uid"] for a in lines].count(1001) == 6
     note = lines[-2]
     assert (
         note["setting"] is None
@@ -85,3 +86,40 @@ def test_a_full_disk_lets_changes_through_with_one_error_line_and_no_traceback(
     monkeypatch.undo()
     assert agent.set_power_limit(0, me, set(), 150.0)["power_limit_w"] == 150.0
     assert "is written again" in caplog.text and _lines(tmp_path / "state")[-1]["new"] == 150.0
+
+
+def test_a_user_passing_its_share_is_said_at_once_and_its_count_survives_a_stop(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    audit = AuditLog(tmp_path, user_lines=3, window_s=60.0, clock=clock)
+    for _ in range(4):
+        _record(audit, 1001)
+    assert [a["why"] for a in _lines(tmp_path)] == ["requested"] * 3 + [
+        "not logged: uid 1001 passed its share of 3 line(s) per 60 s; its further lines are counted until the "
+        "next window"
+    ]
+    for _ in range(6):
+        _record(audit, 1001)
+    audit.close()  # the agent stops before uid 1001 writes again
+    assert _lines(tmp_path)[-1]["why"] == "not logged: 7 more line(s) of uid 1001 past its share of 3 per 60 s"
+    assert len(_lines(tmp_path)) == 5
+    audit.close()  # said once
+    assert len(_lines(tmp_path)) == 5
+
+
+def test_a_restart_that_changes_nothing_writes_no_audit_line(tmp_path: Path) -> None:
+    first_journal = AgentJournal(tmp_path / "state")
+    first_journal.prepare()
+    gpus = simulated_gpus(2, persist_dir=tmp_path / "sim")
+    first = Agent(list(gpus), "simulated", AgentConfig(), first_journal, AuditLog(tmp_path / "state"))
+    gone = Holder(2**22 + 9, 1001, "bert", 5)  # a holder no process can be: gone by the restart
+    first.set_power_limit(0, gone, set(), 150.0)
+    first_journal.close()
+    journal = AgentJournal(tmp_path / "state")
+    journal.prepare()
+    second = Agent(list(simulated_gpus(2, persist_dir=tmp_path / "sim")), "simulated", AgentConfig(), journal)
+    second.audit = AuditLog(tmp_path / "state")
+    second.recover()
+    at_start = [
+        (a["setting"], a["old"], a["new"]) for a in _lines(tmp_path / "state") if a["why"] == "holder gone at start"
+    ]
+    assert at_start == [("power_limit_w", 150.0, 300.0)]  # the clocks were never locked: no line for them
