@@ -80,3 +80,14 @@ def test_an_empty_or_multi_line_text_flag_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err
     assert not (run_dir / "energy_statement.md").exists()
+
+
+def test_html_in_a_hostname_or_a_flag_is_shown_not_rendered_in_the_statement(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit(run_dir, lambda d: d.update(hostname="<img src=x onerror=alert(1)>"))
+    assert main(["report", str(run_dir), "--region", "eu <b>west</b>"]) == 0
+    statement = (run_dir / "energy_statement.md").read_text()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in statement and "eu &lt;b&gt;west&lt;/b&gt;" in statement
+    assert "<img" not in statement and "<b>" not in statement
+    capsys.readouterr()

@@ -525,9 +525,33 @@ def sig(value: float, digits: int = 4) -> str:
     return str(np.format_float_positional(value, precision=digits, unique=False, fractional=False, trim="-"))
 
 
+def _as_markdown_text(report: RunReport) -> RunReport:
+    """`report` with the texts a statement quotes (host, devices, region, sources) escaped for Markdown.
+
+    A hostname or a device name is the machine's, not the statement's author's: `<`, `>` and `&` in it are
+    shown as they are, never rendered as HTML where the statement is pasted.
+    """
+    import html
+
+    def text(value: str | None) -> str | None:
+        return None if value is None else html.escape(value, quote=False)
+
+    return replace(
+        report,
+        hostname=text(report.hostname),
+        region=text(report.region),
+        hardware=text(report.hardware),
+        devices=[html.escape(d, quote=False) for d in report.devices],
+        pue_source=html.escape(report.pue_source, quote=False),
+        intensity_source=html.escape(report.intensity_source, quote=False),
+        price_source=html.escape(report.price_source, quote=False),
+        currency=text(report.currency),
+    )
+
+
 def energy_statement(report: RunReport) -> str:
     """The energy statement in Markdown; each figure is a field of `report`, rounded for reading."""
-    r = report
+    r = _as_markdown_text(report)
     lines = ["## Energy statement", ""]
     if r.simulated:
         lines += [
