@@ -73,3 +73,29 @@ def test_a_spool_folder_another_user_made_first_does_not_lose_the_row(
     run = one_run(tmp_path / "out", store)
     assert [r.energy_j for r in list_runs(location=str(store))] == [run.final_summary.energy_j]
     assert spool.pending(LimitsMemory(str(store)).url) == []
+
+
+def test_a_row_that_can_be_written_nowhere_says_where_the_run_is_and_runs_add_records_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    from wattwise.cli.main import main
+    from wattwise.store import runs
+
+    store = tmp_path / "jobs.sqlite"
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    real = runs.record_run_at_end
+    monkeypatch.setattr(runs, "record_run_at_end", full)
+    with pytest.warns(EnergyPluginWarning, match=r"not in the run history: .*No space left.*`wattwise runs add (\S+)`"):
+        one_run(tmp_path / "out", store)
+    monkeypatch.setattr(runs, "record_run_at_end", real)
+    assert list_runs(location=str(store)) == []
+    (own,) = (tmp_path / "out" / "runs").iterdir()
+    assert main(["runs", "add", str(own), "--store", str(store)]) == 0
+    assert capsys.readouterr().out.strip() == f"added run {own.name} ({own}) to the history"
+    (row,) = list_runs(location=str(store))
+    assert row.id == own.name and row.folder == str(own)

@@ -1,4 +1,4 @@
-"""`wattwise runs list|show ID|compare ID ID...|forget ID`: the run history (every run wattwise measured).
+"""`wattwise runs list|show ID|compare ID ID...|forget ID|add DIR`: the run history (every run wattwise measured).
 
 Each run is one row of the store that holds recurring jobs (`wattwise.store.runs`): `--store` (a SQLite file
 path or a database URL), else `$WATTWISE_STORE`, else the SQLite file in wattwise's state directory. An ID
@@ -64,6 +64,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     forget = actions.add_parser("forget", parents=[common], help="remove a run from the history (its folder stays)")
     forget.add_argument("run_id", metavar="ID", help="run id (see `wattwise runs list`)")
     forget.set_defaults(func=run_forget)
+    add = actions.add_parser(
+        "add",
+        parents=[common],
+        help="add a run's folder to the history (one whose row could not be recorded when it ended)",
+    )
+    add.add_argument(
+        "folder", metavar="DIR", help="the run's folder (OUTPUT/runs/ID, or OUTPUT), with its summary.json"
+    )
+    add.set_defaults(func=run_add)
 
 
 def parse_since(text: str, *, now_s: float) -> float:
@@ -260,6 +269,37 @@ def run_compare(args: argparse.Namespace) -> int:
         print(json_text(payload))
         return 0
     print("\n".join(compare_lines(rows)))
+    return 0
+
+
+def run_add(args: argparse.Namespace) -> int:
+    """Run `wattwise runs add` with its parsed arguments: record the run in DIR as its end would have.
+
+    The row's id is the folder's name when that is a run id (OUTPUT/runs/ID), else a new one.
+
+    Returns:
+        The exit status.
+    """
+    from pathlib import Path
+
+    from wattwise.record.files import read_run_dir
+    from wattwise.record.kept import run_row
+    from wattwise.store.runs import check_run_id, new_run_id, record_run
+
+    folder = Path(args.folder)
+    run = read_run_dir(folder)
+    try:
+        run_id = check_run_id(folder.resolve().name)
+    except UsageError:
+        run_id = new_run_id(run.summary.start_s)
+    row = run_row(run.summary, run_id=run_id, folder=folder)
+    spooled = record_run(row, location=args.store)
+    if args.json:
+        print(json_text({"added": row.id, "folder": row.folder, "spooled": str(spooled) if spooled else None}))
+    elif spooled is not None:
+        print(f"run {row.id} waits in {spooled}: the store could not be reached (`wattwise jobs sync` delivers it)")
+    else:
+        print(f"added run {row.id} ({row.folder}) to the history")
     return 0
 
 

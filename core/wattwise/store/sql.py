@@ -89,8 +89,8 @@ def _retryable(err: DBAPIError) -> bool:
     return getattr(err.orig, "sqlstate", None) in _PG_RETRY_STATES
 
 
-#: SQLite's words for a file it cannot reach (rather than a bad statement).
-_SQLITE_UNREACHABLE = ("unable to open", "readonly", "disk i/o")
+#: SQLite's words for a file it cannot reach or write now (rather than a bad statement): a full disk too.
+_SQLITE_UNREACHABLE = ("unable to open", "readonly", "disk i/o", "disk is full")
 
 
 def _connection_lost(err: DBAPIError) -> bool:
