@@ -463,6 +463,8 @@ def load_config(
     except OmegaConfBaseException as err:
         raise _explain(err) from None
     assert isinstance(cfg, EnergyConfig)
+    if cfg.devices.simulated_drive in ("False", "false"):  # YAML 1.1 reads an unquoted `off` as false
+        cfg.devices.simulated_drive = "off"
     validate(cfg)
     return cfg
 
