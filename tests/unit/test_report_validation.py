@@ -37,6 +37,7 @@ def edit(run_dir: Path, change: Callable[[dict[str, Any]], None]) -> None:
         (lambda d: d["power_limit"].update(mode="bogus"), "power_limit.mode must be cap or tune (got 'bogus')"),
         (lambda d: d["settings_timeline"][0].update(timestamp=1e15), "settings_timeline[0].timestamp must be"),
         (lambda d: d.update(hostname="node\x1b[2J"), "hostname must be printable text"),
+        (lambda d: d.update(energy_per_device_j={"gpu\x1b]8;;": 1.0}), "energy_per_device_j must be keyed by"),
     ],
 )
 def test_an_impossible_summary_is_one_line_naming_the_field(

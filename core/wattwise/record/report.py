@@ -336,6 +336,9 @@ def check_summary(run: RunDir) -> list[str]:
     for name, text in (("hostname", s.hostname), ("job", s.job), ("framework", s.framework), ("backend", s.backend)):
         if text is not None and not (isinstance(text, str) and len(text) <= _MAX_NAME and text.isprintable()):
             refuse(name, f"printable text of at most {_MAX_NAME} characters", text)
+    for key in s.energy_per_device_j:
+        if not (isinstance(key, str) and len(key) <= _MAX_NAME and key.isprintable()):
+            refuse("energy_per_device_j", f"keyed by device names, printable text of at most {_MAX_NAME}", key)
     for i, device in enumerate(s.devices):
         model = device.get("name")
         if model is not None and not (isinstance(model, str) and len(model) <= _MAX_NAME and model.isprintable()):
