@@ -114,6 +114,17 @@ def _energy(row: RunRow) -> str:
     return with_uncertainty(row.energy_j, row.energy_uncertainty_j, "J")
 
 
+def _saved(row: RunRow) -> str:
+    """The run's saving (J), with its uncertainty where the history has it; "-" when none is claimed."""
+    if row.saving_j is None:
+        return "-"
+    if row.saving_uncertainty_j is None:
+        return f"{row.saving_j:.4g}"
+    from wattwise.readable import with_uncertainty
+
+    return with_uncertainty(row.saving_j, row.saving_uncertainty_j)
+
+
 def _start(row: RunRow) -> str:
     return row.start_time[:19].replace("T", " ")
 
@@ -140,14 +151,13 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     print(
         f"{'id':<24} {'job':<20} {'framework':<10} {'mode':<7} {'status':<11} {'start (UTC)':<19} "
-        f"{'time (s)':>9} {'energy (J)':>18} {'limit (W)':>9} {'saved (J)':>10} {'figures':<9}"
+        f"{'time (s)':>9} {'energy (J)':>18} {'limit (W)':>9} {'saved (J)':>14} {'figures':<9}"
     )
     for r in rows:
         limit = f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-"
-        saved = f"{r.saving_j:.4g}" if r.saving_j is not None else "-"
         print(
             f"{r.id:<24} {(r.job or '-'):<20} {(r.framework or '-'):<10} {r.mode:<7} {(r.status or '-'):<11} "
-            f"{_start(r):<19} {r.time_s:>9.4g} {_energy(r):>18} {limit:>9} {saved:>10} {_source(r):<9}"
+            f"{_start(r):<19} {r.time_s:>9.4g} {_energy(r):>18} {limit:>9} {_saved(r):>14} {_source(r):<9}"
         )
     return 0
 
@@ -162,7 +172,9 @@ def _show_lines(r: RunRow) -> list[str]:
     saving = "-"
     if r.saving_j is not None:
         cost = f", for {r.time_cost_s:+.3g} s" if r.time_cost_s is not None else ", its time cost unknown"
-        saving = f"{r.saving_j:.4g} J against the highest limit{cost}"
+        resolved = r.saving_uncertainty_j is None or abs(r.saving_j) > r.saving_uncertainty_j
+        within = "" if resolved else " (within its uncertainty: not resolved)"
+        saving = f"{_saved(r)} J against the highest limit{within}{cost}"
     return [
         f"run {r.id} ({_source(r)} figures)",
         f"  job        {r.job or '-'}",

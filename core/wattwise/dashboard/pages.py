@@ -211,6 +211,13 @@ def energy(value: float, uncertainty_j: float | None) -> str:
     return text + f" ({value / J_PER_KWH:.4g} kWh)" if abs(value) >= 0.01 * J_PER_KWH else text
 
 
+def figure(value: float | None, uncertainty: float | None) -> str:
+    """A bare figure with its uncertainty for a table cell (`1,520 ± 40`); "-" when unknown."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return readable.with_uncertainty(value, uncertainty, grouped=True)
+
+
 def number(value: float | None, digits: int = 1) -> str:
     """A bare number for a table cell; "-" when unknown."""
     return "-" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
@@ -541,7 +548,7 @@ def run_cells(row: RunRow) -> list[str]:
         number(row.energy_j),
         number(row.energy_uncertainty_j),
         number(row.power_limit_w, 0),
-        number(row.saving_j),
+        number(row.saving_j) if row.saving_uncertainty_j is None else figure(row.saving_j, row.saving_uncertainty_j),
         number(row.time_cost_s, 2),
         "SIMULATED" if row.simulated else "no",
     ]
@@ -634,7 +641,7 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
             energy(row.energy_j, row.energy_uncertainty_j),
             watts(row.avg_power_w),
             watts(row.power_limit_w),
-            joules(row.saving_j),
+            energy(row.saving_j, row.saving_uncertainty_j) if row.saving_j is not None else "-",
             seconds(row.time_cost_s),
             simulated_cell(row.simulated, physics[i]),
         ]

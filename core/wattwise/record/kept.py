@@ -79,6 +79,11 @@ def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str])
         energy_uncertainty_j=getattr(summary, "energy_uncertainty_j", None),
         power_limit_w=limit.chosen_power_limit_w if limit is not None else None,
         saving_j=limit.energy_saved_j if limit is not None and limit.mode != RunMode.CAP else None,
+        saving_uncertainty_j=(
+            limit.energy_saved_uncertainty_j
+            if limit is not None and limit.mode != RunMode.CAP and limit.energy_saved_j is not None
+            else None
+        ),
         time_cost_s=time_cost_s(limit),
         folder=str(Path(folder).absolute()),
         simulated=summary.simulated,

@@ -32,7 +32,7 @@ _MAX_FOLDER, _MAX_WORD = 4096, 32
 #: The longest owner kept (a login or a database role name).
 _MAX_OWNER = 128
 #: The fields a run's JSON object may lack (added since the spool's first format): their default then.
-_OPTIONAL = frozenset({"owner"})
+_OPTIONAL = frozenset({"owner", "saving_uncertainty_j"})
 #: The most devices a run's row lists (a node's GPUs times its nodes, with room to spare).
 _MAX_DEVICES = 65536
 
@@ -62,6 +62,8 @@ class RunDict(TypedDict):
     #: Who recorded the run (the database user on PostgreSQL, the login on SQLite); null: recorded before
     #: rows carried their owner.
     owner: str | None
+    #: How precisely `saving_j` is known (J); null: unknown (no saving, or recorded before rows said).
+    saving_uncertainty_j: float | None
 
 
 class UnreadableDict(TypedDict):
@@ -127,6 +129,7 @@ class RunRow:
         simulated: Whether its figures come from the simulated GPU rather than a measurement.
         owner: Who recorded it (`current_owner`), set by the store when the row is written; only they, or
             the store's admin, forget or replace it. None: not yet written, or recorded before rows had one.
+        saving_uncertainty_j: How precisely `saving_j` is known (J); None: unknown.
     """
 
     id: str
@@ -146,6 +149,7 @@ class RunRow:
     folder: str
     simulated: bool
     owner: str | None = None
+    saving_uncertainty_j: float | None = None
 
     @property
     def start_s(self) -> float:
@@ -182,6 +186,7 @@ class RunRow:
             folder=self.folder,
             simulated=self.simulated,
             owner=self.owner,
+            saving_uncertainty_j=self.saving_uncertainty_j,
         )
 
     @classmethod
@@ -280,6 +285,7 @@ def check_row(row: RunRow, *, where: str = "run") -> None:
     _optional_number(row.energy_uncertainty_j, RUN_ENERGY_J, f"{where}: energy_uncertainty_j")
     _optional_number(row.power_limit_w, POWER_LIMIT_W, f"{where}: power_limit_w")
     _optional_number(row.saving_j, ENERGY_J, f"{where}: saving_j", signed=True)
+    _optional_number(row.saving_uncertainty_j, RUN_ENERGY_J, f"{where}: saving_uncertainty_j")
     _optional_number(row.time_cost_s, TIME_S, f"{where}: time_cost_s", signed=True)
     _optional_text(row.folder, f"{where}: folder", _MAX_FOLDER)
     _optional_text(row.owner, f"{where}: owner", _MAX_OWNER)
@@ -307,6 +313,7 @@ def _values(row: RunRow) -> dict[str, Any]:
         "folder": row.folder,
         "simulated": row.simulated,
         "owner": row.owner,
+        "saving_uncertainty_j": row.saving_uncertainty_j,
     }
 
 
@@ -339,6 +346,7 @@ def _row(db: Any) -> RunRow | UnreadableRun:
             times[name] = iso_utc(column)
         data = {name: getattr(db, name) for name in _STORED_AS_IS}
         data["owner"] = getattr(db, "owner", None)  # a store at revision 0003 has no owner column
+        data["saving_uncertainty_j"] = getattr(db, "saving_uncertainty_j", None)  # none before revision 0005
         row = RunRow.from_dict(
             {**data, **times, "devices": devices, "simulated": bool(db.simulated)}, where=f"run {run_id}"
         )
