@@ -25,6 +25,7 @@ import os
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -38,6 +39,8 @@ from wattwise.run.logged import epoch_metrics, fit_metrics, simulated, step_metr
 from wattwise.vocabulary import RunStatus
 
 log = logging.getLogger(__name__)
+#: Where a run writes when `output_dir` is not set and the Trainer has no logger folder to follow.
+DEFAULT_OUTPUT_DIR = EnergyConfig().output_dir
 
 
 class EnergyCallback(Callback):
@@ -113,6 +116,8 @@ class EnergyCallback(Callback):
         self._global_step = 0
         self._in_step = False
         self._state_key: tuple[str | None, str] | None = None
+        #: The Trainer's folder this fit's run writes under (None: `output_dir`, as configured).
+        self._followed: str | None = None
 
     @override
     def __repr__(self) -> str:
@@ -147,6 +152,9 @@ class EnergyCallback(Callback):
         """
         if self.run is None or self.run.finished:
             cfg = copy.deepcopy(self.config)  # a run may steer its own settings (a recurring job's limit)
+            under = self._trainer_folder(trainer)
+            if under is not None:
+                cfg = dataclasses.replace(cfg, output_dir=under)
             if self.runs:
                 cfg = dataclasses.replace(cfg, output_dir=os.path.join(cfg.output_dir, f"fit-{len(self.runs) + 1}"))
             self.run = Run(
@@ -157,6 +165,21 @@ class EnergyCallback(Callback):
             )
             self.runs.append(self.run)
         return self.run
+
+    def _trainer_folder(self, trainer: pl.Trainer | None) -> str | None:
+        """`<trainer.log_dir>/wattwise` when the Trainer has a logger with a folder and `output_dir` was not set.
+
+        Where a Lightning user looks for a run's files (beside the logger's metrics and checkpoints). A
+        collective under DDP (`log_dir` broadcasts rank 0's): every process calls it at `setup("fit")`.
+        """
+        self._followed = None
+        if trainer is None or self.config.output_dir != DEFAULT_OUTPUT_DIR or not trainer.loggers:
+            return None
+        log_dir = trainer.log_dir
+        if not log_dir:
+            return None
+        self._followed = os.path.join(log_dir, "wattwise")
+        return self._followed
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -175,6 +198,11 @@ class EnergyCallback(Callback):
             total = trainer.estimated_stepping_batches
             run.expect_steps(int(total) if isinstance(total, int | float) and math.isfinite(total) else None)
         run.start()
+        if self._followed is not None and run.measurement is not None:
+            run.measurement.notes.append(
+                f"written under the Trainer's log_dir, in {run.cfg.output_dir} (EnergyCallback(output_dir=...) "
+                "writes elsewhere)"
+            )
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -243,12 +271,17 @@ class EnergyCallback(Callback):
         if self.run is None:
             return
         rec = self.run.epoch_end()
-        if rec is not None:
-            # Already combined over processes, so the same on every rank: sync_dist's mean keeps the value
-            # and spares the user Lightning's warning that epoch figures are not synchronised.
-            pl_module.log_dict(
-                epoch_metrics(rec, simulated=simulated(self.run)), on_step=False, on_epoch=True, sync_dist=True
-            )
+        if rec is None:
+            return
+        # Already combined over processes, so the same on every rank: straight to the loggers (rank 0) and
+        # to the metrics callbacks read (ModelCheckpoint's and EarlyStopping's `monitor`), as the step
+        # figures go. `LightningModule.log_dict(sync_dist=True)` cost milliseconds and one all-reduce per
+        # metric at each epoch's end, which short epochs paid at every few steps.
+        metrics = epoch_metrics(rec, simulated=simulated(self.run))
+        trainer.callback_metrics.update({k: torch.tensor(v) for k, v in metrics.items()})
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics({**metrics, "epoch": trainer.current_epoch}, step=trainer.global_step)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -285,7 +318,7 @@ class EnergyCallback(Callback):
             return
         for logger in trainer.loggers:
             logger.log_metrics(fit_metrics(record), step=trainer.global_step)
-        rank_zero_info(format_summary(record, output_dir=self.config.output_dir))
+        rank_zero_info(format_summary(record, output_dir=self.run.cfg.output_dir))
 
     @override
     def state_dict(self) -> dict[str, Any]:

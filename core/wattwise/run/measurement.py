@@ -244,6 +244,8 @@ class RunMeasurement:
         self._interval_steps = 0
         self.epochs: list[EpochFigures] = []
         self._epoch_number: int | None = None
+        #: The step count where the last epoch ended and its window began again for the next (None: not so).
+        self._next_epoch_from: int | None = None
         self._epoch_steps_at = 0
         self.last_step: Figures | None = None
         #: Energy and time of the segments before a resume.
@@ -582,18 +584,26 @@ class RunMeasurement:
                 )
             )
             self._resumed_epoch = None
-        self.cancel(Window.EPOCH)
-        # Between the fit's start (or the last epoch's end) and this epoch, the framework only set up: the
-        # last reading may serve when it is recent (a read costs milliseconds on a real GPU).
-        self.begin(Window.EPOCH, recent=True)
+        if not (self.is_open(Window.EPOCH) and self._next_epoch_from == self.step_count):
+            self.cancel(Window.EPOCH)
+            # Between the fit's start and this epoch, the framework only set up: the last reading may serve
+            # when it is recent (a read costs milliseconds on a real GPU).
+            self.begin(Window.EPOCH, recent=True)
+        # Else the window the last epoch's end reopened is this epoch's: nothing trained since but set-up.
+        self._next_epoch_from = None
         self._epoch_number = number
         self._epoch_steps_at = self.step_count
 
     def epoch_end(self) -> Figures | None:
-        """Close the epoch's window (a collective); its figures over all processes, None when none was open."""
-        if not self.is_open(Window.EPOCH):
+        """Close the epoch's window (a collective); its figures over all processes, None when none was open.
+
+        The window begins again at once from the same reading, for the next epoch (`epoch_begin` takes it):
+        a real GPU's counter read costs milliseconds, and short epochs would pay two at each boundary.
+        """
+        if not self.is_open(Window.EPOCH) or self._epoch_number is None:
             return None
-        rec = self.end(Window.EPOCH)[0]
+        rec = self.end(Window.EPOCH, reopen=(Window.EPOCH,))[0]
+        self._next_epoch_from = self.step_count
         number = self._epoch_number if self._epoch_number is not None else len(self.epochs)
         rec.steps = self.step_count - self._epoch_steps_at
         carried = self._resumed_epoch
@@ -735,7 +745,7 @@ class RunMeasurement:
         fit = epoch = None
         if self.active and self.monitor is not None and self.is_open(Window.FIT):
             windows = [self._read(lambda mon: mon.peek_window(Window.FIT))]
-            if self.is_open(Window.EPOCH):
+            if self.is_open(Window.EPOCH) and self._epoch_number is not None:  # an epoch in progress
                 windows.append(self._read(lambda mon: mon.peek_window(Window.EPOCH)))
             combined = self.combine(windows)
             fit = combined[0]

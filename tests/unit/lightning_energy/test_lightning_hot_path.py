@@ -212,6 +212,66 @@ def test_steps_between_logging_points_read_no_counter_and_sync_nothing(tmp_path,
     assert set(names) <= {"fit", "epoch", "steps"}
 
 
+class EpochMetrics(pl.loggers.Logger):
+    """A logger that keeps every batch of metrics it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged: list[tuple[int | None, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "kept"
+
+    @property
+    def version(self) -> str:
+        return "0"
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.logged.append((step, dict(metrics)))
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def test_short_epochs_read_the_counter_once_at_each_boundary_and_log_each_epoch(tmp_path, virtual_clock):
+    # 8 epochs of 8 steps, no logging point inside the fit: the fit's start and end, and one read where
+    # each epoch ends and the next begins (it was two: a real GPU's read costs milliseconds).
+    gpu = make_gpu(virtual_clock)
+    logger = EpochMetrics()
+    cb = energy_callback(gpu, tmp_path / "run", log_every_n_steps=1000)
+    trainer = make_trainer(tmp_path, [cb], max_steps=64, logger=logger)
+    trainer.fit(GPUBoringModel(gpu, batches=8))
+    summary = read_summary(tmp_path / "run")
+    assert [e["epoch"] for e in summary["epochs"]] == list(range(8))
+    assert all(e["time_s"] == pytest.approx(8 * step_time_s(300.0), rel=1e-9) for e in summary["epochs"])
+    assert gpu.reads <= 8 + 3
+    epochs = [(step, m["energy/epoch_j"]) for step, m in logger.logged if "energy/epoch_j" in m]
+    assert epochs == [(8 * (i + 1), pytest.approx(e["energy_j"])) for i, e in enumerate(summary["epochs"])]
+    # What a ModelCheckpoint or EarlyStopping `monitor` reads: the last epoch's figure.
+    assert float(trainer.callback_metrics["energy/epoch_j"]) == pytest.approx(summary["epochs"][-1]["energy_j"])
+
+
+def test_a_run_writes_under_the_trainers_log_dir_unless_output_dir_is_set(tmp_path, virtual_clock, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    gpu = make_gpu(virtual_clock)
+    logger = pl.loggers.CSVLogger(tmp_path / "logs")
+    cb = EnergyCallback(devices=[gpu], overrides=[NO_SAMPLER])
+    make_trainer(tmp_path, [cb], max_steps=4, logger=logger).fit(GPUBoringModel(gpu, batches=8))
+    folder = tmp_path / "logs" / "lightning_logs" / "version_0" / "wattwise"
+    summary = read_summary(folder)  # beside the logger's metrics.csv, where a Lightning user looks
+    assert summary["steps"] == 4 and not (tmp_path / "wattwise_runs").exists()
+    assert f"written under the Trainer's log_dir, in {folder}" in " ".join(summary["notes"])
+    # output_dir set: there, whatever the logger.
+    cb = EnergyCallback(devices=[gpu], output_dir=str(tmp_path / "mine"), overrides=[NO_SAMPLER])
+    make_trainer(tmp_path, [cb], max_steps=4, logger=pl.loggers.CSVLogger(tmp_path / "logs")).fit(
+        GPUBoringModel(gpu, batches=8)
+    )
+    assert read_summary(tmp_path / "mine")["steps"] == 4
+    assert not any("log_dir" in n for n in read_summary(tmp_path / "mine")["notes"])
+    assert not (tmp_path / "logs" / "lightning_logs" / "version_1" / "wattwise").exists()
+
+
 # -- 3. validation is not training -------------------------------------------------------------------------
 VAL_S = 0.05
 
