@@ -409,6 +409,12 @@ def carbon_facts(report: RunReport | str) -> list[Fact]:
     return facts
 
 
+def emissions_cell(report: RunReport | str) -> str:
+    """A run's emissions in a comparison's cell: the figure and the intensity it was computed at, or why none."""
+    facts = {f.label: f.value for f in carbon_facts(report)}
+    return facts["emissions"]
+
+
 def run_page(run: RunDir, assets: Assets, *, title: str, report: RunReport | None = None) -> str:
     """A run's page: its facts, its energy's carbon, charts and notes.
 
@@ -631,7 +637,7 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
 
     physics = [physics_of(folder.summary) if folder is not None else None for folder in folders]
     columns = []
-    for i, row in enumerate(rows):
+    for i, (row, folder) in enumerate(zip(rows, folders, strict=True)):
         figures = [
             row.job or "-",
             row.mode,
@@ -644,6 +650,7 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
             energy(row.saving_j, row.saving_uncertainty_j) if row.saving_j is not None else "-",
             seconds(row.time_cost_s),
             simulated_cell(row.simulated, physics[i]),
+            emissions_cell(run_report(folder)) if folder is not None else "not estimated: its folder is gone",
         ]
         changes = ["-"] * 4 if i == 0 else against_first(difference(rows[0], row))
         columns.append({"id": row.id, "cells": figures + changes})
@@ -659,6 +666,7 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
         "saving",
         "time cost",
         "simulated",
+        "emissions",
         "energy against the first",
         "larger than the uncertainty?",
         "time against the first",

@@ -98,3 +98,18 @@ def test_a_figure_with_its_uncertainty_keeps_the_digits_the_uncertainty_resolves
     assert readable.with_uncertainty(12_345.678, 1.234, "J", grouped=True) == "12,345.7 ± 1.2 J"
     assert readable.emissions(0.2400, 0.0004) == "240.0 ± 0.4 g CO2e"
     assert readable.with_uncertainty(5.0, None, "J") == "5.0 J"
+
+
+def test_a_comparison_gives_each_runs_emissions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.run_history import make_row
+
+    monkeypatch.setenv("WATTWISE_INTENSITY", "400")
+    run = read_run_dir(write_tuned_run(tmp_path / "run"))
+    rows = [make_row("20261201T100000Z-aaaaaa"), make_row("20261201T110000Z-bbbbbb")]
+    page = html.unescape(pages.compare_page(rows, [run, None]))
+    (emissions,) = re.findall(r"<tr>\s*<th>emissions</th>(.*?)</tr>", page, re.S)
+    cells = re.findall(r"<td>(.*?)</td>", emissions, re.S)
+    assert cells == [
+        "2.8 g CO2e (at 400 gCO2e/kWh; constant WATTWISE_INTENSITY 400)",
+        "not estimated: its folder is gone",
+    ]
