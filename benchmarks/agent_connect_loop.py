@@ -13,6 +13,7 @@ as another user, whose connections the agent counts apart from root's).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -76,10 +77,8 @@ def flood(path: str, uid: int, gid: int, counter: Path) -> int:
         while True:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.setblocking(False)
-                try:
+                with contextlib.suppress(BlockingIOError, ConnectionRefusedError):
                     s.connect(path)
-                except (BlockingIOError, ConnectionRefusedError):
-                    pass
             done += 1
             if done % 5000 == 0:
                 counter.write_text(f"{done / (time.monotonic() - started):.0f}")
