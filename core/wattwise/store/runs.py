@@ -168,8 +168,11 @@ def record_run_at_end(row: RunRow, *, location: str | None = None) -> Path | Non
     if url.startswith("sqlite"):
         try:
             spool.spool_run(url, row)
-        except OSError:  # the spool cannot take it (a folder another user made, a full disk): the store itself
-            return record_run(row, location=location)
+        except OSError as err:  # the spool cannot take it (a folder another user made, a full disk): the store
+            try:
+                return record_run(row, location=location)
+            except (UsageError, spool.StoreUnavailable, OSError):
+                raise err from None  # neither can: the spool's reason, the first met
         return None
     return record_run(row, location=location)
 
