@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -11,6 +11,7 @@ from torch import nn
 
 from accelerate_energy.adapter import AccelerateEnergy
 from wattwise.config import load_config
+from wattwise.run import Run
 from wattwise.tools.demo import DemoOptions, tuned_and_baseline
 from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
@@ -20,8 +21,11 @@ def _batches(loader: torch.utils.data.DataLoader[Any]) -> Iterator[Any]:
         yield from loader
 
 
-def _train(overrides: list[str], steps: int) -> dict[str, Any]:
-    """`steps` optimizer steps of the tiny model, each lasting the simulated GPU's modelled step time."""
+def _train(overrides: list[str], steps: int, stop: Callable[[Run], bool] | None = None) -> dict[str, Any]:
+    """At most `steps` optimizer steps of the tiny model, each lasting the simulated GPU's modelled step time.
+
+    The loop ends early after the step at which `stop(run)` says so.
+    """
     accelerator = Accelerator(cpu=True)
     energy = AccelerateEnergy(accelerator, load_config(overrides=overrides), print_summary=False)
     energy.install()
@@ -38,6 +42,8 @@ def _train(overrides: list[str], steps: int) -> dict[str, Any]:
         emulate_step(gpus, lambda: accelerator.backward(nn.functional.mse_loss(model(x), y)))  # noqa: B023
         optimizer.step()
         optimizer.zero_grad()
+        if stop is not None and stop(energy.run):
+            break
     accelerator.end_training()
     if energy.summary is None:
         raise RuntimeError("the energy run produced no summary; see the warnings above")

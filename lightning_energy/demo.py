@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -13,6 +14,7 @@ from typing_extensions import override
 
 from lightning_energy.callback import EnergyCallback
 from wattwise.devices.base import Device
+from wattwise.run import Run
 from wattwise.tools.demo import DemoOptions, tuned_and_baseline
 from wattwise.tools.workload import emulate_step, tiny_dataset, tiny_model
 
@@ -78,7 +80,19 @@ class EmulatedModule(pl.LightningModule):
         return torch.utils.data.DataLoader(tiny_dataset(256, seed=1), batch_size=self.batch_size)
 
 
-def _fit(options: DemoOptions, overrides: list[str], steps: int) -> dict[str, Any]:
+class _StopWhen(pl.Callback):
+    """Ends the fit after the batch at which `stop(run)` says so."""
+
+    def __init__(self, energy: EnergyCallback, stop: Callable[[Run], bool]) -> None:
+        self.energy, self.stop = energy, stop
+
+    @override
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        if self.energy.run is not None and self.stop(self.energy.run):
+            trainer.should_stop = True
+
+
+def _fit(overrides: list[str], steps: int, stop: Callable[[Run], bool] | None) -> dict[str, Any]:
     callback = EnergyCallback(overrides=overrides)
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -90,7 +104,7 @@ def _fit(options: DemoOptions, overrides: list[str], steps: int) -> dict[str, An
         enable_progress_bar=False,
         enable_model_summary=False,
         limit_val_batches=0,
-        callbacks=[callback],
+        callbacks=[callback] if stop is None else [callback, _StopWhen(callback, stop)],
     )
     trainer.fit(EmulatedModule())
     if callback.summary is None:
@@ -103,4 +117,4 @@ def run_demo(options: DemoOptions) -> dict[str, Any]:
     # The demo prints its own report; Lightning's start-up chatter and per-run summaries would bury it.
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="lightning.pytorch.utilities._pytree")
-    return tuned_and_baseline(options, "lightning", lambda overrides, steps: _fit(options, overrides, steps))
+    return tuned_and_baseline(options, "lightning", _fit)

@@ -11,12 +11,12 @@ eta = 1 minimises energy alone; eta = 0 minimises time alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from wattwise.errors import Key, UsageError
-from wattwise.profile import ProfileEntry
+from wattwise.profile import Payback, ProfileEntry
 from wattwise.vocabulary import Selector, TunerPhase
 
 #: Most power limits one tuning run profiles: each costs warm-up and profile steps.
@@ -377,6 +377,8 @@ class PowerLimitTuner:
         self.worse_in_a_row = 0
         #: The steps measured at each limit so far, every window of it (its parts, its rounds measured again).
         self.steps_measured: dict[float, int] = {}
+        #: Every step run at each limit while tuning (warm-up, alignment and windows): what tuning cost.
+        self.steps_at: dict[float, int] = {}
         #: The limits told from the best one in fewer than `window_parts` windows: a round of measuring again
         #: leaves them out.
         self.told_early: set[float] = set()
@@ -526,6 +528,9 @@ class PowerLimitTuner:
         if self.phase == TunerPhase.DONE:
             return False
         changed = counter_changed is None or counter_changed
+        if self.phase != TunerPhase.WAIT:
+            limit_w = self.queue[self.limit_index]
+            self.steps_at[limit_w] = self.steps_at.get(limit_w, 0) + steps
         self.steps_in_phase += steps
         if self.window_open:
             self._window_steps += steps
@@ -730,6 +735,7 @@ class PowerLimitTuner:
             "rounds": self.rounds,
             "windows": [list(w) for w in self.windows],
             "sweep_size": self.sweep_size,
+            "steps_at": [[w, n] for w, n in self.steps_at.items()],
             "stopped_early": self.stopped_early,
             "worse_in_a_row": self.worse_in_a_row,
         }
@@ -757,6 +763,9 @@ class PowerLimitTuner:
             self.sweep_size = sweep_size
         if isinstance(queue, list) and len(queue) >= self.sweep_size:
             self.queue = [float(w) for w in queue]
+        steps_at = state.get("steps_at")
+        if isinstance(steps_at, list):
+            self.steps_at = {float(w): int(n) for w, n in steps_at}
         stopped = state.get("stopped_early")
         self.stopped_early = stopped if isinstance(stopped, str) else None
         self.worse_in_a_row = int(state.get("worse_in_a_row", 0))
@@ -781,6 +790,66 @@ class PowerLimitTuner:
             self.phase, self.steps_in_phase = TunerPhase.WAIT, int(state["steps_in_phase"])
         else:
             self._enter(self._limit_start())
+
+
+def payback(
+    profile: Sequence[ProfileEntry],
+    uncertainty_j: Sequence[float],
+    chosen_w: float,
+    steps_at: Mapping[float, int],
+    steps_at_chosen: int,
+    *,
+    selector: str,
+    eta: float,
+    max_power_w: float,
+) -> Payback | None:
+    """The run's `Payback`, from its profile (per-step figures and their uncertainty) and the steps at each limit.
+
+    None when the profile holds neither the highest limit nor the chosen one. Steps at a limit the profile
+    has no figures for (a window cut short) are left out of tuning's cost.
+    """
+    by_w = {e.power_limit_w: (e, u) for e, u in zip(profile, uncertainty_j, strict=False)}
+    if not profile or chosen_w not in by_w:
+        return None
+    top_w = max(by_w)
+    (top, u_top), (chosen, u_chosen) = by_w[top_w], by_w[chosen_w]
+
+    def objective(e: ProfileEntry) -> float:
+        if selector == Selector.COST:
+            return zeus_cost(e.energy_j, e.time_s, eta=eta, max_power_w=max_power_w)
+        return e.time_s if selector == Selector.TIME else e.energy_j
+
+    tuned = {w: n for w, n in steps_at.items() if w in by_w and w != top_w and n > 0}
+    tuning_j = sum(n * (by_w[w][0].energy_j - top.energy_j) for w, n in tuned.items())
+    tuning_s = sum(n * (by_w[w][0].time_s - top.time_s) for w, n in tuned.items())
+    tuning_objective = sum(n * (objective(by_w[w][0]) - objective(top)) for w, n in tuned.items())
+    tuning_u = math.sqrt(sum((n * math.hypot(by_w[w][1], u_top)) ** 2 for w, n in tuned.items()))
+    per_step_j = top.energy_j - chosen.energy_j
+    per_step_u = math.hypot(u_top, u_chosen) if chosen_w != top_w else 0.0
+    gain = objective(top) - objective(chosen)
+    if tuning_objective <= 0:
+        break_even: int | None = 0
+    else:
+        break_even = math.ceil(tuning_objective / gain - 1e-9) if gain > 0 else None
+    return Payback(
+        energy_per_step_saved_j=per_step_j,
+        energy_per_step_saved_uncertainty_j=per_step_u,
+        time_per_step_added_s=chosen.time_s - top.time_s,
+        energy_saved_fraction=per_step_j / top.energy_j,
+        time_added_fraction=(chosen.time_s - top.time_s) / top.time_s,
+        tuning_steps=sum(tuned.values()),
+        tuning_energy_j=tuning_j,
+        tuning_time_s=tuning_s,
+        steps_at_chosen=steps_at_chosen,
+        run_energy_saved_j=steps_at_chosen * per_step_j - tuning_j,
+        run_energy_saved_uncertainty_j=math.hypot(steps_at_chosen * per_step_u, tuning_u),
+        run_time_added_s=steps_at_chosen * (chosen.time_s - top.time_s) + tuning_s,
+        objective=str(selector),
+        objective_per_step_saved=gain,
+        tuning_objective=tuning_objective,
+        run_objective_saved=steps_at_chosen * gain - tuning_objective,
+        break_even_steps=break_even,
+    )
 
 
 def profile_table(profile: Sequence[ProfileEntry], *, eta: float, max_power_w: float) -> list[dict[str, float]]:

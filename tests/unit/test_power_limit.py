@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from wattwise.errors import UsageError
-from wattwise.power_limit import PowerLimitTuner, cap_limit_w, profile_limits_w, select_power_limit, zeus_cost
+from wattwise.power_limit import (
+    PowerLimitTuner,
+    cap_limit_w,
+    payback,
+    profile_limits_w,
+    select_power_limit,
+    zeus_cost,
+)
 from wattwise.profile import ProfileEntry
 
 # time_s and energy_j per step at each limit, chosen so every selector has a different answer.
@@ -320,3 +327,39 @@ def test_a_limit_told_from_the_best_in_fewer_parts_is_not_measured_again():
     drive_noisy(tuner, cost, 1.0)
     assert 225.0 in tuner.told_early and 200.0 in tuner.told_early
     assert 225.0 not in tuner.queue[tuner.sweep_size :] and 200.0 not in tuner.queue[tuner.sweep_size :]
+
+
+# -- one saving, with what it cost and when it pays back ---------------------------------------------------
+def test_payback_gives_the_saving_per_step_tuning_s_cost_and_this_run_against_the_highest_limit():
+    profile = [ProfileEntry(300.0, 1.0, 10.0), ProfileEntry(250.0, 1.1, 8.0), ProfileEntry(200.0, 1.3, 7.0)]
+    pb = payback(
+        profile,
+        [0.1, 0.1, 0.1],
+        250.0,
+        {300.0: 10, 250.0: 10, 200.0: 10},
+        100,
+        selector="energy",
+        eta=0.5,
+        max_power_w=300.0,
+    )
+    assert pb is not None
+    assert (pb.energy_per_step_saved_j, pb.time_per_step_added_s) == (pytest.approx(2.0), pytest.approx(0.1))
+    assert pb.energy_per_step_saved_uncertainty_j == pytest.approx(0.1 * 2**0.5)
+    assert (pb.energy_saved_fraction, pb.time_added_fraction) == (pytest.approx(0.2), pytest.approx(0.1))
+    # Tuning ran 20 steps below the highest limit: 50 J less energy, 4 s more time than at 300 W.
+    assert (pb.tuning_steps, pb.tuning_energy_j, pb.tuning_time_s) == (20, pytest.approx(-50.0), pytest.approx(4.0))
+    assert (pb.run_energy_saved_j, pb.run_time_added_s) == (pytest.approx(250.0), pytest.approx(14.0))
+    assert pb.break_even_steps == 0 and pb.paid_back  # by energy, tuning itself saved
+
+
+def test_the_break_even_is_the_steps_at_the_chosen_limit_that_repay_tuning_by_the_objective():
+    # Zeus cost with eta 0.5 and 300 W: 300 W costs 300 J a step, 250 W 278 J (22 less), 200 W 330 J.
+    profile = [ProfileEntry(300.0, 1.0, 300.0), ProfileEntry(250.0, 1.02, 250.0), ProfileEntry(200.0, 1.5, 210.0)]
+    steps_at = {300.0: 10, 250.0: 10, 200.0: 10}
+    pb = payback(profile, [0.0] * 3, 250.0, steps_at, 3, selector="cost", eta=0.5, max_power_w=300.0)
+    assert pb is not None
+    assert pb.tuning_objective == pytest.approx(10 * -22 + 10 * 30)  # 80 J of cost
+    assert pb.break_even_steps == 4 and not pb.paid_back  # 80 / 22 = 3.6: after 4 steps at 250 W
+    assert pb.run_objective_saved == pytest.approx(3 * 22 - 80)
+    never = payback(profile, [0.0] * 3, 300.0, steps_at, 50, selector="cost", eta=0.5, max_power_w=300.0)
+    assert never is not None and never.break_even_steps is None and not never.paid_back

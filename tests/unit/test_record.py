@@ -17,7 +17,7 @@ import pytest
 from wattwise.cli import main as cli
 from wattwise.errors import UsageError
 from wattwise.monitor import Measurement
-from wattwise.profile import ProfileEntry
+from wattwise.profile import Payback, ProfileEntry
 from wattwise.record.files import (
     PowerRow,
     WindowRow,
@@ -573,3 +573,64 @@ def test_a_damaged_window_log_is_a_usage_error(run_dir: Path, content: bytes, me
     (run_dir / "windows.csv").write_bytes(content)
     with pytest.raises(UsageError, match=message):
         list(read_run_dir(run_dir).windows())
+
+
+def _with_payback(**kw: object) -> RunSummary:
+    """full_summary() whose tuning chose 175 W (profile: 300 W 0.05 s and 14 J a step, 175 W 0.06 s and 10.2 J)."""
+    tuned = full_summary().power_limit
+    assert tuned is not None
+    profile = (ProfileEntry(300.0, 0.05, 14.0), ProfileEntry(175.0, 0.06, 10.2))
+    args: dict[str, object] = {
+        "energy_per_step_saved_j": 3.8,
+        "energy_per_step_saved_uncertainty_j": 0.07,
+        "time_per_step_added_s": 0.01,
+        "energy_saved_fraction": 3.8 / 14.0,
+        "time_added_fraction": 0.2,
+        "tuning_steps": 120,
+        "tuning_energy_j": -60.5,
+        "tuning_time_s": 1.5,
+        "steps_at_chosen": 380,
+        "run_energy_saved_j": 1504.5,
+        "run_energy_saved_uncertainty_j": 30.0,
+        "run_time_added_s": 5.3,
+        "objective": "cost",
+        "objective_per_step_saved": 0.4,
+        "tuning_objective": 40.0,
+        "run_objective_saved": 112.0,
+        "break_even_steps": 100,
+    }
+    args.update(kw)
+    limit = dataclasses.replace(tuned, profile=profile, payback=Payback(**args))  # type: ignore[arg-type]
+    return full_summary(power_limit=limit)
+
+
+def test_the_end_of_run_text_gives_one_saving_at_the_chosen_limit_then_tuning_s_cost_then_this_run() -> None:
+    text = format_summary(_with_payback())
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "at the chosen 175 W" in line)
+    assert lines[at].strip() == (
+        "at the chosen 175 W: 27.1% ± 0.5% less energy per step (3.80 ± 0.07 J) and 20.0% more time per step "
+        "than at the highest limit"
+    )
+    assert lines[at + 1].strip() == (
+        "tuning's cost: 120 steps at other limits took 60.5 J less energy and 1.50 s more time than at the "
+        "highest limit"
+    )
+    assert lines[at + 2].strip().startswith("this run: 1500 ± 30 J saved and 5.30 s more time than its steps at")
+    assert lines[at + 2].endswith("tuning paid back after 100 steps at 175 W (by cost, eta 0.5)")
+    assert "estimated saving against the maximum limit" not in text  # one saving, not two
+
+
+def test_a_run_that_ended_before_break_even_says_so_in_one_line() -> None:
+    text = format_summary(_with_payback(steps_at_chosen=40, break_even_steps=100))
+    said = [line for line in text.splitlines() if "before tuning paid back" in line]
+    assert len(said) == 1 and "40 of the 100 steps at 175 W it needs (by cost, eta 0.5)" in said[0]
+    never = format_summary(_with_payback(break_even_steps=None))
+    assert "tuning never pays back: 175 W is no better than the highest limit (by cost, eta 0.5)" in never
+
+
+def test_one_limit_profiled_reads_as_one_limit() -> None:
+    tuned = full_summary().power_limit
+    assert tuned is not None
+    one = dataclasses.replace(tuned, profile=(ProfileEntry(300.0, 0.05, 14.0),), chosen_power_limit_w=300.0)
+    assert "(eta 0.5; 1 limit profiled)" in format_summary(full_summary(power_limit=one))

@@ -15,7 +15,7 @@ from tests.support.paths import DATA_DIR
 from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.errors import UsageError
-from wattwise.profile import ProfileEntry
+from wattwise.profile import Payback, ProfileEntry
 from wattwise.record.summary import (
     CarbonAwareSummary,
     EpochEnergy,
@@ -46,6 +46,7 @@ RECORDS = (
     CarbonAwareSummary,
     ProfileEntry,
     RankNote,
+    Payback,
 )
 
 
@@ -90,10 +91,30 @@ def every_field() -> RunSummary:
                 steps_at_chosen=380,
                 confirm_rounds=1,
                 measured_again=(300.0, 175.0),
+                not_profiled=(150.0, 125.0),
             ),
             energy_saved_uncertainty_j=6.25,
             baseline_energy_uncertainty_j=19.5,
             saving_resolved=False,
+            payback=Payback(
+                energy_per_step_saved_j=3.8,
+                energy_per_step_saved_uncertainty_j=0.25,
+                time_per_step_added_s=0.01,
+                energy_saved_fraction=0.27,
+                time_added_fraction=0.2,
+                tuning_steps=120,
+                tuning_energy_j=-60.5,
+                tuning_time_s=1.5,
+                steps_at_chosen=380,
+                run_energy_saved_j=1_504.5,
+                run_energy_saved_uncertainty_j=95.0,
+                run_time_added_s=5.3,
+                objective="energy",
+                objective_per_step_saved=3.8,
+                tuning_objective=-60.5,
+                run_objective_saved=1_504.5,
+                break_even_steps=0,
+            ),
         ),
         settings=RunSettings(power_limit_w=175.0, batch_size=64, frequency_plan="plans/stage0.json"),
         settings_timeline=(

@@ -29,7 +29,8 @@ from wattwise import __version__
 from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.carbon.series import parse_timestamp_s
 from wattwise.errors import UsageError
-from wattwise.profile import ProfileEntry
+from wattwise.profile import Payback, ProfileEntry
+from wattwise.readable import duration
 from wattwise.readable import resolution as resolution  # re-exported: used by the record's readers
 from wattwise.readable import with_uncertainty as with_uncertainty
 from wattwise.record.fields import (
@@ -146,6 +147,28 @@ define_foreign(
 )
 
 
+define_foreign(
+    Payback,
+    energy_per_step_saved_j=FieldSpec(Number(minimum=None), required=True),
+    energy_per_step_saved_uncertainty_j=FieldSpec(Number(), required=True),
+    time_per_step_added_s=FieldSpec(Number(minimum=None), required=True),
+    energy_saved_fraction=FieldSpec(Number(minimum=None), required=True),
+    time_added_fraction=FieldSpec(Number(minimum=None), required=True),
+    tuning_steps=FieldSpec(Whole(), required=True),
+    tuning_energy_j=FieldSpec(Number(minimum=None), required=True),
+    tuning_time_s=FieldSpec(Number(minimum=None), required=True),
+    steps_at_chosen=FieldSpec(Whole(), required=True),
+    run_energy_saved_j=FieldSpec(Number(minimum=None), required=True),
+    run_energy_saved_uncertainty_j=FieldSpec(Number(), required=True),
+    run_time_added_s=FieldSpec(Number(minimum=None), required=True),
+    objective=FieldSpec(Text(), required=True),
+    objective_per_step_saved=FieldSpec(Number(minimum=None), required=True),
+    tuning_objective=FieldSpec(Number(minimum=None), required=True),
+    run_objective_saved=FieldSpec(Number(minimum=None), required=True),
+    break_even_steps=FieldSpec(Whole()),
+)
+
+
 def _said(name: str) -> Callable[[Any], bool]:
     """A field written only when it holds a value: fields added later, so a summary without them reads as before."""
     return lambda record: getattr(record, name) is not None
@@ -193,6 +216,11 @@ class TuningSummary(_JsonRecord):
     confirm_rounds: int = field(default=0, metadata=as_json(Whole(), if_missing=0, written=_measured_again))
     #: The limits measured again in those rounds, highest first (each profile entry is then their mean).
     measured_again: tuple[float, ...] = field(default=(), metadata=as_json(Numbers(), written=_measured_again))
+    #: The limits the sweep did not profile: it stopped once two limits in a row cost more than the best
+    #: one by more than their uncertainty (written when it did).
+    not_profiled: tuple[float, ...] = field(
+        default=(), metadata=as_json(Numbers(), written=lambda record: bool(record.not_profiled))
+    )
 
 
 @dataclass(frozen=True)
@@ -278,6 +306,10 @@ class PowerLimitSummary(_JsonRecord):
     #: False when the saving is no larger than its uncertainty: it is "not resolved", not a saving. None
     #: when unknown.
     saving_resolved: bool | None = field(default=None, metadata=as_json(Flag(), written=_said("saving_resolved")))
+    #: What the chosen limit gains per step, what tuning cost, and this run's figure with its break-even, all
+    #: against the same steps at the highest limit (`wattwise.profile.Payback`). `energy_saved_j` above is
+    #: the steps at the chosen limit times the energy per step saved there: `payback` without tuning's cost.
+    payback: Payback | None = field(default=None, metadata=as_json(Record(Payback), written=_said("payback")))
 
 
 @dataclass(frozen=True)
@@ -435,6 +467,9 @@ class RunSummary(_JsonRecord):
     rank_notes: tuple[RankNote, ...] = field(
         default=(), metadata=as_json(Records(RankNote), written=lambda record: bool(record.rank_notes))
     )
+    #: The project the run belongs to (`wattwise.project`: the `project` setting, else the working
+    #: directory's git root's or folder's name). None in summaries that do not say.
+    project: str | None = field(default=None, metadata=as_json(Text(), written=_said("project")))
 
     @property
     def avg_power_w(self) -> float:
@@ -528,6 +563,68 @@ def with_saving_uncertainty(
     )
 
 
+def percent(value: float, uncertainty: float | None) -> str:
+    """`14.4% ± 0.8%`, rounded to what the uncertainty resolves (at least one decimal); `14.4%` without one."""
+    if not uncertainty or uncertainty <= 0 or not math.isfinite(uncertainty):
+        return f"{value:.1f}%"
+    places = max(1, resolution(uncertainty))
+    return f"{value:.{places}f}% ± {uncertainty:.{places}f}%"
+
+
+def limits_profiled(count: int) -> str:
+    """`1 limit profiled`, `9 limits profiled`."""
+    return f"{count} limit{'' if count == 1 else 's'} profiled"
+
+
+def _more_or_less(value: float, unit_text: str, more: str = "more", less: str = "less") -> str:
+    return f"{unit_text} {more if value >= 0 else less}"
+
+
+def payback_lines(limit: PowerLimitSummary) -> tuple[str, str, str] | None:
+    """The one saving of a tuned run, as every page gives it: three lines, in the order a user weighs them.
+
+    At the chosen limit (energy and time per step against the highest limit: what a longer run gets);
+    tuning's cost (what profiling took beyond running at the highest limit); this run (tuning included,
+    against the same steps at the highest limit) with the break-even by the selector's objective. None
+    when the summary has no `payback` (no limit chosen, an idle simulated GPU, an older summary).
+    """
+    pb = limit.payback
+    if pb is None or limit.chosen_power_limit_w is None or not limit.profile:
+        return None
+    chosen_w = limit.chosen_power_limit_w
+    top_j = max(limit.profile, key=lambda e: e.power_limit_w).energy_j
+    share_u = 100 * pb.energy_per_step_saved_uncertainty_j / top_j if top_j > 0 else None
+    share = percent(100 * abs(pb.energy_saved_fraction), share_u)
+    per_step = with_uncertainty(abs(pb.energy_per_step_saved_j), pb.energy_per_step_saved_uncertainty_j, "J", places=3)
+    at_chosen = (
+        f"at the chosen {chosen_w:g} W: {_more_or_less(-pb.energy_saved_fraction, share)} energy per step "
+        f"({per_step}) and {_more_or_less(pb.time_added_fraction, f'{100 * abs(pb.time_added_fraction):.1f}%')} "
+        "time per step than at the highest limit"
+    )
+    tuning = (
+        f"tuning's cost: {pb.tuning_steps} steps at other limits took "
+        f"{_more_or_less(pb.tuning_energy_j, f'{abs(pb.tuning_energy_j):.1f} J')} energy and "
+        f"{_more_or_less(pb.tuning_time_s, duration(abs(pb.tuning_time_s)))} time than at the highest limit"
+    )
+    saved = with_uncertainty(abs(pb.run_energy_saved_j), pb.run_energy_saved_uncertainty_j, "J")
+    by = f"by {pb.objective}" + (f", eta {limit.eta:g}" if pb.objective == "cost" and limit.eta is not None else "")
+    if pb.break_even_steps is None:
+        when = f"tuning never pays back: {chosen_w:g} W is no better than the highest limit ({by})"
+    elif pb.paid_back:
+        when = f"tuning paid back after {pb.break_even_steps} steps at {chosen_w:g} W ({by})"
+    else:
+        when = (
+            f"the run ended before tuning paid back: {pb.steps_at_chosen} of the {pb.break_even_steps} steps "
+            f"at {chosen_w:g} W it needs ({by})"
+        )
+    this_run = (
+        f"this run: {saved} {'saved' if pb.run_energy_saved_j >= 0 else 'more'} and "
+        f"{_more_or_less(pb.run_time_added_s, duration(abs(pb.run_time_added_s)))} time than its steps at the "
+        f"highest limit, tuning included; {when}"
+    )
+    return at_chosen, tuning, this_run
+
+
 def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | None = None) -> str:
     """The few lines printed at the end of a run: energy, time, power, and what the power-limit choice did."""
     label = simulated_label(summary.simulated, summary.simulated_driven_by)
@@ -548,11 +645,13 @@ def format_summary(summary: RunSummary, *, output_dir: str | os.PathLike[str] | 
             if pl.reused:
                 how = f"reused from run {pl.reused_run_id}" if pl.reused_run_id else "reused from a previous run"
             else:
-                how = f"{len(pl.profile)} limits profiled"
+                how = limits_profiled(len(pl.profile))
             eta = f"{pl.eta:g}" if pl.eta is not None else "unset"
             lines.append(f"  power limit {pl.chosen_power_limit_w:g} W chosen by {pl.selector} (eta {eta}; {how})")
             if never_applied(pl):
                 lines.append(f"  the chosen limit was never applied: {never_applied_why(summary.status)}")
+            elif payback_lines(pl) is not None:
+                lines.extend(f"  {line}" for line in payback_lines(pl) or ())
             elif pl.energy_saved_j is not None:
                 saved = with_uncertainty(pl.energy_saved_j, pl.energy_saved_uncertainty_j, "J")
                 if pl.saving_resolved is False:

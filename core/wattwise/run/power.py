@@ -39,9 +39,10 @@ from wattwise.power_limit import (
     WINDOW_PARTS,
     PowerLimitTuner,
     cap_limit_w,
+    payback,
     profile_limits_w,
 )
-from wattwise.profile import ProfileEntry
+from wattwise.profile import Payback, ProfileEntry
 from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
 from wattwise.run.carbon import CarbonControl
 from wattwise.settings.guard import SettingsGuard
@@ -615,6 +616,7 @@ class PowerLimitControl:
             else None
         )
         origin = self.reused_from
+        gained = self.payback()
         return PowerLimitSummary(
             mode=RunMode.TUNE,
             max_slowdown=self.cfg.max_slowdown,
@@ -637,7 +639,25 @@ class PowerLimitControl:
                 measured_again=tuple(
                     e.power_limit_w for e, n in zip(t.profile, t.window_counts, strict=False) if n > 1
                 ),
+                not_profiled=tuple(w for w in t.limits_w[t.sweep_size :]) if t.stopped_early else (),
             ),
+            payback=gained,
+        )
+
+    def payback(self) -> Payback | None:
+        """What the chosen limit gained and tuning cost so far (`wattwise.power_limit.payback`); None before one."""
+        t = self.tuner
+        if t is None or t.chosen is None or not all(gpu.driven for gpu in self.gpus):
+            return None
+        return payback(
+            t.profile,
+            t.uncertainty_j,
+            t.chosen.power_limit_w,
+            t.steps_at,
+            self.steps_at_chosen,
+            selector=t.selector,
+            eta=t.eta,
+            max_power_w=t.max_power_w,
         )
 
     def carbon_summary(self) -> CarbonAwareSummary | None:

@@ -14,6 +14,7 @@ shares with the agent. Still a simulated GPU, and labelled so.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -25,16 +26,25 @@ from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wattwise import safe_files
 from wattwise.config import SETTINGS, EnergyConfig, default_of, load_config
 from wattwise.devices import Physics, PowerModel
 from wattwise.errors import ConfigError, Key, Unavailable, UsageError
 from wattwise.extras import missing_extra
-from wattwise.power_limit import profile_limits_w, profile_table
-from wattwise.profile import ProfileEntry
-from wattwise.record.summary import resolution, saving_resolved, with_uncertainty
+from wattwise.power_limit import profile_limits_w, profile_table, zeus_cost
+from wattwise.profile import Payback, ProfileEntry
+from wattwise.record.summary import (
+    PowerLimitSummary,
+    payback_lines,
+    percent,
+    saving_resolved,
+    with_uncertainty,
+)
+
+if TYPE_CHECKING:
+    from wattwise.run import Run
 
 #: Keys each of the demo's two runs sets itself (tuned, then the baseline): not for `overrides`.
 PER_RUN_KEYS: tuple[str, ...] = ("power_limit.mode", "output_dir")
@@ -199,11 +209,15 @@ def demo_result(
     # Two runs measured apart: the saving is known to both runs' uncertainties in quadrature.
     tuned_u, baseline_u = tuned.get("energy_uncertainty_j") or 0.0, baseline.get("energy_uncertainty_j") or 0.0
     saved_j, saved_u = baseline["energy_j"] - tuned["energy_j"], math.hypot(tuned_u, baseline_u)
-    rows = profile_table(
-        [_entry(e) for e in pl_info.get("profile", [])],
-        eta=options.eta,
-        max_power_w=max_w * len(tuned["energy_per_device_j"]),
-    )
+    job_max_w = max_w * len(tuned["energy_per_device_j"])
+    rows = profile_table([_entry(e) for e in pl_info.get("profile", [])], eta=options.eta, max_power_w=job_max_w)
+    chosen_w = pl_info.get("chosen_power_limit_w")
+    # The model's own cost of each limit (the demo knows the truth the simulated GPU follows): how far the
+    # choice is from the model's best, whatever the measurement's noise.
+    modelled = {
+        w: _modelled_cost(model, w, options.eta) for w in profile_limits_w(*model.limit_range_w, options.step_w)
+    }
+    best_w = min(modelled, key=lambda w: (modelled[w], -w))
     return {
         "simulated": True,
         "backend": options.backend,
@@ -227,33 +241,78 @@ def demo_result(
         "energy_saved_uncertainty_j": saved_u,
         "saving_resolved": saving_resolved(saved_j, saved_u),
         "simulated_driven_by": tuned.get("simulated_driven_by"),
+        # The one saving, as summary.json gives it: at the chosen limit, tuning's cost, this run.
+        "payback": pl_info.get("payback"),
+        # By the demo's own objective (Zeus cost, eta): each run's cost, tuning included.
+        "cost_j": zeus_cost(tuned["energy_j"], tuned["time_s"], eta=options.eta, max_power_w=job_max_w),
+        "baseline_cost_j": zeus_cost(baseline["energy_j"], baseline["time_s"], eta=options.eta, max_power_w=job_max_w),
+        "modelled_best_power_limit_w": best_w,
+        "modelled_cost_above_best": (modelled[chosen_w] / modelled[best_w] - 1.0) if chosen_w in modelled else None,
     }
 
 
-def tuned_and_baseline(
-    options: DemoOptions, framework: str, train: Callable[[list[str], int], dict[str, Any]]
-) -> dict[str, Any]:
+def _modelled_cost(model: PowerModel, limit_w: float, eta: float) -> float:
+    """The model's Zeus cost per step at `limit_w`, relative to a step at the highest limit (a ranking, not joules)."""
+    time_factor, busy_w = model.at_limit(limit_w)
+    return zeus_cost(busy_w * time_factor, time_factor, eta=eta, max_power_w=model.limit_range_w[1])
+
+
+#: A training loop of the demo: `train(overrides, steps, stop)` trains at most `steps` steps, ending early once
+#: `stop(run)` says so after a step (None: never), and returns the run's summary.
+Train = Callable[[list[str], int, "Callable[[Run], bool] | None"], dict[str, Any]]
+
+
+def paid_back(run: Run, steps_after_tuning: int) -> bool:
+    """Whether the demo's tuned run may end: tuning ended, then the steps after it, and tuning has paid back.
+
+    The run goes on at the chosen limit for `steps_after_tuning` steps, and longer when tuning needs more to
+    pay back by the selector's objective (`wattwise.power_limit.payback`); a tuning that chose nothing, or a
+    limit that never pays back, ends after `steps_after_tuning`.
+    """
+    power = run.power
+    tuner = power.tuner
+    if tuner is None or not tuner.done:
+        return tuner is None and run.step_count >= steps_after_tuning  # tuning abandoned: measuring only
+    gained = power.payback()
+    needed = steps_after_tuning
+    if gained is not None and gained.break_even_steps is not None:
+        needed = max(needed, gained.break_even_steps)
+    return power.steps_at_chosen >= needed
+
+
+def tuned_and_baseline(options: DemoOptions, framework: str, train: Train) -> dict[str, Any]:
     """The demo of one framework.
 
-    `train(overrides, steps)` with tuning, then the same steps at the maximum limit, each returning its run's
-    summary; the comparison of the two.
+    `train(overrides, steps, stop)` with tuning until it has paid back (`paid_back`), then the same steps at
+    the maximum limit, each returning its run's summary; the comparison of the two.
     """
     model = PowerModel.of(options.power_model)
     lo, hi = model.limit_range_w
-    steps = options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
+    # At most: every limit in every part, measured again twice; the tuned run ends once it has paid back.
+    steps = 3 * options.total_steps(len(profile_limits_w(lo, hi, options.step_w)))
     from wattwise.tools.workload import use_one_cpu_thread  # torch: imported only when a demo runs
 
     logging.getLogger("wattwise.run.measurement").setLevel(logging.ERROR)  # the demo's own report says "simulated"
     use_one_cpu_thread()
     with private_state_dir() as tmp:
         common = demo_overrides(options, options.state_dir or str(tmp))
-        tuned = _summary_of(options, "tuned", train, [*common, "power_limit.mode=tune"], steps)
-        baseline = _summary_of(options, "baseline", train, [*common, "power_limit.mode=measure"], steps)
+        stop = functools.partial(_tuned_run_ends, steps_after_tuning=options.steps_after_tuning)
+        tuned = _summary_of(options, "tuned", train, [*common, "power_limit.mode=tune"], steps, stop)
+        baseline = _summary_of(options, "baseline", train, [*common, "power_limit.mode=measure"], tuned["steps"])
     return demo_result(options, framework, tuned, baseline, model)
 
 
+def _tuned_run_ends(run: Run, *, steps_after_tuning: int) -> bool:
+    return paid_back(run, steps_after_tuning)
+
+
 def _summary_of(
-    options: DemoOptions, run: str, train: Callable[[list[str], int], dict[str, Any]], overrides: list[str], steps: int
+    options: DemoOptions,
+    run: str,
+    train: Train,
+    overrides: list[str],
+    steps: int,
+    stop: Callable[[Run], bool] | None = None,
 ) -> dict[str, Any]:
     """The summary of the demo's `run` ("tuned", or "baseline" in its own folder); one line when it has none.
 
@@ -266,7 +325,7 @@ def _summary_of(
     """
     folder = Path(options.output_dir) / ("baseline" if run == "baseline" else "")
     try:
-        return train([*overrides, f"output_dir={folder}"], steps)
+        return train([*overrides, f"output_dir={folder}"], steps, stop)
     except RuntimeError as err:
         where = " (is the node agent at $WATTWISE_AGENT_SOCKET still running?)" if options.backend == "agent" else ""
         kept = f"; the tuned run's summary is in {options.output_dir}" if run == "baseline" else ""
@@ -395,15 +454,54 @@ def format_demo(result: dict[str, Any]) -> str:
         "",
         f"chosen power limit: {result['chosen_power_limit_w']:g} W",
         *_tie_line(result),
+        *_payback_lines(result),
         f"energy: {with_uncertainty(result['energy_j'], result.get('energy_uncertainty_j'), 'J')} in "
         f"{result['time_s']:.2f} s ({result['steps']} steps, tuning included)",
         f"same steps at the maximum limit ({result['max_power_limit_w']:g} W): "
         f"{with_uncertainty(result['baseline_energy_j'], result.get('baseline_energy_uncertainty_j'), 'J')} in "
         f"{result['baseline_time_s']:.2f} s",
         saving_line(result),
+        *_cost_lines(result),
         f"summary: {result['run_dir']}/summary.json",
     ]
     return "\n".join(lines)
+
+
+def _payback_lines(result: dict[str, Any]) -> list[str]:
+    """The one saving of the tuned run, as its summary gives it: at the chosen limit, tuning's cost, this run."""
+    pl = result.get("payback")
+    profile = tuple(ProfileEntry(r["power_limit_w"], r["time_s"], r["energy_j"]) for r in result["profile"])
+    if not pl or result.get("chosen_power_limit_w") is None:
+        return []
+    limit = PowerLimitSummary(
+        mode="tune",
+        eta=result["eta"],
+        chosen_power_limit_w=result["chosen_power_limit_w"],
+        profile=profile,
+        payback=Payback(**{k: v for k, v in pl.items() if k != "paid_back"}),
+    )
+    return list(payback_lines(limit) or ())
+
+
+def _cost_lines(result: dict[str, Any]) -> list[str]:
+    """Each run's cost by the demo's own objective, and how the choice stands by the model's own figures."""
+    cost, base = result.get("cost_j"), result.get("baseline_cost_j")
+    if cost is None or base is None:
+        return []
+    verdict = "less" if cost < base else "more"
+    lines = [
+        f"by the objective (eta {result['eta']:g}): {cost:,.0f} J for the tuned run, {base:,.0f} J for the same "
+        f"steps at the maximum limit ({100 * abs(cost - base) / base:.1f}% {verdict}, tuning included)"
+    ]
+    above, best_w = result.get("modelled_cost_above_best"), result.get("modelled_best_power_limit_w")
+    if above is not None and best_w is not None:
+        lines.append(
+            f"the simulated GPU's model: {result['chosen_power_limit_w']:g} W costs {100 * above:.1f}% more per "
+            f"step than its best limit, {best_w:g} W"
+            if above > 0
+            else f"the simulated GPU's model: {result['chosen_power_limit_w']:g} W is its best limit"
+        )
+    return lines
 
 
 def _tie_line(result: dict[str, Any]) -> list[str]:
@@ -441,15 +539,7 @@ def saving_line(result: dict[str, Any]) -> str:
     joules = with_uncertainty(saved_j, saved_u, "J")
     if saving_resolved(saved_j, saved_u) is False:
         return (
-            f"energy saving not resolved: {_percent(pct, pct_u)} is within the measurement "
-            f"uncertainty ({joules}), for {time_pct:+.1f}% time"
+            f"measured against that run: energy saving not resolved: {percent(pct, pct_u)} is within the "
+            f"measurement uncertainty ({joules}), for {time_pct:+.1f}% time"
         )
-    return f"energy saved {_percent(pct, pct_u)} for {time_pct:+.1f}% time ({joules})"
-
-
-def _percent(pct: float, uncertainty: float | None) -> str:
-    """`14.4% ± 0.8%`, rounded to what the uncertainty resolves (at least one decimal); `14.4%` without one."""
-    if not uncertainty or uncertainty <= 0:
-        return f"{pct:.1f}%"
-    places = max(1, resolution(uncertainty))
-    return f"{pct:.{places}f}% ± {uncertainty:.{places}f}%"
+    return f"measured against that run: energy saved {percent(pct, pct_u)} for {time_pct:+.1f}% time ({joules})"
