@@ -241,7 +241,7 @@ class AgentClient:
         From then on that user may change only the GPUs of their registered jobs.
 
         Returns:
-            `{"job_id", "uid", "gpus": [GPU indices]}`.
+            `{"job_id", "uid", "gpus": [GPU indices], "gpu_uuids", "registered_at_s", "expires_at_s"}`.
         """
         result: dict[str, Any] = self.request("POST", "/v1/jobs", {"job_id": job_id, "uid": uid, "gpus": gpus})
         return result
