@@ -69,12 +69,14 @@ class AccelerateEnergy:
         *,
         devices: list[Device] | None = None,
         print_summary: bool = True,
+        framework: str = "accelerate",
     ) -> None:
         self.accelerator = accelerator
         self.config = config
         #: Print the few-line summary on stderr (main process) when the run finishes.
         self.print_summary = print_summary
-        self.run = Run(config, framework="accelerate", devices=devices, local_rank=accelerator.local_process_index)
+        #: Who drives the run, as its summary and the run history say ("transformers" for the HF Trainer).
+        self.run = Run(config, framework=framework, devices=devices, local_rank=accelerator.local_process_index)
         self.run.log_every_n_steps = config.log_every_n_steps or DEFAULT_LOG_EVERY_N_STEPS
         self._step_hooks: dict[int, RemovableHandle] = {}
         self._state_hooks: list[RemovableHandle] = []

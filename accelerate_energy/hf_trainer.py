@@ -46,6 +46,9 @@ from wattwise.run import Figures
 from wattwise.run.logged import simulated, step_metrics
 from wattwise.vocabulary import RunStatus
 
+#: The framework a Trainer's run names in its summary and the run history.
+TRANSFORMERS = "transformers"
+
 
 class EnergyTrainerCallback(TrainerCallback):
     """Measure energy in a Hugging Face Trainer and optionally tune or cap the GPU power limit.
@@ -124,7 +127,10 @@ class EnergyTrainerCallback(TrainerCallback):
         self.trainer = trainer
         accelerator = trainer.accelerator
         if self.config is not None and energy(accelerator) is None:
-            AccelerateEnergy(accelerator, self.config, devices=self._devices).install()
+            AccelerateEnergy(accelerator, self.config, devices=self._devices, framework=TRANSFORMERS).install()
+        found = energy(accelerator)
+        if found is not None:  # the flag's hook attached the accelerator: its run is the Trainer's all the same
+            found.run.framework = TRANSFORMERS
         train = trainer.train
 
         @functools.wraps(train)

@@ -170,6 +170,9 @@ class EnergyConfig:
 
     #: A name for this training job: tuning results are saved and reused under it.
     job: str | None = None
+    #: The project the run belongs to, in its summary and the run history (`wattwise runs list --project`).
+    #: None: the working directory's git root's name, else its folder's (`wattwise.project`).
+    project: str | None = None
     #: Where the end-of-run summary (summary.json, windows.csv, power.csv) is written.
     output_dir: str = "wattwise_runs"
     #: Raise instead of degrading to measurement-only when a setting cannot be applied.

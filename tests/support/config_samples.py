@@ -14,6 +14,7 @@ from wattwise.config import EnergyConfig
 #: every key reaches the callback, the Accelerate variables and the CLI set each to this value.
 SAMPLES: dict[str, Any] = {
     "job": "nightly",
+    "project": "vision",
     "output_dir": "elsewhere",
     "strict": True,
     "log_every_n_steps": 7,

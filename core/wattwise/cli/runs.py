@@ -17,6 +17,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 from wattwise.errors import UsageError
+from wattwise.project import default_project
 from wattwise.safe_files import json_text
 from wattwise.store.compare import difference
 from wattwise.store.runs import RunRow, UnreadableRun, forget_run, get_run, get_runs, list_history
@@ -49,6 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="only runs started since: a date (2026-12-01, UTC), an ISO time with a timezone, or a duration ago (7d)",
     )
     listing.add_argument("--status", help="only runs that ended so (completed, failed, interrupted)")
+    listing.add_argument(
+        "--project",
+        nargs="?",
+        const=".",
+        help="only this project's runs; without a name (or '.'), the working directory's project "
+        "(its git root's or folder's name)",
+    )
     listing.set_defaults(func=run_list)
     show = actions.add_parser("show", parents=[common], help="one run: every figure and its folder")
     show.add_argument("run_id", metavar="ID", help="run id (see `wattwise runs list`)")
@@ -136,7 +144,8 @@ def run_list(args: argparse.Namespace) -> int:
         The exit status.
     """
     since = parse_since(args.since, now_s=time.time()) if args.since is not None else None
-    listing = list_history(job=args.job, since=since, status=args.status, location=args.store)
+    project = default_project() if args.project == "." else args.project
+    listing = list_history(job=args.job, since=since, status=args.status, project=project, location=args.store)
     rows = listing.runs
     if args.json:
         print(
@@ -147,16 +156,17 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     _say_unreadable(listing.unreadable)
     if not rows:
-        print("no runs in the history" + (" that match" if args.job or args.since or args.status else ""))
+        print("no runs in the history" + (" that match" if args.job or args.since or args.status or project else ""))
         return 0
     print(
-        f"{'id':<24} {'job':<20} {'framework':<10} {'mode':<7} {'status':<11} {'start (UTC)':<19} "
+        f"{'id':<24} {'project':<16} {'job':<20} {'framework':<12} {'mode':<7} {'status':<11} {'start (UTC)':<19} "
         f"{'time (s)':>9} {'energy (J)':>18} {'limit (W)':>9} {'saved (J)':>14} {'figures':<9}"
     )
     for r in rows:
         limit = f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-"
         print(
-            f"{r.id:<24} {(r.job or '-'):<20} {(r.framework or '-'):<10} {r.mode:<7} {(r.status or '-'):<11} "
+            f"{r.id:<24} {(r.project or '-'):<16} {(r.job or '-'):<20} {(r.framework or '-'):<12} {r.mode:<7} "
+            f"{(r.status or '-'):<11} "
             f"{_start(r):<19} {r.time_s:>9.4g} {_energy(r):>18} {limit:>9} {_saved(r):>14} {_source(r):<9}"
         )
     return 0
@@ -177,6 +187,7 @@ def _show_lines(r: RunRow) -> list[str]:
         saving = f"{_saved(r)} J against the highest limit{within}{cost}"
     return [
         f"run {r.id} ({_source(r)} figures)",
+        f"  project    {r.project or '-'}",
         f"  job        {r.job or '-'}",
         f"  framework  {r.framework or '-'}",
         f"  mode       {r.mode}",

@@ -87,6 +87,7 @@ def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str])
         time_cost_s=time_cost_s(limit),
         folder=str(Path(folder).absolute()),
         simulated=summary.simulated,
+        project=summary.project,
     )
 
 

@@ -47,6 +47,7 @@ from wattwise.distributed import Collective, default_collective
 from wattwise.errors import EnergyPluginWarning, Unavailable, UsageError, plugin_warning
 from wattwise.flags import UNDER_WATTWISE_RUN
 from wattwise.monitor import Measurement
+from wattwise.project import project_of
 from wattwise.record.files import WindowsLog, power_rows, write_run_dir
 from wattwise.record.kept import leave_late_note, summary_written_without
 from wattwise.record.summary import (
@@ -101,7 +102,7 @@ def simulated_hint(framework: str) -> str:
     """How a user of `framework` turns the simulated GPU on: the keyword or variable they would use."""
     if framework == "lightning":
         return "EnergyCallback(backend='simulated') (or LIGHTNING_ENERGY_BACKEND=simulated)"
-    if framework == "accelerate":
+    if framework in ("accelerate", "transformers"):
         return "ACCELERATE_ENERGY_BACKEND=simulated"
     return "devices.backend=simulated (or WATTWISE_BACKEND=simulated)"
 
@@ -795,6 +796,7 @@ class Run:
             backend=figures.backend,
             framework=self.framework,
             job=self.cfg.job,
+            project=project_of(self.cfg.project),
             hostname=socket.gethostname(),
             world_size=self.collective.world_size,
             start_time=iso_utc(self._start_wall),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIME_S, TIMESTAMP_S, Bound
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
+from wattwise.project import MAX_PROJECT_CHARS
 from wattwise.vocabulary import RunMode
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ _MAX_FOLDER, _MAX_WORD = 4096, 32
 #: The longest owner kept (a login or a database role name).
 _MAX_OWNER = 128
 #: The fields a run's JSON object may lack (added since the spool's first format): their default then.
-_OPTIONAL = frozenset({"owner", "saving_uncertainty_j"})
+_OPTIONAL = frozenset({"owner", "saving_uncertainty_j", "project"})
 #: The most devices a run's row lists (a node's GPUs times its nodes, with room to spare).
 _MAX_DEVICES = 65536
 
@@ -64,6 +65,8 @@ class RunDict(TypedDict):
     owner: str | None
     #: How precisely `saving_j` is known (J); null: unknown (no saving, or recorded before rows said).
     saving_uncertainty_j: float | None
+    #: The project the run belongs to (`wattwise.project`); null: not said (recorded before rows named one).
+    project: str | None
 
 
 class UnreadableDict(TypedDict):
@@ -130,6 +133,7 @@ class RunRow:
         owner: Who recorded it (`current_owner`), set by the store when the row is written; only they, or
             the store's admin, forget or replace it. None: not yet written, or recorded before rows had one.
         saving_uncertainty_j: How precisely `saving_j` is known (J); None: unknown.
+        project: The project it belongs to (`wattwise.project`); None: not said.
     """
 
     id: str
@@ -150,6 +154,7 @@ class RunRow:
     simulated: bool
     owner: str | None = None
     saving_uncertainty_j: float | None = None
+    project: str | None = None
 
     @property
     def start_s(self) -> float:
@@ -187,6 +192,7 @@ class RunRow:
             simulated=self.simulated,
             owner=self.owner,
             saving_uncertainty_j=self.saving_uncertainty_j,
+            project=self.project,
         )
 
     @classmethod
@@ -289,6 +295,7 @@ def check_row(row: RunRow, *, where: str = "run") -> None:
     _optional_number(row.time_cost_s, TIME_S, f"{where}: time_cost_s", signed=True)
     _optional_text(row.folder, f"{where}: folder", _MAX_FOLDER)
     _optional_text(row.owner, f"{where}: owner", _MAX_OWNER)
+    _optional_text(row.project, f"{where}: project", MAX_PROJECT_CHARS)
     if not isinstance(row.simulated, bool):
         raise UsageError(f"{where}: simulated must be true or false (got {row.simulated!r})")
 
@@ -314,6 +321,7 @@ def _values(row: RunRow) -> dict[str, Any]:
         "simulated": row.simulated,
         "owner": row.owner,
         "saving_uncertainty_j": row.saving_uncertainty_j,
+        "project": row.project,
     }
 
 
@@ -347,6 +355,7 @@ def _row(db: Any) -> RunRow | UnreadableRun:
         data = {name: getattr(db, name) for name in _STORED_AS_IS}
         data["owner"] = getattr(db, "owner", None)  # a store at revision 0003 has no owner column
         data["saving_uncertainty_j"] = getattr(db, "saving_uncertainty_j", None)  # none before revision 0005
+        data["project"] = getattr(db, "project", None)  # none before revision 0006
         row = RunRow.from_dict(
             {**data, **times, "devices": devices, "simulated": bool(db.simulated)}, where=f"run {run_id}"
         )
@@ -462,7 +471,12 @@ def put_run(conn: Connection, row: RunRow) -> None:
 
 
 def select_history(
-    conn: Connection, *, job: str | None = None, since_s: float | None = None, status: str | None = None
+    conn: Connection,
+    *,
+    job: str | None = None,
+    since_s: float | None = None,
+    status: str | None = None,
+    project: str | None = None,
 ) -> RunListing:
     """The runs that match every filter given, oldest first (then by id), and the rows that are not runs."""
     from sqlalchemy import select
@@ -476,6 +490,8 @@ def select_history(
         query = query.where(table.c.start_s >= since_s)
     if status is not None:
         query = query.where(table.c.status == status)
+    if project is not None:
+        query = query.where(table.c.project == project)
     runs: list[RunRow] = []
     unreadable: list[UnreadableRun] = []
     for db in conn.execute(query.order_by(table.c.start_s, table.c.id)):

@@ -196,11 +196,12 @@ def _spooled(url: str) -> list[RunRow]:
     return rows
 
 
-def _matches(row: RunRow, job: str | None, since: float | None, status: str | None) -> bool:
+def _matches(row: RunRow, job: str | None, since: float | None, status: str | None, project: str | None = None) -> bool:
     return (
         (job is None or row.job == job)
         and (since is None or row.start_s >= since)
         and (status is None or row.status == status)
+        and (project is None or row.project == project)
     )
 
 
@@ -209,6 +210,7 @@ def list_history(
     since: float | None = None,
     status: str | None = None,
     *,
+    project: str | None = None,
     location: str | None = None,
 ) -> RunListing:
     """The runs in the history that match every filter given, oldest first, and the rows that do not read.
@@ -221,6 +223,7 @@ def list_history(
         job: Only this job's runs.
         since: Only runs that started at or after this time (seconds since the epoch).
         status: Only runs that ended so ("completed", "failed", "interrupted", ...).
+        project: Only this project's runs (`wattwise.project`).
         location: The store (see `record_run`).
 
     Raises:
@@ -230,12 +233,14 @@ def list_history(
     if job is not None:
         check_job_name(job, setting="job")
     url = _url(location)
-    spooled = [row for row in _spooled(url) if _matches(row, job, since, status)]
+    spooled = [row for row in _spooled(url) if _matches(row, job, since, status, project)]
     listing = RunListing([], [])
     if _database_exists(url):
         with _opened(url) as store:
             if store.holds_tables:
-                listing = store.read(lambda conn: select_history(conn, job=job, since_s=since, status=status))
+                listing = store.read(
+                    lambda conn: select_history(conn, job=job, since_s=since, status=status, project=project)
+                )
     if not spooled:
         return listing
     waiting = {row.id: row for row in spooled}

@@ -98,6 +98,7 @@ run_history_table = Table(
     Column("simulated", Boolean, nullable=False),
     Column("owner", String(128), nullable=True),
     Column("saving_uncertainty_j", Double, nullable=True),
+    Column("project", String(128), nullable=True),
     Index("ix_wattwise_run_history_start_s", "start_s"),
     Index("ix_wattwise_run_history_job_start_s", "job", "start_s"),
 )

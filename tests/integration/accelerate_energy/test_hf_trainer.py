@@ -49,7 +49,7 @@ def test_trainer_steps_are_its_optimizer_steps_and_its_trackers_get_the_figures_
     done = train(tmp_path, "40")
     s = summary(tmp_path)
     assert "global_step 40" in done.stdout
-    assert s["steps"] == 40 and s["framework"] == "accelerate" and s["status"] == "completed"  # 80 micro-batches
+    assert s["steps"] == 40 and s["framework"] == "transformers" and s["status"] == "completed"  # 80 micro-batches
     logged = next(line for line in done.stdout.splitlines() if line.startswith("logged ")).split()
     assert {"energy/step_j", "time/step_s", "power/avg_w"} <= set(logged)
     history = next(line for line in done.stdout.splitlines() if line.startswith("history ")).split()

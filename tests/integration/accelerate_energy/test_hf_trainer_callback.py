@@ -81,7 +81,7 @@ def test_the_callback_in_callbacks_measures_the_run_and_logs_at_the_trainers_log
     assert isinstance(t.callback_handler.callbacks[0], EnergyTrainerCallback)  # first: trackers see its figures
     t.train()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["steps"] == 40 and summary["framework"] == "accelerate" and summary["status"] == "completed"
+    assert summary["steps"] == 40 and summary["framework"] == "transformers" and summary["status"] == "completed"
     with_energy = [log["step"] for log in Tracker.logs if "energy/step_j" in log]
     assert with_energy == [5, 10, 15, 20, 25, 30, 35, 40]
     assert all(log["energy/step_j"] > 0 and log["time/step_s"] > 0 for log in Tracker.logs if "energy/step_j" in log)
