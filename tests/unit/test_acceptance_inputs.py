@@ -119,3 +119,10 @@ def test_ctrl_c_during_a_check_stops_keeps_what_finished_and_exits_130(
     report = json.loads((tmp_path / "acceptance.json").read_text())
     assert [(c["name"], c["status"]) for c in report["checks"]] == [("first", PASSED)]
     assert "interrupted during interrupted" in report["notes"][-1]
+
+
+def test_the_report_a_run_writes_is_read_back_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([FakeGpu(demand_w=250.0)], clock=FakeClock()).install(monkeypatch)
+    report = run_checks(tmp_path, only=["discovery", "power_limit", "energy_counter", "clocks"])
+    known = {name for name, _ in acceptance.all_checks()}
+    assert [acceptance.check_problem(c, known) for c in report["checks"]] == [None] * 4

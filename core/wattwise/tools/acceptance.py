@@ -8,20 +8,26 @@ Checks, each recorded as passed / failed / skipped with its reason, in `DIR/acce
 
 1. `discovery`: every GPU, its power-limit range, supported SM clocks, energy-counter support.
 2. `energy_counter`: a matrix-multiply load; energy from the counter against the integral of 10 ms power
-   samples (agreement in %), the counter's update rate (distinct values per second), and the cost of a
-   measurement window with and without CUDA synchronize.
+   samples (agreement in %), the counter's update rate (changes of its value per second, and the mean
+   period between changes), and the cost of a measurement window with and without CUDA synchronize.
 3. `power_limit`: set the minimum, read it back, run the load (power must stay under the limit + 5%, the
-   step time must rise), restore; then a child process that set a limit is SIGKILLed and the recovery
-   path must restore it (`kill_recovery`). Where the driver refuses (a container without CAP_SYS_ADMIN),
-   NVML's own words.
-4. `clocks`: lock the SM clock to three supported frequencies, time and energy of the load at each,
-   reset; written as `DIR/clock_profile.csv` (`frequency,time,energy`) and, with check 3,
-   `DIR/power_limit_profile.csv` (`power_limit,time,power`, the simulated GPU's power-model format).
+   step time must rise; how long the new limit takes to hold, between changes of the counter), restore;
+   then a child process that set a limit is SIGKILLed and the recovery path must restore it
+   (`kill_recovery`). Where the driver refuses (a container without CAP_SYS_ADMIN), NVML's own words.
+4. `clocks`: lock the SM clock to six supported frequencies, time and energy of the load at each,
+   reset (the clock curve's shape); written as `DIR/clock_profile.csv` (`frequency,time,energy`) and,
+   with check 3, `DIR/power_limit_profile.csv` (`power_limit,time,power`, the simulated GPU's power-model
+   format). `clock_switch`: how long a locked clock takes to act (three changes down and three up, the
+   median).
 5. `training`: a small transformer (synthetic tokens, CUDA, bf16) under Lightning with `EnergyCallback`
    in tune mode: chosen limit, profile, saving against the maximum limit measured in the same run, and
    the hot-path overhead of measure mode against no callback.
 6. `pipeline`: two halves of a small GPT as two stages on one GPU, `PipelineProfiler` over three
    supported clocks, then `wattwise frontier` and `wattwise plan` on the measured profile.
+
+The report sets the counter's period, the clock-switch latency, the power limit's settling and the
+clock curve beside the simulated GPU's preset for that GPU generation (`preset_rows`), so that a run on
+hardware settles what the simulated GPU still assumes.
 
 `--levers` runs instead the three lever checks of `wattwise.tools.levers` (`cap_sweep`, `tuning_vs_sweep`,
 `pipeline_measured`), each beside the published figure it reproduces.
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -163,17 +170,14 @@ def check_energy_counter(ctx: Context) -> dict[str, Any]:
         e1 = gpu.energy_j()
     counter_j, polled_j = e1 - e0, poller.energy_j()
     agreement = abs(counter_j - polled_j) / counter_j * 100 if counter_j > 0 else math.inf
-    # Update rate: distinct counter values per second while loaded.
-    values, end = set(), time.perf_counter() + min(2.0, seconds)
-    thread = threading.Thread(target=load.run_for, args=(min(2.0, seconds),), daemon=True)
+    # Update rate: changes of the counter's value per second while loaded (N values read are N - 1 changes).
+    span_s = min(2.0, seconds)
+    thread = threading.Thread(target=load.run_for, args=(span_s,), daemon=True)
     thread.start()
-    reads = 0
-    while time.perf_counter() < end:
-        values.add(gpu.energy_j())
-        reads += 1
-        time.sleep(0.001)
+    changes = counter_changes(gpu.energy_j, span_s)
     thread.join()
-    updates_per_s = len(values) / min(2.0, seconds)
+    reads = changes.reads
+    updates_per_s = changes.count / span_s
     overhead = _window_overhead_s(gpu, load)
     figures = {
         "load_s": seconds,
@@ -183,6 +187,8 @@ def check_energy_counter(ctx: Context) -> dict[str, Any]:
         "poll_samples": len(poller.samples),
         "mean_power_w": poller.mean_power_w(),
         "counter_updates_per_s": updates_per_s,
+        "counter_changes": changes.count,
+        "counter_period_s": changes.period_s,
         "counter_reads": reads,
         **overhead,
     }
@@ -195,6 +201,44 @@ def check_energy_counter(ctx: Context) -> dict[str, Any]:
             figures,
         )
     return figures
+
+
+@dataclasses.dataclass(frozen=True)
+class CounterChanges:
+    """How often a counter's value changed over a span of reads."""
+
+    #: Changes seen: reads whose value differs from the read before (N distinct values in a row: N - 1).
+    count: int
+    #: Mean time between two changes: from the first change to the last over the changes between (s; NaN
+    #: with fewer than two changes).
+    period_s: float
+    reads: int
+
+
+def counter_changes(
+    read: Callable[[], float],
+    span_s: float,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CounterChanges:
+    """Read `read` every millisecond for `span_s` and count its changes (not its distinct values)."""
+    end = clock() + span_s
+    last = read()
+    reads, count = 1, 0
+    first_s = last_s = math.nan
+    while clock() < end:
+        sleep(0.001)
+        value = read()
+        reads += 1
+        if value != last:
+            count += 1
+            last_s = clock()
+            if count == 1:
+                first_s = last_s
+            last = value
+    period_s = (last_s - first_s) / (count - 1) if count >= 2 else math.nan
+    return CounterChanges(count, period_s, reads)
 
 
 def _window_overhead_s(gpu: Device, load: MatmulLoad, pairs: int = 200) -> dict[str, float]:
@@ -252,6 +296,75 @@ def _limit_run(gpu: Device, load: MatmulLoad, seconds: float) -> dict[str, float
     return {"step_time_s": sorted(times)[len(times) // 2], "power_w": power, "steps": len(times)}
 
 
+def _limit_settling(gpu: Device, guard: Any, load: MatmulLoad, limit_w: float, span_s: float = 3.0) -> dict[str, Any]:
+    """How long a new (lower) limit takes to hold under load: the power between changes of the energy counter.
+
+    Loaded at the current limit for a second, the limit is set to `limit_w`; the power over each interval
+    between two changes of the counter (about 0.1 s) is read for `span_s`. The settling time is when the
+    first interval ends from which on every interval stays within 5% of the limit (to one interval).
+    """
+    if not gpu.has_energy_counter():
+        return {"skipped": "no energy counter"}
+    thread = threading.Thread(target=load.run_for, args=(1.0 + span_s,), daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    changed_at = time.perf_counter()
+    guard.set_power_limit(gpu, limit_w)
+    points = [(changed_at, gpu.energy_j())]
+    while time.perf_counter() - changed_at < span_s:
+        value = gpu.energy_j()
+        if value != points[-1][1]:
+            points.append((time.perf_counter(), value))
+        time.sleep(0.001)
+    thread.join()
+    intervals = [
+        (t1 - changed_at, (e1 - e0) / (t1 - t0)) for (t0, e0), (t1, e1) in itertools.pairwise(points[1:]) if t1 > t0
+    ]
+    settle_s = None
+    for k, (end_s, _) in enumerate(intervals):
+        if all(w <= limit_w * (1 + LIMIT_ALLOWANCE) for _, w in intervals[k + 1 :]) and k + 1 < len(intervals):
+            settle_s = end_s
+            break
+    return {"limit_w": limit_w, "settle_s": settle_s, "interval_powers_w": [round(w, 1) for _, w in intervals]}
+
+
+def check_clock_switch(ctx: Context) -> dict[str, Any]:
+    """How long a locked SM clock takes to act: from the call until short loads run at the new clock's speed.
+
+    One multiply at a time (about 1.6 ms on an H100 at its highest clock) runs at the highest clock, then
+    the lowest is locked (`wattwise.frequency.profiler.clock_change_s`), then back; three changes each way,
+    the median. The pipeline planner needs this latency: no frequency segment shorter than it.
+
+    Raises:
+        Skip: no load, too few known SM clocks, or the driver refused to lock them.
+    """
+    from wattwise.frequency.profiler import clock_change_s
+    from wattwise.settings.guard import SettingsGuard
+    from wattwise.tools.checks import MatmulLoad
+
+    load = ctx.require_load()
+    gpu = ctx.require_gpu()
+    clocks = _sweep_clocks_mhz(gpu)
+    high, low = clocks[0], clocks[-1]
+    short = MatmulLoad(load.cuda_index, load.size, per_step=1)
+    down, up = [], []
+    with SettingsGuard() as guard:
+        try:
+            for _ in range(3):
+                down.append(clock_change_s(gpu, short.step, guard, (high, low), window_s=0.3))
+                up.append(clock_change_s(gpu, short.step, guard, (low, high), window_s=0.3))
+        except NoPermissionError as err:
+            raise Skip(f"locking SM clocks was refused; NVML said: {err}") from None
+        guard.reset_sm_clocks(gpu)
+    return {
+        "high_mhz": high,
+        "low_mhz": low,
+        "down_s": down,
+        "up_s": up,
+        "clock_change_s": sorted(down + up)[len(down + up) // 2],
+    }
+
+
 def check_power_limit(ctx: Context) -> dict[str, Any]:
     """Check 3: set the lowest limit through the settings guard, read it back, load at both ends, restore it.
 
@@ -281,6 +394,8 @@ def check_power_limit(ctx: Context) -> dict[str, Any]:
         if load_reason is None:
             assert ctx.load is not None
             seconds = ctx.seconds(10.0)
+            guard.set_power_limit(gpu, rng.max_w)
+            figures["settle"] = _limit_settling(gpu, guard, ctx.load, rng.min_w)
             at_min = _limit_run(gpu, ctx.load, seconds)
             guard.set_power_limit(gpu, rng.max_w)
             at_max = _limit_run(gpu, ctx.load, seconds)
@@ -346,19 +461,28 @@ def check_kill_recovery(ctx: Context) -> dict[str, Any]:
     return figures
 
 
-def _three_clocks_mhz(gpu: Device) -> list[int]:
-    """The highest, a middle and the lowest supported SM clock; a skip when they are unknown or too few."""
+#: Locked clocks of the clock check: enough points for the curve's shape (its linear and superlinear parts).
+SWEEP_CLOCKS = 6
+
+
+def _sweep_clocks_mhz(gpu: Device, count: int = SWEEP_CLOCKS) -> list[int]:
+    """`count` supported SM clocks from the highest to the lowest, evenly spread; a skip when unknown or too few."""
     try:
         supported = sorted(gpu.supported_sm_clocks_mhz(), reverse=True)
     except DeviceError as err:
         raise Skip(f"supported SM clocks unknown; NVML said: {err}") from None
     if len(supported) < 3:
         raise Skip(f"fewer than three supported SM clocks ({supported})")
-    return [supported[0], supported[len(supported) // 2], supported[-1]]
+    if len(supported) <= count:
+        return supported
+    return sorted({supported[round(i * (len(supported) - 1) / (count - 1))] for i in range(count)}, reverse=True)
 
 
 def check_clocks(ctx: Context) -> dict[str, Any]:
-    """Check 4: the load at three locked SM clocks (highest, middle, lowest), written as `clock_profile.csv`.
+    """Check 4: the load at six locked SM clocks (highest to lowest), written as `clock_profile.csv`.
+
+    The energy per step at each against the highest's is the clock curve's shape, which the report sets
+    beside the simulated GPU's preset for this GPU (`preset_rows`).
 
     Also writes `power_limit_profile.csv` from check 3's measurements when it ran.
 
@@ -370,7 +494,7 @@ def check_clocks(ctx: Context) -> dict[str, Any]:
 
     load = ctx.require_load()
     gpu = ctx.require_gpu()
-    chosen = _three_clocks_mhz(gpu)
+    chosen = _sweep_clocks_mhz(gpu)
     rows = []
     with SettingsGuard() as guard:
         for mhz in chosen:
@@ -378,7 +502,7 @@ def check_clocks(ctx: Context) -> dict[str, Any]:
                 guard.lock_sm_clocks(gpu, mhz, mhz)
             except NoPermissionError as err:
                 raise Skip(f"locking SM clocks was refused; NVML said: {err}") from None
-            run = _limit_run(gpu, load, ctx.seconds(5.0))
+            run = _limit_run(gpu, load, ctx.seconds(2.5))
             rows.append(
                 {"frequency_mhz": mhz, "time_s": run["step_time_s"], "energy_j": run["power_w"] * run["step_time_s"]}
             )
@@ -435,7 +559,7 @@ def check_pipeline(ctx: Context) -> dict[str, Any]:
     from wattwise.pipeline.profiles import write_profile
     from wattwise.settings.guard import SettingsGuard
 
-    freqs = _three_clocks_mhz(gpu)
+    freqs = _sweep_clocks_mhz(gpu, 3)
     device = torch.device("cuda", load.cuda_index)
     torch.manual_seed(0)
     width, tokens = 1024, 4096  # two halves of a small GPT-like stack: 4 layers each
@@ -513,6 +637,7 @@ CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
     ("power_limit", check_power_limit),
     ("kill_recovery", check_kill_recovery),
     ("clocks", check_clocks),
+    ("clock_switch", check_clock_switch),
     ("training", check_training),
     ("pipeline", check_pipeline),
 ]
@@ -523,6 +648,7 @@ CHECK_ESTIMATE_S: dict[str, tuple[float, float]] = {
     "power_limit": (30.0, 10.0),
     "kill_recovery": (10.0, 10.0),
     "clocks": (25.0, 10.0),
+    "clock_switch": (10.0, 10.0),
     "training": (180.0, 90.0),
     "pipeline": (90.0, 40.0),
 }
@@ -730,14 +856,10 @@ def _figure_problem(value: object, where: str) -> str | None:
             if problem is not None:
                 return problem
             unit = next((b for suffix, b in _FIGURE_UNITS if str(key).endswith(suffix)), None)
-            if unit is not None and item is not None:
-                bound: bounds.Bound = getattr(bounds, unit)
-                ok = isinstance(item, int | float) and not isinstance(item, bool)
-                high = bound.high
-                if not ok or not (-high <= float(item) <= high):
-                    return (
-                        f"{where}.{key} must be a number of {bound.unit}, at most {high:g} in size (got {item!r:.40})"
-                    )
+            if unit is not None:
+                problem = _unit_problem(item, getattr(bounds, unit), f"{where}.{key}")
+                if problem is not None:
+                    return problem
         return None
     if isinstance(value, list):
         return next((p for i, item in enumerate(value) if (p := _figure_problem(item, f"{where}[{i}]"))), None)
@@ -746,6 +868,23 @@ def _figure_problem(value: object, where: str) -> str | None:
     if value is None or isinstance(value, str | bool | int | float):
         return None
     return f"{where} is not a figure (got {type(value).__name__})"
+
+
+def _unit_problem(value: object, bound: Any, where: str) -> str | None:
+    """Why a figure named for a unit (`_w`, `_s`, ...) is not one.
+
+    One is a number within its bound, or a list or object of them; None: not measured.
+    """
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return next((p for i, item in enumerate(value) if (p := _unit_problem(item, bound, f"{where}[{i}]"))), None)
+    if isinstance(value, dict):
+        return next((p for k, item in value.items() if (p := _unit_problem(item, bound, f"{where}.{k}"))), None)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= bound.high
+    if not ok:
+        return f"{where} must be a number of {bound.unit}, at most {bound.high:g} in size (got {value!r:.40})"
+    return None
 
 
 def check_problem(check: dict[str, Any], known: set[str]) -> str | None:
@@ -826,6 +965,9 @@ def markdown(report: dict[str, Any]) -> str:
     for c in report["checks"]:
         kept = f" (kept from {c['kept_from']})" if c.get("kept_from") else ""
         lines.append(f"| {c['name']} | {c['status']}{kept} | {c['reason'] or ''} |")
+    compared = preset_rows(report)
+    if compared:
+        lines += ["", "## Against the simulated GPU's preset", "", *compared]
     for c in report["checks"]:
         if c["figures"]:
             lines += ["", f"## {c['name']}", ""]
@@ -833,6 +975,65 @@ def markdown(report: dict[str, Any]) -> str:
             lines += [*table, ""] if table else []
             lines += ["```json", json_text(c["figures"], indent=1), "```"]
     return "\n".join(lines) + "\n"
+
+
+def preset_of(gpu_name: str) -> str:
+    """The simulated GPU preset for a GPU's name (`h100`, `a100`, `v100`, `mi300x`); h100 when none matches."""
+    from wattwise.vocabulary import SimulatedGpuName
+
+    upper = gpu_name.upper()
+    return next((g.value for g in SimulatedGpuName if g.value.upper() in upper), SimulatedGpuName.H100.value)
+
+
+def preset_rows(report: dict[str, Any]) -> list[str]:
+    """A table of what the run measured beside the simulated GPU's preset for it; [] when nothing to compare."""
+    from wattwise.devices.simulated import PowerModel
+    from wattwise.devices.simulated.presets import PRESETS
+    from wattwise.vocabulary import SimulatedGpuName
+
+    if not report.get("gpu") or report.get("simulated"):
+        return []
+    preset = PRESETS[SimulatedGpuName(preset_of(str(report["gpu"]["name"])))]
+    figures = {c["name"]: c["figures"] for c in report["checks"] if c["status"] == PASSED and c["figures"]}
+    rows = []
+
+    def row(what: str, measured: float | None, simulated: float, unit: str = "s") -> None:
+        shown = "-" if measured is None or not math.isfinite(measured) else f"{measured:.3g} {unit}"
+        rows.append(f"| {what} | {shown} | {simulated:.3g} {unit} |")
+
+    if "energy_counter" in figures:
+        row("energy counter period", figures["energy_counter"].get("counter_period_s"), preset.energy_update_period_s)
+    if "clock_switch" in figures:
+        # The preset's clock acts after its call and settles with a time constant: 95% of the way in 3 of them.
+        row(
+            "clock-switch latency",
+            figures["clock_switch"].get("clock_change_s"),
+            preset.clock_set_s + 3 * preset.clock_settle_s,
+        )
+    settle = figures.get("power_limit", {}).get("settle", {})
+    if isinstance(settle, dict) and "settle_s" in settle:
+        row("power limit holds within 5%", settle["settle_s"], 3 * preset.power_limit_settle_s)
+    clock_rows = figures.get("clocks", {}).get("rows") or []
+    if len(clock_rows) >= 2:
+        model, top = PowerModel.default(), clock_rows[0]
+        curve = preset.clock
+        idle, busy = model.idle_power_w, model.busy_power_w[-1]
+
+        def relative_j(mhz: float) -> float:
+            x = mhz / top["frequency_mhz"] * curve.max_mhz  # the same share of each GPU's top clock
+            return (idle + (busy - idle) * curve.power_factor(x)) * curve.time_factor(x) / busy
+
+        for r in clock_rows[1:]:
+            row(
+                f"energy per step at {r['frequency_mhz']} MHz, against the highest clock",
+                r["energy_j"] / top["energy_j"],
+                relative_j(r["frequency_mhz"]),
+                unit="x",
+            )
+    if not rows:
+        return []
+    title = f"Preset `{preset.name.value}` ({preset.label}):"
+    return [title, "", "| figure | measured | preset |", "|---|---:|---:|", *rows]
 
 
 # -- the SIGKILLed child -------------------------------------------------------------------------------
