@@ -25,7 +25,7 @@ def test_a_baseline_run_that_measured_nothing_is_one_line_naming_the_tuned_runs_
     options = DemoOptions(backend="agent", output_dir=str(tmp_path))
     seen: list[list[str]] = []
 
-    def train(overrides: list[str], steps: int) -> dict[str, Any]:
+    def train(overrides: list[str], steps: int, stop: object = None) -> dict[str, Any]:
         seen.append(overrides)
         raise RuntimeError("the energy callback produced no summary; see the warnings above")
 
