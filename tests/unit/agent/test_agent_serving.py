@@ -197,9 +197,9 @@ def test_one_users_connect_and_close_loop_does_not_stall_the_others(tmp_path: Pa
             flood.start()
             try:
                 answered = []
-                for _ in range(20):
+                for _ in range(10):
                     try:
-                        status = await asyncio.to_thread(AgentClient(sock, timeout=5.0).status)
+                        status = await asyncio.to_thread(AgentClient(sock).status)
                         answered.append(len(status["gpus"]))
                     except DeviceError:
                         answered.append(-1)
@@ -208,7 +208,7 @@ def test_one_users_connect_and_close_loop_does_not_stall_the_others(tmp_path: Pa
                 await asyncio.to_thread(flood.join)
         return answered
 
-    assert asyncio.run(scenario()) == [2] * 20
+    assert asyncio.run(scenario()) == [2] * 10
     assert loops[0] > 100  # the loop ran all along
 
 
