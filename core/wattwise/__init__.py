@@ -33,6 +33,8 @@ The package map, one line per subpackage or module, from the entry points down t
 - `names`: job names, what a user may call a training job.
 - `bounds`: physical bounds on every figure a user or a file gives wattwise.
 - `readable`: figures as people read them (`value ± uncertainty`, g or kg CO2e, s, min or h).
+- `project`: the project a run belongs to (the working directory's git root's or folder's name).
+- `tracker`: `wattwise.track`, the energy of any code in a `with` block or a decorator, one CSV row a run.
 - `extras`: which extra of `pip install 'wattwise[EXTRA]'` brings each optional dependency.
 - `tools/`: not library code: the acceptance checks, the demo, example data, the emulated workload.
 - `data/`: the small example inputs that `wattwise example-data` writes out.
@@ -43,8 +45,23 @@ setting that could not be restored, a file set aside, a degraded run) is an `Ene
 (`wattwise.errors.plugin_warning`), which Python prints whatever the logging configuration.
 """
 
+from __future__ import annotations
+
 import logging
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0.dev0"
 
 logging.getLogger("wattwise").addHandler(logging.NullHandler())
+
+if TYPE_CHECKING:
+    from wattwise.tracker import track as track
+
+
+def __getattr__(name: str) -> Any:
+    """`wattwise.track`, imported when first used: `import wattwise` stays cheap for the command line."""
+    if name == "track":
+        from wattwise.tracker import track
+
+        return track
+    raise AttributeError(f"module 'wattwise' has no attribute {name!r}")
