@@ -40,6 +40,10 @@ class Simulation(Protocol):
         """Count the load other processes publish in `path` (the node agent's view of a shared GPU)."""
         ...
 
+    def on_clock(self, clock: Callable[[], float], sleep: Callable[[float], None]) -> Device:
+        """The same simulated GPU (model, physics, index) timed by another clock, with no state file."""
+        ...
+
 
 class DeviceError(Unavailable):
     """A device call failed: the device (or the feature asked of it) is unavailable."""

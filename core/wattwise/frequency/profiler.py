@@ -13,6 +13,13 @@ changed, so that the counter's steps fall within one instruction of the window's
 about `estimated_s()`: stages x frequencies x 2 instructions x 20 updates (about 1.9 s each: 2 minutes for
 two stages at 16 clocks); `max_profile_s` bounds it, at the cost of shorter windows.
 
+It also measures, per stage, how long a change of the SM clock takes to act (`clock_change_s`): from the
+call that locks the lowest profiled clock, after running at the highest, until the first of three
+instructions in a row whose time is within `SETTLED_WITHIN` of its settled time at the new clock starts
+(an upper bound, to one instruction's time; `LATENCY_WINDOW_S` of instructions; the median of
+`LATENCY_REPEATS` such changes). The planner makes no frequency segment shorter than the GPU can follow,
+and the controller changes the clock ahead of the instruction that needs it.
+
 On the simulated GPU (no GPU on this machine) the figures follow its clock model, and the profile's
 `source` says "simulated".
 """
@@ -20,6 +27,7 @@ On the simulated GPU (no GPU on this machine) the figures follow its clock model
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,12 +58,22 @@ class PipelineProfiler:
 
     `frequencies_mhz` defaults to every SM clock each device supports; `sync` (e.g.
     `torch.cuda.synchronize`) is called at both ends of each measurement window. `min_window_s` is the
-    shortest measurement window (None: 20 updates of the device's energy counter, 0 for an exact one);
+    shortest measurement window (None: 20 updates of the device's energy counter and at least
+    `MIN_WINDOW_S`, 0 for an exact one);
     `max_profile_s` bounds the whole profiling (None: no bound), shortening the windows to fit.
     """
 
     #: A measurement window spans at least this many updates of the energy counter (as power-limit tuning's).
     MIN_UPDATES = 20
+    #: And at least this many seconds on a counter that changes in steps: on a fine one (1 ms), 20 updates
+    #: would hold a few instructions, and the counter reads (milliseconds each) would weigh in the window.
+    MIN_WINDOW_S = 1.0
+    #: Seconds of instructions run after a clock change to find when it acted (at least 20 instructions).
+    LATENCY_WINDOW_S = 0.5
+    #: Clock changes measured per stage (their median is the latency).
+    LATENCY_REPEATS = 3
+    #: An instruction's time counts as settled within this share of the settled time at the new clock.
+    SETTLED_WITHIN = 0.05
 
     def __init__(
         self,
@@ -85,21 +103,27 @@ class PipelineProfiler:
         self.sync = sync
         self.frequencies_mhz = [self._frequencies(stage.device, frequencies_mhz) for stage in self.stages]
         self.max_profile_s = max_profile_s
+        period_s = max(stage.device.energy_update_period_s for stage in self.stages)
         wanted_s = (
             min_window_s
             if min_window_s is not None
-            else self.MIN_UPDATES * max(stage.device.energy_update_period_s for stage in self.stages)
+            else max(self.MIN_UPDATES * period_s, self.MIN_WINDOW_S if period_s > 0 else 0.0)
         )
         measurements = sum(len(f) for f in self.frequencies_mhz) * len(INSTRUCTIONS)
         #: How long each (instruction, clock) measurement lasts at least, in seconds.
-        self.window_s = wanted_s if max_profile_s is None else min(wanted_s, max_profile_s / measurements)
+        latency_s = self.LATENCY_WINDOW_S * self.LATENCY_REPEATS * len(self.stages)
+        self.window_s = (
+            wanted_s if max_profile_s is None else min(wanted_s, max(0.0, max_profile_s - latency_s) / measurements)
+        )
 
     def estimated_s(self) -> float:
         """About how long `measure` takes, in seconds: every measurement's window (warm-up and alignment aside).
 
-        A window lasts `window_s` or `iterations` instructions, whichever is longer; this counts `window_s`.
+        A window lasts `window_s` or `iterations` instructions, whichever is longer; this counts `window_s`,
+        and `LATENCY_WINDOW_S` per clock change measured (`LATENCY_REPEATS` per stage).
         """
-        return self.window_s * sum(len(f) for f in self.frequencies_mhz) * len(INSTRUCTIONS)
+        windows_s = self.window_s * sum(len(f) for f in self.frequencies_mhz) * len(INSTRUCTIONS)
+        return windows_s + self.LATENCY_WINDOW_S * self.LATENCY_REPEATS * len(self.stages)
 
     @staticmethod
     def _frequencies(device: Device, wanted: Sequence[int] | None) -> list[int]:
@@ -121,6 +145,7 @@ class PipelineProfiler:
     def measure(self, progress: Callable[[str], None] | None = None) -> PipelineProfile:
         """Run the measurements and return the profile; clocks are reset afterwards, even on error."""
         measurements: dict[tuple[int, Instruction], tuple[FrequencyOption, ...]] = {}
+        latencies: dict[int, float] = {}
         for index, stage in enumerate(self.stages):
             monitor = EnergyMonitor([stage.device], sync=self.sync)
             rows: dict[Instruction, list[FrequencyOption]] = {ins: [] for ins in INSTRUCTIONS}
@@ -131,6 +156,9 @@ class PipelineProfiler:
                         rows[instruction].append(self._measure_one(monitor, stage, instruction, freq))
                     if progress is not None:
                         progress(f"stage {index} at {freq} MHz")
+                latencies[index] = statistics.median(
+                    self._clock_change_s(stage, self.frequencies_mhz[index]) for _ in range(self.LATENCY_REPEATS)
+                )
             finally:
                 self.guard.reset_sm_clocks(stage.device)
                 monitor.close()
@@ -138,7 +166,7 @@ class PipelineProfiler:
                 measurements[(index, instruction)] = tuple(rows[instruction])
         simulated = any(stage.device.simulated for stage in self.stages)
         source = "simulated GPU profile" if simulated else "measured profile"
-        return PipelineProfile(measurements, source=source)
+        return PipelineProfile(measurements, source=source, clock_change_s=latencies)
 
     def _measure_one(
         self,
@@ -174,6 +202,18 @@ class PipelineProfiler:
         # power for that time: under 1% of the window's on the realistic simulated GPU).
         return FrequencyOption(freq, (window.time_s - reads_s) / count, window.total_energy_j / count)
 
+    def _clock_change_s(self, stage: StageWork, frequencies_mhz: Sequence[int]) -> float:
+        """How long a change from the highest to the lowest of `frequencies_mhz` takes to act (module docstring)."""
+        return clock_change_s(
+            stage.device,
+            lambda: stage.run("forward"),
+            self.guard,
+            (max(frequencies_mhz), min(frequencies_mhz)),
+            sync=self.sync,
+            window_s=self.LATENCY_WINDOW_S,
+            within=self.SETTLED_WITHIN,
+        )
+
     def _until_counter_changes(
         self, stage: StageWork, instruction: Instruction, *, clock: Callable[[], float], most: int = 100_000
     ) -> tuple[int, float]:
@@ -195,3 +235,45 @@ class PipelineProfiler:
             if changed:
                 return ran, reads_s
         return most, reads_s
+
+
+def clock_change_s(
+    device: Device,
+    work: Callable[[], object],
+    guard: SettingsGuard,
+    clocks_mhz: tuple[int, int],
+    *,
+    sync: Callable[[], None] | None = None,
+    window_s: float = PipelineProfiler.LATENCY_WINDOW_S,
+    within: float = PipelineProfiler.SETTLED_WITHIN,
+) -> float:
+    """Seconds from the call that locks `clocks_mhz[1]` (after running at `clocks_mhz[0]`) until it acts.
+
+    Until the first of three runs of `work` in a row whose time is within `within` of its settled time at
+    the new clock starts (to one run's time), over `window_s` of runs (20 at least).
+    """
+    sim = device.simulation
+    clock = sim.clock if sim is not None else time.monotonic
+    high, low = clocks_mhz
+    guard.lock_sm_clocks(device, high, high)
+    for _ in range(3):
+        work()
+    if sync is not None:
+        sync()
+    called = clock()
+    guard.lock_sm_clocks(device, low, low)
+    starts: list[float] = []
+    took: list[float] = []
+    while len(took) < 20 or clock() - called < window_s:
+        start = clock()
+        work()
+        if sync is not None:
+            sync()
+        starts.append(start)
+        took.append(clock() - start)
+    settled = statistics.median(took[len(took) // 2 :])
+    near = [abs(t - settled) <= within * settled for t in took]
+    for i in range(len(took) - 2):
+        if all(near[i : i + 3]):  # it had acted by this run's start
+            return max(0.0, starts[i] - called)
+    return starts[-1] - called

@@ -81,6 +81,8 @@ def frontier_json(frontier: Frontier) -> dict[str, Any]:
     }
     if frontier.plan_matrix is not None:
         document["plan_matrix"] = plan_matrix_json(frontier.plan_matrix)
+    if frontier.clock_change_s:
+        document["clock_change_s"] = list(frontier.clock_change_s)
     return document
 
 
@@ -232,6 +234,7 @@ def read_frontier_json(path: str | Path) -> Frontier:
     if matrix is not None and order != list(range(len(points))):
         matrix = PlanMatrix(matrix.frequencies_mhz, matrix.indices[order])
     solver = data.get("solver", "fast")
+    clock_change_s = _latencies(data, stages, where)
     return Frontier(
         stages=stages,
         microbatches=microbatches,
@@ -243,7 +246,25 @@ def read_frontier_json(path: str | Path) -> Frontier:
         max_frequency_energy_j=max_energy,
         solver=str(solver),
         plan_matrix=matrix,
+        clock_change_s=clock_change_s,
     )
+
+
+def _latencies(data: dict[str, Any], stages: int, where: str) -> tuple[float, ...]:
+    """The optional `clock_change_s` list: one latency (s) per stage; absent: ()."""
+    raw = data.get("clock_change_s")
+    if raw is None:
+        return ()
+    if (
+        not isinstance(raw, list)
+        or len(raw) != stages
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 10 for v in raw)
+    ):
+        raise UsageError(
+            f"{where}: clock_change_s must list one latency per stage, each between 0 and 10 seconds "
+            f"(got {raw!r}); recompute the file with wattwise frontier"
+        )
+    return tuple(float(v) for v in raw)
 
 
 def plan_json(frontier: Frontier, choice: Choice) -> dict[str, Any]:
@@ -264,6 +285,7 @@ def plan_json(frontier: Frontier, choice: Choice) -> dict[str, Any]:
         "saving": choice.saving,
         "slowdown": choice.slowdown,
         "plan": plan_to_json(choice.entry.plan),
+        **({"clock_change_s": list(frontier.clock_change_s)} if frontier.clock_change_s else {}),
     }
 
 

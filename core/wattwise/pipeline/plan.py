@@ -28,6 +28,7 @@ from wattwise.errors import UsageError
 from wattwise.pipeline.dag import IntArray
 from wattwise.pipeline.problem import PlanningProblem
 from wattwise.pipeline.schedule import INSTRUCTIONS, SCHEDULES, Step, build_schedule
+from wattwise.pipeline.segments import followable, needs_following, switching_energy_j
 
 #: Relative tolerance when comparing an iteration time with the all-maximum-frequency one (float noise).
 TIME_TOLERANCE = 1e-9
@@ -218,6 +219,10 @@ class Frontier:
     solver: str = "fast"
     #: Every point's plan, row k for `points[k]`; None in files written before it existed.
     plan_matrix: PlanMatrix | None = None
+    #: Per stage, how long a clock change takes to act (s), from the profile; empty: not measured. The
+    #: plans are then ones the GPUs can follow (`wattwise.pipeline.segments`), and the controller changes
+    #: each clock this long ahead of the instruction that needs it.
+    clock_change_s: tuple[float, ...] = ()
 
     def has_plan(self, k: int) -> bool:
         """Whether `points[k]`'s plan is known (spelled out on the point, or in the plan matrix)."""
@@ -376,6 +381,12 @@ def assemble_frontier(
     blocking_w = problem.p_blocking_w * dag.num_stages
     max_choice = problem.max_frequency_choice()
     max_time, max_energy = problem.evaluate(max_choice)
+    if points and needs_following(problem):  # plans the GPUs can follow, with their own figures
+        choices = np.stack([followable(problem, p.choice) for p in points])
+        times, energies = problem.evaluate(choices)
+        switching = [switching_energy_j(problem, c) for c in choices]  # the energy of following each plan
+        figures = zip(times.tolist(), (np.asarray(energies) + switching).tolist(), choices, strict=True)
+        points = [_Candidate(float(t), float(e), c) for t, e, c in figures]
     # The maximum-frequency plan is a real plan too: it stays when nothing beats it.
     candidates: list[_Point] = [*points, _Candidate(float(max_time), float(max_energy), max_choice)]
     kept = non_dominated(candidates, blocking_w)
@@ -398,6 +409,9 @@ def assemble_frontier(
         max_frequency_energy_j=float(max_energy),
         solver=solver,
         plan_matrix=PlanMatrix.of_choices(problem, [p.choice for p in kept]),
+        clock_change_s=(
+            tuple(problem.profile.clock_change_of(s) for s in range(dag.num_stages)) if needs_following(problem) else ()
+        ),
     )
 
 

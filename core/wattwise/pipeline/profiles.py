@@ -2,8 +2,11 @@
 
 File format (the Perseus artifact's and Zeus's): a CSV with the header `stage,instruction,frequency,time,energy`
 and one row per (stage, instruction, frequency): stage index from 0, `forward` or `backward`, the SM
-frequency in MHz, the time in seconds and the energy in joules of one microbatch. Extra columns are
-ignored. Loading validates every row and the whole: each error names the line and the fix.
+frequency in MHz, the time in seconds and the energy in joules of one microbatch. Other columns are
+ignored, except an optional `clock_change_s`: how long a change of that stage's GPU clock takes to act
+(seconds, the same on every row of a stage; `wattwise.frequency.profiler` measures it and writes the
+column), which the planner respects (`wattwise.pipeline.segments`). Loading validates every row and the
+whole: each error names the line and the fix.
 `wattwise.frequency.profiler` measures such a profile on GPUs.
 """
 
@@ -21,6 +24,10 @@ from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
 from wattwise.safe_files import replace_file
 
 COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy")
+#: The optional column of a stage's clock-change latency (seconds).
+CLOCK_CHANGE_COLUMN = "clock_change_s"
+#: A clock change that takes longer than this is not a latency but a mistake in the file (seconds).
+MAX_CLOCK_CHANGE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class PipelineProfile:
 
     measurements: Mapping[tuple[int, Instruction], tuple[FrequencyOption, ...]]
     source: str = field(default="<memory>", compare=False)
+    #: Per stage, how long a change of its GPU's SM clock takes to act (s); a stage not in it: not measured.
+    clock_change_s: Mapping[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.measurements:
@@ -84,6 +93,15 @@ class PipelineProfile:
         if unknown:
             raise UsageError(f"{self.source}: unknown instruction in {sorted(unknown)}; use forward or backward")
         object.__setattr__(self, "measurements", ordered)
+        for stage, latency_s in self.clock_change_s.items():
+            if stage not in stages:
+                raise UsageError(f"{self.source}: clock_change_s names stage {stage}, which the profile lacks")
+            if not (math.isfinite(latency_s) and 0 <= latency_s <= MAX_CLOCK_CHANGE_S):
+                raise UsageError(
+                    f"{self.source}: stage {stage} clock_change_s must be between 0 and {MAX_CLOCK_CHANGE_S:g} "
+                    f"seconds (got {latency_s!r})"
+                )
+        object.__setattr__(self, "clock_change_s", dict(sorted(self.clock_change_s.items())))
 
     @property
     def num_stages(self) -> int:
@@ -93,6 +111,10 @@ class PipelineProfile:
     def options(self, stage: int, instruction: Instruction) -> tuple[FrequencyOption, ...]:
         """The options of one stage's instruction, highest frequency first."""
         return self.measurements[(stage, instruction)]
+
+    def clock_change_of(self, stage: int) -> float:
+        """How long a clock change takes to act on `stage`'s GPU, in seconds (0 when not measured)."""
+        return float(self.clock_change_s.get(stage, 0.0))
 
     def at_max_frequency(self, stage: int, instruction: Instruction) -> FrequencyOption:
         """The option at the highest profiled frequency (the default GPU behaviour)."""
@@ -119,6 +141,7 @@ def parse_profile(rows: Iterable[Mapping[str, str | None]], source: str = "<memo
     """Validate CSV rows (dicts keyed by column name) into a profile. Line numbers count the header as 1."""
     grouped: dict[tuple[int, Instruction], list[FrequencyOption]] = {}
     seen: dict[tuple[int, str, int], int] = {}
+    latencies: dict[int, float] = {}
     for line, row in enumerate(rows, start=2):
         where = f"{source}, line {line}"
         stage = _parse_int(row.get("stage"), "stage", where, minimum=0)
@@ -137,7 +160,25 @@ def parse_profile(rows: Iterable[Mapping[str, str | None]], source: str = "<memo
             )
         seen[key] = line
         grouped.setdefault((stage, instruction), []).append(FrequencyOption(frequency, time_s, energy_j))
-    return PipelineProfile({k: tuple(v) for k, v in grouped.items()}, source=source)
+        latency = (row.get(CLOCK_CHANGE_COLUMN) or "").strip()
+        if latency:
+            value = _parse_latency(latency, where)
+            if latencies.setdefault(stage, value) != value:
+                raise UsageError(
+                    f"{where}: stage {stage} clock_change_s {latency} differs from its earlier rows' "
+                    f"{latencies[stage]!r}; give one value per stage"
+                )
+    return PipelineProfile({k: tuple(v) for k, v in grouped.items()}, source=source, clock_change_s=latencies)
+
+
+def _parse_latency(raw: str, where: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"{where}: clock_change_s must be a number of seconds (got {raw!r})") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_CLOCK_CHANGE_S):
+        raise UsageError(f"{where}: clock_change_s must be between 0 and {MAX_CLOCK_CHANGE_S:g} seconds (got {raw})")
+    return value
 
 
 def load_profile(path: str | Path) -> PipelineProfile:
@@ -165,13 +206,20 @@ def load_profile(path: str | Path) -> PipelineProfile:
 
 
 def write_profile(profile: PipelineProfile, path: str | Path) -> None:
-    """Write `profile` in the same CSV format `load_profile` reads (a link at `path` is replaced)."""
+    """Write `profile` in the same CSV format `load_profile` reads (a link at `path` is replaced).
+
+    The `clock_change_s` column is written when the profile knows a stage's latency.
+    """
+    latencies = profile.clock_change_s
 
     def write(fh: TextIO) -> None:
         writer = csv.writer(fh)
-        writer.writerow(COLUMNS)
+        writer.writerow([*COLUMNS, CLOCK_CHANGE_COLUMN] if latencies else COLUMNS)
         for stage, instruction, frequency, time_s, energy_j in profile.rows():
-            writer.writerow([stage, instruction, frequency, repr(float(time_s)), repr(float(energy_j))])
+            row: list[object] = [stage, instruction, frequency, repr(float(time_s)), repr(float(energy_j))]
+            if latencies:
+                row.append(repr(float(latencies[stage])) if stage in latencies else "")
+            writer.writerow(row)
 
     replace_file(path, write)
 

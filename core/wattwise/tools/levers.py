@@ -28,6 +28,7 @@ figure says "simulated". `transformers` and `torch` are imported inside the chec
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import json
 import math
@@ -476,7 +477,7 @@ SIMULATED_MODEL = ModelSize(
     stage_layers=(1, 1),
     stage_batch=2,
     stage_seq=16,
-    emulated_forward_s=(0.02, 0.03),
+    emulated_forward_s=(0.06, 0.09),
 )
 
 
@@ -1035,9 +1036,19 @@ def compose_iteration(
 
 
 def _run_plan(
-    rig: Rig, guard: Any, stages: list[_Stage], plan: list[list[Any]], window_s: float
+    rig: Rig,
+    guard: Any,
+    stages: list[_Stage],
+    plan: list[list[Any]],
+    window_s: float,
+    clock_change_s: Sequence[float] = (),
+    timer: Callable[[float, Callable[[], None]], None] | None = None,
 ) -> tuple[dict[tuple[int, str, int], float], list[float], list[list[tuple[str, int, int]]]]:
     """Run each stage's instruction sequence under its plan (the controller locks the clocks), for a window.
+
+    The controller changes each stage's clock off the training thread, `clock_change_s[stage]` ahead of
+    a faster segment (the plan's latencies, from the profile), as `follow_plan` does in training; on the
+    simulated GPU's virtual clock, through its `timer` (`VirtualClock.call_later`) at the same moments.
 
     Returns each instruction's mean time, each stage's mean energy per iteration, and what each controller
     applied in its first iteration.
@@ -1052,7 +1063,18 @@ def _run_plan(
     applied: list[list[tuple[str, int, int]]] = []
     for index, stage in enumerate(stages):
         steps = stage_plan(plan[index])
-        controller = FrequencyController(steps, gpu, guard, strict=True)
+        latency_s = clock_change_s[index] if index < len(clock_change_s) else 0.0
+        # On a real GPU the clock calls run off the training thread; the simulated one's virtual time
+        # passes only on the thread that runs its work, so they run there.
+        controller = FrequencyController(
+            steps,
+            gpu,
+            guard,
+            strict=True,
+            clock_change_s=latency_s,
+            background=gpu.simulation is None,
+            timer=timer,
+        )
         monitor = EnergyMonitor([gpu], sync=rig.sync)
         try:
             _stage_iteration(rig, stage, controller, steps, clock, {})  # warm-up, clocks settle
@@ -1063,6 +1085,7 @@ def _run_plan(
                 iterations += 1
             window = monitor.end_window("stage")
         finally:
+            controller.stop()
             monitor.close()
         energies.append(window.total_energy_j / iterations)
         applied.append(controller.applied[: len(steps)])
@@ -1089,6 +1112,38 @@ def _stage_iteration(
         times.setdefault((index, step.instruction, step.microbatch), []).append(clock() - start)
 
 
+class VirtualClock:
+    """Simulated seconds: what `sleep` waits is added at once; the simulated GPU's pipeline check runs on it.
+
+    The check measures instructions of 20-60 ms; on a wall clock, a CPU shared with other work stretches
+    the tiny model's real work beyond its modelled time and the figures follow the machine's load, not
+    the plan. On this clock each instruction lasts exactly what the simulated GPU's physics says.
+    """
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._count = 0
+
+    def __call__(self) -> float:
+        """The simulated seconds passed."""
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        """Let `seconds` pass, running each timer that falls due on the way at its moment."""
+        until = self.now_s + max(0.0, seconds)
+        while self._timers and self._timers[0][0] <= until:
+            at_s, _, run = heapq.heappop(self._timers)
+            self.now_s = max(self.now_s, at_s)
+            run()  # may sleep itself (a clock call takes its time), as a call on another thread would
+        self.now_s = max(self.now_s, until)
+
+    def call_later(self, seconds: float, run: Callable[[], None]) -> None:
+        """Run `run` when `seconds` more have passed (during a later `sleep`)."""
+        self._count += 1
+        heapq.heappush(self._timers, (self.now_s + max(0.0, seconds), self._count, run))
+
+
 def _idle_power_w(rig: Rig) -> float:
     """The GPU's power while it waits (the blocking power of the frontier), read after a second idle."""
     rig.sync()
@@ -1111,6 +1166,11 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
     from wattwise.tools.checks import Failure, Skip
 
     rig = Rig.of(ctx, trainer=False)
+    timer = None
+    if rig.gpu.simulation is not None:  # the simulated GPU's time, not the CPU's (`VirtualClock`)
+        virtual = VirtualClock()
+        rig = dataclasses.replace(rig, gpu=rig.gpu.simulation.on_clock(virtual, virtual.sleep))
+        timer = virtual.call_later
     gpu, sizes = rig.gpu, Sizes.of(ctx.quick)
     try:
         clocks = pipeline_clocks_mhz(gpu.supported_sm_clocks_mhz(), sizes.pipeline_clocks)
@@ -1168,7 +1228,9 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
         at_max = [[[ins, mb, top] for ins, mb, _ in stage] for stage in plan["plan"]]
         measured = {}
         for label, steps in (("plan", plan["plan"]), ("max", at_max)):
-            times, energies, applied = _run_plan(rig, guard, stages, steps, window_s)
+            times, energies, applied = _run_plan(
+                rig, guard, stages, steps, window_s, plan.get("clock_change_s", []) if label == "plan" else (), timer
+            )
             if label == "plan" and [[list(a) for a in stage] for stage in applied] != [
                 [list(s) for s in stage] for stage in steps
             ]:
@@ -1223,16 +1285,17 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
 def _instruction_time_s(rig: Rig, stages: list[_Stage]) -> float:
     """The shortest instruction's time at the default clock (one forward and backward per stage, after one warm-up)."""
     shortest = math.inf
+    clock = rig.gpu.simulation.clock if rig.gpu.simulation is not None else time.perf_counter
     for stage in stages:
         for _ in range(2):
             rig.sync()
-            start = time.perf_counter()
+            start = clock()
             stage.forward(0)
             rig.sync()
-            middle = time.perf_counter()
+            middle = clock()
             stage.backward(0, False)
             rig.sync()
-            end = time.perf_counter()
+            end = clock()
         shortest = min(shortest, middle - start, end - middle)
     return max(shortest, 1e-4)
 

@@ -111,7 +111,7 @@ def test_on_a_coarse_counter_each_measurement_spans_20_updates_and_2_to_6_ms_ins
     with SettingsGuard(tmp_path / "journal") as guard:
         profiler = PipelineProfiler(stages, guard, frequencies_mhz=freqs)
         assert profiler.window_s == pytest.approx(20 * 0.100)
-        assert profiler.estimated_s() == pytest.approx(2 * 4 * 2 * 20 * 0.100)
+        assert profiler.estimated_s() == pytest.approx(2 * 4 * 2 * 20 * 0.100 + 2 * 3 * profiler.LATENCY_WINDOW_S)
         started = clock()
         profile = profiler.measure()
     assert clock() - started >= profiler.estimated_s()

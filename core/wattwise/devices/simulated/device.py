@@ -396,6 +396,21 @@ class SimulatedGPU(Device):
                 self.sleep(remaining)
             return self.clock() - start
 
+    def on_clock(self, clock: Callable[[], float], sleep: Callable[[float], None]) -> SimulatedGPU:
+        """This GPU (its model, physics and index) timed by `clock` and `sleep`, with no state file.
+
+        A virtual clock makes what emulated work measures on it independent of how busy the machine's CPUs
+        are: each step lasts exactly its modelled time.
+        """
+        return SimulatedGPU(
+            self._index,
+            self.given_model,
+            base_step_time_s=self.base_step_time_s,
+            clock=clock,
+            sleep=sleep,
+            physics=self.physics,
+        )
+
     # -- Device interface -----------------------------------------------------------------------------
     @property
     def driven(self) -> bool:

@@ -80,7 +80,7 @@ class Physics:
     def realistic(
         cls, seed: int | None = None, gpu: SimulatedGpuName | str | None = None, *, temperature: bool = False
     ) -> Physics:
-        """A physics like the GPU generation `gpu`'s (None: the H100's, as measured on 2026-11-25).
+        """A physics like the GPU generation `gpu`'s (None: `$WATTWISE_SIMULATED_GPU`'s, else the H100's).
 
         Its counter, reads, power reading, settling and spread come from the preset (see
         `wattwise.devices.simulated.presets` for each parameter's source); the step-to-step noise (2% of
@@ -89,7 +89,7 @@ class Physics:
         30 K with a 60 s time constant, and each kelvin asks 0.2% more power for the same work (assumed;
         energy per step rises as a GPU warms, which ML.ENERGY's profiling waits out on A100s).
         """
-        preset = PRESETS[SimulatedGpuName(gpu) if gpu is not None else DEFAULT_GPU]
+        preset = PRESETS[SimulatedGpuName(gpu) if gpu is not None else gpu_named()]
         return cls(
             name=PhysicsName.REALISTIC,
             energy_update_period_s=preset.energy_update_period_s,
