@@ -215,6 +215,30 @@ class FrequencyController:
         if self._setter is not None:
             self._setter.wait()
 
+    def attach(self, stage: Any) -> Callable[[], None]:
+        """Hook onto a `torch.distributed.pipelining` stage; returns a function that unhooks."""
+        original_fwd = stage.forward_one_chunk
+        original_bwd = stage.backward_one_chunk
+
+        @functools.wraps(original_fwd)
+        def forward_one_chunk(fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            self.before("forward", fwd_chunk_id)
+            return original_fwd(fwd_chunk_id, *args, **kwargs)
+
+        @functools.wraps(original_bwd)
+        def backward_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            self.before("backward", bwd_chunk_id)
+            return original_bwd(bwd_chunk_id, *args, **kwargs)
+
+        stage.forward_one_chunk = forward_one_chunk
+        stage.backward_one_chunk = backward_one_chunk
+
+        def detach() -> None:
+            stage.forward_one_chunk = original_fwd
+            stage.backward_one_chunk = original_bwd
+
+        return detach
+
 
 class _ClockSetter:
     """A thread that locks a controller's GPU clock to the last frequency asked for, off the training thread."""
@@ -277,30 +301,6 @@ class _ClockSetter:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
-
-    def attach(self, stage: Any) -> Callable[[], None]:
-        """Hook onto a `torch.distributed.pipelining` stage; returns a function that unhooks."""
-        original_fwd = stage.forward_one_chunk
-        original_bwd = stage.backward_one_chunk
-
-        @functools.wraps(original_fwd)
-        def forward_one_chunk(fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-            self.before("forward", fwd_chunk_id)
-            return original_fwd(fwd_chunk_id, *args, **kwargs)
-
-        @functools.wraps(original_bwd)
-        def backward_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-            self.before("backward", bwd_chunk_id)
-            return original_bwd(bwd_chunk_id, *args, **kwargs)
-
-        stage.forward_one_chunk = forward_one_chunk
-        stage.backward_one_chunk = backward_one_chunk
-
-        def detach() -> None:
-            stage.forward_one_chunk = original_fwd
-            stage.backward_one_chunk = original_bwd
-
-        return detach
 
 
 def load_stage_plan(path: str, stage: int) -> list[Step]:
