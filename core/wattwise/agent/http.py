@@ -48,7 +48,7 @@ from wattwise.agent.agent import (
 )
 from wattwise.agent.connections import ConnectionLimits
 from wattwise.agent.leases import Holder
-from wattwise.agent.processes import Peer, identify_peer, process_groups
+from wattwise.agent.processes import Peer, identify_peer, process_alive, process_groups
 from wattwise.agent.wire import GpuStatus
 
 log = logging.getLogger(__name__)
@@ -205,8 +205,15 @@ def _gpu(text: Any, agent: Agent) -> int:
 
 
 async def _changed(agent: Agent, index: int, caller: Holder, change: Callable[[], GpuStatus]) -> web.Response:
-    """Make a change for `caller` on GPU `index` once its allocation is checked (off the event loop)."""
+    """Make a change for `caller` on GPU `index` once its allocation is checked (off the event loop).
+
+    The caller is checked again after the check, which may take seconds: a process that ended meanwhile
+    (its pid perhaps another's by now) changes nothing.
+    """
     await agent.check_allocation(caller, index)
+    if not process_alive(caller):
+        agent.forget_check(caller, index)
+        raise InvalidRequest("the calling process is gone (or is in another PID namespace)")
     try:
         return web.json_response(change())
     finally:

@@ -272,3 +272,30 @@ def test_the_agent_warns_at_start_when_its_policy_enforces_nothing(
         ]
     else:
         assert warned == []
+
+
+def test_a_caller_whose_pid_is_recycled_during_its_cgroup_check_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(tmp_path, AllocationPolicy.CGROUP)
+    proc = tmp_path / "proc"
+
+    def check_then_recycle(pid: int, spec: dict) -> CgroupAnswer:  # type: ignore[type-arg]
+        # While the cgroup was read, the caller exited and another user's process took its pid.
+        fake_process(proc, pid, start_ticks=1, uid=1002)
+        monkeypatch.setattr(processes, "PROC", str(proc))
+        return CgroupAnswer(True, Path("/sys/fs/cgroup/other"), "/dev/nvidia0")
+
+    agent.cgroup_check = check_then_recycle
+
+    async def scenario() -> str:
+        async with served(agent, tmp_path, identify=as_uid(1001)) as sock:
+            try:
+                await asyncio.to_thread(AgentClient(sock).set_power_limit, 0, 150.0, "train")
+            except DeviceError as err:
+                return str(err)
+        return "changed"
+
+    assert asyncio.run(scenario()) == "wattwise agent: the calling process is gone (or is in another PID namespace)"
+    monkeypatch.undo()
+    assert agent.gpu_status(0)["holder"] is None
