@@ -15,6 +15,7 @@ from wattwise.config import load_config
 from wattwise.devices import PowerModel, SimulatedGPU
 from wattwise.distributed import Collective
 from wattwise.errors import EnergyPluginWarning
+from wattwise.record.summary import format_summary
 from wattwise.run import Run
 from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
@@ -152,14 +153,19 @@ def test_tuning_on_an_undriven_simulated_gpu_says_its_reason_once(tmp_path: Path
         for _ in range(12):  # no emulated work drives the GPU
             run.step_begin()
             run.step_end()
-        run.finish()
+        record = run.finish()
     assert len([w for w in said if issubclass(w.category, EnergyPluginWarning)]) == 1
     assert run.summary is not None
-    assert [n for n in run.summary["notes"] if "no emulated work drove the simulated GPU" in n] == [
-        "power-limit tuning chose no limit: no emulated work drove the simulated GPU, so it measured its idle power "
-        "at every limit (wattwise.tools.workload.emulate_step drives it; the demo does); the GPU stays at 300 W and "
+    warned = "nothing drove the simulated GPU, so it measured its idle power at every limit"
+    assert [n for n in run.summary["notes"] if "drove the simulated GPU" in n] == [
+        f"power-limit tuning chose no limit: {warned} (devices.simulated_drive=steps drives it from your training "
+        "steps; wattwise.tools.workload.emulate_step drives it too, as the demo does); the GPU stays at 300 W and "
         "no saving is reported"
     ]
+    # The run's last lines do not say it a second time: they point at the warning.
+    assert record is not None
+    [line] = [ln for ln in format_summary(record).splitlines() if "tuning chose no limit" in ln]
+    assert warned not in line and "devices.simulated_drive=steps" in line and "see the warning above" in line
 
 
 def test_a_run_ended_mid_tuning_gives_one_reason_not_a_limit_never_applied(tmp_path: Path) -> None:

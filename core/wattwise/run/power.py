@@ -58,11 +58,14 @@ MIN_PART_UPDATES = 5
 TUNING_SHARE = 5
 
 
-#: Why tuning chooses nothing on a simulated GPU that no emulated work drives (a user's own model).
+#: Why tuning chooses nothing on a simulated GPU that nothing drives (a user's own model): the warning's words.
 UNDRIVEN_REASON = (
-    "no emulated work drove the simulated GPU, so it measured its idle power at every limit "
-    "(wattwise.tools.workload.emulate_step drives it; the demo does)"
+    "nothing drove the simulated GPU, so it measured its idle power at every limit "
+    "(devices.simulated_drive=steps drives it from your training steps; "
+    "wattwise.tools.workload.emulate_step drives it too, as the demo does)"
 )
+#: The same, as the tuning's reason the summary gives at the end, after the warning said it in full.
+UNDRIVEN_SHORT = "nothing drove the simulated GPU (devices.simulated_drive=steps drives it; see the warning above)"
 
 
 class PowerLimitControl:
@@ -519,7 +522,7 @@ class PowerLimitControl:
         if undriven:
             # An idle simulated GPU draws its idle power whatever the limit: its figures cannot rank limits.
             top_w = max(self.tuner.limits_w)
-            self.tuner.give_up(UNDRIVEN_REASON)
+            self.tuner.give_up(UNDRIVEN_SHORT)
             self.gave_up_undriven = True
             self._notices.append(
                 f"power-limit tuning chose no limit: {UNDRIVEN_REASON}; the GPU stays at "
