@@ -404,6 +404,11 @@ def current_owner(conn: Connection) -> str:
 
     if conn.dialect.name == "postgresql":
         return str(conn.execute(text("SELECT current_user")).scalar_one())
+    return login_name()
+
+
+def login_name() -> str:
+    """This process's user as a SQLite store names a row's owner: the login of its effective uid."""
     import pwd
 
     try:

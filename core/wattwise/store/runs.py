@@ -32,6 +32,7 @@ list --json` contract; `RunRow.to_dict` gives that JSON object. Reading a store 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +52,7 @@ from wattwise.store.history import (
     find_row,
     find_run,
     iso_utc,
+    login_name,
     new_run_id,
     put_run,
     select_history,
@@ -191,8 +193,8 @@ def _spooled(url: str) -> list[RunRow]:
             result = spool.read(path)
         except (OSError, ValueError, UntrustedFile):
             continue
-        if isinstance(result, RunRow):
-            rows.append(result)
+        if isinstance(result, RunRow):  # your own file: its owner, as the store will name it on SQLite
+            rows.append(dataclasses.replace(result, owner=login_name()) if url.startswith("sqlite") else result)
     return rows
 
 
