@@ -3,6 +3,7 @@
     python benchmarks/hot_path.py [--quick] [--repeats 3] [--processes 1 2] [--frameworks lightning accelerate]
                                   [--modes measure tune [noop measure-nosampler]]
                                   [--step-ms 5 20] [--steps N] [--time-hooks] [--json PATH]
+    python benchmarks/hot_path.py --paired-fits [--repeats 3] [--processes 1 2] [--physics ideal realistic]
 
 Each configuration (framework, processes, step time) trains a tiny model whose step busy-waits for 5 or
 20 ms with the simulated GPU busy meanwhile (the run's own GPU with wattwise, one of the process's own
@@ -36,6 +37,17 @@ at 5 ms steps in 2 processes, and its whole run at 20 ms steps takes at most 1.0
 without wattwise; wattwise combines over processes at most once per logging interval
 (<= 1000 / 50 = 20 collectives per 1000 steps, besides the ends of the fit and of epochs).
 Measured on a 2-core machine shared with other jobs: default run 11.5 minutes, --quick 2.7 minutes.
+
+`--paired-fits` measures instead what a user's own script pays, per step and per fit, as a user would
+time it: Lightning's `BoringModel` whose `training_step` sleeps 20 ms (its epochs are 64 batches, 32 per
+process in two), `logger=False`, `limit_val_batches=0`, `EnergyCallback(backend="simulated")` in mode
+measure, every fit in the same process (one untimed fit first). Per process count and simulated physics
+(ideal; realistic, whose counter reads take 2.8 ms as an H100's do), a short (100 steps) and a long (400)
+fit with and without the callback, `--repeats` times in rotated order, the minimum of each taken: per
+step, `((long on - short on) - (long off - short off)) / 300` (and its share of the step without wattwise);
+per fit, what is left of the short fit's difference. Beside them, the counter reads one long fit makes
+(each on an H100 costs what the realistic physics' read sleeps: the real NVML path costs the same per
+read) and the time they take. About 2 minutes per process count and physics at 3 repeats.
 """
 
 from __future__ import annotations
@@ -566,6 +578,153 @@ def worker(spec_path: str) -> None:
         dist.destroy_process_group()
 
 
+# -- paired short and long fits: a user's own script ------------------------------------------------------
+PAIRED_STEPS = (100, 400)
+PAIRED_STEP_S = 0.02
+
+
+@dataclass(frozen=True)
+class PairedFit:
+    """One fit of `--paired-fits`: its steps, whether wattwise measures it, the physics, the repeat."""
+
+    steps: int
+    measured: bool
+    physics: str
+    repeat: int
+
+
+def plan_paired(physics: Sequence[str], repeats: int) -> list[PairedFit]:
+    """Each repeat runs the four fits of each physics in an order rotated by one from the last repeat's."""
+    fits: list[PairedFit] = []
+    for r in range(repeats):
+        for phys in physics:
+            four = [PairedFit(n, on, phys, r) for n in PAIRED_STEPS for on in (False, True)]
+            fits += four[r % 4 :] + four[: r % 4]
+    return fits
+
+
+def paired_worker(spec_path: str) -> None:
+    """Every fit of the spec in this process, as a user's script would run them; rank 0 writes the times."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    from lightning_energy import EnergyCallback
+    from wattwise.devices.simulated import SimulatedGPU
+
+    spec = json.loads(Path(spec_path).read_text())
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    warnings.filterwarnings("ignore")
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "wattwise"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    reads = {"count": 0, "seconds": 0.0}
+    energy_j = SimulatedGPU.energy_j
+
+    def counted_energy_j(self: Any) -> float:
+        started = time.perf_counter()
+        try:
+            return energy_j(self)
+        finally:
+            reads["count"] += 1
+            reads["seconds"] += time.perf_counter() - started
+
+    SimulatedGPU.energy_j = counted_energy_j  # type: ignore[method-assign]
+
+    class SleepingModel(BoringModel):  # type: ignore[misc]
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            time.sleep(PAIRED_STEP_S)
+            return super().training_step(batch, batch_idx)
+
+    def fit(steps: int, measured: bool, physics: str, out: Path) -> tuple[float, int, float]:
+        callbacks = []
+        if measured:
+            overrides = [f"devices.simulated_physics={physics}"]
+            callbacks.append(EnergyCallback(backend="simulated", output_dir=str(out), overrides=overrides))
+        trainer = pl.Trainer(
+            max_steps=steps,
+            logger=False,
+            limit_val_batches=0,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            callbacks=callbacks,
+            accelerator="cpu",
+            devices=world_size,
+            strategy="ddp" if world_size > 1 else "auto",
+        )
+        reads.update(count=0, seconds=0.0)
+        started = time.perf_counter()
+        trainer.fit(SleepingModel())
+        return time.perf_counter() - started, int(reads["count"]), float(reads["seconds"])
+
+    tmp = Path(spec["tmp"])
+    fit(20, True, "realistic", tmp / "warm-up")
+    results = []
+    for i, raw in enumerate(spec["fits"]):
+        one = PairedFit(**raw)
+        wall_s, count, read_s = fit(one.steps, one.measured, one.physics, tmp / f"fit-{i}")
+        results.append({**raw, "wall_s": wall_s, "reads": count, "read_s": read_s})
+    if int(os.environ.get("RANK", "0")) == 0:
+        Path(spec["out"]).write_text(json.dumps(results))
+
+
+def paired_figures(results: list[dict[str, Any]], physics: str) -> dict[str, float]:
+    """Per-step and per-fit cost from the minimum wall time of each of the four fits of one physics."""
+    short, long_ = PAIRED_STEPS
+    best = {
+        (n, on): min(r["wall_s"] for r in results if (r["steps"], r["measured"], r["physics"]) == (n, on, physics))
+        for n in PAIRED_STEPS
+        for on in (False, True)
+    }
+    base_step_s = (best[(long_, False)] - best[(short, False)]) / (long_ - short)
+    per_step_s = ((best[(long_, True)] - best[(short, True)]) - (best[(long_, False)] - best[(short, False)])) / (
+        long_ - short
+    )
+    long_on = [r for r in results if (r["steps"], r["measured"], r["physics"]) == (long_, True, physics)]
+    return {
+        "base_step_ms": 1e3 * base_step_s,
+        "per_step_ms": 1e3 * per_step_s,
+        "per_step_pct": 100 * per_step_s / base_step_s,
+        "per_fit_s": (best[(short, True)] - best[(short, False)]) - short * per_step_s,
+        "reads_per_long_fit": statistics.median(r["reads"] for r in long_on),
+        "read_ms_per_long_fit": 1e3 * statistics.median(r["read_s"] for r in long_on),
+    }
+
+
+def run_paired(processes: Sequence[int], physics: Sequence[str], repeats: int, timeout_s: float) -> int:
+    """`--paired-fits`: launch each process count's fits, print per-step and per-fit costs."""
+    fits = plan_paired(physics, repeats)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="wattwise-paired-fits-") as tmp:
+        for world_size in processes:
+            group = Path(tmp) / f"procs{world_size}"
+            group.mkdir()
+            spec = group / "spec.json"
+            out = group / "results.json"
+            spec.write_text(
+                json.dumps({"fits": [dataclasses.asdict(f) for f in fits], "tmp": str(group), "out": str(out)})
+            )
+            print(f"{len(fits)} fits in {world_size} process(es)...", file=sys.stderr, flush=True)
+            _start_workers(world_size, ["--paired-worker", str(spec)], group, Path(tmp) / "home", timeout_s)
+            results = json.loads(out.read_text())
+            rows += [{"processes": world_size, "physics": p, **paired_figures(results, p)} for p in physics]
+    print(
+        f"paired fits (BoringModel, {PAIRED_STEP_S * 1e3:.0f} ms sleep per step, logger=False, no validation, "
+        f"mode measure, fits in one process): {' and '.join(map(str, PAIRED_STEPS))} steps, minimum of {repeats}"
+    )
+    print(
+        f"{'procs':>5} {'physics':>9} {'step ms':>8} {'per step':>9} {'share':>7} {'per fit':>8} "
+        f"{'reads':>6} {'read ms':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['processes']:>5} {r['physics']:>9} {r['base_step_ms']:>8.2f} {r['per_step_ms']:>7.3f}ms "
+            f"{r['per_step_pct']:>+6.2f}% {r['per_fit_s'] * 1e3:>6.0f}ms {r['reads_per_long_fit']:>6.0f} "
+            f"{r['read_ms_per_long_fit']:>8.1f}"
+        )
+    print("target: at most 1% per step (per step is the difference of differences: a few tenths of a % of noise)")
+    return 0
+
+
 # -- coordinator -------------------------------------------------------------------------------------------
 def plan_trials(
     frameworks: Sequence[str], step_ms: Sequence[int], steps: dict[int, int], repeats: int, modes: Sequence[str] = MODES
@@ -605,10 +764,16 @@ def launch(
             {"trials": [dataclasses.asdict(t) for t in trials], "tmp": str(group), "out": out, "time_hooks": time_hooks}
         )
     )
+    _start_workers(world_size, ["--worker", str(spec)], group, tmp / "home", timeout_s)
+    return [json.loads(Path(out.format(rank=r)).read_text()) for r in range(world_size)]
+
+
+def _start_workers(world_size: int, worker_args: list[str], group: Path, home: Path, timeout_s: float) -> None:
+    """`world_size` fresh processes of this script with `worker_args`, a process group's variables set; wait."""
     port = free_port()
     procs, logs = [], []
     for rank in range(world_size):
-        env = {**os.environ, "WATTWISE_HOME": str(tmp / "home"), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "WATTWISE_HOME": str(home), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         env.pop("ACCELERATE_ENERGY", None)
         if world_size > 1:
             env.update(
@@ -625,7 +790,7 @@ def launch(
         with open(log_path, "w") as log_file:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, __file__, "--worker", str(spec)],
+                    [sys.executable, __file__, *worker_args],
                     env=env,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
@@ -646,7 +811,6 @@ def launch(
             f"--- rank {r} ---\n" + "\n".join(p.read_text().splitlines()[-30:]) for r, p in enumerate(logs)
         )
         raise RuntimeError(f"{world_size}-process workers failed or timed out:\n{tail}")
-    return [json.loads(Path(out.format(rank=r)).read_text()) for r in range(world_size)]
 
 
 def per_1000(count: float, steps: int) -> float:
@@ -856,12 +1020,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", metavar="PATH", help="also write every run and the table as JSON")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process count (default 1800)")
+    parser.add_argument(
+        "--paired-fits",
+        action="store_true",
+        help="per-step and per-fit cost from paired short and long fits of a user's own script (see above)",
+    )
+    parser.add_argument(
+        "--physics", nargs="+", choices=("ideal", "realistic"), default=["ideal", "realistic"],
+        help="with --paired-fits: the simulated GPU's physics (default both)",
+    )  # fmt: skip
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--paired-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args.worker)
         return 0
+    if args.paired_worker:
+        paired_worker(args.paired_worker)
+        return 0
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    if args.paired_fits:
+        if repeats < 1:
+            parser.error("--repeats must be at least 1")
+        return run_paired(args.processes, args.physics, repeats, args.timeout)
     if repeats < 1 or (args.steps is not None and args.steps < 1) or min(args.step_ms) < 1:
         parser.error("--repeats, --steps and --step-ms must be at least 1")
     table = QUICK_STEPS if args.quick else DEFAULT_STEPS
