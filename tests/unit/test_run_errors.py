@@ -18,7 +18,7 @@ from wattwise.errors import EnergyPluginWarning, InternalError, Unavailable, Usa
 from wattwise.profile import ProfileEntry
 from wattwise.run import EnergyPluginWarning as ReExportedWarning
 from wattwise.run import Run
-from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
+from wattwise.store.limits_memory import LimitsMemory, RememberedLimit, TuningProgress
 from wattwise.store.spool import StoreUnavailable
 from wattwise.tools.workload import emulate_step
 
@@ -50,6 +50,10 @@ class UnreachableMemory(LimitsMemory):
 
     def save(self, key: str, chosen: ProfileEntry, profile: list[ProfileEntry], **kwargs: Any) -> None:
         self.calls.append("save")
+        raise OUTAGE
+
+    def recall_progress(self, key: str) -> TuningProgress | None:
+        self.calls.append("recall_progress")
         raise OUTAGE
 
 
@@ -94,7 +98,8 @@ def test_a_store_outage_when_tuning_remembers_its_choice_is_one_warning_and_trai
         run.start()
         assert train(run, gpu, 12) == 12
         record = run.finish()
-    assert memory.calls == ["save"]
+    # The unfinished profile it looked for at the start could not be read either: said once, with the save.
+    assert memory.calls == ["recall_progress", "save"]
     [message] = plugin_warnings(caught)
     assert "cannot reach the job store" in message and "measurement only" in message
     assert record is not None and record.steps == 12

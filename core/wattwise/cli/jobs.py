@@ -26,7 +26,7 @@ from wattwise.safe_files import json_text
 from wattwise.store import spool
 from wattwise.store.base import unknown_job
 from wattwise.store.factory import default_store_url, open_store, store_url
-from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
+from wattwise.store.limits_memory import LimitsMemory, RememberedLimit, TuningProgress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -191,8 +191,9 @@ def run_show(args: argparse.Namespace) -> int:
         summary = summarize(spec, runs, store.power_limits(spec.name)) if spec is not None else None
     finally:
         store.close()
-    limits = LimitsMemory(url).remembered(args.name)
-    if spec is None and not limits:
+    memory = LimitsMemory(url)
+    limits, progress = memory.remembered(args.name), memory.progress(args.name)
+    if spec is None and not limits and not progress:
         raise unknown_job(args.name)
     if args.json:
         payload = {
@@ -200,6 +201,7 @@ def run_show(args: argparse.Namespace) -> int:
             "summary": summary.to_dict() if summary is not None else None,
             "runs": [_run_dict(r) for r in runs],
             "remembered_limits": [_limit_dict(key, limit) for key, limit in limits.items()],
+            "tuning_progress": [_progress_dict(key, p) for key, p in progress.items()],
         }
         print(json_text(payload))
         return 0
@@ -209,7 +211,25 @@ def run_show(args: argparse.Namespace) -> int:
         _print_recurring(spec, summary, runs)
     if limits:
         _print_limits(args.name, limits)
+    if progress:
+        _print_progress(progress)
     return 0
+
+
+def _progress_dict(key: str, progress: TuningProgress) -> dict[str, Any]:
+    return {
+        "key": key,
+        "profiled": progress.profiled,
+        "limits": progress.limits,
+        "updated_at_s": progress.updated_at_s,
+        "run_id": progress.run_id,
+    }
+
+
+def _print_progress(progress: dict[str, TuningProgress]) -> None:
+    print(f"unfinished power-limit tuning ({len(progress)}; the job's next run goes on from it):")
+    for key, p in progress.items():
+        print(f"  profiling: {p.profiled} of {p.limits} limits   {key}")
 
 
 def _print_recurring(spec: JobSpec, summary: JobSummary, runs: list[StoredRun]) -> None:
@@ -249,7 +269,13 @@ def run_reset(args: argparse.Namespace) -> int:
         raise unknown_job(args.name)
     store = open_store(url)
     try:
-        runs = len(store.runs(args.name)) if store.get_job(args.name) is not None else None
+        from wattwise.store.sql import UnreadableJob
+
+        try:
+            found = store.get_job(args.name) is not None
+        except UnreadableJob:  # a job whose row does not read is reset all the same
+            found = True
+        runs = len(store.runs(args.name)) if found else None
         if runs is None or not store.reset_job(args.name):
             raise unknown_job(args.name)
     finally:

@@ -46,7 +46,7 @@ from wattwise.profile import Payback, ProfileEntry
 from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, SettingEvent, TuningSummary
 from wattwise.run.carbon import CarbonControl
 from wattwise.settings.guard import SettingsGuard
-from wattwise.store.limits_memory import LimitsMemory, RememberedLimit
+from wattwise.store.limits_memory import LimitsMemory, RememberedLimit, TuningProgress
 from wattwise.vocabulary import RunMode, Selector
 
 #: A profile window lasts at least this many updates of the energy counter: quantisation stays under
@@ -136,6 +136,10 @@ class PowerLimitControl:
         #: The job's key in the limits memory, whether this is the main process, and the run's id, as the
         #: last profile window gave them: a choice made later (a round cut short) is remembered with them.
         self._remember_as: tuple[str | None, bool, str | None] = (None, False, None)
+        #: Where an unfinished tuning is kept for the job's next run: its key, and whether this is the main process.
+        self._progress_as: tuple[str | None, bool] = (None, False)
+        #: The earlier run's unfinished tuning this run went on from, if any.
+        self.continued_from: TuningProgress | None = None
         self._label: Callable[[Device], str] = lambda dev: dev.key
 
     @property
@@ -229,7 +233,7 @@ class PowerLimitControl:
             self.tuner.load_state_dict(self._resumed_tuner)
             return
 
-    def reuse_remembered(self, collective: Collective, memory_key: str | None) -> None:
+    def reuse_remembered(self, collective: Collective, memory_key: str | None, progress_key: str | None = None) -> None:
         """Finish tuning with the limit an earlier run of the job chose, when one is remembered.
 
         Called by every process after `setup`, once they agree that they tune: the main process recalls the
@@ -239,21 +243,88 @@ class PowerLimitControl:
         Raises:
             Unavailable: the limits memory cannot be read (on the main process).
         """
-        if self.tuner is None or self._resumed_tuner is not None or not self.cfg.reuse or memory_key is None:
+        progress_key = progress_key or memory_key
+        if self.tuner is None or self._resumed_tuner is not None or progress_key is None:
             return
+        self._progress_as = (progress_key, collective.rank == 0)
         saved: RememberedLimit | None = None
+        progress: TuningProgress | None = None
         failure: Exception | None = None
         if collective.rank == 0:
             try:
-                saved = self.memory.recall(memory_key)
+                saved = self.memory.recall(memory_key) if self.cfg.reuse and memory_key is not None else None
             except (Unavailable, UsageError) as err:
                 failure = err
-        saved = collective.broadcast(saved)
+            if saved is None and failure is None:
+                progress = self._recall_progress(progress_key)
+        saved, progress = collective.broadcast((saved, progress))
         if saved is not None:
             self.tuner.finish_with(saved.chosen, saved.profile)
             self.reused, self.reused_from = True, saved
+        elif progress is not None:
+            self._go_on_from(progress)
         if failure is not None:
             raise failure
+
+    def _recall_progress(self, memory_key: str) -> TuningProgress | None:
+        """An earlier run's unfinished tuning of this job, when it profiled these limits by this objective."""
+        assert self.tuner is not None
+        try:
+            progress = self.memory.recall_progress(memory_key)
+        except (Unavailable, UsageError):  # nothing to go on from; an outage is said where the choice is kept
+            return None
+        if progress is None:
+            return None
+        kept = progress.state
+        same = (
+            kept.get("limits_w") == self.tuner.limits_w
+            and kept.get("selector") == str(self.tuner.selector)
+            and kept.get("eta") == self.tuner.eta
+            and isinstance(kept.get("tuner"), dict)
+        )
+        return progress if same else None
+
+    def _go_on_from(self, progress: TuningProgress) -> None:
+        """Tune on from where an earlier run of the job stopped: its profiled limits count, the next ones follow."""
+        assert self.tuner is not None
+        try:
+            self.tuner.load_state_dict(progress.state["tuner"])
+        except (KeyError, TypeError, ValueError):  # a state this release cannot read: start afresh
+            self.tuner = self._make_tuner()
+            return
+        self.tuner.steps_at = {}  # this run's tuning cost is its own steps'
+        self.continued_from = progress
+        by = f" {progress.run_id}" if progress.run_id else ""
+        self._notices.append(
+            f"power-limit tuning goes on from an earlier run{by} of this job: {progress.profiled} of "
+            f"{progress.limits} limits were profiled there"
+        )
+
+    def _forget_progress(self, key: str) -> None:
+        """A finished tuning: the unfinished profile it went on from is done with (never stops training)."""
+        try:
+            self.memory.forget_progress(key)
+        except (Unavailable, UsageError) as err:
+            self._notices.append(f"power-limit tuning's finished profile is still kept as unfinished ({err})")
+
+    def _keep_progress(self) -> None:
+        """Keep an unfinished tuning's profile for the job's next run (main process; never stops training)."""
+        t = self.tuner
+        memory_key, is_main = self._progress_as
+        if t is None or t.finished or not t.profile or memory_key is None or not is_main:
+            return
+        state = {"tuner": t.state_dict(), "limits_w": t.limits_w, "selector": str(t.selector), "eta": t.eta}
+        try:
+            self.memory.save_progress(
+                memory_key, state, profiled=len(t.profile), limits=t.sweep_size, run_id=self._remember_as[2]
+            )
+        except (Unavailable, UsageError) as err:
+            self._notices.append(f"power-limit tuning's unfinished profile could not be kept for the next run ({err})")
+            return
+        self._notices.append(
+            f"power-limit tuning keeps its profile of {len(t.profile)} of {t.sweep_size} limits for the job's "
+            "next run, which goes on from there; no limit is remembered as chosen until the profile is finished"
+        )
 
     @property
     def limit_in_force_w(self) -> float | None:
@@ -460,6 +531,7 @@ class PowerLimitControl:
             )
         if t.at_limit_boundary() and left < per_limit:
             t.finish_early(reason)
+            self._keep_progress()
 
     def _how_to_fit(self, needed_steps: int) -> str:
         """How to make tuning take at most a fifth of a run of known length.
@@ -499,6 +571,7 @@ class PowerLimitControl:
             f"the run {ended} after {steps_done} optimizer steps, {t.steps_to_finish()} before every limit was profiled"
         )
         t.finish_early(reason)
+        self._keep_progress()
         if not self._warned_short:
             self._warned_short = True
             self._notices.append(
@@ -543,6 +616,9 @@ class PowerLimitControl:
                 f"power-limit tuning chose no limit: {self.tuner.unfinished_reason}; the GPU stays at "
                 f"{max(self.tuner.limits_w):g} W and no saving is reported"
             )
+        progress_key, _ = self._progress_as
+        if progress_key is not None and progress_key != memory_key and is_main and self.tuner.finished:
+            self._forget_progress(progress_key)
         if self.tuner.chosen is not None and memory_key is not None and is_main:
             self.memory.save(
                 memory_key,

@@ -175,7 +175,12 @@ class RecurringJobRun:
             return None
         try:
             # A run that ends before tuning finished settles on the best limit measured; a failed one does not.
+            # Only a finished profile's choice is remembered for the batch size: an unfinished one is kept as
+            # the tuning's progress, which the next run of the job goes on from.
             chosen = run.tuned_limit_w(settle=not failed)
+            tuner = run.power.tuner
+            if tuner is not None and not tuner.finished:
+                chosen = None
             energy_j: float | None
             if summary is not None:
                 energy_j, time_s = summary.energy_j, summary.time_s

@@ -407,10 +407,16 @@ class Run:
             self.power.finish_tuning(self.step_count)
         return self.power.tuned_limit_w
 
-    def _memory_key(self) -> str | None:
-        if not self.cfg.job or not self.gpus:
+    def _memory_key(self, job: str | None = None) -> str | None:
+        """Where the job's tuned limit is remembered (`job`: another job's name than the configuration's)."""
+        job = job or self.cfg.job
+        if not job or not self.gpus:
             return None
-        return memory_key(self.cfg.job, self.gpus[0].name, len(self.gpus) * self.collective.world_size, self.batch_size)
+        return memory_key(job, self.gpus[0].name, len(self.gpus) * self.collective.world_size, self.batch_size)
+
+    def _progress_key(self) -> str | None:
+        """Where an unfinished tuning is kept for the next run: the job's key, a recurring job's included."""
+        return self._memory_key(self.cfg.job or self.recurring_job)
 
     @_refuses_mistakes
     def start(self) -> None:
@@ -461,7 +467,7 @@ class Run:
         if changes:  # every process asks, tunes only when all can, then shares the remembered limit
             self._agree(at_start=True)
             try:
-                self.power.reuse_remembered(self.collective, self._memory_key())
+                self.power.reuse_remembered(self.collective, self._memory_key(), self._progress_key())
             except (Unavailable, UsageError) as err:
                 self._degrade(err, "recalling the remembered power limit")
         self._take_notices()

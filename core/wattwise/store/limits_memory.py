@@ -166,8 +166,16 @@ class LimitsMemory:
         limit = RememberedLimit(
             chosen, list(profile), selector, eta, time.time() if chosen_at_s is None else chosen_at_s, run_id
         )
+        from sqlalchemy import delete
+
+        from wattwise.store.schema import tuning_progress_table
+
+        def work(conn: Connection) -> None:
+            _upsert(conn, key, limit, only_if_later=False)
+            conn.execute(delete(tuning_progress_table).where(tuning_progress_table.c.memory_key == key))
+
         with self._store() as store:
-            store.write(lambda conn: _upsert(conn, key, limit, only_if_later=False))
+            store.write(work)
 
     def remembered(self, job: str) -> dict[str, RememberedLimit]:
         """Every limit remembered for `job` (any GPU model and count, any batch size), by key.
@@ -179,7 +187,7 @@ class LimitsMemory:
 
         from wattwise.store.schema import remembered_limits_table as table
 
-        prefix = job.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "|%"
+        prefix = _job_keys(job)
         with self._store() as store:
             rows = store.read(
                 lambda conn: conn.execute(
@@ -187,6 +195,78 @@ class LimitsMemory:
                 ).all()
             )
         return {row.memory_key: _remembered(row) for row in rows}
+
+    def save_progress(
+        self, key: str, state: dict[str, Any], *, profiled: int, limits: int, run_id: str | None = None
+    ) -> None:
+        """Keep an unfinished tuning's state under `key`, replacing any earlier one, for the next run to go on.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        from wattwise.store.schema import tuning_progress_table as table
+
+        values: dict[str, Any] = {
+            "memory_key": key,
+            "state": json.dumps(state),
+            "profiled": profiled,
+            "limits": limits,
+            "updated_at_s": time.time(),
+            "run_id": run_id,
+        }
+
+        def work(conn: Connection) -> None:
+            stmt = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table).values(**values)
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[table.c.memory_key],
+                    set_={name: stmt.excluded[name] for name in values if name != "memory_key"},
+                )
+            )
+
+        with self._store() as store:
+            store.write(work)
+
+    def recall_progress(self, key: str) -> TuningProgress | None:
+        """The unfinished tuning kept under `key`, or None.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        from sqlalchemy import select
+
+        from wattwise.store.schema import tuning_progress_table as table
+
+        with self._store() as store:
+            row = store.read(lambda conn: conn.execute(select(table).where(table.c.memory_key == key)).first())
+        return None if row is None else _progress(row)
+
+    def progress(self, job: str) -> dict[str, TuningProgress]:
+        """Every unfinished tuning kept for `job` (any GPU model and count, any batch size), by key."""
+        from sqlalchemy import select
+
+        from wattwise.store.schema import tuning_progress_table as table
+
+        prefix = _job_keys(job)
+        with self._store() as store:
+            rows = store.read(
+                lambda conn: conn.execute(
+                    select(table).where(table.c.memory_key.like(prefix, escape="\\")).order_by(table.c.memory_key)
+                ).all()
+            )
+        found = {row.memory_key: _progress(row) for row in rows}
+        return {key: p for key, p in found.items() if p is not None}
+
+    def forget_progress(self, key: str) -> bool:
+        """Forget the unfinished tuning kept under `key`; False when there was none."""
+        from sqlalchemy import delete
+
+        from wattwise.store.schema import tuning_progress_table as table
+
+        with self._store() as store:
+            return store.write(lambda conn: bool(conn.execute(delete(table).where(table.c.memory_key == key)).rowcount))
 
     def forget(self, key: str) -> bool:
         """Forget what is remembered under `key`; False when nothing was."""
@@ -196,6 +276,40 @@ class LimitsMemory:
 
         with self._store() as store:
             return store.write(lambda conn: bool(conn.execute(delete(table).where(table.c.memory_key == key)).rowcount))
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningProgress:
+    """A tuning that could not profile every limit in its run: what it profiled, for the next run to go on from.
+
+    Kept under the same key as a remembered limit (`memory_key`); a limit is remembered as chosen only from
+    a finished profile.
+    """
+
+    #: The tuner's state where the run ended (`wattwise.power_limit.PowerLimitTuner.state_dict`).
+    state: dict[str, Any]
+    #: How many limits it had profiled, of how many.
+    profiled: int
+    limits: int
+    #: When (unix seconds), and by which run.
+    updated_at_s: float
+    run_id: str | None = None
+
+
+def _job_keys(job: str) -> str:
+    """The LIKE pattern (escape character backslash) of every `memory_key` of `job`."""
+    return job.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "|%"
+
+
+def _progress(row: Any) -> TuningProgress | None:
+    """A row of the tuning-progress table; None when its state is not a JSON object (a damaged row is no progress)."""
+    try:
+        state = json.loads(row.state)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    return TuningProgress(state, int(row.profiled), int(row.limits), float(row.updated_at_s), row.run_id)
 
 
 def _remembered(row: Any) -> RememberedLimit:

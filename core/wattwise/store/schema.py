@@ -75,6 +75,20 @@ remembered_limits_table = Table(
     Column("run_id", String(256), nullable=True),
 )
 
+#: A tuning that could not profile every limit in its run, under the same key as a remembered limit: the
+#: tuner's state (JSON), how many limits it profiled of how many, when and by which run. The next run of the
+#: job goes on from there (`wattwise.store.limits_memory.LimitsMemory.recall_progress`).
+tuning_progress_table = Table(
+    "wattwise_tuning_progress",
+    metadata,
+    Column("memory_key", Text, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("profiled", Integer, nullable=False),
+    Column("limits", Integer, nullable=False),
+    Column("updated_at_s", Double, nullable=False),
+    Column("run_id", String(256), nullable=True),
+)
+
 #: Every training run wattwise measured (`wattwise.store.runs.RunRow`), recurring or not: what `wattwise runs`
 #: and the dashboard read. `id` is the run's own folder name; times are unix seconds; `devices` a JSON list.
 run_history_table = Table(

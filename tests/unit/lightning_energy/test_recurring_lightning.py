@@ -301,8 +301,11 @@ def test_bad_arguments_fail_when_the_callback_is_built():
         )
 
 
-def test_a_run_that_stops_before_tuning_finished_records_the_best_limit_it_measured(tmp_path, virtual_clock):
+def test_a_run_that_stops_before_tuning_finished_remembers_no_limit_and_the_next_run_tunes_on(
+    tmp_path, virtual_clock, monkeypatch
+):
     # The target is reached after epoch 1 (12 steps): tuning 5 limits needs 16; 300, 250, 200 and 150 W fit.
+    monkeypatch.setenv("WATTWISE_STORE", str(tmp_path / "limits.sqlite"))
     gpu = clocked_gpu(virtual_clock)
     rec_cb, energy_cb = recurring([16], 16), energy(tmp_path, gpu, "run1")
     with pytest.warns(EnergyPluginWarning, match="tuning did not finish"):
@@ -311,10 +314,13 @@ def test_a_run_that_stops_before_tuning_finished_records_the_best_limit_it_measu
     assert summary is not None
     tuning = summary["power_limit"]["tuning"]
     assert tuning["finished"] is False and tuning["profiled"] and tuning["reason"]
-    chosen = summary["power_limit"]["chosen_power_limit_w"]
-    assert chosen in tuning["profiled"]
-    # Recorded for the batch size: the next run caps there instead of tuning again.
-    assert stored("nightly").power_limits == {16: chosen}
-    rec_cb2 = recurring([16], 16)
-    fit(ScheduledModule(gpu, reach_epoch={16: 1}), [rec_cb2, energy(tmp_path, gpu, "run2")], tmp_path)
-    assert rec_cb2.recommendation is not None and rec_cb2.recommendation.power_limit_w == chosen
+    # An unfinished profile is no choice: nothing is remembered for the batch size, and the next run tunes
+    # on from the limits this one profiled instead of being capped at the best of them.
+    assert stored("nightly").power_limits == {}
+    rec_cb2, energy_cb2 = recurring([16], 16), energy(tmp_path, gpu, "run2")
+    fit(ScheduledModule(gpu, reach_epoch={16: 2}), [rec_cb2, energy_cb2], tmp_path)
+    assert rec_cb2.recommendation is not None and rec_cb2.recommendation.power_limit_w is None
+    second = energy_cb2.summary
+    assert second is not None and second["power_limit"]["tuning"]["finished"] is True
+    assert second["power_limit"]["tuning"]["profiled"][: len(tuning["profiled"])] == tuning["profiled"]
+    assert stored("nightly").power_limits == {16: second["power_limit"]["chosen_power_limit_w"]}
