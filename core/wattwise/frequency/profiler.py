@@ -16,9 +16,10 @@ two stages at 16 clocks); `max_profile_s` bounds it, at the cost of shorter wind
 It also measures, per stage, how long a change of the SM clock takes to act (`clock_change_s`): from the
 call that locks the lowest profiled clock, after running at the highest, until the first of three
 instructions in a row whose time is within `SETTLED_WITHIN` of its settled time at the new clock starts
-(an upper bound, to one instruction's time; `LATENCY_WINDOW_S` of instructions; the median of
-`LATENCY_REPEATS` such changes). The planner makes no frequency segment shorter than the GPU can follow,
-and the controller changes the clock ahead of the instruction that needs it.
+(midway between its start and the one before: to half an instruction's time; `LATENCY_WINDOW_S` of
+instructions; the median of `LATENCY_REPEATS` such changes). The planner makes no frequency segment
+shorter than the GPU can follow, and the controller changes the clock ahead of the instruction that
+needs it.
 
 On the simulated GPU (no GPU on this machine) the figures follow its clock model, and the profile's
 `source` says "simulated".
@@ -250,7 +251,8 @@ def clock_change_s(
     """Seconds from the call that locks `clocks_mhz[1]` (after running at `clocks_mhz[0]`) until it acts.
 
     Until the first of three runs of `work` in a row whose time is within `within` of its settled time at
-    the new clock starts (to one run's time), over `window_s` of runs (20 at least).
+    the new clock starts, taken midway between that run's start and the one before (to half a run's
+    time), over `window_s` of runs (20 at least).
     """
     sim = device.simulation
     clock = sim.clock if sim is not None else time.monotonic
@@ -274,6 +276,6 @@ def clock_change_s(
     settled = statistics.median(took[len(took) // 2 :])
     near = [abs(t - settled) <= within * settled for t in took]
     for i in range(len(took) - 2):
-        if all(near[i : i + 3]):  # it had acted by this run's start
-            return max(0.0, starts[i] - called)
+        if all(near[i : i + 3]):  # it acted after the last unsettled run's start and by this one's: midway
+            return max(0.0, (starts[i - 1] + starts[i]) / 2 - called) if i > 0 else 0.0
     return starts[-1] - called

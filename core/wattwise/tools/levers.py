@@ -108,6 +108,8 @@ TUNING_ETAS = (0.5, 1.0)
 #: Microbatches per pipeline iteration, and its schedule.
 PIPELINE_MICROBATCHES = 4
 PIPELINE_SCHEDULE = "1f1b"
+#: Iterations each pipeline run (the plan's, the maximum clock's) spans at least.
+PIPELINE_RUN_ITERATIONS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1224,12 +1226,15 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
         if wattwise_main(["plan", str(frontier), "--out", str(plan_path)]):
             raise Failure("wattwise plan failed on the frontier")
         plan = json.loads(plan_path.read_text())
+        # Each run spans at least PIPELINE_RUN_ITERATIONS iterations, so that the instructions' noise
+        # averages out of the composed iteration (a fine counter's windows alone hold only a few).
+        run_s = max(window_s, PIPELINE_RUN_ITERATIONS * float(plan["max_frequency_time_s"]))
         top = max(clocks)
         at_max = [[[ins, mb, top] for ins, mb, _ in stage] for stage in plan["plan"]]
         measured = {}
         for label, steps in (("plan", plan["plan"]), ("max", at_max)):
             times, energies, applied = _run_plan(
-                rig, guard, stages, steps, window_s, plan.get("clock_change_s", []) if label == "plan" else (), timer
+                rig, guard, stages, steps, run_s, plan.get("clock_change_s", []) if label == "plan" else (), timer
             )
             if label == "plan" and [[list(a) for a in stage] for stage in applied] != [
                 [list(s) for s in stage] for stage in steps
@@ -1254,6 +1259,7 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
         "p_blocking_w": p_blocking_w,
         "unit_time_s": unit_s,
         "window_s": window_s,
+        "run_s": run_s,
         "profile_csv": str(profile_csv),
         "frontier": str(frontier),
         "plan": str(plan_path),
