@@ -122,18 +122,40 @@ def _spec_row(spec: JobSpec, now_s: float) -> dict[str, Any]:
     }
 
 
+class UnreadableJob(UsageError):
+    """A recurring job's row that does not read as its settings (a hand edit, a crash mid-write).
+
+    The message names the job and how to remove it.
+    """
+
+
 def _spec(row: Row[Any]) -> JobSpec:
-    return JobSpec(
-        name=row.name,
-        batch_sizes=tuple(json.loads(row.batch_sizes)),
-        default_batch_size=row.default_batch_size,
-        target_metric=row.target_metric,
-        metric_mode="min" if row.metric_mode == "min" else "max",
-        max_epochs=row.max_epochs,
-        max_power_w=row.max_power_w,
-        eta=row.eta,
-        beta=row.beta,
-    )
+    """The job's settings in its row, checked as `JobSpec` checks them.
+
+    Raises:
+        UnreadableJob: the row is not a job's (batch_sizes not a JSON list, a field out of its bounds).
+    """
+    try:
+        sizes = json.loads(row.batch_sizes)
+        if not isinstance(sizes, list):
+            raise ValueError(f"batch_sizes is not a JSON list (got {row.batch_sizes!r:.40})")
+        return JobSpec(
+            name=row.name,
+            batch_sizes=tuple(sizes),
+            default_batch_size=row.default_batch_size,
+            target_metric=row.target_metric,
+            metric_mode="min" if row.metric_mode == "min" else "max",
+            max_epochs=row.max_epochs,
+            max_power_w=row.max_power_w,
+            eta=row.eta,
+            beta=row.beta,
+        )
+    except (ValueError, TypeError, RecursionError) as err:  # a UsageError is a ValueError too
+        name = str(row.name)[:64].encode("unicode_escape").decode("ascii")
+        raise UnreadableJob(
+            f"job {name}: its row in the store is unreadable ({' '.join(str(err).split())}); "
+            f"`wattwise jobs reset {name}` removes it"
+        ) from None
 
 
 def _run(row: Row[Any]) -> StoredRun:
@@ -477,8 +499,15 @@ class SqlJobStore:
         return None if row is None else _spec(row)
 
     def list_jobs(self) -> list[JobSpec]:
+        """Every job whose row reads; one that does not costs that job alone, with one warning naming it."""
         rows = self.read(lambda conn: conn.execute(select(jobs_table).order_by(jobs_table.c.name)).all())
-        return [_spec(row) for row in rows]
+        specs = []
+        for row in rows:
+            try:
+                specs.append(_spec(row))
+            except UnreadableJob as err:
+                plugin_warning(f"wattwise: {err}", stacklevel=2)
+        return specs
 
     @staticmethod
     def _runs(conn: Connection, name: str) -> list[StoredRun]:
