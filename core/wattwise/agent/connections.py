@@ -195,6 +195,8 @@ class Listener:
         with contextlib.suppress(ValueError, OSError):
             self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
+        for task in self._tasks:  # connections accepted but not handed to the server yet
+            task.cancel()
 
     def _accept(self) -> None:
         batch: list[tuple[int, socket.socket]] = []
