@@ -150,9 +150,9 @@ class History:
         return sorted({r.job for r in self.runs() if r.job})
 
     def _open(self) -> SqlJobStore:
-        from wattwise.store.sql import SqlJobStore
+        from wattwise.store.sql import READER_LOCK_TIMEOUT_S, SqlJobStore
 
-        return SqlJobStore(self.url, read_only=True)
+        return SqlJobStore(self.url, read_only=True, lock_timeout_s=READER_LOCK_TIMEOUT_S)
 
 
 def run_folder(row: RunRow) -> RunDir | None:

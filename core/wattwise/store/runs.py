@@ -106,9 +106,9 @@ def store_exists(url: str) -> bool:
 
 @contextmanager
 def _opened(url: str, *, read_only: bool = True) -> Iterator[SqlJobStore]:
-    from wattwise.store.sql import SqlJobStore
+    from wattwise.store.sql import READER_LOCK_TIMEOUT_S, SqlJobStore
 
-    store = SqlJobStore(url, read_only=read_only)
+    store = SqlJobStore(url, read_only=True, lock_timeout_s=READER_LOCK_TIMEOUT_S) if read_only else SqlJobStore(url)
     try:
         yield store
     finally:

@@ -286,6 +286,11 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0, read_only: bool = Fal
     return engine
 
 
+#: How long a reader waits for a lock (a store not in WAL mode, held by a writer) before `StoreUnavailable`:
+#: a page or `runs list` says so in seconds rather than waiting out a writer's 120 s.
+READER_LOCK_TIMEOUT_S = 10.0
+
+
 class SqlJobStore:
     """A `JobStore` in a SQL database; see the module docstring for how writers stay safe.
 

@@ -146,3 +146,23 @@ def test_a_store_that_needs_upgrading_says_so_and_is_left_as_it_is(
     err = capsys.readouterr().err
     assert "is at revision 0002, older than this wattwise reads" in err and "wattwise jobs list --store" in err
     assert location.read_bytes() == before
+
+
+def test_a_reader_meeting_a_held_lock_says_so_in_one_line_instead_of_waiting_out_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from wattwise.store import sql
+
+    location = tmp_path / "jobs.sqlite"
+    record_run(make_row(GOOD), location=str(location))
+    monkeypatch.setattr(sql, "READER_LOCK_TIMEOUT_S", 0.3)  # 10 s in use; a writer's is 120 s
+    writer = sqlite3.connect(location, isolation_level=None)
+    try:
+        writer.execute("PRAGMA journal_mode=DELETE")  # a store not in WAL mode: a writer blocks readers
+        writer.execute("BEGIN EXCLUSIVE")
+        assert main(["runs", "list", "--store", str(location)]) == 2
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "locked" in err
