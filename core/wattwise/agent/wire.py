@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from wattwise.vocabulary import AllocationPolicy
+
 
 class HolderInfo(TypedDict):
     """Who holds a GPU: its process, user, job name, batch job and process group (null: its pid only)."""
@@ -59,7 +61,7 @@ class AgentStatus(TypedDict):
     jobs: list[JobAllocationInfo]
     #: What a user with no job registered may change: "none" (any free GPU), "registered" (nothing) or
     #: "cgroup" (the GPUs its device cgroup lets it open).
-    allocation: str
+    allocation: AllocationPolicy
 
 
 class DeviceList(TypedDict):
