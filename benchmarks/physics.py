@@ -396,7 +396,7 @@ def pipeline_run(seed: int, temperature: bool) -> dict[str, object]:
             **os.environ,
             "WATTWISE_SIMULATED_SEED": str(seed),
             "WATTWISE_SIMULATED_TEMPERATURE": "on" if temperature else "off",
-            "WATTWISE_STATE_DIR": f"{tmp}/state",
+            "WATTWISE_HOME": f"{tmp}/home",
         }
         command = [sys.executable, "-m", "wattwise.acceptance", "--levers", "--simulated"]
         command += ["--only", "pipeline_measured", "--out", f"{tmp}/out"]
