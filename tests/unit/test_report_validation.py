@@ -38,6 +38,7 @@ def edit(run_dir: Path, change: Callable[[dict[str, Any]], None]) -> None:
         (lambda d: d["settings_timeline"][0].update(timestamp=1e15), "settings_timeline[0].timestamp must be"),
         (lambda d: d.update(hostname="node\x1b[2J"), "hostname must be printable text"),
         (lambda d: d.update(energy_per_device_j={"gpu\x1b]8;;": 1.0}), "energy_per_device_j must be keyed by"),
+        (lambda d: d.update(notes=["fine", "\x1b]8;;http://x\x07click\x1b]8;;\x07"]), "notes[1] must be text without"),
     ],
 )
 def test_an_impossible_summary_is_one_line_naming_the_field(

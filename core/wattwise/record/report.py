@@ -364,7 +364,34 @@ def check_summary(run: RunDir) -> list[str]:
                 refuse(f"settings_timeline[{i}].{name}", "printable text", text)
         if event.setting.endswith("_w") and isinstance(event.value, int | float) and not isinstance(event.value, bool):
             within(f"settings_timeline[{i}].value", event.value, bounds.POWER_LIMIT_W)
+    escape = _control_text(asdict(s), "")
+    if escape is not None:
+        refuse(escape[0], "text without terminal control characters", escape[1])
     return _odd(run)
+
+
+#: Control characters no summary's text holds (a tab and a line break may; an escape sequence may not).
+_CONTROL = frozenset(chr(c) for c in (*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)))
+
+
+def _control_text(value: object, where: str) -> tuple[str, str] | None:
+    """The first text (its field, its value) in a summary's fields that holds a control character."""
+    if isinstance(value, str):
+        return (where or "summary", value) if any(c in _CONTROL for c in value) else None
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list | tuple):
+        items = ((f"[{i}]", item) for i, item in enumerate(value))
+    else:
+        return None
+    for key, item in items:
+        if isinstance(key, str) and any(c in _CONTROL for c in key):
+            return (where or "summary", key)
+        path = f"{where}{key}" if str(key).startswith("[") else f"{where}.{key}" if where else str(key)
+        found = _control_text(item, path)
+        if found is not None:
+            return found
+    return None
 
 
 def _odd(run: RunDir) -> list[str]:
