@@ -56,12 +56,15 @@ def plot_frontier(
     *,
     reference: Sequence[tuple[float, float]] | None = None,
     title: str = "",
+    measured: Sequence[tuple[str, float, float]] = (),
 ) -> None:
     """Draw one figure of a frontier and its no-slowdown plan.
 
-    The frontier (with `reference` points if given), then the timelines of the all-maximum-frequency plan and of the
-    intrinsic choice, coloured by power. The title (`title`, else `frontier_title`: the profile's file name and the
-    pipeline's shape) is also the image's `Title` metadata (PNG, SVG, PDF).
+    The frontier (with `reference` points if given, and `measured` points: (label, iteration time s,
+    energy J) of plans run on GPUs, beside the planned ones), then the timelines of the
+    all-maximum-frequency plan and of the intrinsic choice, coloured by power. The title (`title`, else
+    `frontier_title`: the profile's file name and the pipeline's shape) is also the image's `Title`
+    metadata (PNG, SVG, PDF).
     """
     plt = _pyplot()
     plans: list[tuple[str, IntArray]] = [("all maximum frequency", problem.max_frequency_choice())]
@@ -85,6 +88,8 @@ def plot_frontier(
     ax.plot([frontier.max_frequency_time_s], [frontier.max_frequency_energy_j], "k^", label="all maximum frequency")
     if chosen is not None:
         ax.plot([chosen.entry.time_s], [chosen.entry.energy_j], "r*", ms=10, label="intrinsic choice")
+    for (label, time_s, energy_j), marker in zip(measured, ("ms", "kD", "gP", "cX"), strict=False):
+        ax.plot([time_s], [energy_j], marker, ms=7, mfc="none", label=label)
     ax.set_xlabel("iteration time (s)")
     ax.set_ylabel("energy per iteration (J)")
     title = title or frontier_title(problem, frontier)

@@ -1249,6 +1249,7 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
                 p_blocking_w=p_blocking_w,
             )
     (plan_t, plan_e), (max_t, max_e) = measured["plan"], measured["max"]
+    plot = _plot_measured(folder, profile_csv, frontier, p_blocking_w, microbatches, measured)
     return {
         "gpu": gpu.name,
         "simulated": gpu.simulated,
@@ -1285,7 +1286,37 @@ def check_pipeline_measured(ctx: Context) -> dict[str, Any]:
             "slowdown": plan_t / max_t - 1.0 if max_t > 0 else None,
         },
         "claim": PERSEUS_CLAIM,
+        "plot": plot,
     }
+
+
+def _plot_measured(
+    folder: Path,
+    profile_csv: Path,
+    frontier_json: Path,
+    p_blocking_w: float,
+    microbatches: int,
+    measured: dict[str, tuple[float, float]],
+) -> str | None:
+    """`frontier.png`: the frontier with the planned points and the measured ones; None without matplotlib."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:  # the figures stand without the picture
+        return None
+    from wattwise.pipeline.dag import pipeline_dag
+    from wattwise.pipeline.files import read_frontier_json
+    from wattwise.pipeline.plot import plot_frontier
+    from wattwise.pipeline.problem import PlanningProblem
+    from wattwise.pipeline.profiles import load_profile
+
+    profile = load_profile(profile_csv)
+    problem = PlanningProblem.build(
+        profile, pipeline_dag(PIPELINE_SCHEDULE, profile.num_stages, microbatches), p_blocking_w
+    )
+    path = folder / "frontier.png"
+    points = [("no-slowdown plan, measured", *measured["plan"]), ("maximum clock, measured", *measured["max"])]
+    plot_frontier(problem, read_frontier_json(frontier_json), path, measured=points)
+    return str(path)
 
 
 def _instruction_time_s(rig: Rig, stages: list[_Stage]) -> float:

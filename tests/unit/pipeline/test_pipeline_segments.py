@@ -138,3 +138,23 @@ def test_the_frontier_holds_only_followable_plans_and_the_plan_file_carries_the_
     assert document["clock_change_s"] == [0.15, 0.15]
     chosen = choose_intrinsic(read_frontier_json(tmp_path / "f.json"))
     assert chosen.slowdown <= 1e-9
+
+
+def test_the_frontier_plot_shows_the_measured_points_beside_the_planned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pyplot = pytest.importorskip("matplotlib.pyplot")
+    from wattwise.pipeline.plot import plot_frontier
+
+    profile = synthetic_profile(2, 4, UNIT_S, seed=7)
+    problem = problem_for(profile, "1f1b", 4, 60.0)
+    frontier = assemble_frontier(
+        problem, list(FrontierSolver(problem, UNIT_S).run()), unit_time_s=UNIT_S, solver="fast"
+    )
+    drawn = []
+    monkeypatch.setattr(pyplot, "close", drawn.append)
+    measured = [("no-slowdown plan, measured", 1.0, 900.0), ("maximum clock, measured", 0.9, 1000.0)]
+    plot_frontier(problem, frontier, tmp_path / "f.png", measured=measured)
+    assert (tmp_path / "f.png").stat().st_size > 0
+    _, labels = drawn[0].axes[0].get_legend_handles_labels()
+    assert {"no-slowdown plan, measured", "maximum clock, measured", "intrinsic choice"} <= set(labels)
