@@ -689,9 +689,10 @@ class PowerLimitControl:
         top = max(t.profile, key=lambda e: e.power_limit_w) if t.profile else None
         # An idle simulated GPU measures its idle power only: what it "saves" is timing noise, not a saving.
         honest = all(gpu.driven for gpu in self.gpus)
+        # An unfinished profile's best limit is provisional: no saving is reported for it (`finished`).
         saved = (
             self.steps_at_chosen * (top.energy_j - t.chosen.energy_j)
-            if t.chosen is not None and top is not None and honest
+            if t.chosen is not None and top is not None and honest and t.finished
             else None
         )
         origin = self.reused_from
@@ -726,7 +727,7 @@ class PowerLimitControl:
     def payback(self) -> Payback | None:
         """What the chosen limit gained and tuning cost so far (`wattwise.power_limit.payback`); None before one."""
         t = self.tuner
-        if t is None or t.chosen is None or not all(gpu.driven for gpu in self.gpus):
+        if t is None or t.chosen is None or not t.finished or not all(gpu.driven for gpu in self.gpus):
             return None
         return payback(
             t.profile,
