@@ -52,6 +52,9 @@ from wattwise.vocabulary import RunMode, Selector
 #: A profile window lasts at least this many updates of the energy counter: quantisation stays under
 #: about 5% of the window's energy (one update at each end).
 MIN_PROFILE_UPDATES = 20
+#: ... and for at least this long, however fine the counter (AMD's, a V100's 20 ms): a training step's time
+#: and power vary by about 2% from one step to the next, which a window averages out only over many steps.
+MIN_PROFILE_S = 2.0
 #: A limit is measured in consecutive windows of at least this many updates each (`PowerLimitTuner`'s parts).
 MIN_PART_UPDATES = 5
 #: The "cannot finish" warning says how to make tuning take at most 1/TUNING_SHARE of a run of known length.
@@ -492,12 +495,13 @@ class PowerLimitControl:
     def min_profile_s(self) -> float:
         """The shortest profile window, in seconds.
 
-        `power_limit.min_profile_s`, or 20 updates of the slowest energy counter among the run's GPUs (0 for
-        counters that change at every read, as a simulated GPU's).
+        `power_limit.min_profile_s`, or 20 updates of the slowest energy counter among the run's GPUs and at
+        least `MIN_PROFILE_S` (0 for counters that change at every read, as the ideal simulated GPU's).
         """
         if self.cfg.min_profile_s is not None:
             return float(self.cfg.min_profile_s)
-        return MIN_PROFILE_UPDATES * self.counter_period_s()
+        period_s = self.counter_period_s()
+        return max(MIN_PROFILE_UPDATES * period_s, MIN_PROFILE_S) if period_s > 0 else 0.0
 
     def _check_time_left(self, steps_done: int) -> None:
         """A run of known length: warn once when tuning cannot finish; settle before a limit it cannot finish."""
