@@ -282,11 +282,13 @@ def test_a_runs_page_charts_every_power_sample_and_says_simulated(dashboard: Das
 
 def test_a_comparison_shows_the_two_runs_ticked_in_the_table(dashboard: Dashboard, browser: Any) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     visit(browser, dashboard.url)
     for box in browser.find_elements(By.CSS_SELECTOR, '#runs-table input[name="id"]'):
         box.click()
     browser.find_element(By.ID, "compare-button").click()
+    WebDriverWait(browser, 30).until(lambda b: "/compare?" in b.current_url)  # the click's page, not the table's
     visit(browser, browser.current_url, "dashboard-compare.png")
     heads = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#compare-table thead th")][1:]
     assert sorted(heads) == sorted(r.id for r in dashboard.runs)
