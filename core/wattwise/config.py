@@ -38,6 +38,7 @@ from wattwise import bounds
 from wattwise.devices import BACKEND_ENV, PhysicsName, backend_choices
 from wattwise.errors import ConfigError, Key, UsageError
 from wattwise.names import check_job_name
+from wattwise.power_limit import MAX_PROFILED_LIMITS
 from wattwise.safe_files import read_text
 from wattwise.vocabulary import RunMode, Selector, SimulatedGpuName
 
@@ -128,13 +129,17 @@ class PowerLimitConfig:
     warmup_steps: int = 2
     #: Steps measured at each power limit.
     profile_steps: int = 5
-    #: Shortest profile window in seconds: a window is held open past `profile_steps` until it has lasted
-    #: this long. None: 20 updates of the GPUs' energy counter (2 s where it updates 10 times a second,
-    #: as measured on an H100; no minimum for a simulated GPU, whose counter is exact).
+    #: The most a limit is measured for, in seconds, in consecutive windows of at least 5 counter updates,
+    #: each only as long as the limit's cost needs to be told from the best one's. None: 20 updates of the
+    #: GPUs' energy counter and at least 2 s (2 s where it updates 10 times a second, as measured on an
+    #: H100; no minimum for the ideal simulated GPU, whose counter is exact).
     min_profile_s: float | None = None
     #: Rounds of measuring again, after every limit is profiled, the limits whose ranking a repeat of their
     #: windows could change (on a GPU whose energy counter is coarse; never with exact figures). 0: none.
     confirm_rounds: int = 2
+    #: The downward sweep stops once this many limits in a row cost more than the best one by more than
+    #: their uncertainty (lower limits only run slower). 0: profile every limit.
+    stop_after_worse: int = 2
     #: Distance between profiled limits, from the maximum down to the minimum, in watts.
     step_w: float = 25.0
     #: Mode "cap": the cap in watts, or ...
@@ -697,6 +702,7 @@ def validate(cfg: EnergyConfig) -> None:
                 Key("power_limit.min_profile_s"), f" must be at most 3600 seconds (got {pl.min_profile_s})"
             )
     _count("power_limit.confirm_rounds", pl.confirm_rounds, minimum=0, maximum=10)
+    _count("power_limit.stop_after_worse", pl.stop_after_worse, minimum=0, maximum=MAX_PROFILED_LIMITS)
     _within("power_limit.step_w", pl.step_w, MIN_STEP_W, MAX_POWER_W, "watts")
     if pl.mode == RunMode.CAP:
         if (pl.cap_w is None) == (pl.cap_fraction is None):

@@ -40,6 +40,7 @@ SAMPLES: dict[str, Any] = {
     "power_limit.profile_steps": 4,
     "power_limit.min_profile_s": 0.5,
     "power_limit.confirm_rounds": 1,
+    "power_limit.stop_after_worse": 0,
     "power_limit.step_w": 50.0,
     "power_limit.cap_w": 200.0,
     "power_limit.cap_fraction": 0.7,

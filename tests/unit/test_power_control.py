@@ -182,3 +182,17 @@ def test_a_process_that_cannot_read_its_counter_takes_part_in_the_same_broadcast
         asked.append(collective.by_step)
         power.restore()
     assert asked[1] == asked[0] and sum(asked[0]) > 2
+
+
+def test_the_sweep_stops_after_two_costlier_limits_unless_told_to_profile_every_limit(tmp_path: Path) -> None:
+    power, _ = tuning(tmp_path / "default", SimulatedGPU(0, PowerModel.default()))
+    assert power.tuner is not None and power.tuner.stop_after_worse == 2
+    every, _ = tuning(tmp_path / "every", SimulatedGPU(0, PowerModel.default()), "power_limit.stop_after_worse=0")
+    assert every.tuner is not None and every.tuner.stop_after_worse == 0
+
+
+def test_stop_after_worse_must_be_a_count() -> None:
+    from wattwise.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"power_limit\.stop_after_worse must be >= 0"):
+        load_config(overrides=["power_limit.stop_after_worse=-1"])

@@ -451,6 +451,7 @@ class PowerLimitControl:
             min_saving=MIN_SAVING if coarse else 0.0,
             confirm_rounds=cfg.confirm_rounds,
             window_parts=self._window_parts(),
+            stop_after_worse=cfg.stop_after_worse,
         )
 
     def _window_parts(self) -> int:
