@@ -634,3 +634,14 @@ def test_one_limit_profiled_reads_as_one_limit() -> None:
     assert tuned is not None
     one = dataclasses.replace(tuned, profile=(ProfileEntry(300.0, 0.05, 14.0),), chosen_power_limit_w=300.0)
     assert "(eta 0.5; 1 limit profiled)" in format_summary(full_summary(power_limit=one))
+
+
+def test_a_choice_of_the_highest_limit_says_so_and_that_tuning_never_pays_back() -> None:
+    tuned = full_summary().power_limit
+    assert tuned is not None
+    pb = _with_payback(energy_per_step_saved_j=0.0, energy_saved_fraction=0.0, break_even_steps=None).power_limit
+    assert pb is not None
+    top = dataclasses.replace(pb, chosen_power_limit_w=300.0)
+    text = format_summary(full_summary(power_limit=top))
+    assert "at the chosen 300 W, the highest limit: the same energy and time per step" in text
+    assert "tuning never pays back: 300 W is no better than the highest limit" in text

@@ -600,6 +600,8 @@ def payback_lines(limit: PowerLimitSummary) -> tuple[str, str, str] | None:
         f"at the chosen {chosen_w:g} W: {_more_or_less(-pb.energy_saved_fraction, share)} energy per step "
         f"({per_step}) and {_more_or_less(pb.time_added_fraction, f'{100 * abs(pb.time_added_fraction):.1f}%')} "
         "time per step than at the highest limit"
+        if chosen_w != max(e.power_limit_w for e in limit.profile)
+        else f"at the chosen {chosen_w:g} W, the highest limit: the same energy and time per step"
     )
     tuning = (
         f"tuning's cost: {pb.tuning_steps} steps at other limits took "
