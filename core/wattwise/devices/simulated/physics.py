@@ -78,18 +78,21 @@ class Physics:
 
     @classmethod
     def realistic(
-        cls, seed: int | None = None, gpu: SimulatedGpuName | str | None = None, *, temperature: bool = False
+        cls, seed: int | None = None, gpu: SimulatedGpuName | str | None = None, *, temperature: bool | None = None
     ) -> Physics:
         """A physics like the GPU generation `gpu`'s (None: `$WATTWISE_SIMULATED_GPU`'s, else the H100's).
 
         Its counter, reads, power reading, settling and spread come from the preset (see
         `wattwise.devices.simulated.presets` for each parameter's source); the step-to-step noise (2% of
         time, 2% of power) is assumed, "a few per cent" (the H100 report's repeats agree within 0.5 ms per
-        46-125 ms step over 44-step windows). `temperature` adds a warming GPU: full busy power raises it
-        30 K with a 60 s time constant, and each kelvin asks 0.2% more power for the same work (assumed;
-        energy per step rises as a GPU warms, which ML.ENERGY's profiling waits out on A100s).
+        46-125 ms step over 44-step windows). `temperature` (None: `$WATTWISE_SIMULATED_TEMPERATURE`) adds a
+        warming GPU: full busy power raises it 30 K with a 60 s time constant, and each kelvin asks 0.2% more
+        power for the same work (assumed; energy per step rises as a GPU warms, which ML.ENERGY's profiling
+        waits out on A100s).
         """
         preset = PRESETS[SimulatedGpuName(gpu) if gpu is not None else gpu_named()]
+        if temperature is None:
+            temperature = temperature_from_env()
         return cls(
             name=PhysicsName.REALISTIC,
             energy_update_period_s=preset.energy_update_period_s,
