@@ -158,6 +158,7 @@ class EnergyTrainerCallback(TrainerCallback):
         found = self._energy()
         if found is None:
             return
+        found.run.framework = TRANSFORMERS  # also when the flag's hook attached the accelerator after `bind`
         if found.config.log_every_n_steps is None and args.logging_strategy == "steps":
             found.run.log_every_n_steps = max(1, int(state.logging_steps))
         if not state.global_step:
