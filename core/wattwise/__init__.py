@@ -27,7 +27,7 @@ The package map, one line per subpackage or module, from the entry points down t
 - `settings/`: changing GPU settings and restoring them on every exit path (locks, journal, guard).
 - `agent/`: the node agent for users who are not root (`processes`, `agent`, `http`, `serve`, `wire`).
 - `devices/`: the only code that touches hardware (NVML, amdsmi, RAPL, the simulated GPU, the agent);
-  `devices/simulated/`: the simulated GPU, one module per concern (`models`, `physics`, `state`, `load`,
+  `devices/simulated/`: the simulated GPU, one module per concern (`models`, `presets`, `physics`, `state`, `load`,
   `device`).
 - `errors`: the errors wattwise raises on purpose, and the warning it gives when it degrades instead.
 - `names`: job names, what a user may call a training job.

@@ -28,9 +28,10 @@ the energy it draws above idle to a counter file beside the state file (`publish
 most every `PUBLISH_LOAD_S`), and the agent counts that file in its own energy (`count_load`), so its
 Prometheus energy counter follows the clients' load, not idle power only.
 
-One module per concern: `models` (the power and clock models, and the CSV table), `physics` (how it
-departs from its model), `state` (the state file), `load` (the load shared with a node agent) and
-`device` (`SimulatedGPU`). The names here are the package's public ones.
+One module per concern: `models` (the power and clock models, and the CSV table), `presets` (the GPU
+generations the realistic physics stands for, each parameter with its source), `physics` (how it departs
+from its model), `state` (the state file), `load` (the load shared with a node agent) and `device`
+(`SimulatedGPU`). The names here are the package's public ones.
 """
 
 from __future__ import annotations
