@@ -138,3 +138,22 @@ def test_max_profile_s_bounds_how_long_profiling_takes(tmp_path):
     assert clock() - started < 4.0 + 8 * 0.3  # plus warm-up and one counter period per end at most
     with pytest.raises(UsageError, match="max_profile_s must be a number of seconds >= 0"):
         PipelineProfiler(stages, SettingsGuard(tmp_path / "journal"), max_profile_s=-1.0)
+
+
+def test_the_profile_records_how_long_a_clock_change_takes_to_act(tmp_path):
+    from tests.support.clock import VirtualClock
+    from wattwise.frequency.profiler import clock_change_s
+
+    clock = VirtualClock()
+    realistic = SimulatedGPU(0, clock=clock, sleep=clock.sleep, physics=Physics.realistic(seed=3))
+    ideal = SimulatedGPU(1, clock=clock, sleep=clock.sleep, physics=Physics.ideal())
+    with SettingsGuard(tmp_path / "journal") as guard:
+        # The H100 preset's clock call takes 2 ms, then settles with a 10 ms time constant: within 5% of
+        # the new speed about 32 ms after the call; 5 ms instructions see it to half of one.
+        latency_s = clock_change_s(realistic, lambda: realistic.run_step(base_time_s=0.005), guard, (1980, 990))
+        assert 0.02 <= latency_s <= 0.045
+        assert clock_change_s(ideal, lambda: ideal.run_step(base_time_s=0.005), guard, (1740, 840)) == 0.0
+    stages, _ = realistic_stages(tmp_path / "stages", Physics.realistic(seed=5))
+    with SettingsGuard(tmp_path / "journal2") as guard:
+        profile = PipelineProfiler(stages, guard, frequencies_mhz=[1740, 840]).measure()
+    assert set(profile.clock_change_s) == {0, 1} and all(v > 0 for v in profile.clock_change_s.values())
