@@ -20,6 +20,7 @@ Pure: it reads the planning problem's arrays and returns a new choice.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,10 +39,21 @@ MIN_SEGMENT_CHANGES = 1.0
 
 @dataclass
 class _Segment:
-    """A run of consecutive nodes of one stage at one frequency."""
+    """A run of consecutive nodes of one stage at one frequency, and how many of each instruction type."""
 
     nodes: list[int]
     frequency_mhz: int
+    #: Instruction type (see `PlanningProblem`) -> how many of the segment's nodes are of it.
+    counts: dict[int, int]
+    first_kind: int
+    last_kind: int
+
+    def __add__(self, other: _Segment) -> _Segment:
+        counts = dict(self.counts)
+        for kind, count in other.counts.items():
+            counts[kind] = counts.get(kind, 0) + count
+        mhz = max(self.frequency_mhz, other.frequency_mhz)
+        return _Segment(self.nodes + other.nodes, mhz, counts, self.first_kind, other.last_kind)
 
 
 def followable(problem: PlanningProblem, choice: IntArray) -> IntArray:
@@ -50,10 +62,11 @@ def followable(problem: PlanningProblem, choice: IntArray) -> IntArray:
     Stages whose profile records no clock-change latency keep their plan as it is.
     """
     result = np.array(choice, dtype=np.int64, copy=True)
+    options = _Options(problem)
     for stage in range(problem.dag.num_stages):
         latency_s = problem.profile.clock_change_of(stage)
         if latency_s > 0:
-            _follow_stage(problem, result, stage, latency_s)
+            _follow_stage(options, result, stage, latency_s)
     return result.astype(np.asarray(choice).dtype, copy=False)
 
 
@@ -62,106 +75,132 @@ def needs_following(problem: PlanningProblem) -> bool:
     return any(problem.profile.clock_change_of(stage) > 0 for stage in range(problem.dag.num_stages))
 
 
-def _option_at(problem: PlanningProblem, node: int, frequency_mhz: int) -> int:
-    """The option of `node`'s type at `frequency_mhz`, or at the lowest profiled one above it."""
-    kind = int(problem.node_type[node])
-    options = range(int(problem.type_offsets[kind]), int(problem.type_offsets[kind + 1]))  # highest first
-    best = options[0]
-    for option in options:
-        if problem.option_frequency_mhz[option] >= frequency_mhz:
-            best = option
-    return best
+class _Options:
+    """A problem's options looked up by (instruction type, frequency), each answer kept."""
+
+    def __init__(self, problem: PlanningProblem) -> None:
+        self.problem = problem
+        self._at: dict[tuple[int, int], int] = {}
+
+    def at(self, kind: int, frequency_mhz: int) -> int:
+        """The option of type `kind` at `frequency_mhz`, or at the lowest profiled one above it."""
+        key = (kind, frequency_mhz)
+        found = self._at.get(key)
+        if found is None:
+            problem = self.problem
+            options = range(int(problem.type_offsets[kind]), int(problem.type_offsets[kind + 1]))  # highest first
+            found = options[0]
+            for option in options:
+                if problem.option_frequency_mhz[option] >= frequency_mhz:
+                    found = option
+            self._at[key] = found
+        return found
+
+    def cost(self, counts: dict[int, int], frequency_mhz: int) -> tuple[float, float]:
+        """(time s, energy J) of `counts` instructions of each type run at `frequency_mhz`."""
+        time_s = energy_j = 0.0
+        for kind, count in counts.items():
+            option = self.at(kind, frequency_mhz)
+            time_s += count * float(self.problem.option_time_s[option])
+            energy_j += count * float(self.problem.option_energy_j[option])
+        return time_s, energy_j
+
+    def power_w(self, kind: int, frequency_mhz: int) -> float:
+        option = self.at(kind, frequency_mhz)
+        return float(self.problem.option_energy_j[option] / self.problem.option_time_s[option])
 
 
-def _cost(problem: PlanningProblem, nodes: list[int], frequency_mhz: int) -> tuple[float, float]:
-    """(time s, energy J) of `nodes` run at `frequency_mhz`."""
-    options = [_option_at(problem, node, frequency_mhz) for node in nodes]
-    return float(problem.option_time_s[options].sum()), float(problem.option_energy_j[options].sum())
-
-
-def _switch_j(problem: PlanningProblem, a: _Segment, b: _Segment, latency_s: float) -> float:
+def _switch_j(options: _Options, a: _Segment, b: _Segment, latency_s: float) -> float:
     """What the switch from segment `a` to the next, `b`, costs: part of `latency_s` at the higher power.
 
     To a faster clock, `AHEAD_CHANGES` latencies of `a`'s end at `b`'s power; to a slower one,
     `SETTLING_SHARE` of a latency at `a`'s.
     """
-    powers = []
-    for segment, node in ((a, a.nodes[-1]), (b, b.nodes[0])):
-        option = _option_at(problem, node, segment.frequency_mhz)
-        powers.append(float(problem.option_energy_j[option] / problem.option_time_s[option]))
+    gap_w = abs(options.power_w(a.last_kind, a.frequency_mhz) - options.power_w(b.first_kind, b.frequency_mhz))
     share = AHEAD_CHANGES if b.frequency_mhz > a.frequency_mhz else SETTLING_SHARE
-    return share * latency_s * abs(powers[0] - powers[1])
+    return share * latency_s * gap_w
 
 
 def switching_energy_j(problem: PlanningProblem, choice: IntArray) -> float:
     """What following `choice` costs in clock switches per iteration (J): each stage's, its sequence a cycle."""
+    options = _Options(problem)
     total = 0.0
     for stage in range(problem.dag.num_stages):
         latency_s = problem.profile.clock_change_of(stage)
+        if latency_s <= 0:
+            continue
         segments = _segments(problem, choice, stage)
-        if latency_s <= 0 or len(segments) < 2:
+        if len(segments) < 2:
             continue
         for i, segment in enumerate(segments):
-            total += _switch_j(problem, segment, segments[(i + 1) % len(segments)], latency_s)
+            total += _switch_j(options, segment, segments[(i + 1) % len(segments)], latency_s)
     return total
 
 
 def _segments(problem: PlanningProblem, choice: IntArray, stage: int) -> list[_Segment]:
     """The stage's segments in execution order, starting where one starts (the sequence is a cycle)."""
     nodes = list(problem.dag.stage_nodes(stage))
-    mhz = [int(problem.option_frequency_mhz[choice[node]]) for node in nodes]
-    if len(set(mhz)) == 1:
-        return [_Segment(nodes, mhz[0])]
-    first = next(k for k in range(len(nodes)) if mhz[k] != mhz[k - 1])
+    mhz = problem.option_frequency_mhz[choice[nodes[0] : nodes[-1] + 1]].tolist()
+    kinds = problem.node_type[nodes[0] : nodes[-1] + 1].tolist()
+    first = next((k for k in range(len(nodes)) if mhz[k] != mhz[k - 1]), 0)  # a segment starts here
     segments: list[_Segment] = []
     for k in range(first, first + len(nodes)):
-        node, freq = nodes[k % len(nodes)], mhz[k % len(nodes)]
-        if segments and segments[-1].frequency_mhz == freq:
-            segments[-1].nodes.append(node)
+        node, freq, kind = nodes[k % len(nodes)], int(mhz[k % len(nodes)]), int(kinds[k % len(nodes)])
+        last = segments[-1] if segments else None
+        if last is not None and last.frequency_mhz == freq:
+            last.nodes.append(node)
+            last.counts[kind] = last.counts.get(kind, 0) + 1
+            last.last_kind = kind
         else:
-            segments.append(_Segment([node], freq))
+            segments.append(_Segment([node], freq, {kind: 1}, kind, kind))
     return segments
 
 
-def _merged(problem: PlanningProblem, a: _Segment, b: _Segment) -> tuple[int, float]:
-    """(frequency, energy J) of `a` and `b` run as one segment: at the higher of their frequencies."""
-    mhz = max(a.frequency_mhz, b.frequency_mhz)
-    return mhz, _cost(problem, a.nodes + b.nodes, mhz)[1]
-
-
-def _follow_stage(problem: PlanningProblem, choice: IntArray, stage: int, latency_s: float) -> None:
+def _follow_stage(options: _Options, choice: IntArray, stage: int, latency_s: float) -> None:
     """Merge one stage's segments in place.
 
     The sequence is a cycle: an iteration's last instruction is followed by the next iteration's first,
-    so those two segments are neighbours too.
+    so those two segments are neighbours too. Each pair of neighbours keeps its merge's key (forced or
+    not, the energy it costs); a merge recomputes only its neighbours' keys.
     """
-    segments = _segments(problem, choice, stage)
+    segments = _segments(options.problem, choice, stage)
     shortest_s = MIN_SEGMENT_CHANGES * latency_s
-    while len(segments) > 1:
+    never = (True, math.inf)
+
+    def key(i: int) -> tuple[bool, float]:
+        """Pair (i, i + 1)'s merge: (not forced, the energy it costs); `never` when it is not worth making."""
         count = len(segments)
-        best: tuple[bool, float, int, int] | None = None  # (not forced, energy it costs, left index, MHz)
-        for i in range(count if count > 2 else 1):
-            a, b = segments[i], segments[(i + 1) % count]
-            time_a_s, apart_a_j = _cost(problem, a.nodes, a.frequency_mhz)
-            time_b_s, apart_b_j = _cost(problem, b.nodes, b.frequency_mhz)
-            merged_mhz, merged_j = _merged(problem, a, b)
-            switches_j = _switch_j(problem, a, b, latency_s)
-            if count == 2:  # the two are neighbours both ways round: merging saves both switches
-                switches_j += _switch_j(problem, b, a, latency_s)
-            extra_j = merged_j - apart_a_j - apart_b_j - switches_j
-            forced = min(time_a_s, time_b_s) < shortest_s
-            key = (not forced, extra_j, i, merged_mhz)
-            if (forced or extra_j < 0) and (best is None or key < best):
-                best = key
-        if best is None:
+        a, b = segments[i], segments[(i + 1) % count]
+        time_a_s, apart_a_j = options.cost(a.counts, a.frequency_mhz)
+        time_b_s, apart_b_j = options.cost(b.counts, b.frequency_mhz)
+        merged = a + b
+        merged_j = options.cost(merged.counts, merged.frequency_mhz)[1]
+        switches_j = _switch_j(options, a, b, latency_s)
+        if count == 2:  # the two are neighbours both ways round: merging saves both switches
+            switches_j += _switch_j(options, b, a, latency_s)
+        extra_j = merged_j - apart_a_j - apart_b_j - switches_j
+        forced = min(time_a_s, time_b_s) < shortest_s
+        return (not forced, extra_j) if forced or extra_j < 0 else never
+
+    keys = [key(i) for i in range(len(segments) if len(segments) > 2 else 1)] if len(segments) > 1 else []
+    while len(segments) > 1:
+        i = min(range(len(keys)), key=keys.__getitem__)
+        if keys[i] == never:
             break
-        i, merged_mhz = best[2], best[3]
+        count = len(segments)
         j = (i + 1) % count
-        merged = _Segment(segments[i].nodes + segments[j].nodes, merged_mhz)
+        merged = segments[i] + segments[j]
         if j == 0:  # the pair that wraps around: the merged segment stands last
             segments = [*segments[1:i], merged]
         else:
             segments[i : j + 1] = [merged]
+        count = len(segments)
+        if count <= 2 or j == 0:
+            keys = [key(k) for k in range(count if count > 2 else 1)] if count > 1 else []
+            continue
+        del keys[j]
+        keys[(i - 1) % count] = key((i - 1) % count)
+        keys[i] = key(i)
     for segment in segments:
         for node in segment.nodes:
-            choice[node] = _option_at(problem, node, segment.frequency_mhz)
+            choice[node] = options.at(int(options.problem.node_type[node]), segment.frequency_mhz)
