@@ -369,6 +369,18 @@ def lowtime_child(data: Path, case: str, out: Path) -> int:
     return 0
 
 
+def with_clock_change(path: Path, latency_s: float, out: Path) -> Path:
+    """A copy of the profile at `path` in `out` whose every row gives the stage a clock-change latency."""
+    copy = out / f"{path.stem}+clock_change_{latency_s * 1000:g}ms.csv"
+    with path.open(newline="") as src, copy.open("w", newline="") as dst:
+        reader = csv.DictReader(src)
+        writer = csv.DictWriter(dst, [*(reader.fieldnames or []), "clock_change_s"])
+        writer.writeheader()
+        for row in reader:
+            writer.writerow({**row, "clock_change_s": repr(latency_s)})
+    return copy
+
+
 def targets(row: Row) -> tuple[str, str]:
     """The wall-time and peak-memory targets of a case of ours, with a tick or a cross."""
     wall = ""
@@ -403,6 +415,14 @@ def main() -> int:
         help="where results.json, the frontiers and the plots go",
     )
     parser.add_argument("--plot", action="store_true", help="write one PNG per run into --out")
+    parser.add_argument(
+        "--clock-change-s",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="give every stage this clock-change latency (the profile's clock_change_s column): plans the GPU "
+        "can follow, their switches counted (default 0: the profile as measured, no latency)",
+    )
     parser.add_argument("--lowtime-child", metavar="MODEL:M", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.lowtime_child:
@@ -415,6 +435,9 @@ def main() -> int:
     for model in args.models.split(","):
         name, unit_s, p_blocking_w = MODELS[model]
         profile_path = args.data / "perseus" / "stage_profile" / f"{name}.csv"
+        if args.clock_change_s > 0:
+            profile_path = with_clock_change(profile_path, args.clock_change_s, args.out)
+            model = f"{model}+{args.clock_change_s * 1000:g}ms"
         profile = load_profile(profile_path)
         for microbatches in (int(m) for m in args.microbatches.split(",")):
             problem = PlanningProblem.build(profile, pipeline_dag("1f1b", STAGES, microbatches), p_blocking_w)
