@@ -3,10 +3,11 @@ pages): a tuned, carbon-aware two-GPU run, any field replaced."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wattwise.profile import ProfileEntry
+from wattwise.profile import Payback, ProfileEntry
 from wattwise.record.files import power_rows, write_run_dir
 from wattwise.record.summary import (
     CarbonAwareSummary,
@@ -30,6 +31,30 @@ TUNED = PowerLimitSummary(
     baseline_estimated=True,
     tuning=TuningSummary(finished=True, profiled=(300.0, 175.0), steps_at_chosen=380),
 )
+
+#: What `TUNED`'s choice gained and what its tuning cost: 3.8 J less a step at 175 W, 20 tuning steps that
+#: took 12 J and 0.1 s more than the highest limit, and 380 steps at 175 W: paid back after 25.
+PAYBACK = Payback(
+    energy_per_step_saved_j=3.8,
+    energy_per_step_saved_uncertainty_j=0.4,
+    time_per_step_added_s=0.01,
+    energy_saved_fraction=3.8 / 14.0,
+    time_added_fraction=0.2,
+    tuning_steps=20,
+    tuning_energy_j=12.0,
+    tuning_time_s=0.1,
+    steps_at_chosen=380,
+    run_energy_saved_j=380 * 3.8 - 12.0,
+    run_energy_saved_uncertainty_j=152.0,
+    run_time_added_s=380 * 0.01 + 0.1,
+    objective="cost",
+    objective_per_step_saved=1.2,
+    tuning_objective=30.0,
+    run_objective_saved=380 * 1.2 - 30.0,
+    break_even_steps=25,
+)
+#: `TUNED` with its payback, as a run whose tuning finished writes it.
+TUNED_PAID = replace(TUNED, payback=PAYBACK)
 
 
 def tuned_summary(**replaced: Any) -> RunSummary:

@@ -15,12 +15,17 @@ import time
 from collections.abc import Sequence
 from datetime import date, datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wattwise.errors import UsageError
 from wattwise.project import default_project
 from wattwise.safe_files import json_text
 from wattwise.store.compare import difference
 from wattwise.store.runs import RunRow, UnreadableRun, forget_run, get_run, get_runs, list_history
+
+if TYPE_CHECKING:
+    from wattwise.profile import Payback
+    from wattwise.record.summary import RunSummary
 
 #: A day as `--since` takes it: a calendar date, midnight UTC.
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -122,8 +127,17 @@ def _energy(row: RunRow) -> str:
     return with_uncertainty(row.energy_j, row.energy_uncertainty_j, "J")
 
 
-def _saved(row: RunRow) -> str:
-    """The run's saving (J), with its uncertainty where the history has it; "-" when none is claimed."""
+def _saved(row: RunRow, summary: RunSummary | None = None) -> str:
+    """The run's saving (J), with its uncertainty; "-" when none is claimed.
+
+    Where the run's summary.json gives its payback, the saving of this run, tuning included
+    (`payback.run_energy_saved_j`: the figure its end-of-run text and `runs show` give); else the row's.
+    """
+    payback = _payback(summary)
+    if payback is not None:
+        from wattwise.readable import with_uncertainty
+
+        return with_uncertainty(payback.run_energy_saved_j, payback.run_energy_saved_uncertainty_j)
     if row.saving_j is None:
         return "-"
     if row.saving_uncertainty_j is None:
@@ -164,10 +178,11 @@ def run_list(args: argparse.Namespace) -> int:
     )
     for r in rows:
         limit = f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-"
+        saved = _saved(r, summary_of(r) if r.saving_j is not None else None)
         print(
             f"{r.id:<24} {(r.project or '-'):<16} {(r.job or '-'):<20} {(r.framework or '-'):<12} {r.mode:<7} "
             f"{(r.status or '-'):<11} "
-            f"{_start(r):<19} {r.time_s:>9.4g} {_energy(r):>18} {limit:>9} {_saved(r):>14} {_source(r):<9}"
+            f"{_start(r):<19} {r.time_s:>9.4g} {_energy(r):>18} {limit:>9} {saved:>14} {_source(r):<9}"
         )
     return 0
 
@@ -178,9 +193,14 @@ def _say_unreadable(rows: Sequence[UnreadableRun]) -> None:
         print(f"wattwise runs: {row.line()}", file=sys.stderr)
 
 
-def _show_lines(r: RunRow) -> list[str]:
+def _show_lines(r: RunRow, summary: RunSummary | None = None) -> list[str]:
+    from wattwise.record.summary import payback_lines
+
     saving = "-"
-    if r.saving_j is not None:
+    paid = payback_lines(summary.power_limit) if summary is not None and summary.power_limit is not None else None
+    if paid is not None:
+        saving = f"\n{'':<13}".join(paid)
+    elif r.saving_j is not None:
         cost = f", for {r.time_cost_s:+.3g} s" if r.time_cost_s is not None else ", its time cost unknown"
         resolved = r.saving_uncertainty_j is None or abs(r.saving_j) > r.saving_uncertainty_j
         within = "" if resolved else " (within its uncertainty: not resolved)"
@@ -212,7 +232,14 @@ def run_show(args: argparse.Namespace) -> int:
         The exit status.
     """
     row = get_run(args.run_id, location=args.store)
-    print(json_text(row.to_dict()) if args.json else "\n".join(_show_lines(row)))
+    summary = summary_of(row)
+    if args.json:
+        from wattwise.record.fields import to_json_dict
+
+        payback = _payback(summary)
+        print(json_text({**row.to_dict(), "payback": to_json_dict(payback) if payback is not None else None}))
+    else:
+        print("\n".join(_show_lines(row, summary)))
     return 0
 
 
@@ -222,7 +249,8 @@ def _percent(fraction: float | None) -> str:
 
 def compare_lines(rows: Sequence[RunRow]) -> list[str]:
     """The runs side by side, then each one's difference from the first."""
-    physics = [_physics(r) for r in rows]
+    summaries = [summary_of(r) for r in rows]
+    physics = [_physics(r, s) for r, s in zip(rows, summaries, strict=True)]
     width = max(24, *(len(r.id) for r in rows))
     cells = {
         "job": [r.job or "-" for r in rows],
@@ -233,8 +261,8 @@ def compare_lines(rows: Sequence[RunRow]) -> list[str]:
         "time": [f"{r.time_s:.4g} s" for r in rows],
         "power": [f"{r.avg_power_w:.4g} W" for r in rows],
         "limit": [_figure(r.power_limit_w, "W", "g") for r in rows],
-        "saving": [_figure(r.saving_j, "J") for r in rows],
-        "time cost": [_figure(r.time_cost_s, "s", "+.3g") for r in rows],
+        "saving": [_compared_saving(r, s) for r, s in zip(rows, summaries, strict=True)],
+        "time cost": [_compared_time_cost(r, s) for r, s in zip(rows, summaries, strict=True)],
     }
     lines = [f"{'':<10}" + "".join(f" {r.id:<{width}}" for r in rows)]
     lines += [f"{name:<10}" + "".join(f" {value:<{width}}" for value in values) for name, values in cells.items()]
@@ -262,17 +290,42 @@ def compare_lines(rows: Sequence[RunRow]) -> list[str]:
     return lines
 
 
-def _physics(row: RunRow) -> str | None:
-    """The simulated physics the run's summary.json records; None on hardware or when its folder is gone."""
-    if not row.simulated:
-        return None
+def summary_of(row: RunRow) -> RunSummary | None:
+    """The run's summary.json, read from its folder; None when the folder or the file is gone or unreadable."""
     from wattwise.record.files import read_summary
-    from wattwise.record.summary import SUMMARY_FILE, physics_of
+    from wattwise.record.summary import SUMMARY_FILE
 
     try:
-        return physics_of(read_summary(Path(row.folder) / SUMMARY_FILE))
+        return read_summary(Path(row.folder) / SUMMARY_FILE)
     except (UsageError, OSError):
         return None
+
+
+def _payback(summary: RunSummary | None) -> Payback | None:
+    """What the run's tuning gained and cost (`power_limit.payback`); None when its summary does not say."""
+    return summary.power_limit.payback if summary is not None and summary.power_limit is not None else None
+
+
+def _compared_saving(row: RunRow, summary: RunSummary | None) -> str:
+    """A comparison's saving cell: this run's, tuning included, where its summary gives it (as `_saved`)."""
+    if _payback(summary) is None:
+        return _figure(row.saving_j, "J")
+    return f"{_saved(row, summary)} J"
+
+
+def _compared_time_cost(row: RunRow, summary: RunSummary | None) -> str:
+    """A comparison's time-cost cell: the time this run added, tuning included, where its summary gives it."""
+    payback = _payback(summary)
+    return _figure(row.time_cost_s if payback is None else payback.run_time_added_s, "s", "+.3g")
+
+
+def _physics(row: RunRow, summary: RunSummary | None) -> str | None:
+    """The simulated physics the run's summary.json records; None on hardware or when its folder is gone."""
+    if not row.simulated or summary is None:
+        return None
+    from wattwise.record.summary import physics_of
+
+    return physics_of(summary)
 
 
 def run_compare(args: argparse.Namespace) -> int:

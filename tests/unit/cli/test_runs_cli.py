@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.run_history import T0_S, make_row
+from tests.support.run_records import TUNED_PAID, write_tuned_run
 from wattwise.cli.main import main
 from wattwise.profile import ProfileEntry
+from wattwise.record.summary import payback_lines
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 from wattwise.store.runs import record_run
 
@@ -149,3 +151,30 @@ def test_jobs_show_and_forget_a_limit_remembered_for_a_job_that_is_not_recurring
     assert main(["jobs", "show", "bert/squad", "--store", location]) == 2
     assert "no job named 'bert/squad'" in capsys.readouterr().err
     assert memory.recall(memory_key("bert_squad", "NVIDIA A40", 4)) is not None
+
+
+def test_show_list_and_compare_give_the_runs_saving_as_its_end_of_run_text_does(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose summary.json has its payback: `runs show` gives the three figures of the end-of-run text, in
+    order, and `runs list` and `runs compare` give this run's saving, tuning included (1430 J, not the row's
+    4500 J, which leaves tuning's cost out)."""
+    paid_id = "20261201T130000Z-dddddd"
+    folder = write_tuned_run(tmp_path / "runs" / paid_id, power_limit=TUNED_PAID)
+    record_run(make_row(paid_id, start_s=T0_S + 10_800, folder=str(folder)), location=store)
+    expected = payback_lines(TUNED_PAID)
+    assert expected is not None
+    assert main(["runs", "show", paid_id, "--store", store]) == 0
+    shown = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    at = shown.index(f"saving     {expected[0]}")
+    assert shown[at + 1 : at + 3] == list(expected[1:])
+    assert "1430 ± 150 J saved" in expected[2] and "tuning paid back after 25 steps at 175 W" in expected[2]
+    assert main(["runs", "show", paid_id, "--store", store, "--json"]) == 0
+    payback = out_json(capsys)["payback"]
+    assert (payback["run_energy_saved_j"], payback["break_even_steps"], payback["paid_back"]) == (1432.0, 25, True)
+    assert main(["runs", "list", "--store", store]) == 0
+    listed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(paid_id))
+    assert "1430 ± 150" in listed and "4500" not in listed
+    assert main(["runs", "compare", BASE, paid_id, "--store", store]) == 0
+    saving = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("saving"))
+    assert "1430 ± 150 J" in saving and "4500" not in saving
