@@ -230,9 +230,26 @@ def profile_figure(limit: PowerLimitSummary, *, simulated: bool) -> go.Figure | 
             how += f" by {limit.selector}" + (f", eta {limit.eta:g}" if limit.eta is not None else "")
         fig.add_vline(x=chosen, line_dash="dash", line_color="green", annotation_text=how)
     fig.update_xaxes(title_text="power limit (W)")
-    fig.update_yaxes(title_text="energy per step (J)", secondary_y=False)
-    fig.update_yaxes(title_text="time per step (s)", secondary_y=True)
+    energy_range = nonnegative_range([e.energy_j for e in entries])
+    time_range = nonnegative_range([e.time_s for e in entries])
+    fig.update_yaxes(title_text="energy per step (J)", range=energy_range, secondary_y=False)
+    fig.update_yaxes(title_text="time per step (s)", range=time_range, secondary_y=True)
     return _layout(fig, "Tuning profile: one step at each power limit", simulated=simulated)
+
+
+#: The room a profile axis leaves above and below its figures, as a fraction of their span (or of the
+#: figure itself when there is one value).
+_AXIS_MARGIN = 0.1
+
+
+def nonnegative_range(values: Sequence[float]) -> list[float]:
+    """An axis range that holds `values` (energy or time, never negative) with a margin, from zero or above.
+
+    Plotly's own range around a single point (one limit profiled) reaches below zero.
+    """
+    low, high = min(values), max(values)
+    margin = _AXIS_MARGIN * ((high - low) or abs(high) or 1.0)
+    return [max(0.0, low - margin), high + margin]
 
 
 @dataclass(frozen=True)

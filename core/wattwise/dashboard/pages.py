@@ -30,9 +30,11 @@ from wattwise.record.summary import (
     NEVER_APPLIED,
     RunSummary,
     iso_utc,
+    limits_profiled,
     mixed_physics,
     never_applied,
     paused_energy,
+    payback_lines,
     physics_of,
     simulated_label,
     with_uncertainty,
@@ -257,8 +259,8 @@ class Saving:
 def saving_of(summary: RunSummary) -> Saving:
     """The run's saving against the highest limit, as its summary estimates it (none for a cap)."""
     limit = summary.power_limit
-    if limit is None or limit.mode == RunMode.CAP:
-        return Saving(None, None, None, None, None)
+    if limit is None or limit.mode == RunMode.CAP or (limit.tuning is not None and not limit.tuning.finished):
+        return Saving(None, None, None, None, None)  # tuning that did not finish claims none (older files: 0 J)
     return Saving(
         limit.energy_saved_j,
         limit.baseline_energy_j,
@@ -322,10 +324,10 @@ def run_facts(run: RunDir) -> list[Fact]:
     elif limit.mode == RunMode.CAP:
         facts.append(Fact("power limit", f"capped at {watts(limit.chosen_power_limit_w)}"))
     else:
-        how = "reused from an earlier run" if limit.reused else f"{len(limit.profile)} limits profiled"
+        how = "reused from an earlier run" if limit.reused else limits_profiled(len(limit.profile))
         chosen = watts(limit.chosen_power_limit_w) if limit.chosen_power_limit_w is not None else "none chosen"
         facts.append(Fact("power limit", f"tuned: {chosen} ({how}; selector {limit.selector}, eta {limit.eta})"))
-        facts.append(Fact("saving", saving_of(s).text()))
+        facts += saving_facts(s)
     if s.settings.batch_size is not None:
         facts.append(Fact("batch size", str(s.settings.batch_size)))
     if s.settings.frequency_plan:
@@ -334,14 +336,41 @@ def run_facts(run: RunDir) -> list[Fact]:
     return facts
 
 
+def saving_facts(summary: RunSummary) -> list[Fact]:
+    """A tuned run's saving as the end-of-run text gives it: its three figures (`payback_lines`), each a fact.
+
+    A run whose tuning did not finish claims no saving (its note says why); one without a payback (an
+    older summary, a limit never applied) gives the saving its summary estimates, as before.
+    """
+    limit = summary.power_limit
+    if limit is None or limit.mode == RunMode.CAP:
+        return []
+    if limit.tuning is not None and not limit.tuning.finished:
+        return [Fact("saving", "none: tuning did not finish (see the notes)")]
+    lines = None if never_applied(limit) else payback_lines(limit)
+    if lines is None:
+        return [Fact("saving", saving_of(summary).text())]
+    return [Fact(*line.split(": ", 1)) for line in lines]
+
+
+#: How the notes a run leaves while tuning start when they say it may not or did not finish: the page says
+#: that once, with the summary's `tuning.reason` (the figures it ended with).
+TUNING_UNFINISHED_NOTES = ("power-limit tuning may not finish:", "power-limit tuning did not finish:")
+
+
 def run_notes(run: RunDir) -> list[str]:
-    """What the run has to say: its notes, and why tuning chose nothing or never applied its choice."""
+    """What the run has to say: its notes, and why tuning chose nothing or never applied its choice.
+
+    Tuning that did not finish is one note, its reason as the summary gives it, in place of the notes
+    the run left on the way (a warning made before the run ended counts steps of its own).
+    """
     s = run.summary
     notes = list(s.notes)
     limit = s.power_limit
     if limit is not None and never_applied(limit):
         notes.append(f"The chosen limit was never applied: {NEVER_APPLIED}.")
     if limit is not None and limit.tuning is not None and not limit.tuning.finished and limit.tuning.reason:
+        notes = [n for n in notes if not n.startswith(TUNING_UNFINISHED_NOTES)]
         notes.append(f"Tuning did not finish: {limit.tuning.reason}.")
     return notes
 

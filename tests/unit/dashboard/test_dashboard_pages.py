@@ -7,6 +7,7 @@ import ast
 import json
 import re
 import sys
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from tests.support.paths import REPO_ROOT
 from tests.support.pipeline import problem_for, synthetic_profile
 from tests.support.run_history import make_row
+from tests.support.run_records import TUNED_PAID, write_tuned_run
 from wattwise.cli.main import main
 from wattwise.dashboard import charts, pages
 from wattwise.dashboard.history import History
@@ -23,7 +25,14 @@ from wattwise.pipeline.frontier import FrontierSolver
 from wattwise.pipeline.plan import assemble_frontier, choose_for_straggler, choose_intrinsic
 from wattwise.profile import ProfileEntry
 from wattwise.record.files import PowerRow, WindowRow, WindowsLog, read_run_dir, write_run_dir
-from wattwise.record.summary import PowerLimitSummary, RunSummary, SettingEvent, TuningSummary, iso_utc
+from wattwise.record.summary import (
+    PowerLimitSummary,
+    RunSummary,
+    SettingEvent,
+    TuningSummary,
+    iso_utc,
+    payback_lines,
+)
 from wattwise.recurring.spec import JobSpec
 from wattwise.store.compare import difference
 from wattwise.store.limits_memory import LimitsMemory, memory_key
@@ -397,3 +406,83 @@ def test_the_dashboard_reads_the_record_and_the_store_and_never_touches_a_device
                 names = [node.module]
             found += [f"{path.name}: {name}" for name in names if name.startswith(forbidden)]
     assert found == []
+
+
+#: What a run whose tuning did not finish left: the warning it gave before it ended (counting steps its own
+#: way) and the summary's reason; an older wattwise also wrote a saving of 0 J, resolved.
+UNFINISHED_WARNING = (
+    "power-limit tuning may not finish: the run makes 12 optimizer steps; profiling every limit may need up "
+    "to 127. It profiles at least 0 of 5 limits and keeps the best of them unless it finishes"
+)
+UNFINISHED_REASON = "the run ended after 12 optimizer steps, 116 before every limit was profiled"
+
+
+def write_unfinished_run(folder: Path) -> Path:
+    """A run of 12 steps whose tuning profiled one limit (300 W) of five and kept it, as an older summary says it."""
+    limit = PowerLimitSummary(
+        mode="tune",
+        selector="cost",
+        eta=0.5,
+        chosen_power_limit_w=300.0,
+        profile=(ProfileEntry(300.0, 0.0998, 21.6),),
+        baseline_energy_j=260.0,
+        energy_saved_j=0.0,
+        energy_saved_uncertainty_j=0.0,
+        saving_resolved=True,
+        tuning=TuningSummary(finished=False, profiled=(300.0,), reason=UNFINISHED_REASON, steps_at_chosen=0),
+    )
+    summary = RunSummary(
+        status="completed",
+        simulated=True,
+        backend="simulated",
+        start_time=iso_utc(T0_S),
+        end_time=iso_utc(T0_S + 1.2),
+        time_s=1.2,
+        energy_j=260.0,
+        energy_per_device_j={DEVICE: 260.0},
+        steps=12,
+        notes=(UNFINISHED_WARNING, "a note the run left"),
+        power_limit=limit,
+    )
+    write_run_dir(folder, summary, [PowerRow(T0_S + 0.5, DEVICE, 200.0)])
+    return folder
+
+
+def test_the_profile_of_one_limit_is_drawn_on_axes_with_no_negative_range(tmp_path: Path) -> None:
+    limit = read_run_dir(write_unfinished_run(tmp_path / "run")).summary.power_limit
+    assert limit is not None
+    fig = charts.profile_figure(limit, simulated=True)
+    assert fig is not None
+    for axis, value in ((fig.layout.yaxis, 21.6), (fig.layout.yaxis2, 0.0998)):
+        low, high = axis.range
+        assert 0.0 <= low < value < high
+
+
+def test_a_run_whose_tuning_did_not_finish_shows_no_saving_and_its_reason_as_one_note(tmp_path: Path) -> None:
+    run = read_run_dir(write_unfinished_run(tmp_path / "run"))
+    facts = {f.label: f.value for f in pages.run_facts(run)}
+    assert facts["saving"] == "none: tuning did not finish (see the notes)"
+    assert facts["power limit"].startswith("tuned: 300.0 W (1 limit profiled;")
+    assert pages.run_notes(run) == ["a note the run left", f"Tuning did not finish: {UNFINISHED_REASON}."]
+    out = tmp_path / "page.html"
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "report"), "--html", str(out)]) == 0
+    html = out.read_text()
+    for page in (html, pages.run_page(run, pages.SERVED, title="Run x")):
+        assert "larger than its uncertainty" not in page and not re.search(r"(?<![\d.])0\.0 J", page)
+        assert page.count("did not finish") == 2  # the saving's fact, and the one note
+        assert "may not finish" not in page
+
+
+def test_a_tuned_runs_page_and_html_report_give_its_three_figures_in_order(tmp_path: Path) -> None:
+    folder = write_tuned_run(tmp_path / "run", power_limit=TUNED_PAID)
+    expected = payback_lines(TUNED_PAID)
+    assert expected is not None
+    facts = [f"{f.label}: {f.value}" for f in pages.run_facts(read_run_dir(folder))]
+    at = facts.index(expected[0])
+    assert facts[at : at + 3] == list(expected)
+    out = tmp_path / "page.html"
+    assert main(["report", str(folder), "--out", str(tmp_path / "report"), "--html", str(out)]) == 0
+    html = out.read_text()
+    shown = [html.index(html_escape(line.split(": ", 1)[1])) for line in expected]
+    assert shown == sorted(shown)
+    assert "1430 ± 150 J saved" in html and "tuning paid back after 25 steps at 175 W" in html
