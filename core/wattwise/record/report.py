@@ -54,6 +54,7 @@ from wattwise.record.summary import (
     PowerLimitSummary,
     never_applied,
     never_applied_why,
+    payback_lines,
     simulated_label,
     with_uncertainty,
 )
@@ -162,6 +163,14 @@ class RunReport:
     carbon_aware_threshold_g_per_kwh: float | None = None
     #: What in the run's summary is possible but odd (`check_summary`), one line each; the report stands.
     odd: list[str] = field(default_factory=list)
+    #: A tuned run's saving as every page gives it (`wattwise.record.summary.payback_lines`): at the chosen
+    #: limit, tuning's cost, this run with its break-even; empty when its summary has no payback.
+    payback: list[str] = field(default_factory=list)
+    #: This run's energy saved against its steps at the highest limit, tuning included (J;
+    #: `power_limit.payback.run_energy_saved_j`); None without a payback.
+    run_energy_saved_j: float | None = None
+    #: Why tuning did not finish (`power_limit.tuning.reason`), when it did not: no saving is claimed.
+    tuning_unfinished: str | None = None
 
 
 def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
@@ -195,7 +204,9 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
     emissions_kg = None if totals.emissions_g is None else totals.emissions_g / 1000.0
 
     limit = s.power_limit
-    saved_j = limit.energy_saved_j if limit else None
+    unfinished = limit is not None and limit.tuning is not None and not limit.tuning.finished
+    saved_j = limit.energy_saved_j if limit and not unfinished else None  # an older summary's 0 J: none
+    paid = payback_lines(limit) if limit is not None and not unfinished and not never_applied(limit) else None
     baseline_j = limit.baseline_energy_j if limit else None
     facility_saved_kwh = None if saved_j is None else saved_j * pue_effective / J_PER_KWH
     devices = sorted(set(s.energy_per_device_j) | {t.device for t in run.traces or ()})
@@ -260,6 +271,11 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
         ),
         carbon_aware_threshold_g_per_kwh=s.carbon_aware.threshold_g_per_kwh if s.carbon_aware is not None else None,
         odd=odd,
+        payback=list(paid or ()),
+        run_energy_saved_j=limit.payback.run_energy_saved_j if paid and limit and limit.payback else None,
+        tuning_unfinished=(
+            (limit.tuning.reason or "no reason recorded") if unfinished and limit and limit.tuning else None
+        ),
     )
 
 
@@ -653,7 +669,9 @@ def _steps_taken(r: RunReport) -> str:
             origin = f"run {r.power_limit_reused_from}" if r.power_limit_reused_from else "an earlier run"
             details.append(f"reused from {origin} of the same job, which chose it; not profiled again")
         elif r.power_limits_profiled:
-            details.append(f"chosen from a profile of {r.power_limits_profiled} power limits")
+            details.append(f"chosen from a profile of {r.power_limits_profiled} power limit{_plural(r)}")
+        if r.tuning_unfinished is not None:
+            details.append(f"tuning did not finish: {r.tuning_unfinished}; no saving is claimed")
         how = f" ({'; '.join(details)})" if details else ""
         steps.append(f"the GPU power limit was set to {r.power_limit_w:g} W{how}")
     if r.carbon_aware_intensity_source is not None and r.carbon_aware_threshold_g_per_kwh is not None:
@@ -668,6 +686,8 @@ def _steps_taken(r: RunReport) -> str:
     if not steps:
         return "Steps taken to reduce energy: none recorded."
     text = "Steps taken to reduce energy: " + "; ".join(steps) + "."
+    if r.payback and r.power_limit_note is None:
+        return text + "\n\n" + "\n".join(f"- {line}" for line in r.payback) + _run_saving_at_facility(r)
     if (
         r.energy_saved_j is not None
         and r.baseline_energy_j
@@ -692,6 +712,22 @@ def _steps_taken(r: RunReport) -> str:
             text += f" and {readable.emissions(r.emissions_saved_kg_co2e, digits=STATEMENT_DIGITS)}"
         text += " at this run's PUE and intensity."
     return text
+
+
+def _plural(r: RunReport) -> str:
+    return "" if r.power_limits_profiled == 1 else "s"
+
+
+def _run_saving_at_facility(r: RunReport) -> str:
+    """This run's saving (tuning included) at the facility and in emissions, at this run's PUE and intensity."""
+    if r.run_energy_saved_j is None or r.run_energy_saved_j <= 0:
+        return ""
+    facility_kwh = r.run_energy_saved_j * r.pue_effective / J_PER_KWH
+    text = f"\n\nAt this run's PUE and intensity, this run's saving is about {sig(facility_kwh)} kWh at the facility"
+    if r.intensity_effective_g_per_kwh is not None:
+        kg = facility_kwh * r.intensity_effective_g_per_kwh / 1000.0
+        text += f" and {readable.emissions(kg, digits=STATEMENT_DIGITS)}"
+    return text + "."
 
 
 def _joules(energy_j: float) -> str:
