@@ -655,6 +655,20 @@ def against_first(d: RunDifference) -> list[str]:
     ]
 
 
+def compared_saving(row: RunRow, folder: RunDir | None) -> str:
+    """A compared run's saving: this run's, tuning included, where its summary gives it; else its row's."""
+    limit = folder.summary.power_limit if folder is not None else None
+    if limit is not None and limit.payback is not None:
+        return energy(limit.payback.run_energy_saved_j, limit.payback.run_energy_saved_uncertainty_j)
+    return energy(row.saving_j, row.saving_uncertainty_j) if row.saving_j is not None else "-"
+
+
+def compared_time_cost(row: RunRow, folder: RunDir | None) -> str:
+    """A compared run's time cost: the time this run added, tuning included, where its summary gives it."""
+    limit = folder.summary.power_limit if folder is not None else None
+    return seconds(limit.payback.run_time_added_s if limit is not None and limit.payback else row.time_cost_s)
+
+
 def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> str:
     """Runs side by side: their figures, each against the first, and charts of energy, time and power.
 
@@ -676,8 +690,8 @@ def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> st
             energy(row.energy_j, row.energy_uncertainty_j),
             watts(row.avg_power_w),
             watts(row.power_limit_w),
-            energy(row.saving_j, row.saving_uncertainty_j) if row.saving_j is not None else "-",
-            seconds(row.time_cost_s),
+            compared_saving(row, folder),
+            compared_time_cost(row, folder),
             simulated_cell(row.simulated, physics[i]),
             emissions_cell(run_report(folder)) if folder is not None else "not estimated: its folder is gone",
         ]

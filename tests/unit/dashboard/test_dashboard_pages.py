@@ -486,3 +486,11 @@ def test_a_tuned_runs_page_and_html_report_give_its_three_figures_in_order(tmp_p
     shown = [html.index(html_escape(line.split(": ", 1)[1])) for line in expected]
     assert shown == sorted(shown)
     assert "1430 ± 150 J saved" in html and "tuning paid back after 25 steps at 175 W" in html
+
+
+def test_a_comparison_gives_a_tuned_runs_saving_tuning_included(tmp_path: Path) -> None:
+    """The row's 4,500 J leaves tuning's cost out; the run's summary says 1432 ± 152 J, as its page does."""
+    paid = read_run_dir(write_tuned_run(tmp_path / "paid", power_limit=TUNED_PAID))
+    html = pages.compare_page([ROWS[0], ROWS[1]], [paid, None])
+    assert "1430 ± 150 J" in html and "3.90 s" in html
+    assert "4,500.0 J" in html  # the second run, whose folder is gone: its row's saving
