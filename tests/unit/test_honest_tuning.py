@@ -12,7 +12,7 @@ import pytest
 from tests.support.clock import VirtualClock
 from tests.support.tuning_runs import SMALL_PROFILE, SMALL_PROFILE_STEPS, tuning_run
 from wattwise.config import load_config
-from wattwise.devices import PowerModel, SimulatedGPU
+from wattwise.devices import Physics, PowerModel, SimulatedGPU
 from wattwise.record.files import read_run_dir
 from wattwise.record.report import FacilityInputs, build_report, energy_statement
 from wattwise.record.summary import format_summary
@@ -140,7 +140,27 @@ def test_tuning_that_cannot_finish_says_once_how_to_fit_into_a_fifth_of_the_run(
 ) -> None:
     overrides = [*TUNE, "power_limit.profile_steps=1", f"power_limit.step_w={step_w}"]
     said = tuning_run(tmp_path, steps, overrides=overrides, announce_steps=True).said
-    assert len(said) == 1 and "tuning cannot finish" in said[0]
+    assert len(said) == 1 and "tuning may not finish" in said[0]
     assert said[0].endswith(
-        f"; to tune in at most a fifth of the run, {advice}, or lower power_limit.profile_steps / warmup_steps"
+        f"; to tune in at most a fifth of the run, {advice}, or name the run's job (job=NAME) so that its next "
+        "run goes on from where this one stops, or lower power_limit.profile_steps / warmup_steps"
     )
+
+
+def test_on_a_coarse_counter_the_forecast_speaks_of_time_and_counter_updates_and_advises_what_works(
+    tmp_path: Path,
+) -> None:
+    # 150 steps of 20 ms on the realistic simulated GPU: a limit is measured for up to 20 updates (2 s).
+    said = tuning_run(
+        tmp_path,
+        150,
+        overrides=[*TUNE, "job=nightly"],
+        physics=Physics.realistic(seed=1),
+        base_step_time_s=0.02,
+        announce_steps=True,
+    ).said
+    [forecast] = [s for s in said if "may not finish" in s]
+    assert "a limit is measured for up to 20 updates of the energy counter, 2 s" in forecast
+    assert "s of training at" in forecast and "ms a step" in forecast
+    # Fewer profile or warm-up steps would not shorten windows that last a time: not advised.
+    assert "profile_steps" not in forecast and "job=NAME" not in forecast  # the run names its job already

@@ -47,7 +47,7 @@ from wattwise.record.summary import CarbonAwareSummary, PowerLimitSummary, Setti
 from wattwise.run.carbon import CarbonControl
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit, TuningProgress
-from wattwise.vocabulary import RunMode, Selector
+from wattwise.vocabulary import RunMode, Selector, TunerPhase
 
 #: A profile window lasts at least this many updates of the energy counter: quantisation stays under
 #: about 5% of the window's energy (one update at each end).
@@ -505,9 +505,16 @@ class PowerLimitControl:
         return max(MIN_PROFILE_UPDATES * period_s, MIN_PROFILE_S) if period_s > 0 else 0.0
 
     def _check_time_left(self, steps_done: int) -> None:
-        """A run of known length: warn once when tuning cannot finish; settle before a limit it cannot finish."""
+        """A run of known length: warn once when tuning may not finish; settle before a limit it cannot start.
+
+        On a coarse energy counter the steps a limit needs follow from the time its windows last, known once
+        the first window has sized them: the forecast waits for that. It counts every part of every limit
+        left (a limit told early needs fewer, and the sweep may stop early), so it says "may".
+        """
         assert self.tuner is not None and self.expected_steps is not None
         t = self.tuner
+        if not t.windows_sized:
+            return
         left = self.expected_steps - steps_done
         needed = t.steps_to_finish()
         if needed <= left:
@@ -517,44 +524,62 @@ class PowerLimitControl:
                 t.settle()
                 self._tuning_ended()
             return
-        per_limit = t.warmup_steps + t.profile_steps
-        if t.phase == "wait":  # the first limit starts after the wait
-            to_next = t.wait_steps - t.steps_in_phase
-            can = len(t.profile) + max(0, left - to_next) // per_limit
+        most = t.warmup_steps + t.profile_steps * t.window_parts  # steps one limit may need
+        if t.phase == TunerPhase.WAIT:  # the first limit starts after the wait
+            can = len(t.profile) + max(0, left - (t.wait_steps - t.steps_in_phase)) // most
         else:  # the current limit completes first
-            current = needed - (len(t.limits_w) - t.limit_index - 1) * per_limit
-            can = len(t.profile) + (1 + (left - current) // per_limit if current <= left else 0)
+            current = needed - (t.sweep_size - t.limit_index - 1) * most
+            can = len(t.profile) + (1 + (left - current) // most if current <= left else 0)
         reason = (
-            f"the run makes {self.expected_steps} optimizer steps; profiling every limit needs {steps_done + needed}"
+            f"the run makes {self.expected_steps} optimizer steps; profiling every limit may need up to "
+            f"{steps_done + needed}{self._in_time(needed)}"
         )
         if not self._warned_short:
             self._warned_short = True
             self._notices.append(
-                f"power-limit tuning cannot finish: {reason}. It profiles {min(can, len(t.limits_w))} "
-                f"of {len(t.limits_w)} limits and keeps the best of them (the summary says "
-                f"tuning.finished = false); {self._how_to_fit(steps_done + needed)}"
+                f"power-limit tuning may not finish: {reason}. It profiles at least {min(can, t.sweep_size)} of "
+                f"{t.sweep_size} limits and keeps the best of them unless it finishes (the summary says "
+                f"tuning.finished); {self._how_to_fit(steps_done + needed)}"
             )
-        if t.at_limit_boundary() and left < per_limit:
+        if t.at_limit_boundary() and left < t.warmup_steps + t.profile_steps:
             t.finish_early(reason)
             self._keep_progress()
 
-    def _how_to_fit(self, needed_steps: int) -> str:
-        """How to make tuning take at most a fifth of a run of known length.
+    def _in_time(self, steps: int) -> str:
+        """`steps` as training time on a coarse counter: each limit up to `min_profile_s`, as counter updates."""
+        t = self.tuner
+        period_s = self.counter_period_s()
+        if t is None or period_s <= 0 or t.profile_steps <= 0:
+            return ""
+        step_s = self.min_profile_s() / t.window_parts / t.profile_steps
+        updates = round(self.min_profile_s() / period_s)
+        return (
+            f" (about {steps * step_s:.0f} s of training at {1000 * step_s:.0f} ms a step: a limit is measured "
+            f"for up to {updates} updates of the energy counter, {self.min_profile_s():g} s)"
+        )
 
-        The steps the run needs for that, and the `step_w` whose fewer limits fit into this run's first
-        fifth, when two or more do.
+    def _how_to_fit(self, needed_steps: int) -> str:
+        """What would let tuning finish: the steps for tuning to take at most a fifth of the run, or fewer limits.
+
+        On a coarse counter a limit's windows last a time, not a number of steps: fewer profile or warm-up
+        steps would not shorten them, so the advice is the run's length, `step_w`, or a job whose next run
+        goes on from where this one stops.
         """
         assert self.tuner is not None and self.expected_steps is not None
         t = self.tuner
         how = f"to tune in at most a fifth of the run, give it at least {TUNING_SHARE * needed_steps} optimizer steps"
-        per_limit = t.warmup_steps + t.profile_steps
+        per_limit = t.warmup_steps + t.profile_steps * t.window_parts
         fits = (self.expected_steps // TUNING_SHARE - t.wait_steps) // per_limit if per_limit > 0 else 0
         low_w, high_w = min(t.limits_w), max(t.limits_w)
         if fits >= 2 and high_w > low_w:
             step_w = math.ceil((high_w - low_w) / (fits - 1))
             count = len(profile_limits_w(low_w, high_w, step_w))
             how += f", or set power_limit.step_w={step_w} to profile {count} limits (now {self.cfg.step_w:g} W apart)"
-        return how + ", or lower power_limit.profile_steps / warmup_steps"
+        if self._progress_as[0] is None:
+            how += ", or name the run's job (job=NAME) so that its next run goes on from where this one stops"
+        if self.counter_period_s() <= 0:
+            how += ", or lower power_limit.profile_steps / warmup_steps"
+        return how
 
     def finish_tuning(self, steps_done: int) -> None:
         """The run ends: notices of lifted limits, and tuning that is still profiling settles.
