@@ -47,7 +47,7 @@ def test_an_undriven_simulated_gpu_makes_tuning_choose_nothing_and_say_why_once(
     assert limit["chosen_power_limit_w"] is None
     assert limit["energy_saved_j"] is None and limit["baseline_energy_j"] is None
     assert limit["tuning"]["finished"] is False
-    assert "no emulated work drove the simulated GPU" in limit["tuning"]["reason"]
+    assert "nothing drove the simulated GPU" in limit["tuning"]["reason"]
     # It gave up at the first profile window: the rest of the run ran at the highest limit.
     assert limit["tuning"]["profiled"] == []
     assert [e["value"] for e in summary["settings_timeline"]] == [300.0]
@@ -57,10 +57,10 @@ def test_an_undriven_simulated_gpu_makes_tuning_choose_nothing_and_say_why_once(
     assert run.final_summary is not None
     console = format_summary(run.final_summary)
     assert "chosen by" not in console and "saving" not in console
-    assert "tuning chose no limit: no emulated work drove the simulated GPU" in console
+    assert "tuning chose no limit: nothing drove the simulated GPU" in console
     text = statement(tmp_path)
     assert "the GPU power limit was set to" not in text and "saved" not in text
-    assert "power-limit tuning chose no limit (no emulated work drove the simulated GPU" in text
+    assert "power-limit tuning chose no limit (nothing drove the simulated GPU" in text
 
 
 def test_three_undriven_runs_report_the_same_thing(tmp_path: Path) -> None:

@@ -129,6 +129,7 @@ def every_field() -> RunSummary:
         wattwise_version="1.2.3",
         energy_uncertainty_j=18.25,
         simulated_driven_by="steps",
+        project="wattwise",
         rank_notes=(
             RankNote(RankNoteKind.ENDED_APART, 0, how=EndedHow.SIGNALLED, detail="SIGTERM"),
             RankNote(RankNoteKind.LATE, 1, detail="interrupted-rank1.json", waited_s=3.0, energy_j=12.5),

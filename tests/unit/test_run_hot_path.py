@@ -197,7 +197,7 @@ def test_an_idle_simulated_gpu_never_reports_a_saving(tmp_path):
     run.start()
     run.epoch_begin()
     # Said at the step after tuning ends.
-    with pytest.warns(EnergyPluginWarning, match="tuning chose no limit: no emulated work drove the simulated GPU"):
+    with pytest.warns(EnergyPluginWarning, match="tuning chose no limit: nothing drove the simulated GPU"):
         for _ in range(20):  # the user's own training code: nothing emulated drives the simulated GPU
             run.step_begin()
             gpu.clock.sleep(BASE_S)  # type: ignore[union-attr]
@@ -206,7 +206,7 @@ def test_an_idle_simulated_gpu_never_reports_a_saving(tmp_path):
     s = run.summary
     assert s is not None and s["simulated"] is True
     assert s["power_limit"]["energy_saved_j"] is None and s["power_limit"]["baseline_energy_j"] is None
-    assert any("no emulated work drove the simulated GPU" in n for n in s["notes"])
+    assert any("nothing drove the simulated GPU" in n for n in s["notes"])
 
 
 def test_a_resumed_run_counts_savings_of_both_segments_and_its_epoch_in_progress(tmp_path):
