@@ -276,7 +276,7 @@ def test_wattwise_run_tunes_an_unmodified_lightning_script_and_tells_where_the_s
     # BoringModel does not drive the simulated GPU (no emulate_step), so every limit measures the same idle
     # power: tuning chooses none and says why, rather than presenting noise as a choice.
     tuning = found["power_limit"]["tuning"]
-    assert tuning["finished"] is False and "no emulated work drove the simulated GPU" in tuning["reason"]
+    assert tuning["finished"] is False and "nothing drove the simulated GPU" in tuning["reason"]
     assert found["power_limit"]["chosen_power_limit_w"] is None
     # The last line says that the figures are a simulated GPU's idle power, which nothing drove.
     assert proc.stderr.splitlines()[-1].startswith(

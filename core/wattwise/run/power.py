@@ -12,8 +12,9 @@ a run whose end comes unannounced settles at `finish_tuning`. Either way the sum
 `tuning: {"finished": false, "profiled": [...], "reason": ...}` and one warning says it once.
 Its resumable state is the tuner's, the steps run at the chosen limit and the reused limit's origin.
 
-On GPUs whose energy counter changes in steps (about every 0.1 s on NVML, 95 ms on the realistic simulated
-GPU), each profile window lasts at least 20 of them (`min_profile_s`) and begins and ends on a training step
+On GPUs whose energy counter changes in steps (about every 0.1 s on NVML and the realistic simulated H100),
+a limit is measured for up to 20 of them and at least 2 s (`min_profile_s`), in consecutive windows of at
+least 5 updates, only as long as its cost needs (`PowerLimitTuner`); each window begins and ends on a step
 in which the main process's first GPU's counter changed: the energy of a window is then off by at most
 about one training step's at each end, not one counter period's (`PowerLimitTuner.align_to_counter`; a
 read of the counter at each step near a window's ends). Each window's energy carries that uncertainty, and

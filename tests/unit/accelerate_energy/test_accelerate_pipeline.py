@@ -4,6 +4,7 @@ the run's energy record names the plan it followed."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,11 +25,15 @@ class FakeStage:
     def __init__(self, gpu: SimulatedGPU) -> None:
         self.gpu = gpu
         self.seen: list[object] = []
+        #: Waits until the clock changes asked for have been made (the controller sets clocks off this thread).
+        self.settle: Callable[[], None] = lambda: None
 
     def forward_one_chunk(self, mb: int, *args, **kwargs):
+        self.settle()
         self.seen.append(self.gpu.locked_sm_clocks_mhz())
 
     def backward_one_chunk(self, mb: int, *args, **kwargs):
+        self.settle()
         self.seen.append(self.gpu.locked_sm_clocks_mhz())
 
 
@@ -39,6 +44,7 @@ def test_stage_follows_plan_and_end_training_resets(tmp_path):
     stage = FakeStage(gpu)
     accelerator = Accelerator(cpu=True)
     controller = accelerate_energy.follow_frequency_plan(accelerator, stage, str(plan), device=gpu)
+    stage.settle = controller.settle
     stage.forward_one_chunk(0)
     stage.backward_one_chunk(0)
     assert stage.seen == [(1200, 1200), (1740, 1740)]
@@ -70,7 +76,7 @@ def test_the_summary_of_a_run_that_follows_a_plan_names_the_plan_file(tmp_path):
     gpu = SimulatedGPU(0)
     stage = FakeStage(gpu)
     accelerator = measured_accelerator(gpu, tmp_path / "run")
-    accelerate_energy.follow_frequency_plan(accelerator, stage, str(plan), device=gpu)
+    stage.settle = accelerate_energy.follow_frequency_plan(accelerator, stage, str(plan), device=gpu).settle
     one_step(accelerator, stage)
     accelerator.end_training()
 

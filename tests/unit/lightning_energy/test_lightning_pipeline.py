@@ -4,6 +4,7 @@ fit's energy record names the plan it followed."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -24,11 +25,15 @@ class FakeStage:
     def __init__(self, gpu: SimulatedGPU) -> None:
         self.gpu = gpu
         self.clocks_seen: list[tuple[str, int, object]] = []
+        #: Waits until the clock changes asked for have been made (the controller sets clocks off this thread).
+        self.settle: Callable[[], None] = lambda: None
 
     def forward_one_chunk(self, mb: int, *args, **kwargs):
+        self.settle()
         self.clocks_seen.append(("forward", mb, self.gpu.locked_sm_clocks_mhz()))
 
     def backward_one_chunk(self, mb: int, *args, **kwargs):
+        self.settle()
         self.clocks_seen.append(("backward", mb, self.gpu.locked_sm_clocks_mhz()))
 
 
@@ -92,6 +97,7 @@ def test_the_stage_runs_each_instruction_at_its_planned_clock_and_resets_after(p
     gpu = SimulatedGPU(0)
     stage = FakeStage(gpu)
     cb = PipelineFrequencyCallback(str(plan_file), device=gpu)
+    stage.settle = lambda: cb.controller.settle() if cb.controller is not None else None
     trainer(cb).fit(StagedModule(stage))
     expected = [
         ("forward", 0, (1410, 1410)),
