@@ -645,3 +645,9 @@ def test_a_choice_of_the_highest_limit_says_so_and_that_tuning_never_pays_back()
     text = format_summary(full_summary(power_limit=top))
     assert "at the chosen 300 W, the highest limit: the same energy and time per step" in text
     assert "tuning never pays back: 300 W is no better than the highest limit" in text
+
+
+def test_a_tuning_whose_own_steps_cost_less_than_the_highest_limit_paid_back_at_once() -> None:
+    text = format_summary(_with_payback(break_even_steps=0, tuning_objective=-5.0))
+    assert "tuning paid back at once: its steps at other limits already cost less than at the highest" in text
+    assert "after 0 steps" not in text

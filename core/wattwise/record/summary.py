@@ -612,6 +612,8 @@ def payback_lines(limit: PowerLimitSummary) -> tuple[str, str, str] | None:
     by = f"by {pb.objective}" + (f", eta {limit.eta:g}" if pb.objective == "cost" and limit.eta is not None else "")
     if pb.break_even_steps is None:
         when = f"tuning never pays back: {chosen_w:g} W is no better than the highest limit ({by})"
+    elif pb.break_even_steps == 0:
+        when = f"tuning paid back at once: its steps at other limits already cost less than at the highest ({by})"
     elif pb.paid_back:
         when = f"tuning paid back after {pb.break_even_steps} steps at {chosen_w:g} W ({by})"
     else:
