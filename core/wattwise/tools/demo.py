@@ -296,14 +296,10 @@ def tuned_and_baseline(options: DemoOptions, framework: str, train: Train) -> di
     use_one_cpu_thread()
     with private_state_dir() as tmp:
         common = demo_overrides(options, options.state_dir or str(tmp))
-        stop = functools.partial(_tuned_run_ends, steps_after_tuning=options.steps_after_tuning)
+        stop = functools.partial(paid_back, steps_after_tuning=options.steps_after_tuning)
         tuned = _summary_of(options, "tuned", train, [*common, "power_limit.mode=tune"], steps, stop)
         baseline = _summary_of(options, "baseline", train, [*common, "power_limit.mode=measure"], tuned["steps"])
     return demo_result(options, framework, tuned, baseline, model)
-
-
-def _tuned_run_ends(run: Run, *, steps_after_tuning: int) -> bool:
-    return paid_back(run, steps_after_tuning)
 
 
 def _summary_of(
