@@ -26,7 +26,8 @@ from wattwise.devices import DeviceError
 from wattwise.devices.agent import AgentClient
 
 
-def start_agent(folder: Path) -> tuple[subprocess.Popen[bytes], AgentClient]:
+def start_agent(folder: Path, gid: int | None = None) -> tuple[subprocess.Popen[bytes], AgentClient]:
+    """A node agent on simulated GPUs serving `folder/agent.sock` (to group `gid` when given), once it answers."""
     sock = folder / "agent.sock"
     proc = subprocess.Popen(
         [
@@ -39,6 +40,7 @@ def start_agent(folder: Path) -> tuple[subprocess.Popen[bytes], AgentClient]:
             "simulated",
             "--socket",
             str(sock),
+            *(["--group", str(gid)] if gid is not None else []),
             "--state-dir",
             str(folder / "state"),
             "--simulated-dir",

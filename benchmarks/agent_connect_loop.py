@@ -19,48 +19,14 @@ import os
 import signal
 import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from agent import start_agent
+
 from wattwise.devices import DeviceError
 from wattwise.devices.agent import AgentClient
-
-
-def start_agent(folder: Path, gid: int) -> tuple[subprocess.Popen[bytes], AgentClient]:
-    sock = folder / "run" / "agent.sock"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "wattwise",
-            "agent",
-            "serve",
-            "--backend",
-            "simulated",
-            "--socket",
-            str(sock),
-            "--group",
-            str(gid),
-            "--state-dir",
-            str(folder / "state"),
-            "--simulated-dir",
-            str(folder / "sim"),
-        ],
-        stderr=subprocess.DEVNULL,
-    )
-    client = AgentClient(sock)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            client.status()
-            return proc, client
-        except DeviceError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the agent did not start within 60 s")
 
 
 def flood(path: str, uid: int, gid: int, counter: Path) -> int:
