@@ -738,6 +738,8 @@ class PowerLimitTuner:
             "steps_at": [[w, n] for w, n in self.steps_at.items()],
             "stopped_early": self.stopped_early,
             "worse_in_a_row": self.worse_in_a_row,
+            "steps_measured": [[w, n] for w, n in self.steps_measured.items()],
+            "told_early": sorted(self.told_early),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -766,6 +768,12 @@ class PowerLimitTuner:
         steps_at = state.get("steps_at")
         if isinstance(steps_at, list):
             self.steps_at = {float(w): int(n) for w, n in steps_at}
+        steps_measured = state.get("steps_measured")
+        if isinstance(steps_measured, list):
+            self.steps_measured = {float(w): int(n) for w, n in steps_measured}
+        told_early = state.get("told_early")
+        if isinstance(told_early, list):  # limits told from the best early: a round of measuring again skips them
+            self.told_early = {float(w) for w in told_early}
         stopped = state.get("stopped_early")
         self.stopped_early = stopped if isinstance(stopped, str) else None
         self.worse_in_a_row = int(state.get("worse_in_a_row", 0))

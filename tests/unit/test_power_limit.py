@@ -329,6 +329,27 @@ def test_a_limit_told_from_the_best_in_fewer_parts_is_not_measured_again():
     assert 225.0 not in tuner.queue[tuner.sweep_size :] and 200.0 not in tuner.queue[tuner.sweep_size :]
 
 
+def test_a_tuning_resumed_from_its_state_keeps_what_it_measured_and_skips_the_limits_told_early():
+    # A run that stops mid-sweep keeps its state (a checkpoint, or the job's next run going on from it): the
+    # resumed tuner counts the steps already measured at each limit and, like the one that never stopped,
+    # does not measure again in a confirm round the limits it told from the best in fewer parts.
+    cost = {300.0: 10.0, 275.0: 9.0, 250.0: 9.02, 225.0: 12.0, 200.0: 13.0}
+    whole = energy_tuner(list(cost), run_to_run=0.002, min_saving=0.005)
+    drive_noisy(whole, cost, 1.0)
+    assert whole.rounds >= 1  # it measured limits again
+    cut = energy_tuner(list(cost), run_to_run=0.002, min_saving=0.005)
+    while cut.limit_index < cut.sweep_size:  # the sweep, then the run stops as its first round begins
+        drive_noisy(cut, cost, 1.0, steps=1)
+    assert not cut.done and cut.told_early == {225.0, 200.0}
+    cut.finish_early("the run ended")
+    resumed = energy_tuner(list(cost), run_to_run=0.002, min_saving=0.005)
+    resumed.load_state_dict(cut.state_dict())
+    assert resumed.told_early == {225.0, 200.0} and resumed.steps_measured == cut.steps_measured
+    drive_noisy(resumed, cost, 1.0)
+    assert resumed.chosen == whole.chosen
+    assert 225.0 not in resumed.queue[resumed.sweep_size :] and 200.0 not in resumed.queue[resumed.sweep_size :]
+
+
 # -- one saving, with what it cost and when it pays back ---------------------------------------------------
 def test_payback_gives_the_saving_per_step_tuning_s_cost_and_this_run_against_the_highest_limit():
     profile = [ProfileEntry(300.0, 1.0, 10.0), ProfileEntry(250.0, 1.1, 8.0), ProfileEntry(200.0, 1.3, 7.0)]
