@@ -24,9 +24,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _browser import load_s  # noqa: E402
+
 from tests.support.many_runs import write_many_runs  # noqa: E402
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TOKEN = "benchmark-token-0123456789ab"
 
 
@@ -41,24 +42,7 @@ def get_s(url: str) -> tuple[float, int]:
 
 def browser_s(url: str) -> float | None:
     """Seconds until headless Chromium has loaded `url`; None without chromium."""
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        return None
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    try:
-        start = time.perf_counter()
-        driver.get(f"{url}?token={TOKEN}")
-        WebDriverWait(driver, 600).until(lambda b: b.execute_script("return document.readyState === 'complete'"))
-        return time.perf_counter() - start
-    finally:
-        driver.quit()
+    return load_s(f"{url}?token={TOKEN}")
 
 
 def main() -> int:

@@ -13,7 +13,6 @@ is given.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -23,9 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.long_run import write_long_run  # noqa: E402
+from _browser import load_s  # noqa: E402
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+from tests.support.long_run import write_long_run  # noqa: E402
 
 
 def report_s(run: Path, *flags: str) -> float:
@@ -35,31 +34,16 @@ def report_s(run: Path, *flags: str) -> float:
     return time.perf_counter() - start
 
 
+#: The page has loaded and Plotly has drawn every chart on it.
+CHARTS_DRAWN_JS = (
+    "return document.readyState === 'complete' && "
+    "Array.from(document.querySelectorAll('.plotly-graph-div')).every(d => d._fullLayout)"
+)
+
+
 def browser_s(page: Path) -> float | None:
     """Seconds until headless Chromium has drawn every chart of `page`; None without chromium."""
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        return None
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    try:
-        start = time.perf_counter()
-        driver.get(page.as_uri())
-        WebDriverWait(driver, 600).until(
-            lambda b: b.execute_script(
-                "return document.readyState === 'complete' && "
-                "Array.from(document.querySelectorAll('.plotly-graph-div')).every(d => d._fullLayout)"
-            )
-        )
-        return time.perf_counter() - start
-    finally:
-        driver.quit()
+    return load_s(page.as_uri(), CHARTS_DRAWN_JS)
 
 
 def main() -> int:
