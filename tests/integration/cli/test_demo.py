@@ -80,10 +80,13 @@ def test_demo_rejects_bad_options_with_exit_2(capsys):
 
 def test_the_demo_as_the_readme_runs_it_on_the_default_realistic_physics(tmp_path):
     # `make demo` runs `wattwise demo` on the simulated GPU's default physics, the realistic one (a counter that
-    # changes every 95 ms, reads that take time, settings that settle, noisy steps): tuning there must choose
-    # what it chooses on the ideal physics (200 W for the built-in model) or its neighbour (its steps here are
-    # timed by the wall clock, whose own jitter adds to the model's noise), and report a saving it resolved,
-    # with its uncertainty.
+    # changes every 100 ms, reads that take time, settings that settle, noisy steps), timed by the wall clock.
+    # The demo knows the power model it trains on, so it says how far its choice costs above the model's best
+    # limit. Each limit is measured for about 2 s, which tells costs apart to about 2-3% (their 95% bound); a
+    # limit within that of the best ties, and a tie goes to the higher limit. So the choice must cost at most 3%
+    # above the model's best (on the built-in model: 200 W, 225 W at 0.9%, 250 W at 2.1%; not 275 W at 3.3%,
+    # nor 175 W at 3.7%), below the maximum, and the run must report a saving it resolved, with its
+    # uncertainty. How often repeats choose alike is a benchmark's figure (benchmarks/demo_repeats.py).
     env = {k: v for k, v in os.environ.items() if not k.startswith("WATTWISE_")}
     env.update(WATTWISE_HOME=str(tmp_path / "home"), WATTWISE_SIMULATED_SEED="1")
     proc = subprocess.run(
@@ -98,7 +101,9 @@ def test_the_demo_as_the_readme_runs_it_on_the_default_realistic_physics(tmp_pat
     out = json.loads(proc.stdout)
     summary = json.loads((tmp_path / out["run_dir"] / "summary.json").read_text())
     assert {d["physics"] for d in summary["devices"]} == {"realistic"}
-    assert out["simulated"] is True and out["chosen_power_limit_w"] in (175.0, 200.0, 225.0)
+    assert out["simulated"] is True and out["modelled_best_power_limit_w"] == 200.0
+    assert out["chosen_power_limit_w"] < out["max_power_limit_w"]
+    assert 0.0 <= out["modelled_cost_above_best"] <= 0.03, (out["chosen_power_limit_w"], out["profile"])
     assert summary["power_limit"]["tuning"]["finished"] is True
     assert out["saving_resolved"] is True
     assert out["energy_saved_j"] > out["energy_saved_uncertainty_j"] > 0
