@@ -1,12 +1,14 @@
 """`wattwise dashboard`: a local, read-only web page over the run history, recurring jobs and a frontier.
 
     wattwise dashboard [--host 127.0.0.1] [--port 8050] [--store URL] [--frontier FRONTIER.json [--plan PLAN.json]]
-                       [--token TOKEN] [--allow-host NAME ...]
+                       [--token TOKEN] [--allow-host NAME ...] [--project NAME]
 
 Everything given is checked before the server starts (a bad store location, frontier or plan exits 2 with
 one line); then it serves until Ctrl-C or SIGTERM. It serves only whoever has its token: the URL it prints
 carries it (`?token=...`, a new random one each start unless --token or $WATTWISE_DASHBOARD_TOKEN gives
-one), as Jupyter's does, so another user of the machine who finds the port gets 403.
+one), as Jupyter's does, so another user of the machine who finds the port gets 403. The runs table opens
+on the runs of the project it was started in (`--project`, else the working directory's git root's or
+folder's name, as runs record it), with a link to every project's.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--token",
         help=f"the token every request must carry (default: ${TOKEN_ENV}, else a random one, in the printed URL)",
+    )
+    parser.add_argument(
+        "--project",
+        help="the project whose runs the runs table shows first (default: the working directory's project, its git "
+        "root's or folder's name; the page links to every project's runs)",
     )
     parser.add_argument(
         "--allow-host",
@@ -110,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
 
     history = History(args.store)
     frontier = load_frontier(args.frontier, args.plan) if args.frontier else None
-    app = build_app(history, frontier, token=token, hosts=[args.host, *args.allow_host])
+    from wattwise.project import project_of
+
+    project = project_of(args.project)  # as a run started here records it
+    app = build_app(history, frontier, token=token, hosts=[args.host, *args.allow_host], project=project)
 
     def started(url: str) -> None:
         print(f"wattwise dashboard: serving {url}?token={token} (read-only; Ctrl-C to stop)", flush=True)

@@ -485,7 +485,7 @@ def write_run_html(
 # -- the runs table ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunFilter:
-    """What the runs table shows: a job, a status, runs since a day; sorted by one column."""
+    """What the runs table shows: a project, a job, a status, runs since a day; sorted by one column."""
 
     job: str | None = None
     status: str | None = None
@@ -495,10 +495,16 @@ class RunFilter:
     descending: bool = True
     #: Which page of `PAGE_SIZE` runs, from 1.
     page: int = 1
+    #: Only this project's runs; None: every project's.
+    project: str | None = None
+    #: The project shown when the query names none (the dashboard's own); None: every project's.
+    default_project: str | None = None
 
     @classmethod
-    def of(cls, query: Mapping[str, str]) -> RunFilter:
-        """The filter of a page's query string (`?job=...&status=...&since=YYYY-MM-DD&sort=energy_j&order=asc`).
+    def of(cls, query: Mapping[str, str], *, default_project: str | None = None) -> RunFilter:
+        """The filter of a page's query string (`?project=...&job=...&since=YYYY-MM-DD&sort=energy_j&order=asc`).
+
+        A query without `project` shows `default_project`'s runs; `project=` (empty) shows every project's.
 
         Raises:
             UsageError: an unknown column to sort by, or a day that is not YYYY-MM-DD.
@@ -519,6 +525,8 @@ class RunFilter:
             sort=sort,
             descending=query.get("order", "desc") != "asc",
             page=int(page),
+            project=(query.get("project") or None) if "project" in query else default_project,
+            default_project=default_project,
         )
 
     def since_s(self) -> float | None:
@@ -526,9 +534,14 @@ class RunFilter:
         return since_s(self.since) if self.since else None
 
     def query(self, **changes: Any) -> str:
-        """This filter's query string, with `changes` applied."""
+        """This filter's query string, with `changes` applied.
+
+        The project is named whenever it differs from the default (`project=` for every project's runs), so
+        that sorting and paging keep it.
+        """
         f = dataclasses.replace(self, **changes)
         pairs = {
+            "project": f.project if f.project != f.default_project else None,
             "job": f.job,
             "status": f.status,
             "since": f.since,
@@ -536,7 +549,10 @@ class RunFilter:
             "order": "desc" if f.descending else "asc",
             "page": str(f.page) if f.page > 1 else None,
         }
-        return urllib.parse.urlencode({k: v for k, v in pairs.items() if v})
+        kept = {k: v for k, v in pairs.items() if v}
+        if f.project is None and f.default_project is not None:
+            kept = {"project": "", **kept}
+        return urllib.parse.urlencode(kept)
 
 
 def since_s(day: str) -> float:
@@ -561,7 +577,8 @@ def filtered_runs(rows: Iterable[RunRow], f: RunFilter) -> list[RunRow]:
     kept = [
         r
         for r in rows
-        if (f.job is None or r.job == f.job)
+        if (f.project is None or r.project == f.project)
+        and (f.job is None or r.job == f.job)
         and (f.status is None or r.status == f.status)
         and (since is None or r.start_s >= since)
     ]
@@ -618,6 +635,13 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str, unreadable: 
         title="Runs",
         source=source,
         filter=f,
+        projects=sorted({r.project for r in rows if r.project} | ({f.project} if f.project else set())),
+        every_project=f"{RUNS_PATH}?{f.query(project=None, page=1)}",
+        default_project=(
+            f"{RUNS_PATH}?{f.query(project=f.default_project, page=1)}"
+            if f.default_project is not None and f.project != f.default_project
+            else None
+        ),
         jobs=sorted({r.job for r in rows if r.job}),
         statuses=sorted({r.status for r in rows if r.status}),
         headings=headings,

@@ -2,7 +2,8 @@
 
 Routes (every one read-only; any other method is refused with 405):
 
-- `/`: the runs table (`?job=`, `?status=`, `?since=YYYY-MM-DD`, `?sort=COLUMN&order=asc|desc`);
+- `/`: the runs table (`?project=`, `?job=`, `?status=`, `?since=YYYY-MM-DD`, `?sort=COLUMN&order=asc|desc`,
+  `?page=N`); without `?project=`, the runs of the dashboard's own project, `?project=` (empty): every project's;
 - `/run?id=ID`: a run's page; `/compare?id=ID&id=ID...`: runs side by side;
 - `/jobs`, `/job?name=NAME`: the recurring jobs;
 - `/frontier`: the pipeline frontier given at start, with its plan;
@@ -93,6 +94,7 @@ def build_app(
     *,
     token: str | None = None,
     hosts: Iterable[str] = (),
+    project: str | None = None,
 ) -> web.Application:
     """The dashboard's application over `history`, showing `frontier` on its frontier page.
 
@@ -101,6 +103,8 @@ def build_app(
         frontier: The frontier (and plan) to show; None: the frontier page says how to give one.
         token: What every request must carry (see the module docstring); None: no token is asked for.
         hosts: The names besides IP addresses and `localhost` that a request's `Host` may give.
+        project: The project whose runs the runs table shows unless its query names another (`?project=`:
+            every project's); None, or a project with no run in the history: every project's.
     """
     aiohttp_web = require("aiohttp.web", "`wattwise dashboard`", extra="dashboard")
     plotly_js: list[bytes] = []
@@ -147,8 +151,9 @@ def build_app(
 
     async def runs(request: web.Request) -> web.Response:
         def build() -> str:
-            f = pages.RunFilter.of(request.query)
             listing = history.listing()
+            own = project if project is not None and any(r.project == project for r in listing.runs) else None
+            f = pages.RunFilter.of(request.query, default_project=own)
             return pages.runs_page(listing.runs, f, source=history.shown, unreadable=listing.unreadable)
 
         return await page(build)

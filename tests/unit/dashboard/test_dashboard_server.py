@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -172,3 +173,70 @@ def test_a_run_whose_summary_holds_a_time_no_run_has_is_a_page_naming_the_field(
     record_run(dataclasses.replace(make_row(GOOD), folder=str(run_dir)), location=str(location))
     status, body, _ = fetch(served(location), f"/run?id={GOOD}", **AUTH)
     assert status in (400, 404) and "settings_timeline[0].timestamp must be" in body
+
+
+@pytest.fixture
+def two_projects(tmp_path: Path) -> Path:
+    """Two runs of project `alpha`, one of `beta`, one recorded before runs named a project."""
+    location = tmp_path / "projects.sqlite"
+    for i, project in enumerate(("alpha", "beta", "alpha", None)):
+        row = make_row(f"20261201T1{i}0000Z-00000{i}", start_s=T0_S + 3600 * i, project=project)
+        record_run(row, location=str(location))
+    return location
+
+
+def listed(body: str) -> list[str]:
+    return re.findall(r'<tr data-run="([^"]+)"', body)
+
+
+def test_the_runs_table_opens_on_the_dashboards_own_project_and_links_to_every_projects(
+    two_projects: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import html
+
+    from wattwise.dashboard import pages
+
+    app = functools.partial(build_app, History(str(two_projects)), token=TOKEN, project="alpha")
+    status, body, _ = fetch(app, "/", **AUTH)
+    assert status == 200 and listed(body) == ["20261201T120000Z-000002", "20261201T100000Z-000000"]
+    assert "Runs of project <strong>alpha</strong> (the folder the dashboard was started in)" in body
+    assert 'href="/?project=&amp;sort=start_time&amp;order=desc" id="every-project"' in body
+    assert '<option value="beta">beta</option>' in body and '<option value="alpha" selected>alpha</option>' in body
+    status, body, _ = fetch(app, "/?project=", **AUTH)
+    assert status == 200 and len(listed(body)) == 4 and "Runs of every project." in body
+    assert 'href="/?sort=start_time&amp;order=desc" id="own-project"' in body
+    assert listed(fetch(app, "/?project=beta", **AUTH)[1]) == ["20261201T110000Z-000001"]
+    # Paging through every project's runs keeps showing every project's.
+    monkeypatch.setattr(pages, "PAGE_SIZE", 3)
+    body = fetch(app, "/?project=", **AUTH)[1]
+    (next_page,) = re.findall(r'<a href="([^"]+)" id="page-next"', body)
+    assert html.unescape(next_page) == "/?project=&sort=start_time&order=desc&page=2"
+    assert listed(fetch(app, html.unescape(next_page), **AUTH)[1]) == ["20261201T100000Z-000000"]
+
+
+def test_a_dashboard_whose_project_has_no_runs_shows_every_projects(two_projects: Path) -> None:
+    app = functools.partial(build_app, History(str(two_projects)), token=TOKEN, project="gamma")
+    status, body, _ = fetch(app, "/", **AUTH)
+    assert status == 200 and len(listed(body)) == 4 and "Runs of every project." in body
+
+
+def test_wattwise_dashboard_started_in_a_projects_folder_serves_that_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wattwise.cli.main import main
+    from wattwise.dashboard import server
+
+    made: dict[str, Any] = {}
+
+    async def no_serving(app: Any, host: str, port: int, started: Callable[[str], None]) -> None:
+        started(f"http://{host}:{port}/")
+
+    monkeypatch.setattr(server, "build_app", lambda *a, **kw: made.update(kw))
+    monkeypatch.setattr(server, "serve", no_serving)
+    (tmp_path / "my-model" / ".git").mkdir(parents=True)
+    (tmp_path / "my-model" / "src").mkdir()
+    monkeypatch.chdir(tmp_path / "my-model" / "src")
+    assert main(["dashboard", "--port", "0", "--store", str(tmp_path / "jobs.sqlite")]) == 0
+    assert made["project"] == "my-model"
+    assert main(["dashboard", "--port", "0", "--store", str(tmp_path / "jobs.sqlite"), "--project", "other"]) == 0
+    assert made["project"] == "other"
