@@ -33,7 +33,7 @@ from wattwise.agent.processes import (
 )
 from wattwise.agent.wire import AgentStatus, DeviceList, GpuRelease, GpuStatus, JobAllocationInfo, JobRelease
 from wattwise.devices.agent import gpu_uuid
-from wattwise.devices.base import Device, DeviceError, NotSupportedError
+from wattwise.devices.base import Device, DeviceError, DeviceSpec, NotSupportedError
 from wattwise.errors import UsageError
 from wattwise.settings.apply import (
     POWER_LIMIT,
@@ -153,7 +153,7 @@ class Agent:
         self.clock: Callable[[], float] = time.monotonic
         #: Asks whether a process's device cgroup may open a GPU (`allocation: cgroup`): blocking, so it
         #: runs in a worker thread (`check_allocation`), never on the event loop.
-        self.cgroup_check: Callable[[int, dict[str, Any]], CgroupAnswer] = check_gpu
+        self.cgroup_check: Callable[[int, DeviceSpec], CgroupAnswer] = check_gpu
         #: The answers of `check_allocation`, by (pid, start time, GPU), until the request that asked acts.
         self._cgroup_answers: dict[tuple[int, int, int], str | None] = {}
         #: Cgroup checks in progress, by uid.
@@ -525,7 +525,7 @@ class Agent:
         # A caller in this process (a test, a tool) that did not ask `check_allocation` first.
         return self._cgroup_problem(caller, index, self.devices[index].spec())
 
-    def _cgroup_problem(self, caller: Holder, index: int, spec: dict[str, Any]) -> str | None:
+    def _cgroup_problem(self, caller: Holder, index: int, spec: DeviceSpec) -> str | None:
         """`allocation: cgroup`: why the caller's device cgroup does not let it open GPU `index`; None if it does.
 
         Blocking (`cgroup_check`): called in a worker thread by `check_allocation`.
@@ -822,7 +822,7 @@ class Agent:
             self._audit_failing = False
 
 
-def _names_gpu(spec: dict[str, Any]) -> bool:
+def _names_gpu(spec: DeviceSpec) -> bool:
     """Whether a journalled spec names its GPU beyond its index (a UUID, a simulated GPU's state file).
 
     An agent before the settings package journalled indices only: its entries are matched by index.

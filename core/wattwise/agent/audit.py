@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wattwise.devices.base import DeviceSpec
+
 AUDIT_NAME = "audit.jsonl"
 #: Size at which the audit log is rotated, and how many old files are kept.
 MAX_AUDIT_BYTES = 10 * 1024 * 1024
@@ -69,7 +71,7 @@ class AuditLog:
         self._shares: dict[int, tuple[float, int, int]] = {}
 
     def record(
-        self, *, uid: int, pid: int, job: str, device_spec: dict[str, Any], setting: str, old: Any, new: Any, why: str
+        self, *, uid: int, pid: int, job: str, device_spec: DeviceSpec, setting: str, old: Any, new: Any, why: str
     ) -> None:
         """Append one change (or count it, past the user's share).
 

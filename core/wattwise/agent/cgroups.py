@@ -23,7 +23,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from wattwise.devices.base import DeviceSpec
 
 #: Where the cgroup hierarchies are mounted.
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -58,7 +59,7 @@ class CgroupAnswer:
     node: str
 
 
-def check_gpu(pid: int, spec: dict[str, Any]) -> CgroupAnswer:
+def check_gpu(pid: int, spec: DeviceSpec) -> CgroupAnswer:
     """Whether process `pid`'s device cgroup may open the GPU of `spec` (`Device.spec()`).
 
     Blocking (it reads /proc and runs the helper, up to `PROBE_TIMEOUT_S`): the agent calls it from a
@@ -112,7 +113,7 @@ def cgroup_folder(proc_cgroup: str, root: Path = CGROUP_ROOT) -> Path:
     return folder / path.lstrip("/")
 
 
-def device_node(spec: dict[str, Any], drivers: str = "/proc/driver/nvidia/gpus") -> str:
+def device_node(spec: DeviceSpec, drivers: str = "/proc/driver/nvidia/gpus") -> str:
     """The device node a process opens to use the GPU of `spec` (`Device.spec()`).
 
     An NVIDIA GPU's is `/dev/nvidiaN`, N its minor number as the driver lists it under `drivers`

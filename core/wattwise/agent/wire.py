@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from wattwise.devices.base import DeviceSpec
 from wattwise.vocabulary import AllocationPolicy
 
 
@@ -68,7 +69,7 @@ class DeviceList(TypedDict):
     """`GET /v1/devices`: the backend and each GPU's `Device.spec()`, so clients open the same GPUs to read."""
 
     backend: str
-    devices: list[dict[str, Any]]
+    devices: list[DeviceSpec]
 
 
 class JobRelease(TypedDict):

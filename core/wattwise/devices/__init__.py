@@ -20,13 +20,13 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from wattwise.devices import registry
 from wattwise.devices.base import (
     Device,
     DeviceError,
     DeviceLostError,
+    DeviceSpec,
     NoPermissionError,
     NotSupportedError,
     PowerLimitRange,
@@ -44,6 +44,7 @@ __all__ = [
     "Device",
     "DeviceError",
     "DeviceLostError",
+    "DeviceSpec",
     "Discovery",
     "NoPermissionError",
     "NotSupportedError",
@@ -164,12 +165,12 @@ def _discover_simulated(wanted: Wanted) -> list[Device]:
     )
 
 
-def _uuid_identity(spec: dict[str, Any]) -> str:
+def _uuid_identity(spec: DeviceSpec) -> str:
     """A GPU's identity for every process: the UUID its driver gives (its index when the spec has none)."""
     return str(spec.get("uuid") or spec.get("index"))
 
 
-def _state_file_identity(spec: dict[str, Any]) -> str | None:
+def _state_file_identity(spec: DeviceSpec) -> str | None:
     """A simulated GPU's identity for every process: its state file (None: it lives in this process only)."""
     return os.path.realpath(str(spec["state_file"])) if spec.get("state_file") else None
 
@@ -362,7 +363,7 @@ def _cpu_devices(wanted: Wanted, notes: list[str]) -> list[Device]:
     return cpus
 
 
-def open_spec(spec: dict[str, Any]) -> Device:
+def open_spec(spec: DeviceSpec) -> Device:
     """Reopen a device from `Device.spec()`, through its backend.
 
     The settings guard restores settings with it after a crash, in another process.
@@ -380,7 +381,7 @@ def open_spec(spec: dict[str, Any]) -> Device:
     return backend.open(spec)
 
 
-def settings_identity(spec: dict[str, Any]) -> str | None:
+def settings_identity(spec: DeviceSpec) -> str | None:
     """What names the hardware of a device spec for every process on this host (`Backend.identity`).
 
     The settings guard takes one lock per identity. None when the guard does not lock the device: it lives

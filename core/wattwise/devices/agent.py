@@ -28,7 +28,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from wattwise.devices.base import Device, DeviceError, NoPermissionError, PowerLimitRange, Simulation
+from wattwise.devices.base import (
+    Device,
+    DeviceDescription,
+    DeviceError,
+    DeviceSpec,
+    NoPermissionError,
+    PowerLimitRange,
+    Simulation,
+)
 from wattwise.devices.registry import Wanted
 from wattwise.errors import plugin_warning
 
@@ -474,7 +482,7 @@ class AgentGPU(Device):
         """The local simulated GPU, which shares the agent's settings; None for a real GPU."""
         return self.local.simulation
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> DeviceSpec:
         return {
             "backend": "agent",
             "index": self.index,
@@ -483,14 +491,14 @@ class AgentGPU(Device):
             "local": self.local.spec(),
         }
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DeviceDescription:
         info = self.local.describe()
         info["backend"] = "agent"
         info["agent_socket"] = self.client.path
         return info
 
 
-def gpu_uuid(spec: dict[str, Any]) -> str:
+def gpu_uuid(spec: DeviceSpec) -> str:
     """The UUID that names an agent's GPU for every process on the node, from its `Device.spec()`.
 
     NVML's `GPU-...` UUID where the spec has one; a simulated GPU gets a stable `GPU-...` UUID derived from
@@ -510,8 +518,8 @@ def gpu_uuid(spec: dict[str, Any]) -> str:
 
 
 def job_gpu_specs(
-    specs: list[dict[str, Any]], cuda_visible_devices: str | None, mig_parent: Callable[[str], str | None] | None = None
-) -> list[dict[str, Any]]:
+    specs: list[DeviceSpec], cuda_visible_devices: str | None, mig_parent: Callable[[str], str | None] | None = None
+) -> list[DeviceSpec]:
     """The agent's GPUs this job sees, in the order CUDA numbers them for it (`torch.cuda` device k).
 
     The same rules as the NVML backend (`wattwise.devices.nvml.visible_nvml_indices`): unset shows every
@@ -581,7 +589,7 @@ def discover_gpus(wanted: Wanted) -> list[AgentGPU]:
     return agent_gpus(wanted.gpu_indices, base_step_time_s=wanted.base_step_time_s)
 
 
-def _local(spec: dict[str, Any], base_step_time_s: float = 0.02) -> Device:
+def _local(spec: DeviceSpec, base_step_time_s: float = 0.02) -> Device:
     """This process's own view of an agent's GPU.
 
     A simulated one is the process's shared object for its state file, so the emulated workload and the
@@ -602,9 +610,9 @@ def _local(spec: dict[str, Any], base_step_time_s: float = 0.02) -> Device:
     return open_spec(spec)
 
 
-def open_agent_spec(spec: dict[str, Any]) -> AgentGPU:
+def open_agent_spec(spec: DeviceSpec) -> AgentGPU:
     """Reopen an `AgentGPU` from its `spec()`."""
-    return AgentGPU(_local(dict(spec["local"])), AgentClient(spec.get("socket")), uuid=str(spec.get("uuid") or ""))
+    return AgentGPU(_local(spec["local"]), AgentClient(spec.get("socket")), uuid=str(spec.get("uuid") or ""))
 
 
 #: CAP_SYS_ADMIN, the capability NVML asks for to set power limits and clocks.

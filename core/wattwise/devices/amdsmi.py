@@ -48,8 +48,10 @@ from typing import Any
 
 from wattwise.devices.base import (
     Device,
+    DeviceDescription,
     DeviceError,
     DeviceLostError,
+    DeviceSpec,
     NoPermissionError,
     NotSupportedError,
     PowerLimitRange,
@@ -175,7 +177,7 @@ def discover_gpus(wanted: Wanted) -> list[Device]:
     return select(gpus, wanted.gpu_indices)
 
 
-def open_amdsmi_spec(spec: dict[str, Any]) -> AmdsmiGPU:
+def open_amdsmi_spec(spec: DeviceSpec) -> AmdsmiGPU:
     """Reopen a GPU from `AmdsmiGPU.spec()`, in any process, by its UUID (indices can change).
 
     Raises:
@@ -467,11 +469,16 @@ class AmdsmiGPU(Device):
                 binding.amdsmi_set_gpu_perf_level(self._handle, binding.AmdSmiDevPerfLevel.AUTO)
             _locked_sm_clocks_mhz.pop(self._id.uuid, None)
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> DeviceSpec:
         return {"backend": self.backend, "uuid": self._id.uuid, "index": self._index}
 
-    def describe(self) -> dict[str, Any]:
-        info = {**super().describe(), "uuid": self._id.uuid, "serial": self._id.serial, "bdf": self._id.bdf}
+    def describe(self) -> DeviceDescription:
+        info: DeviceDescription = {
+            **super().describe(),
+            "uuid": self._id.uuid,
+            "serial": self._id.serial,
+            "bdf": self._id.bdf,
+        }
         problem = self._counter_problem() if self._has_counter else None
         if problem is not None:
             info["energy_counter_note"] = problem

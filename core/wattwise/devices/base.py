@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, Required, TypedDict
 
 from wattwise.errors import Unavailable
 
@@ -59,6 +59,62 @@ class NoPermissionError(DeviceError):
 
 class DeviceLostError(DeviceError):
     """The device fell off the bus or stopped answering."""
+
+
+class DeviceSpec(TypedDict, total=False):
+    """What names a device for another process: `Device.spec()`, reopened by `wattwise.devices.open_spec`.
+
+    The settings journal and the node agent's `GET /v1/devices` carry it, so it is JSON. Each backend
+    writes the keys it needs to find the device again; a key is never renamed or dropped.
+    """
+
+    #: The backend's registered name ("nvml", "amdsmi", "rapl", "simulated", "agent").
+    backend: Required[str]
+    index: Required[int]
+    #: The GPU's UUID (nvml, amdsmi; agent: the one the agent shows, "" when not known).
+    uuid: str
+    #: The powercap zone (rapl), e.g. "intel-rapl:0".
+    zone: str
+    #: simulated: the state file its settings live in (None: this process only), its power-limit range
+    #: `[min, max]` W, its physics and the GPU generation it stands for.
+    state_file: str | None
+    limit_range_w: list[float]
+    physics: str
+    simulated_gpu: str | None
+    #: agent: the agent's socket, and the spec of the GPU this process reads itself.
+    socket: str
+    local: DeviceSpec
+
+
+class DeviceDescription(TypedDict, total=False):
+    """What `wattwise devices` prints for a device (`Device.describe()`); each backend adds its own keys."""
+
+    key: Required[str]
+    backend: Required[str]
+    index: Required[int]
+    name: Required[str]
+    simulated: Required[bool]
+    energy_counter: Required[bool]
+    #: Where the device has a power limit: the limit now, and `[min, max]` W.
+    power_limit_w: float
+    power_limit_range_w: list[float]
+    #: nvml, amdsmi: the GPU's UUID; amdsmi: its serial, PCI address and why its energy counter is not used.
+    uuid: str
+    serial: str
+    bdf: str
+    energy_counter_note: str
+    #: rapl: the powercap zone.
+    zone: str
+    #: simulated: its model, physics and preset.
+    idle_power_w: float
+    sm_clock_range_mhz: list[int]
+    physics: str
+    energy_update_period_s: float
+    physics_parameters: dict[str, float | int | str | None]
+    simulated_gpu: str | None
+    preset: dict[str, object] | None
+    #: agent: the agent's socket.
+    agent_socket: str
 
 
 @dataclass(frozen=True)
@@ -219,15 +275,15 @@ class Device(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> DeviceSpec:
         """A JSON-serialisable description that `wattwise.devices.open_spec` reopens in another process.
 
         The guard journals it so that settings can be restored after a crash.
         """
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DeviceDescription:
         """What `wattwise devices` prints for this device."""
-        info: dict[str, Any] = {
+        info: DeviceDescription = {
             "key": self.key,
             "backend": self.backend,
             "index": self.index,

@@ -28,8 +28,10 @@ import pynvml
 
 from wattwise.devices.base import (
     Device,
+    DeviceDescription,
     DeviceError,
     DeviceLostError,
+    DeviceSpec,
     NoPermissionError,
     NotSupportedError,
     PowerLimitRange,
@@ -147,7 +149,7 @@ def discover_gpus(wanted: Wanted) -> list[Device]:
     return select(gpus, wanted.gpu_indices)
 
 
-def open_nvml_spec(spec: dict[str, Any]) -> NvmlGPU:
+def open_nvml_spec(spec: DeviceSpec) -> NvmlGPU:
     """Reopen a GPU from `NvmlGPU.spec()`, in any process, by its UUID (indices can change)."""
     uuid = spec.get("uuid")
     if spec.get("backend") != "nvml" or not isinstance(uuid, str):
@@ -425,10 +427,10 @@ class NvmlGPU(Device):
                 raise NotSupportedError(f"{where}: this driver has no workload power profiles (570 and later)") from err
             raise _mapped_error(err, where) from err
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> DeviceSpec:
         return {"backend": self.backend, "uuid": self._uuid, "index": self._index}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DeviceDescription:
         return {**super().describe(), "uuid": self._uuid}
 
 

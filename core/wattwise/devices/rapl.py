@@ -23,9 +23,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from wattwise.devices.base import Device, DeviceError, DeviceLostError, NoPermissionError, NotSupportedError
+from wattwise.devices.base import (
+    Device,
+    DeviceDescription,
+    DeviceError,
+    DeviceLostError,
+    DeviceSpec,
+    NoPermissionError,
+    NotSupportedError,
+)
 from wattwise.devices.registry import Wanted
 from wattwise.errors import UsageError
 
@@ -75,7 +82,7 @@ def discover_domains(wanted: Wanted) -> list[RaplDomain]:
 
 
 def open_rapl_spec(
-    spec: dict[str, Any],
+    spec: DeviceSpec,
     root: Path = POWERCAP_ROOT,
     *,
     clock: Callable[[], float] = time.monotonic,
@@ -180,10 +187,10 @@ class RaplDomain(Device):
             self._power_ref = (end_s, end_uj)
         return (end_uj - start_uj) / 1e6 / (end_s - start_s)
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> DeviceSpec:
         return {"backend": self.backend, "zone": self._zone, "index": self._index}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DeviceDescription:
         return {**super().describe(), "zone": self._zone}
 
     def _advance_uj(self) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from wattwise.devices.base import Device
+from wattwise.devices.base import Device, DeviceSpec
 from wattwise.errors import UsageError
 
 if TYPE_CHECKING:
@@ -79,13 +79,13 @@ class Backend:
 
     name: str
     discover: Callable[[Wanted], list[Device]]
-    open: Callable[[dict[str, Any]], Device]
+    open: Callable[[DeviceSpec], Device]
     kind: Literal["gpu", "cpu"] = "gpu"
     probe: bool = False
     claim: Callable[[], str | None] | None = None
     title: str = ""
     needs: str = ""
-    identity: Callable[[dict[str, Any]], str | None] | None = None
+    identity: Callable[[DeviceSpec], str | None] | None = None
 
     @property
     def label(self) -> str:

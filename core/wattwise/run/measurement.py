@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from wattwise.config import EnergyConfig
-from wattwise.devices import Device, discover
+from wattwise.devices import Device, DeviceSpec, discover
 from wattwise.distributed import Collective
 from wattwise.errors import UsageError, plugin_warning
 from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync, quadrature
@@ -182,8 +182,8 @@ class _Unmeasured(Device):
     def power_w(self) -> float:
         return 0.0
 
-    def spec(self) -> dict[str, Any]:
-        return {"backend": self.backend}
+    def spec(self) -> DeviceSpec:
+        return {"backend": self.backend, "index": self.index}
 
 
 class RunMeasurement:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from wattwise.devices.base import Device, DeviceError
+from wattwise.devices.base import Device, DeviceError, DeviceSpec
 
 #: The settings a journal records, by the name of the `Device` method that reads them.
 POWER_LIMIT = "power_limit_w"
@@ -69,7 +69,7 @@ def restore_originals(device: Device, originals: dict[str, Any]) -> None:
         apply_setting(device, setting, value)
 
 
-def describe(spec: dict[str, Any], setting: str, value: Any) -> str:
+def describe(spec: DeviceSpec, setting: str, value: Any) -> str:
     """One line naming a device, a setting and the value it gets back (for restore reports)."""
     return f"{spec.get('backend')} device {spec.get('index')}: {setting} -> {value}"
 

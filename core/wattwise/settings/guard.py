@@ -32,7 +32,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from wattwise.devices.base import Device, DeviceError, DeviceLostError
+from wattwise.devices.base import Device, DeviceError, DeviceLostError, DeviceSpec
 from wattwise.errors import plugin_warning
 from wattwise.settings.apply import (
     POWER_LIMIT,
@@ -96,7 +96,7 @@ class SettingsGuard:
         self._lock = threading.RLock()
         self._devices: dict[str, Device] = {}
         self._originals: dict[tuple[str, str], Any] = {}
-        self._specs: dict[str, dict[str, Any]] = {}
+        self._specs: dict[str, DeviceSpec] = {}
         #: Devices a change found lost (`DeviceLostError`, raised to the caller, who reports it): restoring
         #: them fails for the same cause, so that failure is in `RestoreResult.failed` but not warned again.
         self._lost: set[str] = set()
@@ -189,7 +189,7 @@ class SettingsGuard:
                 self._atexit = True
             return True
 
-    def _hold(self, dev_id: str, device: Device, spec: dict[str, Any]) -> None:
+    def _hold(self, dev_id: str, device: Device, spec: DeviceSpec) -> None:
         """Take the device's lock (shared by the guards of this process) for as long as a setting is changed.
 
         For a device with a settings lease (the agent's), count this guard among the users of the process's

@@ -26,7 +26,7 @@ from typing import Any, TypedDict, cast
 
 from wattwise import safe_files
 from wattwise.devices import journalled_backends
-from wattwise.devices.base import DeviceError
+from wattwise.devices.base import DeviceError, DeviceSpec
 from wattwise.safe_files import (
     UntrustedFile,
     owner_problem,
@@ -47,7 +47,7 @@ JOURNAL_NAME = re.compile(r"^[^/\x00]+\.json$")
 
 class _Change(TypedDict):
     #: The device's spec, as `Device.spec()` gives it and `wattwise.devices.open_spec` opens it again.
-    device: dict[str, Any]
+    device: DeviceSpec
     #: `POWER_LIMIT` or `SM_CLOCKS`.
     setting: str
     #: The value to restore: watts for a power limit, `[min, max]` MHz or null for locked clocks.
@@ -120,7 +120,7 @@ def ensure_folder(folder: Path) -> None:
 
 
 # -- checking -------------------------------------------------------------------------------------------
-def _check_state_file(spec: dict[str, Any]) -> None:
+def _check_state_file(spec: DeviceSpec) -> None:
     """A simulated GPU's state file must be `gpu<index>.json` in a folder of yours inside your state dir."""
     raw = spec.get("state_file")
     if not isinstance(raw, str) or not os.path.isabs(raw):
@@ -181,7 +181,7 @@ def _check_change(change: Any, *, check_state_files: bool) -> None:
         ):
             raise JournalProblem(f"simulated GPU limit_range_w {rng!r} is not [min, max] watts")
         if check_state_files:
-            _check_state_file(spec)
+            _check_state_file(cast(DeviceSpec, spec))
 
 
 # -- reading and writing --------------------------------------------------------------------------------

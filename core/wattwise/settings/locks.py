@@ -14,10 +14,9 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 from wattwise.devices import settings_identity
-from wattwise.devices.base import DeviceError
+from wattwise.devices.base import DeviceError, DeviceSpec
 from wattwise.safe_files import lock_descriptor
 
 #: Prefix of the per-device lock files in the journal folder.
@@ -138,12 +137,12 @@ def probe(lock: Path) -> int | None:
     return lock_holder(lock) or 0
 
 
-def device_key(spec: dict[str, Any]) -> str:
+def device_key(spec: DeviceSpec) -> str:
     """How messages name the GPU of a device spec (`gpu<index>`)."""
     return f"gpu{spec.get('index')}"
 
 
-def device_lock_path(folder: Path, spec: dict[str, Any]) -> Path | None:
+def device_lock_path(folder: Path, spec: DeviceSpec) -> Path | None:
     """The lock file of a device: one per GPU, as its backend identifies it.
 
     The identity is `settings_identity`'s (NVML or amdsmi UUID, or a simulated GPU's state file); None when

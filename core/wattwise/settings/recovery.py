@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wattwise.devices.base import DeviceSpec
 from wattwise.safe_files import lock_descriptor, private_folder_problem
 from wattwise.settings import journal as journal_file
 from wattwise.settings.apply import RESTORE_ERRORS, apply_setting, describe, read_setting, setting_words
@@ -192,7 +193,7 @@ def _recover_one(path: Path, result: RestoreResult, *, named_folder: bool = Fals
         result.failed.append(f"{path}: cannot update it ({err.strerror}); the next restore retries it")
 
 
-def _simulated_folder_problem(spec: dict[str, Any]) -> str | None:
+def _simulated_folder_problem(spec: DeviceSpec) -> str | None:
     """Why a simulated GPU's state file named by a journal in a named folder is not to be written; None if fine.
 
     It must be `gpu<index>.json`, by an absolute path without symbolic links, in a folder of this user's
@@ -208,7 +209,7 @@ def _simulated_folder_problem(spec: dict[str, Any]) -> str | None:
     return f"its state folder {path.parent} {problem.removeprefix('the folder ')}" if problem else None
 
 
-def _current(spec: dict[str, Any], setting: str) -> Any:
+def _current(spec: DeviceSpec, setting: str) -> Any:
     """The setting now on the device (opened from a checked journal's spec); raises when unreadable."""
     from wattwise.devices import open_spec
 

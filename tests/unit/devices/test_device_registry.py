@@ -41,6 +41,7 @@ from wattwise.devices import (
 )
 from wattwise.devices import registry as device_registry
 from wattwise.devices.agent import MAX_JOB_CHARS, AgentClient, AgentGPU
+from wattwise.devices.base import DeviceDescription, DeviceSpec
 from wattwise.errors import ConfigError, UsageError
 from wattwise.monitor import EnergyMonitor
 from wattwise.settings.guard import SettingsGuard
@@ -406,3 +407,25 @@ def test_the_devices_never_import_the_node_agent() -> None:
                     if m == "wattwise.agent" or m.startswith("wattwise.agent.")
                 ]
     assert found == []  # tests/integration/devices/test_device_imports.py checks what importing loads
+
+
+def test_every_backends_spec_and_description_hold_only_the_keys_their_typed_dicts_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`DeviceSpec` and `DeviceDescription` name every key a backend writes: a reader can rely on them."""
+    FakeNvml([FakeGpu()]).install(monkeypatch)
+    tree = FakePowercap(tmp_path / "sys")
+    tree.add_control_type("intel-rapl")
+    tree.add_zone("intel-rapl:0", "package-0")
+    monkeypatch.setattr(
+        wattwise.devices.rapl, "rapl_domains", functools.partial(wattwise.devices.rapl.rapl_domains, tree.root)
+    )
+    (simulated,) = simulated_gpus(1, persist_dir=tmp_path / "sim")
+    devices = [*discover("nvml", include_cpu=True).all, simulated, AgentGPU(simulated, AgentClient(tmp_path / "s"))]
+    spec_keys = DeviceSpec.__required_keys__ | DeviceSpec.__optional_keys__
+    description_keys = DeviceDescription.__required_keys__ | DeviceDescription.__optional_keys__
+    for device in devices:
+        spec, description = device.spec(), device.describe()
+        assert DeviceSpec.__required_keys__ <= set(spec) <= spec_keys, device.backend
+        assert DeviceDescription.__required_keys__ <= set(description) <= description_keys, device.backend
+    assert {d.backend for d in devices} == {"nvml", "rapl", "simulated", "agent"}

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from wattwise.devices.base import Device, DeviceError, PowerLimitRange
+from wattwise.devices.base import Device, DeviceDescription, DeviceError, DeviceSpec, PowerLimitRange
 from wattwise.devices.simulated.load import PUBLISH_LOAD_S, add_load_j, read_load_j
 from wattwise.devices.simulated.models import PowerModel
 from wattwise.devices.simulated.physics import Physics
@@ -506,7 +506,7 @@ class SimulatedGPU(Device):
             self._settings_changing(self.physics.clock_settle_s)
             self._save_state(self._limit_w, locked)
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> DeviceSpec:
         return {
             "backend": "simulated",
             "index": self._index,
@@ -516,7 +516,7 @@ class SimulatedGPU(Device):
             "simulated_gpu": self.physics.gpu.value if self.physics.gpu is not None else None,
         }
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DeviceDescription:
         info = super().describe()
         info["idle_power_w"] = self.model.idle_power_w
         info["sm_clock_range_mhz"] = [self.model.clock.min_mhz, self.model.clock.max_mhz]
@@ -529,7 +529,7 @@ class SimulatedGPU(Device):
         return info
 
 
-def open_simulated_spec(spec: dict[str, Any]) -> SimulatedGPU:
+def open_simulated_spec(spec: DeviceSpec) -> SimulatedGPU:
     """Reopen a simulated GPU from `SimulatedGPU.spec()`, in any process.
 
     The built-in model narrowed to the spec's power-limit range, with the spec's state file (so its
