@@ -157,6 +157,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
             TOKEN,
             *frontier_options,
         ],
+        env={**os.environ, "WATTWISE_INTENSITY": "DE"},  # every table's CO2e column filled, as wide as it gets
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -366,6 +367,7 @@ def test_at_1280_px_the_runs_table_fits_and_its_figures_are_right_aligned(dashbo
         ".map(td => [td.textContent.trim(), getComputedStyle(td).textAlign]);"
     )
     assert not [text for text, _ in cells if "class=" in text]  # markup is markup, not text in a cell
+    assert [text for text, _ in cells if " g CO2e at " in text and "gCO2e/kWh" in text]  # the last column, in sight
     aligned = dict(cells)
     first = next(r for r in dashboard.runs if f"{r.energy_j:,.1f}" in aligned)
     assert aligned[f"{first.energy_j:,.1f}"] == "right" and aligned["bert-finetune"] in ("left", "start")

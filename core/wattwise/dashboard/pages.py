@@ -24,10 +24,11 @@ from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.dashboard import charts
 from wattwise.errors import UsageError
 from wattwise.extras import require
-from wattwise.record.files import RunDir
+from wattwise.record.files import RunDir, read_summary
 from wattwise.record.kept import time_cost_s
 from wattwise.record.summary import (
     NEVER_APPLIED,
+    SUMMARY_FILE,
     RunSummary,
     iso_utc,
     limits_profiled,
@@ -91,9 +92,34 @@ _MAX_PAGE = 10_000_000
 NUMERIC_COLUMNS = frozenset({"time_s", "energy_j", "energy_uncertainty_j", "power_limit_w", "saving_j", "time_cost_s"})
 
 
-def numeric_columns() -> list[bool]:
-    """For each column of `RUN_COLUMNS`, in order, whether it holds figures."""
-    return [name in NUMERIC_COLUMNS for name, _ in RUN_COLUMNS]
+#: The runs tables' last column, after `RUN_COLUMNS`: each run's emissions with the intensity they were
+#: figured at (`row_emissions`); not sorted by, as it is figured for the runs shown only.
+EMISSIONS_HEADING = "CO2e (at intensity)"
+#: What the runs tables say under a run with no emissions figure.
+NO_EMISSIONS = (
+    "CO2e is - where no carbon intensity is known for a run (start the dashboard with $WATTWISE_INTENSITY set, "
+    "e.g. to a code such as DE, or make the run's report with wattwise report RUN --intensity ...) or its "
+    "folder is gone"
+)
+
+
+#: Columns of the runs tables whose cells may take two lines (the day over the time; the figure over its
+#: intensity), so that the table fits a 1280 px window.
+WRAPPING_COLUMNS = frozenset({"start_time", "emissions"})
+
+
+def column_classes() -> list[str]:
+    """For each column of a runs table (`RUN_COLUMNS`, then the emissions), in order, its cells' CSS class.
+
+    "num": figures, right-aligned; "wrap": may take two lines; "": neither.
+    """
+    names = [name for name, _ in RUN_COLUMNS] + ["emissions"]
+    return ["num" if n in NUMERIC_COLUMNS else "wrap" if n in WRAPPING_COLUMNS else "" for n in names]
+
+
+def table_rows(rows: Iterable[RunRow]) -> list[dict[str, Any]]:
+    """The rows of a runs table: each run's id and cells (`run_cells`, then its emissions or "-")."""
+    return [{"id": r.id, "cells": [*run_cells(r), row_emissions(r) or "-"]} for r in rows]
 
 
 @dataclass(frozen=True)
@@ -393,17 +419,46 @@ NO_INTENSITY = (
 )
 
 
+def report_folder(run: RunDir) -> Path:
+    """Where the run's own report is (`wattwise report ... --pue ... --intensity ...`): the facility inputs to carry.
+
+    The run's own folder when it holds a report, else its output folder (`OUTPUT` of `OUTPUT/runs/ID`) when
+    the report there is of this run: `wattwise report OUTPUT` reports the last run written there.
+    """
+    from wattwise.carbon.series import parse_timestamp_s
+    from wattwise.record.kept import RUNS_FOLDER
+    from wattwise.record.report import REPORT_JSON
+    from wattwise.safe_files import UntrustedFile, read_trusted_json
+
+    own = run.path
+    if os.path.lexists(own / REPORT_JSON) or own.parent.name != RUNS_FOLDER:
+        return own
+    output = own.parent.parent
+    try:
+        earlier = read_trusted_json(output / REPORT_JSON, max_bytes=_REPORT_BYTES)
+        times = [parse_timestamp_s(str(earlier.get(key)), where=key) for key in ("start_time", "end_time")]
+    except (OSError, UntrustedFile, ValueError, UsageError):
+        return own
+    s = run.summary
+    return output if all(abs(t - u) < 1e-3 for t, u in zip(times, (s.start_s, s.end_s), strict=True)) else own
+
+
+#: The most bytes of a report.json read to tell which run it reports (a report is a few kB).
+_REPORT_BYTES = 64 * 1024 * 1024
+
+
 def run_report(run: RunDir) -> RunReport | str:
     """The run's energy report as its page shows it, or why there is none.
 
-    The facility inputs are those of `$WATTWISE_INTENSITY`, else those the report in the run's folder was
-    made with (`wattwise report RUN --pue ... --intensity ...`), so the page says what the statement says.
+    The facility inputs are those of `$WATTWISE_INTENSITY`, else those the run's own report was made with
+    (`wattwise report RUN --pue ... --intensity ...`, in `report_folder`), so the page says what the
+    statement says.
     """
     from wattwise.carbon.series import intensity_given
     from wattwise.record.report import FacilityInputs, build_report, carry_inputs
 
     try:
-        inputs, _ = carry_inputs(FacilityInputs(intensity=intensity_given(None)), run.path)
+        inputs, _ = carry_inputs(FacilityInputs(intensity=intensity_given(None)), report_folder(run))
         return build_report(run, inputs)
     except UsageError as err:
         return f"not estimated: {err}"
@@ -442,6 +497,34 @@ def emissions_cell(report: RunReport | str) -> str:
     """A run's emissions in a comparison's cell: the figure and the intensity it was computed at, or why none."""
     facts = {f.label: f.value for f in carbon_facts(report)}
     return facts["emissions"]
+
+
+def emissions_figure(report: RunReport | str) -> str | None:
+    """A run's emissions as a runs table gives them: the figure (±) and the intensity it was computed at."""
+    if isinstance(report, str) or report.emissions_kg_co2e is None or report.intensity_effective_g_per_kwh is None:
+        return None
+    kg = report.emissions_kg_co2e
+    u_j, energy_j = report.device_energy_uncertainty_j, report.device_energy_j
+    uncertainty_kg = kg * u_j / energy_j if u_j and energy_j else None
+    at = readable.intensity(report.intensity_effective_g_per_kwh)
+    return f"{readable.emissions(kg, uncertainty_kg)} at {at}"
+
+
+def row_emissions(row: RunRow) -> str | None:
+    """A run's emissions for its row of a runs table (`emissions_figure`), from its folder's summary.json.
+
+    Only the summary is read, not power.csv: the run's energy is spread evenly over its time, which gives the
+    run page's figure for a constant intensity (a code, a number, or the one a report was made with). None
+    when none is known or the folder is gone.
+    """
+    folder = Path(row.folder)
+    if not os.path.isfile(folder / SUMMARY_FILE):
+        return None
+    try:
+        summary = read_summary(folder / SUMMARY_FILE)
+    except UsageError:
+        return None
+    return emissions_figure(run_report(RunDir(folder, summary, None)))
 
 
 def run_page(run: RunDir, assets: Assets, *, title: str, report: RunReport | None = None) -> str:
@@ -628,6 +711,8 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str, unreadable: 
         }
         for name, label in RUN_COLUMNS
     ]
+    headings.append({"label": EMISSIONS_HEADING, "href": None, "name": "emissions", "numeric": False})
+    table = table_rows(shown)
     return render(
         "runs.html",
         SERVED,
@@ -645,8 +730,9 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str, unreadable: 
         jobs=sorted({r.job for r in rows if r.job}),
         statuses=sorted({r.status for r in rows if r.status}),
         headings=headings,
-        rows=[{"id": r.id, "cells": run_cells(r)} for r in shown],
-        numeric=numeric_columns(),
+        rows=table,
+        no_emissions=NO_EMISSIONS if any(row["cells"][-1] == "-" for row in table) else None,
+        classes=column_classes(),
         total=len(rows),
         matching=len(matching),
         page=page,
@@ -848,9 +934,9 @@ def job_page(job: JobHistory) -> str:
         title=f"{'Recurring job' if recurring is not None else 'Job'} {job.name}",
         simulated=job.simulated,
         remembered=remembered_rows(job.remembered),
-        runs=[{"id": r.id, "cells": run_cells(r)} for r in job.runs],
-        headings=[label for _, label in RUN_COLUMNS],
-        numeric=numeric_columns(),
+        runs=table_rows(job.runs),
+        headings=[label for _, label in RUN_COLUMNS] + [EMISSIONS_HEADING],
+        classes=column_classes(),
         number=number,
         **context,
     )

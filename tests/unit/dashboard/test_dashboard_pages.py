@@ -494,3 +494,27 @@ def test_a_comparison_gives_a_tuned_runs_saving_tuning_included(tmp_path: Path) 
     html = pages.compare_page([ROWS[0], ROWS[1]], [paid, None])
     assert "1430 ± 150 J" in html and "3.90 s" in html
     assert "4,500.0 J" in html  # the second run, whose folder is gone: its row's saving
+
+
+def test_the_runs_table_gives_each_runs_emissions_at_the_intensity_its_report_was_made_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's path: a run into OUTPUT, `wattwise report OUTPUT --intensity 400`, then the dashboard."""
+    from wattwise.record.kept import keep_folder, run_row
+
+    monkeypatch.delenv("WATTWISE_INTENSITY", raising=False)
+    output = write_run(tmp_path / "wattwise_runs" / "lightning", saved_uncertainty_j=40.0)
+    own = keep_folder(output, "20261201T100000Z-aaaaaa")
+    row = run_row(read_run_dir(own).summary, run_id=own.name, folder=own)
+    before = pages.runs_page([row], pages.RunFilter.of({}), source="test")
+    assert '<th data-column="emissions">CO2e (at intensity)</th>' in before
+    assert '<td class="wrap">-</td>\n    </tr>' in before and "CO2e is - where no carbon intensity is known" in before
+    assert main(["report", str(output), "--pue", "1.2", "--intensity", "400"]) == 0
+    html = pages.runs_page([row], pages.RunFilter.of({}), source="test")
+    shown = "1.397 ± 0.004 g CO2e at 400 gCO2e/kWh"  # 10,480 ± 30 J x 1.2 at 400 g/kWh, as the statement says
+    assert f'<td class="wrap">{shown}</td>' in html and "CO2e is - where" not in html
+    run_page = pages.run_page(read_run_dir(own), pages.SERVED, title="run")  # the run's page: the same figure
+    assert "<td>1.397 ± 0.004 g CO2e (at 400 gCO2e/kWh; constant --intensity 400)</td>" in run_page
+    monkeypatch.setenv("WATTWISE_INTENSITY", "DE")
+    assert " g CO2e at " in pages.runs_page([row], pages.RunFilter.of({}), source="test")
+    assert shown not in pages.runs_page([row], pages.RunFilter.of({}), source="test")
