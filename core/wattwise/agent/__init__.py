@@ -13,7 +13,6 @@ and at the agent's next start after a crash (from its own journal).
   watchers that tell when a holder has ended;
 - `jobs`: the node's record of which GPUs the scheduler gave each job (`JobRegistry`, `jobs/registered.json`);
 - `cgroups`: the `cgroup` policy's question to the kernel (may the caller's device cgroup open a GPU?);
-- `wire`: its answers on the wire, typed;
 - `agent`: its logic (`Agent`: the GPUs, leases, journal and audit log), which knows no HTTP: a request it
   refuses raises an `AgentRefusal` of one kind (invalid, not allowed, no such GPU, conflict, fault);
 - `http`: the HTTP API (aiohttp): routes, request parsing, and each refusal's status;
@@ -22,7 +21,8 @@ and at the agent's next start after a crash (from its own journal).
   `connections`: limits on the clients' connections.
 
 Its clients reach it through the `agent` device backend, `wattwise.devices.agent` (the socket, the HTTP
-calls, `AgentClient`): the agent sits on top of `wattwise.devices`, which never imports it.
+calls, `AgentClient`, and the wire: each request body and answer, typed), which the agent builds its
+answers with: the agent sits on top of `wattwise.devices`, which never imports it.
 """
 
 from wattwise.devices.agent import DEFAULT_SOCKET, MAX_JOB_CHARS, SOCKET_ENV, is_job_name

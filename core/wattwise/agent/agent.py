@@ -31,8 +31,15 @@ from wattwise.agent.processes import (
     process_alive,
     process_start_and_group,
 )
-from wattwise.agent.wire import AgentStatus, DeviceList, GpuRelease, GpuStatus, JobAllocationInfo, JobRelease
-from wattwise.devices.agent import gpu_uuid
+from wattwise.devices.agent import (
+    AgentStatus,
+    DeviceList,
+    GpuRelease,
+    GpuStatus,
+    JobAllocationInfo,
+    JobRelease,
+    gpu_uuid,
+)
 from wattwise.devices.base import Device, DeviceError, DeviceSpec, NotSupportedError
 from wattwise.errors import UsageError
 from wattwise.settings.apply import (

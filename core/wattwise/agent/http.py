@@ -49,7 +49,7 @@ from wattwise.agent.agent import (
 from wattwise.agent.connections import ConnectionLimits
 from wattwise.agent.leases import Holder
 from wattwise.agent.processes import Peer, identify_peer, process_alive, process_groups
-from wattwise.agent.wire import GpuStatus
+from wattwise.devices.agent import GpuStatus, JobEnd
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ def make_app(agent: Agent, limits: ConnectionLimits | None = None) -> web.Applic
         if not is_job_name(job_id):
             raise InvalidRequest(f"job_id must be a printable string of at most {MAX_JOB_CHARS} characters")
         caller, _ = _caller(request)
-        return web.json_response({"job_id": job_id, "ended": agent.end_job(job_id, caller)})
+        return web.json_response(JobEnd(job_id=job_id, ended=agent.end_job(job_id, caller)))
 
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors(agent.counts)])
     if limits is not None:

@@ -30,7 +30,7 @@ from typing import Any
 
 from wattwise.agent import is_job_name
 from wattwise.agent.config import DEFAULT_REGISTRATION_TTL_S
-from wattwise.agent.wire import JobAllocationInfo
+from wattwise.devices.agent import JobAllocationInfo
 from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
 
 log = logging.getLogger(__name__)

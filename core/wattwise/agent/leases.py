@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from wattwise.agent import is_job_name
-from wattwise.agent.wire import HolderInfo
+from wattwise.devices.agent import HolderInfo
 
 
 @dataclass(frozen=True)

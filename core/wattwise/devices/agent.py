@@ -10,8 +10,12 @@ GPUs like any other, but neither locks nor journals them (`Device.settings_lease
 them) and gives them back with `release` when it restores (see `wattwise.settings.guard`).
 
 This module is the client side of the agent's protocol (its socket, its HTTP calls, the longest job
-name); the agent itself (`wattwise.agent`) sits on top of `wattwise.devices` and imports it from here,
-never the other way round.
+name) and holds the protocol's wire, typed: each request body and each answer is a TypedDict here, so the
+agent (`wattwise.agent`, which sits on top of `wattwise.devices` and imports it from here, never the other
+way round) builds the very shapes its clients read. A field is never renamed or dropped (scripts check the
+agent through them); new fields may be added. The client checks each answer with the record codec's
+reader (`wattwise.record.fields.JsonObject`) before it hands it on: an answer of another shape is a
+one-line `DeviceError` naming the field, never a `KeyError` further on.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import urllib.parse
 import uuid as uuidlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Literal, TypedDict, TypeGuard, cast
 
 from wattwise.devices.base import (
     Device,
@@ -38,7 +42,9 @@ from wattwise.devices.base import (
     Simulation,
 )
 from wattwise.devices.registry import Wanted
-from wattwise.errors import plugin_warning
+from wattwise.errors import UsageError, plugin_warning
+from wattwise.record.fields import FIX, JsonObject
+from wattwise.vocabulary import AllocationPolicy
 
 #: Where the agent listens unless told otherwise, and the variable that tells clients where it is.
 DEFAULT_SOCKET = "/run/wattwise/agent.sock"
@@ -55,6 +61,198 @@ TIMEOUT_S = 10.0
 CONNECT_RETRY_MAX_S = 0.1
 #: A release this soon after `settings_lifted` found the limit in force does not ask again (seconds).
 LIFT_CHECK_FRESH_S = 1.0
+
+
+# -- the wire: what clients send and what the agent answers ----------------------------------------------
+class PowerLimitRequest(TypedDict):
+    """`POST /v1/gpus/{gpu}/power_limit`: the limit (W), the holder's job name and its batch job id."""
+
+    watts: float
+    job: str
+    job_id: str
+
+
+class ClockLockRequest(TypedDict):
+    """`POST /v1/gpus/{gpu}/sm_clocks`: the SM clock range (MHz), the holder's job name and batch job id."""
+
+    min_mhz: int
+    max_mhz: int
+    job: str
+    job_id: str
+
+
+class HandOverRequest(TypedDict):
+    """`POST /v1/gpus/{gpu}/holder`: the caller's child that becomes the holder."""
+
+    pid: int
+
+
+class JobRegistration(TypedDict):
+    """`POST /v1/jobs`: the GPUs (indices or UUIDs) the scheduler gave batch job `job_id` of user `uid`."""
+
+    job_id: str
+    uid: int
+    gpus: list[int | str]
+
+
+class JobReleaseRequest(TypedDict):
+    """`POST /v1/release`: the batch job whose GPUs to restore."""
+
+    job_id: str
+
+
+RequestBody = PowerLimitRequest | ClockLockRequest | HandOverRequest | JobRegistration | JobReleaseRequest
+
+
+class HolderInfo(TypedDict):
+    """Who holds a GPU: its process, user, job name, batch job and process group (null: its pid only)."""
+
+    pid: int
+    uid: int
+    job: str
+    job_id: str
+    pgid: int | None
+
+
+class GpuStatus(TypedDict):
+    """One GPU as the status shows it; a reading the GPU does not support is null."""
+
+    index: int
+    uuid: str
+    name: str
+    power_limit_w: float | None
+    default_power_limit_w: float | None
+    #: `[floor, ceiling]` a user may set: the admin's bounds within the GPU's own range.
+    allowed_power_limit_w: list[float] | None
+    #: `[min, max]` MHz, or null when unlocked.
+    locked_sm_clocks_mhz: list[int] | None
+    holder: HolderInfo | None
+
+
+#: What a release did: restored, kept (the group it was handed to runs on), not held (restored already)
+#: or failed (the GPU refused its originals; still held).
+Released = Literal["restored", "kept", "not held", "failed"]
+RELEASED: tuple[Released, ...] = ("restored", "kept", "not held", "failed")
+
+
+class GpuRelease(GpuStatus):
+    """A GPU after its holder's release, and what the release did."""
+
+    released: Released
+
+
+class JobAllocationInfo(TypedDict):
+    """One job's allocation on the node: its batch job id, its user and the GPUs the scheduler gave it."""
+
+    job_id: str
+    uid: int
+    #: The GPUs' indices on the node now (the registration follows their UUIDs over a renumbering).
+    gpus: list[int]
+    gpu_uuids: list[str]
+    #: When it was registered, and when it lapses unless the epilog ends it first (seconds since the epoch).
+    registered_at_s: float
+    expires_at_s: float
+
+
+class JobEnd(TypedDict):
+    """`DELETE /v1/jobs/{job_id}`: the job, and the allocation it had (null: none was registered)."""
+
+    job_id: str
+    ended: JobAllocationInfo | None
+
+
+class AgentStatus(TypedDict):
+    """`GET /v1/gpus`: every GPU, in index order; the jobs registered and the allocation policy."""
+
+    gpus: list[GpuStatus]
+    jobs: list[JobAllocationInfo]
+    #: What a user with no job registered may change: "none" (any free GPU), "registered" (nothing) or
+    #: "cgroup" (the GPUs its device cgroup lets it open).
+    allocation: AllocationPolicy
+
+
+class DeviceList(TypedDict):
+    """`GET /v1/devices`: the backend and each GPU's `Device.spec()`, so clients open the same GPUs to read."""
+
+    backend: str
+    devices: list[DeviceSpec]
+
+
+class JobRelease(TypedDict):
+    """`POST /v1/release`: the GPUs a batch job held, restored; those another user holds under it, kept."""
+
+    job_id: str
+    released: list[int]
+    gpus: list[GpuStatus]
+    #: The job's GPUs held by another user than the (non-root) caller: not the caller's to release.
+    held_by_others: list[int]
+
+
+# -- checking an answer -------------------------------------------------------------------------------------
+# Each check reads the fields the client relies on through the codec's reader, which refuses a value of
+# another type naming the field; keys it does not know are left as they are (an agent may add fields).
+def _check_gpu(f: JsonObject) -> None:
+    if f.opt_int("index") is None:
+        f.missing("index")
+    for text in ("uuid", "name"):
+        f.opt_text(text)
+    for watts in ("power_limit_w", "default_power_limit_w"):
+        f.opt_number(watts)
+    for pair in ("allowed_power_limit_w", "locked_sm_clocks_mhz"):
+        f.numbers(pair)
+    holder = f.opt_object("holder")
+    if holder is not None:
+        for whole in ("pid", "uid"):
+            holder.opt_int(whole)
+        for text in ("job", "job_id"):
+            holder.opt_text(text)
+
+
+def _check_release(f: JsonObject) -> None:
+    _check_gpu(f)
+    released = f.opt_text("released")
+    if released is not None and released not in RELEASED:
+        f.refuse("released", f"one of {', '.join(RELEASED)}", released)
+
+
+def _check_allocation(f: JsonObject) -> None:
+    f.opt_text("job_id")
+    f.opt_int("uid")
+    f.numbers("gpus")
+    f.strings("gpu_uuids")
+    for when in ("registered_at_s", "expires_at_s"):
+        f.opt_number(when)
+
+
+def _check_status(f: JsonObject) -> None:
+    for gpu in f.objects("gpus"):
+        _check_gpu(gpu)
+    for job in f.objects("jobs"):
+        _check_allocation(job)
+    f.opt_text("allocation")
+
+
+def _check_device_list(f: JsonObject) -> None:
+    f.opt_text("backend")
+    for spec in f.objects("devices"):
+        spec.text("backend")
+        if spec.opt_int("index") is None:
+            spec.missing("index")
+
+
+def _check_job_end(f: JsonObject) -> None:
+    f.opt_text("job_id")
+    ended = f.opt_object("ended")
+    if ended is not None:
+        _check_allocation(ended)
+
+
+def _check_job_release(f: JsonObject) -> None:
+    f.opt_text("job_id")
+    for indices in ("released", "held_by_others"):
+        f.numbers(indices)
+    for gpu in f.objects("gpus"):
+        _check_gpu(gpu)
 
 
 class AgentUnreachable(DeviceError):
@@ -139,13 +337,17 @@ class AgentClient:
         self.path = socket_path(path)
         self.timeout = timeout
 
-    def request(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    def request(
+        self, method: str, url: str, body: RequestBody | None = None, check: Callable[[JsonObject], None] | None = None
+    ) -> object:
         """One HTTP call to the agent over its socket.
 
         Args:
             method: The HTTP method.
             url: The path, e.g. "/v1/gpus".
             body: A JSON body, or None.
+            check: Checks the answer, a JSON object (raising the codec's `UsageError` for a field of
+                another type); None: any JSON answer is taken.
 
         Returns:
             The agent's JSON answer.
@@ -154,7 +356,7 @@ class AgentClient:
             NoPermissionError: The socket may not be opened, or the agent refused (held by another process,
                 not allowed by the admin's bounds).
             AgentUnreachable: No agent answers (a `DeviceError`).
-            DeviceError: It answered an error (a bad value) or no JSON.
+            DeviceError: It answered an error (a bad value), no JSON, or an answer `check` refuses.
         """
         conn = _UnixConnection(self.path, self.timeout)
         try:
@@ -185,54 +387,55 @@ class AgentClient:
             message = data.get("error", f"HTTP {response.status}") if isinstance(data, dict) else str(data)[:200]
             error = NoPermissionError if response.status in (403, 409) else DeviceError
             raise error(f"wattwise agent: {message}")
+        if check is not None:
+            self._check(data, url, check)
         return data
 
-    def status(self) -> dict[str, Any]:
-        """Every GPU's settings and holder (`wattwise agent status`)."""
-        result: dict[str, Any] = self.request("GET", "/v1/gpus")
-        return result
+    def _check(self, data: object, url: str, check: Callable[[JsonObject], None]) -> None:
+        where = f"wattwise agent at {self.path}: the answer to {url}"
+        if not isinstance(data, dict):
+            raise DeviceError(f"{where} is not a JSON object (an agent of another version?)")
+        try:
+            check(JsonObject(data, where))
+        except UsageError as err:  # the codec's words for a damaged file name the field; the fix is not the file's
+            raise DeviceError(f"{str(err).removesuffix(f'; {FIX}')} (an agent of another version?)") from None
 
-    def devices(self) -> dict[str, Any]:
+    def status(self) -> AgentStatus:
+        """Every GPU's settings and holder (`wattwise agent status`)."""
+        return cast(AgentStatus, self.request("GET", "/v1/gpus", check=_check_status))
+
+    def devices(self) -> DeviceList:
         """The agent's backend and each GPU's spec, which a client opens locally for reads."""
-        result: dict[str, Any] = self.request("GET", "/v1/devices")
-        return result
+        return cast(DeviceList, self.request("GET", "/v1/devices", check=_check_device_list))
 
     # `gpu` below: the GPU's index on the node, or its UUID (what `AgentGPU` sends: a renumbering of the
     # node's GPUs between the lookup and the request cannot make it change another GPU).
-    def set_power_limit(self, gpu: int | str, watts: float, job: str = "") -> dict[str, Any]:
+    def set_power_limit(self, gpu: int | str, watts: float, job: str = "") -> GpuStatus:
         """Set GPU `gpu`'s power limit, taking (or keeping) this process's lease under the name `job`.
 
         The lease also carries this process's batch job id (`batch_job_id`).
         """
-        result: dict[str, Any] = self.request(
-            "POST", _gpu_url(gpu, "power_limit"), {"watts": watts, "job": job, "job_id": batch_job_id()}
-        )
-        return result
+        body = PowerLimitRequest(watts=watts, job=job, job_id=batch_job_id())
+        return cast(GpuStatus, self.request("POST", _gpu_url(gpu, "power_limit"), body, _check_gpu))
 
-    def lock_sm_clocks(self, gpu: int | str, min_mhz: int, max_mhz: int, job: str = "") -> dict[str, Any]:
+    def lock_sm_clocks(self, gpu: int | str, min_mhz: int, max_mhz: int, job: str = "") -> GpuStatus:
         """Lock GPU `gpu`'s SM clocks to [min_mhz, max_mhz], under this process's lease."""
-        result: dict[str, Any] = self.request(
-            "POST",
-            _gpu_url(gpu, "sm_clocks"),
-            {"min_mhz": min_mhz, "max_mhz": max_mhz, "job": job, "job_id": batch_job_id()},
-        )
-        return result
+        body = ClockLockRequest(min_mhz=min_mhz, max_mhz=max_mhz, job=job, job_id=batch_job_id())
+        return cast(GpuStatus, self.request("POST", _gpu_url(gpu, "sm_clocks"), body, _check_gpu))
 
-    def reset_sm_clocks(self, gpu: int | str) -> dict[str, Any]:
+    def reset_sm_clocks(self, gpu: int | str) -> GpuStatus:
         """Unlock GPU `gpu`'s SM clocks."""
-        result: dict[str, Any] = self.request("DELETE", _gpu_url(gpu, "sm_clocks"))
-        return result
+        return cast(GpuStatus, self.request("DELETE", _gpu_url(gpu, "sm_clocks"), check=_check_gpu))
 
-    def hand_over(self, gpu: int | str, pid: int) -> dict[str, Any]:
+    def hand_over(self, gpu: int | str, pid: int) -> GpuStatus:
         """Make this process's child `pid` the holder of GPU `gpu`.
 
         The GPU stays capped for as long as the child lives, or another process of its process group when
         the group is the command's own (see the agent's `hand_over`).
         """
-        result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "holder"), {"pid": pid})
-        return result
+        return cast(GpuStatus, self.request("POST", _gpu_url(gpu, "holder"), HandOverRequest(pid=pid), _check_gpu))
 
-    def release(self, gpu: int | str) -> dict[str, Any]:
+    def release(self, gpu: int | str) -> GpuRelease:
         """Give GPU `gpu` back: the agent restores its original settings and shows no holder.
 
         Returns:
@@ -240,37 +443,25 @@ class AgentClient:
             on by the process group of the command this process handed the lease to) or "failed" (the
             GPU refused its originals; still held).
         """
-        result: dict[str, Any] = self.request("POST", _gpu_url(gpu, "release"))
-        return result
+        return cast(GpuRelease, self.request("POST", _gpu_url(gpu, "release"), check=_check_release))
 
-    def register_job(self, job_id: str, uid: int, gpus: list[int | str]) -> dict[str, Any]:
+    def register_job(self, job_id: str, uid: int, gpus: list[int | str]) -> JobAllocationInfo:
         """Tell the agent that the scheduler gave batch job `job_id` of user `uid` the GPUs `gpus` (root).
 
         From then on that user may change only the GPUs of their registered jobs.
-
-        Returns:
-            `{"job_id", "uid", "gpus": [GPU indices], "gpu_uuids", "registered_at_s", "expires_at_s"}`.
         """
-        result: dict[str, Any] = self.request("POST", "/v1/jobs", {"job_id": job_id, "uid": uid, "gpus": gpus})
-        return result
+        body = JobRegistration(job_id=job_id, uid=uid, gpus=gpus)
+        return cast(JobAllocationInfo, self.request("POST", "/v1/jobs", body, _check_allocation))
 
-    def end_job(self, job_id: str) -> dict[str, Any]:
-        """Forget batch job `job_id`'s registration (root: the SLURM epilog's last step).
+    def end_job(self, job_id: str) -> JobEnd:
+        """Forget batch job `job_id`'s registration (root: the SLURM epilog's last step)."""
+        url = f"/v1/jobs/{urllib.parse.quote(job_id, safe='')}"
+        return cast(JobEnd, self.request("DELETE", url, check=_check_job_end))
 
-        Returns:
-            `{"job_id", "ended": the allocation it had, or null}`.
-        """
-        result: dict[str, Any] = self.request("DELETE", f"/v1/jobs/{urllib.parse.quote(job_id, safe='')}")
-        return result
-
-    def release_job(self, job_id: str) -> dict[str, Any]:
-        """Restore every GPU held under batch job `job_id` (root, or the job's user for their own leases).
-
-        Returns:
-            `{"job_id", "released": [GPU indices restored], "gpus": [the status of each GPU the job held]}`.
-        """
-        result: dict[str, Any] = self.request("POST", "/v1/release", {"job_id": job_id})
-        return result
+    def release_job(self, job_id: str) -> JobRelease:
+        """Restore every GPU held under batch job `job_id` (root, or the job's user for their own leases)."""
+        body = JobReleaseRequest(job_id=job_id)
+        return cast(JobRelease, self.request("POST", "/v1/release", body, _check_job_release))
 
 
 class AgentGPU(Device):
@@ -298,7 +489,7 @@ class AgentGPU(Device):
         #: What the last `release` did (the agent's `released`: "restored", "not held", "kept"), and the
         #: holder the GPU had after it; None before a release, or when it failed.
         self.release_outcome: str | None = None
-        self.holder_after_release: dict[str, Any] | None = None
+        self.holder_after_release: HolderInfo | None = None
         #: The child this process handed its lease to (`hand_over`), None when it kept it.
         self.handed_to: int | None = None
 
@@ -356,26 +547,27 @@ class AgentGPU(Device):
         return PowerLimitRange(min_w=max(own.min_w, low_w), max_w=min(own.max_w, high_w), default_w=own.default_w)
 
     def _agent_allowed_w(self) -> tuple[float, float] | None:
-        bounds = self._agent_status().get("allowed_power_limit_w")
-        if isinstance(bounds, list) and len(bounds) == 2:
+        status = self._agent_status()
+        bounds = status.get("allowed_power_limit_w") if status is not None else None
+        if bounds is not None and len(bounds) == 2:
             return float(bounds[0]), float(bounds[1])
         return None
 
-    def _agent_status(self) -> dict[str, Any]:
-        """This GPU's entry in the agent's status (found by UUID when known); {} when it shows none."""
-        key, mine = ("uuid", self.uuid) if self.uuid else ("index", self.index)
+    def _agent_status(self) -> GpuStatus | None:
+        """This GPU's entry in the agent's status (found by UUID when known); None when it shows none."""
         for gpu in self.client.status().get("gpus", []):
-            if isinstance(gpu, dict) and gpu.get(key) == mine:
+            if (gpu.get("uuid") == self.uuid) if self.uuid else (gpu.get("index") == self.index):
                 return gpu
-        return {}
+        return None
 
     def _still_handed(self) -> bool:
         """The child this process handed the lease to still holds this GPU (False when the agent cannot say)."""
         try:
-            holder = self._agent_status().get("holder")
+            status = self._agent_status()
         except DeviceError:
             return False
-        return isinstance(holder, dict) and holder.get("pid") == self.handed_to
+        holder = status.get("holder") if status is not None else None
+        return holder is not None and holder.get("pid") == self.handed_to
 
     def supported_sm_clocks_mhz(self) -> list[int]:
         return self.local.supported_sm_clocks_mhz()
@@ -398,11 +590,10 @@ class AgentGPU(Device):
             DeviceError: The agent refused (this process holds no lease, `pid` is not its child) or is older
                 than this client.
         """
-        answer = self.client.hand_over(self._ref, pid)
-        holder = answer.get("holder") if isinstance(answer, dict) else None
+        holder = self.client.hand_over(self._ref, pid).get("holder")
         # The agent names the holder by its own pid: in a container, not the number this process knows.
-        handed = holder.get("pid") if isinstance(holder, dict) else None
-        self.handed_to = handed if isinstance(handed, int) else pid
+        handed = holder.get("pid") if holder is not None else None
+        self.handed_to = handed if handed is not None else pid
 
     def lock_sm_clocks_mhz(self, min_mhz: int, max_mhz: int) -> None:
         self.client.lock_sm_clocks(self._ref, int(min_mhz), int(max_mhz), self.job)
@@ -569,13 +760,12 @@ def agent_gpus(
         DeviceError: No agent answers, or the job sees no GPU at one of `indices`.
     """
     client = AgentClient(path)
-    listing = client.devices()
-    specs = sorted(listing.get("devices", []), key=lambda s: int(s["index"]))
+    specs = sorted(client.devices().get("devices", []), key=lambda s: s["index"])
     seen = job_gpu_specs(specs, os.environ.get("CUDA_VISIBLE_DEVICES"))
     wanted = indices if indices is not None else list(range(len(seen)))
     missing = [i for i in wanted if not 0 <= i < len(seen)]
     if missing:
-        shown = [int(s["index"]) for s in seen]
+        shown = [s["index"] for s in seen]
         raise DeviceError(
             f"this job sees no GPU {missing} through the wattwise agent at {client.path}: it sees "
             f"{len(seen)} GPU(s), the node's {shown} (CUDA_VISIBLE_DEVICES="

@@ -21,8 +21,8 @@ from wattwise.agent.http import status_of
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
 from wattwise.agent.processes import process_start_ticks
-from wattwise.agent.wire import JobAllocationInfo
 from wattwise.devices import simulated_gpus
+from wattwise.devices.agent import JobAllocationInfo
 from wattwise.errors import ConfigError
 from wattwise.vocabulary import AllocationPolicy
 
