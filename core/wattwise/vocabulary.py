@@ -134,3 +134,20 @@ class PhysicsName(StrEnum):
     REALISTIC = "realistic"
     #: Exact: the counter integrates the model at every read, settings act at once, no noise (unit tests).
     IDEAL = "ideal"
+
+
+class SweepPhase(StrEnum):
+    """Where the power-cap sweep of `wattwise acceptance --levers` is with its current cap."""
+
+    #: The next cap (and its workload power profile) is set at the next step.
+    APPLY = "apply"
+    #: The cap settles for a few steps before it is measured.
+    SETTLE = "settle"
+    #: Waiting for a step in which the energy counter changed, so the window opens on an update.
+    ALIGN = "align"
+    #: The cap's window is open.
+    MEASURE = "measure"
+    #: Waiting for a step in which the counter changed, so the window ends on an update.
+    CLOSING = "closing"
+    #: Every cap is measured, or a refused profile ended the sweep.
+    DONE = "done"

@@ -72,11 +72,13 @@ from wattwise.tools.checks import (
     NO_GPU,
     PASSED,
     SKIPPED,
+    Check,
     CheckResult,
     Context,
     Failure,
     MatmulLoad,
     Skip,
+    markdown_table,
 )
 
 #: Measured power may exceed a power limit by this fraction (the driver's control loop, sampling).
@@ -545,93 +547,47 @@ def check_training(ctx: Context) -> dict[str, Any]:
 
 
 def check_pipeline(ctx: Context) -> dict[str, Any]:
-    """Check 6: profile two stages of a small GPT at three SM clocks, then `wattwise frontier` and `plan`.
+    """Check 6: profile two halves of a small GPT at three SM clocks, then `wattwise frontier` and `plan`.
+
+    The first half of the lever check `pipeline_measured` (`levers.profile_and_plan`), on a model of its own
+    (`levers.rig.PIPELINE_CHECK_MODEL`), without following the plan.
 
     Raises:
-        Skip: no load, fewer than three known SM clocks, or the driver refused to lock them.
+        Skip: no load, or the driver refused to lock the SM clocks.
         Failure: `wattwise frontier` or `wattwise plan` failed on the measured profile.
     """
-    load = ctx.require_load()
-    gpu = ctx.require_gpu()
-    import torch
-
-    from wattwise.frequency.profiler import PipelineProfiler, StageWork
-    from wattwise.pipeline.profiles import write_profile
+    ctx.require_load()
     from wattwise.settings.guard import SettingsGuard
+    from wattwise.tools.levers.pipeline import PipelineFiles, profile_and_plan, stages_of
+    from wattwise.tools.levers.rig import PIPELINE_CHECK_MODEL
 
+    rig = dataclasses.replace(levers.Rig.of(ctx, trainer=False), model=PIPELINE_CHECK_MODEL)
+    gpu = rig.gpu
     freqs = _sweep_clocks_mhz(gpu, 3)
-    device = torch.device("cuda", load.cuda_index)
-    torch.manual_seed(0)
-    width, tokens = 1024, 4096  # two halves of a small GPT-like stack: 4 layers each
-    halves = [
-        torch.nn.Sequential(
-            *[torch.nn.TransformerEncoderLayer(width, 16, 4 * width, batch_first=True) for _ in range(4)]
-        ).to(device, torch.bfloat16)
-        for _ in range(2)
-    ]
-    x = torch.randn(tokens // 512, 512, width, device=device, dtype=torch.bfloat16)
-
-    def stage(half: torch.nn.Module) -> StageWork:
-        state: dict[str, Any] = {}
-
-        def forward() -> None:
-            state["out"] = half(x.requires_grad_(True))
-
-        def backward() -> None:
-            if "out" not in state:
-                forward()
-            state.pop("out").float().sum().backward()
-
-        return StageWork(gpu, forward, backward)
-
+    files = PipelineFiles.in_folder(ctx.out, "pipeline_profile.csv")
     with SettingsGuard() as guard:
-        try:
-            profile = PipelineProfiler(
-                [stage(h) for h in halves],
-                guard,
-                frequencies_mhz=freqs,
-                iterations=3 if ctx.quick else 10,
-                warmup=2,
-                sync=load.sync,
-            ).measure()
-        except NoPermissionError as err:
-            raise Skip(f"locking SM clocks was refused; NVML said: {err}") from None
-    profile_csv = ctx.out / "pipeline_profile.csv"
-    write_profile(profile, profile_csv)
-    from wattwise.cli.main import main as wattwise_main
-
-    frontier, plan = ctx.out / "frontier.json", ctx.out / "plan.json"
-    code = wattwise_main(
-        [
-            "frontier",
-            str(profile_csv),
-            "--microbatches",
-            "4",
-            "--unit-time",
-            "0.001",
-            "--p-blocking",
-            str(round(gpu.power_w(), 1)),
-            "--out",
-            str(frontier),
-            "--quiet",
-        ]
-    )
-    if code:
-        raise Failure(f"wattwise frontier exited {code} on the measured profile")
-    code = wattwise_main(["plan", str(frontier), "--out", str(plan)])
-    if code:
-        raise Failure(f"wattwise plan exited {code} on the frontier")
-    points = json.loads(frontier.read_text())
+        profile_and_plan(
+            rig,
+            stages_of(rig),
+            guard,
+            files,
+            clocks_mhz=freqs,
+            iterations=3 if ctx.quick else 10,
+            warmup=2,
+            unit_time_s=0.001,
+            p_blocking_w=lambda: round(gpu.power_w(), 1),
+        )
+    points = json.loads(files.frontier.read_text())
     return {
         "frequencies_mhz": freqs,
-        "profile_csv": str(profile_csv),
-        "frontier": str(frontier),
-        "plan": str(plan),
+        "profile_csv": str(files.profile_csv),
+        "frontier": str(files.frontier),
+        "plan": str(files.plan),
         "frontier_points": len(points.get("points", [])) if isinstance(points, dict) else None,
     }
 
 
-CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
+CHECKS: list[tuple[str, Check]] = [
     ("discovery", check_discovery),
     ("energy_counter", check_energy_counter),
     ("power_limit", check_power_limit),
@@ -654,7 +610,7 @@ CHECK_ESTIMATE_S: dict[str, tuple[float, float]] = {
 }
 
 
-def all_checks() -> list[tuple[str, Callable[[Context], dict[str, Any]]]]:
+def all_checks() -> list[tuple[str, Check]]:
     """Every check, in the order they run and the report lists them: CHECKS, then the lever checks."""
     return [*CHECKS, *levers.LEVER_CHECKS]
 
@@ -920,9 +876,9 @@ def check_problem(check: dict[str, Any], known: set[str]) -> str | None:
     return _figure_problem(figures or {}, f"{where}.figures")
 
 
-def _run_one(name: str, check: Callable[[Context], dict[str, Any]], ctx: Context) -> CheckResult:
+def _run_one(name: str, check: Check, ctx: Context) -> CheckResult:
     try:
-        return CheckResult(name, PASSED, figures=check(ctx))
+        return CheckResult(name, PASSED, figures=dict(check(ctx)))
     except SignalledError as err:  # SIGINT or SIGTERM reached a run inside the check: the whole command stops
         if err.signum == signal.SIGINT:
             raise KeyboardInterrupt(str(err)) from err
@@ -961,10 +917,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     lines += [f"- note: {n}" for n in report["notes"]]
-    lines += ["", "| check | status | reason |", "|---|---|---|"]
-    for c in report["checks"]:
-        kept = f" (kept from {c['kept_from']})" if c.get("kept_from") else ""
-        lines.append(f"| {c['name']} | {c['status']}{kept} | {c['reason'] or ''} |")
+    kept = {c["name"]: f" (kept from {c['kept_from']})" if c.get("kept_from") else "" for c in report["checks"]}
+    rows = [[c["name"], f"{c['status']}{kept[c['name']]}", c["reason"] or ""] for c in report["checks"]]
+    lines += ["", *markdown_table(["check", "status", "reason"], rows, left=3)]
     compared = preset_rows(report)
     if compared:
         lines += ["", "## Against the simulated GPU's preset", "", *compared]
@@ -995,11 +950,11 @@ def preset_rows(report: dict[str, Any]) -> list[str]:
         return []
     preset = PRESETS[SimulatedGpuName(preset_of(str(report["gpu"]["name"])))]
     figures = {c["name"]: c["figures"] for c in report["checks"] if c["status"] == PASSED and c["figures"]}
-    rows = []
+    rows: list[list[str]] = []
 
     def row(what: str, measured: float | None, simulated: float, unit: str = "s") -> None:
         shown = "-" if measured is None or not math.isfinite(measured) else f"{measured:.3g} {unit}"
-        rows.append(f"| {what} | {shown} | {simulated:.3g} {unit} |")
+        rows.append([what, shown, f"{simulated:.3g} {unit}"])
 
     if "energy_counter" in figures:
         row("energy counter period", figures["energy_counter"].get("counter_period_s"), preset.energy_update_period_s)
@@ -1033,7 +988,7 @@ def preset_rows(report: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     title = f"Preset `{preset.name.value}` ({preset.label}):"
-    return [title, "", "| figure | measured | preset |", "|---|---:|---:|", *rows]
+    return [title, "", *markdown_table(["figure", "measured", "preset"], rows)]
 
 
 # -- the SIGKILLed child -------------------------------------------------------------------------------

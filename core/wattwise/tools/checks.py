@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,19 @@ class Skip(Exception):
 
 class Failure(Exception):
     """A check ran and found something wrong; the message says what."""
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]], *, left: int = 1) -> list[str]:
+    """A Markdown table of `acceptance.md`: the header, its rule, then one line a row.
+
+    The first `left` columns are aligned left, the others (figures) right; an empty cell is written `| |`.
+    """
+
+    def line(cells: Sequence[object]) -> str:
+        return "|" + "|".join(f" {cell} " if str(cell) else " " for cell in cells) + "|"
+
+    rule = "|" + "|".join("---" if i < left else "---:" for i in range(len(header))) + "|"
+    return [line(header), rule, *(line(row) for row in rows)]
 
 
 # -- the load ------------------------------------------------------------------------------------------
@@ -150,3 +163,7 @@ class Context:
         if reason is not None:
             raise Skip(reason)
         return self.load
+
+
+#: A check: what it measured (figures of JSON values, SI units in their names), or it raises Skip or Failure.
+Check = Callable[[Context], Mapping[str, Any]]
