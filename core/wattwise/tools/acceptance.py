@@ -60,10 +60,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from wattwise.devices import probe_gpus
-from wattwise.devices.base import Device, DeviceError, NoPermissionError
+from wattwise.devices.base import Device, DeviceError, DeviceSpec, NoPermissionError
 from wattwise.safe_files import json_text
 from wattwise.settings.guard import SignalledError
 from wattwise.tools import levers
@@ -653,7 +653,7 @@ def run_checks(
     gpu_index: int = 0,
     gpus: list[Device] | None = None,
     load: MatmulLoad | None = None,
-    spawn_holder: Callable[[dict[str, Any], float], subprocess.Popen[bytes]] | None = None,
+    spawn_holder: Callable[[DeviceSpec, float], subprocess.Popen[bytes]] | None = None,
     only: list[str] | None = None,
     levers_only: bool = False,
     budget_s: float | None = None,
@@ -992,7 +992,7 @@ def preset_rows(report: dict[str, Any]) -> list[str]:
 
 
 # -- the SIGKILLed child -------------------------------------------------------------------------------
-def spawn_limit_holder(spec: dict[str, Any], watts: float) -> subprocess.Popen[bytes]:
+def spawn_limit_holder(spec: DeviceSpec, watts: float) -> subprocess.Popen[bytes]:
     """A wattwise process that sets `watts` on the GPU of `spec` through the guard, says "ready", and waits."""
     return subprocess.Popen(
         [sys.executable, "-m", "wattwise.tools.acceptance", "--hold-limit", json.dumps(spec), str(watts)],
@@ -1001,7 +1001,7 @@ def spawn_limit_holder(spec: dict[str, Any], watts: float) -> subprocess.Popen[b
     )
 
 
-def parse_hold_limit(spec_json: str, watts_text: str) -> tuple[dict[str, Any], float]:
+def parse_hold_limit(spec_json: str, watts_text: str) -> tuple[DeviceSpec, float]:
     """`--hold-limit SPEC WATTS` read: the device spec (a JSON object) and the limit in W, checked.
 
     Raises:
@@ -1020,7 +1020,8 @@ def parse_hold_limit(spec_json: str, watts_text: str) -> tuple[dict[str, Any], f
         watts = float(watts_text)
     except ValueError:
         raise UsageError(f"--hold-limit WATTS: {watts_text[:40]!r} is not a number of watts (e.g. 200)") from None
-    return spec, POWER_LIMIT_W.check(watts, "--hold-limit WATTS")
+    # open_spec checks the keys its backend needs (a KeyError, TypeError or ValueError names what is wrong).
+    return cast(DeviceSpec, spec), POWER_LIMIT_W.check(watts, "--hold-limit WATTS")
 
 
 def _hold_limit(spec_json: str, watts_text: str) -> int:

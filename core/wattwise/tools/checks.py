@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from wattwise.devices.base import Device
+from wattwise.devices.base import Device, DeviceSpec
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 #: Why a check that needs a GPU is skipped.
@@ -132,7 +132,7 @@ class Context:
     out: Path
     quick: bool
     #: Starts a process that sets `watts` on the GPU of `spec` through the guard and waits to be killed.
-    spawn_holder: Callable[[dict[str, Any], float], subprocess.Popen[bytes]]
+    spawn_holder: Callable[[DeviceSpec, float], subprocess.Popen[bytes]]
     #: Figures one check leaves for another (the power-limit profile for the clock check's CSV).
     shared: dict[str, Any] = dataclasses.field(default_factory=dict)
 
