@@ -45,6 +45,7 @@ from wattwise.errors import UsageError
 from wattwise.settings.apply import (
     POWER_LIMIT,
     SM_CLOCKS,
+    Settings,
     apply_setting,
     originals_words,
     read_setting,
@@ -178,8 +179,8 @@ class Agent:
         Returns:
             One line per GPU restored.
         """
-        originals: dict[int, dict[str, Any]] = {}
-        applied: dict[int, dict[str, Any]] = {}
+        originals: dict[int, Settings] = {}
+        applied: dict[int, Settings] = {}
         holders: dict[int, Holder] = {}
         for change in self.journal.load():
             # By UUID, never by index alone: GPUs renumbered since (one left the bus, the agent restarted on
@@ -219,7 +220,7 @@ class Agent:
         self._save()
         return lines
 
-    def _resume(self, index: int, holder: Holder, originals: dict[str, Any], applied: dict[str, Any]) -> bool:
+    def _resume(self, index: int, holder: Holder, originals: Settings, applied: Settings) -> bool:
         """Give GPU `index` back to its live `holder` with the settings it had set; False when they fail."""
         device = self.devices[index]
         lease = self.leases.take(index, holder, originals, start_energy_j=_maybe(device.energy_j))
@@ -837,8 +838,8 @@ def _names_gpu(spec: DeviceSpec) -> bool:
     return bool(spec.get("uuid") or spec.get("state_file"))
 
 
-def _read_originals(device: Device) -> dict[str, Any]:
-    originals: dict[str, Any] = {}
+def _read_originals(device: Device) -> Settings:
+    originals: Settings = {}
     for setting in (POWER_LIMIT, SM_CLOCKS):
         with contextlib.suppress(NotSupportedError):
             originals[setting] = read_setting(device, setting)

@@ -13,6 +13,8 @@ from typing import Any, TypeGuard
 
 from wattwise.agent import is_job_name
 from wattwise.devices.agent import HolderInfo
+from wattwise.settings.apply import Settings
+from wattwise.settings.journal import JournalledHolder
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,17 @@ class Holder:
         """The holder as `wattwise agent status` shows it (`pgid` null when the lease follows its pid only)."""
         return HolderInfo(pid=self.pid, uid=self.uid, job=self.job, job_id=self.job_id, pgid=self.pgid or None)
 
-    def journalled(self) -> dict[str, Any]:
+    def journalled(self) -> JournalledHolder:
         """The holder as the journal records it: with start times, so a restarted agent can tell it."""
-        return {**self.public(), "start_ticks": self.start_ticks, "pgid": self.pgid, "pgid_ticks": self.pgid_ticks}
+        return JournalledHolder(
+            pid=self.pid,
+            uid=self.uid,
+            job=self.job,
+            job_id=self.job_id,
+            pgid=self.pgid,
+            start_ticks=self.start_ticks,
+            pgid_ticks=self.pgid_ticks,
+        )
 
     @classmethod
     def from_journal(cls, data: Any) -> Holder | None:
@@ -69,9 +79,9 @@ class Lease:
 
     holder: Holder
     #: Setting name ("power_limit_w", "locked_sm_clocks_mhz") -> original value.
-    originals: dict[str, Any] = field(default_factory=dict)
+    originals: Settings = field(default_factory=dict)
     #: Setting name -> the value the holder last set (what an agent restart re-applies while it lives).
-    applied: dict[str, Any] = field(default_factory=dict)
+    applied: Settings = field(default_factory=dict)
     #: The process that handed the lease over to `holder`, its child (`wattwise cap`): it may still release it.
     delegator: Holder | None = None
     #: The GPU's energy counter when the lease began (or when a restarted agent resumed it); None: unreadable.
@@ -124,9 +134,7 @@ class LeaseTable:
         lease = self._leases[index]
         lease.delegator, lease.holder = lease.holder, holder
 
-    def take(
-        self, index: int, caller: Holder, originals: dict[str, Any], *, start_energy_j: float | None = None
-    ) -> Lease:
+    def take(self, index: int, caller: Holder, originals: Settings, *, start_energy_j: float | None = None) -> Lease:
         """Give a free GPU to `caller`, with the settings it has now (to restore later).
 
         `start_energy_j` is the GPU's energy counter now, from which the lease's energy counts.

@@ -12,6 +12,12 @@ POWER_LIMIT = "power_limit_w"
 SM_CLOCKS = "locked_sm_clocks_mhz"
 WORKLOAD_PROFILES = "requested_workload_power_profiles"
 
+#: A recorded setting's value: watts (a power limit), `[min, max]` MHz or None (locked clocks: None is
+#: unlocked), the names of the workload power profiles requested.
+SettingValue = float | list[int] | list[str] | None
+#: One device's recorded settings by name (`POWER_LIMIT`, `SM_CLOCKS`, `WORKLOAD_PROFILES`), in the order recorded.
+Settings = dict[str, SettingValue]
+
 #: Errors a restore reports instead of raising (a device that refuses, a state file that cannot be written).
 RESTORE_ERRORS = (DeviceError, ValueError, TypeError, OSError)
 
@@ -43,7 +49,7 @@ def apply_setting(device: Device, setting: str, value: Any) -> None:
         raise DeviceError(f"unknown setting {setting!r} in the journal")
 
 
-def read_setting(device: Device, setting: str) -> Any:
+def read_setting(device: Device, setting: str) -> SettingValue:
     """The value of `setting` on `device` now, as a journal records it (watts; [min, max] MHz or None).
 
     Raises:
@@ -59,7 +65,7 @@ def read_setting(device: Device, setting: str) -> Any:
     raise DeviceError(f"unknown setting {setting!r}")
 
 
-def restore_originals(device: Device, originals: dict[str, Any]) -> None:
+def restore_originals(device: Device, originals: Settings) -> None:
     """Set every recorded original of `device` back (`{setting: value}`), in the order recorded.
 
     Raises:
@@ -85,6 +91,6 @@ def setting_words(setting: str, value: Any) -> str:
     return f"SM clocks locked at {value[0]}-{value[1]} MHz"
 
 
-def originals_words(originals: dict[str, Any]) -> str:
+def originals_words(originals: Settings) -> str:
     """Recorded originals as a person reads them: "power limit 300 W, SM clocks unlocked"."""
     return ", ".join(setting_words(setting, value) for setting, value in originals.items()) or "nothing recorded"

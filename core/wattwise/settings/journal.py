@@ -35,7 +35,7 @@ from wattwise.safe_files import (
     trust_problem,
     write_text,
 )
-from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, WORKLOAD_PROFILES, finite_number
+from wattwise.settings.apply import POWER_LIMIT, SM_CLOCKS, WORKLOAD_PROFILES, SettingValue, finite_number
 
 #: A journal is a few hundred bytes; anything far larger is not one.
 MAX_JOURNAL_BYTES = 1 << 20
@@ -50,15 +50,32 @@ class _Change(TypedDict):
     device: DeviceSpec
     #: `POWER_LIMIT` or `SM_CLOCKS`.
     setting: str
-    #: The value to restore: watts for a power limit, `[min, max]` MHz or null for locked clocks.
-    original: float | list[int] | None
+    #: The value to restore: watts for a power limit, `[min, max]` MHz or null for locked clocks, the
+    #: workload power profiles requested.
+    original: SettingValue
+
+
+class JournalledHolder(TypedDict):
+    """Who held the GPU when the node agent journalled it, so that its next start keeps a live holder's lease.
+
+    The process, its user, job name and batch job id, its process group (0: none), and the start times
+    (clock ticks since boot) that tell the process and the group's leader from later ones of those ids.
+    """
+
+    pid: int
+    uid: int
+    job: str
+    job_id: str
+    pgid: int
+    start_ticks: int
+    pgid_ticks: int
 
 
 class JournalChange(_Change, total=False):
     """One setting to restore. The node agent adds who holds the GPU and the value it set (others ignore both)."""
 
-    holder: dict[str, Any]
-    applied: float | list[int] | None
+    holder: JournalledHolder
+    applied: SettingValue
 
 
 class _File(TypedDict):
