@@ -28,9 +28,9 @@ import csv
 import json
 import math
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NotRequired, TextIO, TypedDict
 
 import numpy as np
 
@@ -55,21 +55,85 @@ PLAN_MATRIX_ENCODING = "delta-zlib-base64"
 #: (`MAX_FRONTIER_BYTES`: 8 GiB of int64 choices) as uint8. GPT-3 175B on 8 x 96 stages takes 8 MB.
 MAX_PLAN_MATRIX_BYTES = 2**30
 _DTYPES: dict[str, np.dtype[Any]] = {"uint8": np.dtype("<u1"), "uint16": np.dtype("<u2")}
+#: A plan as its files spell it: per stage, `[instruction, microbatch, frequency_mhz]` in execution order.
+PlanSteps = list[list[list[str | int]]]
+
+
+class FrontierPointJson(TypedDict):
+    """One point of FRONTIER.json's `points`: its time and energy, and its plan where it spells one out."""
+
+    time_s: float
+    energy_j: float
+    plan: NotRequired[PlanSteps]
+
+
+class BaselineJson(TypedDict):
+    """FRONTIER.json's `max_frequency`: every instruction at the highest clock."""
+
+    time_s: float
+    energy_j: float
+
+
+class PlanMatrixJson(TypedDict):
+    """FRONTIER.json's `plan_matrix`: every point's plan, delta-coded, zlib, base64 (module docstring)."""
+
+    encoding: str
+    dtype: str
+    shape: list[int]
+    frequencies_mhz: list[int]
+    data: str
+
+
+class FrontierJson(TypedDict):
+    """FRONTIER.json, as `wattwise frontier` writes it (module docstring)."""
+
+    stages: int
+    microbatches: int
+    schedule: str
+    unit_time_s: float
+    p_blocking_w: float
+    solver: str
+    max_frequency: BaselineJson
+    points: list[FrontierPointJson]
+    plan_matrix: NotRequired[PlanMatrixJson]
+    #: Per stage, the seconds a clock change takes to act (absent: none measured).
+    clock_change_s: NotRequired[list[float]]
+
+
+class PlanJson(TypedDict):
+    """PLAN.json, as `wattwise plan` writes it: one chosen plan and the figures that justify it."""
+
+    stages: int
+    microbatches: int
+    schedule: str
+    mode: str
+    iteration_time_s: float
+    time_s: float
+    energy_j: float
+    energy_at_iteration_time_j: float
+    max_frequency_time_s: float
+    max_frequency_energy_j: float
+    saving: float
+    slowdown: float
+    plan: PlanSteps
+    clock_change_s: NotRequired[list[float]]
+
+
 _MATRIX_FIX = (
     "recompute the file with wattwise frontier, or delete plan_matrix to choose among the points "
     "that spell out their plan"
 )
 
 
-def frontier_json(frontier: Frontier) -> dict[str, Any]:
+def frontier_json(frontier: Frontier) -> FrontierJson:
     """The JSON document of a frontier."""
-    points: list[dict[str, Any]] = []
+    points: list[FrontierPointJson] = []
     for entry in frontier.points:
-        point: dict[str, Any] = {"time_s": entry.time_s, "energy_j": entry.energy_j}
+        point: FrontierPointJson = {"time_s": entry.time_s, "energy_j": entry.energy_j}
         if entry.plan is not None:
             point["plan"] = plan_to_json(entry.plan)
         points.append(point)
-    document = {
+    document: FrontierJson = {
         "stages": frontier.stages,
         "microbatches": frontier.microbatches,
         "schedule": frontier.schedule,
@@ -86,7 +150,7 @@ def frontier_json(frontier: Frontier) -> dict[str, Any]:
     return document
 
 
-def plan_matrix_json(matrix: PlanMatrix) -> dict[str, Any]:
+def plan_matrix_json(matrix: PlanMatrix) -> PlanMatrixJson:
     """The `plan_matrix` field: every row but the first as its difference from the one before, zlib, base64."""
     indices = matrix.indices
     deltas = indices.copy()
@@ -250,7 +314,7 @@ def read_frontier_json(path: str | Path) -> Frontier:
     )
 
 
-def _latencies(data: dict[str, Any], stages: int, where: str) -> tuple[float, ...]:
+def _latencies(data: Mapping[str, object], stages: int, where: str) -> tuple[float, ...]:
     """The optional `clock_change_s` list: one latency (s) per stage; absent: ()."""
     raw = data.get("clock_change_s")
     if raw is None:
@@ -267,11 +331,11 @@ def _latencies(data: dict[str, Any], stages: int, where: str) -> tuple[float, ..
     return tuple(float(v) for v in raw)
 
 
-def plan_json(frontier: Frontier, choice: Choice) -> dict[str, Any]:
+def plan_json(frontier: Frontier, choice: Choice) -> PlanJson:
     """The PLAN.json document of a chosen point; its plan must follow the frontier's schedule."""
     assert choice.entry.plan is not None
     check_plan(choice.entry.plan, frontier.schedule, frontier.microbatches, "PLAN.json")
-    return {
+    document: PlanJson = {
         "stages": frontier.stages,
         "microbatches": frontier.microbatches,
         "schedule": frontier.schedule,
@@ -285,8 +349,10 @@ def plan_json(frontier: Frontier, choice: Choice) -> dict[str, Any]:
         "saving": choice.saving,
         "slowdown": choice.slowdown,
         "plan": plan_to_json(choice.entry.plan),
-        **({"clock_change_s": list(frontier.clock_change_s)} if frontier.clock_change_s else {}),
     }
+    if frontier.clock_change_s:
+        document["clock_change_s"] = list(frontier.clock_change_s)
+    return document
 
 
 def write_plan_json(frontier: Frontier, choice: Choice, path: str | Path) -> None:
@@ -327,7 +393,7 @@ def check_plan_document(data: object, where: str) -> Plan:
     return plan
 
 
-def _write_json(document: dict[str, Any], path: str | Path) -> None:
+def _write_json(document: FrontierJson | PlanJson, path: str | Path) -> None:
     text = json_text(document, indent=None, separators=(",", ":"))
     _write(path, lambda fh: fh.write(text + "\n"))
 
@@ -340,7 +406,7 @@ def _write(path: str | Path, write: Callable[[TextIO], object]) -> None:
         raise UsageError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
 
 
-def _read_json(path: str | Path) -> dict[str, Any]:
+def _read_json(path: str | Path) -> dict[str, object]:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -364,7 +430,7 @@ def _read_json(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _number(data: dict[str, Any], key: str, where: str, *, minimum: float) -> float:
+def _number(data: Mapping[str, object], key: str, where: str, *, minimum: float) -> float:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < minimum:
         raise UsageError(f"{where}: {key} must be a finite number >= {minimum:g} (got {value!r})")
@@ -373,7 +439,7 @@ def _number(data: dict[str, Any], key: str, where: str, *, minimum: float) -> fl
     return float(value)
 
 
-def _positive_number(data: dict[str, Any], key: str, where: str) -> float:
+def _positive_number(data: Mapping[str, object], key: str, where: str) -> float:
     value = _number(data, key, where, minimum=0.0)
     if value <= 0:
         raise UsageError(f"{where}: {key} must be positive (got {value!r})")
@@ -384,7 +450,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _positive_int(data: dict[str, Any], key: str, where: str) -> int:
+def _positive_int(data: Mapping[str, object], key: str, where: str) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"{where}: {key} must be a positive integer (got {value!r})")

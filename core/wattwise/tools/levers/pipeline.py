@@ -36,6 +36,7 @@ from wattwise.tools.levers.rig import Rig
 if TYPE_CHECKING:
     from wattwise.frequency.controller import FrequencyController
     from wattwise.frequency.profiler import StageWork
+    from wattwise.pipeline.files import PlanJson
     from wattwise.pipeline.schedule import Step
     from wattwise.settings.guard import SettingsGuard
     from wattwise.tools.checks import Context
@@ -447,7 +448,7 @@ def check_pipeline_measured(ctx: Context) -> PipelineFigures:
             p_blocking_w=lambda: _idle_power_w(rig),
             microbatches=microbatches,
         )
-        plan = json.loads(files.plan.read_text())
+        plan: PlanJson = json.loads(files.plan.read_text())
         # Each run spans at least PIPELINE_RUN_ITERATIONS iterations, so that the instructions' noise
         # averages out of the composed iteration (a fine counter's windows alone hold only a few).
         run_s = max(window_s, PIPELINE_RUN_ITERATIONS * float(plan["max_frequency_time_s"]))
