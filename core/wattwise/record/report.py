@@ -23,7 +23,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypedDict, cast
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from wattwise.record.fields import FIX
 from wattwise.record.files import RunDir
 from wattwise.record.summary import (
     PowerLimitSummary,
+    SettingValue,
     never_applied,
     never_applied_why,
     payback_lines,
@@ -88,6 +89,29 @@ class FacilityInputs:
     currency: str | None = None
     region: str | None = None
     hardware: str | None = None
+
+
+class EpochFigures(TypedDict):
+    """One epoch in report.json: its number, time (s) and energy (J), how precisely that is known."""
+
+    epoch: int
+    time_s: float
+    energy_j: float
+    energy_uncertainty_j: float | None
+
+
+class SettingFigures(TypedDict):
+    """One setting applied during the run, in report.json: when (unix seconds and UTC), where, what, to what."""
+
+    timestamp_s: float
+    device: str
+    setting: str
+    value: SettingValue
+    time: str
+
+
+#: A scalar of report.csv's one row.
+CsvCell = str | int | float | None
 
 
 @dataclass(frozen=True)
@@ -138,8 +162,8 @@ class RunReport:
     energy_saved_fraction: float | None
     facility_energy_saved_kwh: float | None
     emissions_saved_kg_co2e: float | None
-    epochs: list[dict[str, Any]] = field(default_factory=list)
-    settings_timeline: list[dict[str, Any]] = field(default_factory=list)
+    epochs: list[EpochFigures] = field(default_factory=list)
+    settings_timeline: list[SettingFigures] = field(default_factory=list)
     schema: str = REPORT_SCHEMA
     #: What tuning did when it set no limit that training ran at (chose none, or never applied its
     #: choice); None otherwise. The statement says this instead of "the GPU power limit was set to".
@@ -257,8 +281,10 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
         emissions_saved_kg_co2e=(
             None if facility_saved_kwh is None or intensity is None else facility_saved_kwh * intensity / 1000.0
         ),
-        epochs=[asdict(e) for e in s.epochs],
-        settings_timeline=[{**asdict(e), "time": format_utc(e.timestamp_s)} for e in s.settings_timeline],
+        epochs=[cast(EpochFigures, asdict(e)) for e in s.epochs],
+        settings_timeline=[
+            cast(SettingFigures, {**asdict(e), "time": format_utc(e.timestamp_s)}) for e in s.settings_timeline
+        ],
         power_limit_note=_tuning_note(limit, s.status),
         device_energy_uncertainty_j=s.energy_uncertainty_j,
         energy_saved_uncertainty_j=limit.energy_saved_uncertainty_j if limit else None,
@@ -464,9 +490,9 @@ def report_json(report: RunReport) -> str:
     return json_text(asdict(report)) + "\n"
 
 
-def report_csv_row(report: RunReport) -> dict[str, Any]:
+def report_csv_row(report: RunReport) -> dict[str, CsvCell]:
     """The report's scalar figures as one CSV row (lists and plans as JSON text)."""
-    row: dict[str, Any] = {}
+    row: dict[str, CsvCell] = {}
     for key, value in asdict(report).items():
         if key in ("epochs", "settings_timeline"):
             continue
@@ -497,7 +523,7 @@ def carry_inputs(given: FacilityInputs, out_dir: str | os.PathLike[str]) -> tupl
     if earlier.get("schema") != REPORT_SCHEMA:
         return given, []
     carried: list[str] = []
-    changes: dict[str, Any] = {}
+    carry = given
 
     def within(value: float | None, bound: Bound) -> float | None:
         return (
@@ -518,23 +544,23 @@ def carry_inputs(given: FacilityInputs, out_dir: str | os.PathLike[str]) -> tupl
 
     pue, pue_source = figure("pue_effective", bounds.PUE), source("pue_source", PUE_NOT_SUPPLIED)
     if given.pue is None and pue is not None and pue_source is not None:
-        changes["pue"] = Constant(pue, pue_source)
+        carry = replace(carry, pue=Constant(pue, pue_source))
         carried.append(f"--pue {pue:.4g} ({pue_source})")
     intensity = figure("intensity_effective_g_per_kwh", bounds.INTENSITY_G_PER_KWH)
     intensity_source = source("intensity_source", NOT_SUPPLIED)
     if given.intensity is None and intensity is not None and intensity_source is not None:
-        changes["intensity"] = Constant(intensity, intensity_source)
+        carry = replace(carry, intensity=Constant(intensity, intensity_source))
         carried.append(f"--intensity {intensity:.4g} gCO2e/kWh ({intensity_source})")
     cost, facility_kwh = figure("cost", _ANY_COST), figure("facility_energy_kwh", bounds.ENERGY_KWH)
     price = within(cost / facility_kwh, bounds.PRICE_PER_KWH) if cost is not None and facility_kwh else None
     price_source = source("price_source", NOT_SUPPLIED)
     if given.price is None and price is not None and price_source is not None:
-        changes["price"] = Constant(price, price_source)
+        carry = replace(carry, price=Constant(price, price_source))
         currency = earlier.get("currency")
         if given.currency is None and isinstance(currency, str):
-            changes["currency"] = " ".join(currency.split())[:20] or None
+            carry = replace(carry, currency=" ".join(currency.split())[:20] or None)
         carried.append(f"--price {price:.4g} ({price_source})")
-    return replace(given, **changes), carried
+    return carry, carried
 
 
 def write_report(report: RunReport, out_dir: Path) -> list[Path]:
