@@ -17,6 +17,8 @@ from wattwise.distributed import Collective
 from wattwise.errors import EnergyPluginWarning
 from wattwise.record.summary import format_summary
 from wattwise.run import Run
+from wattwise.run.agreement import RankedDevice
+from wattwise.run.measurement import EpochInProgress, MeasurementState, RankShare
 from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
 from wattwise.tools.workload import emulate_step
@@ -238,3 +240,26 @@ def test_under_wattwise_run_nothing_to_measure_is_left_to_its_one_line_at_the_en
     told = [str(w.message) for w in said] + [r.getMessage() for r in caplog.records]
     assert not [t for t in told if "nothing to measure" in t]
     assert run.summary is None
+
+
+def test_the_measurements_checkpoint_state_and_share_hold_the_keys_their_typed_dicts_name(tmp_path: Path) -> None:
+    """`MeasurementState` and `RankShare` name every key the measurement writes in a checkpoint and at its end."""
+    run, gpus = make_run(tmp_path)
+    run.start()
+    run.epoch_begin()
+    for _ in range(3):
+        run.step_begin()
+        emulate_step(gpus, lambda: None)
+        run.step_end()
+    assert run.measurement is not None
+    state = run.measurement.state_dict()  # an epoch in progress
+    assert set(state) == MeasurementState.__required_keys__ | MeasurementState.__optional_keys__
+    epoch = state.get("epoch_in_progress")
+    assert epoch is not None and set(epoch) == EpochInProgress.__optional_keys__
+    fit = run.measurement.monitor.peek_window("fit")  # type: ignore[union-attr]
+    share = run.measurement.rank_figures(fit)
+    assert set(share) == RankShare.__required_keys__
+    ranked = RankedDevice.__required_keys__ | RankedDevice.__optional_keys__
+    assert [RankedDevice.__required_keys__ <= set(d) <= ranked for d in share["devices"]] == [True]
+    assert share["devices"][0]["rank"] == 0
+    run.finish()

@@ -24,8 +24,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
+from wattwise.devices.base import DeviceDescription
 from wattwise.distributed import Collective
 from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
 from wattwise.vocabulary import EndedHow
@@ -187,8 +188,14 @@ class Ended(TypedDict):
     detail: str | None
 
 
-class _RankEndRequired(TypedDict):
-    """The fields every process's end record has (`RankEnd` adds the optional ones)."""
+class RankedDevice(DeviceDescription):
+    """A GPU as `Device.describe()` reports it, and the process (`rank`) that measured it."""
+
+    rank: int
+
+
+class RankFigures(TypedDict):
+    """One process's figures of the run (`RunMeasurement.rank_figures`), as its end record holds them."""
 
     #: Joules by device label (`rank0/gpu0`); empty when the process lost its measurement.
     energy: dict[str, float]
@@ -196,13 +203,18 @@ class _RankEndRequired(TypedDict):
     cpu: float | None
     time_s: float
     #: Each GPU as `Device.describe()` reports it, plus its `rank`.
-    devices: list[dict[str, Any]]
+    devices: list[RankedDevice]
     #: Its paused figures by kind: `[time_s, energy_j, count]`, then the energy's squared uncertainty (J^2).
     paused: dict[str, list[float]]
     #: Power samples: `[unix time, {device label: watts}]`.
     samples: list[tuple[float, dict[str, float]]]
     #: Why it lost its measurement since the last exchange, None when it did not.
     lost: str | None
+
+
+class _RankEndRequired(RankFigures):
+    """The fields every process's end record has (`RankEnd` adds the optional ones)."""
+
     rank: int
     #: Its settings timeline: `[timestamp_s, device, setting, value]`.
     timeline: list[list[Any]]
@@ -307,7 +319,8 @@ def parse_rank_end(raw: Any, *, rank: int) -> RankEnd:
         time_s=time_s,
         uncertainty=_joules(raw.get("uncertainty", {}), "uncertainty"),
         cpu_uncertainty=_number(raw, "cpu_uncertainty", optional=True),
-        devices=[dict(d) for d in devices],
+        # Each as that process's `Device.describe()` wrote it: open-ended, read with `.get`.
+        devices=[cast(RankedDevice, dict(d)) for d in devices],
         paused={k: [float(x) for x in v] for k, v in paused.items()},
         samples=[(float(s[0]), _joules(s[1], "samples")) for s in samples],
         lost=_text(raw, "lost"),

@@ -30,7 +30,6 @@ figures of the earlier segments) in its `state_dict`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -38,14 +37,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from wattwise.config import EnergyConfig
 from wattwise.devices import Device, DeviceSpec, discover
 from wattwise.distributed import Collective
 from wattwise.errors import UsageError, plugin_warning
 from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync, quadrature
-from wattwise.run.agreement import FIGURES_LEFT, Agreement, RankEnd, agree_opening, combine_telling
+from wattwise.run.agreement import (
+    FIGURES_LEFT,
+    Agreement,
+    RankedDevice,
+    RankEnd,
+    RankFigures,
+    agree_opening,
+    combine_telling,
+)
 from wattwise.run.drive import DrivenBy, StepDrive
 
 log = logging.getLogger(__name__)
@@ -93,6 +100,53 @@ class EpochFigures:
     energy_j: float
     #: How precisely `energy_j` is known (J; `wattwise.monitor`).
     energy_uncertainty_j: float = 0.0
+
+
+class RankShare(RankFigures):
+    """This process's figures as `RunMeasurement.rank_figures` gives them: with how precisely each is known."""
+
+    #: J, by device label.
+    uncertainty: dict[str, float]
+    #: J; None without a CPU package.
+    cpu_uncertainty: float | None
+
+
+class EpochInProgress(TypedDict, total=False):
+    """The epoch a checkpoint was saved in: its figures so far (a checkpoint of an older release may lack some)."""
+
+    epoch: int
+    time_s: float
+    energy_j: float
+    steps: int
+    energy_uncertainty_j: float
+
+
+class EpochState(TypedDict):
+    """One ended epoch in a checkpoint (`EpochFigures` as a dict)."""
+
+    epoch: int
+    time_s: float
+    energy_j: float
+    energy_uncertainty_j: float
+
+
+class _MeasurementStateRequired(TypedDict):
+    energy_j: float
+    time_s: float
+    steps: int
+    epochs: list[EpochState]
+
+
+class MeasurementState(_MeasurementStateRequired, total=False):
+    """The measurement's part of a checkpoint (`RunMeasurement.state_dict`): the figures so far.
+
+    Without a measurement, only the required keys are written.
+    """
+
+    epoch_in_progress: EpochInProgress | None
+    #: This process's paused figures by kind (`time_s`, `energy_j`, `count`, `energy_uncertainty_j`).
+    non_training: dict[str, dict[str, float]]
+    energy_uncertainty_j: float
 
 
 @dataclass(frozen=True)
@@ -253,7 +307,7 @@ class RunMeasurement:
         self.prior_energy_uncertainty_j = 0.0
         self.prior_time_s = 0.0
         #: The epoch that was in progress when the resumed checkpoint was saved: its figures so far.
-        self._resumed_epoch: dict[str, Any] | None = None
+        self._resumed_epoch: EpochInProgress | None = None
         #: What the open pause is, and this process's paused figures by kind:
         #: [time_s, energy_j, count, squared energy uncertainty].
         self.paused_kind: str | None = None
@@ -660,7 +714,7 @@ class RunMeasurement:
         self._tell_lost(Agreement.of([r["lost"] for r in per_rank]), LOST)  # in rank order, as gathered
         return self.figures(per_rank)
 
-    def rank_figures(self, fit: Measurement) -> dict[str, Any]:
+    def rank_figures(self, fit: Measurement) -> RankShare:
         """This process's share of the run's figures, from its `fit` window, JSON-serialisable.
 
         What `gather` exchanges, and what a process ended by a signal leaves in a file.
@@ -677,7 +731,7 @@ class RunMeasurement:
                 quadrature(uncertainty.get(d.key, 0.0) for d in self.cpus) if self.cpus and measured else None
             ),
             "time_s": fit.time_s,
-            "devices": [dict(d.describe(), rank=rank) for d in self.gpus] if measured else [],
+            "devices": [_ranked(d, rank) for d in self.gpus] if measured else [],
             "paused": {k: list(v) for k, v in self.paused.items()},
             "samples": (
                 [(s.timestamp, {f"rank{rank}/{k}": w for k, w in s.power_w.items()}) for s in sampler.samples()]
@@ -740,9 +794,10 @@ class RunMeasurement:
         return out
 
     # -- checkpoints -----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> MeasurementState:
         """A collective under distributed training: every process calls it at the same point."""
-        fit = epoch = None
+        fit = None
+        epoch: EpochInProgress | None = None
         if self.active and self.monitor is not None and self.is_open(Window.FIT):
             windows = [self._read(lambda mon: mon.peek_window(Window.FIT))]
             if self.is_open(Window.EPOCH) and self._epoch_number is not None:  # an epoch in progress
@@ -751,7 +806,7 @@ class RunMeasurement:
             fit = combined[0]
             if len(combined) > 1:
                 t, e, u = combined[1]
-                carried = self._resumed_epoch or {}
+                carried: EpochInProgress = self._resumed_epoch or {}
                 epoch = {
                     "epoch": self._epoch_number if self._epoch_number is not None else len(self.epochs),
                     "time_s": t + float(carried.get("time_s", 0.0)),
@@ -763,7 +818,12 @@ class RunMeasurement:
             "energy_j": self.prior_energy_j + (fit[1] if fit is not None else 0.0),
             "time_s": self.prior_time_s + (fit[0] if fit is not None else 0.0),
             "steps": self.step_count,
-            "epochs": [dataclasses.asdict(e) for e in self.epochs],
+            "epochs": [
+                EpochState(
+                    epoch=e.epoch, time_s=e.time_s, energy_j=e.energy_j, energy_uncertainty_j=e.energy_uncertainty_j
+                )
+                for e in self.epochs
+            ],
             "epoch_in_progress": epoch,
             # This process's pauses so far (the combined figures are made at the end of the run).
             "non_training": self._non_training([{k: list(v) for k, v in self.paused.items()}]),
@@ -785,3 +845,8 @@ class RunMeasurement:
         ]
         self._resumed_epoch = state.get("epoch_in_progress")
         self.prior_paused = {k: dict(v) for k, v in (state.get("non_training") or {}).items()}
+
+
+def _ranked(device: Device, rank: int) -> RankedDevice:
+    """`device` as `Device.describe()` reports it, with the `rank` of the process that measured it."""
+    return {**device.describe(), "rank": rank}

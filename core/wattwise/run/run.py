@@ -74,7 +74,7 @@ from wattwise.run.agreement import (
 )
 from wattwise.run.carbon import CarbonControl
 from wattwise.run.history import keep_run
-from wattwise.run.measurement import Figures, RunFigures, RunMeasurement, Window
+from wattwise.run.measurement import Figures, MeasurementState, RunFigures, RunMeasurement, Window
 from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
@@ -845,7 +845,7 @@ class Run:
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Resumable state. Called on every process at the same point (it combines figures over them)."""
-        measured = (
+        measured: MeasurementState = (
             self.measurement.state_dict()
             if self.measurement is not None
             else {"energy_j": 0.0, "time_s": 0.0, "steps": 0, "epochs": []}
@@ -853,7 +853,7 @@ class Run:
         if (
             self.final_summary is not None
         ):  # saved after the run ended (`trainer.save_checkpoint` after fit): its totals
-            measured.update(energy_j=self.final_summary.energy_j, time_s=self.final_summary.time_s)
+            measured.update({"energy_j": self.final_summary.energy_j, "time_s": self.final_summary.time_s})
         return {"version": 1, **measured, **self.power.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
