@@ -31,12 +31,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from wattwise.carbon.series import parse_timestamp_s
 from wattwise.errors import UsageError
 
 T = TypeVar("T")
+#: A value a JSON document holds.
+JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
 
 #: The largest magnitude any figure of a run may have (1e15 J is 278 GWh, 1e15 s 30 million years): more
 #: is a damaged file, and would overflow the sums a report makes.
@@ -261,7 +263,7 @@ class RecordMap(Codec):
         """Each record of the mapping `value` as its JSON object, under its name."""
         return {name: to_json_dict(v) for name, v in value.items()}
 
-    def load(self, f: JsonObject, key: str) -> dict[str, Any] | None:
+    def load(self, f: JsonObject, key: str) -> dict[str, object] | None:
         """The records of type `of` read from the object at `key`, by name; a null entry is left out."""
         nested = f.opt_object(key)
         if nested is None:
@@ -333,21 +335,21 @@ def _specs(cls: type) -> list[tuple[dataclasses.Field[Any], FieldSpec]]:
     return out
 
 
-def to_json_dict(record: Any) -> dict[str, Any]:
+def to_json_dict(record: object) -> dict[str, JsonValue]:
     """The JSON object of `record`: each defined field it writes, in the fields' order, under its key.
 
     A record may add keys derived from its fields: its method `json_derived()` maps a field's name to the
     (key, value) written after that field.
     """
-    out: dict[str, Any] = {}
-    derived: Mapping[str, tuple[str, Any]] = getattr(record, "json_derived", dict)()
+    out: dict[str, JsonValue] = {}
+    derived: Mapping[str, tuple[str, JsonValue]] = getattr(record, "json_derived", dict)()
     for f, spec in _specs(type(record)):
         if spec.written is None or spec.written(record):
             value = getattr(record, f.name)
             *parents, last = (spec.key or f.name).split(".")
             node = out
             for part in parents:
-                node = node.setdefault(part, {})
+                node = cast(dict[str, JsonValue], node.setdefault(part, {}))  # made here: an object
             node[last] = None if value is None else spec.codec.dump(value)
         if f.name in derived:
             key, value = derived[f.name]
@@ -369,7 +371,7 @@ def from_json(cls: type[T], f: JsonObject, *, index: int | None = None) -> T:
     Raises:
         UsageError: A field is missing or not what its codec accepts (the message names it).
     """
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for field, spec in _specs(cls):
         *parents, last = (spec.key or field.name).split(".")
         node: JsonObject | None = f
