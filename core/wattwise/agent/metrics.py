@@ -36,6 +36,8 @@ from wattwise.devices.agent import gpu_uuid
 from wattwise.devices.base import DeviceError
 
 if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
     from wattwise.agent.agent import Agent
 
 GPU_LABELS = ["gpu", "uuid", "hostname"]
@@ -136,14 +138,12 @@ class AgentCollector:
 #: The one path the metrics are served at (Prometheus' default `metrics_path`, as dcgm-exporter's).
 METRICS_PATH = "/metrics"
 
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
-
-def metrics_app(registry: CollectorRegistry) -> WsgiApp:
+def metrics_app(registry: CollectorRegistry) -> WSGIApplication:
     """The WSGI application of the metrics port: `registry` at `METRICS_PATH`, 404 for any other path."""
     metrics = make_wsgi_app(registry)
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == METRICS_PATH:
             return metrics(environ, start_response)
         start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
