@@ -242,21 +242,25 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 SETTING: dict[str, Setting] = {s.name: s for s in SETTINGS}
+#: A setting's value as given by name (each is a bool, a number or a string; None: not given).
+SettingScalar = bool | int | float | str | None
+#: Settings nested by their keys (`power_limit.cap_w` -> `{"power_limit": {"cap_w": ...}}`), for `load_config`.
+SettingTree = dict[str, "SettingScalar | SettingTree"]
 #: The two ways to reach every other key, beside the settings above.
 CONFIG_HELP = "an OmegaConf YAML with any other setting (configs/energy.yaml lists every key)"
 OVERRIDES_HELP = "dotlist overrides applied last, e.g. power_limit.profile_steps=10"
 
 
-def setting_values(given: Mapping[str, Any]) -> dict[str, Any]:
+def setting_values(given: Mapping[str, SettingScalar]) -> SettingTree:
     """The nested `values` of `load_config` for settings given by name; None means not given."""
-    values: dict[str, Any] = {}
+    values: SettingTree = {}
     for name, value in given.items():
         if value is None:
             continue
         *parents, leaf = SETTING[name].key.split(".")
         node = values
         for part in parents:
-            node = node.setdefault(part, {})
+            node = typing.cast(SettingTree, node.setdefault(part, {}))  # made here: a table of settings
         node[leaf] = value
     return values
 
@@ -313,7 +317,9 @@ def overrides_list(owner: str, value: object, names: Mapping[str, str] | None = 
     )
 
 
-def check_setting_types(owner: str, given: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
+def check_setting_types(
+    owner: str, given: Mapping[str, Any], names: Mapping[str, str] | None = None
+) -> dict[str, SettingScalar]:
     """Refuse a setting given by name with a value of the wrong type, before OmegaConf converts it silently.
 
     Args:
@@ -328,7 +334,7 @@ def check_setting_types(owner: str, given: Mapping[str, Any], names: Mapping[str
         ConfigError: `output_dir=3`, `eta="0.5"`, `strict=1`, ...; the message names the argument and the type.
     """
     names = names or {}
-    checked: dict[str, Any] = {}
+    checked: dict[str, SettingScalar] = {}
     for name, value in given.items():
         if value is not None and name in _PATH_SETTINGS and isinstance(value, os.PathLike):
             value = os.fspath(value)

@@ -82,7 +82,10 @@ def _parse_dotlist(var: str, raw: str) -> list[str]:
         ) from None
 
 
-_PARSERS: dict[type, Callable[[str, str], Any]] = {
+#: A field's value as its variable gives it: a setting's scalar, the config's path, or the overrides.
+FlagValue = bool | int | float | str | list[str]
+
+_PARSERS: dict[type, Callable[[str, str], FlagValue]] = {
     bool: parse_bool,
     float: _parse_float,
     int: _parse_int,
@@ -90,7 +93,7 @@ _PARSERS: dict[type, Callable[[str, str], Any]] = {
 }
 
 #: How each field is read from its variable: the settings by their config key's type, then the two sources.
-READERS: dict[str, Callable[[str, str], Any]] = {
+READERS: dict[str, Callable[[str, str], FlagValue]] = {
     **{s.name: _PARSERS[key_type(s.key)] for s in SETTINGS},
     "config": _parse_str,
     "overrides": _parse_dotlist,
@@ -115,14 +118,14 @@ def enabled(prefix: str, environ: Mapping[str, str] | None = None) -> bool:
     return parse_bool(prefix, environ.get(prefix, ""))
 
 
-def read_env(prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def read_env(prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, FlagValue]:
     """The fields set by `<PREFIX>_*` variables (empty ones are unset), parsed; an unknown variable raises."""
     environ = os.environ if environ is None else environ
     known = env_vars(prefix)
     unknown = sorted(k for k in environ if k.startswith(f"{prefix}_") and k not in known)
     if unknown:
         raise ConfigError(f"unknown variable {unknown[0]}; wattwise reads {', '.join(known)}")
-    values: dict[str, Any] = {}
+    values: dict[str, FlagValue] = {}
     for name, parse in READERS.items():
         var = env_var(prefix, name)
         raw = environ.get(var)
