@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from wattwise.errors import UsageError
+from wattwise.store.history import RunPayback
 from wattwise.store.runs import RunRow, forget_run, get_run, get_runs, iso_utc, list_runs, record_run
 
 #: 2026-12-01T10:00:00Z, the first test run's start.
@@ -43,7 +44,11 @@ def make_row(run_id: str, *, start_s: float = T0_S, **fields: Any) -> RunRow:
 
 def check_the_history_records_lists_and_forgets_runs(url: str) -> None:
     """Three runs recorded in the store at `url` come back whole, filtered, by prefix, and one is forgotten."""
-    first = make_row("20261201T100000Z-aaaaaa")
+    payback = RunPayback(
+        run_energy_saved_j=-12.5, run_energy_saved_uncertainty_j=40.0, run_time_added_s=3.2, break_even_steps=None,
+        paid_back=False,
+    )  # fmt: skip
+    first = make_row("20261201T100000Z-aaaaaa", payback=payback)  # its one saving, kept in the payback columns
     second = make_row("20261201T110000Z-bbbbbb", start_s=T0_S + 3600, status="interrupted", saving_j=None)
     other = make_row(
         "20261201T120000Z-cccccc", start_s=T0_S + 7200, job=None, mode="measure", power_limit_w=None, time_cost_s=None

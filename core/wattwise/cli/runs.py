@@ -3,7 +3,8 @@
 Each run is one row of the store that holds recurring jobs (`wattwise.store.runs`): `--store` (a SQLite file
 path or a database URL), else `$WATTWISE_STORE`, else the SQLite file in wattwise's state directory. An ID
 may be shortened to a prefix no other run's id has. `--json` prints JSON: `list` prints `{"runs": [...]}`,
-each run the object of `wattwise.store.runs.RunDict` (a contract: its names stay).
+each run the object of `wattwise.store.runs.RunDict` (a contract: its names stay), its `payback` the run's
+one saving, tuning included, as the history keeps it (null for a run recorded before it did).
 """
 
 from __future__ import annotations
@@ -127,24 +128,32 @@ def _energy(row: RunRow) -> str:
     return with_uncertainty(row.energy_j, row.energy_uncertainty_j, "J")
 
 
+#: What marks a saving recorded before the history kept a run's one saving (`OLD_SAVING` says what it is).
+OLD_MARK = "*"
+#: The line under `runs list` when a saving is marked `OLD_MARK`.
+OLD_SAVING = (
+    "* recorded before the history kept each run's one saving: the saving at the chosen limit over the steps "
+    "run there, tuning's cost left out (`wattwise runs show ID` gives this run's, where its summary.json has it)"
+)
+
+
 def _saved(row: RunRow, summary: RunSummary | None = None) -> str:
     """The run's saving (J), with its uncertainty; "-" when none is claimed.
 
-    Where the run's summary.json gives its payback, the saving of this run, tuning included
-    (`payback.run_energy_saved_j`: the figure its end-of-run text and `runs show` give); else the row's.
+    This run's, tuning included (its payback: the figure its end-of-run text and `runs show` give), from
+    `summary` when given, else from the history's row; a row recorded before the history kept it gives
+    the saving it was recorded with, marked `OLD_MARK`.
     """
-    payback = _payback(summary)
-    if payback is not None:
-        from wattwise.readable import with_uncertainty
+    from wattwise.readable import with_uncertainty
 
+    payback = _payback(summary) or row.payback
+    if payback is not None:
         return with_uncertainty(payback.run_energy_saved_j, payback.run_energy_saved_uncertainty_j)
     if row.saving_j is None:
         return "-"
     if row.saving_uncertainty_j is None:
-        return f"{row.saving_j:.4g}"
-    from wattwise.readable import with_uncertainty
-
-    return with_uncertainty(row.saving_j, row.saving_uncertainty_j)
+        return f"{row.saving_j:.4g}{OLD_MARK}"
+    return with_uncertainty(row.saving_j, row.saving_uncertainty_j) + OLD_MARK
 
 
 def _start(row: RunRow) -> str:
@@ -178,12 +187,14 @@ def run_list(args: argparse.Namespace) -> int:
     )
     for r in rows:
         limit = f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-"
-        saved = _saved(r, summary_of(r) if r.saving_j is not None else None)
+        saved = _saved(r)
         print(
             f"{r.id:<24} {(r.project or '-'):<16} {(r.job or '-'):<20} {(r.framework or '-'):<12} {r.mode:<7} "
             f"{(r.status or '-'):<11} "
             f"{_start(r):<19} {r.time_s:>9.4g} {_energy(r):>18} {limit:>9} {saved:>14} {_source(r):<9}"
         )
+    if any(r.payback is None and r.saving_j is not None for r in rows):
+        print(OLD_SAVING)
     return 0
 
 
@@ -200,11 +211,16 @@ def _show_lines(r: RunRow, summary: RunSummary | None = None) -> list[str]:
     paid = payback_lines(summary.power_limit) if summary is not None and summary.power_limit is not None else None
     if paid is not None:
         saving = f"\n{'':<13}".join(paid)
+    elif r.payback is not None:  # its folder is gone: the history's figures of this run
+        pb = r.payback
+        when = "paid back" if pb.paid_back else "did not pay back"
+        steps = f" (break-even {pb.break_even_steps} steps at the chosen limit)" if pb.break_even_steps else ""
+        saving = f"this run: {_saved(r)} J, for {pb.run_time_added_s:+.3g} s, tuning included; tuning {when}{steps}"
     elif r.saving_j is not None:
         cost = f", for {r.time_cost_s:+.3g} s" if r.time_cost_s is not None else ", its time cost unknown"
         resolved = r.saving_uncertainty_j is None or abs(r.saving_j) > r.saving_uncertainty_j
         within = "" if resolved else " (within its uncertainty: not resolved)"
-        saving = f"{_saved(r)} J against the highest limit{within}{cost}"
+        saving = f"{_saved(r).removesuffix(OLD_MARK)} J against the highest limit{within}{cost}"
     return [
         f"run {r.id} ({_source(r)} figures)",
         f"  project    {r.project or '-'}",
@@ -236,8 +252,8 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         from wattwise.record.fields import to_json_dict
 
-        payback = _payback(summary)
-        print(json_text({**row.to_dict(), "payback": to_json_dict(payback) if payback is not None else None}))
+        payback = _payback(summary)  # the whole of it; else the history's run figures (`row.to_dict`)
+        print(json_text({**row.to_dict(), **({"payback": to_json_dict(payback)} if payback is not None else {})}))
     else:
         print("\n".join(_show_lines(row, summary)))
     return 0
@@ -308,14 +324,14 @@ def _payback(summary: RunSummary | None) -> Payback | None:
 
 def _compared_saving(row: RunRow, summary: RunSummary | None) -> str:
     """A comparison's saving cell: this run's, tuning included, where its summary gives it (as `_saved`)."""
-    if _payback(summary) is None:
+    if _payback(summary) is None and row.payback is None:
         return _figure(row.saving_j, "J")
     return f"{_saved(row, summary)} J"
 
 
 def _compared_time_cost(row: RunRow, summary: RunSummary | None) -> str:
     """A comparison's time-cost cell: the time this run added, tuning included, where its summary gives it."""
-    payback = _payback(summary)
+    payback = _payback(summary) or row.payback
     return _figure(row.time_cost_s if payback is None else payback.run_time_added_s, "s", "+.3g")
 
 

@@ -646,9 +646,13 @@ def since_s(day: str) -> float:
         raise UsageError(f"since: {day!r} is not a day; write it YYYY-MM-DD (e.g. 2026-12-01)") from None
 
 
+#: The columns whose cells show another figure than the row's field of that name: sorted by what is shown.
+_SHOWN = {"saving_j": "run_saving_j", "time_cost_s": "run_time_cost_s"}
+
+
 def _sort_key(column: str) -> Callable[[RunRow], tuple[bool, Any]]:
     def key(row: RunRow) -> tuple[bool, Any]:
-        value = getattr(row, column)
+        value = getattr(row, _SHOWN.get(column, column))
         return (value is None, value if value is not None else 0)
 
     return key
@@ -665,9 +669,33 @@ def filtered_runs(rows: Iterable[RunRow], f: RunFilter) -> list[RunRow]:
         and (f.status is None or r.status == f.status)
         and (since is None or r.start_s >= since)
     ]
-    known = [r for r in kept if getattr(r, f.sort) is not None]
-    unknown = [r for r in kept if getattr(r, f.sort) is None]
+    shown = _SHOWN.get(f.sort, f.sort)
+    known = [r for r in kept if getattr(r, shown) is not None]
+    unknown = [r for r in kept if getattr(r, shown) is None]
     return sorted(known, key=_sort_key(f.sort), reverse=f.descending) + unknown
+
+
+#: What marks a saving recorded before the history kept a run's one saving (`OLD_SAVING` says what it is).
+OLD_MARK = " *"
+#: What the runs tables say under a saving marked `OLD_MARK`.
+OLD_SAVING = (
+    "* recorded before the history kept each run's one saving: the saving at the chosen limit over the steps "
+    "run there, tuning's cost left out (the run's page gives this run's saving, tuning included, where its "
+    "summary.json has it)"
+)
+
+
+def saving_cell(row: RunRow) -> str:
+    """A run's saving for a runs table: this run's, tuning included (its payback), with its ±.
+
+    A row recorded before the history kept the payback gives the saving it was recorded with, marked
+    `OLD_MARK`; "-" when none is claimed.
+    """
+    if row.payback is not None:
+        return figure(row.payback.run_energy_saved_j, row.payback.run_energy_saved_uncertainty_j)
+    if row.saving_j is None:
+        return "-"
+    return figure(row.saving_j, row.saving_uncertainty_j) + OLD_MARK
 
 
 def run_cells(row: RunRow) -> list[str]:
@@ -683,8 +711,8 @@ def run_cells(row: RunRow) -> list[str]:
         number(row.energy_j),
         number(row.energy_uncertainty_j),
         number(row.power_limit_w, 0),
-        number(row.saving_j) if row.saving_uncertainty_j is None else figure(row.saving_j, row.saving_uncertainty_j),
-        number(row.time_cost_s, 2),
+        saving_cell(row),
+        number(row.run_time_cost_s, 2),
         "SIMULATED" if row.simulated else "no",
     ]
 
@@ -732,6 +760,7 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str, unreadable: 
         headings=headings,
         rows=table,
         no_emissions=NO_EMISSIONS if any(row["cells"][-1] == "-" for row in table) else None,
+        old_saving=OLD_SAVING if any(r.payback is None and r.saving_j is not None for r in shown) else None,
         classes=column_classes(),
         total=len(rows),
         matching=len(matching),
@@ -770,13 +799,15 @@ def compared_saving(row: RunRow, folder: RunDir | None) -> str:
     limit = folder.summary.power_limit if folder is not None else None
     if limit is not None and limit.payback is not None:
         return energy(limit.payback.run_energy_saved_j, limit.payback.run_energy_saved_uncertainty_j)
+    if row.payback is not None:  # its folder is gone: the history's
+        return energy(row.payback.run_energy_saved_j, row.payback.run_energy_saved_uncertainty_j)
     return energy(row.saving_j, row.saving_uncertainty_j) if row.saving_j is not None else "-"
 
 
 def compared_time_cost(row: RunRow, folder: RunDir | None) -> str:
     """A compared run's time cost: the time this run added, tuning included, where its summary gives it."""
     limit = folder.summary.power_limit if folder is not None else None
-    return seconds(limit.payback.run_time_added_s if limit is not None and limit.payback else row.time_cost_s)
+    return seconds(limit.payback.run_time_added_s if limit is not None and limit.payback else row.run_time_cost_s)
 
 
 def compare_page(rows: Sequence[RunRow], folders: Sequence[RunDir | None]) -> str:
@@ -935,6 +966,7 @@ def job_page(job: JobHistory) -> str:
         simulated=job.simulated,
         remembered=remembered_rows(job.remembered),
         runs=table_rows(job.runs),
+        old_saving=OLD_SAVING if any(r.payback is None and r.saving_j is not None for r in job.runs) else None,
         headings=[label for _, label in RUN_COLUMNS] + [EMISSIONS_HEADING],
         classes=column_classes(),
         number=number,

@@ -31,10 +31,12 @@ from wattwise.record.summary import (
     PowerLimitSummary,
     RankNote,
     RunSummary,
+    never_applied,
     parse_summary,
+    payback_lines,
 )
 from wattwise.safe_files import UntrustedFile, json_text, read_trusted_json, write_text
-from wattwise.store.history import RunRow
+from wattwise.store.history import RunPayback, RunRow
 from wattwise.vocabulary import RankNoteKind, RunMode
 
 #: The folder of an output folder that holds each run's own folder.
@@ -59,6 +61,26 @@ def time_cost_s(limit: PowerLimitSummary | None) -> float | None:
     if chosen is None or steps is None:
         return None
     return steps * (chosen.time_s - top.time_s)
+
+
+def run_payback(limit: PowerLimitSummary | None) -> RunPayback | None:
+    """The run's one saving for its row: summary.json's payback for the run, where its pages give it.
+
+    None for a cap, tuning that did not finish, a chosen limit never applied, or no payback (as
+    `wattwise.record.summary.payback_lines`, which every page gives the saving by).
+    """
+    if limit is None or limit.mode == RunMode.CAP or limit.payback is None or never_applied(limit):
+        return None
+    if (limit.tuning is not None and not limit.tuning.finished) or payback_lines(limit) is None:
+        return None
+    pb = limit.payback
+    return RunPayback(
+        run_energy_saved_j=pb.run_energy_saved_j,
+        run_energy_saved_uncertainty_j=pb.run_energy_saved_uncertainty_j,
+        run_time_added_s=pb.run_time_added_s,
+        break_even_steps=pb.break_even_steps,
+        paid_back=pb.paid_back,
+    )
 
 
 def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str]) -> RunRow:
@@ -88,6 +110,7 @@ def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str])
         folder=str(Path(folder).absolute()),
         simulated=summary.simulated,
         project=summary.project,
+        payback=run_payback(limit),
     )
 
 

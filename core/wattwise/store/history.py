@@ -33,9 +33,84 @@ _MAX_FOLDER, _MAX_WORD = 4096, 32
 #: The longest owner kept (a login or a database role name).
 _MAX_OWNER = 128
 #: The fields a run's JSON object may lack (added since the spool's first format): their default then.
-_OPTIONAL = frozenset({"owner", "saving_uncertainty_j", "project"})
+_OPTIONAL = frozenset({"owner", "saving_uncertainty_j", "project", "payback"})
 #: The most devices a run's row lists (a node's GPUs times its nodes, with room to spare).
 _MAX_DEVICES = 65536
+#: The most steps a break-even counts (a week of 1 ms steps, with room to spare).
+_MAX_STEPS = 10**12
+
+
+class PaybackDict(TypedDict):
+    """A run's one saving as `wattwise runs list --json` gives it under `payback` (names of summary.json's payback)."""
+
+    #: Energy this run saved against the same steps at the highest limit, tuning included (J; negative: it cost).
+    run_energy_saved_j: float
+    #: How precisely that is known (J, one standard uncertainty).
+    run_energy_saved_uncertainty_j: float
+    #: Time this run added against the same steps at the highest limit, tuning included (s; positive: slower).
+    run_time_added_s: float
+    #: Steps at the chosen limit after which tuning pays back by the selector's objective; null: it never does.
+    break_even_steps: int | None
+    #: Whether the run ran long enough at the chosen limit for tuning to pay back.
+    paid_back: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPayback:
+    """A tuned run's one saving, as the history keeps it: `summary.json`'s `power_limit.payback` for the run.
+
+    The figure `wattwise runs show`, a run's page, the report and the statement give as "this run" (the
+    figures per step at the chosen limit and tuning's cost stay in the run's summary.json).
+    """
+
+    run_energy_saved_j: float
+    run_energy_saved_uncertainty_j: float
+    run_time_added_s: float
+    break_even_steps: int | None
+    paid_back: bool
+
+    def to_dict(self) -> PaybackDict:
+        """The payback's JSON object (`PaybackDict`)."""
+        return PaybackDict(
+            run_energy_saved_j=self.run_energy_saved_j,
+            run_energy_saved_uncertainty_j=self.run_energy_saved_uncertainty_j,
+            run_time_added_s=self.run_time_added_s,
+            break_even_steps=self.break_even_steps,
+            paid_back=self.paid_back,
+        )
+
+    @classmethod
+    def from_dict(cls, data: object, *, where: str = "run") -> RunPayback:
+        """A payback from its JSON object, checked field by field (a `UsageError` naming `where` and the field)."""
+        if not isinstance(data, Mapping):
+            raise UsageError(f"{where}: payback must be an object of the run's saving (got {data!r})")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise UsageError(f"{where}: payback.{unknown[0]} is not a field of a run's payback")
+        missing = [name for name in names if name not in data]
+        if missing:
+            raise UsageError(f"{where}: payback.{missing[0]} is missing")
+        payback = cls(**data)
+        payback.check(where=where)
+        return payback
+
+    def check(self, *, where: str = "run") -> None:
+        """Refuse a payback no run has (a `UsageError` naming `where`, the field and its range)."""
+        _optional_number(self.run_energy_saved_j, ENERGY_J, f"{where}: payback.run_energy_saved_j", signed=True)
+        RUN_ENERGY_J.check_number(
+            self.run_energy_saved_uncertainty_j, f"{where}: payback.run_energy_saved_uncertainty_j"
+        )
+        _optional_number(self.run_time_added_s, TIME_S, f"{where}: payback.run_time_added_s", signed=True)
+        steps = self.break_even_steps
+        if steps is not None and (
+            isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= _MAX_STEPS
+        ):
+            raise UsageError(
+                f"{where}: payback.break_even_steps must be null or a whole number of steps (got {steps!r})"
+            )
+        if not isinstance(self.paid_back, bool):
+            raise UsageError(f"{where}: payback.paid_back must be true or false (got {self.paid_back!r})")
 
 
 class RunDict(TypedDict):
@@ -67,6 +142,9 @@ class RunDict(TypedDict):
     saving_uncertainty_j: float | None
     #: The project the run belongs to (`wattwise.project`); null: not said (recorded before rows named one).
     project: str | None
+    #: The run's one saving, tuning included (`PaybackDict`); null: no saving claimed, or recorded before rows
+    #: kept it (then `saving_j` is the saving at the chosen limit, tuning's cost left out).
+    payback: PaybackDict | None
 
 
 class UnreadableDict(TypedDict):
@@ -134,6 +212,9 @@ class RunRow:
             the store's admin, forget or replace it. None: not yet written, or recorded before rows had one.
         saving_uncertainty_j: How precisely `saving_j` is known (J); None: unknown.
         project: The project it belongs to (`wattwise.project`); None: not said.
+        payback: Its one saving, tuning included (`RunPayback`), as summary.json's `power_limit.payback`
+            gives it; None: no saving claimed, or recorded before rows kept it (`saving_j` then stands,
+            the saving at the chosen limit over the steps run there, tuning's cost left out).
     """
 
     id: str
@@ -155,6 +236,17 @@ class RunRow:
     owner: str | None = None
     saving_uncertainty_j: float | None = None
     project: str | None = None
+    payback: RunPayback | None = None
+
+    @property
+    def run_saving_j(self) -> float | None:
+        """The saving the readers show: the payback's (this run, tuning included), else the row's `saving_j`."""
+        return self.payback.run_energy_saved_j if self.payback is not None else self.saving_j
+
+    @property
+    def run_time_cost_s(self) -> float | None:
+        """The time cost the readers show: the payback's time added, else the row's `time_cost_s`."""
+        return self.payback.run_time_added_s if self.payback is not None else self.time_cost_s
 
     @property
     def start_s(self) -> float:
@@ -193,6 +285,7 @@ class RunRow:
             owner=self.owner,
             saving_uncertainty_j=self.saving_uncertainty_j,
             project=self.project,
+            payback=self.payback.to_dict() if self.payback is not None else None,
         )
 
     @classmethod
@@ -213,7 +306,9 @@ class RunRow:
         devices = data["devices"]
         if not isinstance(devices, list | tuple) or not all(isinstance(d, str) for d in devices):
             raise UsageError(f"{where}: devices must be a list of device names (got {devices!r})")
-        row = cls(**{**data, "devices": tuple(devices)})
+        given = data.get("payback")
+        payback = RunPayback.from_dict(given, where=where) if given is not None else None
+        row = cls(**{**data, "devices": tuple(devices), "payback": payback})
         check_row(row, where=where)
         return row
 
@@ -296,6 +391,10 @@ def check_row(row: RunRow, *, where: str = "run") -> None:
     _optional_text(row.folder, f"{where}: folder", _MAX_FOLDER)
     _optional_text(row.owner, f"{where}: owner", _MAX_OWNER)
     _optional_text(row.project, f"{where}: project", MAX_PROJECT_CHARS)
+    if row.payback is not None:
+        if not isinstance(row.payback, RunPayback):
+            raise UsageError(f"{where}: payback must be a run's payback (got {row.payback!r})")
+        row.payback.check(where=where)
     if not isinstance(row.simulated, bool):
         raise UsageError(f"{where}: simulated must be true or false (got {row.simulated!r})")
 
@@ -322,7 +421,32 @@ def _values(row: RunRow) -> dict[str, Any]:
         "owner": row.owner,
         "saving_uncertainty_j": row.saving_uncertainty_j,
         "project": row.project,
+        **_payback_values(row.payback),
     }
+
+
+#: The history's columns of a run's payback, each `payback_` and the payback's field.
+PAYBACK_COLUMNS = tuple(f"payback_{f.name}" for f in dataclasses.fields(RunPayback))
+
+
+def _payback_values(payback: RunPayback | None) -> dict[str, Any]:
+    """The payback's columns (all NULL for none)."""
+    if payback is None:
+        return dict.fromkeys(PAYBACK_COLUMNS)
+    return {f"payback_{name}": value for name, value in payback.to_dict().items()}
+
+
+def _stored_payback(db: Any) -> dict[str, object] | None:
+    """A row's payback columns as its JSON object (`RunPayback.from_dict` checks it); None when it has none.
+
+    A store before revision 0008 has no such columns; a boolean comes back from SQLite as 0 or 1.
+    """
+    values = {name.removeprefix("payback_"): getattr(db, name, None) for name in PAYBACK_COLUMNS}
+    if all(value is None for value in values.values()):
+        return None
+    if values["paid_back"] in (0, 1):  # also False and True
+        values["paid_back"] = bool(values["paid_back"])
+    return values
 
 
 def _shown_id(value: object) -> str:
@@ -356,6 +480,7 @@ def _row(db: Any) -> RunRow | UnreadableRun:
         data["owner"] = getattr(db, "owner", None)  # a store at revision 0003 has no owner column
         data["saving_uncertainty_j"] = getattr(db, "saving_uncertainty_j", None)  # none before revision 0005
         data["project"] = getattr(db, "project", None)  # none before revision 0006
+        data["payback"] = _stored_payback(db)  # none before revision 0008
         row = RunRow.from_dict(
             {**data, **times, "devices": devices, "simulated": bool(db.simulated)}, where=f"run {run_id}"
         )

@@ -90,7 +90,8 @@ tuning_progress_table = Table(
 )
 
 #: Every training run wattwise measured (`wattwise.store.runs.RunRow`), recurring or not: what `wattwise runs`
-#: and the dashboard read. `id` is the run's own folder name; times are unix seconds; `devices` a JSON list.
+#: and the dashboard read. `id` is the run's own folder name; times are unix seconds; `devices` a JSON list;
+#: the `payback_` columns are the run's one saving (`wattwise.store.history.RunPayback`), NULL before 0008.
 run_history_table = Table(
     "wattwise_run_history",
     metadata,
@@ -113,6 +114,11 @@ run_history_table = Table(
     Column("owner", String(128), nullable=True),
     Column("saving_uncertainty_j", Double, nullable=True),
     Column("project", String(128), nullable=True),
+    Column("payback_run_energy_saved_j", Double, nullable=True),
+    Column("payback_run_energy_saved_uncertainty_j", Double, nullable=True),
+    Column("payback_run_time_added_s", Double, nullable=True),
+    Column("payback_break_even_steps", Integer, nullable=True),
+    Column("payback_paid_back", Boolean, nullable=True),
     Index("ix_wattwise_run_history_start_s", "start_s"),
     Index("ix_wattwise_run_history_job_start_s", "job", "start_s"),
 )

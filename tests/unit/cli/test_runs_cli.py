@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.run_history import T0_S, make_row
-from tests.support.run_records import TUNED_PAID, write_tuned_run
+from tests.support.run_records import PAYBACK, TUNED_PAID, write_tuned_run
 from wattwise.cli.main import main
 from wattwise.profile import ProfileEntry
+from wattwise.record.files import read_run_dir
+from wattwise.record.kept import run_row
 from wattwise.record.summary import payback_lines
 from wattwise.store.limits_memory import LimitsMemory, memory_key
 from wattwise.store.runs import record_run
@@ -64,7 +66,8 @@ def test_list_filters_by_job_status_and_start(store: str, capsys: pytest.Capture
     assert out_json(capsys)["runs"] == []
     assert main(["runs", "list", "--store", store]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert len(table) == 4 and CAPPED in table[2] and "simulated" in table[2]
+    assert len(table) == 5 and CAPPED in table[2] and "simulated" in table[2]
+    assert table[-1].startswith("* recorded before the history kept each run's one saving")  # rows without payback
 
 
 def test_an_empty_history_lists_nothing_and_creates_no_store(
@@ -161,7 +164,7 @@ def test_show_list_and_compare_give_the_runs_saving_as_its_end_of_run_text_does(
     4500 J, which leaves tuning's cost out)."""
     paid_id = "20261201T130000Z-dddddd"
     folder = write_tuned_run(tmp_path / "runs" / paid_id, power_limit=TUNED_PAID)
-    record_run(make_row(paid_id, start_s=T0_S + 10_800, folder=str(folder)), location=store)
+    record_run(run_row(read_run_dir(folder).summary, run_id=paid_id, folder=folder), location=store)  # as it ends
     expected = payback_lines(TUNED_PAID)
     assert expected is not None
     assert main(["runs", "show", paid_id, "--store", store]) == 0
@@ -178,3 +181,36 @@ def test_show_list_and_compare_give_the_runs_saving_as_its_end_of_run_text_does(
     assert main(["runs", "compare", BASE, paid_id, "--store", store]) == 0
     saving = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("saving"))
     assert "1430 ± 150 J" in saving and "4500" not in saving
+
+
+def test_list_gives_each_runs_one_saving_from_the_history_and_marks_a_row_recorded_before_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The saved column and `--json`'s `payback` come from the history's row (its folder is gone here); a row
+    recorded before the history kept the payback gives its old figure, marked, with a line saying what it is."""
+    import dataclasses
+    import shutil
+
+    location = str(tmp_path / "jobs.sqlite")
+    paid_id = "20261201T130000Z-dddddd"
+    folder = write_tuned_run(tmp_path / "runs" / paid_id, power_limit=TUNED_PAID)
+    record_run(run_row(read_run_dir(folder).summary, run_id=paid_id, folder=folder), location=location)
+    shutil.rmtree(folder)
+    old = dataclasses.replace(make_row(BASE), saving_uncertainty_j=40.0)
+    record_run(old, location=location)
+    assert main(["runs", "list", "--store", location]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    paid = next(line for line in lines if line.startswith(paid_id))
+    assert "1430 ± 150" in paid and "*" not in paid
+    assert "4500 ± 40*" in next(line for line in lines if line.startswith(BASE))
+    assert lines[-1].startswith("* recorded before the history kept each run's one saving")
+    assert main(["runs", "list", "--store", location, "--json"]) == 0
+    runs = {r["id"]: r for r in out_json(capsys)["runs"]}
+    assert runs[paid_id]["payback"] == {
+        "run_energy_saved_j": 1432.0,
+        "run_energy_saved_uncertainty_j": PAYBACK.run_energy_saved_uncertainty_j,
+        "run_time_added_s": PAYBACK.run_time_added_s,
+        "break_even_steps": 25,
+        "paid_back": True,
+    }
+    assert runs[BASE]["payback"] is None and runs[BASE]["saving_j"] == 4500.0  # the old field, kept

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 VERSION_TABLE = "wattwise_alembic_version"
 #: The newest revision of versions/ (kept equal to Alembic's head by a test).
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 #: The oldest revision whose run history a reader reads as it is (the columns added since read as unknown).
 READABLE_REVISION = "0003"
 #: The revision that is wattwise 0.1.0's schema (its `wattwise_schema_version` says 1).
