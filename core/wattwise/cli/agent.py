@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -333,7 +334,8 @@ def run_release(args: argparse.Namespace) -> int:
     return 0
 
 
-def _public(gpu: dict[str, Any]) -> dict[str, Any]:
+def _public(gpu: Mapping[str, object]) -> dict[str, Any]:
+    """The fields of a GPU's status that `wattwise agent status` shows."""
     keys = (
         "index",
         "uuid",
