@@ -6,7 +6,6 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from wattwise.recurring.policy import best_so_far, outcomes_by_batch_size, recurrence_cost_means
 from wattwise.recurring.spec import JobSpec, StoredRun
@@ -42,8 +41,8 @@ class JobSummary:
     best_batch_size: int
     batch_sizes: tuple[BatchSizeSummary, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The summary as plain JSON-ready values."""
+    def to_dict(self) -> dict[str, object]:
+        """The summary as plain JSON-ready values (the fields above, `batch_sizes` as a list of objects)."""
         return dataclasses.asdict(self)
 
 
