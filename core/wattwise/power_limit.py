@@ -37,6 +37,11 @@ CONFIRM_ROUNDS = 2
 #: the shortest profile window, and only as many as its cost needs to be told from the best limit's
 #: (`PowerLimitTuner`'s `window_parts`); the highest limit, which every saving is measured against, in all.
 WINDOW_PARTS = 4
+#: A limit not yet told from the best may be measured in up to twice `WINDOW_PARTS` windows while its
+#: window's ends leave its energy known to no better than this fraction (their 95% bound): on a coarse
+#: counter that bound is about a training step's energy at each end, so long steps need longer windows to
+#: tell close limits apart (`PowerLimitTuner._measure_further`).
+RESOLUTION = 0.01
 #: The downward sweep stops once this many limits in a row cost more than the best one by more than their
 #: uncertainty: lower limits only run slower (`PowerLimitTuner`'s `stop_after_worse`).
 STOP_AFTER_WORSE = 2
@@ -120,6 +125,9 @@ class Ranking:
     #: How many windows each entry of `profile` is the mean of (None: one each).
     windows: Sequence[int] | None = None
     min_saving: float = 0.0
+    #: Limits already told from the best as costlier (in fewer windows than the others: their uncertainty is
+    #: wider): never a tie, so a tie cannot go to a limit measured less than the best one.
+    told: frozenset[float] = frozenset()
 
     def _best(self) -> tuple[int, list[float], list[float]]:
         """The selector's best entry (its index), and each entry's value and uncertainty (J per step)."""
@@ -144,7 +152,8 @@ class Ranking:
     def choice(self) -> tuple[ProfileEntry | None, str | None]:
         """The selector's choice, as far as the measurements resolve it.
 
-        The highest limit of the best one's ties. When that is the highest limit measured and it ties with
+        The highest limit of the best one's ties; a limit already told from the best as costlier (`told`)
+        is no tie, whatever its uncertainty. When that is the highest limit measured and it ties with
         another, it is chosen only when both were measured to within `min_saving` (no lower limit saves that
         much); otherwise the measurements cannot tell them apart: no choice, and the reason.
 
@@ -164,7 +173,9 @@ class Ranking:
         ties = [
             i
             for i, e in enumerate(profile)
-            if e in allowed and values[i] - values[b] <= max(floor, math.hypot(sigmas[i], sigmas[b]))
+            if e in allowed
+            and (i == b or e.power_limit_w not in self.told)
+            and values[i] - values[b] <= max(floor, math.hypot(sigmas[i], sigmas[b]))
         ]
         top_i = max(ties, key=lambda i: profile[i].power_limit_w)
         chosen = profile[top_i]
@@ -417,7 +428,8 @@ class PowerLimitTuner:
         """Optimizer steps still needed before every limit is profiled (0 once done)."""
         if self.done:
             return 0
-        # At most: every part of every limit left (the sweep may stop early, a limit need fewer parts).
+        # Every part of every limit left (the sweep may stop early, a limit need fewer parts; a close one on a
+        # coarse counter may take up to twice as many, which this leaves out).
         per_limit = self.warmup_steps + self.profile_steps * self.window_parts
         left = self.sweep_size - self.limit_index
         if self.confirming:  # measuring again: what is left of the round
@@ -623,11 +635,18 @@ class PowerLimitTuner:
         limit is told from it). Another limit until its difference from the best exceeds their combined
         uncertainty (about a 95% bound), or lies clearly within the least saving that counts (`min_saving`),
         or every part is measured: a limit far from the best is told in one part, and not measured again.
+        A limit still not told after `window_parts` parts goes on, up to twice as many, while its window
+        knows its energy no better than `RESOLUTION`: with steps long beside the counter's period, each end
+        of a window is uncertain by about a step's energy, and a longer window is what tells close limits
+        apart.
         """
-        if self.parts >= self.window_parts or self.selector == Selector.TIME:
+        most = 2 * self.window_parts if self.window_parts > 1 else 1  # a limit measured in parts may take more
+        if self.parts >= most or self.selector == Selector.TIME:
             return False
         if self.limit_index == 0 or len(self.profile) < 2:
-            return True
+            return self.parts < self.window_parts
+        if self.parts >= self.window_parts and self._resolved():
+            return False
         b, values, sigmas = self._ranking()._best()
         i = [e.power_limit_w for e in self.profile].index(self.queue[self.limit_index])
         best = i == b
@@ -640,6 +659,11 @@ class PowerLimitTuner:
         if told and not best:
             self.told_early.add(self.queue[self.limit_index])
         return not told
+
+    def _resolved(self) -> bool:
+        """Whether the current limit's window (its parts so far) knows its energy to `RESOLUTION`, or finer."""
+        _, _, energy_j, uncertainty_j = self.windows[-1]
+        return energy_j <= 0 or uncertainty_j <= RESOLUTION * energy_j
 
     def _stop_sweep_if_worse(self, limit_w: float) -> None:
         """Count the sweep's limits in a row that cost more than the best; stop the sweep at `stop_after_worse`."""
@@ -689,6 +713,7 @@ class PowerLimitTuner:
             run_to_run=self.run_to_run,
             windows=self.window_counts if len(self.window_counts) == len(self.profile) else None,
             min_saving=self.min_saving,
+            told=frozenset(self.told_early),
         )
 
     def _select(self) -> ProfileEntry | None:

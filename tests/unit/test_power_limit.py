@@ -313,6 +313,18 @@ def test_a_limit_close_to_the_best_is_measured_in_parts_until_told_from_it():
     assert tuner.uncertainty_j[1] == pytest.approx(1.0 / 20)
 
 
+def test_a_close_limit_whose_windows_are_coarse_is_measured_in_more_parts_until_known_to_one_percent():
+    # Each window of 5 steps known to +-3 J (long steps on a coarse counter: about a step's energy at each
+    # end): after 4 parts 275 W's energy is known to 1.5%, not enough to tell it from 300 W 0.5% away. It
+    # goes on, up to twice the parts, until its window knows it to 1% (7 parts: 0.86%); the highest limit,
+    # which every saving is measured against, keeps its 4.
+    cost = {300.0: 10.0, 275.0: 9.95}
+    tuner = energy_tuner(list(cost), confirm_rounds=0)
+    windows = drive_noisy(tuner, cost, 3.0)
+    assert [w for w, _ in windows] == [300.0] * 4 + [275.0] * 7
+    assert tuner.uncertainty_j[1] == pytest.approx(3.0 / 35) and tuner.uncertainty_j[1] <= 0.01 * 9.95
+
+
 def test_a_new_best_is_measured_until_it_is_told_from_the_one_it_replaces():
     # 275 W is 1% cheaper, 0.1 J a step: after 2 parts (+-0.1 J a step) not yet told, after 3 it is.
     cost = {300.0: 10.0, 275.0: 9.9}

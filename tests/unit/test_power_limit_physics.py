@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.tuning_runs import tuning_run
 from wattwise.devices import Physics
-from wattwise.power_limit import PowerLimitTuner
+from wattwise.power_limit import PowerLimitTuner, Ranking
 from wattwise.profile import ProfileEntry
 from wattwise.run import Run
 
@@ -131,6 +131,19 @@ def test_a_choice_within_the_uncertainty_of_the_highest_limit_is_not_made() -> N
     assert tuner.done and tuner.chosen is None and tuner.unresolved
     assert tuner.unfinished_reason is not None
     assert tuner.unfinished_reason.startswith("the profile windows cannot tell 250 W from 300 W")
+
+
+def test_a_limit_told_costlier_in_fewer_windows_never_wins_a_tie_with_the_best() -> None:
+    # 275 W was measured in one window and told from the best then (its wide uncertainty, 0.4 J a step);
+    # 200 W, measured in every window, ends 0.25 J cheaper. Their difference is within 275 W's uncertainty,
+    # which would make a tie that goes to the higher limit: a limit measured less than the best would be
+    # chosen for the width of its own uncertainty. Told costlier, it is not a tie.
+    rows = entries((300.0, 1.0, 10.0), (275.0, 1.0, 9.55), (200.0, 1.0, 9.3))
+    uncertainty = [0.05, 0.4, 0.05]
+    untold = Ranking(rows, uncertainty, "energy").choice()[0]
+    assert untold is not None and untold.power_limit_w == 275.0
+    told = Ranking(rows, uncertainty, "energy", told=frozenset({275.0})).choice()[0]
+    assert told is not None and told.power_limit_w == 200.0
 
 
 def test_on_an_exact_counter_the_least_energy_wins_however_close() -> None:
