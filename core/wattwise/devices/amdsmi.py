@@ -42,7 +42,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,11 +52,13 @@ from wattwise.devices.base import (
     DeviceError,
     DeviceLostError,
     DeviceSpec,
+    HardwareGPU,
     NoPermissionError,
     NotSupportedError,
     PowerLimitRange,
+    mapped_errors,
 )
-from wattwise.devices.registry import Wanted, select
+from wattwise.devices.registry import Wanted, select_found, spec_uuid
 from wattwise.errors import UsageError, plugin_warning
 
 #: The binding, imported on first use (see the module docstring); tests replace it with a fake.
@@ -171,10 +173,7 @@ def discover_gpus(wanted: Wanted) -> list[Device]:
         NotSupportedError: amdsmi, ROCm's library or the amdgpu driver is missing, or no AMD GPU is visible.
         UsageError: `wanted.gpu_indices` names a GPU that is not visible.
     """
-    gpus: list[Device] = list(amdsmi_gpus())
-    if not gpus:
-        raise NotSupportedError("amdsmi found no AMD GPU visible to this process")
-    return select(gpus, wanted.gpu_indices)
+    return select_found(list(amdsmi_gpus()), wanted, "amdsmi found no AMD GPU visible to this process")
 
 
 def open_amdsmi_spec(spec: DeviceSpec) -> AmdsmiGPU:
@@ -183,9 +182,7 @@ def open_amdsmi_spec(spec: DeviceSpec) -> AmdsmiGPU:
     Raises:
         DeviceError: the spec is not an amdsmi one, or no GPU here has its UUID.
     """
-    uuid = spec.get("uuid")
-    if spec.get("backend") != "amdsmi" or not isinstance(uuid, str):
-        raise DeviceError(f"not an amdsmi device spec (needs backend 'amdsmi' and a uuid): {spec!r}")
+    uuid = spec_uuid(spec, "amdsmi", "amdsmi")
     binding = _initialised()
     with _amdsmi_errors(f"find GPU {uuid}"):
         for handle in binding.amdsmi_get_processor_handles():
@@ -269,7 +266,7 @@ def check_energy_counters(gpus: Sequence[AmdsmiGPU]) -> None:
             )
 
 
-class AmdsmiGPU(Device):
+class AmdsmiGPU(HardwareGPU):
     """One AMD GPU. Thread-safe: the counter's running total is kept under a lock.
 
     Energy comes from the hardware counter when it passed the start-up check, else from polled power
@@ -283,6 +280,7 @@ class AmdsmiGPU(Device):
         self._handle = handle
         self._index = index
         self._id = identity
+        self._name, self._uuid = identity.name, identity.uuid
         self._lock = threading.Lock()
         self._last_ticks: int | None = None
         self._total_uj = 0.0
@@ -300,19 +298,6 @@ class AmdsmiGPU(Device):
 
     def _amdsmi(self, action: str) -> contextlib.AbstractContextManager[None]:
         return _amdsmi_errors(f"GPU {self._index} ({self._id.uuid}): {action}")
-
-    @property
-    def index(self) -> int:
-        return self._index
-
-    @property
-    def name(self) -> str:
-        return self._id.name
-
-    @property
-    def uuid(self) -> str:
-        """The UUID amdsmi gives: stable across reboots and visibility-variable changes."""
-        return self._id.uuid
 
     @property
     def max_read_interval_s(self) -> float | None:
@@ -469,13 +454,9 @@ class AmdsmiGPU(Device):
                 binding.amdsmi_set_gpu_perf_level(self._handle, binding.AmdSmiDevPerfLevel.AUTO)
             _locked_sm_clocks_mhz.pop(self._id.uuid, None)
 
-    def spec(self) -> DeviceSpec:
-        return {"backend": self.backend, "uuid": self._id.uuid, "index": self._index}
-
     def describe(self) -> DeviceDescription:
         info: DeviceDescription = {
             **super().describe(),
-            "uuid": self._id.uuid,
             "serial": self._id.serial,
             "bdf": self._id.bdf,
         }
@@ -513,14 +494,9 @@ def _hip_enumeration(binding: Any, handle: object) -> tuple[int | None, str]:
     return (hip_id if isinstance(hip_id, int) else None), str(info.get("hip_uuid") or "")
 
 
-@contextlib.contextmanager
-def _amdsmi_errors(action: str) -> Iterator[None]:
+def _amdsmi_errors(action: str) -> contextlib.AbstractContextManager[None]:
     """Turn the binding's exceptions into ours, keeping amdsmi's status code and wording."""
-    binding = _binding()
-    try:
-        yield
-    except binding.AmdSmiException as err:
-        raise _mapped_error(err, action) from err
+    return mapped_errors(_binding().AmdSmiException, _mapped_error, action)
 
 
 def _mapped_error(err: Exception, action: str) -> DeviceError:

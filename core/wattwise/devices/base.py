@@ -8,15 +8,15 @@ every backend.
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Required, TypedDict
 
 from wattwise.errors import Unavailable
 
 if TYPE_CHECKING:
-    import contextlib
     import os
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 
 class Simulation(Protocol):
@@ -115,6 +115,23 @@ class DeviceDescription(TypedDict, total=False):
     preset: dict[str, object] | None
     #: agent: the agent's socket.
     agent_socket: str
+
+
+@contextlib.contextmanager
+def mapped_errors(
+    kind: type[Exception], mapped: Callable[[Exception, str], DeviceError], action: str
+) -> Iterator[None]:
+    """A vendor binding's exceptions (`kind`) raised as ours: `mapped(err, action)`, the binding's error chained.
+
+    Args:
+        kind: The binding's exception class (`pynvml.NVMLError`, `amdsmi.AmdSmiException`).
+        mapped: The `DeviceError` of one of its exceptions, whose message starts with `action`.
+        action: What was being done ("GPU 0 (GPU-...): set the power limit").
+    """
+    try:
+        yield
+    except kind as err:
+        raise mapped(err, action) from err
 
 
 @dataclass(frozen=True)
@@ -298,3 +315,37 @@ class Device(abc.ABC):
         except DeviceError:
             pass
         return info
+
+
+class HardwareGPU(Device):
+    """A GPU its vendor's driver names by a UUID (NVML's `GPU-...`, amdsmi's), reopened by it in any process.
+
+    The backend sets `_index` (as the user sees it), `_name` and `_uuid` when it opens the GPU.
+    """
+
+    _index: int
+    _name: str
+    _uuid: str
+
+    @property
+    def index(self) -> int:
+        """The index the user sees (after the visibility variables)."""
+        return self._index
+
+    @property
+    def name(self) -> str:
+        """The model's name, as the driver gives it."""
+        return self._name
+
+    @property
+    def uuid(self) -> str:
+        """The driver's UUID: stable across reboots and changes of the visibility variables (`CUDA_VISIBLE_DEVICES`)."""
+        return self._uuid
+
+    def spec(self) -> DeviceSpec:
+        """The backend, the UUID (indices can change) and the index."""
+        return {"backend": self.backend, "uuid": self._uuid, "index": self._index}
+
+    def describe(self) -> DeviceDescription:
+        """What every device says, and the UUID."""
+        return {**super().describe(), "uuid": self._uuid}

@@ -28,15 +28,16 @@ import pynvml
 
 from wattwise.devices.base import (
     Device,
-    DeviceDescription,
     DeviceError,
     DeviceLostError,
     DeviceSpec,
+    HardwareGPU,
     NoPermissionError,
     NotSupportedError,
     PowerLimitRange,
+    mapped_errors,
 )
-from wattwise.devices.registry import Wanted, select
+from wattwise.devices.registry import Wanted, select_found, spec_uuid
 from wattwise.errors import UsageError
 
 #: A power limit that reads back within this of the requested one counts as applied (driver rounding).
@@ -143,17 +144,12 @@ def discover_gpus(wanted: Wanted) -> list[Device]:
         NotSupportedError: NVML or its driver is missing, or no GPU is visible to this process.
         UsageError: `wanted.gpu_indices` names a GPU that is not visible.
     """
-    gpus: list[Device] = list(nvml_gpus())
-    if not gpus:
-        raise NotSupportedError("NVML found no GPU visible to this process")
-    return select(gpus, wanted.gpu_indices)
+    return select_found(list(nvml_gpus()), wanted, "NVML found no GPU visible to this process")
 
 
 def open_nvml_spec(spec: DeviceSpec) -> NvmlGPU:
     """Reopen a GPU from `NvmlGPU.spec()`, in any process, by its UUID (indices can change)."""
-    uuid = spec.get("uuid")
-    if spec.get("backend") != "nvml" or not isinstance(uuid, str):
-        raise DeviceError(f"not an NVML device spec (needs backend 'nvml' and a uuid): {spec!r}")
+    uuid = spec_uuid(spec, "nvml", "NVML")
     _ensure_initialised()
     with _nvml_errors(f"find GPU {uuid}"):
         handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
@@ -239,7 +235,7 @@ def _resolve_visible_entry(entry: str, uuids: Sequence[str]) -> int | None:
 NVML_ENERGY_UPDATE_PERIOD_S = 0.1
 
 
-class NvmlGPU(Device):
+class NvmlGPU(HardwareGPU):
     """One NVIDIA GPU. Thread-safe, as NVML calls are.
 
     Energy comes from the hardware counter on Volta and newer. Older GPUs have none: the monitor
@@ -269,19 +265,6 @@ class NvmlGPU(Device):
 
     def _nvml(self, action: str) -> contextlib.AbstractContextManager[None]:
         return _nvml_errors(f"GPU {self._index} ({self._uuid}): {action}")
-
-    @property
-    def index(self) -> int:
-        return self._index
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def uuid(self) -> str:
-        """NVML's `GPU-...` UUID: stable across reboots and `CUDA_VISIBLE_DEVICES` changes."""
-        return self._uuid
 
     def has_energy_counter(self) -> bool:
         return self._has_counter
@@ -427,20 +410,10 @@ class NvmlGPU(Device):
                 raise NotSupportedError(f"{where}: this driver has no workload power profiles (570 and later)") from err
             raise _mapped_error(err, where) from err
 
-    def spec(self) -> DeviceSpec:
-        return {"backend": self.backend, "uuid": self._uuid, "index": self._index}
 
-    def describe(self) -> DeviceDescription:
-        return {**super().describe(), "uuid": self._uuid}
-
-
-@contextlib.contextmanager
-def _nvml_errors(action: str) -> Iterator[None]:
+def _nvml_errors(action: str) -> contextlib.AbstractContextManager[None]:
     """Turn the binding's errors into ours, keeping NVML's message and code."""
-    try:
-        yield
-    except pynvml.NVMLError as err:
-        raise _mapped_error(err, action) from err
+    return mapped_errors(pynvml.NVMLError, _mapped_error, action)
 
 
 def _mapped_error(err: Exception, action: str) -> DeviceError:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from wattwise.devices.base import Device, DeviceSpec
+from wattwise.devices.base import Device, DeviceError, DeviceSpec, NotSupportedError
 from wattwise.errors import UsageError
 
 if TYPE_CHECKING:
@@ -165,3 +165,27 @@ def select(devices: list[Device], indices: list[int] | None) -> list[Device]:
     if missing:
         raise UsageError(f"devices.gpus asks for GPU(s) {missing}, but the visible ones are {sorted(by_index)}")
     return [by_index[i] for i in indices]
+
+
+def select_found(devices: list[Device], wanted: Wanted, found_none: str) -> list[Device]:
+    """A GPU backend's discover answer: `select`'s choice of `devices` at `wanted.gpu_indices`.
+
+    Raises:
+        NotSupportedError: `devices` is empty; `found_none` is the reason ("NVML found no GPU visible ...").
+        UsageError: `wanted.gpu_indices` names a GPU that is not visible.
+    """
+    if not devices:
+        raise NotSupportedError(found_none)
+    return select(devices, wanted.gpu_indices)
+
+
+def spec_uuid(spec: DeviceSpec, backend: str, title: str) -> str:
+    """The UUID of a spec of `backend` (`HardwareGPU.spec()`), which the backend reopens its GPU by.
+
+    Raises:
+        DeviceError: The spec is of another backend or has no UUID (`title` names the backend).
+    """
+    uuid = spec.get("uuid")
+    if spec.get("backend") != backend or not isinstance(uuid, str):
+        raise DeviceError(f"not an {title} device spec (needs backend {backend!r} and a uuid): {spec!r}")
+    return uuid
