@@ -87,6 +87,16 @@ class CompiledPicker:
         self.preds = np.ascontiguousarray(layout.preds, dtype=np.int64)
         self.succs = np.ascontiguousarray(layout.succs, dtype=np.int64)
 
+    def layout_args(self, plans: int, *, succs: bool = False) -> tuple[object, ...]:
+        """The kernels' arguments after the picker's: the sizes, `plans`, the threads and the DAG layout.
+
+        `succs`: with the successors too (`polish` walks both ways, `track` forward only).
+        """
+        if succs:
+            kp, ks = self.preds.shape[1], self.succs.shape[1]
+            return (self.n, kp, ks, plans, self.threads, self.order, self.preds, self.succs)
+        return (self.n, self.preds.shape[1], plans, self.threads, self.order, self.preds)
+
 
 def _out(out: np.ndarray | None, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
     if out is None:
@@ -115,6 +125,11 @@ class Totals:
         return self.option_energy_j, self.option_time_s, self.energy_j, self.time_s
 
 
+def _totals(totals: Totals | None, plans: int) -> tuple[FloatArray, ...]:
+    """The kernels' last arguments: `totals`' (`Totals.args`), or none when the sums are not wanted."""
+    return totals.args(plans) if totals is not None else ()
+
+
 def track(
     picker: CompiledPicker, target_finish_s: FloatArray, out: IntArray | None = None, totals: Totals | None = None
 ) -> tuple[IntArray, FloatArray]:
@@ -123,19 +138,7 @@ def track(
     plans = target.shape[0]
     choice = _out(out, (plans, picker.n), PLAN_DTYPE)
     time_s = np.empty(plans)
-    _kernels().track(
-        picker.picker_args,
-        picker.n,
-        picker.preds.shape[1],
-        plans,
-        picker.threads,
-        picker.order,
-        picker.preds,
-        target,
-        choice,
-        time_s,
-        *(totals.args(plans) if totals is not None else ()),
-    )
+    _kernels().track(picker.picker_args, *picker.layout_args(plans), target, choice, time_s, *_totals(totals, plans))
     return choice, time_s
 
 
@@ -157,22 +160,26 @@ def polish(
     time_s = np.empty(plans)
     _kernels().polish(
         picker.picker_args,
-        picker.n,
-        picker.preds.shape[1],
-        picker.succs.shape[1],
-        plans,
-        picker.threads,
-        picker.order,
-        picker.preds,
-        picker.succs,
+        *picker.layout_args(plans, succs=True),
         np.ascontiguousarray(option_time_s, dtype=np.float64),
         start,
         np.ascontiguousarray(deadline_s, dtype=np.float64),
         out,
         time_s,
-        *(totals.args(plans) if totals is not None else ()),
+        *_totals(totals, plans),
     )
     return out, time_s
+
+
+def _breakpoints(
+    potentials: IntArray, slower: IntArray, faster: IntArray, shift: IntArray
+) -> tuple[int, int, tuple[IntArray, IntArray, IntArray, IntArray]]:
+    """Two breakpoints' potentials and each plan's between them, as the relaxed kernels take them.
+
+    The potentials' shape (rows, columns), and the four arrays C-contiguous int64.
+    """
+    p, lo, hi, sh = (np.ascontiguousarray(a, dtype=np.int64) for a in (potentials, slower, faster, shift))
+    return p.shape[0], p.shape[1], (p, lo, hi, sh)
 
 
 def node_finish_s(
@@ -185,21 +192,10 @@ def node_finish_s(
     out: FloatArray | None = None,
 ) -> FloatArray:
     """Relaxed finish time (s) of every node between two breakpoints' potentials, shape (plans, nodes)."""
-    potentials = np.ascontiguousarray(potentials, dtype=np.int64)
+    rows, columns, arrays = _breakpoints(potentials, slower, faster, shift)
     plans = len(slower)
     out = _out(out, (plans, nodes), np.float64)
-    _kernels().node_finish(
-        potentials.shape[0],
-        potentials.shape[1],
-        nodes,
-        plans,
-        float(resolution_s),
-        potentials,
-        np.ascontiguousarray(slower, dtype=np.int64),
-        np.ascontiguousarray(faster, dtype=np.int64),
-        np.ascontiguousarray(shift, dtype=np.int64),
-        out,
-    )
+    _kernels().node_finish(rows, columns, nodes, plans, float(resolution_s), *arrays, out)
     return out
 
 
@@ -210,22 +206,12 @@ def node_durations(
 
     In units, exact in float64; shape (plans, len(columns)).
     """
-    potentials = np.ascontiguousarray(potentials, dtype=np.int64)
+    rows, width, arrays = _breakpoints(potentials, slower, faster, shift)
     columns = np.ascontiguousarray(columns, dtype=np.int64)
     nodes, plans = len(hi), len(slower)
     out = np.empty((plans, len(columns)))
     _kernels().node_durations(
-        potentials.shape[0],
-        potentials.shape[1],
-        nodes,
-        plans,
-        potentials,
-        np.ascontiguousarray(slower, dtype=np.int64),
-        np.ascontiguousarray(faster, dtype=np.int64),
-        np.ascontiguousarray(shift, dtype=np.int64),
-        np.ascontiguousarray(hi, dtype=np.int64),
-        columns,
-        out,
+        rows, width, nodes, plans, *arrays, np.ascontiguousarray(hi, dtype=np.int64), columns, out
     )
     return out
 
