@@ -10,6 +10,7 @@ started (minutes past ten minutes).
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,17 @@ PAUSE_SPANS = {
 OTHER_PAUSE_COLOUR = "rgba(120, 120, 120, 0.25)"
 
 
+def plain(text: str) -> str:
+    """`text` as a chart shows it: as text, never as markup.
+
+    Plotly draws a subset of HTML in every text it is given (titles, legend names, tick labels, hover text,
+    annotations): `<a href>` as a link, `<b>`, `<br>`, `<span style>`. A string that comes from a run's
+    files (a device name, a pause's kind, a selector, a file's name) is therefore escaped before it reaches
+    a figure; Plotly turns the entities back into the characters they stand for.
+    """
+    return html.escape(text, quote=False)
+
+
 def span_of(window: WindowRow) -> tuple[str, str] | None:
     """The legend label and colour of a window drawn as a span on the power chart; None: not drawn.
 
@@ -53,7 +65,7 @@ def span_of(window: WindowRow) -> tuple[str, str] | None:
     that does not say its kind keeps the one shade of "not training".
     """
     if window.window_name == PAUSE_WINDOW and window.kind:
-        return PAUSE_SPANS.get(window.kind, (window.kind, OTHER_PAUSE_COLOUR))
+        return PAUSE_SPANS.get(window.kind, (plain(window.kind), OTHER_PAUSE_COLOUR))
     return SPANS.get(window.window_name)
 
 
@@ -66,9 +78,9 @@ def _go() -> Any:
 
 
 def _layout(fig: go.Figure, title: str, *, simulated: bool, height_px: int = 420) -> go.Figure:
-    """The dashboard's look, and the simulated mark when the figures are simulated."""
+    """The dashboard's look, and the simulated mark when the figures are simulated; `title` is shown as text."""
     fig.update_layout(
-        title={"text": f"{title} ({SIMULATED})" if simulated else title},
+        title={"text": f"{plain(title)} ({SIMULATED})" if simulated else plain(title)},
         template="plotly_white",
         height=height_px,
         margin={"l": 60, "r": 30, "t": 60, "b": 50},
@@ -170,7 +182,7 @@ def power_figure(run: RunDir, windows: Iterable[WindowRow] = ()) -> go.Figure:
                 x=((t - axis.start_s) / axis.unit_s).tolist(),
                 y=p.tolist(),
                 mode="lines",
-                name=f"{trace.device} power (W)",
+                name=f"{plain(trace.device)} power (W)",
             )
         )
     drawn: set[tuple[tuple[float, float], ...]] = set()
@@ -187,7 +199,7 @@ def power_figure(run: RunDir, windows: Iterable[WindowRow] = ()) -> go.Figure:
                 y=ys,
                 mode="lines",
                 line={"shape": "hv", "dash": "dash", "color": "black"},
-                name=f"power limit (W), {device}" if len(drawn) > 1 else "power limit (W)",
+                name=f"power limit (W), {plain(device)}" if len(drawn) > 1 else "power limit (W)",
             )
         )
     fig.update_layout(shapes=span_shapes(windows, axis))
@@ -227,7 +239,7 @@ def profile_figure(limit: PowerLimitSummary, *, simulated: bool) -> go.Figure | 
     if chosen is not None:
         how = f"chosen: {chosen:g} W"
         if limit.selector:
-            how += f" by {limit.selector}" + (f", eta {limit.eta:g}" if limit.eta is not None else "")
+            how += f" by {plain(limit.selector)}" + (f", eta {limit.eta:g}" if limit.eta is not None else "")
         fig.add_vline(x=chosen, line_dash="dash", line_color="green", annotation_text=how)
     fig.update_xaxes(title_text="power limit (W)")
     energy_range = nonnegative_range([e.energy_j for e in entries])
@@ -283,7 +295,7 @@ def comparison_figures(runs: Sequence[ComparedRun]) -> list[go.Figure]:
     go = _go()
     simulated = any(r.simulated for r in runs)
     colours = [PALETTE[i % len(PALETTE)] for i in range(len(runs))]
-    labels = [r.label for r in runs]
+    labels = [plain(r.label) for r in runs]
     bars = make_subplots(rows=1, cols=2, subplot_titles=("energy (J)", "time (s)"))
     bars.add_trace(
         go.Bar(
@@ -313,7 +325,9 @@ def comparison_figures(runs: Sequence[ComparedRun]) -> list[go.Figure]:
         for r, colour in powered:
             assert r.power is not None
             t, p = _bucketed(r.power[0], r.power[1], MAX_POINTS_PER_DEVICE)
-            power.add_trace(go.Scatter(x=t.tolist(), y=p.tolist(), mode="lines", name=r.label, line={"color": colour}))
+            power.add_trace(
+                go.Scatter(x=t.tolist(), y=p.tolist(), mode="lines", name=plain(r.label), line={"color": colour})
+            )
         power.update_xaxes(title_text="time since the run's start (s)")
         power.update_yaxes(title_text="power, all devices (W)", rangemode="tozero")
         figures.append(_layout(power, "Power over time", simulated=simulated))
@@ -433,7 +447,7 @@ def plan_figure(frequencies_mhz: Sequence[Sequence[int]], labels: Sequence[Seque
     go = _go()
     width = max((len(row) for row in frequencies_mhz), default=0)
     z = [[*row, *([math.nan] * (width - len(row)))] for row in frequencies_mhz]
-    text = [[*row, *([""] * (width - len(row)))] for row in labels]
+    text = [[*(plain(label) for label in row), *([""] * (width - len(row)))] for row in labels]
     fig = go.Figure(
         go.Heatmap(
             z=z,

@@ -518,3 +518,55 @@ def test_the_runs_table_gives_each_runs_emissions_at_the_intensity_its_report_wa
     monkeypatch.setenv("WATTWISE_INTENSITY", "DE")
     assert " g CO2e at " in pages.runs_page([row], pages.RunFilter.of({}), source="test")
     assert shown not in pages.runs_page([row], pages.RunFilter.of({}), source="test")
+
+
+HOSTILE = '<a href="https://evil">x</a>'
+
+
+def strings(value: object) -> list[str]:
+    """Every string in a figure's JSON."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def test_a_run_file_cannot_put_a_link_or_markup_into_a_chart(tmp_path: Path) -> None:
+    """A hostile run (its device, pause kind and selector an `<a href>`): every chart shows it as text, in the
+    dashboard's page and in `wattwise report --html`'s, and no link reaches a figure."""
+    from dataclasses import replace
+
+    folder = write_run(tmp_path / "run")
+    run = read_run_dir(folder)
+    s = run.summary
+    assert s.power_limit is not None
+    hostile = replace(
+        s,
+        energy_per_device_j={HOSTILE: s.energy_j},
+        power_limit=replace(s.power_limit, selector=HOSTILE),
+        settings_timeline=tuple(replace(e, device=HOSTILE) for e in s.settings_timeline),
+    )
+    power = [PowerRow(T0_S + 0.5 * i, HOSTILE, 150.0) for i in range(20)]
+    write_run_dir(folder, hostile, power)
+    log = WindowsLog(folder / "windows.csv", [HOSTILE])
+    log.write(WindowRow(T0_S + 20.0, "paused", 3.0, 100.0, {HOSTILE: 100.0}, simulated=True, kind=HOSTILE))
+    log.close()
+    run = read_run_dir(folder)
+    figures = [charts.power_figure(run, run.windows()), charts.profile_figure(run.summary.power_limit, simulated=True)]
+    figures += charts.comparison_figures(
+        [charts.ComparedRun(HOSTILE, 1.0, None, 1.0, True, charts.total_power(run)) for _ in range(2)]
+    )
+    shown = [text for fig in figures if fig is not None for text in strings(fig.to_plotly_json())]
+    assert not [text for text in shown if "<a" in text or "</a>" in text]
+    assert any('&lt;a href="https://evil"&gt;x&lt;/a&gt;' in text for text in shown)  # as text, escaped once
+    for page in (
+        pages.run_page(run, pages.SERVED, title="run"),
+        pages.write_run_html(run, tmp_path / "report.html").read_text(encoding="utf-8"),
+    ):
+        decoded = page  # the figures' JSON as Plotly reads it (Plotly writes <, > and / as \\u escapes)
+        for escape, character in (("\\u003c", "<"), ("\\u003e", ">"), ("\\u002f", "/"), ('\\"', '"')):
+            decoded = decoded.replace(escape, character)
+        assert '<a href="https://evil"' not in decoded and '&lt;a href="https://evil"&gt;x&lt;/a&gt;' in decoded
