@@ -20,6 +20,7 @@ Three checks, each on a virtual clock (the simulated GPU's reads, steps and sett
     python benchmarks/physics.py --only tuning   # one of them (tuning, profiler, recurring, pipeline)
     python benchmarks/physics.py --gpu all       # on every GPU preset (h100, a100, v100, mi300x) in turn
     python benchmarks/physics.py --markdown      # tables for docs/benchmarks.md
+    python benchmarks/physics.py --only tuning --step-ms 50   # tuning with the demo's 50 ms steps
 
 Every figure is simulated: no GPU runs here.
 """
@@ -474,15 +475,23 @@ PRINTERS: dict[str, Callable[[list[dict[str, object]], bool], None]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    global BASE_STEP_S
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(CHECKS), help="run one check")
     parser.add_argument("--markdown", action="store_true", help="print tables for docs/benchmarks.md")
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=20.0,
+        help="the emulated step's time at the highest limit, in ms (default 20; the demo's is 50)",
+    )
     parser.add_argument(
         "--gpu",
         choices=[*GPUS, "all"],
         help="the GPU preset of the realistic physics (WATTWISE_SIMULATED_GPU; all: each in turn)",
     )
     args = parser.parse_args(argv)
+    BASE_STEP_S = args.step_ms / 1000.0
     ok = True
     for gpu in GPUS if args.gpu == "all" else [args.gpu]:
         if gpu is not None:
