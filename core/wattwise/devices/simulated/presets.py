@@ -85,14 +85,19 @@ class GpuPreset:
 
 
 def _nvidia_common(
-    counter: str, reading: str, curve: str, clocks: str, read: str = H100_REPORT + " (500 reads, H100)"
+    counter: str,
+    reading: str,
+    curve: str,
+    clocks: str,
+    read: str = H100_REPORT + " (500 reads, H100)",
+    jitter: str = "assumed (+- 10 ms)",
 ) -> dict[str, str]:
     return {
         "clock": clocks,
         "clock_curve": curve,
         "memory_bound_fraction": PERSEUS_A100,
         "energy_update_period_s": counter,
-        "energy_update_jitter_s": "assumed (+- 10 ms)",
+        "energy_update_jitter_s": jitter,
         "energy_read_s": read,
         "power_reading": reading,
         "power_limit_settle_s": "assumed (0.1 s); the H100 report's 1 s wait bounds it from above",
@@ -105,29 +110,64 @@ def _nvidia_common(
 #: Shared by every preset: GPUs of one node differ in the power they need for the same work (Sinha et al.).
 GPU_SPREAD = 0.03
 
-PRESETS: dict[SimulatedGpuName, GpuPreset] = {
-    SimulatedGpuName.H100: GpuPreset(
-        name=SimulatedGpuName.H100,
-        label="NVIDIA H100 SXM (Hopper)",
-        clock=ClockModel(
-            max_mhz=1980,
-            min_mhz=345,
-            step_mhz=15,
-            memory_bound_fraction=TRAINING_MEMORY_BOUND,
-            linear_share=0.318,
-            transition=0.430,
-            power_exponent=1.178,
-        ),
-        energy_update_period_s=0.100,
-        energy_update_jitter_s=0.010,
+
+def _clocks(
+    max_mhz: int, min_mhz: int, step_mhz: int = 15, *, linear_share: float = 0.632, transition: float = 0.764
+) -> ClockModel:
+    """A GPU's SM clocks with a training step's memory-bound share and the A100's exponent.
+
+    The curve's shape is the A100's (fitted to Perseus) unless the GPU has its own fit.
+    """
+    return ClockModel(
+        max_mhz=max_mhz,
+        min_mhz=min_mhz,
+        step_mhz=step_mhz,
+        memory_bound_fraction=TRAINING_MEMORY_BOUND,
+        linear_share=linear_share,
+        transition=transition,
+        power_exponent=1.178,
+    )
+
+
+def _preset(
+    name: SimulatedGpuName,
+    label: str,
+    clock: ClockModel,
+    *,
+    energy_update_period_s: float,
+    energy_update_jitter_s: float,
+    sources: dict[str, str],
+    power_reading: PowerReading = PowerReading.INSTANTANEOUS,
+    power_window_s: float = 0.0,
+) -> GpuPreset:
+    """A preset whose counter reads, settling and clock-setting calls take what the H100's do (measured or assumed)."""
+    return GpuPreset(
+        name=name,
+        label=label,
+        clock=clock,
+        energy_update_period_s=energy_update_period_s,
+        energy_update_jitter_s=energy_update_jitter_s,
         energy_read_median_s=0.00281,
         energy_read_p90_s=0.00574,
-        power_window_s=1.0,
-        power_reading=PowerReading.AVERAGED,
+        power_window_s=power_window_s,
+        power_reading=power_reading,
         power_limit_settle_s=0.1,
         clock_settle_s=0.010,
         clock_set_s=0.002,
         gpu_spread=GPU_SPREAD,
+        sources=sources,
+    )
+
+
+PRESETS: dict[SimulatedGpuName, GpuPreset] = {
+    SimulatedGpuName.H100: _preset(
+        SimulatedGpuName.H100,
+        "NVIDIA H100 SXM (Hopper)",
+        _clocks(1980, 345, linear_share=0.318, transition=0.430),
+        energy_update_period_s=0.100,
+        energy_update_jitter_s=0.010,
+        power_window_s=1.0,
+        power_reading=PowerReading.AVERAGED,
         sources=_nvidia_common(
             counter=H100_REPORT + ": 21 values in 2 s are 20 changes (100 ms); benchmarks/nvml_calls.py: 10.0/s",
             reading=NVML_POWER,
@@ -135,28 +175,12 @@ PRESETS: dict[SimulatedGpuName, GpuPreset] = {
             clocks=H100_REPORT + " (110 clocks, 345-1980 MHz)",
         ),
     ),
-    SimulatedGpuName.A100: GpuPreset(
-        name=SimulatedGpuName.A100,
-        label="NVIDIA A100 SXM (Ampere GA100)",
-        clock=ClockModel(
-            max_mhz=1410,
-            min_mhz=210,
-            step_mhz=15,
-            memory_bound_fraction=TRAINING_MEMORY_BOUND,
-            linear_share=0.632,
-            transition=0.764,
-            power_exponent=1.178,
-        ),
+    SimulatedGpuName.A100: _preset(
+        SimulatedGpuName.A100,
+        "NVIDIA A100 SXM (Ampere GA100)",
+        _clocks(1410, 210),
         energy_update_period_s=0.100,
         energy_update_jitter_s=0.010,
-        energy_read_median_s=0.00281,
-        energy_read_p90_s=0.00574,
-        power_window_s=0.0,
-        power_reading=PowerReading.INSTANTANEOUS,
-        power_limit_settle_s=0.1,
-        clock_settle_s=0.010,
-        clock_set_s=0.002,
-        gpu_spread=GPU_SPREAD,
         sources=_nvidia_common(
             counter=YANG_SC24,
             reading=NVML_POWER,
@@ -165,71 +189,35 @@ PRESETS: dict[SimulatedGpuName, GpuPreset] = {
             read="assumed: the H100's (" + H100_REPORT + ")",
         ),
     ),
-    SimulatedGpuName.V100: GpuPreset(
-        name=SimulatedGpuName.V100,
-        label="NVIDIA V100 SXM2 (Volta)",
-        clock=ClockModel(
-            max_mhz=1530,
-            min_mhz=135,
-            step_mhz=15,
-            memory_bound_fraction=TRAINING_MEMORY_BOUND,
-            linear_share=0.632,
-            transition=0.764,
-            power_exponent=1.178,
-        ),
+    SimulatedGpuName.V100: _preset(
+        SimulatedGpuName.V100,
+        "NVIDIA V100 SXM2 (Volta)",
+        _clocks(1530, 135),
         energy_update_period_s=0.020,
         energy_update_jitter_s=0.002,
-        energy_read_median_s=0.00281,
-        energy_read_p90_s=0.00574,
-        power_window_s=0.0,
-        power_reading=PowerReading.INSTANTANEOUS,
-        power_limit_settle_s=0.1,
-        clock_settle_s=0.010,
-        clock_set_s=0.002,
-        gpu_spread=GPU_SPREAD,
-        sources={
-            **_nvidia_common(
-                counter=YANG_SC24,
-                reading=NVML_POWER,
-                curve="assumed: the A100's (" + PERSEUS_A100 + ")",
-                clocks="assumed: 135-1530 MHz in 15 MHz steps (the driver lists finer ones)",
-                read="assumed: the H100's (" + H100_REPORT + ")",
-            ),
-            "energy_update_jitter_s": "assumed (+- 2 ms)",
-        },
-    ),
-    SimulatedGpuName.MI300X: GpuPreset(
-        name=SimulatedGpuName.MI300X,
-        label="AMD Instinct MI300X (CDNA 3)",
-        clock=ClockModel(
-            max_mhz=2100,
-            min_mhz=500,
-            step_mhz=25,
-            memory_bound_fraction=TRAINING_MEMORY_BOUND,
-            linear_share=0.632,
-            transition=0.764,
-            power_exponent=1.178,
+        sources=_nvidia_common(
+            counter=YANG_SC24,
+            reading=NVML_POWER,
+            curve="assumed: the A100's (" + PERSEUS_A100 + ")",
+            clocks="assumed: 135-1530 MHz in 15 MHz steps (the driver lists finer ones)",
+            read="assumed: the H100's (" + H100_REPORT + ")",
+            jitter="assumed (+- 2 ms)",
         ),
+    ),
+    SimulatedGpuName.MI300X: _preset(
+        SimulatedGpuName.MI300X,
+        "AMD Instinct MI300X (CDNA 3)",
+        _clocks(2100, 500, 25),
         energy_update_period_s=0.001,
         energy_update_jitter_s=0.0,
-        energy_read_median_s=0.00281,
-        energy_read_p90_s=0.00574,
-        power_window_s=0.0,
-        power_reading=PowerReading.INSTANTANEOUS,
-        power_limit_settle_s=0.1,
-        clock_settle_s=0.010,
-        clock_set_s=0.002,
-        gpu_spread=GPU_SPREAD,
-        sources={
-            **_nvidia_common(
-                counter="assumed (1 ms): AMD's energy accumulator counts in 15.3 uJ steps, far finer than NVML's",
-                reading="assumed: amdsmi's current socket power, instantaneous",
-                curve="assumed: the A100's (" + PERSEUS_A100 + ")",
-                clocks="AMD's MI300X data sheet (2100 MHz peak engine clock); the lowest, 500 MHz, assumed",
-                read="assumed: the H100's NVML read (" + H100_REPORT + ")",
-            ),
-            "energy_update_jitter_s": "assumed (none)",
-        },
+        sources=_nvidia_common(
+            counter="assumed (1 ms): AMD's energy accumulator counts in 15.3 uJ steps, far finer than NVML's",
+            reading="assumed: amdsmi's current socket power, instantaneous",
+            curve="assumed: the A100's (" + PERSEUS_A100 + ")",
+            clocks="AMD's MI300X data sheet (2100 MHz peak engine clock); the lowest, 500 MHz, assumed",
+            read="assumed: the H100's NVML read (" + H100_REPORT + ")",
+            jitter="assumed (none)",
+        ),
     ),
 }
 
