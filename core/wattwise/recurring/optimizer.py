@@ -77,13 +77,7 @@ class BatchSizeOptimizer:
         """Start a run: its id, batch size, remembered power limit (None: profile it) and cost limit."""
         run = self.store.start_run(self.job.name, self._choose, self._clock())
         self._known[run.run_id] = run
-        return Recommendation(
-            run_id=run.run_id,
-            batch_size=run.batch_size,
-            power_limit_w=run.power_limit_w,
-            phase=run.phase,
-            cost_limit=run.cost_limit,
-        )
+        return run.recommendation()
 
     def cost_limit(self, run: StoredRun) -> float:
         """`run` stops before its cost exceeds this (joules).

@@ -8,7 +8,7 @@ maximum number of epochs runs out. All quantities are in SI units: joules, secon
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from wattwise.errors import Key, UsageError
@@ -124,6 +124,13 @@ class StoredRun:
     def reached(self) -> bool:
         """Whether the run reached its target metric."""
         return self.state == "reached"
+
+    def recommendation(self) -> Recommendation:
+        """What the run should use, as `BatchSizeOptimizer.next_batch_size` hands it out.
+
+        Every field of a `Recommendation` is one of this run's own, under the same name.
+        """
+        return Recommendation(**{f.name: getattr(self, f.name) for f in fields(Recommendation)})
 
 
 @dataclass(frozen=True)
