@@ -197,6 +197,21 @@ class RunReport:
     tuning_unfinished: str | None = None
 
 
+#: The report's figures that are the run summary's own, under the same names (`RunSummary`'s fields).
+_SUMMARY_FIELDS = (
+    "simulated",
+    "status",
+    "wattwise_version",
+    "backend",
+    "framework",
+    "hostname",
+    "time_s",
+    "steps",
+    "cpu_energy_j",
+    "simulated_driven_by",
+)
+
+
 def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
     """The report of `run` under `inputs`; every supplied series must cover the run."""
     s = run.summary
@@ -235,22 +250,14 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
     facility_saved_kwh = None if saved_j is None else saved_j * pue_effective / J_PER_KWH
     devices = sorted(set(s.energy_per_device_j) | {t.device for t in run.traces or ()})
     return RunReport(
-        simulated=s.simulated,
-        status=s.status,
-        wattwise_version=s.wattwise_version,
-        backend=s.backend,
-        framework=s.framework,
-        hostname=s.hostname,
+        **{name: getattr(s, name) for name in _SUMMARY_FIELDS},
         region=inputs.region,
         hardware=inputs.hardware or _hardware(s.device_names),
         devices=devices,
         start_time=format_utc(s.start_s),
         end_time=format_utc(s.end_s),
-        time_s=s.time_s,
-        steps=s.steps,
         device_energy_j=s.energy_j,
         device_energy_kwh=s.energy_j / J_PER_KWH,
-        cpu_energy_j=s.cpu_energy_j,
         it_energy_j=it_energy_j,
         it_energy_kwh=it_energy_j / J_PER_KWH,
         facility_energy_j=facility_j,
@@ -289,7 +296,6 @@ def build_report(run: RunDir, inputs: FacilityInputs) -> RunReport:
         device_energy_uncertainty_j=s.energy_uncertainty_j,
         energy_saved_uncertainty_j=limit.energy_saved_uncertainty_j if limit else None,
         saving_resolved=limit.saving_resolved if limit else None,
-        simulated_driven_by=s.simulated_driven_by,
         power_limit_reused=bool(limit and limit.mode != RunMode.CAP and limit.reused),
         power_limit_reused_from=limit.reused_run_id if limit and limit.reused else None,
         carbon_aware_intensity_source=(
