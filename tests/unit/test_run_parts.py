@@ -18,7 +18,7 @@ from wattwise.errors import EnergyPluginWarning
 from wattwise.record.summary import format_summary
 from wattwise.run import Run
 from wattwise.run.agreement import RankedDevice
-from wattwise.run.measurement import EpochInProgress, MeasurementState, RankShare
+from wattwise.run.measurement import EpochState, MeasurementState, RankShare
 from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
 from wattwise.tools.workload import emulate_step
@@ -255,7 +255,7 @@ def test_the_measurements_checkpoint_state_and_share_hold_the_keys_their_typed_d
     state = run.measurement.state_dict()  # an epoch in progress
     assert set(state) == MeasurementState.__required_keys__ | MeasurementState.__optional_keys__
     epoch = state.get("epoch_in_progress")
-    assert epoch is not None and set(epoch) == EpochInProgress.__optional_keys__
+    assert epoch is not None and set(epoch) == EpochState.__optional_keys__
     fit = run.measurement.monitor.peek_window("fit")  # type: ignore[union-attr]
     share = run.measurement.rank_figures(fit)
     assert set(share) == RankShare.__required_keys__

@@ -39,15 +39,7 @@ class Holder:
 
     def journalled(self) -> JournalledHolder:
         """The holder as the journal records it: with start times, so a restarted agent can tell it."""
-        return JournalledHolder(
-            pid=self.pid,
-            uid=self.uid,
-            job=self.job,
-            job_id=self.job_id,
-            pgid=self.pgid,
-            start_ticks=self.start_ticks,
-            pgid_ticks=self.pgid_ticks,
-        )
+        return {**self.public(), "pgid": self.pgid, "start_ticks": self.start_ticks, "pgid_ticks": self.pgid_ticks}
 
     @classmethod
     def from_journal(cls, data: Any) -> Holder | None:

@@ -111,22 +111,16 @@ class RankShare(RankFigures):
     cpu_uncertainty: float | None
 
 
-class EpochInProgress(TypedDict, total=False):
-    """The epoch a checkpoint was saved in: its figures so far (a checkpoint of an older release may lack some)."""
+class EpochState(TypedDict, total=False):
+    """An epoch's figures in a checkpoint: an ended one (`EpochFigures`), or the one in progress, with its steps.
+
+    A checkpoint of an older release may lack some.
+    """
 
     epoch: int
     time_s: float
     energy_j: float
     steps: int
-    energy_uncertainty_j: float
-
-
-class EpochState(TypedDict):
-    """One ended epoch in a checkpoint (`EpochFigures` as a dict)."""
-
-    epoch: int
-    time_s: float
-    energy_j: float
     energy_uncertainty_j: float
 
 
@@ -143,7 +137,7 @@ class MeasurementState(_MeasurementStateRequired, total=False):
     Without a measurement, only the required keys are written.
     """
 
-    epoch_in_progress: EpochInProgress | None
+    epoch_in_progress: EpochState | None
     #: This process's paused figures by kind (`time_s`, `energy_j`, `count`, `energy_uncertainty_j`).
     non_training: dict[str, dict[str, float]]
     energy_uncertainty_j: float
@@ -307,7 +301,7 @@ class RunMeasurement:
         self.prior_energy_uncertainty_j = 0.0
         self.prior_time_s = 0.0
         #: The epoch that was in progress when the resumed checkpoint was saved: its figures so far.
-        self._resumed_epoch: EpochInProgress | None = None
+        self._resumed_epoch: EpochState | None = None
         #: What the open pause is, and this process's paused figures by kind:
         #: [time_s, energy_j, count, squared energy uncertainty].
         self.paused_kind: str | None = None
@@ -797,7 +791,7 @@ class RunMeasurement:
     def state_dict(self) -> MeasurementState:
         """A collective under distributed training: every process calls it at the same point."""
         fit = None
-        epoch: EpochInProgress | None = None
+        epoch: EpochState | None = None
         if self.active and self.monitor is not None and self.is_open(Window.FIT):
             windows = [self._read(lambda mon: mon.peek_window(Window.FIT))]
             if self.is_open(Window.EPOCH) and self._epoch_number is not None:  # an epoch in progress
@@ -806,7 +800,7 @@ class RunMeasurement:
             fit = combined[0]
             if len(combined) > 1:
                 t, e, u = combined[1]
-                carried: EpochInProgress = self._resumed_epoch or {}
+                carried: EpochState = self._resumed_epoch or {}
                 epoch = {
                     "epoch": self._epoch_number if self._epoch_number is not None else len(self.epochs),
                     "time_s": t + float(carried.get("time_s", 0.0)),
