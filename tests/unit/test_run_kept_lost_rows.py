@@ -99,3 +99,36 @@ def test_a_row_that_can_be_written_nowhere_says_where_the_run_is_and_runs_add_re
     assert capsys.readouterr().out.strip() == f"added run {own.name} ({own}) to the history"
     (row,) = list_runs(location=str(store))
     assert row.id == own.name and row.folder == str(own)
+
+
+def test_a_full_home_disk_at_the_end_keeps_the_row_in_the_runs_folder_and_the_next_run_adds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither the spool nor the store can be written (ENOSPC): one warning says where the row is kept, and the
+    next run into the same output folder adds it to the history."""
+    import errno
+
+    from wattwise.record.kept import RUNS_FOLDER
+    from wattwise.store import runs
+
+    out, store = tmp_path / "out", tmp_path / "jobs.sqlite"
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as disk:
+        disk.setattr(spool, "spool_run", full)
+        disk.setattr(runs, "record_run", full)
+        with pytest.warns(EnergyPluginWarning) as warned:
+            first = one_run(out, store)
+    (message,) = [str(w.message) for w in warned]
+    (own,) = (out / "runs").iterdir()
+    kept = own / runs.KEPT_ROW
+    assert f"its row is kept in {kept} until the end of the next run into {out}, which adds it" in message
+    assert "No space left on device" in message and kept.is_file() and runs.RUNS_FOLDER == RUNS_FOLDER
+    assert list_runs(location=str(store)) == []
+    second = one_run(out, store)  # the disk has room again
+    listed = list_runs(location=str(store))
+    assert [r.id for r in listed] == sorted([own.name, next(p.name for p in (out / "runs").iterdir() if p != own)])
+    assert sorted(r.energy_j for r in listed) == sorted([first.final_summary.energy_j, second.final_summary.energy_j])
+    assert not kept.exists()

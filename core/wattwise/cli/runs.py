@@ -376,7 +376,7 @@ def run_add(args: argparse.Namespace) -> int:
 
     from wattwise.record.files import read_run_dir
     from wattwise.record.kept import run_row
-    from wattwise.store.runs import check_run_id, new_run_id, record_run
+    from wattwise.store.runs import KEPT_ROW, check_run_id, new_run_id, record_run
 
     folder = Path(args.folder)
     run = read_run_dir(folder)
@@ -386,6 +386,7 @@ def run_add(args: argparse.Namespace) -> int:
         run_id = new_run_id(run.summary.start_s)
     row = run_row(run.summary, run_id=run_id, folder=folder)
     spooled = record_run(row, location=args.store)
+    (folder / KEPT_ROW).unlink(missing_ok=True)  # the row its end kept there, now recorded
     if args.json:
         print(json_text({"added": row.id, "folder": row.folder, "spooled": str(spooled) if spooled else None}))
     elif spooled is not None:

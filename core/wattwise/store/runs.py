@@ -33,6 +33,7 @@ list --json` contract; `RunRow.to_dict` gives that JSON object. Reading a store 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -141,6 +142,13 @@ def record_run(row: RunRow, *, location: str | None = None) -> Path | None:
     return None
 
 
+#: The file in a run's own folder that keeps its row when neither the spool nor the store could take it
+#: (a full home disk at the run's end), until the next run into the same output folder adds it.
+KEPT_ROW = "history-row.json"
+#: The folder of an output folder that holds each run's own folder (`wattwise.record.kept.RUNS_FOLDER`).
+RUNS_FOLDER = "runs"
+
+
 def record_run_at_end(row: RunRow, *, location: str | None = None) -> Path | None:
     """Record a run as it ends, at the least cost to the training process.
 
@@ -150,23 +158,28 @@ def record_run_at_end(row: RunRow, *, location: str | None = None) -> Path | Non
     on the 2-core development machine). A server store (PostgreSQL, shared by a team) is written at once,
     as `record_run` does, so the team sees the run when it ends.
 
+    A spool that cannot take the row (its folder made by another user in a shared home, a disk full there)
+    does not lose it: the store is written at once instead, as `record_run` does; when that fails too,
+    the row is kept in the run's own folder (`KEPT_ROW`), and the end of the next run into the same output
+    folder (or `wattwise runs add FOLDER`) adds it. Rows kept so beside this run's folder are added first.
+
     Args:
         row: The run (`check_row` is applied first).
         location: As for `record_run`.
-
-    A spool that cannot take the row (its folder made by another user in a shared home, a disk full there)
-    does not lose it: the store is written at once instead, as `record_run` does.
 
     Returns:
         The spool file only when a store could not be reached (see `record_run`); None otherwise.
 
     Raises:
         UsageError: as for `record_run`.
+        OSError: the row could be written nowhere but its own folder (the message says where it is kept,
+            and what adds it), or not even there (the spool's reason).
     """
     from wattwise.store import spool
 
     check_row(row)
     url = _url(location)
+    _add_kept_rows(Path(row.folder), location)
     if url.startswith("sqlite"):
         try:
             spool.spool_run(url, row)
@@ -174,9 +187,74 @@ def record_run_at_end(row: RunRow, *, location: str | None = None) -> Path | Non
             try:
                 return record_run(row, location=location)
             except (UsageError, spool.StoreUnavailable, OSError):
-                raise err from None  # neither can: the spool's reason, the first met
+                raise _kept_in_folder(row, err) from None  # neither can: kept in its folder, the spool's reason
         return None
-    return record_run(row, location=location)
+    try:
+        return record_run(row, location=location)
+    except OSError as err:  # no spool to fall back on (a full disk in the home): kept in its own folder
+        raise _kept_in_folder(row, err) from None
+
+
+def _kept_in_folder(row: RunRow, err: OSError) -> OSError:
+    """Keep `row` in its own folder (`KEPT_ROW`) for the next run to add; the error to raise, saying where.
+
+    When that cannot be written either, `err` itself.
+    """
+    from wattwise.store import spool
+
+    folder = Path(row.folder)
+    path = folder / KEPT_ROW
+    try:
+        spool.write_run_file(path, row)
+    except OSError:
+        return err
+    output = folder.parent.parent if folder.parent.name == RUNS_FOLDER else folder
+    return OSError(
+        err.errno,
+        f"{err.strerror or err}; its row is kept in {path} until the end of the next run into {output}, which adds it",
+        err.filename,  # what could not be written, as the spool said
+    )
+
+
+def _add_kept_rows(folder: Path, location: str | None) -> None:
+    """Add the rows kept in the own folders beside `folder` (`KEPT_ROW`) by runs whose history was not written.
+
+    Each file is removed once the spool or the store has its row; a file that is not a run of yours stays.
+    """
+    from wattwise.safe_files import UntrustedFile
+    from wattwise.store import spool
+
+    if folder.parent.name != RUNS_FOLDER:
+        return
+    try:
+        siblings = sorted(os.scandir(folder.parent), key=lambda entry: entry.name)
+    except OSError:
+        return
+    for entry in siblings:
+        path = Path(entry.path) / KEPT_ROW
+        if entry.path == str(folder) or not os.path.lexists(path):
+            continue
+        try:
+            kept = spool.read(path)
+            if isinstance(kept, RunRow):
+                _record_kept(kept, location)
+                path.unlink()
+        except (OSError, ValueError, UsageError, UntrustedFile, spool.StoreUnavailable):
+            continue  # still kept: the next run tries again
+
+
+def _record_kept(row: RunRow, location: str | None) -> None:
+    """A kept row into the spool of a local store (else the store itself), as `record_run_at_end` records it."""
+    from wattwise.store import spool
+
+    url = _url(location)
+    if url.startswith("sqlite"):
+        try:
+            spool.spool_run(url, row)
+            return
+        except OSError:
+            pass
+    record_run(row, location=location)  # spooled when the store cannot be reached: delivered when next opened
 
 
 def _spooled(url: str) -> list[RunRow]:

@@ -172,9 +172,18 @@ def spool_run(url: str, row: RunRow) -> Path:
     """
     directory = own_spool_dir(url)
     path = directory / f"{time.time_ns():020d}-history-{row.id}.json"
+    write_run_file(path, row)
+    return path
+
+
+def write_run_file(path: Path, row: RunRow) -> None:
+    """Write a run of the history to `path` as a spool file holds it (owner-only; `read` reads it back).
+
+    Raises:
+        OSError: the file cannot be written.
+    """
     payload = {"version": SPOOL_VERSION, "kind": RUN_HISTORY_KIND, **row.to_dict()}
     write_text(path, json.dumps(payload, indent=1), mode=0o600)
-    return path
 
 
 def _entries(url: str) -> list[Path]:
