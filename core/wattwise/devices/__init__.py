@@ -175,18 +175,22 @@ def _state_file_identity(spec: DeviceSpec) -> str | None:
     return os.path.realpath(str(spec["state_file"])) if spec.get("state_file") else None
 
 
-# The backends wattwise ships, in the order "auto" probes them and `backend_choices()` lists them.
-register(
-    Backend(
-        "nvml",
-        lazy("wattwise.devices.nvml", "discover_gpus"),
-        lazy("wattwise.devices.nvml", "open_nvml_spec"),
+def _hardware_gpus(name: str, needs: str, title: str = "") -> Backend:
+    """A probed backend of `HardwareGPU`s: module `wattwise.devices.<name>` finds them and reopens them by UUID."""
+    module = f"wattwise.devices.{name}"
+    return Backend(
+        name,
+        lazy(module, "discover_gpus"),
+        lazy(module, f"open_{name}_spec"),
         probe=True,
-        title="NVML",
-        needs="an NVIDIA GPU and its driver",
+        title=title,
+        needs=needs,
         identity=_uuid_identity,
     )
-)
+
+
+# The backends wattwise ships, in the order "auto" probes them and `backend_choices()` lists them.
+register(_hardware_gpus("nvml", "an NVIDIA GPU and its driver", title="NVML"))
 register(
     Backend(
         "simulated",
@@ -205,16 +209,7 @@ register(
     )
 )
 # After NVML among the probed backends: "auto" takes NVIDIA GPUs first, then AMD ones, then the CPU.
-register(
-    Backend(
-        "amdsmi",
-        lazy("wattwise.devices.amdsmi", "discover_gpus"),
-        lazy("wattwise.devices.amdsmi", "open_amdsmi_spec"),
-        probe=True,
-        needs="an AMD GPU, its amdgpu driver and the amdsmi package",
-        identity=_uuid_identity,
-    )
-)
+register(_hardware_gpus("amdsmi", "an AMD GPU, its amdgpu driver and the amdsmi package"))
 register(
     Backend(
         "rapl",
