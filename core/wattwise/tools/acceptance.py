@@ -72,10 +72,12 @@ from wattwise.tools.checks import (
     NO_GPU,
     PASSED,
     SKIPPED,
+    AcceptanceReport,
     Check,
     CheckResult,
     Context,
     Failure,
+    GpuInfo,
     MatmulLoad,
     Skip,
     markdown_table,
@@ -659,7 +661,7 @@ def run_checks(
     budget_s: float | None = None,
     fresh: bool = False,
     clock: Callable[[], float] = time.monotonic,
-) -> dict[str, Any]:
+) -> AcceptanceReport:
     """Run the checks (CHECKS, the lever checks with `levers_only`, or `only` those); write acceptance.json and .md.
 
     A check that passed in `out` before, on the same GPU and at the same length, is kept unless `fresh`;
@@ -683,7 +685,9 @@ def run_checks(
     registered = all_checks()
     default = levers.LEVER_CHECKS if levers_only else CHECKS
     wanted = [n for n, _ in registered if n in only] if only is not None else [n for n, _ in default]
-    gpu_info = {"index": gpu.index, "name": gpu.name, "describe": gpu.describe()} if gpu is not None else None
+    gpu_info: GpuInfo | None = (
+        {"index": gpu.index, "name": gpu.name, "describe": gpu.describe()} if gpu is not None else None
+    )
     simulated = gpu is not None and gpu.simulated
     earlier = {} if fresh else _earlier_checks(out / "acceptance.json", gpu_info, simulated, quick, notes)
     known = {n for n, _ in registered}
@@ -700,27 +704,24 @@ def run_checks(
         name: CheckResult(c["name"], c["status"], c.get("reason"), c.get("figures") or {}, c.get("kept_from"))
         for name, c in earlier.items()
     }
-    report: dict[str, Any] = {}
 
-    def write() -> None:
+    def write() -> AcceptanceReport:
         listed = [results[n] for n, _ in registered if n in results]
-        report.clear()
-        report.update(
-            {
-                "schema": SCHEMA,
-                "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "host": os.uname().nodename,
-                "gpu": gpu_info,
-                "simulated": simulated,
-                "versions": versions(),
-                "quick": quick,
-                "notes": notes,
-                "checks": [r.to_dict() for r in listed],
-                "summary": {s: sum(r.status == s for r in listed) for s in (PASSED, FAILED, SKIPPED)},
-            }
-        )
+        report: AcceptanceReport = {
+            "schema": SCHEMA,
+            "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "host": os.uname().nodename,
+            "gpu": gpu_info,
+            "simulated": simulated,
+            "versions": versions(),
+            "quick": quick,
+            "notes": notes,
+            "checks": [r.to_dict() for r in listed],
+            "summary": {s: sum(r.status == s for r in listed) for s in (PASSED, FAILED, SKIPPED)},
+        }
         _write_text(out / "acceptance.json", json_text(report) + "\n")
         _write_text(out / "acceptance.md", markdown(report))
+        return report
 
     for name, c in earlier.items():
         if c["status"] == PASSED:
@@ -755,12 +756,11 @@ def run_checks(
             if results[name].status == PASSED:
                 ctx.shared[name] = results[name].figures
         write()
-    write()
-    return report
+    return write()
 
 
 def _earlier_checks(
-    path: Path, gpu_info: dict[str, Any] | None, simulated: bool, quick: bool, notes: list[str]
+    path: Path, gpu_info: GpuInfo | None, simulated: bool, quick: bool, notes: list[str]
 ) -> dict[str, dict[str, Any]]:
     """The checks of an earlier report at `path` that this run continues, by name (none when it differs).
 
@@ -901,7 +901,7 @@ def _cuda_index(gpu: Device) -> int:
     return int(getattr(gpu, "cuda_index", gpu.index))
 
 
-def markdown(report: dict[str, Any]) -> str:
+def markdown(report: AcceptanceReport) -> str:
     """The report as Markdown, for docs/acceptance/<gpu>-<date>.md."""
     gpu = report["gpu"]["name"] if report["gpu"] else "no NVIDIA GPU"
     if report.get("simulated"):
@@ -940,15 +940,16 @@ def preset_of(gpu_name: str) -> str:
     return next((g.value for g in SimulatedGpuName if g.value.upper() in upper), SimulatedGpuName.H100.value)
 
 
-def preset_rows(report: dict[str, Any]) -> list[str]:
+def preset_rows(report: AcceptanceReport) -> list[str]:
     """A table of what the run measured beside the simulated GPU's preset for it; [] when nothing to compare."""
     from wattwise.devices.simulated import PowerModel
     from wattwise.devices.simulated.presets import PRESETS
     from wattwise.vocabulary import SimulatedGpuName
 
-    if not report.get("gpu") or report.get("simulated"):
+    gpu = report.get("gpu")
+    if not gpu or report.get("simulated"):
         return []
-    preset = PRESETS[SimulatedGpuName(preset_of(str(report["gpu"]["name"])))]
+    preset = PRESETS[SimulatedGpuName(preset_of(str(gpu["name"])))]
     figures = {c["name"]: c["figures"] for c in report["checks"] if c["status"] == PASSED and c["figures"]}
     rows: list[list[str]] = []
 

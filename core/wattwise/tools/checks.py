@@ -14,13 +14,48 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
-from wattwise.devices.base import Device, DeviceSpec
+from wattwise.devices.base import Device, DeviceDescription, DeviceSpec
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 #: Why a check that needs a GPU is skipped.
 NO_GPU = "no NVIDIA GPU found through NVML, nor AMD GPU through amdsmi"
+
+
+class CheckDict(TypedDict):
+    """One check as `acceptance.json` lists it (`CheckResult.to_dict`)."""
+
+    name: str
+    status: str
+    reason: str | None
+    #: What it measured: each check's own figures (SI units in their names).
+    figures: dict[str, Any]
+    kept_from: NotRequired[str]
+
+
+class GpuInfo(TypedDict):
+    """The GPU under test, as `acceptance.json` names it."""
+
+    index: int
+    name: str
+    describe: DeviceDescription
+
+
+class AcceptanceReport(TypedDict):
+    """`acceptance.json`: where and when the checks ran, on which GPU, and each check's result."""
+
+    schema: str
+    time: str
+    host: str
+    gpu: GpuInfo | None
+    simulated: bool
+    versions: dict[str, str | None]
+    quick: bool
+    notes: list[str]
+    checks: list[CheckDict]
+    #: How many checks passed, failed and were skipped.
+    summary: dict[str, int]
 
 
 @dataclasses.dataclass
@@ -34,9 +69,9 @@ class CheckResult:
     #: When an earlier run into the same folder passed it (the check was kept, not run again), else None.
     kept_from: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CheckDict:
         """The check as `acceptance.json` lists it."""
-        out = {"name": self.name, "status": self.status, "reason": self.reason, "figures": self.figures}
+        out: CheckDict = {"name": self.name, "status": self.status, "reason": self.reason, "figures": self.figures}
         if self.kept_from is not None:
             out["kept_from"] = self.kept_from
         return out
