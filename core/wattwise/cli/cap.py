@@ -15,12 +15,11 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any
 
-from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command
+from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command, missing_command, wrapped_command
 from wattwise.devices import Device, DeviceError, backend_choices, discover, name_job
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
@@ -160,15 +159,10 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
-    cmd = list(args.command)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise UsageError("no command given; use `wattwise cap --watts W -- CMD ARGS...`")
+    cmd = wrapped_command(args.command, usage="wattwise cap --watts W -- CMD ARGS...")
     if not (math.isfinite(args.watts) and args.watts > 0):
         raise UsageError(f"--watts must be a positive number of watts (got {args.watts:g})")
-    if shutil.which(cmd[0]) is None:
-        print(f"wattwise cap: error: command not found: {cmd[0]}", file=sys.stderr)
+    if missing_command(cmd, "wattwise cap"):
         return EXIT_NOT_FOUND
     indices = _indices(args.gpus)
     _check_simulated(args.backend, indices)

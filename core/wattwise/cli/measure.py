@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from wattwise.config import SETTING, default_of
@@ -46,13 +46,8 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
-    cmd = list(args.command)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise UsageError("no command given; use `wattwise measure -- CMD ARGS...`")
-    if shutil.which(cmd[0]) is None:
-        print(f"wattwise measure: error: command not found: {cmd[0]}", file=sys.stderr)
+    cmd = wrapped_command(args.command, usage="wattwise measure -- CMD ARGS...")
+    if missing_command(cmd, "wattwise measure"):
         return EXIT_NOT_FOUND
     found = discover(args.backend, include_cpu=args.cpu)
     for note in found.notes:
@@ -99,6 +94,28 @@ def run(args: argparse.Namespace) -> int:
             figure = with_uncertainty(joules, uncertainty_j.get(key), "J", places=2, grouped=True)
             print(f"  {key}: {figure}{approx}", file=sys.stderr)
     return code if code >= 0 else 128 - code
+
+
+def wrapped_command(command: Sequence[str], *, usage: str) -> list[str]:
+    """The command a wrapping command (`measure`, `cap`, `run`) runs: its `-- CMD ARGS...`, the `--` dropped.
+
+    Raises:
+        UsageError: no command given, saying how to give one (`usage`).
+    """
+    cmd = list(command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError(f"no command given; use `{usage}`")
+    return cmd
+
+
+def missing_command(cmd: Sequence[str], program: str) -> bool:
+    """Whether `cmd`'s program is not on PATH; then one line on stderr says so, for `program`'s exit 127."""
+    if shutil.which(cmd[0]) is not None:
+        return False
+    print(f"{program}: error: command not found: {cmd[0]}", file=sys.stderr)
+    return True
 
 
 def _run_command(cmd: list[str], started: Callable[[int], None] | None = None, *, own_group: bool = False) -> int:

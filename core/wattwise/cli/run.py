@@ -12,13 +12,12 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from wattwise import flags
-from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command
+from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command, missing_command, wrapped_command
 from wattwise.config import (
     CONFIG_HELP,
     OVERRIDES_HELP,
@@ -73,17 +72,12 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
-    cmd = list(args.command)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise UsageError("no command given; use `wattwise run [options] -- CMD ARGS...`")
+    cmd = wrapped_command(args.command, usage="wattwise run [options] -- CMD ARGS...")
     given: dict[str, Any] = {s.name: getattr(args, s.name) for s in SETTINGS}
     # The settings are checked here, before CMD runs, with the options' names in the message.
     cfg = load_config([args.config] if args.config else [], args.overrides, setting_values(given))
     check_cap_given("wattwise run", cfg, given, {s.name: f"--{s.name.replace('_', '-')}" for s in SETTINGS})
-    if shutil.which(cmd[0]) is None:
-        print(f"wattwise run: error: command not found: {cmd[0]}", file=sys.stderr)
+    if missing_command(cmd, "wattwise run"):
         return EXIT_NOT_FOUND
     env = flag_environment(os.environ, {**given, "config": args.config, "overrides": args.overrides})
     try:  # the variables CMD inherits are read too: a bad one is refused now, not in every worker
