@@ -49,7 +49,12 @@ from wattwise.agent.agent import (
 from wattwise.agent.connections import ConnectionLimits
 from wattwise.agent.leases import Holder
 from wattwise.agent.processes import Peer, identify_peer, process_alive, process_groups
-from wattwise.devices.agent import GpuStatus, JobEnd
+from wattwise.devices.agent import (
+    ClockLockRequest,
+    GpuStatus,
+    JobEnd,
+    PowerLimitRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +149,8 @@ def _pinned(peer: Peer) -> tuple[Holder, set[int]]:
     return Holder(peer.pid, peer.uid, "", peer.start_ticks), groups
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def _body(request: web.Request) -> dict[str, object]:
+    """The request's JSON object as it came; a handler reads a body of several fields into its request's TypedDict."""
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length)
     try:
@@ -162,7 +168,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return data
 
 
-def _job(data: dict[str, Any], key: str = "job") -> str:
+def _job(data: dict[str, object], key: str = "job") -> str:
     """A name the body gives (`job`, `job_id`): printable, at most `MAX_JOB_CHARS`; "" when not given."""
     job = data.get(key, "")
     if not is_job_name(job):
@@ -170,14 +176,14 @@ def _job(data: dict[str, Any], key: str = "job") -> str:
     return job
 
 
-def _number(data: dict[str, Any], key: str) -> float:
+def _number(data: dict[str, object], key: str) -> float:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidRequest(f"{key} must be a finite number (got {value!r})")
     return float(value)
 
 
-def _integer(data: dict[str, Any], key: str) -> int:
+def _integer(data: dict[str, object], key: str) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequest(f"{key} must be an integer number of MHz (got {value!r})")
@@ -233,16 +239,22 @@ def make_app(agent: Agent, limits: ConnectionLimits | None = None) -> web.Applic
         index = _index(request, agent)
         data = await _body(request)
         caller, gids = _caller(request)
-        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks, _job(data, "job_id"))
-        watts = _number(data, "watts")
-        return await _changed(agent, index, holder, lambda: agent.set_power_limit(index, holder, gids, watts))
+        asked = PowerLimitRequest(job=_job(data), job_id=_job(data, "job_id"), watts=_number(data, "watts"))
+        holder = Holder(caller.pid, caller.uid, asked["job"], caller.start_ticks, asked["job_id"])
+        return await _changed(agent, index, holder, lambda: agent.set_power_limit(index, holder, gids, asked["watts"]))
 
     async def lock_clocks(request: web.Request) -> web.Response:
         index = _index(request, agent)
         data = await _body(request)
         caller, gids = _caller(request)
-        holder = Holder(caller.pid, caller.uid, _job(data), caller.start_ticks, _job(data, "job_id"))
-        low, high = _integer(data, "min_mhz"), _integer(data, "max_mhz")
+        asked = ClockLockRequest(
+            job=_job(data),
+            job_id=_job(data, "job_id"),
+            min_mhz=_integer(data, "min_mhz"),
+            max_mhz=_integer(data, "max_mhz"),
+        )
+        holder = Holder(caller.pid, caller.uid, asked["job"], caller.start_ticks, asked["job_id"])
+        low, high = asked["min_mhz"], asked["max_mhz"]
         return await _changed(agent, index, holder, lambda: agent.lock_sm_clocks(index, holder, gids, low, high))
 
     async def reset_clocks(request: web.Request) -> web.Response:
