@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from wattwise.errors import UsageError
 from wattwise.safe_files import private_dir
@@ -105,7 +104,7 @@ class AgentJournal:
         save_changes(self.path, changes)
 
 
-def _version_1_changes(content: dict[str, Any]) -> list[JournalChange]:
+def _version_1_changes(content: dict[str, object]) -> list[JournalChange]:
     """The changes of a journal an agent before the settings package wrote, checked as any journal's."""
     backend, gpus = content.get("backend"), content.get("gpus")
     if not isinstance(gpus, dict):

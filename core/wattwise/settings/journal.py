@@ -231,7 +231,7 @@ def file_problem(path: Path) -> str | None:
     return trust_problem(st, what="the journal")
 
 
-def read_object(path: Path) -> dict[str, Any]:
+def read_object(path: Path) -> dict[str, object]:
     """The JSON object in the journal file `path`, read only when the file can be trusted.
 
     Raises:
@@ -263,7 +263,7 @@ def check_changes(changes: Any, *, check_state_files: bool = True) -> list[Journ
     return cast(list[JournalChange], changes)
 
 
-def check_journal(path: Path, content: dict[str, Any], *, check_state_files: bool = True) -> Journal:
+def check_journal(path: Path, content: dict[str, object], *, check_state_files: bool = True) -> Journal:
     """A journal's JSON object, checked field by field (see `check_changes`); JournalProblem says what is wrong."""
     pid, host = content.get("pid"), content.get("host")
     if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:

@@ -12,7 +12,7 @@ import errno
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from wattwise.bounds import POWER_LIMIT_W, check_integer
 from wattwise.devices.simulated.models import ClockModel
@@ -23,11 +23,18 @@ from wattwise.safe_files import private_dir, write_text
 MAX_STATE_BYTES = 1 << 16
 
 
-def parse_state(state: dict[str, Any], clock: ClockModel) -> tuple[float, tuple[int, int] | None]:
+class SimulatedState(TypedDict):
+    """A state file's object: the GPU's power limit (W) and its locked SM clock range (MHz), None when unlocked."""
+
+    power_limit_w: float
+    locked_sm_clocks_mhz: list[int] | None
+
+
+def parse_state(state: dict[str, object], clock: ClockModel) -> tuple[float, tuple[int, int] | None]:
     """The settings in a state file's object: (power limit in W, locked SM clock range in MHz or None).
 
     Args:
-        state: the file's JSON object (`{"power_limit_w": W, "locked_sm_clocks_mhz": [lo, hi] or null}`).
+        state: the file's JSON object as read (`write_state` writes a `SimulatedState`).
         clock: the GPU's clock model: a locked range must lie within its clocks, as `lock_sm_clocks_mhz`
             asks.
 
@@ -61,7 +68,7 @@ def write_state(path: Path, limit_w: float, locked: tuple[int, int] | None) -> N
     Raises:
         OSError: they cannot be written.
     """
-    payload = {"power_limit_w": limit_w, "locked_sm_clocks_mhz": list(locked) if locked else None}
+    payload = SimulatedState(power_limit_w=limit_w, locked_sm_clocks_mhz=list(locked) if locked else None)
     private_dir(path.parent)
     # Readable by the node agent's users (their processes read its GPUs' state), writable by its owner.
     try:
