@@ -16,7 +16,7 @@ import tempfile
 import time
 import warnings
 
-import lightning.pytorch as pl
+from _lightning import cpu_trainer
 
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
@@ -31,18 +31,7 @@ def one_fit(steps: int, step_time_s: float, with_callback: bool, tmp: str) -> fl
         callbacks.append(
             EnergyCallback(devices=list(gpus), output_dir=f"{tmp}/run", overrides=["monitor.sync_cuda=false"])
         )
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=steps,
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        callbacks=callbacks,
-    )
+    trainer = cpu_trainer(steps, callbacks)
     module = EmulatedModule(gpus=list(gpus), dataset_size=32 * steps)
     start = time.perf_counter()
     trainer.fit(module)

@@ -20,7 +20,7 @@ import time
 import warnings
 from typing import Any
 
-import lightning.pytorch as pl
+from _lightning import cpu_trainer
 
 from lightning_energy import EnergyCallback
 from lightning_energy.demo import EmulatedModule
@@ -108,18 +108,7 @@ def one_fit(steps: int, step_time_s: float) -> tuple[float, float]:
     tmp = tempfile.mkdtemp(prefix="wattwise-hook-cost-")
     gpus = simulated_gpus(1, base_step_time_s=step_time_s, persist_dir=f"{tmp}/state")
     callback = TimedCallback(devices=list(gpus), output_dir=f"{tmp}/run", overrides=["monitor.sync_cuda=false"])
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=steps,
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        callbacks=[callback],
-    )
+    trainer = cpu_trainer(steps, [callback])
     callback.spent_s = 0.0  # the Trainer read state_key while it was built
     trainer.fit(EmulatedModule(gpus=list(gpus), dataset_size=32 * steps))
     return statistics.median(callback.per_step_s) * 1e6, callback.spent_s / len(callback.per_step_s) * 1e6
