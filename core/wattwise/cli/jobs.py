@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from sqlalchemy.engine import make_url
 
@@ -80,40 +80,96 @@ def _missing_sqlite_file(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not Path(database).exists()
 
 
-def _number(value: float | None) -> Any:
+def _number(value: float | None) -> float | None:
     """JSON has no infinity: infinite and missing numbers are null."""
     return value if value is not None and math.isfinite(value) else None
 
 
-def _spec_dict(spec: JobSpec) -> dict[str, Any]:
-    return {
-        "name": spec.name,
-        "batch_sizes": list(spec.batch_sizes),
-        "default_batch_size": spec.default_batch_size,
-        "target_metric": spec.target_metric,
-        "metric_mode": spec.metric_mode,
-        "max_epochs": spec.max_epochs,
-        "max_power_w": spec.max_power_w,
-        "eta": spec.eta,
-        "beta": spec.beta,
-    }
+class JobDict(TypedDict):
+    """A recurring job's settings, as `wattwise jobs show --json` gives them under `job`."""
+
+    name: str
+    batch_sizes: list[int]
+    default_batch_size: int
+    target_metric: float
+    metric_mode: str
+    max_epochs: int
+    max_power_w: float
+    eta: float
+    beta: float
 
 
-def _run_dict(run: StoredRun) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "batch_size": run.batch_size,
-        "phase": run.phase,
-        "state": run.state,
-        "power_limit_w": run.power_limit_w,
-        "epochs": run.epochs,
-        "energy_j": run.energy_j,
-        "time_s": run.time_s,
-        "cost": run.cost,
-        "cost_limit": _number(run.cost_limit),
-        "started_at_s": run.started_at_s,
-        "updated_at_s": run.updated_at_s,
-    }
+class StoredRunDict(TypedDict):
+    """One run of a recurring job, as `wattwise jobs show --json` lists it under `runs` (unknown figures null)."""
+
+    run_id: int
+    batch_size: int
+    phase: str
+    state: str
+    power_limit_w: float | None
+    epochs: int
+    energy_j: float | None
+    time_s: float | None
+    cost: float | None
+    #: null: no limit.
+    cost_limit: float | None
+    started_at_s: float
+    updated_at_s: float
+
+
+class RememberedLimitDict(TypedDict):
+    """A remembered power limit, as `wattwise jobs show --json` lists it under `remembered_limits`."""
+
+    key: str
+    power_limit_w: float
+    time_s: float
+    energy_j: float
+    profiled: int
+    selector: str | None
+    eta: float | None
+    chosen_at_s: float | None
+    run_id: str | None
+
+
+class TuningProgressDict(TypedDict):
+    """An unfinished tuning, as `wattwise jobs show --json` lists it under `tuning_progress`."""
+
+    key: str
+    profiled: int
+    limits: int
+    updated_at_s: float
+    run_id: str | None
+
+
+def _spec_dict(spec: JobSpec) -> JobDict:
+    return JobDict(
+        name=spec.name,
+        batch_sizes=list(spec.batch_sizes),
+        default_batch_size=spec.default_batch_size,
+        target_metric=spec.target_metric,
+        metric_mode=spec.metric_mode,
+        max_epochs=spec.max_epochs,
+        max_power_w=spec.max_power_w,
+        eta=spec.eta,
+        beta=spec.beta,
+    )
+
+
+def _run_dict(run: StoredRun) -> StoredRunDict:
+    return StoredRunDict(
+        run_id=run.run_id,
+        batch_size=run.batch_size,
+        phase=run.phase,
+        state=run.state,
+        power_limit_w=run.power_limit_w,
+        epochs=run.epochs,
+        energy_j=run.energy_j,
+        time_s=run.time_s,
+        cost=run.cost,
+        cost_limit=_number(run.cost_limit),
+        started_at_s=run.started_at_s,
+        updated_at_s=run.updated_at_s,
+    )
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -145,18 +201,18 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _limit_dict(key: str, limit: RememberedLimit) -> dict[str, Any]:
-    return {
-        "key": key,
-        "power_limit_w": limit.chosen.power_limit_w,
-        "time_s": limit.chosen.time_s,
-        "energy_j": limit.chosen.energy_j,
-        "profiled": len(limit.profile),
-        "selector": limit.selector,
-        "eta": limit.eta,
-        "chosen_at_s": limit.chosen_at_s,
-        "run_id": limit.run_id,
-    }
+def _limit_dict(key: str, limit: RememberedLimit) -> RememberedLimitDict:
+    return RememberedLimitDict(
+        key=key,
+        power_limit_w=limit.chosen.power_limit_w,
+        time_s=limit.chosen.time_s,
+        energy_j=limit.chosen.energy_j,
+        profiled=len(limit.profile),
+        selector=limit.selector,
+        eta=limit.eta,
+        chosen_at_s=limit.chosen_at_s,
+        run_id=limit.run_id,
+    )
 
 
 def _print_limits(name: str, limits: dict[str, RememberedLimit]) -> None:
@@ -216,14 +272,14 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress_dict(key: str, progress: TuningProgress) -> dict[str, Any]:
-    return {
-        "key": key,
-        "profiled": progress.profiled,
-        "limits": progress.limits,
-        "updated_at_s": progress.updated_at_s,
-        "run_id": progress.run_id,
-    }
+def _progress_dict(key: str, progress: TuningProgress) -> TuningProgressDict:
+    return TuningProgressDict(
+        key=key,
+        profiled=progress.profiled,
+        limits=progress.limits,
+        updated_at_s=progress.updated_at_s,
+        run_id=progress.run_id,
+    )
 
 
 def _print_progress(progress: dict[str, TuningProgress]) -> None:
