@@ -86,6 +86,24 @@ class DeviceSpec(TypedDict, total=False):
     local: DeviceSpec
 
 
+class PresetDescription(TypedDict):
+    """A simulated GPU's preset as `wattwise devices --json` shows it: what it stands for, its cited parameters."""
+
+    name: str
+    label: str
+    sm_clock_range_mhz: list[int]
+    energy_update_period_s: float
+    energy_read_median_s: float
+    power_reading: str
+    power_window_s: float
+    power_limit_settle_s: float
+    clock_settle_s: float
+    clock_set_s: float
+    gpu_spread: float
+    #: Where each parameter comes from (parameter -> source).
+    sources: dict[str, str]
+
+
 class DeviceDescription(TypedDict, total=False):
     """What `wattwise devices` prints for a device (`Device.describe()`); each backend adds its own keys."""
 
@@ -112,7 +130,7 @@ class DeviceDescription(TypedDict, total=False):
     energy_update_period_s: float
     physics_parameters: dict[str, float | int | str | None]
     simulated_gpu: str | None
-    preset: dict[str, object] | None
+    preset: PresetDescription | None
     #: agent: the agent's socket.
     agent_socket: str
 

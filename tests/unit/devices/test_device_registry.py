@@ -41,7 +41,8 @@ from wattwise.devices import (
 )
 from wattwise.devices import registry as device_registry
 from wattwise.devices.agent import MAX_JOB_CHARS, AgentClient, AgentGPU
-from wattwise.devices.base import DeviceDescription, DeviceSpec
+from wattwise.devices.base import DeviceDescription, DeviceSpec, PresetDescription
+from wattwise.devices.simulated.presets import PRESETS
 from wattwise.errors import ConfigError, UsageError
 from wattwise.monitor import EnergyMonitor
 from wattwise.settings.guard import SettingsGuard
@@ -429,3 +430,4 @@ def test_every_backends_spec_and_description_hold_only_the_keys_their_typed_dict
         assert DeviceSpec.__required_keys__ <= set(spec) <= spec_keys, device.backend
         assert DeviceDescription.__required_keys__ <= set(description) <= description_keys, device.backend
     assert {d.backend for d in devices} == {"nvml", "rapl", "simulated", "agent"}
+    assert [set(p.describe()) == PresetDescription.__required_keys__ for p in PRESETS.values()] == [True] * len(PRESETS)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from wattwise.devices.base import PresetDescription
 from wattwise.devices.simulated.models import ClockModel
 from wattwise.vocabulary import PowerReading, SimulatedGpuName
 
@@ -66,7 +67,7 @@ class GpuPreset:
     #: Where each parameter comes from (parameter -> source).
     sources: dict[str, str] = field(default_factory=dict)
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> PresetDescription:
         """The preset for `wattwise devices --json`: its name, what it stands for, its cited parameters."""
         return {
             "name": self.name.value,
