@@ -6,10 +6,25 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from wattwise.store.history import RunRow
+
+
+class DifferenceDict(TypedDict):
+    """One run's difference from the first, as `wattwise runs compare --json` lists it under `differences`."""
+
+    id: str
+    against: str
+    energy_j: float
+    energy_fraction: float | None
+    energy_uncertainty_j: float | None
+    energy_resolved: bool | None
+    time_s: float
+    time_fraction: float | None
+    avg_power_w: float
+    power_limit_w: float | None
 
 
 @dataclass(frozen=True)
@@ -31,9 +46,20 @@ class RunDifference:
     #: None unless both runs ran at a known limit.
     power_limit_w: float | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> DifferenceDict:
         """The difference as `wattwise runs compare --json` writes it."""
-        return asdict(self)
+        return DifferenceDict(
+            id=self.id,
+            against=self.against,
+            energy_j=self.energy_j,
+            energy_fraction=self.energy_fraction,
+            energy_uncertainty_j=self.energy_uncertainty_j,
+            energy_resolved=self.energy_resolved,
+            time_s=self.time_s,
+            time_fraction=self.time_fraction,
+            avg_power_w=self.avg_power_w,
+            power_limit_w=self.power_limit_w,
+        )
 
 
 def difference(reference: RunRow, other: RunRow) -> RunDifference:
