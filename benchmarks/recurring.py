@@ -38,6 +38,7 @@ from recurring_workloads import BETA, ETA, GPUS, TARGET_MAX, TARGET_MEAN, WORKLO
 from wattwise.recurring.policy import POLICIES, PolicyConfig
 from wattwise.recurring.simulator import job_for_trace, simulate
 from wattwise.recurring.trace import load_trace
+from wattwise.tools.checks import markdown_table as table_lines
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES = REPO.parent / "shared" / "data" / "zeus-traces"
@@ -160,51 +161,73 @@ def _mean(values: list[float]) -> float:
     return math.fsum(values) / len(values)
 
 
+#: The tables' columns: the text table's heading and width, and the Markdown table's heading.
+COLUMNS = (
+    ("workload", 13, "workload"),
+    ("R", 4, "R"),
+    ("E default", 10, "energy default"),
+    ("E wattwise", 10, "energy wattwise"),
+    ("E oracle", 9, "energy oracle"),
+    ("C default", 10, "cost default"),
+    ("C wattwise", 10, "cost wattwise"),
+    ("C oracle", 9, "cost oracle"),
+    ("default/or", 10, "default / oracle"),
+    ("wattwise/or", 11, "wattwise / oracle"),
+    ("zeus/or", 8, "Zeus policy / oracle"),
+)
+#: The column of wattwise's cost against the oracle's (in bold in the Markdown table).
+WATTWISE_COLUMN = 9
+
+
+def table_cells(table: list[Row]) -> list[list[str]]:
+    """The cells of each workload's row, then of the mean over the workloads (energy and cost in MJ)."""
+
+    def ratio(value: float | None) -> str:
+        return f"{value:.3f}" if value is not None else "-"
+
+    cells = [
+        [
+            r.workload,
+            str(r.recurrences),
+            *(f"{v / 1e6:.1f}" for v in (r.default_energy_j, r.wattwise_energy_j, r.oracle_energy_j)),
+            *(f"{v / 1e6:.1f}" for v in (r.default_cost, r.wattwise_cost, r.oracle_cost)),
+            ratio(r.default_ratio),
+            ratio(r.wattwise_ratio),
+            ratio(r.zeus_ratio),
+        ]
+        for r in table
+    ]
+    zeus_ratios = [r.zeus_ratio for r in table if r.zeus_ratio is not None]
+    means = [_mean([r.default_ratio for r in table]), _mean([r.wattwise_ratio for r in table])]
+    cells.append(["mean", *[""] * 7, *(ratio(m) for m in means), ratio(_mean(zeus_ratios) if zeus_ratios else None)])
+    return cells
+
+
 def text_table(gpu: str, table: list[Row]) -> str:
+    def line(cells: list[str]) -> str:
+        return " ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, (_, width, _)) in enumerate(zip(cells, COLUMNS, strict=True))
+        )
+
     lines = [
         f"{gpu.upper()}: cumulative over seeds {SEEDS[0]}-{SEEDS[-1]} (energy in MJ, cost in MJ)",
-        f"{'workload':<13} {'R':>4} {'E default':>10} {'E wattwise':>10} {'E oracle':>9} "
-        f"{'C default':>10} {'C wattwise':>10} {'C oracle':>9} {'default/or':>10} {'wattwise/or':>11} "
-        f"{'zeus/or':>8}",
+        line([heading for heading, _, _ in COLUMNS]),
+        *(line(cells) for cells in table_cells(table)),
     ]
-    for r in table:
-        zeus = f"{r.zeus_ratio:.3f}" if r.zeus_ratio is not None else "-"
-        lines.append(
-            f"{r.workload:<13} {r.recurrences:>4} {r.default_energy_j / 1e6:>10.1f} {r.wattwise_energy_j / 1e6:>10.1f} "
-            f"{r.oracle_energy_j / 1e6:>9.1f} {r.default_cost / 1e6:>10.1f} {r.wattwise_cost / 1e6:>10.1f} "
-            f"{r.oracle_cost / 1e6:>9.1f} {r.default_ratio:>10.3f} {r.wattwise_ratio:>11.3f} {zeus:>8}"
-        )
-    zeus_ratios = [r.zeus_ratio for r in table if r.zeus_ratio is not None]
-    zeus_mean = f"{_mean(zeus_ratios):.3f}" if zeus_ratios else "-"
-    lines.append(
-        f"{'mean':<13} {'':>4} {'':>10} {'':>10} {'':>9} {'':>10} {'':>10} {'':>9} "
-        f"{_mean([r.default_ratio for r in table]):>10.3f} {_mean([r.wattwise_ratio for r in table]):>11.3f} "
-        f"{zeus_mean:>8}"
-    )
     return "\n".join(lines)
 
 
 def markdown_table(gpu: str, table: list[Row]) -> str:
+    cells = table_cells(table)
+    for row in cells:
+        row[WATTWISE_COLUMN] = f"**{row[WATTWISE_COLUMN]}**"
+    cells[-1][0] = f"**{cells[-1][0]}**"
     lines = [
         f"**{gpu.upper()}** (sums over seeds {SEEDS[0]}-{SEEDS[-1]}; energy and cost in MJ)",
         "",
-        "| workload | R | energy default | energy wattwise | energy oracle | cost default | cost wattwise "
-        "| cost oracle | default / oracle | wattwise / oracle | Zeus policy / oracle |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *table_lines([heading for _, _, heading in COLUMNS], cells),
     ]
-    for r in table:
-        zeus = f"{r.zeus_ratio:.3f}" if r.zeus_ratio is not None else "-"
-        lines.append(
-            f"| {r.workload} | {r.recurrences} | {r.default_energy_j / 1e6:.1f} | {r.wattwise_energy_j / 1e6:.1f} "
-            f"| {r.oracle_energy_j / 1e6:.1f} | {r.default_cost / 1e6:.1f} | {r.wattwise_cost / 1e6:.1f} "
-            f"| {r.oracle_cost / 1e6:.1f} | {r.default_ratio:.3f} | **{r.wattwise_ratio:.3f}** | {zeus} |"
-        )
-    zeus_ratios = [r.zeus_ratio for r in table if r.zeus_ratio is not None]
-    zeus_mean = f"{_mean(zeus_ratios):.3f}" if zeus_ratios else "-"
-    lines.append(
-        f"| **mean** | | | | | | | | {_mean([r.default_ratio for r in table]):.3f} "
-        f"| **{_mean([r.wattwise_ratio for r in table]):.3f}** | {zeus_mean} |"
-    )
     return "\n".join(lines)
 
 
