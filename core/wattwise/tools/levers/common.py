@@ -51,11 +51,6 @@ class PaperCapRow:
     time_ratio: float
     energy_ratio: float
 
-    @property
-    def cap_fraction(self) -> float:
-        """The cap as a fraction of the default limit."""
-        return self.cap_w / self.default_w
-
 
 #: McDonald et al. 2022 (arXiv:2205.09646), Figure 1: BERT training on a V100 capped at 150 W of 250 W.
 MCDONALD_V100 = PaperCapRow(
