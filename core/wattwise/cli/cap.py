@@ -17,7 +17,7 @@ import math
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TypedDict
 
 from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command, missing_command, wrapped_command
 from wattwise.devices import Device, DeviceError, backend_choices, discover, name_job
@@ -125,13 +125,38 @@ HELD = "held"  # handed over: a process of the command's group outlived it and s
 FAILED = "failed"  # giving it back failed (said above)
 
 
-def restore_outcome(gpu: Device) -> dict[str, Any]:
-    """What happened to `gpu`'s limit at the end of `wattwise cap`, from what the agent answered.
+class RestoreDict(TypedDict):
+    """What happened to one GPU's limit when the command ended (`wattwise cap --json`'s `restore[]`)."""
 
-    Returns:
-        `{"gpu": index, "outcome": one of RESTORED, RESTORED_BY_AGENT, HELD, FAILED, "message": one line,
-        "pgid": the process group still holding the GPU, or None}`.
-    """
+    gpu: int
+    #: One of RESTORED, RESTORED_BY_AGENT, HELD, FAILED.
+    outcome: str
+    #: One line saying so.
+    message: str
+    #: The process group still holding the GPU (HELD), else None.
+    pgid: int | None
+
+
+class CapDict(TypedDict):
+    """What `wattwise cap --json` prints: the command, how it ended, the cap, its time and energy (s, J)."""
+
+    command: list[str]
+    exit_code: int
+    watts: float
+    gpus: list[int]
+    time_s: float
+    energy_j: dict[str, float]
+    total_energy_j: float
+    approximate: list[str]
+    simulated: bool
+    restore: list[RestoreDict]
+    #: The GPUs a process of the command's group still holds (their outcome HELD).
+    still_held: list[int]
+    notes: list[str]
+
+
+def restore_outcome(gpu: Device) -> RestoreDict:
+    """What happened to `gpu`'s limit at the end of `wattwise cap`, from what the agent answered (`RestoreDict`)."""
     released = getattr(gpu, "release_outcome", RESTORED) if gpu.settings_lease else RESTORED
     holder = getattr(gpu, "holder_after_release", None) or {}
     pgid = holder.get("pgid") if released == "kept" else None
@@ -150,7 +175,7 @@ def restore_outcome(gpu: Device) -> dict[str, Any]:
         )
     else:
         outcome, message = FAILED, "not restored (see the error above; `wattwise agent status` shows the GPU)"
-    return {"gpu": gpu.index, "outcome": outcome, "message": message, "pgid": pgid}
+    return RestoreDict(gpu=gpu.index, outcome=outcome, message=message, pgid=pgid)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,20 +205,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"wattwise cap: error: {err}", file=sys.stderr)
         return EXIT_NOT_CAPPED
     restore = [restore_outcome(g) for g in gpus]
-    result: dict[str, Any] = {
-        "command": cmd,
-        "exit_code": code,
-        "watts": args.watts,
-        "gpus": [g.index for g in gpus],
-        "time_s": m.time_s,
-        "energy_j": m.energy_j,
-        "total_energy_j": m.total_energy_j,
-        "approximate": list(m.approximate),
-        "simulated": found.simulated,
-        "restore": restore,
-        "still_held": [r["gpu"] for r in restore if r["outcome"] == HELD],
-        "notes": lifted,
-    }
+    result = CapDict(
+        command=cmd,
+        exit_code=code,
+        watts=args.watts,
+        gpus=[g.index for g in gpus],
+        time_s=m.time_s,
+        energy_j=dict(m.energy_j),
+        total_energy_j=m.total_energy_j,
+        approximate=list(m.approximate),
+        simulated=found.simulated,
+        restore=restore,
+        still_held=[r["gpu"] for r in restore if r["outcome"] == HELD],
+        notes=lifted,
+    )
     for note in lifted:
         print(f"wattwise cap: warning: {note}", file=sys.stderr)
     if args.json:

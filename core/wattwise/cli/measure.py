@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from wattwise.config import SETTING, default_of
 from wattwise.devices import PhysicsName, discover
@@ -21,6 +21,25 @@ from wattwise.readable import with_uncertainty
 from wattwise.safe_files import json_text
 
 EXIT_NOT_FOUND = 127
+
+
+class MeasureDict(TypedDict):
+    """What `wattwise measure --json` prints: the command, how it ended, and its time and energy (s, J)."""
+
+    command: list[str]
+    exit_code: int
+    time_s: float
+    #: Energy by device key; empty where nothing could be measured.
+    energy_j: dict[str, float]
+    #: null where nothing could be measured.
+    total_energy_j: float | None
+    #: The device keys whose energy is power x time (their counter did not tick).
+    approximate: list[str]
+    simulated: bool
+    energy_uncertainty_j: dict[str, float]
+    total_energy_uncertainty_j: float | None
+
+
 #: The energy setting `--backend` gives (`devices.backend`).
 BACKEND = SETTING["backend"]
 
@@ -66,17 +85,17 @@ def run(args: argparse.Namespace) -> int:
         code = _run_command(cmd)
         time_s, energy_j, total_j, approximate = time.monotonic() - start_s, {}, None, []
         uncertainty_j, total_u_j = {}, None
-    result: dict[str, Any] = {
-        "command": cmd,
-        "exit_code": code,
-        "time_s": time_s,
-        "energy_j": energy_j,
-        "total_energy_j": total_j,
-        "approximate": approximate,
-        "simulated": found.simulated,
-        "energy_uncertainty_j": uncertainty_j,
-        "total_energy_uncertainty_j": total_u_j,
-    }
+    result = MeasureDict(
+        command=cmd,
+        exit_code=code,
+        time_s=time_s,
+        energy_j=energy_j,
+        total_energy_j=total_j,
+        approximate=approximate,
+        simulated=found.simulated,
+        energy_uncertainty_j=uncertainty_j,
+        total_energy_uncertainty_j=total_u_j,
+    )
     if args.json:
         print(json_text(result))
     elif total_j is None:
