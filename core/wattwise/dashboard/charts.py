@@ -14,7 +14,7 @@ import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -126,13 +126,31 @@ def power_limit_steps(summary: RunSummary) -> dict[str, list[tuple[float, float]
     return {device: sorted(changes) for device, changes in by_device.items()}
 
 
-def span_shapes(windows: Iterable[WindowRow], axis: TimeAxis) -> list[dict[str, Any]]:
+class SpanShape(TypedDict):
+    """A shaded span of the power chart, as Plotly's layout takes a shape (`layout.shapes[]`)."""
+
+    type: str
+    xref: str
+    yref: str
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    fillcolor: str
+    line: dict[str, float]
+    layer: str
+    name: str
+    legendgroup: str
+    showlegend: bool
+
+
+def span_shapes(windows: Iterable[WindowRow], axis: TimeAxis) -> list[SpanShape]:
     """The shaded spans of the power chart (`span_of`) as one list of shapes, each kind's first in the legend.
 
     The list is handed to the figure once: adding the spans one at a time (`add_vrect`) re-validates every
     shape already there, a cost that grows with the square of the pauses (minutes for a run of 400).
     """
-    shapes: list[dict[str, Any]] = []
+    shapes: list[SpanShape] = []
     shown: set[str] = set()
     for window in windows:
         span = span_of(window)
@@ -140,21 +158,21 @@ def span_shapes(windows: Iterable[WindowRow], axis: TimeAxis) -> list[dict[str, 
             continue
         label, colour = span
         shapes.append(
-            {
-                "type": "rect",
-                "xref": "x",
-                "yref": "y domain",
-                "x0": axis.at(window.start_time),
-                "x1": axis.at(window.start_time + window.time_s),
-                "y0": 0,
-                "y1": 1,
-                "fillcolor": colour,
-                "line": {"width": 0},
-                "layer": "below",
-                "name": label,
-                "legendgroup": label,
-                "showlegend": label not in shown,
-            }
+            SpanShape(
+                type="rect",
+                xref="x",
+                yref="y domain",
+                x0=axis.at(window.start_time),
+                x1=axis.at(window.start_time + window.time_s),
+                y0=0,
+                y1=1,
+                fillcolor=colour,
+                line={"width": 0},
+                layer="below",
+                name=label,
+                legendgroup=label,
+                showlegend=label not in shown,
+            )
         )
         shown.add(label)
     return shapes

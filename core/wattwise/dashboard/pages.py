@@ -117,9 +117,17 @@ def column_classes() -> list[str]:
     return ["num" if n in NUMERIC_COLUMNS else "wrap" if n in WRAPPING_COLUMNS else "" for n in names]
 
 
-def table_rows(rows: Iterable[RunRow]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class TableRow:
+    """One run's row of a runs table: its id (its page's link) and its cells, as text."""
+
+    id: str
+    cells: list[str]
+
+
+def table_rows(rows: Iterable[RunRow]) -> list[TableRow]:
     """The rows of a runs table: each run's id and cells (`run_cells`, then its emissions or "-")."""
-    return [{"id": r.id, "cells": [*run_cells(r), row_emissions(r) or "-"]} for r in rows]
+    return [TableRow(r.id, [*run_cells(r), row_emissions(r) or "-"]) for r in rows]
 
 
 @dataclass(frozen=True)
@@ -759,7 +767,7 @@ def runs_page(rows: Sequence[RunRow], f: RunFilter, *, source: str, unreadable: 
         statuses=sorted({r.status for r in rows if r.status}),
         headings=headings,
         rows=table,
-        no_emissions=NO_EMISSIONS if any(row["cells"][-1] == "-" for row in table) else None,
+        no_emissions=NO_EMISSIONS if any(row.cells[-1] == "-" for row in table) else None,
         old_saving=OLD_SAVING if any(r.payback is None and r.saving_j is not None for r in shown) else None,
         classes=column_classes(),
         total=len(rows),
