@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TypedDict
 
 from wattwise.bounds import ENERGY_KWH
 from wattwise.carbon.advisor import OBJECTIVES, Advice, StartOption, advise_start, default_objective
@@ -112,20 +112,50 @@ def assumptions(*, intensity: Series | None, price: Series | None, pue: Series) 
     return lines
 
 
-def advice_dict(advice: Advice, sources: dict[str, str | None], currency: str | None) -> dict[str, Any]:
+class OptionDict(TypedDict):
+    """One start of the job, as `wattwise advise --json` gives it under `best` and `now`."""
+
+    start_time: str
+    start_s: float
+    wait_s: float
+    it_energy_j: float
+    facility_energy_j: float
+    facility_energy_kwh: float
+    pue_effective: float
+    emissions_kg_co2e: float | None
+    intensity_effective_g_per_kwh: float | None
+    cost: float | None
+
+
+class AdviceDict(TypedDict):
+    """What `wattwise advise --json` prints: the best start and starting now, and the saving between them."""
+
+    objective: str
+    best: OptionDict
+    now: OptionDict
+    #: In `saving_unit`: kg CO2e, kWh or the currency.
+    saving: float
+    saving_unit: str
+    saving_percent: float
+    candidates_checked: int
+    currency: str | None
+    sources: dict[str, str | None]
+
+
+def advice_dict(advice: Advice, sources: dict[str, str | None], currency: str | None) -> AdviceDict:
     """The advice as JSON-ready data: both options, the saving in the objective's units and in %."""
     unit, scale = _saving_unit(advice.objective, currency)
-    return {
-        "objective": advice.objective,
-        "best": _option_dict(advice.best, advice.now.start_s),
-        "now": _option_dict(advice.now, advice.now.start_s),
-        "saving": advice.saving * scale,
-        "saving_unit": unit,
-        "saving_percent": 100.0 * advice.saving_fraction,
-        "candidates_checked": advice.candidates,
-        "currency": currency,
-        "sources": sources,
-    }
+    return AdviceDict(
+        objective=advice.objective,
+        best=_option_dict(advice.best, advice.now.start_s),
+        now=_option_dict(advice.now, advice.now.start_s),
+        saving=advice.saving * scale,
+        saving_unit=unit,
+        saving_percent=100.0 * advice.saving_fraction,
+        candidates_checked=advice.candidates,
+        currency=currency,
+        sources=sources,
+    )
 
 
 def advice_text(advice: Advice, currency: str | None) -> str:
@@ -143,20 +173,20 @@ def advice_text(advice: Advice, currency: str | None) -> str:
     return "\n".join(lines)
 
 
-def _option_dict(option: StartOption, now_s: float) -> dict[str, Any]:
+def _option_dict(option: StartOption, now_s: float) -> OptionDict:
     t = option.totals
-    return {
-        "start_time": format_utc(option.start_s),
-        "start_s": option.start_s,
-        "wait_s": option.start_s - now_s,
-        "it_energy_j": t.it_energy_j,
-        "facility_energy_j": t.facility_energy_j,
-        "facility_energy_kwh": t.facility_energy_j / J_PER_KWH,
-        "pue_effective": t.pue_effective,
-        "emissions_kg_co2e": None if t.emissions_g is None else t.emissions_g / 1000.0,
-        "intensity_effective_g_per_kwh": t.intensity_effective_g_per_kwh,
-        "cost": t.cost,
-    }
+    return OptionDict(
+        start_time=format_utc(option.start_s),
+        start_s=option.start_s,
+        wait_s=option.start_s - now_s,
+        it_energy_j=t.it_energy_j,
+        facility_energy_j=t.facility_energy_j,
+        facility_energy_kwh=t.facility_energy_j / J_PER_KWH,
+        pue_effective=t.pue_effective,
+        emissions_kg_co2e=None if t.emissions_g is None else t.emissions_g / 1000.0,
+        intensity_effective_g_per_kwh=t.intensity_effective_g_per_kwh,
+        cost=t.cost,
+    )
 
 
 def _figures(option: StartOption, currency: str | None) -> str:
