@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     return code if code >= 0 else 128 - code
 
 
-def flag_environment(environ: dict[str, str] | os._Environ[str], values: dict[str, Any]) -> dict[str, str]:
+def flag_environment(environ: Mapping[str, str], values: Mapping[str, object]) -> dict[str, str]:
     """`environ` with both flags on and each setting given (not None, not empty) under both prefixes."""
     env = dict(environ)
     env[flags.UNDER_WATTWISE_RUN] = "1"
@@ -155,7 +156,7 @@ def _tell_summary(path: Path, before: float | None, cfg: EnergyConfig) -> None:
     print(f"wattwise run: summary: {path}" + _facts(data if isinstance(data, dict) else {}), file=sys.stderr)
 
 
-def _facts(data: dict[str, Any]) -> str:
+def _facts(data: Mapping[str, object]) -> str:
     """` (simulated...; completed, 200 steps, 112.6 ± 1.4 J)`: what the summary says, marked when simulated."""
     facts = [str(data[k]) for k in ("status",) if k in data]
     if isinstance(data.get("steps"), int):
