@@ -551,8 +551,8 @@ def check_training(ctx: Context) -> dict[str, Any]:
 def check_pipeline(ctx: Context) -> dict[str, Any]:
     """Check 6: profile two halves of a small GPT at three SM clocks, then `wattwise frontier` and `plan`.
 
-    The first half of the lever check `pipeline_measured` (`levers.profile_and_plan`), on a model of its own
-    (`levers.rig.PIPELINE_CHECK_MODEL`), without following the plan.
+    The first half of the lever check `pipeline_measured` (`levers_pipeline.profile_and_plan`), on a model of its own
+    (`levers_rig.PIPELINE_CHECK_MODEL`), without following the plan.
 
     Raises:
         Skip: no load, or the driver refused to lock the SM clocks.
@@ -560,8 +560,8 @@ def check_pipeline(ctx: Context) -> dict[str, Any]:
     """
     ctx.require_load()
     from wattwise.settings.guard import SettingsGuard
-    from wattwise.tools.levers.pipeline import PipelineFiles, profile_and_plan, stages_of
-    from wattwise.tools.levers.rig import PIPELINE_CHECK_MODEL
+    from wattwise.tools.levers_pipeline import PipelineFiles, profile_and_plan, stages_of
+    from wattwise.tools.levers_rig import PIPELINE_CHECK_MODEL
 
     rig = dataclasses.replace(levers.Rig.of(ctx, trainer=False), model=PIPELINE_CHECK_MODEL)
     gpu = rig.gpu

@@ -24,9 +24,10 @@ and SIGINT included; after a SIGKILL the next start restores it). On the simulat
 same checks run a tiny model on the CPU whose steps last the simulated GPU's modelled time, and every
 figure says "simulated". `transformers` and `torch` are imported inside the checks only.
 
-One module a lever (`cap_sweep`, `tuning`, `pipeline`), on what they share (`common`: the papers' figures and
-the checks' sizes; `figures`: the typed rows they write; `rig`: the model and its training; `training`:
-the Trainer and its callbacks, imported only by a running check).
+One module a lever (`levers_cap_sweep`, `levers_tuning`, `levers_pipeline`), on what they share
+(`levers_common`: the papers' figures and the checks' sizes; `levers_figures`: the typed rows they write;
+`levers_rig`: the model and its training; `levers_training`: the Trainer and its callbacks, imported only
+by a running check). This module is their entry point: the checks in order, their estimates and tables.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from wattwise.devices.base import Device
-from wattwise.tools.levers.cap_sweep import (
+from wattwise.tools.levers_cap_sweep import (
     cap_caps_w,
     cap_rows,
     cap_table,
@@ -43,9 +44,9 @@ from wattwise.tools.levers.cap_sweep import (
     estimate_cap_sweep_s,
     sweep_profile,
 )
-from wattwise.tools.levers.common import MCDONALD_V100, MIN_COUNTER_UPDATES, MIN_WINDOW_S, SETUP_S, Sizes
-from wattwise.tools.levers.figures import CapWindow
-from wattwise.tools.levers.pipeline import (
+from wattwise.tools.levers_common import MCDONALD_V100, MIN_COUNTER_UPDATES, MIN_WINDOW_S, SETUP_S, Sizes
+from wattwise.tools.levers_figures import CapWindow
+from wattwise.tools.levers_pipeline import (
     VirtualClock,
     check_pipeline_measured,
     compose_iteration,
@@ -53,8 +54,8 @@ from wattwise.tools.levers.pipeline import (
     pipeline_clocks_mhz,
     pipeline_table,
 )
-from wattwise.tools.levers.rig import Rig
-from wattwise.tools.levers.tuning import (
+from wattwise.tools.levers_rig import Rig
+from wattwise.tools.levers_tuning import (
     best_cap_w,
     check_tuning_vs_sweep,
     choice_holds,

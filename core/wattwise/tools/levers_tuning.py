@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from wattwise.power_limit import zeus_cost
 from wattwise.tools.checks import markdown_table
-from wattwise.tools.levers.common import (
+from wattwise.tools.levers_common import (
     MIN_WINDOW_STEPS,
     TUNE_RUN_SETUP_S,
     TUNING_ETAS,
@@ -23,8 +23,8 @@ from wattwise.tools.levers.common import (
     label,
     same_limit,
 )
-from wattwise.tools.levers.figures import CapRow, CapSweepFigures, ProfileEntry, TuningFigures, TuningRow
-from wattwise.tools.levers.rig import Rig
+from wattwise.tools.levers_figures import CapRow, CapSweepFigures, ProfileEntry, TuningFigures, TuningRow
+from wattwise.tools.levers_rig import Rig
 from wattwise.vocabulary import RunStatus
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def _tune_once(rig: Rig, out: Path, eta: float, step_w: float, sizes: Sizes) -> 
     """One Trainer run whose power limit a wattwise `Run` tunes at `eta`; its summary's power-limit part."""
     from wattwise.config import load_config
     from wattwise.run import Run
-    from wattwise.tools.levers.training import TuneCallback
+    from wattwise.tools.levers_training import TuneCallback
 
     gpu = rig.gpu
     cfg = load_config(

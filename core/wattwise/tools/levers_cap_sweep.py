@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError
 from wattwise.tools.checks import markdown_table
-from wattwise.tools.levers.common import MCDONALD_V100, Sizes, label, same_limit
-from wattwise.tools.levers.figures import CapRow, CapSweepFigures, CapWindow
-from wattwise.tools.levers.rig import Rig
+from wattwise.tools.levers_common import MCDONALD_V100, Sizes, label, same_limit
+from wattwise.tools.levers_figures import CapRow, CapSweepFigures, CapWindow
+from wattwise.tools.levers_rig import Rig
 
 if TYPE_CHECKING:
     from wattwise.tools.checks import Context
@@ -141,7 +141,7 @@ def check_cap_sweep(ctx: Context) -> CapSweepFigures:
     from wattwise.tools.checks import Failure, Skip
 
     rig = Rig.of(ctx)
-    from wattwise.tools.levers.training import SweepCallback  # transformers, which Rig.of found
+    from wattwise.tools.levers_training import SweepCallback  # transformers, which Rig.of found
 
     gpu, sizes = rig.gpu, Sizes.of(ctx.quick)
     rng = gpu.power_limit_range()

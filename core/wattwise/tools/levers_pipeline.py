@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError
 from wattwise.tools.checks import markdown_table
-from wattwise.tools.levers.common import (
+from wattwise.tools.levers_common import (
     PERSEUS_CLAIM,
     PIPELINE_MICROBATCHES,
     PIPELINE_RUN_ITERATIONS,
@@ -30,8 +30,8 @@ from wattwise.tools.levers.common import (
     Sizes,
     label,
 )
-from wattwise.tools.levers.figures import IterationFigures, PipelineFigures
-from wattwise.tools.levers.rig import Rig
+from wattwise.tools.levers_figures import IterationFigures, PipelineFigures
+from wattwise.tools.levers_rig import Rig
 
 if TYPE_CHECKING:
     from wattwise.frequency.controller import FrequencyController

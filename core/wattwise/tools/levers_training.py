@@ -15,8 +15,8 @@ from typing_extensions import override
 
 from wattwise.devices.base import Device, DeviceError
 from wattwise.monitor import EnergyMonitor, counter_window_uncertainty_j
-from wattwise.tools.levers.common import ALIGN_PERIODS, MIN_WINDOW_STEPS, SETTLE_STEPS, TUNE_RUN_LIMIT_S, Sizes
-from wattwise.tools.levers.figures import CapWindow
+from wattwise.tools.levers_common import ALIGN_PERIODS, MIN_WINDOW_STEPS, SETTLE_STEPS, TUNE_RUN_LIMIT_S, Sizes
+from wattwise.tools.levers_figures import CapWindow
 from wattwise.vocabulary import SweepPhase
 
 if TYPE_CHECKING:

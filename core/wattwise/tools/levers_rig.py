@@ -137,7 +137,7 @@ class Rig:
         import torch
         from transformers import BertConfig, BertForMaskedLM, PrinterCallback, TrainingArguments
 
-        from wattwise.tools.levers.training import EmulatedTrainer
+        from wattwise.tools.levers_training import EmulatedTrainer
 
         m = self.model
         if self.cuda_index is not None and torch.cuda.device_count() > 1:
