@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wattwise.agent.connections import ShareWindow, share_window
 from wattwise.devices.base import DeviceSpec
 
 AUDIT_NAME = "audit.jsonl"
@@ -68,7 +69,7 @@ class AuditLog:
         self.max_bytes, self.backups = max_bytes, backups
         self.user_lines, self.window_s, self.clock = user_lines, window_s, clock
         #: uid -> (window start, lines written in it, lines not written since the last one written).
-        self._shares: dict[int, tuple[float, int, int]] = {}
+        self._shares: dict[int, ShareWindow] = {}
 
     def record(
         self, *, uid: int, pid: int, job: str, device_spec: DeviceSpec, setting: str, old: Any, new: Any, why: str
@@ -92,10 +93,7 @@ class AuditLog:
         if uid == 0:
             self._append([line])
             return
-        now = self.clock()
-        start, written, dropped = self._shares.get(uid, (now, 0, 0))
-        if now - start >= self.window_s:
-            start, written = now, 0
+        start, written, dropped = share_window(self._shares.get(uid), self.clock(), self.window_s)
         if written >= self.user_lines:
             self._shares[uid] = (start, written, dropped + 1)
             if dropped == 0:  # the first line past the share: said now, not only at the next line written

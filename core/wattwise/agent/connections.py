@@ -291,6 +291,19 @@ class _Limited(asyncio.Protocol):
         self._inner.resume_writing()
 
 
+#: A share's window: when it began, the uses it let through, and those it turned away since the last one let through.
+ShareWindow = tuple[float, int, int]
+
+
+def share_window(last: ShareWindow | None, now: float, window_s: float) -> ShareWindow:
+    """A key's share at `now`: `last` (None: its first use), or a new window once `window_s` has passed.
+
+    A new window lets through afresh; what was turned away is still counted, until a use is let through.
+    """
+    start, passed, dropped = last if last is not None else (now, 0, 0)
+    return (now, 0, dropped) if now - start >= window_s else (start, passed, dropped)
+
+
 class QuietLog(logging.Filter):
     """A log filter that bounds what clients can make the agent write.
 
@@ -305,15 +318,12 @@ class QuietLog(logging.Filter):
         """A filter allowing `burst` records of one message per `window_s` seconds of `clock`."""
         super().__init__()
         self.burst, self.window_s, self.clock = burst, window_s, clock
-        self._seen: dict[tuple[str, str], tuple[float, int, int]] = {}
+        self._seen: dict[tuple[str, str], ShareWindow] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Let `record` through (without its traceback) unless its message passed `burst` times lately."""
         key = (record.name, str(record.msg))
-        now = self.clock()
-        start, passed, dropped = self._seen.get(key, (now, 0, 0))
-        if now - start >= self.window_s:
-            start, passed = now, 0
+        start, passed, dropped = share_window(self._seen.get(key), self.clock(), self.window_s)
         if passed >= self.burst:
             self._seen[key] = (start, passed, dropped + 1)
             return False
