@@ -18,6 +18,7 @@ from typing import TypedDict
 
 from sqlalchemy.engine import make_url
 
+from wattwise.cli.runs import store_and_json
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
 from wattwise.recurring.spec import JobSpec, StoredRun
@@ -42,9 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", help="SQLite file path or database URL (default: $WATTWISE_STORE or the state dir)")
-    common.add_argument("--json", action="store_true", help="print JSON")
+    common = store_and_json()
 
     listing = actions.add_parser("list", parents=[common], help="every job with its run counts and totals")
     listing.set_defaults(func=run_list)

@@ -32,6 +32,14 @@ if TYPE_CHECKING:
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
+def store_and_json() -> argparse.ArgumentParser:
+    """The parent parser of each action of `wattwise runs` and `wattwise jobs`: `--store` and `--json`."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", help="SQLite file path or database URL (default: $WATTWISE_STORE or the state dir)")
+    common.add_argument("--json", action="store_true", help="print JSON")
+    return common
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise runs` command to the `wattwise` parser."""
     parser = subparsers.add_parser(
@@ -45,9 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", help="SQLite file path or database URL (default: $WATTWISE_STORE or the state dir)")
-    common.add_argument("--json", action="store_true", help="print JSON")
+    common = store_and_json()
 
     listing = actions.add_parser("list", parents=[common], help="the runs, oldest first, with their figures")
     listing.add_argument("--job", help="only this job's runs")
