@@ -12,7 +12,8 @@ its rows with no owner. Frozen definitions: never import `wattwise.store.schema`
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from wattwise.store.migrations.versions import add_history_columns, drop_history_columns
 
 revision = "0004"
 down_revision = "0003"
@@ -22,11 +23,9 @@ depends_on = None
 
 def upgrade() -> None:
     """Add `owner`: the user who recorded the run (the database user for PostgreSQL, the login on SQLite)."""
-    with op.batch_alter_table("wattwise_run_history") as batch:
-        batch.add_column(sa.Column("owner", sa.String(128), nullable=True))
+    add_history_columns(sa.Column("owner", sa.String(128), nullable=True))
 
 
 def downgrade() -> None:
     """Drop `owner`."""
-    with op.batch_alter_table("wattwise_run_history") as batch:
-        batch.drop_column("owner")
+    drop_history_columns("owner")

@@ -13,7 +13,8 @@ wattwise 0.1.0 still works with the store and its version table stays at 1. Read
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from wattwise.store.migrations.versions import add_history_columns, drop_history_columns
 
 revision = "0005"
 down_revision = "0004"
@@ -23,11 +24,9 @@ depends_on = None
 
 def upgrade() -> None:
     """Add `saving_uncertainty_j`: how precisely the run's saving against the highest limit is known (J)."""
-    with op.batch_alter_table("wattwise_run_history") as batch:
-        batch.add_column(sa.Column("saving_uncertainty_j", sa.Double(), nullable=True))
+    add_history_columns(sa.Column("saving_uncertainty_j", sa.Double(), nullable=True))
 
 
 def downgrade() -> None:
     """Drop `saving_uncertainty_j`."""
-    with op.batch_alter_table("wattwise_run_history") as batch:
-        batch.drop_column("saving_uncertainty_j")
+    drop_history_columns("saving_uncertainty_j")

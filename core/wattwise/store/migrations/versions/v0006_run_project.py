@@ -12,7 +12,8 @@ rows with no project. Frozen definitions: never import `wattwise.store.schema` h
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from wattwise.store.migrations.versions import add_history_columns, drop_history_columns
 
 revision = "0006"
 down_revision = "0005"
@@ -22,11 +23,9 @@ depends_on = None
 
 def upgrade() -> None:
     """Add `project`: the project the run belongs to (its git root's or folder's name, or the setting)."""
-    with op.batch_alter_table("wattwise_run_history") as batch:
-        batch.add_column(sa.Column("project", sa.String(128), nullable=True))
+    add_history_columns(sa.Column("project", sa.String(128), nullable=True))
 
 
 def downgrade() -> None:
     """Drop `project`."""
-    with op.batch_alter_table("wattwise_run_history") as batch:
-        batch.drop_column("project")
+    drop_history_columns("project")

@@ -15,7 +15,8 @@ Frozen definitions: never import `wattwise.store.schema` here.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from wattwise.store.migrations.versions import add_history_columns, drop_history_columns
 
 revision = "0008"
 down_revision = "0007"
@@ -34,13 +35,9 @@ COLUMNS = (
 
 def upgrade() -> None:
     """Add the payback's run figures: energy saved (J) with its uncertainty, time added (s), break-even, paid back."""
-    with op.batch_alter_table("wattwise_run_history") as batch:
-        for name, kind in COLUMNS:
-            batch.add_column(sa.Column(name, kind(), nullable=True))
+    add_history_columns(*(sa.Column(name, kind(), nullable=True) for name, kind in COLUMNS))
 
 
 def downgrade() -> None:
     """Drop the payback's columns."""
-    with op.batch_alter_table("wattwise_run_history") as batch:
-        for name, _ in reversed(COLUMNS):
-            batch.drop_column(name)
+    drop_history_columns(*(name for name, _ in reversed(COLUMNS)))
