@@ -214,3 +214,6 @@ def test_list_gives_each_runs_one_saving_from_the_history_and_marks_a_row_record
         "paid_back": True,
     }
     assert runs[BASE]["payback"] is None and runs[BASE]["saving_j"] == 4500.0  # the old field, kept
+    assert main(["runs", "show", paid_id, "--store", location]) == 0  # its folder gone: the history's figures
+    (saving,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  saving")]
+    assert "this run: 1430 ± 150 J" in saving and "tuning included; tuning paid back (break-even 25 steps" in saving
