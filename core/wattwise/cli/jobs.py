@@ -25,7 +25,7 @@ from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.recurring.summary import JobSummary, summarize
 from wattwise.safe_files import json_text
 from wattwise.store import spool
-from wattwise.store.base import unknown_job
+from wattwise.store.base import job_dict, unknown_job
 from wattwise.store.factory import default_store_url, open_store, store_url
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit, TuningProgress
 
@@ -84,20 +84,6 @@ def _number(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-class JobDict(TypedDict):
-    """A recurring job's settings, as `wattwise jobs show --json` gives them under `job`."""
-
-    name: str
-    batch_sizes: list[int]
-    default_batch_size: int
-    target_metric: float
-    metric_mode: str
-    max_epochs: int
-    max_power_w: float
-    eta: float
-    beta: float
-
-
 class StoredRunDict(TypedDict):
     """One run of a recurring job, as `wattwise jobs show --json` lists it under `runs` (unknown figures null)."""
 
@@ -138,20 +124,6 @@ class TuningProgressDict(TypedDict):
     limits: int
     updated_at_s: float
     run_id: str | None
-
-
-def _spec_dict(spec: JobSpec) -> JobDict:
-    return JobDict(
-        name=spec.name,
-        batch_sizes=list(spec.batch_sizes),
-        default_batch_size=spec.default_batch_size,
-        target_metric=spec.target_metric,
-        metric_mode=spec.metric_mode,
-        max_epochs=spec.max_epochs,
-        max_power_w=spec.max_power_w,
-        eta=spec.eta,
-        beta=spec.beta,
-    )
 
 
 def _run_dict(run: StoredRun) -> StoredRunDict:
@@ -252,7 +224,7 @@ def run_show(args: argparse.Namespace) -> int:
         raise unknown_job(args.name)
     if args.json:
         payload = {
-            "job": _spec_dict(spec) if spec is not None else None,
+            "job": job_dict(spec) if spec is not None else None,
             "summary": summary.to_dict() if summary is not None else None,
             "runs": [_run_dict(r) for r in runs],
             "remembered_limits": [_limit_dict(key, limit) for key, limit in limits.items()],

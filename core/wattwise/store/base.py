@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from wattwise.bounds import COST_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIMESTAMP_S, check_integer
 from wattwise.errors import UsageError
@@ -22,6 +22,36 @@ from wattwise.recurring.spec import JobSpec, Phase, StoredRun
 
 #: Chooses a new run's batch size, phase and cost limit from the job's runs and remembered power limits.
 ChooseFn = Callable[[Sequence[StoredRun], Mapping[int, float]], tuple[int, Phase, float]]
+
+
+class JobDict(TypedDict):
+    """A recurring job's settings (`JobSpec`), as `wattwise jobs show --json` gives them under `job`."""
+
+    name: str
+    batch_sizes: list[int]
+    default_batch_size: int
+    target_metric: float
+    metric_mode: str
+    max_epochs: int
+    max_power_w: float
+    eta: float
+    beta: float
+
+
+def job_dict(spec: JobSpec) -> JobDict:
+    """A recurring job's settings as their JSON object (`JobDict`); a store's row of the job adds to it."""
+    return JobDict(
+        name=spec.name,
+        batch_sizes=list(spec.batch_sizes),
+        default_batch_size=spec.default_batch_size,
+        target_metric=spec.target_metric,
+        metric_mode=spec.metric_mode,
+        max_epochs=spec.max_epochs,
+        max_power_w=spec.max_power_w,
+        eta=spec.eta,
+        beta=spec.beta,
+    )
+
 
 #: The largest run id, epoch count or batch size a store keeps (its integer columns are 32-bit in PostgreSQL).
 MAX_INTEGER = 2**31 - 1

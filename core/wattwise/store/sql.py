@@ -68,6 +68,7 @@ from wattwise.store.base import (
     check_run_figures,
     check_same_spec,
     finished_run,
+    job_dict,
     unknown_job,
     unknown_run,
 )
@@ -107,19 +108,9 @@ def _reason(err: DBAPIError) -> str:
     return " ".join(str(err.orig).split())
 
 
-def _spec_row(spec: JobSpec, now_s: float) -> dict[str, Any]:
-    return {
-        "name": spec.name,
-        "batch_sizes": json.dumps(list(spec.batch_sizes)),
-        "default_batch_size": spec.default_batch_size,
-        "target_metric": spec.target_metric,
-        "metric_mode": spec.metric_mode,
-        "max_epochs": spec.max_epochs,
-        "max_power_w": spec.max_power_w,
-        "eta": spec.eta,
-        "beta": spec.beta,
-        "created_at_s": now_s,
-    }
+def _spec_row(spec: JobSpec, now_s: float) -> dict[str, object]:
+    """The jobs table's row of `spec`: its settings (`job_dict`), the batch sizes as JSON text, when registered."""
+    return {**job_dict(spec), "batch_sizes": json.dumps(list(spec.batch_sizes)), "created_at_s": now_s}
 
 
 class UnreadableJob(UsageError):
