@@ -400,7 +400,7 @@ def check_row(row: RunRow, *, where: str = "run") -> None:
 
 
 # -- on a connection (the store's `read`/`write` run these) ----------------------------------------------
-def _values(row: RunRow) -> dict[str, Any]:
+def _values(row: RunRow) -> dict[str, object]:
     return {
         "id": row.id,
         "job": row.job,
@@ -429,7 +429,7 @@ def _values(row: RunRow) -> dict[str, Any]:
 PAYBACK_COLUMNS = tuple(f"payback_{f.name}" for f in dataclasses.fields(RunPayback))
 
 
-def _payback_values(payback: RunPayback | None) -> dict[str, Any]:
+def _payback_values(payback: RunPayback | None) -> dict[str, object]:
     """The payback's columns (all NULL for none)."""
     if payback is None:
         return dict.fromkeys(PAYBACK_COLUMNS)

@@ -29,7 +29,7 @@ import random
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -166,7 +166,7 @@ def _run(row: Row[Any]) -> StoredRun:
     )
 
 
-def _same_result(run: StoredRun, values: dict[str, Any]) -> bool:
+def _same_result(run: StoredRun, values: Mapping[str, object]) -> bool:
     """A finished run already holds the result in `values` (a finish_run's columns)."""
     return "state" in values and all(
         getattr(run, key) == values[key] for key in ("state", "epochs", "energy_j", "time_s", "cost")
@@ -552,7 +552,7 @@ class SqlJobStore:
             raise unknown_run(name, run_id)
         return _run(row)
 
-    def _update_open(self, name: str, run_id: int, values: dict[str, Any]) -> StoredRun:
+    def _update_open(self, name: str, run_id: int, values: dict[str, object]) -> StoredRun:
         def work(conn: Connection) -> StoredRun:
             run = self._get_run(conn, name, run_id)
             if run.finished and _same_result(run, values):
