@@ -205,7 +205,8 @@ def test_the_runs_table_opens_on_the_dashboards_own_project_and_links_to_every_p
     status, body, _ = fetch(app, "/?project=", **AUTH)
     assert status == 200 and len(listed(body)) == 4 and "Runs of every project." in body
     assert 'href="/?sort=start_time&amp;order=desc" id="own-project"' in body
-    assert listed(fetch(app, "/?project=beta", **AUTH)[1]) == ["20261201T110000Z-000001"]
+    status, body, _ = fetch(app, "/?project=beta", **AUTH)
+    assert listed(body) == ["20261201T110000Z-000001"] and 'id="own-project">project alpha\'s</a>' in body
     # Paging through every project's runs keeps showing every project's.
     monkeypatch.setattr(pages, "PAGE_SIZE", 3)
     body = fetch(app, "/?project=", **AUTH)[1]
