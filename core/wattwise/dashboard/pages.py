@@ -526,13 +526,13 @@ def row_emissions(row: RunRow) -> str | None:
     when none is known or the folder is gone.
     """
     folder = Path(row.folder)
-    if not os.path.isfile(folder / SUMMARY_FILE):
-        return None
     try:
+        if not os.path.isfile(folder / SUMMARY_FILE):
+            return None
         summary = read_summary(folder / SUMMARY_FILE)
-    except UsageError:
+        return emissions_figure(run_report(RunDir(folder, summary, None)))
+    except (UsageError, OSError, ValueError, ArithmeticError):  # a damaged folder costs its own cell alone
         return None
-    return emissions_figure(run_report(RunDir(folder, summary, None)))
 
 
 def run_page(run: RunDir, assets: Assets, *, title: str, report: RunReport | None = None) -> str:

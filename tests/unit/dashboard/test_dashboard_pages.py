@@ -570,3 +570,12 @@ def test_a_run_file_cannot_put_a_link_or_markup_into_a_chart(tmp_path: Path) -> 
         for escape, character in (("\\u003c", "<"), ("\\u003e", ">"), ("\\u002f", "/"), ('\\"', '"')):
             decoded = decoded.replace(escape, character)
         assert '<a href="https://evil"' not in decoded and '&lt;a href="https://evil"&gt;x&lt;/a&gt;' in decoded
+
+
+def test_a_run_whose_folder_holds_a_damaged_summary_costs_its_co2e_cell_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "runs" / "20261201T100000Z-aaaaaa"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text('{"not": "a summary"')
+    row = make_row(folder.name, folder=str(folder))
+    html = pages.runs_page([row, ROWS[1]], pages.RunFilter.of({}), source="test")
+    assert f'data-run="{row.id}"' in html and f'data-run="{ROWS[1].id}"' in html
