@@ -207,10 +207,7 @@ def run_show(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
-    check_job_name(args.name, setting="NAME")
-    url = _url(args)
-    if _missing_sqlite_file(url):
-        raise unknown_job(args.name)
+    url = _named_job_store(args)
     store = open_store(url)
     try:
         spec = store.get_job(args.name)
@@ -284,16 +281,26 @@ def _print_recurring(spec: JobSpec, summary: JobSummary, runs: list[StoredRun]) 
             print(f"{r.run_id:>5} {r.batch_size:>6} {r.phase:<10} {r.state:<8} {limit:>9} {r.epochs:>6} {cost:>10}")
 
 
+def _named_job_store(args: argparse.Namespace) -> str:
+    """The store of a command naming one job (`NAME`, checked): its URL, refused when a SQLite file is missing.
+
+    Raises:
+        UsageError: `NAME` is no job name, or the store's file does not exist (so the job is unknown).
+    """
+    check_job_name(args.name, setting="NAME")
+    url = _url(args)
+    if _missing_sqlite_file(url):
+        raise unknown_job(args.name)
+    return url
+
+
 def run_reset(args: argparse.Namespace) -> int:
     """Run `wattwise jobs reset` with its parsed arguments.
 
     Returns:
         The exit status.
     """
-    check_job_name(args.name, setting="NAME")
-    url = _url(args)
-    if _missing_sqlite_file(url):
-        raise unknown_job(args.name)
+    url = _named_job_store(args)
     store = open_store(url)
     try:
         from wattwise.store.sql import UnreadableJob
