@@ -62,7 +62,7 @@ def keep_run(output_dir: str | os.PathLike[str], summary: RunSummary, *, store: 
     except (UsageError, Unavailable, OSError) as err:
         message = (
             f"wattwise: run {run_id} is kept in {own} but not in the run history: {err}; "
-            f"`wattwise runs add {own}` adds it once that is fixed"
+            f"`wattwise runs add {own}` adds it as soon as the cause is fixed"
         )
         if _warned_already(err, summary.notes):
             logging.getLogger(__name__).info("%s (the same cause as the journal's, already warned of)", message)
