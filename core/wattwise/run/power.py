@@ -124,6 +124,9 @@ class PowerLimitControl:
         self._clock: Callable[[], float] = clock or time.perf_counter
         self._clock_given = clock is not None
         self._window_start = 0.0
+        #: What wattwise itself spent on the training thread (its hooks: counter reads, collectives) while the
+        #: open profile window ran, in seconds: left out of the window's time (`own_time_from`).
+        self._own_s = 0.0
         #: The main GPU's energy counter at the last step end (or begin) read near a window's ends, else None.
         self._edge_j: float | None = None
         #: The tuner asked, at the last step end, whether the counter changes in the next step (`wants_counter`).
@@ -385,7 +388,35 @@ class PowerLimitControl:
             self._settled = self.tuner  # its choice is in force and nothing else moves it: steps cost nothing
         if action.begin_window:
             self._window_start = self._clock()
+            self._own_s = 0.0
         return action.begin_window
+
+    def own_time_mark(self) -> float | None:
+        """The clock at the start of one of the run's hooks while tuning profiles (None: nothing to time).
+
+        See `own_time_from`. Costs nothing once tuning has settled.
+        """
+        if self.tuner is None or self._settled is self.tuner or self.tuner.done:
+            return None
+        return self._clock()
+
+    def own_time_from(self, mark: float | None) -> None:
+        """A hook that began at `mark` (`own_time_mark`) ends: its time, within an open window, is wattwise's own.
+
+        A profile window measures what training costs at a limit; the reads of the energy counter that find
+        the window's ends (2.8 ms each on an H100) and the logging points' reads and all-reduces happen only
+        while tuning, a varying number of them in each window, and would weigh a window by how many of them
+        fell into it. The window's time leaves them out (`end_profile_window`); its energy keeps what the GPU
+        drew meanwhile, as the counter says.
+        """
+        if mark is not None and self.tuner is not None and self.tuner.window_open:
+            self._own_s += max(0.0, self._clock() - mark)
+
+    def _agreed_own_s(self) -> float:
+        """The main process's own time in the open window, the same figure in every process."""
+        if self._collective is not None and self._collective.world_size > 1:
+            return float(self._collective.broadcast(self._own_s))
+        return self._own_s
 
     def step_end(self, steps: int = 1) -> bool:
         """Count `steps` optimizer steps; True when the open profile window is complete and must be measured."""
@@ -412,7 +443,7 @@ class PowerLimitControl:
         if ends and self.tuner.sizing_due:
             # Once per run, on a step that decides: rank 0's window time sizes every process's windows.
             assert self._collective is not None
-            window_s = self._collective.broadcast(self._clock() - self._window_start)
+            window_s = self._collective.broadcast(self._clock() - self._window_start - self._own_s)
             return not self.tuner.size_windows(window_s)
         return ends
 
@@ -634,6 +665,10 @@ class PowerLimitControl:
             )
             return
         self._remember_as = (memory_key, is_main, run_id)
+        # Training's time at this limit: what wattwise's own hooks took meanwhile left out (`own_time_from`),
+        # never more than half of the window.
+        time_s = max(0.5 * time_s, time_s - self._agreed_own_s())
+        self._own_s = 0.0
         self.tuner.end_window(time_s, energy_j, self.window_uncertainty_j(time_s, energy_j))
         if self.tuner.done:
             self._tuning_ended()

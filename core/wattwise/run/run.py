@@ -495,6 +495,7 @@ class Run:
             return
         m = self.measurement
         assert m is not None
+        own = self.power.own_time_mark()
         if m.paused_kind is not None:
             m.resume()
         if not m.is_open(Window.EPOCH):  # e.g. a resume in the middle of an epoch: no epoch start was seen
@@ -507,6 +508,8 @@ class Run:
         self._take_notices()
         if begin_profile:
             m.begin(Window.PROFILE)
+        else:
+            self.power.own_time_from(own)
         m.step_started()
 
     @_never_breaks_training
@@ -521,11 +524,15 @@ class Run:
             return None
         m = self.measurement
         assert m is not None
-        m.count_steps(steps)
+        m.count_steps(steps)  # a step driving the simulated GPU is stretched here: training's time, not wattwise's
+        own = self.power.own_time_mark()
         profile_done = self.power.step_end(steps)
         log_due = m.log_due(self.log_every_n_steps)
-        if not profile_done and not log_due:
-            return None
+        if not profile_done:
+            rec = m.close_interval()[0] if log_due else None
+            self.power.own_time_from(own)  # within an open window: wattwise's own time, not training's
+            return rec
+        self.power.own_time_from(own)  # up to the window's end
         rec = None
         if log_due:
             rec, ended = m.close_interval(also=(Window.PROFILE,) if profile_done else ())

@@ -1,0 +1,47 @@
+"""A profile window times training, not wattwise: the hooks' own counter reads are left out of its time.
+
+On a coarse energy counter the tuner reads the counter at each step near a window's ends (2.8 ms a read on
+an H100, as the realistic simulated GPU's reads take), a varying number of them per window; counted in the
+window's time, they made each limit look slower by however many fell into its window, and repeats of one
+workload chose different limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tests.support.tuning_runs import tuning_run
+from wattwise.devices import Physics
+
+TUNE = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.mode=tune", "power_limit.reuse=false"]
+STEP_S = 0.02
+
+
+@pytest.fixture(autouse=True)
+def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
+
+
+def test_a_profiled_limits_time_per_step_is_the_training_steps_without_the_counter_reads(tmp_path: Path) -> None:
+    # The realistic physics' coarse counter and its costly reads, without the step-to-step noise and settling,
+    # so that the step's own time at the highest limit is exactly 20 ms.
+    physics = dataclasses.replace(Physics.realistic(seed=1), step_time_noise=0.0, power_noise=0.0, settle_s=0.0)
+    assert physics.energy_read_median_s > 0.002
+    done = tuning_run(
+        tmp_path,
+        3000,
+        overrides=TUNE,
+        physics=physics,
+        base_step_time_s=STEP_S,
+        stop=lambda run: run.power.tuner is not None and run.power.tuner.done,
+    )
+    tuner = done.run.power.tuner
+    assert tuner is not None and tuner.done and tuner.align_to_counter
+    top = next(e for e in tuner.profile if e.power_limit_w == 300.0)
+    # Reads fell into every window (at least one at each of its ends: 4% of its time, counted in, before);
+    # its time per step is the step's own, to within the window's two outer reads.
+    assert top.time_s == pytest.approx(STEP_S, rel=0.01)
+    assert all(e.time_s >= STEP_S * (1 - 0.01) for e in tuner.profile)  # never faster than the step itself
