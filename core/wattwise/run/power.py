@@ -412,12 +412,6 @@ class PowerLimitControl:
         if mark is not None and self.tuner is not None and self.tuner.window_open:
             self._own_s += max(0.0, self._clock() - mark)
 
-    def _agreed_own_s(self) -> float:
-        """The main process's own time in the open window, the same figure in every process."""
-        if self._collective is not None and self._collective.world_size > 1:
-            return float(self._collective.broadcast(self._own_s))
-        return self._own_s
-
     def step_end(self, steps: int = 1) -> bool:
         """Count `steps` optimizer steps; True when the open profile window is complete and must be measured."""
         if self.tuner is None:
@@ -652,8 +646,10 @@ class PowerLimitControl:
         """
         assert self.tuner is not None
         undriven = any(not gpu.driven for gpu in self.gpus)
+        own_s = self._own_s  # wattwise's own time in the window (`own_time_from`): the main process's, for all
         if self._collective is not None and self._collective.world_size > 1:  # every process gives up alike
-            undriven = any(self._collective.all_gather(undriven))
+            gathered = self._collective.all_gather((undriven, own_s))
+            undriven, own_s = any(u for u, _ in gathered), float(gathered[0][1])
         if undriven:
             # An idle simulated GPU draws its idle power whatever the limit: its figures cannot rank limits.
             top_w = max(self.tuner.limits_w)
@@ -667,7 +663,7 @@ class PowerLimitControl:
         self._remember_as = (memory_key, is_main, run_id)
         # Training's time at this limit: what wattwise's own hooks took meanwhile left out (`own_time_from`),
         # never more than half of the window.
-        time_s = max(0.5 * time_s, time_s - self._agreed_own_s())
+        time_s = max(0.5 * time_s, time_s - own_s)
         self._own_s = 0.0
         self.tuner.end_window(time_s, energy_j, self.window_uncertainty_j(time_s, energy_j))
         if self.tuner.done:
