@@ -72,6 +72,16 @@ UNDRIVEN_REASON = (
 UNDRIVEN_SHORT = "nothing drove the simulated GPU (devices.simulated_drive=steps drives it; see the warning above)"
 
 
+@dataclasses.dataclass(frozen=True)
+class WindowEnd:
+    """What each process tells the others at a profile window's end (`PowerLimitControl.end_profile_window`)."""
+
+    #: No emulated work drove one of its simulated GPUs.
+    undriven: bool
+    #: wattwise's own time in the window, in seconds (`PowerLimitControl.own_time_from`).
+    own_s: float
+
+
 class PowerLimitControl:
     """The power limit of one run's GPUs. Device errors propagate: the run degrades to measurement."""
 
@@ -648,8 +658,8 @@ class PowerLimitControl:
         undriven = any(not gpu.driven for gpu in self.gpus)
         own_s = self._own_s  # wattwise's own time in the window (`own_time_from`): the main process's, for all
         if self._collective is not None and self._collective.world_size > 1:  # every process gives up alike
-            gathered = self._collective.all_gather((undriven, own_s))
-            undriven, own_s = any(u for u, _ in gathered), float(gathered[0][1])
+            gathered: list[WindowEnd] = self._collective.all_gather(WindowEnd(undriven, own_s))
+            undriven, own_s = any(g.undriven for g in gathered), gathered[0].own_s
         if undriven:
             # An idle simulated GPU draws its idle power whatever the limit: its figures cannot rank limits.
             top_w = max(self.tuner.limits_w)
