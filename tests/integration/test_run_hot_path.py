@@ -1,5 +1,5 @@
 """The run's hot path over real processes: the one-tensor combine. (The rest of the hot path, in one process:
-tests/unit/test_run_hot_path.py.)"""
+tests/unit/run/test_hot_path.py.)"""
 
 from __future__ import annotations
 

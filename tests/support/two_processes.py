@@ -1,4 +1,4 @@
-"""One process of two, the other scripted: the collective of the run-level unit tests (tests/unit/test_run_*.py)."""
+"""One process of two, the other scripted: the collective of the run-level unit tests (tests/unit/run/)."""
 
 from __future__ import annotations
 

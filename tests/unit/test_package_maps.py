@@ -164,3 +164,38 @@ def test_the_install_section_names_exactly_the_extras_of_pyproject() -> None:
         if name.lower() not in lead.lower():
             problems.append(f"the install section's base install does not name {name} ({spec})")
     assert not problems, "\n".join(problems)
+
+
+#: Unit-test modules at the top of tests/unit that test no one top-level module of wattwise, and why they are
+#: there: every other one is `test_<module>...` of a top-level module, and the tests of a package's modules
+#: live in the package's folder (tests/unit/run/, record/, tools/, store/, ...), as the package is laid out.
+CROSS_CUTTING_TESTS = {
+    "test_adapter_arguments.py": "both adapters' arguments, checked alike",
+    "test_docs_reference.py": "the documentation's generated reference",
+    "test_hooks_override.py": "every adapter's hooks against its framework's",
+    "test_import_graph.py": "the rules between all the layers",
+    "test_package_maps.py": "the maps of the whole package",
+    "test_readme_commands.py": "the README's commands",
+    "test_safe_outputs.py": "every command that writes a file",
+    "test_validation.py": "bad input, wherever it comes in",
+    "test_version.py": "the package's version, as installed",
+    "test_warning_format.py": "how every warning of the package reads",
+}
+
+
+def test_the_unit_tests_follow_the_package_tree() -> None:
+    top_modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    unit = REPO_ROOT / "tests" / "unit"
+    stray = [
+        p.name
+        for p in sorted(unit.glob("test_*.py"))
+        if p.name not in CROSS_CUTTING_TESTS
+        and not any(p.stem == f"test_{m}" or p.stem.startswith(f"test_{m}_") for m in top_modules)
+    ]
+    assert not stray, (
+        f"tests/unit/{', '.join(stray)} test no top-level module of wattwise: move each to the folder of the "
+        "package it tests (tests/unit/run/, record/, tools/, ...) or, if it tests the whole package, name it in "
+        "CROSS_CUTTING_TESTS with the reason"
+    )
+    gone = sorted(n for n in CROSS_CUTTING_TESTS if not (unit / n).exists())
+    assert not gone, f"CROSS_CUTTING_TESTS names tests that are not there: {gone}"

@@ -1,4 +1,4 @@
-"""Ranks must agree (issue 27), seen from one process of two: a failed change waits for a decision point.
+"""Ranks must agree, seen from one process of two: a failed change waits for a decision point.
 
 The other process is scripted (`TwoProcesses`): whether it failed, and why. The two-process runs themselves
 are in tests/integration/{lightning_energy,accelerate_energy}/test_ranks_agree.py.
