@@ -40,7 +40,7 @@ from wattwise import flags
 from wattwise.errors import UsageError
 from wattwise.recurring import StoredRun
 from wattwise.recurring.policy import StopReason
-from wattwise.recurring.spec import JobSpec, MetricMode
+from wattwise.recurring.spec import JobSpec, MetricModeName
 from wattwise.run.recurring import RecurringJobRun, job_spec
 
 P = ParamSpec("P")
@@ -104,7 +104,7 @@ def recurring_batch_size(
     target_metric: float,
     max_epochs: int,
     max_power_w: float,
-    mode: MetricMode = "min",
+    mode: MetricModeName = "min",
     eta: float = 0.5,
     beta: float = 2.0,
     store: str | None = None,

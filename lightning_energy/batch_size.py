@@ -21,7 +21,7 @@ from typing_extensions import override
 from lightning_energy.callback import EnergyCallback
 from wattwise.errors import UsageError
 from wattwise.recurring import Recommendation, StoredRun
-from wattwise.recurring.spec import MetricMode
+from wattwise.recurring.spec import MetricModeName
 from wattwise.run.recurring import RecurringJobRun, job_spec
 
 
@@ -58,7 +58,7 @@ class RecurringBatchSizeCallback(Callback):
         max_epochs: int,
         max_power_w: float,
         monitor: str,
-        mode: MetricMode = "min",
+        mode: MetricModeName = "min",
         eta: float = 0.5,
         beta: float = 2.0,
         store: str | None = None,

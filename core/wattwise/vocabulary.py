@@ -151,3 +151,12 @@ class SweepPhase(StrEnum):
     CLOSING = "closing"
     #: Every cap is measured, or a refused profile ended the sweep.
     DONE = "done"
+
+
+class MetricMode(StrEnum):
+    """Which way a recurring job's target metric is better (`JobSpec.metric_mode`, the adapters' `mode`)."""
+
+    #: Higher is better (an accuracy): the target is reached at or above it.
+    MAX = "max"
+    #: Lower is better (a loss): the target is reached at or below it.
+    MIN = "min"

@@ -28,6 +28,7 @@ from wattwise.store import spool
 from wattwise.store.base import job_dict, unknown_job
 from wattwise.store.factory import default_store_url, open_store, store_url
 from wattwise.store.limits_memory import LimitsMemory, RememberedLimit, TuningProgress
+from wattwise.vocabulary import MetricMode
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -258,7 +259,7 @@ def _print_progress(progress: dict[str, TuningProgress]) -> None:
 
 def _print_recurring(spec: JobSpec, summary: JobSummary, runs: list[StoredRun]) -> None:
     print(
-        f"job {spec.name}: metric {'>=' if spec.metric_mode == 'max' else '<='} {spec.target_metric:g} within "
+        f"job {spec.name}: metric {'>=' if spec.metric_mode is MetricMode.MAX else '<='} {spec.target_metric:g} within "
         f"{spec.max_epochs} epochs, "
         f"eta {spec.eta:g}, beta {spec.beta:g}, max power {spec.max_power_w:g} W, default batch size "
         f"{spec.default_batch_size}"

@@ -41,7 +41,7 @@ from wattwise.record.summary import (
     with_uncertainty,
 )
 from wattwise.safe_files import check_writable_target, write_text
-from wattwise.vocabulary import PhysicsName, RunMode
+from wattwise.vocabulary import MetricMode, PhysicsName, RunMode
 
 if TYPE_CHECKING:
     import jinja2
@@ -955,7 +955,8 @@ def job_page(job: JobHistory) -> str:
     context: dict[str, Any] = {"settings": [], "bandit": [], "summary": None, "stored_runs": [], "charts": []}
     if recurring is not None:
         spec = recurring.spec
-        target = f"{'>=' if spec.metric_mode == 'max' else '<='} {spec.target_metric:g} within {spec.max_epochs} epochs"
+        reach = ">=" if spec.metric_mode is MetricMode.MAX else "<="
+        target = f"{reach} {spec.target_metric:g} within {spec.max_epochs} epochs"
         context["settings"] = [
             Fact("target", target),
             Fact("batch sizes", ", ".join(str(b) for b in spec.batch_sizes) + f" (default {spec.default_batch_size})"),

@@ -14,9 +14,11 @@ from typing import Literal
 from wattwise.errors import Key, UsageError
 from wattwise.names import check_job_name
 from wattwise.power_limit import check_eta, zeus_cost
+from wattwise.vocabulary import MetricMode
 
-MetricMode = Literal["max", "min"]
-METRIC_MODES: tuple[str, ...] = ("max", "min")
+#: A metric mode as the adapters take it: the member, or its value as a user writes it.
+MetricModeName = MetricMode | Literal["max", "min"]
+
 
 #: Why a run got its batch size.
 #: "explore": the pruning exploration asked for this batch size.
@@ -44,7 +46,7 @@ class JobSpec:
     target_metric: float
     max_epochs: int
     max_power_w: float
-    metric_mode: MetricMode = "max"
+    metric_mode: MetricMode = MetricMode.MAX
     eta: float = 0.5
     beta: float = 2.0
 
@@ -64,11 +66,12 @@ class JobSpec:
             )
         if not math.isfinite(self.target_metric):
             raise UsageError(Key("target_metric"), f" must be a finite number (got {self.target_metric})")
-        if self.metric_mode not in METRIC_MODES:
+        if self.metric_mode not in tuple(MetricMode):
             raise UsageError(
                 f"metric_mode must be 'max' (higher is better, e.g. accuracy) or 'min' (e.g. loss), "
                 f"got {self.metric_mode!r}"
             )
+        object.__setattr__(self, "metric_mode", MetricMode(self.metric_mode))  # a string of the set: its member
         if not isinstance(self.max_epochs, int) or isinstance(self.max_epochs, bool) or self.max_epochs < 1:
             raise UsageError(Key("max_epochs"), f" must be a positive integer (got {self.max_epochs!r})")
         if not (self.max_power_w > 0 and math.isfinite(self.max_power_w)):
@@ -94,7 +97,7 @@ class JobSpec:
         """True when `metric` meets the target in the job's direction."""
         if metric is None or math.isnan(metric):
             return False
-        return metric >= self.target_metric if self.metric_mode == "max" else metric <= self.target_metric
+        return metric >= self.target_metric if self.metric_mode is MetricMode.MAX else metric <= self.target_metric
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,11 @@ from wattwise.distributed import Collective
 from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
 from wattwise.recurring.policy import StopReason
-from wattwise.recurring.spec import JobSpec, MetricMode, Recommendation, StoredRun
+from wattwise.recurring.spec import JobSpec, MetricModeName, Recommendation, StoredRun
 from wattwise.run import Run
 from wattwise.store.factory import open_store
 from wattwise.store.spool import StoreUnavailable
+from wattwise.vocabulary import MetricMode
 
 
 def job_spec(
@@ -36,12 +37,12 @@ def job_spec(
     target_metric: float,
     max_epochs: int,
     max_power_w: float,
-    mode: MetricMode,
+    mode: MetricModeName,
     eta: float,
     beta: float,
 ) -> JobSpec:
     """The `JobSpec` of the adapters' arguments (checked; `mode` named as the adapters name it)."""
-    if mode not in ("min", "max"):
+    if mode not in tuple(MetricMode):
         raise UsageError(f"mode must be 'min' (e.g. a loss) or 'max' (e.g. accuracy), got {mode!r}")
     return JobSpec(
         name=job,
@@ -50,7 +51,7 @@ def job_spec(
         target_metric=target_metric,
         max_epochs=max_epochs,
         max_power_w=max_power_w,
-        metric_mode=mode,
+        metric_mode=MetricMode(mode),
         eta=eta,
         beta=beta,
     )

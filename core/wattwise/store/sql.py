@@ -76,6 +76,7 @@ from wattwise.store.history import RunRow, put_run
 from wattwise.store.migrations import check_readable, upgrade
 from wattwise.store.schema import jobs_table, limits_table, runs_table
 from wattwise.store.spool import SpooledResult, StoreUnavailable
+from wattwise.vocabulary import MetricMode
 
 T = TypeVar("T")
 
@@ -135,7 +136,7 @@ def _spec(row: Row[Any]) -> JobSpec:
             batch_sizes=tuple(sizes),
             default_batch_size=row.default_batch_size,
             target_metric=row.target_metric,
-            metric_mode="min" if row.metric_mode == "min" else "max",
+            metric_mode=MetricMode.MIN if row.metric_mode == MetricMode.MIN else MetricMode.MAX,
             max_epochs=row.max_epochs,
             max_power_w=row.max_power_w,
             eta=row.eta,
