@@ -128,6 +128,9 @@ class Ranking:
     #: Limits already told from the best as costlier (in fewer windows than the others: their uncertainty is
     #: wider): never a tie, so a tie cannot go to a limit measured less than the best one.
     told: frozenset[float] = frozenset()
+    #: How far each entry's cost per step may be off from the steps' own spread, relative to it: the
+    #: standard deviation of one step's time over the square root of the steps measured (None: not known).
+    spread: Sequence[float] | None = None
 
     def _best(self) -> tuple[int, list[float], list[float]]:
         """The selector's best entry (its index), and each entry's value and uncertainty (J per step)."""
@@ -143,8 +146,13 @@ class Ranking:
             else e.energy_j
             for e in self.profile
         ]
+        spread = list(self.spread) if self.spread is not None else [0.0] * len(self.profile)
         sigmas = [
-            math.hypot(weight * self.uncertainty_j[i], self.run_to_run * values[i] / math.sqrt(max(1, counts[i])))
+            math.hypot(
+                weight * self.uncertainty_j[i],
+                self.run_to_run * values[i] / math.sqrt(max(1, counts[i])),
+                spread[i] * values[i],
+            )
             for i in range(len(self.profile))
         ]
         return list(self.profile).index(best), values, sigmas
@@ -393,6 +401,9 @@ class PowerLimitTuner:
         #: The limits told from the best one in fewer than `window_parts` windows: a round of measuring again
         #: leaves them out.
         self.told_early: set[float] = set()
+        #: The steps' own spread at each limit: (sum over its windows of steps x the squared relative standard
+        #: deviation of one step's time, the steps counted), from what the driver measured (`end_window`).
+        self.step_spread: dict[float, tuple[float, int]] = {}
         #: Every window measured: (limit W, time s per step, energy J per step, uncertainty J per step).
         self.windows: list[tuple[float, float, float, float]] = []
         #: How many windows each entry of `profile` is the mean of.
@@ -585,7 +596,9 @@ class PowerLimitTuner:
         self.profile_steps = max(self.profile_steps, min(MAX_PROFILE_STEPS, needed))
         return self.steps_in_phase < self.profile_steps
 
-    def end_window(self, time_s: float, energy_j: float, energy_uncertainty_j: float = 0.0) -> None:
+    def end_window(
+        self, time_s: float, energy_j: float, energy_uncertainty_j: float = 0.0, step_spread: float = 0.0
+    ) -> None:
         """The profiling window of the current limit ended: time and energy of its steps.
 
         Args:
@@ -593,6 +606,8 @@ class PowerLimitTuner:
             energy_j: Its energy, in joules (every GPU of the job).
             energy_uncertainty_j: How far off `energy_j` may be (J; the energy counter's resolution at the
                 window's ends); 0: exact.
+            step_spread: The standard deviation of one step's time in the window, relative to the mean step
+                (0: not measured); a mean over fewer steps is known less well, and ranks so (`Ranking.spread`).
         """
         if self.phase != TunerPhase.PROFILE or not self.window_open:
             raise RuntimeError("end_window() called outside a profiling window")
@@ -605,6 +620,9 @@ class PowerLimitTuner:
         # about as well as one part (each part's uncertainty is the counter's resolution at its two ends).
         steps_now = max(1, self._window_steps)
         self.steps_measured[limit_w] = self.steps_measured.get(limit_w, 0) + steps_now
+        if step_spread > 0 and math.isfinite(step_spread):
+            total, counted = self.step_spread.get(limit_w, (0.0, 0))
+            self.step_spread[limit_w] = (total + steps_now * step_spread**2, counted + steps_now)
         self._part_totals = (t0 + time_s, e0 + energy_j, n0 + steps_now, max(u0, energy_uncertainty_j))
         self.parts += 1
         total_s, total_j, steps, uncertainty_j = self._part_totals
@@ -714,7 +732,13 @@ class PowerLimitTuner:
             windows=self.window_counts if len(self.window_counts) == len(self.profile) else None,
             min_saving=self.min_saving,
             told=frozenset(self.told_early),
+            spread=[self._spread_of(e.power_limit_w) for e in self.profile],
         )
+
+    def _spread_of(self, limit_w: float) -> float:
+        """How far the mean step at `limit_w` may be off from its steps' spread, relative (0: not measured)."""
+        total, counted = self.step_spread.get(limit_w, (0.0, 0))
+        return math.sqrt(total / counted) / math.sqrt(counted) if counted > 0 else 0.0
 
     def _select(self) -> ProfileEntry | None:
         """The selector's choice among the profiled limits, or None (`unresolved`, with the reason).
@@ -765,6 +789,7 @@ class PowerLimitTuner:
             "worse_in_a_row": self.worse_in_a_row,
             "steps_measured": [[w, n] for w, n in self.steps_measured.items()],
             "told_early": sorted(self.told_early),
+            "step_spread": [[w, total, n] for w, (total, n) in self.step_spread.items()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -799,6 +824,9 @@ class PowerLimitTuner:
         told_early = state.get("told_early")
         if isinstance(told_early, list):  # limits told from the best early: a round of measuring again skips them
             self.told_early = {float(w) for w in told_early}
+        step_spread = state.get("step_spread")
+        if isinstance(step_spread, list):  # the steps' spread at each limit (a checkpoint from before: none)
+            self.step_spread = {float(w): (float(total), int(n)) for w, total, n in step_spread}
         stopped = state.get("stopped_early")
         self.stopped_early = stopped if isinstance(stopped, str) else None
         self.worse_in_a_row = int(state.get("worse_in_a_row", 0))

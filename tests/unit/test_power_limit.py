@@ -7,6 +7,7 @@ import pytest
 from wattwise.errors import UsageError
 from wattwise.power_limit import (
     PowerLimitTuner,
+    Ranking,
     cap_limit_w,
     payback,
     profile_limits_w,
@@ -396,3 +397,27 @@ def test_the_break_even_is_the_steps_at_the_chosen_limit_that_repay_tuning_by_th
     assert pb.run_objective_saved == pytest.approx(3 * 22 - 80)
     never = payback(profile, [0.0] * 3, 300.0, steps_at, 50, selector="cost", eta=0.5, max_power_w=300.0)
     assert never is not None and never.break_even_steps is None and not never.paid_back
+
+
+def test_a_mean_over_steps_that_vary_is_known_less_well_and_a_close_limit_is_not_told_from_it() -> None:
+    # Two limits 0.8% apart in cost per step, each measured over 50 steps: exact windows tell them apart, but
+    # steps whose time varies by 5% from one to the next leave each mean uncertain by 0.7%: a tie.
+    profile = [ProfileEntry(300.0, 0.100, 30.0), ProfileEntry(250.0, 0.100, 29.5)]
+    exact = Ranking(profile, [0.0, 0.0], "cost", eta=0.5, max_power_w=300.0)
+    assert exact.choice()[0] == profile[1]
+    spread = [0.05 / 50**0.5] * 2
+    varying = Ranking(profile, [0.0, 0.0], "cost", eta=0.5, max_power_w=300.0, spread=spread)
+    assert varying.choice()[0] is None  # the highest limit ties with the best: the windows cannot tell them
+    assert varying.undecided() == [300.0, 250.0]  # and a round of measuring again is asked for
+
+
+def test_the_tuner_ranks_by_the_steps_spread_it_was_given_and_keeps_it_across_a_checkpoint() -> None:
+    t = PowerLimitTuner([300.0, 250.0], wait_steps=0, warmup_steps=0, profile_steps=1, confirm_rounds=0)
+    for limit_energy_j in (30.0, 29.4):
+        t.on_step_begin()
+        t.on_step_end()
+        t.end_window(0.1, limit_energy_j, step_spread=0.05)
+    assert t._ranking().spread == [pytest.approx(0.05), pytest.approx(0.05)]  # one step each: sd / sqrt(1)
+    resumed = PowerLimitTuner([300.0, 250.0], wait_steps=0, warmup_steps=0, profile_steps=1)
+    resumed.load_state_dict(t.state_dict())
+    assert resumed.step_spread == t.step_spread

@@ -80,6 +80,8 @@ class WindowEnd:
     undriven: bool
     #: wattwise's own time in the window, in seconds (`PowerLimitControl.own_time_from`).
     own_s: float
+    #: The spread of the window's steps (`PowerLimitControl.step_spread`).
+    step_spread: float = 0.0
 
 
 class PowerLimitControl:
@@ -137,6 +139,10 @@ class PowerLimitControl:
         #: What wattwise itself spent on the training thread (its hooks: counter reads, collectives) while the
         #: open profile window ran, in seconds: left out of the window's time (`own_time_from`).
         self._own_s = 0.0
+        #: The open window's steps as training timed them (own time left out): the clock at the last step's end
+        #: and `_own_s` then, and the count, mean and sum of squared deviations of the steps' times (Welford).
+        self._step_mark: tuple[float, float] | None = None
+        self._step_times: tuple[int, float, float] = (0, 0.0, 0.0)
         #: The main GPU's energy counter at the last step end (or begin) read near a window's ends, else None.
         self._edge_j: float | None = None
         #: The tuner asked, at the last step end, whether the counter changes in the next step (`wants_counter`).
@@ -399,7 +405,36 @@ class PowerLimitControl:
         if action.begin_window:
             self._window_start = self._clock()
             self._own_s = 0.0
+            self._step_mark, self._step_times = (self._window_start, 0.0), (0, 0.0, 0.0)
         return action.begin_window
+
+    def window_opened(self) -> None:
+        """The profile window opened (its first reading taken): its first step is timed from here (`note_step`)."""
+        if self.tuner is not None and self.tuner.window_open:
+            self._step_mark = (self._clock(), self._own_s)
+
+    def note_step(self, mark: float | None, steps: int = 1) -> None:
+        """A step of the open window ended at `mark` (`own_time_mark`, at the start of the run's step-end hook).
+
+        Its time since the last one's end, what wattwise's own hooks took meanwhile left out, gives the spread
+        of the window's steps (`step_spread`), which says how well the window's mean step is known.
+        """
+        if mark is None or self.tuner is None or not self.tuner.window_open or self._step_mark is None:
+            return
+        last_s, own_then_s = self._step_mark
+        if steps > 0:
+            per_step_s = max(0.0, mark - last_s - (self._own_s - own_then_s)) / steps
+            n, mean, m2 = self._step_times
+            n += 1
+            delta = per_step_s - mean
+            mean += delta / n
+            self._step_times = (n, mean, m2 + delta * (per_step_s - mean))
+        self._step_mark = (mark, self._own_s)
+
+    def step_spread(self) -> float:
+        """The standard deviation of one step's time in the open (or last) window, relative to its mean (0: unknown)."""
+        n, mean, m2 = self._step_times
+        return math.sqrt(m2 / (n - 1)) / mean if n >= 2 and mean > 0 else 0.0
 
     def own_time_mark(self) -> float | None:
         """The clock at the start of one of the run's hooks while tuning profiles (None: nothing to time).
@@ -656,10 +691,11 @@ class PowerLimitControl:
         """
         assert self.tuner is not None
         undriven = any(not gpu.driven for gpu in self.gpus)
-        own_s = self._own_s  # wattwise's own time in the window (`own_time_from`): the main process's, for all
+        # wattwise's own time in the window (`own_time_from`) and its steps' spread: the main process's, for all
+        own_s, spread = self._own_s, self.step_spread()
         if self._collective is not None and self._collective.world_size > 1:  # every process gives up alike
-            gathered: list[WindowEnd] = self._collective.all_gather(WindowEnd(undriven, own_s))
-            undriven, own_s = any(g.undriven for g in gathered), gathered[0].own_s
+            gathered: list[WindowEnd] = self._collective.all_gather(WindowEnd(undriven, own_s, spread))
+            undriven, own_s, spread = any(g.undriven for g in gathered), gathered[0].own_s, gathered[0].step_spread
         if undriven:
             # An idle simulated GPU draws its idle power whatever the limit: its figures cannot rank limits.
             top_w = max(self.tuner.limits_w)
@@ -675,7 +711,7 @@ class PowerLimitControl:
         # never more than half of the window.
         time_s = max(0.5 * time_s, time_s - own_s)
         self._own_s = 0.0
-        self.tuner.end_window(time_s, energy_j, self.window_uncertainty_j(time_s, energy_j))
+        self.tuner.end_window(time_s, energy_j, self.window_uncertainty_j(time_s, energy_j), step_spread=spread)
         if self.tuner.done:
             self._tuning_ended()
 

@@ -508,6 +508,7 @@ class Run:
         self._take_notices()
         if begin_profile:
             m.begin(Window.PROFILE)
+            self.power.window_opened()
         else:
             self.power.own_time_from(own)
         m.step_started()
@@ -526,6 +527,7 @@ class Run:
         assert m is not None
         m.count_steps(steps)  # a step driving the simulated GPU is stretched here: training's time, not wattwise's
         own = self.power.own_time_mark()
+        self.power.note_step(own, steps)
         profile_done = self.power.step_end(steps)
         log_due = m.log_due(self.log_every_n_steps)
         if not profile_done:

@@ -45,3 +45,23 @@ def test_a_profiled_limits_time_per_step_is_the_training_steps_without_the_count
     # its time per step is the step's own, to within the window's two outer reads.
     assert top.time_s == pytest.approx(STEP_S, rel=0.01)
     assert all(e.time_s >= STEP_S * (1 - 0.01) for e in tuner.profile)  # never faster than the step itself
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.02])
+def test_the_steps_spread_that_ranks_the_limits_is_the_training_steps_not_the_reads(tmp_path: Path, noise) -> None:
+    # Steps whose time varies by `noise` from one to the next, with the counter's costly reads among them.
+    physics = dataclasses.replace(Physics.realistic(seed=2), step_time_noise=noise, power_noise=0.0, settle_s=0.0)
+    done = tuning_run(
+        tmp_path,
+        3000,
+        overrides=TUNE,
+        physics=physics,
+        base_step_time_s=STEP_S,
+        stop=lambda run: run.power.tuner is not None and run.power.tuner.done,
+    )
+    tuner = done.run.power.tuner
+    assert tuner is not None and tuner.done
+    total, steps = tuner.step_spread.get(300.0, (0.0, 0))
+    measured = (total / steps) ** 0.5 if steps else 0.0
+    # What the steps' own times vary by: a read of 2.8 ms in a 20 ms step, counted in, would be 14% of it.
+    assert measured == pytest.approx(noise, abs=0.004)
