@@ -9,6 +9,12 @@ trainer's loggers and keeps the run's state in checkpoints.
   at the start of a batch that begins a new step.
 - Step figures are combined over processes and logged every `log_every_n_steps` steps (the Trainer's own
   cadence unless set); other steps only count.
+- Epoch figures are logged at the epoch's last step, combined over processes at the next exchange of
+  figures (the next logging point, or the fit's end): where the energy counter changes only every so
+  often (NVML's about every 0.1 s), it is read at the epoch's end in the background, so training does not
+  wait for the read. An `EarlyStopping` or `ModelCheckpoint` whose `monitor` is an epoch figure
+  (`energy/epoch_j`, ...) gets it at the epoch's end instead, each epoch then ending with a read and an
+  exchange of its own.
 - Validation (the sanity check included) and checkpoint saving are not training: they are paused out of
   step figures and power-limit profiles until the next training batch, and reported apart in the summary.
 - Each `fit` has its own run and summary: the first writes to `output_dir`, the k-th to
@@ -26,7 +32,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
@@ -35,7 +41,8 @@ from wattwise.config import EnergyConfig, arguments_config, refuse_positional
 from wattwise.devices.base import Device
 from wattwise.record.summary import format_summary
 from wattwise.run import Run
-from wattwise.run.logged import epoch_metrics, fit_metrics, simulated, step_metrics
+from wattwise.run.logged import EPOCH_METRICS, epoch_metrics, fit_metrics, simulated, step_metrics
+from wattwise.run.measurement import Figures
 from wattwise.vocabulary import RunStatus
 
 log = logging.getLogger(__name__)
@@ -115,6 +122,10 @@ class EnergyCallback(Callback):
         self.runs: list[Run] = []
         self._global_step = 0
         self._in_step = False
+        #: Whether epoch figures come at the next exchange of figures (no callback monitors one at the epoch's end).
+        self._defer_epochs = False
+        #: The Trainer's `global_step` at the end of each ended epoch whose figures are still to come.
+        self._epoch_steps: dict[int, int] = {}
         self._state_key: tuple[str | None, str] | None = None
         #: The Trainer's folder this fit's run writes under (None: `output_dir`, as configured).
         self._followed: str | None = None
@@ -209,6 +220,11 @@ class EnergyCallback(Callback):
         """Take Lightning's step counter as it is after a resume."""
         # After a resume, Lightning restores `global_step` between `on_fit_start` and here.
         self._global_step, self._in_step = trainer.global_step, False
+        watched = {cb.monitor for cb in trainer.early_stopping_callbacks} | {
+            cb.monitor for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)
+        }
+        self._defer_epochs = not watched & EPOCH_METRICS
+        self._epoch_steps = {}
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -243,6 +259,8 @@ class EnergyCallback(Callback):
             return
         self._global_step, self._in_step = global_step, False
         rec = run.step_end(steps)
+        if self._epoch_steps:
+            self._log_ended_epochs(trainer)
         if rec is None or not trainer.is_global_zero:
             return
         # Straight to the loggers, at the trainer's cadence: the figures are already combined over
@@ -270,18 +288,32 @@ class EnergyCallback(Callback):
         """End the epoch and log its energy, time and average power."""
         if self.run is None:
             return
-        rec = self.run.epoch_end()
-        if rec is None:
-            return
-        # Already combined over processes, so the same on every rank: straight to the loggers (rank 0) and
-        # to the metrics callbacks read (ModelCheckpoint's and EarlyStopping's `monitor`), as the step
+        if self.run.measuring:
+            self._epoch_steps[trainer.current_epoch] = trainer.global_step
+        rec = self.run.epoch_end(defer=self._defer_epochs)
+        if rec is not None:
+            self._epoch_steps.pop(trainer.current_epoch, None)
+            self._log_epoch(trainer, trainer.current_epoch, rec, trainer.global_step)
+        self._log_ended_epochs(trainer)
+
+    def _log_ended_epochs(self, trainer: pl.Trainer) -> None:
+        """Log the epochs whose figures came since they ended, each at its own last step."""
+        assert self.run is not None
+        for ended in self.run.take_ended_epochs():
+            step = self._epoch_steps.pop(ended.epoch, trainer.global_step)
+            self._log_epoch(trainer, ended.epoch, ended.figures, step)
+
+    def _log_epoch(self, trainer: pl.Trainer, epoch: int, rec: Figures, step: int) -> None:
+        """One epoch's figures to the loggers (rank 0) and to the metrics callbacks read (`monitor`)."""
+        assert self.run is not None
+        # Already combined over processes, so the same on every rank: straight to the loggers, as the step
         # figures go. `LightningModule.log_dict(sync_dist=True)` cost milliseconds and one all-reduce per
         # metric at each epoch's end, which short epochs paid at every few steps.
         metrics = epoch_metrics(rec, simulated=simulated(self.run))
         trainer.callback_metrics.update({k: torch.tensor(v) for k, v in metrics.items()})
         if trainer.is_global_zero:
             for logger in trainer.loggers:
-                logger.log_metrics({**metrics, "epoch": trainer.current_epoch}, step=trainer.global_step)
+                logger.log_metrics({**metrics, "epoch": epoch}, step=step)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -314,6 +346,8 @@ class EnergyCallback(Callback):
         if self.run is None or self.run.finished:
             return
         record = self.run.finish(status)
+        self._log_ended_epochs(trainer)
+        self._epoch_steps.clear()
         if record is None:
             return
         for logger in trainer.loggers:

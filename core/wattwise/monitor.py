@@ -51,6 +51,8 @@ from wattwise.readable import with_uncertainty
 
 P = ParamSpec("P")
 R = TypeVar("R")
+#: One reading of every counter: (monotonic time, unix time, energy by device key).
+Reading = tuple[float, float, dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -415,6 +417,31 @@ class EnergyMonitor:
             self._origin = (now, dict(energy))
         return now, wall, energy
 
+    @property
+    def reads_in_background(self) -> bool:
+        """Whether a counter reading may be taken off the training thread (`take_reading`) at a boundary.
+
+        So when every counter changes only every so often (`reuse_within_s` > 0: a read a fraction of a
+        millisecond after the boundary gives what a read at it would) and the monitor keeps real time (a
+        virtual clock moves only with the thread that drives it).
+        """
+        return self.reuse_within_s > 0.0 and self._clock is time.monotonic
+
+    def take_reading(self) -> Reading:
+        """Read every counter once, from any thread, without holding up the windows' bookkeeping.
+
+        For `end_windows(reading=...)`: a boundary whose read another thread makes (`reads_in_background`).
+        """
+        now, wall = self._clock(), self._wall()
+        energy = self._read_energy()
+        with self._lock:
+            last = self._last_reading
+            if last is None or last[0] <= now:
+                self._last_reading = (now, wall, dict(energy))
+            if self._origin is None:
+                self._origin = (now, dict(energy))
+        return now, wall, energy
+
     def _segment_uncertainty_sq(
         self, window: _Open, key: str, delta_j: float, time_s: float, now: float, end_j: float
     ) -> float:
@@ -464,7 +491,13 @@ class EnergyMonitor:
         return self.end_windows([name], sync=sync, recent=recent)[0]
 
     def end_windows(
-        self, names: Sequence[str], *, sync: bool = True, reopen: Sequence[str] = (), recent: bool = False
+        self,
+        names: Sequence[str],
+        *,
+        sync: bool = True,
+        reopen: Sequence[str] = (),
+        recent: bool = False,
+        reading: Reading | None = None,
     ) -> list[Measurement]:
         """Close several windows at one point, reading every counter once.
 
@@ -476,6 +509,7 @@ class EnergyMonitor:
                 costs milliseconds).
             recent: End at the last reading when it is recent enough (see the module docstring): for a
                 point where nothing ran since that reading.
+            reading: End at this reading (`take_reading`, made when the windows ended) instead of a new one.
 
         Returns:
             Each window's measurement, in the order of `names`.
@@ -487,7 +521,7 @@ class EnergyMonitor:
             if missing:
                 raise InternalError(f"measurement window {str(missing[0])!r} is not open; call begin_window first")
             started = [self._open.pop(n) for n in names]
-            now, wall, end = self._reading(recent)
+            now, wall, end = reading if reading is not None else self._reading(recent)
             if reopen:
                 bounds = self._error_bounds()
                 for name in reopen:

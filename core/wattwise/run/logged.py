@@ -50,6 +50,10 @@ def step_metrics(rec: Figures, power_limit_w: float | None, *, simulated: bool =
     return _marked(metrics, simulated)
 
 
+#: The names of the epoch figures a logger receives (`epoch_metrics`).
+EPOCH_METRICS = frozenset({"energy/epoch_j", "energy/epoch_uncertainty_j", "time/epoch_s", "power/epoch_avg_w"})
+
+
 def epoch_metrics(rec: Figures, *, simulated: bool = False) -> dict[str, float]:
     """The epoch figures a logger receives: energy (and its uncertainty), time and average power of the epoch."""
     return _marked(

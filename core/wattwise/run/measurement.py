@@ -34,6 +34,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -43,7 +44,7 @@ from wattwise.config import EnergyConfig
 from wattwise.devices import Device, DeviceSpec, discover
 from wattwise.distributed import Collective
 from wattwise.errors import UsageError, plugin_warning
-from wattwise.monitor import EnergyMonitor, Measurement, WindowSink, cuda_sync, quadrature
+from wattwise.monitor import EnergyMonitor, Measurement, Reading, WindowSink, cuda_sync, quadrature
 from wattwise.run.agreement import (
     FIGURES_LEFT,
     Agreement,
@@ -100,6 +101,19 @@ class EpochFigures:
     energy_j: float
     #: How precisely `energy_j` is known (J; `wattwise.monitor`).
     energy_uncertainty_j: float = 0.0
+
+
+@dataclass
+class _Ending:
+    """An epoch that ended and waits for the next exchange of figures: its end's reading, then its measurement."""
+
+    epoch: int
+    steps: int
+    #: The monitor that measured it (a process that lost its measurement since reads another).
+    monitor: EnergyMonitor
+    #: The counter reading at its end, made by the reader thread (None: read on the training thread).
+    reading: Future[Reading] | None
+    measured: Measurement | None = None
 
 
 class RankShare(RankFigures):
@@ -171,6 +185,14 @@ class Figures:
     def avg_power_w(self) -> float:
         """Average power over the figures (energy / time; 0 for no time)."""
         return self.energy_j / self.time_s if self.time_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class EndedEpoch:
+    """An epoch whose figures were combined over processes after it ended (`RunMeasurement.epoch_end(defer=True)`)."""
+
+    epoch: int
+    figures: Figures
 
 
 @dataclass(frozen=True)
@@ -295,6 +317,12 @@ class RunMeasurement:
         #: The step count where the last epoch ended and its window began again for the next (None: not so).
         self._next_epoch_from: int | None = None
         self._epoch_steps_at = 0
+        #: Epochs that ended (`epoch_end(defer=True)`) and wait for the next exchange of figures, oldest first.
+        self._ending: list[_Ending] = []
+        #: Reads the counters where an epoch ends, off the training thread (made when first needed).
+        self._reader: ThreadPoolExecutor | None = None
+        #: Epochs combined since `take_ended_epochs` was last called, oldest first.
+        self._ended: list[EndedEpoch] = []
         self.last_step: Figures | None = None
         #: Energy and time of the segments before a resume.
         self.prior_energy_j = 0.0
@@ -517,6 +545,8 @@ class RunMeasurement:
         a process that lost its measurement since the last exchange is counted in it, and then every process
         learns which ranks lost what (`wattwise.run.agreement.combine_telling`).
         """
+        ending = self._settle()
+        ms = [*(e.measured for e in ending if e.measured is not None), *ms]
         figures = [(m.time_s, m.total_energy_j) for m in ms]
         figures += [(0.0, m.total_energy_uncertainty_j**2) for m in ms]
         untold = self._untold
@@ -525,7 +555,42 @@ class RunMeasurement:
         combined, lost = combine_telling(self.collective, figures, untold)
         self._tell_lost(lost, LOST)
         n = len(ms)
-        return [(t, e, math.sqrt(max(0.0, u2))) for (t, e), (_, u2) in zip(combined[:n], combined[n:], strict=True)]
+        out = [(t, e, math.sqrt(max(0.0, u2))) for (t, e), (_, u2) in zip(combined[:n], combined[n:], strict=True)]
+        for epoch, (t, e, u) in zip(ending, out, strict=False):
+            self.epochs.append(EpochFigures(epoch.epoch, t, e, u))
+            self._ended.append(EndedEpoch(epoch.epoch, Figures(t, e, epoch.steps, u)))
+        return out[len(ending) :]
+
+    def _settle(self) -> list[_Ending]:
+        """End the windows of the epochs that wait for an exchange, at their readings; those epochs, taken.
+
+        Local to this process. The reader thread made each reading a fraction of a millisecond after the
+        epoch ended (long done by now); one it could not make is made here.
+        """
+        ending, self._ending = self._ending, []
+        for epoch in ending:
+            if epoch.measured is not None:
+                continue
+            reading: Reading | None = None
+            if epoch.reading is not None and epoch.monitor is self.monitor:
+                try:
+                    reading = epoch.reading.result()
+                except Exception:  # read again below, where a failing device is handled as anywhere else
+                    log.debug("wattwise: the epoch end's reading in the background", exc_info=True)
+            made = epoch.monitor
+
+            def end(mon: EnergyMonitor, at: Reading | None = reading, made: EnergyMonitor = made) -> Measurement:
+                return mon.end_windows(
+                    [Window.EPOCH], sync=at is None, reopen=(Window.EPOCH,), reading=at if mon is made else None
+                )[0]
+
+            epoch.measured = self._read(end)
+        return ending
+
+    def take_ended_epochs(self) -> list[EndedEpoch]:
+        """The epochs whose figures were combined since the last call (`epoch_end(defer=True)`), oldest first."""
+        ended, self._ended = self._ended, []
+        return ended
 
     # -- steps -----------------------------------------------------------------------------------------
     def step_started(self) -> None:
@@ -633,6 +698,7 @@ class RunMeasurement:
             )
             self._resumed_epoch = None
         if not (self.is_open(Window.EPOCH) and self._next_epoch_from == self.step_count):
+            self._ending = self._settle()  # an ended epoch's window ends at its own reading first
             self.cancel(Window.EPOCH)
             # Between the fit's start and this epoch, the framework only set up: the last reading may serve
             # when it is recent (a read costs milliseconds on a real GPU).
@@ -642,13 +708,25 @@ class RunMeasurement:
         self._epoch_number = number
         self._epoch_steps_at = self.step_count
 
-    def epoch_end(self) -> Figures | None:
+    def epoch_end(self, *, defer: bool = False) -> Figures | None:
         """Close the epoch's window (a collective); its figures over all processes, None when none was open.
 
         The window begins again at once from the same reading, for the next epoch (`epoch_begin` takes it):
         a real GPU's counter read costs milliseconds, and short epochs would pay two at each boundary.
+
+        With `defer`, no collective and no wait: the epoch's figures are combined at the next exchange of
+        figures (a logging point, the end of a profile window, `totals`, `state_dict`, the fit's end), in
+        its all-reduce, and `take_ended_epochs` gives them then. Where every counter changes only every so
+        often, a reader thread reads them at once (`EnergyMonitor.reads_in_background`), so the training
+        thread does not wait the milliseconds a read costs on a real GPU; the reading is as exact as the
+        counter allows. Every process must pass the same `defer`.
         """
         if not self.is_open(Window.EPOCH) or self._epoch_number is None:
+            return None
+        if defer and self._resumed_epoch is None:
+            self._end_later(self._epoch_number, self.step_count - self._epoch_steps_at)
+            self._next_epoch_from = self.step_count
+            self._epoch_number = None
             return None
         rec = self.end(Window.EPOCH, reopen=(Window.EPOCH,))[0]
         self._next_epoch_from = self.step_count
@@ -667,6 +745,26 @@ class RunMeasurement:
         self._epoch_number = None
         return rec
 
+    def _end_later(self, number: int, steps: int) -> None:
+        """The epoch `number` ended: its reading in the background where the counters allow, else here."""
+        self._ending = self._settle()  # an earlier epoch's reading, made by now
+        monitor = self.monitor
+        assert monitor is not None
+        if monitor.reads_in_background and self.lost is None:
+            if self._reader is None:
+                self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wattwise-epoch-reader")
+            sync = monitor.sync
+
+            def read() -> Reading:
+                if sync is not None:
+                    sync()
+                return monitor.take_reading()
+
+            self._ending.append(_Ending(number, steps, monitor, self._reader.submit(read)))
+        else:
+            self._ending.append(_Ending(number, steps, monitor, None))
+            self._ending = self._settle()
+
     def totals(self) -> Figures | None:
         """The run so far, earlier segments included. A collective: every process calls it at one point."""
         if not self.active or not self.is_open(Window.FIT):
@@ -680,10 +778,21 @@ class RunMeasurement:
             quadrature((self.prior_energy_uncertainty_j, uncertainty_j)),
         )
 
-    def close(self) -> Measurement | None:
-        """Close every window and the monitor; the fit's own measurement (this process), if it was open."""
+    def close(self, *, exchange: bool = True) -> Measurement | None:
+        """Close every window and the monitor; the fit's own measurement (this process), if it was open.
+
+        `exchange`: every process closes here (a collective), and the epochs that wait for an exchange of
+        figures are combined first; False where the processes end apart, and those epochs are left out
+        (as an epoch in progress is).
+        """
         if self.monitor is None:
             return None
+        if self._ending and (exchange or self.collective.world_size == 1):
+            self.combine([])
+        self._ending = []
+        if self._reader is not None:
+            self._reader.shutdown(wait=True)
+            self._reader = None
         self.resume()
         if self.drive is not None:
             self.drive.close()
@@ -793,6 +902,7 @@ class RunMeasurement:
         fit = None
         epoch: EpochState | None = None
         if self.active and self.monitor is not None and self.is_open(Window.FIT):
+            self._ending = self._settle()  # the epoch in progress begins where an ended one's reading is
             windows = [self._read(lambda mon: mon.peek_window(Window.FIT))]
             if self.is_open(Window.EPOCH) and self._epoch_number is not None:  # an epoch in progress
                 windows.append(self._read(lambda mon: mon.peek_window(Window.EPOCH)))

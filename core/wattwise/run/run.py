@@ -74,7 +74,7 @@ from wattwise.run.agreement import (
 )
 from wattwise.run.carbon import CarbonControl
 from wattwise.run.history import keep_run
-from wattwise.run.measurement import Figures, MeasurementState, RunFigures, RunMeasurement, Window
+from wattwise.run.measurement import EndedEpoch, Figures, MeasurementState, RunFigures, RunMeasurement, Window
 from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
@@ -591,12 +591,20 @@ class Run:
             self.measurement.epoch_begin(number)
 
     @_never_breaks_training
-    def epoch_end(self) -> Figures | None:
-        """Close the epoch; returns its time and energy over all processes (None when off)."""
+    def epoch_end(self, *, defer: bool = False) -> Figures | None:
+        """Close the epoch; returns its time and energy over all processes (None when off).
+
+        `defer`: return None at once; the figures come at the next exchange of figures, from
+        `take_ended_epochs` (`RunMeasurement.epoch_end`). Every process passes the same.
+        """
         if not self.measuring:
             return None
         assert self.measurement is not None
-        return self.measurement.epoch_end()
+        return self.measurement.epoch_end(defer=defer)
+
+    def take_ended_epochs(self) -> list[EndedEpoch]:
+        """The epochs ended with `epoch_end(defer=True)` whose figures were combined since the last call."""
+        return self.measurement.take_ended_epochs() if self.measurement is not None else []
 
     def abort(self, exc: BaseException | None = None) -> None:
         """Training raised: restore every setting now (the summary is still written by `finish`)."""
@@ -672,9 +680,9 @@ class Run:
         m = self.measurement
         if not self.measuring or m is None:  # nothing to gather; the settings are restored all the same
             if m is not None:
-                m.close()
+                m.close(exchange=False)
             return None
-        fit = m.close()
+        fit = m.close(exchange=not apart)
         if fit is None:  # start() itself failed
             return None
         if apart:

@@ -17,7 +17,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
 from torch.utils.data import DataLoader
 
@@ -549,3 +549,19 @@ def test_the_state_key_names_the_job_as_lightning_builds_it_and_follows_a_rename
     callback.config.job = "bert"
     assert callback.state_key == "EnergyCallback{'job': 'bert'}"
     assert EnergyCallback().state_key == "EnergyCallback{'job': None}"
+
+
+def test_a_callback_that_monitors_an_epoch_figure_gets_it_at_each_epochs_end(tmp_path, virtual_clock):
+    # Epoch figures otherwise come at the next exchange of figures; EarlyStopping reads its `monitor` at
+    # the epoch's end (and stops the fit when it is missing), so there the epoch ends with its own exchange.
+    gpu = make_gpu(virtual_clock)
+    logger = EpochMetrics()
+    cb = energy_callback(gpu, tmp_path / "run", log_every_n_steps=1000)
+    stop = EarlyStopping(monitor="energy/epoch_j", mode="min", patience=100, check_on_train_epoch_end=True)
+    trainer = make_trainer(tmp_path, [cb, stop], max_steps=24, logger=logger)
+    trainer.fit(GPUBoringModel(gpu, batches=8))
+    summary = read_summary(tmp_path / "run")
+    assert [e["epoch"] for e in summary["epochs"]] == [0, 1, 2]
+    assert stop.best_score.item() == pytest.approx(min(e["energy_j"] for e in summary["epochs"]))
+    epochs = [step for step, m in logger.logged if "energy/epoch_j" in m]
+    assert epochs == [8, 16, 24]
