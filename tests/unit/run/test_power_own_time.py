@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.tuning_runs import tuning_run
 from wattwise.devices import Physics
+from wattwise.power_limit import PowerLimitTuner
 
 TUNE = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.mode=tune", "power_limit.reuse=false"]
 STEP_S = 0.02
@@ -25,11 +26,8 @@ def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
 
 
-def test_a_profiled_limits_time_per_step_is_the_training_steps_without_the_counter_reads(tmp_path: Path) -> None:
-    # The realistic physics' coarse counter and its costly reads, without the step-to-step noise and settling,
-    # so that the step's own time at the highest limit is exactly 20 ms.
-    physics = dataclasses.replace(Physics.realistic(seed=1), step_time_noise=0.0, power_noise=0.0, settle_s=0.0)
-    assert physics.energy_read_median_s > 0.002
+def tuned(tmp_path: Path, physics: Physics) -> PowerLimitTuner | None:
+    """The tuner of a run of 20 ms steps on one simulated GPU of `physics`, once tuning ended."""
     done = tuning_run(
         tmp_path,
         3000,
@@ -38,7 +36,15 @@ def test_a_profiled_limits_time_per_step_is_the_training_steps_without_the_count
         base_step_time_s=STEP_S,
         stop=lambda run: run.power.tuner is not None and run.power.tuner.done,
     )
-    tuner = done.run.power.tuner
+    return done.run.power.tuner
+
+
+def test_a_profiled_limits_time_per_step_is_the_training_steps_without_the_counter_reads(tmp_path: Path) -> None:
+    # The realistic physics' coarse counter and its costly reads, without the step-to-step noise and settling,
+    # so that the step's own time at the highest limit is exactly 20 ms.
+    physics = dataclasses.replace(Physics.realistic(seed=1), step_time_noise=0.0, power_noise=0.0, settle_s=0.0)
+    assert physics.energy_read_median_s > 0.002
+    tuner = tuned(tmp_path, physics)
     assert tuner is not None and tuner.done and tuner.align_to_counter
     top = next(e for e in tuner.profile if e.power_limit_w == 300.0)
     # Reads fell into every window (at least one at each of its ends: 4% of its time, counted in, before);
@@ -51,15 +57,7 @@ def test_a_profiled_limits_time_per_step_is_the_training_steps_without_the_count
 def test_the_steps_spread_that_ranks_the_limits_is_the_training_steps_not_the_reads(tmp_path: Path, noise) -> None:
     # Steps whose time varies by `noise` from one to the next, with the counter's costly reads among them.
     physics = dataclasses.replace(Physics.realistic(seed=2), step_time_noise=noise, power_noise=0.0, settle_s=0.0)
-    done = tuning_run(
-        tmp_path,
-        3000,
-        overrides=TUNE,
-        physics=physics,
-        base_step_time_s=STEP_S,
-        stop=lambda run: run.power.tuner is not None and run.power.tuner.done,
-    )
-    tuner = done.run.power.tuner
+    tuner = tuned(tmp_path, physics)
     assert tuner is not None and tuner.done
     total, steps = tuner.step_spread.get(300.0, (0.0, 0))
     measured = (total / steps) ** 0.5 if steps else 0.0
