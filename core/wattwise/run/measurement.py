@@ -5,7 +5,8 @@ makes no CUDA synchronize and no collective; it only counts. Figures are measure
 many steps and are combined over processes (energy summed, time maxed, one tensor all-reduce for all the
 windows that end at one point) only where something is logged or decided:
 
-- `fit`: the whole run; `epoch`: each epoch;
+- `fit`: the whole run; `epoch`: each epoch (an epoch ended with `epoch_end(defer=True)` is read by a reader
+  thread where the counters allow, and combined at the next exchange of figures);
 - `steps`: the steps since the last logging point (one row per logging interval in windows.csv);
 - `power_limit_profile`: the power-limit tuner's profiling window;
 - `validation`, `checkpoint`, ...: time that is not training (a pause). While paused, the `steps` and
