@@ -691,8 +691,9 @@ class PowerLimitControl:
         """
         assert self.tuner is not None
         undriven = any(not gpu.driven for gpu in self.gpus)
-        # wattwise's own time in the window (`own_time_from`) and its steps' spread: the main process's, for all
-        own_s, spread = self._own_s, self.step_spread()
+        # wattwise's own time in the window (`own_time_from`) and its steps' spread: the main process's, for all.
+        # An exact counter (the ideal physics) ranks by exact figures, as it takes any saving for one.
+        own_s, spread = self._own_s, self.step_spread() if self.counter_period_s() > 0 else 0.0
         if self._collective is not None and self._collective.world_size > 1:  # every process gives up alike
             gathered: list[WindowEnd] = self._collective.all_gather(WindowEnd(undriven, own_s, spread))
             undriven, own_s, spread = any(g.undriven for g in gathered), gathered[0].own_s, gathered[0].step_spread
