@@ -48,6 +48,12 @@ step, `((long on - short on) - (long off - short off)) / 300` (and its share of 
 per fit, what is left of the short fit's difference. Beside them, the counter reads one long fit makes
 (each on an H100 costs what the realistic physics' read sleeps: the real NVML path costs the same per
 read) and the time they take. About 2 minutes per process count and physics at 3 repeats.
+
+Beside the difference of differences, which one stalled fit moves by several percent on a shared machine,
+each long fit's steps are timed where `training_step` starts (rank 0): the k-th step's time is the median of
+its repeats' k-th steps, and the per-step cost ("by step") is the mean over the steps of that median with
+wattwise less that without. Steps that log or end an epoch fall on the same step indices in every fit, so
+their cost is counted; a step that another process stalled in one repeat is not.
 """
 
 from __future__ import annotations
@@ -632,15 +638,18 @@ def paired_worker(spec_path: str) -> None:
 
     SimulatedGPU.energy_j = counted_energy_j  # type: ignore[method-assign]
 
+    stamps: list[float] = []
+
     class SleepingModel(BoringModel):  # type: ignore[misc]
         def training_step(self, batch: Any, batch_idx: int) -> Any:
+            stamps.append(time.perf_counter())
             time.sleep(PAIRED_STEP_S)
             return super().training_step(batch, batch_idx)
 
     def fit(steps: int, measured: bool, physics: str, out: Path) -> tuple[float, int, float]:
         callbacks = []
         if measured:
-            overrides = [f"devices.simulated_physics={physics}"]
+            overrides = [f"devices.simulated_physics={physics}", *spec.get("overrides", [])]
             callbacks.append(EnergyCallback(backend="simulated", output_dir=str(out), overrides=overrides))
         trainer = pl.Trainer(
             max_steps=steps,
@@ -655,6 +664,7 @@ def paired_worker(spec_path: str) -> None:
             strategy="ddp" if world_size > 1 else "auto",
         )
         reads.update(count=0, seconds=0.0)
+        stamps.clear()
         started = time.perf_counter()
         trainer.fit(SleepingModel())
         return time.perf_counter() - started, int(reads["count"]), float(reads["seconds"])
@@ -665,7 +675,8 @@ def paired_worker(spec_path: str) -> None:
     for i, raw in enumerate(spec["fits"]):
         one = PairedFit(**raw)
         wall_s, count, read_s = fit(one.steps, one.measured, one.physics, tmp / f"fit-{i}")
-        results.append({**raw, "wall_s": wall_s, "reads": count, "read_s": read_s})
+        steps_s = [b - a for a, b in itertools.pairwise(stamps)] if one.steps == max(PAIRED_STEPS) else []
+        results.append({**raw, "wall_s": wall_s, "reads": count, "read_s": read_s, "steps_s": steps_s})
     if int(os.environ.get("RANK", "0")) == 0:
         Path(spec["out"]).write_text(json.dumps(results))
 
@@ -683,7 +694,13 @@ def paired_figures(results: list[dict[str, Any]], physics: str) -> dict[str, flo
         long_ - short
     )
     long_on = [r for r in results if (r["steps"], r["measured"], r["physics"]) == (long_, True, physics)]
+    long_off = [r for r in results if (r["steps"], r["measured"], r["physics"]) == (long_, False, physics)]
+    by_step = {on: _median_steps(fits) for on, fits in ((True, long_on), (False, long_off))}
+    n = min(len(by_step[True]), len(by_step[False]))
+    on_s, off_s = sum(by_step[True][:n]) / max(1, n), sum(by_step[False][:n]) / max(1, n)
     return {
+        "by_step_ms": 1e3 * (on_s - off_s),
+        "by_step_pct": 100 * (on_s - off_s) / off_s if off_s > 0 else float("nan"),
         "base_step_ms": 1e3 * base_step_s,
         "per_step_ms": 1e3 * per_step_s,
         "per_step_pct": 100 * per_step_s / base_step_s,
@@ -693,10 +710,27 @@ def paired_figures(results: list[dict[str, Any]], physics: str) -> dict[str, flo
     }
 
 
-def run_paired(processes: Sequence[int], physics: Sequence[str], repeats: int, timeout_s: float) -> int:
+def _median_steps(fits: list[dict[str, Any]], skip: int = 5) -> list[float]:
+    """The k-th step's time, the median of the fits' k-th steps, for every k past the first `skip`."""
+    runs = [r["steps_s"][skip:] for r in fits if r.get("steps_s")]
+    if not runs:
+        return []
+    n = min(len(r) for r in runs)
+    return [statistics.median(r[k] for r in runs) for k in range(n)]
+
+
+def run_paired(
+    processes: Sequence[int],
+    physics: Sequence[str],
+    repeats: int,
+    timeout_s: float,
+    json_path: str | None = None,
+    overrides: Sequence[str] = (),
+) -> int:
     """`--paired-fits`: launch each process count's fits, print per-step and per-fit costs."""
     fits = plan_paired(physics, repeats)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    every: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="wattwise-paired-fits-") as tmp:
         for world_size in processes:
             group = Path(tmp) / f"procs{world_size}"
@@ -704,27 +738,39 @@ def run_paired(processes: Sequence[int], physics: Sequence[str], repeats: int, t
             spec = group / "spec.json"
             out = group / "results.json"
             spec.write_text(
-                json.dumps({"fits": [dataclasses.asdict(f) for f in fits], "tmp": str(group), "out": str(out)})
+                json.dumps(
+                    {
+                        "fits": [dataclasses.asdict(f) for f in fits],
+                        "tmp": str(group),
+                        "out": str(out),
+                        "overrides": list(overrides),
+                    }
+                )
             )
             print(f"{len(fits)} fits in {world_size} process(es)...", file=sys.stderr, flush=True)
             _start_workers(world_size, ["--paired-worker", str(spec)], group, Path(tmp) / "home", timeout_s)
             results = json.loads(out.read_text())
             rows += [{"processes": world_size, "physics": p, **paired_figures(results, p)} for p in physics]
+            every += [{"processes": world_size, **r} for r in results]
     print(
         f"paired fits (BoringModel, {PAIRED_STEP_S * 1e3:.0f} ms sleep per step, logger=False, no validation, "
         f"mode measure, fits in one process): {' and '.join(map(str, PAIRED_STEPS))} steps, minimum of {repeats}"
     )
     print(
-        f"{'procs':>5} {'physics':>9} {'step ms':>8} {'per step':>9} {'share':>7} {'per fit':>8} "
-        f"{'reads':>6} {'read ms':>8}"
+        f"{'procs':>5} {'physics':>9} {'step ms':>8} {'per step':>9} {'share':>7} {'by step':>9} {'share':>7} "
+        f"{'per fit':>8} {'reads':>6} {'read ms':>8}"
     )
     for r in rows:
         print(
             f"{r['processes']:>5} {r['physics']:>9} {r['base_step_ms']:>8.2f} {r['per_step_ms']:>7.3f}ms "
-            f"{r['per_step_pct']:>+6.2f}% {r['per_fit_s'] * 1e3:>6.0f}ms {r['reads_per_long_fit']:>6.0f} "
+            f"{r['per_step_pct']:>+6.2f}% {r['by_step_ms']:>7.3f}ms {r['by_step_pct']:>+6.2f}% "
+            f"{r['per_fit_s'] * 1e3:>6.0f}ms {r['reads_per_long_fit']:>6.0f} "
             f"{r['read_ms_per_long_fit']:>8.1f}"
         )
     print("reads, read ms: the energy-counter reads the training thread made in the longer fit, and their time")
+    if json_path:
+        Path(json_path).write_text(json.dumps({"rows": rows, "fits": every}, indent=1))
+    print("by step: the mean over the long fit's steps of each step's median over the repeats, with less without")
     print("target: at most 1% per step (per step is the difference of differences: a few tenths of a % of noise)")
     return 0
 
@@ -1033,6 +1079,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--physics", nargs="+", choices=("ideal", "realistic"), default=["ideal", "realistic"],
         help="with --paired-fits: the simulated GPU's physics (default both)",
     )  # fmt: skip
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="with --paired-fits: a setting for the measured fits (repeatable), e.g. monitor.sample_power=false",
+    )  # fmt: skip
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--paired-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1046,7 +1096,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.paired_fits:
         if repeats < 1:
             parser.error("--repeats must be at least 1")
-        return run_paired(args.processes, args.physics, repeats, args.timeout)
+        return run_paired(args.processes, args.physics, repeats, args.timeout, args.json, args.set)
     if repeats < 1 or (args.steps is not None and args.steps < 1) or min(args.step_ms) < 1:
         parser.error("--repeats, --steps and --step-ms must be at least 1")
     table = QUICK_STEPS if args.quick else DEFAULT_STEPS
