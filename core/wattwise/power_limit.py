@@ -126,7 +126,8 @@ class Ranking:
     windows: Sequence[int] | None = None
     min_saving: float = 0.0
     #: Limits already told from the best as costlier (in fewer windows than the others: their uncertainty is
-    #: wider): never a tie, so a tie cannot go to a limit measured less than the best one.
+    #: wider): never a tie by their uncertainty, so a tie cannot go to a limit measured less than the best one;
+    #: still a tie where the best saves less than `min_saving` beside them, as measured in the end.
     told: frozenset[float] = frozenset()
     #: How far each entry's cost per step may be off from the steps' own spread, relative to it: the
     #: standard deviation of one step's time over the square root of the steps measured (None: not known).
@@ -182,8 +183,13 @@ class Ranking:
             i
             for i, e in enumerate(profile)
             if e in allowed
-            and (i == b or e.power_limit_w not in self.told)
-            and values[i] - values[b] <= max(floor, math.hypot(sigmas[i], sigmas[b]))
+            and (
+                values[i] - values[b] <= floor  # saves less than counts: a tie, however it was measured
+                or (
+                    (i == b or e.power_limit_w not in self.told)
+                    and values[i] - values[b] <= math.hypot(sigmas[i], sigmas[b])
+                )
+            )
         ]
         top_i = max(ties, key=lambda i: profile[i].power_limit_w)
         chosen = profile[top_i]

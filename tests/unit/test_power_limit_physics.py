@@ -146,6 +146,19 @@ def test_a_limit_told_costlier_in_fewer_windows_never_wins_a_tie_with_the_best()
     assert told is not None and told.power_limit_w == 200.0
 
 
+def test_a_limit_told_costlier_before_still_ties_where_the_best_saves_less_than_counts_beside_it() -> None:
+    # A round measuring 300 W again told it costlier than 275 W's figures then; measured again, 275 W ends
+    # 0.2% cheaper, less than the 0.5% a lower limit must save: 300 W stays, however it was told before.
+    rows = entries((300.0, 1.0, 10.0), (275.0, 1.0, 9.98), (250.0, 1.0, 12.0))
+    ranking = Ranking(rows, [0.01, 0.01, 0.01], "energy", min_saving=0.005, told=frozenset({300.0}))
+    chosen, reason = ranking.choice()
+    assert reason is None and chosen is not None and chosen.power_limit_w == 300.0
+    # A saving of 2% counts: the told limit is no tie.
+    rows = entries((300.0, 1.0, 10.0), (275.0, 1.0, 9.8), (250.0, 1.0, 12.0))
+    chosen = Ranking(rows, [0.01, 0.01, 0.01], "energy", min_saving=0.005, told=frozenset({300.0})).choice()[0]
+    assert chosen is not None and chosen.power_limit_w == 275.0
+
+
 def test_on_an_exact_counter_the_least_energy_wins_however_close() -> None:
     rows = entries((300.0, 1.0, 10.0), (250.0, 1.1, 9.999))
     assert profiled(rows, 0.0).chosen == rows[1]
