@@ -16,6 +16,14 @@ Routes (JSON in and out; errors are `{"error": "one line"}`):
 
 `{index}` is a GPU's index (ASCII digits) or its UUID (as the status shows it). The caller is who the
 kernel says it is (SO_PEERCRED on the connection), never what the body claims.
+
+Each body is read by the record codec (`wattwise.record.fields`) into its wire TypedDict
+(`wattwise.devices.agent`: the very shape the client sends), from the definitions below
+(`define_foreign`): one reader checks every file wattwise reads and every wire body, with the same rules
+(a bool is not a number, a number is finite, a name is printable) and the same one-line refusal, which
+names the field and ends with what to send instead (`SEND`), so no handler checks a value by hand. A job
+name the body leaves out reads as ""; what only the agent can judge (a GPU's range, its holder, whether
+a named GPU exists: 404) is checked after, by the agent.
 Answers: 400 malformed or out of the GPU's range, 403 not allowed (or outside the admin's bounds), 404 no
 such GPU, 409 held by another process, 413 body too large (refused before it is read), 429 the caller's
 user has as many cgroup checks in progress as it may, 500 the device or the agent failed: each
@@ -25,11 +33,11 @@ refusal of `wattwise.agent.agent` has its status in `STATUS_OF`, the one place t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
-import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TypeVar, cast
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -52,9 +60,15 @@ from wattwise.agent.processes import Peer, identify_peer, process_alive, process
 from wattwise.devices.agent import (
     ClockLockRequest,
     GpuStatus,
+    HandOverRequest,
     JobEnd,
+    JobRegistration,
+    JobReleaseRequest,
     PowerLimitRequest,
+    RequestBody,
 )
+from wattwise.errors import UsageError
+from wattwise.record.fields import Codec, FieldSpec, JsonObject, Number, Whole, define_foreign, from_json
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +164,7 @@ def _pinned(peer: Peer) -> tuple[Holder, set[int]]:
 
 
 async def _body(request: web.Request) -> dict[str, object]:
-    """The request's JSON object as it came; a handler reads a body of several fields into its request's TypedDict."""
+    """The request's JSON object as it came, unchecked: `_read` checks it, field by field, with the codec."""
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length)
     try:
@@ -168,26 +182,84 @@ async def _body(request: web.Request) -> dict[str, object]:
     return data
 
 
-def _job(data: dict[str, object], key: str = "job") -> str:
-    """A name the body gives (`job`, `job_id`): printable, at most `MAX_JOB_CHARS`; "" when not given."""
-    job = data.get(key, "")
-    if not is_job_name(job):
-        raise InvalidRequest(f"{key} must be a printable string of at most {MAX_JOB_CHARS} characters")
-    return job
+@dataclasses.dataclass(frozen=True)
+class JobName(Codec):
+    """A job name or batch job id (`is_job_name`): a printable string of at most `MAX_JOB_CHARS`.
+
+    Absent, it reads as None (the definition's `if_missing`: ""); null is refused, as any other
+    non-string, since a client that sends the key sends a name.
+    """
+
+    def load(self, f: JsonObject, key: str) -> str | None:
+        """The name at `key`; None when the key is absent."""
+        if key not in f.raw:
+            return None
+        value = f.raw[key]
+        if not is_job_name(value):
+            f.refuse(key, f"a printable string of at most {MAX_JOB_CHARS} characters", value)
+        return value
 
 
-def _number(data: dict[str, object], key: str) -> float:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidRequest(f"{key} must be a finite number (got {value!r})")
-    return float(value)
+@dataclasses.dataclass(frozen=True)
+class GpuNames(Codec):
+    """The GPUs a body names, each by its index or its UUID: a list, each item as text for `_gpu`.
+
+    A string is kept as it is, anything else as JSON writes it (`3` as "3", `true` as "true"): `_gpu` reads
+    an index from its digits, as from a URL's, and answers any other name with 404 (no such GPU), never
+    400, as it does for a URL's.
+    """
+
+    def load(self, f: JsonObject, key: str) -> list[str] | None:
+        """The names of the list at `key`; None when absent or null."""
+        value = f.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            f.refuse(key, "the list of the job's GPUs on this node (indices or uuids)", value)
+        return [item if isinstance(item, str) else json.dumps(item) for item in value]
 
 
-def _integer(data: dict[str, object], key: str) -> int:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"{key} must be an integer number of MHz (got {value!r})")
-    return value
+# Each body as the codec reads it (`wattwise.record.fields`): its keys in the order they are checked, the
+# first wrong one named. A job name or batch job id left out reads as "".
+_NAMES = {"job": FieldSpec(JobName(), if_missing=""), "job_id": FieldSpec(JobName(), if_missing="")}
+define_foreign(PowerLimitRequest, **_NAMES, watts=FieldSpec(Number(minimum=None), required=True))
+define_foreign(
+    ClockLockRequest,
+    **_NAMES,
+    min_mhz=FieldSpec(Whole(), required=True),
+    max_mhz=FieldSpec(Whole(), required=True),
+)
+define_foreign(HandOverRequest, pid=FieldSpec(Whole(minimum=1), required=True))
+define_foreign(
+    JobRegistration,
+    job_id=_NAMES["job_id"],
+    uid=FieldSpec(Whole(), required=True),
+    gpus=FieldSpec(GpuNames(), required=True),
+)
+define_foreign(JobReleaseRequest, job_id=_NAMES["job_id"])
+
+#: What a refusal of each body tells the client to send instead (the codec's fix).
+SEND: dict[type, str] = {
+    PowerLimitRequest: 'send {"watts": W, "job": "name"}: W the power limit, a finite number of watts',
+    ClockLockRequest: 'send {"min_mhz": F, "max_mhz": F, "job": "name"}: the SM clock range, in whole MHz',
+    HandOverRequest: 'send {"pid": P}: P the pid of the caller\'s child, a positive integer',
+    JobRegistration: (
+        'send {"job_id": "J", "uid": U, "gpus": [index or uuid]}: J the batch job (its SLURM_JOB_ID), U its '
+        "user's id, a non-negative integer"
+    ),
+    JobReleaseRequest: 'send {"job_id": "J"}: J the batch job whose GPUs to release (its SLURM_JOB_ID)',
+}
+
+B = TypeVar("B", bound=RequestBody)
+
+
+async def _read(request: web.Request, kind: type[B]) -> B:
+    """The request's body read as `kind` by the codec; `InvalidRequest` (400) naming the field and the fix."""
+    data = await _body(request)
+    try:
+        return from_json(kind, JsonObject(data, "request body", fix=SEND[kind]))
+    except UsageError as err:
+        raise InvalidRequest(str(err)) from None
 
 
 def _index(request: web.Request, agent: Agent) -> int:
@@ -199,15 +271,13 @@ def _index(request: web.Request, agent: Agent) -> int:
     return _gpu(request.match_info["index"], agent)
 
 
-def _gpu(text: Any, agent: Agent) -> int:
-    """The index of the GPU `text` names: its index (ASCII digits, or a JSON integer) or its UUID."""
-    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
-        text = str(text)
-    if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 6:  # not "²" nor "١"
+def _gpu(text: str, agent: Agent) -> int:
+    """The index of the GPU `text` names: its index (ASCII digits, as a URL or `GpuNames` gives it) or its UUID."""
+    if text.isascii() and text.isdigit() and len(text) <= 6:  # not "²" nor "١"
         return int(text)
-    if isinstance(text, str) and text in agent.uuids:
+    if text in agent.uuids:
         return agent.uuids[text]
-    raise NoSuchGPU(f"no GPU {str(text)[:80]!r} on this node (a GPU is named by its index or its uuid)")
+    raise NoSuchGPU(f"no GPU {text[:80]!r} on this node (a GPU is named by its index or its uuid)")
 
 
 async def _changed(agent: Agent, index: int, caller: Holder, change: Callable[[], GpuStatus]) -> web.Response:
@@ -237,22 +307,15 @@ def make_app(agent: Agent, limits: ConnectionLimits | None = None) -> web.Applic
 
     async def power_limit(request: web.Request) -> web.Response:
         index = _index(request, agent)
-        data = await _body(request)
+        asked = await _read(request, PowerLimitRequest)
         caller, gids = _caller(request)
-        asked = PowerLimitRequest(job=_job(data), job_id=_job(data, "job_id"), watts=_number(data, "watts"))
         holder = Holder(caller.pid, caller.uid, asked["job"], caller.start_ticks, asked["job_id"])
         return await _changed(agent, index, holder, lambda: agent.set_power_limit(index, holder, gids, asked["watts"]))
 
     async def lock_clocks(request: web.Request) -> web.Response:
         index = _index(request, agent)
-        data = await _body(request)
+        asked = await _read(request, ClockLockRequest)
         caller, gids = _caller(request)
-        asked = ClockLockRequest(
-            job=_job(data),
-            job_id=_job(data, "job_id"),
-            min_mhz=_integer(data, "min_mhz"),
-            max_mhz=_integer(data, "max_mhz"),
-        )
         holder = Holder(caller.pid, caller.uid, asked["job"], caller.start_ticks, asked["job_id"])
         low, high = asked["min_mhz"], asked["max_mhz"]
         return await _changed(agent, index, holder, lambda: agent.lock_sm_clocks(index, holder, gids, low, high))
@@ -269,34 +332,26 @@ def make_app(agent: Agent, limits: ConnectionLimits | None = None) -> web.Applic
 
     async def hand_over(request: web.Request) -> web.Response:
         index = _index(request, agent)
-        data = await _body(request)
+        asked = await _read(request, HandOverRequest)
         caller, _ = _caller(request)
-        pid = data.get("pid")
-        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-            raise InvalidRequest(f"pid must be a positive integer, the caller's child (got {pid!r})")
-        return web.json_response(agent.hand_over(index, caller, pid))
+        return web.json_response(agent.hand_over(index, caller, asked["pid"]))
 
     async def release_job(request: web.Request) -> web.Response:
-        data = await _body(request)
-        job_id = _job(data, "job_id")
+        job_id = (await _read(request, JobReleaseRequest))["job_id"]
         if not job_id:
             raise InvalidRequest("job_id must name the batch job whose GPUs to release (its SLURM_JOB_ID)")
         caller, _ = _caller(request)
         return web.json_response(agent.release_job(job_id, caller))
 
     async def register_job(request: web.Request) -> web.Response:
-        data = await _body(request)
-        job_id = _job(data, "job_id")
+        asked = await _read(request, JobRegistration)
+        job_id, gpus = asked["job_id"], cast(list[str], asked["gpus"])  # as `GpuNames` reads them
         if not job_id:
             raise InvalidRequest("job_id must name the batch job (its SLURM_JOB_ID)")
-        uid = data.get("uid")
-        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
-            raise InvalidRequest(f"uid must be the job's user id, a non-negative integer (got {uid!r})")
-        gpus = data.get("gpus")
-        if not isinstance(gpus, list) or len(gpus) > len(agent.devices):
+        if len(gpus) > len(agent.devices):
             raise InvalidRequest("gpus must be the list of the job's GPUs on this node (indices or uuids)")
         caller, _ = _caller(request)
-        return web.json_response(agent.register_job(job_id, uid, [_gpu(g, agent) for g in gpus], caller))
+        return web.json_response(agent.register_job(job_id, asked["uid"], [_gpu(g, agent) for g in gpus], caller))
 
     async def end_job(request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]

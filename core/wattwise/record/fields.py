@@ -15,6 +15,10 @@ Reading validates what the writer guarantees (types, finite numbers, bounds) and
 a one-line `UsageError` naming the file, the field (`power_limit.profile[0].time_s`) and the fix. Keys it
 does not know are ignored, so a record may grow.
 
+A wire's body, a TypedDict (the node agent's requests, `wattwise.agent.http`), is read the same way once
+`define_foreign` defines its keys: `from_json` returns the dict, and its `JsonObject` ends each error with
+what the client should send instead (`fix`) rather than a damaged file's remedy.
+
 Why not pydantic, msgspec or cattrs (measured 2026-12-02 on the 2-core development machine): none is a
 dependency of wattwise, and pydantic 2.14, the one at hand, adds 9.6 MB of compiled code and 0.21-0.31 CPU s
 of import to every run's start (this module costs 0.09 s, its imports included). Each would still need the
@@ -318,20 +322,35 @@ def as_json(
 
 #: The JSON definitions of records defined elsewhere, which cannot carry `json_field`s themselves.
 _FOREIGN: dict[type, dict[str, FieldSpec]] = {}
+#: A field as `_specs` lists it: its name, and its default (`MISSING` when it has none), or the factory of it.
+_Field = tuple[str, Any, Any]
 
 
 def define_foreign(cls: type, **specs: FieldSpec) -> None:
-    """Give the dataclass `cls`, defined in another module, a JSON definition: one `FieldSpec` per field."""
+    """Give `cls`, defined in another module, a JSON definition: one `FieldSpec` per field.
+
+    `cls` is a dataclass, or a TypedDict (a wire's body): `from_json` then reads the dict of that shape,
+    its keys in the order given here, and every key of the TypedDict must be defined (a key the codec
+    left out would be missing from what it reads). A TypedDict has no defaults: a key that may be absent
+    says what it reads as with `if_missing`.
+
+    Raises:
+        TypeError: `cls` is a TypedDict whose keys are not those defined.
+    """
+    if not dataclasses.is_dataclass(cls) and set(specs) != set(getattr(cls, "__annotations__", ())):
+        raise TypeError(f"{cls.__name__}: define every key of the TypedDict, and no other (defined: {sorted(specs)})")
     _FOREIGN[cls] = specs
 
 
-def _specs(cls: type) -> list[tuple[dataclasses.Field[Any], FieldSpec]]:
+def _specs(cls: type) -> list[tuple[_Field, FieldSpec]]:
     foreign = _FOREIGN.get(cls)
+    if foreign is not None and not dataclasses.is_dataclass(cls):  # a TypedDict: its keys as defined
+        return [((name, MISSING, MISSING), spec) for name, spec in foreign.items()]
     out = []
     for f in dataclasses.fields(cls):
         spec = foreign.get(f.name) if foreign is not None else f.metadata.get(_META)
         if spec is not None:
-            out.append((f, spec))
+            out.append(((f.name, f.default, f.default_factory), spec))
     return out
 
 
@@ -343,16 +362,16 @@ def to_json_dict(record: object) -> dict[str, JsonValue]:
     """
     out: dict[str, JsonValue] = {}
     derived: Mapping[str, tuple[str, JsonValue]] = getattr(record, "json_derived", dict)()
-    for f, spec in _specs(type(record)):
+    for (name, _, _), spec in _specs(type(record)):
         if spec.written is None or spec.written(record):
-            value = getattr(record, f.name)
-            *parents, last = (spec.key or f.name).split(".")
+            value = getattr(record, name)
+            *parents, last = (spec.key or name).split(".")
             node = out
             for part in parents:
                 node = cast(dict[str, JsonValue], node.setdefault(part, {}))  # made here: an object
             node[last] = None if value is None else spec.codec.dump(value)
-        if f.name in derived:
-            key, value = derived[f.name]
+        if name in derived:
+            key, value = derived[name]
             out[key] = value
     return out
 
@@ -361,19 +380,20 @@ def from_json(cls: type[T], f: JsonObject, *, index: int | None = None) -> T:
     """The record `cls` read from `f`, every field validated (see `FieldSpec`).
 
     Args:
-        cls: The record's dataclass.
+        cls: The record's dataclass, or a TypedDict given a definition (`define_foreign`).
         f: Its JSON object.
         index: Its position in a list, for a field read `AT_INDEX`.
 
     Returns:
-        The record.
+        The record (for a TypedDict: the dict, every key it defines present).
 
     Raises:
         UsageError: A field is missing or not what its codec accepts (the message names it).
     """
     values: dict[str, object] = {}
     for field, spec in _specs(cls):
-        *parents, last = (spec.key or field.name).split(".")
+        name = field[0]
+        *parents, last = (spec.key or name).split(".")
         node: JsonObject | None = f
         for part in parents:
             node = node.opt_object(part) if node is not None else None
@@ -382,19 +402,20 @@ def from_json(cls: type[T], f: JsonObject, *, index: int | None = None) -> T:
             if spec.required:
                 (node or f).missing(last)
             value = _missing(field, spec, index)
-        values[field.name] = value
+        values[name] = value
     return cls(**values)
 
 
-def _missing(field: dataclasses.Field[Any], spec: FieldSpec, index: int | None) -> Any:
+def _missing(field: _Field, spec: FieldSpec, index: int | None) -> Any:
+    _, default, default_factory = field
     if spec.if_missing is AT_INDEX:
         return index
     if spec.if_missing is not _FIELD_DEFAULT:
         return spec.if_missing
-    if field.default is not MISSING:
-        return field.default
-    if field.default_factory is not MISSING:
-        return field.default_factory()
+    if default is not MISSING:
+        return default
+    if default_factory is not MISSING:
+        return default_factory()
     return None
 
 
@@ -406,13 +427,15 @@ class JsonObject:
         raw: The object as `json.loads` gave it.
         where: The file, which starts every error message.
         prefix: The object's path in the file (`power_limit.`), which starts every field's name.
+        fix: What every error message ends with, telling the user what to do: by default a run record's
+            (`FIX`); a wire's reader says what to send instead (a request body is the client's, not a file).
     """
 
-    def __init__(self, raw: Mapping[str, Any], where: str, prefix: str = "") -> None:
-        self.raw, self.where, self.prefix = raw, where, prefix
+    def __init__(self, raw: Mapping[str, Any], where: str, prefix: str = "", *, fix: str = FIX) -> None:
+        self.raw, self.where, self.prefix, self.fix = raw, where, prefix, fix
 
     def _fail(self, key: str, expected: str, value: Any) -> NoReturn:
-        raise UsageError(f"{self.where}: {self.prefix}{key} must be {expected} (got {show(value)}); {FIX}")
+        raise UsageError(f"{self.where}: {self.prefix}{key} must be {expected} (got {show(value)}); {self.fix}")
 
     def refuse(self, key: str, expected: str, value: Any) -> NoReturn:
         """Raise the `UsageError` of `key` holding `value` where it must hold what `expected` says."""
@@ -420,7 +443,7 @@ class JsonObject:
 
     def missing(self, key: str) -> NoReturn:
         """Raise the `UsageError` of a required `key` that is absent or null."""
-        raise UsageError(f"{self.where}: key {self.prefix + key!r} is missing; {FIX}")
+        raise UsageError(f"{self.where}: key {self.prefix + key!r} is missing; {self.fix}")
 
     def _required(self, key: str) -> Any:
         value = self.raw.get(key)
@@ -522,7 +545,7 @@ class JsonObject:
             return None
         if not isinstance(value, Mapping):
             self._fail(key, "an object", value)
-        return JsonObject(value, self.where, f"{self.prefix}{key}.")
+        return JsonObject(value, self.where, f"{self.prefix}{key}.", fix=self.fix)
 
     def _list(self, key: str) -> list[Any]:
         value = self.raw.get(key)
@@ -542,7 +565,7 @@ class JsonObject:
         for i, value in enumerate(self._list(key)):
             if not isinstance(value, Mapping):
                 self._fail(f"{key}[{i}]", "an object", value)
-            items.append(JsonObject(value, self.where, f"{self.prefix}{key}[{i}]."))
+            items.append(JsonObject(value, self.where, f"{self.prefix}{key}[{i}].", fix=self.fix))
         return items
 
     def numbers(self, key: str) -> list[float]:
