@@ -55,6 +55,7 @@ from wattwise.agent.agent import (
     NotAllowed,
 )
 from wattwise.agent.connections import ConnectionLimits
+from wattwise.agent.jobs import JobName
 from wattwise.agent.leases import Holder
 from wattwise.agent.processes import Peer, identify_peer, process_alive, process_groups
 from wattwise.devices.agent import (
@@ -180,24 +181,6 @@ async def _body(request: web.Request) -> dict[str, object]:
     if not isinstance(data, dict):
         raise InvalidRequest("the request body must be a JSON object")
     return data
-
-
-@dataclasses.dataclass(frozen=True)
-class JobName(Codec):
-    """A job name or batch job id (`is_job_name`): a printable string of at most `MAX_JOB_CHARS`.
-
-    Absent, it reads as None (the definition's `if_missing`: ""); null is refused, as any other
-    non-string, since a client that sends the key sends a name.
-    """
-
-    def load(self, f: JsonObject, key: str) -> str | None:
-        """The name at `key`; None when the key is absent."""
-        if key not in f.raw:
-            return None
-        value = f.raw[key]
-        if not is_job_name(value):
-            f.refuse(key, f"a printable string of at most {MAX_JOB_CHARS} characters", value)
-        return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,17 +20,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wattwise.agent import is_job_name
+from wattwise.agent import MAX_JOB_CHARS, is_job_name
 from wattwise.agent.config import DEFAULT_REGISTRATION_TTL_S
 from wattwise.devices.agent import JobAllocationInfo
+from wattwise.errors import UsageError
+from wattwise.record import fields
+from wattwise.record.fields import Codec, JsonObject, Number, Whole, as_json
 from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
 
 log = logging.getLogger(__name__)
@@ -50,15 +52,60 @@ MAX_ENDED_BYTES = 4096
 
 
 @dataclass(frozen=True)
-class JobAllocation:
-    """The GPUs (by UUID) the scheduler gave one job of one user, and when the registration lapses."""
+class JobName(Codec):
+    """A job name or batch job id (`is_job_name`): a printable string of at most `MAX_JOB_CHARS`.
 
-    job_id: str
-    uid: int
-    gpu_uuids: frozenset[str]
+    Absent, it reads as None (the definition says what that means); null is refused, as any other
+    non-string: whoever writes the key writes a name.
+    """
+
+    def load(self, f: JsonObject, key: str) -> str | None:
+        """The name at `key`; None when the key is absent."""
+        if key not in f.raw:
+            return None
+        value = f.raw[key]
+        if not is_job_name(value):
+            f.refuse(key, f"a printable string of at most {MAX_JOB_CHARS} characters", value)
+        return value
+
+
+@dataclass(frozen=True)
+class GpuUuids(Codec):
+    """A set of GPU UUIDs, written as a sorted list: each a non-empty name (`is_job_name`)."""
+
+    def dump(self, value: Any) -> Any:
+        """The UUIDs of `value`, sorted, as a JSON list."""
+        return sorted(value)
+
+    def load(self, f: JsonObject, key: str) -> frozenset[str] | None:
+        """The UUIDs of the list at `key`; None when absent or null."""
+        if f.raw.get(key) is None:
+            return None
+        uuids = f.strings(key)
+        for i, uuid in enumerate(uuids):
+            if not (uuid and is_job_name(uuid)):
+                f.refuse(f"{key}[{i}]", "a GPU's uuid", uuid)
+        return frozenset(uuids)
+
+
+def _required(codec: Codec) -> Any:
+    return field(metadata=as_json(codec, required=True))
+
+
+@dataclass(frozen=True)
+class JobAllocation:
+    """The GPUs (by UUID) the scheduler gave one job of one user, and when the registration lapses.
+
+    Its record's entry (`registered.json`) is written and read by the record codec (`wattwise.record.fields`),
+    each key from its definition here, as every file and wire body wattwise reads.
+    """
+
+    job_id: str = _required(JobName())
+    uid: int = _required(Whole())
+    gpu_uuids: frozenset[str] = _required(GpuUuids())
     #: When it was registered and when it lapses (seconds since the epoch).
-    registered_at_s: float
-    expires_at_s: float
+    registered_at_s: float = _required(Number(minimum=None))
+    expires_at_s: float = _required(Number(minimum=None))
 
     def info(self, indices: Mapping[str, int]) -> JobAllocationInfo:
         """As the agent answers and records it; `indices`: the index of each GPU UUID on the node now."""
@@ -76,26 +123,10 @@ class JobAllocation:
         """An allocation from the record, or None when the entry is malformed (or names GPUs by index only)."""
         if not isinstance(raw, dict):
             return None
-        job_id, uid, uuids = raw.get("job_id"), raw.get("uid"), raw.get("gpu_uuids")
-        registered, expires = _seconds(raw.get("registered_at_s")), _seconds(raw.get("expires_at_s"))
-        if not (
-            is_job_name(job_id)
-            and type(uid) is int
-            and uid >= 0
-            and isinstance(uuids, list)
-            and all(is_job_name(u) and u for u in uuids)
-            and registered is not None
-            and expires is not None
-        ):
+        try:
+            return fields.from_json(cls, JsonObject(raw, JOBS_FILE))
+        except UsageError:
             return None
-        return cls(job_id, uid, frozenset(uuids), registered, expires)
-
-
-def _seconds(value: Any) -> float | None:
-    """A time in the record (seconds since the epoch) as a float; None when it is not a finite number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def ended_record(folder: Path, job_id: str) -> Path:
@@ -309,16 +340,7 @@ class JobRegistry:
 
     def _save(self) -> None:
         self.path.parent.mkdir(mode=0o700, exist_ok=True)
-        entries = [
-            {
-                "job_id": a.job_id,
-                "uid": a.uid,
-                "gpu_uuids": sorted(a.gpu_uuids),
-                "registered_at_s": a.registered_at_s,
-                "expires_at_s": a.expires_at_s,
-            }
-            for a in sorted(self._jobs.values(), key=lambda a: a.job_id)
-        ]
+        entries = [fields.to_json_dict(a) for a in sorted(self._jobs.values(), key=lambda a: a.job_id)]
         text = json.dumps({"jobs": entries})
         replace_file(self.path, lambda fh: fh.write(text), mode=0o600)
 

@@ -11,12 +11,13 @@ import pytest
 
 from wattwise.agent.agent import Agent, AgentRefusal
 from wattwise.agent.config import AgentConfig, parse_config
-from wattwise.agent.jobs import JobRegistry, ended_record, record_ended
+from wattwise.agent.jobs import JobAllocation, JobRegistry, ended_record, record_ended
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
 from wattwise.agent.processes import process_start_ticks
 from wattwise.devices import simulated_gpus
 from wattwise.errors import ConfigError
+from wattwise.record.fields import to_json_dict
 from wattwise.vocabulary import AllocationPolicy
 
 ROOT = Holder(1, 0)
@@ -140,3 +141,32 @@ def test_end_job_with_no_agent_answering_leaves_the_record_the_agent_reads(
     assert run_end_job(args) == 0
     assert "the agent does not answer" in capsys.readouterr().err
     assert json.loads(ended_record(state, "7").read_text())["job_id"] == "7"
+
+
+GOOD = {"job_id": "70", "uid": 4321, "gpu_uuids": ["GPU-b", "GPU-a"], "registered_at_s": 10, "expires_at_s": 20.5}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"uid": True},
+        {"uid": -1},
+        {"job_id": None},
+        {"job_id": "7\n"},
+        {"gpu_uuids": ["GPU-a", ""]},
+        {"gpu_uuids": [0]},
+        {"gpu_uuids": "GPU-a"},
+        {"registered_at_s": "10"},
+        {"expires_at_s": float("inf")},
+        {"expires_at_s": False},
+    ],
+)
+def test_a_malformed_entry_of_the_record_is_not_recalled(change: dict[str, object]) -> None:
+    assert JobAllocation.from_json({**GOOD, **change}) is None
+    assert JobAllocation.from_json({k: v for k, v in GOOD.items() if k not in change}) is None  # or left out
+
+
+def test_an_entry_is_read_by_the_codec_and_written_back_as_it_was() -> None:
+    allocation = JobAllocation.from_json(GOOD)
+    assert allocation == JobAllocation("70", 4321, frozenset({"GPU-a", "GPU-b"}), 10.0, 20.5)
+    assert to_json_dict(allocation) == {**GOOD, "gpu_uuids": ["GPU-a", "GPU-b"]}
