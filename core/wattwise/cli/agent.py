@@ -76,8 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "its clients sent when they leased) and drop the leases, whatever "
         "process holds them. Root may release any job, a user their own.",
     )
-    release.add_argument("--job", required=True, metavar="JOBID", help="the batch job's id (SLURM_JOB_ID)")
-    release.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    _job_and_socket(release)
     release.add_argument("--json", action="store_true", help="print the agent's answer as JSON")
     release.set_defaults(func=run_release)
 
@@ -105,13 +104,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "When the agent does not answer and --state-dir is given, the job's end is recorded there and the "
         "agent ends the registration when it reads it (at its next start, or before its next decision).",
     )
-    end.add_argument("--job", required=True, metavar="JOBID", help="the batch job's id (SLURM_JOB_ID)")
-    end.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    _job_and_socket(end)
     end.add_argument(
         "--state-dir",
         help="the agent's --state-dir: where to record the job's end when the agent does not answer (root)",
     )
     end.set_defaults(func=run_end_job)
+
+
+def _job_and_socket(parser: argparse.ArgumentParser) -> None:
+    """Add `--job JOBID` (required) and `--socket`, the options of an action on one batch job."""
+    parser.add_argument("--job", required=True, metavar="JOBID", help="the batch job's id (SLURM_JOB_ID)")
+    parser.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
 
 
 def _uid(text: str) -> int:

@@ -13,7 +13,7 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,9 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(its git root's or folder's name)",
     )
     listing.set_defaults(func=run_list)
-    show = actions.add_parser("show", parents=[common], help="one run: every figure and its folder")
-    show.add_argument("run_id", metavar="ID", help="run id (see `wattwise runs list`)")
-    show.set_defaults(func=run_show)
+    _one_run(actions, common, "show", "one run: every figure and its folder", run_show)
     compare = actions.add_parser(
         "compare",
         parents=[common],
@@ -81,9 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     compare.add_argument("run_ids", metavar="ID", nargs="+", help="two or more run ids; the first is the reference")
     compare.set_defaults(func=run_compare)
-    forget = actions.add_parser("forget", parents=[common], help="remove a run from the history (its folder stays)")
-    forget.add_argument("run_id", metavar="ID", help="run id (see `wattwise runs list`)")
-    forget.set_defaults(func=run_forget)
+    _one_run(actions, common, "forget", "remove a run from the history (its folder stays)", run_forget)
     add = actions.add_parser(
         "add",
         parents=[common],
@@ -93,6 +89,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "folder", metavar="DIR", help="the run's folder (OUTPUT/runs/ID, or OUTPUT), with its summary.json"
     )
     add.set_defaults(func=run_add)
+
+
+def _one_run(
+    actions: argparse._SubParsersAction,
+    common: argparse.ArgumentParser,
+    name: str,
+    help_text: str,
+    func: Callable[[argparse.Namespace], int],
+) -> None:
+    """Add the action `name` of `wattwise runs`, which takes one run's ID."""
+    action = actions.add_parser(name, parents=[common], help=help_text)
+    action.add_argument("run_id", metavar="ID", help="run id (see `wattwise runs list`)")
+    action.set_defaults(func=func)
 
 
 def parse_since(text: str, *, now_s: float) -> float:
