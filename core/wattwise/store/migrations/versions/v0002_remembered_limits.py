@@ -12,18 +12,18 @@ has the file.) Frozen table definitions: never import `wattwise.store.schema` he
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from wattwise.store.migrations.versions import adding_table
 
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
 
-
-def upgrade() -> None:
-    """Create the remembered-limits table."""
-    op.create_table(
-        "wattwise_remembered_limits",
+#: Creates the remembered-limits table; the downgrade drops it.
+upgrade, downgrade = adding_table(
+    "wattwise_remembered_limits",
+    lambda: (
         sa.Column("memory_key", sa.Text, primary_key=True),
         sa.Column("power_limit_w", sa.Double, nullable=False),
         sa.Column("time_s", sa.Double, nullable=False),
@@ -33,9 +33,5 @@ def upgrade() -> None:
         sa.Column("eta", sa.Double, nullable=True),
         sa.Column("chosen_at_s", sa.Double, nullable=True),
         sa.Column("run_id", sa.String(256), nullable=True),
-    )
-
-
-def downgrade() -> None:
-    """Drop the remembered-limits table."""
-    op.drop_table("wattwise_remembered_limits")
+    ),
+)

@@ -11,18 +11,19 @@ Frozen table definitions: never import `wattwise.store.schema` here.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from wattwise.store.migrations.versions import adding_table
 
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-
-def upgrade() -> None:
-    """Create the run-history table and its indexes (by start, and by job then start)."""
-    op.create_table(
-        "wattwise_run_history",
+#: Creates the run-history table and its indexes (by start, and by job then start); the downgrade drops the
+#: table (its indexes go with it).
+upgrade, downgrade = adding_table(
+    "wattwise_run_history",
+    lambda: (
         sa.Column("id", sa.String(64), primary_key=True),
         sa.Column("job", sa.String(128), nullable=True),
         sa.Column("framework", sa.String(32), nullable=True),
@@ -39,11 +40,9 @@ def upgrade() -> None:
         sa.Column("time_cost_s", sa.Double, nullable=True),
         sa.Column("folder", sa.Text, nullable=False),
         sa.Column("simulated", sa.Boolean, nullable=False),
-    )
-    op.create_index("ix_wattwise_run_history_start_s", "wattwise_run_history", ["start_s"])
-    op.create_index("ix_wattwise_run_history_job_start_s", "wattwise_run_history", ["job", "start_s"])
-
-
-def downgrade() -> None:
-    """Drop the run-history table (its indexes go with it)."""
-    op.drop_table("wattwise_run_history")
+    ),
+    indexes=(
+        ("ix_wattwise_run_history_start_s", ["start_s"]),
+        ("ix_wattwise_run_history_job_start_s", ["job", "start_s"]),
+    ),
+)

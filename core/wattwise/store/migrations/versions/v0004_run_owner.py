@@ -13,19 +13,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from wattwise.store.migrations.versions import add_history_columns, drop_history_columns
+from wattwise.store.migrations.versions import adding_history_columns
 
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-
-def upgrade() -> None:
-    """Add `owner`: the user who recorded the run (the database user for PostgreSQL, the login on SQLite)."""
-    add_history_columns(sa.Column("owner", sa.String(128), nullable=True))
-
-
-def downgrade() -> None:
-    """Drop `owner`."""
-    drop_history_columns("owner")
+#: Adds `owner`: the user who recorded the run (the database user for PostgreSQL, the login on SQLite);
+#: the downgrade drops it.
+upgrade, downgrade = adding_history_columns(("owner", sa.String(128)))

@@ -14,19 +14,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from wattwise.store.migrations.versions import add_history_columns, drop_history_columns
+from wattwise.store.migrations.versions import adding_history_columns
 
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
 
-
-def upgrade() -> None:
-    """Add `saving_uncertainty_j`: how precisely the run's saving against the highest limit is known (J)."""
-    add_history_columns(sa.Column("saving_uncertainty_j", sa.Double(), nullable=True))
-
-
-def downgrade() -> None:
-    """Drop `saving_uncertainty_j`."""
-    drop_history_columns("saving_uncertainty_j")
+#: Adds `saving_uncertainty_j`: how precisely the run's saving against the highest limit is known (J);
+#: the downgrade drops it.
+upgrade, downgrade = adding_history_columns(("saving_uncertainty_j", sa.Double()))

@@ -13,19 +13,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from wattwise.store.migrations.versions import add_history_columns, drop_history_columns
+from wattwise.store.migrations.versions import adding_history_columns
 
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
 
-
-def upgrade() -> None:
-    """Add `project`: the project the run belongs to (its git root's or folder's name, or the setting)."""
-    add_history_columns(sa.Column("project", sa.String(128), nullable=True))
-
-
-def downgrade() -> None:
-    """Drop `project`."""
-    drop_history_columns("project")
+#: Adds `project`: the project the run belongs to (its git root's or folder's name, or the setting);
+#: the downgrade drops it.
+upgrade, downgrade = adding_history_columns(("project", sa.String(128)))

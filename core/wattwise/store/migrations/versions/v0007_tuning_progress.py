@@ -14,27 +14,23 @@ definitions: never import `wattwise.store.schema` here.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from wattwise.store.migrations.versions import adding_table
 
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
 
-
-def upgrade() -> None:
-    """Create the tuning-progress table."""
-    op.create_table(
-        "wattwise_tuning_progress",
+#: Creates the tuning-progress table; the downgrade drops it.
+upgrade, downgrade = adding_table(
+    "wattwise_tuning_progress",
+    lambda: (
         sa.Column("memory_key", sa.Text, primary_key=True),
         sa.Column("state", sa.Text, nullable=False),
         sa.Column("profiled", sa.Integer, nullable=False),
         sa.Column("limits", sa.Integer, nullable=False),
         sa.Column("updated_at_s", sa.Double, nullable=False),
         sa.Column("run_id", sa.String(256), nullable=True),
-    )
-
-
-def downgrade() -> None:
-    """Drop the tuning-progress table."""
-    op.drop_table("wattwise_tuning_progress")
+    ),
+)

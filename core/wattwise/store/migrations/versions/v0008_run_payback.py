@@ -16,28 +16,20 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from wattwise.store.migrations.versions import add_history_columns, drop_history_columns
+from wattwise.store.migrations.versions import adding_history_columns
 
 revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
 
-#: The columns added, in order (their names are the payback's fields with `payback_` before them).
-COLUMNS = (
+#: Adds the payback's run figures, nullable, in this order (their names are the payback's fields with `payback_`
+#: before them): energy saved (J) with its uncertainty, time added (s), break-even, paid back; the downgrade
+#: drops them.
+upgrade, downgrade = adding_history_columns(
     ("payback_run_energy_saved_j", sa.Double),
     ("payback_run_energy_saved_uncertainty_j", sa.Double),
     ("payback_run_time_added_s", sa.Double),
     ("payback_break_even_steps", sa.Integer),
     ("payback_paid_back", sa.Boolean),
 )
-
-
-def upgrade() -> None:
-    """Add the payback's run figures: energy saved (J) with its uncertainty, time added (s), break-even, paid back."""
-    add_history_columns(*(sa.Column(name, kind(), nullable=True) for name, kind in COLUMNS))
-
-
-def downgrade() -> None:
-    """Drop the payback's columns."""
-    drop_history_columns(*(name for name, _ in reversed(COLUMNS)))
