@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -35,6 +36,28 @@ from wattwise.store.spool import SpooledResult, StoreUnavailable, spool_dir, spo
 
 #: An open run that has not reported an epoch for this long is presumed dead (crashed, killed).
 DEFAULT_STALE_AFTER_S = 24 * 3600.0
+
+
+class _Progress(TypedDict):
+    """An open run's figures so far, as the store records them and this process keeps them."""
+
+    epochs: int
+    energy_j: float
+    time_s: float
+    cost: float
+
+
+class _Result(TypedDict):
+    """A run's result, as the store closes the run with it or the spool keeps it.
+
+    `energy_j` and `cost` None: nothing was measured.
+    """
+
+    reached: bool
+    energy_j: float | None
+    time_s: float
+    cost: float | None
+    now_s: float
 
 
 def drop_stale(runs: Sequence[StoredRun], now_s: float, stale_after_s: float) -> list[StoredRun]:
@@ -124,18 +147,11 @@ class BatchSizeOptimizer:
             metric=metric,
             limit=run.cost_limit if offline else self.cost_limit(run),
         )
-        self._known[run_id] = dataclasses.replace(run, epochs=epoch, energy_j=energy_j, time_s=time_s, cost=cost)
+        progress = _Progress(epochs=epoch, energy_j=energy_j, time_s=time_s, cost=cost)
+        self._known[run_id] = dataclasses.replace(run, **progress)
         if not offline:
             try:
-                self.store.progress_run(
-                    self.job.name,
-                    run_id,
-                    epochs=epoch,
-                    energy_j=energy_j,
-                    time_s=time_s,
-                    cost=cost,
-                    now_s=self._clock(),
-                )
+                self.store.progress_run(self.job.name, run_id, **progress, now_s=self._clock())
             except StoreUnavailable as err:
                 self._offline(run_id, err)
         return reason
@@ -188,39 +204,23 @@ class BatchSizeOptimizer:
             _check_epochs(epochs, reached)
         if power_limit_w is not None:
             check_power_limit(power_limit_w)
-        cost, now_s = self.job.cost(energy_j, time_s) if energy_j is not None else None, self._clock()
+        cost = self.job.cost(energy_j, time_s) if energy_j is not None else None
+        result = _Result(reached=reached, energy_j=energy_j, time_s=time_s, cost=cost, now_s=self._clock())
         try:
             run = self.store.get_run(self.job.name, run_id)
             epochs_done = run.epochs if epochs is None else epochs
             _check_epochs(epochs_done, reached)
             if power_limit_w is not None:
                 self.store.set_power_limit(self.job.name, run.batch_size, power_limit_w)
-            return self.store.finish_run(
-                self.job.name,
-                run_id,
-                reached=reached,
-                epochs=epochs_done,
-                energy_j=energy_j,
-                time_s=time_s,
-                cost=cost,
-                now_s=now_s,
-            )
+            return self.store.finish_run(self.job.name, run_id, epochs=epochs_done, **result)
         except StoreUnavailable as err:
             if epochs is None and run_id in self._known:
                 epochs = self._known[run_id].epochs
-            result = SpooledResult(
-                job=self.job.name,
-                run_id=run_id,
-                reached=reached,
-                epochs=epochs,
-                energy_j=energy_j,
-                time_s=time_s,
-                cost=cost,
-                now_s=now_s,
-                power_limit_w=power_limit_w,
+            spooled = SpooledResult(
+                job=self.job.name, run_id=run_id, epochs=epochs, power_limit_w=power_limit_w, **result
             )
             try:
-                path = spool_result(err.url, result)
+                path = spool_result(err.url, spooled)
             except OSError as spool_err:  # e.g. a spool folder another user made in a shared WATTWISE_HOME
                 _warn(
                     f"wattwise: {err}; the result of run {run_id} of job {self.job.name!r} could not be spooled "
