@@ -406,25 +406,23 @@ def _write(path: str | Path, write: Callable[[TextIO], object]) -> None:
         raise UsageError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
 
 
+#: What every error reading a frontier file asks for.
+_FRONTIER_FIX = "pass a FRONTIER.json written by wattwise frontier"
+
+
 def _read_json(path: str | Path) -> dict[str, object]:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such file; pass a FRONTIER.json written by wattwise frontier") from None
+        raise UsageError(f"{path}: no such file; {_FRONTIER_FIX}") from None
     except OSError as err:
-        raise UsageError(
-            f"{path}: cannot be read ({err.strerror or err}); pass a FRONTIER.json written by wattwise frontier"
-        ) from None
+        raise UsageError(f"{path}: cannot be read ({err.strerror or err}); {_FRONTIER_FIX}") from None
     except UnicodeDecodeError as err:
-        raise UsageError(
-            f"{path}: not UTF-8 text (byte {err.start}); pass a FRONTIER.json written by wattwise frontier"
-        ) from None
+        raise UsageError(f"{path}: not UTF-8 text (byte {err.start}); {_FRONTIER_FIX}") from None
     except (ValueError, RecursionError) as err:  # json.JSONDecodeError, too many digits, nesting too deep
         reason = str(err).splitlines()[0] if isinstance(err, ValueError) else "nested too deeply"
-        raise UsageError(
-            f"{path}: not valid JSON ({reason}); pass a FRONTIER.json written by wattwise frontier"
-        ) from None
+        raise UsageError(f"{path}: not valid JSON ({reason}); {_FRONTIER_FIX}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: the top level must be a JSON object")
     return data

@@ -24,6 +24,8 @@ from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
 from wattwise.safe_files import replace_file
 
 COLUMNS: tuple[str, ...] = ("stage", "instruction", "frequency", "time", "energy")
+#: The header line a profile file must have (its messages name it).
+_HEADER = ",".join(COLUMNS)
 #: The optional column of a stage's clock-change latency (seconds).
 CLOCK_CHANGE_COLUMN = "clock_change_s"
 #: A clock change that takes longer than this is not a latency but a mistake in the file (seconds).
@@ -190,16 +192,14 @@ def load_profile(path: str | Path) -> PipelineProfile:
             header = [h.strip() for h in (reader.fieldnames or [])]
             missing = [c for c in COLUMNS if c not in header]
             if missing:
-                raise UsageError(
-                    f"{path}: missing column(s) {', '.join(missing)}; the header must be {','.join(COLUMNS)}"
-                )
+                raise UsageError(f"{path}: missing column(s) {', '.join(missing)}; the header must be {_HEADER}")
             reader.fieldnames = header
             return parse_profile(reader, source=str(path))
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such profile file; pass the path of a {','.join(COLUMNS)} CSV") from None
+        raise UsageError(f"{path}: no such profile file; pass the path of a {_HEADER} CSV") from None
     except OSError as err:
         raise UsageError(
-            f"{path}: cannot read the profile ({err.strerror or err}); pass the path of a {','.join(COLUMNS)} CSV"
+            f"{path}: cannot read the profile ({err.strerror or err}); pass the path of a {_HEADER} CSV"
         ) from None
     except (UnicodeDecodeError, csv.Error) as err:
         raise UsageError(f"{path}: not a readable CSV file ({err})") from None
