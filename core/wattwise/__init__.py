@@ -145,6 +145,7 @@ it; the store's Alembic revisions are one folder), from the entry points down to
 - `project`: the project a run belongs to (the working directory's git root's or folder's name).
 - `tracker`: `wattwise.track`, the energy of any code in a `with` block or a decorator, one CSV row a run.
 - `extras`: which extra of `pip install 'wattwise[EXTRA]'` brings each optional dependency.
+- `copying`: one record made from another by field name: a JSON object from its record, a record from a row.
 - `tools/`: not library code:
     - `acceptance`: the real-GPU acceptance checks and what they record.
     - `checks`: what the checks share: results, outcomes, the context, the load, the Markdown tables.

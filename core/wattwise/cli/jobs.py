@@ -19,6 +19,7 @@ from typing import TypedDict
 from sqlalchemy.engine import make_url
 
 from wattwise.cli.runs import store_and_json
+from wattwise.copying import typed_dict_of
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
 from wattwise.recurring.spec import JobSpec, StoredRun
@@ -128,20 +129,7 @@ class TuningProgressDict(TypedDict):
 
 
 def _run_dict(run: StoredRun) -> StoredRunDict:
-    return StoredRunDict(
-        run_id=run.run_id,
-        batch_size=run.batch_size,
-        phase=run.phase,
-        state=run.state,
-        power_limit_w=run.power_limit_w,
-        epochs=run.epochs,
-        energy_j=run.energy_j,
-        time_s=run.time_s,
-        cost=run.cost,
-        cost_limit=_number(run.cost_limit),
-        started_at_s=run.started_at_s,
-        updated_at_s=run.updated_at_s,
-    )
+    return typed_dict_of(StoredRunDict, run, cost_limit=_number(run.cost_limit))
 
 
 def run_list(args: argparse.Namespace) -> int:

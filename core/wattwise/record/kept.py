@@ -21,6 +21,7 @@ import shutil
 import stat
 from pathlib import Path
 
+from wattwise.copying import attributes, dataclass_of
 from wattwise.errors import UsageError
 from wattwise.profile import ProfileEntry
 from wattwise.record.summary import (
@@ -73,14 +74,7 @@ def run_payback(limit: PowerLimitSummary | None) -> RunPayback | None:
         return None
     if (limit.tuning is not None and not limit.tuning.finished) or payback_lines(limit) is None:
         return None
-    pb = limit.payback
-    return RunPayback(
-        run_energy_saved_j=pb.run_energy_saved_j,
-        run_energy_saved_uncertainty_j=pb.run_energy_saved_uncertainty_j,
-        run_time_added_s=pb.run_time_added_s,
-        break_even_steps=pb.break_even_steps,
-        paid_back=pb.paid_back,
-    )
+    return dataclass_of(RunPayback, limit.payback)
 
 
 def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str]) -> RunRow:
@@ -89,15 +83,9 @@ def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str])
     mode = limit.mode if limit is not None and limit.mode in tuple(RunMode) else RunMode.MEASURE
     return RunRow(
         id=run_id,
-        job=summary.job,
-        framework=summary.framework,
         mode=mode,
-        status=summary.status,
-        start_time=summary.start_time,
-        end_time=summary.end_time,
+        **attributes(summary, "job", "framework", "status", "start_time", "end_time", "time_s", "energy_j"),
         devices=summary.device_names,
-        time_s=summary.time_s,
-        energy_j=summary.energy_j,
         energy_uncertainty_j=getattr(summary, "energy_uncertainty_j", None),
         power_limit_w=limit.chosen_power_limit_w if limit is not None else None,
         saving_j=limit.energy_saved_j if limit is not None and limit.mode != RunMode.CAP else None,
@@ -108,8 +96,7 @@ def run_row(summary: RunSummary, *, run_id: str, folder: str | os.PathLike[str])
         ),
         time_cost_s=time_cost_s(limit),
         folder=str(Path(folder).absolute()),
-        simulated=summary.simulated,
-        project=summary.project,
+        **attributes(summary, "simulated", "project"),
         payback=run_payback(limit),
     )
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, TypedDict
+from typing import Any, Protocol, TypedDict
 
 from wattwise.bounds import COST_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIMESTAMP_S, check_integer
+from wattwise.copying import typed_dict_of
 from wattwise.errors import UsageError
 from wattwise.recurring.spec import JobSpec, Phase, StoredRun
 
@@ -40,17 +41,7 @@ class JobDict(TypedDict):
 
 def job_dict(spec: JobSpec) -> JobDict:
     """A recurring job's settings as their JSON object (`JobDict`); a store's row of the job adds to it."""
-    return JobDict(
-        name=spec.name,
-        batch_sizes=list(spec.batch_sizes),
-        default_batch_size=spec.default_batch_size,
-        target_metric=spec.target_metric,
-        metric_mode=spec.metric_mode,
-        max_epochs=spec.max_epochs,
-        max_power_w=spec.max_power_w,
-        eta=spec.eta,
-        beta=spec.beta,
-    )
+    return typed_dict_of(JobDict, spec, batch_sizes=list(spec.batch_sizes))
 
 
 #: The largest run id, epoch count or batch size a store keeps (its integer columns are 32-bit in PostgreSQL).
@@ -65,6 +56,9 @@ class JobStore(Protocol):
     time in seconds, power in watts. A call naming a job the store does not know raises `UsageError`,
     except the questions `get_job` (None), `least_reached_cost` (infinite), `power_limits` (empty) and
     `reset_job` (False).
+
+    The stores subclass it: `progress_run` and `finish_run` are written here once (the figures checked,
+    then a store's own `_update_open` writes them).
     """
 
     def register_job(self, spec: JobSpec, now_s: float) -> None:
@@ -106,6 +100,12 @@ class JobStore(Protocol):
             UsageError: the run is unknown or has finished, or a figure is outside its bound
                 (`check_run_figures`).
         """
+        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
+        self._update_open(
+            name,
+            run_id,
+            {"epochs": epochs, "energy_j": energy_j, "time_s": time_s, "cost": cost, "updated_at_s": now_s},
+        )
 
     def finish_run(
         self,
@@ -128,6 +128,34 @@ class JobStore(Protocol):
         Raises:
             UsageError: the run is unknown or has finished with another result, or a figure is outside its
                 bound (`check_run_figures`).
+        """
+        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
+        return self._update_open(
+            name,
+            run_id,
+            {
+                "state": "reached" if reached else "failed",
+                "epochs": epochs,
+                "energy_j": energy_j,
+                "time_s": time_s,
+                "cost": cost,
+                "updated_at_s": now_s,
+            },
+        )
+
+    def _update_open(self, name: str, run_id: int, values: dict[str, Any]) -> StoredRun:
+        """Write `values` to the open run `run_id`: each store's own part of `progress_run` and `finish_run`.
+
+        `values` are the run's fields by name (`StoredRun`'s), checked: its progress, or its result with its
+        `state`; a result also takes the power limit remembered by now for the run's batch size when the run
+        started without one.
+
+        Returns:
+            The run as written.
+
+        Raises:
+            UsageError: the run is unknown or has finished (a store may take a retried write of the result
+                the run already holds as done).
         """
 
     def get_run(self, name: str, run_id: int) -> StoredRun:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import TypedDict
 
+from wattwise.copying import typed_dict_of
 from wattwise.store.history import RunRow
 
 
@@ -48,18 +49,7 @@ class RunDifference:
 
     def to_dict(self) -> DifferenceDict:
         """The difference as `wattwise runs compare --json` writes it."""
-        return DifferenceDict(
-            id=self.id,
-            against=self.against,
-            energy_j=self.energy_j,
-            energy_fraction=self.energy_fraction,
-            energy_uncertainty_j=self.energy_uncertainty_j,
-            energy_resolved=self.energy_resolved,
-            time_s=self.time_s,
-            time_fraction=self.time_fraction,
-            avg_power_w=self.avg_power_w,
-            power_limit_w=self.power_limit_w,
-        )
+        return typed_dict_of(DifferenceDict, self)
 
 
 def difference(reference: RunRow, other: RunRow) -> RunDifference:

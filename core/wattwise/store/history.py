@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIME_S, TIMESTAMP_S, Bound
+from wattwise.copying import typed_dict_of
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
 from wattwise.project import MAX_PROJECT_CHARS
@@ -71,13 +72,7 @@ class RunPayback:
 
     def to_dict(self) -> PaybackDict:
         """The payback's JSON object (`PaybackDict`)."""
-        return PaybackDict(
-            run_energy_saved_j=self.run_energy_saved_j,
-            run_energy_saved_uncertainty_j=self.run_energy_saved_uncertainty_j,
-            run_time_added_s=self.run_time_added_s,
-            break_even_steps=self.break_even_steps,
-            paid_back=self.paid_back,
-        )
+        return typed_dict_of(PaybackDict, self)
 
     @classmethod
     def from_dict(cls, data: object, *, where: str = "run") -> RunPayback:
@@ -265,26 +260,10 @@ class RunRow:
 
     def to_dict(self) -> RunDict:
         """The run's JSON object (`RunDict`): the `wattwise runs list --json` contract."""
-        return RunDict(
-            id=self.id,
-            job=self.job,
-            framework=self.framework,
-            mode=self.mode,
-            status=self.status,
-            start_time=self.start_time,
-            end_time=self.end_time,
+        return typed_dict_of(
+            RunDict,
+            self,
             devices=list(self.devices),
-            time_s=self.time_s,
-            energy_j=self.energy_j,
-            energy_uncertainty_j=self.energy_uncertainty_j,
-            power_limit_w=self.power_limit_w,
-            saving_j=self.saving_j,
-            time_cost_s=self.time_cost_s,
-            folder=self.folder,
-            simulated=self.simulated,
-            owner=self.owner,
-            saving_uncertainty_j=self.saving_uncertainty_j,
-            project=self.project,
             payback=self.payback.to_dict() if self.payback is not None else None,
         )
 

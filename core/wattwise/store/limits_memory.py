@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,7 +47,7 @@ from wattwise.safe_files import (
 from wattwise.store.factory import default_store_url, store_url
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
+    from sqlalchemy import Connection, Row, Table
 
     from wattwise.store.sql import SqlJobStore
 
@@ -122,18 +122,34 @@ class LimitsMemory:
         finally:
             store.close()
 
+    def _row(self, table: Table, key: str) -> Row[Any] | None:
+        """The row of `table` kept under `key`, or None (`StoreUnavailable`: the store cannot be reached)."""
+        from sqlalchemy import select
+
+        with self._store() as store:
+            return store.read(lambda conn: conn.execute(select(table).where(table.c.memory_key == key)).first())
+
+    def _job_rows(self, table: Table, job: str) -> Sequence[Row[Any]]:
+        """Every row of `table` kept for `job` (`_job_keys`), by key."""
+        from sqlalchemy import select
+
+        prefix = _job_keys(job)
+        with self._store() as store:
+            return store.read(
+                lambda conn: conn.execute(
+                    select(table).where(table.c.memory_key.like(prefix, escape="\\")).order_by(table.c.memory_key)
+                ).all()
+            )
+
     def recall(self, key: str) -> RememberedLimit | None:
         """Everything remembered under `key`, or None.
 
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        from sqlalchemy import select
+        from wattwise.store.schema import remembered_limits_table
 
-        from wattwise.store.schema import remembered_limits_table as table
-
-        with self._store() as store:
-            row = store.read(lambda conn: conn.execute(select(table).where(table.c.memory_key == key)).first())
+        row = self._row(remembered_limits_table, key)
         return None if row is None else _remembered(row)
 
     def load(self, key: str) -> tuple[ProfileEntry, list[ProfileEntry]] | None:
@@ -183,18 +199,9 @@ class LimitsMemory:
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        from sqlalchemy import select
+        from wattwise.store.schema import remembered_limits_table
 
-        from wattwise.store.schema import remembered_limits_table as table
-
-        prefix = _job_keys(job)
-        with self._store() as store:
-            rows = store.read(
-                lambda conn: conn.execute(
-                    select(table).where(table.c.memory_key.like(prefix, escape="\\")).order_by(table.c.memory_key)
-                ).all()
-            )
-        return {row.memory_key: _remembered(row) for row in rows}
+        return {row.memory_key: _remembered(row) for row in self._job_rows(remembered_limits_table, job)}
 
     def save_progress(
         self, key: str, state: dict[str, Any], *, profiled: int, limits: int, run_id: str | None = None
@@ -235,28 +242,16 @@ class LimitsMemory:
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        from sqlalchemy import select
+        from wattwise.store.schema import tuning_progress_table
 
-        from wattwise.store.schema import tuning_progress_table as table
-
-        with self._store() as store:
-            row = store.read(lambda conn: conn.execute(select(table).where(table.c.memory_key == key)).first())
+        row = self._row(tuning_progress_table, key)
         return None if row is None else _progress(row)
 
     def progress(self, job: str) -> dict[str, TuningProgress]:
         """Every unfinished tuning kept for `job` (any GPU model and count, any batch size), by key."""
-        from sqlalchemy import select
+        from wattwise.store.schema import tuning_progress_table
 
-        from wattwise.store.schema import tuning_progress_table as table
-
-        prefix = _job_keys(job)
-        with self._store() as store:
-            rows = store.read(
-                lambda conn: conn.execute(
-                    select(table).where(table.c.memory_key.like(prefix, escape="\\")).order_by(table.c.memory_key)
-                ).all()
-            )
-        found = {row.memory_key: _progress(row) for row in rows}
+        found = {row.memory_key: _progress(row) for row in self._job_rows(tuning_progress_table, job)}
         return {key: p for key, p in found.items() if p is not None}
 
     def forget_progress(self, key: str) -> bool:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.store.base import (
     ChooseFn,
+    JobStore,
     check_power_limit,
-    check_run_figures,
     check_same_spec,
     finished_run,
     unknown_job,
@@ -17,7 +18,7 @@ from wattwise.store.base import (
 )
 
 
-class MemoryJobStore:
+class MemoryJobStore(JobStore):
     """A `JobStore` in dicts: nothing outlives the process (the simulator, tests).
 
     It answers as the SQL store does (tests/integration/store/test_store_contract.py), without a database: no locks, as
@@ -83,44 +84,14 @@ class MemoryJobStore:
         runs.append(run)
         return run
 
-    def progress_run(
-        self, name: str, run_id: int, *, epochs: int, energy_j: float, time_s: float, cost: float, now_s: float
-    ) -> None:
-        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
+    def _update_open(self, name: str, run_id: int, values: dict[str, Any]) -> StoredRun:
         index, run = self._open_run(name, run_id)
-        self._runs[name][index] = dataclasses.replace(
-            run, epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, updated_at_s=now_s
-        )
-
-    def finish_run(
-        self,
-        name: str,
-        run_id: int,
-        *,
-        reached: bool,
-        epochs: int,
-        energy_j: float | None,
-        time_s: float,
-        cost: float | None,
-        now_s: float,
-    ) -> StoredRun:
-        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
-        index, run = self._open_run(name, run_id)
-        done = dataclasses.replace(
-            run,
-            state="reached" if reached else "failed",
-            epochs=epochs,
-            energy_j=energy_j,
-            time_s=time_s,
-            cost=cost,
-            updated_at_s=now_s,
-            power_limit_w=run.power_limit_w
-            if run.power_limit_w is not None
-            else self._limits[name].get(run.batch_size),
-        )
+        if values.get("state", "open") != "open" and run.power_limit_w is None:
+            values["power_limit_w"] = self._limits[name].get(run.batch_size)
+        done = dataclasses.replace(run, **values)
         self._runs[name][index] = done
-        if reached and cost is not None:
-            self._least[name] = min(self._least[name], cost)
+        if done.reached and done.cost is not None:
+            self._least[name] = min(self._least[name], done.cost)
         return done
 
     def get_run(self, name: str, run_id: int) -> StoredRun:

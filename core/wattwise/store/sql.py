@@ -58,14 +58,15 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.pool import NullPool, StaticPool
 
+from wattwise.copying import dataclass_of
 from wattwise.errors import UsageError, plugin_warning
 from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.safe_files import UntrustedFile, file_owner, private_dir, set_aside_saying
 from wattwise.store import spool
 from wattwise.store.base import (
     ChooseFn,
+    JobStore,
     check_power_limit,
-    check_run_figures,
     check_same_spec,
     finished_run,
     job_dict,
@@ -131,16 +132,11 @@ def _spec(row: Row[Any]) -> JobSpec:
         sizes = json.loads(row.batch_sizes)
         if not isinstance(sizes, list):
             raise ValueError(f"batch_sizes is not a JSON list (got {row.batch_sizes!r:.40})")
-        return JobSpec(
-            name=row.name,
+        return dataclass_of(
+            JobSpec,
+            row,
             batch_sizes=tuple(sizes),
-            default_batch_size=row.default_batch_size,
-            target_metric=row.target_metric,
             metric_mode=MetricMode.MIN if row.metric_mode == MetricMode.MIN else MetricMode.MAX,
-            max_epochs=row.max_epochs,
-            max_power_w=row.max_power_w,
-            eta=row.eta,
-            beta=row.beta,
         )
     except (ValueError, TypeError, RecursionError) as err:  # a UsageError is a ValueError too
         name = str(row.name)[:64].encode("unicode_escape").decode("ascii")
@@ -151,19 +147,8 @@ def _spec(row: Row[Any]) -> JobSpec:
 
 
 def _run(row: Row[Any]) -> StoredRun:
-    return StoredRun(
-        run_id=row.id,
-        batch_size=row.batch_size,
-        phase=row.phase,
-        state=row.state,
-        started_at_s=row.started_at_s,
-        updated_at_s=row.updated_at_s,
-        power_limit_w=row.power_limit_w,
-        cost_limit=math.inf if row.cost_limit is None else row.cost_limit,
-        epochs=row.epochs,
-        energy_j=row.energy_j,
-        time_s=row.time_s,
-        cost=row.cost,
+    return dataclass_of(
+        StoredRun, row, run_id=row.id, cost_limit=math.inf if row.cost_limit is None else row.cost_limit
     )
 
 
@@ -283,7 +268,7 @@ def make_engine(url: str, *, busy_timeout_s: float = 30.0, read_only: bool = Fal
 READER_LOCK_TIMEOUT_S = 10.0
 
 
-class SqlJobStore:
+class SqlJobStore(JobStore):
     """A `JobStore` in a SQL database; see the module docstring for how writers stay safe.
 
     Opening it upgrades the schema (`wattwise.store.migrations.upgrade`) and delivers the results
@@ -553,7 +538,7 @@ class SqlJobStore:
             raise unknown_run(name, run_id)
         return _run(row)
 
-    def _update_open(self, name: str, run_id: int, values: dict[str, object]) -> StoredRun:
+    def _update_open(self, name: str, run_id: int, values: dict[str, Any]) -> StoredRun:
         def work(conn: Connection) -> StoredRun:
             run = self._get_run(conn, name, run_id)
             if run.finished and _same_result(run, values):
@@ -566,42 +551,6 @@ class SqlJobStore:
             return self._get_run(conn, name, run_id)
 
         return self.write(work)
-
-    def progress_run(
-        self, name: str, run_id: int, *, epochs: int, energy_j: float, time_s: float, cost: float, now_s: float
-    ) -> None:
-        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
-        self._update_open(
-            name,
-            run_id,
-            {"epochs": epochs, "energy_j": energy_j, "time_s": time_s, "cost": cost, "updated_at_s": now_s},
-        )
-
-    def finish_run(
-        self,
-        name: str,
-        run_id: int,
-        *,
-        reached: bool,
-        epochs: int,
-        energy_j: float | None,
-        time_s: float,
-        cost: float | None,
-        now_s: float,
-    ) -> StoredRun:
-        check_run_figures(epochs=epochs, energy_j=energy_j, time_s=time_s, cost=cost, now_s=now_s)
-        return self._update_open(
-            name,
-            run_id,
-            {
-                "state": "reached" if reached else "failed",
-                "epochs": epochs,
-                "energy_j": energy_j,
-                "time_s": time_s,
-                "cost": cost,
-                "updated_at_s": now_s,
-            },
-        )
 
     def get_run(self, name: str, run_id: int) -> StoredRun:
         return self.read(lambda conn: self._get_run(conn, name, run_id))

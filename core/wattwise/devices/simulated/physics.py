@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from wattwise.copying import attributes
 from wattwise.devices.simulated.models import ClockModel
 from wattwise.devices.simulated.presets import DEFAULT_GPU, PRESETS, GpuPreset
 from wattwise.errors import UsageError
@@ -26,6 +27,17 @@ SEED_ENV = "WATTWISE_SIMULATED_SEED"
 GPU_ENV = "WATTWISE_SIMULATED_GPU"
 #: Turns the realistic physics' temperature on (`on`) or off (`off`, the default).
 TEMPERATURE_ENV = "WATTWISE_SIMULATED_TEMPERATURE"
+#: The realistic physics' parameters that are its preset's, under the same names.
+_FROM_PRESET = (
+    "energy_update_period_s",
+    "energy_update_jitter_s",
+    "energy_read_median_s",
+    "energy_read_p90_s",
+    "gpu_spread",
+    "power_window_s",
+    "clock_settle_s",
+    "clock_set_s",
+)
 
 
 @dataclass(frozen=True)
@@ -95,18 +107,11 @@ class Physics:
             temperature = temperature_from_env()
         return cls(
             name=PhysicsName.REALISTIC,
-            energy_update_period_s=preset.energy_update_period_s,
-            energy_update_jitter_s=preset.energy_update_jitter_s,
-            energy_read_median_s=preset.energy_read_median_s,
-            energy_read_p90_s=preset.energy_read_p90_s,
+            **attributes(preset, *_FROM_PRESET),
             settle_s=preset.power_limit_settle_s,
             step_time_noise=0.02,
             power_noise=0.02,
-            gpu_spread=preset.gpu_spread,
-            power_window_s=preset.power_window_s,
             seed=seed,
-            clock_settle_s=preset.clock_settle_s,
-            clock_set_s=preset.clock_set_s,
             gpu=preset.name,
             temperature_rise_k=30.0 if temperature else 0.0,
             temperature_tau_s=60.0 if temperature else 0.0,
