@@ -412,10 +412,19 @@ class EnergyMonitor:
         if recent and last is not None and 0.0 <= now - last[0] < self.reuse_within_s:
             return last[0], last[1], dict(last[2])
         wall, energy = self._wall(), self._read_energy()
-        self._last_reading = (now, wall, dict(energy))
+        self._keep_reading(now, wall, energy)
+        return now, wall, energy
+
+    def _keep_reading(self, now: float, wall: float, energy: dict[str, float]) -> None:
+        """Keep a reading as the last one (unless a later one is kept) and, the first, as the mean's origin.
+
+        Called under the lock.
+        """
+        last = self._last_reading
+        if last is None or last[0] <= now:
+            self._last_reading = (now, wall, dict(energy))
         if self._origin is None:  # the first reading is the origin of the mean power
             self._origin = (now, dict(energy))
-        return now, wall, energy
 
     @property
     def reads_in_background(self) -> bool:
@@ -435,11 +444,7 @@ class EnergyMonitor:
         now, wall = self._clock(), self._wall()
         energy = self._read_energy()
         with self._lock:
-            last = self._last_reading
-            if last is None or last[0] <= now:
-                self._last_reading = (now, wall, dict(energy))
-            if self._origin is None:
-                self._origin = (now, dict(energy))
+            self._keep_reading(now, wall, energy)
         return now, wall, energy
 
     def _segment_uncertainty_sq(
