@@ -86,7 +86,7 @@ class MemoryJobStore(JobStore):
 
     def _update_open(self, name: str, run_id: int, values: dict[str, Any]) -> StoredRun:
         index, run = self._open_run(name, run_id)
-        if values.get("state", "open") != "open" and run.power_limit_w is None:
+        if "state" in values and run.power_limit_w is None:  # a result: the limit remembered by now
             values["power_limit_w"] = self._limits[name].get(run.batch_size)
         done = dataclasses.replace(run, **values)
         self._runs[name][index] = done

@@ -545,7 +545,7 @@ class SqlJobStore(JobStore):
                 return run  # a retried write whose first try was committed: nothing to do
             if run.finished:
                 raise finished_run(name, run_id)
-            if values.get("state", "open") != "open" and run.power_limit_w is None:
+            if "state" in values and run.power_limit_w is None:  # a result: the limit remembered by now
                 values["power_limit_w"] = self._limits(conn, name).get(run.batch_size)
             conn.execute(update(runs_table).where(runs_table.c.id == run_id).values(**values))
             return self._get_run(conn, name, run_id)
