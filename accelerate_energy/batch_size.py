@@ -39,9 +39,9 @@ from accelerate_energy.adapter import AccelerateEnergy, attach, energy
 from wattwise import flags
 from wattwise.errors import UsageError
 from wattwise.recurring import StoredRun
-from wattwise.recurring.policy import StopReason
 from wattwise.recurring.spec import JobSpec, MetricModeName
 from wattwise.run.recurring import RecurringJobRun, job_spec
+from wattwise.vocabulary import StopReason
 
 P = ParamSpec("P")
 T = TypeVar("T")

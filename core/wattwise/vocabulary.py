@@ -160,3 +160,59 @@ class MetricMode(StrEnum):
     MAX = "max"
     #: Lower is better (a loss): the target is reached at or below it.
     MIN = "min"
+
+
+class RecurringRunState(StrEnum):
+    """Where a recurring job's run stands in the job store (`StoredRun.state`, the runs table's `state`)."""
+
+    #: Started; its result is not reported yet.
+    OPEN = "open"
+    #: It reached the job's target metric.
+    REACHED = "reached"
+    #: It did not: early-stopped, out of epochs, or crashed and reported as failed.
+    FAILED = "failed"
+
+
+class RecurringPhase(StrEnum):
+    """Why a recurring job's run got its batch size (`StoredRun.phase`)."""
+
+    #: The pruning exploration asked for this batch size.
+    EXPLORE = "explore"
+    #: Thompson sampling chose it among the batch sizes that survived pruning.
+    EXPLOIT = "exploit"
+    #: Another exploration run was still open, so this run got the best choice so far.
+    CONCURRENT = "concurrent"
+
+
+class StopReason(StrEnum):
+    """Why a recurring job's run should stop now (`BatchSizeOptimizer.stop_reason`, the adapters')."""
+
+    #: It reached the target metric.
+    REACHED = "reached"
+    #: It used the job's maximum epochs.
+    MAX_EPOCHS = "max_epochs"
+    #: One more epoch would take its cost above the job's limit.
+    COST = "cost"
+
+
+class BanditModel(StrEnum):
+    """How the recurring policy's bandit models the epochs to reach the target (`PolicyConfig.bandit`)."""
+
+    #: Cost = cost per epoch x epochs to target, the epochs shared across batch sizes by empirical Bayes
+    #: (wattwise's default).
+    SHARED_EPOCHS = "shared-epochs"
+    #: Zeus's: a Gaussian on each batch size's raw run costs, with that batch size's own variance.
+    PER_ARM = "per-arm"
+
+
+class ReleaseOutcome(StrEnum):
+    """What the node agent did when a holder gave a GPU back (the agent's `released`)."""
+
+    #: Restored to its original settings by this request.
+    RESTORED = "restored"
+    #: Held on by the process group the lease was handed to, which runs on.
+    KEPT = "kept"
+    #: The caller held nothing: the agent restored it already, when its holder ended.
+    NOT_HELD = "not held"
+    #: The GPU refused its original settings; it stays held (see the agent's log).
+    FAILED = "failed"

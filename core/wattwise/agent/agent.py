@@ -53,7 +53,7 @@ from wattwise.settings.apply import (
     setting_words,
 )
 from wattwise.settings.journal import JournalChange
-from wattwise.vocabulary import AllocationPolicy
+from wattwise.vocabulary import AllocationPolicy, ReleaseOutcome
 
 log = logging.getLogger(__name__)
 
@@ -431,7 +431,7 @@ class Agent:
             raise Conflict(f"{err}; only its holder may release it") from None
         lease = self.leases.get(index)
         if not held or lease is None:
-            return GpuRelease(**self.gpu_status(index), released="not held")
+            return GpuRelease(**self.gpu_status(index), released=ReleaseOutcome.NOT_HELD)
         holder = lease.holder
         if not process_alive(holder) and holder.pgid and group_has_members(holder.pgid, holder.pgid_ticks):
             log.info(
@@ -440,10 +440,12 @@ class Agent:
                 holder.describe(),
                 holder.pgid,
             )
-            return GpuRelease(**self.gpu_status(index), released="kept")
+            return GpuRelease(**self.gpu_status(index), released=ReleaseOutcome.KEPT)
         self._give_back(index, "released")
         restored = self.leases.get(index) is None  # else the device refused (the log says why); still held
-        return GpuRelease(**self.gpu_status(index), released="restored" if restored else "failed")
+        return GpuRelease(
+            **self.gpu_status(index), released=ReleaseOutcome.RESTORED if restored else ReleaseOutcome.FAILED
+        )
 
     # -- allocations: which GPUs the scheduler gave each job ---------------------------------------------
     def allocation_problem(self, caller: Holder, index: int) -> str | None:

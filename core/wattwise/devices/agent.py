@@ -44,7 +44,7 @@ from wattwise.devices.base import (
 from wattwise.devices.registry import Wanted
 from wattwise.errors import UsageError, plugin_warning
 from wattwise.record.fields import FIX, JsonObject
-from wattwise.vocabulary import AllocationPolicy
+from wattwise.vocabulary import AllocationPolicy, ReleaseOutcome
 
 #: Where the agent listens unless told otherwise, and the variable that tells clients where it is.
 DEFAULT_SOCKET = "/run/wattwise/agent.sock"
@@ -129,10 +129,8 @@ class GpuStatus(TypedDict):
     holder: HolderInfo | None
 
 
-#: What a release did: restored, kept (the group it was handed to runs on), not held (restored already)
-#: or failed (the GPU refused its originals; still held).
-Released = Literal["restored", "kept", "not held", "failed"]
-RELEASED: tuple[Released, ...] = ("restored", "kept", "not held", "failed")
+#: What a release did (`ReleaseOutcome`), as the agent's answer spells it.
+Released = ReleaseOutcome | Literal["restored", "kept", "not held", "failed"]
 
 
 class GpuRelease(GpuStatus):
@@ -211,8 +209,8 @@ def _check_gpu(f: JsonObject) -> None:
 def _check_release(f: JsonObject) -> None:
     _check_gpu(f)
     released = f.opt_text("released")
-    if released is not None and released not in RELEASED:
-        f.refuse("released", f"one of {', '.join(RELEASED)}", released)
+    if released is not None and released not in tuple(ReleaseOutcome):
+        f.refuse("released", f"one of {', '.join(ReleaseOutcome)}", released)
 
 
 def _check_allocation(f: JsonObject) -> None:
@@ -621,9 +619,9 @@ class AgentGPU(Device):
             self.settings_lifted()
         self.release_outcome = self.holder_after_release = None
         answer = self.client.release(self._ref)
-        self.release_outcome = str(answer.get("released", "restored"))
+        self.release_outcome = str(answer.get("released", ReleaseOutcome.RESTORED))
         self.holder_after_release = answer.get("holder")
-        if self.release_outcome == "failed":
+        if self.release_outcome == ReleaseOutcome.FAILED:
             raise DeviceError(
                 f"wattwise agent: GPU {self.index} refused its original settings; it stays held (see the agent's log)"
             )

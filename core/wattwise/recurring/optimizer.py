@@ -26,13 +26,13 @@ from wattwise.errors import UsageError, plugin_warning
 from wattwise.recurring.policy import (
     WATTWISE_POLICY,
     PolicyConfig,
-    StopReason,
     decide,
     stop_reason,
 )
 from wattwise.recurring.spec import JobSpec, Phase, Recommendation, StoredRun
 from wattwise.store.base import JobStore, check_power_limit
 from wattwise.store.spool import SpooledResult, StoreUnavailable, spool_dir, spool_result
+from wattwise.vocabulary import StopReason
 
 #: An open run that has not reported an epoch for this long is presumed dead (crashed, killed).
 DEFAULT_STALE_AFTER_S = 24 * 3600.0

@@ -46,9 +46,10 @@ from wattwise.recurring.bandit import (
     thompson_pick,
 )
 from wattwise.recurring.spec import JobSpec, Phase, StoredRun
+from wattwise.vocabulary import BanditModel, RecurringPhase, StopReason
 
-BanditModel = Literal["shared-epochs", "per-arm"]
-StopReason = Literal["reached", "max_epochs", "cost"]
+#: A bandit model's name: a `BanditModel`, or its string.
+BanditModelName = BanditModel | Literal["shared-epochs", "per-arm"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class PolicyConfig:
     #: "shared-epochs": cost = cost per epoch x epochs to target, with epochs shared across batch
     #: sizes by empirical Bayes, failed runs charged their retry. "per-arm": Zeus, a Gaussian on each
     #: batch size's raw run costs, with that batch size's own variance.
-    bandit: BanditModel = "shared-epochs"
+    bandit: BanditModelName = BanditModel.SHARED_EPOCHS
     #: Priors of the shared-epochs model, on the natural log of the epochs to target: how much it varies
     #: between runs of one batch size, how much its mean varies between batch sizes, and the weight of
     #: both priors in pseudo-observations.
@@ -82,15 +83,15 @@ class PolicyConfig:
             raise UsageError(f"pruning_rounds must be at least 1 (got {self.pruning_rounds})")
         if self.prune_margin is not None and not self.prune_margin >= 0:
             raise UsageError(f"prune_margin must be >= 0, or None to prune only on failures (got {self.prune_margin})")
-        if self.bandit not in ("shared-epochs", "per-arm"):
-            raise UsageError(f"bandit must be 'shared-epochs' or 'per-arm' (got {self.bandit!r})")
+        if self.bandit not in tuple(BanditModel):
+            raise UsageError(f"bandit must be {' or '.join(repr(str(b)) for b in BanditModel)} (got {self.bandit!r})")
         for name in ("epochs_noise_prior", "epochs_spread_prior", "prior_weight"):
             if not getattr(self, name) > 0:
                 raise UsageError(f"{name} must be > 0 (got {getattr(self, name)})")
 
 
 WATTWISE_POLICY = PolicyConfig()
-ZEUS_POLICY = PolicyConfig(pruning_rounds=2, prune_margin=None, bandit="per-arm", resume_exploration=False)
+ZEUS_POLICY = PolicyConfig(pruning_rounds=2, prune_margin=None, bandit=BanditModel.PER_ARM, resume_exploration=False)
 POLICIES: dict[str, PolicyConfig] = {"wattwise": WATTWISE_POLICY, "zeus": ZEUS_POLICY}
 
 
@@ -260,25 +261,25 @@ def decide(spec: JobSpec, config: PolicyConfig, runs: Sequence[StoredRun], rng: 
     limit = spec.beta * least_reached_cost(runs)
     step = exploration_step(spec, config, outcomes)
     if isinstance(step, int):
-        if any(not r.finished and r.phase == "explore" for r in runs):
-            return Decision(best_so_far(spec, outcomes), "concurrent", limit)
-        return Decision(step, "explore", limit)
+        if any(not r.finished and r.phase == RecurringPhase.EXPLORE for r in runs):
+            return Decision(best_so_far(spec, outcomes), RecurringPhase.CONCURRENT, limit)
+        return Decision(step, RecurringPhase.EXPLORE, limit)
     candidates = recurrence_cost_means(outcomes)
     if config.resume_exploration:
         arms = sorted(candidates)
     else:
         arms = [arm for arm in step if arm in candidates] or sorted(candidates)
     if not arms:
-        return Decision(spec.default_batch_size, "exploit", limit)
-    if config.bandit == "per-arm":
+        return Decision(spec.default_batch_size, RecurringPhase.EXPLOIT, limit)
+    if config.bandit == BanditModel.PER_ARM:
         pick = thompson_pick(per_arm_beliefs(arms, outcomes), rng)
     else:
         pick = shared_epochs_pick(config, arms, outcomes, rng)
-    if config.resume_exploration and not any(not r.finished and r.phase == "explore" for r in runs):
+    if config.resume_exploration and not any(not r.finished and r.phase == RecurringPhase.EXPLORE for r in runs):
         frontier = unexplored_neighbour(spec, pick, outcomes)
         if frontier is not None:
-            return Decision(frontier, "explore", limit)
-    return Decision(pick, "exploit", limit)
+            return Decision(frontier, RecurringPhase.EXPLORE, limit)
+    return Decision(pick, RecurringPhase.EXPLOIT, limit)
 
 
 def unexplored_neighbour(spec: JobSpec, batch_size: int, outcomes: Mapping[int, Sequence[Outcome]]) -> int | None:
@@ -306,9 +307,9 @@ def stop_reason(
     one, would take its cost above `limit` (so a run never exceeds the limit).
     """
     if spec.reached(metric):
-        return "reached"
+        return StopReason.REACHED
     if epoch >= spec.max_epochs:
-        return "max_epochs"
+        return StopReason.MAX_EPOCHS
     if cost + last_epoch_cost > limit:
-        return "cost"
+        return StopReason.COST
     return None

@@ -14,21 +14,17 @@ from typing import Literal
 from wattwise.errors import Key, UsageError
 from wattwise.names import check_job_name
 from wattwise.power_limit import check_eta, zeus_cost
-from wattwise.vocabulary import MetricMode
+from wattwise.vocabulary import MetricMode, RecurringPhase, RecurringRunState
 
 #: A metric mode as the adapters take it: the member, or its value as a user writes it.
 MetricModeName = MetricMode | Literal["max", "min"]
 
 
-#: Why a run got its batch size.
-#: "explore": the pruning exploration asked for this batch size.
-#: "exploit": Thompson sampling chose it among the batch sizes that survived pruning.
-#: "concurrent": another exploration run was still open, so this run got the best choice so far.
-Phase = Literal["explore", "exploit", "concurrent"]
+#: Why a run got its batch size: a `RecurringPhase`, or its string (as a store's row holds it).
+Phase = RecurringPhase | Literal["explore", "exploit", "concurrent"]
 
-#: A run is "open" until its result is reported; then it "reached" the target or "failed"
-#: (early-stopped, maximum epochs, or crashed and reported as failed).
-RunState = Literal["open", "reached", "failed"]
+#: Where a run stands: a `RecurringRunState`, or its string (as a store's row holds it).
+RunState = RecurringRunState | Literal["open", "reached", "failed"]
 
 
 @dataclass(frozen=True)
@@ -121,12 +117,12 @@ class StoredRun:
     @property
     def finished(self) -> bool:
         """Whether the run is no longer open (it reached its target or failed)."""
-        return self.state != "open"
+        return self.state != RecurringRunState.OPEN
 
     @property
     def reached(self) -> bool:
         """Whether the run reached its target metric."""
-        return self.state == "reached"
+        return self.state == RecurringRunState.REACHED
 
     def recommendation(self) -> Recommendation:
         """What the run should use, as `BatchSizeOptimizer.next_batch_size` hands it out.

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from wattwise.recurring.policy import best_so_far, outcomes_by_batch_size, recurrence_cost_means
 from wattwise.recurring.spec import JobSpec, StoredRun
+from wattwise.vocabulary import RecurringRunState
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def summarize(spec: JobSpec, runs: Sequence[StoredRun], power_limits: Mapping[in
                 batch_size=batch_size,
                 runs=len(mine),
                 reached=len(reached),
-                failed=sum(r.state == "failed" for r in mine),
+                failed=sum(r.state == RecurringRunState.FAILED for r in mine),
                 open=sum(not r.finished for r in mine),
                 mean_reached_cost=_mean([r.cost for r in reached if r.cost is not None]),
                 mean_reached_epochs=_mean([float(r.epochs) for r in reached]),
@@ -75,7 +76,7 @@ def summarize(spec: JobSpec, runs: Sequence[StoredRun], power_limits: Mapping[in
         name=spec.name,
         runs=len(runs),
         reached=sum(r.reached for r in runs),
-        failed=sum(r.state == "failed" for r in runs),
+        failed=sum(r.state == RecurringRunState.FAILED for r in runs),
         open=len(runs) - len(finished),
         energy_j=math.fsum(r.energy_j or 0.0 for r in finished),
         time_s=math.fsum(r.time_s or 0.0 for r in finished),

@@ -21,12 +21,11 @@ from __future__ import annotations
 from wattwise.distributed import Collective
 from wattwise.errors import UsageError
 from wattwise.recurring.optimizer import BatchSizeOptimizer
-from wattwise.recurring.policy import StopReason
 from wattwise.recurring.spec import JobSpec, MetricModeName, Recommendation, StoredRun
 from wattwise.run import Run
 from wattwise.store.factory import open_store
 from wattwise.store.spool import StoreUnavailable
-from wattwise.vocabulary import MetricMode
+from wattwise.vocabulary import MetricMode, StopReason
 
 
 def job_spec(
@@ -147,9 +146,9 @@ class RecurringJobRun:
             # Measurement is off (the run warned): nothing to price the run with, but the target and the
             # most epochs still end it, as they would a measured run.
             reason = (
-                "reached"
+                StopReason.REACHED
                 if self.spec.reached(self.metric)
-                else "max_epochs"
+                else StopReason.MAX_EPOCHS
                 if self.epochs >= self.spec.max_epochs
                 else None
             )

@@ -20,6 +20,7 @@ from wattwise.bounds import COST_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIM
 from wattwise.copying import typed_dict_of
 from wattwise.errors import UsageError
 from wattwise.recurring.spec import JobSpec, Phase, StoredRun
+from wattwise.vocabulary import RecurringRunState
 
 #: Chooses a new run's batch size, phase and cost limit from the job's runs and remembered power limits.
 ChooseFn = Callable[[Sequence[StoredRun], Mapping[int, float]], tuple[int, Phase, float]]
@@ -134,7 +135,7 @@ class JobStore(Protocol):
             name,
             run_id,
             {
-                "state": "reached" if reached else "failed",
+                "state": RecurringRunState.REACHED if reached else RecurringRunState.FAILED,
                 "epochs": epochs,
                 "energy_j": energy_j,
                 "time_s": time_s,

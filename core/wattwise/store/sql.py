@@ -77,7 +77,7 @@ from wattwise.store.history import RunRow, put_run
 from wattwise.store.migrations import check_readable, upgrade
 from wattwise.store.schema import jobs_table, limits_table, runs_table
 from wattwise.store.spool import SpooledResult, StoreUnavailable
-from wattwise.vocabulary import MetricMode
+from wattwise.vocabulary import MetricMode, RecurringRunState
 
 T = TypeVar("T")
 
@@ -443,7 +443,7 @@ class SqlJobStore(JobStore):
             update(runs_table)
             .where(runs_table.c.id == result.run_id)
             .values(
-                state="reached" if result.reached else "failed",
+                state=RecurringRunState.REACHED if result.reached else RecurringRunState.FAILED,
                 epochs=run.epochs if result.epochs is None else result.epochs,
                 energy_j=result.energy_j,
                 time_s=result.time_s,
@@ -567,7 +567,7 @@ class SqlJobStore(JobStore):
         least = self.read(
             lambda conn: conn.execute(
                 select(func.min(runs_table.c.cost)).where(
-                    runs_table.c.job_name == name, runs_table.c.state == "reached"
+                    runs_table.c.job_name == name, runs_table.c.state == RecurringRunState.REACHED.value
                 )
             ).scalar()
         )
