@@ -216,3 +216,14 @@ class ReleaseOutcome(StrEnum):
     NOT_HELD = "not held"
     #: The GPU refused its original settings; it stays held (see the agent's log).
     FAILED = "failed"
+
+
+class StartObjective(StrEnum):
+    """What `wattwise advise` minimises when it picks a job's start (`--objective`)."""
+
+    #: Grams of CO2e: the facility's energy times the grid's carbon intensity.
+    EMISSIONS = "emissions"
+    #: The facility's joules: the GPUs' energy times the PUE.
+    FACILITY_ENERGY = "facility-energy"
+    #: Currency: the facility's energy times the price.
+    COST = "cost"

@@ -30,9 +30,12 @@ from wattwise.carbon.series import (
     format_utc,
 )
 from wattwise.errors import UsageError
+from wattwise.vocabulary import StartObjective
 
-Objective = Literal["emissions", "facility-energy", "cost"]
-OBJECTIVES: tuple[str, ...] = ("emissions", "facility-energy", "cost")
+#: An objective (`StartObjective`), or its string as `--objective` takes it.
+Objective = StartObjective | Literal["emissions", "facility-energy", "cost"]
+#: The objectives' strings, in the order `--objective` lists them.
+OBJECTIVES: tuple[str, ...] = tuple(StartObjective)
 
 #: Relative difference below which two starts count as a tie (floating-point noise, not a saving).
 _TIE_RELATIVE = 1e-9
@@ -70,17 +73,17 @@ class Advice:
 def default_objective(intensity: Series | None, price: Series | None) -> Objective:
     """Emissions when intensity is known, else cost when a price is known, else facility energy."""
     if intensity is not None:
-        return "emissions"
+        return StartObjective.EMISSIONS
     if price is not None:
-        return "cost"
-    return "facility-energy"
+        return StartObjective.COST
+    return StartObjective.FACILITY_ENERGY
 
 
 def objective_value(totals: FacilityTotals, objective: Objective) -> float:
     """The figure an objective minimises: grams CO2e, facility joules or currency units."""
-    if objective == "facility-energy":
+    if objective == StartObjective.FACILITY_ENERGY:
         return totals.facility_energy_j
-    value = totals.emissions_g if objective == "emissions" else totals.cost
+    value = totals.emissions_g if objective == StartObjective.EMISSIONS else totals.cost
     if value is None:
         raise ValueError(f"objective {objective} needs its input series")
     return value
@@ -107,9 +110,9 @@ def advise_start(
     chosen = objective or default_objective(intensity, price)
     if chosen not in OBJECTIVES:
         raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)} (got {chosen!r})")
-    if chosen == "emissions" and intensity is None:
+    if chosen == StartObjective.EMISSIONS and intensity is None:
         raise UsageError("--objective emissions needs --intensity (a gCO2e/kWh number or a CSV series)")
-    if chosen == "cost" and price is None:
+    if chosen == StartObjective.COST and price is None:
         raise UsageError("--objective cost needs --price (a number per kWh or a CSV series)")
     inputs: list[tuple[Quantity, Series]] = [(PUE, pue)]
     inputs += [(q, s) for q, s in ((INTENSITY, intensity), (PRICE, price)) if s is not None]

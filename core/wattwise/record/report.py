@@ -68,7 +68,7 @@ from wattwise.safe_files import (
     replace_file,
     write_text,
 )
-from wattwise.vocabulary import RunMode, RunStatus
+from wattwise.vocabulary import RunMode, RunStatus, Selector
 
 REPORT_SCHEMA = "wattwise.report/1"
 REPORT_JSON = "report.json"
@@ -695,7 +695,11 @@ def _steps_taken(r: RunReport) -> str:
     elif r.power_limit_w is not None:
         details = []
         if r.power_limit_selector:
-            eta = f", eta = {r.power_limit_eta:g}" if r.power_limit_selector == "cost" and r.power_limit_eta else ""
+            eta = (
+                f", eta = {r.power_limit_eta:g}"
+                if r.power_limit_selector == Selector.COST and r.power_limit_eta
+                else ""
+            )
             details.append(f"selector: {r.power_limit_selector}{eta}")
         if r.power_limit_reused:
             origin = f"run {r.power_limit_reused_from}" if r.power_limit_reused_from else "an earlier run"

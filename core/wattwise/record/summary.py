@@ -60,7 +60,7 @@ from wattwise.record.fields import (
 )
 from wattwise.record.fields import iso_utc as iso_utc  # re-exported: the record's time format
 from wattwise.safe_files import finite_or_null
-from wattwise.vocabulary import EndedHow, PhysicsName, RankNoteKind, RunMode, RunStatus
+from wattwise.vocabulary import EndedHow, PhysicsName, RankNoteKind, RunMode, RunStatus, Selector
 
 SCHEMA = "wattwise.run/1"
 SCHEMA_PREFIX = "wattwise.run/"
@@ -609,7 +609,9 @@ def payback_lines(limit: PowerLimitSummary) -> tuple[str, str, str] | None:
         f"{_more_or_less(pb.tuning_time_s, duration(abs(pb.tuning_time_s)))} time than at the highest limit"
     )
     saved = with_uncertainty(abs(pb.run_energy_saved_j), pb.run_energy_saved_uncertainty_j, "J")
-    by = f"by {pb.objective}" + (f", eta {limit.eta:g}" if pb.objective == "cost" and limit.eta is not None else "")
+    by = f"by {pb.objective}" + (
+        f", eta {limit.eta:g}" if pb.objective == Selector.COST and limit.eta is not None else ""
+    )
     if pb.break_even_steps is None:
         when = f"tuning never pays back: {chosen_w:g} W is no better than the highest limit ({by})"
     elif pb.break_even_steps == 0:

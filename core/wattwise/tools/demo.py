@@ -42,6 +42,7 @@ from wattwise.record.summary import (
     saving_resolved,
     with_uncertainty,
 )
+from wattwise.vocabulary import Selector
 
 if TYPE_CHECKING:
     from wattwise.run import Run
@@ -509,7 +510,7 @@ def _tie_line(result: dict[str, Any]) -> list[str]:
     """
     rows = result["profile"]
     chosen = next((r for r in rows if r["power_limit_w"] == result["chosen_power_limit_w"]), None)
-    if chosen is None or result["selector"] not in ("cost", "energy"):
+    if chosen is None or result["selector"] not in (Selector.COST, Selector.ENERGY):
         return []
     least = min(rows, key=lambda r: r["cost"])
     if least["cost"] >= chosen["cost"] or not chosen["cost"]:
