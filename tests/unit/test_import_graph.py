@@ -287,6 +287,26 @@ def test_measurement_writes_through_a_sink_and_imports_no_record(dependency_grap
     assert not reaching, "\n".join(reaching)
 
 
+#: The modules outside `wattwise.cli` that may import it: the entry points (`python -m wattwise`, `python -m
+#: wattwise.acceptance` through the acceptance tool's `main`) and the acceptance check that runs `wattwise
+#: frontier` and `wattwise plan` on a measured profile as a user types them.
+CLI_ENTRY_POINTS = ("wattwise.__main__", "wattwise.tools.acceptance", "wattwise.tools.levers_pipeline")
+
+
+def test_nothing_outside_the_cli_imports_it_but_the_entry_points(dependency_graph: Graph) -> None:
+    """The CLI presents what the library computes; the library, the dashboard and the adapters never need it."""
+    graph = dependency_graph
+    reaching = sorted(
+        f"{name} imports {target}"
+        for name in graph
+        if not (name == "wattwise.cli" or name.startswith("wattwise.cli.")) and name not in CLI_ENTRY_POINTS
+        for target in graph[name]
+        if target == "wattwise.cli" or target.startswith("wattwise.cli.")
+    )
+    assert not reaching, "\n".join(reaching)
+    assert "wattwise.cli.main" in graph["wattwise.__main__"]  # the graph sees the entry point's import
+
+
 def test_the_runs_agreement_is_the_one_place_processes_decide_together() -> None:
     """Outside `wattwise.run.agreement`, no part of the run gathers reasons of its own to decide on."""
     offenders = []
