@@ -227,3 +227,12 @@ class StartObjective(StrEnum):
     FACILITY_ENERGY = "facility-energy"
     #: Currency: the facility's energy times the price.
     COST = "cost"
+
+
+class StatementKind(StrEnum):
+    """Which energy statement `wattwise report` writes (`--statement`)."""
+
+    #: The paper's: what the work used, with its uncertainty and how it was measured.
+    PAPER = "paper"
+    #: The EU AI Act's "known or estimated energy consumption" (Regulation 2024/1689, Annex XI).
+    EU_AI_ACT = "eu-ai-act"

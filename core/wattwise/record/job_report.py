@@ -38,6 +38,7 @@ from wattwise.record.report import (
 )
 from wattwise.safe_files import json_text, output_dir, write_text
 from wattwise.store.history import RunRow
+from wattwise.vocabulary import StatementKind
 
 JOB_REPORT_SCHEMA = "wattwise.job-report/1"
 #: The files `--out` gets: the job's report and its statement.
@@ -277,7 +278,13 @@ def eu_ai_act_statement(r: JobReport) -> str:
 
 
 def report_job(
-    job: str, inputs: FacilityInputs, *, rows: Sequence[RunRow], statement: str, as_json: bool, out: Path | None
+    job: str,
+    inputs: FacilityInputs,
+    *,
+    rows: Sequence[RunRow],
+    statement: StatementKind | str,
+    as_json: bool,
+    out: Path | None,
 ) -> int:
     """`wattwise report --job NAME`: print the job's statement (or its JSON); write both into `out` if given.
 
@@ -305,7 +312,7 @@ def report_job(
         reports.append(build_report(run_dir, inputs))
     report = job_report(job, reports, rows_only=rows_only, run_ids=[row.id for row in rows], inputs=inputs)
     report = dataclasses.replace(report, devices=sorted({name for row in rows for name in row.devices}))
-    text = eu_ai_act_statement(report) if statement == "eu-ai-act" else job_statement(report)
+    text = eu_ai_act_statement(report) if statement == StatementKind.EU_AI_ACT else job_statement(report)
     if out is not None:
         output_dir(out, flag="--out")
         for name, content in ((JOB_REPORT_JSON, report.to_json()), (JOB_STATEMENT_MD, text)):
