@@ -68,6 +68,19 @@ static void release(Buf *bufs, int count) {
     }
 }
 
+/* What an entry point returns, its `count` buffers released: NULL where an error was set on the way (a
+ * buffer, a check, memory), else None (its results are in its output buffers). */
+static PyObject *answer(Buf *bufs, int count) {
+    release(bufs, count);
+    return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+}
+
+/* An entry point's sizes out of range, before any buffer is held. */
+static PyObject *bad_sizes(const char *kernel) {
+    PyErr_Format(PyExc_ValueError, "%s: bad sizes", kernel);
+    return NULL;
+}
+
 /* ---- option lookup (OptionMap.entry) ------------------------------------------------------------- */
 
 /* Per row, the entries of its type are first..last (times strictly increasing, costs decreasing). The
@@ -177,27 +190,22 @@ static int check_phases(const int64_t *slower, const int64_t *faster, Py_ssize_t
     return 0;
 }
 
-/* The latest / earliest of `events` over one row's neighbours (`rows`, `count` of them, padded with the
- * virtual row), for every plan of a block at once (`out[k]`, k < BLOCK; lanes past the block's plans hold
- * figures nobody reads): `_latest_of` / `_earliest_of` of rounding.py, the same comparisons in the same
- * order. Rows of BLOCK contiguous events, so the compiler vectorises them. */
-static inline void latest_block(const double *restrict events, const int64_t *rows, Py_ssize_t count,
-                                double *restrict out) {
-    const double *first = events + rows[0] * BLOCK;
-    for (int k = 0; k < BLOCK; k++) out[k] = first[k];
-    for (Py_ssize_t j = 1; j < count; j++) {
-        const double *row = events + rows[j] * BLOCK;
-        for (int k = 0; k < BLOCK; k++) out[k] = row[k] > out[k] ? row[k] : out[k];
-    }
-}
+enum { EARLIEST, LATEST };
 
-static inline void earliest_block(const double *restrict events, const int64_t *rows, Py_ssize_t count,
-                                  double *restrict out) {
+/* The latest or earliest (`which`) of `events` over one row's neighbours (`rows`, `count` of them, padded
+ * with the virtual row), for every plan of a block at once (`out[k]`, k < BLOCK; lanes past the block's plans
+ * hold figures nobody reads): `_latest_of` / `_earliest_of` of rounding.py, the same comparisons in the same
+ * order. Rows of BLOCK contiguous events, so the compiler vectorises them (inlined, `which` a constant: one
+ * loop per caller). */
+static inline void extreme_block(const double *restrict events, const int64_t *rows, Py_ssize_t count, int which,
+                                 double *restrict out) {
     const double *first = events + rows[0] * BLOCK;
     for (int k = 0; k < BLOCK; k++) out[k] = first[k];
     for (Py_ssize_t j = 1; j < count; j++) {
         const double *row = events + rows[j] * BLOCK;
-        for (int k = 0; k < BLOCK; k++) out[k] = row[k] < out[k] ? row[k] : out[k];
+        for (int k = 0; k < BLOCK; k++) {
+            out[k] = (which == LATEST ? row[k] > out[k] : row[k] < out[k]) ? row[k] : out[k];
+        }
     }
 }
 
@@ -223,7 +231,8 @@ static void *run_part(void *arg) {
 
 /* Run `fn` over plans [0, plans) in up to `threads` parts of whole blocks (the GIL released): plans are
  * independent and every lookup finds the same option whatever its hint, so the figures do not depend on
- * the split. Where a thread cannot start, its part runs on this thread. */
+ * the split. Where a thread cannot start, its part runs on this thread. -1 with a MemoryError where a part
+ * ran out of memory. */
 static int run_split(RangeFn fn, void *ctx, Py_ssize_t plans, Py_ssize_t threads) {
     Py_ssize_t blocks = (plans + BLOCK - 1) / BLOCK;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
@@ -254,6 +263,7 @@ static int run_split(RangeFn fn, void *ctx, Py_ssize_t plans, Py_ssize_t threads
     }
     if (parts[0].status < 0) status = -1;
     Py_END_ALLOW_THREADS
+    if (status < 0) PyErr_NoMemory();
     return status;
 }
 
@@ -291,37 +301,76 @@ static inline void block_sums(const Totals *totals, const opt_t *choice, Py_ssiz
     }
 }
 
-/* The optional trailing arguments (energy, time, out_energy, out_time) of `track` and `polish`: all four or
- * none. `bufs` holds 4 buffers. Every option the picker can output must index the tables. */
-static int get_totals(PyObject *energy_o, PyObject *time_o, PyObject *out_e_o, PyObject *out_t_o,
-                      Py_ssize_t plans, const Picker *m, Buf *bufs, Totals *totals) {
+/* The optional trailing arguments `sums` (energy, time, out_energy, out_time) of `track` and `polish`: all four
+ * or none (NULL). `bufs` holds 4 buffers. Every option the picker can output must index the tables. */
+static int get_totals(PyObject *const sums[4], Py_ssize_t plans, const Picker *m, Buf *bufs, Totals *totals) {
     memset(totals, 0, sizeof(*totals));
-    if (energy_o == NULL || energy_o == Py_None) return 0;
-    if (get_buf(energy_o, &bufs[0], PyObject_Length(energy_o), 8, 0, "energy") < 0) return -1;
+    if (sums[0] == NULL || sums[0] == Py_None) return 0;
+    if (get_buf(sums[0], &bufs[0], PyObject_Length(sums[0]), 8, 0, "energy") < 0) return -1;
     Py_ssize_t options = bufs[0].view.len / 8;
-    if (get_buf(time_o, &bufs[1], options, 8, 0, "time") < 0) return -1;
-    if (get_buf(out_e_o, &bufs[2], plans, 8, 1, "out_energy") < 0) return -1;
-    if (get_buf(out_t_o, &bufs[3], plans, 8, 1, "out_time_sum") < 0) return -1;
+    if (get_buf(sums[1], &bufs[1], options, 8, 0, "time") < 0) return -1;
+    if (get_buf(sums[2], &bufs[2], plans, 8, 1, "out_energy") < 0) return -1;
+    if (get_buf(sums[3], &bufs[3], plans, 8, 1, "out_time_sum") < 0) return -1;
     *totals = (Totals){bufs[0].view.buf, bufs[1].view.buf, options, bufs[2].view.buf, bufs[3].view.buf};
     return check_options(m->choice, m->entries, options);
+}
+
+/* ---- what track and polish share ----------------------------------------------------------------- */
+
+/* A `track` or `polish` call's picker, DAG layout, output plans (plan-major) and iteration times, and optional
+ * sums; each kernel's job adds its own inputs. */
+typedef struct {
+    Picker m;
+    Layout lay;
+    opt_t *out_choice;
+    double *out_time;
+    Totals totals;
+} PlanJob;
+
+/* Indices into `Buf` arrays of the DAG layout, after the picker's (track has no succs); each kernel's own
+ * buffers follow. */
+enum { L_ORDER = P_COUNT, L_PREDS, L_SUCCS, L_COUNT };
+
+/* The picker and the DAG layout (no succs where `succs_o` is NULL) into bufs[0 .. L_COUNT); `check_layout`
+ * checks its rows once the kernel's own buffers are fetched too. */
+static int get_layout(PyObject *picker_args, Py_ssize_t n, Py_ssize_t kp, Py_ssize_t ks, PyObject *order_o,
+                      PyObject *preds_o, PyObject *succs_o, Buf *bufs, PlanJob *plan) {
+    if (get_picker(picker_args, n, bufs, &plan->m) < 0) return -1;
+    if (get_buf(order_o, &bufs[L_ORDER], n, 8, 0, "order") < 0) return -1;
+    if (get_buf(preds_o, &bufs[L_PREDS], n * kp, 8, 0, "preds") < 0) return -1;
+    if (succs_o != NULL && get_buf(succs_o, &bufs[L_SUCCS], n * ks, 8, 0, "succs") < 0) return -1;
+    plan->lay = (Layout){n, kp, ks, bufs[L_ORDER].view.buf, bufs[L_PREDS].view.buf,
+                         succs_o == NULL ? NULL : bufs[L_SUCCS].view.buf};
+    return 0;
+}
+
+static int check_layout(const Layout *lay) {
+    if (check_order(lay->order, lay->n) < 0 || check_rows(lay->preds, lay->n * lay->kp, lay->n, "preds") < 0) {
+        return -1;
+    }
+    return lay->succs == NULL ? 0 : check_rows(lay->succs, lay->n * lay->ks, lay->n, "succs");
+}
+
+/* The end of `track` and `polish`, their job checked: the optional sums' buffers (`get_totals`), then `fn` over
+ * the plans. */
+static int run_plans(RangeFn fn, void *job, PlanJob *plan, PyObject *const sums[4], Py_ssize_t plans,
+                     Py_ssize_t threads, Buf *bufs) {
+    if (get_totals(sums, plans, &plan->m, bufs, &plan->totals) < 0) return -1;
+    return run_split(fn, job, plans, threads);
 }
 
 /* ---- track ---------------------------------------------------------------------------------------- */
 
 typedef struct {
-    Picker m;
-    Layout lay;
+    PlanJob plan;
     const double *target;
-    opt_t *out_choice;
-    double *out_time;
-    Totals totals;
 } TrackJob;
 
 static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
     const TrackJob *job = ctx;
-    const Picker *m = &job->m;
-    Py_ssize_t n = job->lay.n, kp = job->lay.kp;
-    const int64_t *order = job->lay.order, *preds = job->lay.preds;
+    const Picker *m = &job->plan.m;
+    Py_ssize_t n = job->plan.lay.n, kp = job->plan.lay.kp;
+    const int64_t *order = job->plan.lay.order, *preds = job->plan.lay.preds;
     double *finish = calloc((size_t)((n + 1) * BLOCK), sizeof(double));
     int64_t *hint = malloc(sizeof(int64_t) * (size_t)n);
     if (!finish || !hint) {
@@ -340,18 +389,18 @@ static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
             int64_t node = order[p];
             int64_t e = hint[p];
             double start[BLOCK];
-            latest_block(finish, pr, kp, start);
+            extreme_block(finish, pr, kp, LATEST, start);
             for (Py_ssize_t k = 0; k < nb; k++) {
                 e = pick(m, p, job->target[(b0 + k) * n + node] - start[k], e);
-                job->out_choice[(b0 + k) * n + node] = m->choice[e];
+                job->plan.out_choice[(b0 + k) * n + node] = m->choice[e];
                 double f = start[k] + m->times[e];
                 finish[p * BLOCK + k] = f;
                 if (f > longest[k]) longest[k] = f;
             }
             hint[p] = e;
         }
-        for (Py_ssize_t k = 0; k < nb; k++) job->out_time[b0 + k] = longest[k];
-        block_sums(&job->totals, job->out_choice, n, b0, nb);
+        for (Py_ssize_t k = 0; k < nb; k++) job->plan.out_time[b0 + k] = longest[k];
+        block_sums(&job->plan.totals, job->plan.out_choice, n, b0, nb);
     }
     free(finish);
     free(hint);
@@ -360,62 +409,43 @@ static int track_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
 
 static PyObject *k_track(PyObject *self, PyObject *args) {
     PyObject *picker_args, *order_o, *preds_o, *target_o, *out_choice_o, *out_time_o;
-    PyObject *energy_o = NULL, *time_o = NULL, *out_e_o = NULL, *out_t_o = NULL;
+    PyObject *sums[4] = {NULL, NULL, NULL, NULL};
     Py_ssize_t n, kp, plans, threads;
     if (!PyArg_ParseTuple(args, "OnnnnOOOOO|OOOO", &picker_args, &n, &kp, &plans, &threads, &order_o, &preds_o,
-                          &target_o, &out_choice_o, &out_time_o, &energy_o, &time_o, &out_e_o, &out_t_o)) {
+                          &target_o, &out_choice_o, &out_time_o, &sums[0], &sums[1], &sums[2], &sums[3])) {
         return NULL;
     }
-    Buf bufs[P_COUNT + 9];
+    if (n < 1 || kp < 1 || plans < 0) return bad_sizes("track");
+    Buf bufs[L_COUNT + 7];
     memset(bufs, 0, sizeof(bufs));
     TrackJob job;
-    PyObject *result = NULL;
-    if (n < 1 || kp < 1 || plans < 0) {
-        PyErr_SetString(PyExc_ValueError, "track: bad sizes");
-        goto done;
-    }
-    if (get_picker(picker_args, n, bufs, &job.m) < 0) goto done;
-    if (get_buf(order_o, &bufs[P_COUNT], n, 8, 0, "order") < 0) goto done;
-    if (get_buf(preds_o, &bufs[P_COUNT + 1], n * kp, 8, 0, "preds") < 0) goto done;
-    if (get_buf(target_o, &bufs[P_COUNT + 2], plans * n, 8, 0, "target") < 0) goto done;
-    if (get_buf(out_choice_o, &bufs[P_COUNT + 3], plans * n, sizeof(opt_t), 1, "out_choice") < 0) goto done;
-    if (get_buf(out_time_o, &bufs[P_COUNT + 4], plans, 8, 1, "out_time") < 0) goto done;
-    job.lay = (Layout){n, kp, 0, bufs[P_COUNT].view.buf, bufs[P_COUNT + 1].view.buf, NULL};
-    if (check_order(job.lay.order, n) < 0 || check_rows(job.lay.preds, n * kp, n, "preds") < 0) goto done;
-    job.target = bufs[P_COUNT + 2].view.buf;
-    job.out_choice = bufs[P_COUNT + 3].view.buf;
-    job.out_time = bufs[P_COUNT + 4].view.buf;
-    if (get_totals(energy_o, time_o, out_e_o, out_t_o, plans, &job.m, &bufs[P_COUNT + 5], &job.totals) < 0) {
-        goto done;
-    }
-    if (run_split(track_range, &job, plans, threads) < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    result = Py_NewRef(Py_None);
+    if (get_layout(picker_args, n, kp, 0, order_o, preds_o, NULL, bufs, &job.plan) < 0) goto done;
+    if (get_buf(target_o, &bufs[L_COUNT], plans * n, 8, 0, "target") < 0) goto done;
+    if (get_buf(out_choice_o, &bufs[L_COUNT + 1], plans * n, sizeof(opt_t), 1, "out_choice") < 0) goto done;
+    if (get_buf(out_time_o, &bufs[L_COUNT + 2], plans, 8, 1, "out_time") < 0) goto done;
+    job.target = bufs[L_COUNT].view.buf;
+    job.plan.out_choice = bufs[L_COUNT + 1].view.buf;
+    job.plan.out_time = bufs[L_COUNT + 2].view.buf;
+    if (check_layout(&job.plan.lay) < 0) goto done;
+    run_plans(track_range, &job, &job.plan, sums, plans, threads, &bufs[L_COUNT + 3]);
 done:
-    release(bufs, P_COUNT + 9);
-    return result;
+    return answer(bufs, L_COUNT + 7);
 }
 
 /* ---- polish --------------------------------------------------------------------------------------- */
 
 typedef struct {
-    Picker m;
-    Layout lay;
+    PlanJob plan;
     const double *option_time;
     const opt_t *choice_in;
     const double *deadline;
-    opt_t *out_choice;
-    double *out_time;
-    Totals totals;
 } PolishJob;
 
 static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
     const PolishJob *job = ctx;
-    const Picker *m = &job->m;
-    Py_ssize_t n = job->lay.n, kp = job->lay.kp, ks = job->lay.ks;
-    const int64_t *order = job->lay.order, *preds = job->lay.preds, *succs = job->lay.succs;
+    const Picker *m = &job->plan.m;
+    Py_ssize_t n = job->plan.lay.n, kp = job->plan.lay.kp, ks = job->plan.lay.ks;
+    const int64_t *order = job->plan.lay.order, *preds = job->plan.lay.preds, *succs = job->plan.lay.succs;
     /* Per row and plan of the block: time, latest finish, events (begin, finish) and the forward pass's
        entry; the virtual row n closes each. */
     size_t cells = (size_t)((n + 1) * BLOCK);
@@ -444,7 +474,7 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
         for (Py_ssize_t p = n - 1; p >= 0; p--) {
             const int64_t *su = succs + p * ks;
             double *end = latest + p * BLOCK;
-            earliest_block(begin, su, ks, end);
+            extreme_block(begin, su, ks, EARLIEST, end);
             for (int k = 0; k < BLOCK; k++) begin[p * BLOCK + k] = end[k] - t[p * BLOCK + k];
         }
         /* Forward: the cheapest option finishing by the latest finish, predecessors as now. */
@@ -453,7 +483,7 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
             const int64_t *pr = preds + p * kp;
             int64_t e = hint[p];
             double start[BLOCK];
-            latest_block(finish, pr, kp, start);
+            extreme_block(finish, pr, kp, LATEST, start);
             for (Py_ssize_t k = 0; k < nb; k++) {
                 e = pick(m, p, latest[p * BLOCK + k] - start[k], e);
                 ch[p * BLOCK + k] = e;
@@ -472,19 +502,19 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
             const int64_t *su = succs + p * ks;
             int64_t node = order[p];
             double end_k[BLOCK];
-            earliest_block(begin, su, ks, end_k);
+            extreme_block(begin, su, ks, EARLIEST, end_k);
             for (Py_ssize_t k = 0; k < nb; k++) {
                 double end = end_k[k];
                 Py_ssize_t cell = p * BLOCK + k;
                 int64_t e = pick(m, p, end - (finish[cell] - t[cell]), ch[cell]);
-                job->out_choice[(b0 + k) * n + node] = m->choice[e];
+                job->plan.out_choice[(b0 + k) * n + node] = m->choice[e];
                 double bg = end - m->times[e];
                 begin[cell] = bg;
                 if (bg < earliest[k]) earliest[k] = bg;
             }
         }
-        for (Py_ssize_t k = 0; k < nb; k++) job->out_time[b0 + k] = deadline[k] - earliest[k];
-        block_sums(&job->totals, job->out_choice, n, b0, nb);
+        for (Py_ssize_t k = 0; k < nb; k++) job->plan.out_time[b0 + k] = deadline[k] - earliest[k];
+        block_sums(&job->plan.totals, job->plan.out_choice, n, b0, nb);
     }
     free(work);
     free(ch);
@@ -495,53 +525,74 @@ static int polish_range(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
 static PyObject *k_polish(PyObject *self, PyObject *args) {
     PyObject *picker_args, *order_o, *preds_o, *succs_o, *option_time_o, *choice_o, *deadline_o, *out_choice_o,
         *out_time_o;
-    PyObject *energy_o = NULL, *time_o = NULL, *out_e_o = NULL, *out_t_o = NULL;
+    PyObject *sums[4] = {NULL, NULL, NULL, NULL};
     Py_ssize_t n, kp, ks, plans, threads;
     if (!PyArg_ParseTuple(args, "OnnnnnOOOOOOOO|OOOO", &picker_args, &n, &kp, &ks, &plans, &threads, &order_o,
                           &preds_o, &succs_o, &option_time_o, &choice_o, &deadline_o, &out_choice_o, &out_time_o,
-                          &energy_o, &time_o, &out_e_o, &out_t_o)) {
+                          &sums[0], &sums[1], &sums[2], &sums[3])) {
         return NULL;
     }
-    Buf bufs[P_COUNT + 12];
+    if (n < 1 || kp < 1 || ks < 1 || plans < 0) return bad_sizes("polish");
+    Buf bufs[L_COUNT + 9];
     memset(bufs, 0, sizeof(bufs));
     PolishJob job;
-    PyObject *result = NULL;
-    if (n < 1 || kp < 1 || ks < 1 || plans < 0) {
-        PyErr_SetString(PyExc_ValueError, "polish: bad sizes");
-        goto done;
-    }
-    if (get_picker(picker_args, n, bufs, &job.m) < 0) goto done;
-    if (get_buf(order_o, &bufs[P_COUNT], n, 8, 0, "order") < 0) goto done;
-    if (get_buf(preds_o, &bufs[P_COUNT + 1], n * kp, 8, 0, "preds") < 0) goto done;
-    if (get_buf(succs_o, &bufs[P_COUNT + 2], n * ks, 8, 0, "succs") < 0) goto done;
-    if (get_buf(option_time_o, &bufs[P_COUNT + 3], PyObject_Length(option_time_o), 8, 0, "option_time") < 0) goto done;
-    if (get_buf(choice_o, &bufs[P_COUNT + 4], plans * n, sizeof(opt_t), 0, "choice") < 0) goto done;
-    if (get_buf(deadline_o, &bufs[P_COUNT + 5], plans, 8, 0, "deadline") < 0) goto done;
-    if (get_buf(out_choice_o, &bufs[P_COUNT + 6], plans * n, sizeof(opt_t), 1, "out_choice") < 0) goto done;
-    if (get_buf(out_time_o, &bufs[P_COUNT + 7], plans, 8, 1, "out_time") < 0) goto done;
-    job.lay = (Layout){n, kp, ks, bufs[P_COUNT].view.buf, bufs[P_COUNT + 1].view.buf, bufs[P_COUNT + 2].view.buf};
-    if (check_order(job.lay.order, n) < 0 || check_rows(job.lay.preds, n * kp, n, "preds") < 0 ||
-        check_rows(job.lay.succs, n * ks, n, "succs") < 0) {
-        goto done;
-    }
-    job.option_time = bufs[P_COUNT + 3].view.buf;
-    Py_ssize_t options = bufs[P_COUNT + 3].view.len / 8;
-    job.choice_in = bufs[P_COUNT + 4].view.buf;
-    if (check_options(job.choice_in, plans * n, options) < 0) goto done;
-    job.deadline = bufs[P_COUNT + 5].view.buf;
-    job.out_choice = bufs[P_COUNT + 6].view.buf;
-    job.out_time = bufs[P_COUNT + 7].view.buf;
-    if (get_totals(energy_o, time_o, out_e_o, out_t_o, plans, &job.m, &bufs[P_COUNT + 8], &job.totals) < 0) {
-        goto done;
-    }
-    if (run_split(polish_range, &job, plans, threads) < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    result = Py_NewRef(Py_None);
+    if (get_layout(picker_args, n, kp, ks, order_o, preds_o, succs_o, bufs, &job.plan) < 0) goto done;
+    if (get_buf(option_time_o, &bufs[L_COUNT], PyObject_Length(option_time_o), 8, 0, "option_time") < 0) goto done;
+    if (get_buf(choice_o, &bufs[L_COUNT + 1], plans * n, sizeof(opt_t), 0, "choice") < 0) goto done;
+    if (get_buf(deadline_o, &bufs[L_COUNT + 2], plans, 8, 0, "deadline") < 0) goto done;
+    if (get_buf(out_choice_o, &bufs[L_COUNT + 3], plans * n, sizeof(opt_t), 1, "out_choice") < 0) goto done;
+    if (get_buf(out_time_o, &bufs[L_COUNT + 4], plans, 8, 1, "out_time") < 0) goto done;
+    job.option_time = bufs[L_COUNT].view.buf;
+    Py_ssize_t options = bufs[L_COUNT].view.len / 8;
+    job.choice_in = bufs[L_COUNT + 1].view.buf;
+    job.deadline = bufs[L_COUNT + 2].view.buf;
+    job.plan.out_choice = bufs[L_COUNT + 3].view.buf;
+    job.plan.out_time = bufs[L_COUNT + 4].view.buf;
+    if (check_layout(&job.plan.lay) < 0 || check_options(job.choice_in, plans * n, options) < 0) goto done;
+    run_plans(polish_range, &job, &job.plan, sums, plans, threads, &bufs[L_COUNT + 5]);
 done:
-    release(bufs, P_COUNT + 12);
-    return result;
+    return answer(bufs, L_COUNT + 9);
+}
+
+/* ---- the relaxed potentials of node_durations and node_finish ------------------------------------ */
+
+/* Per phase a row of `width` potentials (units: two, then a start and a finish per node); per plan the two
+ * phases it lies between and the shift of the faster one. */
+typedef struct {
+    Py_ssize_t width;
+    const int64_t *pot, *slower, *faster, *shift;
+} Potentials;
+
+/* The potentials' arguments `pots` (potentials, slower, faster, shift) into bufs[0 .. 4): `phases` rows for `n`
+ * nodes, and per plan its two phases and shift. */
+static int get_potentials(PyObject *const pots[4], Py_ssize_t phases, Py_ssize_t width, Py_ssize_t n,
+                          Py_ssize_t plans, Buf *bufs, Potentials *p, const char *kernel) {
+    if (phases < 1 || n < 1 || width < 2 * n + 2 || plans < 0) {
+        bad_sizes(kernel);
+        return -1;
+    }
+    if (get_buf(pots[0], &bufs[0], phases * width, 8, 0, "potentials") < 0) return -1;
+    if (get_buf(pots[1], &bufs[1], plans, 8, 0, "slower") < 0) return -1;
+    if (get_buf(pots[2], &bufs[2], plans, 8, 0, "faster") < 0) return -1;
+    if (get_buf(pots[3], &bufs[3], plans, 8, 0, "shift") < 0) return -1;
+    *p = (Potentials){width, bufs[0].view.buf, bufs[1].view.buf, bufs[2].view.buf, bufs[3].view.buf};
+    return 0;
+}
+
+/* A plan's rows of potentials: its slower phase's, its faster phase's and the shift of the faster one. */
+typedef struct {
+    const int64_t *slower, *faster;
+    int64_t shift;
+} PlanRows;
+
+static inline PlanRows plan_rows(const Potentials *p, Py_ssize_t b) {
+    return (PlanRows){p->pot + p->slower[b] * p->width, p->pot + p->faster[b] * p->width, p->shift[b]};
+}
+
+/* A plan's relaxed potential `i`: the earlier of its two phases' (the faster one's shifted). */
+static inline int64_t relaxed(PlanRows r, Py_ssize_t i) {
+    int64_t a = r.slower[i], c = r.faster[i] + r.shift;
+    return a < c ? a : c;
 }
 
 /* ---- node_durations ------------------------------------------------------------------------------- */
@@ -550,32 +601,24 @@ done:
  * `columns` only, plan-major (plans, len(columns)): one instruction type's nodes at a time, contiguous, as
  * `relaxed_cost_by_type_j` interpolates them. */
 static PyObject *k_node_durations(PyObject *self, PyObject *args) {
-    PyObject *pot_o, *slower_o, *faster_o, *shift_o, *hi_o, *columns_o, *out_o;
+    PyObject *pots[4], *hi_o, *columns_o, *out_o;
     Py_ssize_t phases, width, n, plans;
-    if (!PyArg_ParseTuple(args, "nnnnOOOOOOO", &phases, &width, &n, &plans, &pot_o, &slower_o, &faster_o, &shift_o,
+    if (!PyArg_ParseTuple(args, "nnnnOOOOOOO", &phases, &width, &n, &plans, &pots[0], &pots[1], &pots[2], &pots[3],
                           &hi_o, &columns_o, &out_o)) {
         return NULL;
     }
     Buf bufs[7];
     memset(bufs, 0, sizeof(bufs));
-    PyObject *result = NULL;
-    if (phases < 1 || n < 1 || width < 2 * n + 2 || plans < 0) {
-        PyErr_SetString(PyExc_ValueError, "node_durations: bad sizes");
-        goto done;
-    }
-    if (get_buf(pot_o, &bufs[0], phases * width, 8, 0, "potentials") < 0) goto done;
-    if (get_buf(slower_o, &bufs[1], plans, 8, 0, "slower") < 0) goto done;
-    if (get_buf(faster_o, &bufs[2], plans, 8, 0, "faster") < 0) goto done;
-    if (get_buf(shift_o, &bufs[3], plans, 8, 0, "shift") < 0) goto done;
+    Potentials p;
+    if (get_potentials(pots, phases, width, n, plans, bufs, &p, "node_durations") < 0) goto done;
     if (get_buf(hi_o, &bufs[4], n, 8, 0, "hi") < 0) goto done;
     if (get_buf(columns_o, &bufs[5], PyObject_Length(columns_o), 8, 0, "columns") < 0) goto done;
     Py_ssize_t m = bufs[5].view.len / 8;
     if (get_buf(out_o, &bufs[6], plans * m, 8, 1, "out") < 0) goto done;
     {
-        const int64_t *pot = bufs[0].view.buf, *slower = bufs[1].view.buf, *faster = bufs[2].view.buf;
-        const int64_t *shift = bufs[3].view.buf, *hi = bufs[4].view.buf, *columns = bufs[5].view.buf;
+        const int64_t *hi = bufs[4].view.buf, *columns = bufs[5].view.buf;
         double *out = bufs[6].view.buf;
-        if (check_phases(slower, faster, plans, phases, "node_durations") < 0) goto done;
+        if (check_phases(p.slower, p.faster, plans, phases, "node_durations") < 0) goto done;
         for (Py_ssize_t j = 0; j < m; j++) {
             if (columns[j] < 0 || columns[j] >= n) {
                 PyErr_SetString(PyExc_ValueError, "node_durations: column out of range");
@@ -584,68 +627,48 @@ static PyObject *k_node_durations(PyObject *self, PyObject *args) {
         }
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t b = 0; b < plans; b++) {
-            const int64_t *ps = pot + slower[b] * width + 2, *pf = pot + faster[b] * width + 2;
-            int64_t s = shift[b];
+            PlanRows r = plan_rows(&p, b);
             double *o = out + b * m;
             for (Py_ssize_t j = 0; j < m; j++) {
                 Py_ssize_t v = columns[j];
-                int64_t start = ps[2 * v] < pf[2 * v] + s ? ps[2 * v] : pf[2 * v] + s;
-                int64_t finish = ps[2 * v + 1] < pf[2 * v + 1] + s ? ps[2 * v + 1] : pf[2 * v + 1] + s;
-                int64_t d = finish - start;
+                int64_t d = relaxed(r, 3 + 2 * v) - relaxed(r, 2 + 2 * v);
                 o[j] = (double)(d < hi[v] ? d : hi[v]);
             }
         }
         Py_END_ALLOW_THREADS
     }
-    result = Py_NewRef(Py_None);
 done:
-    release(bufs, 7);
-    return result;
+    return answer(bufs, 7);
 }
 
 /* ---- node_finish ---------------------------------------------------------------------------------- */
 
 static PyObject *k_node_finish(PyObject *self, PyObject *args) {
-    PyObject *pot_o, *slower_o, *faster_o, *shift_o, *out_o;
+    PyObject *pots[4], *out_o;
     Py_ssize_t phases, width, n, plans;
     double resolution;
-    if (!PyArg_ParseTuple(args, "nnnndOOOOO", &phases, &width, &n, &plans, &resolution, &pot_o, &slower_o,
-                          &faster_o, &shift_o, &out_o)) {
+    if (!PyArg_ParseTuple(args, "nnnndOOOOO", &phases, &width, &n, &plans, &resolution, &pots[0], &pots[1],
+                          &pots[2], &pots[3], &out_o)) {
         return NULL;
     }
     Buf bufs[5];
     memset(bufs, 0, sizeof(bufs));
-    PyObject *result = NULL;
-    if (phases < 1 || n < 1 || width < 2 * n + 2 || plans < 0) {
-        PyErr_SetString(PyExc_ValueError, "node_finish: bad sizes");
-        goto done;
-    }
-    if (get_buf(pot_o, &bufs[0], phases * width, 8, 0, "potentials") < 0) goto done;
-    if (get_buf(slower_o, &bufs[1], plans, 8, 0, "slower") < 0) goto done;
-    if (get_buf(faster_o, &bufs[2], plans, 8, 0, "faster") < 0) goto done;
-    if (get_buf(shift_o, &bufs[3], plans, 8, 0, "shift") < 0) goto done;
+    Potentials p;
+    if (get_potentials(pots, phases, width, n, plans, bufs, &p, "node_finish") < 0) goto done;
     if (get_buf(out_o, &bufs[4], plans * n, 8, 1, "out") < 0) goto done;
     {
-        const int64_t *pot = bufs[0].view.buf, *slower = bufs[1].view.buf, *faster = bufs[2].view.buf;
-        const int64_t *shift = bufs[3].view.buf;
         double *out = bufs[4].view.buf;
-        if (check_phases(slower, faster, plans, phases, "node_finish") < 0) goto done;
+        if (check_phases(p.slower, p.faster, plans, phases, "node_finish") < 0) goto done;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t b = 0; b < plans; b++) {
-            const int64_t *ps = pot + slower[b] * width + 3, *pf = pot + faster[b] * width + 3;
-            int64_t s = shift[b];
+            PlanRows r = plan_rows(&p, b);
             double *o = out + b * n;
-            for (Py_ssize_t v = 0; v < n; v++) {
-                int64_t a = ps[2 * v], c = pf[2 * v] + s;
-                o[v] = (double)(a < c ? a : c) * resolution;
-            }
+            for (Py_ssize_t v = 0; v < n; v++) o[v] = (double)relaxed(r, 3 + 2 * v) * resolution;
         }
         Py_END_ALLOW_THREADS
     }
-    result = Py_NewRef(Py_None);
 done:
-    release(bufs, 5);
-    return result;
+    return answer(bufs, 5);
 }
 
 /* ---- dijkstra ------------------------------------------------------------------------------------- */
@@ -689,13 +712,9 @@ static PyObject *k_dijkstra(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "nnOOOO", &nodes, &source, &indptr_o, &indices_o, &weights_o, &out_o)) {
         return NULL;
     }
+    if (nodes < 1 || source < 0 || source >= nodes) return bad_sizes("dijkstra");
     Buf bufs[4];
     memset(bufs, 0, sizeof(bufs));
-    PyObject *result = NULL;
-    if (nodes < 1 || source < 0 || source >= nodes) {
-        PyErr_SetString(PyExc_ValueError, "dijkstra: bad sizes");
-        goto done;
-    }
     if (get_buf(indptr_o, &bufs[0], nodes + 1, 8, 0, "indptr") < 0) goto done;
     if (get_buf(indices_o, &bufs[1], PyObject_Length(indices_o), 8, 0, "indices") < 0) goto done;
     Py_ssize_t arcs = bufs[1].view.len / 8;
@@ -758,10 +777,8 @@ static PyObject *k_dijkstra(PyObject *self, PyObject *args) {
         free(heap);
         free(done_flag);
     }
-    result = Py_NewRef(Py_None);
 done:
-    release(bufs, 4);
-    return result;
+    return answer(bufs, 4);
 }
 
 static PyMethodDef methods[] = {
