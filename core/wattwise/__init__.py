@@ -141,7 +141,7 @@ it; the store's Alembic revisions are one folder), from the entry points down to
 - `errors`: the errors wattwise raises on purpose, and the warning it gives when it degrades instead.
 - `names`: job names, what a user may call a training job.
 - `bounds`: physical bounds on every figure a user or a file gives wattwise.
-- `readable`: figures as people read them (`value ± uncertainty`, g or kg CO2e, s, min or h).
+- `readable`: figures as people read them (`value ± uncertainty`, g or kg CO2e, s, min or h), and text tables.
 - `project`: the project a run belongs to (the working directory's git root's or folder's name).
 - `tracker`: `wattwise.track`, the energy of any code in a `with` block or a decorator, one CSV row a run.
 - `extras`: which extra of `pip install 'wattwise[EXTRA]'` brings each optional dependency.

@@ -11,6 +11,9 @@ for reading goes through here. A leaf module: it imports nothing of wattwise, so
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 #: How many significant digits a figure without an uncertainty keeps (`sig`).
 DIGITS = 2
@@ -100,3 +103,50 @@ def emissions(kg_co2e: float, uncertainty_kg: float | None = None, *, digits: in
 def intensity(g_per_kwh: float) -> str:
     """A grid's carbon intensity: `380 gCO2e/kWh`."""
     return f"{sig(g_per_kwh, 3)} gCO2e/kWh"
+
+
+# -- tables ---------------------------------------------------------------------------------------------
+#: A column's alignment: its cells start at its left edge, or end at its right one.
+LEFT: Literal["<"] = "<"
+RIGHT: Literal[">"] = ">"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its title, how many characters it takes (0: as many as its cell) and its alignment."""
+
+    title: str
+    width: int = 0
+    align: Literal["<", ">"] = LEFT
+
+
+def columns_of(*specs: str) -> tuple[Column, ...]:
+    """Columns from `title:<width` (left-aligned) or `title:>width` (right-aligned); a bare title is unpadded."""
+    found = []
+    for spec in specs:
+        title, colon, rest = spec.rpartition(":")
+        if not colon:
+            found.append(Column(spec))
+            continue
+        align, width = rest[:1], rest[1:]
+        if align not in (LEFT, RIGHT) or not width.isdigit():
+            raise ValueError(f"column {spec!r}: write title:<width or title:>width")
+        found.append(Column(title, int(width), LEFT if align == LEFT else RIGHT))
+    return tuple(found)
+
+
+def table_line(columns: Sequence[Column], cells: Sequence[object], *, sep: str = " ", indent: str = "") -> str:
+    """One line of the table: each cell padded to its column's width, the columns `sep` apart."""
+    padded = (
+        format(str(cell), f"{column.align}{column.width}") if column.width else str(cell)
+        for column, cell in zip(columns, cells, strict=True)
+    )
+    return indent + sep.join(padded)
+
+
+def table_lines(
+    columns: Sequence[Column], rows: Iterable[Sequence[object]], *, sep: str = " ", indent: str = ""
+) -> list[str]:
+    """The title line and a line for each row."""
+    titles = [column.title for column in columns]
+    return [table_line(columns, cells, sep=sep, indent=indent) for cells in (titles, *rows)]

@@ -11,6 +11,7 @@ import argparse
 
 from wattwise.carbon.grid import SOURCES, GridIntensity, table
 from wattwise.errors import UsageError
+from wattwise.readable import RIGHT, Column, table_lines
 from wattwise.safe_files import json_text
 from wattwise.vocabulary import IntensityProvider as Provider
 
@@ -88,11 +89,16 @@ def run_codes(args: argparse.Namespace) -> int:
     if not rows:
         print("no code matches; `wattwise carbon codes` lists them all")
         return 0
-    width = max(len(e.code) for e in rows)
     place = min(56, max(len(e.name) for e in rows))
-    print(f"{'code':<{width}}  {'place':<{place}}  {'gCO2e/kWh':>9}  {'year':<4}  source")
-    for e in rows:
-        print(f"{e.code:<{width}}  {e.name[:place]:<{place}}  {e.g_per_kwh:>9.0f}  {e.year:<4}  {e.source}")
+    columns = (
+        Column("code", max(len(e.code) for e in rows)),
+        Column("place", place),
+        Column("gCO2e/kWh", 9, RIGHT),
+        Column("year", 4),
+        Column("source"),
+    )
+    cells = [(e.code, e.name[:place], f"{e.g_per_kwh:.0f}", e.year, e.source) for e in rows]
+    print("\n".join(table_lines(columns, cells, sep="  ")))
     used = sorted({e.source for e in rows})
     print("sources: " + "; ".join(f"{key}: {SOURCES[key]}" for key in used))
     print("use a code as --intensity CODE (wattwise report, the dashboard's $WATTWISE_INTENSITY) or carbon.intensity")

@@ -22,6 +22,7 @@ from wattwise.cli.runs import store_and_json
 from wattwise.copying import typed_dict_of
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
+from wattwise.readable import columns_of, table_lines
 from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.recurring.summary import JobSummary, summarize
 from wattwise.safe_files import json_text
@@ -79,6 +80,21 @@ def _missing_sqlite_file(url: str) -> bool:
     parsed = make_url(url)
     database = parsed.database or ""
     return parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not Path(database).exists()
+
+
+#: `wattwise jobs list`: a line per job.
+JOBS_COLUMNS = columns_of("job:<32", "runs:>5", "reached:>7", "failed:>6", "open:>4", "best bs:>7", "energy (J):>12")
+#: `wattwise jobs show`: the remembered limits, the batch sizes, the runs.
+LIMITS_COLUMNS = columns_of("limit (W):>9", "step (s):>9", "step (J):>9", "profiled:>8", "chosen (UTC):<19", "key")
+BATCH_SIZE_COLUMNS = columns_of(
+    "batch:>6", "runs:>5", "reached:>7", "mean cost (J):>14", "mean epochs:>11", "limit (W):>9"
+)
+RUN_COLUMNS = columns_of("run:>5", "batch:>6", "phase:<10", "state:<8", "limit (W):>9", "epochs:>6", "cost (J):>10")
+
+
+def _or_dash(value: float | None, spec: str) -> str:
+    """`value` formatted by `spec`, or "-" when unknown."""
+    return format(value, spec) if value is not None else "-"
 
 
 def _number(value: float | None) -> float | None:
@@ -152,12 +168,8 @@ def run_list(args: argparse.Namespace) -> int:
     if not summaries:
         print(f"no recurring jobs in {make_url(url).render_as_string()}")
         return 0
-    print(f"{'job':<32} {'runs':>5} {'reached':>7} {'failed':>6} {'open':>4} {'best bs':>7} {'energy (J)':>12}")
-    for s in summaries:
-        print(
-            f"{s.name:<32} {s.runs:>5} {s.reached:>7} {s.failed:>6} {s.open:>4} {s.best_batch_size:>7} "
-            f"{s.energy_j:>12.4g}"
-        )
+    rows = [(s.name, s.runs, s.reached, s.failed, s.open, s.best_batch_size, f"{s.energy_j:.4g}") for s in summaries]
+    print("\n".join(table_lines(JOBS_COLUMNS, rows)))
     return 0
 
 
@@ -177,15 +189,23 @@ def _limit_dict(key: str, limit: RememberedLimit) -> RememberedLimitDict:
 
 def _print_limits(name: str, limits: dict[str, RememberedLimit]) -> None:
     print(f"remembered power limits ({len(limits)}; `wattwise jobs forget-limit {name}` forgets them):")
-    print(f"  {'limit (W)':>9} {'step (s)':>9} {'step (J)':>9} {'profiled':>8} {'chosen (UTC)':<19} key")
     from wattwise.carbon.series import format_utc
 
+    rows = []
     for key, limit in limits.items():
         when = format_utc(limit.chosen_at_s)[:19].replace("T", " ") if limit.chosen_at_s is not None else "-"
-        print(
-            f"  {limit.chosen.power_limit_w:>9g} {limit.chosen.time_s:>9.4g} {limit.chosen.energy_j:>9.4g} "
-            f"{len(limit.profile):>8} {when:<19} {key}"
+        chosen = limit.chosen
+        rows.append(
+            (
+                f"{chosen.power_limit_w:g}",
+                f"{chosen.time_s:.4g}",
+                f"{chosen.energy_j:.4g}",
+                len(limit.profile),
+                when,
+                key,
+            )
         )
+    print("\n".join(table_lines(LIMITS_COLUMNS, rows, indent="  ")))
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -256,18 +276,32 @@ def _print_recurring(spec: JobSpec, summary: JobSummary, runs: list[StoredRun]) 
         f"{summary.runs} runs ({summary.reached} reached, {summary.failed} failed, {summary.open} open); "
         f"{summary.energy_j:.4g} J, {summary.time_s:.4g} s; best batch size so far {summary.best_batch_size}"
     )
-    print(f"{'batch':>6} {'runs':>5} {'reached':>7} {'mean cost (J)':>14} {'mean epochs':>11} {'limit (W)':>9}")
-    for b in summary.batch_sizes:
-        cost = f"{b.mean_reached_cost:.4g}" if b.mean_reached_cost is not None else "-"
-        epochs = f"{b.mean_reached_epochs:.3g}" if b.mean_reached_epochs is not None else "-"
-        limit = f"{b.power_limit_w:g}" if b.power_limit_w is not None else "-"
-        print(f"{b.batch_size:>6} {b.runs:>5} {b.reached:>7} {cost:>14} {epochs:>11} {limit:>9}")
+    sizes = [
+        (
+            b.batch_size,
+            b.runs,
+            b.reached,
+            _or_dash(b.mean_reached_cost, ".4g"),
+            _or_dash(b.mean_reached_epochs, ".3g"),
+            _or_dash(b.power_limit_w, "g"),
+        )
+        for b in summary.batch_sizes
+    ]
+    print("\n".join(table_lines(BATCH_SIZE_COLUMNS, sizes)))
     if runs:
-        print(f"{'run':>5} {'batch':>6} {'phase':<10} {'state':<8} {'limit (W)':>9} {'epochs':>6} {'cost (J)':>10}")
-        for r in runs:
-            limit = f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-"
-            cost = f"{r.cost:.4g}" if r.cost is not None else "-"
-            print(f"{r.run_id:>5} {r.batch_size:>6} {r.phase:<10} {r.state:<8} {limit:>9} {r.epochs:>6} {cost:>10}")
+        rows = [
+            (
+                r.run_id,
+                r.batch_size,
+                r.phase,
+                r.state,
+                _or_dash(r.power_limit_w, "g"),
+                r.epochs,
+                _or_dash(r.cost, ".4g"),
+            )
+            for r in runs
+        ]
+        print("\n".join(table_lines(RUN_COLUMNS, rows)))
 
 
 def _named_job_store(args: argparse.Namespace) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from wattwise.errors import UsageError
 from wattwise.project import default_project
+from wattwise.readable import Column, columns_of, table_lines
 from wattwise.safe_files import json_text
 from wattwise.store.compare import difference
 from wattwise.store.runs import RunRow, UnreadableRun, forget_run, get_run, get_runs, list_history
@@ -145,6 +146,21 @@ def _energy(row: RunRow) -> str:
 
 #: What marks a saving recorded before the history kept a run's one saving (`OLD_SAVING` says what it is).
 OLD_MARK = "*"
+#: `wattwise runs list`: a line per run.
+LIST_COLUMNS = columns_of(
+    "id:<24",
+    "project:<16",
+    "job:<20",
+    "framework:<12",
+    "mode:<7",
+    "status:<11",
+    "start (UTC):<19",
+    "time (s):>9",
+    "energy (J):>18",
+    "limit (W):>9",
+    "saved (J):>14",
+    "figures:<9",
+)
 #: The line under `runs list` when a saving is marked `OLD_MARK`.
 OLD_SAVING = (
     "* recorded before the history kept each run's one saving: the saving at the chosen limit over the steps "
@@ -196,18 +212,24 @@ def run_list(args: argparse.Namespace) -> int:
     if not rows:
         print("no runs in the history" + (" that match" if args.job or args.since or args.status or project else ""))
         return 0
-    print(
-        f"{'id':<24} {'project':<16} {'job':<20} {'framework':<12} {'mode':<7} {'status':<11} {'start (UTC)':<19} "
-        f"{'time (s)':>9} {'energy (J)':>18} {'limit (W)':>9} {'saved (J)':>14} {'figures':<9}"
-    )
-    for r in rows:
-        limit = f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-"
-        saved = _saved(r)
-        print(
-            f"{r.id:<24} {(r.project or '-'):<16} {(r.job or '-'):<20} {(r.framework or '-'):<12} {r.mode:<7} "
-            f"{(r.status or '-'):<11} "
-            f"{_start(r):<19} {r.time_s:>9.4g} {_energy(r):>18} {limit:>9} {saved:>14} {_source(r):<9}"
+    cells = [
+        (
+            r.id,
+            r.project or "-",
+            r.job or "-",
+            r.framework or "-",
+            r.mode,
+            r.status or "-",
+            _start(r),
+            f"{r.time_s:.4g}",
+            _energy(r),
+            f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-",
+            _saved(r),
+            _source(r),
         )
+        for r in rows
+    ]
+    print("\n".join(table_lines(LIST_COLUMNS, cells)))
     if any(r.payback is None and r.saving_j is not None for r in rows):
         print(OLD_SAVING)
     return 0
@@ -295,8 +317,8 @@ def compare_lines(rows: Sequence[RunRow]) -> list[str]:
         "saving": [_compared_saving(r, s) for r, s in zip(rows, summaries, strict=True)],
         "time cost": [_compared_time_cost(r, s) for r, s in zip(rows, summaries, strict=True)],
     }
-    lines = [f"{'':<10}" + "".join(f" {r.id:<{width}}" for r in rows)]
-    lines += [f"{name:<10}" + "".join(f" {value:<{width}}" for value in values) for name, values in cells.items()]
+    columns = (Column("", 10), *(Column(r.id, width) for r in rows))
+    lines = table_lines(columns, [(name, *values) for name, values in cells.items()])
     reference = rows[0]
     for other in rows[1:]:
         d = difference(reference, other)

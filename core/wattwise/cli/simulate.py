@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wattwise.errors import UsageError
+from wattwise.readable import columns_of, table_lines
 from wattwise.recurring.simulator import SimulationResult, job_for_trace, simulate
 from wattwise.recurring.spec import JobSpec
 from wattwise.recurring.trace import WorkloadTrace, load_trace
@@ -136,12 +137,12 @@ def run(args: argparse.Namespace) -> int:
         f"{payload['workload']} (simulated from traces): {recurrences} recurrences, target {trace.target_metric:g}, "
         f"default batch size {spec.default_batch_size}, eta {spec.eta:g}, beta {spec.beta:g}, seed {args.seed}"
     )
-    print(f"{'policy':<9} {'energy (J)':>12} {'time (s)':>12} {'cost (J)':>12} {'cost/oracle':>11}")
-    for name, totals in payload["policies"].items():
-        print(
-            f"{name:<9} {totals['energy_j']:>12.4g} {totals['time_s']:>12.4g} {totals['cost']:>12.4g} "
-            f"{totals['cost_ratio']:>11.3f}"
-        )
+    columns = columns_of("policy:<9", "energy (J):>12", "time (s):>12", "cost (J):>12", "cost/oracle:>11")
+    rows = [
+        (name, f"{t['energy_j']:.4g}", f"{t['time_s']:.4g}", f"{t['cost']:.4g}", f"{t['cost_ratio']:.3f}")
+        for name, t in payload["policies"].items()
+    ]
+    print("\n".join(table_lines(columns, rows)))
     oracle = payload["policies"]["oracle"]
     failed = payload["policies"]["wattwise"]["failed_runs"]
     print(
