@@ -108,38 +108,10 @@ class RunPayback:
             raise UsageError(f"{where}: payback.paid_back must be true or false (got {self.paid_back!r})")
 
 
-class RunDict(TypedDict):
-    """One run as `wattwise runs list --json` prints it (a contract: names and units stay).
-
-    Times are ISO 8601 in UTC; energy in J, time in s, power in W; a figure that is unknown is null.
-    """
-
-    id: str
-    job: str | None
-    framework: str | None
-    mode: str
-    status: str | None
-    start_time: str
-    end_time: str
-    devices: list[str]
-    time_s: float
-    energy_j: float
-    energy_uncertainty_j: float | None
-    power_limit_w: float | None
-    saving_j: float | None
-    time_cost_s: float | None
-    folder: str
-    simulated: bool
-    #: Who recorded the run (the database user on PostgreSQL, the login on SQLite); null: recorded before
-    #: rows carried their owner.
-    owner: str | None
-    #: How precisely `saving_j` is known (J); null: unknown (no saving, or recorded before rows said).
-    saving_uncertainty_j: float | None
-    #: The project the run belongs to (`wattwise.project`); null: not said (recorded before rows named one).
-    project: str | None
-    #: The run's one saving, tuning included (`PaybackDict`); null: no saving claimed, or recorded before rows
-    #: kept it (then `saving_j` is the saving at the chosen limit, tuning's cost left out).
-    payback: PaybackDict | None
+#: One run as `wattwise runs list --json` prints it (a contract: names and units stay): `RunRow`'s fields in
+#: their order, `devices` a list and `payback` its object (`PaybackDict`). Times are ISO 8601 in UTC; energy
+#: in J, time in s, power in W; a figure that is unknown is null.
+RunDict = dict[str, object]
 
 
 class UnreadableDict(TypedDict):
@@ -260,12 +232,10 @@ class RunRow:
 
     def to_dict(self) -> RunDict:
         """The run's JSON object (`RunDict`): the `wattwise runs list --json` contract."""
-        return typed_dict_of(
-            RunDict,
-            self,
-            devices=list(self.devices),
-            payback=self.payback.to_dict() if self.payback is not None else None,
-        )
+        values: RunDict = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["devices"] = list(self.devices)
+        values["payback"] = self.payback.to_dict() if self.payback is not None else None
+        return values
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "run") -> RunRow:
