@@ -6,26 +6,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TypedDict
+from dataclasses import dataclass, fields
 
-from wattwise.copying import typed_dict_of
 from wattwise.store.history import RunRow
 
-
-class DifferenceDict(TypedDict):
-    """One run's difference from the first, as `wattwise runs compare --json` lists it under `differences`."""
-
-    id: str
-    against: str
-    energy_j: float
-    energy_fraction: float | None
-    energy_uncertainty_j: float | None
-    energy_resolved: bool | None
-    time_s: float
-    time_fraction: float | None
-    avg_power_w: float
-    power_limit_w: float | None
+#: One run's difference from the first, as `wattwise runs compare --json` lists it under `differences`:
+#: `RunDifference`'s fields in their order.
+DifferenceDict = dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -49,7 +36,7 @@ class RunDifference:
 
     def to_dict(self) -> DifferenceDict:
         """The difference as `wattwise runs compare --json` writes it."""
-        return typed_dict_of(DifferenceDict, self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def difference(reference: RunRow, other: RunRow) -> RunDifference:
