@@ -236,3 +236,12 @@ class StatementKind(StrEnum):
     PAPER = "paper"
     #: The EU AI Act's "known or estimated energy consumption" (Regulation 2024/1689, Annex XI).
     EU_AI_ACT = "eu-ai-act"
+
+
+class SolverName(StrEnum):
+    """Which solver `wattwise frontier` builds the time-energy frontier with (`--solver`, the file's `solver`)."""
+
+    #: The fast solver: exact for the convex relaxation, rounded to real plans.
+    FAST = "fast"
+    #: CP-SAT's exact plans, for small pipelines (the pipeline extra's OR-Tools).
+    EXACT = "exact"

@@ -25,6 +25,7 @@ from wattwise.carbon.series import (
 )
 from wattwise.errors import UsageError
 from wattwise.safe_files import json_text
+from wattwise.vocabulary import StartObjective
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -201,9 +202,9 @@ def _figures(option: StartOption, currency: str | None) -> str:
 
 def _saving_unit(objective: str, currency: str | None) -> tuple[str, float]:
     """Display unit of the objective and the factor from the advisor's units (g, J, currency) to it."""
-    if objective == "emissions":
+    if objective == StartObjective.EMISSIONS:
         return "kg CO2e", 1e-3
-    if objective == "facility-energy":
+    if objective == StartObjective.FACILITY_ENERGY:
         return "kWh", 1.0 / J_PER_KWH
     return currency or "price units", 1.0
 

@@ -24,6 +24,7 @@ from wattwise.devices import Device, DeviceError, backend_choices, discover, nam
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
 from wattwise.settings.guard import SettingsGuard
+from wattwise.vocabulary import ReleaseOutcome
 
 #: Exit code when the cap cannot be set (refused, out of range, no GPU): the command does not run.
 EXIT_NOT_CAPPED = 1
@@ -157,14 +158,16 @@ class CapDict(TypedDict):
 
 def restore_outcome(gpu: Device) -> RestoreDict:
     """What happened to `gpu`'s limit at the end of `wattwise cap`, from what the agent answered (`RestoreDict`)."""
-    released = getattr(gpu, "release_outcome", RESTORED) if gpu.settings_lease else RESTORED
+    released = (
+        getattr(gpu, "release_outcome", ReleaseOutcome.RESTORED) if gpu.settings_lease else ReleaseOutcome.RESTORED
+    )
     holder = getattr(gpu, "holder_after_release", None) or {}
-    pgid = holder.get("pgid") if released == "kept" else None
-    if released == "restored":
+    pgid = holder.get("pgid") if released == ReleaseOutcome.KEPT else None
+    if released == ReleaseOutcome.RESTORED:
         outcome, message = RESTORED, "limit restored"
-    elif released == "not held":
+    elif released == ReleaseOutcome.NOT_HELD:
         outcome, message = RESTORED_BY_AGENT, "limit restored by the node agent when the command ended"
-    elif released == "kept":
+    elif released == ReleaseOutcome.KEPT:
         outcome, message = (
             HELD,
             (

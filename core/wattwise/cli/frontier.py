@@ -27,6 +27,7 @@ from wattwise.pipeline.plan import Frontier, assemble_frontier, choose_intrinsic
 from wattwise.pipeline.problem import PlanningProblem
 from wattwise.pipeline.profiles import load_profile
 from wattwise.pipeline.schedule import SCHEDULES
+from wattwise.vocabulary import SolverName
 
 T = TypeVar("T")
 
@@ -57,7 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--p-blocking", type=float, required=True, metavar="W", help="power (W) of a GPU blocked on communication"
     )
     parser.add_argument(
-        "--solver", choices=("fast", "exact"), default="fast", help="fast (default) or exact (CP-SAT, small pipelines)"
+        "--solver",
+        choices=tuple(SolverName),
+        default=SolverName.FAST,
+        help="fast (default) or exact (CP-SAT, small pipelines)",
     )
     parser.add_argument("--out", required=True, metavar="FRONTIER.json", help="where to write the frontier")
     parser.add_argument("--csv", metavar="FRONTIER.csv", help="also write time_s,energy_j,has_plan rows")
@@ -107,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     # Only the points no other beats on time and on sum(e - P_b * t) are held as they stream in (the
     # sense of `assemble_frontier`): memory follows the frontier, not the number of deadlines.
     kept: NonDominated[Any] = NonDominated(problem.p_blocking_w * problem.dag.num_stages)
-    if args.solver == "fast":
+    if args.solver == SolverName.FAST:
         solver = FrontierSolver(problem, args.unit_time)
         for point in _progress(solver.run(), lambda _: f"{solver.rounded}/{solver.num_points}", args.quiet, started):
             kept.add(point)

@@ -21,6 +21,7 @@ from wattwise.record.report import (
     report_json,
     write_report,
 )
+from wattwise.vocabulary import StatementKind
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,8 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", help="with --job: the store (default: $WATTWISE_STORE or the state dir)")
     parser.add_argument(
         "--statement",
-        choices=("paper", "eu-ai-act"),
-        default="paper",
+        choices=tuple(StatementKind),
+        default=StatementKind.PAPER,
         help="the statement's form: a paper's (default), or the EU AI Act's energy disclosure (Annex XI, 1.2(e))",
     )
     parser.add_argument("--pue", help="PUE: a number (e.g. 1.1) or a CSV series; default: not supplied (1.0)")
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         written.append(write_run_html(run_dir, args.html, report=report))
     if args.json:
         print(report_json(report), end="")
-    elif args.statement == "eu-ai-act":
+    elif args.statement == StatementKind.EU_AI_ACT:
         from wattwise.record.job_report import eu_ai_act_statement, job_report
 
         print(eu_ai_act_statement(job_report(None, [report])), end="")

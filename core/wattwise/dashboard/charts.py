@@ -22,6 +22,7 @@ from wattwise.extras import require
 from wattwise.record.files import PAUSE_WINDOW, RunDir, WindowRow
 from wattwise.record.plot import TimeAxis
 from wattwise.record.summary import PowerLimitSummary, RunSummary
+from wattwise.vocabulary import RecurringRunState
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -484,9 +485,9 @@ def plan_figure(frequencies_mhz: Sequence[Sequence[int]], labels: Sequence[Seque
 def job_runs_points(runs: Iterable[Any]) -> list[JobRunPoint]:
     """The finished runs of a job's history (the store's run records) with a cost, as chart points."""
     return [
-        JobRunPoint(r.run_id, r.batch_size, r.state == "reached", r.cost)
+        JobRunPoint(r.run_id, r.batch_size, r.state == RecurringRunState.REACHED, r.cost)
         for r in runs
-        if r.state != "open" and r.cost is not None
+        if r.state != RecurringRunState.OPEN and r.cost is not None
     ]
 
 
