@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from wattwise.cli.main import add_command
+
 
 def register(sub: Any) -> None:
     """Add the `wattwise acceptance` command to the `wattwise` parser."""
     from wattwise.tools import acceptance
 
-    parser: argparse.ArgumentParser = sub.add_parser(
+    parser: argparse.ArgumentParser = add_command(
+        sub,
         "acceptance",
-        help="check the NVML or amdsmi path on a real GPU (skips without one), or the three levers (--levers)",
         description=acceptance.__doc__.split("\n\n")[0] if acceptance.__doc__ else None,
     )
     acceptance.add_arguments(parser)

@@ -23,6 +23,7 @@ from wattwise.carbon.series import (
     parse_series,
     parse_timestamp_s,
 )
+from wattwise.cli.main import add_command
 from wattwise.errors import UsageError
 from wattwise.safe_files import json_text
 from wattwise.vocabulary import StartObjective
@@ -30,9 +31,9 @@ from wattwise.vocabulary import StartObjective
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise advise` command to the `wattwise` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "advise",
-        help="best start time for a job within a window, by grid carbon intensity, PUE or price",
         description=(
             "Find the start time within a window that minimises the job's emissions, facility energy or "
             "cost, from a forecast or history of carbon intensity, PUE and price (each a number or a CSV "

@@ -13,15 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR, SOCKET_ENV
+from wattwise.cli.main import add_command
 from wattwise.devices import journalled_backends
 from wattwise.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise agent` command to the `wattwise` parser."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "agent",
-        help="the node agent: GPU settings for users who are not root",
         description="A privileged agent (one per node) owns every GPU setting change; a client "
         "process holds a lease and the agent restores the GPU when it ends.",
     )

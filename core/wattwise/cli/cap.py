@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator
 from typing import TypedDict
 
+from wattwise.cli.main import add_command
 from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command, missing_command, wrapped_command
 from wattwise.devices import Device, DeviceError, backend_choices, discover, name_job
 from wattwise.errors import UsageError
@@ -36,9 +37,9 @@ SIMULATED_GPUS = 1
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise cap` command to the `wattwise` parser."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "cap",
-        help="run a command under a GPU power cap",
         description="Cap the GPUs' power limit at W watts, run CMD, restore the limits, and exit "
         "with CMD's exit code. Through the node agent with --backend agent.",
     )

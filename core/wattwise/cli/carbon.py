@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from wattwise.carbon.grid import SOURCES, GridIntensity, table
+from wattwise.cli.main import add_command
 from wattwise.errors import UsageError
 from wattwise.readable import RIGHT, Column, table_lines
 from wattwise.safe_files import json_text
@@ -18,9 +19,9 @@ from wattwise.vocabulary import IntensityProvider as Provider
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise carbon` command to the `wattwise` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "carbon",
-        help="list the grid carbon intensity codes --intensity takes (countries, cloud regions)",
         description=(
             "The bundled table of yearly average grid carbon intensity that --intensity DE, "
             "--intensity gcp:europe-west1 and carbon.intensity read: each code with its place, figure "

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
+from wattwise.cli.main import add_command
 from wattwise.errors import UsageError
 
 DEFAULT_PORT = 8050
@@ -35,9 +36,9 @@ MIN_TOKEN_CHARS = 22
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise dashboard` command to the `wattwise` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "dashboard",
-        help="serve a local, read-only web page of past runs, recurring jobs and a pipeline frontier",
         description=(
             "Serve the run history as web pages on this machine (http://127.0.0.1:8050/ by default): the runs "
             "table, each run's power and limit over time and its tuning profile, runs compared, the recurring "

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import MISSING, Field, fields
 from typing import Any
 
+from wattwise.cli.main import add_command
 from wattwise.safe_files import json_text
 from wattwise.tools.demo import DemoOptions, format_demo, run_demo
 
@@ -35,9 +36,9 @@ FLAGS: dict[str, str] = {f.name: flag_of(f) for f in fields(DemoOptions)}
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise demo` command to the `wattwise` parser."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "demo",
-        help="train a tiny model on the simulated GPU with power-limit tuning",
         description="Train the emulated workload with the energy plugin tuning the power limit "
         "of a simulated GPU, then the same steps at the maximum limit, and compare.",
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from wattwise.cli.main import add_command
 from wattwise.config import SETTING, default_of
 from wattwise.devices import discover
 from wattwise.safe_files import json_text
@@ -19,7 +20,7 @@ BACKEND = SETTING["backend"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise devices` command to the `wattwise` parser."""
-    p = sub.add_parser("devices", help="list the GPUs and CPU domains wattwise can measure")
+    p = add_command(sub, "devices")
     p.add_argument("--backend", default=default_of(BACKEND.key), help=f"{BACKEND.help} (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run, setting_flags={BACKEND.key: "--backend"})

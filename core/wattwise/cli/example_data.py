@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from wattwise.cli.main import add_command
+
 
 def register(sub: Any) -> None:
     """Add the `example-data` command to the `wattwise` parser."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "example-data",
-        help="write the example inputs the documentation uses into a folder",
         description="Write the example inputs the documentation uses into DIR: a Perseus stage "
         "profile, power models measured on real A40s, Zeus recurring-job traces (with their "
         "licence notice), the installed configuration files, and example PUE, intensity and "

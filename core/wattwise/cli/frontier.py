@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from wattwise.cli.main import add_command
 from wattwise.errors import UsageError
 from wattwise.pipeline.dag import check_dag_size, pipeline_dag
 from wattwise.pipeline.files import write_frontier_csv, write_frontier_json
@@ -34,9 +35,9 @@ T = TypeVar("T")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise frontier` command to the `wattwise` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "frontier",
-        help="time-energy frontier of a pipeline's frequency plans, from a per-stage profile (Perseus)",
         description=(
             "For every iteration time from the fastest plan to the slowest sensible one, UNIT-TIME apart, "
             "the least-energy frequency plan found, counting the power blocked GPUs draw: "

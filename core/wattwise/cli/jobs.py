@@ -18,6 +18,7 @@ from typing import TypedDict
 
 from sqlalchemy.engine import make_url
 
+from wattwise.cli.main import add_command
 from wattwise.cli.runs import store_and_json
 from wattwise.copying import typed_dict_of
 from wattwise.errors import UsageError
@@ -35,9 +36,9 @@ from wattwise.vocabulary import MetricMode
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise jobs` command to the `wattwise` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "jobs",
-        help="list, show, reset or sync the recurring jobs in the store",
         description=(
             "Recurring jobs remember their runs (batch size, power limit, energy, time, cost, whether the "
             "target was reached) in a store shared by every run of the job. The store is --store (a "

@@ -21,14 +21,14 @@ import importlib
 import os
 import sys
 from collections.abc import Collection, Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from wattwise import __version__
 from wattwise.errors import Unavailable, UsageError, WattwiseError
 from wattwise.extras import EXTRA_OF, MissingExtra, missing_extra
 
-#: Each sub-command module and its one-line help, in the order `wattwise --help` lists them. The help must
-#: be the one the module's `register` gives (a test checks).
+#: Each sub-command module and its one-line help, in the order `wattwise --help` lists them. A module's
+#: `register` takes its help from here (`add_command`), so that it is spelled once.
 COMMANDS: Mapping[str, str] = {
     "run": "run a training command with wattwise on, no code changes",
     "devices": "list the GPUs and CPU domains wattwise can measure",
@@ -49,6 +49,16 @@ COMMANDS: Mapping[str, str] = {
     "example-data": "write the example inputs the documentation uses into a folder",
     "dashboard": "serve a local, read-only web page of past runs, recurring jobs and a pipeline frontier",
 }
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, **options: Any) -> argparse.ArgumentParser:
+    """The parser of the command `name` under `sub`, with the one-line help `COMMANDS` gives it.
+
+    Each command module's `register` makes its parser with it, so that a command's help is spelled once:
+    the same words in `wattwise --help` whether the module was imported or not.
+    """
+    return sub.add_parser(name, help=COMMANDS[name], **options)
+
 
 #: The extra that makes a command work, where it is more than the `store` extra its modules' NumPy,
 #: SQLAlchemy or Alembic come from (each of these extras brings `store`): a command run without NumPy is
@@ -81,11 +91,11 @@ def build_parser(load: Collection[str] = tuple(COMMANDS)) -> argparse.ArgumentPa
     parser = _Parser(prog="wattwise", description="Cut the energy bloat of deep-learning training.")
     parser.add_argument("--version", action="version", version=f"wattwise {__version__}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
-    for name, help_text in COMMANDS.items():
+    for name in COMMANDS:
         if name in load:
             importlib.import_module(f"wattwise.cli.{name.replace('-', '_')}").register(sub)
         else:
-            sub.add_parser(name, help=help_text)
+            add_command(sub, name)
     return parser
 
 

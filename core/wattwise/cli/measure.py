@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
+from wattwise.cli.main import add_command
 from wattwise.config import SETTING, default_of
 from wattwise.devices import PhysicsName, discover
 from wattwise.errors import UsageError
@@ -46,9 +47,9 @@ BACKEND = SETTING["backend"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise measure` command to the `wattwise` parser."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "measure",
-        help="run a command and report its time and energy",
         description="Run CMD, then print its wall time and the energy of every device over that "
         "time. Exits with CMD's exit code (127 if CMD is not found).",
     )

@@ -11,15 +11,16 @@ from __future__ import annotations
 import argparse
 
 from wattwise.bounds import TIME_S
+from wattwise.cli.main import add_command
 from wattwise.pipeline.files import read_frontier_json, write_plan_json
 from wattwise.pipeline.plan import choose_for_straggler, choose_intrinsic
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise plan` command to the `wattwise` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "plan",
-        help="choose a frequency plan from a frontier (no slowdown, or for a straggler)",
         description=(
             "Picks, among every point of the frontier (in files older than plan_matrix, among the points that "
             "spell out their plan), the least energy with no slowdown against the maximum frequency, or with "

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from wattwise.carbon.series import INTENSITY_ENV, PRICE, PUE, intensity_given, parse_series
+from wattwise.cli.main import add_command
 from wattwise.errors import UsageError
 from wattwise.record.files import read_run_dir
 from wattwise.record.report import (
@@ -26,9 +27,9 @@ from wattwise.vocabulary import StatementKind
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise report` command to the `wattwise` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "report",
-        help="energy report and paper-ready energy statement of a run (facility energy, emissions, cost)",
         description=(
             "Read a run directory (summary.json, power.csv) and write report.json, report.csv and "
             "energy_statement.md. Facility energy integrates the run's power timeline against the PUE, "

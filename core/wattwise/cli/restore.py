@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from wattwise.cli.main import add_command
 from wattwise.safe_files import json_text
 from wattwise.settings.journal import journal_dir
 from wattwise.settings.recovery import recover_stale_journals
@@ -16,9 +17,9 @@ from wattwise.settings.recovery import recover_stale_journals
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise restore` command to the `wattwise` parser."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "restore",
-        help="restore GPU settings left changed by a crashed run",
         description="Restore the power limits and clocks recorded in the guard's journal by "
         "processes that ended without restoring them (e.g. killed with SIGKILL). "
         "Settings held by a running wattwise process are left to it.",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from wattwise import flags
+from wattwise.cli.main import add_command
 from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command, missing_command, wrapped_command
 from wattwise.config import (
     CONFIG_HELP,
@@ -39,9 +40,9 @@ def _flag(name: str) -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise run` command to the `wattwise` parser."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "run",
-        help="run a training command with wattwise on, no code changes",
         description="Run CMD with LIGHTNING_ENERGY=1 and ACCELERATE_ENERGY=1 and the settings "
         "below, so every Lightning Trainer and Accelerator it builds (in every process) "
         "is measured, tuned or capped. Prints where the summary went; exits with CMD's "

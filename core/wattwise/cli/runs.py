@@ -18,6 +18,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wattwise.cli.main import add_command
 from wattwise.errors import UsageError
 from wattwise.project import default_project
 from wattwise.readable import Column, columns_of, table_lines
@@ -43,9 +44,9 @@ def store_and_json() -> argparse.ArgumentParser:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise runs` command to the `wattwise` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "runs",
-        help="list, show, compare or forget the runs wattwise measured (the run history)",
         description=(
             "Every run wattwise measures is kept: its own folder (OUTPUT/runs/ID, with OUTPUT/latest pointing "
             "at the last) and a row in the store that holds recurring jobs: --store (a SQLite file path or a "

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from wattwise.cli.main import add_command
 from wattwise.errors import UsageError
 from wattwise.readable import columns_of, table_lines
 from wattwise.recurring.simulator import SimulationResult, job_for_trace, simulate
@@ -31,9 +32,9 @@ SETTING_FLAGS: dict[str, str] = {
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise simulate` command to the `wattwise` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "simulate",
-        help="simulate the recurring-job optimizer on real GPU traces (Zeus's format)",
         description=(
             "Each recurrence samples a traced training run (seeded) of the batch size the optimizer chose; "
             "time and power per epoch come from the power trace at the chosen power limit; the first run of "
