@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.support.paths import SCRIPTS_DIR
@@ -62,6 +64,18 @@ def test_sigterm_in_a_tuned_fit_lets_lightning_handle_it_and_restores_the_limit(
     assert json.loads(state.read_text())["power_limit_w"] == 250.0  # ... and the GPU's own limit is back
 
 
+def wait_for_group_end(pgid: int, timeout_s: float = 60.0) -> None:
+    """Wait until no process of the group `pgid` runs: rank 1, the launcher's child, may outlive rank 0."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process group {pgid} still runs {timeout_s:g} s after its leader ended")
+
+
 def test_sigterm_to_every_process_of_a_ddp_fit_restores_each_gpu_and_says_where_each_rank_s_figures_are(tmp_path):
     # As SLURM's scancel: one SIGTERM to every process of the job at once. Lightning's own handling under DDP:
     # rank 0 raises SIGTERMException, rank 1 fails in the collective it makes (the peer left), and the script
@@ -77,16 +91,24 @@ def test_sigterm_to_every_process_of_a_ddp_fit_restores_each_gpu_and_says_where_
         state.write_text(json.dumps({"power_limit_w": 250.0, "locked_sm_clocks_mhz": None}))  # their own limit
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE", "LIGHTNING_ENERGY"))}
     env.update(WATTWISE_HOME=str(home))
-    proc = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, str(SCRIPTS_DIR / "ranks_differ.py"), str(home), str(tmp_path / "run"), "sigterm-group"],
         env=env,
         cwd=tmp_path,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=240,
         start_new_session=True,  # the group signalled is the script's own
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]  # as without wattwise
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # every process of the job, as subprocess.run's timeout would
+            raise
+    assert proc.returncode == 0, stderr[-3000:]  # as without wattwise
+    # Rank 1 ends after rank 0 (its handlers run once its collective fails), and may still be writing its
+    # figures when the script's own process has ended: read the run once every process of the job is gone.
+    wait_for_group_end(proc.pid)
     assert [json.loads(s.read_text())["power_limit_w"] for s in states] == [250.0, 250.0]  # restored in each
     run = tmp_path / "run" / "sigterm-group"
     for folder in (run, run / "latest"):
