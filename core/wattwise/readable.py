@@ -105,6 +105,11 @@ def intensity(g_per_kwh: float) -> str:
     return f"{sig(g_per_kwh, 3)} gCO2e/kWh"
 
 
+def or_dash(value: float | None, spec: str) -> str:
+    """`value` formatted by `spec` (`format(value, spec)`), or "-" where it is unknown: a table's empty cell."""
+    return format(value, spec) if value is not None else "-"
+
+
 # -- tables ---------------------------------------------------------------------------------------------
 #: A column's alignment: its cells start at its left edge, or end at its right one.
 LEFT: Literal["<"] = "<"

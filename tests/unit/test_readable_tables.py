@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wattwise.readable import Column, columns_of, table_lines
+from wattwise.readable import Column, columns_of, or_dash, table_lines
 
 
 def test_columns_pad_and_align_as_format_does_and_a_wide_cell_pushes_the_rest_along() -> None:
@@ -27,3 +27,7 @@ def test_separator_indent_and_padded_last_column() -> None:
 def test_a_column_spec_that_is_neither_left_nor_right_says_how_to_write_one(spec: str) -> None:
     with pytest.raises(ValueError, match="title:<width or title:>width"):
         columns_of(spec)
+
+
+def test_an_unknown_figure_is_a_dash_and_a_known_one_is_formatted_by_its_spec() -> None:
+    assert (or_dash(None, "g"), or_dash(175.0, "g"), or_dash(0.123456, ".3g")) == ("-", "175", "0.123")

@@ -23,7 +23,7 @@ from wattwise.cli.runs import store_and_json
 from wattwise.copying import typed_dict_of
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
-from wattwise.readable import columns_of, table_lines
+from wattwise.readable import columns_of, or_dash, table_lines
 from wattwise.recurring.spec import JobSpec, StoredRun
 from wattwise.recurring.summary import JobSummary, summarize
 from wattwise.safe_files import json_text
@@ -91,11 +91,6 @@ BATCH_SIZE_COLUMNS = columns_of(
     "batch:>6", "runs:>5", "reached:>7", "mean cost (J):>14", "mean epochs:>11", "limit (W):>9"
 )
 RUN_COLUMNS = columns_of("run:>5", "batch:>6", "phase:<10", "state:<8", "limit (W):>9", "epochs:>6", "cost (J):>10")
-
-
-def _or_dash(value: float | None, spec: str) -> str:
-    """`value` formatted by `spec`, or "-" when unknown."""
-    return format(value, spec) if value is not None else "-"
 
 
 def _number(value: float | None) -> float | None:
@@ -282,9 +277,9 @@ def _print_recurring(spec: JobSpec, summary: JobSummary, runs: list[StoredRun]) 
             b.batch_size,
             b.runs,
             b.reached,
-            _or_dash(b.mean_reached_cost, ".4g"),
-            _or_dash(b.mean_reached_epochs, ".3g"),
-            _or_dash(b.power_limit_w, "g"),
+            or_dash(b.mean_reached_cost, ".4g"),
+            or_dash(b.mean_reached_epochs, ".3g"),
+            or_dash(b.power_limit_w, "g"),
         )
         for b in summary.batch_sizes
     ]
@@ -296,9 +291,9 @@ def _print_recurring(spec: JobSpec, summary: JobSummary, runs: list[StoredRun]) 
                 r.batch_size,
                 r.phase,
                 r.state,
-                _or_dash(r.power_limit_w, "g"),
+                or_dash(r.power_limit_w, "g"),
                 r.epochs,
-                _or_dash(r.cost, ".4g"),
+                or_dash(r.cost, ".4g"),
             )
             for r in runs
         ]

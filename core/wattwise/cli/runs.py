@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from wattwise.cli.main import add_command
 from wattwise.errors import UsageError
 from wattwise.project import default_project
-from wattwise.readable import Column, columns_of, table_lines
+from wattwise.readable import Column, columns_of, or_dash, table_lines
 from wattwise.safe_files import json_text
 from wattwise.store.compare import difference
 from wattwise.store.runs import RunRow, UnreadableRun, forget_run, get_run, get_runs, list_history
@@ -224,7 +224,7 @@ def run_list(args: argparse.Namespace) -> int:
             _start(r),
             f"{r.time_s:.4g}",
             _energy(r),
-            f"{r.power_limit_w:g}" if r.power_limit_w is not None else "-",
+            or_dash(r.power_limit_w, "g"),
             _saved(r),
             _source(r),
         )
