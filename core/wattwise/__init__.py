@@ -48,7 +48,6 @@ it; the store's Alembic revisions are one folder), from the entry points down to
     - `history`: the end of a run: its folder kept and recorded in the run history.
 - `record/`: the run's files:
     - `summary`: `summary.json` (`RunSummary`), typed.
-    - `fields`: each field of the record defined once: its JSON key, how it is written, validated and read.
     - `files`: `windows.csv` and `power.csv` rows, writing and reading a run folder.
     - `kept`: every run kept: its own folder under the output folder, and its row for the run history.
     - `report`: a run's energy report: device and facility energy, emissions, cost, settings, savings.
@@ -146,6 +145,7 @@ it; the store's Alembic revisions are one folder), from the entry points down to
 - `tracker`: `wattwise.track`, the energy of any code in a `with` block or a decorator, one CSV row a run.
 - `extras`: which extra of `pip install 'wattwise[EXTRA]'` brings each optional dependency.
 - `copying`: one record made from another by field name: a JSON object from its record, a record from a row.
+- `codec`: the one JSON codec: each field of a record or a wire's body defined once, written, validated, read.
 - `tools/`: not library code:
     - `acceptance`: the real-GPU acceptance checks and what they record.
     - `checks`: what the checks share: results, outcomes, the context, the load, the Markdown tables.

@@ -287,6 +287,23 @@ def test_measurement_writes_through_a_sink_and_imports_no_record(dependency_grap
     assert not reaching, "\n".join(reaching)
 
 
+#: All the JSON codec (`wattwise.codec`) reaches: leaves, so that every layer may read its files and wires
+#: through it, the measurement path and the store included, without being tied to the record or to another.
+CODEC_LEAVES = {
+    "wattwise.errors",
+    "wattwise.bounds",
+    "wattwise.safe_files",
+    "wattwise.carbon.series",  # its timestamps (`parse_timestamp_s`)
+    "wattwise.carbon.grid",  # which carbon.series reads a grid code with
+}
+
+
+def test_the_codec_is_a_leaf_every_layer_may_import(dependency_graph: Graph) -> None:
+    reached = _reached(dependency_graph, "wattwise.codec")
+    assert "wattwise.errors" in reached  # the graph sees the codec's imports
+    assert reached <= CODEC_LEAVES, sorted(reached - CODEC_LEAVES)
+
+
 #: The modules outside `wattwise.cli` that may import it: the entry points (`python -m wattwise`, `python -m
 #: wattwise.acceptance` through the acceptance tool's `main`) and the acceptance check that runs `wattwise
 #: frontier` and `wattwise plan` on a measured profile as a user types them.

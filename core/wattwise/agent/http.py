@@ -17,7 +17,7 @@ Routes (JSON in and out; errors are `{"error": "one line"}`):
 `{index}` is a GPU's index (ASCII digits) or its UUID (as the status shows it). The caller is who the
 kernel says it is (SO_PEERCRED on the connection), never what the body claims.
 
-Each body is read by the record codec (`wattwise.record.fields`) into its wire TypedDict
+Each body is read by the record codec (`wattwise.codec`) into its wire TypedDict
 (`wattwise.devices.agent`: the very shape the client sends), from the definitions below
 (`define_foreign`): one reader checks every file wattwise reads and every wire body, with the same rules
 (a bool is not a number, a number is finite, a name is printable) and the same one-line refusal, which
@@ -58,6 +58,7 @@ from wattwise.agent.connections import ConnectionLimits
 from wattwise.agent.jobs import JobName
 from wattwise.agent.leases import Holder
 from wattwise.agent.processes import Peer, identify_peer, process_alive, process_groups
+from wattwise.codec import Codec, FieldSpec, JsonObject, Number, Whole, define_foreign, from_json
 from wattwise.devices.agent import (
     ClockLockRequest,
     GpuStatus,
@@ -69,7 +70,6 @@ from wattwise.devices.agent import (
     RequestBody,
 )
 from wattwise.errors import UsageError
-from wattwise.record.fields import Codec, FieldSpec, JsonObject, Number, Whole, define_foreign, from_json
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class GpuNames(Codec):
         return [item if isinstance(item, str) else json.dumps(item) for item in value]
 
 
-# Each body as the codec reads it (`wattwise.record.fields`): its keys in the order they are checked, the
+# Each body as the codec reads it (`wattwise.codec`): its keys in the order they are checked, the
 # first wrong one named. A job name or batch job id left out reads as "".
 _NAMES = {"job": FieldSpec(JobName(), if_missing=""), "job_id": FieldSpec(JobName(), if_missing="")}
 define_foreign(PowerLimitRequest, **_NAMES, watts=FieldSpec(Number(minimum=None), required=True))

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wattwise import codec
 from wattwise.agent import MAX_JOB_CHARS, is_job_name
 from wattwise.agent.config import DEFAULT_REGISTRATION_TTL_S
+from wattwise.codec import Codec, JsonObject, Number, Whole, as_json
 from wattwise.devices.agent import JobAllocationInfo
 from wattwise.errors import UsageError
-from wattwise.record import fields
-from wattwise.record.fields import Codec, JsonObject, Number, Whole, as_json
 from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def _required(codec: Codec) -> Any:
 class JobAllocation:
     """The GPUs (by UUID) the scheduler gave one job of one user, and when the registration lapses.
 
-    Its record's entry (`registered.json`) is written and read by the record codec (`wattwise.record.fields`),
+    Its record's entry (`registered.json`) is written and read by the record codec (`wattwise.codec`),
     each key from its definition here, as every file and wire body wattwise reads.
     """
 
@@ -124,7 +124,7 @@ class JobAllocation:
         if not isinstance(raw, dict):
             return None
         try:
-            return fields.from_json(cls, JsonObject(raw, JOBS_FILE))
+            return codec.from_json(cls, JsonObject(raw, JOBS_FILE))
         except UsageError:
             return None
 
@@ -340,7 +340,7 @@ class JobRegistry:
 
     def _save(self) -> None:
         self.path.parent.mkdir(mode=0o700, exist_ok=True)
-        entries = [fields.to_json_dict(a) for a in sorted(self._jobs.values(), key=lambda a: a.job_id)]
+        entries = [codec.to_json_dict(a) for a in sorted(self._jobs.values(), key=lambda a: a.job_id)]
         text = json.dumps({"jobs": entries})
         replace_file(self.path, lambda fh: fh.write(text), mode=0o600)
 

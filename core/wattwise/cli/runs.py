@@ -288,7 +288,7 @@ def run_show(args: argparse.Namespace) -> int:
     row = get_run(args.run_id, location=args.store)
     summary = summary_of(row)
     if args.json:
-        from wattwise.record.fields import to_json_dict
+        from wattwise.codec import to_json_dict
 
         payback = _payback(summary)  # the whole of it; else the history's run figures (`row.to_dict`)
         print(json_text({**row.to_dict(), **({"payback": to_json_dict(payback)} if payback is not None else {})}))

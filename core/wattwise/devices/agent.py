@@ -14,7 +14,7 @@ name) and holds the protocol's wire, typed: each request body and each answer is
 agent (`wattwise.agent`, which sits on top of `wattwise.devices` and imports it from here, never the other
 way round) builds the very shapes its clients read. A field is never renamed or dropped (scripts check the
 agent through them); new fields may be added. The client checks each answer with the record codec's
-reader (`wattwise.record.fields.JsonObject`) before it hands it on: an answer of another shape is a
+reader (`wattwise.codec.JsonObject`) before it hands it on: an answer of another shape is a
 one-line `DeviceError` naming the field, never a `KeyError` further on.
 """
 
@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypedDict, TypeGuard, cast
 
+from wattwise.codec import FIX, JsonObject
 from wattwise.devices.base import (
     Device,
     DeviceDescription,
@@ -43,7 +44,6 @@ from wattwise.devices.base import (
 )
 from wattwise.devices.registry import Wanted
 from wattwise.errors import UsageError, plugin_warning
-from wattwise.record.fields import FIX, JsonObject
 from wattwise.vocabulary import AllocationPolicy, ReleaseOutcome
 
 #: Where the agent listens unless told otherwise, and the variable that tells clients where it is.

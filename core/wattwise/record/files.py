@@ -16,15 +16,15 @@ from typing import Protocol, TextIO
 import numpy as np
 
 from wattwise.carbon.integrate import DeviceTrace
-from wattwise.errors import UsageError
-from wattwise.record.fields import (
+from wattwise.codec import (
     FIX,
     MAX_FIGURE,
     JsonObject,
     from_json,
     show,
 )
-from wattwise.record.fields import iso_utc as iso_utc  # re-exported: the record's time format
+from wattwise.codec import iso_utc as iso_utc  # re-exported: the record's time format
+from wattwise.errors import UsageError
 from wattwise.record.summary import (
     LATE_FILE,
     POWER_COLUMNS,

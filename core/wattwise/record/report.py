@@ -47,8 +47,8 @@ from wattwise.carbon.series import (
     check_series_values,
     format_utc,
 )
+from wattwise.codec import FIX
 from wattwise.errors import UsageError
-from wattwise.record.fields import FIX
 from wattwise.record.files import RunDir
 from wattwise.record.summary import (
     PowerLimitSummary,
@@ -350,7 +350,7 @@ _ODD_POWER_PER_DEVICE_W = 2000.0
 def check_summary(run: RunDir) -> list[str]:
     """Refuse what no run's summary can hold, and say what is merely odd, before a report believes it.
 
-    `summary.json` is read by its codec (`wattwise.record.fields`: types, finite numbers); this adds what a
+    `summary.json` is read by its codec (`wattwise.codec`: types, finite numbers); this adds what a
     report needs of the figures: the bounds of `wattwise.bounds` every other reader applies (a run's time,
     a power limit, a time since the epoch), eta within 0..1, a closed word for the limit's mode, and names
     that are printable text (no terminal escapes or line breaks reach a report or a statement).

@@ -28,12 +28,7 @@ from typing import Any
 from wattwise import __version__
 from wattwise.carbon.integrate import J_PER_KWH
 from wattwise.carbon.series import parse_timestamp_s
-from wattwise.errors import UsageError
-from wattwise.profile import Payback, ProfileEntry
-from wattwise.readable import duration
-from wattwise.readable import resolution as resolution  # re-exported: used by the record's readers
-from wattwise.readable import with_uncertainty as with_uncertainty
-from wattwise.record.fields import (
+from wattwise.codec import (
     AT_INDEX,
     FIX,
     FieldSpec,
@@ -58,7 +53,12 @@ from wattwise.record.fields import (
     from_json,
     to_json_dict,
 )
-from wattwise.record.fields import iso_utc as iso_utc  # re-exported: the record's time format
+from wattwise.codec import iso_utc as iso_utc  # re-exported: the record's time format
+from wattwise.errors import UsageError
+from wattwise.profile import Payback, ProfileEntry
+from wattwise.readable import duration
+from wattwise.readable import resolution as resolution  # re-exported: used by the record's readers
+from wattwise.readable import with_uncertainty as with_uncertainty
 from wattwise.safe_files import finite_or_null
 from wattwise.vocabulary import EndedHow, PhysicsName, RankNoteKind, RunMode, RunStatus, Selector
 
@@ -129,7 +129,7 @@ def saving_resolved(saved_j: float, uncertainty_j: float | None) -> bool | None:
 
 
 # -- summary.json --------------------------------------------------------------------------------------
-# Each field is defined once, with its JSON key and codec (`wattwise.record.fields`): `to_dict` and
+# Each field is defined once, with its JSON key and codec (`wattwise.codec`): `to_dict` and
 # `parse_summary` follow from the definitions, in the fields' order (the order `summary.json` holds them).
 class _JsonRecord:
     """A record whose JSON object follows from its `json_field`s."""

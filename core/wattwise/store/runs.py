@@ -22,7 +22,7 @@ Every row read back goes through one validating reader, `RunRow.from_dict` (the 
 the bounds of `wattwise.bounds`), whether it comes from the database or from a spool file: a row that
 fails is an `UnreadableRun` naming its id and the field, and costs that row alone. Why that reader and not
 pydantic's `TypeAdapter` over the row's JSON object: it already is the spool's reader, its messages name the field
-with its range as every other reader of wattwise does (`wattwise.record.fields` for summary.json, which
+with its range as every other reader of wattwise does (`wattwise.codec` for summary.json, which
 measured pydantic's cost at a run's start and chose against it), and pydantic is no dependency of the
 `store` extra; a second validator of the same fields would be two readers, not one.
 

@@ -15,9 +15,9 @@ from wattwise.agent.jobs import JobAllocation, JobRegistry, ended_record, record
 from wattwise.agent.journal import AgentJournal
 from wattwise.agent.leases import Holder
 from wattwise.agent.processes import process_start_ticks
+from wattwise.codec import to_json_dict
 from wattwise.devices import simulated_gpus
 from wattwise.errors import ConfigError
-from wattwise.record.fields import to_json_dict
 from wattwise.vocabulary import AllocationPolicy
 
 ROOT = Holder(1, 0)

@@ -1,4 +1,7 @@
-"""A record's fields, each defined once: its JSON key, how it is written, validated and read back.
+"""The one JSON codec: each field of a record or a wire's body defined once, written, validated, read back.
+
+It is a leaf (it imports only `wattwise.errors` and the pure `wattwise.carbon.series`), so every layer may read
+its JSON through it (the run's record, the node agent's wire and its records) with no validator of its own.
 
 A record is a frozen dataclass whose fields carry their JSON definition, `field(metadata=as_json(codec))`.
 The codec says how the value is written to JSON and how the JSON is validated and read back; the
