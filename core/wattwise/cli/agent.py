@@ -8,14 +8,19 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wattwise.agent import DEFAULT_SOCKET, DEFAULT_STATE_DIR, SOCKET_ENV
 from wattwise.cli.main import add_command
 from wattwise.devices import journalled_backends
 from wattwise.errors import UsageError
+
+if TYPE_CHECKING:
+    from wattwise.devices.agent import AgentClient
+
+T = TypeVar("T")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="show each GPU's limits and holder",
         description="Per GPU: index, name, current and default power limit, locked clocks and the holder.",
     )
-    status.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    _socket(status)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=run_status)
 
@@ -95,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=_gpu_list,
         help="the job's GPUs on this node, comma-separated indices or UUIDs (SLURM_JOB_GPUS)",
     )
-    register.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    _socket(register)
     register.set_defaults(func=run_register_job)
 
     end = agent_sub.add_parser(
@@ -116,6 +121,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _job_and_socket(parser: argparse.ArgumentParser) -> None:
     """Add `--job JOBID` (required) and `--socket`, the options of an action on one batch job."""
     parser.add_argument("--job", required=True, metavar="JOBID", help="the batch job's id (SLURM_JOB_ID)")
+    _socket(parser)
+
+
+def _socket(parser: argparse.ArgumentParser) -> None:
+    """Add `--socket`, the option of every action that asks the agent (`serve`'s own has a default)."""
     parser.add_argument("--socket", help=f"the agent's socket (default ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
 
 
@@ -140,19 +150,29 @@ def _gpu_list(text: str) -> list[int | str]:
     return out
 
 
+def _ask(socket: str | None, action: str, call: Callable[[AgentClient], T]) -> T | None:
+    """`call` on a client of the agent at `socket`: its answer; None when the agent refused or did not answer.
+
+    The refusal is one line on stderr, naming `wattwise agent ACTION`.
+    """
+    from wattwise.devices.agent import AgentClient
+    from wattwise.devices.base import DeviceError
+
+    try:
+        return call(AgentClient(socket))
+    except DeviceError as err:
+        print(f"wattwise agent {action}: error: {err}", file=sys.stderr)
+        return None
+
+
 def run_register_job(args: argparse.Namespace) -> int:
     """Run `wattwise agent register-job` with its parsed arguments.
 
     Returns:
         0 when the agent recorded the job, 1 when it refused or does not answer.
     """
-    from wattwise.devices.agent import AgentClient
-    from wattwise.devices.base import DeviceError
-
-    try:
-        answer = AgentClient(args.socket).register_job(args.job, args.uid, args.gpus)
-    except DeviceError as err:
-        print(f"wattwise agent register-job: error: {err}", file=sys.stderr)
+    answer = _ask(args.socket, "register-job", lambda client: client.register_job(args.job, args.uid, args.gpus))
+    if answer is None:
         return 1
     print(
         f"wattwise agent register-job: job {answer['job_id']} of uid {answer['uid']}: GPU(s) {answer['gpus']}",
@@ -265,13 +285,8 @@ def run_status(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
-    from wattwise.devices.agent import AgentClient
-    from wattwise.devices.base import DeviceError
-
-    try:
-        status = AgentClient(args.socket).status()
-    except DeviceError as err:
-        print(f"wattwise agent status: error: {err}", file=sys.stderr)
+    status = _ask(args.socket, "status", lambda client: client.status())
+    if status is None:
         return 1
     gpus = [_public(g) for g in status.get("gpus", [])]
     jobs, allocation = status.get("jobs", []), status.get("allocation")
@@ -304,13 +319,8 @@ def run_release(args: argparse.Namespace) -> int:
     Returns:
         0 when the job holds no GPU any more (or held none), 1 when the agent refused or a GPU stays held.
     """
-    from wattwise.devices.agent import AgentClient
-    from wattwise.devices.base import DeviceError
-
-    try:
-        answer = AgentClient(args.socket).release_job(args.job)
-    except DeviceError as err:
-        print(f"wattwise agent release: error: {err}", file=sys.stderr)
+    answer = _ask(args.socket, "release", lambda client: client.release_job(args.job))
+    if answer is None:
         return 1
     left = [g["index"] for g in answer.get("gpus", []) if g.get("holder")]
     if args.json:
