@@ -70,6 +70,21 @@ def show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def is_number(value: Any) -> bool:
+    """Whether a JSON value is a finite number: an int or a finite float, never a bool (JSON's true is not 1)."""
+    # An int is finite, however large (math.isfinite would overflow on 10**400).
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and (isinstance(value, int) or math.isfinite(value))
+    )
+
+
+def is_whole(value: Any) -> bool:
+    """Whether a JSON value is a whole number: an int, never a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 # -- codecs: how one value is written and read ----------------------------------------------------------
 class Codec:
     """How one field's value is written to JSON (`dump`) and validated and read back (`load`).
@@ -428,25 +443,39 @@ class JsonObject:
 
     Args:
         raw: The object as `json.loads` gave it.
-        where: The file, which starts every error message.
+        where: The file, which starts every error message; empty: the caller names it (a message then
+            starts with the field).
         prefix: The object's path in the file (`power_limit.`), which starts every field's name.
         fix: What every error message ends with, telling the user what to do: by default a run record's
-            (`FIX`); a wire's reader says what to send instead (a request body is the client's, not a file).
+            (`FIX`); a wire's reader says what to send instead (a request body is the client's, not a file);
+            empty: the caller says it.
     """
 
     def __init__(self, raw: Mapping[str, Any], where: str, prefix: str = "", *, fix: str = FIX) -> None:
         self.raw, self.where, self.prefix, self.fix = raw, where, prefix, fix
 
+    def _say(self, what: str) -> NoReturn:
+        where, fix = (f"{self.where}: " if self.where else ""), (f"; {self.fix}" if self.fix else "")
+        raise UsageError(f"{where}{what}{fix}")
+
     def _fail(self, key: str, expected: str, value: Any) -> NoReturn:
-        raise UsageError(f"{self.where}: {self.prefix}{key} must be {expected} (got {show(value)}); {self.fix}")
+        self._say(f"{self.prefix}{key} must be {expected} (got {show(value)})")
 
     def refuse(self, key: str, expected: str, value: Any) -> NoReturn:
         """Raise the `UsageError` of `key` holding `value` where it must hold what `expected` says."""
         self._fail(key, expected, value)
 
+    def refuse_as(self, key: str, words: str) -> NoReturn:
+        """Raise the `UsageError` of `key` in a reader's own words (`must map device labels to numbers`).
+
+        For a value whose shape no codec spells (a list of `[time, device, setting, value]`), so the
+        message says what it must be as its format does; the file and the fix stay the reader's.
+        """
+        self._say(f"{self.prefix}{key} {words}")
+
     def missing(self, key: str) -> NoReturn:
         """Raise the `UsageError` of a required `key` that is absent or null."""
-        raise UsageError(f"{self.where}: key {self.prefix + key!r} is missing; {self.fix}")
+        self._say(f"key {self.prefix + key!r} is missing")
 
     def _required(self, key: str) -> Any:
         value = self.raw.get(key)
@@ -468,13 +497,7 @@ class JsonObject:
             UsageError: It is absent, null, not such a number (a bool is not one), naming the field.
         """
         value = self._required(key)
-        # An int is finite, however large (math.isfinite would overflow on 10**400).
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not (isinstance(value, int) or math.isfinite(value))
-            or (minimum is not None and value < minimum)
-        ):
+        if not is_number(value) or (minimum is not None and value < minimum):
             self._fail(key, "a finite number" + (f" >= {minimum:g}" if minimum is not None else ""), value)
         if abs(value) > MAX_FIGURE:
             self._fail(key, f"at most {MAX_FIGURE:g} in size", value)
@@ -493,7 +516,7 @@ class JsonObject:
         value = self.raw.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if not is_whole(value) or value < minimum:
             self._fail(key, f"a whole number >= {minimum}", value)
         if value > MAX_FIGURE:
             self._fail(key, f"at most {MAX_FIGURE:g}", value)
@@ -579,12 +602,7 @@ class JsonObject:
         """
         values = self._list(key)
         for i, value in enumerate(values):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or abs(value) > MAX_FIGURE
-                or not math.isfinite(value)
-            ):
+            if not is_number(value) or abs(value) > MAX_FIGURE:
                 self._fail(f"{key}[{i}]", f"a finite number of at most {MAX_FIGURE:g} in size", value)
         return [float(v) for v in values]
 

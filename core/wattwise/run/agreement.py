@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
+from wattwise.codec import JsonObject, is_number
 from wattwise.devices.base import DeviceDescription
 from wattwise.distributed import Collective
 from wattwise.safe_files import UntrustedFile, read_trusted_json, replace_file
@@ -237,97 +237,85 @@ class RankEnd(_RankEndRequired, total=False):
     cpu_uncertainty: float | None
 
 
-def _number(raw: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
-    value = raw.get(key)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{key} must be a finite number (got {value!r})")
-    return float(value)
-
-
-def _text(raw: Mapping[str, Any], key: str) -> str | None:
-    value = raw.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"{key} must be text or null (got {type(value).__name__})")
-    return value
-
-
-def _joules(value: Any, key: str) -> dict[str, float]:
-    if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-        for k, v in value.items()
-    ):
-        raise ValueError(f"{key} must map device labels to finite numbers")
+def _joules(f: JsonObject, key: str) -> dict[str, float]:
+    """Joules (or watts) by device label: finite numbers, of either sign; empty when absent."""
+    value = f.raw.get(key, {})
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and is_number(v) for k, v in value.items()):
+        f.refuse_as(key, "must map device labels to finite numbers")
     return {k: float(v) for k, v in value.items()}
 
 
-def _ended(raw: Mapping[str, Any]) -> Ended | None:
-    value = raw.get("ended")
-    if value is None:
+def _rows(f: JsonObject, key: str, fits: Callable[[Sequence[Any]], bool], words: str) -> list[Sequence[Any]]:
+    """The list at `key` of positional rows (JSON lists) that each `fits`, refused in `words`; empty when absent."""
+    value = f.raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(row, list | tuple) and fits(row) for row in value):
+        f.refuse_as(key, words)
+    return value
+
+
+def _ended(f: JsonObject) -> Ended | None:
+    ended = f.raw.get("ended")
+    if ended is None:
         return None
-    if not isinstance(value, Mapping) or value.get("how") not in tuple(EndedHow):
-        raise ValueError(f"ended must be null or {{how: one of {', '.join(EndedHow)}, detail}}")
-    detail = _text(value, "detail")
-    return Ended(how=EndedHow(value["how"]), detail=detail)
+    if not isinstance(ended, Mapping) or ended.get("how") not in tuple(EndedHow):
+        f.refuse_as("ended", f"must be null or {{how: one of {', '.join(EndedHow)}, detail}}")
+    return Ended(how=EndedHow(ended["how"]), detail=JsonObject(ended, "", "ended.", fix="").opt_text("detail"))
 
 
 def parse_rank_end(raw: Any, *, rank: int) -> RankEnd:
     """A `RankEnd` read back from a file, every field checked; the file must be rank `rank`'s.
+
+    Read by the codec (`wattwise.codec.JsonObject`) with neither the file nor a fix in its messages: the
+    caller names the file (`collect_rank_ends`). The positional rows (`paused`, `samples`, `timeline`) are
+    refused in the words of their format.
 
     Raises:
         ValueError: A field is missing or of the wrong type, or the record is another rank's (names it).
     """
     if not isinstance(raw, Mapping):
         raise ValueError("must hold a JSON object")
-    if raw.get("rank") != rank or isinstance(raw.get("rank"), bool):
-        raise ValueError(f"rank must be {rank} (got {raw.get('rank')!r})")
-    paused = raw.get("paused", {})
+    f = JsonObject(raw, "", fix="")
+    if f.opt_int("rank") != rank:
+        f.refuse("rank", str(rank), raw.get("rank"))
+    paused = f.raw.get("paused", {})
     if not isinstance(paused, Mapping) or not all(
-        isinstance(k, str)
-        and isinstance(v, (list, tuple))
-        and len(v) in (3, 4)
-        and all(not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in v)
+        isinstance(k, str) and isinstance(v, list | tuple) and len(v) in (3, 4) and all(map(is_number, v))
         for k, v in paused.items()
     ):
-        raise ValueError("paused must map kinds to [time_s, energy_j, count] (and the squared uncertainty)")
-    samples = raw.get("samples", [])
-    if not isinstance(samples, list) or not all(
-        isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], (int, float)) for s in samples
-    ):
-        raise ValueError("samples must be a list of [unix time, {device: watts}]")
-    devices, timeline, lifted = raw.get("devices", []), raw.get("timeline", []), raw.get("lifted", [])
-    if not isinstance(devices, list) or not all(isinstance(d, Mapping) for d in devices):
-        raise ValueError("devices must be a list of objects")
-    if not isinstance(timeline, list) or not all(
-        isinstance(e, (list, tuple))
-        and len(e) == 4
-        and isinstance(e[0], (int, float))
-        and isinstance(e[1], str)
-        and isinstance(e[2], str)
-        and (e[3] is None or isinstance(e[3], (bool, int, float, str)))
-        for e in timeline
-    ):
-        raise ValueError("timeline must be a list of [timestamp_s, device, setting, value]")
-    if not isinstance(lifted, list) or not all(isinstance(n, str) for n in lifted):
-        raise ValueError("lifted must be a list of text")
-    time_s = _number(raw, "time_s")
-    assert time_s is not None
+        f.refuse_as("paused", "must map kinds to [time_s, energy_j, count] (and the squared uncertainty)")
+    samples = _rows(
+        f, "samples", lambda s: len(s) == 2 and is_number(s[0]), "must be a list of [unix time, {device: watts}]"
+    )
+    devices = f.objects("devices")
+    timeline = _rows(
+        f,
+        "timeline",
+        lambda e: (
+            len(e) == 4
+            and is_number(e[0])
+            and isinstance(e[1], str)
+            and isinstance(e[2], str)
+            and (e[3] is None or isinstance(e[3], bool | int | float | str))
+        ),
+        "must be a list of [timestamp_s, device, setting, value]",
+    )
+    lifted = f.strings("lifted")
+    time_s = f.number("time_s", minimum=None)
     return RankEnd(
-        energy=_joules(raw.get("energy", {}), "energy"),
-        cpu=_number(raw, "cpu", optional=True),
+        energy=_joules(f, "energy"),
+        cpu=f.opt_number("cpu", minimum=None),
         time_s=time_s,
-        uncertainty=_joules(raw.get("uncertainty", {}), "uncertainty"),
-        cpu_uncertainty=_number(raw, "cpu_uncertainty", optional=True),
+        uncertainty=_joules(f, "uncertainty"),
+        cpu_uncertainty=f.opt_number("cpu_uncertainty", minimum=None),
         # Each as that process's `Device.describe()` wrote it: open-ended, read with `.get`.
-        devices=[cast(RankedDevice, dict(d)) for d in devices],
+        devices=[cast(RankedDevice, dict(d.raw)) for d in devices],
         paused={k: [float(x) for x in v] for k, v in paused.items()},
-        samples=[(float(s[0]), _joules(s[1], "samples")) for s in samples],
-        lost=_text(raw, "lost"),
+        samples=[(float(s[0]), _joules(JsonObject({"samples": s[1]}, "", fix=""), "samples")) for s in samples],
+        lost=f.opt_text("lost"),
         rank=rank,
         timeline=[list(e) for e in timeline],
         lifted=list(lifted),
-        ended=_ended(raw),
+        ended=_ended(f),
     )
 
 
