@@ -122,7 +122,7 @@ class Ranking:
     max_power_w: float | None = None
     max_slowdown: float = 0.1
     run_to_run: float = 0.0
-    #: How many windows each entry of `profile` is the mean of (None: one each).
+    #: How many windows each entry of `profile` pools (None: one each).
     windows: Sequence[int] | None = None
     min_saving: float = 0.0
     #: Limits already told from the best as costlier (in fewer windows than the others: their uncertainty is
@@ -320,8 +320,8 @@ class PowerLimitTuner:
     With noisy figures (`run_to_run`, or an uncertainty given to `end_window`), a sweep whose ranking a
     repeat could change (`Ranking.undecided`: the best limit and those whose tie with it is open) is followed by
     up to `confirm_rounds` rounds that measure those limits again (`confirming`); each limit's figures are
-    then the mean of its windows. A run that ends or runs short during a round chooses from what it
-    measured, as a finished tuning (`settle`).
+    then those of all its windows' steps together (`_merge`). A run that ends or runs short during a round
+    chooses from what it measured, as a finished tuning (`settle`).
     """
 
     def __init__(
@@ -410,9 +410,9 @@ class PowerLimitTuner:
         #: The steps' own spread at each limit: (sum over its windows of steps x the squared relative standard
         #: deviation of one step's time, the steps counted), from what the driver measured (`end_window`).
         self.step_spread: dict[float, tuple[float, int]] = {}
-        #: Every window measured: (limit W, time s per step, energy J per step, uncertainty J per step).
-        self.windows: list[tuple[float, float, float, float]] = []
-        #: How many windows each entry of `profile` is the mean of.
+        #: Every window measured: (limit W, time s per step, energy J per step, uncertainty J per step, steps).
+        self.windows: list[tuple[float, float, float, float, int]] = []
+        #: How many windows each entry of `profile` pools.
         self.window_counts: list[int] = []
         self.phase = TunerPhase.WAIT if wait_steps > 0 else self._limit_start()
         self.limit_index = 0
@@ -632,7 +632,7 @@ class PowerLimitTuner:
         self._part_totals = (t0 + time_s, e0 + energy_j, n0 + steps_now, max(u0, energy_uncertainty_j))
         self.parts += 1
         total_s, total_j, steps, uncertainty_j = self._part_totals
-        self.windows.append((limit_w, total_s / steps, total_j / steps, max(0.0, uncertainty_j) / steps))
+        self.windows.append((limit_w, total_s / steps, total_j / steps, max(0.0, uncertainty_j) / steps, steps))
         self._merge()
         if self._measure_further():
             self._enter(TunerPhase.PROFILE)  # the next window opens on the next step, where this one ended
@@ -686,7 +686,7 @@ class PowerLimitTuner:
 
     def _resolved(self) -> bool:
         """Whether the current limit's window (its parts so far) knows its energy to `RESOLUTION`, or finer."""
-        _, _, energy_j, uncertainty_j = self.windows[-1]
+        _, _, energy_j, uncertainty_j, _ = self.windows[-1]
         return energy_j <= 0 or uncertainty_j <= RESOLUTION * energy_j
 
     def _stop_sweep_if_worse(self, limit_w: float) -> None:
@@ -712,16 +712,22 @@ class PowerLimitTuner:
             self.sweep_size = self.limit_index + 1
 
     def _merge(self) -> None:
-        """`profile`, `uncertainty_j` and `window_counts` from `windows`: each limit's mean, in sweep order."""
-        by_limit: dict[float, list[tuple[float, float, float, float]]] = {}
+        """`profile`, `uncertainty_j` and `window_counts` from `windows`: each limit's figures, in sweep order.
+
+        A limit measured in several windows (rounds of measuring again) is known by all their steps together:
+        its time and energy per step are their totals over the steps, so a short window counts for as few
+        steps as it holds, and the uncertainty is that of the windows' ends, added in quadrature.
+        """
+        by_limit: dict[float, list[tuple[float, float, float, float, int]]] = {}
         for window in self.windows:
             by_limit.setdefault(window[0], []).append(window)
         self.profile, self.uncertainty_j, self.window_counts = [], [], []
         for limit_w, ws in by_limit.items():
-            n = len(ws)
-            self.profile.append(ProfileEntry(limit_w, sum(w[1] for w in ws) / n, sum(w[2] for w in ws) / n))
-            self.uncertainty_j.append(math.sqrt(sum(w[3] ** 2 for w in ws)) / n)
-            self.window_counts.append(n)
+            steps = sum(w[4] for w in ws)
+            time_s, energy_j = sum(w[1] * w[4] for w in ws) / steps, sum(w[2] * w[4] for w in ws) / steps
+            self.profile.append(ProfileEntry(limit_w, time_s, energy_j))
+            self.uncertainty_j.append(math.sqrt(sum((w[3] * w[4]) ** 2 for w in ws)) / steps)
+            self.window_counts.append(len(ws))
 
     def _ranking(self) -> Ranking:
         """The limits profiled so far, as `Ranking` ranks them."""
@@ -768,7 +774,7 @@ class PowerLimitTuner:
             profile: The profile it was chosen from, reported as this tuner's.
         """
         self.profile = list(profile)
-        self.windows = [(e.power_limit_w, e.time_s, e.energy_j, 0.0) for e in self.profile]
+        self.windows = [(e.power_limit_w, e.time_s, e.energy_j, 0.0, 1) for e in self.profile]
         self.window_counts = [1] * len(self.profile)
         self.chosen = entry
         self.window_open = False
@@ -806,12 +812,16 @@ class PowerLimitTuner:
         if len(self.uncertainty_j) != len(self.profile):  # a checkpoint from before: not known
             self.uncertainty_j = [0.0] * len(self.profile)
         windows = state.get("windows")
-        if isinstance(windows, list) and windows:  # each window measured, for the means of limits measured again
-            self.windows = [(float(w[0]), float(w[1]), float(w[2]), float(w[3])) for w in windows]
+        if isinstance(windows, list) and windows:  # each window measured, pooled for limits measured again
+            # A window's steps (its fifth figure) weigh it in its limit's figures; a checkpoint from before has
+            # none: its windows weigh alike, as they did then.
+            self.windows = [
+                (float(w[0]), float(w[1]), float(w[2]), float(w[3]), int(w[4]) if len(w) > 4 else 1) for w in windows
+            ]
             self._merge()
         else:  # a checkpoint from before: one window per limit
             self.windows = [
-                (e.power_limit_w, e.time_s, e.energy_j, u)
+                (e.power_limit_w, e.time_s, e.energy_j, u, 1)
                 for e, u in zip(self.profile, self.uncertainty_j, strict=True)
             ]
             self.window_counts = [1] * len(self.profile)

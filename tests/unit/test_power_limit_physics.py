@@ -241,3 +241,31 @@ def test_a_round_cut_short_chooses_from_what_was_measured_and_counts_as_finished
     tuner.settle()
     assert tuner.done and tuner.finished
     assert tuner.chosen is not None and tuner.chosen.power_limit_w == 250.0  # the sweep's best: 9.0 J
+
+
+def test_a_limit_measured_in_a_long_and_a_short_window_is_known_by_all_their_steps() -> None:
+    # 250 W: a sweep window of 100 steps (9.0 J a step, known to 0.01 J) and a round's window of 10 steps that
+    # measured 10.0 J a step (known to 0.1 J): the short one counts for its 10 steps, not for half.
+    tuner = noisy_tuner()
+    tuner.load_state_dict(
+        {
+            **tuner.state_dict(),
+            "profile": [vars(ProfileEntry(300.0, 0.02, 10.0)), vars(ProfileEntry(250.0, 0.02, 9.0))],
+            "windows": [[300.0, 0.02, 10.0, 0.01, 100], [250.0, 0.02, 9.0, 0.01, 100], [250.0, 0.03, 10.0, 0.1, 10]],
+        }
+    )
+    entry = tuner.profile[1]
+    assert tuner.window_counts == [1, 2]
+    assert entry.energy_j == pytest.approx((100 * 9.0 + 10 * 10.0) / 110)
+    assert entry.time_s == pytest.approx((100 * 0.02 + 10 * 0.03) / 110)
+    # Each window's ends: 1 J and 1 J over the 110 steps, in quadrature.
+    assert tuner.uncertainty_j[1] == pytest.approx((1.0**2 + 1.0**2) ** 0.5 / 110)
+    # A checkpoint from before windows kept their steps: its windows weigh alike, as they did then.
+    old = noisy_tuner()
+    old.load_state_dict(
+        {
+            **tuner.state_dict(),
+            "windows": [[300.0, 0.02, 10.0, 0.01], [250.0, 0.02, 9.0, 0.01], [250.0, 0.03, 10.0, 0.1]],
+        }
+    )
+    assert old.profile[1].energy_j == pytest.approx(9.5)
