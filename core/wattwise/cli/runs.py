@@ -323,12 +323,11 @@ def compare_lines(rows: Sequence[RunRow]) -> list[str]:
     reference = rows[0]
     for other in rows[1:]:
         d = difference(reference, other)
-        if d.energy_resolved is None:
-            verdict = "the uncertainty of one run's energy is unknown"
-        elif d.energy_resolved:
-            verdict = f"larger than the measurements' uncertainty (±{d.energy_uncertainty_j:.3g} J)"
-        else:
-            verdict = f"within the measurements' uncertainty (±{d.energy_uncertainty_j:.3g} J): not a difference"
+        verdict = d.verdict(
+            unknown="the uncertainty of one run's energy is unknown",
+            larger="larger than the measurements' uncertainty (±{u:.3g} J)",
+            within="within the measurements' uncertainty (±{u:.3g} J): not a difference",
+        )
         limit = f", limit {d.power_limit_w:+g} W" if d.power_limit_w is not None else ""
         lines.append(
             f"{other.id} - {reference.id}: energy {d.energy_j:+.4g} J{_percent(d.energy_fraction)}, {verdict}; "

@@ -788,12 +788,11 @@ def share(fraction: float | None) -> str:
 
 def against_first(d: RunDifference) -> list[str]:
     """The cells of one run's difference from the first (`wattwise.store.compare.difference`)."""
-    if d.energy_resolved is None:
-        verdict = "unknown: a run's uncertainty is not recorded"
-    elif d.energy_resolved:
-        verdict = f"yes, larger than the measurements' uncertainty (±{d.energy_uncertainty_j:,.1f} J)"
-    else:
-        verdict = f"no: within the measurements' uncertainty (±{d.energy_uncertainty_j:,.1f} J)"
+    verdict = d.verdict(
+        unknown="unknown: a run's uncertainty is not recorded",
+        larger="yes, larger than the measurements' uncertainty (±{u:,.1f} J)",
+        within="no: within the measurements' uncertainty (±{u:,.1f} J)",
+    )
     return [
         f"{d.energy_j:+,.1f} J{share(d.energy_fraction)}",
         verdict,

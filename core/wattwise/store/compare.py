@@ -34,6 +34,15 @@ class RunDifference:
     #: None unless both runs ran at a known limit.
     power_limit_w: float | None
 
+    def verdict(self, *, unknown: str, larger: str, within: str) -> str:
+        """Whether the energy difference is larger than the measurements' uncertainty, in the reader's words.
+
+        `larger` and `within` are format strings of `u`, the combined uncertainty in joules.
+        """
+        if self.energy_resolved is None:
+            return unknown
+        return (larger if self.energy_resolved else within).format(u=self.energy_uncertainty_j)
+
     def to_dict(self) -> DifferenceDict:
         """The difference as `wattwise runs compare --json` writes it."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
