@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TypeGuard, TypeVar, cast
 
 from wattwise.carbon.series import parse_timestamp_s
 from wattwise.errors import UsageError
@@ -70,7 +70,7 @@ def show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     """Whether a JSON value is a finite number: an int or a finite float, never a bool (JSON's true is not 1)."""
     # An int is finite, however large (math.isfinite would overflow on 10**400).
     return (
@@ -80,7 +80,7 @@ def is_number(value: Any) -> bool:
     )
 
 
-def is_whole(value: Any) -> bool:
+def is_whole(value: object) -> TypeGuard[int]:
     """Whether a JSON value is a whole number: an int, never a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -26,7 +26,6 @@ import base64
 import binascii
 import csv
 import json
-import math
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any, NotRequired, TextIO, TypedDict
 import numpy as np
 
 from wattwise.bounds import BY_SUFFIX, check_field
+from wattwise.codec import JsonObject, is_number, is_whole
 from wattwise.errors import UsageError
 from wattwise.pipeline.plan import (
     Choice,
@@ -190,7 +190,7 @@ def plan_matrix_from_json(raw: object, shape: tuple[int, int], where: str) -> Pl
     if (
         not isinstance(frequencies, list)
         or not 0 < len(frequencies) <= 2 ** (8 * dtype.itemsize)
-        or not all(_is_int(f) and f > 0 for f in frequencies)
+        or not all(is_whole(f) and f > 0 for f in frequencies)
         or frequencies != sorted(set(frequencies))
     ):
         raise UsageError(
@@ -250,26 +250,28 @@ def read_frontier_json(path: str | Path) -> Frontier:
     """Read and check a FRONTIER.json; every error names the field and the fix."""
     where = str(path)
     data = _read_json(path)
+    top = JsonObject(data, where, fix="")
     if "points" not in data and "plan" in data:
         raise UsageError(
             f"{where}: this is a PLAN.json (written by wattwise plan), not a frontier; pass the "
             "FRONTIER.json written by wattwise frontier"
         )
-    stages = _positive_int(data, "stages", where)
-    microbatches = _positive_int(data, "microbatches", where)
+    stages = _positive_int(top, "stages")
+    microbatches = _positive_int(top, "microbatches")
     schedule = data.get("schedule")
     if schedule not in SCHEDULES:
         raise UsageError(f"{where}: schedule must be one of {', '.join(SCHEDULES)} (got {schedule!r})")
-    unit_time_s = _positive_number(data, "unit_time_s", where)
-    p_blocking_w = _number(data, "p_blocking_w", where, minimum=0.0)
+    unit_time_s = _positive_number(top, "unit_time_s")
+    p_blocking_w = _number(top, "p_blocking_w", minimum=0.0)
     baseline = data.get("max_frequency")
     if not isinstance(baseline, dict):
         raise UsageError(
             f"{where}: max_frequency must be an object with time_s and energy_j; "
             "recompute the file with wattwise frontier"
         )
-    max_time = _positive_number(baseline, "time_s", f"{where}: max_frequency")
-    max_energy = _positive_number(baseline, "energy_j", f"{where}: max_frequency")
+    max_frequency = JsonObject(baseline, f"{where}: max_frequency", fix="")
+    max_time = _positive_number(max_frequency, "time_s")
+    max_energy = _positive_number(max_frequency, "energy_j")
     raw_points = data.get("points")
     if not isinstance(raw_points, list) or not raw_points:
         raise UsageError(f"{where}: points must be a non-empty list of {{time_s, energy_j, plan}}")
@@ -284,8 +286,9 @@ def read_frontier_json(path: str | Path) -> Frontier:
             if len(plan) != stages:
                 raise UsageError(f"{here}: plan has {len(plan)} stages but the file says stages = {stages}")
             check_plan(plan, schedule, microbatches, here)
-        time_s = _positive_number(raw, "time_s", here)
-        points.append(FrontierEntry(time_s, _positive_number(raw, "energy_j", here), plan))
+        point = JsonObject(raw, here, fix="")
+        time_s = _positive_number(point, "time_s")
+        points.append(FrontierEntry(time_s, _positive_number(point, "energy_j"), plan))
     matrix = None
     if data.get("plan_matrix") is not None:
         matrix = plan_matrix_from_json(data["plan_matrix"], (len(points), 2 * stages * microbatches), where)
@@ -319,11 +322,7 @@ def _latencies(data: Mapping[str, object], stages: int, where: str) -> tuple[flo
     raw = data.get("clock_change_s")
     if raw is None:
         return ()
-    if (
-        not isinstance(raw, list)
-        or len(raw) != stages
-        or not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 10 for v in raw)
-    ):
+    if not isinstance(raw, list) or len(raw) != stages or not all(is_number(v) and 0 <= v <= 10 for v in raw):
         raise UsageError(
             f"{where}: clock_change_s must list one latency per stage, each between 0 and 10 seconds "
             f"(got {raw!r}); recompute the file with wattwise frontier"
@@ -370,10 +369,11 @@ def check_plan_document(data: object, where: str) -> Plan:
     if not isinstance(data, dict):
         raise UsageError(f"{where}: the top level must be a JSON object written by wattwise plan")
     plan = plan_from_json(data.get("plan"), where)
-    if "stages" in data and _positive_int(data, "stages", where) != len(plan):
+    document = JsonObject(data, where, fix="")
+    if "stages" in data and _positive_int(document, "stages") != len(plan):
         raise UsageError(f"{where}: plan has {len(plan)} stages but the file says stages = {data['stages']}")
     if "microbatches" in data:
-        microbatches = _positive_int(data, "microbatches", where)
+        microbatches = _positive_int(document, "microbatches")
     else:
         microbatches = 1 + max((step.microbatch for steps in plan for step in steps), default=0)
     if "schedule" in data:
@@ -428,28 +428,25 @@ def _read_json(path: str | Path) -> dict[str, object]:
     return data
 
 
-def _number(data: Mapping[str, object], key: str, where: str, *, minimum: float) -> float:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < minimum:
-        raise UsageError(f"{where}: {key} must be a finite number >= {minimum:g} (got {value!r})")
+def _number(f: JsonObject, key: str, *, minimum: float) -> float:
+    """The number at `key`: finite, at least `minimum`, and within its unit's bound when its name has one."""
+    value = f.raw.get(key)
+    if not is_number(value) or value < minimum:
+        f.refuse(key, f"a finite number >= {minimum:g}", value)
     if key.endswith(tuple(BY_SUFFIX)):  # a figure with its unit: within that unit's physical bound
-        return check_field(key, value, where)
+        return check_field(key, value, f.where)
     return float(value)
 
 
-def _positive_number(data: Mapping[str, object], key: str, where: str) -> float:
-    value = _number(data, key, where, minimum=0.0)
+def _positive_number(f: JsonObject, key: str) -> float:
+    value = _number(f, key, minimum=0.0)
     if value <= 0:
-        raise UsageError(f"{where}: {key} must be positive (got {value!r})")
+        f.refuse(key, "positive", value)
     return value
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _positive_int(data: Mapping[str, object], key: str, where: str) -> int:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{where}: {key} must be a positive integer (got {value!r})")
+def _positive_int(f: JsonObject, key: str) -> int:
+    value = f.raw.get(key)
+    if not is_whole(value) or value < 1:
+        f.refuse(key, "a positive integer", value)
     return value

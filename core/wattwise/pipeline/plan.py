@@ -24,6 +24,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from wattwise.codec import is_whole
 from wattwise.errors import UsageError
 from wattwise.pipeline.dag import IntArray
 from wattwise.pipeline.problem import PlanningProblem
@@ -103,9 +104,9 @@ def plan_from_json(data: object, where: str) -> Plan:
                 isinstance(item, list)
                 and len(item) == 3
                 and item[0] in INSTRUCTIONS
-                and _is_int(item[1])
+                and is_whole(item[1])
                 and item[1] >= 0
-                and _is_int(item[2])
+                and is_whole(item[2])
                 and item[2] > 0
             )
             if not ok:
@@ -124,7 +125,7 @@ def check_plan(plan: Plan, schedule: str, microbatches: int, where: str) -> None
     Each stage runs a forward and a backward of every microbatch (2 x microbatches instructions), in the
     schedule's order; a plan that does not would lock the wrong clocks for the wrong instructions.
     """
-    if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
+    if not is_whole(microbatches) or microbatches < 1:
         raise UsageError(f"{where}: microbatches must be a positive integer (got {microbatches!r})")
     if schedule not in SCHEDULES:
         raise UsageError(f"{where}: schedule must be one of {', '.join(SCHEDULES)} (got {schedule!r})")
@@ -141,10 +142,6 @@ def check_plan(plan: Plan, schedule: str, microbatches: int, where: str) -> None
                     f"{where}: plan[{stage}][{k}] is {step.instruction} {step.microbatch} where the "
                     f"{schedule} schedule runs {ref.instruction} {ref.microbatch}; recompute the plan"
                 )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, eq=False)
