@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypedDict
 
 from sqlalchemy.engine import make_url
 
 from wattwise.cli.main import add_command
-from wattwise.cli.runs import store_and_json
+from wattwise.cli.runs import StoreActions
 from wattwise.copying import typed_dict_of
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
@@ -46,31 +47,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "jobs.sqlite in wattwise's state directory ($WATTWISE_HOME or ~/.local/state/wattwise)."
         ),
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
-    common = store_and_json()
-
-    listing = actions.add_parser("list", parents=[common], help="every job with its run counts and totals")
-    listing.set_defaults(func=run_list)
-    show = actions.add_parser(
-        "show", parents=[common], help="one job: settings, batch sizes, every run, remembered power limits"
-    )
-    show.add_argument("name", metavar="NAME", help="job name (see `wattwise jobs list`)")
-    show.set_defaults(func=run_show)
-    reset = actions.add_parser("reset", parents=[common], help="forget a job and its whole history")
-    reset.add_argument("name", metavar="NAME", help="job name (see `wattwise jobs list`)")
-    reset.set_defaults(func=run_reset)
-    forget = actions.add_parser(
-        "forget-limit",
-        parents=[common],
-        help="forget a job's remembered power limits, so that its next run profiles again",
+    actions = StoreActions.of(parser)
+    actions.add("list", "every job with its run counts and totals", run_list)
+    _one_job(actions, "show", "one job: settings, batch sizes, every run, remembered power limits", run_show)
+    _one_job(actions, "reset", "forget a job and its whole history", run_reset)
+    forget = actions.add(
+        "forget-limit", "forget a job's remembered power limits, so that its next run profiles again", run_forget_limit
     )
     forget.add_argument("name", metavar="NAME", help="job name (see `wattwise jobs show NAME`)")
     forget.add_argument("--key", help="forget only this one (a key `wattwise jobs show NAME` lists); default: all")
-    forget.set_defaults(func=run_forget_limit)
-    sync = actions.add_parser(
-        "sync", parents=[common], help="deliver the run results spooled while the store was unreachable"
-    )
-    sync.set_defaults(func=run_sync)
+    actions.add("sync", "deliver the run results spooled while the store was unreachable", run_sync)
+
+
+def _one_job(actions: StoreActions, name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> None:
+    """Add the action `name` of `wattwise jobs`, which takes one job's NAME."""
+    actions.add(name, help_text, func).add_argument("name", metavar="NAME", help="job name (see `wattwise jobs list`)")
 
 
 def _url(args: argparse.Namespace) -> str:

@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,12 +35,30 @@ if TYPE_CHECKING:
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-def store_and_json() -> argparse.ArgumentParser:
-    """The parent parser of each action of `wattwise runs` and `wattwise jobs`: `--store` and `--json`."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", help="SQLite file path or database URL (default: $WATTWISE_STORE or the state dir)")
-    common.add_argument("--json", action="store_true", help="print JSON")
-    return common
+@dataclass(frozen=True)
+class StoreActions:
+    """The actions of `wattwise runs` or `wattwise jobs`: each takes `--store` and `--json`, and runs one function."""
+
+    actions: argparse._SubParsersAction
+    #: The parent parser of every action: `--store` and `--json`.
+    common: argparse.ArgumentParser
+
+    @classmethod
+    def of(cls, parser: argparse.ArgumentParser) -> StoreActions:
+        """The actions of the command `parser`, none yet: `add` adds them."""
+        actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
+        common = argparse.ArgumentParser(add_help=False)
+        common.add_argument(
+            "--store", help="SQLite file path or database URL (default: $WATTWISE_STORE or the state dir)"
+        )
+        common.add_argument("--json", action="store_true", help="print JSON")
+        return cls(actions, common)
+
+    def add(self, name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        """Add the action `name`, run by `func`: its parser, for the action's own arguments."""
+        action = self.actions.add_parser(name, parents=[self.common], help=help_text)
+        action.set_defaults(func=func)
+        return action
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,10 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "directory. An ID may be shortened to a prefix no other run has."
         ),
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
-    common = store_and_json()
-
-    listing = actions.add_parser("list", parents=[common], help="the runs, oldest first, with their figures")
+    actions = StoreActions.of(parser)
+    listing = actions.add("list", "the runs, oldest first, with their figures", run_list)
     listing.add_argument("--job", help="only this job's runs")
     listing.add_argument(
         "--since",
@@ -71,39 +88,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="only this project's runs; without a name (or '.'), the working directory's project "
         "(its git root's or folder's name)",
     )
-    listing.set_defaults(func=run_list)
-    _one_run(actions, common, "show", "one run: every figure and its folder", run_show)
-    compare = actions.add_parser(
+    _one_run(actions, "show", "one run: every figure and its folder", run_show)
+    compare = actions.add(
         "compare",
-        parents=[common],
-        help="runs side by side: energy, time, power, limit; each difference from the first, and whether "
+        "runs side by side: energy, time, power, limit; each difference from the first, and whether "
         "it is larger than the measurements' uncertainty",
+        run_compare,
     )
     compare.add_argument("run_ids", metavar="ID", nargs="+", help="two or more run ids; the first is the reference")
-    compare.set_defaults(func=run_compare)
-    _one_run(actions, common, "forget", "remove a run from the history (its folder stays)", run_forget)
-    add = actions.add_parser(
-        "add",
-        parents=[common],
-        help="add a run's folder to the history (one whose row could not be recorded when it ended)",
+    _one_run(actions, "forget", "remove a run from the history (its folder stays)", run_forget)
+    add = actions.add(
+        "add", "add a run's folder to the history (one whose row could not be recorded when it ended)", run_add
     )
     add.add_argument(
         "folder", metavar="DIR", help="the run's folder (OUTPUT/runs/ID, or OUTPUT), with its summary.json"
     )
-    add.set_defaults(func=run_add)
 
 
-def _one_run(
-    actions: argparse._SubParsersAction,
-    common: argparse.ArgumentParser,
-    name: str,
-    help_text: str,
-    func: Callable[[argparse.Namespace], int],
-) -> None:
+def _one_run(actions: StoreActions, name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> None:
     """Add the action `name` of `wattwise runs`, which takes one run's ID."""
-    action = actions.add_parser(name, parents=[common], help=help_text)
-    action.add_argument("run_id", metavar="ID", help="run id (see `wattwise runs list`)")
-    action.set_defaults(func=func)
+    actions.add(name, help_text, func).add_argument("run_id", metavar="ID", help="run id (see `wattwise runs list`)")
 
 
 def parse_since(text: str, *, now_s: float) -> float:
