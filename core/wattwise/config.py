@@ -125,7 +125,8 @@ class PowerLimitConfig:
     max_slowdown: float = 0.1
     #: Steps left untouched at the start (data loading, compilation).
     wait_steps: int = 2
-    #: Steps run at each power limit before it is measured.
+    #: Steps run at each power limit before it is measured, for each step of the profiled limits that the
+    #: change moved (a round measuring a limit again starts several limits away, and settles longer).
     warmup_steps: int = 2
     #: Steps measured at each power limit.
     profile_steps: int = 5

@@ -370,6 +370,9 @@ class PowerLimitTuner:
         self.max_power_w = max_power_w if max_power_w is not None else max(self.limits_w)
         self.wait_steps = wait_steps
         self.warmup_steps = warmup_steps
+        #: The warm-up of the limit being measured: `warmup_steps` for each step of the profile grid that the
+        #: limit moved to reach it (`on_step_begin`).
+        self.limit_warmup_steps = warmup_steps
         self.profile_steps = profile_steps
         #: A profile window lasts at least this long (a coarse energy counter quantises shorter windows).
         self.min_window_s = float(min_window_s)
@@ -537,6 +540,7 @@ class PowerLimitTuner:
         target = self.current_limit_w
         if target is not None and target != self._applied:
             action.set_limit_w = target
+            self.limit_warmup_steps = self.warmup_steps * self._grid_steps(self._applied, target)
             self._applied = target
         if self.phase == TunerPhase.PROFILE and self.steps_in_phase == 0 and not self.window_open:
             action.begin_window = True
@@ -565,13 +569,28 @@ class PowerLimitTuner:
             self._window_steps += steps
         if self.phase == TunerPhase.WAIT and self.steps_in_phase >= self.wait_steps:
             self._enter(self._limit_start())
-        elif self.phase == TunerPhase.WARMUP and self.steps_in_phase >= self.warmup_steps:
+        elif self.phase == TunerPhase.WARMUP and self.steps_in_phase >= self.limit_warmup_steps:
             self._enter(TunerPhase.ALIGN if self.align_to_counter else TunerPhase.PROFILE)
         elif self.phase == TunerPhase.ALIGN and changed:
             self._enter(TunerPhase.PROFILE)
         elif self.phase == TunerPhase.PROFILE and self.steps_in_phase >= self.profile_steps:
             return self.sizing_due or not self.align_to_counter or not self.windows_sized or changed
         return False
+
+    def _grid_steps(self, from_w: float | None, to_w: float) -> int:
+        """How many steps of the profile grid a change from `from_w` to `to_w` moves (1 where not known).
+
+        A power limit settles as a closed loop does, in a time that grows with how far it moves: its steps
+        right after a change still run partly at the old operating point. One step of the downward sweep
+        moves a little and settles within `warmup_steps`; a round measuring a limit again starts from the
+        sweep's lowest limit, several steps away, and would measure part of the old one in its window
+        (on the realistic simulated GPU, 75 W up after two 20 ms steps: +0.25% in cost, a third of
+        `MIN_SAVING`), so it warms up for as many steps as it moved.
+        """
+        grid = sorted(self.limits_w)
+        if from_w is None or from_w not in grid or to_w not in grid:
+            return 1
+        return max(1, abs(grid.index(to_w) - grid.index(from_w)))
 
     @property
     def sizing_due(self) -> bool:

@@ -269,3 +269,32 @@ def test_a_limit_measured_in_a_long_and_a_short_window_is_known_by_all_their_ste
         }
     )
     assert old.profile[1].energy_j == pytest.approx(9.5)
+
+
+def test_a_round_that_starts_several_limits_away_warms_up_for_each_step_it_moved() -> None:
+    # The sweep moves one step of the grid at a time and warms up 2 steps at each limit; the round measuring
+    # 250 W and 200 W again starts from the sweep's last limit, 150 W, two steps of the grid below 250 W, and
+    # warms up 4 steps there, so that its window does not hold the old limit's settling.
+    tuner = PowerLimitTuner(
+        [300.0, 250.0, 200.0, 150.0],
+        selector="energy",
+        wait_steps=0,
+        warmup_steps=2,
+        profile_steps=1,
+        run_to_run=0.01,
+    )
+    energies = {300.0: [10.0], 250.0: [9.0, 9.3, 9.3], 200.0: [9.11, 9.0, 9.0], 150.0: [12.0]}
+    warmups: list[tuple[float, int]] = []
+    warming = 0
+    while not tuner.done:
+        tuner.on_step_begin()
+        warming += tuner.phase == "warmup"
+        if tuner.on_step_end():
+            limit_w = tuner.current_limit_w
+            assert limit_w is not None
+            warmups.append((limit_w, warming))
+            warming = 0
+            tuner.end_window(1.0, energies[limit_w].pop(0))
+    assert warmups[:4] == [(300.0, 2), (250.0, 2), (200.0, 2), (150.0, 2)]
+    assert warmups[4] == (250.0, 4)  # 150 W -> 250 W: two steps of the grid
+    assert warmups[5] == (200.0, 2)
