@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, RUN_ENERGY_J, RUN_TIME_S, TIME_S, TIMESTAMP_S, Bound
+from wattwise.codec import is_number, is_whole, iso_utc
 from wattwise.copying import typed_dict_of
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
@@ -98,9 +99,7 @@ class RunPayback:
         )
         _optional_number(self.run_time_added_s, TIME_S, f"{where}: payback.run_time_added_s", signed=True)
         steps = self.break_even_steps
-        if steps is not None and (
-            isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= _MAX_STEPS
-        ):
+        if steps is not None and (not is_whole(steps) or not 0 <= steps <= _MAX_STEPS):
             raise UsageError(
                 f"{where}: payback.break_even_steps must be null or a whole number of steps (got {steps!r})"
             )
@@ -268,11 +267,6 @@ def _seconds(text: str, field: str) -> float:
     return parse_timestamp_s(text, where=field)
 
 
-def iso_utc(t_s: float) -> str:
-    """Seconds since the epoch as the history writes times: ISO 8601 in UTC."""
-    return datetime.fromtimestamp(t_s, tz=timezone.utc).isoformat()
-
-
 def new_run_id(start_s: float) -> str:
     """A new run's id: its start in UTC to the second and 6 random hex digits (`20261202T021500Z-3f9a1c`).
 
@@ -299,7 +293,7 @@ def _optional_number(value: object, bound: Bound, field: str, *, signed: bool = 
         return
     if not signed:
         bound.check_number(value, field)
-    elif isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) <= bound.high:
+    elif not is_number(value) or not abs(value) <= bound.high:
         raise UsageError(f"{field} must be a number from {-bound.high:g} to {bound.high:g} (got {value!r})")
 
 

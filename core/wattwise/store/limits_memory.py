@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattwise.bounds import ENERGY_J, POWER_LIMIT_W, TIME_S, TIMESTAMP_S
+from wattwise.codec import is_number
 from wattwise.errors import UsageError, plugin_warning
 from wattwise.power_limit import check_eta
 from wattwise.profile import ProfileEntry
@@ -385,7 +386,7 @@ def _legacy_entry(key: str, entry: Any) -> RememberedLimit:
     if selector is not None:
         _short_text(selector, f"{key}: selector", MAX_SELECTOR_CHARS)
     if eta is not None:
-        if isinstance(eta, bool) or not isinstance(eta, int | float):
+        if not is_number(eta):
             raise UsageError(f"{key}: eta must be a number between 0 and 1 (got {eta!r})")
         try:
             check_eta(eta)

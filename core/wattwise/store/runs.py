@@ -21,10 +21,12 @@ create, migrate or lock it for writing, and show the runs waiting in the spool w
 Every row read back goes through one validating reader, `RunRow.from_dict` (the checks of `check_row`,
 the bounds of `wattwise.bounds`), whether it comes from the database or from a spool file: a row that
 fails is an `UnreadableRun` naming its id and the field, and costs that row alone. Why that reader and not
-pydantic's `TypeAdapter` over the row's JSON object: it already is the spool's reader, its messages name the field
-with its range as every other reader of wattwise does (`wattwise.codec` for summary.json, which
-measured pydantic's cost at a run's start and chose against it), and pydantic is no dependency of the
-`store` extra; a second validator of the same fields would be two readers, not one.
+the codec's field definitions (`wattwise.codec`, a leaf the store may import): `check_row` also checks the
+rows the store is given to write, built in code, and its messages give each figure's range from
+`wattwise.bounds` (`energy_j must be a number, between 0 and 1e+15 J`), as a refused spooled run says;
+the reader takes the codec's number checks (`is_number`, `is_whole`) and time format. Nor
+pydantic's `TypeAdapter`: the codec measured its cost at a run's start and chose against it, and pydantic is
+no dependency of the `store` extra; a second validator of the same fields would be two readers, not one.
 
 `RunRow` (defined in `wattwise.store.history`) is one run, with exactly the fields of the `wattwise runs
 list --json` contract; `RunRow.to_dict` gives that JSON object. Reading a store that does not exist yet creates nothing.
@@ -39,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wattwise.codec import iso_utc
 from wattwise.errors import UsageError
 from wattwise.names import check_job_name
 from wattwise.store.factory import default_store_url, store_url
@@ -52,7 +55,6 @@ from wattwise.store.history import (
     check_run_id,
     find_row,
     find_run,
-    iso_utc,
     login_name,
     new_run_id,
     put_run,
