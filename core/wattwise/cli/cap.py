@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import TypedDict
 
 from wattwise.cli.main import add_command
-from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command, missing_command, wrapped_command
+from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command, add_wrapped_command, missing_command, wrapped_command
 from wattwise.devices import Device, DeviceError, backend_choices, discover, name_job
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=backend_choices(), default="auto", help="devices (default %(default)s)")
     p.add_argument("--job", help="the job name the node agent shows for the holder (default: CMD's name)")
     p.add_argument("--json", action="store_true", help="print time and energy per GPU as JSON on stdout")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    add_wrapped_command(p)
     p.set_defaults(func=run)
 
 

@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default=default_of(BACKEND.key), help=f"{BACKEND.help} (default %(default)s)")
     p.add_argument("--cpu", action="store_true", help="also measure CPU packages and DRAM (RAPL)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout (the command's own output is kept)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    add_wrapped_command(p)
     p.set_defaults(func=run, setting_flags={BACKEND.key: "--backend"})
 
 
@@ -114,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
             figure = with_uncertainty(joules, uncertainty_j.get(key), "J", places=2, grouped=True)
             print(f"  {key}: {figure}{approx}", file=sys.stderr)
     return code if code >= 0 else 128 - code
+
+
+def add_wrapped_command(parser: argparse.ArgumentParser) -> None:
+    """Add `-- CMD ARGS...`, the command a wrapping command (`measure`, `cap`, `run`) runs (`wrapped_command`)."""
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
 
 def wrapped_command(command: Sequence[str], *, usage: str) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from wattwise import flags
 from wattwise.cli.main import add_command
-from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command, missing_command, wrapped_command
+from wattwise.cli.measure import EXIT_NOT_FOUND, _run_command, add_wrapped_command, missing_command, wrapped_command
 from wattwise.config import (
     CONFIG_HELP,
     OVERRIDES_HELP,
@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help=f"{OVERRIDES_HELP} (repeatable)",
     )
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    add_wrapped_command(p)
     p.set_defaults(func=run, setting_flags={s.key: _flag(s.name) for s in SETTINGS})
 
 
