@@ -1,7 +1,14 @@
 """The one JSON codec: each field of a record or a wire's body defined once, written, validated, read back.
 
-It is a leaf (it imports only `wattwise.errors` and the pure `wattwise.carbon.series`), so every layer may read
-its JSON through it (the run's record, the node agent's wire and its records) with no validator of its own.
+It is the one reader wattwise's JSON goes through: the run's record, the per-process end records of the
+measurement path (`wattwise.run.agreement`), the frontier and plan files (`wattwise.pipeline.files`), the
+node agent's wire and its records. The run history's rows (`wattwise.store.history`, whose messages give
+`wattwise.bounds`' ranges) and the settings journal (lenient on purpose) keep their own checks, built on its
+number tests. It is a leaf (it imports only `wattwise.errors` and the pure `wattwise.carbon.series`),
+so any layer may use it, the measurement path and the store included, which may not import the record. A
+format whose messages are its own keeps them through `JsonObject.refuse` and `refuse_as`, with the file and
+the fix left to the caller where it names them; `is_number` and `is_whole` are the one check that JSON's
+true is not a number.
 
 A record is a frozen dataclass whose fields carry their JSON definition, `field(metadata=as_json(codec))`.
 The codec says how the value is written to JSON and how the JSON is validated and read back; the

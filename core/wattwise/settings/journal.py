@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from wattwise import safe_files
+from wattwise.codec import is_whole
 from wattwise.devices import journalled_backends
 from wattwise.devices.base import DeviceError, DeviceSpec
 from wattwise.safe_files import (
@@ -177,7 +178,7 @@ def _check_change(change: Any, *, check_state_files: bool) -> None:
         ok = value is None or (
             isinstance(value, list)
             and len(value) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 100_000 for v in value)
+            and all(is_whole(v) and 0 < v < 100_000 for v in value)
             and value[0] <= value[1]
         )
         if not ok:
@@ -266,7 +267,7 @@ def check_changes(changes: Any, *, check_state_files: bool = True) -> list[Journ
 def check_journal(path: Path, content: dict[str, object], *, check_state_files: bool = True) -> Journal:
     """A journal's JSON object, checked field by field (see `check_changes`); JournalProblem says what is wrong."""
     pid, host = content.get("pid"), content.get("host")
-    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
+    if not is_whole(pid) or not 0 < pid <= MAX_PID:
         raise JournalProblem(f"pid {pid!r} is not a process id")
     if not isinstance(host, str):
         raise JournalProblem(f"host {host!r} is not a host name")
