@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from wattwise.codec import is_number
 from wattwise.errors import Key, UsageError
 from wattwise.profile import Payback, ProfileEntry
 from wattwise.vocabulary import Selector, TunerPhase
@@ -407,6 +408,9 @@ class PowerLimitTuner:
         self.steps_measured: dict[float, int] = {}
         #: Every step run at each limit while tuning (warm-up, alignment and windows): what tuning cost.
         self.steps_at: dict[float, int] = {}
+        #: wattwise's own time in the run's hooks while tuning, in seconds (the driver adds it: the counter
+        #: reads that find the windows' ends, the windows' readings): part of what tuning cost (`payback`).
+        self.own_time_s = 0.0
         #: The limits told from the best one in fewer than `window_parts` windows: a round of measuring again
         #: leaves them out.
         self.told_early: set[float] = set()
@@ -816,6 +820,7 @@ class PowerLimitTuner:
             "windows": [list(w) for w in self.windows],
             "sweep_size": self.sweep_size,
             "steps_at": [[w, n] for w, n in self.steps_at.items()],
+            "own_time_s": self.own_time_s,
             "stopped_early": self.stopped_early,
             "worse_in_a_row": self.worse_in_a_row,
             "steps_measured": [[w, n] for w, n in self.steps_measured.items()],
@@ -853,6 +858,9 @@ class PowerLimitTuner:
         steps_at = state.get("steps_at")
         if isinstance(steps_at, list):
             self.steps_at = {float(w): int(n) for w, n in steps_at}
+        own_time_s = state.get("own_time_s")  # a checkpoint from before: not known, none counted
+        if is_number(own_time_s) and own_time_s >= 0:
+            self.own_time_s = float(own_time_s)
         steps_measured = state.get("steps_measured")
         if isinstance(steps_measured, list):
             self.steps_measured = {float(w): int(n) for w, n in steps_measured}
@@ -898,11 +906,15 @@ def payback(
     selector: str,
     eta: float,
     max_power_w: float,
+    own_time_s: float = 0.0,
 ) -> Payback | None:
     """The run's `Payback`, from its profile (per-step figures and their uncertainty) and the steps at each limit.
 
     None when the profile holds neither the highest limit nor the chosen one. Steps at a limit the profile
-    has no figures for (a window cut short) are left out of tuning's cost.
+    has no figures for (a window cut short) are left out of tuning's cost. `own_time_s`, wattwise's own time
+    in the run's hooks while tuning (its counter reads, 2.8 ms each on an H100), is part of tuning's time:
+    the profile's figures leave it out, so that it never ranks one limit against another, but the run spent
+    it, at every limit alike, because it tuned.
     """
     by_w = {e.power_limit_w: (e, u) for e, u in zip(profile, uncertainty_j, strict=False)}
     if not profile or chosen_w not in by_w:
@@ -917,8 +929,13 @@ def payback(
 
     tuned = {w: n for w, n in steps_at.items() if w in by_w and w != top_w and n > 0}
     tuning_j = sum(n * (by_w[w][0].energy_j - top.energy_j) for w, n in tuned.items())
-    tuning_s = sum(n * (by_w[w][0].time_s - top.time_s) for w, n in tuned.items())
+    own_s = max(0.0, own_time_s)
+    tuning_s = sum(n * (by_w[w][0].time_s - top.time_s) for w, n in tuned.items()) + own_s
     tuning_objective = sum(n * (objective(by_w[w][0]) - objective(top)) for w, n in tuned.items())
+    if selector == Selector.COST:  # the own time weighed as the objective weighs time; energy: none counted
+        tuning_objective += (1.0 - eta) * max_power_w * own_s
+    elif selector == Selector.TIME:
+        tuning_objective += own_s
     tuning_u = math.sqrt(sum((n * math.hypot(by_w[w][1], u_top)) ** 2 for w, n in tuned.items()))
     per_step_j = top.energy_j - chosen.energy_j
     per_step_u = math.hypot(u_top, u_chosen) if chosen_w != top_w else 0.0

@@ -399,6 +399,27 @@ def test_the_break_even_is_the_steps_at_the_chosen_limit_that_repay_tuning_by_th
     assert never is not None and never.break_even_steps is None and not never.paid_back
 
 
+def test_wattwise_own_time_while_tuning_is_part_of_tunings_cost_and_its_break_even():
+    # The same run, its hooks having spent 2 s of their own while tuning (counter reads): tuning took 2 s more
+    # than its steps' figures say, which by the cost (eta 0.5, 300 W) is 300 J more to pay back at 22 J a step.
+    profile = [ProfileEntry(300.0, 1.0, 300.0), ProfileEntry(250.0, 1.02, 250.0), ProfileEntry(200.0, 1.5, 210.0)]
+    steps_at = {300.0: 10, 250.0: 10, 200.0: 10}
+    plain = payback(profile, [0.0] * 3, 250.0, steps_at, 3, selector="cost", eta=0.5, max_power_w=300.0)
+    pb = payback(profile, [0.0] * 3, 250.0, steps_at, 3, selector="cost", eta=0.5, max_power_w=300.0, own_time_s=2.0)
+    assert plain is not None and pb is not None
+    assert pb.tuning_time_s == pytest.approx(plain.tuning_time_s + 2.0)
+    assert pb.run_time_added_s == pytest.approx(plain.run_time_added_s + 2.0)
+    assert pb.tuning_objective == pytest.approx(80.0 + 0.5 * 300.0 * 2.0)
+    assert pb.break_even_steps == 18  # 380 / 22 = 17.3
+    assert pb.tuning_energy_j == plain.tuning_energy_j  # the energy meanwhile is in the counter's figures
+    energy = [
+        payback(profile, [0.0] * 3, 250.0, steps_at, 3, selector="energy", eta=0.5, max_power_w=300.0, own_time_s=s)
+        for s in (0.0, 2.0)
+    ]
+    assert energy[0] is not None and energy[1] is not None
+    assert energy[1].tuning_objective == energy[0].tuning_objective  # by energy, time costs nothing
+
+
 def test_a_mean_over_steps_that_vary_is_known_less_well_and_a_close_limit_is_not_told_from_it() -> None:
     # Two limits 0.8% apart in cost per step, each measured over 50 steps: exact windows tell them apart, but
     # steps whose time varies by 5% from one to the next leave each mean uncertain by 0.7%: a tie.

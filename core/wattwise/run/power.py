@@ -457,6 +457,15 @@ class PowerLimitControl:
         if mark is not None and self.tuner is not None and self.tuner.window_open:
             self._own_s += max(0.0, self._clock() - mark)
 
+    def hook_ended(self, mark: float | None) -> None:
+        """One of the run's hooks, begun at `mark` (`own_time_mark`) while tuning, ends: part of tuning's cost.
+
+        Every hook's time while tuning, in or out of a window (its counter reads, the windows' readings, the
+        window's end), is what the run spent because it tuned (`PowerLimitTuner.own_time_s`, in `payback`).
+        """
+        if mark is not None and self.tuner is not None:
+            self.tuner.own_time_s += max(0.0, self._clock() - mark)
+
     def step_end(self, steps: int = 1) -> bool:
         """Count `steps` optimizer steps; True when the open profile window is complete and must be measured."""
         if self.tuner is None:
@@ -847,6 +856,7 @@ class PowerLimitControl:
             selector=t.selector,
             eta=t.eta,
             max_power_w=t.max_power_w,
+            own_time_s=t.own_time_s,
         )
 
     def carbon_summary(self) -> CarbonAwareSummary | None:

@@ -512,6 +512,7 @@ class Run:
         else:
             self.power.own_time_from(own)
         m.step_started()
+        self.power.hook_ended(own)
 
     @_never_breaks_training
     def step_end(self, steps: int = 1) -> Figures | None:
@@ -527,6 +528,13 @@ class Run:
         assert m is not None
         m.count_steps(steps)  # a step driving the simulated GPU is stretched here: training's time, not wattwise's
         own = self.power.own_time_mark()
+        try:
+            return self._step_end_measured(m, steps, own)
+        finally:
+            self.power.hook_ended(own)
+
+    def _step_end_measured(self, m: RunMeasurement, steps: int, own: float | None) -> Figures | None:
+        """`step_end` once the steps are counted: the tuner's step, the logging point, the profile window's end."""
         self.power.note_step(own, steps)
         profile_done = self.power.step_end(steps)
         log_due = m.log_due(self.log_every_n_steps)

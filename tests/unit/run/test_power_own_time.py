@@ -63,3 +63,31 @@ def test_the_steps_spread_that_ranks_the_limits_is_the_training_steps_not_the_re
     measured = (total / steps) ** 0.5 if steps else 0.0
     # What the steps' own times vary by: a read of 2.8 ms in a 20 ms step, counted in, would be 14% of it.
     assert measured == pytest.approx(noise, abs=0.004)
+
+
+def test_tunings_cost_counts_the_time_wattwises_own_hooks_took_while_tuning(tmp_path: Path) -> None:
+    # The windows leave the counter reads out of each limit's time (above); the run still spent them because
+    # it tuned, so the payback's tuning time is its steps' own plus that, and the break-even repays it too.
+    physics = dataclasses.replace(Physics.realistic(seed=1), step_time_noise=0.0, power_noise=0.0, settle_s=0.0)
+    done = tuning_run(
+        tmp_path,
+        3000,
+        overrides=TUNE,
+        physics=physics,
+        base_step_time_s=STEP_S,
+        stop=lambda run: run.power.tuner is not None and run.power.tuner.done,
+    )
+    tuner = done.run.power.tuner
+    assert tuner is not None and tuner.finished and tuner.chosen is not None
+    reads = sum(tuner.steps_at.values()) * 0.1  # at the least one read in ten steps, 2.8 ms each
+    assert tuner.own_time_s >= reads * physics.energy_read_median_s * 0.5
+    pb = done.run.power.payback()
+    assert pb is not None
+    by_steps = {e.power_limit_w: e.time_s for e in tuner.profile}
+    top_s = by_steps[max(by_steps)]
+    steps_s = sum(n * (by_steps[w] - top_s) for w, n in tuner.steps_at.items() if w in by_steps and w != max(by_steps))
+    assert pb.tuning_time_s == pytest.approx(steps_s + tuner.own_time_s)
+    # A checkpoint keeps it: a resumed run's payback still counts the first segment's own time.
+    resumed = PowerLimitTuner(tuner.limits_w)
+    resumed.load_state_dict(tuner.state_dict())
+    assert resumed.own_time_s == tuner.own_time_s
