@@ -315,7 +315,8 @@ class PowerLimitControl:
         except (KeyError, TypeError, ValueError):  # a state this release cannot read: start afresh
             self.tuner = self._make_tuner()
             return
-        self.tuner.steps_at = {}  # this run's tuning cost is its own steps'
+        self.tuner.steps_at = {}  # this run's tuning cost is its own steps' and its own time's
+        self.tuner.own_time_s = 0.0
         self.continued_from = progress
         by = f" {progress.run_id}" if progress.run_id else ""
         self._notices.append(

@@ -41,11 +41,20 @@ def test_a_short_run_keeps_its_profile_and_the_next_run_of_the_job_goes_on_from_
     shown = json.loads(capsys.readouterr().out)
     assert [(p["key"], p["profiled"], p["limits"]) for p in shown["tuning_progress"]] == [(key, 2, 5)]
 
+    # The first run's own time while tuning (its counter reads), made large here: the second run's tuning
+    # cost is its own, as its steps are.
+    kept = memory.recall_progress(key)
+    assert kept is not None
+    memory.save_progress(
+        key, {**kept.state, "tuner": {**kept.state["tuner"], "own_time_s": 1000.0}}, profiled=2, limits=5
+    )
+
     second = tuning_run(tmp_path / "second", 1 + 3 * 3 + 5, overrides=JOB)
     tuner = second.run.power.tuner
     assert tuner is not None and tuner.finished
     assert [e.power_limit_w for e in tuner.profile] == [300.0, 250.0, 200.0, 150.0, 100.0]
     assert set(tuner.steps_at) == {200.0, 150.0, 100.0}  # it profiled only the limits the first run had not
+    assert tuner.own_time_s < 1000.0
     assert any("goes on from an earlier run" in s and "2 of 5 limits were profiled there" in s for s in second.said)
     remembered = memory.recall(key)
     assert remembered is not None and tuner.chosen is not None
