@@ -24,6 +24,7 @@ from wattwise.run import Run
 from wattwise.tools.workload import emulate_step
 cfg = load_config(overrides=["devices.backend=simulated", "power_limit.mode=tune", "power_limit.wait_steps=1",
     "power_limit.warmup_steps=1", "power_limit.profile_steps=2", "power_limit.step_w=25",
+    "power_limit.stop_after_worse=0",
     "monitor.sample_power=false", "monitor.sync_cuda=false", "devices.simulated.base_step_time_s=0.001",
     f"output_dir={sys.argv[1]}"])
 run = Run(cfg)
@@ -64,6 +65,8 @@ def test_a_full_disk_under_wattwise_home_still_restores_the_gpu(tmp_path: Path, 
     home.mkdir()
     # The ideal physics, as every test's process (tests/conftest.py): the realistic one spends about 2 s of
     # counter updates per tuned limit, so 12 short steps would never leave the highest limit to restore from.
+    # Every limit is profiled (stop_after_worse=0): 1 ms steps timed on a busy machine's clock could make two
+    # limits in a row look slower than the highest, end the sweep and choose it, leaving nothing to restore.
     env = {
         "PATH": "/usr/bin:/bin",
         "WATTWISE_HOME": str(home),
