@@ -789,6 +789,22 @@ class PowerLimitTuner:
         self.phase = phase
         self.steps_in_phase = 0
 
+    def payback(self, steps_at_chosen: int) -> Payback | None:
+        """What the choice gained and tuning cost (`payback`), with `steps_at_chosen` run at it; None: no choice."""
+        if self.chosen is None:
+            return None
+        return payback(
+            self.profile,
+            self.uncertainty_j,
+            self.chosen.power_limit_w,
+            self.steps_at,
+            steps_at_chosen,
+            selector=self.selector,
+            eta=self.eta,
+            max_power_w=self.max_power_w,
+            own_time_s=self.own_time_s,
+        )
+
     def finish_with(self, entry: ProfileEntry, profile: Sequence[ProfileEntry]) -> None:
         """Skip profiling: use a limit chosen earlier (a saved result of the same job).
 

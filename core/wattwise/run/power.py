@@ -40,7 +40,6 @@ from wattwise.power_limit import (
     WINDOW_PARTS,
     PowerLimitTuner,
     cap_limit_w,
-    payback,
     profile_limits_w,
 )
 from wattwise.profile import Payback, ProfileEntry
@@ -848,17 +847,7 @@ class PowerLimitControl:
         t = self.tuner
         if t is None or t.chosen is None or not t.finished or not all(gpu.driven for gpu in self.gpus):
             return None
-        return payback(
-            t.profile,
-            t.uncertainty_j,
-            t.chosen.power_limit_w,
-            t.steps_at,
-            self.steps_at_chosen,
-            selector=t.selector,
-            eta=t.eta,
-            max_power_w=t.max_power_w,
-            own_time_s=t.own_time_s,
-        )
+        return t.payback(self.steps_at_chosen)
 
     def carbon_summary(self) -> CarbonAwareSummary | None:
         """The carbon part's inputs, for the run's record; None when the run was not carbon-aware."""
