@@ -588,7 +588,7 @@ class PowerLimitTuner:
         right after a change still run partly at the old operating point. One step of the downward sweep
         moves a little and settles within `warmup_steps`; a round measuring a limit again starts from the
         sweep's lowest limit, several steps away, and would measure part of the old one in its window
-        (on the realistic simulated GPU, 75 W up after two 20 ms steps: +0.25% in cost, a third of
+        (on the realistic simulated GPU, 75 W up after two 20 ms steps: +0.25% in cost, half of
         `MIN_SAVING`), so it warms up for as many steps as it moved.
         """
         grid = sorted(self.limits_w)

@@ -16,6 +16,7 @@ import pytest
 from tests.support.tuning_runs import tuning_run
 from wattwise.devices import Physics
 from wattwise.power_limit import PowerLimitTuner
+from wattwise.run import Run
 
 TUNE = ["monitor.sample_power=false", "monitor.sync_cuda=false", "power_limit.mode=tune", "power_limit.reuse=false"]
 STEP_S = 0.02
@@ -26,8 +27,8 @@ def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WATTWISE_HOME", str(tmp_path / "home"))
 
 
-def tuned(tmp_path: Path, physics: Physics) -> PowerLimitTuner | None:
-    """The tuner of a run of 20 ms steps on one simulated GPU of `physics`, once tuning ended."""
+def tuned_run(tmp_path: Path, physics: Physics) -> Run:
+    """A run of 20 ms steps on one simulated GPU of `physics`, once tuning ended."""
     done = tuning_run(
         tmp_path,
         3000,
@@ -36,7 +37,12 @@ def tuned(tmp_path: Path, physics: Physics) -> PowerLimitTuner | None:
         base_step_time_s=STEP_S,
         stop=lambda run: run.power.tuner is not None and run.power.tuner.done,
     )
-    return done.run.power.tuner
+    return done.run
+
+
+def tuned(tmp_path: Path, physics: Physics) -> PowerLimitTuner | None:
+    """The tuner of `tuned_run`."""
+    return tuned_run(tmp_path, physics).power.tuner
 
 
 def test_a_profiled_limits_time_per_step_is_the_training_steps_without_the_counter_reads(tmp_path: Path) -> None:
@@ -69,19 +75,12 @@ def test_tunings_cost_counts_the_time_wattwises_own_hooks_took_while_tuning(tmp_
     # The windows leave the counter reads out of each limit's time (above); the run still spent them because
     # it tuned, so the payback's tuning time is its steps' own plus that, and the break-even repays it too.
     physics = dataclasses.replace(Physics.realistic(seed=1), step_time_noise=0.0, power_noise=0.0, settle_s=0.0)
-    done = tuning_run(
-        tmp_path,
-        3000,
-        overrides=TUNE,
-        physics=physics,
-        base_step_time_s=STEP_S,
-        stop=lambda run: run.power.tuner is not None and run.power.tuner.done,
-    )
-    tuner = done.run.power.tuner
+    run = tuned_run(tmp_path, physics)
+    tuner = run.power.tuner
     assert tuner is not None and tuner.finished and tuner.chosen is not None
     reads = sum(tuner.steps_at.values()) * 0.1  # at the least one read in ten steps, 2.8 ms each
     assert tuner.own_time_s >= reads * physics.energy_read_median_s * 0.5
-    pb = done.run.power.payback()
+    pb = run.power.payback()
     assert pb is not None
     by_steps = {e.power_limit_w: e.time_s for e in tuner.profile}
     top_s = by_steps[max(by_steps)]
