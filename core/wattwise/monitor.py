@@ -378,6 +378,9 @@ class EnergyMonitor:
         self._origin: tuple[float, dict[str, float]] | None = None
         #: The last reading of every counter: (monotonic time, unix time, energy by device key).
         self._last_reading: tuple[float, float, dict[str, float]] | None = None
+        #: How long the last reading's counter reads took after its timestamp, in seconds (0: it was reused).
+        #: A window begun on it holds that time, which is the reads', not what ran meanwhile.
+        self.last_read_s = 0.0
         #: How old a reading may be and still be taken again by `recent=True` (s): a tenth of the shortest
         #: counter update period; 0 (never) when a counter updates continuously or a device is polled.
         periods = list(self.update_periods_s.values())
@@ -410,8 +413,10 @@ class EnergyMonitor:
         now = self._clock()
         last = self._last_reading
         if recent and last is not None and 0.0 <= now - last[0] < self.reuse_within_s:
+            self.last_read_s = 0.0
             return last[0], last[1], dict(last[2])
         wall, energy = self._wall(), self._read_energy()
+        self.last_read_s = max(0.0, self._clock() - now)
         self._keep_reading(now, wall, energy)
         return now, wall, energy
 

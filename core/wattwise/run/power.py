@@ -408,9 +408,15 @@ class PowerLimitControl:
             self._step_mark, self._step_times = (self._window_start, 0.0), (0, 0.0, 0.0)
         return action.begin_window
 
-    def window_opened(self) -> None:
-        """The profile window opened (its first reading taken): its first step is timed from here (`note_step`)."""
+    def window_opened(self, read_s: float = 0.0) -> None:
+        """The profile window opened (its first reading taken): its first step is timed from here (`note_step`).
+
+        Args:
+            read_s: How long that reading took after the window's timestamp (`RunMeasurement.begin`): the
+                window's time holds it, and it is wattwise's own (`own_time_from`), not training's.
+        """
         if self.tuner is not None and self.tuner.window_open:
+            self._own_s += max(0.0, read_s)
             self._step_mark = (self._clock(), self._own_s)
 
     def note_step(self, mark: float | None, steps: int = 1) -> None:

@@ -507,8 +507,7 @@ class Run:
             begin_profile = False
         self._take_notices()
         if begin_profile:
-            m.begin(Window.PROFILE)
-            self.power.window_opened()
+            self.power.window_opened(m.begin(Window.PROFILE))
         else:
             self.power.own_time_from(own)
         m.step_started()
