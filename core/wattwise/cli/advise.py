@@ -31,17 +31,7 @@ from wattwise.vocabulary import StartObjective
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise advise` command to the `wattwise` parser."""
-    parser = add_command(
-        subparsers,
-        "advise",
-        description=(
-            "Find the start time within a window that minimises the job's emissions, facility energy or "
-            "cost, from a forecast or history of carbon intensity, PUE and price (each a number or a CSV "
-            "`timestamp,value` with timezone-aware timestamps). The job is taken to draw its energy at "
-            "constant power. Candidate starts are exact: now, the window's end, and every instant where "
-            "the job's start or end meets a step of a series. Ties go to the earliest start."
-        ),
-    )
+    parser = add_command(subparsers, "advise")
     parser.add_argument("--duration", required=True, help="expected job duration, e.g. 6h, 90m, 1h30m")
     parser.add_argument("--energy-kwh", required=True, type=float, help="expected IT (GPU+CPU) energy in kWh")
     parser.add_argument("--window", required=True, help="latest start, from now, e.g. 48h (0 = now only)")

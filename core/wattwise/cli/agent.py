@@ -25,12 +25,7 @@ T = TypeVar("T")
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise agent` command to the `wattwise` parser."""
-    p = add_command(
-        sub,
-        "agent",
-        description="A privileged agent (one per node) owns every GPU setting change; a client "
-        "process holds a lease and the agent restores the GPU when it ends.",
-    )
+    p = add_command(sub, "agent")
     p.set_defaults(func=_no_subcommand)
     agent_sub = p.add_subparsers(dest="agent_command", metavar="SUBCOMMAND")
 

@@ -37,12 +37,7 @@ SIMULATED_GPUS = 1
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise cap` command to the `wattwise` parser."""
-    p = add_command(
-        sub,
-        "cap",
-        description="Cap the GPUs' power limit at W watts, run CMD, restore the limits, and exit "
-        "with CMD's exit code. Through the node agent with --backend agent.",
-    )
+    p = add_command(sub, "cap")
     p.add_argument("--watts", type=float, required=True, help="the power limit, in watts")
     p.add_argument("--gpus", help="comma-separated GPU indices (default: every GPU)")
     p.add_argument("--backend", choices=backend_choices(), default="auto", help="devices (default %(default)s)")

@@ -19,15 +19,7 @@ from wattwise.vocabulary import IntensityProvider as Provider
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise carbon` command to the `wattwise` parser."""
-    parser = add_command(
-        subparsers,
-        "carbon",
-        description=(
-            "The bundled table of yearly average grid carbon intensity that --intensity DE, "
-            "--intensity gcp:europe-west1 and carbon.intensity read: each code with its place, figure "
-            "(gCO2e/kWh), year and source. An hourly series of your own is better where you have one."
-        ),
-    )
+    parser = add_command(subparsers, "carbon")
     sub = parser.add_subparsers(dest="carbon_command", metavar="SUBCOMMAND", required=True)
     codes = sub.add_parser("codes", help="list the codes of the bundled table, with figure, year and source")
     codes.add_argument(

@@ -36,17 +36,7 @@ MIN_TOKEN_CHARS = 22
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise dashboard` command to the `wattwise` parser."""
-    parser = add_command(
-        subparsers,
-        "dashboard",
-        description=(
-            "Serve the run history as web pages on this machine (http://127.0.0.1:8050/ by default): the runs "
-            "table, each run's power and limit over time and its tuning profile, runs compared, the recurring "
-            "jobs, and a pipeline frontier with its plan. Read-only: it never changes the store or a GPU. The "
-            "store is --store, else $WATTWISE_STORE, else jobs.sqlite in wattwise's state directory. Needs the "
-            "dashboard extra."
-        ),
-    )
+    parser = add_command(subparsers, "dashboard")
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine only)"
     )

@@ -36,12 +36,7 @@ FLAGS: dict[str, str] = {f.name: flag_of(f) for f in fields(DemoOptions)}
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise demo` command to the `wattwise` parser."""
-    p = add_command(
-        sub,
-        "demo",
-        description="Train the emulated workload with the energy plugin tuning the power limit "
-        "of a simulated GPU, then the same steps at the maximum limit, and compare.",
-    )
+    p = add_command(sub, "demo")
     hints = typing.get_type_hints(DemoOptions)
     for f in fields(DemoOptions):
         help_text = str(f.metadata.get("help", "")).replace("%", "%%")

@@ -10,14 +10,7 @@ from wattwise.cli.main import add_command
 
 def register(sub: Any) -> None:
     """Add the `example-data` command to the `wattwise` parser."""
-    p = add_command(
-        sub,
-        "example-data",
-        description="Write the example inputs the documentation uses into DIR: a Perseus stage "
-        "profile, power models measured on real A40s, Zeus recurring-job traces (with their "
-        "licence notice), the installed configuration files, and example PUE, intensity and "
-        "price series with a simulated run directory.",
-    )
+    p = add_command(sub, "example-data")
     p.add_argument("directory", metavar="DIR", help="folder to write into (created if needed)")
     p.set_defaults(func=run)
 

@@ -35,16 +35,7 @@ T = TypeVar("T")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise frontier` command to the `wattwise` parser."""
-    parser = add_command(
-        subparsers,
-        "frontier",
-        description=(
-            "For every iteration time from the fastest plan to the slowest sensible one, UNIT-TIME apart, "
-            "the least-energy frequency plan found, counting the power blocked GPUs draw: "
-            "E = sum(e_i) + P_blocking * (stages * T - sum(t_i)). The fast solver is exact for the convex "
-            "relaxation and rounds to real plans; the exact solver (CP-SAT) is for small pipelines."
-        ),
-    )
+    parser = add_command(subparsers, "frontier")
     parser.add_argument("profile", metavar="PROFILE.csv", help="stage,instruction,frequency,time,energy CSV")
     parser.add_argument("--microbatches", type=int, required=True, metavar="M", help="microbatches per iteration")
     parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b", help="pipeline schedule (1f1b)")

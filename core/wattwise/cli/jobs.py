@@ -37,16 +37,7 @@ from wattwise.vocabulary import MetricMode
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise jobs` command to the `wattwise` parser."""
-    parser = add_command(
-        subparsers,
-        "jobs",
-        description=(
-            "Recurring jobs remember their runs (batch size, power limit, energy, time, cost, whether the "
-            "target was reached) in a store shared by every run of the job. The store is --store (a "
-            "SQLite file path or a URL such as postgresql://user@host/db), else $WATTWISE_STORE, else "
-            "jobs.sqlite in wattwise's state directory ($WATTWISE_HOME or ~/.local/state/wattwise)."
-        ),
-    )
+    parser = add_command(subparsers, "jobs")
     actions = StoreActions.of(parser)
     actions.add("list", "every job with its run counts and totals", run_list)
     _one_job(actions, "show", "one job: settings, batch sizes, every run, remembered power limits", run_show)

@@ -21,43 +21,146 @@ import importlib
 import os
 import sys
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from wattwise import __version__
 from wattwise.errors import Unavailable, UsageError, WattwiseError
 from wattwise.extras import EXTRA_OF, MissingExtra, missing_extra
 
-#: Each sub-command module and its one-line help, in the order `wattwise --help` lists them. A module's
-#: `register` takes its help from here (`add_command`), so that it is spelled once.
-COMMANDS: Mapping[str, str] = {
-    "run": "run a training command with wattwise on, no code changes",
-    "devices": "list the GPUs and CPU domains wattwise can measure",
-    "measure": "run a command and report its time and energy",
-    "demo": "train a tiny model on the simulated GPU with power-limit tuning",
-    "restore": "restore GPU settings left changed by a crashed run",
-    "advise": "best start time for a job within a window, by grid carbon intensity, PUE or price",
-    "report": "energy report and paper-ready energy statement of a run (facility energy, emissions, cost)",
-    "carbon": "list the grid carbon intensity codes --intensity takes (countries, cloud regions)",
-    "jobs": "list, show, reset or sync the recurring jobs in the store",
-    "runs": "list, show, compare or forget the runs wattwise measured (the run history)",
-    "simulate": "simulate the recurring-job optimizer on real GPU traces (Zeus's format)",
-    "frontier": "time-energy frontier of a pipeline's frequency plans, from a per-stage profile (Perseus)",
-    "plan": "choose a frequency plan from a frontier (no slowdown, or for a straggler)",
-    "acceptance": "check the NVML or amdsmi path on a real GPU (skips without one), or the three levers (--levers)",
-    "agent": "the node agent: GPU settings for users who are not root",
-    "cap": "run a command under a GPU power cap",
-    "example-data": "write the example inputs the documentation uses into a folder",
-    "dashboard": "serve a local, read-only web page of past runs, recurring jobs and a pipeline frontier",
+
+class Command(NamedTuple):
+    """A command's words: its one-line help in `wattwise --help`, and the description its own `--help` gives."""
+
+    help: str
+    #: None: the command module gives its own (`wattwise acceptance` takes its check's docstring).
+    description: str | None = None
+
+
+#: Each sub-command module, in the order `wattwise --help` lists them: its one-line help and the description
+#: its own `--help` opens with. A module's `register` takes both from here (`add_command`), so that a command's
+#: words are spelled once and `wattwise --help` gives them whether the module was imported or not.
+COMMANDS: Mapping[str, Command] = {
+    "run": Command(
+        "run a training command with wattwise on, no code changes",
+        "Run CMD with LIGHTNING_ENERGY=1 and ACCELERATE_ENERGY=1 and the settings below, so every Lightning Trainer "
+        "and Accelerator it builds (in every process) is measured, tuned or capped. Prints where the summary went; "
+        "exits with CMD's exit code (127 if CMD is not found).",
+    ),
+    "devices": Command(
+        "list the GPUs and CPU domains wattwise can measure",
+    ),
+    "measure": Command(
+        "run a command and report its time and energy",
+        "Run CMD, then print its wall time and the energy of every device over that time. Exits with CMD's exit code "
+        "(127 if CMD is not found).",
+    ),
+    "demo": Command(
+        "train a tiny model on the simulated GPU with power-limit tuning",
+        "Train the emulated workload with the energy plugin tuning the power limit of a simulated GPU, then the same "
+        "steps at the maximum limit, and compare.",
+    ),
+    "restore": Command(
+        "restore GPU settings left changed by a crashed run",
+        "Restore the power limits and clocks recorded in the guard's journal by processes that ended without "
+        "restoring them (e.g. killed with SIGKILL). Settings held by a running wattwise process are left to it.",
+    ),
+    "advise": Command(
+        "best start time for a job within a window, by grid carbon intensity, PUE or price",
+        "Find the start time within a window that minimises the job's emissions, facility energy or cost, from a "
+        "forecast or history of carbon intensity, PUE and price (each a number or a CSV `timestamp,value` with "
+        "timezone-aware timestamps). The job is taken to draw its energy at constant power. Candidate starts are "
+        "exact: now, the window's end, and every instant where the job's start or end meets a step of a series. Ties "
+        "go to the earliest start.",
+    ),
+    "report": Command(
+        "energy report and paper-ready energy statement of a run (facility energy, emissions, cost)",
+        "Read a run directory (summary.json, power.csv) and write report.json, report.csv and energy_statement.md. "
+        "Facility energy integrates the run's power timeline against the PUE, emissions against the grid's carbon "
+        "intensity, each a number or a CSV `timestamp,value` series with timezone-aware timestamps covering the run. "
+        "--intensity (or $WATTWISE_INTENSITY) also takes a code of wattwise's bundled table of yearly averages: a "
+        "country (DE) or a cloud region (gcp:europe-west1, aws:eu-west-1); an hourly series of your own (from your "
+        "grid operator or Electricity Maps) is better. Without one the report says 'not supplied'. --job NAME sums "
+        "every run of the job in the run history instead. Prints the statement (or, with --json, the report).",
+    ),
+    "carbon": Command(
+        "list the grid carbon intensity codes --intensity takes (countries, cloud regions)",
+        "The bundled table of yearly average grid carbon intensity that --intensity DE, --intensity gcp:europe-west1 "
+        "and carbon.intensity read: each code with its place, figure (gCO2e/kWh), year and source. An hourly series "
+        "of your own is better where you have one.",
+    ),
+    "jobs": Command(
+        "list, show, reset or sync the recurring jobs in the store",
+        "Recurring jobs remember their runs (batch size, power limit, energy, time, cost, whether the target was "
+        "reached) in a store shared by every run of the job. The store is --store (a SQLite file path or a URL such "
+        "as postgresql://user@host/db), else $WATTWISE_STORE, else jobs.sqlite in wattwise's state directory "
+        "($WATTWISE_HOME or ~/.local/state/wattwise).",
+    ),
+    "runs": Command(
+        "list, show, compare or forget the runs wattwise measured (the run history)",
+        "Every run wattwise measures is kept: its own folder (OUTPUT/runs/ID, with OUTPUT/latest pointing at the "
+        "last) and a row in the store that holds recurring jobs: --store (a SQLite file path or a URL such as "
+        "postgresql://user@host/db), else $WATTWISE_STORE, else jobs.sqlite in wattwise's state directory. An ID may "
+        "be shortened to a prefix no other run has.",
+    ),
+    "simulate": Command(
+        "simulate the recurring-job optimizer on real GPU traces (Zeus's format)",
+        "Each recurrence samples a traced training run (seeded) of the batch size the optimizer chose; time and "
+        "power per epoch come from the power trace at the chosen power limit; the first run of a batch size also "
+        "pays for profiling the power limits; a failed run (target not reached, early stop, maximum epochs) is paid "
+        "for and followed by another run until one reaches the target.",
+    ),
+    "frontier": Command(
+        "time-energy frontier of a pipeline's frequency plans, from a per-stage profile (Perseus)",
+        "For every iteration time from the fastest plan to the slowest sensible one, UNIT-TIME apart, the "
+        "least-energy frequency plan found, counting the power blocked GPUs draw: E = sum(e_i) + P_blocking * "
+        "(stages * T - sum(t_i)). The fast solver is exact for the convex relaxation and rounds to real plans; the "
+        "exact solver (CP-SAT) is for small pipelines.",
+    ),
+    "plan": Command(
+        "choose a frequency plan from a frontier (no slowdown, or for a straggler)",
+        "Picks, among every point of the frontier (in files older than plan_matrix, among the points that spell out "
+        "their plan), the least energy with no slowdown against the maximum frequency, or with --straggler-time T "
+        "the least energy when the iteration lasts T seconds anyway (blocked GPUs draw the blocking power until T).",
+    ),
+    "acceptance": Command(
+        "check the NVML or amdsmi path on a real GPU (skips without one), or the three levers (--levers)",
+    ),
+    "agent": Command(
+        "the node agent: GPU settings for users who are not root",
+        "A privileged agent (one per node) owns every GPU setting change; a client process holds a lease and the "
+        "agent restores the GPU when it ends.",
+    ),
+    "cap": Command(
+        "run a command under a GPU power cap",
+        "Cap the GPUs' power limit at W watts, run CMD, restore the limits, and exit with CMD's exit code. Through "
+        "the node agent with --backend agent.",
+    ),
+    "example-data": Command(
+        "write the example inputs the documentation uses into a folder",
+        "Write the example inputs the documentation uses into DIR: a Perseus stage profile, power models measured on "
+        "real A40s, Zeus recurring-job traces (with their licence notice), the installed configuration files, and "
+        "example PUE, intensity and price series with a simulated run directory.",
+    ),
+    "dashboard": Command(
+        "serve a local, read-only web page of past runs, recurring jobs and a pipeline frontier",
+        "Serve the run history as web pages on this machine (http://127.0.0.1:8050/ by default): the runs table, "
+        "each run's power and limit over time and its tuning profile, runs compared, the recurring jobs, and a "
+        "pipeline frontier with its plan. Read-only: it never changes the store or a GPU. The store is --store, else "
+        "$WATTWISE_STORE, else jobs.sqlite in wattwise's state directory. Needs the dashboard extra.",
+    ),
 }
 
 
 def add_command(sub: argparse._SubParsersAction, name: str, **options: Any) -> argparse.ArgumentParser:
-    """The parser of the command `name` under `sub`, with the one-line help `COMMANDS` gives it.
+    """The parser of the command `name` under `sub`, with the help and description `COMMANDS` gives it.
 
-    Each command module's `register` makes its parser with it, so that a command's help is spelled once:
-    the same words in `wattwise --help` whether the module was imported or not.
+    Each command module's `register` makes its parser with it, so that a command's words are spelled once:
+    the same in `wattwise --help` whether the module was imported or not. `options` go to argparse (a
+    `description` given here replaces the table's).
     """
-    return sub.add_parser(name, help=COMMANDS[name], **options)
+    command = COMMANDS[name]
+    options.setdefault("description", command.description)
+    return sub.add_parser(name, help=command.help, **options)
 
 
 #: The extra that makes a command work, where it is more than the `store` extra its modules' NumPy,

@@ -47,12 +47,7 @@ BACKEND = SETTING["backend"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise measure` command to the `wattwise` parser."""
-    p = add_command(
-        sub,
-        "measure",
-        description="Run CMD, then print its wall time and the energy of every device over that "
-        "time. Exits with CMD's exit code (127 if CMD is not found).",
-    )
+    p = add_command(sub, "measure")
     p.add_argument("--backend", default=default_of(BACKEND.key), help=f"{BACKEND.help} (default %(default)s)")
     p.add_argument("--cpu", action="store_true", help="also measure CPU packages and DRAM (RAPL)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout (the command's own output is kept)")

@@ -18,16 +18,7 @@ from wattwise.pipeline.plan import choose_for_straggler, choose_intrinsic
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise plan` command to the `wattwise` parser."""
-    parser = add_command(
-        subparsers,
-        "plan",
-        description=(
-            "Picks, among every point of the frontier (in files older than plan_matrix, among the points that "
-            "spell out their plan), the least energy with no slowdown against the maximum frequency, or with "
-            "--straggler-time T the least energy when the iteration lasts T seconds anyway (blocked GPUs draw "
-            "the blocking power until T)."
-        ),
-    )
+    parser = add_command(subparsers, "plan")
     parser.add_argument("frontier", metavar="FRONTIER.json", help="a frontier written by wattwise frontier")
     parser.add_argument("--straggler-time", type=float, metavar="T", help="iteration time (s) imposed by a straggler")
     parser.add_argument("--out", required=True, metavar="PLAN.json", help="where to write the chosen plan")

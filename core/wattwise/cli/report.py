@@ -27,21 +27,7 @@ from wattwise.vocabulary import StatementKind
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise report` command to the `wattwise` parser."""
-    parser = add_command(
-        subparsers,
-        "report",
-        description=(
-            "Read a run directory (summary.json, power.csv) and write report.json, report.csv and "
-            "energy_statement.md. Facility energy integrates the run's power timeline against the PUE, "
-            "emissions against the grid's carbon intensity, each a number or a CSV `timestamp,value` "
-            "series with timezone-aware timestamps covering the run. --intensity (or $WATTWISE_INTENSITY) "
-            "also takes a code of wattwise's bundled table of yearly averages: a country (DE) or a cloud "
-            "region (gcp:europe-west1, aws:eu-west-1); an hourly series of your own (from your grid operator "
-            "or Electricity Maps) is better. Without one the report says 'not supplied'. --job NAME sums "
-            "every run of the job in the run history instead. Prints the statement (or, with --json, the "
-            "report)."
-        ),
-    )
+    parser = add_command(subparsers, "report")
     parser.add_argument(
         "run_dir", metavar="RUN_DIR", type=Path, nargs="?", help="directory the callback or plugin wrote"
     )

@@ -17,13 +17,7 @@ from wattwise.settings.recovery import recover_stale_journals
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise restore` command to the `wattwise` parser."""
-    p = add_command(
-        sub,
-        "restore",
-        description="Restore the power limits and clocks recorded in the guard's journal by "
-        "processes that ended without restoring them (e.g. killed with SIGKILL). "
-        "Settings held by a running wattwise process are left to it.",
-    )
+    p = add_command(sub, "restore")
     p.add_argument(
         "--force",
         action="store_true",

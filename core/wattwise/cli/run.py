@@ -40,14 +40,7 @@ def _flag(name: str) -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `wattwise run` command to the `wattwise` parser."""
-    p = add_command(
-        sub,
-        "run",
-        description="Run CMD with LIGHTNING_ENERGY=1 and ACCELERATE_ENERGY=1 and the settings "
-        "below, so every Lightning Trainer and Accelerator it builds (in every process) "
-        "is measured, tuned or capped. Prints where the summary went; exits with CMD's "
-        "exit code (127 if CMD is not found).",
-    )
+    p = add_command(sub, "run")
     for s in SETTINGS:
         kind = key_type(s.key)
         text = s.help.replace("%", "%%")  # argparse formats help with %: "10%" must stay literal

@@ -63,16 +63,7 @@ class StoreActions:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise runs` command to the `wattwise` parser."""
-    parser = add_command(
-        subparsers,
-        "runs",
-        description=(
-            "Every run wattwise measures is kept: its own folder (OUTPUT/runs/ID, with OUTPUT/latest pointing "
-            "at the last) and a row in the store that holds recurring jobs: --store (a SQLite file path or a "
-            "URL such as postgresql://user@host/db), else $WATTWISE_STORE, else jobs.sqlite in wattwise's state "
-            "directory. An ID may be shortened to a prefix no other run has."
-        ),
-    )
+    parser = add_command(subparsers, "runs")
     actions = StoreActions.of(parser)
     listing = actions.add("list", "the runs, oldest first, with their figures", run_list)
     listing.add_argument("--job", help="only this job's runs")

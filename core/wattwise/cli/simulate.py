@@ -32,16 +32,7 @@ SETTING_FLAGS: dict[str, str] = {
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `wattwise simulate` command to the `wattwise` parser."""
-    parser = add_command(
-        subparsers,
-        "simulate",
-        description=(
-            "Each recurrence samples a traced training run (seeded) of the batch size the optimizer chose; "
-            "time and power per epoch come from the power trace at the chosen power limit; the first run of "
-            "a batch size also pays for profiling the power limits; a failed run (target not reached, early "
-            "stop, maximum epochs) is paid for and followed by another run until one reaches the target."
-        ),
-    )
+    parser = add_command(subparsers, "simulate")
     parser.add_argument("--train", required=True, type=Path, help="summary_train.csv (Zeus's train trace)")
     parser.add_argument("--power", required=True, type=Path, help="summary_power_<gpu>.csv (Zeus's power trace)")
     parser.add_argument("--workload", required=True, help="DATASET/NETWORK, e.g. cifar100/shufflenetv2")

@@ -1,7 +1,7 @@
 """Start-up of the `wattwise` command: only the command being run is imported, and the help stays whole.
 
-`wattwise.cli.main.COMMANDS` holds every command's one-line help so that `wattwise --help` lists them all
-without importing them; these tests keep that table in step with what each module registers.
+`wattwise.cli.main.COMMANDS` holds every command's one-line help and description, so that `wattwise --help`
+lists them all without importing them; these tests keep that table in step with what each module registers.
 """
 
 from __future__ import annotations
@@ -47,7 +47,13 @@ def test_the_command_table_is_what_each_module_registers() -> None:
     modules = {m.name.replace("_", "-") for m in pkgutil.iter_modules(wattwise.cli.__path__)} - {"main"}
     assert set(COMMANDS) == modules
     registered = {a.dest: a.help for a in sub_commands(build_parser())._choices_actions}
-    assert registered == dict(COMMANDS)
+    assert registered == {name: command.help for name, command in COMMANDS.items()}
+    # Each command's own --help opens with the table's description (acceptance's comes from its check).
+    parsers = sub_commands(build_parser()).choices
+    for name, command in COMMANDS.items():
+        if command.description is not None:
+            assert parsers[name].description == command.description
+    assert {name for name, command in COMMANDS.items() if command.description is None} == {"acceptance", "devices"}
 
 
 def test_top_level_help_lists_every_command_without_importing_them() -> None:
