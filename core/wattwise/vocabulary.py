@@ -245,3 +245,23 @@ class SolverName(StrEnum):
     FAST = "fast"
     #: CP-SAT's exact plans, for small pipelines (the pipeline extra's OR-Tools).
     EXACT = "exact"
+
+
+class CarbonMode(StrEnum):
+    """Which limit the carbon-aware power limit holds (`wattwise.carbon.policy`)."""
+
+    #: The grid is clean: the time-optimal limit.
+    TIME = "time"
+    #: The grid is dirty (or its intensity unknown): the energy-optimal limit.
+    ENERGY = "energy"
+
+
+class SettingName(StrEnum):
+    """A GPU setting wattwise changes and restores, named as the `Device` method that reads it.
+
+    The `setting` of the settings journal, of the agent's audit log and of a run's settings timeline.
+    """
+
+    POWER_LIMIT = "power_limit_w"
+    SM_CLOCKS = "locked_sm_clocks_mhz"
+    WORKLOAD_PROFILES = "requested_workload_power_profiles"

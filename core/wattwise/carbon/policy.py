@@ -16,14 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from wattwise.carbon.series import Series
 from wattwise.errors import UsageError
 from wattwise.power_limit import select_power_limit
 from wattwise.profile import ProfileEntry
-
-Mode = Literal["time", "energy"]
+from wattwise.vocabulary import CarbonMode, Selector
 
 #: A re-check is due when this close to the interval (float sums of intervals must not skip a check).
 _DUE_TOLERANCE_S = 1e-6
@@ -38,7 +36,7 @@ class LimitChange:
 
     at_s: float
     power_limit_w: float
-    mode: Mode
+    mode: CarbonMode
     intensity_g_per_kwh: float | None
 
 
@@ -67,26 +65,26 @@ class CarbonAwarePowerLimit:
                 f"hysteresis_g_per_kwh: the hysteresis must be between 0 and the threshold "
                 f"{threshold_g_per_kwh:g} gCO2e/kWh (got {hysteresis_g_per_kwh})"
             )
-        self.time_optimal = select_power_limit(profile, "time")
-        self.energy_optimal = select_power_limit(profile, "energy")
+        self.time_optimal = select_power_limit(profile, Selector.TIME)
+        self.energy_optimal = select_power_limit(profile, Selector.ENERGY)
         self.threshold_g_per_kwh = threshold_g_per_kwh
         self.interval_s = interval_s
         self.hysteresis_g_per_kwh = hysteresis_g_per_kwh
-        self.mode: Mode | None = None
+        self.mode: CarbonMode | None = None
         self.last_check_s: float | None = None
 
-    def mode_for(self, intensity_g_per_kwh: float | None) -> Mode:
+    def mode_for(self, intensity_g_per_kwh: float | None) -> CarbonMode:
         """The mode for this intensity, given the current mode (for hysteresis); unknown means energy."""
         if intensity_g_per_kwh is None:
-            return self.mode or "energy"
-        if self.mode == "energy":
+            return self.mode or CarbonMode.ENERGY
+        if self.mode == CarbonMode.ENERGY:
             back_below = self.threshold_g_per_kwh - self.hysteresis_g_per_kwh
-            return "time" if intensity_g_per_kwh < back_below else "energy"
-        return "time" if intensity_g_per_kwh < self.threshold_g_per_kwh else "energy"
+            return CarbonMode.TIME if intensity_g_per_kwh < back_below else CarbonMode.ENERGY
+        return CarbonMode.TIME if intensity_g_per_kwh < self.threshold_g_per_kwh else CarbonMode.ENERGY
 
-    def limit_of(self, mode: Mode) -> ProfileEntry:
+    def limit_of(self, mode: CarbonMode) -> ProfileEntry:
         """The profile entry of the time-optimal or the energy-optimal limit."""
-        return self.time_optimal if mode == "time" else self.energy_optimal
+        return self.time_optimal if mode == CarbonMode.TIME else self.energy_optimal
 
     def check(self, now_s: float, intensity: Series) -> LimitChange | None:
         """At a step boundary: the change to apply now, or None (not yet due, or the limit stays).

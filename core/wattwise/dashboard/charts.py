@@ -22,7 +22,7 @@ from wattwise.extras import require
 from wattwise.record.files import PAUSE_WINDOW, RunDir, WindowRow
 from wattwise.record.plot import TimeAxis
 from wattwise.record.summary import PowerLimitSummary, RunSummary
-from wattwise.vocabulary import RecurringRunState
+from wattwise.vocabulary import RecurringRunState, SettingName
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -119,7 +119,7 @@ def power_limit_steps(summary: RunSummary) -> dict[str, list[tuple[float, float]
     by_device: dict[str, list[tuple[float, float]]] = {}
     for event in summary.settings_timeline:
         if (
-            event.setting == "power_limit_w"
+            event.setting == SettingName.POWER_LIMIT
             and isinstance(event.value, int | float)
             and not isinstance(event.value, bool)
         ):

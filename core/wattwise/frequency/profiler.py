@@ -37,7 +37,7 @@ from wattwise.devices.base import Device
 from wattwise.errors import UsageError
 from wattwise.monitor import EnergyMonitor
 from wattwise.pipeline.profiles import FrequencyOption, PipelineProfile
-from wattwise.pipeline.schedule import INSTRUCTIONS, Instruction
+from wattwise.pipeline.schedule import FORWARD, INSTRUCTIONS, Instruction
 from wattwise.settings.guard import SettingsGuard
 
 
@@ -51,7 +51,7 @@ class StageWork:
 
     def run(self, instruction: Instruction) -> None:
         """Run one microbatch's forward or backward on the stage."""
-        (self.forward if instruction == "forward" else self.backward)()
+        (self.forward if instruction == FORWARD else self.backward)()
 
 
 class PipelineProfiler:

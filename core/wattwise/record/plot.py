@@ -17,6 +17,7 @@ from wattwise.errors import UsageError
 from wattwise.record.files import PAUSE_WINDOW, RunDir
 from wattwise.record.summary import RunSummary
 from wattwise.safe_files import output_dir, replace_binary
+from wattwise.vocabulary import SettingName
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -91,7 +92,7 @@ def _mark_power_limits(ax: Axes, run: RunDir, axis: TimeAxis) -> None:
     s = run.summary
     by_device: dict[str, list[tuple[float, float]]] = {}
     for event in s.settings_timeline:
-        if event.setting == "power_limit_w" and isinstance(event.value, int | float):
+        if event.setting == SettingName.POWER_LIMIT and isinstance(event.value, int | float):
             by_device.setdefault(event.device, []).append((axis.at(event.timestamp_s), event.value))
     end = axis.at(s.end_s)
     drawn: set[tuple[tuple[float, float], ...]] = set()
@@ -116,7 +117,7 @@ def _mark_other_settings(ax: Axes, run: RunDir, axis: TimeAxis) -> None:
     s = run.summary
     changes: dict[float, set[str]] = {}
     for event in s.settings_timeline:
-        if event.setting != "power_limit_w":
+        if event.setting != SettingName.POWER_LIMIT:
             changes.setdefault(event.timestamp_s, set()).add(f"{event.setting}={_value(event.value)}")
     top = ax.get_ylim()[1]
     for t_s, labels in sorted(changes.items()):

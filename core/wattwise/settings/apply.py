@@ -6,11 +6,13 @@ import math
 from typing import Any
 
 from wattwise.devices.base import Device, DeviceError, DeviceSpec
+from wattwise.vocabulary import SettingName
 
-#: The settings a journal records, by the name of the `Device` method that reads them.
-POWER_LIMIT = "power_limit_w"
-SM_CLOCKS = "locked_sm_clocks_mhz"
-WORKLOAD_PROFILES = "requested_workload_power_profiles"
+#: The settings a journal records, by the name of the `Device` method that reads them (`SettingName`), as
+#: plain strings: the journal's keys.
+POWER_LIMIT = SettingName.POWER_LIMIT.value
+SM_CLOCKS = SettingName.SM_CLOCKS.value
+WORKLOAD_PROFILES = SettingName.WORKLOAD_PROFILES.value
 
 #: A recorded setting's value: watts (a power limit), `[min, max]` MHz or None (locked clocks: None is
 #: unlocked), the names of the workload power profiles requested.

@@ -352,10 +352,12 @@ def _stage_iteration(
     times: dict[InstructionKey, list[float]],
     index: int = 0,
 ) -> None:
+    from wattwise.pipeline.schedule import FORWARD
+
     for step in steps:
         controller.before(step.instruction, step.microbatch)
         start = clock()
-        if step.instruction == "forward":
+        if step.instruction == FORWARD:
             stage.forward(step.microbatch)
         else:
             stage.backward(step.microbatch, False)
