@@ -108,18 +108,18 @@ TABLES: dict[str, Callable[[Any], list[str]]] = {
 }
 
 
+#: About how long each lever check takes on a GPU with the sizes given, by name.
+ESTIMATES: dict[str, Callable[[Device, Sizes], float]] = {
+    "cap_sweep": lambda gpu, sizes: estimate_cap_sweep_s(gpu, sizes, SETUP_S),
+    "tuning_vs_sweep": estimate_tuning_s,
+    "pipeline_measured": lambda gpu, sizes: estimate_pipeline_s(gpu, sizes, SETUP_S),
+}
+
+
 def estimate_s(name: str, gpu: Device | None, quick: bool) -> float:
     """About how long lever check `name` takes on `gpu` (for `--budget-s`): windows, settling, set-up."""
-    if gpu is None:
-        return 0.0
-    sizes = Sizes.of(quick)
-    if name == "cap_sweep":
-        return estimate_cap_sweep_s(gpu, sizes, SETUP_S)
-    if name == "tuning_vs_sweep":
-        return estimate_tuning_s(gpu, sizes)
-    if name == "pipeline_measured":
-        return estimate_pipeline_s(gpu, sizes, SETUP_S)
-    return 0.0
+    estimate = ESTIMATES.get(name)
+    return estimate(gpu, Sizes.of(quick)) if gpu is not None and estimate is not None else 0.0
 
 
 def section(name: str, figures: Mapping[str, Any]) -> list[str]:
