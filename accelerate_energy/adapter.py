@@ -47,7 +47,7 @@ from wattwise.record.summary import format_summary
 from wattwise.run import DEFAULT_LOG_EVERY_N_STEPS, Figures, Run
 from wattwise.run.logged import epoch_metrics, fit_metrics, simulated, step_metrics
 from wattwise.safe_files import write_text
-from wattwise.vocabulary import RunStatus
+from wattwise.vocabulary import Framework, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class AccelerateEnergy:
         *,
         devices: list[Device] | None = None,
         print_summary: bool = True,
-        framework: str = "accelerate",
+        framework: str = Framework.ACCELERATE,
     ) -> None:
         self.accelerator = accelerator
         self.config = config

@@ -44,10 +44,10 @@ from wattwise.devices.base import Device
 from wattwise.errors import ConfigError, UsageError, plugin_warning
 from wattwise.run import Figures
 from wattwise.run.logged import simulated, step_metrics
-from wattwise.vocabulary import RunStatus
+from wattwise.vocabulary import Framework, RunStatus
 
 #: The framework a Trainer's run names in its summary and the run history.
-TRANSFORMERS = "transformers"
+TRANSFORMERS = Framework.TRANSFORMERS
 
 
 class EnergyTrainerCallback(TrainerCallback):

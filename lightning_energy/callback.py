@@ -43,7 +43,7 @@ from wattwise.record.summary import format_summary
 from wattwise.run import Run
 from wattwise.run.logged import EPOCH_METRICS, epoch_metrics, fit_metrics, simulated, step_metrics
 from wattwise.run.measurement import Figures
-from wattwise.vocabulary import RunStatus
+from wattwise.vocabulary import Framework, RunStatus
 
 log = logging.getLogger(__name__)
 #: Where a run writes when `output_dir` is not set and the Trainer has no logger folder to follow.
@@ -170,7 +170,7 @@ class EnergyCallback(Callback):
                 cfg = dataclasses.replace(cfg, output_dir=os.path.join(cfg.output_dir, f"fit-{len(self.runs) + 1}"))
             self.run = Run(
                 cfg,
-                framework="lightning",
+                framework=Framework.LIGHTNING,
                 devices=self._devices,
                 local_rank=trainer.local_rank if trainer is not None else None,
             )

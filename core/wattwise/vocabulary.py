@@ -265,3 +265,23 @@ class SettingName(StrEnum):
     POWER_LIMIT = "power_limit_w"
     SM_CLOCKS = "locked_sm_clocks_mhz"
     WORKLOAD_PROFILES = "requested_workload_power_profiles"
+
+
+class PlanMode(StrEnum):
+    """Which point of a pipeline's frontier `wattwise plan` chose (PLAN.json's `mode`)."""
+
+    #: The least energy at no slowdown against the maximum frequency (`--mode intrinsic`).
+    INTRINSIC = "intrinsic"
+    #: The least energy for an iteration that waits for a straggler's time (`--straggler-time-s`).
+    STRAGGLER = "straggler"
+
+
+class Framework(StrEnum):
+    """Who drives a run (summary.json's and the run history's `framework`)."""
+
+    LIGHTNING = "lightning"
+    ACCELERATE = "accelerate"
+    #: The Hugging Face Trainer, through Accelerate.
+    TRANSFORMERS = "transformers"
+    #: `wattwise run`, `wattwise measure` or the library called directly.
+    CLI = "cli"

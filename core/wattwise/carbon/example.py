@@ -24,6 +24,7 @@ from wattwise.profile import ProfileEntry
 from wattwise.record.files import PowerRow, write_run_dir
 from wattwise.record.summary import EpochEnergy, PowerLimitSummary, RunSettings, RunSummary, SettingEvent, iso_utc
 from wattwise.safe_files import write_text
+from wattwise.vocabulary import Framework
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def sampled_run(
     summary = RunSummary(
         simulated=simulated,
         backend="simulated" if simulated else "nvml",
-        framework="lightning",
+        framework=Framework.LIGHTNING,
         hostname="node1",
         start_time=iso_utc(start_s),
         end_time=iso_utc(start_s + duration_s),

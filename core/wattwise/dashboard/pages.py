@@ -41,7 +41,7 @@ from wattwise.record.summary import (
     with_uncertainty,
 )
 from wattwise.safe_files import check_writable_target, write_text
-from wattwise.vocabulary import MetricMode, PhysicsName, RunMode
+from wattwise.vocabulary import MetricMode, PhysicsName, PlanMode, RunMode
 
 if TYPE_CHECKING:
     import jinja2
@@ -1020,7 +1020,7 @@ def load_frontier(frontier_path: str, plan_path: str | None = None) -> FrontierV
     except ValueError as err:
         raise UsageError(f"{where}: not JSON ({err}); pass the PLAN.json wattwise plan wrote") from None
     plan = check_plan_document(data, where)
-    if data.get("mode") == "straggler":
+    if data.get("mode") == PlanMode.STRAGGLER:
         time_s = data.get("iteration_time_s")
         if not isinstance(time_s, int | float) or isinstance(time_s, bool):
             raise UsageError(f"{where}: iteration_time_s must be the straggler's time in seconds (got {time_s!r})")
@@ -1056,7 +1056,9 @@ def frontier_page(view: FrontierView | None) -> str:
     out = [chart(charts.frontier_figure(f, choice, source=source), "frontier-chart")]
     if choice is not None:
         assert choice.entry.plan is not None
-        mode = "no slowdown" if choice.mode == "intrinsic" else f"straggler at {seconds(choice.iteration_time_s)}"
+        mode = (
+            "no slowdown" if choice.mode == PlanMode.INTRINSIC else f"straggler at {seconds(choice.iteration_time_s)}"
+        )
         facts += [
             Fact("plan", view.plan_file or "the no-slowdown plan (give --plan PLAN.json to show another)"),
             Fact("chosen for", mode),

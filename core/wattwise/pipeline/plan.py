@@ -30,6 +30,7 @@ from wattwise.pipeline.dag import IntArray
 from wattwise.pipeline.problem import PlanningProblem
 from wattwise.pipeline.schedule import INSTRUCTIONS, SCHEDULES, Step, build_schedule
 from wattwise.pipeline.segments import followable, needs_following, switching_energy_j
+from wattwise.vocabulary import PlanMode
 
 #: Relative tolerance when comparing an iteration time with the all-maximum-frequency one (float noise).
 TIME_TOLERANCE = 1e-9
@@ -246,8 +247,7 @@ class Choice:
     """A chosen point and how it compares with running at the maximum frequency."""
 
     entry: FrontierEntry
-    #: "intrinsic" or "straggler".
-    mode: str
+    mode: PlanMode
     #: The iteration time the energies refer to: the point's own (intrinsic) or the straggler's T'.
     iteration_time_s: float
     energy_j: float
@@ -277,7 +277,12 @@ def choose_intrinsic(frontier: Frontier) -> Choice:
         )
     best = frontier.with_plan(min(candidates, key=lambda k: frontier.points[k].energy_j))
     return Choice(
-        best, "intrinsic", best.time_s, best.energy_j, frontier.max_frequency_time_s, frontier.max_frequency_energy_j
+        best,
+        PlanMode.INTRINSIC,
+        best.time_s,
+        best.energy_j,
+        frontier.max_frequency_time_s,
+        frontier.max_frequency_energy_j,
     )
 
 
@@ -302,7 +307,7 @@ def choose_for_straggler(frontier: Frontier, straggler_time_s: float) -> Choice:
     )
     return Choice(
         best,
-        "straggler",
+        PlanMode.STRAGGLER,
         straggler_time_s,
         frontier.energy_at_j(best, straggler_time_s),
         frontier.max_frequency_time_s,

@@ -78,7 +78,7 @@ from wattwise.run.measurement import EndedEpoch, Figures, MeasurementState, RunF
 from wattwise.run.power import PowerLimitControl
 from wattwise.settings.guard import SettingsGuard
 from wattwise.store.limits_memory import LimitsMemory, memory_key
-from wattwise.vocabulary import EndedHow, RankNoteKind, RunMode, RunStatus
+from wattwise.vocabulary import EndedHow, Framework, RankNoteKind, RunMode, RunStatus
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -98,13 +98,17 @@ DEGRADED = "; every process continues with measurement only, so that the process
 Hook = Callable[Concatenate["Run", P], R | None]
 
 
+#: How a user of each framework turns the simulated GPU on: the keyword or variable they would use.
+_SIMULATED_HINTS: dict[str, str] = {
+    Framework.LIGHTNING: "EnergyCallback(backend='simulated') (or LIGHTNING_ENERGY_BACKEND=simulated)",
+    Framework.ACCELERATE: "ACCELERATE_ENERGY_BACKEND=simulated",
+    Framework.TRANSFORMERS: "ACCELERATE_ENERGY_BACKEND=simulated",
+}
+
+
 def simulated_hint(framework: str) -> str:
     """How a user of `framework` turns the simulated GPU on: the keyword or variable they would use."""
-    if framework == "lightning":
-        return "EnergyCallback(backend='simulated') (or LIGHTNING_ENERGY_BACKEND=simulated)"
-    if framework in ("accelerate", "transformers"):
-        return "ACCELERATE_ENERGY_BACKEND=simulated"
-    return "devices.backend=simulated (or WATTWISE_BACKEND=simulated)"
+    return _SIMULATED_HINTS.get(framework, "devices.backend=simulated (or WATTWISE_BACKEND=simulated)")
 
 
 def process_guard() -> SettingsGuard:
@@ -160,7 +164,7 @@ class Run:
         self,
         cfg: EnergyConfig,
         *,
-        framework: str = "cli",
+        framework: str = Framework.CLI,
         collective: Collective | None = None,
         devices: Sequence[Device] | None = None,
         local_rank: int | None = None,

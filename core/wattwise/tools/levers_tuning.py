@@ -25,7 +25,7 @@ from wattwise.tools.levers_common import (
 )
 from wattwise.tools.levers_figures import CapRow, CapSweepFigures, ProfileEntry, TuningFigures, TuningRow
 from wattwise.tools.levers_rig import Rig
-from wattwise.vocabulary import RunStatus
+from wattwise.vocabulary import Framework, RunStatus
 
 if TYPE_CHECKING:
     from wattwise.devices.base import Device
@@ -166,7 +166,7 @@ def _tune_once(rig: Rig, out: Path, eta: float, step_w: float, sizes: Sizes) -> 
             f"monitor.sync_cuda={str(rig.cuda_index is not None).lower()}",
         ]
     )
-    run = Run(cfg, framework="transformers", devices=[gpu], sync=rig.sync)
+    run = Run(cfg, framework=Framework.TRANSFORMERS, devices=[gpu], sync=rig.sync)
     try:
         rig.trainer(out, [TuneCallback(run, sizes.steps_after_tuning, rig.clock())]).train()
     except BaseException as exc:
