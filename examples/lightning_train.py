@@ -48,7 +48,7 @@ class Regression(pl.LightningModule):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", default="tune", choices=["measure", "tune", "cap"])
-    parser.add_argument("--max-steps", type=int, default=500)
+    parser.add_argument("--max-steps", type=int, default=1000)
     parser.add_argument("--output-dir", default="wattwise_runs/lightning")
     args = parser.parse_args()
 
