@@ -26,7 +26,9 @@ def default_max_steps() -> int:
     for node in ast.walk(ast.parse(EXAMPLE.read_text())):
         if isinstance(node, ast.Call) and node.args and getattr(node.args[0], "value", None) == "--max-steps":
             defaults = [k.value for k in node.keywords if k.arg == "default" and isinstance(k.value, ast.Constant)]
-            return int(defaults[0].value)
+            value = defaults[0].value
+            assert isinstance(value, int), value
+            return value
     raise AssertionError("examples/lightning_train.py declares no --max-steps default")
 
 
