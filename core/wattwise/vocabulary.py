@@ -270,9 +270,9 @@ class SettingName(StrEnum):
 class PlanMode(StrEnum):
     """Which point of a pipeline's frontier `wattwise plan` chose (PLAN.json's `mode`)."""
 
-    #: The least energy at no slowdown against the maximum frequency (`--mode intrinsic`).
+    #: The least energy at no slowdown against the maximum frequency (no `--straggler-time`).
     INTRINSIC = "intrinsic"
-    #: The least energy for an iteration that waits for a straggler's time (`--straggler-time-s`).
+    #: The least energy for an iteration that waits for a straggler's time (`--straggler-time T`).
     STRAGGLER = "straggler"
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattwise.devices.base import Device, DeviceError, NoPermissionError
+from wattwise.pipeline.schedule import FORWARD
 from wattwise.tools.checks import markdown_table
 from wattwise.tools.levers_common import (
     PERSEUS_CLAIM,
@@ -352,8 +353,6 @@ def _stage_iteration(
     times: dict[InstructionKey, list[float]],
     index: int = 0,
 ) -> None:
-    from wattwise.pipeline.schedule import FORWARD
-
     for step in steps:
         controller.before(step.instruction, step.microbatch)
         start = clock()
